@@ -1,0 +1,76 @@
+package syncer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/tenzro/train/wire"
+)
+
+// Service is what the node offers over JSON-RPC. *Node implements it; the
+// rpc package serves it and never holds business rules of its own.
+type Service interface {
+	PostTask(ctx context.Context, p *wire.PostTaskParams) (*wire.PostTaskResult, error)
+	SetInitWeights(ctx context.Context, p *wire.SetInitWeightsParams) (*wire.PostTaskResult, error)
+	ListRuns(ctx context.Context, p wire.ListRunsParams) ([]wire.RunSummary, error)
+	GetRun(ctx context.Context, taskID string) (*wire.RunView, error)
+	GetReceipt(ctx context.Context, taskID string) (*wire.Receipt, error)
+	GetTranscript(ctx context.Context, taskID string) ([]wire.RoundCommit, error)
+	GetPayload(ctx context.Context, hash wire.Hash) ([]byte, error)
+	Enroll(ctx context.Context, p *wire.EnrollParams) (*wire.EnrollResult, error)
+	Leave(ctx context.Context, p *wire.LeaveParams) (*wire.EnrollResult, error)
+	Submit(ctx context.Context, g *wire.OuterGradient) (*wire.SubmitResult, error)
+	FinalizeRound(ctx context.Context, taskID string) (*wire.FinalizeResult, error)
+	GetWeights(ctx context.Context, p wire.GetWeightsParams) (*wire.Weights, error)
+	Balance(ctx context.Context, did string) (*wire.Balance, error)
+	Faucet(ctx context.Context, p wire.FaucetParams) (*wire.Balance, error)
+	RegisterSyncer(ctx context.Context, p *wire.RegisterSyncerParams) (*wire.SyncerCandidate, error)
+	ListSyncers(ctx context.Context) ([]wire.SyncerCandidate, error)
+	Info(ctx context.Context) wire.NodeInfo
+}
+
+// Kind classifies a refusal so the RPC layer can map it to an error code.
+type Kind int
+
+// Kinds of refusal.
+const (
+	KindInternal     Kind = iota // a fault of the node, not of the request
+	KindInvalid                  // malformed or out-of-range parameters
+	KindNotFound                 // unknown task, DID, fragment, blob
+	KindUnauthorized             // bad signature, wrong signer, stale nonce
+	KindConflict                 // duplicate, wrong round, closed window, full run
+	KindFunds                    // balance too low
+	KindDisabled                 // feature off on this node (faucet without --dev)
+	KindAttestation              // evidence refused by policy
+)
+
+// Error is a refusal with a precise message. Refusals change no state.
+type Error struct {
+	Kind Kind
+	Msg  string
+}
+
+func (e *Error) Error() string { return e.Msg }
+
+// Errf builds an *Error.
+func Errf(k Kind, format string, a ...any) error { return &Error{Kind: k, Msg: fmt.Sprintf(format, a...)} }
+
+// KindOf returns the kind of err (KindInternal when it is not an *Error).
+func KindOf(err error) Kind {
+	var e *Error
+	if errors.As(err, &e) {
+		return e.Kind
+	}
+	return KindInternal
+}
+
+// Attestor is the seam to the attestation subsystem (attest/ and enclave/).
+// The round engine calls it for Verified and Confidential tiers.
+type Attestor interface {
+	// CheckEvidence verifies evidence (vendor-tagged JSON envelope) against
+	// the run's attestation policy and checks that its report data binds
+	// reportData. It returns a digest of the evidence for the receipt, or
+	// an error naming the failed check.
+	CheckEvidence(ctx context.Context, tier string, policy []byte, evidence []byte, reportData wire.Hash) (wire.Hash, error)
+}

@@ -1,0 +1,281 @@
+package wire
+
+import "encoding/json"
+
+// Run statuses.
+const (
+	StatusAwaiting  = "awaiting_enrollment"
+	StatusRunning   = "running"
+	StatusSealed    = "sealed"
+	StatusCancelled = "cancelled"
+)
+
+// RPC method names (DESIGN §7). The first seven are the seed's.
+const (
+	MethodPostTask       = "tenzro_training_postTask"
+	MethodListRuns       = "tenzro_training_listRuns"
+	MethodGetRun         = "tenzro_training_getRun"
+	MethodGetReceipt     = "tenzro_training_getReceipt"
+	MethodEnrollTrainer  = "tenzro_training_enrollTrainer"
+	MethodSubmitGradient = "tenzro_training_submitOuterGradient"
+	MethodFinalizeRound  = "tenzro_training_finalizeRound"
+	MethodGetWeights     = "tenzro_training_getWeights"
+	MethodSetInitWeights = "tenzro_training_setInitWeights"
+	MethodLeaveRun       = "tenzro_training_leaveRun"
+	MethodVerifyReceipt  = "tenzro_training_verifyReceipt"
+	MethodGetTranscript  = "tenzro_training_getTranscript"
+	MethodGetPayload     = "tenzro_training_getPayload"
+	MethodGetBalance     = "tenzro_ledger_getBalance"
+	MethodFaucet         = "tenzro_ledger_faucet"
+	MethodRegisterSyncer = "tenzro_syncer_registerCandidate"
+	MethodListSyncers    = "tenzro_syncer_listCandidates"
+	MethodNodeInfo       = "tenzro_node_info"
+	MethodRequestNonce   = "tenzro_attest_getNonce"
+	MethodSubmitEvidence = "tenzro_attest_submitEvidence"
+	MethodGetEvidence    = "tenzro_attest_getEvidence"
+	MethodGetPolicy      = "tenzro_attest_getPolicy"
+	MethodReleaseKey     = "tenzro_attest_releaseDatasetKey"
+	MethodPublishPlugin  = "tenzro_plugin_publish"
+	MethodListPlugins    = "tenzro_plugin_list"
+	MethodGetPlugin      = "tenzro_plugin_get"
+)
+
+// Signed is embedded in every signed request.
+type Signed struct {
+	Nonce     uint64   `json:"nonce"`
+	Signature HexBytes `json:"signature"`
+}
+
+// RequestPreimage builds the signing preimage of a signed request (PROTOCOL §3).
+// fields appends the method-specific fields.
+func RequestPreimage(method, signer string, nonce uint64, fields func(c *Canon)) []byte {
+	c := NewCanon(DomainRequest).Str(method).Str(signer).U64(nonce)
+	if fields != nil {
+		fields(c)
+	}
+	return c.Out()
+}
+
+// PostTaskParams is tenzro_training_postTask.
+type PostTaskParams struct {
+	Spec json.RawMessage `json:"spec"`
+	// InitWeights is the optional safetensors file (base64 in JSON).
+	InitWeights []byte `json:"init_weights,omitempty"`
+	Signed
+}
+
+// Preimage is the signing preimage; spec must be canonical JSON.
+func (p *PostTaskParams) Preimage(sponsor string, specHash, weightsHash Hash) []byte {
+	return RequestPreimage(MethodPostTask, sponsor, p.Nonce, func(c *Canon) { c.Hash(specHash).Hash(weightsHash) })
+}
+
+// PostTaskResult answers postTask.
+type PostTaskResult struct {
+	TaskID   string `json:"task_id"`
+	SpecHash Hash   `json:"spec_hash"`
+	Status   string `json:"status"`
+}
+
+// SetInitWeightsParams is tenzro_training_setInitWeights.
+type SetInitWeightsParams struct {
+	TaskID  string `json:"task_id"`
+	Weights []byte `json:"weights"`
+	Signed
+}
+
+// Preimage is the signing preimage.
+func (p *SetInitWeightsParams) Preimage(sponsor string) []byte {
+	return RequestPreimage(MethodSetInitWeights, sponsor, p.Nonce, func(c *Canon) { c.Str(p.TaskID).Hash(SumBytes(p.Weights)) })
+}
+
+// TaskIDParams is for methods that take only a task id.
+type TaskIDParams struct {
+	TaskID string `json:"task_id"`
+}
+
+// ListRunsParams filters listRuns.
+type ListRunsParams struct {
+	Status string `json:"status,omitempty"`
+}
+
+// RunSummary is one row of listRuns.
+type RunSummary struct {
+	TaskID   string `json:"task_id"`
+	Status   string `json:"status"`
+	Round    uint64 `json:"round"`
+	Tier     string `json:"tier"`
+	Trainers int    `json:"trainers"`
+	M        int    `json:"trainer_count"`
+	K        int    `json:"quorum"`
+	Rounds   int    `json:"max_rounds"`
+}
+
+// EnrollParams is tenzro_training_enrollTrainer.
+type EnrollParams struct {
+	TaskID     string `json:"task_id"`
+	TrainerDID string `json:"trainer_did"`
+	Stake      string `json:"stake"`
+	// Attestation is the enrolment evidence (Verified tier and above).
+	Attestation json.RawMessage `json:"attestation,omitempty"`
+	Signed
+}
+
+// Preimage is the signing preimage.
+func (p *EnrollParams) Preimage() []byte {
+	return RequestPreimage(MethodEnrollTrainer, p.TrainerDID, p.Nonce, func(c *Canon) { c.Str(p.TaskID).Str(p.Stake) })
+}
+
+// LeaveParams is tenzro_training_leaveRun.
+type LeaveParams struct {
+	TaskID     string `json:"task_id"`
+	TrainerDID string `json:"trainer_did"`
+	Signed
+}
+
+// Preimage is the signing preimage.
+func (p *LeaveParams) Preimage() []byte {
+	return RequestPreimage(MethodLeaveRun, p.TrainerDID, p.Nonce, func(c *Canon) { c.Str(p.TaskID) })
+}
+
+// EnrollResult answers enrol and leave.
+type EnrollResult struct {
+	TaskID     string `json:"task_id"`
+	TrainerDID string `json:"trainer_did"`
+	Status     string `json:"status"` // trainer status: active, joining, left
+	Shards     []int  `json:"shards"`
+	FromRound  uint64 `json:"from_round"`
+	RunStatus  string `json:"run_status"`
+}
+
+// OuterGradient is tenzro_training_submitOuterGradient.
+type OuterGradient struct {
+	TaskID          string          `json:"task_id"`
+	TrainerDID      string          `json:"trainer_did"`
+	Round           uint64          `json:"round"`
+	FragmentIndex   uint64          `json:"fragment_index"`
+	GradientPayload []byte          `json:"gradient_payload"`
+	PayloadHash     Hash            `json:"payload_hash"`
+	Signature       HexBytes        `json:"signature"`
+	Attestation     json.RawMessage `json:"attestation,omitempty"`
+}
+
+// Preimage is the submission's signing preimage (PROTOCOL §4).
+func (g *OuterGradient) Preimage() []byte {
+	return SubmissionPreimage(g.TaskID, g.TrainerDID, g.Round, g.FragmentIndex, g.PayloadHash)
+}
+
+// SubmissionPreimage is PROTOCOL §4.
+func SubmissionPreimage(taskID, trainer string, round, fragment uint64, payloadHash Hash) []byte {
+	return NewCanon(DomainSubmission).Str(taskID).Str(trainer).U64(round).U64(fragment).Hash(payloadHash).Out()
+}
+
+// SubmitResult answers a submission.
+type SubmitResult struct {
+	Accepted      bool   `json:"accepted"`
+	Round         uint64 `json:"round"`
+	FragmentIndex uint64 `json:"fragment_index"`
+	PayloadHash   Hash   `json:"payload_hash"`
+	// AcceptedCount is the number of accepted submissions for the fragment so far.
+	AcceptedCount int `json:"accepted_count"`
+	// Finalized is true when this submission completed the fragment.
+	Finalized bool `json:"finalized"`
+}
+
+// FinalizeResult answers finalizeRound.
+type FinalizeResult struct {
+	TaskID    string           `json:"task_id"`
+	Round     uint64           `json:"round"`
+	Fragments []FragmentStatus `json:"fragments"`
+	// Advanced is true when the round closed and the run moved on (or sealed).
+	Advanced bool   `json:"advanced"`
+	Status   string `json:"status"`
+}
+
+// FragmentStatus says where one fragment stands in the current round.
+type FragmentStatus struct {
+	Index     int    `json:"index"`
+	Accepted  int    `json:"accepted"`
+	Committed bool   `json:"committed"`
+	Reason    string `json:"reason,omitempty"`
+}
+
+// GetWeightsParams is tenzro_training_getWeights.
+type GetWeightsParams struct {
+	TaskID        string `json:"task_id"`
+	FragmentIndex uint64 `json:"fragment_index"`
+}
+
+// Weights answers getWeights: the fragment's committed weights as safetensors.
+type Weights struct {
+	TaskID        string `json:"task_id"`
+	Round         uint64 `json:"round"`
+	FragmentIndex uint64 `json:"fragment_index"`
+	WeightsHash   Hash   `json:"weights_hash"`
+	Payload       []byte `json:"payload"`
+}
+
+// VerifyReceiptParams is tenzro_training_verifyReceipt.
+type VerifyReceiptParams struct {
+	Receipt json.RawMessage `json:"receipt"`
+	Root    string          `json:"root,omitempty"`
+}
+
+// VerifyReceiptResult mirrors the 0x1008 precompile: Valid is 1 or 0.
+type VerifyReceiptResult struct {
+	Valid  byte   `json:"valid"`
+	Reason string `json:"reason,omitempty"`
+}
+
+// BalanceParams is tenzro_ledger_getBalance.
+type BalanceParams struct {
+	DID string `json:"did"`
+}
+
+// Balance answers getBalance and faucet.
+type Balance struct {
+	DID     string `json:"did"`
+	Balance string `json:"balance"`
+}
+
+// FaucetParams is tenzro_ledger_faucet (only with --dev).
+type FaucetParams struct {
+	DID    string `json:"did"`
+	Amount string `json:"amount"`
+}
+
+// RegisterSyncerParams is tenzro_syncer_registerCandidate.
+type RegisterSyncerParams struct {
+	DID   string `json:"did"`
+	Stake string `json:"stake"`
+	// VRFKey is the candidate's ECVRF public key (hex, 32 bytes); the DID's
+	// Ed25519 key is used when empty.
+	Signed
+}
+
+// Preimage is the signing preimage.
+func (p *RegisterSyncerParams) Preimage() []byte {
+	return RequestPreimage(MethodRegisterSyncer, p.DID, p.Nonce, func(c *Canon) { c.Str(p.Stake) })
+}
+
+// SyncerCandidate is one registered candidate.
+type SyncerCandidate struct {
+	DID   string `json:"did"`
+	Stake string `json:"stake"`
+}
+
+// NodeInfo answers tenzro_node_info.
+type NodeInfo struct {
+	Version string        `json:"version"`
+	NodeDID string        `json:"node_did"`
+	Dev     bool          `json:"dev"`
+	Role    string        `json:"role"`
+	Engine  EngineSummary `json:"engine"`
+	PeerID  string        `json:"peer_id,omitempty"`
+	Listen  []string      `json:"listen_addrs,omitempty"`
+}
+
+// EngineSummary names the aggregation engine in use.
+type EngineSummary struct {
+	Engine string `json:"engine"`
+	Hash   Hash   `json:"hash"`
+}

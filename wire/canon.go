@@ -1,0 +1,63 @@
+package wire
+
+import (
+	"crypto/sha256"
+	"encoding/binary"
+)
+
+// Domain tags. Every hashed or signed preimage starts with one of these,
+// length-prefixed, so a signature for one purpose can never be replayed for
+// another. docs/PROTOCOL.md lists them with test vectors.
+const (
+	DomainRequest     = "tenzro/train/request/v1"      // signed RPC requests
+	DomainSubmission  = "tenzro/train/submission/v1"   // outer-gradient submissions
+	DomainSpec        = "tenzro/train/spec/v1"         // task-spec hash
+	DomainRoundCommit = "tenzro/train/round-commit/v1" // round commit hash
+	DomainModel       = "tenzro/train/model/v1"        // model hash over fragment hashes
+	DomainFragment    = "tenzro/train/fragment/v1"     // fragment weights hash
+	DomainReceipt     = "tenzro/train/receipt/v1"      // syncer's receipt signature
+	DomainRunRoot     = "tenzro/train/run-root/v1"     // Merkle run root
+	DomainEquivocate  = "tenzro/train/equivocation/v1" // equivocation evidence digest
+)
+
+// Canon builds a canonical, length-prefixed byte string. Each field is
+// written as an 8-byte big-endian length followed by its bytes; integers are
+// written as a field holding their 8-byte big-endian value. The encoding is
+// injective: two different field lists never produce the same bytes.
+type Canon struct{ b []byte }
+
+// NewCanon starts a preimage with its domain tag as the first field.
+func NewCanon(domain string) *Canon {
+	c := &Canon{b: make([]byte, 0, 256)}
+	return c.Str(domain)
+}
+
+// Bytes appends one field holding p.
+func (c *Canon) Bytes(p []byte) *Canon {
+	c.b = binary.BigEndian.AppendUint64(c.b, uint64(len(p)))
+	c.b = append(c.b, p...)
+	return c
+}
+
+// Str appends one field holding the UTF-8 bytes of s.
+func (c *Canon) Str(s string) *Canon {
+	c.b = binary.BigEndian.AppendUint64(c.b, uint64(len(s)))
+	c.b = append(c.b, s...)
+	return c
+}
+
+// U64 appends one field holding v as 8 big-endian bytes.
+func (c *Canon) U64(v uint64) *Canon {
+	c.b = binary.BigEndian.AppendUint64(c.b, 8)
+	c.b = binary.BigEndian.AppendUint64(c.b, v)
+	return c
+}
+
+// Hash appends one field holding the 32 bytes of h.
+func (c *Canon) Hash(h Hash) *Canon { return c.Bytes(h[:]) }
+
+// Out returns the encoded bytes.
+func (c *Canon) Out() []byte { return c.b }
+
+// Sum returns SHA-256 of the encoded bytes.
+func (c *Canon) Sum() Hash { return sha256.Sum256(c.b) }

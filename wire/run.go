@@ -1,0 +1,164 @@
+package wire
+
+import "encoding/json"
+
+// TrainerMetrics are the seed's per-trainer counters.
+type TrainerMetrics struct {
+	Submitted     uint64 `json:"submitted"`
+	Accepted      uint64 `json:"accepted"`
+	MissedRounds  uint64 `json:"missed_rounds"`
+	CurrentReward string `json:"current_reward"`
+}
+
+// Trainer statuses.
+const (
+	TrainerActive  = "active"
+	TrainerJoining = "joining" // enrolled during a round; active from the next
+	TrainerLeft    = "left"
+	TrainerEvicted = "evicted"
+)
+
+// TrainerView is one trainer of a run.
+type TrainerView struct {
+	DID       string `json:"did"`
+	Status    string `json:"status"`
+	Stake     string `json:"stake"`
+	Slashed   string `json:"slashed"`
+	Shards    []int  `json:"shards"`
+	JoinedAt  uint64 `json:"joined_round"`
+	MissedRun uint64 `json:"consecutive_missed"`
+}
+
+// TensorInfo describes one tensor of a fragment.
+type TensorInfo struct {
+	Name  string  `json:"name"`
+	Dtype string  `json:"dtype"`
+	Shape []int64 `json:"shape"`
+}
+
+// FragmentView is one fragment of the model.
+type FragmentView struct {
+	Index       int          `json:"index"`
+	Tensors     []TensorInfo `json:"tensors"`
+	Dtype       string       `json:"dtype"`
+	N           int64        `json:"n"`
+	WeightsHash Hash         `json:"weights_hash"`
+	// Round-local state.
+	Accepted  int  `json:"accepted"`
+	Committed bool `json:"committed"`
+}
+
+// Election is the stored, checkable result of the syncer election.
+type Election struct {
+	Alpha      HexBytes          `json:"alpha"`
+	Winner     string            `json:"winner"`
+	Candidates []ElectionEntrant `json:"candidates"`
+}
+
+// ElectionEntrant is one candidate's VRF proof and ticket.
+type ElectionEntrant struct {
+	DID    string   `json:"did"`
+	Stake  string   `json:"stake"`
+	Proof  HexBytes `json:"proof"`
+	Output HexBytes `json:"output"`
+	// Ticket is -ln(u)/stake rendered as a decimal string (lower wins).
+	Ticket string `json:"ticket"`
+}
+
+// RunView is what getRun returns.
+type RunView struct {
+	TaskID         string                    `json:"task_id"`
+	TaskSpec       json.RawMessage           `json:"task_spec"`
+	SpecHash       Hash                      `json:"spec_hash"`
+	Status         string                    `json:"status"`
+	Round          uint64                    `json:"round"`
+	RoundStartedMs int64                     `json:"round_started_ms"`
+	Syncer         string                    `json:"syncer"`
+	Election       *Election                 `json:"election,omitempty"`
+	Trainers       []TrainerView             `json:"trainers"`
+	TrainerMetrics map[string]TrainerMetrics `json:"trainer_metrics"`
+	Fragments      []FragmentView            `json:"fragments"`
+	ModelHash      Hash                      `json:"model_hash"`
+	RoundRoots     []Hash                    `json:"round_roots"`
+	Aggregation    json.RawMessage           `json:"aggregation"`
+	Escrow         string                    `json:"escrow"`
+	HasWeights     bool                      `json:"has_weights"`
+}
+
+// Fragment commit statuses.
+const (
+	FragAggregated = "aggregated"
+	FragNoQuorum   = "no_quorum"
+	FragRuleFailed = "rule_failed"
+)
+
+// CommitInput is one accepted submission as recorded in a round commit.
+type CommitInput struct {
+	TrainerDID  string `json:"trainer_did"`
+	PayloadHash Hash   `json:"payload_hash"`
+	Selected    bool   `json:"selected"`
+	// Rejected carries a round-level verifier's reason, if it rejected the input.
+	Rejected string `json:"rejected,omitempty"`
+}
+
+// FragmentCommit is the transcript entry of one fragment in one round.
+type FragmentCommit struct {
+	Fragment      int             `json:"fragment"`
+	Status        string          `json:"status"`
+	Reason        string          `json:"reason,omitempty"`
+	Inputs        []CommitInput   `json:"inputs"`
+	Rule          string          `json:"rule"`
+	RuleHash      Hash            `json:"rule_hash"`
+	RuleParams    json.RawMessage `json:"rule_params"`
+	OuterHash     Hash            `json:"outer_hash"`
+	AggregateHash Hash            `json:"aggregate_hash"`
+	WeightsBefore Hash            `json:"weights_before"`
+	WeightsAfter  Hash            `json:"weights_after"`
+	MomentumAfter Hash            `json:"momentum_after"`
+	Fuel          uint64          `json:"fuel"`
+}
+
+// RoundCommit is one round's transcript entry.
+type RoundCommit struct {
+	TaskID    string           `json:"task_id"`
+	Round     uint64           `json:"round"`
+	Fragments []FragmentCommit `json:"fragments"`
+	// Missed lists active trainers with no accepted submission this round.
+	Missed []string `json:"missed"`
+	// Evicted lists trainers evicted at the end of this round.
+	Evicted []string `json:"evicted"`
+	// Joined and Left list membership changes that took effect this round.
+	Joined []string `json:"joined"`
+	Left   []string `json:"left"`
+	// Equivocations lists digests of equivocation evidence proven this round.
+	Equivocations []Hash `json:"equivocations"`
+	ModelHash     Hash   `json:"model_hash"`
+}
+
+// Payout is one line of the reward distribution.
+type Payout struct {
+	DID       string `json:"did"`
+	Reward    string `json:"reward"`
+	Refund    string `json:"stake_refund"`
+	Slashed   string `json:"slashed"`
+	WeightSum string `json:"weight"`
+}
+
+// Receipt is the sealed run (DESIGN §3).
+type Receipt struct {
+	Version            int             `json:"version"`
+	TaskID             string          `json:"task_id"`
+	RunRoot            Hash            `json:"run_root"`
+	TaskSpec           json.RawMessage `json:"task_spec"`
+	SpecHash           Hash            `json:"spec_hash"`
+	InitModelHash      Hash            `json:"init_model_hash"`
+	FinalModelHash     Hash            `json:"final_model_hash"`
+	Transcript         []RoundCommit   `json:"transcript"`
+	PluginHashes       []Hash          `json:"plugin_hashes"`
+	Engine             json.RawMessage `json:"engine"`
+	AttestationDigests []Hash          `json:"attestation_digests"`
+	Rewards            []Payout        `json:"reward_distribution"`
+	SponsorRefund      string          `json:"sponsor_refund"`
+	SyncerDID          string          `json:"syncer_did"`
+	Signature          HexBytes        `json:"signature"`
+}

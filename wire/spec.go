@@ -1,0 +1,259 @@
+package wire
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"math/big"
+	"regexp"
+
+	"github.com/gowebpki/jcs"
+)
+
+// Tiers.
+const (
+	TierOpen         = "Open"
+	TierVerified     = "Verified"
+	TierConfidential = "Confidential"
+)
+
+// Limits on posted specs.
+const (
+	MaxSpecBytes   = 64 << 10
+	MaxTaskIDLen   = 128
+	MaxFragments   = 4096
+	MaxTrainers    = 1024
+	MaxRounds      = 1 << 20
+	MaxInnerSteps  = 1 << 20
+	MaxGraceMillis = 24 * 3600 * 1000
+)
+
+// Architecture is the model description of the seed's spec.
+type Architecture struct {
+	Family        string          `json:"family"`
+	ParamCount    int64           `json:"param_count"`
+	Modality      string          `json:"modality"`
+	FragmentCount int             `json:"fragment_count"`
+	Dtype         string          `json:"dtype"`
+	Metadata      json.RawMessage `json:"metadata,omitempty"`
+}
+
+// OuterOptimizer configures the outer Nesterov step.
+type OuterOptimizer struct {
+	LR       float32 `json:"lr"`
+	Momentum float32 `json:"momentum"`
+	Nesterov bool    `json:"nesterov"`
+}
+
+// Slashing sets explicit penalties. Amounts are basis points of the trainer's
+// stake (10000 = the whole stake, which must be written out to happen).
+type Slashing struct {
+	// MaxMissedRounds: consecutive missed rounds after which a trainer is
+	// evicted (default 3).
+	MaxMissedRounds int `json:"max_missed_rounds"`
+	// MissedRoundBps is slashed for each missed round (default 0).
+	MissedRoundBps int `json:"missed_round_bps"`
+	// EvictionBps is slashed at eviction (default 1000 = 10%).
+	EvictionBps int `json:"eviction_bps"`
+	// EquivocationBps is slashed per proven equivocation (default 5000).
+	EquivocationBps int `json:"equivocation_bps"`
+}
+
+// DefaultSlashing is used when the spec has no slashing field.
+var DefaultSlashing = Slashing{MaxMissedRounds: 3, MissedRoundBps: 0, EvictionBps: 1000, EquivocationBps: 5000}
+
+// TaskSpec is the seed's TrainingTaskSpec plus the optional fields of DESIGN §3.
+type TaskSpec struct {
+	TaskID         string          `json:"task_id"`
+	SponsorDID     string          `json:"sponsor_did"`
+	SponsorAddress string          `json:"sponsor_address"`
+	Architecture   Architecture    `json:"architecture"`
+	Tier           string          `json:"tier"`
+	Aggregation    string          `json:"aggregation"`
+	TrainerCount   int             `json:"trainer_count"`
+	Quorum         int             `json:"quorum"`
+	InnerSteps     int             `json:"inner_steps"`
+	MaxRounds      int             `json:"max_rounds"`
+	GraceWindowMs  int64           `json:"grace_window_ms"`
+	RewardPool     string          `json:"reward_pool"`
+	DatasetRef     string          `json:"dataset_ref"`
+	DatasetHash    string          `json:"dataset_hash"`
+	MinThroughput  json.RawMessage `json:"min_throughput"`
+	CreatedAt      int64           `json:"created_at"`
+
+	// Optional fields (DESIGN §3).
+	AggregationParams json.RawMessage `json:"aggregation_params,omitempty"`
+	Verification      []string        `json:"verification,omitempty"`
+	OuterOptimizer    *OuterOptimizer `json:"outer_optimizer,omitempty"`
+	AttestationPolicy json.RawMessage `json:"attestation_policy,omitempty"`
+	InitModel         string          `json:"init_model,omitempty"`
+	ShardCount        int             `json:"shard_count,omitempty"`
+	Slashing          *Slashing       `json:"slashing,omitempty"`
+	// RoundDeadlineMs bounds a round: fragments without K accepted
+	// submissions by then keep their weights (default 600000).
+	RoundDeadlineMs int64 `json:"round_deadline_ms,omitempty"`
+	// MinStake is the smallest stake accepted at enrolment (default "0").
+	MinStake string `json:"min_stake,omitempty"`
+	// RobustRequiresVerified makes a non-Mean rule require tier Verified or above.
+	RobustRequiresVerified bool `json:"robust_requires_verified,omitempty"`
+}
+
+var taskIDRe = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._:-]*$`)
+
+// ParseSpec decodes a posted spec strictly (unknown fields and trailing data
+// are refused) and returns it with its canonical (RFC 8785) JSON.
+func ParseSpec(raw []byte) (*TaskSpec, []byte, error) {
+	if len(raw) > MaxSpecBytes {
+		return nil, nil, fmt.Errorf("spec: %d bytes, limit %d", len(raw), MaxSpecBytes)
+	}
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.DisallowUnknownFields()
+	var s TaskSpec
+	if err := dec.Decode(&s); err != nil {
+		return nil, nil, fmt.Errorf("spec: %w", err)
+	}
+	if dec.More() {
+		return nil, nil, fmt.Errorf("spec: trailing data after the JSON object")
+	}
+	canon, err := jcs.Transform(raw)
+	if err != nil {
+		return nil, nil, fmt.Errorf("spec: canonicalize: %w", err)
+	}
+	return &s, canon, nil
+}
+
+// SpecHash is SHA-256(Str(DomainSpec) ‖ Bytes(canonical spec JSON)).
+func SpecHash(canonical []byte) Hash { return NewCanon(DomainSpec).Bytes(canonical).Sum() }
+
+// Validate checks the structural rules every spec must satisfy. Rule names
+// and policies are checked by the syncer against its engine.
+func (s *TaskSpec) Validate() error {
+	switch {
+	case s.TaskID == "":
+		return fmt.Errorf("spec: task_id is empty")
+	case len(s.TaskID) > MaxTaskIDLen || !taskIDRe.MatchString(s.TaskID):
+		return fmt.Errorf("spec: task_id %q must be 1–%d characters of [A-Za-z0-9._:-] starting with a letter or digit", trunc(s.TaskID), MaxTaskIDLen)
+	case s.TrainerCount < 1 || s.TrainerCount > MaxTrainers:
+		return fmt.Errorf("spec: trainer_count (M) is %d, want 1..%d", s.TrainerCount, MaxTrainers)
+	case s.Quorum < 1:
+		return fmt.Errorf("spec: quorum (K) is %d, want ≥ 1", s.Quorum)
+	case s.Quorum > s.TrainerCount:
+		return fmt.Errorf("spec: quorum K=%d exceeds trainer_count M=%d (need K ≤ M)", s.Quorum, s.TrainerCount)
+	case s.Architecture.FragmentCount < 1 || s.Architecture.FragmentCount > MaxFragments:
+		return fmt.Errorf("spec: architecture.fragment_count (F) is %d, want 1..%d", s.Architecture.FragmentCount, MaxFragments)
+	case s.InnerSteps < 1 || s.InnerSteps > MaxInnerSteps:
+		return fmt.Errorf("spec: inner_steps (H) is %d, want 1..%d", s.InnerSteps, MaxInnerSteps)
+	case s.MaxRounds < 1 || s.MaxRounds > MaxRounds:
+		return fmt.Errorf("spec: max_rounds is %d, want 1..%d", s.MaxRounds, MaxRounds)
+	case s.GraceWindowMs < 0 || s.GraceWindowMs > MaxGraceMillis:
+		return fmt.Errorf("spec: grace_window_ms is %d, want 0..%d", s.GraceWindowMs, MaxGraceMillis)
+	case s.RoundDeadlineMs < 0:
+		return fmt.Errorf("spec: round_deadline_ms is %d, want ≥ 0", s.RoundDeadlineMs)
+	case s.ShardCount < 0:
+		return fmt.Errorf("spec: shard_count is %d, want ≥ 0", s.ShardCount)
+	}
+	if s.Tier != TierOpen && s.Tier != TierVerified && s.Tier != TierConfidential {
+		return fmt.Errorf("spec: tier %q unknown (want %s, %s or %s)", s.Tier, TierOpen, TierVerified, TierConfidential)
+	}
+	if _, err := ParseAmount(s.RewardPool); err != nil {
+		return fmt.Errorf("spec: reward_pool: %w", err)
+	}
+	if s.MinStake != "" {
+		if _, err := ParseAmount(s.MinStake); err != nil {
+			return fmt.Errorf("spec: min_stake: %w", err)
+		}
+	}
+	if _, err := ParseDIDLike(s.SponsorDID); err != nil {
+		return fmt.Errorf("spec: sponsor_did: %w", err)
+	}
+	if o := s.OuterOptimizer; o != nil {
+		if !(o.LR > 0) || o.LR > 100 || o.Momentum < 0 || o.Momentum >= 1 {
+			return fmt.Errorf("spec: outer_optimizer: lr must be in (0,100] and momentum in [0,1), got lr=%v momentum=%v", o.LR, o.Momentum)
+		}
+	}
+	if sl := s.Slashing; sl != nil {
+		for name, v := range map[string]int{"missed_round_bps": sl.MissedRoundBps, "eviction_bps": sl.EvictionBps, "equivocation_bps": sl.EquivocationBps} {
+			if v < 0 || v > 10000 {
+				return fmt.Errorf("spec: slashing.%s is %d, want 0..10000 basis points of the stake", name, v)
+			}
+		}
+		if sl.MaxMissedRounds < 1 {
+			return fmt.Errorf("spec: slashing.max_missed_rounds is %d, want ≥ 1", sl.MaxMissedRounds)
+		}
+	}
+	if len(s.Verification) > 16 {
+		return fmt.Errorf("spec: verification lists %d verifiers, limit 16", len(s.Verification))
+	}
+	return nil
+}
+
+// Effective accessors apply the documented defaults.
+
+// Outer returns the outer optimizer with defaults (lr 0.7, momentum 0.9, nesterov).
+func (s *TaskSpec) Outer() OuterOptimizer {
+	if s.OuterOptimizer != nil {
+		return *s.OuterOptimizer
+	}
+	return OuterOptimizer{LR: 0.7, Momentum: 0.9, Nesterov: true}
+}
+
+// Slash returns the slashing rule with defaults.
+func (s *TaskSpec) Slash() Slashing {
+	if s.Slashing != nil {
+		return *s.Slashing
+	}
+	return DefaultSlashing
+}
+
+// Shards returns the number of data shards (default M).
+func (s *TaskSpec) Shards() int {
+	if s.ShardCount > 0 {
+		return s.ShardCount
+	}
+	return s.TrainerCount
+}
+
+// RoundDeadline returns the round deadline in ms (default 600000).
+func (s *TaskSpec) RoundDeadline() int64 {
+	if s.RoundDeadlineMs > 0 {
+		return s.RoundDeadlineMs
+	}
+	return 600_000
+}
+
+// AggregationRef returns the aggregation rule reference (default "Mean").
+func (s *TaskSpec) AggregationRef() string {
+	if s.Aggregation == "" {
+		return "Mean"
+	}
+	return s.Aggregation
+}
+
+// ParseAmount parses a non-negative decimal integer amount of attoTNZO.
+func ParseAmount(v string) (*big.Int, error) {
+	if v == "" {
+		return nil, fmt.Errorf("amount is empty (want a decimal string of attoTNZO)")
+	}
+	if len(v) > 78 {
+		return nil, fmt.Errorf("amount %q: more than 78 digits", trunc(v))
+	}
+	for i := 0; i < len(v); i++ {
+		if v[i] < '0' || v[i] > '9' {
+			return nil, fmt.Errorf("amount %q: want a decimal string of digits only", trunc(v))
+		}
+	}
+	if len(v) > 1 && v[0] == '0' {
+		return nil, fmt.Errorf("amount %q: leading zero", trunc(v))
+	}
+	n, _ := new(big.Int).SetString(v, 10)
+	return n, nil
+}
+
+// ParseDIDLike checks the shape of a DID without importing the did package's
+// key logic (the full check is did.Parse).
+func ParseDIDLike(s string) (string, error) {
+	if len(s) < 12 || s[:11] != "did:tenzro:" {
+		return "", fmt.Errorf("%q is not a did:tenzro DID", trunc(s))
+	}
+	return s, nil
+}
