@@ -54,7 +54,9 @@ type Error struct {
 func (e *Error) Error() string { return e.Msg }
 
 // Errf builds an *Error.
-func Errf(k Kind, format string, a ...any) error { return &Error{Kind: k, Msg: fmt.Sprintf(format, a...)} }
+func Errf(k Kind, format string, a ...any) error {
+	return &Error{Kind: k, Msg: fmt.Sprintf(format, a...)}
+}
 
 // KindOf returns the kind of err (KindInternal when it is not an *Error).
 func KindOf(err error) Kind {

@@ -279,3 +279,28 @@ type EngineSummary struct {
 	Engine string `json:"engine"`
 	Hash   Hash   `json:"hash"`
 }
+
+// PluginInfo describes a registered plugin.
+type PluginInfo struct {
+	Hash             Hash            `json:"hash"`
+	InstrumentedHash Hash            `json:"instrumented_hash"`
+	CostTableHash    Hash            `json:"cost_table_hash"`
+	Name             string          `json:"name"`
+	Version          string          `json:"version"`
+	Kind             string          `json:"kind"` // aggregate, verify, outer
+	Builtin          bool            `json:"builtin"`
+	Size             int             `json:"size"`
+	Manifest         json.RawMessage `json:"manifest"`
+}
+
+// PublishPluginParams is tenzro_plugin_publish.
+type PublishPluginParams struct {
+	DID    string `json:"did"`
+	Module []byte `json:"module"`
+	Signed
+}
+
+// Preimage is the signing preimage.
+func (p *PublishPluginParams) Preimage() []byte {
+	return RequestPreimage(MethodPublishPlugin, p.DID, p.Nonce, func(c *Canon) { c.Hash(SumBytes(p.Module)) })
+}

@@ -1,0 +1,42 @@
+package syncer
+
+import (
+	"context"
+	"log/slog"
+	"time"
+)
+
+// Signer holds the syncer's signing key. In every tier the key is born and
+// kept inside the node's enclave (enclave package); Evidence binds its
+// public key.
+type Signer interface {
+	// DID is the signer's did:tenzro identity.
+	DID() string
+	// Sign signs msg with Ed25519.
+	Sign(ctx context.Context, msg []byte) ([]byte, error)
+	// Evidence is the attestation evidence binding the key (nil when none).
+	Evidence() []byte
+}
+
+// Config wires a Node.
+type Config struct {
+	KV       KV
+	Engine   Engine
+	Signer   Signer
+	Attestor Attestor // nil: Verified/Confidential runs are refused
+	// Dev enables the faucet and registers this node as the only syncer candidate.
+	Dev    bool
+	Role   string
+	Clock  func() time.Time
+	Logger *slog.Logger
+	// Announce, when set, is called after each round transition (gossip).
+	Announce func(ctx context.Context, ev Event)
+}
+
+// Event is a run transition worth telling peers about.
+type Event struct {
+	TaskID string
+	Kind   string // posted, started, round_committed, sealed, submission
+	Round  uint64
+	Detail any
+}
