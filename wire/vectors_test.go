@@ -1,0 +1,200 @@
+package wire_test
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"flag"
+	"os"
+	"testing"
+
+	"github.com/tenzro/train/wire"
+	"github.com/tenzro/train/wire/did"
+)
+
+var update = flag.Bool("update", false, "rewrite testdata/vectors.json")
+
+// vectorFile is the cross-language test-vector format (docs/PROTOCOL.md).
+type vectorFile struct {
+	Comment     string       `json:"comment"`
+	Keys        []keyVec     `json:"keys"`
+	Canon       []canonVec   `json:"canon"`
+	Requests    []requestVec `json:"requests"`
+	Submissions []subVec     `json:"submissions"`
+	OuterSign   outerVec     `json:"outer_sign"`
+}
+
+type keyVec struct {
+	Seed      string `json:"seed"`
+	Kind      string `json:"kind"`
+	DID       string `json:"did"`
+	PublicKey string `json:"public_key"`
+}
+
+type field struct {
+	Str   *string `json:"str,omitempty"`
+	U64   *uint64 `json:"u64,omitempty"`
+	Hash  string  `json:"hash,omitempty"`
+	Bytes *string `json:"bytes,omitempty"`
+}
+
+type canonVec struct {
+	Domain string  `json:"domain"`
+	Fields []field `json:"fields"`
+	Hex    string  `json:"hex"`
+	SHA256 string  `json:"sha256"`
+}
+
+type requestVec struct {
+	Method       string  `json:"method"`
+	SignerSeed   string  `json:"signer_seed"`
+	SignerKind   string  `json:"signer_kind"`
+	Signer       string  `json:"signer"`
+	Nonce        uint64  `json:"nonce"`
+	Fields       []field `json:"fields"`
+	PreimageHex  string  `json:"preimage_hex"`
+	SignatureHex string  `json:"signature_hex"`
+}
+
+type subVec struct {
+	Seed          string `json:"seed"`
+	TaskID        string `json:"task_id"`
+	TrainerDID    string `json:"trainer_did"`
+	Round         uint64 `json:"round"`
+	FragmentIndex uint64 `json:"fragment_index"`
+	PayloadHex    string `json:"payload_hex"`
+	PayloadHash   string `json:"payload_hash"`
+	PreimageHex   string `json:"preimage_hex"`
+	SignatureHex  string `json:"signature_hex"`
+}
+
+// outerVec fixes the sign convention: gradient = before − after, and one
+// outer step with lr 0.7, momentum 0.9, nesterov from zero momentum.
+type outerVec struct {
+	Before   []float32 `json:"theta_before"`
+	After    []float32 `json:"theta_after"`
+	Gradient []float32 `json:"outer_gradient"`
+	LR       float32   `json:"lr"`
+	Momentum float32   `json:"momentum"`
+	NewW     []float32 `json:"weights_after_one_outer_step_from_before"`
+}
+
+func seed(i byte) []byte { return bytes.Repeat([]byte{i}, 32) }
+
+func apply(c *wire.Canon, fs []field) {
+	for _, f := range fs {
+		switch {
+		case f.Str != nil:
+			c.Str(*f.Str)
+		case f.U64 != nil:
+			c.U64(*f.U64)
+		case f.Hash != "":
+			h, _ := wire.ParseHash(f.Hash)
+			c.Hash(h)
+		case f.Bytes != nil:
+			b, _ := hex.DecodeString(*f.Bytes)
+			c.Bytes(b)
+		}
+	}
+}
+
+func sp(s string) *string { return &s }
+func up(v uint64) *uint64 { return &v }
+
+func build(t *testing.T) vectorFile {
+	t.Helper()
+	var v vectorFile
+	v.Comment = "Tenzro Train cross-language vectors; see docs/PROTOCOL.md. Regenerate: go test ./wire -run TestVectors -update"
+	for i, kind := range []string{did.KindHuman, did.KindMachine, did.KindMachine} {
+		k, err := did.FromSeed(kind, seed(byte(i+1)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		v.Keys = append(v.Keys, keyVec{hex.EncodeToString(seed(byte(i + 1))), kind, k.DID.String(), hex.EncodeToString(k.DID.Key)})
+	}
+	h1 := sha256.Sum256([]byte("payload"))
+	canons := []canonVec{
+		{Domain: "tenzro/train/request/v1", Fields: nil},
+		{Domain: "tenzro/train/submission/v1", Fields: []field{{Str: sp("task-1")}, {U64: up(7)}, {Hash: hex.EncodeToString(h1[:])}, {Bytes: sp("00ff")}}},
+		{Domain: "x", Fields: []field{{Str: sp("")}, {U64: up(0)}, {U64: up(1<<64 - 1)}, {Str: sp("é")}}},
+	}
+	for _, cv := range canons {
+		c := wire.NewCanon(cv.Domain)
+		apply(c, cv.Fields)
+		cv.Hex = hex.EncodeToString(c.Out())
+		s := c.Sum()
+		cv.SHA256 = s.String()
+		v.Canon = append(v.Canon, cv)
+	}
+	zero := wire.Hash{}
+	specHash := wire.SpecHash([]byte(`{"task_id":"t"}`))
+	reqs := []struct {
+		method string
+		seed   byte
+		kind   string
+		nonce  uint64
+		fields []field
+	}{
+		{wire.MethodPostTask, 1, did.KindHuman, 1761350400000000000, []field{{Hash: specHash.String()}, {Hash: zero.String()}}},
+		{wire.MethodEnrollTrainer, 2, did.KindMachine, 42, []field{{Str: sp("train-2026-04-25-timesfm-200m")}, {Str: sp("100000000000000000000")}}},
+		{wire.MethodLeaveRun, 3, did.KindMachine, 43, []field{{Str: sp("train-2026-04-25-timesfm-200m")}}},
+		{wire.MethodRegisterSyncer, 3, did.KindMachine, 44, []field{{Str: sp("5000")}}},
+	}
+	for _, r := range reqs {
+		k, _ := did.FromSeed(r.kind, seed(r.seed))
+		pre := wire.RequestPreimage(r.method, k.DID.String(), r.nonce, func(c *wire.Canon) { apply(c, r.fields) })
+		v.Requests = append(v.Requests, requestVec{r.method, hex.EncodeToString(seed(r.seed)), r.kind, k.DID.String(), r.nonce, r.fields,
+			hex.EncodeToString(pre), hex.EncodeToString(k.Sign(pre))})
+	}
+	k, _ := did.FromSeed(did.KindMachine, seed(2))
+	payload := []byte("\x10\x00\x00\x00\x00\x00\x00\x00{\"w\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}   \x00\x00\x80\x3f")
+	ph := wire.SumBytes(payload)
+	g := wire.OuterGradient{TaskID: "train-2026-04-25-timesfm-200m", TrainerDID: k.DID.String(), Round: 3, FragmentIndex: 11, PayloadHash: ph}
+	pre := g.Preimage()
+	v.Submissions = append(v.Submissions, subVec{hex.EncodeToString(seed(2)), g.TaskID, g.TrainerDID, g.Round, g.FragmentIndex,
+		hex.EncodeToString(payload), ph.String(), hex.EncodeToString(pre), hex.EncodeToString(k.Sign(pre))})
+
+	before := []float32{1.0, -2.0, 0.5, 3.25}
+	after := []float32{0.75, -1.5, 0.5, 3.0}
+	o := outerVec{Before: before, After: after, LR: 0.7, Momentum: 0.9}
+	for i := range before {
+		gr := before[i] - after[i]
+		o.Gradient = append(o.Gradient, gr)
+		// First step: buf = g; d = g + m*buf; w = w - lr*d.
+		d := gr + o.Momentum*gr
+		o.NewW = append(o.NewW, before[i]-o.LR*d)
+	}
+	v.OuterSign = o
+	return v
+}
+
+func TestVectors(t *testing.T) {
+	v := build(t)
+	got, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got = append(got, '\n')
+	path := "testdata/vectors.json"
+	if *update {
+		if err := os.WriteFile(path, got, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("%v (run with -update to create)", err)
+	}
+	if !bytes.Equal(got, want) {
+		t.Fatalf("testdata/vectors.json is stale or the encoding changed; diff it against a -update run")
+	}
+	// Every signature verifies through the DID.
+	for _, r := range v.Requests {
+		pre, _ := hex.DecodeString(r.PreimageHex)
+		sig, _ := hex.DecodeString(r.SignatureHex)
+		if err := did.Verify(r.Signer, pre, sig); err != nil {
+			t.Errorf("%s: %v", r.Method, err)
+		}
+	}
+}
