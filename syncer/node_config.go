@@ -16,6 +16,9 @@ type Signer interface {
 	Sign(ctx context.Context, msg []byte) ([]byte, error)
 	// Evidence is the attestation evidence binding the key (nil when none).
 	Evidence() []byte
+	// Prove computes the RFC 9381 ECVRF-EDWARDS25519-SHA512-TAI proof for
+	// alpha with the same key (used in the syncer election).
+	Prove(ctx context.Context, alpha []byte) ([]byte, error)
 }
 
 // Config wires a Node.

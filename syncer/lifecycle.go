@@ -1,0 +1,484 @@
+package syncer
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math/big"
+	"sort"
+
+	"github.com/tenzro/train/syncer/election"
+	"github.com/tenzro/train/wire"
+	"github.com/tenzro/train/wire/did"
+	"github.com/tenzro/train/wire/safetensors"
+)
+
+// PostTask implements Service: validate the spec, escrow the reward, store
+// the run (and the initial weights, if given) in one batch.
+func (n *Node) PostTask(ctx context.Context, p *wire.PostTaskParams) (*wire.PostTaskResult, error) {
+	if len(p.Spec) == 0 {
+		return nil, Errf(KindInvalid, "spec is missing")
+	}
+	spec, canon, err := wire.ParseSpec(p.Spec)
+	if err != nil {
+		return nil, Errf(KindInvalid, "%v", err)
+	}
+	if err := spec.Validate(); err != nil {
+		return nil, Errf(KindInvalid, "%v", err)
+	}
+	if _, err := did.Parse(spec.SponsorDID); err != nil {
+		return nil, Errf(KindInvalid, "spec: sponsor_did must be a resolvable DID to sign the posting: %v", err)
+	}
+	if spec.Tier != wire.TierOpen && n.cfg.Attestor == nil {
+		return nil, Errf(KindInvalid, "spec: tier %s needs attestation, which this node is not configured for", spec.Tier)
+	}
+	rule, err := n.eng.ResolveRule(ctx, spec.AggregationRef(), spec.AggregationParams, spec.Quorum, spec.TrainerCount)
+	if err != nil {
+		return nil, Errf(KindInvalid, "spec: aggregation: %v", err)
+	}
+	if spec.RobustRequiresVerified && rule.Name != "Mean" && spec.Tier == wire.TierOpen {
+		return nil, Errf(KindInvalid, "spec: robust rule %s is marked to require tier Verified or above, tier is Open", rule.Name)
+	}
+	var verifiers []RuleRef
+	for _, v := range spec.Verification {
+		ref, err := n.eng.ResolveVerifier(ctx, v)
+		if err != nil {
+			return nil, Errf(KindInvalid, "spec: verification %q: %v", v, err)
+		}
+		verifiers = append(verifiers, ref)
+	}
+	outer, err := n.eng.ResolveOuter(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("resolve outer step: %w", err)
+	}
+	reward, _ := wire.ParseAmount(spec.RewardPool)
+	specHash := wire.SpecHash(canon)
+	var wh wire.Hash
+	if len(p.InitWeights) > 0 {
+		wh = wire.SumBytes(p.InitWeights)
+	}
+	r := &runState{Spec: canon, SpecHash: specHash, Status: wire.StatusAwaiting, Rule: rule, Verifiers: verifiers, Outer: outer, spec: spec}
+	r.Plugins = pluginSet(rule, outer, verifiers)
+
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if _, err := n.kv.Get(ctx, KSRuns, runKey(spec.TaskID)); err == nil {
+		return nil, Errf(KindConflict, "a run with task_id %q already exists", spec.TaskID)
+	} else if !errors.Is(err, ErrNotFound) {
+		return nil, err
+	}
+	var b Batch
+	if err := n.checkSigned(ctx, &b, spec.SponsorDID, p.Nonce, p.Signature, p.Preimage(spec.SponsorDID, specHash, wh)); err != nil {
+		return nil, err
+	}
+	if len(p.InitWeights) > 0 {
+		if err := n.stageInitWeights(&b, r, p.InitWeights); err != nil {
+			return nil, err
+		}
+	}
+	lt := newLedgerTx(ctx, n.kv)
+	if err := lt.transfer(acctDID(spec.SponsorDID), acctEscrow(spec.TaskID), reward, "escrow reward pool"); err != nil {
+		return nil, err
+	}
+	if err := lt.flush(&b); err != nil {
+		return nil, err
+	}
+	n.putRun(&b, r)
+	if err := n.kv.Commit(ctx, &b); err != nil {
+		return nil, err
+	}
+	n.log.Info("task posted", "task", spec.TaskID, "M", spec.TrainerCount, "K", spec.Quorum, "F", spec.Architecture.FragmentCount, "rule", rule.Name)
+	n.announce(ctx, Event{TaskID: spec.TaskID, Kind: "posted"})
+	return &wire.PostTaskResult{TaskID: spec.TaskID, SpecHash: specHash, Status: r.Status}, nil
+}
+
+func pluginSet(refs ...any) []wire.Hash {
+	seen := map[wire.Hash]bool{}
+	var out []wire.Hash
+	add := func(r RuleRef) {
+		if !seen[r.Hash] {
+			seen[r.Hash] = true
+			out = append(out, r.Hash)
+		}
+	}
+	for _, x := range refs {
+		switch v := x.(type) {
+		case RuleRef:
+			add(v)
+		case []RuleRef:
+			for _, r := range v {
+				add(r)
+			}
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return string(out[i][:]) < string(out[j][:]) })
+	return out
+}
+
+// SetInitWeights implements Service: the sponsor supplies weights after posting.
+func (n *Node) SetInitWeights(ctx context.Context, p *wire.SetInitWeightsParams) (*wire.PostTaskResult, error) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	r, err := n.load(ctx, p.TaskID)
+	if err != nil {
+		return nil, err
+	}
+	if r.HasInit {
+		return nil, Errf(KindConflict, "run %s already has initial weights (model %s)", p.TaskID, r.InitModel)
+	}
+	if r.Status != wire.StatusAwaiting {
+		return nil, Errf(KindConflict, "run %s is %s: initial weights can only be set before it starts", p.TaskID, r.Status)
+	}
+	var b Batch
+	if err := n.checkSigned(ctx, &b, r.spec.SponsorDID, p.Nonce, p.Signature, p.Preimage(r.spec.SponsorDID)); err != nil {
+		return nil, err
+	}
+	if err := n.stageInitWeights(&b, r, p.Weights); err != nil {
+		return nil, err
+	}
+	if err := n.maybeStart(ctx, &b, r); err != nil {
+		return nil, err
+	}
+	n.putRun(&b, r)
+	if err := n.kv.Commit(ctx, &b); err != nil {
+		return nil, err
+	}
+	return &wire.PostTaskResult{TaskID: p.TaskID, SpecHash: r.SpecHash, Status: r.Status}, nil
+}
+
+// SplitFragments assigns tensors to F fragments (docs/PROTOCOL.md §5):
+// tensors sorted by name bytewise; fragments are contiguous runs in that
+// order; fragment f closes after the first tensor at which the cumulative
+// element count reaches ceil((f+1)·P/F), always leaving at least one tensor
+// for each later fragment; the last fragment takes the rest.
+func SplitFragments(tensors []safetensors.Tensor, f int) ([][]safetensors.Tensor, error) {
+	if len(tensors) < f {
+		return nil, fmt.Errorf("%d tensors cannot fill %d fragments (each fragment needs at least one tensor)", len(tensors), f)
+	}
+	ts := append([]safetensors.Tensor(nil), tensors...)
+	sort.Slice(ts, func(i, j int) bool { return ts[i].Name < ts[j].Name })
+	var total int64
+	for _, t := range ts {
+		total += elems(t.Shape)
+	}
+	out := make([][]safetensors.Tensor, f)
+	j := 0
+	var cum int64
+	for fi := 0; fi < f; fi++ {
+		if fi == f-1 {
+			out[fi] = ts[j:]
+			break
+		}
+		target := ((int64(fi)+1)*total + int64(f) - 1) / int64(f)
+		out[fi] = append(out[fi], ts[j])
+		cum += elems(ts[j].Shape)
+		j++
+		for j < len(ts)-(f-fi-1) && cum < target {
+			out[fi] = append(out[fi], ts[j])
+			cum += elems(ts[j].Shape)
+			j++
+		}
+	}
+	return out, nil
+}
+
+func elems(shape []int64) int64 {
+	n := int64(1)
+	for _, d := range shape {
+		n *= d
+	}
+	return n
+}
+
+// stageInitWeights parses the initial weights, splits them into fragments
+// and stages fragment weights in b.
+func (n *Node) stageInitWeights(b *Batch, r *runState, raw []byte) error {
+	if len(raw) > MaxInitWeights {
+		return Errf(KindInvalid, "init weights: %d bytes, limit %d", len(raw), MaxInitWeights)
+	}
+	tensors, _, err := safetensors.Parse(raw, safetensors.DefaultLimits)
+	if err != nil {
+		return Errf(KindInvalid, "init weights: %v", err)
+	}
+	if len(tensors) == 0 {
+		return Errf(KindInvalid, "init weights: no tensors")
+	}
+	dt := Dtype(tensors[0].Dtype)
+	for _, t := range tensors {
+		if Dtype(t.Dtype) != dt {
+			return Errf(KindInvalid, "init weights: tensor %q is %s but %q is %s; all tensors must share one dtype", t.Name, t.Dtype, tensors[0].Name, dt)
+		}
+	}
+	if dt != F32 && dt != BF16 {
+		return Errf(KindInvalid, "init weights: dtype %s unsupported (want F32 or BF16)", dt)
+	}
+	frags, err := SplitFragments(tensors, r.spec.Architecture.FragmentCount)
+	if err != nil {
+		return Errf(KindInvalid, "init weights: %v", err)
+	}
+	r.Fragments = make([]*fragState, len(frags))
+	hashes := make([]wire.Hash, len(frags))
+	for i, ts := range frags {
+		fs := &fragState{Dtype: dt}
+		var data []byte
+		for _, t := range ts {
+			fs.Tensors = append(fs.Tensors, wire.TensorInfo{Name: t.Name, Dtype: t.Dtype, Shape: t.Shape})
+			fs.N += elems(t.Shape)
+			data = append(data, t.Data...)
+		}
+		enc, err := encodeFragment(fs, data)
+		if err != nil {
+			return err
+		}
+		fs.WeightsHash = wire.SumBytes(enc)
+		hashes[i] = fs.WeightsHash
+		b.Set(KSWeights, weightsKey(r.spec.TaskID, i), data)
+		r.Fragments[i] = fs
+	}
+	r.HasInit = true
+	r.InitModel = ModelHash(hashes)
+	return nil
+}
+
+// encodeFragment renders a fragment's values as canonical safetensors; its
+// SHA-256 is the fragment's weights hash.
+func encodeFragment(fs *fragState, data []byte) ([]byte, error) {
+	ts := make([]safetensors.Tensor, len(fs.Tensors))
+	off := int64(0)
+	sz := int64(fs.Dtype.Size())
+	for i, t := range fs.Tensors {
+		n := elems(t.Shape) * sz
+		if off+n > int64(len(data)) {
+			return nil, fmt.Errorf("fragment data shorter than its layout")
+		}
+		ts[i] = safetensors.Tensor{Name: t.Name, Dtype: t.Dtype, Shape: t.Shape, Data: data[off : off+n]}
+		off += n
+	}
+	return safetensors.Encode(ts, nil)
+}
+
+// Enroll implements Service.
+func (n *Node) Enroll(ctx context.Context, p *wire.EnrollParams) (*wire.EnrollResult, error) {
+	if _, err := did.Parse(p.TrainerDID); err != nil {
+		return nil, Errf(KindInvalid, "trainer_did: %v", err)
+	}
+	stake, err := wire.ParseAmount(p.Stake)
+	if err != nil {
+		return nil, Errf(KindInvalid, "stake: %v", err)
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	r, err := n.load(ctx, p.TaskID)
+	if err != nil {
+		return nil, err
+	}
+	if r.Status == wire.StatusSealed || r.Status == wire.StatusCancelled {
+		return nil, Errf(KindConflict, "run %s is %s", p.TaskID, r.Status)
+	}
+	if t := r.trainer(p.TrainerDID); t != nil && (t.Status == wire.TrainerActive || t.Status == wire.TrainerJoining) {
+		return nil, Errf(KindConflict, "%s is already enrolled in %s", p.TrainerDID, p.TaskID)
+	} else if t != nil && t.Status == wire.TrainerEvicted {
+		return nil, Errf(KindConflict, "%s was evicted from %s and cannot rejoin", p.TrainerDID, p.TaskID)
+	}
+	if c := r.countActive(); c >= r.spec.TrainerCount {
+		return nil, Errf(KindConflict, "run %s is full: %d of M=%d trainers enrolled", p.TaskID, c, r.spec.TrainerCount)
+	}
+	if r.spec.MinStake != "" {
+		if ms, _ := wire.ParseAmount(r.spec.MinStake); stake.Cmp(ms) < 0 {
+			return nil, Errf(KindInvalid, "stake %s is below the run's min_stake %s", stake, ms)
+		}
+	}
+	var b Batch
+	if err := n.checkSigned(ctx, &b, p.TrainerDID, p.Nonce, p.Signature, p.Preimage()); err != nil {
+		return nil, err
+	}
+	if r.spec.Tier != wire.TierOpen {
+		dg, err := n.checkEvidence(ctx, r, p.Attestation, p.TrainerDID, 0, enrolNonce(p))
+		if err != nil {
+			return nil, err
+		}
+		r.Attestations = append(r.Attestations, dg)
+	}
+	lt := newLedgerTx(ctx, n.kv)
+	if err := lt.transfer(acctDID(p.TrainerDID), acctStake(p.TaskID, p.TrainerDID), stake, "enrolment stake"); err != nil {
+		return nil, err
+	}
+	if err := lt.flush(&b); err != nil {
+		return nil, err
+	}
+	t := r.trainer(p.TrainerDID)
+	if t == nil {
+		t = &trainerState{DID: p.TrainerDID, Weight: "0", Reward: "0", Slashed: "0", Stake: "0"}
+		r.addTrainer(t)
+	}
+	t.Stake = new(big.Int).Add(bigOf(t.Stake), stake).String()
+	if r.Status == wire.StatusAwaiting {
+		t.Status = wire.TrainerActive
+		t.JoinedRound = 0
+	} else {
+		t.Status = wire.TrainerJoining
+		t.JoinedRound = r.Round + 1
+	}
+	if err := n.maybeStart(ctx, &b, r); err != nil {
+		return nil, err
+	}
+	n.putRun(&b, r)
+	if err := n.kv.Commit(ctx, &b); err != nil {
+		return nil, err
+	}
+	n.log.Info("trainer enrolled", "task", p.TaskID, "trainer", p.TrainerDID, "status", t.Status, "active", r.countActive())
+	return &wire.EnrollResult{TaskID: p.TaskID, TrainerDID: p.TrainerDID, Status: t.Status, Shards: orEmpty(t.Shards), FromRound: t.JoinedRound, RunStatus: r.Status}, nil
+}
+
+func enrolNonce(p *wire.EnrollParams) []byte { return p.Preimage() }
+
+// Leave implements Service: the stake is refunded (minus slashes) at once;
+// accepted work still earns its share at seal.
+func (n *Node) Leave(ctx context.Context, p *wire.LeaveParams) (*wire.EnrollResult, error) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	r, err := n.load(ctx, p.TaskID)
+	if err != nil {
+		return nil, err
+	}
+	t := r.trainer(p.TrainerDID)
+	if t == nil || (t.Status != wire.TrainerActive && t.Status != wire.TrainerJoining) {
+		return nil, Errf(KindNotFound, "%s is not enrolled in %s", p.TrainerDID, p.TaskID)
+	}
+	if r.Status == wire.StatusSealed {
+		return nil, Errf(KindConflict, "run %s is sealed", p.TaskID)
+	}
+	var b Batch
+	if err := n.checkSigned(ctx, &b, p.TrainerDID, p.Nonce, p.Signature, p.Preimage()); err != nil {
+		return nil, err
+	}
+	lt := newLedgerTx(ctx, n.kv)
+	if err := n.refundStake(lt, r, t); err != nil {
+		return nil, err
+	}
+	if err := lt.flush(&b); err != nil {
+		return nil, err
+	}
+	t.Status = wire.TrainerLeft
+	t.Shards = nil
+	if r.Status == wire.StatusRunning {
+		r.Left = append(r.Left, t.DID)
+	}
+	n.putRun(&b, r)
+	if err := n.kv.Commit(ctx, &b); err != nil {
+		return nil, err
+	}
+	n.log.Info("trainer left", "task", p.TaskID, "trainer", p.TrainerDID)
+	return &wire.EnrollResult{TaskID: p.TaskID, TrainerDID: p.TrainerDID, Status: t.Status, Shards: []int{}, FromRound: r.Round, RunStatus: r.Status}, nil
+}
+
+func (n *Node) refundStake(lt *ledgerTx, r *runState, t *trainerState) error {
+	bal, err := lt.balance(acctStake(r.spec.TaskID, t.DID))
+	if err != nil {
+		return err
+	}
+	return lt.transfer(acctStake(r.spec.TaskID, t.DID), acctDID(t.DID), new(big.Int).Set(bal), "stake refund")
+}
+
+// slash moves bps of a trainer's original stake (capped at what is left) from
+// its stake account into the run's escrow, where it joins the reward pool.
+func (n *Node) slash(lt *ledgerTx, r *runState, t *trainerState, b int, why string) error {
+	if b <= 0 {
+		return nil
+	}
+	amt := bps(bigOf(t.Stake), b)
+	left, err := lt.balance(acctStake(r.spec.TaskID, t.DID))
+	if err != nil {
+		return err
+	}
+	if amt.Cmp(left) > 0 {
+		amt = new(big.Int).Set(left)
+	}
+	if err := lt.transfer(acctStake(r.spec.TaskID, t.DID), acctEscrow(r.spec.TaskID), amt, "slash: "+why); err != nil {
+		return err
+	}
+	t.Slashed = new(big.Int).Add(bigOf(t.Slashed), amt).String()
+	n.log.Warn("trainer slashed", "task", r.spec.TaskID, "trainer", t.DID, "amount", amt, "why", why)
+	return nil
+}
+
+// maybeStart starts the run when M trainers are enrolled and the initial
+// weights are known: elect the syncer, assign shards, open round 0.
+func (n *Node) maybeStart(ctx context.Context, b *Batch, r *runState) error {
+	if r.Status != wire.StatusAwaiting || !r.HasInit || r.count(wire.TrainerActive) < r.spec.TrainerCount {
+		return nil
+	}
+	el, err := n.elect(ctx, r)
+	if err != nil {
+		return err
+	}
+	if el == nil {
+		n.log.Warn("run has M trainers but no syncer candidate with a proof; waiting", "task", r.spec.TaskID)
+		return nil
+	}
+	r.Election = el
+	r.Syncer = el.Winner
+	r.Status = wire.StatusRunning
+	r.Round = 0
+	r.RoundMs = n.now().UnixMilli()
+	r.assignShards()
+	n.log.Info("run started", "task", r.spec.TaskID, "syncer", r.Syncer)
+	return nil
+}
+
+// elect runs the stake-weighted ECVRF election among the registered
+// candidates this node can prove for (itself). Proofs are stored in the run
+// and anyone can re-check them with election.Check.
+func (n *Node) elect(ctx context.Context, r *runState) (*wire.Election, error) {
+	cands, err := n.ListSyncers(ctx)
+	if err != nil {
+		return nil, err
+	}
+	alpha := election.Alpha(r.spec.TaskID, r.SpecHash)
+	var es []election.Entrant
+	for _, c := range cands {
+		if c.DID != n.cfg.Signer.DID() {
+			continue // remote candidates submit their proofs over gossip (not yet wired)
+		}
+		d, err := did.Parse(c.DID)
+		if err != nil {
+			return nil, err
+		}
+		proof, err := n.cfg.Signer.Prove(ctx, alpha)
+		if err != nil {
+			return nil, fmt.Errorf("election proof: %w", err)
+		}
+		es = append(es, election.Entrant{DID: c.DID, Key: d.Key, Stake: bigOf(c.Stake), Proof: proof})
+	}
+	if len(es) == 0 {
+		return nil, nil
+	}
+	el, err := election.Record(alpha, es)
+	if err != nil {
+		return nil, fmt.Errorf("election: %w", err)
+	}
+	return &el, nil
+}
+
+func (n *Node) announce(ctx context.Context, ev Event) {
+	if n.cfg.Announce != nil {
+		n.cfg.Announce(ctx, ev)
+	}
+}
+
+// checkEvidence runs the attestor for Verified/Confidential tiers.
+func (n *Node) checkEvidence(ctx context.Context, r *runState, ev json.RawMessage, trainer string, shard uint64, nonce []byte) (wire.Hash, error) {
+	if n.cfg.Attestor == nil {
+		return wire.Hash{}, Errf(KindAttestation, "tier %s needs attestation, which this node is not configured for", r.spec.Tier)
+	}
+	if len(ev) == 0 {
+		return wire.Hash{}, Errf(KindAttestation, "tier %s: attestation evidence is required", r.spec.Tier)
+	}
+	rd := wire.NewCanon("tenzro/train/attest/v1").Str(trainer).U64(shard).Hash(r.SpecHash).Bytes(nonce).Sum()
+	dg, err := n.cfg.Attestor.CheckEvidence(ctx, r.spec.Tier, r.spec.AttestationPolicy, ev, rd)
+	if err != nil {
+		return wire.Hash{}, Errf(KindAttestation, "attestation refused: %v", err)
+	}
+	return dg, nil
+}

@@ -1,0 +1,433 @@
+package syncer_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tenzro/train/store"
+	"github.com/tenzro/train/syncer"
+	"github.com/tenzro/train/wire"
+	"github.com/tenzro/train/wire/did"
+	"github.com/tenzro/train/wire/safetensors"
+)
+
+// harness drives a Node as the RPC layer would, with deterministic keys and
+// a controllable clock, and checks ledger conservation after every call.
+type harness struct {
+	t       *testing.T
+	ctx     context.Context
+	kv      syncer.KV
+	node    *syncer.Node
+	now     time.Time
+	nonce   uint64
+	sponsor *did.Key
+	tr      []*did.Key
+	task    string
+}
+
+func key(t *testing.T, kind string, i byte) *did.Key {
+	k, err := did.FromSeed(kind, bytes.Repeat([]byte{i}, 32))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return k
+}
+
+func newHarness(t *testing.T, kv syncer.KV) *harness {
+	h := &harness{t: t, ctx: context.Background(), kv: kv, now: time.Unix(1761350400, 0), task: "train-test"}
+	h.sponsor = key(t, did.KindHuman, 200)
+	for i := 0; i < 10; i++ {
+		h.tr = append(h.tr, key(t, did.KindMachine, byte(i+1)))
+	}
+	h.open()
+	return h
+}
+
+func (h *harness) open() {
+	n, err := syncer.NewNode(h.ctx, syncer.Config{KV: h.kv, Engine: syncer.NewNativeEngine(), Signer: syncer.KeySigner{Key: key(h.t, did.KindMachine, 250)},
+		Dev: true, Clock: func() time.Time { return h.now }})
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	h.node = n
+}
+
+func (h *harness) conserve(op string) {
+	h.t.Helper()
+	total, _, err := syncer.LedgerTotal(h.ctx, h.kv)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	if total.Sign() != 0 {
+		h.t.Fatalf("after %s: ledger total is %s, want 0", op, total)
+	}
+}
+
+func (h *harness) nextNonce() uint64 { h.nonce++; return h.nonce }
+
+func spec(task, sponsor string, m, k, f, rounds int) []byte {
+	s := fmt.Sprintf(`{"task_id":%q,"sponsor_did":%q,"sponsor_address":"0x1111111111111111111111111111111111111111",
+ "architecture":{"family":"timesfm","param_count":%d,"modality":"Timeseries","fragment_count":%d,
+ "dtype":"bf16","metadata":{"context_len":32,"horizon":8}},"tier":"Open","aggregation":"Mean",
+ "trainer_count":%d,"quorum":%d,"inner_steps":24,"max_rounds":%d,"grace_window_ms":30000,
+ "reward_pool":"1000000000000000000000","dataset_ref":"ipfs://QmTest","dataset_hash":"0xabab",
+ "min_throughput":null,"created_at":1761350400}`, task, sponsor, f*16, f, m, k, rounds)
+	return []byte(s)
+}
+
+func initWeights(t *testing.T, f, n int) []byte {
+	var ts []safetensors.Tensor
+	for i := 0; i < f; i++ {
+		v := make([]float32, n)
+		for j := range v {
+			v[j] = 0.01 * float32(i+1)
+		}
+		ts = append(ts, safetensors.FromF32(fmt.Sprintf("layer%d.w", i), []int64{int64(n)}, v))
+	}
+	b, err := safetensors.Encode(ts, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func (h *harness) post(raw, weights []byte) error {
+	canon, err := jcsOf(raw)
+	if err != nil {
+		return err
+	}
+	p := &wire.PostTaskParams{Spec: raw, InitWeights: weights}
+	p.Nonce = h.nextNonce()
+	var wh wire.Hash
+	if len(weights) > 0 {
+		wh = wire.SumBytes(weights)
+	}
+	p.Signature = h.sponsor.Sign(p.Preimage(h.sponsor.DID.String(), wire.SpecHash(canon), wh))
+	_, err = h.node.PostTask(h.ctx, p)
+	h.conserve("post")
+	return err
+}
+
+func jcsOf(raw []byte) ([]byte, error) {
+	_, canon, err := wire.ParseSpec(raw)
+	return canon, err
+}
+
+func (h *harness) faucet(d string, amt string) {
+	if _, err := h.node.Faucet(h.ctx, wire.FaucetParams{DID: d, Amount: amt}); err != nil {
+		h.t.Fatal(err)
+	}
+	h.conserve("faucet")
+}
+
+func (h *harness) enroll(i int, stake string) error {
+	p := &wire.EnrollParams{TaskID: h.task, TrainerDID: h.tr[i].DID.String(), Stake: stake}
+	p.Nonce = h.nextNonce()
+	p.Signature = h.tr[i].Sign(p.Preimage())
+	_, err := h.node.Enroll(h.ctx, p)
+	h.conserve("enroll")
+	return err
+}
+
+func (h *harness) leave(i int) error {
+	p := &wire.LeaveParams{TaskID: h.task, TrainerDID: h.tr[i].DID.String()}
+	p.Nonce = h.nextNonce()
+	p.Signature = h.tr[i].Sign(p.Preimage())
+	_, err := h.node.Leave(h.ctx, p)
+	h.conserve("leave")
+	return err
+}
+
+func (h *harness) weights(f int) []safetensors.Tensor {
+	w, err := h.node.GetWeights(h.ctx, wire.GetWeightsParams{TaskID: h.task, FragmentIndex: uint64(f)})
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	if wire.SumBytes(w.Payload) != w.WeightsHash {
+		h.t.Fatalf("getWeights payload does not hash to weights_hash")
+	}
+	ts, _, err := safetensors.Parse(w.Payload, safetensors.DefaultLimits)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	return ts
+}
+
+func (h *harness) gradient(i, round, f int, scale float32) *wire.OuterGradient {
+	var out []safetensors.Tensor
+	for _, t := range h.weights(f) {
+		v, _ := safetensors.F32Values(t)
+		for j := range v {
+			v[j] = scale * 0.001 * float32((j+i+round)%7)
+		}
+		out = append(out, safetensors.FromF32(t.Name, t.Shape, v))
+	}
+	payload, _ := safetensors.Encode(out, nil)
+	g := &wire.OuterGradient{TaskID: h.task, TrainerDID: h.tr[i].DID.String(), Round: uint64(round), FragmentIndex: uint64(f),
+		GradientPayload: payload, PayloadHash: wire.SumBytes(payload)}
+	g.Signature = h.tr[i].Sign(g.Preimage())
+	return g
+}
+
+func (h *harness) submit(g *wire.OuterGradient) error {
+	_, err := h.node.Submit(h.ctx, g)
+	h.conserve("submit")
+	return err
+}
+
+func (h *harness) run() *wire.RunView {
+	v, err := h.node.GetRun(h.ctx, h.task)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	return v
+}
+
+// fullRun posts, enrols 8, runs `rounds` rounds with K..M submissions,
+// one trainer leaving in round 1 and one joining late, and seals.
+func fullRun(t *testing.T, kv syncer.KV, crashAt func(h *harness, round int)) (*harness, []byte) {
+	const M, K, F, R = 8, 6, 4, 4
+	h := newHarness(t, kv)
+	h.faucet(h.sponsor.DID.String(), "2000000000000000000000")
+	if err := h.post(spec(h.task, h.sponsor.DID.String(), M, K, F, R), initWeights(t, F, 16)); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 9; i++ {
+		h.faucet(h.tr[i].DID.String(), "200000000000000000000")
+	}
+	for i := 0; i < M; i++ {
+		if err := h.enroll(i, "100000000000000000000"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if st := h.run().Status; st != wire.StatusRunning {
+		t.Fatalf("status %s after M enrolments", st)
+	}
+	for round := 0; round < R; round++ {
+		if crashAt != nil {
+			crashAt(h, round)
+		}
+		if round == 1 {
+			if err := h.leave(7); err != nil {
+				t.Fatal(err)
+			}
+			if err := h.enroll(8, "100000000000000000000"); err != nil { // joins, active from round 2
+				t.Fatal(err)
+			}
+		}
+		for f := 0; f < F; f++ {
+			subs := []int{0, 1, 2, 3, 4, 5}
+			if round >= 2 {
+				subs = append(subs, 8)
+			}
+			for _, i := range subs {
+				if err := h.submit(h.gradient(i, round, f, 1+float32(i))); err != nil {
+					t.Fatalf("round %d fragment %d trainer %d: %v", round, f, i, err)
+				}
+			}
+		}
+		if _, err := h.node.FinalizeRound(h.ctx, h.task); err != nil && round < R-1 {
+			t.Fatalf("finalize round %d: %v", round, err)
+		}
+		h.conserve("finalize")
+	}
+	if st := h.run().Status; st != wire.StatusSealed {
+		t.Fatalf("status %s after %d rounds", st, R)
+	}
+	rc, err := h.node.GetReceipt(h.ctx, h.task)
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, _ := json.Marshal(rc)
+	return h, raw
+}
+
+func TestFullRunSealsToVerifiedReceipt(t *testing.T) {
+	kv, _ := store.OpenInMemory()
+	h, raw := fullRun(t, kv, nil)
+	if v := syncer.VerifyReceipt(raw, nil); v != 1 {
+		t.Fatalf("receipt invalid: %v", syncer.CheckReceipt(raw, nil))
+	}
+	// Flip one byte of the run root: invalid.
+	var rc wire.Receipt
+	_ = json.Unmarshal(raw, &rc)
+	bad := bytes.Replace(raw, []byte(rc.RunRoot.String()), []byte(flip(rc.RunRoot.String())), 1)
+	if syncer.VerifyReceipt(bad, nil) != 0 {
+		t.Fatal("tampered receipt verified")
+	}
+	if syncer.VerifyReceipt(raw, rc.RunRoot[:]) != 1 || syncer.VerifyReceipt(raw, make([]byte, 32)) != 0 {
+		t.Fatal("claimed-root check wrong")
+	}
+	// Every round commit is provably in the root.
+	for r := uint64(0); r < 4; r++ {
+		if _, _, _, _, err := syncer.InclusionProof(raw, r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Metrics and payout: the leaver has 4 accepted in round 0 only... trainer 7 never submitted.
+	v := h.run()
+	m := v.TrainerMetrics[h.tr[0].DID.String()]
+	if m.Accepted != 16 || m.CurrentReward == "0" {
+		t.Fatalf("trainer 0 metrics %+v", m)
+	}
+	if len(rc.Transcript) != 4 || rc.Transcript[1].Left[0] != h.tr[7].DID.String() || rc.Transcript[2].Joined[0] != h.tr[8].DID.String() {
+		t.Fatalf("membership not recorded: %+v", rc.Transcript)
+	}
+	if len(rc.Transcript[0].Missed) != 2 { // trainers 6 and 7 submitted nothing in round 0
+		t.Fatalf("missed %v", rc.Transcript[0].Missed)
+	}
+}
+
+func flip(s string) string {
+	last := s[len(s)-1]
+	if last == '0' {
+		return s[:len(s)-1] + "1"
+	}
+	return s[:len(s)-1] + "0"
+}
+
+func TestDeterministicReceipt(t *testing.T) {
+	kv1, _ := store.OpenInMemory()
+	kv2, _ := store.OpenInMemory()
+	_, a := fullRun(t, kv1, nil)
+	_, b := fullRun(t, kv2, func(h *harness, round int) { h.open() }) // a restart before every round
+	if !bytes.Equal(a, b) {
+		t.Fatal("receipts differ between identical runs")
+	}
+}
+
+func TestRefusalsChangeNothing(t *testing.T) {
+	kv, _ := store.OpenInMemory()
+	h := newHarness(t, kv)
+	h.faucet(h.sponsor.DID.String(), "2000000000000000000000")
+	bad := spec(h.task, h.sponsor.DID.String(), 8, 9, 4, 3)
+	if err := h.post(bad, initWeights(t, 4, 16)); err == nil || !strings.Contains(err.Error(), "K=9 exceeds") {
+		t.Fatalf("K > M: %v", err)
+	}
+	if err := h.post(spec(h.task, h.sponsor.DID.String(), 8, 6, 4, 3), initWeights(t, 4, 16)); err != nil {
+		t.Fatal(err)
+	}
+	h.faucet(h.tr[0].DID.String(), "100")
+	if err := h.enroll(0, "1000"); syncer.KindOf(err) != syncer.KindFunds {
+		t.Fatalf("stake above balance: %v", err)
+	}
+	for i := 0; i < 8; i++ {
+		h.faucet(h.tr[i].DID.String(), "1000")
+		if err := h.enroll(i, "1000"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	h.faucet(h.tr[8].DID.String(), "1000")
+	if err := h.enroll(8, "1000"); err == nil || !strings.Contains(err.Error(), "full") {
+		t.Fatalf("enrolment past M: %v", err)
+	}
+	before := snapshot(t, h)
+	g := h.gradient(0, 0, 0, 1)
+	cases := []struct {
+		name string
+		mut  func(g *wire.OuterGradient)
+		want string
+	}{
+		{"bad signature", func(g *wire.OuterGradient) { g.Signature = append([]byte{}, g.Signature...); g.Signature[0] ^= 1 }, "signature"},
+		{"unknown DID", func(g *wire.OuterGradient) { g.TrainerDID = h.tr[9].DID.String() }, "not enrolled"},
+		{"wrong round", func(g *wire.OuterGradient) { g.Round = 5 }, "wrong round"},
+		{"wrong fragment", func(g *wire.OuterGradient) { g.FragmentIndex = 9 }, "wrong fragment"},
+		{"payload hash mismatch", func(g *wire.OuterGradient) { g.PayloadHash[0] ^= 1 }, "payload_hash mismatch"},
+		{"truncated safetensors", func(g *wire.OuterGradient) { resign(h, g, g.GradientPayload[:len(g.GradientPayload)-4]) }, "gradient_payload"},
+		{"wrong shape", func(g *wire.OuterGradient) {
+			p, _ := safetensors.Encode([]safetensors.Tensor{safetensors.FromF32("layer0.w", []int64{4, 4}, make([]float32, 16))}, nil)
+			resign(h, g, p)
+		}, "shape"},
+		{"wrong dtype", func(g *wire.OuterGradient) {
+			p, _ := safetensors.Encode([]safetensors.Tensor{{Name: "layer0.w", Dtype: "BF16", Shape: []int64{16}, Data: make([]byte, 32)}}, nil)
+			resign(h, g, p)
+		}, "dtype"},
+	}
+	for _, tc := range cases {
+		c := *g
+		tc.mut(&c)
+		err := h.submit(&c)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: got %v, want error containing %q", tc.name, err, tc.want)
+		}
+		if after := snapshot(t, h); after != before {
+			t.Errorf("%s: state changed", tc.name)
+		}
+	}
+	if err := h.submit(g); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.submit(g); err == nil || !strings.Contains(err.Error(), "duplicate") {
+		t.Fatalf("duplicate: %v", err)
+	}
+	// Equivocation: different payload, same round and fragment: refused, evidence kept, slashed.
+	g2 := h.gradient(0, 0, 0, 3)
+	if err := h.submit(g2); err == nil || !strings.Contains(err.Error(), "equivocation") {
+		t.Fatalf("equivocation: %v", err)
+	}
+	if v := h.run(); v.Trainers[indexOf(v, h.tr[0].DID.String())].Slashed != "500" {
+		t.Fatalf("equivocation slash: %+v", v.Trainers)
+	}
+	// Grace window: K submissions, then τ passes: late submission refused.
+	for i := 1; i < 6; i++ {
+		if err := h.submit(h.gradient(i, 0, 0, 1)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	h.now = h.now.Add(31 * time.Second)
+	if err := h.submit(h.gradient(6, 0, 0, 1)); err == nil || !strings.Contains(err.Error(), "grace window") {
+		t.Fatalf("after grace window: %v", err)
+	}
+	if err := h.node.Tick(h.ctx); err != nil {
+		t.Fatal(err)
+	}
+	if !h.run().Fragments[0].Committed {
+		t.Fatal("fragment 0 not committed after τ")
+	}
+	// Round deadline: the other fragments never reach K: no-quorum, weights kept.
+	w1 := h.run().Fragments[1].WeightsHash
+	h.now = h.now.Add(11 * time.Minute)
+	if err := h.node.Tick(h.ctx); err != nil {
+		t.Fatal(err)
+	}
+	tr, _ := h.node.GetTranscript(h.ctx, h.task)
+	if len(tr) != 1 || tr[0].Fragments[1].Status != wire.FragNoQuorum || tr[0].Fragments[1].WeightsAfter != w1 || tr[0].Fragments[0].Status != wire.FragAggregated {
+		t.Fatalf("deadline transcript %+v", tr)
+	}
+}
+
+func indexOf(v *wire.RunView, d string) int {
+	for i, t := range v.Trainers {
+		if t.DID == d {
+			return i
+		}
+	}
+	return -1
+}
+
+func resign(h *harness, g *wire.OuterGradient, payload []byte) {
+	g.GradientPayload = payload
+	g.PayloadHash = wire.SumBytes(payload)
+	for _, k := range h.tr {
+		if k.DID.String() == g.TrainerDID {
+			g.Signature = k.Sign(g.Preimage())
+		}
+	}
+}
+
+// snapshot digests every key space the node writes.
+func snapshot(t *testing.T, h *harness) wire.Hash {
+	c := wire.NewCanon("snapshot")
+	for _, ks := range syncer.AllKeyspaces {
+		_ = h.kv.Scan(h.ctx, ks, nil, func(k, v []byte) error { c.Bytes(k).Bytes(v); return nil })
+	}
+	return c.Sum()
+}
+
+var _ = rand.N[int]

@@ -1,0 +1,613 @@
+package syncer
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math/big"
+	"sort"
+
+	"github.com/gowebpki/jcs"
+	"github.com/tenzro/train/wire"
+	"github.com/tenzro/train/wire/did"
+	"github.com/tenzro/train/wire/safetensors"
+)
+
+// submissionRecord is what the transcript keeps of each accepted submission
+// (and of equivocation evidence): enough for anyone to re-check the signature.
+type submissionRecord struct {
+	TaskID        string        `json:"task_id"`
+	TrainerDID    string        `json:"trainer_did"`
+	Round         uint64        `json:"round"`
+	FragmentIndex uint64        `json:"fragment_index"`
+	PayloadHash   wire.Hash     `json:"payload_hash"`
+	Signature     wire.HexBytes `json:"signature"`
+	Attestation   wire.Hash     `json:"attestation,omitempty"`
+}
+
+// EquivocationEvidence is two signed submissions from one DID for one round
+// and fragment with different payloads.
+type EquivocationEvidence struct {
+	First  submissionRecord `json:"first"`
+	Second submissionRecord `json:"second"`
+}
+
+// Digest identifies the evidence.
+func (e *EquivocationEvidence) Digest() wire.Hash {
+	return wire.NewCanon(wire.DomainEquivocate).Str(e.First.TaskID).Str(e.First.TrainerDID).U64(e.First.Round).
+		U64(e.First.FragmentIndex).Hash(e.First.PayloadHash).Bytes(e.First.Signature).Hash(e.Second.PayloadHash).Bytes(e.Second.Signature).Sum()
+}
+
+// Submit implements Service. Checks run cheapest first (DESIGN §4.2); a
+// refused submission changes nothing, except that proven equivocation is
+// recorded and slashed.
+func (n *Node) Submit(ctx context.Context, g *wire.OuterGradient) (*wire.SubmitResult, error) {
+	if len(g.GradientPayload) > MaxPayloadBytes {
+		return nil, Errf(KindInvalid, "gradient_payload: %d bytes, limit %d", len(g.GradientPayload), MaxPayloadBytes)
+	}
+	// Cheap checks against a snapshot of the run.
+	r, err := n.load(ctx, g.TaskID)
+	if err != nil {
+		return nil, err
+	}
+	fs, err := n.precheck(r, g)
+	if err != nil {
+		return nil, err
+	}
+	// Payload hash, signature, header, values: no lock held.
+	if got := wire.SumBytes(g.GradientPayload); got != g.PayloadHash {
+		return nil, Errf(KindInvalid, "payload_hash mismatch: payload hashes to %s, request says %s", got, g.PayloadHash)
+	}
+	if err := did.Verify(g.TrainerDID, g.Preimage(), g.Signature); err != nil {
+		return nil, Errf(KindUnauthorized, "submission signature: %v", err)
+	}
+	values, err := fragmentValues(fs, g.GradientPayload)
+	if err != nil {
+		return nil, Errf(KindInvalid, "gradient_payload: %v", err)
+	}
+	for _, v := range r.Verifiers {
+		if v.RoundLevel {
+			continue
+		}
+		out, err := n.eng.Verify(ctx, VerifyInput{Verifier: v, Dtype: fs.Dtype, N: int(fs.N), Input: values})
+		if err != nil {
+			var rf *RuleFailure
+			if errors.As(err, &rf) {
+				return nil, Errf(KindInvalid, "verifier %s: %v", v.Name, rf)
+			}
+			return nil, fmt.Errorf("verifier %s: %w", v.Name, err)
+		}
+		if !out.Accept {
+			return nil, Errf(KindInvalid, "verifier %s rejected the payload (code %d): %s", v.Name, out.Code, out.Reason)
+		}
+	}
+	var attDigest wire.Hash
+	if r.spec.Tier != wire.TierOpen {
+		t := r.trainer(g.TrainerDID)
+		shard := uint64(0)
+		if len(t.Shards) > 0 {
+			shard = uint64(t.Shards[0])
+		}
+		attDigest, err = n.checkEvidence(ctx, r, g.Attestation, g.TrainerDID, shard, g.Preimage())
+		if err != nil {
+			return nil, err
+		}
+	}
+
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	r, err = n.load(ctx, g.TaskID)
+	if err != nil {
+		return nil, err
+	}
+	if fs, err = n.precheck(r, g); err != nil {
+		return nil, err
+	}
+	rec := submissionRecord{TaskID: g.TaskID, TrainerDID: g.TrainerDID, Round: g.Round, FragmentIndex: g.FragmentIndex,
+		PayloadHash: g.PayloadHash, Signature: g.Signature, Attestation: attDigest}
+	sk := subKey(g.TaskID, g.Round, int(g.FragmentIndex), g.TrainerDID)
+	if prev, err := n.kv.Get(ctx, KSTranscript, sk); err == nil {
+		var first submissionRecord
+		if err := json.Unmarshal(prev, &first); err != nil {
+			return nil, fmt.Errorf("corrupt submission record: %w", err)
+		}
+		if first.PayloadHash == g.PayloadHash {
+			return nil, Errf(KindConflict, "duplicate submission: %s already submitted payload %s for round %d fragment %d", g.TrainerDID, g.PayloadHash, g.Round, g.FragmentIndex)
+		}
+		return nil, n.equivocation(ctx, r, first, rec)
+	} else if !errors.Is(err, ErrNotFound) {
+		return nil, err
+	}
+	t := r.trainer(g.TrainerDID)
+	t.Submitted++
+	t.Accepted++
+	t.RoundAccepted++
+	t.Weight = new(big.Int).Add(bigOf(t.Weight), big.NewInt(fs.N)).String()
+	fs.Subs = append(fs.Subs, subRef{DID: g.TrainerDID, PayloadHash: g.PayloadHash})
+	if len(fs.Subs) == r.spec.Quorum {
+		fs.KthMs = n.now().UnixMilli()
+	}
+	if attDigest != (wire.Hash{}) {
+		r.Attestations = append(r.Attestations, attDigest)
+	}
+	var b Batch
+	b.Set(KSBlobs, g.PayloadHash[:], g.GradientPayload)
+	raw, _ := json.Marshal(rec)
+	b.Set(KSTranscript, sk, raw)
+	res := &wire.SubmitResult{Accepted: true, Round: g.Round, FragmentIndex: g.FragmentIndex, PayloadHash: g.PayloadHash, AcceptedCount: len(fs.Subs)}
+	// All active trainers in: finalize without waiting for τ.
+	if len(fs.Subs) >= r.spec.Quorum && len(fs.Subs) >= r.count(wire.TrainerActive) {
+		if err := n.finalizeFragment(ctx, &b, r, int(g.FragmentIndex), false); err != nil {
+			return nil, err
+		}
+		res.Finalized = true
+	}
+	if err := n.maybeCloseRound(ctx, &b, r, false); err != nil {
+		return nil, err
+	}
+	n.putRun(&b, r)
+	if err := n.kv.Commit(ctx, &b); err != nil {
+		return nil, err
+	}
+	n.announce(ctx, Event{TaskID: g.TaskID, Kind: "submission", Round: g.Round, Detail: rec})
+	return res, nil
+}
+
+// precheck runs the cheap checks: run state, enrolment, round, fragment, window.
+func (n *Node) precheck(r *runState, g *wire.OuterGradient) (*fragState, error) {
+	if r.Status != wire.StatusRunning {
+		return nil, Errf(KindConflict, "run %s is %s, not running", g.TaskID, r.Status)
+	}
+	t := r.trainer(g.TrainerDID)
+	if t == nil {
+		return nil, Errf(KindNotFound, "unknown DID: %s is not enrolled in %s", g.TrainerDID, g.TaskID)
+	}
+	if t.Status != wire.TrainerActive {
+		if t.Status == wire.TrainerJoining {
+			return nil, Errf(KindConflict, "%s joins %s from round %d; the current round is %d", g.TrainerDID, g.TaskID, t.JoinedRound, r.Round)
+		}
+		return nil, Errf(KindConflict, "%s is %s in %s", g.TrainerDID, t.Status, g.TaskID)
+	}
+	if g.Round != r.Round {
+		return nil, Errf(KindConflict, "wrong round: submission is for round %d, the current round of %s is %d", g.Round, g.TaskID, r.Round)
+	}
+	if g.FragmentIndex >= uint64(len(r.Fragments)) {
+		return nil, Errf(KindInvalid, "wrong fragment: fragment_index %d, the model has %d fragments (0..%d)", g.FragmentIndex, len(r.Fragments), len(r.Fragments)-1)
+	}
+	fs := r.Fragments[g.FragmentIndex]
+	if fs.Committed {
+		return nil, Errf(KindConflict, "after the grace window: fragment %d of round %d is already committed", g.FragmentIndex, g.Round)
+	}
+	if fs.KthMs > 0 && n.now().UnixMilli() > fs.KthMs+r.spec.GraceWindowMs {
+		return nil, Errf(KindConflict, "after the grace window: fragment %d of round %d reached quorum at %d ms and its %d ms window has closed", g.FragmentIndex, g.Round, fs.KthMs, r.spec.GraceWindowMs)
+	}
+	return fs, nil
+}
+
+// fragmentValues checks a payload against the fragment's layout and returns
+// its values concatenated in the fragment's tensor order.
+func fragmentValues(fs *fragState, payload []byte) ([]byte, error) {
+	tensors, _, err := safetensors.Parse(payload, safetensors.DefaultLimits)
+	if err != nil {
+		return nil, err
+	}
+	if len(tensors) != len(fs.Tensors) {
+		return nil, fmt.Errorf("%d tensors, the fragment has %d", len(tensors), len(fs.Tensors))
+	}
+	byName := make(map[string]safetensors.Tensor, len(tensors))
+	for _, t := range tensors {
+		byName[t.Name] = t
+	}
+	out := make([]byte, 0, fs.N*int64(fs.Dtype.Size()))
+	for _, want := range fs.Tensors {
+		t, ok := byName[want.Name]
+		if !ok {
+			return nil, fmt.Errorf("tensor %q is missing", want.Name)
+		}
+		if t.Dtype != want.Dtype {
+			return nil, fmt.Errorf("tensor %q has dtype %s, the fragment's is %s", want.Name, t.Dtype, want.Dtype)
+		}
+		if !equalShape(t.Shape, want.Shape) {
+			return nil, fmt.Errorf("tensor %q has shape %v, the fragment's is %v", want.Name, t.Shape, want.Shape)
+		}
+		out = append(out, t.Data...)
+	}
+	return out, nil
+}
+
+func equalShape(a, b []int64) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// equivocation records evidence, slashes, and commits; the second payload is refused.
+func (n *Node) equivocation(ctx context.Context, r *runState, first, second submissionRecord) error {
+	ev := EquivocationEvidence{First: first, Second: second}
+	dg := ev.Digest()
+	var b Batch
+	raw, _ := json.Marshal(ev)
+	b.Set(KSEvidence, append([]byte("equivocation/"), dg[:]...), raw)
+	lt := newLedgerTx(ctx, n.kv)
+	t := r.trainer(first.TrainerDID)
+	if err := n.slash(lt, r, t, r.spec.Slash().EquivocationBps, "equivocation"); err != nil {
+		return err
+	}
+	if err := lt.flush(&b); err != nil {
+		return err
+	}
+	r.Equivocations = append(r.Equivocations, dg)
+	t.Submitted++
+	n.putRun(&b, r)
+	if err := n.kv.Commit(ctx, &b); err != nil {
+		return err
+	}
+	return Errf(KindConflict, "equivocation: %s already submitted a different payload (%s) for round %d fragment %d; evidence %s recorded and stake slashed",
+		first.TrainerDID, first.PayloadHash, first.Round, first.FragmentIndex, dg)
+}
+
+// FinalizeRound implements Service: force every fragment with K accepted
+// submissions to commit now; say why not for the others.
+func (n *Node) FinalizeRound(ctx context.Context, task string) (*wire.FinalizeResult, error) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	r, err := n.load(ctx, task)
+	if err != nil {
+		return nil, err
+	}
+	if r.Status != wire.StatusRunning {
+		return nil, Errf(KindConflict, "run %s is %s, not running", task, r.Status)
+	}
+	round := r.Round
+	var b Batch
+	res := &wire.FinalizeResult{TaskID: task, Round: round}
+	for i, fs := range r.Fragments {
+		st := wire.FragmentStatus{Index: i, Accepted: len(fs.Subs), Committed: fs.Committed}
+		switch {
+		case fs.Committed:
+		case len(fs.Subs) >= r.spec.Quorum:
+			if err := n.finalizeFragment(ctx, &b, r, i, true); err != nil {
+				return nil, err
+			}
+			st.Committed = true
+		default:
+			st.Reason = fmt.Sprintf("%d of K=%d submissions accepted", len(fs.Subs), r.spec.Quorum)
+		}
+		res.Fragments = append(res.Fragments, st)
+	}
+	if err := n.maybeCloseRound(ctx, &b, r, false); err != nil {
+		return nil, err
+	}
+	if b.Len() > 0 {
+		n.putRun(&b, r)
+		if err := n.kv.Commit(ctx, &b); err != nil {
+			return nil, err
+		}
+	}
+	res.Advanced = r.Round != round || r.Status != wire.StatusRunning
+	res.Status = r.Status
+	if !res.Advanced {
+		return res, Errf(KindConflict, "round %d of %s cannot be finalized yet: %s", round, task, whyNot(res.Fragments))
+	}
+	return res, nil
+}
+
+func whyNot(fs []wire.FragmentStatus) string {
+	var parts []string
+	for _, f := range fs {
+		if !f.Committed {
+			parts = append(parts, fmt.Sprintf("fragment %d has %s", f.Index, f.Reason))
+		}
+	}
+	if len(parts) == 0 {
+		return "all fragments committed"
+	}
+	return fmt.Sprint(parts)
+}
+
+// tickRun applies the clock: grace windows and the round deadline.
+func (n *Node) tickRun(ctx context.Context, task string) error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	r, err := n.load(ctx, task)
+	if err != nil || r.Status != wire.StatusRunning {
+		return err
+	}
+	now := n.now().UnixMilli()
+	var b Batch
+	for i, fs := range r.Fragments {
+		if !fs.Committed && fs.KthMs > 0 && now > fs.KthMs+r.spec.GraceWindowMs {
+			if err := n.finalizeFragment(ctx, &b, r, i, false); err != nil {
+				return err
+			}
+		}
+	}
+	deadline := now >= r.RoundMs+r.spec.RoundDeadline()
+	if err := n.maybeCloseRound(ctx, &b, r, deadline); err != nil {
+		return err
+	}
+	if b.Len() == 0 {
+		return nil
+	}
+	n.putRun(&b, r)
+	return n.kv.Commit(ctx, &b)
+}
+
+// finalizeFragment aggregates fragment i, applies the outer step and stages
+// the new weights, momentum and transcript entry in b.
+func (n *Node) finalizeFragment(ctx context.Context, b *Batch, r *runState, i int, forced bool) error {
+	fs := r.Fragments[i]
+	task := r.spec.TaskID
+	subs := append([]subRef(nil), fs.Subs...)
+	sort.Slice(subs, func(a, c int) bool { return subs[a].DID < subs[c].DID })
+	fc := &wire.FragmentCommit{Fragment: i, Rule: r.Rule.Name, RuleHash: r.Rule.Hash, RuleParams: r.Rule.Params, OuterHash: r.Outer.Hash,
+		WeightsBefore: fs.WeightsHash, WeightsAfter: fs.WeightsHash}
+	inputs := make([][]byte, 0, len(subs))
+	for _, s := range subs {
+		payload, err := n.kv.Get(ctx, KSBlobs, s.PayloadHash[:])
+		if err != nil {
+			payload, err = pendingBlob(b, s.PayloadHash, err)
+			if err != nil {
+				return fmt.Errorf("payload %s: %w", s.PayloadHash, err)
+			}
+		}
+		v, err := fragmentValues(fs, payload)
+		if err != nil {
+			return fmt.Errorf("stored payload %s: %w", s.PayloadHash, err)
+		}
+		inputs = append(inputs, v)
+		fc.Inputs = append(fc.Inputs, wire.CommitInput{TrainerDID: s.DID, PayloadHash: s.PayloadHash})
+	}
+	// Round-level verifiers may reject inputs before aggregation.
+	keep := make([]bool, len(inputs))
+	for k := range keep {
+		keep[k] = true
+	}
+	for _, v := range r.Verifiers {
+		if !v.RoundLevel {
+			continue
+		}
+		for k := range inputs {
+			out, err := n.eng.Verify(ctx, VerifyInput{Verifier: v, Dtype: fs.Dtype, N: int(fs.N), Input: inputs[k], Round: inputs})
+			if err != nil {
+				return fmt.Errorf("round verifier %s: %w", v.Name, err)
+			}
+			fc.Fuel += out.Fuel
+			if !out.Accept && keep[k] {
+				keep[k] = false
+				fc.Inputs[k].Rejected = fmt.Sprintf("%s: %s", v.Name, out.Reason)
+			}
+		}
+	}
+	var kept [][]byte
+	var keptIdx []int
+	for k, ok := range keep {
+		if ok {
+			kept = append(kept, inputs[k])
+			keptIdx = append(keptIdx, k)
+		}
+	}
+	fs.Committed = true
+	fs.Commit = fc
+	if len(kept) < r.spec.Quorum {
+		fc.Status = wire.FragNoQuorum
+		fc.Reason = fmt.Sprintf("%d of K=%d inputs left after round-level verification", len(kept), r.spec.Quorum)
+		return nil
+	}
+	agg, err := n.eng.Aggregate(ctx, AggregateInput{Rule: r.Rule, Dtype: fs.Dtype, N: int(fs.N), Inputs: kept})
+	var rf *RuleFailure
+	if errors.As(err, &rf) {
+		fc.Status, fc.Reason = wire.FragRuleFailed, rf.Error()
+		return nil
+	} else if err != nil {
+		return fmt.Errorf("aggregate fragment %d: %w", i, err)
+	}
+	fc.Fuel += agg.Fuel
+	for j, k := range keptIdx {
+		fc.Inputs[k].Selected = j < len(agg.Selected) && agg.Selected[j]
+	}
+	fc.AggregateHash = wire.SumBytes(agg.Aggregate)
+	weights, err := n.kv.Get(ctx, KSWeights, weightsKey(task, i))
+	if err != nil {
+		return fmt.Errorf("weights of fragment %d: %w", i, err)
+	}
+	var mom []byte
+	if fs.HasMomentum {
+		if mom, err = n.kv.Get(ctx, KSWeights, momentumKey(task, i)); err != nil {
+			return fmt.Errorf("momentum of fragment %d: %w", i, err)
+		}
+	}
+	o := r.spec.Outer()
+	step, err := n.eng.OuterStep(ctx, OuterStepInput{Rule: r.Outer, Dtype: fs.Dtype, N: int(fs.N), Weights: weights, Momentum: mom,
+		Aggregate: agg.Aggregate, LR: o.LR, Beta: o.Momentum, Nesterov: o.Nesterov})
+	if errors.As(err, &rf) {
+		fc.Status, fc.Reason = wire.FragRuleFailed, rf.Error()
+		return nil
+	} else if err != nil {
+		return fmt.Errorf("outer step fragment %d: %w", i, err)
+	}
+	fc.Fuel += step.Fuel
+	enc, err := encodeFragment(fs, step.Weights)
+	if err != nil {
+		return err
+	}
+	fs.WeightsHash = wire.SumBytes(enc)
+	fs.HasMomentum = true
+	fc.Status = wire.FragAggregated
+	fc.WeightsAfter = fs.WeightsHash
+	fc.MomentumAfter = wire.SumBytes(step.Momentum)
+	b.Set(KSWeights, weightsKey(task, i), step.Weights)
+	b.Set(KSWeights, momentumKey(task, i), step.Momentum)
+	n.log.Info("fragment committed", "task", task, "round", r.Round, "fragment", i, "inputs", len(kept), "forced", forced, "weights", fs.WeightsHash.String()[:12])
+	return nil
+}
+
+// pendingBlob finds a blob staged earlier in the same batch.
+func pendingBlob(b *Batch, h wire.Hash, orig error) ([]byte, error) {
+	for i := len(b.Ops) - 1; i >= 0; i-- {
+		if op := b.Ops[i]; op.KS == KSBlobs && bytes.Equal(op.Key, h[:]) {
+			return op.Value, nil
+		}
+	}
+	return nil, orig
+}
+
+// maybeCloseRound closes the round when every fragment is committed, or at
+// the deadline (fragments with K commit, the rest record no-quorum).
+func (n *Node) maybeCloseRound(ctx context.Context, b *Batch, r *runState, deadline bool) error {
+	if r.Status != wire.StatusRunning {
+		return nil
+	}
+	all := true
+	for _, fs := range r.Fragments {
+		if !fs.Committed {
+			all = false
+		}
+	}
+	if !all && !deadline {
+		return nil
+	}
+	for i, fs := range r.Fragments {
+		if fs.Committed {
+			continue
+		}
+		if len(fs.Subs) >= r.spec.Quorum {
+			if err := n.finalizeFragment(ctx, b, r, i, false); err != nil {
+				return err
+			}
+			continue
+		}
+		fs.Committed = true
+		fs.Commit = &wire.FragmentCommit{Fragment: i, Status: wire.FragNoQuorum, Reason: fmt.Sprintf("round deadline passed with %d of K=%d submissions accepted", len(fs.Subs), r.spec.Quorum),
+			Rule: r.Rule.Name, RuleHash: r.Rule.Hash, RuleParams: r.Rule.Params, OuterHash: r.Outer.Hash, WeightsBefore: fs.WeightsHash, WeightsAfter: fs.WeightsHash}
+		for _, s := range sortedSubs(fs.Subs) {
+			fs.Commit.Inputs = append(fs.Commit.Inputs, wire.CommitInput{TrainerDID: s.DID, PayloadHash: s.PayloadHash})
+		}
+	}
+	return n.closeRound(ctx, b, r)
+}
+
+func sortedSubs(s []subRef) []subRef {
+	out := append([]subRef(nil), s...)
+	sort.Slice(out, func(a, c int) bool { return out[a].DID < out[c].DID })
+	return out
+}
+
+// closeRound writes the round commit, applies missed rounds, evictions and
+// membership changes, and opens the next round or seals the run.
+func (n *Node) closeRound(ctx context.Context, b *Batch, r *runState) error {
+	task := r.spec.TaskID
+	sl := r.spec.Slash()
+	lt := newLedgerTx(ctx, n.kv)
+	rc := wire.RoundCommit{TaskID: task, Round: r.Round, Missed: []string{}, Evicted: []string{}, Joined: orStrs(r.Joined), Left: orStrs(r.Left),
+		Equivocations: orHashes(r.Equivocations)}
+	hashes := make([]wire.Hash, len(r.Fragments))
+	for i, fs := range r.Fragments {
+		fc := fs.Commit
+		if fc.Inputs == nil {
+			fc.Inputs = []wire.CommitInput{}
+		}
+		if fc.RuleParams == nil {
+			fc.RuleParams = json.RawMessage(`{}`)
+		}
+		rc.Fragments = append(rc.Fragments, *fc)
+		hashes[i] = fs.WeightsHash
+	}
+	rc.ModelHash = ModelHash(hashes)
+	for _, t := range r.Trainers {
+		if t.Status != wire.TrainerActive {
+			continue
+		}
+		if t.RoundAccepted > 0 {
+			t.ConsecMissed = 0
+			continue
+		}
+		t.MissedRounds++
+		t.ConsecMissed++
+		rc.Missed = append(rc.Missed, t.DID)
+		if err := n.slash(lt, r, t, sl.MissedRoundBps, "missed round"); err != nil {
+			return err
+		}
+		if t.ConsecMissed >= uint64(sl.MaxMissedRounds) {
+			if err := n.slash(lt, r, t, sl.EvictionBps, "eviction"); err != nil {
+				return err
+			}
+			if err := n.refundStake(lt, r, t); err != nil {
+				return err
+			}
+			t.Status = wire.TrainerEvicted
+			rc.Evicted = append(rc.Evicted, t.DID)
+		}
+	}
+	ch, err := RoundCommitHash(&rc)
+	if err != nil {
+		return err
+	}
+	raw, _ := json.Marshal(rc)
+	b.Set(KSTranscript, commitKey(task, r.Round), raw)
+	r.Roots = append(r.Roots, ch)
+	n.log.Info("round committed", "task", task, "round", r.Round, "model", rc.ModelHash.String()[:12], "missed", len(rc.Missed), "evicted", len(rc.Evicted))
+	// Next round.
+	var joinedNext []string
+	for _, t := range r.Trainers {
+		t.RoundAccepted = 0
+		if t.Status == wire.TrainerJoining {
+			t.Status = wire.TrainerActive
+			joinedNext = append(joinedNext, t.DID)
+		}
+	}
+	r.Joined, r.Left, r.Equivocations = nil, nil, nil
+	for _, fs := range r.Fragments {
+		fs.Subs, fs.KthMs, fs.Committed, fs.Commit = nil, 0, false, nil
+	}
+	if r.Round+1 >= uint64(r.spec.MaxRounds) {
+		if err := n.seal(ctx, b, r, lt, rc.ModelHash); err != nil {
+			return err
+		}
+	} else {
+		r.Round++
+		r.RoundMs = n.now().UnixMilli()
+		r.Joined = joinedNext // recorded in the next round's commit
+		r.assignShards()
+	}
+	if err := lt.flush(b); err != nil {
+		return err
+	}
+	n.announce(ctx, Event{TaskID: task, Kind: "round_committed", Round: rc.Round, Detail: ch})
+	return nil
+}
+
+func orStrs(v []string) []string {
+	if v == nil {
+		return []string{}
+	}
+	return v
+}
+
+func orHashes(v []wire.Hash) []wire.Hash {
+	if v == nil {
+		return []wire.Hash{}
+	}
+	return v
+}
+
+// RoundCommitHash is SHA-256(Str(DomainRoundCommit) ‖ Bytes(JCS(commit JSON))).
+func RoundCommitHash(rc *wire.RoundCommit) (wire.Hash, error) {
+	raw, err := json.Marshal(rc)
+	if err != nil {
+		return wire.Hash{}, err
+	}
+	canon, err := jcs.Transform(raw)
+	if err != nil {
+		return wire.Hash{}, fmt.Errorf("canonicalize round commit: %w", err)
+	}
+	return wire.NewCanon(wire.DomainRoundCommit).Bytes(canon).Sum(), nil
+}
