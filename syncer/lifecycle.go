@@ -238,6 +238,8 @@ func (n *Node) stageInitWeights(b *Batch, r *runState, raw []byte) error {
 	}
 	r.HasInit = true
 	r.InitModel = ModelHash(hashes)
+	r.InitFile = wire.SumBytes(raw)
+	b.Set(KSBlobs, r.InitFile[:], raw)
 	return nil
 }
 

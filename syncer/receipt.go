@@ -83,7 +83,7 @@ func (n *Node) seal(ctx context.Context, b *Batch, r *runState, lt *ledgerTx, fi
 	if ev := n.cfg.Signer.Evidence(); len(ev) > 0 {
 		atts = append(atts, wire.SumBytes(ev))
 	}
-	rc := &wire.Receipt{Version: ReceiptVersion, TaskID: task, TaskSpec: r.Spec, SpecHash: r.SpecHash, InitModelHash: r.InitModel,
+	rc := &wire.Receipt{Version: ReceiptVersion, TaskID: task, TaskSpec: r.Spec, SpecHash: r.SpecHash, InitModelHash: r.InitModel, InitWeightsHash: r.InitFile,
 		FinalModelHash: finalModel, Transcript: transcript, PluginHashes: orHashes(r.Plugins), Engine: profRaw,
 		AttestationDigests: atts, Rewards: payouts, SponsorRefund: rest.String(), SyncerDID: n.cfg.Signer.DID()}
 	rc.RunRoot = RunRoot(r.SpecHash, r.Roots, finalModel)
@@ -132,10 +132,13 @@ func runLeaves(specHash wire.Hash, rounds []wire.Hash, final wire.Hash) [][]byte
 }
 
 // ReceiptPreimage is what the syncer signs: Str(DomainReceipt) ‖
-// Bytes(JCS(receipt JSON without the signature field)).
+// Bytes(JCS(receipt JSON without the "signature" and "transcript" members)).
+// The transcript is bound through run_root, which the preimage contains and
+// verification recomputes, so it is not canonicalized twice.
 func ReceiptPreimage(rc *wire.Receipt) ([]byte, error) {
 	c := *rc
 	c.Signature = nil
+	c.Transcript = nil
 	raw, err := json.Marshal(&c)
 	if err != nil {
 		return nil, err
@@ -145,6 +148,7 @@ func ReceiptPreimage(rc *wire.Receipt) ([]byte, error) {
 		return nil, err
 	}
 	delete(m, "signature")
+	delete(m, "transcript")
 	raw, _ = json.Marshal(m)
 	canon, err := jcs.Transform(raw)
 	if err != nil {

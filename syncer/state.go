@@ -22,6 +22,7 @@ type runState struct {
 	Fragments []*fragState    `json:"fragments"`
 	HasInit   bool            `json:"has_init"`
 	InitModel wire.Hash       `json:"init_model"`
+	InitFile  wire.Hash       `json:"init_file"`
 	Rule      RuleRef         `json:"rule"`
 	Verifiers []RuleRef       `json:"verifiers"`
 	Outer     RuleRef         `json:"outer"`

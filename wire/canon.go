@@ -18,6 +18,7 @@ const (
 	DomainReceipt     = "tenzro/train/receipt/v1"      // syncer's receipt signature
 	DomainRunRoot     = "tenzro/train/run-root/v1"     // Merkle run root
 	DomainEquivocate  = "tenzro/train/equivocation/v1" // equivocation evidence digest
+	DomainElection    = "tenzro/train/election/v1"     // syncer election VRF input
 )
 
 // Canon builds a canonical, length-prefixed byte string. Each field is

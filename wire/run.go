@@ -146,12 +146,14 @@ type Payout struct {
 
 // Receipt is the sealed run (DESIGN §3).
 type Receipt struct {
-	Version            int             `json:"version"`
-	TaskID             string          `json:"task_id"`
-	RunRoot            Hash            `json:"run_root"`
-	TaskSpec           json.RawMessage `json:"task_spec"`
-	SpecHash           Hash            `json:"spec_hash"`
-	InitModelHash      Hash            `json:"init_model_hash"`
+	Version       int             `json:"version"`
+	TaskID        string          `json:"task_id"`
+	RunRoot       Hash            `json:"run_root"`
+	TaskSpec      json.RawMessage `json:"task_spec"`
+	SpecHash      Hash            `json:"spec_hash"`
+	InitModelHash Hash            `json:"init_model_hash"`
+	// InitWeightsHash is SHA-256 of the initial safetensors file (a stored blob).
+	InitWeightsHash    Hash            `json:"init_weights_hash"`
 	FinalModelHash     Hash            `json:"final_model_hash"`
 	Transcript         []RoundCommit   `json:"transcript"`
 	PluginHashes       []Hash          `json:"plugin_hashes"`

@@ -1,0 +1,178 @@
+package syncer
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/tenzro/train/wire"
+	"github.com/tenzro/train/wire/safetensors"
+)
+
+// PayloadSource serves stored blobs (payloads, initial weights) by SHA-256.
+// *Node and the RPC client implement it.
+type PayloadSource interface {
+	GetPayload(ctx context.Context, h wire.Hash) ([]byte, error)
+}
+
+// Divergence is the first place a replay disagrees with the receipt.
+type Divergence struct {
+	Round    uint64 `json:"round"`
+	Fragment int    `json:"fragment"`
+	What     string `json:"what"`
+}
+
+func (d *Divergence) Error() string {
+	return fmt.Sprintf("round %d fragment %d: %s", d.Round, d.Fragment, d.What)
+}
+
+// ReplayReport is the outcome of Replay.
+type ReplayReport struct {
+	Rounds         int         `json:"rounds"`
+	Aggregations   int         `json:"aggregations"`
+	FinalModelHash wire.Hash   `json:"final_model_hash"`
+	Match          bool        `json:"match"`
+	Divergence     *Divergence `json:"divergence,omitempty"`
+}
+
+// Replay re-executes every round of a receipt from its transcript and the
+// stored payloads with eng, and reports the first divergence or that the
+// final model hash matches. progress, when set, is called after each round.
+func Replay(ctx context.Context, receipt []byte, src PayloadSource, eng Engine, progress func(round uint64, of int)) (*ReplayReport, error) {
+	if err := CheckReceipt(receipt, nil); err != nil {
+		return nil, fmt.Errorf("receipt does not verify, nothing to replay: %w", err)
+	}
+	rc, _ := ParseReceipt(receipt)
+	spec, _, err := wire.ParseSpec(rc.TaskSpec)
+	if err != nil {
+		return nil, err
+	}
+	raw, err := src.GetPayload(ctx, rc.InitWeightsHash)
+	if err != nil {
+		return nil, fmt.Errorf("initial weights %s: %w", rc.InitWeightsHash, err)
+	}
+	if wire.SumBytes(raw) != rc.InitWeightsHash {
+		return nil, fmt.Errorf("initial weights blob does not hash to %s", rc.InitWeightsHash)
+	}
+	tensors, _, err := safetensors.Parse(raw, safetensors.DefaultLimits)
+	if err != nil {
+		return nil, fmt.Errorf("initial weights: %w", err)
+	}
+	parts, err := SplitFragments(tensors, spec.Architecture.FragmentCount)
+	if err != nil {
+		return nil, err
+	}
+	frags := make([]*fragState, len(parts))
+	weights := make([][]byte, len(parts))
+	moms := make([][]byte, len(parts))
+	hashes := make([]wire.Hash, len(parts))
+	for i, ts := range parts {
+		fs := &fragState{Dtype: Dtype(ts[0].Dtype)}
+		for _, t := range ts {
+			fs.Tensors = append(fs.Tensors, wire.TensorInfo{Name: t.Name, Dtype: t.Dtype, Shape: t.Shape})
+			fs.N += elems(t.Shape)
+			weights[i] = append(weights[i], t.Data...)
+		}
+		enc, err := encodeFragment(fs, weights[i])
+		if err != nil {
+			return nil, err
+		}
+		hashes[i] = wire.SumBytes(enc)
+		frags[i] = fs
+	}
+	rep := &ReplayReport{}
+	if ModelHash(hashes) != rc.InitModelHash {
+		rep.Divergence = &Divergence{What: "initial weights give model hash " + ModelHash(hashes).String() + ", receipt says " + rc.InitModelHash.String()}
+		return rep, nil
+	}
+	o := spec.Outer()
+	for _, round := range rc.Transcript {
+		if len(round.Fragments) != len(frags) {
+			rep.Divergence = &Divergence{Round: round.Round, What: fmt.Sprintf("transcript has %d fragments, the model %d", len(round.Fragments), len(frags))}
+			return rep, nil
+		}
+		for _, fc := range round.Fragments {
+			i := fc.Fragment
+			if i < 0 || i >= len(frags) {
+				rep.Divergence = &Divergence{Round: round.Round, Fragment: i, What: "fragment index out of range"}
+				return rep, nil
+			}
+			div := func(format string, a ...any) (*ReplayReport, error) {
+				rep.Divergence = &Divergence{Round: round.Round, Fragment: i, What: fmt.Sprintf(format, a...)}
+				return rep, nil
+			}
+			if fc.WeightsBefore != hashes[i] {
+				return div("weights before are %s, transcript says %s", hashes[i], fc.WeightsBefore)
+			}
+			if fc.Status != wire.FragAggregated {
+				if fc.WeightsAfter != hashes[i] {
+					return div("%s fragment changed weights", fc.Status)
+				}
+				continue
+			}
+			var inputs [][]byte
+			var idx []int
+			for k, in := range fc.Inputs {
+				if in.Rejected != "" {
+					continue
+				}
+				p, err := src.GetPayload(ctx, in.PayloadHash)
+				if err != nil {
+					return nil, fmt.Errorf("round %d fragment %d payload %s: %w", round.Round, i, in.PayloadHash, err)
+				}
+				if got := wire.SumBytes(p); got != in.PayloadHash {
+					return div("payload of %s hashes to %s, transcript says %s", in.TrainerDID, got, in.PayloadHash)
+				}
+				v, err := fragmentValues(frags[i], p)
+				if err != nil {
+					return div("payload of %s: %v", in.TrainerDID, err)
+				}
+				inputs = append(inputs, v)
+				idx = append(idx, k)
+			}
+			rule := RuleRef{Name: fc.Rule, Hash: fc.RuleHash, Params: fc.RuleParams}
+			agg, err := eng.Aggregate(ctx, AggregateInput{Rule: rule, Dtype: frags[i].Dtype, N: int(frags[i].N), Inputs: inputs})
+			if err != nil {
+				return div("aggregation failed: %v", err)
+			}
+			if h := wire.SumBytes(agg.Aggregate); h != fc.AggregateHash {
+				return div("aggregate hash %s, transcript says %s", h, fc.AggregateHash)
+			}
+			for j, k := range idx {
+				if sel := j < len(agg.Selected) && agg.Selected[j]; sel != fc.Inputs[k].Selected {
+					return div("input %s selected=%v, transcript says %v", fc.Inputs[k].TrainerDID, sel, fc.Inputs[k].Selected)
+				}
+			}
+			step, err := eng.OuterStep(ctx, OuterStepInput{Rule: RuleRef{Name: "Nesterov", Hash: fc.OuterHash}, Dtype: frags[i].Dtype, N: int(frags[i].N),
+				Weights: weights[i], Momentum: moms[i], Aggregate: agg.Aggregate, LR: o.LR, Beta: o.Momentum, Nesterov: o.Nesterov})
+			if err != nil {
+				return div("outer step failed: %v", err)
+			}
+			enc, err := encodeFragment(frags[i], step.Weights)
+			if err != nil {
+				return nil, err
+			}
+			weights[i], moms[i], hashes[i] = step.Weights, step.Momentum, wire.SumBytes(enc)
+			if hashes[i] != fc.WeightsAfter {
+				return div("weights after are %s, transcript says %s", hashes[i], fc.WeightsAfter)
+			}
+			if h := wire.SumBytes(step.Momentum); h != fc.MomentumAfter {
+				return div("momentum after is %s, transcript says %s", h, fc.MomentumAfter)
+			}
+			rep.Aggregations++
+		}
+		if m := ModelHash(hashes); m != round.ModelHash {
+			rep.Divergence = &Divergence{Round: round.Round, Fragment: -1, What: fmt.Sprintf("model hash %s, transcript says %s", m, round.ModelHash)}
+			return rep, nil
+		}
+		rep.Rounds++
+		if progress != nil {
+			progress(round.Round, len(rc.Transcript))
+		}
+	}
+	rep.FinalModelHash = ModelHash(hashes)
+	rep.Match = rep.FinalModelHash == rc.FinalModelHash
+	if !rep.Match {
+		rep.Divergence = &Divergence{Round: uint64(len(rc.Transcript)), Fragment: -1, What: "final model hash " + rep.FinalModelHash.String() + ", receipt says " + rc.FinalModelHash.String()}
+	}
+	return rep, nil
+}
