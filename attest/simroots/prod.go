@@ -1,0 +1,29 @@
+//go:build production
+
+package simroots
+
+import (
+	"crypto/ecdsa"
+	"crypto/x509"
+
+	sevtest "github.com/google/go-sev-guest/testing"
+	sevtrust "github.com/google/go-sev-guest/verify/trust"
+)
+
+// Available reports whether this build carries the simulated test roots.
+func Available() bool { return false }
+
+// Nitro returns the simulated Nitro root. Production builds have none.
+func Nitro() (*x509.Certificate, *ecdsa.PrivateKey, error) { return nil, nil, ErrProduction }
+
+// NitroPool returns the simulated Nitro root pool. Production builds have none.
+func NitroPool() (*x509.CertPool, error) { return nil, ErrProduction }
+
+// SNPSigner returns the simulated AMD signer. Production builds have none.
+func SNPSigner(productName string) (*sevtest.AmdSigner, error) { return nil, ErrProduction }
+
+// SNPRoots returns the simulated AMD roots. Production builds have none.
+func SNPRoots() (map[string][]*sevtrust.AMDRootCerts, error) { return nil, ErrProduction }
+
+// IsSNPSimulatedArk reports whether ark is a simulated ARK (never, here).
+func IsSNPSimulatedArk(*x509.Certificate) bool { return false }

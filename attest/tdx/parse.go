@@ -1,0 +1,117 @@
+package tdx
+
+import (
+	"encoding/hex"
+	"fmt"
+
+	"github.com/google/go-tdx-guest/abi"
+	"github.com/google/go-tdx-guest/pcs"
+	pb "github.com/google/go-tdx-guest/proto/tdx"
+	"github.com/google/go-tdx-guest/verify"
+)
+
+// MaxQuote bounds a quote.
+const MaxQuote = 32 << 10
+
+// body is what QuoteV4 and V5 bodies share.
+type body interface {
+	GetTeeTcbSvn() []byte
+	GetMrSeam() []byte
+	GetMrSignerSeam() []byte
+	GetTdAttributes() []byte
+	GetXfam() []byte
+	GetMrTd() []byte
+	GetMrConfigId() []byte
+	GetMrOwner() []byte
+	GetRtmrs() [][]byte
+	GetReportData() []byte
+}
+
+// Evidence is a parsed, not yet verified, quote.
+type Evidence struct {
+	Raw   []byte
+	Quote any // *pb.QuoteV4 or *pb.QuoteV5
+	Body  body
+	FMSPC string // from the PCK certificate, lower-case hex
+	CA    string // "platform" or "processor"
+}
+
+// Parse decodes a raw quote and reads the FMSPC of its PCK certificate.
+func Parse(raw []byte) (*Evidence, error) {
+	if len(raw) == 0 || len(raw) > MaxQuote {
+		return nil, fmt.Errorf("tdx quote is %d bytes, want 1..%d", len(raw), MaxQuote)
+	}
+	q, err := abi.QuoteToProto(raw)
+	if err != nil {
+		return nil, fmt.Errorf("tdx quote: %w", err)
+	}
+	if err := abi.CheckQuote(q); err != nil {
+		return nil, fmt.Errorf("tdx quote: %w", err)
+	}
+	ev := &Evidence{Raw: append([]byte(nil), raw...), Quote: q}
+	switch v := q.(type) {
+	case *pb.QuoteV4:
+		ev.Body = v.GetTdQuoteBody()
+	case *pb.QuoteV5:
+		b := v.GetTdQuoteBodyDescriptor().GetTdQuoteBodyV5()
+		if b == nil {
+			return nil, fmt.Errorf("tdx quote v5: body type %d is not a TD 1.5 report", v.GetTdQuoteBodyDescriptor().GetTdQuoteBodyType())
+		}
+		ev.Body = b
+	default:
+		return nil, fmt.Errorf("tdx quote: unsupported type %T", q)
+	}
+	chain, err := verify.ExtractChainFromQuote(q)
+	if err != nil {
+		return nil, fmt.Errorf("tdx quote PCK chain: %w", err)
+	}
+	ext, err := pcs.PckCertificateExtensions(chain.PCKCertificate)
+	if err != nil {
+		return nil, fmt.Errorf("tdx PCK certificate: %w", err)
+	}
+	ev.FMSPC = ext.FMSPC
+	switch chain.PCKCertificate.Issuer.CommonName {
+	case "Intel SGX PCK Platform CA":
+		ev.CA = "platform"
+	case "Intel SGX PCK Processor CA":
+		ev.CA = "processor"
+	default:
+		return nil, fmt.Errorf("tdx PCK certificate issuer %q unknown", chain.PCKCertificate.Issuer.CommonName)
+	}
+	return ev, nil
+}
+
+// Claims are what the quote says.
+type Claims struct {
+	Version      uint32   `json:"version"`
+	FMSPC        string   `json:"fmspc"`
+	MRTD         string   `json:"mrtd"`
+	RTMRs        []string `json:"rtmrs"`
+	MRSEAM       string   `json:"mrseam"`
+	MRConfigID   string   `json:"mrconfigid"`
+	MROwner      string   `json:"mrowner"`
+	TDAttributes string   `json:"td_attributes"`
+	Debug        bool     `json:"debug"`
+	TEETCBSVN    string   `json:"tee_tcb_svn"`
+	ReportData   string   `json:"report_data"`
+}
+
+// Claims extracts the claims of the quote.
+func (e *Evidence) Claims() Claims {
+	b := e.Body
+	c := Claims{FMSPC: e.FMSPC, MRTD: hex.EncodeToString(b.GetMrTd()), MRSEAM: hex.EncodeToString(b.GetMrSeam()),
+		MRConfigID: hex.EncodeToString(b.GetMrConfigId()), MROwner: hex.EncodeToString(b.GetMrOwner()),
+		TDAttributes: hex.EncodeToString(b.GetTdAttributes()), TEETCBSVN: hex.EncodeToString(b.GetTeeTcbSvn()),
+		ReportData: hex.EncodeToString(b.GetReportData())}
+	for _, r := range b.GetRtmrs() {
+		c.RTMRs = append(c.RTMRs, hex.EncodeToString(r))
+	}
+	c.Debug = IsDebug(b.GetTdAttributes())
+	if h, ok := e.Quote.(interface{ GetHeader() *pb.Header }); ok {
+		c.Version = h.GetHeader().GetVersion()
+	}
+	return c
+}
+
+// IsDebug reports the TD DEBUG attribute (bit 0 of TDATTRIBUTES).
+func IsDebug(attrs []byte) bool { return len(attrs) == 0 || attrs[0]&1 != 0 }

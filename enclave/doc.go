@@ -1,0 +1,13 @@
+// Package enclave is what runs inside a TEE: quote providers for TDX and
+// SEV-SNP (Linux configfs-tsm, /sys/kernel/config/tsm/report) and AWS Nitro
+// (/dev/nsm via github.com/hf/nsm), chosen by Detect; key custody for the
+// syncer's Ed25519 signing key (born inside, sealed with AES-256-GCM under a
+// provider-derived key, never written in clear, its public key bound in the
+// evidence); and the Confidential tier's key broker and dataset sealing.
+//
+// Simulated (simulated.go) is a clearly labelled provider for machines
+// without a TEE: it emits SEV-SNP reports and Nitro documents in the
+// vendors' exact binary formats, signed by test roots that verifiers accept
+// only under a policy with "allow_simulated": true. A build with the
+// `production` tag does not contain it.
+package enclave

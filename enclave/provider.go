@@ -1,0 +1,52 @@
+package enclave
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+
+	"github.com/tenzro/train/wire"
+)
+
+// Provider produces attestation evidence from the TEE it runs in.
+type Provider interface {
+	// Vendor is "tdx", "snp" or "nitro".
+	Vendor() string
+	// Simulated reports a provider without a real TEE.
+	Simulated() bool
+	// Evidence returns an attest.Envelope (JSON) whose report data binds
+	// reportData (first 32 bytes of REPORTDATA; Nitro user_data and nonce).
+	Evidence(ctx context.Context, reportData wire.Hash) ([]byte, error)
+	// SealingKey derives a 32-byte key bound to this TEE and label.
+	SealingKey(ctx context.Context, label string) ([]byte, error)
+}
+
+// Device paths probed by Detect.
+var (
+	TSMReportDir = "/sys/kernel/config/tsm/report"
+	TDXGuestDev  = "/dev/tdx_guest"
+	SEVGuestDev  = "/dev/sev-guest"
+	NSMDev       = "/dev/nsm"
+)
+
+// ErrNoTEE is returned by Detect on a machine without a supported TEE.
+var ErrNoTEE = errors.New("no TEE found (no /dev/nsm, /dev/tdx_guest, /dev/sev-guest or configfs-tsm)")
+
+// Detect chooses the provider of the TEE this process runs in.
+func Detect(ctx context.Context) (Provider, error) {
+	if exists(NSMDev) {
+		return &NitroProvider{}, nil
+	}
+	if exists(TDXGuestDev) {
+		return &TSMProvider{vendor: "tdx", dir: TSMReportDir}, nil
+	}
+	if exists(SEVGuestDev) {
+		return &TSMProvider{vendor: "snp", dir: TSMReportDir}, nil
+	}
+	return nil, ErrNoTEE
+}
+
+func exists(p string) bool { _, err := os.Stat(p); return err == nil }
+
+var errNoSealing = fmt.Errorf("sealing keys from this device are not implemented yet (needs the vendor's key-derivation ioctl)")

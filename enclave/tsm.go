@@ -1,0 +1,71 @@
+package enclave
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+
+	"github.com/tenzro/train/wire"
+)
+
+// TSMProvider gets TDX quotes or SEV-SNP reports through the Linux
+// configfs-tsm interface (/sys/kernel/config/tsm/report).
+type TSMProvider struct {
+	vendor string
+	dir    string
+}
+
+// Vendor implements Provider.
+func (p *TSMProvider) Vendor() string { return p.vendor }
+
+// Simulated implements Provider.
+func (p *TSMProvider) Simulated() bool { return false }
+
+// Evidence implements Provider: it creates a report entry, writes the
+// 64-byte inblob, reads outblob (and auxblob, SNP's certificate table).
+func (p *TSMProvider) Evidence(ctx context.Context, rd wire.Hash) ([]byte, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	entry, err := os.MkdirTemp(p.dir, "tenzro-")
+	if err != nil {
+		return nil, fmt.Errorf("configfs-tsm: %w", err)
+	}
+	defer os.Remove(entry)
+	in := make([]byte, 64)
+	copy(in, rd[:])
+	if err := os.WriteFile(filepath.Join(entry, "inblob"), in, 0o600); err != nil {
+		return nil, fmt.Errorf("configfs-tsm inblob: %w", err)
+	}
+	gen0, _ := os.ReadFile(filepath.Join(entry, "generation"))
+	out, err := os.ReadFile(filepath.Join(entry, "outblob"))
+	if err != nil {
+		return nil, fmt.Errorf("configfs-tsm outblob: %w", err)
+	}
+	gen1, _ := os.ReadFile(filepath.Join(entry, "generation"))
+	if g0, _ := strconv.Atoi(string(trim(gen0))); string(gen0) != "" && string(gen1) != "" {
+		if g1, _ := strconv.Atoi(string(trim(gen1))); g1 != g0+1 && g1 != g0 {
+			return nil, fmt.Errorf("configfs-tsm: report entry changed concurrently")
+		}
+	}
+	env := map[string]any{"vendor": p.vendor, "evidence": out}
+	if p.vendor == "snp" {
+		if aux, err := os.ReadFile(filepath.Join(entry, "auxblob")); err == nil && len(aux) > 0 {
+			env["cert_table"] = aux
+		}
+	}
+	return json.Marshal(env)
+}
+
+// SealingKey implements Provider.
+func (p *TSMProvider) SealingKey(context.Context, string) ([]byte, error) { return nil, errNoSealing }
+
+func trim(b []byte) []byte {
+	for len(b) > 0 && (b[len(b)-1] == '\n' || b[len(b)-1] == ' ') {
+		b = b[:len(b)-1]
+	}
+	return b
+}
