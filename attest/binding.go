@@ -13,7 +13,7 @@ import (
 
 // Domains of the binding.
 const (
-	DomainAttest    = "tenzro/train/attest/v1"
+	DomainAttest    = wire.DomainAttest
 	DomainAttestKey = "tenzro/train/attest/key/v1"
 )
 
@@ -23,7 +23,7 @@ const (
 // nonce. TDX and SNP carry it in the first 32 bytes of the 64-byte
 // REPORTDATA (the rest zero); Nitro carries it as user_data (and nonce).
 func ReportData(programHash wire.Hash, shard uint64, modelHash wire.Hash, trainerDID string, roundNonce []byte) wire.Hash {
-	return wire.NewCanon(DomainAttest).Hash(programHash).U64(shard).Hash(modelHash).Str(trainerDID).Bytes(roundNonce).Sum()
+	return wire.AttestReportData(programHash, shard, modelHash, trainerDID, roundNonce)
 }
 
 // KeyReportData binds a public key to evidence: SHA-256 of the canonical

@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -17,21 +18,37 @@ import (
 	"github.com/tenzro/train/wire/safetensors"
 )
 
-var binDir string
+var (
+	binDir   string
+	buildErr error
+	buildOne sync.Once
+)
+
+// build compiles both binaries once per test binary.
+func build(t *testing.T) {
+	t.Helper()
+	buildOne.Do(func() {
+		dir, err := os.MkdirTemp("", "tenzro-e2e-bin-")
+		if err != nil {
+			buildErr = err
+			return
+		}
+		binDir = dir
+		out, err := exec.Command("go", "build", "-o", dir+"/", "github.com/tenzro/train/cmd/tenzro", "github.com/tenzro/train/cmd/tenzro-node").CombinedOutput()
+		if err != nil {
+			buildErr = fmt.Errorf("go build: %v\n%s", err, out)
+		}
+	})
+	if buildErr != nil {
+		t.Fatal(buildErr)
+	}
+}
 
 func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "tenzro-e2e-bin-")
-	if err != nil {
-		panic(err)
-	}
-	binDir = dir
-	out, err := exec.Command("go", "build", "-o", dir+"/", "github.com/tenzro/train/cmd/tenzro", "github.com/tenzro/train/cmd/tenzro-node").CombinedOutput()
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "build: %v\n%s", err, out)
-		os.Exit(1)
-	}
 	code := m.Run()
-	os.RemoveAll(dir)
+	if binDir != "" {
+		os.RemoveAll(binDir)
+	}
 	os.Exit(code)
 }
 
@@ -348,6 +365,7 @@ func TestCLIRunAndKill9(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds binaries and runs two full flows")
 	}
+	build(t)
 	keys, trainers, sponsor := makeKeys(t, M+1)
 	a := scenario(t, keys, trainers, sponsor, nil)
 	b := scenario(t, keys, trainers, sponsor, []crashPoint{

@@ -1,6 +1,7 @@
 package syncer
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -30,8 +31,14 @@ func (n *Node) PostTask(ctx context.Context, p *wire.PostTaskParams) (*wire.Post
 	if _, err := did.Parse(spec.SponsorDID); err != nil {
 		return nil, Errf(KindInvalid, "spec: sponsor_did must be a resolvable DID to sign the posting: %v", err)
 	}
-	if spec.Tier != wire.TierOpen && n.cfg.Attestor == nil {
+	if spec.Tier != wire.TierOpen && (n.cfg.Attestor == nil || n.cfg.Nonces == nil) {
 		return nil, Errf(KindInvalid, "spec: tier %s needs attestation, which this node is not configured for", spec.Tier)
+	}
+	if spec.Tier == wire.TierConfidential && n.cfg.DatasetKeys == nil {
+		return nil, Errf(KindInvalid, "spec: tier Confidential needs a key broker, which this node is not configured for")
+	}
+	if spec.Tier != wire.TierOpen && len(spec.AttestationPolicy) == 0 {
+		return nil, Errf(KindInvalid, "spec: tier %s needs an attestation_policy", spec.Tier)
 	}
 	rule, err := n.eng.ResolveRule(ctx, spec.AggregationRef(), spec.AggregationParams, spec.Quorum, spec.TrainerCount)
 	if err != nil {
@@ -90,7 +97,13 @@ func (n *Node) PostTask(ctx context.Context, p *wire.PostTaskParams) (*wire.Post
 	}
 	n.log.Info("task posted", "task", spec.TaskID, "M", spec.TrainerCount, "K", spec.Quorum, "F", spec.Architecture.FragmentCount, "rule", rule.Name)
 	n.announce(ctx, Event{TaskID: spec.TaskID, Kind: "posted"})
-	return &wire.PostTaskResult{TaskID: spec.TaskID, SpecHash: specHash, Status: r.Status}, nil
+	res := &wire.PostTaskResult{TaskID: spec.TaskID, SpecHash: specHash, Status: r.Status}
+	if spec.Tier == wire.TierConfidential {
+		if res.DatasetKey, err = n.cfg.DatasetKeys.NewDatasetKey(spec.TaskID, spec.Tier, spec.AttestationPolicy); err != nil {
+			return nil, fmt.Errorf("dataset key for %s: %w", spec.TaskID, err)
+		}
+	}
+	return res, nil
 }
 
 func pluginSet(refs ...any) []wire.Hash {
@@ -296,7 +309,7 @@ func (n *Node) Enroll(ctx context.Context, p *wire.EnrollParams) (*wire.EnrollRe
 		return nil, err
 	}
 	if r.spec.Tier != wire.TierOpen {
-		dg, err := n.checkEvidence(ctx, r, p.Attestation, p.TrainerDID, 0, enrolNonce(p))
+		dg, err := n.checkEvidence(ctx, r, p.Attestation, p.TrainerDID, 0, r.InitModel)
 		if err != nil {
 			return nil, err
 		}
@@ -332,8 +345,6 @@ func (n *Node) Enroll(ctx context.Context, p *wire.EnrollParams) (*wire.EnrollRe
 	n.log.Info("trainer enrolled", "task", p.TaskID, "trainer", p.TrainerDID, "status", t.Status, "active", r.countActive())
 	return &wire.EnrollResult{TaskID: p.TaskID, TrainerDID: p.TrainerDID, Status: t.Status, Shards: orEmpty(t.Shards), FromRound: t.JoinedRound, RunStatus: r.Status}, nil
 }
-
-func enrolNonce(p *wire.EnrollParams) []byte { return p.Preimage() }
 
 // Leave implements Service: the stake is refunded (minus slashes) at once;
 // accepted work still earns its share at seal.
@@ -424,6 +435,7 @@ func (n *Node) maybeStart(ctx context.Context, b *Batch, r *runState) error {
 	r.Status = wire.StatusRunning
 	r.Round = 0
 	r.RoundMs = n.now().UnixMilli()
+	r.RoundModel = r.InitModel
 	r.assignShards()
 	n.log.Info("run started", "task", r.spec.TaskID, "syncer", r.Syncer)
 	return nil
@@ -469,18 +481,60 @@ func (n *Node) announce(ctx context.Context, ev Event) {
 	}
 }
 
-// checkEvidence runs the attestor for Verified/Confidential tiers.
-func (n *Node) checkEvidence(ctx context.Context, r *runState, ev json.RawMessage, trainer string, shard uint64, nonce []byte) (wire.Hash, error) {
-	if n.cfg.Attestor == nil {
+// checkEvidence runs the attestor for Verified/Confidential tiers: the
+// claim's nonce must be one this node issued to the trainer for this run
+// (consumed here), and the evidence must bind AttestReportData of the
+// claimed program, the trainer's shard, the round's model and that nonce.
+func (n *Node) checkEvidence(ctx context.Context, r *runState, raw json.RawMessage, trainer string, shard uint64, model wire.Hash) (wire.Hash, error) {
+	if n.cfg.Attestor == nil || n.cfg.Nonces == nil {
 		return wire.Hash{}, Errf(KindAttestation, "tier %s needs attestation, which this node is not configured for", r.spec.Tier)
 	}
-	if len(ev) == 0 {
+	if len(raw) == 0 {
 		return wire.Hash{}, Errf(KindAttestation, "tier %s: attestation evidence is required", r.spec.Tier)
 	}
-	rd := wire.NewCanon("tenzro/train/attest/v1").Str(trainer).U64(shard).Hash(r.SpecHash).Bytes(nonce).Sum()
-	dg, err := n.cfg.Attestor.CheckEvidence(ctx, r.spec.Tier, r.spec.AttestationPolicy, ev, rd)
+	var claim wire.AttestationClaim
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&claim); err != nil {
+		return wire.Hash{}, Errf(KindInvalid, "attestation: %v", err)
+	}
+	if err := n.cfg.Nonces.Consume(ctx, nonceScope(r.spec.TaskID, trainer), claim.Nonce); err != nil {
+		return wire.Hash{}, Errf(KindAttestation, "attestation refused: check binding.nonce failed: %v", err)
+	}
+	rd := wire.AttestReportData(claim.ProgramHash, shard, model, trainer, claim.Nonce)
+	dg, err := n.cfg.Attestor.CheckEvidence(ctx, r.spec.Tier, r.spec.AttestationPolicy, claim.Envelope, rd)
 	if err != nil {
+		if KindOf(err) == KindAttestation {
+			return wire.Hash{}, err
+		}
 		return wire.Hash{}, Errf(KindAttestation, "attestation refused: %v", err)
 	}
 	return dg, nil
+}
+
+func nonceScope(task, trainer string) string { return task + "/" + trainer }
+
+// AttestNonce implements Service.
+func (n *Node) AttestNonce(ctx context.Context, p wire.NonceParams) (*wire.NonceResult, error) {
+	if n.cfg.Nonces == nil {
+		return nil, Errf(KindDisabled, "this node does not issue attestation nonces (no attestor configured)")
+	}
+	r, err := n.load(ctx, p.TaskID)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := did.Parse(p.DID); err != nil {
+		return nil, Errf(KindInvalid, "did: %v", err)
+	}
+	res := &wire.NonceResult{Round: r.Round, ModelHash: r.InitModel}
+	if r.Status == wire.StatusRunning {
+		res.ModelHash = r.RoundModel
+		if t := r.trainer(p.DID); t != nil && len(t.Shards) > 0 {
+			res.Shard = uint64(t.Shards[0])
+		}
+	}
+	if res.Nonce, err = n.cfg.Nonces.Issue(ctx, nonceScope(p.TaskID, p.DID)); err != nil {
+		return nil, err
+	}
+	return res, nil
 }

@@ -27,6 +27,13 @@ type Config struct {
 	Engine   Engine
 	Signer   Signer
 	Attestor Attestor // nil: Verified/Confidential runs are refused
+	// Nonces issues and consumes single-use round nonces for evidence
+	// (attest.NonceStore); required with Attestor.
+	Nonces NonceStore
+	// DatasetKeys is the Confidential tier's key broker (enclave.Broker): at
+	// posting it makes the run's dataset key, which only the sponsor receives
+	// and only evidence passing the run's policy can later have released.
+	DatasetKeys DatasetKeys
 	// Dev enables the faucet and registers this node as the only syncer candidate.
 	Dev    bool
 	Role   string
@@ -42,4 +49,15 @@ type Event struct {
 	Kind   string // posted, started, round_committed, sealed, submission
 	Round  uint64
 	Detail any
+}
+
+// NonceStore issues single-use nonces per scope (attest.NonceStore).
+type NonceStore interface {
+	Issue(ctx context.Context, scope string) ([]byte, error)
+	Consume(ctx context.Context, scope string, nonce []byte) error
+}
+
+// DatasetKeys creates a Confidential run's dataset key (enclave.Broker).
+type DatasetKeys interface {
+	NewDatasetKey(taskID, tier string, policy []byte) ([]byte, error)
 }

@@ -90,7 +90,7 @@ func (n *Node) Submit(ctx context.Context, g *wire.OuterGradient) (*wire.SubmitR
 		if len(t.Shards) > 0 {
 			shard = uint64(t.Shards[0])
 		}
-		attDigest, err = n.checkEvidence(ctx, r, g.Attestation, g.TrainerDID, shard, g.Preimage())
+		attDigest, err = n.checkEvidence(ctx, r, g.Attestation, g.TrainerDID, shard, r.RoundModel)
 		if err != nil {
 			return nil, err
 		}
@@ -575,6 +575,7 @@ func (n *Node) closeRound(ctx context.Context, b *Batch, r *runState) error {
 	} else {
 		r.Round++
 		r.RoundMs = n.now().UnixMilli()
+		r.RoundModel = rc.ModelHash
 		r.Joined = joinedNext // recorded in the next round's commit
 		r.assignShards()
 	}

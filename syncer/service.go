@@ -28,6 +28,8 @@ type Service interface {
 	RegisterSyncer(ctx context.Context, p *wire.RegisterSyncerParams) (*wire.SyncerCandidate, error)
 	ListSyncers(ctx context.Context) ([]wire.SyncerCandidate, error)
 	Info(ctx context.Context) wire.NodeInfo
+	// AttestNonce issues the single-use nonce a trainer's next evidence binds.
+	AttestNonce(ctx context.Context, p wire.NonceParams) (*wire.NonceResult, error)
 }
 
 // Kind classifies a refusal so the RPC layer can map it to an error code.

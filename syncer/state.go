@@ -23,10 +23,13 @@ type runState struct {
 	HasInit   bool            `json:"has_init"`
 	InitModel wire.Hash       `json:"init_model"`
 	InitFile  wire.Hash       `json:"init_file"`
-	Rule      RuleRef         `json:"rule"`
-	Verifiers []RuleRef       `json:"verifiers"`
-	Outer     RuleRef         `json:"outer"`
-	Roots     []wire.Hash     `json:"round_roots"` // round commit hashes
+	// RoundModel is the model hash at the start of the current round (what
+	// Verified-tier evidence binds).
+	RoundModel wire.Hash   `json:"round_model"`
+	Rule       RuleRef     `json:"rule"`
+	Verifiers  []RuleRef   `json:"verifiers"`
+	Outer      RuleRef     `json:"outer"`
+	Roots      []wire.Hash `json:"round_roots"` // round commit hashes
 	// Membership and evidence changes of the current round, recorded in its commit.
 	Joined        []string    `json:"joined"`
 	Left          []string    `json:"left"`

@@ -74,6 +74,9 @@ type PostTaskResult struct {
 	TaskID   string `json:"task_id"`
 	SpecHash Hash   `json:"spec_hash"`
 	Status   string `json:"status"`
+	// DatasetKey is the Confidential tier's AES-256-GCM dataset key, returned
+	// once to the sponsor who signed the posting.
+	DatasetKey []byte `json:"dataset_key,omitempty"`
 }
 
 // SetInitWeightsParams is tenzro_training_setInitWeights.
@@ -303,4 +306,31 @@ type PublishPluginParams struct {
 // Preimage is the signing preimage.
 func (p *PublishPluginParams) Preimage() []byte {
 	return RequestPreimage(MethodPublishPlugin, p.DID, p.Nonce, func(c *Canon) { c.Hash(SumBytes(p.Module)) })
+}
+
+// AttestationClaim is the `attestation` member of enrolments and submissions
+// in Verified and Confidential tiers. The evidence's report data must equal
+// AttestReportData(ProgramHash, shard, model, trainer DID, Nonce), where the
+// shard is the trainer's first shard this round (0 at enrolment), the model
+// is the model hash at the start of the round (the initial model at
+// enrolment) and Nonce is single-use, from tenzro_attest_getNonce.
+type AttestationClaim struct {
+	Envelope    json.RawMessage `json:"envelope"`
+	Nonce       []byte          `json:"nonce"`
+	ProgramHash Hash            `json:"program_hash"`
+}
+
+// NonceParams is tenzro_attest_getNonce.
+type NonceParams struct {
+	TaskID string `json:"task_id"`
+	DID    string `json:"did"`
+}
+
+// NonceResult answers getNonce.
+type NonceResult struct {
+	Nonce []byte `json:"nonce"`
+	// Shard and ModelHash are what the evidence must bind this round.
+	Shard     uint64 `json:"shard"`
+	ModelHash Hash   `json:"model_hash"`
+	Round     uint64 `json:"round"`
 }

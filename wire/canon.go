@@ -62,3 +62,13 @@ func (c *Canon) Out() []byte { return c.b }
 
 // Sum returns SHA-256 of the encoded bytes.
 func (c *Canon) Sum() Hash { return sha256.Sum256(c.b) }
+
+// DomainAttest tags the Verified-tier evidence binding.
+const DomainAttest = "tenzro/train/attest/v1"
+
+// AttestReportData is the Verified-tier binding carried in evidence report
+// data (DESIGN §6): SHA-256(Str(DomainAttest) ‖ Hash(program) ‖ U64(shard) ‖
+// Hash(model) ‖ Str(trainer DID) ‖ Bytes(round nonce)).
+func AttestReportData(programHash Hash, shard uint64, modelHash Hash, trainerDID string, roundNonce []byte) Hash {
+	return NewCanon(DomainAttest).Hash(programHash).U64(shard).Hash(modelHash).Str(trainerDID).Bytes(roundNonce).Sum()
+}
