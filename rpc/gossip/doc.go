@@ -1,0 +1,19 @@
+// Package gossip is the node's peer-to-peer layer (DESIGN §7): a libp2p host
+// running gossipsub on two topics and a stream protocol for payloads.
+//
+//   - TopicTraining ("tenzro/training/1.0.0") carries SubmissionAnnouncement
+//     and FragmentAnnouncement; TopicSyncer ("tenzro/training/syncer/1.0.0")
+//     carries SyncerStatus. Messages are small strict JSON (MaxMessageSize).
+//   - Topic validators decode, check shape and verify the DID signature of
+//     every message before it is delivered or forwarded; invalid messages are
+//     rejected and counted (Stats).
+//   - Payloads (outer gradients, fragment weights) never ride on gossip: they
+//     move by SHA-256 over BlobProtocol ("/tenzro/blob/1.0.0"), and the
+//     fetcher checks the size limit and the hash.
+//   - Forwarder and Receiver let a trainer's light-client node forward its
+//     submissions to the syncer's node.
+//
+// The package holds no business rules: whether a submission is acceptable or
+// a status comes from the elected syncer is decided by the handlers the node
+// wires in. The wire format is specified in docs/protocol/gossip.md.
+package gossip

@@ -1,0 +1,214 @@
+package gossip
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	pubsub "github.com/libp2p/go-libp2p-pubsub"
+
+	"github.com/tenzro/train/wire"
+	"github.com/tenzro/train/wire/did"
+)
+
+// A trainer's light-client node and a syncer's node cooperate like this:
+// the trainer's node hands each OuterGradient to a Forwarder, which keeps
+// the payload for serving and announces it on TopicTraining; the syncer's
+// node runs a Receiver, which on each announcement fetches the payload from
+// the announcing peer and calls the node's submit path.
+
+// ErrAttestationNotForwarded: a submission with attestation evidence must be
+// sent over JSON-RPC; announcements do not carry evidence yet.
+var ErrAttestationNotForwarded = errors.New("submissions with attestation evidence are not forwarded over gossip")
+
+// Forwarder announces locally submitted outer gradients.
+type Forwarder struct{ n *Node }
+
+// NewForwarder returns a Forwarder publishing through n.
+func NewForwarder(n *Node) *Forwarder { return &Forwarder{n: n} }
+
+// Forward checks g (payload hash, size, signature), keeps its payload in
+// the node's blob cache for serving over BlobProtocol, and publishes its
+// announcement. It returns the announcement published.
+func (f *Forwarder) Forward(ctx context.Context, g *wire.OuterGradient) (SubmissionAnnouncement, error) {
+	if len(g.Attestation) > 0 {
+		return SubmissionAnnouncement{}, fmt.Errorf("gossip: forward: %w", ErrAttestationNotForwarded)
+	}
+	if size := int64(len(g.GradientPayload)); size == 0 || size > f.n.maxBlob {
+		return SubmissionAnnouncement{}, fmt.Errorf("gossip: forward: payload of %d bytes, want 1..%d", size, f.n.maxBlob)
+	}
+	if wire.SumBytes(g.GradientPayload) != g.PayloadHash {
+		return SubmissionAnnouncement{}, fmt.Errorf("gossip: forward: payload_hash %s does not match the payload", g.PayloadHash)
+	}
+	a := AnnouncementFor(g)
+	if err := a.Verify(f.n.maxBlob); err != nil {
+		return SubmissionAnnouncement{}, fmt.Errorf("gossip: forward: %w", err)
+	}
+	if err := f.n.cache.put(g.PayloadHash, bytes.Clone(g.GradientPayload)); err != nil {
+		return SubmissionAnnouncement{}, fmt.Errorf("gossip: forward: %w", err)
+	}
+	if err := f.n.PublishSubmission(ctx, a); err != nil {
+		return SubmissionAnnouncement{}, err
+	}
+	return a, nil
+}
+
+// SubmitFunc is the syncer node's submit path, e.g. the service's
+// submitOuterGradient. Its errors (duplicate, wrong round, …) are logged and
+// counted; they do not stop the Receiver.
+type SubmitFunc func(ctx context.Context, g *wire.OuterGradient) error
+
+// ReceiverOptions tune a Receiver. The zero value is usable.
+type ReceiverOptions struct {
+	// Filter, when set, selects the announcements to act on (e.g. runs this
+	// node is the syncer of). Others are skipped without fetching.
+	Filter func(SubmissionAnnouncement) bool
+	// Concurrency bounds fetch+submit in flight (default 4).
+	Concurrency int
+	// Timeout bounds one fetch+submit (default 2 minutes).
+	Timeout time.Duration
+}
+
+// Receiver turns announcements into submissions. It has its own
+// subscription to TopicTraining, so it sees only validated messages.
+type Receiver struct {
+	n      *Node
+	submit SubmitFunc
+	opts   ReceiverOptions
+	sub    *pubsub.Subscription
+	sem    chan struct{}
+	wg     sync.WaitGroup
+	log    *slog.Logger
+
+	mu   sync.Mutex
+	seen map[receiverKey]bool
+}
+
+type receiverKey struct {
+	task, trainer   string
+	round, fragment uint64
+	hash            wire.Hash
+}
+
+// maxSeen bounds the Receiver's memory of handled announcements; it is
+// reset when full (the submit path rejects duplicates anyway).
+const maxSeen = 1 << 16
+
+// NewReceiver starts a Receiver on n that calls submit for each announced
+// submission whose payload it could fetch and check. Close stops it.
+func (n *Node) NewReceiver(submit SubmitFunc, opts ReceiverOptions) (*Receiver, error) {
+	if submit == nil {
+		return nil, errors.New("gossip: receiver needs a submit function")
+	}
+	if opts.Concurrency <= 0 {
+		opts.Concurrency = 4
+	}
+	if opts.Timeout <= 0 {
+		opts.Timeout = blobTimeout
+	}
+	sub, err := n.topics[TopicTraining].Subscribe()
+	if err != nil {
+		return nil, fmt.Errorf("gossip: receiver: subscribe: %w", err)
+	}
+	r := &Receiver{n: n, submit: submit, opts: opts, sub: sub, sem: make(chan struct{}, opts.Concurrency),
+		log: n.log.With("part", "receiver"), seen: map[receiverKey]bool{}}
+	r.wg.Add(1)
+	go r.loop()
+	return r, nil
+}
+
+// Close stops the Receiver and waits for work in flight.
+func (r *Receiver) Close() {
+	r.sub.Cancel()
+	r.wg.Wait()
+}
+
+func (r *Receiver) loop() {
+	defer r.wg.Done()
+	for {
+		m, err := r.sub.Next(r.n.ctx)
+		if err != nil {
+			return
+		}
+		a, ok := m.ValidatorData.(*SubmissionAnnouncement)
+		if !ok || m.GetFrom() == r.n.h.ID() {
+			continue
+		}
+		if r.opts.Filter != nil && !r.opts.Filter(*a) {
+			continue
+		}
+		k := receiverKey{a.TaskID, a.TrainerDID, a.Round, a.FragmentIndex, a.PayloadHash}
+		r.mu.Lock()
+		dup := r.seen[k]
+		if len(r.seen) >= maxSeen {
+			clear(r.seen)
+		}
+		r.seen[k] = true
+		r.mu.Unlock()
+		if dup {
+			continue
+		}
+		select {
+		case r.sem <- struct{}{}:
+		case <-r.n.ctx.Done():
+			return
+		}
+		r.wg.Add(1)
+		go func() {
+			defer r.wg.Done()
+			defer func() { <-r.sem }()
+			r.handle(*a, m.GetFrom().String(), m.ReceivedFrom.String())
+		}()
+	}
+}
+
+// forget lets a later announcement of a failed fetch be tried again.
+func (r *Receiver) forget(a SubmissionAnnouncement) {
+	r.mu.Lock()
+	delete(r.seen, receiverKey{a.TaskID, a.TrainerDID, a.Round, a.FragmentIndex, a.PayloadHash})
+	r.mu.Unlock()
+}
+
+func (r *Receiver) handle(a SubmissionAnnouncement, from, via string) {
+	ctx, cancel := context.WithTimeout(r.n.ctx, r.opts.Timeout)
+	defer cancel()
+	limit := min(a.PayloadSize, r.n.maxBlob)
+	payload, err := r.n.fetchBlob(ctx, from, a.PayloadHash, limit, a.PayloadSize)
+	if err != nil && via != from {
+		// The publisher may be unreachable from here; the peer that
+		// forwarded the announcement may have fetched it.
+		payload, err = r.n.fetchBlob(ctx, via, a.PayloadHash, limit, a.PayloadSize)
+	}
+	if err != nil {
+		r.forget(a)
+		r.n.c.receiverSubmitFails.Add(1)
+		r.log.Warn("announced payload unavailable", "task", a.TaskID, "trainer", a.TrainerDID, "round", a.Round,
+			"fragment", a.FragmentIndex, "err", err)
+		return
+	}
+	// Serve it on: peers that got the announcement through us can fetch
+	// from us when the publisher is out of their reach.
+	_ = r.n.cache.put(a.PayloadHash, payload)
+	// Re-check the signature against the payload we now hold (the validator
+	// checked it against the announcement; the hash ties the two).
+	if err := did.Verify(a.TrainerDID, a.Preimage(), a.Signature); err != nil {
+		r.n.c.receiverSubmitFails.Add(1)
+		return
+	}
+	g := &wire.OuterGradient{
+		TaskID: a.TaskID, TrainerDID: a.TrainerDID, Round: a.Round, FragmentIndex: a.FragmentIndex,
+		GradientPayload: payload, PayloadHash: a.PayloadHash, Signature: a.Signature,
+	}
+	if err := r.submit(ctx, g); err != nil {
+		r.n.c.receiverSubmitFails.Add(1)
+		r.log.Info("forwarded submission refused", "task", a.TaskID, "trainer", a.TrainerDID, "round", a.Round,
+			"fragment", a.FragmentIndex, "err", err)
+		return
+	}
+	r.n.c.receiverSubmitted.Add(1)
+	r.log.Debug("forwarded submission accepted", "task", a.TaskID, "trainer", a.TrainerDID, "round", a.Round, "fragment", a.FragmentIndex)
+}
