@@ -183,11 +183,11 @@ func (c *Checker) Verify(ctx context.Context, envelope []byte, p *Policy, at tim
 		if p != nil {
 			statuses = p.TDX.TCBStatus
 		}
-		v, err := tdx.Verify(ctx, ev, tdx.VerifyOptions{Now: at, Collateral: col, TCBStatuses: statuses}, &checks)
+		v, err := tdx.Verify(ctx, ev, tdx.VerifyOptions{Now: at, Collateral: col, TCBStatuses: statuses, AllowSimulated: allowSim}, &checks)
 		if err != nil {
 			return fail(err)
 		}
-		res.TCBStatus = v.TCBStatus
+		res.TCBStatus, res.Simulated = v.TCBStatus, v.Simulated
 		if err := tdx.ValidateDebug(ev, &checks); err != nil {
 			return fail(err)
 		}

@@ -6,7 +6,8 @@
 // attest/nitro; this package holds the vendor-tagged evidence envelope
 // (EVIDENCE.md), the policy format, the binding (ReportData, KeyReportData),
 // single-use round nonces (NonceStore) and the Checker that implements
-// syncer.Attestor. Nothing inside evidence is trusted as a root: roots are
+// syncer.Attestor, and the Service the RPC layer serves (nonces, evidence by
+// digest on a syncer.KV, policy templates). Nothing inside evidence is trusted as a root: roots are
 // pinned in code, and the simulated test roots exist only in builds without
 // the `production` tag and only for policies with "allow_simulated": true.
 package attest

@@ -9,6 +9,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -21,7 +22,8 @@ import (
 func simPolicy(allowSim bool) []byte {
 	m := hex.EncodeToString(SimulatedMeasurement)
 	s := `{"version":1,"allow_simulated":` + map[bool]string{true: "true", false: "false"}[allowSim] +
-		`,"snp":{"measurement":["` + m + `"],"smt_allowed":true,"vmpl":0},"nitro":{"pcr0":["` + m + `"],"max_age":"5m"}}`
+		`,"snp":{"measurement":["` + m + `"],"smt_allowed":true,"vmpl":0},"nitro":{"pcr0":["` + m + `"],"max_age":"5m"}` +
+		`,"tdx":{"mrtd":["` + m + `"],"rtmr0":["` + hex.EncodeToString(SimulatedRTMR(0)) + `"],"mrseam":["` + hex.EncodeToString(SimulatedMRSEAM()) + `"],"tcb_status":["UpToDate"]}}`
 	return []byte(s)
 }
 
@@ -29,7 +31,7 @@ func TestVerifiedTierEndToEnd(t *testing.T) {
 	ctx := context.Background()
 	now := time.Date(2025, 6, 1, 12, 0, 0, 0, time.UTC)
 	clock := func() time.Time { return now }
-	for _, vendor := range []string{"snp", "nitro"} {
+	for _, vendor := range []string{"tdx", "snp", "nitro"} {
 		t.Run(vendor, func(t *testing.T) {
 			prov, err := NewSimulated(vendor, t.TempDir(), clock)
 			if err != nil {
@@ -64,14 +66,14 @@ func TestVerifiedTierEndToEnd(t *testing.T) {
 			}
 			// Wrong binding (other shard).
 			other := attest.ReportData(prog, 4, model, trainer.DID.String(), nonce)
-			if _, err := attest.NewChecker(attest.Options{Clock: clock}).CheckEvidence(ctx, wire.TierVerified, simPolicy(true), ev, other); err == nil {
-				t.Fatal("wrong binding accepted")
+			if _, err := attest.NewChecker(attest.Options{Clock: clock}).CheckEvidence(ctx, wire.TierVerified, simPolicy(true), ev, other); err == nil ||
+				!strings.Contains(err.Error(), "check binding.report_data failed") {
+				t.Fatalf("wrong binding: %v", err)
 			}
 			// Production policy (no allow_simulated).
-			if _, err := attest.NewChecker(attest.Options{Clock: clock}).CheckEvidence(ctx, wire.TierVerified, simPolicy(false), ev, rd); err == nil {
-				t.Fatal("simulated evidence accepted without allow_simulated")
-			} else {
-				t.Logf("production policy: %v", err)
+			if _, err := attest.NewChecker(attest.Options{Clock: clock}).CheckEvidence(ctx, wire.TierVerified, simPolicy(false), ev, rd); err == nil ||
+				!strings.Contains(err.Error(), "check "+vendor+".simulated failed") {
+				t.Fatalf("simulated evidence without allow_simulated: %v", err)
 			}
 			// Key custody: sealed, reloaded, evidence binds the key.
 			path := filepath.Join(t.TempDir(), "syncer.sealed")
@@ -99,39 +101,59 @@ func TestConfidentialTier(t *testing.T) {
 	ctx := context.Background()
 	now := time.Date(2025, 6, 1, 12, 0, 0, 0, time.UTC)
 	clock := func() time.Time { return now }
-	prov, _ := NewSimulated("snp", t.TempDir(), clock)
-	b := NewBroker(attest.NewChecker(attest.Options{Clock: clock}), attest.NewNonceStore(nil, time.Minute, clock))
-	key, err := b.NewDatasetKey("task", wire.TierConfidential, simPolicy(true))
-	if err != nil {
-		t.Fatal(err)
-	}
-	data := []byte("secret timeseries")
-	ct, _ := EncryptDataset(key, "task", data)
-	priv, _ := ecdh.X25519().GenerateKey(rand.Reader)
-	request := func(policyOK bool) (*WrappedKey, error) {
-		n, _ := b.Nonce(ctx, "task")
-		rd := attest.KeyReportData(PurposeDatasetKey, priv.PublicKey().Bytes(), n)
-		if !policyOK {
-			rd = wire.SumBytes([]byte("unbound"))
-		}
-		ev, _ := prov.Evidence(ctx, rd)
-		return b.Release(ctx, &KeyRequest{TaskID: "task", Evidence: ev, RecipientKey: priv.PublicKey().Bytes(), Nonce: n})
-	}
-	if _, err := request(false); err == nil {
-		t.Fatal("key released to evidence not bound to the recipient key")
-	} else {
-		t.Logf("refused: %v", err)
-	}
-	w, err := request(true)
-	if err != nil {
-		t.Fatal(err)
-	}
-	k, err := Unwrap(priv, "task", w)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pt, err := DecryptDataset(k, "task", ct)
-	if err != nil || string(pt) != string(data) {
-		t.Fatalf("decrypt: %v", err)
+	for _, vendor := range []string{"tdx", "snp", "nitro"} {
+		t.Run(vendor, func(t *testing.T) {
+			prov, err := NewSimulated(vendor, t.TempDir(), clock)
+			if err != nil {
+				t.Fatal(err)
+			}
+			b := NewBroker(attest.NewChecker(attest.Options{Clock: clock}), attest.NewNonceStore(nil, time.Minute, clock))
+			key, err := b.NewDatasetKey("task", wire.TierConfidential, simPolicy(true))
+			if err != nil {
+				t.Fatal(err)
+			}
+			data := []byte("secret timeseries")
+			ct, _ := EncryptDataset(key, "task", data)
+			priv, _ := ecdh.X25519().GenerateKey(rand.Reader)
+			request := func(bound bool) (*WrappedKey, error) {
+				n, _ := b.Nonce(ctx, "task")
+				rd := attest.KeyReportData(PurposeDatasetKey, priv.PublicKey().Bytes(), n)
+				if !bound {
+					rd = wire.SumBytes([]byte("unbound"))
+				}
+				ev, err := prov.Evidence(ctx, rd)
+				if err != nil {
+					t.Fatal(err)
+				}
+				return b.Release(ctx, &KeyRequest{TaskID: "task", Evidence: ev, RecipientKey: priv.PublicKey().Bytes(), Nonce: n})
+			}
+			if _, err := request(false); attest.FailedCheck(err) != "binding.report_data" && !strings.Contains(err.Error(), "binding.report_data") {
+				t.Fatalf("key released to evidence not bound to the recipient key: %v", err)
+			}
+			w, err := request(true)
+			if err != nil {
+				t.Fatal(err)
+			}
+			k, err := Unwrap(priv, "task", w)
+			if err != nil {
+				t.Fatal(err)
+			}
+			pt, err := DecryptDataset(k, "task", ct)
+			if err != nil || string(pt) != string(data) {
+				t.Fatalf("decrypt: %v", err)
+			}
+			// A broker whose policy does not allow simulated evidence
+			// releases nothing to the same enclave.
+			strict := NewBroker(attest.NewChecker(attest.Options{Clock: clock}), attest.NewNonceStore(nil, time.Minute, clock))
+			if _, err := strict.NewDatasetKey("task", wire.TierConfidential, simPolicy(false)); err != nil {
+				t.Fatal(err)
+			}
+			n, _ := strict.Nonce(ctx, "task")
+			ev, _ := prov.Evidence(ctx, attest.KeyReportData(PurposeDatasetKey, priv.PublicKey().Bytes(), n))
+			if _, err := strict.Release(ctx, &KeyRequest{TaskID: "task", Evidence: ev, RecipientKey: priv.PublicKey().Bytes(), Nonce: n}); err == nil ||
+				!strings.Contains(err.Error(), vendor+".simulated") {
+				t.Fatalf("strict broker: %v", err)
+			}
+		})
 	}
 }

@@ -41,4 +41,8 @@ func (NitroProvider) Evidence(ctx context.Context, rd wire.Hash) ([]byte, error)
 }
 
 // SealingKey implements Provider.
-func (NitroProvider) SealingKey(context.Context, string) ([]byte, error) { return nil, errNoSealing }
+// Nitro has no local sealing primitive: ErrNoLocalSealing (use the key
+// broker).
+func (NitroProvider) SealingKey(context.Context, string) ([]byte, error) {
+	return nil, fmt.Errorf("nitro sealing key: %w", ErrNoLocalSealing)
+}

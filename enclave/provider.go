@@ -3,7 +3,6 @@ package enclave
 import (
 	"context"
 	"errors"
-	"fmt"
 	"os"
 
 	"github.com/tenzro/train/wire"
@@ -48,5 +47,3 @@ func Detect(ctx context.Context) (Provider, error) {
 }
 
 func exists(p string) bool { _, err := os.Stat(p); return err == nil }
-
-var errNoSealing = fmt.Errorf("sealing keys from this device are not implemented yet (needs the vendor's key-derivation ioctl)")

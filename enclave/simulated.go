@@ -21,6 +21,7 @@ import (
 
 	"github.com/fxamacker/cbor/v2"
 	"github.com/google/go-sev-guest/abi"
+	"github.com/google/go-sev-guest/kds"
 	sevtest "github.com/google/go-sev-guest/testing"
 	"github.com/hf/nitrite"
 	"golang.org/x/crypto/hkdf"
@@ -44,18 +45,44 @@ type Simulated struct {
 	vendor string
 	dir    string
 	clock  func() time.Time
+	opts   SimulatedOptions
 }
 
-// NewSimulated returns a simulated provider for vendor "snp" or "nitro".
-// dir holds its sealing-key file (labelled SIMULATED); clock nil is time.Now.
+// SimulatedOptions tunes a simulated provider (tests use them to make
+// evidence a verifier must refuse).
+type SimulatedOptions struct {
+	// SNPProductLine is the AMD product line ("Milan", "Genoa", "Turin")
+	// whose simulated VCEK signs SEV-SNP reports; "" is Milan.
+	SNPProductLine string
+	// Debug makes debuggable evidence: the TD DEBUG attribute (TDX), the
+	// guest policy's debug bit (SEV-SNP), an all-zero PCR0 (Nitro).
+	Debug bool
+}
+
+// NewSimulated returns a simulated provider for vendor "tdx", "snp" or
+// "nitro". dir holds its sealing-key file (labelled SIMULATED); clock nil
+// is time.Now.
 func NewSimulated(vendor, dir string, clock func() time.Time) (*Simulated, error) {
-	if vendor != "snp" && vendor != "nitro" {
-		return nil, fmt.Errorf("simulated provider: vendor %q not supported (snp, nitro; simulated TDX quotes are not implemented)", vendor)
+	return NewSimulatedWith(vendor, dir, clock, SimulatedOptions{})
+}
+
+// NewSimulatedWith is NewSimulated with options.
+func NewSimulatedWith(vendor, dir string, clock func() time.Time, opts SimulatedOptions) (*Simulated, error) {
+	switch vendor {
+	case "tdx", "snp", "nitro":
+	default:
+		return nil, fmt.Errorf("simulated provider: vendor %q (want tdx, snp or nitro)", vendor)
+	}
+	if opts.SNPProductLine == "" {
+		opts.SNPProductLine = "Milan"
+	}
+	if _, ok := simroots.SNPProductNames[opts.SNPProductLine]; !ok {
+		return nil, fmt.Errorf("simulated provider: SNP product line %q (want Milan, Genoa or Turin)", opts.SNPProductLine)
 	}
 	if clock == nil {
 		clock = time.Now
 	}
-	return &Simulated{vendor: vendor, dir: dir, clock: clock}, nil
+	return &Simulated{vendor: vendor, dir: dir, clock: clock, opts: opts}, nil
 }
 
 // Vendor implements Provider.
@@ -69,24 +96,35 @@ func (s *Simulated) Evidence(ctx context.Context, rd wire.Hash) ([]byte, error) 
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	if s.vendor == "snp" {
+	switch s.vendor {
+	case "snp":
 		return s.snp(rd)
+	case "tdx":
+		return s.tdx(rd)
 	}
 	return s.nitro(rd)
 }
 
 func (s *Simulated) snp(rd wire.Hash) ([]byte, error) {
-	signer, err := simroots.SNPSigner(simroots.SNPProductName)
+	signer, err := simroots.SNPSigner(simroots.SNPProductNames[s.opts.SNPProductLine])
 	if err != nil {
 		return nil, err
 	}
 	in := make([]byte, 64)
 	copy(in, rd[:])
-	raw := sevtest.CreateRawReport(&sevtest.TestReportOptions{ReportData: in, SignerInfo: abi.SignerInfo{SigningKey: abi.VcekReportSigner}})
+	// Report version 3 carries the CPUID family/model/stepping, from which
+	// the verifier takes the product line (and so the roots it uses).
+	var fms uint32
+	for cpuid, line := range kds.ProductLineCpuid {
+		if line == s.opts.SNPProductLine {
+			fms = cpuid
+		}
+	}
+	raw := sevtest.CreateRawReport(&sevtest.TestReportOptions{ReportData: in, SignerInfo: abi.SignerInfo{SigningKey: abi.VcekReportSigner}, Version: 3, FMS: fms})
 	rep := raw[:abi.ReportSize]
 	// CreateRawReport always sets the debug bit: patch the policy (SMT on,
 	// as on real VMs; debug and migration agent off) before signing.
-	pol := abi.SnpPolicyToBytes(abi.SnpPolicy{SMT: true})
+	pol := abi.SnpPolicyToBytes(abi.SnpPolicy{SMT: true, Debug: s.opts.Debug})
 	for i := 0; i < 8; i++ {
 		rep[0x08+i] = byte(pol >> (8 * i))
 	}
@@ -145,6 +183,9 @@ func (s *Simulated) nitro(rd wire.Hash) ([]byte, error) {
 		pcrs[i] = make([]byte, 48)
 	}
 	pcrs[0], pcrs[1], pcrs[2] = SimulatedMeasurement, SimulatedMeasurement, SimulatedMeasurement
+	if s.opts.Debug {
+		pcrs[0] = make([]byte, 48) // a debug enclave's PCRs are all zero
+	}
 	doc := nitrite.Document{ModuleID: "i-SIMULATED-enc", Timestamp: uint64(now.UnixMilli()), Digest: "SHA384", PCRs: pcrs,
 		Certificate: leafDER, CABundle: [][]byte{root.Raw}, UserData: rd[:], Nonce: rd[:]}
 	payload, err := cbor.Marshal(doc)

@@ -16,6 +16,10 @@ import (
 type TSMProvider struct {
 	vendor string
 	dir    string
+	// SealVMPL is the VMPL SEV-SNP sealing keys are derived for: the VMPL
+	// the guest runs at (0 without an SVSM; MSG_KEY_REQ refuses a VMPL
+	// more privileged than the caller's).
+	SealVMPL uint32
 }
 
 // Vendor implements Provider.
@@ -60,8 +64,16 @@ func (p *TSMProvider) Evidence(ctx context.Context, rd wire.Hash) ([]byte, error
 	return json.Marshal(env)
 }
 
-// SealingKey implements Provider.
-func (p *TSMProvider) SealingKey(context.Context, string) ([]byte, error) { return nil, errNoSealing }
+// SealingKey implements Provider. SEV-SNP: a key the secure processor
+// derives from the VM root key, the launch measurement, guest policy, image
+// and family IDs (SNPSealingKey, MSG_KEY_REQ on /dev/sev-guest). TDX has no
+// local sealing primitive: ErrNoLocalSealing (use the key broker).
+func (p *TSMProvider) SealingKey(ctx context.Context, label string) ([]byte, error) {
+	if p.vendor != "snp" {
+		return nil, fmt.Errorf("%s sealing key: %w", p.vendor, ErrNoLocalSealing)
+	}
+	return snpDeviceSealingKey(ctx, SEVGuestDev, p.SealVMPL, label)
+}
 
 func trim(b []byte) []byte {
 	for len(b) > 0 && (b[len(b)-1] == '\n' || b[len(b)-1] == ' ') {

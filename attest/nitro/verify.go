@@ -63,6 +63,14 @@ func Verify(ev *Evidence, opts VerifyOptions, checks *verdict.Checks) (*Verified
 	if !ok || pub.Curve.Params().Name != "P-384" {
 		return nil, checks.Failf("nitro.certificate", "leaf key is not ECDSA P-384")
 	}
+	// A self-signed document certificate, or one without a CA bundle, can
+	// never chain to the AWS root: refuse it as such before the library
+	// (which would report a missing field or an unknown authority).
+	selfSigned := bytes.Equal(ev.Leaf.RawIssuer, ev.Leaf.RawSubject) &&
+		ev.Leaf.CheckSignature(ev.Leaf.SignatureAlgorithm, ev.Leaf.RawTBSCertificate, ev.Leaf.Signature) == nil
+	if selfSigned || len(ev.Bundle) == 0 {
+		return nil, checks.Failf("nitro.chain", "document certificate %q is self-signed or comes without a CA bundle: not chained to the AWS Nitro root", ev.Leaf.Subject.CommonName)
+	}
 	pool := x509.NewCertPool()
 	pool.AddCert(awsRoot)
 	res, err := nitrite.Verify(ev.Raw, nitrite.VerifyOptions{Roots: pool, CurrentTime: opts.Now})

@@ -25,5 +25,14 @@ func SNPSigner(productName string) (*sevtest.AmdSigner, error) { return nil, Err
 // SNPRoots returns the simulated AMD roots. Production builds have none.
 func SNPRoots() (map[string][]*sevtrust.AMDRootCerts, error) { return nil, ErrProduction }
 
+// SNPRootsFor returns the simulated roots of one product line. Production builds have none.
+func SNPRootsFor(string) (map[string][]*sevtrust.AMDRootCerts, error) { return nil, ErrProduction }
+
+// TDXPool returns the simulated Intel SGX root pool. Production builds have none.
+func TDXPool() (*x509.CertPool, error) { return nil, ErrProduction }
+
+// IsTDXSimulatedRoot reports whether root is the simulated Intel SGX root (never, here).
+func IsTDXSimulatedRoot(*x509.Certificate) bool { return false }
+
 // IsSNPSimulatedArk reports whether ark is a simulated ARK (never, here).
 func IsSNPSimulatedArk(*x509.Certificate) bool { return false }

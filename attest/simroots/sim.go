@@ -101,23 +101,41 @@ func SNPSigner(productName string) (*sevtest.AmdSigner, error) {
 	return s, nil
 }
 
-// SNPProductName is the product the simulated SNP signer certifies.
+// SNPProductName is the product the simulated SNP signer certifies by
+// default.
 const SNPProductName = "Milan-B0"
 
+// SNPProductNames maps each AMD product line with simulated roots to the
+// product name (line and stepping) its simulated signer certifies.
+var SNPProductNames = map[string]string{"Milan": "Milan-B0", "Genoa": "Genoa-B0", "Turin": "Turin-B0"}
+
 // SNPRoots returns trusted roots for the simulated AMD chains (VCEK and
-// VLEK), keyed by product line.
+// VLEK) of every product line in SNPProductNames, keyed by product line.
 func SNPRoots() (map[string][]*sevtrust.AMDRootCerts, error) {
 	out := map[string][]*sevtrust.AMDRootCerts{}
-	for _, p := range []string{"Milan"} {
-		s, err := SNPSigner(SNPProductName)
+	for line := range SNPProductNames {
+		r, err := SNPRootsFor(line)
 		if err != nil {
 			return nil, err
 		}
-		r := sevtrust.AMDRootCertsProduct(p)
-		r.ProductCerts = &sevtrust.ProductCerts{Ark: s.Ark, Ask: s.Ask, Asvk: s.Asvk}
-		out[p] = []*sevtrust.AMDRootCerts{r}
+		out[line] = r[line]
 	}
 	return out, nil
+}
+
+// SNPRootsFor returns the simulated roots of one product line only.
+func SNPRootsFor(productLine string) (map[string][]*sevtrust.AMDRootCerts, error) {
+	name, ok := SNPProductNames[productLine]
+	if !ok {
+		return nil, fmt.Errorf("simulated SNP roots: product line %q (want Milan, Genoa or Turin)", productLine)
+	}
+	s, err := SNPSigner(name)
+	if err != nil {
+		return nil, err
+	}
+	r := sevtrust.AMDRootCertsProduct(productLine)
+	r.ProductCerts = &sevtrust.ProductCerts{Ark: s.Ark, Ask: s.Ask, Asvk: s.Asvk}
+	return map[string][]*sevtrust.AMDRootCerts{productLine: {r}}, nil
 }
 
 // IsSNPSimulatedArk reports whether ark carries a simulated ARK key.

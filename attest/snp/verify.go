@@ -146,3 +146,11 @@ func productOf(ev *Evidence, ek *x509.Certificate) string {
 	}
 	return ""
 }
+
+// VerifyChain verifies the report's VCEK/VLEK chain (and the report
+// signature) against roots only, at now: no fallback to other roots. The
+// product line comes from the report (CPUID in v3+ reports) or the
+// certificate, and only that line's roots are consulted.
+func VerifyChain(ctx context.Context, ev *Evidence, roots map[string][]*trust.AMDRootCerts, now time.Time) error {
+	return verifyChain(ctx, ev, roots, now)
+}

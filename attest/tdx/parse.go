@@ -34,6 +34,8 @@ type Evidence struct {
 	Body  body
 	FMSPC string // from the PCK certificate, lower-case hex
 	CA    string // "platform" or "processor"
+	// Chain is the PCK chain carried in the quote (not yet verified).
+	Chain *verify.PCKCertificateChain
 }
 
 // Parse decodes a raw quote and reads the FMSPC of its PCK certificate.
@@ -70,6 +72,7 @@ func Parse(raw []byte) (*Evidence, error) {
 		return nil, fmt.Errorf("tdx PCK certificate: %w", err)
 	}
 	ev.FMSPC = ext.FMSPC
+	ev.Chain = chain
 	switch chain.PCKCertificate.Issuer.CommonName {
 	case "Intel SGX PCK Platform CA":
 		ev.CA = "platform"

@@ -17,6 +17,7 @@ import (
 	pb "github.com/google/go-tdx-guest/proto/tdx"
 	"github.com/google/go-tdx-guest/verify"
 
+	"github.com/tenzro/train/attest/simroots"
 	"github.com/tenzro/train/attest/verdict"
 )
 
@@ -47,12 +48,17 @@ type VerifyOptions struct {
 	Collateral *Collateral
 	// TCBStatuses allowlists TDX/QE TCB statuses; empty means UpToDate only.
 	TCBStatuses []string
+	// AllowSimulated accepts quotes whose PCK chain ends at the simulated
+	// Intel root (attest/simroots; only in builds without the production
+	// tag). Otherwise such a quote is refused with the check tdx.simulated.
+	AllowSimulated bool
 }
 
 // Verified is the outcome of Verify.
 type Verified struct {
 	TCBStatus   string
 	QETCBStatus string
+	Simulated   bool
 }
 
 // Verify checks the quote signature, the QE report, the PCK chain to the
@@ -74,6 +80,20 @@ func Verify(ctx context.Context, ev *Evidence, opts VerifyOptions, checks *verdi
 	}
 	pool := x509.NewCertPool()
 	pool.AddCert(intelRoot)
+	rootName := "the pinned Intel SGX Root CA"
+	simulated := false
+	if ev.Chain != nil && simroots.IsTDXSimulatedRoot(ev.Chain.RootCertificate) {
+		// The quote claims the simulated root: it is verified against that
+		// root only, and only when the policy allows simulated evidence.
+		if !opts.AllowSimulated {
+			return nil, checks.Failf("tdx.simulated", "quote's PCK chain ends at the SIMULATED test root; the policy does not allow simulated evidence")
+		}
+		sp, err := simroots.TDXPool()
+		if err != nil {
+			return nil, checks.Fail("tdx.simulated", err)
+		}
+		pool, rootName, simulated = sp, "the SIMULATED test root (allow_simulated)", true
+	}
 	now := opts.Now
 	// A fresh Options per call: the library writes chain, collateral and
 	// time into it.
@@ -88,14 +108,14 @@ func Verify(ctx context.Context, ev *Evidence, opts VerifyOptions, checks *verdi
 	tdxLvl, qeLvl, lerr := verify.SupportedTcbLevelsFromCollateral(ev.Quote, o)
 	if verr == nil {
 		checks.Pass("tdx.signature", "quote and QE report signatures verify")
-		checks.Pass("tdx.chain", "PCK chain to the pinned Intel SGX Root CA at %s", now.Format(time.RFC3339))
-		checks.Pass("tdx.collateral", "TCB info and QE identity signed by Intel, fresh at %s", now.Format(time.RFC3339))
+		checks.Pass("tdx.chain", "PCK chain to %s at %s", rootName, now.Format(time.RFC3339))
+		checks.Pass("tdx.collateral", "TCB info and QE identity signed under %s, fresh at %s", rootName, now.Format(time.RFC3339))
 		checks.Pass("tdx.revocation", "PCK and root CA CRLs checked")
 		if !slices.Contains(allowed, string(tdxLvl.TcbStatus)) || !slices.Contains(allowed, string(qeLvl.TcbStatus)) {
 			return nil, checks.Failf("tdx.tcb_status", "TCB status %s / QE %s not in %v", tdxLvl.TcbStatus, qeLvl.TcbStatus, allowed)
 		}
 		checks.Pass("tdx.tcb_status", "TDX TCB %s, QE TCB %s", tdxLvl.TcbStatus, qeLvl.TcbStatus)
-		return &Verified{TCBStatus: string(tdxLvl.TcbStatus), QETCBStatus: string(qeLvl.TcbStatus)}, nil
+		return &Verified{TCBStatus: string(tdxLvl.TcbStatus), QETCBStatus: string(qeLvl.TcbStatus), Simulated: simulated}, nil
 	}
 	msg := verr.Error()
 	// The library refuses any status but UpToDate as its last step; with
@@ -110,11 +130,11 @@ func Verify(ctx context.Context, ev *Evidence, opts VerifyOptions, checks *verdi
 			}
 		}
 		checks.Pass("tdx.signature", "quote and QE report signatures verify")
-		checks.Pass("tdx.chain", "PCK chain to the pinned Intel SGX Root CA at %s", now.Format(time.RFC3339))
-		checks.Pass("tdx.collateral", "TCB info and QE identity signed by Intel, fresh at %s", now.Format(time.RFC3339))
+		checks.Pass("tdx.chain", "PCK chain to %s at %s", rootName, now.Format(time.RFC3339))
+		checks.Pass("tdx.collateral", "TCB info and QE identity signed under %s, fresh at %s", rootName, now.Format(time.RFC3339))
 		checks.Pass("tdx.revocation", "PCK and root CA CRLs checked")
 		checks.Pass("tdx.tcb_status", "TDX TCB %s, QE TCB %s (allowlisted)", tdxLvl.TcbStatus, qeLvl.TcbStatus)
-		return &Verified{TCBStatus: string(tdxLvl.TcbStatus), QETCBStatus: string(qeLvl.TcbStatus)}, nil
+		return &Verified{TCBStatus: string(tdxLvl.TcbStatus), QETCBStatus: string(qeLvl.TcbStatus), Simulated: simulated}, nil
 	}
 	return nil, checks.Fail(classify(msg), verr)
 }
