@@ -12,6 +12,12 @@
 //     fetcher checks the size limit and the hash.
 //   - Forwarder and Receiver let a trainer's light-client node forward its
 //     submissions to the syncer's node.
+//   - A node's own messages are flood-published: sent to every peer it knows
+//     to be subscribed (TopicPeers), not only to its gossipsub mesh
+//     (MeshPeers), which is empty until the first heartbeat after peers
+//     subscribe. Messages of other nodes are forwarded over the mesh and by
+//     gossip; one forwarded in the moment before a peer joins the mesh can
+//     miss that peer. Delivery is best effort either way.
 //
 // The package holds no business rules: whether a submission is acceptable or
 // a status comes from the elected syncer is decided by the handlers the node

@@ -95,6 +95,7 @@ type Node struct {
 	cache    *blobCache
 	boot     []peer.AddrInfo
 	serveSem chan struct{}
+	mesh     *meshTracer
 
 	ctx       context.Context
 	cancel    context.CancelFunc
@@ -160,7 +161,7 @@ func New(ctx context.Context, cfg Config, h Handlers) (*Node, error) {
 	n := &Node{
 		h: hst, topics: map[string]*pubsub.Topic{}, log: log, hd: h, maxBlob: cfg.MaxBlob,
 		cache: newBlobCache(cfg.BlobCacheBytes), boot: boot, serveSem: make(chan struct{}, maxConcurrentServes),
-		ctx: nctx, cancel: cancel,
+		ctx: nctx, cancel: cancel, mesh: newMeshTracer(),
 	}
 	if err := n.start(ctx); err != nil {
 		n.Close()
@@ -177,7 +178,18 @@ func messageID(m *pb.Message) string {
 }
 
 func (n *Node) start(ctx context.Context) error {
+	// Flood publishing: go-libp2p-pubsub v0.17.0 leaves it off, and then a
+	// node's own message goes only to its mesh peers. The mesh is empty until
+	// the first heartbeat after a peer subscribes (and never holds peers that
+	// refuse a GRAFT, such as boot nodes with D=0), and a message published
+	// then is lost: gossip goes only to peers outside the mesh, and after the
+	// heartbeat every peer is inside. With it, our own announcements go to
+	// every peer subscribed to the topic (all peers with a score at or above
+	// the publish threshold; we run no scoring). They are small (at most
+	// MaxMessageSize), so the extra copies are cheap.
 	ps, err := pubsub.NewGossipSub(n.ctx, n.h,
+		pubsub.WithFloodPublish(true),
+		pubsub.WithRawTracer(n.mesh),
 		pubsub.WithMessageSignaturePolicy(pubsub.StrictSign),
 		pubsub.WithMessageIdFn(messageID),
 		pubsub.WithSubscriptionFilter(pubsub.NewAllowlistSubscriptionFilter(TopicTraining, TopicSyncer)),
@@ -378,6 +390,12 @@ func (n *Node) TopicPeers(topic string) []string {
 	}
 	return out
 }
+
+// MeshPeers lists the peers in this node's gossipsub mesh for topic: the
+// peers it forwards other nodes' messages to. It is empty until the first
+// heartbeat after peers subscribe (about 100 ms after start, then every
+// second); the node's own messages do not wait for it (see TopicPeers).
+func (n *Node) MeshPeers(topic string) []string { return n.mesh.peers(topic) }
 
 // Stats returns the node's counters.
 func (n *Node) Stats() Stats {

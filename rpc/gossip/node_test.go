@@ -184,7 +184,9 @@ func TestValidatorsDropInvalid(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer evil.Close()
-	eps, err := pubsub.NewGossipSub(ctx, evil)
+	// Flood publishing, like our nodes: otherwise evil's messages wait for
+	// its mesh (see TestOwnAnnouncementsReachNonMeshPeers).
+	eps, err := pubsub.NewGossipSub(ctx, evil, pubsub.WithFloodPublish(true))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -204,6 +206,12 @@ func TestValidatorsDropInvalid(t *testing.T) {
 	waitTopicPeers(t, ctx, 1, b, c)
 	waitFor(t, ctx, "evil sees a", func() bool { return len(etop.ListPeers()) == 1 })
 	waitFor(t, ctx, "a sees evil", func() bool { return len(a.TopicPeers(TopicTraining)) == 3 })
+	// a forwards others' messages to its mesh peers only: wait until b and c
+	// are in it, so that the valid message below must reach them.
+	waitFor(t, ctx, "b and c in a's mesh", func() bool {
+		m := a.MeshPeers(TopicTraining)
+		return slices.Contains(m, b.PeerID()) && slices.Contains(m, c.PeerID())
+	})
 
 	k := trainerKey(t)
 	good := AnnouncementFor(signedGradient(t, k, []byte("good")))
