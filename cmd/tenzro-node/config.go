@@ -1,0 +1,205 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/knadh/koanf/v2"
+	"github.com/spf13/pflag"
+	"go.yaml.in/yaml/v3"
+)
+
+// maxConfigBytes bounds a --config file.
+const maxConfigBytes = 1 << 20
+
+// Config is the daemon's configuration: defaults, then the --config file
+// (JSON or YAML, keys as the flag names), then flags given on the command
+// line.
+type Config struct {
+	Role            string   `koanf:"role"`
+	DataDir         string   `koanf:"data-dir"`
+	ListenAddr      string   `koanf:"listen-addr"`
+	RPCAddr         string   `koanf:"rpc-addr"`
+	BootNodes       []string `koanf:"boot-nodes"`
+	Dev             bool     `koanf:"dev"`
+	NodeKey         string   `koanf:"node-key"`
+	Engine          string   `koanf:"engine"`
+	MaxRequestBytes int64    `koanf:"max-request-bytes"`
+	MetricsAddr     string   `koanf:"metrics-addr"`
+	LogLevel        string   `koanf:"log-level"`
+	LogFormat       string   `koanf:"log-format"`
+}
+
+// configKeys are the keys a config file may set (the flag names).
+var configKeys = map[string]bool{
+	"role": true, "data-dir": true, "listen-addr": true, "rpc-addr": true, "boot-nodes": true, "dev": true,
+	"node-key": true, "engine": true, "max-request-bytes": true, "metrics-addr": true, "log-level": true, "log-format": true,
+}
+
+// fileProvider reads a config file with a size limit (koanf.Provider).
+type fileProvider struct{ path string }
+
+func (p fileProvider) ReadBytes() ([]byte, error) {
+	f, err := os.Open(p.path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, maxConfigBytes+1))
+	if err != nil {
+		return nil, err
+	}
+	if len(b) > maxConfigBytes {
+		return nil, fmt.Errorf("larger than %d bytes", maxConfigBytes)
+	}
+	return b, nil
+}
+
+func (fileProvider) Read() (map[string]any, error) {
+	return nil, errors.New("fileProvider: use ReadBytes")
+}
+
+// strictParser decodes JSON or YAML into a flat map and refuses unknown
+// keys, so a typo in a config file is an error, not a silent default
+// (koanf.Parser).
+type strictParser struct{ yaml bool }
+
+func (p strictParser) Unmarshal(b []byte) (map[string]any, error) {
+	m := map[string]any{}
+	if p.yaml {
+		dec := yaml.NewDecoder(bytes.NewReader(b))
+		if err := dec.Decode(&m); err != nil && !errors.Is(err, io.EOF) {
+			return nil, err
+		}
+	} else {
+		dec := json.NewDecoder(bytes.NewReader(b))
+		dec.UseNumber()
+		if err := dec.Decode(&m); err != nil {
+			return nil, err
+		}
+		if dec.More() {
+			return nil, errors.New("trailing data after the JSON object")
+		}
+		for k, v := range m {
+			if n, ok := v.(json.Number); ok {
+				i, err := n.Int64()
+				if err != nil {
+					return nil, fmt.Errorf("%s: %w", k, err)
+				}
+				m[k] = i
+			}
+		}
+	}
+	for k := range m {
+		if !configKeys[k] {
+			return nil, fmt.Errorf("unknown key %q (keys are the flag names, e.g. rpc-addr)", k)
+		}
+	}
+	return m, nil
+}
+
+func (strictParser) Marshal(map[string]any) ([]byte, error) { return nil, errors.New("not supported") }
+
+// flagProvider yields the flags set on the command line (koanf.Provider).
+type flagProvider struct{ fs *pflag.FlagSet }
+
+func (p flagProvider) ReadBytes() ([]byte, error) { return nil, errors.New("flagProvider: use Read") }
+
+func (p flagProvider) Read() (map[string]any, error) {
+	m := map[string]any{}
+	var err error
+	p.fs.Visit(func(f *pflag.Flag) {
+		if f.Name == "config" || err != nil {
+			return
+		}
+		switch f.Value.Type() {
+		case "bool":
+			m[f.Name], err = p.fs.GetBool(f.Name)
+		case "int64":
+			m[f.Name], err = p.fs.GetInt64(f.Name)
+		case "stringSlice":
+			m[f.Name], err = p.fs.GetStringSlice(f.Name)
+		default:
+			m[f.Name] = f.Value.String()
+		}
+	})
+	return m, err
+}
+
+// defaults returns the built-in configuration.
+func defaults() Config {
+	home, err := os.UserHomeDir()
+	if err != nil {
+		home = "."
+	}
+	return Config{
+		Role:            "syncer",
+		DataDir:         filepath.Join(home, ".tenzro", "node"),
+		ListenAddr:      "/ip4/0.0.0.0/tcp/4001",
+		RPCAddr:         "127.0.0.1:8545",
+		Engine:          defaultEngine,
+		MaxRequestBytes: 256 << 20,
+		LogLevel:        "info",
+		LogFormat:       "text",
+	}
+}
+
+// loadConfig layers defaults, the --config file and the set flags.
+func loadConfig(fs *pflag.FlagSet, path string) (Config, error) {
+	k := koanf.New(".")
+	cfg := defaults()
+	if path != "" {
+		yamlFile := strings.HasSuffix(path, ".yaml") || strings.HasSuffix(path, ".yml")
+		if err := k.Load(fileProvider{path}, strictParser{yaml: yamlFile}); err != nil {
+			return cfg, fmt.Errorf("--config %s: %w", path, err)
+		}
+	}
+	if err := k.Load(flagProvider{fs}, nil); err != nil {
+		return cfg, fmt.Errorf("flags: %w", err)
+	}
+	if err := k.UnmarshalWithConf("", &cfg, koanf.UnmarshalConf{Tag: "koanf"}); err != nil {
+		return cfg, fmt.Errorf("config: %w", err)
+	}
+	if err := cfg.validate(); err != nil {
+		return cfg, err
+	}
+	if cfg.NodeKey == "" {
+		cfg.NodeKey = filepath.Join(cfg.DataDir, "node.key")
+	}
+	return cfg, nil
+}
+
+func (c *Config) validate() error {
+	switch {
+	case c.Role != "syncer" && c.Role != "trainer" && c.Role != "light":
+		return fmt.Errorf("role %q: want syncer, trainer or light", c.Role)
+	case c.Engine != "native" && c.Engine != "wasm":
+		return fmt.Errorf("engine %q: want native or wasm", c.Engine)
+	case c.DataDir == "":
+		return errors.New("data-dir is empty")
+	case c.RPCAddr == "":
+		return errors.New("rpc-addr is empty")
+	case c.MaxRequestBytes < 1<<20 || c.MaxRequestBytes > 4<<30:
+		return fmt.Errorf("max-request-bytes %d: want 1 MiB .. 4 GiB", c.MaxRequestBytes)
+	case c.LogFormat != "text" && c.LogFormat != "json":
+		return fmt.Errorf("log-format %q: want text or json", c.LogFormat)
+	}
+	var lvl slogLevel
+	if err := lvl.UnmarshalText([]byte(c.LogLevel)); err != nil {
+		return fmt.Errorf("log-level %q: %w", c.LogLevel, err)
+	}
+	cleaned := c.BootNodes[:0]
+	for _, b := range c.BootNodes {
+		if b = strings.TrimSpace(b); b != "" {
+			cleaned = append(cleaned, b)
+		}
+	}
+	c.BootNodes = cleaned
+	return nil
+}

@@ -1,0 +1,111 @@
+// Command tenzro-node is the Tenzro Train daemon: it opens the store, runs
+// the syncer state machine, serves JSON-RPC (and metrics), joins gossip, and
+// shuts down gracefully on SIGINT/SIGTERM. The wiring lives in wire.go.
+//
+// Configuration: defaults, then --config FILE (JSON or YAML with the flag
+// names as keys), then flags given on the command line.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+
+	"github.com/spf13/cobra"
+)
+
+type slogLevel = slog.Level
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	os.Exit(execute(ctx, os.Args[1:], os.Stdout, os.Stderr))
+}
+
+type usageError struct{ error }
+
+func newCmd(run func(ctx context.Context, cfg Config, log *slog.Logger) error, stderr io.Writer) *cobra.Command {
+	var configPath string
+	d := defaults()
+	cmd := &cobra.Command{
+		Use:   "tenzro-node",
+		Short: "Run a Tenzro Train node (syncer, trainer or light client)",
+		Long: `tenzro-node runs a Tenzro Train node: a Pebble store in --data-dir, the run state
+machine, a JSON-RPC server on --rpc-addr and a libp2p gossip host on --listen-addr.
+
+With --dev the ledger faucet is on and the node registers itself as the only
+syncer candidate, so one process can carry a run from posting to receipt.
+
+Configuration is layered: defaults, then --config FILE (JSON or YAML whose keys
+are the flag names), then the flags given on the command line.`,
+		Example: `  tenzro-node --dev --data-dir /tmp/tenzro --rpc-addr 127.0.0.1:8545
+  tenzro-node --role syncer --boot-nodes /ip4/10.0.0.2/tcp/4001/p2p/12D3KooW... --metrics-addr 127.0.0.1:9100
+  tenzro-node --config node.yaml --log-format json`,
+		Args: func(_ *cobra.Command, args []string) error {
+			if len(args) > 0 {
+				return usageError{fmt.Errorf("unknown command %q for \"tenzro-node\" (it takes flags only)", args[0])}
+			}
+			return nil
+		},
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cfg, err := loadConfig(cmd.Flags(), configPath)
+			if err != nil {
+				return usageError{err}
+			}
+			log := newLogger(cfg, stderr)
+			return run(cmd.Context(), cfg, log)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&configPath, "config", "", "config file (JSON, or YAML by .yaml/.yml extension); flags override it")
+	f.String("role", d.Role, "node role: syncer, trainer or light")
+	f.String("data-dir", d.DataDir, "data directory (store, node key, caches)")
+	f.String("listen-addr", d.ListenAddr, "libp2p listen multiaddr")
+	f.String("rpc-addr", d.RPCAddr, "JSON-RPC listen address (host:port)")
+	f.StringSlice("boot-nodes", nil, "comma-separated boot node multiaddrs (with /p2p/<peer id>)")
+	f.Bool("dev", false, "development mode: faucet on, this node is the only syncer candidate")
+	f.String("node-key", "", "node key file (default <data-dir>/node.key, created on first start)")
+	f.String("engine", d.Engine, "aggregation engine: wasm (plugins) or native")
+	f.Int64("max-request-bytes", d.MaxRequestBytes, "largest JSON-RPC request body in bytes")
+	f.String("metrics-addr", "", "serve Prometheus metrics on this address at /metrics (default off)")
+	f.String("log-level", d.LogLevel, "log level: debug, info, warn or error")
+	f.String("log-format", d.LogFormat, "log format: text or json")
+	cmd.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
+	return cmd
+}
+
+func newLogger(cfg Config, w io.Writer) *slog.Logger {
+	var lvl slog.Level
+	_ = lvl.UnmarshalText([]byte(cfg.LogLevel))
+	opts := &slog.HandlerOptions{Level: lvl}
+	if cfg.LogFormat == "json" {
+		return slog.New(slog.NewJSONHandler(w, opts))
+	}
+	return slog.New(slog.NewTextHandler(w, opts))
+}
+
+func execute(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	cmd := newCmd(runNode, stderr)
+	cmd.SetArgs(args)
+	cmd.SetOut(stdout)
+	cmd.SetErr(stderr)
+	err := cmd.ExecuteContext(ctx)
+	if err == nil {
+		return 0
+	}
+	var ue usageError
+	if errors.As(err, &ue) || strings.HasPrefix(err.Error(), "unknown command") || strings.HasPrefix(err.Error(), "unknown flag") {
+		fmt.Fprintf(stderr, "usage error: %v\nRun 'tenzro-node --help' for usage.\n", err)
+		return 2
+	}
+	fmt.Fprintf(stderr, "tenzro-node: %v\n", err)
+	return 1
+}

@@ -1,0 +1,97 @@
+package main
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"net"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/tenzro/train/rpc"
+	"github.com/tenzro/train/rpc/client"
+	"github.com/tenzro/train/wire"
+	"github.com/tenzro/train/wire/did"
+)
+
+// TestNodeServesAndShutsDown runs the real wiring (store, native engine,
+// syncer, gossip, RPC) in-process, calls it, and stops it with ctx.
+func TestNodeServesAndShutsDown(t *testing.T) {
+	for _, engine := range []string{"native", "wasm"} {
+		t.Run(engine, func(t *testing.T) { testNode(t, engine) })
+	}
+}
+
+func testNode(t *testing.T, engine string) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	dir := t.TempDir()
+	cfg := defaults()
+	cfg.DataDir, cfg.NodeKey, cfg.RPCAddr, cfg.ListenAddr, cfg.Dev, cfg.Engine = dir, filepath.Join(dir, "node.key"), addr, "/ip4/127.0.0.1/tcp/0", true, engine
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- runNode(ctx, cfg, slog.New(slog.NewTextHandler(io.Discard, nil))) }()
+
+	c := client.New("http://"+addr, client.WithTimeout(10*time.Second))
+	var info *wire.NodeInfo
+	for i := 0; i < 200; i++ {
+		if info, err = c.Info(context.Background()); err == nil {
+			break
+		}
+		select {
+		case err := <-done:
+			t.Fatalf("node exited: %v", err)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !info.Dev || info.Role != "syncer" || info.NodeDID == "" {
+		t.Fatalf("info %+v", info)
+	}
+	if b, err := c.Faucet(context.Background(), wire.FaucetParams{DID: info.NodeDID, Amount: "5"}); err != nil || b.DID != info.NodeDID {
+		t.Fatalf("faucet: %v %+v", err, b)
+	}
+	cands, err := c.ListSyncers(context.Background())
+	if err != nil || len(cands) != 1 || cands[0].DID != info.NodeDID {
+		t.Fatalf("dev node is not the only syncer candidate: %v %+v", err, cands)
+	}
+	if engine == "wasm" {
+		ps, err := c.ListPlugins(context.Background())
+		if err != nil || len(ps) == 0 || !ps[0].Builtin {
+			t.Fatalf("plugin list: %v %+v", err, ps)
+		}
+		info, mod, err := c.GetPlugin(context.Background(), ps[0].Hash)
+		if err != nil || info.Hash != ps[0].Hash || wire.SumBytes(mod) != ps[0].Hash {
+			t.Fatalf("plugin get: %v", err)
+		}
+		key, _ := did.Generate(did.KindHuman, nil)
+		p := &wire.PublishPluginParams{DID: key.DID.String(), Module: []byte("not wasm"), Signed: wire.Signed{Nonce: 1}}
+		p.Signature = key.Sign(p.Preimage())
+		if _, err := c.PublishPlugin(context.Background(), p); client.CodeOf(err) != rpc.CodeInvalidParams {
+			t.Fatalf("bad module: %v", err)
+		}
+		p.Signature[0] ^= 1
+		if _, err := c.PublishPlugin(context.Background(), p); client.CodeOf(err) != rpc.CodeUnauthorized {
+			t.Fatalf("bad signature: %v", err)
+		}
+		if _, _, err := c.GetPlugin(context.Background(), wire.SumBytes([]byte("x"))); client.CodeOf(err) != rpc.CodeNotFound {
+			t.Fatalf("unknown plugin: %v", err)
+		}
+	}
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("shutdown: %v", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("node did not shut down")
+	}
+}

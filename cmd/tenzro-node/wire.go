@@ -1,0 +1,262 @@
+package main
+
+// wire.go is the one place where the node's parts are put together:
+// store → engine → syncer.Node → rpc server → gossip. The lead adjusts it as
+// parts land (enclave key custody, attestation, plugin registry over RPC).
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/tenzro/train/plugins"
+	"github.com/tenzro/train/rpc"
+	"github.com/tenzro/train/rpc/gossip"
+	"github.com/tenzro/train/store"
+	"github.com/tenzro/train/syncer"
+	"github.com/tenzro/train/wire"
+	"github.com/tenzro/train/wire/did"
+)
+
+// defaultEngine is wasm: the plugins package is wired below.
+const defaultEngine = "wasm"
+
+// runNode runs the node until ctx ends (SIGINT/SIGTERM), then shuts down:
+// RPC first (in-flight requests finish), then gossip, the state machine,
+// the engine and the store.
+func runNode(ctx context.Context, cfg Config, log *slog.Logger) (err error) {
+	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
+		return fmt.Errorf("data dir: %w", err)
+	}
+	key, created, err := loadOrCreateNodeKey(cfg.NodeKey)
+	if err != nil {
+		return err
+	}
+	log.Info("node identity", "did", key.DID.String(), "key_file", cfg.NodeKey, "created", created)
+
+	db, err := store.Open(ctx, filepath.Join(cfg.DataDir, "db"), store.Options{Logger: log.With("component", "store")})
+	if err != nil {
+		return fmt.Errorf("open store: %w", err)
+	}
+	defer closeLogged(log, "store", db.Close)
+
+	var engine syncer.Engine
+	var registry rpc.PluginRegistry
+	switch cfg.Engine {
+	case "wasm":
+		pe, err := plugins.NewEngine(ctx, plugins.Config{KV: db, CacheDir: filepath.Join(cfg.DataDir, "wasm-cache"), Logger: log.With("component", "plugins")})
+		if err != nil {
+			return fmt.Errorf("wasm engine: %w", err)
+		}
+		defer closeLogged(log, "wasm engine", func() error { return pe.Close(context.WithoutCancel(ctx)) })
+		engine = pe
+		registry = pluginRegistry{pe}
+	default:
+		engine = syncer.NewNativeEngine()
+	}
+	log.Info("engine", "engine", engine.Profile().Engine, "hash", engine.Profile().Hash)
+
+	node, err := syncer.NewNode(ctx, syncer.Config{
+		KV:     db,
+		Engine: engine,
+		Signer: syncer.KeySigner{Key: key},
+		Dev:    cfg.Dev,
+		Role:   cfg.Role,
+		Logger: log.With("component", "syncer"),
+	})
+	if err != nil {
+		return fmt.Errorf("start syncer: %w", err)
+	}
+	defer closeLogged(log, "syncer", node.Close)
+
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var wg sync.WaitGroup
+	errc := make(chan error, 4)
+	goRun := func(name string, f func(context.Context) error) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := f(ctx); err != nil && !errors.Is(err, context.Canceled) {
+				errc <- fmt.Errorf("%s: %w", name, err)
+				cancel()
+			}
+		}()
+	}
+	goRun("syncer", node.Run)
+
+	// Gossip: the syncer role receives submissions announced by light nodes.
+	gn, err := gossip.New(ctx, gossip.Config{
+		ListenAddrs: []string{cfg.ListenAddr},
+		BootNodes:   cfg.BootNodes,
+		Identity:    key.Priv,
+		Logger:      log,
+	}, gossip.Handlers{Blob: func(h wire.Hash) ([]byte, bool) {
+		b, err := node.GetPayload(ctx, h)
+		return b, err == nil
+	}})
+	if err != nil {
+		cancel()
+		wg.Wait()
+		return fmt.Errorf("gossip: %w", err)
+	}
+	defer closeLogged(log, "gossip", gn.Close)
+	log.Info("gossip listening", "peer_id", gn.PeerID(), "addrs", gn.Addrs())
+	if cfg.Role == "syncer" {
+		if _, err := gn.NewReceiver(func(ctx context.Context, g *wire.OuterGradient) error {
+			_, err := node.Submit(ctx, g)
+			return err
+		}, gossip.ReceiverOptions{}); err != nil {
+			cancel()
+			wg.Wait()
+			return fmt.Errorf("gossip receiver: %w", err)
+		}
+	}
+
+	opts := rpc.Options{
+		MaxRequestBytes: cfg.MaxRequestBytes,
+		Logger:          log.With("component", "rpc"),
+		VerifyReceipt: func(receipt, root []byte) (byte, string) {
+			if err := syncer.CheckReceipt(receipt, root); err != nil {
+				return 0, err.Error()
+			}
+			return 1, ""
+		},
+	}
+	if registry != nil {
+		opts.Plugins = registry
+	}
+	if cfg.MetricsAddr != "" {
+		reg := prometheus.NewRegistry()
+		reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+		m, err := rpc.NewMetrics(reg)
+		if err != nil {
+			cancel()
+			wg.Wait()
+			return fmt.Errorf("metrics: %w", err)
+		}
+		opts.Observer = m
+		mln, err := net.Listen("tcp", cfg.MetricsAddr)
+		if err != nil {
+			cancel()
+			wg.Wait()
+			return fmt.Errorf("metrics listen %s: %w", cfg.MetricsAddr, err)
+		}
+		mux := http.NewServeMux()
+		mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+		ms := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+		goRun("metrics", func(ctx context.Context) error {
+			go func() { <-ctx.Done(); _ = ms.Close() }()
+			if err := ms.Serve(mln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				return err
+			}
+			return nil
+		})
+		log.Info("metrics listening", "addr", mln.Addr().String())
+	}
+
+	srv, err := rpc.New(node, opts)
+	if err != nil {
+		cancel()
+		wg.Wait()
+		return err
+	}
+	defer closeLogged(log, "rpc dispatcher", srv.Close)
+	ln, err := net.Listen("tcp", cfg.RPCAddr)
+	if err != nil {
+		cancel()
+		wg.Wait()
+		return fmt.Errorf("rpc listen %s: %w", cfg.RPCAddr, err)
+	}
+	log.Info("json-rpc listening", "addr", ln.Addr().String(), "dev", cfg.Dev, "role", cfg.Role, "max_request_bytes", cfg.MaxRequestBytes)
+	goRun("rpc", func(ctx context.Context) error { return srv.Serve(ctx, ln) })
+
+	<-ctx.Done()
+	log.Info("shutting down")
+	wg.Wait()
+	select {
+	case err = <-errc:
+	default:
+	}
+	return err
+}
+
+// loadOrCreateNodeKey reads the node key, creating it (mode 0600) on first
+// start.
+func loadOrCreateNodeKey(path string) (*did.Key, bool, error) {
+	k, err := did.Load(path)
+	if err == nil {
+		return k, false, nil
+	}
+	if !errors.Is(err, fs.ErrNotExist) {
+		return nil, false, fmt.Errorf("node key: %w", err)
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return nil, false, fmt.Errorf("node key: %w", err)
+	}
+	k, err = did.Generate(did.KindMachine, nil)
+	if err != nil {
+		return nil, false, err
+	}
+	if err := k.Save(path); err != nil {
+		return nil, false, fmt.Errorf("node key: %w", err)
+	}
+	return k, true, nil
+}
+
+func closeLogged(log *slog.Logger, what string, f func() error) {
+	if err := f(); err != nil {
+		log.Warn("close", "part", what, "err", err)
+	}
+}
+
+// pluginRegistry serves the wasm engine's registry over RPC
+// (tenzro_plugin_*). Publishing is content-addressed and idempotent, so a
+// replayed request changes nothing; the signature proves who published.
+type pluginRegistry struct{ e *plugins.Engine }
+
+func (r pluginRegistry) Publish(ctx context.Context, p *wire.PublishPluginParams) (*wire.PluginInfo, error) {
+	if len(p.Module) > plugins.MaxModuleBytes {
+		return nil, syncer.Errf(syncer.KindInvalid, "module: %d bytes, limit %d", len(p.Module), plugins.MaxModuleBytes)
+	}
+	if err := did.Verify(p.DID, p.Preimage(), p.Signature); err != nil {
+		return nil, syncer.Errf(syncer.KindUnauthorized, "publish signature by %q: %v", p.DID, err)
+	}
+	info, err := r.e.Publish(ctx, p.Module)
+	if err != nil {
+		if strings.HasPrefix(err.Error(), "plugins: store ") {
+			return nil, err // a store fault: internal
+		}
+		return nil, syncer.Errf(syncer.KindInvalid, "module refused: %v", err)
+	}
+	return info, nil
+}
+
+func (r pluginRegistry) List(ctx context.Context) ([]wire.PluginInfo, error) { return r.e.List(ctx) }
+
+func (r pluginRegistry) Get(ctx context.Context, h wire.Hash) (*wire.PluginInfo, []byte, error) {
+	info, err := r.e.Get(ctx, h)
+	if err == nil {
+		var mod []byte
+		if mod, err = r.e.Module(ctx, h); err == nil {
+			return info, mod, nil
+		}
+	}
+	if errors.Is(err, plugins.ErrUnknownPlugin) {
+		return nil, nil, syncer.Errf(syncer.KindNotFound, "plugin sha256:%s is not registered", h)
+	}
+	return nil, nil, err
+}

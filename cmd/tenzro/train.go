@@ -1,0 +1,538 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"sort"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/spf13/cobra"
+
+	"github.com/tenzro/train/wire"
+)
+
+// maxPayloadFile bounds weights and gradient files read by the CLI; the
+// node enforces its own (smaller) request limit.
+const maxPayloadFile = 1 << 30
+
+func newTrainCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "train",
+		Short: "Post, join, run and inspect training runs",
+		Long: `Commands for sponsors (post-task, set-init-weights, get-receipt), trainers
+(list-runs, enroll-trainer, get-weights, submit-gradient, leave) and anyone
+watching a run (get-run, finalize-round).`,
+		RunE: groupRunE,
+	}
+	cmd.AddCommand(newPostTaskCmd(), newSetInitWeightsCmd(), newListRunsCmd(), newGetRunCmd(), newGetReceiptCmd(),
+		newEnrollCmd(), newLeaveCmd(), newSubmitCmd(), newFinalizeCmd(), newGetWeightsCmd())
+	for _, f := range auditCommands {
+		cmd.AddCommand(f())
+	}
+	return cmd
+}
+
+func newPostTaskCmd() *cobra.Command {
+	var specPath, weightsPath, keyPath string
+	c := &cobra.Command{
+		Use:   "post-task --spec FILE [--init-weights FILE] --key FILE",
+		Short: "Post a training task spec and escrow its reward pool",
+		Long: `Post a TrainingTaskSpec (the seed's JSON, accepted verbatim, plus the optional
+fields aggregation, verification, outer_optimizer, slashing, …). The request is
+signed by --key, which must be the spec's sponsor_did. --init-weights attaches the
+initial model as safetensors; it can also be sent later with set-init-weights.
+The node refuses an invalid spec (e.g. quorum K > trainer_count M) and stores nothing.`,
+		Example: `  tenzro train post-task --spec spec.json --init-weights init.safetensors --key sponsor.key`,
+		Args:    noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			raw, err := readInputFile("spec", specPath, wire.MaxSpecBytes)
+			if err != nil {
+				return err
+			}
+			spec, canon, err := wire.ParseSpec(raw)
+			if err != nil {
+				return fmt.Errorf("--spec %s: %w", specPath, err)
+			}
+			key, err := loadKeyFile(keyPath)
+			if err != nil {
+				return err
+			}
+			if spec.SponsorDID != key.DID.String() {
+				return fmt.Errorf("--key is %s but the spec's sponsor_did is %q: the sponsor signs the posting", key.DID, spec.SponsorDID)
+			}
+			p := &wire.PostTaskParams{Spec: json.RawMessage(raw), Signed: wire.Signed{Nonce: newNonce()}}
+			var wh wire.Hash
+			if weightsPath != "" {
+				if p.InitWeights, err = readInputFile("init-weights", weightsPath, maxPayloadFile); err != nil {
+					return err
+				}
+				wh = wire.SumBytes(p.InitWeights)
+			}
+			p.Signature = key.Sign(p.Preimage(key.DID.String(), wire.SpecHash(canon), wh))
+			res, err := nodeClient(cmd).PostTask(cmd.Context(), p)
+			if err != nil {
+				return err
+			}
+			if jsonOutput(cmd) {
+				return emitJSON(cmd, res)
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "posted %s (spec_hash %s, status %s)\n", res.TaskID, res.SpecHash, res.Status)
+			return nil
+		},
+	}
+	c.Flags().StringVar(&specPath, "spec", "", "task spec JSON file")
+	c.Flags().StringVar(&weightsPath, "init-weights", "", "initial weights (safetensors)")
+	c.Flags().StringVar(&keyPath, "key", "", "sponsor key file")
+	_ = c.MarkFlagRequired("spec")
+	_ = c.MarkFlagRequired("key")
+	return c
+}
+
+func newSetInitWeightsCmd() *cobra.Command {
+	var task, weightsPath, keyPath string
+	c := &cobra.Command{
+		Use:     "set-init-weights --task-id ID --weights FILE --key FILE",
+		Short:   "Send a posted run's initial weights (safetensors), signed by the sponsor",
+		Example: `  tenzro train set-init-weights --task-id train-1 --weights init.safetensors --key sponsor.key`,
+		Args:    noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			w, err := readInputFile("weights", weightsPath, maxPayloadFile)
+			if err != nil {
+				return err
+			}
+			key, err := loadKeyFile(keyPath)
+			if err != nil {
+				return err
+			}
+			p := &wire.SetInitWeightsParams{TaskID: task, Weights: w, Signed: wire.Signed{Nonce: newNonce()}}
+			p.Signature = key.Sign(p.Preimage(key.DID.String()))
+			res, err := nodeClient(cmd).SetInitWeights(cmd.Context(), p)
+			if err != nil {
+				return err
+			}
+			if jsonOutput(cmd) {
+				return emitJSON(cmd, res)
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "initial weights set for %s (status %s)\n", res.TaskID, res.Status)
+			return nil
+		},
+	}
+	c.Flags().StringVar(&task, "task-id", "", "run's task id")
+	c.Flags().StringVar(&weightsPath, "weights", "", "initial weights (safetensors)")
+	c.Flags().StringVar(&keyPath, "key", "", "sponsor key file")
+	for _, f := range []string{"task-id", "weights", "key"} {
+		_ = c.MarkFlagRequired(f)
+	}
+	return c
+}
+
+func newListRunsCmd() *cobra.Command {
+	var status string
+	c := &cobra.Command{
+		Use:   "list-runs [--status S]",
+		Short: "List the node's runs",
+		Example: `  tenzro train list-runs
+  tenzro train list-runs --status awaiting_enrollment --format json`,
+		Args: noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			runs, err := nodeClient(cmd).ListRuns(cmd.Context(), wire.ListRunsParams{Status: status})
+			if err != nil {
+				return err
+			}
+			if jsonOutput(cmd) {
+				if runs == nil {
+					runs = []wire.RunSummary{}
+				}
+				return emitJSON(cmd, runs)
+			}
+			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "TASK\tSTATUS\tROUND\tMAX_ROUNDS\tTRAINERS\tM\tK\tTIER")
+			for _, r := range runs {
+				fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%d\t%d\t%s\n", r.TaskID, r.Status, r.Round, r.Rounds, r.Trainers, r.M, r.K, r.Tier)
+			}
+			return tw.Flush()
+		},
+	}
+	c.Flags().StringVar(&status, "status", "", "only runs with this status (awaiting_enrollment, running, sealed, cancelled)")
+	return c
+}
+
+func newGetRunCmd() *cobra.Command {
+	var task string
+	c := &cobra.Command{
+		Use:   "get-run --task-id ID",
+		Short: "Show a run: status, round, trainers and their metrics",
+		Long: `Show one run. With --format json the output is the node's RunView:
+.task_spec, .status, .round, .trainer_metrics[did] = {submitted, accepted,
+missed_rounds, current_reward}, .trainers, .fragments, .round_roots, …`,
+		Example: `  tenzro train get-run --task-id train-1
+  tenzro train get-run --task-id train-1 --format json | jq '.trainer_metrics'`,
+		Args: noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			c := nodeClient(cmd)
+			if jsonOutput(cmd) {
+				raw, err := c.CallRaw(cmd.Context(), wire.MethodGetRun, wire.TaskIDParams{TaskID: task})
+				if err != nil {
+					return err
+				}
+				return emitJSON(cmd, raw)
+			}
+			r, err := c.GetRun(cmd.Context(), task)
+			if err != nil {
+				return err
+			}
+			out := cmd.OutOrStdout()
+			fmt.Fprintf(out, "task      %s\nstatus    %s\nround     %d\nsyncer    %s\nspec_hash %s\nmodel     %s\nescrow    %s\n",
+				r.TaskID, r.Status, r.Round, orDash(r.Syncer), r.SpecHash, r.ModelHash, orDash(r.Escrow))
+			if len(r.Fragments) > 0 {
+				committed := 0
+				for _, f := range r.Fragments {
+					if f.Committed {
+						committed++
+					}
+				}
+				fmt.Fprintf(out, "fragments %d (%d committed this round)\n", len(r.Fragments), committed)
+			}
+			tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "TRAINER\tSTATUS\tSTAKE\tSUBMITTED\tACCEPTED\tMISSED\tREWARD")
+			status := map[string]wire.TrainerView{}
+			for _, t := range r.Trainers {
+				status[t.DID] = t
+			}
+			dids := make([]string, 0, len(r.TrainerMetrics))
+			for d := range r.TrainerMetrics {
+				dids = append(dids, d)
+			}
+			for _, t := range r.Trainers {
+				if _, ok := r.TrainerMetrics[t.DID]; !ok {
+					dids = append(dids, t.DID)
+				}
+			}
+			sort.Strings(dids)
+			for _, d := range dids {
+				m := r.TrainerMetrics[d]
+				tv := status[d]
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%d\t%s\n", d, orDash(tv.Status), orDash(tv.Stake), m.Submitted, m.Accepted, m.MissedRounds, orDash(m.CurrentReward))
+			}
+			return tw.Flush()
+		},
+	}
+	c.Flags().StringVar(&task, "task-id", "", "run's task id")
+	_ = c.MarkFlagRequired("task-id")
+	return c
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+func newGetReceiptCmd() *cobra.Command {
+	var task, out string
+	c := &cobra.Command{
+		Use:   "get-receipt --task-id ID [--format json | --out FILE]",
+		Short: "Fetch a sealed run's training receipt",
+		Long: `Fetch the receipt of a sealed run. --format json prints it; --out writes it to a
+file. Check it offline with "tenzro receipt verify --receipt FILE".`,
+		Example: `  tenzro train get-receipt --task-id train-1 --out receipt.json
+  tenzro receipt verify --receipt receipt.json`,
+		Args: noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			raw, err := nodeClient(cmd).GetReceiptRaw(cmd.Context(), task)
+			if err != nil {
+				return err
+			}
+			pretty, err := indentRaw(raw)
+			if err != nil {
+				return fmt.Errorf("receipt from the node is not JSON: %w", err)
+			}
+			pretty = append(pretty, '\n')
+			if out != "" {
+				if err := os.WriteFile(out, pretty, 0o644); err != nil {
+					return fmt.Errorf("--out: %w", err)
+				}
+			}
+			if jsonOutput(cmd) {
+				_, err := cmd.OutOrStdout().Write(pretty)
+				return err
+			}
+			var r wire.Receipt
+			if err := json.Unmarshal(raw, &r); err != nil {
+				return fmt.Errorf("decode receipt: %w", err)
+			}
+			w := cmd.OutOrStdout()
+			fmt.Fprintf(w, "task        %s\nrun_root    %s\nfinal_model %s\nrounds      %d\nsyncer      %s\n", r.TaskID, r.RunRoot, r.FinalModelHash, len(r.Transcript), r.SyncerDID)
+			if out != "" {
+				fmt.Fprintf(w, "written to  %s\n", out)
+			}
+			return nil
+		},
+	}
+	c.Flags().StringVar(&task, "task-id", "", "run's task id")
+	c.Flags().StringVar(&out, "out", "", "write the receipt JSON to this file")
+	_ = c.MarkFlagRequired("task-id")
+	return c
+}
+
+func newEnrollCmd() *cobra.Command {
+	var task, didStr, stake, keyPath, attPath string
+	c := &cobra.Command{
+		Use:   "enroll-trainer --task-id ID --did DID --stake AMOUNT --key FILE",
+		Short: "Enrol a trainer in a run with a stake (attoTNZO)",
+		Long: `Enrol --did in a run, staking --stake attoTNZO from its balance. The request is
+signed by --key, whose DID must be --did (--did may be omitted). Enrolment is
+possible in any round: a late joiner becomes active from the next round.
+Verified/Confidential tiers need --attestation (an attestation claim JSON file).`,
+		Example: `  tenzro train enroll-trainer --task-id train-1 --did did:tenzro:machine:z6Mk... --stake 100000000000000000000 --key t0.key`,
+		Args:    noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			key, err := loadKeyFile(keyPath)
+			if err != nil {
+				return err
+			}
+			if didStr == "" {
+				didStr = key.DID.String()
+			}
+			if didStr != key.DID.String() {
+				return fmt.Errorf("--did %s is not the DID of --key (%s): a trainer enrols itself", didStr, key.DID)
+			}
+			if _, err := wire.ParseAmount(stake); err != nil {
+				return usagef("--stake: %v", err)
+			}
+			p := &wire.EnrollParams{TaskID: task, TrainerDID: didStr, Stake: stake, Signed: wire.Signed{Nonce: newNonce()}}
+			if attPath != "" {
+				if p.Attestation, err = readJSONFile("attestation", attPath); err != nil {
+					return err
+				}
+			}
+			p.Signature = key.Sign(p.Preimage())
+			res, err := nodeClient(cmd).Enroll(cmd.Context(), p)
+			if err != nil {
+				return err
+			}
+			return printEnroll(cmd, "enrolled", res)
+		},
+	}
+	c.Flags().StringVar(&task, "task-id", "", "run's task id")
+	c.Flags().StringVar(&didStr, "did", "", "trainer DID (default: the DID of --key)")
+	c.Flags().StringVar(&stake, "stake", "", "stake in attoTNZO (decimal)")
+	c.Flags().StringVar(&keyPath, "key", "", "trainer key file")
+	c.Flags().StringVar(&attPath, "attestation", "", "attestation claim JSON (Verified/Confidential tiers)")
+	for _, f := range []string{"task-id", "stake", "key"} {
+		_ = c.MarkFlagRequired(f)
+	}
+	return c
+}
+
+func readJSONFile(flag, path string) (json.RawMessage, error) {
+	b, err := readInputFile(flag, path, 16<<20)
+	if err != nil {
+		return nil, err
+	}
+	if !json.Valid(b) {
+		return nil, fmt.Errorf("--%s %s: not valid JSON", flag, path)
+	}
+	return json.RawMessage(b), nil
+}
+
+func printEnroll(cmd *cobra.Command, verb string, r *wire.EnrollResult) error {
+	if jsonOutput(cmd) {
+		return emitJSON(cmd, r)
+	}
+	fmt.Fprintf(cmd.OutOrStdout(), "%s %s in %s: trainer %s, shards %v, from round %d; run %s\n", verb, r.TrainerDID, r.TaskID, r.Status, r.Shards, r.FromRound, r.RunStatus)
+	return nil
+}
+
+func newLeaveCmd() *cobra.Command {
+	var task, keyPath string
+	c := &cobra.Command{
+		Use:     "leave --task-id ID --key FILE",
+		Short:   "Leave a run; shards are rebalanced from the next round",
+		Example: `  tenzro train leave --task-id train-1 --key t3.key`,
+		Args:    noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			key, err := loadKeyFile(keyPath)
+			if err != nil {
+				return err
+			}
+			p := &wire.LeaveParams{TaskID: task, TrainerDID: key.DID.String(), Signed: wire.Signed{Nonce: newNonce()}}
+			p.Signature = key.Sign(p.Preimage())
+			res, err := nodeClient(cmd).Leave(cmd.Context(), p)
+			if err != nil {
+				return err
+			}
+			return printEnroll(cmd, "left:", res)
+		},
+	}
+	c.Flags().StringVar(&task, "task-id", "", "run's task id")
+	c.Flags().StringVar(&keyPath, "key", "", "trainer key file")
+	_ = c.MarkFlagRequired("task-id")
+	_ = c.MarkFlagRequired("key")
+	return c
+}
+
+func newSubmitCmd() *cobra.Command {
+	var task, payloadPath, keyPath, attPath string
+	var round, fragment uint64
+	c := &cobra.Command{
+		Use:   "submit-gradient --task-id ID --round N --fragment I --payload FILE --key FILE",
+		Short: "Submit one outer gradient (safetensors) for a round and fragment",
+		Long: `Submit the pseudo-gradient θ_before − θ_after of one fragment as safetensors
+(same tensor names, dtype and shapes as the fragment's weights from get-weights).
+The CLI computes payload_hash (SHA-256 of the file) and signs the submission
+preimage (docs/PROTOCOL.md §4) with --key. The node refuses wrong rounds or
+fragments, duplicates, bad shapes and late submissions with a precise error.`,
+		Example: `  tenzro train get-weights --task-id train-1 --fragment 0 --out w0.safetensors
+  tenzro train submit-gradient --task-id train-1 --round 0 --fragment 0 --payload g0.safetensors --key t0.key`,
+		Args: noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if !cmd.Flags().Changed("round") || !cmd.Flags().Changed("fragment") {
+				return usagef("--round and --fragment are required")
+			}
+			payload, err := readInputFile("payload", payloadPath, maxPayloadFile)
+			if err != nil {
+				return err
+			}
+			key, err := loadKeyFile(keyPath)
+			if err != nil {
+				return err
+			}
+			g := &wire.OuterGradient{TaskID: task, TrainerDID: key.DID.String(), Round: round, FragmentIndex: fragment,
+				GradientPayload: payload, PayloadHash: wire.SumBytes(payload)}
+			if attPath != "" {
+				if g.Attestation, err = readJSONFile("attestation", attPath); err != nil {
+					return err
+				}
+			}
+			g.Signature = key.Sign(g.Preimage())
+			res, err := nodeClient(cmd).Submit(cmd.Context(), g)
+			if err != nil {
+				return err
+			}
+			if jsonOutput(cmd) {
+				return emitJSON(cmd, res)
+			}
+			msg := fmt.Sprintf("accepted: round %d fragment %d, payload %s (%d accepted for this fragment)", res.Round, res.FragmentIndex, res.PayloadHash, res.AcceptedCount)
+			if !res.Accepted {
+				msg = fmt.Sprintf("not accepted: round %d fragment %d", res.Round, res.FragmentIndex)
+			}
+			if res.Finalized {
+				msg += "; fragment committed"
+			}
+			fmt.Fprintln(cmd.OutOrStdout(), msg)
+			return nil
+		},
+	}
+	c.Flags().StringVar(&task, "task-id", "", "run's task id")
+	c.Flags().Uint64Var(&round, "round", 0, "round number")
+	c.Flags().Uint64Var(&fragment, "fragment", 0, "fragment index")
+	c.Flags().StringVar(&payloadPath, "payload", "", "outer gradient (safetensors)")
+	c.Flags().StringVar(&keyPath, "key", "", "trainer key file")
+	c.Flags().StringVar(&attPath, "attestation", "", "attestation claim JSON (Verified/Confidential tiers)")
+	for _, f := range []string{"task-id", "round", "fragment", "payload", "key"} {
+		_ = c.MarkFlagRequired(f)
+	}
+	return c
+}
+
+func newFinalizeCmd() *cobra.Command {
+	var task string
+	c := &cobra.Command{
+		Use:   "finalize-round --task-id ID",
+		Short: "Close the current round where K submissions are in, or say why not",
+		Long: `The syncer closes a fragment by itself when every active trainer has submitted,
+or when K have and the grace window has passed. finalize-round forces it for
+fragments with K accepted submissions; when the round cannot close it prints,
+per fragment, why not, and exits 1.`,
+		Example: `  tenzro train finalize-round --task-id train-1`,
+		Args:    noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			res, err := nodeClient(cmd).FinalizeRound(cmd.Context(), task)
+			if err != nil {
+				return err
+			}
+			if jsonOutput(cmd) {
+				if err := emitJSON(cmd, res); err != nil {
+					return err
+				}
+			} else {
+				w := cmd.OutOrStdout()
+				state := "not finalized"
+				if res.Advanced {
+					state = "finalized"
+				}
+				fmt.Fprintf(w, "%s round %d: %s (run %s)\n", res.TaskID, res.Round, state, res.Status)
+				for _, f := range res.Fragments {
+					line := fmt.Sprintf("  fragment %d: %d accepted", f.Index, f.Accepted)
+					if f.Committed {
+						line += ", committed"
+					}
+					if f.Reason != "" {
+						line += " — " + f.Reason
+					}
+					fmt.Fprintln(w, line)
+				}
+			}
+			if !res.Advanced {
+				var why []string
+				for _, f := range res.Fragments {
+					if !f.Committed && f.Reason != "" {
+						why = append(why, fmt.Sprintf("fragment %d: %s", f.Index, f.Reason))
+					}
+				}
+				msg := fmt.Sprintf("round %d of %s cannot be finalized yet", res.Round, res.TaskID)
+				if len(why) > 0 {
+					msg += ": " + strings.Join(why, "; ")
+				}
+				return &exitError{code: exitFailed, msg: msg}
+			}
+			return nil
+		},
+	}
+	c.Flags().StringVar(&task, "task-id", "", "run's task id")
+	_ = c.MarkFlagRequired("task-id")
+	return c
+}
+
+func newGetWeightsCmd() *cobra.Command {
+	var task, out string
+	var fragment uint64
+	c := &cobra.Command{
+		Use:     "get-weights --task-id ID --fragment I --out FILE",
+		Short:   "Download a fragment's current weights as safetensors",
+		Example: `  tenzro train get-weights --task-id train-1 --fragment 0 --out w0.safetensors`,
+		Args:    noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if !cmd.Flags().Changed("fragment") {
+				return usagef("--fragment is required")
+			}
+			if out == "" {
+				return usagef("--out is required")
+			}
+			w, err := nodeClient(cmd).GetWeights(cmd.Context(), wire.GetWeightsParams{TaskID: task, FragmentIndex: fragment})
+			if err != nil {
+				return err
+			}
+			if err := os.WriteFile(out, w.Payload, 0o644); err != nil {
+				return fmt.Errorf("--out: %w", err)
+			}
+			if jsonOutput(cmd) {
+				return emitJSON(cmd, map[string]any{"task_id": w.TaskID, "round": w.Round, "fragment_index": w.FragmentIndex,
+					"weights_hash": w.WeightsHash, "bytes": len(w.Payload), "out": out})
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "wrote %s: fragment %d at round %d, %d bytes, weights_hash %s\n", out, w.FragmentIndex, w.Round, len(w.Payload), w.WeightsHash)
+			return nil
+		},
+	}
+	c.Flags().StringVar(&task, "task-id", "", "run's task id")
+	c.Flags().Uint64Var(&fragment, "fragment", 0, "fragment index")
+	c.Flags().StringVar(&out, "out", "", "file to write (safetensors)")
+	for _, f := range []string{"task-id", "fragment", "out"} {
+		_ = c.MarkFlagRequired(f)
+	}
+	return c
+}

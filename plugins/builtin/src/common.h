@@ -1,0 +1,126 @@
+/* Shared helpers for the built-in rules (not part of the public C SDK). */
+#ifndef TZ_BUILTIN_COMMON_H
+#define TZ_BUILTIN_COMMON_H
+#include "../../sdk/c/tenzro_plugin.h"
+#include <wasm_simd128.h>
+
+#define TZ_MAX_K 256u
+
+/* Loads 4 consecutive f32 starting at p; only `valid` lanes are read, the
+ * others are zero (used for the tail of a fragment). */
+static inline v128_t tz_load4(const float *p, uint32_t valid) {
+  if (valid >= 4) return wasm_v128_load(p);
+  float t[4] = {0, 0, 0, 0};
+  for (uint32_t i = 0; i < valid; i++) t[i] = p[i];
+  return wasm_v128_load(t);
+}
+static inline void tz_store4(float *p, v128_t v, uint32_t valid) {
+  if (valid >= 4) {
+    wasm_v128_store(p, v);
+    return;
+  }
+  float t[4];
+  wasm_v128_store(t, v);
+  for (uint32_t i = 0; i < valid; i++) p[i] = t[i];
+}
+
+/* Stable compare-exchange: swaps lanes where b < a (NaN never swaps). */
+static inline void tz_cx(v128_t *a, v128_t *b) {
+  v128_t m = wasm_f32x4_lt(*b, *a);
+  v128_t lo = wasm_v128_bitselect(*b, *a, m);
+  v128_t hi = wasm_v128_bitselect(*a, *b, m);
+  *a = lo;
+  *b = hi;
+}
+
+/* Odd-even transposition sort of k vectors, lane-wise ascending. */
+static inline void tz_sort_lanes(v128_t *v, uint32_t k) {
+  for (uint32_t r = 0; r < k; r++)
+    for (uint32_t i = r & 1u; i + 1 < k; i += 2) tz_cx(&v[i], &v[i + 1]);
+}
+
+/* f64 lane helpers: a f32x4 as two f64x2. */
+static inline v128_t tz_lo64(v128_t v) { return wasm_f64x2_promote_low_f32x4(v); }
+static inline v128_t tz_hi64(v128_t v) { return wasm_f64x2_promote_low_f32x4(wasm_i32x4_shuffle(v, v, 2, 3, 0, 1)); }
+static inline v128_t tz_join32(v128_t lo, v128_t hi) {
+  v128_t a = wasm_f32x4_demote_f64x2_zero(lo);
+  v128_t b = wasm_f32x4_demote_f64x2_zero(hi);
+  return wasm_i32x4_shuffle(a, b, 0, 1, 4, 5);
+}
+
+/* Squared Euclidean distances between all pairs of the k inputs, accumulated
+ * in f64 over coordinate blocks in a fixed order: d[i*k+j] (i != j), d[i*k+i] = 0. */
+static int tz_pair_dists(const float *x, uint32_t k, uint32_t n, double *d) {
+  uint32_t np = k * (k - 1) / 2;
+  v128_t *acc = (v128_t *)tz_alloc((np * 2 + 2) * 16);
+  if (!acc) return 0;
+  for (uint32_t p = 0; p < np * 2; p++) acc[p] = wasm_f64x2_splat(0.0);
+  const uint32_t B = 2048;
+  for (uint32_t c0 = 0; c0 < n; c0 += B) {
+    uint32_t c1 = c0 + B < n ? c0 + B : n;
+    uint32_t p = 0;
+    for (uint32_t i = 0; i < k; i++)
+      for (uint32_t j = i + 1; j < k; j++, p++) {
+        const float *a = x + (uint64_t)i * n, *b = x + (uint64_t)j * n;
+        v128_t s0 = acc[2 * p], s1 = acc[2 * p + 1];
+        for (uint32_t c = c0; c < c1; c += 4) {
+          uint32_t valid = c1 - c;
+          v128_t va = tz_load4(a + c, valid), vb = tz_load4(b + c, valid);
+          v128_t d0 = wasm_f64x2_sub(tz_lo64(va), tz_lo64(vb));
+          v128_t d1 = wasm_f64x2_sub(tz_hi64(va), tz_hi64(vb));
+          s0 = wasm_f64x2_add(s0, wasm_f64x2_mul(d0, d0));
+          s1 = wasm_f64x2_add(s1, wasm_f64x2_mul(d1, d1));
+        }
+        acc[2 * p] = s0;
+        acc[2 * p + 1] = s1;
+      }
+  }
+  uint32_t p = 0;
+  for (uint32_t i = 0; i < k; i++) {
+    d[i * k + i] = 0;
+    for (uint32_t j = i + 1; j < k; j++, p++) {
+      v128_t s = wasm_f64x2_add(acc[2 * p], acc[2 * p + 1]);
+      double v = wasm_f64x2_extract_lane(s, 0) + wasm_f64x2_extract_lane(s, 1);
+      d[i * k + j] = v;
+      d[j * k + i] = v;
+    }
+  }
+  return 1;
+}
+
+/* Krum score of input i over the members of set (mask[j] != 0): the sum of
+ * its nb smallest squared distances to the other members, ascending order. */
+static double tz_krum_score(const double *d, uint32_t k, uint32_t i, const uint8_t *mask, uint32_t nb) {
+  double v[TZ_MAX_K];
+  uint32_t m = 0;
+  for (uint32_t j = 0; j < k; j++)
+    if (j != i && mask[j]) {
+      double x = d[i * k + j];
+      uint32_t q = m++;
+      while (q > 0 && v[q - 1] > x) { v[q] = v[q - 1]; q--; }
+      v[q] = x;
+    }
+  double s = 0;
+  for (uint32_t q = 0; q < nb && q < m; q++) s += v[q];
+  return s;
+}
+
+/* Number of neighbours Krum sums over: K-f-2 (Blanchard et al.), at least 1
+ * (the same clamp as Flower's aggregate_krum). */
+static inline uint32_t tz_krum_nb(uint32_t members, uint32_t f) {
+  int64_t nb = (int64_t)members - (int64_t)f - 2;
+  return nb < 1 ? 1u : (uint32_t)nb;
+}
+
+static inline int32_t tz_check_common(uint32_t dtype, uint32_t k, uint32_t n) {
+  if (dtype != TZ_F32 && dtype != TZ_BF16) return tz_fail(TZ_ERR_DTYPE, "dtype must be F32 or BF16");
+  if (k == 0 || k > TZ_MAX_K) return tz_fail(TZ_ERR_TOO_FEW, "K must be in 1..256");
+  if (n == 0) return tz_fail(TZ_ERR_PARAMS, "N must be positive");
+  return TZ_OK;
+}
+
+/* Copies input idx as f32 into out. */
+static inline void tz_copy_input(const float *x, uint32_t n, uint32_t idx, float *out) {
+  __builtin_memcpy(out, x + (uint64_t)idx * n, (size_t)n * 4);
+}
+#endif

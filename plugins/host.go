@@ -1,0 +1,800 @@
+package plugins
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"runtime"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/gowebpki/jcs"
+	"github.com/tetratelabs/wazero"
+	"github.com/tetratelabs/wazero/api"
+	"github.com/tetratelabs/wazero/sys"
+
+	"github.com/tenzro/train/syncer"
+	"github.com/tenzro/train/wire"
+)
+
+// WazeroVersion is the runtime version the profile commits to (go.mod pins it).
+const WazeroVersion = "v1.12.0"
+
+// Limits and defaults.
+const (
+	// DefaultMemoryPages is the default page limit (64 KiB pages): 2 GiB.
+	DefaultMemoryPages = 32768
+	// DefaultFuel is the default fuel budget per call.
+	DefaultFuel = 200_000_000_000
+	// DefaultWallClock is the default wall-clock backstop per call.
+	DefaultWallClock = 5 * time.Minute
+	// MaxModuleBytes bounds a published module.
+	MaxModuleBytes = 16 << 20
+	// MaxK bounds the number of inputs of one call.
+	MaxK = 256
+)
+
+// Host-side rule failure codes (guest codes are below 1000; ABI.md §5).
+const (
+	CodeOutOfFuel   = 1000
+	CodeTrap        = 1001
+	CodeOutOfMemory = 1002
+	CodeTooLarge    = 1003
+	CodeBadInput    = 1004
+)
+
+// Config configures an Engine.
+type Config struct {
+	// KV stores the registry (keyspace syncer.KSPlugins); nil keeps it in memory.
+	KV syncer.KV
+	// CacheDir is a private directory for wazero's compilation cache; empty
+	// keeps the cache in memory.
+	CacheDir string
+	// MemoryPages is the guest memory limit in 64 KiB pages (protocol
+	// parameter; 0 = DefaultMemoryPages, at most 65536).
+	MemoryPages uint32
+	// Fuel is the fuel budget per call (0 = DefaultFuel).
+	Fuel uint64
+	// WallClock is the backstop per call (0 = DefaultWallClock).
+	WallClock time.Duration
+	// Logger (nil = slog.Default()).
+	Logger *slog.Logger
+	// Interpreter selects wazero's interpreter instead of the compiler (the
+	// conformance suite compares both; results must not change).
+	Interpreter bool
+	// MaxModuleBytes overrides MaxModuleBytes (0 = default).
+	MaxModuleBytes int
+}
+
+// Engine is the Wasm plugin host. It implements syncer.Engine and holds the
+// plugin registry.
+type Engine struct {
+	cfg     Config
+	log     *slog.Logger
+	rt      wazero.Runtime
+	cache   wazero.CompilationCache
+	costs   CostTable
+	profile syncer.EngineProfile
+
+	mu      sync.RWMutex
+	loaded  map[wire.Hash]*plugin
+	builtin map[string]wire.Hash // rule id -> hash
+}
+
+var _ syncer.Engine = (*Engine)(nil)
+
+type plugin struct {
+	info     wire.PluginInfo
+	manifest *Manifest
+	compiled wazero.CompiledModule
+	hasInit  bool
+	hasError bool
+}
+
+// NewEngine starts a wazero runtime and registers the built-in plugins.
+func NewEngine(ctx context.Context, cfg Config) (*Engine, error) {
+	if cfg.MemoryPages == 0 {
+		cfg.MemoryPages = DefaultMemoryPages
+	}
+	if cfg.MemoryPages > 65536 {
+		return nil, fmt.Errorf("plugins: memory limit %d pages exceeds 65536 (4 GiB)", cfg.MemoryPages)
+	}
+	if cfg.Fuel == 0 {
+		cfg.Fuel = DefaultFuel
+	}
+	if cfg.Fuel > maxFuel {
+		return nil, errors.New("plugins: fuel budget too large")
+	}
+	if cfg.WallClock == 0 {
+		cfg.WallClock = DefaultWallClock
+	}
+	if cfg.MaxModuleBytes == 0 {
+		cfg.MaxModuleBytes = MaxModuleBytes
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	e := &Engine{cfg: cfg, log: cfg.Logger, costs: DefaultCostTable, loaded: map[wire.Hash]*plugin{}, builtin: map[string]wire.Hash{}}
+	var rc wazero.RuntimeConfig
+	if cfg.Interpreter {
+		rc = wazero.NewRuntimeConfigInterpreter()
+	} else {
+		rc = wazero.NewRuntimeConfigCompiler()
+	}
+	if cfg.CacheDir != "" {
+		c, err := wazero.NewCompilationCacheWithDir(cfg.CacheDir)
+		if err != nil {
+			return nil, fmt.Errorf("plugins: compilation cache: %w", err)
+		}
+		e.cache = c
+	} else {
+		e.cache = wazero.NewCompilationCache()
+	}
+	rc = rc.WithCoreFeatures(api.CoreFeaturesV2).
+		WithMemoryLimitPages(cfg.MemoryPages).
+		WithCompilationCache(e.cache).
+		WithCloseOnContextDone(false).
+		WithDebugInfoEnabled(false)
+	e.rt = wazero.NewRuntimeWithConfig(ctx, rc)
+	if err := instantiateWASI(ctx, e.rt); err != nil {
+		_ = e.rt.Close(ctx)
+		return nil, fmt.Errorf("plugins: host module: %w", err)
+	}
+	e.profile = e.makeProfile()
+	if err := e.loadBuiltins(ctx); err != nil {
+		_ = e.rt.Close(ctx)
+		return nil, err
+	}
+	return e, nil
+}
+
+// Close releases the runtime and the compilation cache.
+func (e *Engine) Close(ctx context.Context) error {
+	err := e.rt.Close(ctx)
+	if cerr := e.cache.Close(ctx); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+// ProfileDetails is what the engine profile hash commits to.
+type ProfileDetails struct {
+	Runtime       string    `json:"runtime"`
+	Features      string    `json:"features"`
+	MemoryPages   uint32    `json:"memory_pages"`
+	Fuel          uint64    `json:"fuel"`
+	CostTable     CostTable `json:"cost_table"`
+	CostTableHash wire.Hash `json:"cost_table_hash"`
+	ABI           int       `json:"abi"`
+}
+
+func (e *Engine) makeProfile() syncer.EngineProfile {
+	d := ProfileDetails{
+		Runtime:       "wazero/" + WazeroVersion,
+		Features:      "core-v2+simd128,no-threads,no-relaxed-simd",
+		MemoryPages:   e.cfg.MemoryPages,
+		Fuel:          e.cfg.Fuel,
+		CostTable:     e.costs,
+		CostTableHash: e.costs.Hash(),
+		ABI:           ABIVersion,
+	}
+	raw, _ := json.Marshal(d)
+	canon, err := jcs.Transform(raw)
+	if err != nil {
+		panic(err)
+	}
+	return syncer.EngineProfile{Engine: "wazero/" + WazeroVersion, Hash: sha256.Sum256(canon), Details: canon}
+}
+
+// Profile describes the runtime for receipts. Compiler and interpreter
+// engines share it: they must give the same bytes.
+func (e *Engine) Profile() syncer.EngineProfile { return e.profile }
+
+// CostTableHash is the hash of the cost table in use.
+func (e *Engine) CostTableHash() wire.Hash { return e.costs.Hash() }
+
+// ---------------------------------------------------------------------------
+// Calls
+
+// call is one fresh instance of a plugin.
+type call struct {
+	e      *Engine
+	p      *plugin
+	mod    api.Module
+	fuel   api.MutableGlobal
+	mem    api.Memory
+	budget uint64
+	timed  atomic.Bool
+}
+
+func (e *Engine) newCall(ctx context.Context, p *plugin) (*call, error) {
+	mod, err := e.rt.InstantiateModule(ctx, p.compiled, wazero.NewModuleConfig().WithName("").WithStartFunctions())
+	if err != nil {
+		return nil, fmt.Errorf("plugins: instantiate %s: %w", p.info.Name, err)
+	}
+	g, ok := mod.ExportedGlobal(FuelExport).(api.MutableGlobal)
+	if !ok || mod.Memory() == nil {
+		_ = mod.Close(ctx)
+		return nil, fmt.Errorf("plugins: %s lacks its fuel global or memory", p.info.Name)
+	}
+	c := &call{e: e, p: p, mod: mod, fuel: g, mem: mod.Memory(), budget: e.cfg.Fuel}
+	g.Set(c.budget)
+	if p.hasInit {
+		if _, err := c.invoke(ctx, "_initialize"); err != nil {
+			_ = mod.Close(ctx)
+			return nil, err
+		}
+	}
+	return c, nil
+}
+
+func (c *call) close(ctx context.Context) {
+	if !c.timed.Load() { // an abandoned instance is closed when it stops
+		_ = c.mod.Close(ctx)
+	}
+}
+
+func (c *call) used() uint64 {
+	v := c.fuel.Get()
+	if int64(v) < 0 || v > c.budget {
+		return c.budget
+	}
+	return c.budget - v
+}
+
+func (c *call) fail(code uint32, format string, args ...any) error {
+	return &syncer.RuleFailure{Rule: c.p.info.Name, Code: code, Reason: fmt.Sprintf(format, args...)}
+}
+
+// invoke calls an export under the wall-clock backstop. Traps become
+// *syncer.RuleFailure. When the backstop fires, invoke returns an
+// infrastructure error at once; the guest is starved of fuel (it traps at its
+// next charge point) and the instance is closed when it stops, in the
+// background, so the caller never waits on a runaway plugin.
+func (c *call) invoke(ctx context.Context, name string, params ...uint64) ([]uint64, error) {
+	fn := c.mod.ExportedFunction(name)
+	if fn == nil {
+		return nil, c.fail(CodeTrap, "export %s missing", name)
+	}
+	done := make(chan callResult, 1)
+	go func() {
+		res, err := fn.Call(context.WithoutCancel(ctx), params...)
+		done <- callResult{res, err}
+	}()
+	t := time.NewTimer(c.e.cfg.WallClock)
+	defer t.Stop()
+	var r callResult
+	select {
+	case r = <-done:
+	case <-ctx.Done():
+		c.abandon(done)
+		return nil, fmt.Errorf("plugins: %s.%s: %w", c.p.info.Name, name, ctx.Err())
+	case <-t.C:
+		c.abandon(done)
+		return nil, fmt.Errorf("plugins: %s.%s exceeded the wall-clock backstop of %v", c.p.info.Name, name, c.e.cfg.WallClock)
+	}
+	if r.err != nil {
+		if int64(c.fuel.Get()) < 0 {
+			return nil, c.fail(CodeOutOfFuel, "out of fuel (budget %d) in %s", c.budget, name)
+		}
+		var ee *sys.ExitError
+		if errors.As(r.err, &ee) {
+			return nil, c.fail(CodeTrap, "plugin exited with code %d in %s", ee.ExitCode(), name)
+		}
+		return nil, c.fail(CodeTrap, "trap in %s: %s", name, firstLine(r.err.Error()))
+	}
+	return r.res, nil
+}
+
+type callResult struct {
+	res []uint64
+	err error
+}
+
+// abandon starves a running guest of fuel and closes its instance once it
+// has stopped. The guest's own decrement can overwrite a store, so the store
+// repeats until the call returns.
+func (c *call) abandon(done <-chan callResult) {
+	c.timed.Store(true)
+	go func() {
+		for {
+			c.fuel.Set(backstopFuel)
+			select {
+			case <-done:
+				_ = c.mod.Close(context.Background())
+				return
+			default:
+				runtime.Gosched()
+			}
+		}
+	}()
+}
+
+func firstLine(s string) string {
+	if i := strings.IndexByte(s, '\n'); i >= 0 {
+		s = s[:i]
+	}
+	if len(s) > 200 {
+		s = s[:200]
+	}
+	return s
+}
+
+// alloc reserves size bytes in the guest.
+func (c *call) alloc(ctx context.Context, size uint64) (uint32, error) {
+	if size > math.MaxUint32 {
+		return 0, c.fail(CodeTooLarge, "buffer of %d bytes exceeds wasm32 memory", size)
+	}
+	res, err := c.invoke(ctx, "tenzro_alloc", size)
+	if err != nil {
+		return 0, err
+	}
+	p := uint32(res[0])
+	if p == 0 && size > 0 {
+		return 0, c.fail(CodeOutOfMemory, "tenzro_alloc(%d) failed: memory limit %d pages", size, c.e.cfg.MemoryPages)
+	}
+	if uint64(p)+size > uint64(c.mem.Size()) {
+		return 0, c.fail(CodeTrap, "tenzro_alloc returned %#x, outside memory for %d bytes", p, size)
+	}
+	return p, nil
+}
+
+func (c *call) write(off uint32, b []byte) error {
+	if !c.mem.Write(off, b) {
+		return c.fail(CodeTrap, "write outside guest memory")
+	}
+	return nil
+}
+
+func (c *call) read(off uint32, n uint64) ([]byte, error) {
+	v, ok := c.mem.Read(off, uint32(n))
+	if !ok || n > math.MaxUint32 {
+		return nil, c.fail(CodeTrap, "output outside guest memory")
+	}
+	return append([]byte(nil), v...), nil
+}
+
+// guestError turns a non-zero entry-point result into a RuleFailure,
+// with the plugin's tenzro_error_text when it has one.
+func (c *call) guestError(ctx context.Context, code uint32) error {
+	reason := stdReason(code)
+	if c.p.hasError {
+		if res, err := c.invoke(ctx, "tenzro_error_text"); err == nil {
+			if s := c.cString(uint32(res[0]), 256); s != "" {
+				reason = s
+			}
+		}
+	}
+	return c.fail(code, "%s", reason)
+}
+
+func (c *call) cString(off uint32, max uint32) string {
+	if off == 0 {
+		return ""
+	}
+	n := max
+	if rem := c.mem.Size() - min(off, c.mem.Size()); rem < n {
+		n = rem
+	}
+	b, ok := c.mem.Read(off, n)
+	if !ok {
+		return ""
+	}
+	if i := strings.IndexByte(string(b), 0); i >= 0 {
+		b = b[:i]
+	}
+	return strings.ToValidUTF8(string(b), "?")
+}
+
+func stdReason(code uint32) string {
+	switch code {
+	case 1:
+		return "parameters out of range"
+	case 2:
+		return "too few inputs for the parameters"
+	case 3:
+		return "element type not supported"
+	case 4:
+		return "out of guest memory"
+	case 5:
+		return "non-finite value"
+	}
+	return fmt.Sprintf("rule error %d", code)
+}
+
+func dtypeCode(d syncer.Dtype) (uint64, error) {
+	switch d {
+	case syncer.F32:
+		return 0, nil
+	case syncer.BF16:
+		return 1, nil
+	}
+	return 0, fmt.Errorf("dtype %q: want F32 or BF16", d)
+}
+
+// ---------------------------------------------------------------------------
+// Aggregate
+
+// Aggregate runs an aggregation plugin on K inputs. Fragments too large for
+// the memory limit run in coordinate chunks when the manifest allows it.
+func (e *Engine) Aggregate(ctx context.Context, in syncer.AggregateInput) (syncer.AggregateOutput, error) {
+	var out syncer.AggregateOutput
+	p, err := e.pluginFor(ctx, in.Rule, KindAggregate)
+	if err != nil {
+		return out, err
+	}
+	params, err := paramVector(p.manifest, in.Rule.Params)
+	if err != nil {
+		return out, fmt.Errorf("plugins: %s: %w", p.info.Name, err)
+	}
+	es, err := checkInputs(p, in.Dtype, in.N, in.Inputs)
+	if err != nil {
+		return out, err
+	}
+	k := len(in.Inputs)
+	n := in.N
+	chunk := n
+	if need := aggregateBytes(k, n, es, len(params)); need > e.memBudget() {
+		if p.manifest.Chunking != ChunkCoordinate {
+			return out, &syncer.RuleFailure{Rule: p.info.Name, Code: CodeTooLarge,
+				Reason: fmt.Sprintf("fragment needs %d bytes of guest memory, limit %d pages, and the rule is not coordinate-wise", need, e.cfg.MemoryPages)}
+		}
+		per := uint64(k)*uint64(es) + 4
+		chunk = int((e.memBudget() - aggregateBytes(k, 0, es, len(params))) / per &^ 1023)
+		if chunk <= 0 {
+			return out, &syncer.RuleFailure{Rule: p.info.Name, Code: CodeTooLarge, Reason: "memory limit too small for one chunk"}
+		}
+	}
+	out.Aggregate = make([]byte, 0, n*4)
+	out.Selected = make([]bool, k)
+	var scores []float64
+	for c0 := 0; c0 < n; c0 += chunk {
+		c1 := min(c0+chunk, n)
+		r, err := e.aggregateOnce(ctx, p, in.Dtype, in.Inputs, c0, c1, es, params)
+		out.Fuel += r.Fuel
+		if err != nil {
+			return syncer.AggregateOutput{Fuel: out.Fuel}, err
+		}
+		out.Aggregate = append(out.Aggregate, r.Aggregate...)
+		for i, s := range r.Selected {
+			out.Selected[i] = out.Selected[i] || s
+		}
+		if c0 == 0 {
+			scores = r.Scores
+		}
+	}
+	if chunk == n {
+		out.Scores = scores
+	}
+	return out, nil
+}
+
+func aggregateBytes(k, n, es, nparams int) uint64 {
+	// inputs + output + selection + scores + params + room for the guest's own
+	// data, stack and scratch (bf16 conversion doubles the input).
+	in := uint64(k) * uint64(n) * uint64(es)
+	if es == 2 {
+		in *= 3
+	}
+	return in + uint64(n)*4 + uint64(k)*9 + uint64(nparams)*8 + guestSlack
+}
+
+func (e *Engine) memBudget() uint64 { return uint64(e.cfg.MemoryPages) * 65536 }
+
+func checkInputs(p *plugin, d syncer.Dtype, n int, inputs [][]byte) (int, error) {
+	if _, err := dtypeCode(d); err != nil {
+		return 0, fmt.Errorf("plugins: %w", err)
+	}
+	if !p.manifest.SupportsDtype(string(d)) {
+		return 0, &syncer.RuleFailure{Rule: p.info.Name, Code: CodeBadInput, Reason: fmt.Sprintf("rule does not accept %s", d)}
+	}
+	if len(inputs) == 0 || len(inputs) > MaxK {
+		return 0, fmt.Errorf("plugins: %d inputs, want 1..%d", len(inputs), MaxK)
+	}
+	if n <= 0 || n > math.MaxInt32 {
+		return 0, fmt.Errorf("plugins: N=%d out of range", n)
+	}
+	es := d.Size()
+	for i, b := range inputs {
+		if len(b) != n*es {
+			return 0, fmt.Errorf("plugins: input %d has %d bytes, want N*%d = %d", i, len(b), es, n*es)
+		}
+	}
+	return es, nil
+}
+
+func (e *Engine) aggregateOnce(ctx context.Context, p *plugin, d syncer.Dtype, inputs [][]byte, c0, c1, es int, params []float64) (out syncer.AggregateOutput, err error) {
+	c, err := e.newCall(ctx, p)
+	if err != nil {
+		return out, err
+	}
+	defer c.close(ctx)
+	defer func() { out.Fuel = c.used() }()
+	k, n := len(inputs), c1-c0
+	span := uint64(n) * uint64(es)
+	inPtr, err := c.alloc(ctx, uint64(k)*span)
+	if err != nil {
+		return out, err
+	}
+	outPtr, err := c.alloc(ctx, uint64(n)*4)
+	if err != nil {
+		return out, err
+	}
+	selPtr, err := c.alloc(ctx, uint64(k))
+	if err != nil {
+		return out, err
+	}
+	scPtr, err := c.alloc(ctx, uint64(k)*8)
+	if err != nil {
+		return out, err
+	}
+	parPtr, err := c.alloc(ctx, uint64(len(params))*8+8)
+	if err != nil {
+		return out, err
+	}
+	for i, b := range inputs {
+		if err := c.write(inPtr+uint32(uint64(i)*span), b[c0*es:c1*es]); err != nil {
+			return out, err
+		}
+	}
+	if err := c.write(parPtr, f64Bytes(params)); err != nil {
+		return out, err
+	}
+	dc, _ := dtypeCode(d)
+	res, err := c.invoke(ctx, "tenzro_aggregate", dc, uint64(k), uint64(n), uint64(inPtr), uint64(parPtr),
+		uint64(len(params)), uint64(outPtr), uint64(selPtr), uint64(scPtr))
+	if err != nil {
+		return out, err
+	}
+	if rc := uint32(res[0]); rc != 0 {
+		return out, c.guestError(ctx, rc)
+	}
+	if out.Aggregate, err = c.read(outPtr, uint64(n)*4); err != nil {
+		return out, err
+	}
+	sel, err := c.read(selPtr, uint64(k))
+	if err != nil {
+		return out, err
+	}
+	out.Selected = make([]bool, k)
+	for i, s := range sel {
+		out.Selected[i] = s != 0
+	}
+	sc, err := c.read(scPtr, uint64(k)*8)
+	if err != nil {
+		return out, err
+	}
+	any := false
+	scores := make([]float64, k)
+	for i := range scores {
+		scores[i] = math.Float64frombits(binary.LittleEndian.Uint64(sc[i*8:]))
+		any = any || sc[i*8] != 0 || scores[i] != 0
+	}
+	if any {
+		out.Scores = scores
+	}
+	return out, nil
+}
+
+func f64Bytes(v []float64) []byte {
+	b := make([]byte, 8*len(v))
+	for i, x := range v {
+		binary.LittleEndian.PutUint64(b[i*8:], math.Float64bits(x))
+	}
+	return b
+}
+
+// ---------------------------------------------------------------------------
+// Verify
+
+// Verify runs a verifier on one input (and, for round-level verifiers, the
+// round's inputs).
+func (e *Engine) Verify(ctx context.Context, in syncer.VerifyInput) (out syncer.VerifyOutput, err error) {
+	p, err := e.pluginFor(ctx, in.Verifier, KindVerify)
+	if err != nil {
+		return out, err
+	}
+	params, err := paramVector(p.manifest, in.Verifier.Params)
+	if err != nil {
+		return out, fmt.Errorf("plugins: %s: %w", p.info.Name, err)
+	}
+	es, err := checkInputs(p, in.Dtype, in.N, [][]byte{in.Input})
+	if err != nil {
+		return out, err
+	}
+	if p.manifest.RoundLevel {
+		if _, err := checkInputs(p, in.Dtype, in.N, in.Round); err != nil {
+			return out, err
+		}
+	} else if len(in.Round) != 0 {
+		in.Round = nil // per-submission verifiers never see the round
+	}
+	need := uint64(len(in.Round)+1)*uint64(in.N)*uint64(es) + guestSlack
+	if need > e.memBudget() {
+		return out, &syncer.RuleFailure{Rule: p.info.Name, Code: CodeTooLarge, Reason: fmt.Sprintf("verification needs %d bytes, limit %d pages", need, e.cfg.MemoryPages)}
+	}
+	c, err := e.newCall(ctx, p)
+	if err != nil {
+		return out, err
+	}
+	defer c.close(ctx)
+	defer func() { out.Fuel = c.used() }()
+	span := uint64(in.N) * uint64(es)
+	inPtr, err := c.alloc(ctx, span)
+	if err != nil {
+		return out, err
+	}
+	var roundPtr uint32
+	if len(in.Round) > 0 {
+		if roundPtr, err = c.alloc(ctx, uint64(len(in.Round))*span); err != nil {
+			return out, err
+		}
+	}
+	parPtr, err := c.alloc(ctx, uint64(len(params))*8+8)
+	if err != nil {
+		return out, err
+	}
+	vPtr, err := c.alloc(ctx, 8)
+	if err != nil {
+		return out, err
+	}
+	if err := c.write(inPtr, in.Input); err != nil {
+		return out, err
+	}
+	for i, b := range in.Round {
+		if err := c.write(roundPtr+uint32(uint64(i)*span), b); err != nil {
+			return out, err
+		}
+	}
+	if err := c.write(parPtr, f64Bytes(params)); err != nil {
+		return out, err
+	}
+	dc, _ := dtypeCode(in.Dtype)
+	res, err := c.invoke(ctx, "tenzro_verify", dc, uint64(in.N), uint64(inPtr), uint64(len(in.Round)), uint64(roundPtr),
+		uint64(parPtr), uint64(len(params)), uint64(vPtr))
+	if err != nil {
+		return out, err
+	}
+	if rc := uint32(res[0]); rc != 0 {
+		return out, c.guestError(ctx, rc)
+	}
+	v, err := c.read(vPtr, 8)
+	if err != nil {
+		return out, err
+	}
+	out.Accept = binary.LittleEndian.Uint32(v) != 0
+	if !out.Accept {
+		out.Code = binary.LittleEndian.Uint32(v[4:])
+		out.Reason = verifyReason(p.info.Name, out.Code, params, p.manifest)
+	}
+	return out, nil
+}
+
+func verifyReason(name string, code uint32, params []float64, m *Manifest) string {
+	switch code {
+	case 1:
+		return "contains NaN or infinite values"
+	case 2:
+		return fmt.Sprintf("L2 norm exceeds %s", paramText(params, m))
+	case 3:
+		return fmt.Sprintf("L2 norm exceeds %s times the round median", paramText(params, m))
+	}
+	return fmt.Sprintf("%s rejected the input (reason %d)", name, code)
+}
+
+func paramText(params []float64, m *Manifest) string {
+	if len(params) == 0 || len(m.Params) == 0 {
+		return "the bound"
+	}
+	return fmt.Sprintf("%s=%g", m.Params[0].Name, params[0])
+}
+
+// ---------------------------------------------------------------------------
+// Outer step
+
+// OuterStep applies the outer optimizer plugin named by in.Rule.
+func (e *Engine) OuterStep(ctx context.Context, in syncer.OuterStepInput) (syncer.OuterStepOutput, error) {
+	var out syncer.OuterStepOutput
+	p, err := e.pluginFor(ctx, in.Rule, KindOuter)
+	if err != nil {
+		return out, err
+	}
+	es, err := checkInputs(p, in.Dtype, in.N, [][]byte{in.Weights})
+	if err != nil {
+		return out, err
+	}
+	if len(in.Aggregate) != in.N*4 {
+		return out, fmt.Errorf("plugins: aggregate has %d bytes, want %d", len(in.Aggregate), in.N*4)
+	}
+	if in.Momentum != nil && len(in.Momentum) != in.N*4 {
+		return out, fmt.Errorf("plugins: momentum has %d bytes, want %d", len(in.Momentum), in.N*4)
+	}
+	per := uint64(es) + 8
+	chunk := in.N
+	if uint64(in.N)*per+guestSlack > e.memBudget() {
+		chunk = int((e.memBudget() - guestSlack) / per &^ 1023)
+	}
+	out.Weights = make([]byte, 0, len(in.Weights))
+	out.Momentum = make([]byte, 0, in.N*4)
+	for c0 := 0; c0 < in.N; c0 += chunk {
+		c1 := min(c0+chunk, in.N)
+		w, m, fuel, err := e.outerOnce(ctx, p, in, c0, c1, es)
+		out.Fuel += fuel
+		if err != nil {
+			return syncer.OuterStepOutput{Fuel: out.Fuel}, err
+		}
+		out.Weights = append(out.Weights, w...)
+		out.Momentum = append(out.Momentum, m...)
+	}
+	return out, nil
+}
+
+func (e *Engine) outerOnce(ctx context.Context, p *plugin, in syncer.OuterStepInput, c0, c1, es int) (w, m []byte, fuel uint64, err error) {
+	c, err := e.newCall(ctx, p)
+	if err != nil {
+		return nil, nil, 0, err
+	}
+	defer c.close(ctx)
+	defer func() { fuel = c.used() }()
+	n := uint64(c1 - c0)
+	wPtr, err := c.alloc(ctx, n*uint64(es))
+	if err != nil {
+		return nil, nil, 0, err
+	}
+	mPtr, err := c.alloc(ctx, n*4)
+	if err != nil {
+		return nil, nil, 0, err
+	}
+	gPtr, err := c.alloc(ctx, n*4)
+	if err != nil {
+		return nil, nil, 0, err
+	}
+	if err := c.write(wPtr, in.Weights[c0*es:c1*es]); err != nil {
+		return nil, nil, 0, err
+	}
+	has := uint64(0)
+	if in.Momentum != nil {
+		has = 1
+		if err := c.write(mPtr, in.Momentum[c0*4:c1*4]); err != nil {
+			return nil, nil, 0, err
+		}
+	}
+	if err := c.write(gPtr, in.Aggregate[c0*4:c1*4]); err != nil {
+		return nil, nil, 0, err
+	}
+	nest := uint64(0)
+	if in.Nesterov {
+		nest = 1
+	}
+	dc, _ := dtypeCode(in.Dtype)
+	res, err := c.invoke(ctx, "tenzro_outer_step", dc, n, uint64(wPtr), uint64(mPtr), has, uint64(gPtr),
+		api.EncodeF32(in.LR), api.EncodeF32(in.Beta), nest)
+	if err != nil {
+		return nil, nil, 0, err
+	}
+	if rc := uint32(res[0]); rc != 0 {
+		return nil, nil, 0, c.guestError(ctx, rc)
+	}
+	if w, err = c.read(wPtr, n*uint64(es)); err != nil {
+		return nil, nil, 0, err
+	}
+	if m, err = c.read(mPtr, n*4); err != nil {
+		return nil, nil, 0, err
+	}
+	return w, m, 0, nil
+}
+
+// guestSlack is the memory reserved for a guest's own data, stack and
+// scratch when planning calls and chunks.
+const guestSlack = 1 << 20
+
+// backstopFuel is the negative counter (as stored) the wall-clock backstop
+// writes: the guest traps at its next charge point.
+var backstopFuel = uint64(0xC000_0000_0000_0000) // -2^62

@@ -1,0 +1,277 @@
+package rpc_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"flag"
+	"os"
+	"reflect"
+	"sort"
+	"strings"
+	"testing"
+
+	"github.com/tenzro/train/rpc"
+	"github.com/tenzro/train/wire"
+)
+
+var update = flag.Bool("update", false, "rewrite openrpc.json from the catalog")
+
+// catalogEntry documents one method; the OpenRPC document is generated
+// from this table.
+type catalogEntry struct {
+	name, summary string
+	params        any // a zero value of the params struct, nil for none
+	result        any
+	optional      bool // params may be omitted
+	group         string
+}
+
+type rawObject struct{} // documents json.RawMessage params/results of attest methods
+
+var catalog = []catalogEntry{
+	{wire.MethodPostTask, "Post a task spec (the seed's JSON verbatim plus DESIGN §3 fields), optionally with initial weights; escrows the reward pool. Signed by spec.sponsor_did.", wire.PostTaskParams{}, wire.PostTaskResult{}, false, "training"},
+	{wire.MethodSetInitWeights, "Supply a posted run's initial weights (safetensors, base64). Signed by the sponsor.", wire.SetInitWeightsParams{}, wire.PostTaskResult{}, false, "training"},
+	{wire.MethodListRuns, "List runs, optionally filtered by status.", wire.ListRunsParams{}, []wire.RunSummary{}, true, "training"},
+	{wire.MethodGetRun, "One run: spec, status, round, trainers and their metrics, fragments, round roots.", wire.TaskIDParams{}, wire.RunView{}, false, "training"},
+	{wire.MethodGetReceipt, "The training receipt of a sealed run.", wire.TaskIDParams{}, wire.Receipt{}, false, "training"},
+	{wire.MethodGetTranscript, "The round commits of a run so far.", wire.TaskIDParams{}, []wire.RoundCommit{}, false, "training"},
+	{wire.MethodGetPayload, "A stored payload (submission or weights) by its SHA-256.", rpc.GetPayloadParams{}, rpc.Payload{}, false, "training"},
+	{wire.MethodEnrollTrainer, "Enrol a trainer with a stake (joins the current round or the next). Signed by trainer_did.", wire.EnrollParams{}, wire.EnrollResult{}, false, "training"},
+	{wire.MethodLeaveRun, "Leave a run; shards are rebalanced from the next round. Signed by trainer_did.", wire.LeaveParams{}, wire.EnrollResult{}, false, "training"},
+	{wire.MethodSubmitGradient, "Submit one outer gradient (safetensors, base64) for a round and fragment, signed over the submission preimage (PROTOCOL §4).", wire.OuterGradient{}, wire.SubmitResult{}, false, "training"},
+	{wire.MethodFinalizeRound, "Close the current round for fragments with K accepted submissions; otherwise say per fragment why not.", wire.TaskIDParams{}, wire.FinalizeResult{}, false, "training"},
+	{wire.MethodGetWeights, "A fragment's current committed weights as safetensors (base64).", wire.GetWeightsParams{}, wire.Weights{}, false, "training"},
+	{wire.MethodVerifyReceipt, "Verify a receipt as the 0x1008 precompile does: valid is 1 or 0 (root omitted = the receipt's own run root).", wire.VerifyReceiptParams{}, wire.VerifyReceiptResult{}, false, "training"},
+	{wire.MethodGetBalance, "A DID's balance in attoTNZO.", wire.BalanceParams{}, wire.Balance{}, false, "ledger"},
+	{wire.MethodFaucet, "Mint attoTNZO to a DID (only on a node started with --dev).", wire.FaucetParams{}, wire.Balance{}, false, "ledger"},
+	{wire.MethodRegisterSyncer, "Register as a syncer candidate with a stake. Signed by did.", wire.RegisterSyncerParams{}, wire.SyncerCandidate{}, false, "syncer"},
+	{wire.MethodListSyncers, "List syncer candidates.", nil, []wire.SyncerCandidate{}, false, "syncer"},
+	{wire.MethodNodeInfo, "Describe this node: version, DID, dev mode, role, engine.", nil, wire.NodeInfo{}, false, "node"},
+	{wire.MethodPublishPlugin, "Publish a Wasm plugin module; it is registered by its SHA-256. Signed by did.", wire.PublishPluginParams{}, wire.PluginInfo{}, false, "plugins"},
+	{wire.MethodListPlugins, "List registered plugins.", nil, []wire.PluginInfo{}, false, "plugins"},
+	{wire.MethodGetPlugin, "A plugin's info and module bytes (base64).", rpc.GetPluginParams{}, rpc.PluginModule{}, false, "plugins"},
+	{wire.MethodRequestNonce, "A single-use attestation nonce for a trainer's next evidence, with the shard and model hash it must bind this round.", wire.NonceParams{}, wire.NonceResult{}, false, "attest"},
+	{wire.MethodSubmitEvidence, "Submit attestation evidence for checking against a policy.", rawObject{}, rawObject{}, true, "attest"},
+	{wire.MethodGetEvidence, "Fetch stored attestation evidence.", rawObject{}, rawObject{}, true, "attest"},
+	{wire.MethodGetPolicy, "The attestation policy in force.", rawObject{}, rawObject{}, true, "attest"},
+	{wire.MethodReleaseKey, "Confidential tier key broker: release a dataset key to evidence that passes the policy.", rawObject{}, rawObject{}, true, "attest"},
+}
+
+type errorDoc struct {
+	Code    int    `json:"code"`
+	Message string `json:"message"`
+}
+
+var errorTable = []struct {
+	name string
+	errorDoc
+}{
+	{"ParseError", errorDoc{rpc.CodeParseError, "Parse error: the body is not valid JSON (message gives the byte offset)."}},
+	{"InvalidRequest", errorDoc{rpc.CodeInvalidRequest, "Invalid request: not a request object, empty or oversized batch, or body over --max-request-bytes (HTTP 413)."}},
+	{"MethodNotFound", errorDoc{rpc.CodeMethodNotFound, "Method not found (or its optional service is not wired on this node)."}},
+	{"InvalidParams", errorDoc{rpc.CodeInvalidParams, "Invalid params: unknown field, wrong type, missing required param, or a value the node refuses as invalid (syncer.KindInvalid)."}},
+	{"Internal", errorDoc{rpc.CodeInternal, "Internal error: a fault of the node; details are in the node log under the returned ref."}},
+	{"NotFound", errorDoc{rpc.CodeNotFound, "Not found: unknown task, DID, fragment or blob (syncer.KindNotFound)."}},
+	{"Unauthorized", errorDoc{rpc.CodeUnauthorized, "Unauthorized: bad signature, wrong signer or stale nonce (syncer.KindUnauthorized)."}},
+	{"Conflict", errorDoc{rpc.CodeConflict, "Conflict: duplicate, wrong round, closed window, full run (syncer.KindConflict)."}},
+	{"Funds", errorDoc{rpc.CodeFunds, "Insufficient funds: balance too low (syncer.KindFunds)."}},
+	{"Disabled", errorDoc{rpc.CodeDisabled, "Disabled: feature off on this node, e.g. the faucet without --dev (syncer.KindDisabled)."}},
+	{"Attestation", errorDoc{rpc.CodeAttestation, "Attestation refused: evidence fails the policy (syncer.KindAttestation)."}},
+	{"Busy", errorDoc{rpc.CodeBusy, "Busy: no slot for a large request within the wait (HTTP 503); retry."}},
+	{"Cancelled", errorDoc{rpc.CodeCancelled, "Request cancelled."}},
+	{"DeadlineExceeded", errorDoc{rpc.CodeDeadline, "Request deadline exceeded."}},
+}
+
+// schema renders a JSON Schema for t following encoding/json's rules and
+// the wire package's text encodings.
+func schema(t reflect.Type) map[string]any {
+	switch t {
+	case reflect.TypeOf(wire.Hash{}):
+		return map[string]any{"type": "string", "pattern": "^(0x|sha256:)?[0-9a-f]{64}$", "description": "SHA-256, 64 lowercase hex digits"}
+	case reflect.TypeOf(wire.HexBytes{}):
+		return map[string]any{"type": "string", "pattern": "^(0x)?([0-9a-fA-F]{2})*$", "description": "bytes as hex"}
+	case reflect.TypeOf(json.RawMessage{}), reflect.TypeOf(rawObject{}):
+		return map[string]any{"description": "any JSON value"}
+	case reflect.TypeOf([]byte{}):
+		return map[string]any{"type": "string", "contentEncoding": "base64"}
+	}
+	switch t.Kind() {
+	case reflect.Pointer:
+		return schema(t.Elem())
+	case reflect.String:
+		return map[string]any{"type": "string"}
+	case reflect.Bool:
+		return map[string]any{"type": "boolean"}
+	case reflect.Int, reflect.Int64, reflect.Int32:
+		return map[string]any{"type": "integer"}
+	case reflect.Uint64, reflect.Uint32, reflect.Uint8, reflect.Uint:
+		return map[string]any{"type": "integer", "minimum": 0}
+	case reflect.Float32, reflect.Float64:
+		return map[string]any{"type": "number"}
+	case reflect.Slice, reflect.Array:
+		return map[string]any{"type": "array", "items": schema(t.Elem())}
+	case reflect.Map:
+		return map[string]any{"type": "object", "additionalProperties": schema(t.Elem())}
+	case reflect.Struct:
+		props := map[string]any{}
+		var req []string
+		for _, f := range fields(t) {
+			props[f.name] = schema(f.typ)
+			if f.required {
+				req = append(req, f.name)
+			}
+		}
+		s := map[string]any{"type": "object", "properties": props, "additionalProperties": false}
+		if len(req) > 0 {
+			sort.Strings(req)
+			s["required"] = req
+		}
+		return s
+	}
+	return map[string]any{}
+}
+
+type field struct {
+	name     string
+	typ      reflect.Type
+	required bool
+}
+
+// fields lists a struct's JSON fields, flattening embedded structs.
+func fields(t reflect.Type) []field {
+	var out []field
+	for i := 0; i < t.NumField(); i++ {
+		f := t.Field(i)
+		tag := f.Tag.Get("json")
+		if f.Anonymous && tag == "" {
+			out = append(out, fields(f.Type)...)
+			continue
+		}
+		if !f.IsExported() || tag == "-" {
+			continue
+		}
+		name, opts, _ := strings.Cut(tag, ",")
+		if name == "" {
+			name = f.Name
+		}
+		out = append(out, field{name: name, typ: f.Type, required: !strings.Contains(opts, "omitempty")})
+	}
+	return out
+}
+
+func buildDocument() []byte {
+	var methods []any
+	for _, m := range catalog {
+		params := []any{}
+		if m.params != nil {
+			pt := reflect.TypeOf(m.params)
+			if pt == reflect.TypeOf(rawObject{}) {
+				params = append(params, map[string]any{"name": "params", "required": false, "schema": map[string]any{"type": "object"},
+					"description": "the request's params object, passed to the attestation service as is"})
+			} else {
+				for _, f := range fields(pt) {
+					params = append(params, map[string]any{"name": f.name, "required": f.required && !m.optional, "schema": schema(f.typ)})
+				}
+			}
+		}
+		var errs []any
+		for _, e := range errorTable {
+			errs = append(errs, map[string]any{"$ref": "#/components/errors/" + e.name})
+		}
+		methods = append(methods, map[string]any{
+			"name":           m.name,
+			"summary":        m.summary,
+			"tags":           []any{map[string]any{"name": m.group}},
+			"paramStructure": "by-name",
+			"params":         params,
+			"result":         map[string]any{"name": "result", "schema": schema(reflect.TypeOf(m.result))},
+			"errors":         errs,
+		})
+	}
+	errComp := map[string]any{}
+	for _, e := range errorTable {
+		errComp[e.name] = e.errorDoc
+	}
+	doc := map[string]any{
+		"openrpc": "1.2.6",
+		"info": map[string]any{
+			"title":       "Tenzro Train node JSON-RPC API",
+			"version":     "1.0.0",
+			"description": "JSON-RPC 2.0 over HTTP POST (default 127.0.0.1:8545). Params are by name (snake_case) and decoded strictly: unknown fields are refused. Byte strings are base64 (standard, padded) unless typed as hex. Batches are supported. Plugin and attestation methods are served only when the node wires those services. Error codes: rpc/ERRORS.md.",
+		},
+		"servers":    []any{map[string]any{"name": "local node", "url": "http://127.0.0.1:8545"}},
+		"methods":    methods,
+		"components": map[string]any{"errors": errComp},
+	}
+	b, err := json.MarshalIndent(doc, "", "  ")
+	if err != nil {
+		panic(err)
+	}
+	return append(b, '\n')
+}
+
+func TestOpenRPCDocument(t *testing.T) {
+	want := buildDocument()
+	if *update {
+		if err := os.WriteFile("openrpc.json", want, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if !bytes.Equal(rpc.OpenRPC(), want) {
+		t.Fatal("openrpc.json is stale: run go test ./rpc -run TestOpenRPCDocument -update")
+	}
+}
+
+func TestOpenRPCMatchesServedMethods(t *testing.T) {
+	h := newHarness(t, fullOptions())
+	var doc struct {
+		OpenRPC string `json:"openrpc"`
+		Methods []struct {
+			Name string `json:"name"`
+		} `json:"methods"`
+	}
+	_, body := h.post(t, call(rpc.MethodDiscover, ""))
+	var r rpcResp
+	if err := json.Unmarshal(body, &r); err != nil || r.Error != nil {
+		t.Fatalf("rpc.discover: %s", body)
+	}
+	if err := json.Unmarshal(r.Result, &doc); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(doc.OpenRPC, "1.2") {
+		t.Errorf("openrpc version %q", doc.OpenRPC)
+	}
+	inDoc := map[string]bool{}
+	for _, m := range doc.Methods {
+		inDoc[m.Name] = true
+	}
+	served := map[string]bool{}
+	for _, m := range h.srv.Methods() {
+		if m == rpc.MethodDiscover {
+			continue
+		}
+		served[m] = true
+		if !inDoc[m] {
+			t.Errorf("served method %s is not in the OpenRPC document", m)
+		}
+	}
+	for m := range inDoc {
+		if !served[m] {
+			t.Errorf("documented method %s is not served", m)
+		}
+	}
+}
+
+func TestErrorsDocListsEveryCode(t *testing.T) {
+	md, err := os.ReadFile("ERRORS.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range errorTable {
+		if !bytes.Contains(md, []byte("| "+itoa(e.Code)+" ")) {
+			t.Errorf("ERRORS.md lacks code %d (%s)", e.Code, e.name)
+		}
+	}
+}
+
+func itoa(n int) string { b, _ := json.Marshal(n); return string(b) }
