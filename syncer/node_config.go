@@ -2,6 +2,8 @@ package syncer
 
 import (
 	"context"
+
+	"github.com/tenzro/train/wire"
 	"log/slog"
 	"time"
 )
@@ -45,10 +47,11 @@ type Config struct {
 
 // Event is a run transition worth telling peers about.
 type Event struct {
-	TaskID string
-	Kind   string // posted, started, round_committed, sealed, submission
-	Round  uint64
-	Detail any
+	TaskID    string
+	Kind      string // posted, round_committed, sealed, submission
+	Round     uint64
+	ModelHash wire.Hash
+	Detail    any
 }
 
 // NonceStore issues single-use nonces per scope (attest.NonceStore).

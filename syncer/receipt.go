@@ -103,7 +103,7 @@ func (n *Node) seal(ctx context.Context, b *Batch, r *runState, lt *ledgerTx, fi
 	b.Set(KSReceipts, runKey(task), raw)
 	r.Status = wire.StatusSealed
 	n.log.Info("run sealed", "task", task, "run_root", rc.RunRoot, "final_model", finalModel)
-	n.announce(ctx, Event{TaskID: task, Kind: "sealed", Round: r.Round, Detail: rc.RunRoot})
+	n.announce(ctx, Event{TaskID: task, Kind: "sealed", Round: r.Round, ModelHash: finalModel, Detail: rc.RunRoot})
 	return nil
 }
 

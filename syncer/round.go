@@ -582,7 +582,7 @@ func (n *Node) closeRound(ctx context.Context, b *Batch, r *runState) error {
 	if err := lt.flush(b); err != nil {
 		return err
 	}
-	n.announce(ctx, Event{TaskID: task, Kind: "round_committed", Round: rc.Round, Detail: ch})
+	n.announce(ctx, Event{TaskID: task, Kind: "round_committed", Round: rc.Round, ModelHash: rc.ModelHash, Detail: ch})
 	return nil
 }
 

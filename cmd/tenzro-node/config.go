@@ -34,12 +34,15 @@ type Config struct {
 	MetricsAddr     string   `koanf:"metrics-addr"`
 	LogLevel        string   `koanf:"log-level"`
 	LogFormat       string   `koanf:"log-format"`
+	Enclave         string   `koanf:"enclave"`
+	TDXCollateral   string   `koanf:"tdx-collateral"`
 }
 
 // configKeys are the keys a config file may set (the flag names).
 var configKeys = map[string]bool{
 	"role": true, "data-dir": true, "listen-addr": true, "rpc-addr": true, "boot-nodes": true, "dev": true,
 	"node-key": true, "engine": true, "max-request-bytes": true, "metrics-addr": true, "log-level": true, "log-format": true,
+	"enclave": true, "tdx-collateral": true,
 }
 
 // fileProvider reads a config file with a size limit (koanf.Provider).
@@ -147,6 +150,7 @@ func defaults() Config {
 		MaxRequestBytes: 256 << 20,
 		LogLevel:        "info",
 		LogFormat:       "text",
+		Enclave:         "auto",
 	}
 }
 

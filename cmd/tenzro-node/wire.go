@@ -69,13 +69,26 @@ func runNode(ctx context.Context, cfg Config, log *slog.Logger) (err error) {
 	}
 	log.Info("engine", "engine", engine.Profile().Engine, "hash", engine.Profile().Hash)
 
+	tr, err := setupTrust(ctx, cfg, key, db, log)
+	if err != nil {
+		return err
+	}
+	var gn *gossip.Node // set below; round transitions are announced once it exists
 	node, err := syncer.NewNode(ctx, syncer.Config{
-		KV:     db,
-		Engine: engine,
-		Signer: syncer.KeySigner{Key: key},
-		Dev:    cfg.Dev,
-		Role:   cfg.Role,
-		Logger: log.With("component", "syncer"),
+		KV:          db,
+		Engine:      engine,
+		Signer:      tr.signer,
+		Attestor:    tr.checker,
+		Nonces:      tr.nonces,
+		DatasetKeys: tr.broker,
+		Dev:         cfg.Dev,
+		Role:        cfg.Role,
+		Logger:      log.With("component", "syncer"),
+		Announce: func(ctx context.Context, ev syncer.Event) {
+			if gn != nil {
+				announce(ctx, gn, tr.signer, ev, log)
+			}
+		},
 	})
 	if err != nil {
 		return fmt.Errorf("start syncer: %w", err)
@@ -99,7 +112,7 @@ func runNode(ctx context.Context, cfg Config, log *slog.Logger) (err error) {
 	goRun("syncer", node.Run)
 
 	// Gossip: the syncer role receives submissions announced by light nodes.
-	gn, err := gossip.New(ctx, gossip.Config{
+	gn, err = gossip.New(ctx, gossip.Config{
 		ListenAddrs: []string{cfg.ListenAddr},
 		BootNodes:   cfg.BootNodes,
 		Identity:    key.Priv,
@@ -139,6 +152,7 @@ func runNode(ctx context.Context, cfg Config, log *slog.Logger) (err error) {
 	if registry != nil {
 		opts.Plugins = registry
 	}
+	opts.Attest = tr.service
 	if cfg.MetricsAddr != "" {
 		reg := prometheus.NewRegistry()
 		reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -259,4 +273,23 @@ func (r pluginRegistry) Get(ctx context.Context, h wire.Hash) (*wire.PluginInfo,
 		return nil, nil, syncer.Errf(syncer.KindNotFound, "plugin sha256:%s is not registered", h)
 	}
 	return nil, nil, err
+}
+
+// announce tells peers about round transitions and finality on the syncer
+// topic, signed by the syncer's key (which may live in an enclave). Gossip
+// is best effort: a failure is logged, never fatal to the state machine.
+func announce(ctx context.Context, gn *gossip.Node, signer syncer.Signer, ev syncer.Event, log *slog.Logger) {
+	if ev.Kind != "round_committed" && ev.Kind != "sealed" {
+		return
+	}
+	st := gossip.SyncerStatus{Type: gossip.TypeSyncerStatus, TaskID: ev.TaskID, Round: ev.Round, Status: ev.Kind, ModelHash: ev.ModelHash, SyncerDID: signer.DID()}
+	sig, err := signer.Sign(ctx, st.Preimage())
+	if err != nil {
+		log.Warn("sign syncer status", "err", err)
+		return
+	}
+	st.Signature = sig
+	if err := gn.PublishSyncerStatus(ctx, st); err != nil {
+		log.Debug("publish syncer status", "err", err)
+	}
 }

@@ -1,0 +1,161 @@
+package main
+
+// trust.go wires the trust tiers: where the syncer's signing key lives
+// (an enclave when one is found or asked for), the attestation checker, the
+// single-use round nonces, the Confidential tier's key broker, and the
+// tenzro_attest_* RPC methods.
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"path/filepath"
+	"time"
+
+	"github.com/tenzro/train/attest"
+	"github.com/tenzro/train/enclave"
+	"github.com/tenzro/train/syncer"
+	"github.com/tenzro/train/wire"
+	"github.com/tenzro/train/wire/did"
+)
+
+// trust holds what the node needs for Verified and Confidential runs.
+type trust struct {
+	signer  syncer.Signer
+	checker *attest.Checker
+	nonces  *attest.NonceStore
+	broker  *enclave.Broker
+	service *attestRPC
+}
+
+// setupTrust chooses the syncer key's home per --enclave:
+//   - auto: a TEE found on this machine (key generated and sealed inside),
+//     else the node key file, with a warning;
+//   - none: the node key file;
+//   - simulated-snp|simulated-tdx|simulated-nitro: a labelled simulated
+//     enclave (non-production builds only; for development and tests).
+func setupTrust(ctx context.Context, cfg Config, key *did.Key, kv syncer.KV, log *slog.Logger) (*trust, error) {
+	t := &trust{}
+	t.checker = attest.NewChecker(attest.Options{CollateralDir: cfg.TDXCollateral, Logger: log.With("component", "attest")})
+	t.nonces = attest.NewNonceStore(nil, 10*time.Minute, nil)
+	t.broker = enclave.NewBroker(t.checker, attest.NewNonceStore(nil, 10*time.Minute, nil))
+	t.service = &attestRPC{svc: attest.NewService(t.nonces, attest.KVEvidence{KV: kv}, nil), broker: t.broker}
+	sealed := filepath.Join(cfg.DataDir, "syncer-key.sealed")
+	var prov enclave.Provider
+	switch cfg.Enclave {
+	case "none":
+	case "auto":
+		p, err := enclave.Detect(ctx)
+		if errors.Is(err, enclave.ErrNoTEE) {
+			log.Warn("no TEE on this machine: the syncer key is the node key file, not enclave-protected (Verified/Confidential sponsors may refuse this syncer)", "key_file", cfg.NodeKey)
+			break
+		}
+		if err != nil {
+			return nil, fmt.Errorf("enclave detection: %w", err)
+		}
+		prov = p
+	default:
+		p, err := simulatedProvider(cfg.Enclave, filepath.Join(cfg.DataDir, "simulated-enclave"))
+		if err != nil {
+			return nil, err
+		}
+		log.Warn("SIMULATED enclave: evidence is signed by test roots and accepted only by policies with allow_simulated", "vendor", p.Vendor())
+		prov = p
+	}
+	if prov == nil {
+		t.signer = syncer.KeySigner{Key: key}
+		return t, nil
+	}
+	kc, err := enclave.NewKeyCustody(ctx, prov, sealed)
+	if err != nil {
+		return nil, fmt.Errorf("syncer key in the %s enclave: %w (run with --enclave none to use the node key file)", prov.Vendor(), err)
+	}
+	log.Info("syncer key held in enclave", "vendor", prov.Vendor(), "simulated", prov.Simulated(), "did", kc.DID(), "sealed", sealed)
+	t.signer = kc
+	return t, nil
+}
+
+// attestRPC adapts attest.Service and the key broker to rpc.AttestService.
+type attestRPC struct {
+	svc    *attest.Service
+	broker *enclave.Broker
+}
+
+func decodeStrict(raw json.RawMessage, v any) error {
+	if len(raw) == 0 {
+		return syncer.Errf(syncer.KindInvalid, "params are required")
+	}
+	dec := json.NewDecoder(bytesReader(raw))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return syncer.Errf(syncer.KindInvalid, "params: %v", err)
+	}
+	return nil
+}
+
+func (a *attestRPC) SubmitEvidence(ctx context.Context, raw json.RawMessage) (json.RawMessage, error) {
+	var p struct {
+		TaskID   string          `json:"task_id"`
+		DID      string          `json:"did"`
+		Envelope json.RawMessage `json:"envelope"`
+	}
+	if err := decodeStrict(raw, &p); err != nil {
+		return nil, err
+	}
+	dg, err := a.svc.SubmitEvidence(ctx, p.TaskID, p.DID, p.Envelope)
+	if err != nil {
+		return nil, err
+	}
+	return json.Marshal(map[string]wire.Hash{"digest": dg})
+}
+
+func (a *attestRPC) GetEvidence(ctx context.Context, raw json.RawMessage) (json.RawMessage, error) {
+	var p struct {
+		Digest wire.Hash `json:"digest"`
+	}
+	if err := decodeStrict(raw, &p); err != nil {
+		return nil, err
+	}
+	ev, err := a.svc.GetEvidence(ctx, p.Digest)
+	if err != nil {
+		return nil, err
+	}
+	return json.Marshal(map[string]json.RawMessage{"envelope": ev})
+}
+
+func (a *attestRPC) GetPolicy(ctx context.Context, raw json.RawMessage) (json.RawMessage, error) {
+	var p struct {
+		Tier   string `json:"tier"`
+		Vendor string `json:"vendor"`
+	}
+	if err := decodeStrict(raw, &p); err != nil {
+		return nil, err
+	}
+	return a.svc.Policy(ctx, p.Tier, p.Vendor)
+}
+
+// ReleaseKey is two-step: without evidence it issues the broker nonce the
+// evidence must bind; with evidence it returns the wrapped dataset key.
+func (a *attestRPC) ReleaseKey(ctx context.Context, raw json.RawMessage) (json.RawMessage, error) {
+	var p enclave.KeyRequest
+	if err := decodeStrict(raw, &p); err != nil {
+		return nil, err
+	}
+	if len(p.Evidence) == 0 {
+		n, err := a.broker.Nonce(ctx, p.TaskID)
+		if err != nil {
+			return nil, err
+		}
+		return json.Marshal(map[string][]byte{"nonce": n})
+	}
+	w, err := a.broker.Release(ctx, &p)
+	if err != nil {
+		return nil, err
+	}
+	return json.Marshal(w)
+}
+
+func bytesReader(b []byte) *bytes.Reader { return bytes.NewReader(b) }
