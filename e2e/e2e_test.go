@@ -86,7 +86,7 @@ func (e *env) start() {
 	}
 	e.nodeLog = log
 	cmd := exec.Command(filepath.Join(binDir, "tenzro-node"), "--dev", "--data-dir", filepath.Join(e.dir, "data"),
-		"--rpc-addr", e.addr, "--listen-addr", "/ip4/127.0.0.1/tcp/0", "--node-key", filepath.Join(e.keys, "node.key"), "--engine", "native")
+		"--rpc-addr", e.addr, "--listen-addr", "/ip4/127.0.0.1/tcp/0", "--node-key", filepath.Join(e.keys, "node.key"), "--enclave", "none")
 	cmd.Stdout, cmd.Stderr = log, log
 	if err := cmd.Start(); err != nil {
 		e.t.Fatal(err)
@@ -337,6 +337,10 @@ func scenario(t *testing.T, keys string, trainers []string, sponsor string, kill
 	os.WriteFile(path, []byte(rc), 0o644)
 	if out, err := e.cli(false, "receipt", "verify", "--receipt", path); err != nil {
 		t.Fatalf("receipt does not verify: %v %s", err, out)
+	}
+	// An auditor replays the run from the node's stored payloads.
+	if out, err := e.cli(false, "receipt", "replay", "--receipt", path); err != nil || !strings.Contains(out, "match") {
+		t.Fatalf("replay: %v %s", err, out)
 	}
 	var r struct {
 		RunRoot string `json:"run_root"`

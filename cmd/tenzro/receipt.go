@@ -16,12 +16,12 @@ const maxReceiptFile = 256 << 20
 func newReceiptCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "receipt",
-		Short: "Verify training receipts offline and prove round inclusion",
+		Short: "Verify receipts offline, prove round inclusion, replay a run",
 		Long: `Offline commands: they need no node. verify mirrors the 0x1008 TRAINING_VERIFY
 precompile (valid or invalid, with the reason).`,
 		RunE: groupRunE,
 	}
-	cmd.AddCommand(newReceiptVerifyCmd(), newReceiptProveCmd())
+	cmd.AddCommand(newReceiptVerifyCmd(), newReceiptProveCmd(), newReceiptReplayCmd())
 	return cmd
 }
 

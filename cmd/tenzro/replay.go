@@ -1,0 +1,125 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/tenzro/train/plugins"
+	"github.com/tenzro/train/syncer"
+	"github.com/tenzro/train/wire"
+)
+
+func newReceiptReplayCmd() *cobra.Command {
+	var path string
+	c := &cobra.Command{
+		Use:   "replay --receipt FILE [--rpc URL]",
+		Short: "Re-execute a run from its transcript and stored payloads (exit 0 match, 1 divergence)",
+		Long: `Replay re-runs every round of a sealed run: it fetches the initial weights and
+every accepted payload by hash from a node (--rpc), checks each hash, re-runs the
+aggregation rule and the outer step with the engine the receipt names (the Wasm
+plugins by hash, fetched from the node when they are not built in, with the
+receipt's memory and fuel limits), and compares every aggregate, weights and
+momentum hash with the transcript. It reports the first divergence (round,
+fragment, what differs) or that the final model hash matches.`,
+		Example: `  tenzro receipt replay --receipt receipt.json --rpc http://127.0.0.1:8545`,
+		Args:    noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			b, err := readInputFile("receipt", path, maxReceiptFile)
+			if err != nil {
+				return err
+			}
+			rc, err := syncer.ParseReceipt(b)
+			if err != nil {
+				return &exitError{code: exitFailed, msg: err.Error()}
+			}
+			ctx := cmd.Context()
+			cl := nodeClient(cmd)
+			eng, closeEng, err := replayEngine(ctx, rc, cl)
+			if err != nil {
+				return &exitError{code: exitFailed, msg: err.Error()}
+			}
+			defer closeEng()
+			errw := cmd.ErrOrStderr()
+			rep, err := syncer.Replay(ctx, b, cl, eng, func(r uint64, of int) {
+				fmt.Fprintf(errw, "round %d/%d reproduced\n", r+1, of)
+			})
+			if err != nil {
+				return &exitError{code: exitFailed, msg: "replay: " + err.Error()}
+			}
+			if jsonOutput(cmd) {
+				if err := emitJSON(cmd, rep); err != nil {
+					return err
+				}
+			} else if rep.Match {
+				fmt.Fprintf(cmd.OutOrStdout(), "match: %d rounds, %d aggregations reproduced; final model hash %s\n", rep.Rounds, rep.Aggregations, rep.FinalModelHash)
+			}
+			if !rep.Match {
+				return &exitError{code: exitFailed, msg: "divergence: " + rep.Divergence.Error()}
+			}
+			return nil
+		},
+	}
+	c.Flags().StringVar(&path, "receipt", "", "receipt JSON file (from 'tenzro train get-receipt')")
+	_ = c.MarkFlagRequired("receipt")
+	return c
+}
+
+// replayEngine builds the engine the receipt says ran, with its limits, and
+// loads every plugin the receipt names that is not built in.
+func replayEngine(ctx context.Context, rc *wire.Receipt, cl interface {
+	GetPlugin(ctx context.Context, h wire.Hash) (*wire.PluginInfo, []byte, error)
+}) (syncer.Engine, func(), error) {
+	var prof syncer.EngineProfile
+	if err := json.Unmarshal(rc.Engine, &prof); err != nil {
+		return nil, nil, fmt.Errorf("receipt engine profile: %w", err)
+	}
+	if strings.HasPrefix(prof.Engine, "native") {
+		eng := syncer.NewNativeEngine()
+		if eng.Profile().Hash != prof.Hash {
+			return nil, nil, fmt.Errorf("the receipt's native engine %s (%s) is not this build's (%s)", prof.Engine, prof.Hash, eng.Profile().Hash)
+		}
+		return eng, func() {}, nil
+	}
+	var d plugins.ProfileDetails
+	if err := json.Unmarshal(prof.Details, &d); err != nil {
+		return nil, nil, fmt.Errorf("receipt engine details: %w", err)
+	}
+	dir, err := os.MkdirTemp("", "tenzro-replay-cache-")
+	if err != nil {
+		return nil, nil, err
+	}
+	eng, err := plugins.NewEngine(ctx, plugins.Config{CacheDir: dir, MemoryPages: d.MemoryPages, Fuel: d.Fuel})
+	if err != nil {
+		os.RemoveAll(dir)
+		return nil, nil, err
+	}
+	closeFn := func() { _ = eng.Close(context.WithoutCancel(ctx)); os.RemoveAll(dir) }
+	if eng.Profile().Hash != prof.Hash {
+		closeFn()
+		return nil, nil, fmt.Errorf("engine profile mismatch: the receipt ran %s with profile %s, this build gives %s (different runtime or cost table)", prof.Engine, prof.Hash, eng.Profile().Hash)
+	}
+	for _, h := range rc.PluginHashes {
+		if _, err := eng.Get(ctx, h); err == nil {
+			continue
+		}
+		_, mod, err := cl.GetPlugin(ctx, h)
+		if err != nil {
+			closeFn()
+			return nil, nil, fmt.Errorf("plugin sha256:%s: %w", h, err)
+		}
+		if got := wire.SumBytes(mod); got != h {
+			closeFn()
+			return nil, nil, fmt.Errorf("plugin sha256:%s: the node served a module hashing to %s", h, got)
+		}
+		if _, err := eng.Publish(ctx, mod); err != nil {
+			closeFn()
+			return nil, nil, fmt.Errorf("plugin sha256:%s: %w", h, err)
+		}
+	}
+	return eng, closeFn, nil
+}
