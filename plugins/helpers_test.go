@@ -82,3 +82,5 @@ func aggregate(t testing.TB, e *Engine, rr syncer.RuleRef, in [][]float32) synce
 	}
 	return out
 }
+
+func newRand() *rand.Rand { return rand.New(rand.NewPCG(11, 12)) }

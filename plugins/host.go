@@ -71,6 +71,9 @@ type Config struct {
 	Interpreter bool
 	// MaxModuleBytes overrides MaxModuleBytes (0 = default).
 	MaxModuleBytes int
+	// NoFuel skips the fuel instrumentation (benchmarks only: it removes the
+	// deterministic bound, and the profile says so).
+	NoFuel bool
 }
 
 // Engine is the Wasm plugin host. It implements syncer.Engine and holds the
@@ -170,6 +173,7 @@ type ProfileDetails struct {
 	Features      string    `json:"features"`
 	MemoryPages   uint32    `json:"memory_pages"`
 	Fuel          uint64    `json:"fuel"`
+	NoFuel        bool      `json:"no_fuel,omitempty"`
 	CostTable     CostTable `json:"cost_table"`
 	CostTableHash wire.Hash `json:"cost_table_hash"`
 	ABI           int       `json:"abi"`
@@ -181,6 +185,7 @@ func (e *Engine) makeProfile() syncer.EngineProfile {
 		Features:      "core-v2+simd128,no-threads,no-relaxed-simd",
 		MemoryPages:   e.cfg.MemoryPages,
 		Fuel:          e.cfg.Fuel,
+		NoFuel:        e.cfg.NoFuel,
 		CostTable:     e.costs,
 		CostTableHash: e.costs.Hash(),
 		ABI:           ABIVersion,
@@ -220,6 +225,9 @@ func (e *Engine) newCall(ctx context.Context, p *plugin) (*call, error) {
 		return nil, fmt.Errorf("plugins: instantiate %s: %w", p.info.Name, err)
 	}
 	g, ok := mod.ExportedGlobal(FuelExport).(api.MutableGlobal)
+	if e.cfg.NoFuel {
+		g, ok = noFuelGlobal{}, true
+	}
 	if !ok || mod.Memory() == nil {
 		_ = mod.Close(ctx)
 		return nil, fmt.Errorf("plugins: %s lacks its fuel global or memory", p.info.Name)
@@ -447,7 +455,9 @@ func (e *Engine) Aggregate(ctx context.Context, in syncer.AggregateInput) (synce
 				Reason: fmt.Sprintf("fragment needs %d bytes of guest memory, limit %d pages, and the rule is not coordinate-wise", need, e.cfg.MemoryPages)}
 		}
 		per := uint64(k)*uint64(es) + 4
-		chunk = int((e.memBudget() - aggregateBytes(k, 0, es, len(params))) / per &^ 1023)
+		// Half the memory goes to the chunk's data: guests (a Go runtime in
+		// particular) need room of their own.
+		chunk = int((e.memBudget()/2 - aggregateBytes(k, 0, es, len(params))) / per &^ 1023)
 		if chunk <= 0 {
 			return out, &syncer.RuleFailure{Rule: p.info.Name, Code: CodeTooLarge, Reason: "memory limit too small for one chunk"}
 		}
@@ -719,7 +729,7 @@ func (e *Engine) OuterStep(ctx context.Context, in syncer.OuterStepInput) (synce
 	per := uint64(es) + 8
 	chunk := in.N
 	if uint64(in.N)*per+guestSlack > e.memBudget() {
-		chunk = int((e.memBudget() - guestSlack) / per &^ 1023)
+		chunk = int((e.memBudget()/2 - guestSlack) / per &^ 1023)
 	}
 	out.Weights = make([]byte, 0, len(in.Weights))
 	out.Momentum = make([]byte, 0, in.N*4)
@@ -798,3 +808,11 @@ const guestSlack = 1 << 20
 // backstopFuel is the negative counter (as stored) the wall-clock backstop
 // writes: the guest traps at its next charge point.
 var backstopFuel = uint64(0xC000_0000_0000_0000) // -2^62
+
+// noFuelGlobal stands in for the fuel counter of uninstrumented modules
+// (Config.NoFuel).
+type noFuelGlobal struct{ api.MutableGlobal }
+
+func (noFuelGlobal) Get() uint64    { return 0 }
+func (noFuelGlobal) Set(uint64)     {}
+func (noFuelGlobal) String() string { return "no fuel" }

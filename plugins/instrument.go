@@ -91,6 +91,9 @@ func Instrument(module []byte, t CostTable) (*InstrumentResult, error) {
 	if err := checkSharedMemory(module); err != nil {
 		return nil, err
 	}
+	if err := precheck(module); err != nil {
+		return nil, fmt.Errorf("decode: %w", err)
+	}
 	m, err := binary.DecodeModule(module, wasm.CoreFeaturesV2)
 	if err != nil {
 		if strings.Contains(err.Error(), "for limits: 0x3") || strings.Contains(err.Error(), "for limits: 0x2") {

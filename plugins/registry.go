@@ -75,7 +75,7 @@ func (e *Engine) Publish(ctx context.Context, module []byte) (*wire.PluginInfo, 
 	e.mu.Lock()
 	e.loaded[h] = p
 	e.mu.Unlock()
-	e.log.Info("plugin published", "hash", h.String(), "name", p.info.Name, "kind", p.info.Kind, "size", len(module))
+	e.log.Debug("plugin published", "hash", h.String(), "name", p.info.Name, "kind", p.info.Kind, "size", len(module))
 	info := p.info
 	return &info, nil
 }
@@ -227,7 +227,11 @@ func (e *Engine) prepare(ctx context.Context, module []byte) (*plugin, error) {
 	if err != nil {
 		return nil, fmt.Errorf("plugins: %s: instrument: %w", man.ID, err)
 	}
-	compiled, err := e.rt.CompileModule(ctx, ins.Module)
+	code := ins.Module
+	if e.cfg.NoFuel {
+		code = module
+	}
+	compiled, err := e.rt.CompileModule(ctx, code)
 	if err != nil {
 		return nil, fmt.Errorf("plugins: %s: compile: %w", man.ID, err)
 	}
@@ -304,6 +308,9 @@ func sameTypes(a, b []api.ValueType) bool {
 func checkStructure(module []byte, man *abi.Manifest) error {
 	if err := checkSharedMemory(module); err != nil {
 		return err
+	}
+	if err := precheck(module); err != nil {
+		return fmt.Errorf("decode: %w", err)
 	}
 	m, err := binary.DecodeModule(module, wasm.CoreFeaturesV2)
 	if err != nil {

@@ -275,6 +275,8 @@ func (e *Engine) resolve(ctx context.Context, ref string, params json.RawMessage
 }
 
 func (e *Engine) builtinNames(kind string) []string {
+	e.mu.RLock()
+	defer e.mu.RUnlock()
 	var out []string
 	for name, h := range e.builtin {
 		if e.loaded[h].manifest.Kind == kind {

@@ -3,6 +3,7 @@ package plugins
 import (
 	"context"
 	"encoding/binary"
+	"os"
 
 	"github.com/tetratelabs/wazero"
 	"github.com/tetratelabs/wazero/api"
@@ -15,10 +16,10 @@ import (
 //
 //	args_sizes_get, environ_sizes_get   report zero entries
 //	args_get, environ_get               write nothing
-//	clock_time_get                      always time 0 (no real clock)
+//	clock_time_get                      1 s + fuel spent so far, in ns (no real clock)
 //	random_get                          fills with zero bytes (no randomness)
 //	fd_write                            discards, reports every byte written
-//	poll_oneoff                         ENOSYS (no sleeping)
+//	poll_oneoff                         every subscription fires at once
 //	sched_yield                         success
 //	proc_exit                           ends the call (a recorded trap)
 const wasiModule = "wasi_snapshot_preview1"
@@ -68,7 +69,7 @@ func instantiateWASI(ctx context.Context, r wazero.Runtime) error {
 		"environ_get":       nothing,
 		"sched_yield":       nothing,
 		"clock_time_get": func(_ context.Context, m api.Module, s []uint64) {
-			if !m.Memory().WriteUint64Le(uint32(s[2]), 0) {
+			if !m.Memory().WriteUint64Le(uint32(s[2]), fuelClock(m)) {
 				s[0] = errnoFault
 				return
 			}
@@ -96,11 +97,37 @@ func instantiateWASI(ctx context.Context, r wazero.Runtime) error {
 			}
 			var total uint32
 			for i := uint32(0); i < n; i++ {
-				total += binary.LittleEndian.Uint32(raw[i*8+4:])
+				l := binary.LittleEndian.Uint32(raw[i*8+4:])
+				total += l
+				if debugWrites {
+					if b, ok := m.Memory().Read(binary.LittleEndian.Uint32(raw[i*8:]), l); ok {
+						os.Stderr.Write(b)
+					}
+				}
 			}
 			s[0] = uint64(writeU32s(m, [2]uint32{uint32(s[3]), total}))
 		},
-		"poll_oneoff": func(_ context.Context, _ api.Module, s []uint64) { s[0] = errnoNosys },
+		"poll_oneoff": func(_ context.Context, m api.Module, s []uint64) {
+			// Every subscription fires at once (a sleep returns immediately).
+			in, out, n := uint32(s[0]), uint32(s[1]), uint32(s[2])
+			if n == 0 || n > 64 {
+				s[0] = errnoNosys
+				return
+			}
+			mem := m.Memory()
+			for i := uint32(0); i < n; i++ {
+				ud, ok1 := mem.ReadUint64Le(in + 48*i)
+				tag, ok2 := mem.ReadByte(in + 48*i + 8)
+				ev := make([]byte, 32)
+				binary.LittleEndian.PutUint64(ev, ud)
+				ev[10] = tag
+				if !ok1 || !ok2 || !mem.Write(out+32*i, ev) {
+					s[0] = errnoFault
+					return
+				}
+			}
+			s[0] = uint64(writeU32s(m, [2]uint32{uint32(s[3]), n}))
+		},
 		"proc_exit": func(ctx context.Context, m api.Module, s []uint64) {
 			code := uint32(s[0])
 			_ = m.CloseWithExitCode(ctx, code)
@@ -112,4 +139,18 @@ func instantiateWASI(ctx context.Context, r wazero.Runtime) error {
 	}
 	_, err := b.Instantiate(ctx)
 	return err
+}
+
+// debugWrites copies guest fd_write output to the host's stderr when
+// TENZRO_PLUGIN_DEBUG is set (diagnostics only; never affects results).
+var debugWrites = os.Getenv("TENZRO_PLUGIN_DEBUG") != ""
+
+// fuelClock is the guest's only clock: one second plus the fuel the instance
+// has spent, read as nanoseconds. It is monotonic and deterministic.
+func fuelClock(m api.Module) uint64 {
+	g := m.ExportedGlobal(FuelExport)
+	if g == nil {
+		return 1e9
+	}
+	return 1e9 + (maxFuel - min(g.Get(), maxFuel))
 }

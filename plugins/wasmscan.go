@@ -241,3 +241,64 @@ func skipBlockType(b []byte, pos int) (int, error) {
 	}
 	return skipLEB(b, pos, 5)
 }
+
+// MaxLocals bounds the declared locals of one function.
+const MaxLocals = 50000
+
+// precheck walks the section headers before a full decode: the decoder
+// allocates by declared vector lengths, so every count must be plausible
+// for the bytes that follow, and the code section's local declarations must
+// stay under MaxLocals.
+func precheck(module []byte) error {
+	if len(module) < 8 {
+		return errors.New("not a wasm module: too short")
+	}
+	r := module[8:]
+	for len(r) > 0 {
+		id := r[0]
+		size, p, err := readU32(r, 1)
+		if err != nil || uint64(p)+uint64(size) > uint64(len(r)) {
+			return errors.New("malformed section header")
+		}
+		body := r[p : p+int(size)]
+		r = r[p+int(size):]
+		if id == 0 || id == 8 || id == 12 { // custom, start, data count: no vector
+			continue
+		}
+		n, q, err := readU32(body, 0)
+		if err != nil {
+			return fmt.Errorf("section %d: %w", id, err)
+		}
+		if uint64(n) > uint64(len(body)-q) {
+			return fmt.Errorf("section %d declares %d entries in %d bytes", id, n, len(body)-q)
+		}
+		if id != 10 {
+			continue
+		}
+		for i := uint32(0); i < n; i++ {
+			sz, q2, err := readU32(body, q)
+			if err != nil || uint64(q2)+uint64(sz) > uint64(len(body)) {
+				return fmt.Errorf("code entry %d: bad size", i)
+			}
+			fn := body[q2 : q2+int(sz)]
+			q = q2 + int(sz)
+			groups, g, err := readU32(fn, 0)
+			if err != nil || uint64(groups) > uint64(len(fn)) {
+				return fmt.Errorf("code entry %d: bad locals", i)
+			}
+			var total uint64
+			for j := uint32(0); j < groups; j++ {
+				var c uint32
+				if c, g, err = readU32(fn, g); err != nil {
+					return fmt.Errorf("code entry %d: bad locals", i)
+				}
+				g++ // value type
+				total += uint64(c)
+				if total > MaxLocals {
+					return fmt.Errorf("code entry %d declares more than %d locals", i, MaxLocals)
+				}
+			}
+		}
+	}
+	return nil
+}

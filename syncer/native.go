@@ -13,7 +13,7 @@ import (
 
 // nativeID names the built-in Go implementation; its hash is what receipts
 // record when it ran.
-const nativeID = "tenzro/native-engine/v1: Mean(f32 sum in canonical order, /K), Finite, Nesterov(PyTorch SGD fused semantics)"
+const nativeID = "tenzro/native-engine/v2: Mean(f64 sum in canonical order, /K in f64, rounded to f32), Finite, Nesterov(PyTorch SGD fused semantics)"
 
 // NativeEngine is the built-in Go implementation of the Engine seam: Mean
 // aggregation, a finiteness verifier and the Nesterov outer step. The Wasm
@@ -76,17 +76,20 @@ func (*NativeEngine) Aggregate(ctx context.Context, in AggregateInput) (Aggregat
 		}
 		vals[i] = v
 	}
+	// Same arithmetic as the Wasm built-in (plugins/builtin/src/mean.c): a
+	// float64 sum in canonical input order, one float64 division, one
+	// rounding to float32. plugins' TestNativeEngineMatchesPlugins proves it.
 	out := make([]float32, in.N)
-	kf := float32(k)
+	kf := float64(k)
 	for j := 0; j < in.N; j++ {
 		if j&0xfffff == 0 && ctx.Err() != nil {
 			return AggregateOutput{}, ctx.Err()
 		}
-		var s float32
+		var s float64
 		for i := 0; i < k; i++ {
-			s += vals[i][j]
+			s += float64(vals[i][j])
 		}
-		out[j] = s / kf
+		out[j] = float32(s / kf)
 	}
 	sel := make([]bool, k)
 	for i := range sel {

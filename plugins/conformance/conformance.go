@@ -227,10 +227,11 @@ func aggregateChecks(ctx context.Context, rep *Report, comp, interp *plugins.Eng
 	small, err := plugins.NewEngine(ctx, plugins.Config{Fuel: 1000})
 	if err == nil {
 		defer small.Close(ctx)
+		// Registration itself may run out (a Go runtime's _initialize).
 		if _, err = small.Publish(ctx, module); err == nil {
 			_, err = small.Aggregate(ctx, in)
-			err = wantCode(err, plugins.CodeOutOfFuel)
 		}
+		err = wantCode(err, plugins.CodeOutOfFuel)
 	}
 	rep.add("out of fuel is a recorded failure", err)
 	if len(man.Params) > 0 {
@@ -247,8 +248,8 @@ func aggregateChecks(ctx context.Context, rep *Report, comp, interp *plugins.Eng
 }
 
 func chunked(ctx context.Context, module []byte, ref string, opt Options, r *rand.Rand) error {
-	const pages = 160 // 10 MiB
-	n := 1 << 20
+	const pages = 512 // 32 MiB: room for a Go runtime, too little for the whole call
+	n := 2 << 20
 	e, err := plugins.NewEngine(ctx, plugins.Config{MemoryPages: pages})
 	if err != nil {
 		return err

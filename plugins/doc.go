@@ -1,0 +1,11 @@
+// Package plugins is the deterministic Wasm plugin host of the syncer: it
+// implements syncer.Engine on wazero (compiler engine, WebAssembly 2.0 core
+// features with SIMD128, no threads or relaxed SIMD, a memory page limit,
+// a fresh instance per call) and owns the plugin registry
+// (content-addressed by SHA-256, stored through syncer.KV in
+// syncer.KSPlugins), the fuel instrumenter (Instrument, CostTable), rule
+// reference parsing (ParseRef) and the built-in rules (package builtin).
+// The ABI is in ABI.md; package abi holds its manifest definitions,
+// conformance the suite any plugin can be run against, buildtool the
+// builder behind `tenzro plugin build`, sdk/ the C header and Go SDK.
+package plugins
