@@ -200,7 +200,10 @@ func fragmentValues(fs *fragState, payload []byte) ([]byte, error) {
 	for _, t := range tensors {
 		byName[t.Name] = t
 	}
-	out := make([]byte, 0, fs.N*int64(fs.Dtype.Size()))
+	var out []byte
+	if len(fs.Tensors) > 1 {
+		out = make([]byte, 0, fs.N*int64(fs.Dtype.Size()))
+	}
 	for _, want := range fs.Tensors {
 		t, ok := byName[want.Name]
 		if !ok {
@@ -211,6 +214,9 @@ func fragmentValues(fs *fragState, payload []byte) ([]byte, error) {
 		}
 		if !equalShape(t.Shape, want.Shape) {
 			return nil, fmt.Errorf("tensor %q has shape %v, the fragment's is %v", want.Name, t.Shape, want.Shape)
+		}
+		if len(fs.Tensors) == 1 {
+			return t.Data, nil // the payload's own bytes: no copy of a large single tensor
 		}
 		out = append(out, t.Data...)
 	}
