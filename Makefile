@@ -44,13 +44,16 @@ test: deps tools venv vet test-go test-python test-acceptance
 test-go:
 	TENZRO_PYTHON=$$(scripts/venv.sh)/bin/python $(GO) test $(GOTEST_FLAGS) ./...
 
-test-python:
-	@V=$$(scripts/venv.sh); cd trainer && $$V/bin/ruff check . && $$V/bin/python -m pytest -q tests
+# PYTHONPATH puts this clone's trainer ahead of the shared venv's editable install.
+# TENZRO_BIN_DIR lets the trainer's real-node tests reuse the binaries `build` made.
+test-python: build
+	@V=$$(scripts/venv.sh); $$V/bin/ruff check trainer bench && $$V/bin/ruff format --check trainer bench && \
+	  PYTHONPATH=$(CURDIR)/trainer/src TENZRO_BIN_DIR=$(BIN) $$V/bin/python -m pytest -q trainer/tests
 
 test-acceptance: build
 	@if [ -f ../shared/acceptance/cli_flow.py ]; then python3 ../shared/acceptance/cli_flow.py; \
 	else echo "no ../shared/acceptance beside this clone: skipping the acceptance scripts"; fi
-	DEMO_ROUNDS=2 scripts/demo.sh
+	DEMO_ROUNDS=3 TENZRO_BIN_DIR=$(BIN) scripts/demo.sh
 
 demo:
 	scripts/demo.sh

@@ -11,6 +11,7 @@ import (
 
 	"github.com/tenzro/train/wire"
 	"github.com/tenzro/train/wire/did"
+	"github.com/tenzro/train/wire/safetensors"
 )
 
 var update = flag.Bool("update", false, "rewrite testdata/vectors.json")
@@ -148,7 +149,7 @@ func build(t *testing.T) vectorFile {
 			hex.EncodeToString(pre), hex.EncodeToString(k.Sign(pre))})
 	}
 	k, _ := did.FromSeed(did.KindMachine, seed(2))
-	payload := []byte("\x10\x00\x00\x00\x00\x00\x00\x00{\"w\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}   \x00\x00\x80\x3f")
+	payload := []byte("\x38\x00\x00\x00\x00\x00\x00\x00{\"w\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}  \x00\x00\x80\x3f")
 	ph := wire.SumBytes(payload)
 	g := wire.OuterGradient{TaskID: "train-2026-04-25-timesfm-200m", TrainerDID: k.DID.String(), Round: 3, FragmentIndex: 11, PayloadHash: ph}
 	pre := g.Preimage()
@@ -196,5 +197,15 @@ func TestVectors(t *testing.T) {
 		if err := did.Verify(r.Signer, pre, sig); err != nil {
 			t.Errorf("%s: %v", r.Method, err)
 		}
+	}
+}
+
+// TestVectorPayloadIsSafetensors: the submission vector's payload is a valid
+// safetensors file (another implementation may parse it, not only hash it).
+func TestVectorPayloadIsSafetensors(t *testing.T) {
+	v := build(t)
+	raw, _ := hex.DecodeString(v.Submissions[0].PayloadHex)
+	if _, _, err := safetensors.Parse(raw, safetensors.DefaultLimits); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -1,0 +1,83 @@
+"""Canonical length-prefixed encoding (docs/PROTOCOL.md §1) and the signed preimages (§3, §4).
+
+Each field is u64be(len(bytes)) ‖ bytes; the first field is a domain tag. Integers are a field of 8
+bytes holding the big-endian value; hashes are a field of 32 raw bytes; strings are UTF-8.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import struct
+
+DOMAIN_REQUEST = "tenzro/train/request/v1"
+DOMAIN_SUBMISSION = "tenzro/train/submission/v1"
+DOMAIN_SPEC = "tenzro/train/spec/v1"
+DOMAIN_DATASET = "tenzro/train/dataset/v1"
+
+ZERO_HASH = bytes(32)
+
+
+class Canon:
+    """Builds a canonical preimage; mirrors wire.Canon in Go."""
+
+    def __init__(self, domain: str) -> None:
+        self._parts: list[bytes] = []
+        self.str(domain)
+
+    def bytes(self, p: bytes) -> Canon:
+        self._parts.append(struct.pack(">Q", len(p)))
+        self._parts.append(bytes(p))
+        return self
+
+    def str(self, s: str) -> Canon:
+        return self.bytes(s.encode("utf-8"))
+
+    def u64(self, v: int) -> Canon:
+        if not 0 <= v < 1 << 64:
+            raise ValueError(f"u64 out of range: {v}")
+        return self.bytes(struct.pack(">Q", v))
+
+    def hash(self, h: bytes) -> Canon:
+        if len(h) != 32:
+            raise ValueError(f"hash field must be 32 bytes, got {len(h)}")
+        return self.bytes(h)
+
+    def out(self) -> bytes:
+        return b"".join(self._parts)
+
+    def sum(self) -> bytes:
+        return hashlib.sha256(self.out()).digest()
+
+
+def request_preimage(method: str, signer: str, nonce: int, fields: Canon | None = None) -> bytes:
+    """PROTOCOL §3: Str(domain) ‖ Str(method) ‖ Str(signer) ‖ U64(nonce) ‖ method fields.
+
+    ``fields`` is a Canon whose domain field is dropped (build it with ``method_fields()``).
+    """
+    c = Canon(DOMAIN_REQUEST).str(method).str(signer).u64(nonce)
+    head = c.out()
+    return head + (fields.out() if fields is not None else b"")
+
+
+class _Fields(Canon):
+    """A field list without a leading domain tag."""
+
+    def __init__(self) -> None:
+        self._parts = []
+
+
+def method_fields() -> Canon:
+    return _Fields()
+
+
+def submission_preimage(task_id: str, trainer_did: str, round_: int, fragment: int, payload_hash: bytes) -> bytes:
+    """PROTOCOL §4."""
+    return Canon(DOMAIN_SUBMISSION).str(task_id).str(trainer_did).u64(round_).u64(fragment).hash(payload_hash).out()
+
+
+def parse_hash(s: str) -> bytes:
+    """Accepts 64 hex digits with or without a ``0x`` or ``sha256:`` prefix (like wire.ParseHash)."""
+    t = s.removeprefix("0x").removeprefix("sha256:")
+    if len(t) != 64:
+        raise ValueError(f"hash {s[:80]!r}: want 64 hex digits, got {len(t)}")
+    return bytes.fromhex(t)

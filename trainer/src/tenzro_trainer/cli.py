@@ -1,0 +1,132 @@
+"""``tenzro-trainer``: run the reference trainer, make keys, and helpers the sponsor side uses."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import sys
+import threading
+from pathlib import Path
+
+from . import __version__
+
+
+def _keygen(a: argparse.Namespace) -> int:
+    from .identity import Key
+
+    k = Key.generate(a.kind)
+    if a.out == "-":
+        sys.stdout.buffer.write(k.to_json())
+        return 0
+    try:
+        k.save(a.out)
+    except FileExistsError:
+        print(f"tenzro-trainer keygen: {a.out} exists; refusing to overwrite", file=sys.stderr)
+        return 1
+    print(k.did)
+    return 0
+
+
+def _run(a: argparse.Namespace) -> int:
+    from . import config, log
+    from .identity import Key
+    from .loop import Trainer
+    from .metrics import Metrics
+
+    try:
+        cfg = config.load(a.config)
+        key = Key.load(cfg.trainer_keypair)
+    except (OSError, ValueError, config.ConfigError) as e:
+        print(f"tenzro-trainer run: {e}", file=sys.stderr)
+        return 2
+    log.setup(cfg.log_format)
+    stop = threading.Event()
+
+    def on_signal(signum: int, _frame: object) -> None:
+        if stop.is_set():  # a second ^C: give up at once
+            raise KeyboardInterrupt
+        stop.set()
+
+    signal.signal(signal.SIGINT, on_signal)
+    signal.signal(signal.SIGTERM, on_signal)
+    m = Metrics()
+    try:
+        if int(os.environ.get("RANK", "0")) == 0:  # under torchrun only rank 0 serves metrics
+            m.serve(cfg.metrics_port)
+    except OSError as e:
+        print(f"tenzro-trainer run: metrics port {cfg.metrics_port}: {e}", file=sys.stderr)
+        return 2
+    try:
+        t = Trainer(cfg, key, metrics=m, stop=stop)
+    except ValueError as e:
+        print(f"tenzro-trainer run: {e}", file=sys.stderr)
+        return 2
+    return t.run()
+
+
+def _init_weights(a: argparse.Namespace) -> int:
+    from . import models, weights
+
+    md = json.loads(a.metadata) if a.metadata else models.tiny_metadata(a.family)
+    m = models.build(a.family, md, seed=a.seed)
+    Path(a.out).write_bytes(weights.model_to_safetensors(m, a.dtype))
+    n = sum(p.numel() for p in m.parameters())
+    print(json.dumps({"family": a.family, "params": n, "tensors": len(list(m.parameters())), "out": a.out}))
+    return 0
+
+
+def _dataset_hash(a: argparse.Namespace) -> int:
+    from . import data
+
+    print(data.corpus_hash(data.load_corpus(a.ref)).hex())
+    return 0
+
+
+def _eval(a: argparse.Namespace) -> int:
+    from .evaluate import eval_from_node
+    from .rpc import Client
+
+    r, loss = eval_from_node(Client(a.rpc), a.task_id)
+    print(json.dumps({"round": r, "heldout_mse": loss}))
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="tenzro-trainer", description=__doc__)
+    p.add_argument("--version", action="version", version=f"tenzro-trainer {__version__}")
+    sub = p.add_subparsers(dest="cmd", required=True)
+
+    k = sub.add_parser("keygen", help="write a new Ed25519 key file (mode 0600) and print its DID")
+    k.add_argument("--out", default="trainer-key.json", help="path, or - for stdout")
+    k.add_argument("--kind", default="machine", choices=["machine", "human"])
+    k.set_defaults(fn=_keygen)
+
+    r = sub.add_parser("run", help="train on a run until it seals")
+    r.add_argument("--config", required=True)
+    r.set_defaults(fn=_run)
+
+    i = sub.add_parser("init-weights", help="deterministic initial weights of a catalog model (safetensors)")
+    i.add_argument("--family", default="timesfm")
+    i.add_argument("--metadata", default="", help="architecture.metadata as JSON (default: the tiny config)")
+    i.add_argument("--seed", type=int, default=0)
+    i.add_argument("--dtype", default="f32")
+    i.add_argument("--out", required=True)
+    i.set_defaults(fn=_init_weights)
+
+    d = sub.add_parser("dataset-hash", help="print the dataset hash of a dataset_ref")
+    d.add_argument("ref")
+    d.set_defaults(fn=_dataset_hash)
+
+    e = sub.add_parser("eval", help="held-out MSE of a run's committed weights")
+    e.add_argument("--rpc", default="http://127.0.0.1:8545")
+    e.add_argument("--task-id", required=True)
+    e.set_defaults(fn=_eval)
+
+    a = p.parse_args(argv)
+    return a.fn(a)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

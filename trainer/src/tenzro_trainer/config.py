@@ -1,0 +1,158 @@
+"""trainer.yaml: the seed's keys plus a few optional ones.
+
+node_rpc: http://127.0.0.1:8545
+trainer_did: did:tenzro:machine:z6Mk...
+trainer_keypair: ./trainer-key.json     # tenzro-trainer keygen
+task_id: train-...
+inner: {optimizer: adamw, lr: 3.0e-4, weight_decay: 0.1, beta1: 0.9, beta2: 0.95,
+        inner_steps: 24, batch_size: 32}
+device: auto            # auto | cpu | cuda | cuda:N
+dtype: auto             # autocast dtype: auto (bf16 on CUDA, none on CPU) | bf16 | fp32
+gradient_checkpointing: false
+metrics: {port: 9101}   # 0 turns the Prometheus endpoint off (also accepted: metrics_port)
+# optional
+stake: "1000"           # enrol with this stake when not enrolled yet
+threads: 0              # torch CPU threads (0: torch's default)
+eval: true              # log held-out loss of the pulled weights each round
+max_rounds: 0           # leave after this many rounds (0: until the run seals)
+poll_interval: 0.5
+log_format: json        # json | text
+state_file: null        # default <trainer_keypair>.<task_id>.state.json (last round submitted for)
+attack: null            # benchmarks only: {kind: sign_flip|gaussian, scale: 10, sigma: 1.0}
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+MAX_CONFIG = 1 << 20
+
+
+class ConfigError(Exception):
+    pass
+
+
+@dataclass
+class Inner:
+    optimizer: str = "adamw"
+    lr: float = 3e-4
+    weight_decay: float = 0.1
+    beta1: float = 0.9
+    beta2: float = 0.95
+    inner_steps: int | None = None  # the spec's inner_steps governs; a different value is warned about
+    batch_size: int = 32
+
+
+@dataclass
+class Config:
+    node_rpc: str
+    trainer_keypair: str
+    task_id: str
+    trainer_did: str | None = None
+    inner: Inner = field(default_factory=Inner)
+    device: str = "auto"
+    dtype: str = "auto"
+    gradient_checkpointing: bool = False
+    metrics_port: int = 9101
+    stake: str | None = None
+    threads: int = 0
+    eval: bool = True
+    max_rounds: int = 0
+    poll_interval: float = 0.5
+    log_format: str = "json"
+    attack: dict | None = None
+    state_file: str | None = None
+
+
+def _num(v: Any, what: str, kind: type) -> Any:
+    try:
+        return kind(v)
+    except (TypeError, ValueError):
+        raise ConfigError(f"{what}: want a {kind.__name__}, got {v!r}") from None
+
+
+def parse(d: Any, base: Path | None = None) -> Config:
+    if not isinstance(d, dict):
+        raise ConfigError("config: want a YAML mapping at the top level")
+    for k in ("node_rpc", "trainer_keypair", "task_id"):
+        if not d.get(k):
+            raise ConfigError(f"config: {k} is required")
+    known = {
+        "node_rpc", "trainer_did", "trainer_keypair", "task_id", "inner", "device", "dtype",
+        "gradient_checkpointing", "metrics", "metrics_port", "stake", "threads", "eval",
+        "max_rounds", "poll_interval", "log_format", "attack", "state_file",
+    }  # fmt: skip
+    unknown = sorted(set(d) - known)
+    if unknown:
+        raise ConfigError(f"config: unknown keys {unknown}")
+    inner_d = d.get("inner") or {}
+    if not isinstance(inner_d, dict):
+        raise ConfigError("config: inner must be a mapping")
+    bad = sorted(set(inner_d) - {f for f in Inner.__dataclass_fields__})
+    if bad:
+        raise ConfigError(f"config: unknown inner keys {bad}")
+    inner = Inner(
+        optimizer=str(inner_d.get("optimizer", "adamw")).lower(),
+        lr=_num(inner_d.get("lr", 3e-4), "inner.lr", float),
+        weight_decay=_num(inner_d.get("weight_decay", 0.1), "inner.weight_decay", float),
+        beta1=_num(inner_d.get("beta1", 0.9), "inner.beta1", float),
+        beta2=_num(inner_d.get("beta2", 0.95), "inner.beta2", float),
+        inner_steps=None
+        if inner_d.get("inner_steps") is None
+        else _num(inner_d["inner_steps"], "inner.inner_steps", int),
+        batch_size=_num(inner_d.get("batch_size", 32), "inner.batch_size", int),
+    )
+    if inner.optimizer != "adamw":
+        raise ConfigError(f"config: inner.optimizer {inner.optimizer!r}: only adamw is supported")
+    if not (inner.lr > 0 and 0 <= inner.beta1 < 1 and 0 <= inner.beta2 < 1 and inner.batch_size > 0):
+        raise ConfigError("config: inner: want lr > 0, betas in [0,1), batch_size > 0")
+    metrics = d.get("metrics")
+    port = d.get("metrics_port", 9101)
+    if isinstance(metrics, dict):
+        port = metrics.get("port", port)
+    elif metrics is not None:
+        port = metrics
+    keypair = Path(str(d["trainer_keypair"])).expanduser()
+    if base is not None and not keypair.is_absolute():
+        keypair = base / keypair
+    cfg = Config(
+        node_rpc=str(d["node_rpc"]),
+        trainer_keypair=str(keypair),
+        task_id=str(d["task_id"]),
+        trainer_did=d.get("trainer_did"),
+        inner=inner,
+        device=str(d.get("device", "auto")),
+        dtype=str(d.get("dtype", "auto")).lower(),
+        gradient_checkpointing=bool(d.get("gradient_checkpointing", False)),
+        metrics_port=_num(port, "metrics port", int),
+        stake=None if d.get("stake") is None else str(d["stake"]),
+        threads=_num(d.get("threads", 0), "threads", int),
+        eval=bool(d.get("eval", True)),
+        max_rounds=_num(d.get("max_rounds", 0), "max_rounds", int),
+        poll_interval=_num(d.get("poll_interval", 0.5), "poll_interval", float),
+        log_format=str(d.get("log_format", "json")),
+        attack=d.get("attack"),
+        state_file=None if d.get("state_file") is None else str(d["state_file"]),
+    )
+    if cfg.dtype not in ("auto", "bf16", "fp32", "float32", "bfloat16"):
+        raise ConfigError(f"config: dtype {cfg.dtype!r}: want auto, bf16 or fp32")
+    if cfg.attack is not None and (
+        not isinstance(cfg.attack, dict) or cfg.attack.get("kind") not in ("sign_flip", "gaussian")
+    ):
+        raise ConfigError("config: attack.kind must be sign_flip or gaussian")
+    return cfg
+
+
+def load(path: str | Path) -> Config:
+    p = Path(path)
+    if p.stat().st_size > MAX_CONFIG:
+        raise ConfigError(f"{p}: larger than {MAX_CONFIG} bytes")
+    try:
+        d = yaml.safe_load(p.read_text())
+    except yaml.YAMLError as e:
+        raise ConfigError(f"{p}: {e}") from e
+    return parse(d, base=p.parent)

@@ -1,0 +1,54 @@
+"""``python -m tenzro_trainer.demo``: the body of ``make demo`` (scripts/demo.sh starts the node)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+from .experiment import Experiment, follow, plot, start, trainer_stats, verify_receipt
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="tenzro_trainer.demo")
+    p.add_argument("--rpc", required=True)
+    p.add_argument("--workdir", required=True)
+    p.add_argument("--bins", default="")
+    p.add_argument("--rounds", type=int, default=20)
+    p.add_argument("--png", default="")
+    a = p.parse_args(argv)
+    e = Experiment(
+        rpc=a.rpc, workdir=Path(a.workdir), rounds=a.rounds, bins=Path(a.bins) if a.bins else None, replay=True
+    )
+    t0 = time.monotonic()
+    c, task, procs, keys = start(e)
+    rows = follow(e, c, task, procs)
+    run = c.get_run(task)
+    ok, msg = verify_receipt(e, c, task) if run["status"] == "sealed" else (False, f"run is {run['status']}")
+    png = Path(a.png or e.workdir / "loss.png")
+    plot(rows, png, f"make demo: tiny TimesFM-class, M={e.m} K={e.k} F={e.f} H={e.h}")
+    stats = trainer_stats(e)
+    print()
+    print("| trainer | accepted | missed rounds | reward | mean inner s/round | mean submit s/round |")
+    print("|---|---|---|---|---|---|")
+    for i, k in enumerate(keys):
+        m = (run.get("trainer_metrics") or {}).get(k.did, {})
+        mine = [s for s in stats if s["trainer"] == i]
+        inner = sum(s["inner_s"] for s in mine) / max(1, len(mine))
+        sub = sum(s["submit_s"] for s in mine) / max(1, len(mine))
+        print(f"| {i} {k.did[-10:]} | {m.get('accepted', 0)} | {m.get('missed_rounds', 0)} | "
+              f"{m.get('current_reward', '0')} | {inner:.3f} | {sub:.3f} |")  # fmt: skip
+    first, last = rows[0].eval_loss if rows else float("nan"), rows[-1].eval_loss if rows else float("nan")
+    print()
+    print(f"task {task}: {run['status']} after {e.rounds} rounds in {time.monotonic() - t0:.0f}s")
+    print(f"held-out MSE {first:.4f} -> {last:.4f}  ({(1 - last / first) * 100:.1f}% lower)")
+    print(f"receipt: {'VALID' if ok else 'INVALID'}")
+    for line in msg.splitlines():
+        print(f"  {line}")
+    print(f"loss curve: {png}")
+    return 0 if ok and last < first else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

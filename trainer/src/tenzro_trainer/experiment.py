@@ -1,0 +1,234 @@
+"""Runs a whole training task on a live node: sponsor key + faucet, post the task with the model's
+deterministic initial weights, launch M trainer processes (``tenzro-trainer run``), follow the rounds
+(held-out loss of the committed weights, accepted submissions), wait for the seal and verify the
+receipt. Used by ``scripts/demo.sh`` and the benchmarks under ``bench/``."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from . import data, models, sponsor, weights
+from .evaluate import heldout_mse, pull_model, task_data
+from .identity import Key
+from .rpc import Client, NodeUnavailable, RpcError
+
+REF = "statsmodels://co2,sunspots,elnino,nile,macrodata"
+
+
+@dataclass
+class Experiment:
+    rpc: str
+    workdir: Path
+    rounds: int = 20
+    m: int = 8
+    k: int = 6
+    f: int = 4
+    h: int = 24
+    family: str = "timesfm"
+    metadata: dict = field(default_factory=lambda: dict(models.DEMO.metadata(), stride=2))
+    aggregation: str = "Mean"
+    aggregation_params: dict | None = None
+    lr: float = 1e-3
+    batch: int = 32
+    attackers: dict[int, dict] = field(default_factory=dict)
+    grace_window_ms: int = 3000
+    task_id: str = ""
+    bins: Path | None = None
+    quiet: bool = False
+    replay: bool = False  # also re-execute the run from the node's stored payloads (tenzro receipt replay)
+
+
+@dataclass
+class RoundRow:
+    round: int
+    eval_loss: float
+    accepted: int
+    elapsed_s: float
+
+
+def _say(e: Experiment, msg: str) -> None:
+    if not e.quiet:
+        print(msg, flush=True)
+
+
+def start(e: Experiment) -> tuple[Client, str, list[subprocess.Popen], list[Key]]:
+    e.workdir.mkdir(parents=True, exist_ok=True)
+    c = Client(e.rpc)
+    sp = Key.generate("human")
+    sp.save(e.workdir / "sponsor.json")
+    c.faucet(sp.did, 10**15)
+    keys = []
+    for i in range(e.m):
+        k = Key.generate("machine")
+        k.save(e.workdir / f"trainer{i}.json")
+        c.faucet(k.did, 10**9)
+        keys.append(k)
+    init_model = models.build(e.family, e.metadata, seed=0)
+    init = weights.model_to_safetensors(init_model)
+    (e.workdir / "init.safetensors").write_bytes(init)
+    task = e.task_id or f"demo-{e.family}-{time.strftime('%Y%m%d-%H%M%S')}"
+    spec = sponsor.make_spec(
+        task, sp, family=e.family, metadata=e.metadata,
+        param_count=sum(p.numel() for p in init_model.parameters()),
+        fragments=e.f, trainers=e.m, quorum=e.k, inner_steps=e.h, max_rounds=e.rounds,
+        aggregation=e.aggregation, aggregation_params=e.aggregation_params,
+        dataset_ref=REF, dataset_hash=data.corpus_hash(data.load_corpus(REF)).hex(),
+        reward_pool=str(10**12), grace_window_ms=e.grace_window_ms,
+    )  # fmt: skip
+    (e.workdir / "spec.json").write_text(json.dumps(spec, indent=2))
+    cli = _cli(e)
+    if cli:  # the sponsor's real flow: tenzro train post-task --spec --init-weights --key
+        p = subprocess.run(
+            [cli, "--rpc", e.rpc, "train", "post-task", "--spec", str(e.workdir / "spec.json"),
+             "--init-weights", str(e.workdir / "init.safetensors"), "--key", str(e.workdir / "sponsor.json")],
+            capture_output=True, text=True,
+        )  # fmt: skip
+        if p.returncode != 0:
+            raise RuntimeError(f"tenzro train post-task failed: {p.stderr.strip()}")
+        _say(e, f"$ tenzro train post-task --spec spec.json --init-weights init.safetensors --key sponsor.json\n"
+             f"  {p.stdout.strip()}")  # fmt: skip
+    else:
+        res = sponsor.post(c, sp, spec, init)
+        _say(e, f"posted task {task} (spec_hash {res.get('spec_hash', '')})")
+    _say(e, f"task {task}: M={e.m} K={e.k} F={e.f} H={e.h} rounds={e.rounds} rule={e.aggregation}, "
+         f"{spec['architecture']['param_count']:,} parameters")  # fmt: skip
+    procs = []
+    env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
+    for i, k in enumerate(keys):
+        cfg: dict[str, Any] = {
+            "node_rpc": e.rpc, "trainer_did": k.did, "trainer_keypair": str(e.workdir / f"trainer{i}.json"),
+            "task_id": task, "inner": {"optimizer": "adamw", "lr": e.lr, "weight_decay": 0.1, "beta1": 0.9,
+                                       "beta2": 0.95, "inner_steps": e.h, "batch_size": e.batch},
+            "device": "auto", "dtype": "auto", "gradient_checkpointing": False, "metrics": {"port": 0},
+            "stake": "1000", "threads": 1, "eval": False, "poll_interval": 0.1, "log_format": "json",
+        }  # fmt: skip
+        if i in e.attackers:
+            cfg["attack"] = e.attackers[i]
+        p = e.workdir / f"trainer{i}.yaml"
+        p.write_text(yaml.safe_dump(cfg, sort_keys=False))
+        log = open(e.workdir / f"trainer{i}.log", "wb")  # noqa: SIM115
+        procs.append(
+            subprocess.Popen(
+                [sys.executable, "-m", "tenzro_trainer", "run", "--config", str(p)], stdout=log, stderr=log, env=env
+            )  # fmt: skip
+        )
+    return c, task, procs, keys
+
+
+def follow(e: Experiment, c: Client, task: str, procs: list[subprocess.Popen], timeout: float = 3600) -> list[RoundRow]:
+    _, heldout = task_data(json.loads((e.workdir / "spec.json").read_text()))
+    rows: list[RoundRow] = []
+    t0 = time.monotonic()
+    seen = -1
+    model = None
+    accepted_before = 0
+    while time.monotonic() - t0 < timeout:
+        try:
+            run = c.get_run(task)
+        except (NodeUnavailable, RpcError):
+            time.sleep(0.5)
+            continue
+        r = int(run["round"])
+        sealed = run["status"] == "sealed"
+        if run["status"] == "running" and r != seen or sealed:
+            model = pull_model(c, run, model)
+            loss = heldout_mse(model, heldout)
+            acc = sum(int(v.get("accepted", 0)) for v in (run.get("trainer_metrics") or {}).values())
+            row = RoundRow(r if not sealed else e.rounds, loss, acc - accepted_before, time.monotonic() - t0)
+            accepted_before = acc
+            if not (sealed and rows and rows[-1].round == row.round):
+                rows.append(row)
+                label = "sealed" if sealed else f"start of round {r:3d}"
+                _say(e, f"  {label:>18}  held-out MSE {loss:.4f}  accepted +{row.accepted:3d}  t={row.elapsed_s:6.1f}s")
+            seen = r
+        if sealed or run["status"] == "cancelled":
+            break
+        if all(p.poll() is not None for p in procs):
+            _say(e, "all trainers exited before the seal; see trainer*.log")
+            break
+        time.sleep(0.2)
+    for p in procs:
+        try:
+            p.wait(30)
+        except subprocess.TimeoutExpired:
+            p.terminate()
+    return rows
+
+
+def _cli(e: Experiment) -> str | None:
+    cli = (e.bins / "tenzro") if e.bins else shutil.which("tenzro")
+    return str(cli) if cli and Path(cli).exists() else None
+
+
+def verify_receipt(e: Experiment, c: Client, task: str) -> tuple[bool, str]:
+    """Fetches the receipt and verifies it offline with ``tenzro receipt verify`` (or, without the
+    CLI, with the node's tenzro_training_verifyReceipt)."""
+    path = e.workdir / "receipt.json"
+    cli = _cli(e)
+    if cli:
+        g = subprocess.run([cli, "--rpc", e.rpc, "train", "get-receipt", "--task-id", task, "--out", str(path)],
+                           capture_output=True, text=True)  # fmt: skip
+        if g.returncode != 0:
+            return False, f"tenzro train get-receipt: {g.stderr.strip()}"
+        p = subprocess.run([cli, "receipt", "verify", "--receipt", str(path)], capture_output=True, text=True)
+        msg = "$ tenzro receipt verify --receipt receipt.json: " + (p.stdout + p.stderr).strip()
+        if p.returncode == 0 and e.replay:
+            q = subprocess.run([cli, "--rpc", e.rpc, "receipt", "replay", "--receipt", str(path)],
+                               capture_output=True, text=True)  # fmt: skip
+            msg += "\n$ tenzro receipt replay --receipt receipt.json: " + (q.stdout + q.stderr).strip()
+            return q.returncode == 0, msg
+        return p.returncode == 0, msg
+    rc = c.get_receipt(task)
+    path.write_text(json.dumps(rc, indent=2))
+    try:
+        v = c.call("tenzro_training_verifyReceipt", {"receipt": rc, "root": rc["run_root"]})
+    except RpcError as err:
+        return False, f"no tenzro CLI and the node refused verifyReceipt: {err}"
+    return v.get("valid") == 1, f"tenzro_training_verifyReceipt: valid={v.get('valid')} {v.get('reason', '')}"
+
+
+def plot(rows: list[RoundRow], out: Path, title: str, extra: dict[str, list[float]] | None = None) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4))
+    ax.plot([r.round for r in rows], [r.eval_loss for r in rows], marker="o", label="DiLoCo via tenzro-node")
+    for name, ys in (extra or {}).items():
+        ax.plot(range(len(ys)), ys, marker=".", label=name)
+    ax.set_xlabel("round (outer step)")
+    ax.set_ylabel("held-out MSE (normalized)")
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(out, dpi=120)
+    plt.close(fig)
+
+
+def trainer_stats(e: Experiment) -> list[dict]:
+    out = []
+    for i in range(e.m):
+        p = e.workdir / f"trainer{i}.log"
+        if not p.exists():
+            continue
+        for line in p.read_text().splitlines():
+            try:
+                d = json.loads(line)
+            except ValueError:
+                continue
+            if d.get("msg") == "round done":
+                d["trainer"] = i
+                out.append(d)
+    return out

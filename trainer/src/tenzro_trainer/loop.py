@@ -1,0 +1,431 @@
+"""The trainer's main loop (DESIGN §4, §9).
+
+Per round: pull the committed weights of every fragment (the model always comes from the syncer's
+commit — a trainer never applies its own delta), run H AdamW steps on the assigned shards, compute
+one outer gradient θ_before − θ_after per fragment, sign it with the node's canonical bytes, submit
+it, and wait for the round to change. Node restarts (connection refused, 5xx) back off and resume:
+outer gradients of a round that is still open are re-submitted, and ones of a round that moved on are
+dropped. A refused submission is logged with the node's precise reason and never retried as is.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from . import data, models, weights
+from .config import Config
+from .evaluate import heldout_mse, metadata_of, spec_of, task_data
+from .identity import Key
+from .log import Log
+from .metrics import Metrics
+from .rpc import Client, NodeUnavailable, RpcError
+
+EXIT_OK, EXIT_CONFIG, EXIT_DATA, EXIT_EVICTED, EXIT_INTERRUPTED = 0, 2, 3, 4, 130
+
+
+class Backoff:
+    def __init__(self, stop: threading.Event, first: float = 0.25, cap: float = 8.0) -> None:
+        self.stop, self.first, self.cap, self.cur = stop, first, cap, first
+
+    def wait(self) -> None:
+        self.stop.wait(self.cur)
+        self.cur = min(self.cap, self.cur * 2)
+
+    def reset(self) -> None:
+        self.cur = self.first
+
+
+@dataclass
+class RoundStats:
+    round: int
+    loss: float = float("nan")
+    eval_loss: float = float("nan")
+    inner_s: float = 0.0
+    serialize_s: float = 0.0
+    submit_s: float = 0.0
+    bytes_sent: int = 0
+    accepted: int = 0
+    rejected: list[str] = field(default_factory=list)
+
+
+class Dist:
+    """torch.distributed when launched by torchrun (WORLD_SIZE > 1): FSDP2 shards the model across
+    the host's processes; rank 0 talks to the node and the others follow its commands."""
+
+    def __init__(self) -> None:
+        self.world = int(os.environ.get("WORLD_SIZE", "1"))
+        self.rank = int(os.environ.get("RANK", "0"))
+        self.local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+        if self.world > 1:
+            import torch.distributed as dist
+
+            backend = "nccl" if torch.cuda.is_available() else "gloo"
+            if torch.cuda.is_available():
+                torch.cuda.set_device(self.local_rank)
+            dist.init_process_group(backend)
+
+    def bcast(self, obj: object) -> object:
+        if self.world == 1:
+            return obj
+        import torch.distributed as dist
+
+        box = [obj]
+        dist.broadcast_object_list(box, src=0)
+        return box[0]
+
+    def close(self) -> None:
+        if self.world > 1:
+            import torch.distributed as dist
+
+            dist.destroy_process_group()
+
+
+class Trainer:
+    def __init__(
+        self,
+        cfg: Config,
+        key: Key,
+        client: Client | None = None,
+        metrics: Metrics | None = None,
+        stop: threading.Event | None = None,
+    ) -> None:
+        if cfg.trainer_did and cfg.trainer_did != key.did:
+            raise ValueError(f"trainer_did {cfg.trainer_did} does not match the key file's DID {key.did}")
+        self.cfg, self.key = cfg, key
+        self.client = client or Client(cfg.node_rpc)
+        self.metrics = metrics or Metrics()
+        self.stop = stop or threading.Event()
+        self.log = Log("tenzro_trainer.loop", trainer=key.did[-8:], task=cfg.task_id)
+        self.dist = Dist()
+        dev = cfg.device
+        if dev == "auto":
+            dev = f"cuda:{self.dist.local_rank}" if torch.cuda.is_available() else "cpu"
+        self.device = torch.device(dev)
+        self.amp = None
+        if (
+            self.device.type == "cuda"
+            and cfg.dtype in ("auto", "bf16", "bfloat16")
+            or self.device.type == "cpu"
+            and cfg.dtype in ("bf16", "bfloat16")
+        ):
+            self.amp = torch.bfloat16
+        if cfg.threads > 0:
+            torch.set_num_threads(cfg.threads)
+        self.model: models.ForecastModel | None = None
+        self.opt: torch.optim.Optimizer | None = None
+        self.train_w: data.Windows | None = None
+        self.eval_w: data.Windows | None = None
+        self.spec: dict = {}
+        self.pending: dict[int, bytes] = {}
+        self.pending_round: int | None = None
+        self.history: list[RoundStats] = []
+        self._rng = np.random.default_rng(int.from_bytes(key.public_key[:8], "big"))
+        self.state_file = cfg.state_file or f"{cfg.trainer_keypair}.{cfg.task_id}.state.json"
+
+    # ------------------------------------------------------------------ local state
+    def _submitted_round(self) -> int | None:
+        """The last round this trainer began submitting for (survives a trainer restart, so a
+        restarted trainer never sends a second, different payload for a round: the node would
+        treat that as equivocation and slash the stake)."""
+        try:
+            with open(self.state_file) as f:
+                st = json.load(f)
+        except (OSError, ValueError):
+            return None
+        return int(st["round"]) if st.get("task_id") == self.cfg.task_id and "round" in st else None
+
+    def _mark_submitting(self, r: int) -> None:
+        tmp = f"{self.state_file}.tmp"
+        with open(tmp, "w") as f:
+            json.dump({"task_id": self.cfg.task_id, "round": r}, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, self.state_file)
+
+    # ------------------------------------------------------------------ setup per task
+    def _ensure_task(self, run: dict) -> None:
+        if self.model is not None:
+            return
+        spec = self.spec = spec_of(run)
+        fam = spec["architecture"]["family"]
+        self.model = models.build(fam, metadata_of(spec))
+        names = {t["name"] for fr in run["fragments"] for t in fr["tensors"]}
+        params = set(weights.parameters(self.model))
+        if names != params:
+            raise weights.FragmentError(
+                f"the run's fragments do not cover the model: missing {sorted(params - names)[:5]}, "
+                f"unknown {sorted(names - params)[:5]}"
+            )
+        self.model.set_gradient_checkpointing(self.cfg.gradient_checkpointing)
+        self.model.to(self.device)
+        if self.dist.world > 1:
+            from torch.distributed.fsdp import fully_shard
+
+            for m in self.model.modules():
+                if m is not self.model and isinstance(m, torch.nn.ModuleList):
+                    for layer in m:
+                        fully_shard(layer)
+            fully_shard(self.model)
+        t0 = time.monotonic()
+        self.train_w, self.eval_w = task_data(spec)  # raises DatasetError on a hash mismatch
+        self.log.info(
+            "task ready", family=fam, params=sum(p.numel() for p in params_of(self.model)),
+            train_windows=len(self.train_w), heldout_windows=len(self.eval_w),
+            dataset_hash_checked=bool(spec.get("dataset_hash")), device=str(self.device),
+            amp=str(self.amp), world=self.dist.world, load_s=round(time.monotonic() - t0, 3),
+        )  # fmt: skip
+        inner = self.cfg.inner
+        if inner.inner_steps is not None and inner.inner_steps != int(spec["inner_steps"]):
+            self.log.warning("inner.inner_steps differs from the spec; the spec governs",
+                             config=inner.inner_steps, spec=spec["inner_steps"])  # fmt: skip
+        self.opt = torch.optim.AdamW(
+            self.model.parameters(), lr=inner.lr, betas=(inner.beta1, inner.beta2), weight_decay=inner.weight_decay
+        )
+
+    # ------------------------------------------------------------------ weights
+    def _pull(self, run: dict) -> dict[int, dict[str, torch.Tensor]]:
+        out = {}
+        r = int(run["round"])
+        for fr in run["fragments"]:
+            w = self.client.get_weights(self.cfg.task_id, fr["index"])
+            if int(w.get("round", r)) != r:
+                self.log.warning("weights are from another round", fragment=fr["index"], weights_round=w.get("round"),
+                                 round=r)  # fmt: skip
+            out[fr["index"]] = weights.load_fragment(w["payload"], fr["tensors"], f"fragment {fr['index']}")
+        return out
+
+    def _load(self, frags: dict[int, dict[str, torch.Tensor]]) -> None:
+        full = {n: t for f in frags.values() for n, t in f.items()}
+        if self.dist.world > 1:
+            from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
+
+            sd = {n: t.float() for n, t in full.items()} if self.dist.rank == 0 else {}
+            set_model_state_dict(
+                self.model, sd, options=StateDictOptions(full_state_dict=True, broadcast_from_rank0=True, strict=False)
+            )
+        else:
+            weights.assign(self.model, full)
+
+    def _after(self) -> dict[str, torch.Tensor]:
+        if self.dist.world > 1:
+            from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+
+            return get_model_state_dict(self.model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+        return {n: p.detach().to("cpu") for n, p in self.model.named_parameters()}
+
+    # ------------------------------------------------------------------ inner loop
+    def _inner(self, r: int, shards: list[int], steps: int) -> float:
+        assert self.model is not None and self.opt is not None and self.train_w is not None
+        shard_count = int(self.spec.get("shard_count") or 0) or int(self.spec["trainer_count"])
+        batches = data.round_batches(
+            len(self.train_w), shards, shard_count, self.cfg.task_id, r, steps, self.cfg.inner.batch_size
+        )
+        self.model.train()
+        last = float("nan")
+        for idx in batches:
+            if self.stop.is_set():
+                raise KeyboardInterrupt
+            if self.dist.world > 1:
+                idx = idx[self.dist.rank :: self.dist.world]
+            x = torch.from_numpy(self.train_w.x[idx]).to(self.device, non_blocking=True)
+            y = torch.from_numpy(self.train_w.y[idx]).to(self.device, non_blocking=True)
+            with torch.autocast(self.device.type, dtype=self.amp or torch.float32, enabled=self.amp is not None):
+                loss = self.model.loss(x, y)
+            self.opt.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(self.model.parameters(), 1.0)
+            self.opt.step()
+            last = float(loss.detach())
+            self.metrics.steps.inc()
+            self.metrics.loss.set(last)
+        return last
+
+    def _attack(self, payload: bytes, layout: list[dict]) -> bytes:
+        """Benchmarks only: turn an honest outer gradient into a Byzantine one."""
+        a = self.cfg.attack or {}
+        from safetensors.torch import load as st_load
+        from safetensors.torch import save as st_save
+
+        t = st_load(payload)
+        out = {}
+        for spec in layout:
+            g = t[spec["name"]].float()
+            if a["kind"] == "sign_flip":
+                g = -float(a.get("scale", 10.0)) * g
+            else:
+                noise = self._rng.standard_normal(g.numel()).astype(np.float32)
+                g = torch.from_numpy(noise).view_as(g) * float(a.get("sigma", 1.0))
+            out[spec["name"]] = g.to(weights.torch_dtype(spec["dtype"])).contiguous()
+        return st_save(out)
+
+    # ------------------------------------------------------------------ one round
+    def train_round(self, run: dict, shards: list[int]) -> RoundStats:
+        r = int(run["round"])
+        st = RoundStats(round=r)
+        self.metrics.round.set(r)
+        steps = int(self.spec["inner_steps"])
+        if self.pending_round != r:
+            self.pending, self.pending_round = {}, None
+            frags = self._pull(run) if self.dist.rank == 0 else {}
+            self._load(frags)
+            if self.cfg.eval and self.dist.rank == 0 and self.dist.world == 1:
+                st.eval_loss = heldout_mse(self.model, self.eval_w, str(self.device))
+                self.metrics.eval_loss.set(st.eval_loss)
+            t0 = time.monotonic()
+            st.loss = self._inner(r, shards, steps)
+            if self.device.type == "cuda":
+                torch.cuda.synchronize()
+            st.inner_s = time.monotonic() - t0
+            after = self._after()
+            if self.dist.rank != 0:
+                return st
+            t0 = time.monotonic()
+            for fr in run["fragments"]:
+                p = weights.outer_gradient(frags[fr["index"]], after, fr["tensors"])
+                if self.cfg.attack:
+                    p = self._attack(p, fr["tensors"])
+                self.pending[fr["index"]] = p
+            self.pending_round = r
+            st.serialize_s = time.monotonic() - t0
+        else:
+            self.log.info("re-submitting after a node restart", round=r, fragments=sorted(self.pending))
+        t0 = time.monotonic()
+        rpc0 = self.client.bytes_sent
+        self._mark_submitting(r)
+        for f in sorted(self.pending):
+            p = self.pending[f]
+            self.metrics.submitted.inc()
+            try:
+                res = self.client.submit(self.key, self.cfg.task_id, r, f, p)
+            except RpcError as e:
+                self.metrics.rejected.inc()
+                del self.pending[f]
+                st.rejected.append(f"fragment {f}: {e.message}")
+                self.log.warning("submission refused", round=r, fragment=f, code=e.code, reason=e.message)
+                continue
+            del self.pending[f]
+            st.bytes_sent += len(p)
+            self.metrics.bytes_sent.inc(len(p))
+            if res.get("accepted", True):
+                st.accepted += 1
+                self.metrics.accepted.inc()
+        st.submit_s = time.monotonic() - t0
+        self.metrics.rpc_bytes_sent.inc(self.client.bytes_sent - rpc0)
+        self.pending_round = None
+        self.history.append(st)
+        self.log.info(
+            "round done", round=r, loss=round(st.loss, 5), eval_loss=round(st.eval_loss, 5),
+            accepted=st.accepted, rejected=len(st.rejected), bytes=st.bytes_sent,
+            inner_s=round(st.inner_s, 4), serialize_s=round(st.serialize_s, 4), submit_s=round(st.submit_s, 4),
+        )  # fmt: skip
+        return st
+
+    # ------------------------------------------------------------------ control loop
+    def run(self) -> int:
+        try:
+            return self._run()
+        except KeyboardInterrupt:
+            self.log.info("interrupted; leaving cleanly")
+            return EXIT_INTERRUPTED
+        finally:
+            if self.dist.world > 1:
+                self.dist.bcast(None) if self.dist.rank == 0 else None
+                self.dist.close()
+
+    def _follower(self) -> int:
+        while True:
+            cmd = self.dist.bcast(None)
+            if cmd is None:
+                return EXIT_OK
+            run, shards = cmd
+            self._ensure_task(run)
+            self.train_round(run, shards)
+
+    def _run(self) -> int:
+        if self.dist.rank != 0:
+            return self._follower()
+        cfg, did = self.cfg, self.key.did
+        back = Backoff(self.stop)
+        done_round: int | None = self._submitted_round()
+        rounds = 0
+        self.log.info("starting", node=cfg.node_rpc, did=did)
+        while not self.stop.is_set():
+            try:
+                run = self.client.get_run(cfg.task_id)
+            except NodeUnavailable as e:
+                self.metrics.node_down.inc()
+                self.log.warning("node unavailable; backing off", error=str(e), wait_s=back.cur)
+                back.wait()
+                continue
+            except RpcError as e:
+                self.log.warning("getRun refused; waiting", code=e.code, reason=e.message)
+                back.wait()
+                continue
+            status = run["status"]
+            if status in ("sealed", "cancelled"):
+                self.log.info("run finished", status=status, rounds_trained=rounds)
+                return EXIT_OK
+            me = next((t for t in run.get("trainers") or [] if t["did"] == did), None)
+            if me is not None and me["status"] == "evicted":
+                self.log.error("evicted from the run", slashed=me.get("slashed"))
+                return EXIT_EVICTED
+            if me is None or me["status"] == "left":
+                if cfg.stake is None:
+                    self.log.info("not enrolled (set stake: in the config to enrol); waiting")
+                    back.wait()
+                    continue
+                try:
+                    res = self.client.enroll(self.key, cfg.task_id, cfg.stake)
+                    self.log.info("enrolled", shards=res.get("shards"), status=res.get("status"))
+                    back.reset()
+                except NodeUnavailable as e:
+                    self.log.warning("node unavailable; backing off", error=str(e))
+                    back.wait()
+                except RpcError as e:
+                    self.log.warning("enrolment refused", code=e.code, reason=e.message)
+                    back.wait()
+                continue
+            r = int(run["round"])
+            if status != "running" or me["status"] != "active" or done_round == r:
+                self.stop.wait(cfg.poll_interval)
+                continue
+            try:
+                self._ensure_task(run)
+            except (data.DatasetError, weights.FragmentError, ValueError) as e:
+                self.log.error("cannot train this task", error=str(e))
+                return EXIT_DATA
+            try:
+                if self.pending_round != r:  # followers join the collective part of the round only
+                    self.dist.bcast((run, me["shards"]))
+                st = self.train_round(run, list(me["shards"]))
+            except NodeUnavailable as e:
+                self.metrics.node_down.inc()
+                self.log.warning("node unavailable mid-round; backing off", error=str(e), wait_s=back.cur)
+                back.wait()
+                continue
+            except RpcError as e:
+                self.log.warning("refused mid-round", code=e.code, reason=e.message)
+                back.wait()
+                continue
+            done_round = r
+            rounds += 1
+            if st.rejected:
+                back.wait()
+            else:
+                back.reset()
+            if cfg.max_rounds and rounds >= cfg.max_rounds:
+                self.log.info("max_rounds reached; leaving", rounds=rounds)
+                return EXIT_OK
+        self.log.info("stopped; leaving cleanly")
+        return EXIT_INTERRUPTED
+
+
+def params_of(model: torch.nn.Module) -> list[torch.nn.Parameter]:
+    return list(model.parameters())

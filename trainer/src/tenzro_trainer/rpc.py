@@ -1,0 +1,176 @@
+"""JSON-RPC 2.0 client for a Tenzro Train node (method names and fields: wire/api.go)."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import itertools
+import json
+import threading
+import time
+from typing import Any
+
+import requests
+
+from .canon import ZERO_HASH, method_fields, request_preimage, submission_preimage
+from .identity import Key
+
+MAX_RESPONSE = 512 << 20  # a getWeights answer carries a whole fragment
+
+
+class NodeUnavailable(Exception):
+    """The node could not be reached or answered with a transport-level failure (retry later)."""
+
+
+class RpcError(Exception):
+    """The node refused a call with a JSON-RPC error object (a precise refusal: it changed nothing)."""
+
+    def __init__(self, method: str, code: int, message: str, data: Any = None) -> None:
+        super().__init__(f"{method}: {message} (code {code})")
+        self.method = method
+        self.code = code
+        self.message = message
+        self.data = data
+
+    def mentions(self, *words: str) -> bool:
+        m = self.message.lower()
+        return any(w in m for w in words)
+
+
+class _Nonces:
+    """Unix-nanosecond nonces, strictly increasing per process (PROTOCOL §3)."""
+
+    def __init__(self) -> None:
+        self._last = 0
+        self._lock = threading.Lock()
+
+    def next(self) -> int:
+        with self._lock:
+            self._last = max(time.time_ns(), self._last + 1)
+            return self._last
+
+
+NONCES = _Nonces()
+
+
+class Client:
+    def __init__(self, url: str, timeout: float = 60.0) -> None:
+        self.url = url
+        self.timeout = timeout
+        self._ids = itertools.count(1)
+        self._session = requests.Session()
+        self.bytes_sent = 0
+
+    def call(self, method: str, params: Any = None) -> Any:
+        body = {"jsonrpc": "2.0", "id": next(self._ids), "method": method}
+        if params is not None:
+            body["params"] = params
+        data = json.dumps(body).encode()
+        try:
+            r = self._session.post(
+                self.url, data=data, headers={"Content-Type": "application/json"}, timeout=self.timeout
+            )
+        except requests.RequestException as e:
+            raise NodeUnavailable(f"{method}: {e}") from e
+        self.bytes_sent += len(data)
+        if r.status_code >= 500 or r.status_code in (404, 502, 503):
+            raise NodeUnavailable(f"{method}: HTTP {r.status_code}")
+        if len(r.content) > MAX_RESPONSE:
+            raise NodeUnavailable(f"{method}: response of {len(r.content)} bytes exceeds {MAX_RESPONSE}")
+        try:
+            msg = r.json()
+        except ValueError as e:
+            raise NodeUnavailable(f"{method}: HTTP {r.status_code}, body is not JSON") from e
+        if not isinstance(msg, dict):
+            raise NodeUnavailable(f"{method}: answer is not a JSON-RPC object")
+        if msg.get("error") is not None:
+            err = msg["error"]
+            raise RpcError(method, int(err.get("code", 0)), str(err.get("message", "")), err.get("data"))
+        return msg.get("result")
+
+    # --- reads -----------------------------------------------------------------------------
+    def node_info(self) -> dict:
+        return self.call("tenzro_node_info")
+
+    def get_run(self, task_id: str) -> dict:
+        return self.call("tenzro_training_getRun", {"task_id": task_id})
+
+    def list_runs(self, status: str = "") -> list:
+        return self.call("tenzro_training_listRuns", {"status": status} if status else {})
+
+    def get_weights(self, task_id: str, fragment: int) -> dict:
+        """Returns the answer with ``payload`` decoded to bytes and checked against ``weights_hash``
+        (SHA-256 of the payload bytes)."""
+        w = self.call("tenzro_training_getWeights", {"task_id": task_id, "fragment_index": fragment})
+        w["payload"] = base64.b64decode(w["payload"])
+        wh = w.get("weights_hash")
+        if wh and hashlib.sha256(w["payload"]).hexdigest() != wh:
+            raise RpcError("tenzro_training_getWeights", 0, f"weights_hash {wh} does not match the payload")
+        return w
+
+    def get_receipt(self, task_id: str) -> dict:
+        return self.call("tenzro_training_getReceipt", {"task_id": task_id})
+
+    def get_balance(self, did: str) -> dict:
+        return self.call("tenzro_ledger_getBalance", {"did": did})
+
+    # --- writes ----------------------------------------------------------------------------
+    def faucet(self, did: str, amount: int | str) -> dict:
+        return self.call("tenzro_ledger_faucet", {"did": did, "amount": str(amount)})
+
+    def enroll(self, key: Key, task_id: str, stake: int | str) -> dict:
+        nonce = NONCES.next()
+        pre = request_preimage(
+            "tenzro_training_enrollTrainer", key.did, nonce, method_fields().str(task_id).str(str(stake))
+        )
+        return self.call(
+            "tenzro_training_enrollTrainer",
+            {
+                "task_id": task_id,
+                "trainer_did": key.did,
+                "stake": str(stake),
+                "nonce": nonce,
+                "signature": key.sign(pre).hex(),
+            },
+        )
+
+    def leave(self, key: Key, task_id: str) -> dict:
+        nonce = NONCES.next()
+        pre = request_preimage("tenzro_training_leaveRun", key.did, nonce, method_fields().str(task_id))
+        return self.call(
+            "tenzro_training_leaveRun",
+            {"task_id": task_id, "trainer_did": key.did, "nonce": nonce, "signature": key.sign(pre).hex()},
+        )
+
+    def post_task(self, key: Key, spec_canonical: bytes, spec_hash: bytes, init_weights: bytes | None) -> dict:
+        """``spec_canonical`` must already be RFC 8785 JSON and ``spec_hash`` its spec hash."""
+        nonce = NONCES.next()
+        wh = hashlib.sha256(init_weights).digest() if init_weights else ZERO_HASH
+        pre = request_preimage("tenzro_training_postTask", key.did, nonce, method_fields().hash(spec_hash).hash(wh))
+        params: dict[str, Any] = {
+            "spec": json.loads(spec_canonical),
+            "nonce": nonce,
+            "signature": key.sign(pre).hex(),
+        }
+        if init_weights:
+            params["init_weights"] = base64.b64encode(init_weights).decode()
+        return self.call("tenzro_training_postTask", params)
+
+    def submit(self, key: Key, task_id: str, round_: int, fragment: int, payload: bytes) -> dict:
+        ph = hashlib.sha256(payload).digest()
+        sig = key.sign(submission_preimage(task_id, key.did, round_, fragment, ph))
+        return self.call(
+            "tenzro_training_submitOuterGradient",
+            {
+                "task_id": task_id,
+                "trainer_did": key.did,
+                "round": round_,
+                "fragment_index": fragment,
+                "gradient_payload": base64.b64encode(payload).decode(),
+                "payload_hash": ph.hex(),
+                "signature": sig.hex(),
+            },
+        )
+
+    def finalize_round(self, task_id: str) -> dict:
+        return self.call("tenzro_training_finalizeRound", {"task_id": task_id})

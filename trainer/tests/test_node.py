@@ -1,0 +1,193 @@
+"""The trainer against a real tenzro-node process (built from this clone by the go_bins fixture)."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tenzro_trainer import config, data, models, sponsor, weights
+from tenzro_trainer.identity import Key
+from tenzro_trainer.loop import EXIT_INTERRUPTED, EXIT_OK, Trainer
+from tenzro_trainer.metrics import Metrics
+from tenzro_trainer.rpc import Client, RpcError
+
+REF = "statsmodels://co2,sunspots,elnino,nile,macrodata"
+_HASH: list[str] = []
+
+
+def dataset_hash() -> str:
+    if not _HASH:
+        _HASH.append(data.corpus_hash(data.load_corpus(REF)).hex())
+    return _HASH[0]
+
+
+def post_task(node, tmp_path: Path, *, m=2, k=2, f=2, h=2, rounds=2, **kw):
+    c = Client(node.url)
+    sp = Key.generate("human")
+    c.faucet(sp.did, 10**12)
+    keys = []
+    for i in range(m):
+        key = Key.generate("machine")
+        key.save(tmp_path / f"trainer{i}.json")
+        c.faucet(key.did, 10**6)
+        keys.append(key)
+    md = dict(models.tiny_metadata("timesfm"), stride=4)
+    init = weights.model_to_safetensors(models.build("timesfm", md, seed=0))
+    task = f"test-{time.time_ns()}"
+    spec = sponsor.make_spec(
+        task, sp, metadata=md, fragments=f, trainers=m, quorum=k, inner_steps=h, max_rounds=rounds,
+        dataset_hash=dataset_hash(), reward_pool="1000", **kw,
+    )  # fmt: skip
+    sponsor.post(c, sp, spec, init)
+    return c, keys, task
+
+
+def trainer_cfg(node, task, i, tmp_path: Path, **over) -> dict:
+    d = {
+        "node_rpc": node.url,
+        "trainer_keypair": str(tmp_path / f"trainer{i}.json"),
+        "task_id": task,
+        "inner": {"lr": 1e-3, "batch_size": 8},
+        "metrics": {"port": 0},
+        "stake": "100",
+        "threads": 1,
+        "eval": False,
+        "poll_interval": 0.05,
+        "log_format": "text",
+    }
+    d.update(over)
+    return d
+
+
+def make_trainer(node, task, key, i, tmp_path, **over) -> Trainer:
+    cfg = config.parse(trainer_cfg(node, task, i, tmp_path, **over))
+    return Trainer(cfg, key, metrics=Metrics(), stop=threading.Event())
+
+
+def run_all(trainers: list[Trainer], timeout: float = 300) -> list[int]:
+    codes: list[int] = [-1] * len(trainers)
+
+    def go(i: int) -> None:
+        codes[i] = trainers[i].run()
+
+    ts = [threading.Thread(target=go, args=(i,), daemon=True) for i in range(len(trainers))]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join(timeout)
+    for tr in trainers:
+        tr.stop.set()
+    return codes
+
+
+def test_loop_trains_to_a_sealed_verified_receipt(node, tmp_path):
+    c, keys, task = post_task(node, tmp_path, m=2, k=2, f=2, h=2, rounds=2)
+    trs = [make_trainer(node, task, key, i, tmp_path) for i, key in enumerate(keys)]
+    assert run_all(trs) == [EXIT_OK, EXIT_OK]
+    run = c.get_run(task)
+    assert run["status"] == "sealed"
+    for key, tr in zip(keys, trs, strict=True):
+        assert run["trainer_metrics"][key.did]["accepted"] == 2 * 2
+        assert tr.metrics.accepted._value.get() == 4
+        assert len(tr.history) == 2 and tr.history[0].bytes_sent > 0
+    rc = c.get_receipt(task)
+    assert rc["final_model_hash"] != rc["init_model_hash"]
+    v = c.call("tenzro_training_verifyReceipt", {"receipt": rc, "root": rc["run_root"]})
+    assert v["valid"] == 1, v
+
+
+def test_resume_after_node_restart(node, tmp_path):
+    c, keys, task = post_task(node, tmp_path, m=2, k=2, f=2, h=2, rounds=3)
+    trs = [make_trainer(node, task, key, i, tmp_path) for i, key in enumerate(keys)]
+    killer_done = threading.Event()
+
+    def killer() -> None:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            try:
+                if c.get_run(task)["round"] >= 1:
+                    break
+            except Exception:
+                pass
+            time.sleep(0.05)
+        node.kill()
+        time.sleep(1.5)
+        node.start()
+        killer_done.set()
+
+    threading.Thread(target=killer, daemon=True).start()
+    assert run_all(trs) == [EXIT_OK, EXIT_OK]
+    assert killer_done.is_set()
+    assert c.get_run(task)["status"] == "sealed"
+    assert sum(tr.metrics.node_down._value.get() for tr in trs) > 0
+
+
+def test_rejected_submissions_change_nothing_and_the_trainer_goes_on(node, tmp_path):
+    c, keys, task = post_task(node, tmp_path, m=1, k=1, f=2, h=1, rounds=2)
+    tr = make_trainer(node, task, keys[0], 0, tmp_path)
+    c.enroll(keys[0], task, "100")
+    run = c.get_run(task)
+    assert run["status"] == "running"
+    tr._ensure_task(run)
+    stale = dict(run, round=run["round"] + 3)
+    st = tr.train_round(stale, run["trainers"][0]["shards"])
+    assert len(st.rejected) == 2 and all("round" in r for r in st.rejected)
+    assert tr.metrics.rejected._value.get() == 2
+    # A payload whose tensors are not the fragment's is refused with a precise reason.
+    with pytest.raises(RpcError) as e:
+        c.submit(keys[0], task, run["round"], 0, weights.model_to_safetensors(models.build("timesfm", {"d_model": 16})))
+    assert e.value.code in (-32602, -32003) and e.value.message
+    after = c.get_run(task)
+    assert after["round"] == run["round"]
+    assert after["trainer_metrics"][keys[0].did]["accepted"] == 0
+    tr.pending_round = None
+    assert tr.run() == EXIT_OK
+    assert c.get_run(task)["status"] == "sealed"
+
+
+def test_cli_run_leaves_cleanly_on_sigint(node, tmp_path):
+    c, keys, task = post_task(node, tmp_path, m=1, k=1, f=1, h=1, rounds=1000)
+    cfg = tmp_path / "trainer.yaml"
+    cfg.write_text(yaml.safe_dump(trainer_cfg(node, task, 0, tmp_path, log_format="json")))
+    p = subprocess.Popen(
+        [sys.executable, "-m", "tenzro_trainer", "run", "--config", str(cfg)],
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    seen = []
+    for line in p.stderr:
+        seen.append(line)
+        if '"round done"' in line:
+            break
+    p.send_signal(signal.SIGINT)
+    _, rest = p.communicate(timeout=60)
+    seen.append(rest)
+    assert p.returncode == EXIT_INTERRUPTED, "".join(seen)[-3000:]
+    logs = [json.loads(x) for x in "".join(seen).splitlines() if x.startswith("{")]
+    assert any("leaving cleanly" in x["msg"] for x in logs)
+    assert c.get_run(task)["trainer_metrics"][keys[0].did]["accepted"] >= 1
+
+
+def test_fsdp2_two_processes_on_one_host(node, tmp_path):
+    """torchrun --nproc_per_node 2: FSDP2 shards the model over two CPU (gloo) processes; rank 0
+    pulls, gathers the full state after the inner loop and submits."""
+    c, keys, task = post_task(node, tmp_path, m=1, k=1, f=2, h=2, rounds=2)
+    cfg = tmp_path / "trainer.yaml"
+    cfg.write_text(yaml.safe_dump(trainer_cfg(node, task, 0, tmp_path)))
+    p = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+         "-m", "tenzro_trainer", "run", "--config", str(cfg)],
+        capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert p.returncode == 0, p.stderr[-3000:]
+    run = c.get_run(task)
+    assert run["status"] == "sealed"
+    assert run["trainer_metrics"][keys[0].did]["accepted"] == 2 * 2

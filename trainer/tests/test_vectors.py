@@ -1,0 +1,109 @@
+"""Go and Python produce the same bytes: wire/testdata/vectors.json (docs/PROTOCOL.md)."""
+
+from __future__ import annotations
+
+import hashlib
+
+import pytest
+import torch
+from safetensors.torch import load as st_load
+from safetensors.torch import save as st_save
+
+from tenzro_trainer import weights
+from tenzro_trainer.canon import Canon, method_fields, request_preimage, submission_preimage
+from tenzro_trainer.identity import Key, parse_did, verify
+
+
+def _fields(c: Canon, fields: list[dict] | None) -> Canon:
+    for f in fields or []:
+        ((kind, v),) = f.items()
+        if kind == "str":
+            c.str(v)
+        elif kind == "u64":
+            c.u64(int(v))
+        elif kind == "hash":
+            c.hash(bytes.fromhex(v))
+        elif kind == "bytes":
+            c.bytes(bytes.fromhex(v))
+        else:
+            raise AssertionError(f"unknown field kind {kind}")
+    return c
+
+
+def test_keys(vectors):
+    assert vectors["keys"]
+    for k in vectors["keys"]:
+        key = Key.from_seed(k["kind"], bytes.fromhex(k["seed"]))
+        assert key.did == k["did"]
+        assert key.public_key.hex() == k["public_key"]
+        assert parse_did(k["did"]) == (k["kind"], bytes.fromhex(k["public_key"]))
+        assert Key.from_json(key.to_json()) == key
+
+
+def test_canon(vectors):
+    assert vectors["canon"]
+    for v in vectors["canon"]:
+        c = _fields(Canon(v["domain"]), v["fields"])
+        assert c.out().hex() == v["hex"]
+        assert c.sum().hex() == v["sha256"]
+
+
+def test_request_preimages_and_signatures(vectors):
+    assert vectors["requests"]
+    for v in vectors["requests"]:
+        key = Key.from_seed(v["signer_kind"], bytes.fromhex(v["signer_seed"]))
+        assert key.did == v["signer"]
+        pre = request_preimage(v["method"], v["signer"], int(v["nonce"]), _fields(method_fields(), v["fields"]))
+        assert pre.hex() == v["preimage_hex"], v["method"]
+        assert key.sign(pre).hex() == v["signature_hex"], v["method"]
+        assert verify(v["signer"], pre, bytes.fromhex(v["signature_hex"]))
+
+
+def test_submissions(vectors):
+    assert vectors["submissions"]
+    for v in vectors["submissions"]:
+        payload = bytes.fromhex(v["payload_hex"])
+        assert hashlib.sha256(payload).hexdigest() == v["payload_hash"]
+        pre = submission_preimage(
+            v["task_id"], v["trainer_did"], int(v["round"]), int(v["fragment_index"]), bytes.fromhex(v["payload_hash"])
+        )
+        assert pre.hex() == v["preimage_hex"]
+        key = Key.from_seed("machine", bytes.fromhex(v["seed"]))
+        assert key.did == v["trainer_did"]
+        assert key.sign(pre).hex() == v["signature_hex"]
+        # The payload is hashed as opaque bytes. (Its 8-byte length prefix says 16 while the JSON
+        # header is 56 bytes, so it is not a parseable safetensors file; reported to the lead.)
+
+
+def test_outer_step_sign_convention(vectors):
+    """The trainer sends θ_before − θ_after; the syncer's step is PyTorch SGD(nesterov=True)."""
+    v = vectors["outer_sign"]
+    before = torch.tensor(v["theta_before"], dtype=torch.float32)
+    after = torch.tensor(v["theta_after"], dtype=torch.float32)
+    layout = [{"name": "w", "dtype": "F32", "shape": [len(before)]}]
+    g = st_load(weights.outer_gradient({"w": before}, {"w": after}, layout))["w"]
+    assert g.tolist() == pytest.approx(v["outer_gradient"], abs=0)
+    p = torch.nn.Parameter(before.clone())
+    opt = torch.optim.SGD([p], lr=v["lr"], momentum=v["momentum"], nesterov=True)
+    p.grad = g
+    opt.step()
+    assert p.detach().tolist() == pytest.approx(v["weights_after_one_outer_step_from_before"], rel=1e-6)
+
+
+def test_safetensors_layout_the_node_parses():
+    """Python's safetensors writes the little-endian header length, the JSON header padded with
+    spaces to 8 bytes, then the data — the layout wire/safetensors parses."""
+    b = st_save({"w": torch.tensor([1.0])})
+    n = int.from_bytes(b[:8], "little")
+    assert n % 8 == 0 and b[8 : 8 + n].rstrip(b" ").endswith(b"}")
+    assert b[8 + n :] == bytes.fromhex("0000803f")
+
+
+def test_did_parse_is_strict():
+    k = Key.from_seed("machine", bytes(range(32)))
+    with pytest.raises(ValueError):
+        parse_did(k.did.replace("machine", "robot"))
+    with pytest.raises(ValueError):
+        parse_did(k.did[:-1])
+    with pytest.raises(ValueError):
+        parse_did("did:tenzro:machine:" + "z" + "1" * 60)
