@@ -35,6 +35,7 @@ type tierRun struct {
 	tr      []*did.Key
 	encl    []enclave.Provider
 	syncer  *enclave.KeyCustody
+	sealing []byte
 	nonce   uint64
 	clock   func() time.Time
 }
@@ -64,7 +65,16 @@ func newTierRun(t *testing.T, vendor string) *tierRun {
 	}
 	checker := attest.NewChecker(attest.Options{Clock: r.clock})
 	nonces := attest.NewNonceStore(nil, time.Minute, r.clock)
-	r.broker = enclave.NewBroker(checker, attest.NewNonceStore(nil, time.Minute, r.clock))
+	sk, err := prov.SealingKey(ctx, "tenzro/train/key-broker/v1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.sealing = sk
+	r.broker, err = enclave.NewBroker(checker, attest.NewNonceStore(nil, time.Minute, r.clock), sk,
+		func(ctx context.Context, task string) ([]byte, error) { return syncer.DatasetKeyRecord(ctx, kv, task) })
+	if err != nil {
+		t.Fatal(err)
+	}
 	r.node, err = syncer.NewNode(ctx, syncer.Config{KV: kv, Engine: syncer.NewNativeEngine(), Signer: r.syncer, Attestor: checker,
 		Nonces: nonces, DatasetKeys: r.broker, Dev: true, Clock: r.clock})
 	if err != nil {
@@ -269,6 +279,16 @@ func TestConfidentialTierRun(t *testing.T) {
 	pt, err := release(r.encl[1], true)
 	if err != nil || string(pt) != string(data) {
 		t.Fatalf("passing enclave: %v", err)
+	}
+	// After a restart (a new broker over the same store and enclave sealing
+	// key) the run's key is still released: nothing lived only in memory.
+	r.broker, err = enclave.NewBroker(attest.NewChecker(attest.Options{Clock: r.clock}), attest.NewNonceStore(nil, time.Minute, r.clock), r.sealing,
+		func(ctx context.Context, task string) ([]byte, error) { return syncer.DatasetKeyRecord(ctx, r.kv, task) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pt, err = release(r.encl[3], true); err != nil || string(pt) != string(data) {
+		t.Fatalf("after restart: %v", err)
 	}
 	// Enrolment in a Confidential run also needs passing evidence.
 	if err := r.enroll(task, 2, r.claim(task, 2, false)); err != nil {

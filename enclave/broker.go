@@ -5,6 +5,8 @@ import (
 	"crypto/ecdh"
 	"crypto/rand"
 	"crypto/sha256"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 
@@ -37,33 +39,79 @@ type WrappedKey struct {
 	EvidenceHash string `json:"evidence_digest"`
 }
 
-// Broker holds Confidential-tier dataset keys and releases each only to
-// evidence that passes the task's policy.
+// Broker makes Confidential-tier dataset keys and releases each only to
+// evidence that passes the task's policy. It keeps no key in memory: each
+// task's key lives in a record sealed (AES-256-GCM) under the broker's
+// sealing key, which the caller stores atomically with the run and the
+// broker reads back through records, so keys survive restarts and the
+// broker is safe for concurrent use.
 type Broker struct {
 	checker syncer.Attestor
 	nonces  *attest.NonceStore
-	keys    map[string]brokerKey
+	sealing []byte
+	records KeyRecords
 }
+
+// KeyRecords returns the sealed key record stored for a task, or an error
+// wrapping syncer.ErrNotFound.
+type KeyRecords func(ctx context.Context, taskID string) ([]byte, error)
 
 type brokerKey struct {
-	key, policy []byte
-	tier        string
+	Key    []byte `json:"key"`
+	Policy []byte `json:"policy"`
+	Tier   string `json:"tier"`
 }
 
-// NewBroker returns a broker verifying with checker and issuing nonces from
-// nonces.
-func NewBroker(checker syncer.Attestor, nonces *attest.NonceStore) *Broker {
-	return &Broker{checker: checker, nonces: nonces, keys: map[string]brokerKey{}}
+// NewBroker returns a broker verifying with checker, issuing nonces from
+// nonces, sealing records under sealingKey (32 bytes, from the enclave's
+// SealingKey) and reading them through records.
+func NewBroker(checker syncer.Attestor, nonces *attest.NonceStore, sealingKey []byte, records KeyRecords) (*Broker, error) {
+	if len(sealingKey) != 32 {
+		return nil, fmt.Errorf("key broker: sealing key is %d bytes, want 32", len(sealingKey))
+	}
+	if records == nil {
+		return nil, errors.New("key broker: no record reader")
+	}
+	return &Broker{checker: checker, nonces: nonces, sealing: append([]byte(nil), sealingKey...), records: records}, nil
 }
 
-// NewDatasetKey makes and holds a fresh AES-256 key for taskID.
-func (b *Broker) NewDatasetKey(taskID, tier string, policy []byte) ([]byte, error) {
+func recordAAD(taskID string) []byte { return []byte("tenzro/train/broker-record/v1/" + taskID) }
+
+// NewDatasetKey makes a fresh AES-256 key for taskID and returns it with its
+// sealed record, which the caller must store (with the run, in one batch).
+func (b *Broker) NewDatasetKey(taskID, tier string, policy []byte) (key, sealed []byte, err error) {
 	k := make([]byte, 32)
 	if _, err := rand.Read(k); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	b.keys[taskID] = brokerKey{key: k, policy: policy, tier: tier}
-	return k, nil
+	raw, err := json.Marshal(brokerKey{Key: k, Policy: policy, Tier: tier})
+	if err != nil {
+		return nil, nil, err
+	}
+	sealed, err = Seal(b.sealing, raw, recordAAD(taskID))
+	if err != nil {
+		return nil, nil, fmt.Errorf("key broker: seal record: %w", err)
+	}
+	return k, sealed, nil
+}
+
+func (b *Broker) load(ctx context.Context, taskID string) (*brokerKey, error) {
+	sealed, err := b.records(ctx, taskID)
+	if errors.Is(err, syncer.ErrNotFound) {
+		return nil, syncer.Errf(syncer.KindNotFound, "key broker: no dataset key for task %q", taskID)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("key broker: read record of %q: %w", taskID, err)
+	}
+	raw, err := Open(b.sealing, sealed, recordAAD(taskID))
+	if err != nil {
+		return nil, fmt.Errorf("key broker: record of %q does not open under this enclave's sealing key: %w", taskID, err)
+	}
+	var bk brokerKey
+	if err := json.Unmarshal(raw, &bk); err != nil {
+		return nil, fmt.Errorf("key broker: record of %q: %w", taskID, err)
+	}
+	return &bk, nil
 }
 
 // Nonce issues a single-use nonce for a key request on taskID.
@@ -74,9 +122,9 @@ func (b *Broker) Nonce(ctx context.Context, taskID string) ([]byte, error) {
 // Release verifies the request's evidence and returns the dataset key
 // wrapped to the recipient key. A refusal names the failed check.
 func (b *Broker) Release(ctx context.Context, req *KeyRequest) (*WrappedKey, error) {
-	bk, ok := b.keys[req.TaskID]
-	if !ok {
-		return nil, syncer.Errf(syncer.KindNotFound, "key broker: no dataset key for task %q", req.TaskID)
+	bk, err := b.load(ctx, req.TaskID)
+	if err != nil {
+		return nil, err
 	}
 	if err := b.nonces.Consume(ctx, "broker/"+req.TaskID, req.Nonce); err != nil {
 		return nil, syncer.Errf(syncer.KindAttestation, "attestation refused: check broker.nonce failed: %v", err)
@@ -86,7 +134,7 @@ func (b *Broker) Release(ctx context.Context, req *KeyRequest) (*WrappedKey, err
 		return nil, syncer.Errf(syncer.KindInvalid, "key broker: recipient key: %v", err)
 	}
 	rd := attest.KeyReportData(PurposeDatasetKey, req.RecipientKey, req.Nonce)
-	digest, err := b.checker.CheckEvidence(ctx, bk.tier, bk.policy, req.Evidence, rd)
+	digest, err := b.checker.CheckEvidence(ctx, bk.Tier, bk.Policy, req.Evidence, rd)
 	if err != nil {
 		return nil, err
 	}
@@ -102,7 +150,7 @@ func (b *Broker) Release(ctx context.Context, req *KeyRequest) (*WrappedKey, err
 	if err != nil {
 		return nil, err
 	}
-	sealed, err := Seal(kek, bk.key, []byte(req.TaskID))
+	sealed, err := Seal(kek, bk.Key, []byte(req.TaskID))
 	if err != nil {
 		return nil, err
 	}

@@ -107,11 +107,23 @@ func TestConfidentialTier(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			b := NewBroker(attest.NewChecker(attest.Options{Clock: clock}), attest.NewNonceStore(nil, time.Minute, clock))
-			key, err := b.NewDatasetKey("task", wire.TierConfidential, simPolicy(true))
+			sk, err := prov.SealingKey(ctx, "broker")
 			if err != nil {
 				t.Fatal(err)
 			}
+			recs := &memRecords{m: map[string][]byte{}}
+			b, err := NewBroker(attest.NewChecker(attest.Options{Clock: clock}), attest.NewNonceStore(nil, time.Minute, clock), sk, recs.get)
+			if err != nil {
+				t.Fatal(err)
+			}
+			key, sealed, err := b.NewDatasetKey("task", wire.TierConfidential, simPolicy(true))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := b.Release(ctx, &KeyRequest{TaskID: "task"}); syncer.KindOf(err) != syncer.KindNotFound {
+				t.Fatalf("release before the record is stored: %v", err)
+			}
+			recs.m["task"] = sealed
 			data := []byte("secret timeseries")
 			ct, _ := EncryptDataset(key, "task", data)
 			priv, _ := ecdh.X25519().GenerateKey(rand.Reader)
@@ -144,9 +156,17 @@ func TestConfidentialTier(t *testing.T) {
 			}
 			// A broker whose policy does not allow simulated evidence
 			// releases nothing to the same enclave.
-			strict := NewBroker(attest.NewChecker(attest.Options{Clock: clock}), attest.NewNonceStore(nil, time.Minute, clock))
-			if _, err := strict.NewDatasetKey("task", wire.TierConfidential, simPolicy(false)); err != nil {
+			strictRecs := &memRecords{m: map[string][]byte{}}
+			strict, _ := NewBroker(attest.NewChecker(attest.Options{Clock: clock}), attest.NewNonceStore(nil, time.Minute, clock), sk, strictRecs.get)
+			_, strictSealed, err := strict.NewDatasetKey("task", wire.TierConfidential, simPolicy(false))
+			if err != nil {
 				t.Fatal(err)
+			}
+			strictRecs.m["task"] = strictSealed
+			// A record sealed under another enclave's key does not open.
+			other, _ := NewBroker(attest.NewChecker(attest.Options{Clock: clock}), attest.NewNonceStore(nil, time.Minute, clock), make([]byte, 32), strictRecs.get)
+			if _, err := other.Release(ctx, &KeyRequest{TaskID: "task"}); err == nil || !strings.Contains(err.Error(), "does not open") {
+				t.Fatalf("record opened under a foreign sealing key: %v", err)
 			}
 			n, _ := strict.Nonce(ctx, "task")
 			ev, _ := prov.Evidence(ctx, attest.KeyReportData(PurposeDatasetKey, priv.PublicKey().Bytes(), n))
@@ -156,4 +176,14 @@ func TestConfidentialTier(t *testing.T) {
 			}
 		})
 	}
+}
+
+// memRecords stands in for the node's store of sealed key records.
+type memRecords struct{ m map[string][]byte }
+
+func (r *memRecords) get(_ context.Context, task string) ([]byte, error) {
+	if v, ok := r.m[task]; ok {
+		return v, nil
+	}
+	return nil, syncer.ErrNotFound
 }

@@ -35,7 +35,7 @@ func (n *Node) PostTask(ctx context.Context, p *wire.PostTaskParams) (*wire.Post
 		return nil, Errf(KindInvalid, "spec: tier %s needs attestation, which this node is not configured for", spec.Tier)
 	}
 	if spec.Tier == wire.TierConfidential && n.cfg.DatasetKeys == nil {
-		return nil, Errf(KindInvalid, "spec: tier Confidential needs a key broker, which this node is not configured for")
+		return nil, Errf(KindInvalid, "spec: tier Confidential needs a key broker, which runs only in an enclave: start the node with --enclave (auto on TEE hardware, simulated-* for development)")
 	}
 	if spec.Tier != wire.TierOpen && len(spec.AttestationPolicy) == 0 {
 		return nil, Errf(KindInvalid, "spec: tier %s needs an attestation_policy", spec.Tier)
@@ -84,6 +84,15 @@ func (n *Node) PostTask(ctx context.Context, p *wire.PostTaskParams) (*wire.Post
 			return nil, err
 		}
 	}
+	var datasetKey []byte
+	if spec.Tier == wire.TierConfidential {
+		key, sealed, err := n.cfg.DatasetKeys.NewDatasetKey(spec.TaskID, spec.Tier, spec.AttestationPolicy)
+		if err != nil {
+			return nil, fmt.Errorf("dataset key for %s: %w", spec.TaskID, err)
+		}
+		datasetKey = key
+		b.Set(KSMeta, datasetKeyKey(spec.TaskID), sealed)
+	}
 	lt := newLedgerTx(ctx, n.kv)
 	if err := lt.transfer(acctDID(spec.SponsorDID), acctEscrow(spec.TaskID), reward, "escrow reward pool"); err != nil {
 		return nil, err
@@ -97,13 +106,7 @@ func (n *Node) PostTask(ctx context.Context, p *wire.PostTaskParams) (*wire.Post
 	}
 	n.log.Info("task posted", "task", spec.TaskID, "M", spec.TrainerCount, "K", spec.Quorum, "F", spec.Architecture.FragmentCount, "rule", rule.Name)
 	n.announce(ctx, Event{TaskID: spec.TaskID, Kind: "posted"})
-	res := &wire.PostTaskResult{TaskID: spec.TaskID, SpecHash: specHash, Status: r.Status}
-	if spec.Tier == wire.TierConfidential {
-		if res.DatasetKey, err = n.cfg.DatasetKeys.NewDatasetKey(spec.TaskID, spec.Tier, spec.AttestationPolicy); err != nil {
-			return nil, fmt.Errorf("dataset key for %s: %w", spec.TaskID, err)
-		}
-	}
-	return res, nil
+	return &wire.PostTaskResult{TaskID: spec.TaskID, SpecHash: specHash, Status: r.Status, DatasetKey: datasetKey}, nil
 }
 
 func pluginSet(refs ...any) []wire.Hash {

@@ -60,7 +60,17 @@ type NonceStore interface {
 	Consume(ctx context.Context, scope string, nonce []byte) error
 }
 
-// DatasetKeys creates a Confidential run's dataset key (enclave.Broker).
+// DatasetKeys creates a Confidential run's dataset key (enclave.Broker): the
+// key for the sponsor and a record sealed to the broker's enclave, which the
+// node stores in the posting's batch (DatasetKeyRecord reads it back).
 type DatasetKeys interface {
-	NewDatasetKey(taskID, tier string, policy []byte) ([]byte, error)
+	NewDatasetKey(taskID, tier string, policy []byte) (key, sealed []byte, err error)
+}
+
+func datasetKeyKey(task string) []byte { return []byte("dskey/" + task) }
+
+// DatasetKeyRecord returns the sealed dataset-key record stored with a
+// Confidential run (the key broker's enclave.KeyRecords).
+func DatasetKeyRecord(ctx context.Context, kv KV, taskID string) ([]byte, error) {
+	return kv.Get(ctx, KSMeta, datasetKeyKey(taskID))
 }

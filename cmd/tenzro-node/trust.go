@@ -41,8 +41,7 @@ func setupTrust(ctx context.Context, cfg Config, key *did.Key, kv syncer.KV, log
 	t := &trust{}
 	t.checker = attest.NewChecker(attest.Options{CollateralDir: cfg.TDXCollateral, Logger: log.With("component", "attest")})
 	t.nonces = attest.NewNonceStore(nil, 10*time.Minute, nil)
-	t.broker = enclave.NewBroker(t.checker, attest.NewNonceStore(nil, 10*time.Minute, nil))
-	t.service = &attestRPC{svc: attest.NewService(t.nonces, attest.KVEvidence{KV: kv}, nil), broker: t.broker}
+	t.service = &attestRPC{svc: attest.NewService(t.nonces, attest.KVEvidence{KV: kv}, nil)}
 	sealed := filepath.Join(cfg.DataDir, "syncer-key.sealed")
 	var prov enclave.Provider
 	switch cfg.Enclave {
@@ -75,6 +74,19 @@ func setupTrust(ctx context.Context, cfg Config, key *did.Key, kv syncer.KV, log
 	}
 	log.Info("syncer key held in enclave", "vendor", prov.Vendor(), "simulated", prov.Simulated(), "did", kc.DID(), "sealed", sealed)
 	t.signer = kc
+	// The Confidential tier's key broker runs only in an enclave: its records
+	// are sealed under the enclave's sealing key.
+	sk, err := prov.SealingKey(ctx, "tenzro/train/key-broker/v1")
+	if err != nil {
+		log.Warn("no sealing key for the key broker: Confidential runs are refused on this node", "err", err)
+		return t, nil
+	}
+	t.broker, err = enclave.NewBroker(t.checker, attest.NewNonceStore(nil, 10*time.Minute, nil), sk,
+		func(ctx context.Context, task string) ([]byte, error) { return syncer.DatasetKeyRecord(ctx, kv, task) })
+	if err != nil {
+		return nil, err
+	}
+	t.service.broker = t.broker
 	return t, nil
 }
 
@@ -140,6 +152,9 @@ func (a *attestRPC) GetPolicy(ctx context.Context, raw json.RawMessage) (json.Ra
 // ReleaseKey is two-step: without evidence it issues the broker nonce the
 // evidence must bind; with evidence it returns the wrapped dataset key.
 func (a *attestRPC) ReleaseKey(ctx context.Context, raw json.RawMessage) (json.RawMessage, error) {
+	if a.broker == nil {
+		return nil, syncer.Errf(syncer.KindDisabled, "this node runs no key broker (it needs an enclave: --enclave)")
+	}
 	var p enclave.KeyRequest
 	if err := decodeStrict(raw, &p); err != nil {
 		return nil, err
@@ -159,3 +174,12 @@ func (a *attestRPC) ReleaseKey(ctx context.Context, raw json.RawMessage) (json.R
 }
 
 func bytesReader(b []byte) *bytes.Reader { return bytes.NewReader(b) }
+
+// datasetKeys is the broker as the syncer's seam, or nil without one (a nil
+// *Broker inside a non-nil interface would look configured).
+func (t *trust) datasetKeys() syncer.DatasetKeys {
+	if t.broker == nil {
+		return nil
+	}
+	return t.broker
+}

@@ -80,7 +80,7 @@ func runNode(ctx context.Context, cfg Config, log *slog.Logger) (err error) {
 		Signer:      tr.signer,
 		Attestor:    tr.checker,
 		Nonces:      tr.nonces,
-		DatasetKeys: tr.broker,
+		DatasetKeys: tr.datasetKeys(),
 		Dev:         cfg.Dev,
 		Role:        cfg.Role,
 		Logger:      log.With("component", "syncer"),
