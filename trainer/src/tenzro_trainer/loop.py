@@ -84,6 +84,10 @@ class Dist:
         if self.world > 1:
             import torch.distributed as dist
 
+            # Every rank reaches this point before any tears gloo down: destroying
+            # the group while a peer is still inside a collective aborts the process
+            # at exit ("terminate called without an active exception").
+            dist.barrier()
             dist.destroy_process_group()
 
 
