@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import signal
 import sys
@@ -63,7 +64,18 @@ def _run(a: argparse.Namespace) -> int:
     except ValueError as e:
         print(f"tenzro-trainer run: {e}", file=sys.stderr)
         return 2
-    return t.run()
+    code = t.run()
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        # Under torchrun the FSDP2 module still holds the (destroyed) gloo group's
+        # worker threads; letting the interpreter run C++ static destructors then
+        # aborts the process about one exit in three ("terminate called without an
+        # active exception"), after all work is done. Everything is submitted and
+        # the group is torn down by now: flush and leave without them.
+        logging.shutdown()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    return code
 
 
 def _init_weights(a: argparse.Namespace) -> int:
