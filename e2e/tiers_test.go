@@ -283,7 +283,9 @@ func TestConfidentialTierRun(t *testing.T) {
 	// After a restart (a new broker over the same store and enclave sealing
 	// key) the run's key is still released: nothing lived only in memory.
 	r.broker, err = enclave.NewBroker(attest.NewChecker(attest.Options{Clock: r.clock}), attest.NewNonceStore(nil, time.Minute, r.clock), r.sealing,
-		func(ctx context.Context, task string) ([]byte, error) { return syncer.DatasetKeyRecord(ctx, r.kv, task) })
+		func(ctx context.Context, task string) ([]byte, error) {
+			return syncer.DatasetKeyRecord(ctx, r.kv, task)
+		})
 	if err != nil {
 		t.Fatal(err)
 	}
