@@ -4,7 +4,11 @@
 // a fresh instance per call) and owns the plugin registry
 // (content-addressed by SHA-256, stored through syncer.KV in
 // syncer.KSPlugins), the fuel instrumenter (Instrument, CostTable), rule
-// reference parsing (ParseRef) and the built-in rules (package builtin).
+// reference parsing (ParseRef), the structural pre-check of untrusted
+// modules (wasmscan.go), chunked execution of fragments larger than the page
+// limit (coordinate ranges, and chunked passes with a carried state for
+// distance-based rules: chunked.go, ABI.md §6) and the built-in rules
+// (package builtin).
 // The ABI is in ABI.md; package abi holds its manifest definitions,
 // conformance the suite any plugin can be run against, buildtool the
 // builder behind `tenzro plugin build`, sdk/ the C header and Go SDK.

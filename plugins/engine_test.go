@@ -246,9 +246,9 @@ func TestChunkedAggregateEqualsWhole(t *testing.T) {
 			t.Fatalf("%s: chunked result differs", ref)
 		}
 	}
-	_, err := small.Aggregate(ctx, syncer.AggregateInput{Rule: mustResolve(t, small, "Krum{f=1}", 5), Dtype: syncer.F32, N: len(in[0]), Inputs: asBytes(in)})
-	var rf *syncer.RuleFailure
-	if !errors.As(err, &rf) || rf.Code != CodeTooLarge {
-		t.Fatalf("Krum on a too-large fragment: want code %d, got %v", CodeTooLarge, err)
+	// Distance-based rules run in chunked passes (chunked_test.go has the
+	// byte-for-byte comparisons).
+	if _, err := small.Aggregate(ctx, syncer.AggregateInput{Rule: mustResolve(t, small, "Krum{f=1}", 5), Dtype: syncer.F32, N: len(in[0]), Inputs: asBytes(in)}); err != nil {
+		t.Fatalf("Krum on a fragment larger than the page limit: %v", err)
 	}
 }

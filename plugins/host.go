@@ -86,6 +86,10 @@ type Engine struct {
 	costs   CostTable
 	profile syncer.EngineProfile
 
+	// chunkOverride > 0 forces chunked runs of chunkable rules with chunks
+	// of that many coordinates (tests only: it changes fuel, never bytes).
+	chunkOverride int
+
 	mu      sync.RWMutex
 	loaded  map[wire.Hash]*plugin
 	builtin map[string]wire.Hash // rule id -> hash
@@ -219,7 +223,8 @@ type call struct {
 	timed  atomic.Bool
 }
 
-func (e *Engine) newCall(ctx context.Context, p *plugin) (*call, error) {
+// newCall instantiates p with a fuel budget of budget.
+func (e *Engine) newCall(ctx context.Context, p *plugin, budget uint64) (*call, error) {
 	mod, err := e.rt.InstantiateModule(ctx, p.compiled, wazero.NewModuleConfig().WithName("").WithStartFunctions())
 	if err != nil {
 		return nil, fmt.Errorf("plugins: instantiate %s: %w", p.info.Name, err)
@@ -232,7 +237,7 @@ func (e *Engine) newCall(ctx context.Context, p *plugin) (*call, error) {
 		_ = mod.Close(ctx)
 		return nil, fmt.Errorf("plugins: %s lacks its fuel global or memory", p.info.Name)
 	}
-	c := &call{e: e, p: p, mod: mod, fuel: g, mem: mod.Memory(), budget: e.cfg.Fuel}
+	c := &call{e: e, p: p, mod: mod, fuel: g, mem: mod.Memory(), budget: budget}
 	g.Set(c.budget)
 	if p.hasInit {
 		if _, err := c.invoke(ctx, "_initialize"); err != nil {
@@ -431,7 +436,9 @@ func dtypeCode(d syncer.Dtype) (uint64, error) {
 // Aggregate
 
 // Aggregate runs an aggregation plugin on K inputs. Fragments too large for
-// the memory limit run in coordinate chunks when the manifest allows it.
+// the memory limit run chunked when the manifest declares a chunked mode:
+// coordinate ranges for "coordinate" rules, chunked passes with a carried
+// state for "passes" rules (ABI.md §6).
 func (e *Engine) Aggregate(ctx context.Context, in syncer.AggregateInput) (syncer.AggregateOutput, error) {
 	var out syncer.AggregateOutput
 	p, err := e.pluginFor(ctx, in.Rule, KindAggregate)
@@ -449,26 +456,31 @@ func (e *Engine) Aggregate(ctx context.Context, in syncer.AggregateInput) (synce
 	k := len(in.Inputs)
 	n := in.N
 	chunk := n
-	if need := aggregateBytes(k, n, es, len(params)); need > e.memBudget() {
-		if p.manifest.Chunking != ChunkCoordinate {
+	if need := aggregateBytes(k, n, es, len(params)); e.wantChunks(p, need) {
+		switch p.manifest.Chunking {
+		case ChunkPasses:
+			return e.aggregatePasses(ctx, p, in, es, params)
+		case ChunkCoordinate:
+		default:
 			return out, &syncer.RuleFailure{Rule: p.info.Name, Code: CodeTooLarge,
-				Reason: fmt.Sprintf("fragment needs %d bytes of guest memory, limit %d pages, and the rule is not coordinate-wise", need, e.cfg.MemoryPages)}
+				Reason: fmt.Sprintf("fragment needs %d bytes of guest memory, limit %d pages, and the rule does not declare a chunked mode", need, e.cfg.MemoryPages)}
 		}
 		per := uint64(k)*uint64(es) + 4
-		// Half the memory goes to the chunk's data: guests (a Go runtime in
-		// particular) need room of their own.
-		chunk = int((e.memBudget()/2 - aggregateBytes(k, 0, es, len(params))) / per &^ 1023)
-		if chunk <= 0 {
-			return out, &syncer.RuleFailure{Rule: p.info.Name, Code: CodeTooLarge, Reason: "memory limit too small for one chunk"}
+		if es == 2 {
+			per += uint64(k) * 4 // the guest's f32 copy of bf16 inputs
+		}
+		if chunk, err = e.chunkFor(p.info.Name, per, aggregateBytes(k, 0, es, len(params))); err != nil {
+			return out, err
 		}
 	}
+	meter := e.newMeter()
 	out.Aggregate = make([]byte, 0, n*4)
 	out.Selected = make([]bool, k)
 	var scores []float64
 	for c0 := 0; c0 < n; c0 += chunk {
 		c1 := min(c0+chunk, n)
-		r, err := e.aggregateOnce(ctx, p, in.Dtype, in.Inputs, c0, c1, es, params)
-		out.Fuel += r.Fuel
+		r, err := e.aggregateOnce(ctx, p, meter.budget(), in.Dtype, in.Inputs, c0, c1, es, params)
+		out.Fuel = meter.add(r.Fuel)
 		if err != nil {
 			return syncer.AggregateOutput{Fuel: out.Fuel}, err
 		}
@@ -520,8 +532,8 @@ func checkInputs(p *plugin, d syncer.Dtype, n int, inputs [][]byte) (int, error)
 	return es, nil
 }
 
-func (e *Engine) aggregateOnce(ctx context.Context, p *plugin, d syncer.Dtype, inputs [][]byte, c0, c1, es int, params []float64) (out syncer.AggregateOutput, err error) {
-	c, err := e.newCall(ctx, p)
+func (e *Engine) aggregateOnce(ctx context.Context, p *plugin, budget uint64, d syncer.Dtype, inputs [][]byte, c0, c1, es int, params []float64) (out syncer.AggregateOutput, err error) {
+	c, err := e.newCall(ctx, p, budget)
 	if err != nil {
 		return out, err
 	}
@@ -569,28 +581,8 @@ func (e *Engine) aggregateOnce(ctx context.Context, p *plugin, d syncer.Dtype, i
 	if out.Aggregate, err = c.read(outPtr, uint64(n)*4); err != nil {
 		return out, err
 	}
-	sel, err := c.read(selPtr, uint64(k))
-	if err != nil {
-		return out, err
-	}
-	out.Selected = make([]bool, k)
-	for i, s := range sel {
-		out.Selected[i] = s != 0
-	}
-	sc, err := c.read(scPtr, uint64(k)*8)
-	if err != nil {
-		return out, err
-	}
-	any := false
-	scores := make([]float64, k)
-	for i := range scores {
-		scores[i] = math.Float64frombits(binary.LittleEndian.Uint64(sc[i*8:]))
-		any = any || sc[i*8] != 0 || scores[i] != 0
-	}
-	if any {
-		out.Scores = scores
-	}
-	return out, nil
+	out.Selected, out.Scores, err = c.readSelection(selPtr, scPtr, k)
+	return out, err
 }
 
 func f64Bytes(v []float64) []byte {
@@ -627,16 +619,48 @@ func (e *Engine) Verify(ctx context.Context, in syncer.VerifyInput) (out syncer.
 		in.Round = nil // per-submission verifiers never see the round
 	}
 	need := uint64(len(in.Round)+1)*uint64(in.N)*uint64(es) + guestSlack
-	if need > e.memBudget() {
-		return out, &syncer.RuleFailure{Rule: p.info.Name, Code: CodeTooLarge, Reason: fmt.Sprintf("verification needs %d bytes, limit %d pages", need, e.cfg.MemoryPages)}
+	if !e.wantChunks(p, need) {
+		return e.verifyOnce(ctx, p, e.cfg.Fuel, in, 0, in.N, es, params)
 	}
-	c, err := e.newCall(ctx, p)
+	switch p.manifest.Chunking {
+	case ChunkPasses:
+		return e.verifyPasses(ctx, p, in, es, params)
+	case ChunkCoordinate:
+		// Coordinate ranges: accept when every range accepts; the first
+		// rejecting range gives the reason.
+		chunk, err := e.chunkFor(p.info.Name, uint64(len(in.Round)+1)*uint64(es), guestSlack+uint64(len(params))*8)
+		if err != nil {
+			return out, err
+		}
+		meter := e.newMeter()
+		for c0 := 0; c0 < in.N; c0 += chunk {
+			r, err := e.verifyOnce(ctx, p, meter.budget(), in, c0, min(c0+chunk, in.N), es, params)
+			out.Fuel = meter.add(r.Fuel)
+			if err != nil {
+				return syncer.VerifyOutput{Fuel: out.Fuel}, err
+			}
+			if !r.Accept {
+				r.Fuel = out.Fuel
+				return r, nil
+			}
+		}
+		out.Accept = true
+		return out, nil
+	}
+	return out, &syncer.RuleFailure{Rule: p.info.Name, Code: CodeTooLarge, Reason: fmt.Sprintf("verification needs %d bytes, limit %d pages, and the verifier does not declare a chunked mode", need, e.cfg.MemoryPages)}
+}
+
+// verifyOnce runs tenzro_verify on coordinates [c0, c1) of the input (and
+// of the round).
+func (e *Engine) verifyOnce(ctx context.Context, p *plugin, budget uint64, in syncer.VerifyInput, c0, c1, es int, params []float64) (out syncer.VerifyOutput, err error) {
+	c, err := e.newCall(ctx, p, budget)
 	if err != nil {
 		return out, err
 	}
 	defer c.close(ctx)
 	defer func() { out.Fuel = c.used() }()
-	span := uint64(in.N) * uint64(es)
+	n := c1 - c0
+	span := uint64(n) * uint64(es)
 	inPtr, err := c.alloc(ctx, span)
 	if err != nil {
 		return out, err
@@ -655,11 +679,11 @@ func (e *Engine) Verify(ctx context.Context, in syncer.VerifyInput) (out syncer.
 	if err != nil {
 		return out, err
 	}
-	if err := c.write(inPtr, in.Input); err != nil {
+	if err := c.write(inPtr, in.Input[c0*es:c1*es]); err != nil {
 		return out, err
 	}
 	for i, b := range in.Round {
-		if err := c.write(roundPtr+uint32(uint64(i)*span), b); err != nil {
+		if err := c.write(roundPtr+uint32(uint64(i)*span), b[c0*es:c1*es]); err != nil {
 			return out, err
 		}
 	}
@@ -667,7 +691,7 @@ func (e *Engine) Verify(ctx context.Context, in syncer.VerifyInput) (out syncer.
 		return out, err
 	}
 	dc, _ := dtypeCode(in.Dtype)
-	res, err := c.invoke(ctx, "tenzro_verify", dc, uint64(in.N), uint64(inPtr), uint64(len(in.Round)), uint64(roundPtr),
+	res, err := c.invoke(ctx, "tenzro_verify", dc, uint64(n), uint64(inPtr), uint64(len(in.Round)), uint64(roundPtr),
 		uint64(parPtr), uint64(len(params)), uint64(vPtr))
 	if err != nil {
 		return out, err
@@ -731,12 +755,13 @@ func (e *Engine) OuterStep(ctx context.Context, in syncer.OuterStepInput) (synce
 	if uint64(in.N)*per+guestSlack > e.memBudget() {
 		chunk = int((e.memBudget()/2 - guestSlack) / per &^ 1023)
 	}
+	meter := e.newMeter()
 	out.Weights = make([]byte, 0, len(in.Weights))
 	out.Momentum = make([]byte, 0, in.N*4)
 	for c0 := 0; c0 < in.N; c0 += chunk {
 		c1 := min(c0+chunk, in.N)
-		w, m, fuel, err := e.outerOnce(ctx, p, in, c0, c1, es)
-		out.Fuel += fuel
+		w, m, fuel, err := e.outerOnce(ctx, p, meter.budget(), in, c0, c1, es)
+		out.Fuel = meter.add(fuel)
 		if err != nil {
 			return syncer.OuterStepOutput{Fuel: out.Fuel}, err
 		}
@@ -746,8 +771,8 @@ func (e *Engine) OuterStep(ctx context.Context, in syncer.OuterStepInput) (synce
 	return out, nil
 }
 
-func (e *Engine) outerOnce(ctx context.Context, p *plugin, in syncer.OuterStepInput, c0, c1, es int) (w, m []byte, fuel uint64, err error) {
-	c, err := e.newCall(ctx, p)
+func (e *Engine) outerOnce(ctx context.Context, p *plugin, budget uint64, in syncer.OuterStepInput, c0, c1, es int) (w, m []byte, fuel uint64, err error) {
+	c, err := e.newCall(ctx, p, budget)
 	if err != nil {
 		return nil, nil, 0, err
 	}

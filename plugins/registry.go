@@ -200,7 +200,15 @@ var entrySignatures = map[string][2][]api.ValueType{
 	"tenzro_verify":      {{i32, i32, i32, i32, i32, i32, i32, i32}, {i32}},
 	"tenzro_outer_step":  {{i32, i32, i32, i32, i32, i32, api.ValueTypeF32, api.ValueTypeF32, i32}, {i32}},
 	"_initialize":        {{}, {}},
+	// chunked passes (ABI.md §6)
+	"tenzro_chunk_plan":   {{i32, i32, i32, i32, i32}, {i32}},
+	"tenzro_chunk_pass":   {{i32, i32, i32, i32, i32, i32, i32, i32, i32, i32, i32, i32, i32}, {i32}},
+	"tenzro_verify_chunk": {{i32, i32, i32, i32, i32, i32, i32, i32, i32, i32, i32, i32}, {i32}},
 }
+
+// passEntry is the chunked entry point a "passes" plugin of each kind must
+// export besides tenzro_chunk_plan.
+var passEntry = map[string]string{abi.KindAggregate: "tenzro_chunk_pass", abi.KindVerify: "tenzro_verify_chunk"}
 
 var kindEntry = map[string]string{abi.KindAggregate: "tenzro_aggregate", abi.KindVerify: "tenzro_verify", abi.KindOuter: "tenzro_outer_step"}
 
@@ -246,10 +254,14 @@ func (e *Engine) prepare(ctx context.Context, module []byte) (*plugin, error) {
 			return nil, fmt.Errorf("plugins: %s: export %s has the wrong signature", man.ID, name)
 		}
 	}
-	for _, name := range []string{"tenzro_abi_version", "tenzro_alloc", kindEntry[man.Kind]} {
+	required := []string{"tenzro_abi_version", "tenzro_alloc", kindEntry[man.Kind]}
+	if man.Chunking == abi.ChunkPasses {
+		required = append(required, "tenzro_chunk_plan", passEntry[man.Kind])
+	}
+	for _, name := range required {
 		if _, ok := exports[name]; !ok {
 			_ = compiled.Close(ctx)
-			return nil, fmt.Errorf("plugins: %s: missing export %s (ABI v1 requires it for a %s plugin)", man.ID, name, man.Kind)
+			return nil, fmt.Errorf("plugins: %s: missing export %s (ABI v1 requires it for a %s plugin with chunking %q)", man.ID, name, man.Kind, man.Chunking)
 		}
 	}
 	if _, ok := compiled.ExportedMemories()["memory"]; !ok {
@@ -274,7 +286,7 @@ func (e *Engine) prepare(ctx context.Context, module []byte) (*plugin, error) {
 	_, p.hasInit = exports["_initialize"]
 	_, p.hasError = exports["tenzro_error_text"]
 	// The ABI version is checked by calling it.
-	c, err := e.newCall(ctx, p)
+	c, err := e.newCall(ctx, p, e.cfg.Fuel)
 	if err != nil {
 		_ = compiled.Close(ctx)
 		return nil, err

@@ -109,6 +109,9 @@ func decodeBody(b []byte) ([]instr, error) {
 		case op == 0x0e: // br_table
 			var n uint32
 			n, pos, err = readU32(b, pos)
+			if err == nil && uint64(n) >= uint64(len(b)-pos) {
+				err = fmt.Errorf("br_table declares %d targets in %d bytes", n, len(b)-pos)
+			}
 			for i := uint32(0); err == nil && i <= n; i++ {
 				_, pos, err = readU32(b, pos)
 			}
@@ -242,18 +245,33 @@ func skipBlockType(b []byte, pos int) (int, error) {
 	return skipLEB(b, pos, 5)
 }
 
-// MaxLocals bounds the declared locals of one function.
-const MaxLocals = 50000
+// Bounds on local declarations: per function, per module (wabin expands
+// every declared local into a byte), and groups per function (its encoder
+// is quadratic in them).
+const (
+	MaxLocals       = 50000
+	MaxModuleLocals = 4 << 20
+	MaxLocalGroups  = 1024
+)
 
-// precheck walks the section headers before a full decode: the decoder
-// allocates by declared vector lengths, so every count must be plausible
-// for the bytes that follow, and the code section's local declarations must
-// stay under MaxLocals.
+// precheck walks the whole module structure before wabin decodes it. wabin
+// allocates by declared lengths (vectors, names, value types, data and
+// element segments, name-section maps) before it reads what they count, so
+// every count and length, at every nesting level, must be plausible for
+// the bytes that follow it: each vector entry takes at least one byte, each
+// byte string exactly its length. Every section and name subsection must
+// also parse to exactly its declared size, function bodies may declare at
+// most MaxLocals locals (MaxModuleLocals in all, in at most MaxLocalGroups
+// groups per function), and only constructs the re-encoder can write back
+// are accepted (active element segments on table 0 listing function
+// indices). After precheck, decoding allocates at most a small multiple of
+// the module's size.
 func precheck(module []byte) error {
 	if len(module) < 8 {
 		return errors.New("not a wasm module: too short")
 	}
 	r := module[8:]
+	var locals uint64
 	for len(r) > 0 {
 		id := r[0]
 		size, p, err := readU32(r, 1)
@@ -262,43 +280,404 @@ func precheck(module []byte) error {
 		}
 		body := r[p : p+int(size)]
 		r = r[p+int(size):]
-		if id == 0 || id == 8 || id == 12 { // custom, start, data count: no vector
-			continue
+		s := &scan{b: body, locals: &locals}
+		switch id {
+		case 0:
+			err = s.custom()
+		case 1:
+			err = s.vec("types", s.funcType)
+		case 2:
+			err = s.vec("imports", s.importEntry)
+		case 3:
+			err = s.vec("functions", func() error { _, err := s.u32("type index"); return err })
+		case 4:
+			err = s.vec("tables", s.table)
+		case 5:
+			err = s.vec("memories", s.limits)
+		case 6:
+			err = s.vec("globals", func() error {
+				if err := s.globalType(); err != nil {
+					return err
+				}
+				return s.constExpr()
+			})
+		case 7:
+			err = s.vec("exports", func() error {
+				if err := s.name("export name"); err != nil {
+					return err
+				}
+				if _, err := s.byte1("export kind"); err != nil {
+					return err
+				}
+				_, err := s.u32("export index")
+				return err
+			})
+		case 8:
+			_, err = s.u32("start function")
+		case 9:
+			err = s.vec("element segments", s.element)
+		case 10:
+			err = s.vec("function bodies", s.code)
+		case 11:
+			err = s.vec("data segments", s.data)
+		case 12:
+			_, err = s.u32("data count")
+		default:
+			err = fmt.Errorf("unknown section id %d", id)
 		}
-		n, q, err := readU32(body, 0)
+		if err == nil && s.pos != len(body) {
+			err = fmt.Errorf("%d bytes left over", len(body)-s.pos)
+		}
 		if err != nil {
 			return fmt.Errorf("section %d: %w", id, err)
 		}
-		if uint64(n) > uint64(len(body)-q) {
-			return fmt.Errorf("section %d declares %d entries in %d bytes", id, n, len(body)-q)
-		}
-		if id != 10 {
-			continue
-		}
-		for i := uint32(0); i < n; i++ {
-			sz, q2, err := readU32(body, q)
-			if err != nil || uint64(q2)+uint64(sz) > uint64(len(body)) {
-				return fmt.Errorf("code entry %d: bad size", i)
-			}
-			fn := body[q2 : q2+int(sz)]
-			q = q2 + int(sz)
-			groups, g, err := readU32(fn, 0)
-			if err != nil || uint64(groups) > uint64(len(fn)) {
-				return fmt.Errorf("code entry %d: bad locals", i)
-			}
-			var total uint64
-			for j := uint32(0); j < groups; j++ {
-				var c uint32
-				if c, g, err = readU32(fn, g); err != nil {
-					return fmt.Errorf("code entry %d: bad locals", i)
-				}
-				g++ // value type
-				total += uint64(c)
-				if total > MaxLocals {
-					return fmt.Errorf("code entry %d declares more than %d locals", i, MaxLocals)
-				}
-			}
+	}
+	return nil
+}
+
+// scan reads one section's bytes with bounds on every declared length.
+type scan struct {
+	b      []byte
+	pos    int
+	locals *uint64 // locals declared so far in the module
+}
+
+func (s *scan) left() int { return len(s.b) - s.pos }
+
+func (s *scan) u32(what string) (uint32, error) {
+	v, p, err := readU32(s.b, s.pos)
+	if err != nil {
+		return 0, fmt.Errorf("%s: %w", what, err)
+	}
+	s.pos = p
+	return v, nil
+}
+
+func (s *scan) byte1(what string) (byte, error) {
+	if s.pos >= len(s.b) {
+		return 0, fmt.Errorf("%s: truncated", what)
+	}
+	s.pos++
+	return s.b[s.pos-1], nil
+}
+
+func (s *scan) skip(n uint64, what string) error {
+	if n > uint64(s.left()) {
+		return fmt.Errorf("%s: %d bytes declared, %d left", what, n, s.left())
+	}
+	s.pos += int(n)
+	return nil
+}
+
+// count reads a vector length that must not exceed the bytes left (every
+// entry takes at least one byte).
+func (s *scan) count(what string) (uint32, error) {
+	n, err := s.u32(what + " count")
+	if err != nil {
+		return 0, err
+	}
+	if uint64(n) > uint64(s.left()) {
+		return 0, fmt.Errorf("%s: %d entries declared in %d bytes", what, n, s.left())
+	}
+	return n, nil
+}
+
+func (s *scan) vec(what string, entry func() error) error {
+	n, err := s.count(what)
+	if err != nil {
+		return err
+	}
+	for i := uint32(0); i < n; i++ {
+		if err := entry(); err != nil {
+			return fmt.Errorf("%s[%d]: %w", what, i, err)
 		}
 	}
 	return nil
+}
+
+func (s *scan) name(what string) error {
+	n, err := s.u32(what + " length")
+	if err != nil {
+		return err
+	}
+	return s.skip(uint64(n), what)
+}
+
+func (s *scan) valTypes(what string) error {
+	n, err := s.count(what)
+	if err != nil {
+		return err
+	}
+	return s.skip(uint64(n), what)
+}
+
+func (s *scan) funcType() error {
+	if b, err := s.byte1("type form"); err != nil {
+		return err
+	} else if b != 0x60 {
+		return fmt.Errorf("type form %#x, want 0x60", b)
+	}
+	if err := s.valTypes("params"); err != nil {
+		return err
+	}
+	return s.valTypes("results")
+}
+
+func (s *scan) limits() error {
+	flag, err := s.byte1("limits")
+	if err != nil {
+		return err
+	}
+	if _, err := s.u32("limits min"); err != nil {
+		return err
+	}
+	if flag&1 != 0 {
+		_, err = s.u32("limits max")
+	}
+	return err
+}
+
+func (s *scan) table() error {
+	if _, err := s.byte1("table type"); err != nil {
+		return err
+	}
+	return s.limits()
+}
+
+func (s *scan) globalType() error {
+	if _, err := s.byte1("global type"); err != nil {
+		return err
+	}
+	_, err := s.byte1("global mutability")
+	return err
+}
+
+func (s *scan) importEntry() error {
+	if err := s.name("import module"); err != nil {
+		return err
+	}
+	if err := s.name("import name"); err != nil {
+		return err
+	}
+	kind, err := s.byte1("import kind")
+	if err != nil {
+		return err
+	}
+	switch kind {
+	case 0:
+		_, err = s.u32("import type index")
+	case 1:
+		err = s.table()
+	case 2:
+		err = s.limits()
+	case 3:
+		err = s.globalType()
+	default:
+		err = fmt.Errorf("import kind %#x", kind)
+	}
+	return err
+}
+
+// constExpr accepts what wabin decodes: one constant instruction, then end.
+func (s *scan) constExpr() error {
+	op, err := s.byte1("constant expression")
+	if err != nil {
+		return err
+	}
+	switch op {
+	case 0x41:
+		s.pos, err = skipLEB(s.b, s.pos, 5)
+	case 0x42:
+		s.pos, err = skipLEB(s.b, s.pos, 10)
+	case 0x43:
+		err = s.skip(4, "f32.const")
+	case 0x44:
+		err = s.skip(8, "f64.const")
+	case 0x23, 0xd2:
+		_, err = s.u32("index")
+	case 0xd0:
+		_, err = s.byte1("ref.null type")
+	case 0xfd:
+		var sub byte
+		if sub, err = s.byte1("vector opcode"); err == nil {
+			if sub != 12 {
+				return fmt.Errorf("vector opcode %#x in a constant expression", sub)
+			}
+			err = s.skip(16, "v128.const")
+		}
+	default:
+		return fmt.Errorf("opcode %#x in a constant expression", op)
+	}
+	if err != nil {
+		return err
+	}
+	if end, err := s.byte1("constant expression end"); err != nil {
+		return err
+	} else if end != opEnd {
+		return errors.New("constant expression longer than one instruction")
+	}
+	return nil
+}
+
+// element accepts the segment forms the re-encoder writes back: active, on
+// table 0, listing function indices (prefix 0, or 2 with table 0 and
+// element kind 0). Passive and declarative segments and expression lists
+// are refused.
+func (s *scan) element() error {
+	prefix, err := s.u32("element prefix")
+	if err != nil {
+		return err
+	}
+	switch prefix {
+	case 0:
+	case 2:
+		if t, err := s.u32("table index"); err != nil {
+			return err
+		} else if t != 0 {
+			return fmt.Errorf("element segment on table %d: only table 0 is supported", t)
+		}
+	default:
+		return fmt.Errorf("element segment form %d is not supported (only active function-index segments on table 0)", prefix)
+	}
+	if err := s.constExpr(); err != nil {
+		return err
+	}
+	if prefix == 2 {
+		if kind, err := s.byte1("element kind"); err != nil {
+			return err
+		} else if kind != 0 {
+			return fmt.Errorf("element kind %#x", kind)
+		}
+	}
+	return s.vec("function indices", func() error { _, err := s.u32("function index"); return err })
+}
+
+func (s *scan) data() error {
+	prefix, err := s.u32("data prefix")
+	if err != nil {
+		return err
+	}
+	switch prefix {
+	case 0:
+		err = s.constExpr()
+	case 1:
+	case 2:
+		if _, err = s.u32("memory index"); err == nil {
+			err = s.constExpr()
+		}
+	default:
+		err = fmt.Errorf("data segment prefix %d", prefix)
+	}
+	if err != nil {
+		return err
+	}
+	n, err := s.u32("data size")
+	if err != nil {
+		return err
+	}
+	return s.skip(uint64(n), "data bytes")
+}
+
+// code checks one function body: its size, its local declarations (at most
+// MaxLocals in all) and that it ends within its size.
+func (s *scan) code() error {
+	size, err := s.u32("body size")
+	if err != nil {
+		return err
+	}
+	if uint64(size) > uint64(s.left()) {
+		return fmt.Errorf("body of %d bytes, %d left", size, s.left())
+	}
+	fn := &scan{b: s.b[s.pos : s.pos+int(size)]}
+	s.pos += int(size)
+	groups, err := fn.count("local groups")
+	if err != nil {
+		return err
+	}
+	if groups > MaxLocalGroups {
+		return fmt.Errorf("%d local groups, limit %d", groups, MaxLocalGroups)
+	}
+	var total uint64
+	for j := uint32(0); j < groups; j++ {
+		c, err := fn.u32("local count")
+		if err != nil {
+			return err
+		}
+		if _, err := fn.byte1("local type"); err != nil {
+			return err
+		}
+		if total += uint64(c); total > MaxLocals {
+			return fmt.Errorf("more than %d locals", MaxLocals)
+		}
+	}
+	if *s.locals += total; *s.locals > MaxModuleLocals {
+		return fmt.Errorf("the module declares more than %d locals", MaxModuleLocals)
+	}
+	if fn.left() == 0 {
+		return errors.New("empty body")
+	}
+	return nil
+}
+
+// custom checks a custom section's name and, for the "name" section (which
+// wabin decodes), every subsection.
+func (s *scan) custom() error {
+	n, err := s.u32("custom section name length")
+	if err != nil {
+		return err
+	}
+	start := s.pos
+	if err := s.skip(uint64(n), "custom section name"); err != nil {
+		return err
+	}
+	if string(s.b[start:s.pos]) != "name" {
+		s.pos = len(s.b)
+		return nil
+	}
+	for s.left() > 0 {
+		id, err := s.byte1("name subsection id")
+		if err != nil {
+			return err
+		}
+		size, err := s.u32("name subsection size")
+		if err != nil {
+			return err
+		}
+		if uint64(size) > uint64(s.left()) {
+			return fmt.Errorf("name subsection %d: %d bytes declared, %d left", id, size, s.left())
+		}
+		sub := &scan{b: s.b[s.pos : s.pos+int(size)]}
+		s.pos += int(size)
+		switch id {
+		case 0:
+			err = sub.name("module name")
+		case 1:
+			err = sub.nameMap("function names")
+		case 2:
+			err = sub.vec("local names", func() error {
+				if _, err := sub.u32("function index"); err != nil {
+					return err
+				}
+				return sub.nameMap("locals")
+			})
+		default:
+			sub.pos = len(sub.b)
+		}
+		if err == nil && sub.left() != 0 {
+			err = fmt.Errorf("%d bytes left over", sub.left())
+		}
+		if err != nil {
+			return fmt.Errorf("name subsection %d: %w", id, err)
+		}
+	}
+	return nil
+}
+
+func (s *scan) nameMap(what string) error {
+	return s.vec(what, func() error {
+		if _, err := s.u32("index"); err != nil {
+			return err
+		}
+		return s.name("name")
+	})
 }

@@ -32,6 +32,10 @@ const (
 const (
 	ChunkNone       = "none"
 	ChunkCoordinate = "coordinate"
+	// ChunkPasses: the rule exports tenzro_chunk_plan and a chunked entry
+	// point and runs as passes over coordinate chunks with a carried state
+	// (distance-based rules, norm verifiers).
+	ChunkPasses = "passes"
 )
 
 // Manifest is the JSON document in a plugin's "tenzro.manifest" custom
@@ -52,7 +56,8 @@ type Manifest struct {
 	// RoundLevel marks verifiers that judge an input against its round.
 	RoundLevel bool `json:"round_level,omitempty"`
 	// Chunking is "coordinate" when the rule may be applied to consecutive
-	// coordinate ranges independently, "none" (default) otherwise.
+	// coordinate ranges independently, "passes" when it implements the
+	// chunked passes protocol (ABI.md §6), "none" (default) otherwise.
 	Chunking  string `json:"chunking,omitempty"`
 	Reference string `json:"reference,omitempty"`
 }
@@ -159,8 +164,12 @@ func (m *Manifest) validate() error {
 	}
 	switch m.Chunking {
 	case "", ChunkNone, ChunkCoordinate:
+	case ChunkPasses:
+		if m.Kind == KindOuter {
+			return errors.New("chunking \"passes\" is for aggregate and verify plugins")
+		}
 	default:
-		return fmt.Errorf("chunking %q: want none or coordinate", m.Chunking)
+		return fmt.Errorf("chunking %q: want none, coordinate or passes", m.Chunking)
 	}
 	if m.RoundLevel && m.Kind != KindVerify {
 		return errors.New("round_level is only for verifiers")

@@ -123,7 +123,7 @@ func Run(ctx context.Context, module []byte, opt Options) (*Report, error) {
 	case plugins.KindAggregate:
 		aggregateChecks(ctx, rep, comp, interp, module, ref, man, opt, r)
 	case plugins.KindVerify:
-		verifyChecks(ctx, rep, comp, interp, ref, opt, r)
+		verifyChecks(ctx, rep, comp, interp, module, ref, man, opt, r)
 	case plugins.KindOuter:
 		outerChecks(ctx, rep, comp, interp, ref, opt, r)
 	}
@@ -221,8 +221,8 @@ func aggregateChecks(ctx context.Context, rep *Report, comp, interp *plugins.Eng
 		_, err := comp.Aggregate(ctx, bin)
 		rep.add("refuses an undeclared dtype with a recorded failure", wantFailure(err))
 	}
-	if man.Chunking == plugins.ChunkCoordinate {
-		rep.add("chunked run under a small memory limit gives the same bytes", chunked(ctx, module, ref, opt, r))
+	if man.Chunking == plugins.ChunkCoordinate || man.Chunking == plugins.ChunkPasses {
+		rep.add("chunked run under a small memory limit gives the same bytes", chunked(ctx, module, ref, man, opt, r))
 	}
 	small, err := plugins.NewEngine(ctx, plugins.Config{Fuel: 1000})
 	if err == nil {
@@ -247,32 +247,46 @@ func aggregateChecks(ctx context.Context, rep *Report, comp, interp *plugins.Eng
 	}
 }
 
-func chunked(ctx context.Context, module []byte, ref string, opt Options, r *rand.Rand) error {
+// chunkedEngines returns an engine with a page limit too small for the
+// fragment sizes below and one with the default limit, both holding module.
+func chunkedEngines(ctx context.Context, module []byte) (small, big *plugins.Engine, err error) {
 	const pages = 512 // 32 MiB: room for a Go runtime, too little for the whole call
+	small, err = plugins.NewEngine(ctx, plugins.Config{MemoryPages: pages})
+	if err != nil {
+		return nil, nil, err
+	}
+	big, err = plugins.NewEngine(ctx, plugins.Config{})
+	if err != nil {
+		small.Close(ctx)
+		return nil, nil, err
+	}
+	if _, err = small.Publish(ctx, module); err == nil {
+		_, err = big.Publish(ctx, module)
+	}
+	if err != nil {
+		small.Close(ctx)
+		big.Close(ctx)
+		return nil, nil, err
+	}
+	return small, big, nil
+}
+
+func chunked(ctx context.Context, module []byte, ref string, man *plugins.Manifest, opt Options, r *rand.Rand) error {
 	n := 2 << 20
-	e, err := plugins.NewEngine(ctx, plugins.Config{MemoryPages: pages})
+	e, big, err := chunkedEngines(ctx, module)
 	if err != nil {
 		return err
 	}
 	defer e.Close(ctx)
-	big, err := plugins.NewEngine(ctx, plugins.Config{})
-	if err != nil {
-		return err
-	}
 	defer big.Close(ctx)
-	if _, err := e.Publish(ctx, module); err != nil {
-		return err
-	}
-	if _, err := big.Publish(ctx, module); err != nil {
-		return err
-	}
-	rr, err := big.ResolveRule(ctx, ref, opt.Params, 5, 5)
+	k := max(opt.K, 5)
+	rr, err := big.ResolveRule(ctx, ref, opt.Params, k, k)
 	if err != nil {
 		return err
 	}
-	in := syncer.AggregateInput{Rule: rr, Dtype: syncer.F32, N: n, Inputs: make([][]byte, 5)}
+	in := syncer.AggregateInput{Rule: rr, Dtype: syncer.F32, N: n, Inputs: make([][]byte, k)}
 	for i := range in.Inputs {
-		in.Inputs[i] = randVec(r, n, 0)
+		in.Inputs[i] = randVec(r, n, float64(i%3))
 	}
 	a, err := big.Aggregate(ctx, in)
 	if err != nil {
@@ -284,6 +298,47 @@ func chunked(ctx context.Context, module []byte, ref string, opt Options, r *ran
 	}
 	if !bytes.Equal(a.Aggregate, b.Aggregate) {
 		return errors.New("chunked aggregate differs")
+	}
+	if man.Chunking == plugins.ChunkPasses && (fmt.Sprint(a.Selected) != fmt.Sprint(b.Selected) || fmt.Sprint(a.Scores) != fmt.Sprint(b.Scores)) {
+		return errors.New("chunked selection or scores differ")
+	}
+	return nil
+}
+
+// chunkedVerify: a verifier with a chunked mode gives the same verdict on a
+// fragment larger than the small engine's page limit.
+func chunkedVerify(ctx context.Context, module []byte, ref string, man *plugins.Manifest, opt Options, r *rand.Rand) error {
+	n, k := 2<<20, max(opt.K, 5)
+	if !man.RoundLevel { // one input must outgrow the limit on its own
+		n, k = 9<<20, 2
+	}
+	e, big, err := chunkedEngines(ctx, module)
+	if err != nil {
+		return err
+	}
+	defer e.Close(ctx)
+	defer big.Close(ctx)
+	round := make([][]byte, k)
+	for i := range round {
+		round[i] = randVec(r, n, float64(i%3))
+	}
+	for _, input := range [][]byte{round[0], round[len(round)-1]} {
+		rr, err := big.ResolveVerifier(ctx, ref)
+		if err != nil {
+			return err
+		}
+		in := syncer.VerifyInput{Verifier: rr, Dtype: syncer.F32, N: n, Input: input, Round: round}
+		a, err := big.Verify(ctx, in)
+		if err != nil {
+			return err
+		}
+		b, err := e.Verify(ctx, in)
+		if err != nil {
+			return fmt.Errorf("chunked: %w", err)
+		}
+		if a.Accept != b.Accept || a.Code != b.Code {
+			return fmt.Errorf("chunked verdict %v/%d, whole %v/%d", b.Accept, b.Code, a.Accept, a.Code)
+		}
 	}
 	return nil
 }
@@ -314,7 +369,7 @@ func wantCode(err error, code uint32) error {
 	return nil
 }
 
-func verifyChecks(ctx context.Context, rep *Report, comp, interp *plugins.Engine, ref string, opt Options, r *rand.Rand) {
+func verifyChecks(ctx context.Context, rep *Report, comp, interp *plugins.Engine, module []byte, ref string, man *plugins.Manifest, opt Options, r *rand.Rand) {
 	full := ref
 	if len(opt.Params) > 0 {
 		var m map[string]float64
@@ -349,6 +404,9 @@ func verifyChecks(ctx context.Context, rep *Report, comp, interp *plugins.Engine
 		err = errors.New("verdict changed between runs")
 	}
 	rep.add("deterministic over repeated runs", err)
+	if man.Chunking == plugins.ChunkCoordinate || man.Chunking == plugins.ChunkPasses {
+		rep.add("chunked run under a small memory limit gives the same verdict", chunkedVerify(ctx, module, full, man, opt, r))
+	}
 }
 
 func outerChecks(ctx context.Context, rep *Report, comp, interp *plugins.Engine, ref string, opt Options, r *rand.Rand) {

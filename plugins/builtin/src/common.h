@@ -48,13 +48,54 @@ static inline v128_t tz_join32(v128_t lo, v128_t hi) {
   return wasm_i32x4_shuffle(a, b, 0, 1, 4, 5);
 }
 
-/* Squared Euclidean distances between all pairs of the k inputs, accumulated
- * in f64 over coordinate blocks in a fixed order: d[i*k+j] (i != j), d[i*k+i] = 0. */
-static int tz_pair_dists(const float *x, uint32_t k, uint32_t n, double *d) {
-  uint32_t np = k * (k - 1) / 2;
-  v128_t *acc = (v128_t *)tz_alloc((np * 2 + 2) * 16);
-  if (!acc) return 0;
-  for (uint32_t p = 0; p < np * 2; p++) acc[p] = wasm_f64x2_splat(0.0);
+/* Chunked mode (ABI.md §6): a fragment may arrive as consecutive coordinate
+ * ranges whose starts are multiples of 1024. Every reduction over
+ * coordinates below keeps its running sums as four f64 lanes (lane l sums
+ * the coordinates c with c mod 4 = l, in ascending c) and the host carries
+ * those lanes from chunk to chunk untouched, so a chunked run adds exactly
+ * the same numbers in exactly the same order as a whole one: the lanes are
+ * only folded (lane0+lane1)+(lane2+lane3)... at the very end. A tail of
+ * fewer than 4 coordinates is padded with zeros, which adds +0.0 to a sum of
+ * squares (never -0.0), leaving it unchanged. */
+
+/* Four f64 lanes of a running sum, as two f64x2: a = lanes 0,1; b = 2,3. */
+typedef struct {
+  v128_t a, b;
+} tz_lanes;
+
+/* Folds the lanes: (a+b) then lane 0 + lane 1, the order every built-in has
+ * always used. */
+static inline double tz_fold(tz_lanes l) {
+  v128_t s = wasm_f64x2_add(l.a, l.b);
+  return wasm_f64x2_extract_lane(s, 0) + wasm_f64x2_extract_lane(s, 1);
+}
+
+/* Adds ||a - b||^2 over n coordinates to the lanes (b may be NULL: ||a||^2). */
+static inline void tz_sqdist_accum(const float *a, const float *b, uint32_t n, tz_lanes *l) {
+  v128_t s0 = l->a, s1 = l->b;
+  for (uint32_t c = 0; c < n; c += 4) {
+    uint32_t valid = n - c;
+    v128_t va = tz_load4(a + c, valid);
+    v128_t d0 = tz_lo64(va), d1 = tz_hi64(va);
+    if (b) {
+      v128_t vb = tz_load4(b + c, valid);
+      d0 = wasm_f64x2_sub(d0, tz_lo64(vb));
+      d1 = wasm_f64x2_sub(d1, tz_hi64(vb));
+    }
+    s0 = wasm_f64x2_add(s0, wasm_f64x2_mul(d0, d0));
+    s1 = wasm_f64x2_add(s1, wasm_f64x2_mul(d1, d1));
+  }
+  l->a = s0;
+  l->b = s1;
+}
+
+static inline uint32_t tz_npairs(uint32_t k) { return k * (k - 1) / 2; }
+
+/* Adds this chunk's squared differences of every pair (i<j, in order
+ * (0,1),(0,2),...,(1,2),...) to acc (one tz_lanes per pair). Coordinates are
+ * visited in blocks of 2048 for cache locality; the block size does not
+ * change the arithmetic (each lane still sums its coordinates in order). */
+static void tz_pair_accum(const float *x, uint32_t k, uint32_t n, tz_lanes *acc) {
   const uint32_t B = 2048;
   for (uint32_t c0 = 0; c0 < n; c0 += B) {
     uint32_t c1 = c0 + B < n ? c0 + B : n;
@@ -62,30 +103,40 @@ static int tz_pair_dists(const float *x, uint32_t k, uint32_t n, double *d) {
     for (uint32_t i = 0; i < k; i++)
       for (uint32_t j = i + 1; j < k; j++, p++) {
         const float *a = x + (uint64_t)i * n, *b = x + (uint64_t)j * n;
-        v128_t s0 = acc[2 * p], s1 = acc[2 * p + 1];
-        for (uint32_t c = c0; c < c1; c += 4) {
-          uint32_t valid = c1 - c;
-          v128_t va = tz_load4(a + c, valid), vb = tz_load4(b + c, valid);
-          v128_t d0 = wasm_f64x2_sub(tz_lo64(va), tz_lo64(vb));
-          v128_t d1 = wasm_f64x2_sub(tz_hi64(va), tz_hi64(vb));
-          s0 = wasm_f64x2_add(s0, wasm_f64x2_mul(d0, d0));
-          s1 = wasm_f64x2_add(s1, wasm_f64x2_mul(d1, d1));
-        }
-        acc[2 * p] = s0;
-        acc[2 * p + 1] = s1;
+        tz_sqdist_accum(a + c0, b + c0, c1 - c0, &acc[p]);
       }
   }
+}
+
+/* The K x K squared-distance matrix from finished pair lanes:
+ * d[i*k+j] = d[j*k+i], d[i*k+i] = 0. */
+static void tz_pair_finish(const tz_lanes *acc, uint32_t k, double *d) {
   uint32_t p = 0;
   for (uint32_t i = 0; i < k; i++) {
     d[i * k + i] = 0;
     for (uint32_t j = i + 1; j < k; j++, p++) {
-      v128_t s = wasm_f64x2_add(acc[2 * p], acc[2 * p + 1]);
-      double v = wasm_f64x2_extract_lane(s, 0) + wasm_f64x2_extract_lane(s, 1);
+      double v = tz_fold(acc[p]);
       d[i * k + j] = v;
       d[j * k + i] = v;
     }
   }
-  return 1;
+}
+
+static inline void tz_lanes_zero(tz_lanes *l, uint32_t count) {
+  for (uint32_t i = 0; i < count; i++) l[i].a = l[i].b = wasm_f64x2_splat(0.0);
+}
+
+/* Chunk-call geometry shared by the chunked entry points: c0 is the first
+ * coordinate of the chunk, ntotal the fragment's length. */
+static inline int32_t tz_check_chunk(uint32_t n, uint32_t c0, uint32_t ntotal) {
+  if ((c0 & 3u) != 0 || (uint64_t)c0 + n > ntotal) return tz_fail(TZ_ERR_PARAMS, "chunk outside the fragment or misaligned");
+  return TZ_OK;
+}
+
+/* Writes the chunk plan (ABI.md §6): passes, carry bytes. */
+static inline void tz_plan(uint32_t *plan, uint32_t passes, uint32_t carry) {
+  plan[0] = passes;
+  plan[1] = carry;
 }
 
 /* Krum score of input i over the members of set (mask[j] != 0): the sum of

@@ -4,8 +4,19 @@
  * mean; each iteration sets w_i = 1/max(nu, ||z - x_i||) and
  * z = sum_i w_i x_i / sum_i w_i. A fixed number of iterations (no early stop)
  * keeps the cost and result deterministic. Scores are the final normalised
- * weights. Sums run in f64 in input order. */
+ * weights. Sums run in f64 in input order.
+ *
+ * Passes (ABI.md §6): iterations+1. Pass p computes z_p = avg(x, w_p) on the
+ * chunk (w_0 = 1) and, while p < iterations, adds ||x_i - z_p||^2 to the
+ * carried lanes of input i; the first chunk of pass p+1 folds the lanes into
+ * w_{p+1}. The last pass writes z. The whole-fragment entry point runs the
+ * same passes over one chunk. */
 #include "common.h"
+
+typedef struct {
+  double w[TZ_MAX_K];
+  tz_lanes acc[TZ_MAX_K];
+} carry_t;
 
 static void weighted_avg(const float *x, uint32_t k, uint32_t n, const double *w, float *z) {
   double ws = 0;
@@ -23,42 +34,73 @@ static void weighted_avg(const float *x, uint32_t k, uint32_t n, const double *w
   }
 }
 
-static double dist(const float *a, const float *z, uint32_t n) {
-  v128_t s0 = wasm_f64x2_splat(0.0), s1 = s0;
-  for (uint32_t c = 0; c < n; c += 4) {
-    uint32_t valid = n - c;
-    v128_t va = tz_load4(a + c, valid), vz = tz_load4(z + c, valid);
-    v128_t d0 = wasm_f64x2_sub(tz_lo64(va), tz_lo64(vz)), d1 = wasm_f64x2_sub(tz_hi64(va), tz_hi64(vz));
-    s0 = wasm_f64x2_add(s0, wasm_f64x2_mul(d0, d0));
-    s1 = wasm_f64x2_add(s1, wasm_f64x2_mul(d1, d1));
-  }
-  v128_t s = wasm_f64x2_add(s0, s1);
-  return __builtin_sqrt(wasm_f64x2_extract_lane(s, 0) + wasm_f64x2_extract_lane(s, 1));
-}
-
-TZ_EXPORT(tenzro_aggregate)
-int32_t tenzro_aggregate(uint32_t dtype, uint32_t k, uint32_t n, const void *inputs, const double *params,
-                         uint32_t nparams, float *out, uint8_t *selected, double *scores) {
+static int32_t check(uint32_t dtype, uint32_t k, uint32_t n, const double *params, uint32_t nparams) {
   int32_t rc = tz_check_common(dtype, k, n);
   if (rc) return rc;
   int64_t iters = tz_param_int(params, nparams, 0, 4);
   double nu = tz_param(params, nparams, 1, 1e-6);
   if (iters < 0 || iters > 1000) return tz_fail(TZ_ERR_PARAMS, "iterations must be in [0, 1000]");
   if (!(nu > 0)) return tz_fail(TZ_ERR_PARAMS, "nu must be positive");
-  const float *x = tz_inputs_f32(dtype, k, n, inputs);
-  if (!x) return tz_fail(TZ_ERR_NOMEM, "out of memory converting bf16");
-  double w[TZ_MAX_K];
-  for (uint32_t i = 0; i < k; i++) w[i] = 1.0;
-  weighted_avg(x, k, n, w, out);
-  for (int64_t it = 0; it < iters; it++) {
+  return TZ_OK;
+}
+
+/* One pass over one chunk; x holds the chunk's inputs as f32. */
+static int32_t pass_chunk(const float *x, uint32_t k, uint32_t n, uint32_t c0, const double *params, uint32_t nparams,
+                          uint32_t pass, carry_t *cs, float *out, uint8_t *selected, double *scores) {
+  uint32_t iters = (uint32_t)tz_param_int(params, nparams, 0, 4);
+  double nu = tz_param(params, nparams, 1, 1e-6);
+  if (pass > iters) return tz_fail(TZ_ERR_PARAMS, "pass out of range");
+  if (c0 == 0) {
     for (uint32_t i = 0; i < k; i++) {
-      double di = dist(x + (uint64_t)i * n, out, n);
-      w[i] = 1.0 / (di > nu ? di : nu);
+      if (pass == 0) {
+        cs->w[i] = 1.0;
+      } else {
+        double di = __builtin_sqrt(tz_fold(cs->acc[i]));
+        cs->w[i] = 1.0 / (di > nu ? di : nu);
+      }
     }
-    weighted_avg(x, k, n, w, out);
+    tz_lanes_zero(cs->acc, k);
+  }
+  weighted_avg(x, k, n, cs->w, out);
+  if (pass < iters) {
+    for (uint32_t i = 0; i < k; i++) tz_sqdist_accum(x + (uint64_t)i * n, out, n, &cs->acc[i]);
+    return TZ_OK;
   }
   double ws = 0;
-  for (uint32_t i = 0; i < k; i++) ws += w[i];
-  for (uint32_t i = 0; i < k; i++) scores[i] = w[i] / ws, selected[i] = 1;
+  for (uint32_t i = 0; i < k; i++) ws += cs->w[i];
+  for (uint32_t i = 0; i < k; i++) scores[i] = cs->w[i] / ws, selected[i] = 1;
   return TZ_OK;
+}
+
+TZ_EXPORT(tenzro_aggregate)
+int32_t tenzro_aggregate(uint32_t dtype, uint32_t k, uint32_t n, const void *inputs, const double *params,
+                         uint32_t nparams, float *out, uint8_t *selected, double *scores) {
+  int32_t rc = check(dtype, k, n, params, nparams);
+  if (rc) return rc;
+  carry_t *cs = (carry_t *)tz_alloc(sizeof(carry_t));
+  const float *x = tz_inputs_f32(dtype, k, n, inputs);
+  if (!cs || !x) return tz_fail(TZ_ERR_NOMEM, "out of memory");
+  uint32_t iters = (uint32_t)tz_param_int(params, nparams, 0, 4);
+  for (uint32_t p = 0; p <= iters; p++)
+    if ((rc = pass_chunk(x, k, n, 0, params, nparams, p, cs, out, selected, scores))) return rc;
+  return TZ_OK;
+}
+
+TZ_EXPORT(tenzro_chunk_plan)
+int32_t tenzro_chunk_plan(uint32_t k, uint32_t ntotal, const double *params, uint32_t nparams, uint32_t *plan) {
+  int32_t rc = check(TZ_F32, k, ntotal, params, nparams);
+  if (rc) return rc;
+  tz_plan(plan, (uint32_t)tz_param_int(params, nparams, 0, 4) + 1, sizeof(carry_t));
+  return TZ_OK;
+}
+
+TZ_EXPORT(tenzro_chunk_pass)
+int32_t tenzro_chunk_pass(uint32_t dtype, uint32_t k, uint32_t n, uint32_t c0, uint32_t ntotal, const void *inputs,
+                          const double *params, uint32_t nparams, uint32_t pass, void *carry, float *out,
+                          uint8_t *selected, double *scores) {
+  int32_t rc = tz_check_chunk(n, c0, ntotal);
+  if (rc || (rc = check(dtype, k, n, params, nparams))) return rc;
+  const float *x = tz_inputs_f32(dtype, k, n, inputs);
+  if (!x) return tz_fail(TZ_ERR_NOMEM, "out of memory converting bf16");
+  return pass_chunk(x, k, n, c0, params, nparams, pass, (carry_t *)carry, out, selected, scores);
 }

@@ -60,6 +60,21 @@ TZ_EXPORT(tenzro_alloc) uint32_t tenzro_alloc(uint32_t size) {
 
 static inline void *tz_alloc(uint32_t size) { return (void *)(uintptr_t)tenzro_alloc(size); }
 
+/* Chunked passes (ABI.md §6.2, manifest "chunking":"passes"): a rule whose
+ * result depends on sums over all coordinates also exports
+ *   int32_t tenzro_chunk_plan(uint32_t k, uint32_t ntotal, const double *params,
+ *                             uint32_t nparams, uint32_t *plan);  // plan[0]=passes, plan[1]=carry bytes
+ *   int32_t tenzro_chunk_pass(uint32_t dtype, uint32_t k, uint32_t n, uint32_t c0,
+ *                             uint32_t ntotal, const void *inputs, const double *params,
+ *                             uint32_t nparams, uint32_t pass, void *carry, float *out,
+ *                             uint8_t *selected, double *scores);         // aggregate
+ *   int32_t tenzro_verify_chunk(uint32_t dtype, uint32_t n, uint32_t c0, uint32_t ntotal,
+ *                               const void *input, uint32_t k, const void *round,
+ *                               const double *params, uint32_t nparams, uint32_t pass,
+ *                               void *carry, uint32_t *verdict);          // verify
+ * and keeps partial sums in the carry unfolded (the built-ins keep four f64
+ * lanes per sum) so chunked and whole runs give the same bytes. */
+
 /* Error text for the host (optional export, ABI.md §5). */
 static const char *tz_error_text = "";
 TZ_EXPORT(tenzro_error_text) uint32_t tenzro_error_text(void) { return (uint32_t)(uintptr_t)tz_error_text; }
