@@ -3,28 +3,12 @@ package plugins
 import (
 	"errors"
 	"fmt"
+
+	"github.com/tenzro/train/plugins/abi"
 )
 
-// readU32 decodes an unsigned LEB128 u32 at b[pos:], returning the value and
-// the position after it.
-func readU32(b []byte, pos int) (uint32, int, error) {
-	var v uint64
-	for i := 0; i < 5; i++ {
-		if pos >= len(b) {
-			return 0, pos, errors.New("truncated LEB128")
-		}
-		c := b[pos]
-		pos++
-		v |= uint64(c&0x7f) << (7 * i)
-		if c&0x80 == 0 {
-			if v > 0xffffffff {
-				return 0, pos, errors.New("LEB128 u32 overflow")
-			}
-			return uint32(v), pos, nil
-		}
-	}
-	return 0, pos, errors.New("LEB128 u32 too long")
-}
+// readU32 decodes an unsigned LEB128 u32 (abi.ReadU32).
+var readU32 = abi.ReadU32
 
 // skipLEB skips a signed or unsigned LEB128 of at most maxBytes bytes.
 func skipLEB(b []byte, pos, maxBytes int) (int, error) {

@@ -237,7 +237,7 @@ func FindCustomSection(module []byte, name string) ([]byte, bool, error) {
 	r := module[8:]
 	for len(r) > 0 {
 		id := r[0]
-		size, n, err := readU32(r, 1)
+		size, n, err := ReadU32(r, 1)
 		if err != nil {
 			return nil, false, fmt.Errorf("section size: %w", err)
 		}
@@ -251,7 +251,7 @@ func FindCustomSection(module []byte, name string) ([]byte, bool, error) {
 		if id != 0 {
 			continue
 		}
-		nl, m, err := readU32(body, 0)
+		nl, m, err := ReadU32(body, 0)
 		if err != nil || uint64(m)+uint64(nl) > uint64(len(body)) {
 			return nil, false, errors.New("malformed custom section name")
 		}
@@ -262,7 +262,9 @@ func FindCustomSection(module []byte, name string) ([]byte, bool, error) {
 	return nil, false, nil
 }
 
-func readU32(b []byte, pos int) (uint32, int, error) {
+// ReadU32 decodes an unsigned LEB128 u32 at b[pos:], returning the value and
+// the position after it (shared with the plugin host's module scanner).
+func ReadU32(b []byte, pos int) (uint32, int, error) {
 	var v uint64
 	for i := 0; i < 5; i++ {
 		if pos >= len(b) {
