@@ -92,6 +92,12 @@ func (e *env) start() {
 		e.t.Fatal(err)
 	}
 	e.node = cmd
+	waitListen(e.t, e)
+}
+
+// waitListen waits for a node's RPC port.
+func waitListen(t *testing.T, e *env) {
+	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
 	for time.Now().Before(deadline) {
 		if c, err := net.DialTimeout("tcp", e.addr, 200*time.Millisecond); err == nil {
@@ -100,7 +106,48 @@ func (e *env) start() {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	e.t.Fatalf("node did not listen; log:\n%s", e.log())
+	t.Fatalf("node did not listen; log:\n%s", e.log())
+}
+
+// writeInit writes the initial weights: F tensors of N values.
+func writeInit(t *testing.T, dir string) string {
+	var init []safetensors.Tensor
+	for i := 0; i < F; i++ {
+		v := make([]float32, N)
+		for j := range v {
+			v[j] = 0.01 * float32(i+1)
+		}
+		init = append(init, safetensors.FromF32(fmt.Sprintf("layer%d.w", i), []int64{N}, v))
+	}
+	raw, _ := safetensors.Encode(init, nil)
+	path := filepath.Join(dir, "init.safetensors")
+	if err := os.WriteFile(path, raw, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// gradientFrom builds trainer i's deterministic pseudo-gradient for the
+// fragment whose weights are in the safetensors file w.
+func gradientFrom(t *testing.T, w string, i, round, f int) []byte {
+	raw, err := os.ReadFile(w)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts, _, err := safetensors.Parse(raw, safetensors.DefaultLimits)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []safetensors.Tensor
+	for _, tn := range ts {
+		v, _ := safetensors.F32Values(tn)
+		for j := range v {
+			v[j] = float32(1+i) * 0.001 * float32((j+round+f)%7)
+		}
+		out = append(out, safetensors.FromF32(tn.Name, tn.Shape, v))
+	}
+	payload, _ := safetensors.Encode(out, nil)
+	return payload
 }
 
 func (e *env) log() string { b, _ := os.ReadFile(filepath.Join(e.dir, "node.log")); return string(b) }
@@ -210,28 +257,12 @@ func (e *env) getRun() runView {
 func (e *env) submit(i, round, f int) error {
 	w := filepath.Join(e.dir, fmt.Sprintf("w-%d-%d-%d.safetensors", i, round, f))
 	e.must("train", "get-weights", "--task-id", task, "--fragment", fmt.Sprint(f), "--out", w)
-	raw, err := os.ReadFile(w)
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	ts, _, err := safetensors.Parse(raw, safetensors.DefaultLimits)
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	var out []safetensors.Tensor
-	for _, t := range ts {
-		v, _ := safetensors.F32Values(t)
-		for j := range v {
-			v[j] = float32(1+i) * 0.001 * float32((j+round+f)%7)
-		}
-		out = append(out, safetensors.FromF32(t.Name, t.Shape, v))
-	}
-	payload, _ := safetensors.Encode(out, nil)
+	payload := gradientFrom(e.t, w, i, round, f)
 	p := filepath.Join(e.dir, fmt.Sprintf("g-%d-%d-%d.safetensors", i, round, f))
 	if err := os.WriteFile(p, payload, 0o644); err != nil {
 		e.t.Fatal(err)
 	}
-	_, err = e.cli(false, "train", "submit-gradient", "--task-id", task, "--round", fmt.Sprint(round), "--fragment", fmt.Sprint(f),
+	_, err := e.cli(false, "train", "submit-gradient", "--task-id", task, "--round", fmt.Sprint(round), "--fragment", fmt.Sprint(f),
 		"--payload", p, "--key", filepath.Join(e.keys, fmt.Sprintf("t%d.key", i)))
 	return err
 }
@@ -264,17 +295,7 @@ func scenario(t *testing.T, keys string, trainers []string, sponsor string, kill
 	}
 	specPath := filepath.Join(e.dir, "spec.json")
 	os.WriteFile(specPath, []byte(seedSpec(sponsor)), 0o644)
-	var init []safetensors.Tensor
-	for i := 0; i < F; i++ {
-		v := make([]float32, N)
-		for j := range v {
-			v[j] = 0.01 * float32(i+1)
-		}
-		init = append(init, safetensors.FromF32(fmt.Sprintf("layer%d.w", i), []int64{N}, v))
-	}
-	raw, _ := safetensors.Encode(init, nil)
-	initPath := filepath.Join(e.dir, "init.safetensors")
-	os.WriteFile(initPath, raw, 0o644)
+	initPath := writeInit(t, e.dir)
 	e.must("ledger", "faucet", "--did", sponsor, "--amount", "2000000000000000000000")
 	// K > M refused and nothing stored.
 	bad := strings.Replace(seedSpec(sponsor), `"quorum":6`, `"quorum":9`, 1)

@@ -182,6 +182,10 @@ type SubmitResult struct {
 	AcceptedCount int `json:"accepted_count"`
 	// Finalized is true when this submission completed the fragment.
 	Finalized bool `json:"finalized"`
+	// Forwarded is true when a light node relayed the submission to the
+	// syncer over gossip instead of judging it (Accepted is then false:
+	// watch the syncer's run for the outcome).
+	Forwarded bool `json:"forwarded,omitempty"`
 }
 
 // FinalizeResult answers finalizeRound.

@@ -182,7 +182,12 @@ func runNode(ctx context.Context, cfg Config, log *slog.Logger) (err error) {
 		log.Info("metrics listening", "addr", mln.Addr().String())
 	}
 
-	srv, err := rpc.New(node, opts)
+	svc := nodeService{Node: node, gn: gn}
+	if cfg.Role == "light" {
+		svc.fwd = gossip.NewForwarder(gn)
+		log.Info("light role: submissions are relayed to the syncer over gossip")
+	}
+	srv, err := rpc.New(svc, opts)
 	if err != nil {
 		cancel()
 		wg.Wait()

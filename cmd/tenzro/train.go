@@ -417,7 +417,10 @@ fragments, duplicates, bad shapes and late submissions with a precise error.`,
 				return emitJSON(cmd, res)
 			}
 			msg := fmt.Sprintf("accepted: round %d fragment %d, payload %s (%d accepted for this fragment)", res.Round, res.FragmentIndex, res.PayloadHash, res.AcceptedCount)
-			if !res.Accepted {
+			switch {
+			case res.Forwarded:
+				msg = fmt.Sprintf("forwarded: round %d fragment %d, payload %s relayed to the syncer over gossip (watch the run on the syncer for acceptance)", res.Round, res.FragmentIndex, res.PayloadHash)
+			case !res.Accepted:
 				msg = fmt.Sprintf("not accepted: round %d fragment %d", res.Round, res.FragmentIndex)
 			}
 			if res.Finalized {

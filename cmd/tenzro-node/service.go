@@ -1,0 +1,50 @@
+package main
+
+import (
+	"context"
+	"errors"
+
+	"github.com/tenzro/train/rpc/gossip"
+	"github.com/tenzro/train/syncer"
+	"github.com/tenzro/train/wire"
+	"github.com/tenzro/train/wire/did"
+)
+
+// nodeService is what the daemon serves over JSON-RPC: the state machine,
+// plus what only the daemon knows (its libp2p identity and addresses) and,
+// in the light role, relaying submissions to the syncer over gossip.
+type nodeService struct {
+	*syncer.Node
+	gn  *gossip.Node
+	fwd *gossip.Forwarder // set in the light role
+}
+
+// Info adds the node's peer id and full listen multiaddrs (what other nodes
+// pass as --boot-nodes).
+func (s nodeService) Info(ctx context.Context) wire.NodeInfo {
+	i := s.Node.Info(ctx)
+	i.PeerID, i.Listen = s.gn.PeerID(), s.gn.Addrs()
+	return i
+}
+
+// Submit judges a submission locally, or in the light role checks its hash
+// and signature, keeps the payload for the syncer to fetch by hash, and
+// announces it on tenzro/training/1.0.0.
+func (s nodeService) Submit(ctx context.Context, g *wire.OuterGradient) (*wire.SubmitResult, error) {
+	if s.fwd == nil {
+		return s.Node.Submit(ctx, g)
+	}
+	if got := wire.SumBytes(g.GradientPayload); got != g.PayloadHash {
+		return nil, syncer.Errf(syncer.KindInvalid, "payload_hash mismatch: payload hashes to %s, request says %s", got, g.PayloadHash)
+	}
+	if err := did.Verify(g.TrainerDID, g.Preimage(), g.Signature); err != nil {
+		return nil, syncer.Errf(syncer.KindUnauthorized, "submission signature: %v", err)
+	}
+	if _, err := s.fwd.Forward(ctx, g); err != nil {
+		if errors.Is(err, gossip.ErrAttestationNotForwarded) {
+			return nil, syncer.Errf(syncer.KindInvalid, "submissions with attestation evidence go to the syncer's RPC directly, not through a light node")
+		}
+		return nil, syncer.Errf(syncer.KindInvalid, "forward: %v", err)
+	}
+	return &wire.SubmitResult{Forwarded: true, Round: g.Round, FragmentIndex: g.FragmentIndex, PayloadHash: g.PayloadHash}, nil
+}
