@@ -176,6 +176,11 @@ func (f *fakeService) ListSyncers(context.Context) ([]wire.SyncerCandidate, erro
 	return nil, nil
 }
 
+func (f *fakeService) SubmitElectionProof(_ context.Context, p *wire.ElectionProofParams) (*wire.ElectionProofResult, error) {
+	f.record("SubmitElectionProof")
+	return &wire.ElectionProofResult{TaskID: p.TaskID, DID: p.DID}, nil
+}
+
 func (f *fakeService) Info(context.Context) wire.NodeInfo {
 	f.record("Info")
 	return wire.NodeInfo{Version: "test", NodeDID: "did:tenzro:machine:zNode", Dev: true, Role: "syncer"}

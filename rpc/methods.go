@@ -283,6 +283,18 @@ func (s *Server) methods() handler.Map {
 			return svc.RegisterSyncer(ctx, p)
 		}),
 
+		wire.MethodElectionProof: typed(s, wire.MethodElectionProof, paramsRequired, func(p *wire.ElectionProofParams) string {
+			if m := first("task_id", p.TaskID, "did", p.DID); m != "" {
+				return m
+			}
+			if len(p.Proof) == 0 {
+				return "missing required param: proof"
+			}
+			return signedMissing(p.Signed)
+		}, func(ctx context.Context, p *wire.ElectionProofParams) (any, error) {
+			return svc.SubmitElectionProof(ctx, p)
+		}),
+
 		wire.MethodListSyncers: typed(s, wire.MethodListSyncers, paramsNone, nil, func(ctx context.Context, _ *empty) (any, error) {
 			c, err := svc.ListSyncers(ctx)
 			return nonNil(c), err

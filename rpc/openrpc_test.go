@@ -46,6 +46,7 @@ var catalog = []catalogEntry{
 	{wire.MethodFaucet, "Mint attoTNZO to a DID (only on a node started with --dev).", wire.FaucetParams{}, wire.Balance{}, false, "ledger"},
 	{wire.MethodRegisterSyncer, "Register as a syncer candidate with a stake. Signed by did.", wire.RegisterSyncerParams{}, wire.SyncerCandidate{}, false, "syncer"},
 	{wire.MethodListSyncers, "List syncer candidates.", nil, []wire.SyncerCandidate{}, false, "syncer"},
+	{wire.MethodElectionProof, "Enter a run's syncer election with an RFC 9381 VRF proof over its alpha. Signed by did; the run must not have started.", wire.ElectionProofParams{}, wire.ElectionProofResult{}, false, "syncer"},
 	{wire.MethodNodeInfo, "Describe this node: version, DID, dev mode, role, engine.", nil, wire.NodeInfo{}, false, "node"},
 	{wire.MethodPublishPlugin, "Publish a Wasm plugin module; it is registered by its SHA-256. Signed by did.", wire.PublishPluginParams{}, wire.PluginInfo{}, false, "plugins"},
 	{wire.MethodListPlugins, "List registered plugins.", nil, []wire.PluginInfo{}, false, "plugins"},

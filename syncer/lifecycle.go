@@ -10,6 +10,7 @@ import (
 	"sort"
 
 	"github.com/tenzro/train/syncer/election"
+	"github.com/tenzro/train/syncer/vrf"
 	"github.com/tenzro/train/wire"
 	"github.com/tenzro/train/wire/did"
 	"github.com/tenzro/train/wire/safetensors"
@@ -455,16 +456,20 @@ func (n *Node) elect(ctx context.Context, r *runState) (*wire.Election, error) {
 	alpha := election.Alpha(r.spec.TaskID, r.SpecHash)
 	var es []election.Entrant
 	for _, c := range cands {
-		if c.DID != n.cfg.Signer.DID() {
-			continue // remote candidates submit their proofs over gossip (not yet wired)
-		}
 		d, err := did.Parse(c.DID)
 		if err != nil {
 			return nil, err
 		}
-		proof, err := n.cfg.Signer.Prove(ctx, alpha)
-		if err != nil {
-			return nil, fmt.Errorf("election proof: %w", err)
+		var proof []byte
+		if c.DID == n.cfg.Signer.DID() {
+			if proof, err = n.cfg.Signer.Prove(ctx, alpha); err != nil {
+				return nil, fmt.Errorf("election proof: %w", err)
+			}
+		} else if proof, err = n.kv.Get(ctx, KSMeta, proofKey(r.spec.TaskID, c.DID)); errors.Is(err, ErrNotFound) {
+			n.log.Info("election: candidate sent no proof for this run, not entered", "task", r.spec.TaskID, "candidate", c.DID)
+			continue
+		} else if err != nil {
+			return nil, err
 		}
 		es = append(es, election.Entrant{DID: c.DID, Key: d.Key, Stake: bigOf(c.Stake), Proof: proof})
 	}
@@ -540,4 +545,42 @@ func (n *Node) AttestNonce(ctx context.Context, p wire.NonceParams) (*wire.Nonce
 		return nil, err
 	}
 	return res, nil
+}
+
+func proofKey(task, did string) []byte { return []byte("proof/" + task + "/" + did) }
+
+// SubmitElectionProof implements Service: a registered candidate enters a
+// run's election by sending its VRF proof before the run starts.
+func (n *Node) SubmitElectionProof(ctx context.Context, p *wire.ElectionProofParams) (*wire.ElectionProofResult, error) {
+	d, err := did.Parse(p.DID)
+	if err != nil {
+		return nil, Errf(KindInvalid, "did: %v", err)
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	r, err := n.load(ctx, p.TaskID)
+	if err != nil {
+		return nil, err
+	}
+	if r.Status != wire.StatusAwaiting {
+		return nil, Errf(KindConflict, "run %s is %s: its election is over", p.TaskID, r.Status)
+	}
+	if _, err := n.kv.Get(ctx, KSMeta, candKey(p.DID)); errors.Is(err, ErrNotFound) {
+		return nil, Errf(KindNotFound, "%s is not a registered syncer candidate (tenzro syncer register)", p.DID)
+	} else if err != nil {
+		return nil, err
+	}
+	var b Batch
+	if err := n.checkSigned(ctx, &b, p.DID, p.Nonce, p.Signature, p.Preimage()); err != nil {
+		return nil, err
+	}
+	out, err := vrf.Verify(d.Key, p.Proof, election.Alpha(r.spec.TaskID, r.SpecHash))
+	if err != nil {
+		return nil, Errf(KindInvalid, "election proof does not verify for %s over run %s's alpha: %v", p.DID, p.TaskID, err)
+	}
+	b.Set(KSMeta, proofKey(p.TaskID, p.DID), append([]byte(nil), p.Proof...))
+	if err := n.kv.Commit(ctx, &b); err != nil {
+		return nil, err
+	}
+	return &wire.ElectionProofResult{TaskID: p.TaskID, DID: p.DID, Output: out}, nil
 }

@@ -12,6 +12,8 @@ import (
 
 	"github.com/tenzro/train/store"
 	"github.com/tenzro/train/syncer"
+	"github.com/tenzro/train/syncer/election"
+	"github.com/tenzro/train/syncer/vrf"
 	"github.com/tenzro/train/wire"
 	"github.com/tenzro/train/wire/did"
 	"github.com/tenzro/train/wire/safetensors"
@@ -466,5 +468,58 @@ func TestReplay(t *testing.T) {
 	}
 	if rep.Match || rep.Divergence == nil || rep.Divergence.Round != 2 || rep.Divergence.Fragment != 3 {
 		t.Fatalf("tampered payload not caught at round 2 fragment 3: %+v", rep.Divergence)
+	}
+}
+
+// TestElectionWithRemoteCandidate: a second registered candidate enters by
+// sending its VRF proof; the stored election re-checks; bad or late proofs
+// are refused.
+func TestElectionWithRemoteCandidate(t *testing.T) {
+	kv, _ := store.OpenInMemory()
+	h := newHarness(t, kv)
+	remote := key(t, did.KindMachine, 99)
+	h.faucet(remote.DID.String(), "5000000000000000000")
+	rp := &wire.RegisterSyncerParams{DID: remote.DID.String(), Stake: "3000000000000000000"}
+	rp.Nonce = h.nextNonce()
+	rp.Signature = remote.Sign(rp.Preimage())
+	if _, err := h.node.RegisterSyncer(h.ctx, rp); err != nil {
+		t.Fatal(err)
+	}
+	h.conserve("register")
+	h.faucet(h.sponsor.DID.String(), "2000000000000000000000")
+	if err := h.post(spec(h.task, h.sponsor.DID.String(), 2, 1, 1, 1), initWeights(t, 1, 4)); err != nil {
+		t.Fatal(err)
+	}
+	run := h.run()
+	send := func(proof []byte) error {
+		p := &wire.ElectionProofParams{TaskID: h.task, DID: remote.DID.String(), Proof: proof}
+		p.Nonce = h.nextNonce()
+		p.Signature = remote.Sign(p.Preimage())
+		_, err := h.node.SubmitElectionProof(h.ctx, p)
+		return err
+	}
+	wrong, _ := vrf.Prove(remote.Priv, election.Alpha("another-task", run.SpecHash))
+	if err := send(wrong); err == nil || !strings.Contains(err.Error(), "does not verify") {
+		t.Fatalf("proof over the wrong alpha: %v", err)
+	}
+	good, _ := vrf.Prove(remote.Priv, election.Alpha(h.task, run.SpecHash))
+	if err := send(good); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 2; i++ {
+		h.faucet(h.tr[i].DID.String(), "10")
+		if err := h.enroll(i, "1"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	run = h.run()
+	if run.Status != wire.StatusRunning || run.Election == nil || len(run.Election.Candidates) != 2 {
+		t.Fatalf("election: %+v", run.Election)
+	}
+	if err := election.CheckRecord(*run.Election); err != nil {
+		t.Fatalf("stored election does not re-check: %v", err)
+	}
+	if err := send(good); err == nil || !strings.Contains(err.Error(), "election is over") {
+		t.Fatalf("proof after the start: %v", err)
 	}
 }

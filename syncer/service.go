@@ -27,6 +27,9 @@ type Service interface {
 	Faucet(ctx context.Context, p wire.FaucetParams) (*wire.Balance, error)
 	RegisterSyncer(ctx context.Context, p *wire.RegisterSyncerParams) (*wire.SyncerCandidate, error)
 	ListSyncers(ctx context.Context) ([]wire.SyncerCandidate, error)
+	// SubmitElectionProof records a remote candidate's VRF proof for a run
+	// that has not started; the election at start includes it.
+	SubmitElectionProof(ctx context.Context, p *wire.ElectionProofParams) (*wire.ElectionProofResult, error)
 	Info(ctx context.Context) wire.NodeInfo
 	// AttestNonce issues the single-use nonce a trainer's next evidence binds.
 	AttestNonce(ctx context.Context, p wire.NonceParams) (*wire.NonceResult, error)

@@ -29,6 +29,7 @@ const (
 	MethodFaucet         = "tenzro_ledger_faucet"
 	MethodRegisterSyncer = "tenzro_syncer_registerCandidate"
 	MethodListSyncers    = "tenzro_syncer_listCandidates"
+	MethodElectionProof  = "tenzro_syncer_submitElectionProof"
 	MethodNodeInfo       = "tenzro_node_info"
 	MethodRequestNonce   = "tenzro_attest_getNonce"
 	MethodSubmitEvidence = "tenzro_attest_submitEvidence"
@@ -337,4 +338,26 @@ type NonceResult struct {
 	Shard     uint64 `json:"shard"`
 	ModelHash Hash   `json:"model_hash"`
 	Round     uint64 `json:"round"`
+}
+
+// ElectionProofParams is tenzro_syncer_submitElectionProof: a registered
+// candidate's RFC 9381 proof over the run's election alpha
+// (election.Alpha(task_id, spec_hash)), computed with the candidate's own key.
+type ElectionProofParams struct {
+	TaskID string   `json:"task_id"`
+	DID    string   `json:"did"`
+	Proof  HexBytes `json:"proof"`
+	Signed
+}
+
+// Preimage is the signing preimage.
+func (p *ElectionProofParams) Preimage() []byte {
+	return RequestPreimage(MethodElectionProof, p.DID, p.Nonce, func(c *Canon) { c.Str(p.TaskID).Bytes(p.Proof) })
+}
+
+// ElectionProofResult answers submitElectionProof.
+type ElectionProofResult struct {
+	TaskID string   `json:"task_id"`
+	DID    string   `json:"did"`
+	Output HexBytes `json:"output"`
 }

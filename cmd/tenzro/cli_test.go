@@ -134,7 +134,11 @@ func (f *cliFake) RegisterSyncer(_ context.Context, p *wire.RegisterSyncerParams
 	return &wire.SyncerCandidate{DID: p.DID, Stake: p.Stake}, nil
 }
 func (f *cliFake) ListSyncers(context.Context) ([]wire.SyncerCandidate, error) { return nil, nil }
-func (f *cliFake) Info(context.Context) wire.NodeInfo                          { return wire.NodeInfo{Role: "syncer"} }
+
+func (f *cliFake) SubmitElectionProof(_ context.Context, p *wire.ElectionProofParams) (*wire.ElectionProofResult, error) {
+	return &wire.ElectionProofResult{TaskID: p.TaskID, DID: p.DID}, nil
+}
+func (f *cliFake) Info(context.Context) wire.NodeInfo { return wire.NodeInfo{Role: "syncer"} }
 func (f *cliFake) AttestNonce(context.Context, wire.NonceParams) (*wire.NonceResult, error) {
 	return nil, errUnimplemented
 }

@@ -6,12 +6,14 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/tenzro/train/syncer/election"
+	"github.com/tenzro/train/syncer/vrf"
 	"github.com/tenzro/train/wire"
 )
 
 func newSyncerCmd() *cobra.Command {
 	cmd := &cobra.Command{Use: "syncer", Short: "Syncer candidacy for the election of a run's syncer", RunE: groupRunE}
-	cmd.AddCommand(newSyncerRegisterCmd(), newSyncerListCmd())
+	cmd.AddCommand(newSyncerRegisterCmd(), newSyncerListCmd(), newSyncerProveCmd())
 	return cmd
 }
 
@@ -100,4 +102,51 @@ func newNodeCmd() *cobra.Command {
 		},
 	})
 	return cmd
+}
+
+func newSyncerProveCmd() *cobra.Command {
+	var task, keyPath string
+	c := &cobra.Command{
+		Use:   "prove --task-id ID --key FILE",
+		Short: "Enter a run's syncer election: send this candidate's VRF proof",
+		Long: `Compute the RFC 9381 ECVRF-EDWARDS25519-SHA512-TAI proof of the candidate's key
+over the run's election input (tenzro/train/election/v1, task id, spec hash) and
+send it to the node. The candidate must be registered ('tenzro syncer register')
+and the run must not have started; when M trainers have enrolled, the node elects
+among every candidate that sent a proof (its own included), lowest stake-weighted
+ticket wins, and stores all proofs in the run for anyone to re-check.`,
+		Example: `  tenzro syncer prove --task-id train-2026-04-25-timesfm-200m --key syncer.key`,
+		Args:    noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			key, err := loadKeyFile(keyPath)
+			if err != nil {
+				return err
+			}
+			cl := nodeClient(cmd)
+			run, err := cl.GetRun(cmd.Context(), task)
+			if err != nil {
+				return err
+			}
+			proof, err := vrf.Prove(key.Priv, election.Alpha(task, run.SpecHash))
+			if err != nil {
+				return err
+			}
+			p := &wire.ElectionProofParams{TaskID: task, DID: key.DID.String(), Proof: proof, Signed: wire.Signed{Nonce: newNonce()}}
+			p.Signature = key.Sign(p.Preimage())
+			res, err := cl.SubmitElectionProof(cmd.Context(), p)
+			if err != nil {
+				return err
+			}
+			if jsonOutput(cmd) {
+				return emitJSON(cmd, res)
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "entered the election of %s as %s (VRF output %x)\n", res.TaskID, res.DID, []byte(res.Output))
+			return nil
+		},
+	}
+	c.Flags().StringVar(&task, "task-id", "", "run's task id")
+	c.Flags().StringVar(&keyPath, "key", "", "candidate key file")
+	_ = c.MarkFlagRequired("task-id")
+	_ = c.MarkFlagRequired("key")
+	return c
 }

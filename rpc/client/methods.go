@@ -165,3 +165,9 @@ func (c *Client) AttestNonce(ctx context.Context, p wire.NonceParams) (*wire.Non
 	var r wire.NonceResult
 	return &r, c.Call(ctx, wire.MethodRequestNonce, p, &r)
 }
+
+// SubmitElectionProof calls tenzro_syncer_submitElectionProof.
+func (c *Client) SubmitElectionProof(ctx context.Context, p *wire.ElectionProofParams) (*wire.ElectionProofResult, error) {
+	var r wire.ElectionProofResult
+	return &r, c.Call(ctx, wire.MethodElectionProof, p, &r)
+}
