@@ -32,8 +32,14 @@ var (
 // ErrNoTEE is returned by Detect on a machine without a supported TEE.
 var ErrNoTEE = errors.New("no TEE found (no /dev/nsm, /dev/tdx_guest, /dev/sev-guest or configfs-tsm)")
 
-// Detect chooses the provider of the TEE this process runs in.
+// Detect chooses the provider of the TEE this process runs in: Nitro
+// (/dev/nsm), then TDX (configfs-tsm), then SEV-SNP: through configfs-tsm
+// when the kernel has it (TSMReportDir exists), else through the
+// /dev/sev-guest ioctls (SEVGuestProvider).
 func Detect(ctx context.Context) (Provider, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
 	if exists(NSMDev) {
 		return &NitroProvider{}, nil
 	}
@@ -41,7 +47,10 @@ func Detect(ctx context.Context) (Provider, error) {
 		return &TSMProvider{vendor: "tdx", dir: TSMReportDir}, nil
 	}
 	if exists(SEVGuestDev) {
-		return &TSMProvider{vendor: "snp", dir: TSMReportDir}, nil
+		if exists(TSMReportDir) {
+			return &TSMProvider{vendor: "snp", dir: TSMReportDir}, nil
+		}
+		return &SEVGuestProvider{Path: SEVGuestDev}, nil
 	}
 	return nil, ErrNoTEE
 }

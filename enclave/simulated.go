@@ -57,6 +57,10 @@ type SimulatedOptions struct {
 	// Debug makes debuggable evidence: the TD DEBUG attribute (TDX), the
 	// guest policy's debug bit (SEV-SNP), an all-zero PCR0 (Nitro).
 	Debug bool
+	// NoSealing makes SealingKey fail with ErrNoLocalSealing, as real TDX
+	// and Nitro do: key custody then runs in ephemeral mode, and no
+	// sealing-key file is created.
+	NoSealing bool
 }
 
 // NewSimulated returns a simulated provider for vendor "tdx", "snp" or
@@ -110,25 +114,9 @@ func (s *Simulated) snp(rd wire.Hash) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	in := make([]byte, 64)
-	copy(in, rd[:])
-	// Report version 3 carries the CPUID family/model/stepping, from which
-	// the verifier takes the product line (and so the roots it uses).
-	var fms uint32
-	for cpuid, line := range kds.ProductLineCpuid {
-		if line == s.opts.SNPProductLine {
-			fms = cpuid
-		}
-	}
-	raw := sevtest.CreateRawReport(&sevtest.TestReportOptions{ReportData: in, SignerInfo: abi.SignerInfo{SigningKey: abi.VcekReportSigner}, Version: 3, FMS: fms})
-	rep := raw[:abi.ReportSize]
-	// CreateRawReport always sets the debug bit: patch the policy (SMT on,
-	// as on real VMs; debug and migration agent off) before signing.
-	pol := abi.SnpPolicyToBytes(abi.SnpPolicy{SMT: true, Debug: s.opts.Debug})
-	for i := 0; i < 8; i++ {
-		rep[0x08+i] = byte(pol >> (8 * i))
-	}
-	copy(rep[0x90:0x90+48], SimulatedMeasurement)
+	var in [64]byte
+	copy(in[:], rd[:])
+	rep := simSNPReport(in, s.opts)
 	r, sg, err := signer.Sign(abi.SignedComponent(rep))
 	if err != nil {
 		return nil, fmt.Errorf("simulated snp: %w", err)
@@ -141,6 +129,30 @@ func (s *Simulated) snp(rd wire.Hash) ([]byte, error) {
 		return nil, fmt.Errorf("simulated snp: %w", err)
 	}
 	return json.Marshal(map[string]any{"vendor": "snp", "evidence": rep, "cert_table": table})
+}
+
+// simSNPReport is the unsigned body of a simulated SEV-SNP report binding
+// reportData: version 3, signed by the VCEK of opts' product line, SMT on,
+// debug per opts, measurement SimulatedMeasurement.
+func simSNPReport(reportData [64]byte, opts SimulatedOptions) []byte {
+	// Report version 3 carries the CPUID family/model/stepping, from which
+	// the verifier takes the product line (and so the roots it uses).
+	var fms uint32
+	for cpuid, line := range kds.ProductLineCpuid {
+		if line == opts.SNPProductLine {
+			fms = cpuid
+		}
+	}
+	raw := sevtest.CreateRawReport(&sevtest.TestReportOptions{ReportData: reportData[:], SignerInfo: abi.SignerInfo{SigningKey: abi.VcekReportSigner}, Version: 3, FMS: fms})
+	rep := raw[:abi.ReportSize]
+	// CreateRawReport always sets the debug bit: patch the policy (SMT on,
+	// as on real VMs; debug and migration agent off) before signing.
+	pol := abi.SnpPolicyToBytes(abi.SnpPolicy{SMT: true, Debug: opts.Debug})
+	for i := 0; i < 8; i++ {
+		rep[0x08+i] = byte(pol >> (8 * i))
+	}
+	copy(rep[0x90:0x90+48], SimulatedMeasurement)
+	return rep
 }
 
 type coseSign1 struct {
@@ -210,8 +222,12 @@ func (s *Simulated) nitro(rd wire.Hash) ([]byte, error) {
 }
 
 // SealingKey implements Provider: derived from a key file labelled
-// SIMULATED in the provider's directory (created on first use).
+// SIMULATED in the provider's directory (created on first use);
+// ErrNoLocalSealing with SimulatedOptions.NoSealing.
 func (s *Simulated) SealingKey(_ context.Context, label string) ([]byte, error) {
+	if s.opts.NoSealing {
+		return nil, fmt.Errorf("simulated %s sealing key: %w", s.vendor, ErrNoLocalSealing)
+	}
 	if s.dir == "" {
 		return nil, errors.New("simulated provider: no key directory")
 	}

@@ -12,7 +12,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/tenzro/train/attest"
@@ -68,11 +70,22 @@ func setupTrust(ctx context.Context, cfg Config, key *did.Key, kv syncer.KV, log
 		t.signer = syncer.KeySigner{Key: key}
 		return t, nil
 	}
-	kc, err := enclave.NewKeyCustody(ctx, prov, sealed)
+	// The last syncer DID is remembered so that an ephemeral key (TEEs without
+	// local sealing) changing at a restart is logged as such.
+	didFile := filepath.Join(cfg.DataDir, "syncer.did")
+	prev, _ := os.ReadFile(didFile)
+	kc, err := enclave.NewKeyCustodyWith(ctx, prov, sealed, enclave.CustodyOptions{Logger: log.With("component", "enclave"), PreviousDID: strings.TrimSpace(string(prev))})
 	if err != nil {
 		return nil, fmt.Errorf("syncer key in the %s enclave: %w (run with --enclave none to use the node key file)", prov.Vendor(), err)
 	}
-	log.Info("syncer key held in enclave", "vendor", prov.Vendor(), "simulated", prov.Simulated(), "did", kc.DID(), "sealed", sealed)
+	if err := os.WriteFile(didFile, []byte(kc.DID()+"\n"), 0o644); err != nil {
+		return nil, fmt.Errorf("record syncer DID: %w", err)
+	}
+	where := "sealed to the enclave at " + sealed
+	if !kc.Sealed() {
+		where = "ephemeral: in enclave memory only, a new key at each start"
+	}
+	log.Info("syncer key held in enclave", "vendor", prov.Vendor(), "simulated", prov.Simulated(), "did", kc.DID(), "custody", where)
 	t.signer = kc
 	// The Confidential tier's key broker runs only in an enclave: its records
 	// are sealed under the enclave's sealing key.
