@@ -23,8 +23,6 @@ func acctSyncerStake(did string) string { return "syncer-stake:" + did }
 func ledgerKey(acct string) []byte      { return []byte("bal/" + acct) }
 func nonceKey(did string) []byte        { return []byte("nonce/" + did) }
 func entryKey(seq uint64) []byte        { return []byte(fmt.Sprintf("entry/%020d", seq)) }
-func isOwnAccount(acct string) bool     { return strings.HasPrefix(acct, "did:") }
-func bigStr(v *big.Int) string          { return v.String() }
 func bigOf(s string) *big.Int           { v, _ := new(big.Int).SetString(s, 10); return orZero(v) }
 func orZero(v *big.Int) *big.Int {
 	if v == nil {

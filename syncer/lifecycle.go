@@ -237,18 +237,10 @@ func (n *Node) stageInitWeights(b *Batch, r *runState, raw []byte) error {
 	r.Fragments = make([]*fragState, len(frags))
 	hashes := make([]wire.Hash, len(frags))
 	for i, ts := range frags {
-		fs := &fragState{Dtype: dt}
-		var data []byte
-		for _, t := range ts {
-			fs.Tensors = append(fs.Tensors, wire.TensorInfo{Name: t.Name, Dtype: t.Dtype, Shape: t.Shape})
-			fs.N += elems(t.Shape)
-			data = append(data, t.Data...)
-		}
-		enc, err := encodeFragment(fs, data)
+		fs, data, err := buildFragment(ts)
 		if err != nil {
 			return err
 		}
-		fs.WeightsHash = wire.SumBytes(enc)
 		hashes[i] = fs.WeightsHash
 		b.Set(KSWeights, weightsKey(r.spec.TaskID, i), data)
 		r.Fragments[i] = fs
@@ -258,6 +250,24 @@ func (n *Node) stageInitWeights(b *Batch, r *runState, raw []byte) error {
 	r.InitFile = wire.SumBytes(raw)
 	b.Set(KSBlobs, r.InitFile[:], raw)
 	return nil
+}
+
+// buildFragment lays out one fragment of the initial weights: its tensors'
+// layout, their values concatenated in that order, and its weights hash.
+func buildFragment(ts []safetensors.Tensor) (*fragState, []byte, error) {
+	fs := &fragState{Dtype: Dtype(ts[0].Dtype)}
+	var data []byte
+	for _, t := range ts {
+		fs.Tensors = append(fs.Tensors, wire.TensorInfo{Name: t.Name, Dtype: t.Dtype, Shape: t.Shape})
+		fs.N += elems(t.Shape)
+		data = append(data, t.Data...)
+	}
+	enc, err := encodeFragment(fs, data)
+	if err != nil {
+		return nil, nil, err
+	}
+	fs.WeightsHash = wire.SumBytes(enc)
+	return fs, data, nil
 }
 
 // encodeFragment renders a fragment's values as canonical safetensors; its

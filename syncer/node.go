@@ -133,7 +133,7 @@ func (n *Node) putRun(b *Batch, r *runState) {
 	b.Set(KSRuns, runKey(r.spec.TaskID), raw)
 }
 
-// checkNonce verifies a signed request's signature and nonce and stages the
+// checkSigned verifies a signed request's signature and nonce and stages the
 // new nonce in b.
 func (n *Node) checkSigned(ctx context.Context, b *Batch, signer string, nonce uint64, sig []byte, pre []byte) error {
 	if err := did.Verify(signer, pre, sig); err != nil {

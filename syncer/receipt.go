@@ -178,57 +178,64 @@ func ParseReceipt(b []byte) (*wire.Receipt, error) {
 // commit hash, the run root (against the receipt's own and, when root is not
 // nil, the claimed one), and the syncer's signature. It says why when not.
 func CheckReceipt(receipt []byte, root []byte) error {
+	_, _, err := checkReceipt(receipt, root)
+	return err
+}
+
+// checkReceipt is CheckReceipt returning the parsed receipt and its round
+// commit hashes, so callers that go on to use them parse and hash once.
+func checkReceipt(receipt []byte, root []byte) (*wire.Receipt, []wire.Hash, error) {
 	rc, err := ParseReceipt(receipt)
 	if err != nil {
-		return err
+		return nil, nil, err
 	}
 	if rc.Version != ReceiptVersion {
-		return fmt.Errorf("receipt version %d unsupported (want %d)", rc.Version, ReceiptVersion)
+		return nil, nil, fmt.Errorf("receipt version %d unsupported (want %d)", rc.Version, ReceiptVersion)
 	}
 	canon, err := jcs.Transform(rc.TaskSpec)
 	if err != nil {
-		return fmt.Errorf("task_spec: %w", err)
+		return nil, nil, fmt.Errorf("task_spec: %w", err)
 	}
 	if got := wire.SpecHash(canon); got != rc.SpecHash {
-		return fmt.Errorf("spec_hash mismatch: task_spec hashes to %s, receipt says %s", got, rc.SpecHash)
+		return nil, nil, fmt.Errorf("spec_hash mismatch: task_spec hashes to %s, receipt says %s", got, rc.SpecHash)
 	}
 	spec, _, err := wire.ParseSpec(rc.TaskSpec)
 	if err != nil {
-		return err
+		return nil, nil, err
 	}
 	if spec.TaskID != rc.TaskID {
-		return fmt.Errorf("task_id %q differs from the spec's %q", rc.TaskID, spec.TaskID)
+		return nil, nil, fmt.Errorf("task_id %q differs from the spec's %q", rc.TaskID, spec.TaskID)
 	}
 	rounds := make([]wire.Hash, len(rc.Transcript))
 	for i := range rc.Transcript {
 		if rc.Transcript[i].Round != uint64(i) {
-			return fmt.Errorf("transcript entry %d is for round %d", i, rc.Transcript[i].Round)
+			return nil, nil, fmt.Errorf("transcript entry %d is for round %d", i, rc.Transcript[i].Round)
 		}
 		if rounds[i], err = RoundCommitHash(&rc.Transcript[i]); err != nil {
-			return err
+			return nil, nil, err
 		}
 	}
 	if n := len(rc.Transcript); n > 0 && rc.Transcript[n-1].ModelHash != rc.FinalModelHash {
-		return fmt.Errorf("final_model_hash %s differs from the last round's model hash %s", rc.FinalModelHash, rc.Transcript[n-1].ModelHash)
+		return nil, nil, fmt.Errorf("final_model_hash %s differs from the last round's model hash %s", rc.FinalModelHash, rc.Transcript[n-1].ModelHash)
 	}
 	got := RunRoot(rc.SpecHash, rounds, rc.FinalModelHash)
 	if got != rc.RunRoot {
-		return fmt.Errorf("run_root mismatch: the receipt's contents give %s, its run_root field says %s", got, rc.RunRoot)
+		return nil, nil, fmt.Errorf("run_root mismatch: the receipt's contents give %s, its run_root field says %s", got, rc.RunRoot)
 	}
 	if root != nil && !bytes.Equal(root, got[:]) {
-		return fmt.Errorf("run root mismatch: the receipt gives %s, the claimed root is %s", got, hex.EncodeToString(root))
+		return nil, nil, fmt.Errorf("run root mismatch: the receipt gives %s, the claimed root is %s", got, hex.EncodeToString(root))
 	}
 	pre, err := ReceiptPreimage(rc)
 	if err != nil {
-		return err
+		return nil, nil, err
 	}
 	if err := did.Verify(rc.SyncerDID, pre, rc.Signature); err != nil {
-		return fmt.Errorf("syncer signature (%s): %w", rc.SyncerDID, err)
+		return nil, nil, fmt.Errorf("syncer signature (%s): %w", rc.SyncerDID, err)
 	}
 	if err := checkPayouts(rc); err != nil {
-		return err
+		return nil, nil, err
 	}
-	return nil
+	return rc, rounds, nil
 }
 
 func checkPayouts(rc *wire.Receipt) error {
@@ -258,17 +265,13 @@ func VerifyReceipt(receipt []byte, root []byte) byte {
 // InclusionProof proves that round's commit is a leaf of the receipt's run
 // root. Leaf index = round + 1 (leaf 0 is the spec hash).
 func InclusionProof(receipt []byte, round uint64) (leaf wire.Hash, index, size uint64, proof []wire.Hash, err error) {
-	if err = CheckReceipt(receipt, nil); err != nil {
+	rc, rounds, err := checkReceipt(receipt, nil)
+	if err != nil {
 		return
 	}
-	rc, _ := ParseReceipt(receipt)
 	if round >= uint64(len(rc.Transcript)) {
 		err = fmt.Errorf("round %d: the receipt has %d rounds", round, len(rc.Transcript))
 		return
-	}
-	rounds := make([]wire.Hash, len(rc.Transcript))
-	for i := range rc.Transcript {
-		rounds[i], _ = RoundCommitHash(&rc.Transcript[i])
 	}
 	leaves := runLeaves(rc.SpecHash, rounds, rc.FinalModelHash)
 	index, size, leaf = round+1, uint64(len(leaves)), rounds[round]

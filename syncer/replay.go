@@ -38,10 +38,10 @@ type ReplayReport struct {
 // stored payloads with eng, and reports the first divergence or that the
 // final model hash matches. progress, when set, is called after each round.
 func Replay(ctx context.Context, receipt []byte, src PayloadSource, eng Engine, progress func(round uint64, of int)) (*ReplayReport, error) {
-	if err := CheckReceipt(receipt, nil); err != nil {
+	rc, _, err := checkReceipt(receipt, nil)
+	if err != nil {
 		return nil, fmt.Errorf("receipt does not verify, nothing to replay: %w", err)
 	}
-	rc, _ := ParseReceipt(receipt)
 	spec, _, err := wire.ParseSpec(rc.TaskSpec)
 	if err != nil {
 		return nil, err
@@ -66,18 +66,10 @@ func Replay(ctx context.Context, receipt []byte, src PayloadSource, eng Engine, 
 	moms := make([][]byte, len(parts))
 	hashes := make([]wire.Hash, len(parts))
 	for i, ts := range parts {
-		fs := &fragState{Dtype: Dtype(ts[0].Dtype)}
-		for _, t := range ts {
-			fs.Tensors = append(fs.Tensors, wire.TensorInfo{Name: t.Name, Dtype: t.Dtype, Shape: t.Shape})
-			fs.N += elems(t.Shape)
-			weights[i] = append(weights[i], t.Data...)
-		}
-		enc, err := encodeFragment(fs, weights[i])
-		if err != nil {
+		if frags[i], weights[i], err = buildFragment(ts); err != nil {
 			return nil, err
 		}
-		hashes[i] = wire.SumBytes(enc)
-		frags[i] = fs
+		hashes[i] = frags[i].WeightsHash
 	}
 	rep := &ReplayReport{}
 	if ModelHash(hashes) != rc.InitModelHash {

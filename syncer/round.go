@@ -1,7 +1,6 @@
 package syncer
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -352,15 +351,13 @@ func (n *Node) tickRun(ctx context.Context, task string) error {
 func (n *Node) finalizeFragment(ctx context.Context, b *Batch, r *runState, i int, forced bool) error {
 	fs := r.Fragments[i]
 	task := r.spec.TaskID
-	subs := append([]subRef(nil), fs.Subs...)
-	sort.Slice(subs, func(a, c int) bool { return subs[a].DID < subs[c].DID })
-	fc := &wire.FragmentCommit{Fragment: i, Rule: r.Rule.Name, RuleHash: r.Rule.Hash, RuleParams: r.Rule.Params, OuterHash: r.Outer.Hash,
-		WeightsBefore: fs.WeightsHash, WeightsAfter: fs.WeightsHash}
+	subs := sortedSubs(fs.Subs)
+	fc := baseCommit(r, i)
 	inputs := make([][]byte, 0, len(subs))
 	for _, s := range subs {
 		payload, err := n.kv.Get(ctx, KSBlobs, s.PayloadHash[:])
 		if err != nil {
-			payload, err = pendingBlob(b, s.PayloadHash, err)
+			payload, err = pendingOp(b, KSBlobs, s.PayloadHash[:], err)
 			if err != nil {
 				return fmt.Errorf("payload %s: %w", s.PayloadHash, err)
 			}
@@ -370,8 +367,8 @@ func (n *Node) finalizeFragment(ctx context.Context, b *Batch, r *runState, i in
 			return fmt.Errorf("stored payload %s: %w", s.PayloadHash, err)
 		}
 		inputs = append(inputs, v)
-		fc.Inputs = append(fc.Inputs, wire.CommitInput{TrainerDID: s.DID, PayloadHash: s.PayloadHash})
 	}
+	fc.Inputs = commitInputs(subs)
 	// Round-level verifiers may reject inputs before aggregation.
 	keep := make([]bool, len(inputs))
 	for k := range keep {
@@ -456,16 +453,6 @@ func (n *Node) finalizeFragment(ctx context.Context, b *Batch, r *runState, i in
 	return nil
 }
 
-// pendingBlob finds a blob staged earlier in the same batch.
-func pendingBlob(b *Batch, h wire.Hash, orig error) ([]byte, error) {
-	for i := len(b.Ops) - 1; i >= 0; i-- {
-		if op := b.Ops[i]; op.KS == KSBlobs && bytes.Equal(op.Key, h[:]) {
-			return op.Value, nil
-		}
-	}
-	return nil, orig
-}
-
 // maybeCloseRound closes the round when every fragment is committed, or at
 // the deadline (fragments with K commit, the rest record no-quorum).
 func (n *Node) maybeCloseRound(ctx context.Context, b *Batch, r *runState, deadline bool) error {
@@ -492,13 +479,29 @@ func (n *Node) maybeCloseRound(ctx context.Context, b *Batch, r *runState, deadl
 			continue
 		}
 		fs.Committed = true
-		fs.Commit = &wire.FragmentCommit{Fragment: i, Status: wire.FragNoQuorum, Reason: fmt.Sprintf("round deadline passed with %d of K=%d submissions accepted", len(fs.Subs), r.spec.Quorum),
-			Rule: r.Rule.Name, RuleHash: r.Rule.Hash, RuleParams: r.Rule.Params, OuterHash: r.Outer.Hash, WeightsBefore: fs.WeightsHash, WeightsAfter: fs.WeightsHash}
-		for _, s := range sortedSubs(fs.Subs) {
-			fs.Commit.Inputs = append(fs.Commit.Inputs, wire.CommitInput{TrainerDID: s.DID, PayloadHash: s.PayloadHash})
-		}
+		fs.Commit = baseCommit(r, i)
+		fs.Commit.Status = wire.FragNoQuorum
+		fs.Commit.Reason = fmt.Sprintf("round deadline passed with %d of K=%d submissions accepted", len(fs.Subs), r.spec.Quorum)
+		fs.Commit.Inputs = commitInputs(sortedSubs(fs.Subs))
 	}
 	return n.closeRound(ctx, b, r)
+}
+
+// baseCommit is fragment i's transcript entry before anything is decided:
+// the rule and outer step that would run, weights unchanged.
+func baseCommit(r *runState, i int) *wire.FragmentCommit {
+	w := r.Fragments[i].WeightsHash
+	return &wire.FragmentCommit{Fragment: i, Rule: r.Rule.Name, RuleHash: r.Rule.Hash, RuleParams: r.Rule.Params, OuterHash: r.Outer.Hash,
+		WeightsBefore: w, WeightsAfter: w}
+}
+
+// commitInputs lists accepted submissions (already in DID order) as commit inputs.
+func commitInputs(subs []subRef) []wire.CommitInput {
+	out := make([]wire.CommitInput, len(subs))
+	for k, s := range subs {
+		out[k] = wire.CommitInput{TrainerDID: s.DID, PayloadHash: s.PayloadHash}
+	}
+	return out
 }
 
 func sortedSubs(s []subRef) []subRef {

@@ -113,7 +113,7 @@ func decodeStrict(raw json.RawMessage, v any) error {
 	if len(raw) == 0 {
 		return syncer.Errf(syncer.KindInvalid, "params are required")
 	}
-	dec := json.NewDecoder(bytesReader(raw))
+	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
 		return syncer.Errf(syncer.KindInvalid, "params: %v", err)
@@ -185,8 +185,6 @@ func (a *attestRPC) ReleaseKey(ctx context.Context, raw json.RawMessage) (json.R
 	}
 	return json.Marshal(w)
 }
-
-func bytesReader(b []byte) *bytes.Reader { return bytes.NewReader(b) }
 
 // datasetKeys is the broker as the syncer's seam, or nil without one (a nil
 // *Broker inside a non-nil interface would look configured).
