@@ -357,7 +357,7 @@ func (n *Node) Enroll(ctx context.Context, p *wire.EnrollParams) (*wire.EnrollRe
 		return nil, err
 	}
 	n.log.Info("trainer enrolled", "task", p.TaskID, "trainer", p.TrainerDID, "status", t.Status, "active", r.countActive())
-	return &wire.EnrollResult{TaskID: p.TaskID, TrainerDID: p.TrainerDID, Status: t.Status, Shards: orEmpty(t.Shards), FromRound: t.JoinedRound, RunStatus: r.Status}, nil
+	return enrollResult(r, t), nil
 }
 
 // Leave implements Service: the stake is refunded (minus slashes) at once;
@@ -397,7 +397,7 @@ func (n *Node) Leave(ctx context.Context, p *wire.LeaveParams) (*wire.EnrollResu
 		return nil, err
 	}
 	n.log.Info("trainer left", "task", p.TaskID, "trainer", p.TrainerDID)
-	return &wire.EnrollResult{TaskID: p.TaskID, TrainerDID: p.TrainerDID, Status: t.Status, Shards: []int{}, FromRound: r.Round, RunStatus: r.Status}, nil
+	return &wire.EnrollResult{TaskID: p.TaskID, TrainerDID: p.TrainerDID, Status: t.Status, Shards: []int{}, ShardAssignments: []int{}, FromRound: r.Round, RunStatus: r.Status}, nil
 }
 
 func (n *Node) refundStake(lt *ledgerTx, r *runState, t *trainerState) error {

@@ -286,11 +286,19 @@ func (n *Node) GetRun(ctx context.Context, task string) (*wire.RunView, error) {
 	if v.RoundRoots == nil {
 		v.RoundRoots = []wire.Hash{}
 	}
-	for _, t := range r.Trainers {
+	lt := newLedgerTx(ctx, n.kv)
+	esc, err := lt.balance(acctEscrow(r.spec.TaskID))
+	if err != nil {
+		return nil, err
+	}
+	v.Escrow = esc.String()
+	accrued := r.accruedRewards(esc)
+	for i, t := range r.Trainers {
+		shards := orEmpty(t.Shards)
 		v.Trainers = append(v.Trainers, wire.TrainerView{DID: t.DID, Status: t.Status, Stake: t.Stake, Slashed: orDefault(t.Slashed, "0"),
-			Shards: orEmpty(t.Shards), JoinedAt: t.JoinedRound, MissedRun: t.ConsecMissed})
+			Shards: shards, ShardAssignments: shards, ShardsFromRound: r.shardsFrom(t), JoinedAt: t.JoinedRound, MissedRun: t.ConsecMissed})
 		v.TrainerMetrics[t.DID] = wire.TrainerMetrics{Submitted: t.Submitted, Accepted: t.Accepted, MissedRounds: t.MissedRounds,
-			CurrentReward: orDefault(t.Reward, "0")}
+			CurrentReward: accrued[i]}
 	}
 	if v.Trainers == nil {
 		v.Trainers = []wire.TrainerView{}
@@ -306,12 +314,6 @@ func (n *Node) GetRun(ctx context.Context, task string) (*wire.RunView, error) {
 	}
 	rule, _ := json.Marshal(r.Rule)
 	v.Aggregation = rule
-	lt := newLedgerTx(ctx, n.kv)
-	esc, err := lt.balance(acctEscrow(r.spec.TaskID))
-	if err != nil {
-		return nil, err
-	}
-	v.Escrow = esc.String()
 	return v, nil
 }
 

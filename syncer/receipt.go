@@ -31,17 +31,11 @@ func (n *Node) seal(ctx context.Context, b *Batch, r *runState, lt *ledgerTx, fi
 		return err
 	}
 	pool = new(big.Int).Set(pool)
-	total := new(big.Int)
-	for _, t := range r.Trainers {
-		total.Add(total, bigOf(t.Weight))
-	}
+	shares := rewardShares(pool, r.Trainers)
 	var payouts []wire.Payout
 	paid := new(big.Int)
-	for _, t := range r.Trainers { // sorted by DID
-		share := new(big.Int)
-		if total.Sign() > 0 {
-			share.Mul(pool, bigOf(t.Weight)).Div(share, total)
-		}
+	for i, t := range r.Trainers { // sorted by DID
+		share := shares[i]
 		if err := lt.transfer(acctEscrow(task), acctDID(t.DID), share, "reward"); err != nil {
 			return err
 		}

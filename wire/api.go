@@ -146,9 +146,16 @@ type EnrollResult struct {
 	TaskID     string `json:"task_id"`
 	TrainerDID string `json:"trainer_did"`
 	Status     string `json:"status"` // trainer status: active, joining, left
-	Shards     []int  `json:"shards"`
+	Shards     []int  `json:"shards"` // alias of ShardAssignments, kept for older clients
 	FromRound  uint64 `json:"from_round"`
 	RunStatus  string `json:"run_status"`
+	// ShardAssignments are the trainer's data shards (the seed's name); they
+	// apply from round ShardsFromRound. Empty until the run starts (every
+	// shard is dealt when M trainers have enrolled) or, for a late joiner,
+	// until the round it becomes active; ShardsNote says so.
+	ShardAssignments []int  `json:"shard_assignments"`
+	ShardsFromRound  uint64 `json:"shards_from_round"`
+	ShardsNote       string `json:"shards_note,omitempty"`
 }
 
 // OuterGradient is tenzro_training_submitOuterGradient.

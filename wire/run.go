@@ -20,13 +20,17 @@ const (
 
 // TrainerView is one trainer of a run.
 type TrainerView struct {
-	DID       string `json:"did"`
-	Status    string `json:"status"`
-	Stake     string `json:"stake"`
-	Slashed   string `json:"slashed"`
-	Shards    []int  `json:"shards"`
-	JoinedAt  uint64 `json:"joined_round"`
-	MissedRun uint64 `json:"consecutive_missed"`
+	DID     string `json:"did"`
+	Status  string `json:"status"`
+	Stake   string `json:"stake"`
+	Slashed string `json:"slashed"`
+	Shards  []int  `json:"shards"` // alias of ShardAssignments, kept for older clients
+	// ShardAssignments are the trainer's data shards (the seed's name), which
+	// apply from round ShardsFromRound.
+	ShardAssignments []int  `json:"shard_assignments"`
+	ShardsFromRound  uint64 `json:"shards_from_round"`
+	JoinedAt         uint64 `json:"joined_round"`
+	MissedRun        uint64 `json:"consecutive_missed"`
 }
 
 // TensorInfo describes one tensor of a fragment.

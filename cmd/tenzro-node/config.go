@@ -180,9 +180,12 @@ func loadConfig(fs *pflag.FlagSet, path string) (Config, error) {
 }
 
 func (c *Config) validate() error {
+	if c.Role == "light-client" { // the seed's name; "light" is the short form
+		c.Role = "light"
+	}
 	switch {
 	case c.Role != "syncer" && c.Role != "trainer" && c.Role != "light":
-		return fmt.Errorf("role %q: want syncer, trainer or light", c.Role)
+		return fmt.Errorf("role %q: want syncer, trainer or light-client (alias light)", c.Role)
 	case c.Engine != "native" && c.Engine != "wasm":
 		return fmt.Errorf("engine %q: want native or wasm", c.Engine)
 	case c.DataDir == "":

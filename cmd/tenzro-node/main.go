@@ -66,7 +66,7 @@ are the flag names), then the flags given on the command line.`,
 	}
 	f := cmd.Flags()
 	f.StringVar(&configPath, "config", "", "config file (JSON, or YAML by .yaml/.yml extension); flags override it")
-	f.String("role", d.Role, "node role: syncer, trainer or light")
+	f.String("role", d.Role, "node role: syncer, trainer or light-client (alias light)")
 	f.String("data-dir", d.DataDir, "data directory (store, node key, caches)")
 	f.String("listen-addr", d.ListenAddr, "libp2p listen multiaddr")
 	f.String("rpc-addr", d.RPCAddr, "JSON-RPC listen address (host:port)")

@@ -3,6 +3,8 @@ package main
 import (
 	"encoding/hex"
 	"fmt"
+	"os"
+	"path/filepath"
 
 	"github.com/spf13/cobra"
 
@@ -23,12 +25,17 @@ type keyOut struct {
 func newKeyGenerateCmd() *cobra.Command {
 	var kind, out string
 	c := &cobra.Command{
-		Use:   "generate --kind machine|human --out FILE",
+		Use:   "generate [--kind machine|human] [--out FILE]",
 		Short: "Generate a key file and print its DID",
 		Long: `Generate a fresh Ed25519 key and write it to --out (mode 0600, never overwritten).
 The DID is self-certifying: did:tenzro:<human|machine>:z<base58btc key>.
-Sponsors use human keys; trainers and syncers machine keys.`,
-		Example: `  tenzro key generate --kind machine --out trainer.key
+Sponsors use human keys; trainers and syncers machine keys.
+
+Without --out the key becomes the default key: $TENZRO_KEY when set, else
+~/.tenzro/key.json. Commands that sign (post-task, enroll-trainer,
+submit-gradient, ...) use the default key when --key is not given.`,
+		Example: `  tenzro key generate                      # the default key, ~/.tenzro/key.json
+  tenzro key generate --kind machine --out trainer.key
   tenzro key generate --kind human --out sponsor.key --format json`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -36,7 +43,14 @@ Sponsors use human keys; trainers and syncers machine keys.`,
 				return usagef("--kind %q: want machine or human", kind)
 			}
 			if out == "" {
-				return usagef("--out is required")
+				p, err := defaultKeyPath()
+				if err != nil {
+					return usageError{err}
+				}
+				if err := os.MkdirAll(filepath.Dir(p), 0o700); err != nil {
+					return fmt.Errorf("default key directory: %w", err)
+				}
+				out = p
 			}
 			k, err := did.Generate(kind, nil)
 			if err != nil {
@@ -49,8 +63,7 @@ Sponsors use human keys; trainers and syncers machine keys.`,
 		},
 	}
 	c.Flags().StringVar(&kind, "kind", did.KindMachine, "identity kind: machine or human")
-	c.Flags().StringVar(&out, "out", "", "key file to create (refuses to overwrite)")
-	_ = c.MarkFlagRequired("out")
+	c.Flags().StringVar(&out, "out", "", "key file to create (refuses to overwrite; default $TENZRO_KEY, then ~/.tenzro/key.json)")
 	return c
 }
 
@@ -69,8 +82,7 @@ func newKeyShowCmd() *cobra.Command {
 			return printKey(cmd, k)
 		},
 	}
-	c.Flags().StringVar(&keyPath, "key", "", "key file")
-	_ = c.MarkFlagRequired("key")
+	c.Flags().StringVar(&keyPath, "key", "", "key file (default $TENZRO_KEY, then ~/.tenzro/key.json)")
 	return c
 }
 

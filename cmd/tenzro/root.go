@@ -14,7 +14,6 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/tenzro/train/rpc/client"
-	"github.com/tenzro/train/wire/did"
 )
 
 // Exit codes.
@@ -206,18 +205,6 @@ func readInputFile(flag, path string, limit int64) ([]byte, error) {
 		return nil, fmt.Errorf("--%s %s: larger than the %d-byte limit", flag, path, limit)
 	}
 	return b, nil
-}
-
-// loadKeyFile reads a key file made by "tenzro key generate".
-func loadKeyFile(path string) (*did.Key, error) {
-	if path == "" {
-		return nil, usagef("--key is required (a key file from 'tenzro key generate')")
-	}
-	k, err := did.Load(path)
-	if err != nil {
-		return nil, usageError{fmt.Errorf("--key: %w", err)}
-	}
-	return k, nil
 }
 
 // newNonce is the request nonce: Unix nanoseconds, strictly increasing per

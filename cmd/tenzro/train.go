@@ -37,7 +37,7 @@ watching a run (get-run, finalize-round).`,
 func newPostTaskCmd() *cobra.Command {
 	var specPath, weightsPath, keyPath string
 	c := &cobra.Command{
-		Use:   "post-task --spec FILE [--init-weights FILE] --key FILE",
+		Use:   "post-task --spec FILE [--init-weights FILE] [--key FILE]",
 		Short: "Post a training task spec and escrow its reward pool",
 		Long: `Post a TrainingTaskSpec (the seed's JSON, accepted verbatim, plus the optional
 fields aggregation, verification, outer_optimizer, slashing, …). The request is
@@ -84,16 +84,15 @@ The node refuses an invalid spec (e.g. quorum K > trainer_count M) and stores no
 	}
 	c.Flags().StringVar(&specPath, "spec", "", "task spec JSON file")
 	c.Flags().StringVar(&weightsPath, "init-weights", "", "initial weights (safetensors)")
-	c.Flags().StringVar(&keyPath, "key", "", "sponsor key file")
+	c.Flags().StringVar(&keyPath, "key", "", "sponsor key file (default $TENZRO_KEY, then ~/.tenzro/key.json)")
 	_ = c.MarkFlagRequired("spec")
-	_ = c.MarkFlagRequired("key")
 	return c
 }
 
 func newSetInitWeightsCmd() *cobra.Command {
 	var task, weightsPath, keyPath string
 	c := &cobra.Command{
-		Use:     "set-init-weights --task-id ID --weights FILE --key FILE",
+		Use:     "set-init-weights --task-id ID --weights FILE [--key FILE]",
 		Short:   "Send a posted run's initial weights (safetensors), signed by the sponsor",
 		Example: `  tenzro train set-init-weights --task-id train-1 --weights init.safetensors --key sponsor.key`,
 		Args:    noArgs,
@@ -121,8 +120,8 @@ func newSetInitWeightsCmd() *cobra.Command {
 	}
 	c.Flags().StringVar(&task, "task-id", "", "run's task id")
 	c.Flags().StringVar(&weightsPath, "weights", "", "initial weights (safetensors)")
-	c.Flags().StringVar(&keyPath, "key", "", "sponsor key file")
-	for _, f := range []string{"task-id", "weights", "key"} {
+	c.Flags().StringVar(&keyPath, "key", "", "sponsor key file (default $TENZRO_KEY, then ~/.tenzro/key.json)")
+	for _, f := range []string{"task-id", "weights"} {
 		_ = c.MarkFlagRequired(f)
 	}
 	return c
@@ -281,7 +280,7 @@ file. Check it offline with "tenzro receipt verify --receipt FILE".`,
 func newEnrollCmd() *cobra.Command {
 	var task, didStr, stake, keyPath, attPath string
 	c := &cobra.Command{
-		Use:   "enroll-trainer --task-id ID --did DID --stake AMOUNT --key FILE",
+		Use:   "enroll-trainer --task-id ID --did DID --stake AMOUNT [--key FILE]",
 		Short: "Enrol a trainer in a run with a stake (attoTNZO)",
 		Long: `Enrol --did in a run, staking --stake attoTNZO from its balance. The request is
 signed by --key, whose DID must be --did (--did may be omitted). Enrolment is
@@ -320,9 +319,9 @@ Verified/Confidential tiers need --attestation (an attestation claim JSON file).
 	c.Flags().StringVar(&task, "task-id", "", "run's task id")
 	c.Flags().StringVar(&didStr, "did", "", "trainer DID (default: the DID of --key)")
 	c.Flags().StringVar(&stake, "stake", "", "stake in attoTNZO (decimal)")
-	c.Flags().StringVar(&keyPath, "key", "", "trainer key file")
+	c.Flags().StringVar(&keyPath, "key", "", "trainer key file (default $TENZRO_KEY, then ~/.tenzro/key.json)")
 	c.Flags().StringVar(&attPath, "attestation", "", "attestation claim JSON (Verified/Confidential tiers)")
-	for _, f := range []string{"task-id", "stake", "key"} {
+	for _, f := range []string{"task-id", "stake"} {
 		_ = c.MarkFlagRequired(f)
 	}
 	return c
@@ -343,14 +342,17 @@ func printEnroll(cmd *cobra.Command, verb string, r *wire.EnrollResult) error {
 	if jsonOutput(cmd) {
 		return emitJSON(cmd, r)
 	}
-	fmt.Fprintf(cmd.OutOrStdout(), "%s %s in %s: trainer %s, shards %v, from round %d; run %s\n", verb, r.TrainerDID, r.TaskID, r.Status, r.Shards, r.FromRound, r.RunStatus)
+	fmt.Fprintf(cmd.OutOrStdout(), "%s %s in %s: trainer %s, shard_assignments %v from round %d; run %s\n", verb, r.TrainerDID, r.TaskID, r.Status, r.ShardAssignments, r.ShardsFromRound, r.RunStatus)
+	if r.ShardsNote != "" {
+		fmt.Fprintf(cmd.OutOrStdout(), "  (%s)\n", r.ShardsNote)
+	}
 	return nil
 }
 
 func newLeaveCmd() *cobra.Command {
 	var task, keyPath string
 	c := &cobra.Command{
-		Use:     "leave --task-id ID --key FILE",
+		Use:     "leave --task-id ID [--key FILE]",
 		Short:   "Leave a run; shards are rebalanced from the next round",
 		Example: `  tenzro train leave --task-id train-1 --key t3.key`,
 		Args:    noArgs,
@@ -369,9 +371,8 @@ func newLeaveCmd() *cobra.Command {
 		},
 	}
 	c.Flags().StringVar(&task, "task-id", "", "run's task id")
-	c.Flags().StringVar(&keyPath, "key", "", "trainer key file")
+	c.Flags().StringVar(&keyPath, "key", "", "trainer key file (default $TENZRO_KEY, then ~/.tenzro/key.json)")
 	_ = c.MarkFlagRequired("task-id")
-	_ = c.MarkFlagRequired("key")
 	return c
 }
 
@@ -379,7 +380,7 @@ func newSubmitCmd() *cobra.Command {
 	var task, payloadPath, keyPath, attPath string
 	var round, fragment uint64
 	c := &cobra.Command{
-		Use:   "submit-gradient --task-id ID --round N --fragment I --payload FILE --key FILE",
+		Use:   "submit-gradient --task-id ID --round N --fragment I --payload FILE [--key FILE]",
 		Short: "Submit one outer gradient (safetensors) for a round and fragment",
 		Long: `Submit the pseudo-gradient θ_before − θ_after of one fragment as safetensors
 (same tensor names, dtype and shapes as the fragment's weights from get-weights).
@@ -434,9 +435,9 @@ fragments, duplicates, bad shapes and late submissions with a precise error.`,
 	c.Flags().Uint64Var(&round, "round", 0, "round number")
 	c.Flags().Uint64Var(&fragment, "fragment", 0, "fragment index")
 	c.Flags().StringVar(&payloadPath, "payload", "", "outer gradient (safetensors)")
-	c.Flags().StringVar(&keyPath, "key", "", "trainer key file")
+	c.Flags().StringVar(&keyPath, "key", "", "trainer key file (default $TENZRO_KEY, then ~/.tenzro/key.json)")
 	c.Flags().StringVar(&attPath, "attestation", "", "attestation claim JSON (Verified/Confidential tiers)")
-	for _, f := range []string{"task-id", "round", "fragment", "payload", "key"} {
+	for _, f := range []string{"task-id", "round", "fragment", "payload"} {
 		_ = c.MarkFlagRequired(f)
 	}
 	return c

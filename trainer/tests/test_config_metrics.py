@@ -33,6 +33,24 @@ def test_seed_keys_parse(tmp_path):
     assert c.trainer_keypair == str(tmp_path / "trainer-key.json")
 
 
+def test_seed_p2p_keys_are_accepted_with_a_warning(tmp_path):
+    p = tmp_path / "trainer.yaml"
+    p.write_text(
+        SEED + "gossip_listen: /ip4/0.0.0.0/tcp/4002\n"
+        "hivemind_initial_peers: [/ip4/10.0.0.2/tcp/4001/p2p/12D3KooWabc]\n"
+    )
+    c = config.load(p)
+    assert c.gossip_listen == "/ip4/0.0.0.0/tcp/4002"
+    assert c.hivemind_initial_peers == ["/ip4/10.0.0.2/tcp/4001/p2p/12D3KooWabc"]
+    assert any("--listen-addr /ip4/0.0.0.0/tcp/4002" in w for w in c.warnings)
+    assert any("--boot-nodes /ip4/10.0.0.2/tcp/4001/p2p/12D3KooWabc" in w for w in c.warnings)
+    d = yaml.safe_load(SEED)
+    d["hivemind_initial_peers"] = {"not": "a list"}
+    c = config.parse(d)
+    assert c.hivemind_initial_peers == [] and "ignored" in c.warnings[0]
+    assert not config.parse(yaml.safe_load(SEED)).warnings
+
+
 @pytest.mark.parametrize(
     "patch,err",
     [

@@ -43,6 +43,8 @@ def _run(a: argparse.Namespace) -> int:
         print(f"tenzro-trainer run: {e}", file=sys.stderr)
         return 2
     log.setup(cfg.log_format)
+    for w in cfg.warnings:
+        logging.getLogger("tenzro_trainer").warning("config: %s", w)
     stop = threading.Event()
 
     def on_signal(signum: int, _frame: object) -> None:

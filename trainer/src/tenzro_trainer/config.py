@@ -19,6 +19,9 @@ poll_interval: 0.5
 log_format: json        # json | text
 state_file: null        # default <trainer_keypair>.<task_id>.state.json (last round submitted for)
 attack: null            # benchmarks only: {kind: sign_flip|gaussian, scale: 10, sigma: 1.0}
+# the seed's peer-to-peer keys: accepted, never refused (see Config.warnings)
+gossip_listen: /ip4/0.0.0.0/tcp/4002   # the libp2p listener is the trainer's node's (--listen-addr)
+hivemind_initial_peers: []             # the node's --boot-nodes; this trainer reaches it over node_rpc
 """
 
 from __future__ import annotations
@@ -66,6 +69,12 @@ class Config:
     log_format: str = "json"
     attack: dict | None = None
     state_file: str | None = None
+    # The seed's peer-to-peer keys. The reference trainer talks to the network
+    # through its node (node_rpc): the node owns the libp2p listener and the
+    # bootstrap peers, so these are kept and reported, not used here.
+    gossip_listen: str | None = None
+    hivemind_initial_peers: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
 
 
 def _num(v: Any, what: str, kind: type) -> Any:
@@ -85,6 +94,7 @@ def parse(d: Any, base: Path | None = None) -> Config:
         "node_rpc", "trainer_did", "trainer_keypair", "task_id", "inner", "device", "dtype",
         "gradient_checkpointing", "metrics", "metrics_port", "stake", "threads", "eval",
         "max_rounds", "poll_interval", "log_format", "attack", "state_file",
+        "gossip_listen", "hivemind_initial_peers",
     }  # fmt: skip
     unknown = sorted(set(d) - known)
     if unknown:
@@ -138,6 +148,7 @@ def parse(d: Any, base: Path | None = None) -> Config:
         attack=d.get("attack"),
         state_file=None if d.get("state_file") is None else str(d["state_file"]),
     )
+    _p2p_keys(d, cfg)
     if cfg.dtype not in ("auto", "bf16", "fp32", "float32", "bfloat16"):
         raise ConfigError(f"config: dtype {cfg.dtype!r}: want auto, bf16 or fp32")
     if cfg.attack is not None and (
@@ -145,6 +156,33 @@ def parse(d: Any, base: Path | None = None) -> Config:
     ):
         raise ConfigError("config: attack.kind must be sign_flip or gaussian")
     return cfg
+
+
+def _p2p_keys(d: dict, cfg: Config) -> None:
+    """Accept the seed's gossip_listen and hivemind_initial_peers, warning
+    about what they do here instead of refusing them."""
+    gl = d.get("gossip_listen")
+    if gl is not None:
+        cfg.gossip_listen = str(gl)
+        cfg.warnings.append(
+            f"gossip_listen {cfg.gossip_listen!r}: this trainer reaches the network through its node "
+            f"({cfg.node_rpc}); the libp2p listener is the node's: start it with "
+            f"'tenzro-node --role light-client --listen-addr {cfg.gossip_listen}'"
+        )
+    peers = d.get("hivemind_initial_peers")
+    if peers is None:
+        return
+    if isinstance(peers, str):
+        peers = [peers]
+    if not isinstance(peers, list) or not all(isinstance(p, str) for p in peers):
+        cfg.warnings.append(f"hivemind_initial_peers: want a list of multiaddrs, got {peers!r}: ignored")
+        return
+    cfg.hivemind_initial_peers = [p for p in peers if p.strip()]
+    if cfg.hivemind_initial_peers:
+        cfg.warnings.append(
+            "hivemind_initial_peers: there is no hivemind DHT here; pass these peers to the node instead: "
+            f"'tenzro-node --boot-nodes {','.join(cfg.hivemind_initial_peers)}'"
+        )
 
 
 def load(path: str | Path) -> Config:
