@@ -100,6 +100,9 @@ type Options struct {
 	Attest AttestService
 	// Observer receives per-method outcomes (see NewMetrics).
 	Observer Observer
+	// Pages, when set, serves the GET and HEAD requests of the RPC port
+	// (the run dashboard, /metrics); JSON-RPC stays on POST.
+	Pages http.Handler
 }
 
 func (o Options) withDefaults() Options {
@@ -178,6 +181,10 @@ func (s *Server) Close() error { return s.bridge.Close() }
 // ServeHTTP implements http.Handler: POST application/json bodies holding
 // one request or a batch.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if (r.Method == http.MethodGet || r.Method == http.MethodHead) && s.opts.Pages != nil {
+		s.opts.Pages.ServeHTTP(w, r)
+		return
+	}
 	if r.Method != http.MethodPost {
 		w.Header().Set("Allow", http.MethodPost)
 		writeRaw(w, http.StatusMethodNotAllowed, rawError(nil, newError(CodeInvalidRequest, nil, "HTTP method %s not allowed: send JSON-RPC requests with POST", r.Method)))

@@ -43,6 +43,8 @@ type Config struct {
 	Logger *slog.Logger
 	// Announce, when set, is called after each round transition (gossip).
 	Announce func(ctx context.Context, ev Event)
+	// Observer, when set, receives round and fragment measurements (metrics).
+	Observer Observer
 }
 
 // Event is a run transition worth telling peers about.

@@ -59,6 +59,9 @@ func (n *Node) Submit(ctx context.Context, g *wire.OuterGradient) (*wire.SubmitR
 	if got := wire.SumBytes(g.GradientPayload); got != g.PayloadHash {
 		return nil, Errf(KindInvalid, "payload_hash mismatch: payload hashes to %s, request says %s", got, g.PayloadHash)
 	}
+	if err := g.Metrics.Validate(); err != nil {
+		return nil, Errf(KindInvalid, "%v", err)
+	}
 	if err := did.Verify(g.TrainerDID, g.Preimage(), g.Signature); err != nil {
 		return nil, Errf(KindUnauthorized, "submission signature: %v", err)
 	}
@@ -135,6 +138,7 @@ func (n *Node) Submit(ctx context.Context, g *wire.OuterGradient) (*wire.SubmitR
 	b.Set(KSBlobs, g.PayloadHash[:], g.GradientPayload)
 	raw, _ := json.Marshal(rec)
 	b.Set(KSTranscript, sk, raw)
+	stageMetrics(&b, g)
 	res := &wire.SubmitResult{Accepted: true, Round: g.Round, FragmentIndex: g.FragmentIndex, PayloadHash: g.PayloadHash, AcceptedCount: len(fs.Subs)}
 	// All active trainers in: finalize without waiting for τ.
 	if len(fs.Subs) >= r.spec.Quorum && len(fs.Subs) >= r.count(wire.TrainerActive) {
@@ -400,6 +404,7 @@ func (n *Node) finalizeFragment(ctx context.Context, b *Batch, r *runState, i in
 	}
 	fs.Committed = true
 	fs.Commit = fc
+	defer func() { n.observeFragment(r, i, fc.Status) }()
 	if len(kept) < r.spec.Quorum {
 		fc.Status = wire.FragNoQuorum
 		fc.Reason = fmt.Sprintf("%d of K=%d inputs left after round-level verification", len(kept), r.spec.Quorum)
@@ -483,6 +488,7 @@ func (n *Node) maybeCloseRound(ctx context.Context, b *Batch, r *runState, deadl
 		fs.Commit.Status = wire.FragNoQuorum
 		fs.Commit.Reason = fmt.Sprintf("round deadline passed with %d of K=%d submissions accepted", len(fs.Subs), r.spec.Quorum)
 		fs.Commit.Inputs = commitInputs(sortedSubs(fs.Subs))
+		n.observeFragment(r, i, wire.FragNoQuorum)
 	}
 	return n.closeRound(ctx, b, r)
 }
@@ -592,6 +598,7 @@ func (n *Node) closeRound(ctx context.Context, b *Batch, r *runState) error {
 		return err
 	}
 	n.announce(ctx, Event{TaskID: task, Kind: "round_committed", Round: rc.Round, ModelHash: rc.ModelHash, Detail: ch})
+	n.observeRound(task, rc.Round)
 	return nil
 }
 

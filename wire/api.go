@@ -168,11 +168,23 @@ type OuterGradient struct {
 	PayloadHash     Hash            `json:"payload_hash"`
 	Signature       HexBytes        `json:"signature"`
 	Attestation     json.RawMessage `json:"attestation,omitempty"`
+	// Metrics is the optional, signed map of what the trainer measured
+	// (train_loss, eval_loss, samples, step_time_ms, ...); see SubmissionMetrics.
+	Metrics SubmissionMetrics `json:"metrics,omitempty"`
 }
 
-// Preimage is the submission's signing preimage (PROTOCOL §4).
+// Preimage is the submission's signing preimage (PROTOCOL §4): the v1
+// fields, then the metrics when there are any.
 func (g *OuterGradient) Preimage() []byte {
-	return SubmissionPreimage(g.TaskID, g.TrainerDID, g.Round, g.FragmentIndex, g.PayloadHash)
+	return SubmissionPreimageWithMetrics(g.TaskID, g.TrainerDID, g.Round, g.FragmentIndex, g.PayloadHash, g.Metrics)
+}
+
+// SubmissionPreimageWithMetrics is SubmissionPreimage followed by the
+// metrics' canonical encoding (nothing when m is empty).
+func SubmissionPreimageWithMetrics(taskID, trainer string, round, fragment uint64, payloadHash Hash, m SubmissionMetrics) []byte {
+	c := NewCanon(DomainSubmission).Str(taskID).Str(trainer).U64(round).U64(fragment).Hash(payloadHash)
+	m.appendCanon(c)
+	return c.Out()
 }
 
 // SubmissionPreimage is PROTOCOL §4.

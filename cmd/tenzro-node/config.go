@@ -36,13 +36,14 @@ type Config struct {
 	LogFormat       string   `koanf:"log-format"`
 	Enclave         string   `koanf:"enclave"`
 	TDXCollateral   string   `koanf:"tdx-collateral"`
+	Dashboard       string   `koanf:"dashboard"`
 }
 
 // configKeys are the keys a config file may set (the flag names).
 var configKeys = map[string]bool{
 	"role": true, "data-dir": true, "listen-addr": true, "rpc-addr": true, "boot-nodes": true, "dev": true,
 	"node-key": true, "engine": true, "max-request-bytes": true, "metrics-addr": true, "log-level": true, "log-format": true,
-	"enclave": true, "tdx-collateral": true,
+	"enclave": true, "tdx-collateral": true, "dashboard": true,
 }
 
 // fileProvider reads a config file with a size limit (koanf.Provider).
@@ -151,6 +152,7 @@ func defaults() Config {
 		LogLevel:        "info",
 		LogFormat:       "text",
 		Enclave:         "auto",
+		Dashboard:       "auto",
 	}
 }
 
@@ -194,6 +196,8 @@ func (c *Config) validate() error {
 		return errors.New("rpc-addr is empty")
 	case c.MaxRequestBytes < 1<<20 || c.MaxRequestBytes > 4<<30:
 		return fmt.Errorf("max-request-bytes %d: want 1 MiB .. 4 GiB", c.MaxRequestBytes)
+	case c.Dashboard != "auto" && c.Dashboard != "on" && c.Dashboard != "off":
+		return fmt.Errorf("dashboard %q: want auto, on or off", c.Dashboard)
 	case c.LogFormat != "text" && c.LogFormat != "json":
 		return fmt.Errorf("log-format %q: want text or json", c.LogFormat)
 	}

@@ -79,6 +79,7 @@ are the flag names), then the flags given on the command line.`,
 	f.String("log-level", d.LogLevel, "log level: debug, info, warn or error")
 	f.String("log-format", d.LogFormat, "log format: text or json")
 	f.String("enclave", d.Enclave, "where the syncer key lives: auto (a TEE if found, else the node key file), none, or simulated-snp|simulated-tdx|simulated-nitro (development only)")
+	f.String("dashboard", d.Dashboard, "serve the run dashboard at http://<rpc-addr>/ (GET; JSON-RPC stays on POST): auto (on with --dev), on or off")
 	f.String("tdx-collateral", "", "directory of cached Intel PCS collateral (<fmspc>.json) for verifying TDX evidence")
 	cmd.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
 	return cmd

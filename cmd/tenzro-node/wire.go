@@ -18,8 +18,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/tenzro/train/plugins"
@@ -68,6 +66,11 @@ func runNode(ctx context.Context, cfg Config, log *slog.Logger) (err error) {
 		engine = syncer.NewNativeEngine()
 	}
 	log.Info("engine", "engine", engine.Profile().Engine, "hash", engine.Profile().Hash)
+	reg, nm, err := newMetricsRegistry()
+	if err != nil {
+		return err
+	}
+	engine = rpc.InstrumentEngine(engine, nm)
 
 	tr, err := setupTrust(ctx, cfg, key, db, log)
 	if err != nil {
@@ -84,6 +87,7 @@ func runNode(ctx context.Context, cfg Config, log *slog.Logger) (err error) {
 		Dev:         cfg.Dev,
 		Role:        cfg.Role,
 		Logger:      log.With("component", "syncer"),
+		Observer:    nm,
 		Announce: func(ctx context.Context, ev syncer.Event) {
 			if gn != nil {
 				announce(ctx, gn, tr.signer, ev, log)
@@ -128,9 +132,15 @@ func runNode(ctx context.Context, cfg Config, log *slog.Logger) (err error) {
 	}
 	defer closeLogged(log, "gossip", gn.Close)
 	log.Info("gossip listening", "peer_id", gn.PeerID(), "addrs", gn.Addrs())
+	if err := rpc.RegisterGauges(reg, nodeGauges(ctx, node, gn)); err != nil {
+		cancel()
+		wg.Wait()
+		return fmt.Errorf("metrics: %w", err)
+	}
 	if cfg.Role == "syncer" {
+		counted := rpc.InstrumentService(node, nm)
 		if _, err := gn.NewReceiver(func(ctx context.Context, g *wire.OuterGradient) error {
-			_, err := node.Submit(ctx, g)
+			_, err := counted.Submit(ctx, g)
 			return err
 		}, gossip.ReceiverOptions{}); err != nil {
 			cancel()
@@ -153,16 +163,13 @@ func runNode(ctx context.Context, cfg Config, log *slog.Logger) (err error) {
 		opts.Plugins = registry
 	}
 	opts.Attest = tr.service
+	if opts.Observer, err = rpc.NewMetrics(reg); err != nil {
+		cancel()
+		wg.Wait()
+		return fmt.Errorf("metrics: %w", err)
+	}
+	opts.Pages = pages(cfg, reg, nodeService{Node: node, gn: gn}, opts.VerifyReceipt, log)
 	if cfg.MetricsAddr != "" {
-		reg := prometheus.NewRegistry()
-		reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-		m, err := rpc.NewMetrics(reg)
-		if err != nil {
-			cancel()
-			wg.Wait()
-			return fmt.Errorf("metrics: %w", err)
-		}
-		opts.Observer = m
 		mln, err := net.Listen("tcp", cfg.MetricsAddr)
 		if err != nil {
 			cancel()
@@ -187,7 +194,7 @@ func runNode(ctx context.Context, cfg Config, log *slog.Logger) (err error) {
 		svc.fwd = gossip.NewForwarder(gn)
 		log.Info("light role: submissions are relayed to the syncer over gossip")
 	}
-	srv, err := rpc.New(svc, opts)
+	srv, err := rpc.New(rpc.InstrumentService(svc, nm), opts)
 	if err != nil {
 		cancel()
 		wg.Wait()

@@ -201,7 +201,7 @@ func (r *Receiver) handle(a SubmissionAnnouncement, from, via string) {
 	}
 	g := &wire.OuterGradient{
 		TaskID: a.TaskID, TrainerDID: a.TrainerDID, Round: a.Round, FragmentIndex: a.FragmentIndex,
-		GradientPayload: payload, PayloadHash: a.PayloadHash, Signature: a.Signature,
+		GradientPayload: payload, PayloadHash: a.PayloadHash, Signature: a.Signature, Metrics: a.Metrics,
 	}
 	if err := r.submit(ctx, g); err != nil {
 		r.n.c.receiverSubmitFails.Add(1)

@@ -75,6 +75,8 @@ type SubmissionAnnouncement struct {
 	PayloadHash   wire.Hash     `json:"payload_hash"`
 	PayloadSize   int64         `json:"payload_size"`
 	Signature     wire.HexBytes `json:"signature"`
+	// Metrics are the submission's signed metrics (covered by Signature).
+	Metrics wire.SubmissionMetrics `json:"metrics,omitempty"`
 }
 
 // AnnouncementFor builds the announcement of a submission.
@@ -88,12 +90,13 @@ func AnnouncementFor(g *wire.OuterGradient) SubmissionAnnouncement {
 		PayloadHash:   g.PayloadHash,
 		PayloadSize:   int64(len(g.GradientPayload)),
 		Signature:     append(wire.HexBytes(nil), g.Signature...),
+		Metrics:       g.Metrics,
 	}
 }
 
 // Preimage is the submission's signing preimage (PROTOCOL §4).
 func (a *SubmissionAnnouncement) Preimage() []byte {
-	return wire.SubmissionPreimage(a.TaskID, a.TrainerDID, a.Round, a.FragmentIndex, a.PayloadHash)
+	return wire.SubmissionPreimageWithMetrics(a.TaskID, a.TrainerDID, a.Round, a.FragmentIndex, a.PayloadHash, a.Metrics)
 }
 
 // Verify checks the announcement's shape and signature. maxBlob bounds
@@ -113,6 +116,9 @@ func (a *SubmissionAnnouncement) Verify(maxBlob int64) error {
 	}
 	if a.PayloadHash.IsZero() {
 		return errors.New("submission announcement: payload_hash missing")
+	}
+	if err := a.Metrics.Validate(); err != nil {
+		return fmt.Errorf("submission announcement: %w", err)
 	}
 	if a.PayloadSize <= 0 {
 		return fmt.Errorf("submission announcement: payload_size %d, want > 0", a.PayloadSize)

@@ -397,6 +397,9 @@ func (n *Node) TopicPeers(topic string) []string {
 // second); the node's own messages do not wait for it (see TopicPeers).
 func (n *Node) MeshPeers(topic string) []string { return n.mesh.peers(topic) }
 
+// ConnectedPeers is the number of peers this node has a connection to.
+func (n *Node) ConnectedPeers() int { return len(n.h.Network().Peers()) }
+
 // Stats returns the node's counters.
 func (n *Node) Stats() Stats {
 	return Stats{

@@ -1,0 +1,70 @@
+package main
+
+import (
+	"context"
+	"log/slog"
+	"net/http"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/tenzro/train/rpc"
+	"github.com/tenzro/train/rpc/dashboard"
+	"github.com/tenzro/train/rpc/gossip"
+	"github.com/tenzro/train/syncer"
+	"github.com/tenzro/train/wire"
+)
+
+// newMetricsRegistry makes the node's Prometheus registry: Go and process
+// collectors plus the node's own series (rpc.NodeMetrics).
+func newMetricsRegistry() (*prometheus.Registry, *rpc.NodeMetrics, error) {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	nm, err := rpc.NewNodeMetrics(reg)
+	return reg, nm, err
+}
+
+// nodeGauges reads pending submissions from the state machine and the peer
+// count from gossip at scrape time.
+func nodeGauges(ctx context.Context, node *syncer.Node, gn *gossip.Node) rpc.NodeGauges {
+	return rpc.NodeGauges{
+		Peers: func() float64 { return float64(gn.ConnectedPeers()) },
+		Pending: func() float64 {
+			runs, err := node.ListRuns(ctx, wire.ListRunsParams{Status: wire.StatusRunning})
+			if err != nil {
+				return 0
+			}
+			n := 0
+			for _, s := range runs {
+				v, err := node.GetRun(ctx, s.TaskID)
+				if err != nil {
+					continue
+				}
+				for _, f := range v.Fragments {
+					if !f.Committed {
+						n += f.Accepted
+					}
+				}
+			}
+			return float64(n)
+		},
+	}
+}
+
+// pages is what the RPC port serves to GET requests: /metrics always, and
+// the run dashboard at / when --dashboard is on (auto: with --dev).
+func pages(cfg Config, reg *prometheus.Registry, src dashboard.Source, verify rpc.VerifyFunc, log *slog.Logger) http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	if cfg.dashboardOn() {
+		mux.Handle("GET /", dashboard.Handler(src, dashboard.Options{Verify: dashboard.VerifyFunc(verify), Logger: log.With("component", "dashboard")}))
+		log.Info("dashboard", "url", "http://"+cfg.RPCAddr+"/")
+	}
+	return mux
+}
+
+// dashboardOn resolves --dashboard: on, off, or auto (on with --dev).
+func (c Config) dashboardOn() bool {
+	return c.Dashboard == "on" || (c.Dashboard == "auto" || c.Dashboard == "") && c.Dev
+}

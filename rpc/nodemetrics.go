@@ -1,0 +1,200 @@
+package rpc
+
+import (
+	"context"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/tenzro/train/syncer"
+	"github.com/tenzro/train/wire"
+)
+
+// NodeMetrics are the node's own Prometheus series (beside the RPC ones of
+// Metrics):
+//
+//	tenzro_rounds_committed_total
+//	tenzro_submissions_total{outcome}            accepted, forwarded, or the refusal kind
+//	tenzro_fragment_finalize_seconds{status}     round start → fragment commit
+//	tenzro_plugin_call_seconds{op,rule}          aggregate / verify / outer_step
+//	tenzro_plugin_fuel_total{op,rule}
+//	tenzro_payload_bytes_total{direction}        in: submissions and initial weights; out: weights and payloads served
+//	tenzro_pending_submissions                   accepted, not yet aggregated (all running runs)
+//	tenzro_peers                                 libp2p peers connected
+//
+// It implements syncer.Observer; InstrumentService and InstrumentEngine feed
+// the rest.
+type NodeMetrics struct {
+	rounds      prometheus.Counter
+	submissions *prometheus.CounterVec
+	finalize    *prometheus.HistogramVec
+	pluginTime  *prometheus.HistogramVec
+	pluginFuel  *prometheus.CounterVec
+	payload     *prometheus.CounterVec
+}
+
+// NodeGauges are read at scrape time; either may be nil.
+type NodeGauges struct {
+	// Pending returns the accepted submissions not yet aggregated.
+	Pending func() float64
+	// Peers returns the number of connected libp2p peers.
+	Peers func() float64
+}
+
+// refusalOutcomes are the outcome label values besides accepted/forwarded:
+// the stable kind names of ERRORS.md.
+func refusalOutcome(err error) string {
+	if kc, ok := kindCodes[syncer.KindOf(err)]; ok {
+		return kc.Name
+	}
+	return "internal"
+}
+
+// NewNodeMetrics registers the node's series with reg (RegisterGauges adds
+// the two read at scrape time, once their sources exist).
+func NewNodeMetrics(reg prometheus.Registerer) (*NodeMetrics, error) {
+	m := &NodeMetrics{
+		rounds: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "tenzro", Name: "rounds_committed_total",
+			Help: "Rounds committed by this node's state machine (every run)."}),
+		submissions: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "tenzro", Name: "submissions_total",
+			Help: "Outer-gradient submissions by outcome: accepted, forwarded (light role), or the refusal kind (invalid, unauthorized, conflict, not_found, attestation, ...)."},
+			[]string{"outcome"}),
+		finalize: prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: "tenzro", Name: "fragment_finalize_seconds",
+			Help:    "Time from a round's start to each fragment's commit, by commit status.",
+			Buckets: prometheus.ExponentialBuckets(0.05, 2, 14)}, []string{"status"}),
+		pluginTime: prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: "tenzro", Name: "plugin_call_seconds",
+			Help:    "Wall time of aggregation, verification and outer-step calls, by rule.",
+			Buckets: prometheus.ExponentialBuckets(0.0005, 4, 10)}, []string{"op", "rule"}),
+		pluginFuel: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "tenzro", Name: "plugin_fuel_total",
+			Help: "Fuel spent by plugin calls, by rule (0 for the native engine)."}, []string{"op", "rule"}),
+		payload: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "tenzro", Name: "payload_bytes_total",
+			Help: "Payload bytes in (submissions, initial weights) and out (weights, payloads served)."}, []string{"direction"}),
+	}
+	for _, c := range []prometheus.Collector{m.rounds, m.submissions, m.finalize, m.pluginTime, m.pluginFuel, m.payload} {
+		if err := reg.Register(c); err != nil {
+			return nil, err
+		}
+	}
+	m.payload.WithLabelValues("in")
+	m.payload.WithLabelValues("out")
+	m.submissions.WithLabelValues("accepted")
+	return m, nil
+}
+
+// RegisterGauges registers tenzro_pending_submissions and tenzro_peers.
+func RegisterGauges(reg prometheus.Registerer, g NodeGauges) error {
+	var cs []prometheus.Collector
+	if g.Pending != nil {
+		cs = append(cs, prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: "tenzro", Name: "pending_submissions",
+			Help: "Accepted submissions waiting for their fragment's aggregation, over running runs."}, g.Pending))
+	}
+	if g.Peers != nil {
+		cs = append(cs, prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: "tenzro", Name: "peers",
+			Help: "libp2p peers connected."}, g.Peers))
+	}
+	for _, c := range cs {
+		if err := reg.Register(c); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// FragmentCommitted implements syncer.Observer.
+func (m *NodeMetrics) FragmentCommitted(_ string, _ uint64, _ int, status string, d time.Duration) {
+	m.finalize.WithLabelValues(status).Observe(d.Seconds())
+}
+
+// RoundCommitted implements syncer.Observer.
+func (m *NodeMetrics) RoundCommitted(string, uint64) { m.rounds.Inc() }
+
+// InstrumentService counts submissions by outcome and payload bytes through svc.
+func InstrumentService(svc syncer.Service, m *NodeMetrics) syncer.Service {
+	return instrumented{svc, m}
+}
+
+type instrumented struct {
+	syncer.Service
+	m *NodeMetrics
+}
+
+func (s instrumented) Submit(ctx context.Context, g *wire.OuterGradient) (*wire.SubmitResult, error) {
+	res, err := s.Service.Submit(ctx, g)
+	switch {
+	case err != nil:
+		s.m.submissions.WithLabelValues(refusalOutcome(err)).Inc()
+	case res.Forwarded:
+		s.m.submissions.WithLabelValues("forwarded").Inc()
+		s.m.payload.WithLabelValues("in").Add(float64(len(g.GradientPayload)))
+	default:
+		s.m.submissions.WithLabelValues("accepted").Inc()
+		s.m.payload.WithLabelValues("in").Add(float64(len(g.GradientPayload)))
+	}
+	return res, err
+}
+
+func (s instrumented) PostTask(ctx context.Context, p *wire.PostTaskParams) (*wire.PostTaskResult, error) {
+	res, err := s.Service.PostTask(ctx, p)
+	if err == nil {
+		s.m.payload.WithLabelValues("in").Add(float64(len(p.InitWeights)))
+	}
+	return res, err
+}
+
+func (s instrumented) SetInitWeights(ctx context.Context, p *wire.SetInitWeightsParams) (*wire.PostTaskResult, error) {
+	res, err := s.Service.SetInitWeights(ctx, p)
+	if err == nil {
+		s.m.payload.WithLabelValues("in").Add(float64(len(p.Weights)))
+	}
+	return res, err
+}
+
+func (s instrumented) GetWeights(ctx context.Context, p wire.GetWeightsParams) (*wire.Weights, error) {
+	w, err := s.Service.GetWeights(ctx, p)
+	if err == nil {
+		s.m.payload.WithLabelValues("out").Add(float64(len(w.Payload)))
+	}
+	return w, err
+}
+
+func (s instrumented) GetPayload(ctx context.Context, h wire.Hash) ([]byte, error) {
+	b, err := s.Service.GetPayload(ctx, h)
+	if err == nil {
+		s.m.payload.WithLabelValues("out").Add(float64(len(b)))
+	}
+	return b, err
+}
+
+// InstrumentEngine times the plugin calls of e and counts their fuel by rule.
+func InstrumentEngine(e syncer.Engine, m *NodeMetrics) syncer.Engine { return engineMetrics{e, m} }
+
+type engineMetrics struct {
+	syncer.Engine
+	m *NodeMetrics
+}
+
+func (e engineMetrics) observe(op, rule string, start time.Time, fuel uint64) {
+	e.m.pluginTime.WithLabelValues(op, rule).Observe(time.Since(start).Seconds())
+	e.m.pluginFuel.WithLabelValues(op, rule).Add(float64(fuel))
+}
+
+func (e engineMetrics) Aggregate(ctx context.Context, in syncer.AggregateInput) (syncer.AggregateOutput, error) {
+	t := time.Now()
+	out, err := e.Engine.Aggregate(ctx, in)
+	e.observe("aggregate", in.Rule.Name, t, out.Fuel)
+	return out, err
+}
+
+func (e engineMetrics) Verify(ctx context.Context, in syncer.VerifyInput) (syncer.VerifyOutput, error) {
+	t := time.Now()
+	out, err := e.Engine.Verify(ctx, in)
+	e.observe("verify", in.Verifier.Name, t, out.Fuel)
+	return out, err
+}
+
+func (e engineMetrics) OuterStep(ctx context.Context, in syncer.OuterStepInput) (syncer.OuterStepOutput, error) {
+	t := time.Now()
+	out, err := e.Engine.OuterStep(ctx, in)
+	e.observe("outer_step", in.Rule.Name, t, out.Fuel)
+	return out, err
+}
