@@ -33,7 +33,7 @@ func TestLightNodeForwardsSubmissions(t *testing.T) {
 	light := newEnv(t, keys)
 	lk := filepath.Join(t.TempDir(), "light.key")
 	log, _ := os.Create(filepath.Join(light.dir, "node.log"))
-	cmd := exec.Command(filepath.Join(binDir, "tenzro-node"), "--role", "light", "--data-dir", filepath.Join(light.dir, "data"), "--rpc-addr", light.addr,
+	cmd := exec.Command(filepath.Join(binDir, "tenzro-node"), "--role", "light-client", "--data-dir", filepath.Join(light.dir, "data"), "--rpc-addr", light.addr,
 		"--listen-addr", "/ip4/127.0.0.1/tcp/0", "--node-key", lk, "--enclave", "none", "--boot-nodes", info.Listen[0])
 	cmd.Stdout, cmd.Stderr = log, log
 	if err := cmd.Start(); err != nil {

@@ -68,6 +68,8 @@ type subVec struct {
 	PayloadHash   string `json:"payload_hash"`
 	PreimageHex   string `json:"preimage_hex"`
 	SignatureHex  string `json:"signature_hex"`
+	// Metrics is the optional signed metrics map (docs/protocol/metrics.md).
+	Metrics wire.SubmissionMetrics `json:"metrics,omitempty"`
 }
 
 // outerVec fixes the sign convention: gradient = before − after, and one
@@ -154,7 +156,13 @@ func build(t *testing.T) vectorFile {
 	g := wire.OuterGradient{TaskID: "train-2026-04-25-timesfm-200m", TrainerDID: k.DID.String(), Round: 3, FragmentIndex: 11, PayloadHash: ph}
 	pre := g.Preimage()
 	v.Submissions = append(v.Submissions, subVec{hex.EncodeToString(seed(2)), g.TaskID, g.TrainerDID, g.Round, g.FragmentIndex,
-		hex.EncodeToString(payload), ph.String(), hex.EncodeToString(pre), hex.EncodeToString(k.Sign(pre))})
+		hex.EncodeToString(payload), ph.String(), hex.EncodeToString(pre), hex.EncodeToString(k.Sign(pre)), nil})
+	// The same submission with a metrics map: the preimage gains the
+	// metrics fields; without one it is byte-identical to the v1 preimage.
+	g.Metrics = wire.SubmissionMetrics{wire.MetricTrainLoss: 1.2345, wire.MetricEvalLoss: 0.1, wire.MetricSamples: 768, wire.MetricStepTimeMs: 41.5, "tokens": 196608}
+	pre = g.Preimage()
+	v.Submissions = append(v.Submissions, subVec{hex.EncodeToString(seed(2)), g.TaskID, g.TrainerDID, g.Round, g.FragmentIndex,
+		hex.EncodeToString(payload), ph.String(), hex.EncodeToString(pre), hex.EncodeToString(k.Sign(pre)), g.Metrics})
 
 	before := []float32{1.0, -2.0, 0.5, 3.25}
 	after := []float32{0.75, -1.5, 0.5, 3.0}

@@ -74,6 +74,7 @@ func TestBadConfigAndFlags(t *testing.T) {
 	}{
 		{[]string{"--role", "miner"}, "role"},
 		{[]string{"--engine", "gpu"}, "engine"},
+		{[]string{"--dashboard", "maybe"}, "dashboard"},
 		{[]string{"--max-request-bytes", "10"}, "max-request-bytes"},
 		{[]string{"--config", typo}, `unknown key "rpc_addr"`},
 		{[]string{"--config", filepath.Join(dir, "missing.yaml")}, "missing.yaml"},
@@ -84,6 +85,26 @@ func TestBadConfigAndFlags(t *testing.T) {
 		_, code, msg := captured(t, c.args...)
 		if code != 2 || !strings.Contains(msg, c.want) {
 			t.Errorf("%v: exit %d %q, want usage error containing %q", c.args, code, msg, c.want)
+		}
+	}
+}
+
+// TestRoleLightClient: the seed's --role light-client is accepted and means
+// the light role (light stays an alias); --dashboard auto follows --dev.
+func TestRoleLightClient(t *testing.T) {
+	for _, role := range []string{"light-client", "light"} {
+		cfg, code, msg := captured(t, "--role", role)
+		if code != 0 || cfg.Role != "light" {
+			t.Errorf("--role %s: exit %d %q, role %q", role, code, msg, cfg.Role)
+		}
+	}
+	for _, c := range []struct {
+		args []string
+		on   bool
+	}{{nil, false}, {[]string{"--dev"}, true}, {[]string{"--dev", "--dashboard", "off"}, false}, {[]string{"--dashboard", "on"}, true}} {
+		cfg, code, msg := captured(t, c.args...)
+		if code != 0 || cfg.dashboardOn() != c.on {
+			t.Errorf("%v: exit %d %q, dashboard on %v, want %v", c.args, code, msg, cfg.dashboardOn(), c.on)
 		}
 	}
 }

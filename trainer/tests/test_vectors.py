@@ -65,7 +65,12 @@ def test_submissions(vectors):
         payload = bytes.fromhex(v["payload_hex"])
         assert hashlib.sha256(payload).hexdigest() == v["payload_hash"]
         pre = submission_preimage(
-            v["task_id"], v["trainer_did"], int(v["round"]), int(v["fragment_index"]), bytes.fromhex(v["payload_hash"])
+            v["task_id"],
+            v["trainer_did"],
+            int(v["round"]),
+            int(v["fragment_index"]),
+            bytes.fromhex(v["payload_hash"]),
+            v.get("metrics"),
         )
         assert pre.hex() == v["preimage_hex"]
         key = Key.from_seed("machine", bytes.fromhex(v["seed"]))
@@ -73,6 +78,19 @@ def test_submissions(vectors):
         assert key.sign(pre).hex() == v["signature_hex"]
         # The payload is hashed as opaque bytes. (Its 8-byte length prefix says 16 while the JSON
         # header is 56 bytes, so it is not a parseable safetensors file; reported to the lead.)
+
+
+def test_submission_metrics_vector_and_rules(vectors):
+    with_metrics = [v for v in vectors["submissions"] if v.get("metrics")]
+    assert with_metrics, "the vectors carry a submission with a metrics map"
+    v = with_metrics[0]
+    plain = submission_preimage(
+        v["task_id"], v["trainer_did"], int(v["round"]), int(v["fragment_index"]), bytes.fromhex(v["payload_hash"])
+    )
+    assert bytes.fromhex(v["preimage_hex"]).startswith(plain) and len(bytes.fromhex(v["preimage_hex"])) > len(plain)
+    for bad in ({"Bad": 1.0}, {"x": float("nan")}, {f"m{i}": 1.0 for i in range(17)}):
+        with pytest.raises(ValueError, match="metrics"):
+            submission_preimage("t", v["trainer_did"], 0, 0, bytes(32), bad)
 
 
 def test_outer_step_sign_convention(vectors):

@@ -7,6 +7,7 @@ bytes holding the big-endian value; hashes are a field of 32 raw bytes; strings 
 from __future__ import annotations
 
 import hashlib
+import math
 import struct
 
 DOMAIN_REQUEST = "tenzro/train/request/v1"
@@ -70,9 +71,39 @@ def method_fields() -> Canon:
     return _Fields()
 
 
-def submission_preimage(task_id: str, trainer_did: str, round_: int, fragment: int, payload_hash: bytes) -> bytes:
-    """PROTOCOL §4."""
-    return Canon(DOMAIN_SUBMISSION).str(task_id).str(trainer_did).u64(round_).u64(fragment).hash(payload_hash).out()
+MAX_METRICS = 16
+MAX_METRIC_NAME = 32
+_METRIC_NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyz0123456789_")
+
+
+def check_metrics(metrics: dict[str, float]) -> None:
+    """The node's rules for a submission's metrics map (wire.SubmissionMetrics.Validate)."""
+    if len(metrics) > MAX_METRICS:
+        raise ValueError(f"metrics: {len(metrics)} entries, limit {MAX_METRICS}")
+    for k, v in metrics.items():
+        if not 0 < len(k) <= MAX_METRIC_NAME or not set(k) <= _METRIC_NAME_CHARS:
+            raise ValueError(f"metrics: name {k!r}: want [a-z0-9_]{{1,{MAX_METRIC_NAME}}}")
+        if not math.isfinite(float(v)):
+            raise ValueError(f"metrics: {k} is {v}, want a finite number")
+
+
+def submission_preimage(
+    task_id: str,
+    trainer_did: str,
+    round_: int,
+    fragment: int,
+    payload_hash: bytes,
+    metrics: dict[str, float] | None = None,
+) -> bytes:
+    """PROTOCOL §4; with metrics, docs/protocol/metrics.md: Str("metrics") ‖ U64(n) ‖ per name in bytewise
+    order Str(name) ‖ U64(IEEE-754 binary64 bits). No metrics: the v1 preimage, unchanged."""
+    c = Canon(DOMAIN_SUBMISSION).str(task_id).str(trainer_did).u64(round_).u64(fragment).hash(payload_hash)
+    if metrics:
+        check_metrics(metrics)
+        c.str("metrics").u64(len(metrics))
+        for k in sorted(metrics, key=lambda n: n.encode("utf-8")):
+            c.str(k).u64(struct.unpack(">Q", struct.pack(">d", float(metrics[k])))[0])
+    return c.out()
 
 
 def parse_hash(s: str) -> bytes:

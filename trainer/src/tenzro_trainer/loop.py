@@ -11,6 +11,7 @@ dropped. A refused submission is logged with the node's precise reason and never
 from __future__ import annotations
 
 import json
+import math
 import os
 import threading
 import time
@@ -129,6 +130,7 @@ class Trainer:
         self.spec: dict = {}
         self.pending: dict[int, bytes] = {}
         self.pending_round: int | None = None
+        self.pending_metrics: dict[str, float] | None = None  # signed with this round's submissions
         self.history: list[RoundStats] = []
         self._rng = np.random.default_rng(int.from_bytes(key.public_key[:8], "big"))
         self.state_file = cfg.state_file or f"{cfg.trainer_keypair}.{cfg.task_id}.state.json"
@@ -269,6 +271,16 @@ class Trainer:
             out[spec["name"]] = g.to(weights.torch_dtype(spec["dtype"])).contiguous()
         return st_save(out)
 
+    def _reported(self, st: RoundStats, steps: int) -> dict[str, float]:
+        """The signed metrics map sent with this round's submissions (the node's dashboard plots it)."""
+        m = {
+            "train_loss": st.loss,
+            "eval_loss": st.eval_loss,
+            "samples": float(steps * self.cfg.inner.batch_size),
+            "step_time_ms": 1000.0 * st.inner_s / max(steps, 1),
+        }
+        return {k: float(v) for k, v in m.items() if math.isfinite(v)}
+
     # ------------------------------------------------------------------ one round
     def train_round(self, run: dict, shards: list[int]) -> RoundStats:
         r = int(run["round"])
@@ -297,6 +309,7 @@ class Trainer:
                     p = self._attack(p, fr["tensors"])
                 self.pending[fr["index"]] = p
             self.pending_round = r
+            self.pending_metrics = self._reported(st, steps)
             st.serialize_s = time.monotonic() - t0
         else:
             self.log.info("re-submitting after a node restart", round=r, fragments=sorted(self.pending))
@@ -307,7 +320,7 @@ class Trainer:
             p = self.pending[f]
             self.metrics.submitted.inc()
             try:
-                res = self.client.submit(self.key, self.cfg.task_id, r, f, p)
+                res = self.client.submit(self.key, self.cfg.task_id, r, f, p, self.pending_metrics)
             except RpcError as e:
                 self.metrics.rejected.inc()
                 del self.pending[f]

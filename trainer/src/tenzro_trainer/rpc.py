@@ -156,21 +156,32 @@ class Client:
             params["init_weights"] = base64.b64encode(init_weights).decode()
         return self.call("tenzro_training_postTask", params)
 
-    def submit(self, key: Key, task_id: str, round_: int, fragment: int, payload: bytes) -> dict:
+    def submit(
+        self,
+        key: Key,
+        task_id: str,
+        round_: int,
+        fragment: int,
+        payload: bytes,
+        metrics: dict[str, float] | None = None,
+    ) -> dict:
+        """Submit one outer gradient; metrics (train_loss, eval_loss, samples, step_time_ms, ...) are signed
+        with it and plotted by the node's dashboard."""
         ph = hashlib.sha256(payload).digest()
-        sig = key.sign(submission_preimage(task_id, key.did, round_, fragment, ph))
-        return self.call(
-            "tenzro_training_submitOuterGradient",
-            {
-                "task_id": task_id,
-                "trainer_did": key.did,
-                "round": round_,
-                "fragment_index": fragment,
-                "gradient_payload": base64.b64encode(payload).decode(),
-                "payload_hash": ph.hex(),
-                "signature": sig.hex(),
-            },
-        )
+        metrics = {k: float(v) for k, v in (metrics or {}).items()}
+        sig = key.sign(submission_preimage(task_id, key.did, round_, fragment, ph, metrics))
+        params = {
+            "task_id": task_id,
+            "trainer_did": key.did,
+            "round": round_,
+            "fragment_index": fragment,
+            "gradient_payload": base64.b64encode(payload).decode(),
+            "payload_hash": ph.hex(),
+            "signature": sig.hex(),
+        }
+        if metrics:
+            params["metrics"] = metrics
+        return self.call("tenzro_training_submitOuterGradient", params)
 
     def finalize_round(self, task_id: str) -> dict:
         return self.call("tenzro_training_finalizeRound", {"task_id": task_id})
