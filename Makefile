@@ -1,5 +1,6 @@
 # Tenzro Train node. The two commands a newcomer needs:
-#   make demo   - a local training run: node + 8 PyTorch trainers -> sealed, verified receipt
+#   make demo   - a local training run: node + 8 PyTorch trainers -> sealed, verified receipt;
+#                 prints the dashboard URL and serves it until Ctrl-C (DEMO_KEEP=0: stop at the end)
 #   make test   - everything CI runs (installs what it needs: Go modules, clang/lld, the Python venv)
 
 SHELL := /bin/bash
@@ -18,13 +19,18 @@ deps:
 	$(GO) mod download
 
 # clang and lld rebuild the built-in Wasm plugins (the reproducibility test
-# compares the rebuilt bytes with the committed ones).
+# compares the rebuilt bytes with the committed ones); chromium renders the
+# run dashboard in e2e's headless-browser test.
 tools:
 	@command -v clang >/dev/null && command -v wasm-ld >/dev/null || { \
 	  echo ">> installing clang and lld from Debian" >&2; \
 	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
 	  $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq clang lld >/dev/null; }
 	@command -v wasm-ld >/dev/null || { [ -x /usr/bin/wasm-ld-14 ] && ln -sf /usr/bin/wasm-ld-14 /usr/local/bin/wasm-ld; } || true
+	@command -v chromium >/dev/null || { \
+	  echo ">> installing chromium from Debian (the dashboard's headless-browser test)" >&2; \
+	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+	  $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq chromium >/dev/null; }
 
 # The Python venv lives outside the clone, keyed by a hash of the trainer's
 # requirements, so CI and `make demo` reuse it (PyTorch is gigabytes).
@@ -53,7 +59,7 @@ test-python: build
 test-acceptance: build
 	@if [ -f ../shared/acceptance/cli_flow.py ]; then python3 ../shared/acceptance/cli_flow.py; \
 	else echo "no ../shared/acceptance beside this clone: skipping the acceptance scripts"; fi
-	DEMO_ROUNDS=3 TENZRO_BIN_DIR=$(BIN) scripts/demo.sh
+	DEMO_ROUNDS=3 DEMO_KEEP=0 TENZRO_BIN_DIR=$(BIN) scripts/demo.sh
 
 demo:
 	scripts/demo.sh

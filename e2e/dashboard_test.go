@@ -260,6 +260,16 @@ func TestDashboardAndMetrics(t *testing.T) {
 	if !strings.Contains(after, "tenzro_peers ") {
 		t.Error("tenzro_peers missing")
 	}
+	// Every series the Grafana dashboard queries is one the node serves.
+	graf, err := os.ReadFile("../docs/grafana-dashboard.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range regexp.MustCompile(`tenzro_[a-z_]+`).FindAllString(string(graf), -1) {
+		if !strings.Contains(after, "\n"+name) && !strings.Contains(after, "# TYPE "+name+" ") {
+			t.Errorf("docs/grafana-dashboard.json queries %s, which /metrics does not serve", name)
+		}
+	}
 
 	// The pages, server-rendered.
 	code, index := httpGet(t, e.rpc+"/")

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/tenzro/train/enclave"
 	"github.com/tenzro/train/rpc"
 	"github.com/tenzro/train/wire"
 )
@@ -26,7 +27,24 @@ type catalogEntry struct {
 	group         string
 }
 
-type rawObject struct{} // documents json.RawMessage params/results of attest methods
+type rawObject struct{} // documents params passed through as one opaque object
+
+// releaseKeyParams and releaseKeyResult document tenzro_attest_releaseKey's
+// two steps (enclave.KeyRequest in, a nonce or an enclave.WrappedKey out);
+// TestReleaseKeyDocMatchesBroker keeps their names equal to the broker's.
+type releaseKeyParams struct {
+	TaskID       string `json:"task_id"`
+	Evidence     []byte `json:"evidence,omitempty"`
+	RecipientKey []byte `json:"recipient_key,omitempty"`
+	Nonce        []byte `json:"nonce,omitempty"`
+}
+
+type releaseKeyResult struct {
+	Nonce        []byte `json:"nonce,omitempty"`
+	EphemeralKey []byte `json:"ephemeral_key,omitempty"`
+	Sealed       []byte `json:"sealed,omitempty"`
+	EvidenceHash string `json:"evidence_digest,omitempty"`
+}
 
 var catalog = []catalogEntry{
 	{wire.MethodPostTask, "Post a task spec (the seed's JSON verbatim plus DESIGN §3 fields), optionally with initial weights; escrows the reward pool. Signed by spec.sponsor_did.", wire.PostTaskParams{}, wire.PostTaskResult{}, false, "training"},
@@ -52,10 +70,10 @@ var catalog = []catalogEntry{
 	{wire.MethodListPlugins, "List registered plugins.", nil, []wire.PluginInfo{}, false, "plugins"},
 	{wire.MethodGetPlugin, "A plugin's info and module bytes (base64).", rpc.GetPluginParams{}, rpc.PluginModule{}, false, "plugins"},
 	{wire.MethodRequestNonce, "A single-use attestation nonce for a trainer's next evidence, with the shard and model hash it must bind this round.", wire.NonceParams{}, wire.NonceResult{}, false, "attest"},
-	{wire.MethodSubmitEvidence, "Submit attestation evidence for checking against a policy.", rawObject{}, rawObject{}, true, "attest"},
-	{wire.MethodGetEvidence, "Fetch stored attestation evidence.", rawObject{}, rawObject{}, true, "attest"},
-	{wire.MethodGetPolicy, "The attestation policy in force.", rawObject{}, rawObject{}, true, "attest"},
-	{wire.MethodReleaseKey, "Confidential tier key broker: release a dataset key to evidence that passes the policy.", rawObject{}, rawObject{}, true, "attest"},
+	{wire.MethodSubmitEvidence, "Submit a trainer's attestation evidence envelope for a run; it is checked against the run's policy and stored by digest.", wire.SubmitEvidenceParams{}, wire.SubmitEvidenceResult{}, false, "attest"},
+	{wire.MethodGetEvidence, "Fetch stored attestation evidence by digest.", wire.GetEvidenceParams{}, wire.GetEvidenceResult{}, false, "attest"},
+	{wire.MethodGetPolicy, "The attestation policy template the node applies for a tier (verified, confidential) and vendor (tdx, snp, nitro); the result is the policy JSON.", wire.GetPolicyParams{}, json.RawMessage{}, false, "attest"},
+	{wire.MethodReleaseKey, "Confidential tier key broker, two steps: with task_id alone it returns the single-use nonce the evidence must bind; with evidence, recipient_key (X25519) and that nonce it returns the dataset key wrapped to recipient_key.", releaseKeyParams{}, releaseKeyResult{}, false, "attest"},
 }
 
 type errorDoc struct {
@@ -276,3 +294,22 @@ func TestErrorsDocListsEveryCode(t *testing.T) {
 }
 
 func itoa(n int) string { b, _ := json.Marshal(n); return string(b) }
+
+// TestReleaseKeyDocMatchesBroker: the documented releaseKey fields are the
+// broker's own (enclave.KeyRequest, enclave.WrappedKey plus the nonce).
+func TestReleaseKeyDocMatchesBroker(t *testing.T) {
+	names := func(v any) []string {
+		var out []string
+		for _, f := range fields(reflect.TypeOf(v)) {
+			out = append(out, f.name)
+		}
+		sort.Strings(out)
+		return out
+	}
+	if got, want := names(releaseKeyParams{}), names(enclave.KeyRequest{}); !reflect.DeepEqual(got, want) {
+		t.Errorf("releaseKey params documented as %v, broker decodes %v", got, want)
+	}
+	if got, want := names(releaseKeyResult{}), append(names(enclave.WrappedKey{}), "nonce"); !reflect.DeepEqual(got, func() []string { sort.Strings(want); return want }()) {
+		t.Errorf("releaseKey result documented as %v, broker answers %v", got, want)
+	}
+}

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # scripts/demo.sh (make demo): eight trainers train a tiny TimesFM-class model through a local
-# tenzro-node (--dev) to a verified receipt. Env: DEMO_ROUNDS (default 20), DEMO_KEEP=1 keeps the
-# temp dir, TENZRO_BIN_DIR (use prebuilt tenzro + tenzro-node), DEMO_PNG (loss curve, default $TMPDIR/tenzro-demo-loss.png), GO (default go),
+# tenzro-node (--dev) to a verified receipt, watched on the node's dashboard. Env: DEMO_ROUNDS
+# (default 20), DEMO_KEEP=0 stops the node when the run is done (default: keep serving the dashboard
+# until Ctrl-C), DEMO_KEEP_DIR=1 keeps the temp dir, TENZRO_BIN_DIR (use prebuilt tenzro + tenzro-node), DEMO_PNG (loss curve, default $TMPDIR/tenzro-demo-loss.png), GO (default go),
 # TENZRO_VENV_ROOT (see scripts/venv.sh).
 set -euo pipefail
 
@@ -14,7 +15,7 @@ cleanup() {
 		kill "$node_pid" 2>/dev/null || true
 		wait "$node_pid" 2>/dev/null || true
 	fi
-	if [[ "${DEMO_KEEP:-0}" != 1 ]]; then rm -rf "$work"; else echo "kept $work"; fi
+	if [[ "${DEMO_KEEP_DIR:-0}" != 1 ]]; then rm -rf "$work"; else echo "kept $work"; fi
 }
 trap cleanup EXIT
 
@@ -46,7 +47,14 @@ for _ in $(seq 1 300); do
 	sleep 0.1
 done
 
+echo "== dashboard: http://127.0.0.1:$port/  (runs, loss curve, trainers, fragment commits, receipt)"
+
 echo "== training ($rounds rounds; M=8 K=6 F=4 H=24)"
 png="${DEMO_PNG:-${TMPDIR:-/tmp}/tenzro-demo-loss.png}"
 "$venv/bin/python" -m tenzro_trainer.demo --rpc "http://127.0.0.1:$port" --workdir "$work/run" \
 	--bins "$work/bin" --rounds "$rounds" --png "$png"
+
+if [[ "${DEMO_KEEP:-1}" != 0 ]]; then
+	echo "== the node keeps serving the dashboard at http://127.0.0.1:$port/ — press Ctrl-C to stop (DEMO_KEEP=0 skips this)"
+	wait "$node_pid" || true
+fi

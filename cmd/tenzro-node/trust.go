@@ -122,11 +122,7 @@ func decodeStrict(raw json.RawMessage, v any) error {
 }
 
 func (a *attestRPC) SubmitEvidence(ctx context.Context, raw json.RawMessage) (json.RawMessage, error) {
-	var p struct {
-		TaskID   string          `json:"task_id"`
-		DID      string          `json:"did"`
-		Envelope json.RawMessage `json:"envelope"`
-	}
+	var p wire.SubmitEvidenceParams
 	if err := decodeStrict(raw, &p); err != nil {
 		return nil, err
 	}
@@ -134,13 +130,11 @@ func (a *attestRPC) SubmitEvidence(ctx context.Context, raw json.RawMessage) (js
 	if err != nil {
 		return nil, err
 	}
-	return json.Marshal(map[string]wire.Hash{"digest": dg})
+	return json.Marshal(wire.SubmitEvidenceResult{Digest: dg})
 }
 
 func (a *attestRPC) GetEvidence(ctx context.Context, raw json.RawMessage) (json.RawMessage, error) {
-	var p struct {
-		Digest wire.Hash `json:"digest"`
-	}
+	var p wire.GetEvidenceParams
 	if err := decodeStrict(raw, &p); err != nil {
 		return nil, err
 	}
@@ -148,14 +142,11 @@ func (a *attestRPC) GetEvidence(ctx context.Context, raw json.RawMessage) (json.
 	if err != nil {
 		return nil, err
 	}
-	return json.Marshal(map[string]json.RawMessage{"envelope": ev})
+	return json.Marshal(wire.GetEvidenceResult{Envelope: ev})
 }
 
 func (a *attestRPC) GetPolicy(ctx context.Context, raw json.RawMessage) (json.RawMessage, error) {
-	var p struct {
-		Tier   string `json:"tier"`
-		Vendor string `json:"vendor"`
-	}
+	var p wire.GetPolicyParams
 	if err := decodeStrict(raw, &p); err != nil {
 		return nil, err
 	}
