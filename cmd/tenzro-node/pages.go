@@ -60,6 +60,11 @@ func pages(cfg Config, reg *prometheus.Registry, src dashboard.Source, verify rp
 	if cfg.dashboardOn() {
 		mux.Handle("GET /", dashboard.Handler(src, dashboard.Options{Verify: dashboard.VerifyFunc(verify), Logger: log.With("component", "dashboard")}))
 		log.Info("dashboard", "url", "http://"+cfg.RPCAddr+"/")
+	} else {
+		mux.HandleFunc("GET /", func(w http.ResponseWriter, _ *http.Request) {
+			w.Header().Set("Allow", http.MethodPost)
+			http.Error(w, "this address serves JSON-RPC over POST and /metrics; the run dashboard is off (tenzro-node --dashboard on, default with --dev)", http.StatusMethodNotAllowed)
+		})
 	}
 	return mux
 }

@@ -1,0 +1,94 @@
+package dashboard_test
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/tenzro/train/rpc/dashboard"
+	"github.com/tenzro/train/syncer"
+	"github.com/tenzro/train/wire"
+)
+
+// fakeSource serves fixed views (test only): the dashboard's empty and
+// early states, which the e2e test's run passes through too quickly to see.
+type fakeSource struct {
+	runs []wire.RunSummary
+	run  *wire.RunView
+}
+
+func (f fakeSource) ListRuns(context.Context, wire.ListRunsParams) ([]wire.RunSummary, error) {
+	return f.runs, nil
+}
+
+func (f fakeSource) GetRun(_ context.Context, id string) (*wire.RunView, error) {
+	if f.run == nil || f.run.TaskID != id {
+		return nil, syncer.Errf(syncer.KindNotFound, "no run %q", id)
+	}
+	return f.run, nil
+}
+
+func (f fakeSource) GetTranscript(context.Context, string) ([]wire.RoundCommit, error) {
+	return nil, nil
+}
+
+func (f fakeSource) GetReceipt(context.Context, string) (*wire.Receipt, error) {
+	return nil, syncer.Errf(syncer.KindNotFound, "not sealed")
+}
+
+func (f fakeSource) ReportedMetrics(context.Context, string) ([]wire.MetricsReport, error) {
+	return nil, nil
+}
+
+func (f fakeSource) Info(context.Context) wire.NodeInfo {
+	return wire.NodeInfo{Version: "test", NodeDID: "did:tenzro:machine:z6MkTEST", Role: "syncer"}
+}
+
+const spec = `{"task_id":"t-1","sponsor_did":"did:tenzro:human:z6MkhaXgBZDvotDkL5257faiztiGiC2QtKLGpbnnEGta2doK","sponsor_address":"0x00000000000000000000000000000000000000aa",
+ "architecture":{"family":"timesfm","param_count":200000000,"modality":"Timeseries","fragment_count":2,
+ "dtype":"bf16","metadata":{}},"tier":"Open","aggregation":"Mean",
+ "trainer_count":3,"quorum":2,"inner_steps":24,"max_rounds":5,"grace_window_ms":30000,
+ "reward_pool":"1000000000000000000000","dataset_ref":"ipfs://Qm...","dataset_hash":"0x...",
+ "min_throughput":null,"created_at":1761350400}`
+
+func get(t *testing.T, h http.Handler, path string) (int, string) {
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, path, nil))
+	return rec.Code, rec.Body.String()
+}
+
+func TestEmptyAndEarlyStates(t *testing.T) {
+	if _, _, err := wire.ParseSpec([]byte(spec)); err != nil {
+		t.Fatal(err)
+	}
+	run := &wire.RunView{TaskID: "t-1", TaskSpec: json.RawMessage(spec), Status: wire.StatusAwaiting, Escrow: "1000000000000000000000",
+		Trainers: []wire.TrainerView{}, TrainerMetrics: map[string]wire.TrainerMetrics{},
+		Fragments: []wire.FragmentView{{Index: 0}, {Index: 1}}, Aggregation: json.RawMessage(`{"name":"Mean"}`)}
+	for _, c := range []struct {
+		name, path string
+		src        fakeSource
+		code       int
+		want       []string
+	}{
+		{"no runs", "/", fakeSource{}, 200, []string{"No runs yet", "tenzro train post-task"}},
+		{"a run awaiting trainers", "/runs/t-1", fakeSource{run: run}, 200, []string{`id="loss-empty"`, "No trainer has enrolled yet",
+			"not yet (the election runs when the run starts)", "The receipt is written when the run seals", "1000 TNZO", "0 / 5"}},
+		{"unknown run", "/runs/nope", fakeSource{run: run}, 404, []string{"no run"}},
+		{"verify before the seal", "/runs/t-1/verify", fakeSource{run: run}, 400, []string{"no receipt to verify"}},
+		{"stylesheet", "/style.css", fakeSource{}, 200, []string{".chart"}},
+	} {
+		h := dashboard.Handler(c.src, dashboard.Options{})
+		code, body := get(t, h, c.path)
+		if code != c.code {
+			t.Errorf("%s: status %d, want %d", c.name, code, c.code)
+		}
+		for _, w := range c.want {
+			if !strings.Contains(body, w) {
+				t.Errorf("%s: page lacks %q", c.name, w)
+			}
+		}
+	}
+}
