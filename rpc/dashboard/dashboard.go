@@ -278,11 +278,9 @@ func newTimeline(v *wire.RunView, tr []wire.RoundCommit, maxRounds int) timeline
 	if show > 60 { // a long run shows its last 60 rounds
 		show = 60
 	}
-	first := 0
-	if len(tr) >= show {
-		first = len(tr) - show + 1
-	}
-	for rd := first; rd < first+show && rd < maxRounds; rd++ {
+	// The window ends after the open round (or the last one) and holds show rounds.
+	end := min(maxRounds, max(show, len(tr)+1))
+	for rd := end - show; rd < end; rd++ {
 		t.Rounds = append(t.Rounds, rd)
 	}
 	for i := range v.Fragments {
@@ -454,13 +452,19 @@ func shortHash(h wire.Hash) string {
 	return s
 }
 
-var attoPerTNZO = new(big.Int).Exp(big.NewInt(10), big.NewInt(18), nil)
+var (
+	attoPerTNZO          = new(big.Int).Exp(big.NewInt(10), big.NewInt(18), nil)
+	attoPerTenThousandth = new(big.Int).Exp(big.NewInt(10), big.NewInt(14), nil)
+)
 
 // tnzo renders an attoTNZO decimal string as TNZO with up to 4 decimals.
 func tnzo(atto string) string {
 	v, ok := new(big.Int).SetString(atto, 10)
 	if !ok {
 		return atto
+	}
+	if v.Sign() != 0 && new(big.Int).Abs(v).Cmp(attoPerTenThousandth) < 0 {
+		return v.String() + " attoTNZO" // too small for 4 decimals of TNZO
 	}
 	r := new(big.Rat).SetFrac(v, attoPerTNZO)
 	s := strings.TrimRight(strings.TrimRight(r.FloatString(4), "0"), ".")
