@@ -463,10 +463,11 @@ func tnzo(atto string) string {
 	if !ok {
 		return atto
 	}
-	if v.Sign() != 0 && new(big.Int).Abs(v).Cmp(attoPerTenThousandth) < 0 {
-		return v.String() + " attoTNZO" // too small for 4 decimals of TNZO
-	}
 	r := new(big.Rat).SetFrac(v, attoPerTNZO)
+	if v.Sign() != 0 && new(big.Int).Abs(v).Cmp(attoPerTenThousandth) < 0 {
+		f, _ := r.Float64() // too small for 4 decimals: 4 significant digits
+		return strconv.FormatFloat(f, 'g', 4, 64) + " TNZO"
+	}
 	s := strings.TrimRight(strings.TrimRight(r.FloatString(4), "0"), ".")
 	return s + " TNZO"
 }

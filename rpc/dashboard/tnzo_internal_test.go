@@ -9,7 +9,7 @@ import (
 func TestTNZO(t *testing.T) {
 	for _, c := range []struct{ in, want string }{
 		{"0", "0 TNZO"}, {"1000000000000000000000", "1000 TNZO"}, {"345679012345678901234", "345.679 TNZO"},
-		{"125000000000", "125000000000 attoTNZO"}, {"100000000000000", "0.0001 TNZO"}, {"x", "x"},
+		{"125000000000", "1.25e-07 TNZO"}, {"100000000000000", "0.0001 TNZO"}, {"x", "x"},
 	} {
 		if got := tnzo(c.in); got != c.want {
 			t.Errorf("tnzo(%s) = %q, want %q", c.in, got, c.want)
