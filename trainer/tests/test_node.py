@@ -8,6 +8,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -102,6 +103,10 @@ def test_loop_trains_to_a_sealed_verified_receipt(node, tmp_path):
     assert rc["final_model_hash"] != rc["init_model_hash"]
     v = c.call("tenzro_training_verifyReceipt", {"receipt": rc, "root": rc["run_root"]})
     assert v["valid"] == 1, v
+    # The submissions' signed metrics reached the node: its dashboard plots the loss curve.
+    with urllib.request.urlopen(f"{node.url}/runs/{task}", timeout=30) as r:
+        page = r.read().decode()
+    assert 'class="line train"' in page and "✓" in page
 
 
 def test_resume_after_node_restart(node, tmp_path):
@@ -156,7 +161,12 @@ def test_rejected_submissions_change_nothing_and_the_trainer_goes_on(node, tmp_p
 def test_cli_run_leaves_cleanly_on_sigint(node, tmp_path):
     c, keys, task = post_task(node, tmp_path, m=1, k=1, f=1, h=1, rounds=1000)
     cfg = tmp_path / "trainer.yaml"
-    cfg.write_text(yaml.safe_dump(trainer_cfg(node, task, 0, tmp_path, log_format="json")))
+    # The seed's whole trainer.yaml: its peer-to-peer keys are accepted (and explained), never refused.
+    seed_p2p = {
+        "gossip_listen": "/ip4/0.0.0.0/tcp/4002",
+        "hivemind_initial_peers": ["/ip4/10.0.0.2/tcp/4001/p2p/12D3KooWx"],
+    }
+    cfg.write_text(yaml.safe_dump(trainer_cfg(node, task, 0, tmp_path, log_format="json", **seed_p2p)))
     p = subprocess.Popen(
         [sys.executable, "-m", "tenzro_trainer", "run", "--config", str(cfg)],
         stderr=subprocess.PIPE,
@@ -173,6 +183,7 @@ def test_cli_run_leaves_cleanly_on_sigint(node, tmp_path):
     assert p.returncode == EXIT_INTERRUPTED, "".join(seen)[-3000:]
     logs = [json.loads(x) for x in "".join(seen).splitlines() if x.startswith("{")]
     assert any("leaving cleanly" in x["msg"] for x in logs)
+    assert any("gossip_listen" in x["msg"] for x in logs) and any("--boot-nodes" in x["msg"] for x in logs)
     assert c.get_run(task)["trainer_metrics"][keys[0].did]["accepted"] >= 1
 
 
