@@ -195,7 +195,7 @@ missed_rounds, current_reward}, .trainers, .fragments, .round_roots, …`,
 				fmt.Fprintf(out, "fragments %d (%d committed this round)\n", len(r.Fragments), committed)
 			}
 			tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "TRAINER\tSTATUS\tSTAKE\tSUBMITTED\tACCEPTED\tMISSED\tREWARD")
+			fmt.Fprintln(tw, "TRAINER\tSTATUS\tSHARDS\tSTAKE\tSUBMITTED\tACCEPTED\tMISSED\tREWARD")
 			status := map[string]wire.TrainerView{}
 			for _, t := range r.Trainers {
 				status[t.DID] = t
@@ -213,7 +213,11 @@ missed_rounds, current_reward}, .trainers, .fragments, .round_roots, …`,
 			for _, d := range dids {
 				m := r.TrainerMetrics[d]
 				tv := status[d]
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%d\t%s\n", d, orDash(tv.Status), orDash(tv.Stake), m.Submitted, m.Accepted, m.MissedRounds, orDash(m.CurrentReward))
+				shards := "-"
+				if len(tv.ShardAssignments) > 0 {
+					shards = fmt.Sprintf("%v from r%d", tv.ShardAssignments, tv.ShardsFromRound)
+				}
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d\t%d\t%s\n", d, orDash(tv.Status), shards, orDash(tv.Stake), m.Submitted, m.Accepted, m.MissedRounds, orDash(m.CurrentReward))
 			}
 			return tw.Flush()
 		},
