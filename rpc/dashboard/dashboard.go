@@ -118,7 +118,8 @@ type indexPage struct {
 
 type runRow struct {
 	wire.RunSummary
-	Progress float64
+	Progress  float64
+	Committed uint64 // rounds committed: the current round's index while running, all once sealed
 }
 
 func (h *handler) index(w http.ResponseWriter, r *http.Request) {
@@ -129,7 +130,11 @@ func (h *handler) index(w http.ResponseWriter, r *http.Request) {
 	}
 	p := indexPage{Title: "Runs", Refresh: int(h.opts.Refresh / time.Second), Node: h.src.Info(r.Context())}
 	for _, s := range runs {
-		p.Runs = append(p.Runs, runRow{RunSummary: s, Progress: progress(s.Status, s.Round, s.Rounds)})
+		committed := s.Round
+		if s.Status == wire.StatusSealed {
+			committed = uint64(s.Rounds)
+		}
+		p.Runs = append(p.Runs, runRow{RunSummary: s, Progress: progress(s.Status, s.Round, s.Rounds), Committed: committed})
 	}
 	h.render(w, "index.html", p)
 }
