@@ -74,6 +74,9 @@ func TestEmptyAndEarlyStates(t *testing.T) {
 		want       []string
 	}{
 		{"no runs", "/", fakeSource{}, 200, []string{"No runs yet", "tenzro train post-task"}},
+		{"runs", "/", fakeSource{runs: []wire.RunSummary{{TaskID: "a", Status: wire.StatusSealed, Round: 9, Rounds: 10, Tier: "Open"},
+			{TaskID: "b", Status: wire.StatusRunning, Round: 3, Rounds: 10}}}, 200,
+			[]string{`href="/runs/a"`, "10 / 10 rounds committed", "3 / 10 rounds committed", `class="pill sealed"`}},
 		{"a run awaiting trainers", "/runs/t-1", fakeSource{run: run}, 200, []string{`id="loss-empty"`, "No trainer has enrolled yet",
 			"not yet (the election runs when the run starts)", "The receipt is written when the run seals", "1000 TNZO", "0 / 5"}},
 		{"unknown run", "/runs/nope", fakeSource{run: run}, 404, []string{"no run"}},
