@@ -168,7 +168,13 @@ func TestSeedTutorialCommandsVerbatim(t *testing.T) {
 				if err := os.WriteFile(filepath.Join(p.dir, g), gradientFrom(t, filepath.Join(p.dir, w), i, round, f), 0o644); err != nil {
 					t.Fatal(err)
 				}
-				p.must("tenzro", "train", "submit-gradient", "--task-id", task, "--round", fmt.Sprint(round), "--fragment", fmt.Sprint(f), "--payload", g)
+				line := []string{"tenzro", "train", "submit-gradient", "--task-id", task, "--round", fmt.Sprint(round), "--fragment", fmt.Sprint(f), "--payload", g}
+				if round == 0 && i == 0 && f == 0 {
+					if _, stderr, err := p.run(false, append(line, "--metrics", "Train Loss=1")...); err == nil || !strings.Contains(stderr, "metrics") {
+						t.Fatalf("a bad metrics name: %v %s", err, stderr)
+					}
+				}
+				p.must(append(line, "--metrics", fmt.Sprintf("train_loss=%.3f,samples=768", 1.5-0.5*float64(round)))...)
 			}
 		}
 		getRun()
@@ -186,6 +192,10 @@ func TestSeedTutorialCommandsVerbatim(t *testing.T) {
 	}
 	if run.Status != wire.StatusSealed {
 		t.Fatalf("run did not seal: %s", run.Status)
+	}
+	// The reported metrics reached the dashboard's loss curve.
+	if code, page := httpGet(t, e.rpc+"/runs/"+task); code != 200 || !strings.Contains(page, `class="line train"`) || !strings.Contains(page, "1.0000 at round 1") {
+		t.Errorf("dashboard after the tutorial's run: status %d, no loss curve of the reported metrics", code)
 	}
 	sponsor.must("tenzro", "train", "get-receipt", "--task-id", task, "--out", "receipt.json")
 	sponsor.must("tenzro", "receipt", "verify", "--receipt", "receipt.json")

@@ -3,11 +3,10 @@ package main
 import (
 	"errors"
 	"fmt"
+	"github.com/tenzro/train/wire/did"
 	"io/fs"
 	"os"
 	"path/filepath"
-
-	"github.com/tenzro/train/wire/did"
 )
 
 // envKey names the environment variable that points at the default key file.

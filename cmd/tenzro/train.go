@@ -383,16 +383,21 @@ func newLeaveCmd() *cobra.Command {
 func newSubmitCmd() *cobra.Command {
 	var task, payloadPath, keyPath, attPath string
 	var round, fragment uint64
+	var metrics map[string]string
 	c := &cobra.Command{
-		Use:   "submit-gradient --task-id ID --round N --fragment I --payload FILE [--key FILE]",
+		Use:   "submit-gradient --task-id ID --round N --fragment I --payload FILE [--key FILE] [--metrics train_loss=X,...]",
 		Short: "Submit one outer gradient (safetensors) for a round and fragment",
 		Long: `Submit the pseudo-gradient θ_before − θ_after of one fragment as safetensors
 (same tensor names, dtype and shapes as the fragment's weights from get-weights).
 The CLI computes payload_hash (SHA-256 of the file) and signs the submission
 preimage (docs/PROTOCOL.md §4) with --key. The node refuses wrong rounds or
-fragments, duplicates, bad shapes and late submissions with a precise error.`,
+fragments, duplicates, bad shapes and late submissions with a precise error.
+--metrics attaches what you measured (train_loss, eval_loss, samples,
+step_time_ms, ...; signed with the submission, docs/protocol/metrics.md); the
+node's dashboard plots it.`,
 		Example: `  tenzro train get-weights --task-id train-1 --fragment 0 --out w0.safetensors
-  tenzro train submit-gradient --task-id train-1 --round 0 --fragment 0 --payload g0.safetensors --key t0.key`,
+  tenzro train submit-gradient --task-id train-1 --round 0 --fragment 0 --payload g0.safetensors --key t0.key
+  tenzro train submit-gradient --task-id train-1 --round 1 --fragment 0 --payload g1.safetensors --metrics train_loss=0.82,samples=768`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if !cmd.Flags().Changed("round") || !cmd.Flags().Changed("fragment") {
@@ -408,6 +413,9 @@ fragments, duplicates, bad shapes and late submissions with a precise error.`,
 			}
 			g := &wire.OuterGradient{TaskID: task, TrainerDID: key.DID.String(), Round: round, FragmentIndex: fragment,
 				GradientPayload: payload, PayloadHash: wire.SumBytes(payload)}
+			if g.Metrics, err = parseMetrics(metrics); err != nil {
+				return err
+			}
 			if attPath != "" {
 				if g.Attestation, err = readJSONFile("attestation", attPath); err != nil {
 					return err
@@ -441,6 +449,7 @@ fragments, duplicates, bad shapes and late submissions with a precise error.`,
 	c.Flags().StringVar(&payloadPath, "payload", "", "outer gradient (safetensors)")
 	c.Flags().StringVar(&keyPath, "key", "", "trainer key file (default $TENZRO_KEY, then ~/.tenzro/key.json)")
 	c.Flags().StringVar(&attPath, "attestation", "", "attestation claim JSON (Verified/Confidential tiers)")
+	c.Flags().StringToStringVar(&metrics, "metrics", nil, "signed metrics to report, name=number pairs (e.g. train_loss=0.82,eval_loss=0.9)")
 	for _, f := range []string{"task-id", "round", "fragment", "payload"} {
 		_ = c.MarkFlagRequired(f)
 	}
