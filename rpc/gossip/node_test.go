@@ -332,13 +332,16 @@ func TestForwarderToReceiver(t *testing.T) {
 	}
 	k := trainerKey(t)
 	g := signedGradient(t, k, payload)
+	g.Metrics = wire.SubmissionMetrics{wire.MetricTrainLoss: 0.75, wire.MetricSamples: 768} // signed, and relayed with the announcement
+	g.Signature = k.Sign(g.Preimage())
 	if _, err := NewForwarder(light).Forward(ctx, g); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, ctx, "the syncer's node submits the forwarded gradient", func() bool { return len(got.all()) == 1 })
 	sub := got.all()[0]
 	if !bytes.Equal(sub.GradientPayload, payload) || sub.PayloadHash != g.PayloadHash || sub.TrainerDID != g.TrainerDID ||
-		sub.Round != g.Round || sub.FragmentIndex != g.FragmentIndex || !bytes.Equal(sub.Signature, g.Signature) {
+		sub.Round != g.Round || sub.FragmentIndex != g.FragmentIndex || !bytes.Equal(sub.Signature, g.Signature) ||
+		sub.Metrics[wire.MetricTrainLoss] != 0.75 || len(sub.Metrics) != 2 {
 		t.Fatal("submitted gradient differs from the forwarded one")
 	}
 	if err := did.Verify(sub.TrainerDID, sub.Preimage(), sub.Signature); err != nil {
