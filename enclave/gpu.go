@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/tenzro/train/attest"
+	"github.com/tenzro/train/attest/nvidia"
 	"github.com/tenzro/train/wire"
 )
 
@@ -46,4 +47,39 @@ func AttachGPU(envelope []byte, g *attest.GPUEvidence) ([]byte, error) {
 	}
 	m["gpu"] = b
 	return json.Marshal(m)
+}
+
+// FileGPU is GPU evidence collected elsewhere — by the reference trainer
+// through NVML (nvmlDeviceGetConfComputeGpuAttestationReport with the nonce
+// `tenzro attest quote --gpu-nonce-only` printed, and
+// nvmlDeviceGetConfComputeGpuCertificate) — and handed over as files.
+type FileGPU struct {
+	Report []byte // binary or hex report
+	Chain  []byte // PEM or DER device chain, leaf first
+}
+
+// Simulated reports false: the files come from a real GPU (or fail to verify).
+func (FileGPU) Simulated() bool { return false }
+
+// GPUEvidence implements GPUProvider: the report must carry nonce.
+func (f FileGPU) GPUEvidence(ctx context.Context, nonce wire.Hash) (*attest.GPUEvidence, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	r, err := nvidia.Parse(f.Report)
+	if err != nil {
+		return nil, err
+	}
+	if r.Nonce != nonce {
+		return nil, fmt.Errorf("the GPU report carries nonce %x, this binding needs %x (collect it with the nonce --gpu-nonce-only prints)", r.Nonce[:], nonce[:])
+	}
+	chain, err := nvidia.ParseChain(f.Chain)
+	if err != nil {
+		return nil, err
+	}
+	g := &attest.GPUEvidence{Vendor: attest.VendorNvidia, Report: r.Raw}
+	for _, c := range chain {
+		g.Certs = append(g.Certs, c.Raw)
+	}
+	return g, nil
 }

@@ -87,3 +87,12 @@ func trim(b []byte) []byte {
 	}
 	return b
 }
+
+// NewTSMProvider returns the configfs-tsm provider for vendor "tdx" or
+// "snp" at TSMReportDir.
+func NewTSMProvider(vendor string) (*TSMProvider, error) {
+	if vendor != "tdx" && vendor != "snp" {
+		return nil, fmt.Errorf("configfs-tsm: vendor %q (want tdx or snp)", vendor)
+	}
+	return &TSMProvider{vendor: vendor, dir: TSMReportDir}, nil
+}

@@ -2,6 +2,7 @@ package nvidia
 
 import (
 	"bytes"
+	"errors"
 	"crypto/x509"
 	"encoding/hex"
 	"fmt"
@@ -123,6 +124,9 @@ func ValidateNonce(r *Report, want []byte, checks *verdict.Checks) error {
 	return nil
 }
 
+// ErrUnknownCollateral marks a refusal for missing (not bad) collateral.
+var ErrUnknownCollateral = errors.New("measurements/revocation unknown")
+
 // CollateralOptions configures CheckCollateral.
 type CollateralOptions struct {
 	Now        time.Time
@@ -140,7 +144,7 @@ type CollateralOptions struct {
 // version) and the measurements against them (nvidia.measurements).
 // Missing collateral is recorded as unknown and refuses only when the
 // options do not allow it.
-func CheckCollateral(r *Report, chain []*x509.Certificate, opts CollateralOptions, claims *Claims, checks *verdict.Checks) error {
+func CheckCollateral(r *Report, chain []*x509.Certificate, opts CollateralOptions, claims *Claims, checks *verdict.Checks) (err error) {
 	col := opts.Collateral
 	if col == nil {
 		col = &Collateral{}
@@ -160,10 +164,15 @@ func CheckCollateral(r *Report, chain []*x509.Certificate, opts CollateralOption
 	}
 	if len(unknown) > 0 {
 		checks.Unknown("nvidia.revocation", "revocation unknown: no OCSP collateral for %s", strings.Join(unknown, ", "))
-		if !opts.AllowUnknownRevocation {
-			return &verdict.Refusal{Check: "nvidia.revocation", Err: fmt.Errorf("measurements/revocation unknown: no OCSP collateral for %s (the policy does not allow unknown revocation)", strings.Join(unknown, ", "))}
-		}
 		claims.RevocationStatus = "unknown"
+		if !opts.AllowUnknownRevocation {
+			// Refused at the end, after the RIM checks ran too.
+			defer func() {
+				if err == nil || errors.Is(err, ErrUnknownCollateral) {
+					err = &verdict.Refusal{Check: "nvidia.revocation", Err: fmt.Errorf("%w: no OCSP collateral for %s (the policy does not allow unknown revocation)", ErrUnknownCollateral, strings.Join(unknown, ", "))}
+				}
+			}()
+		}
 	} else {
 		checks.Pass("nvidia.revocation", "OCSP good for %d certificates", len(chain)-1)
 		claims.RevocationStatus = "good"
@@ -180,7 +189,7 @@ func CheckCollateral(r *Report, chain []*x509.Certificate, opts CollateralOption
 	if driver == nil || vbios == nil {
 		checks.Unknown("nvidia.measurements", "measurements unknown: no verified driver and VBIOS RIMs")
 		if !opts.AllowUnknownMeasurements {
-			return &verdict.Refusal{Check: "nvidia.measurements", Err: fmt.Errorf("measurements/revocation unknown: no RIM collateral for driver %s / VBIOS %s (the policy does not allow unknown measurements)", r.DriverVersion, r.VBIOSVersion)}
+			return &verdict.Refusal{Check: "nvidia.measurements", Err: fmt.Errorf("%w: no RIM collateral for driver %s / VBIOS %s (the policy does not allow unknown measurements)", ErrUnknownCollateral, r.DriverVersion, r.VBIOSVersion)}
 		}
 		claims.MeasurementStatus = "unknown"
 		return nil
