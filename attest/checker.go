@@ -3,8 +3,8 @@ package attest
 import (
 	"bytes"
 	"context"
-	"errors"
 	"crypto/x509"
+	"errors"
 	"fmt"
 	"log/slog"
 	"sync"

@@ -2,9 +2,9 @@ package nvidia
 
 import (
 	"bytes"
-	"errors"
 	"crypto/x509"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"slices"
 	"sort"

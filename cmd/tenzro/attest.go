@@ -1,9 +1,9 @@
 package main
 
 import (
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
-	"encoding/hex"
 	"io"
 	"os"
 	"strings"
