@@ -77,7 +77,8 @@ type ReplayGuard interface {
 
 // Checker verifies evidence envelopes; it implements syncer.Attestor.
 type Checker struct {
-	opts Options
+	opts    Options
+	nvCache *nvidia.Cache
 }
 
 var _ syncer.Attestor = (*Checker)(nil)
@@ -93,7 +94,7 @@ func NewChecker(opts Options) *Checker {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
-	return &Checker{opts: opts}
+	return &Checker{opts: opts, nvCache: nvidia.NewCache()}
 }
 
 // Digest is the evidence digest recorded in receipts: SHA-256 over the
@@ -390,7 +391,7 @@ func (c *Checker) verifyGPU(gpu *GPUEvidence, p *Policy, at time.Time, nonce []b
 		}
 		roots = nvidia.Roots{Device: d.Cert, RIM: r.Cert, Label: "the SIMULATED test root (allow_simulated)"}
 	}
-	verified, err := nvidia.Verify(rep, chain, nvidia.VerifyOptions{Now: at, Roots: roots}, checks)
+	verified, err := nvidia.Verify(rep, chain, nvidia.VerifyOptions{Now: at, Roots: roots, Cache: c.nvCache}, checks)
 	claims := nvidia.ClaimsOf(rep, verified)
 	if err != nil {
 		return claims, sim, err
@@ -406,7 +407,7 @@ func (c *Checker) verifyGPU(gpu *GPUEvidence, p *Policy, at time.Time, nonce []b
 	if err != nil {
 		return claims, sim, checks.Fail("nvidia.collateral", err)
 	}
-	copts := nvidia.CollateralOptions{Now: at, Roots: roots, Collateral: col}
+	copts := nvidia.CollateralOptions{Now: at, Roots: roots, Collateral: col, Cache: c.nvCache}
 	if p != nil && p.NvidiaCC != nil {
 		copts.AllowUnknownRevocation, copts.AllowUnknownMeasurements = p.NvidiaCC.AllowUnknownRevocation, p.NvidiaCC.AllowUnknownMeasurements
 	}

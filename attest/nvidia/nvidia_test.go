@@ -449,7 +449,7 @@ func FuzzVerifyRIM(f *testing.F) {
 	})
 }
 
-func BenchmarkVerifyReport(b *testing.B) {
+func BenchmarkVerifySample(b *testing.B) {
 	raw := readTD(b, "hopperAttestationReport.txt")
 	chainPEM := readTD(b, "hopperCertChain.txt")
 	chain, _ := ParseChain(chainPEM)

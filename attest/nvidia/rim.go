@@ -43,8 +43,9 @@ type RIM struct {
 	Version  string
 	Product  string
 	Golden   map[int]Golden
-	Signer   *x509.Certificate // the verified signing certificate
-	NotAfter time.Time         // the earliest expiry along the signing chain
+	Signer    *x509.Certificate // the verified signing certificate
+	NotBefore time.Time         // the latest start along the signing chain
+	NotAfter  time.Time         // the earliest expiry along the signing chain
 }
 
 // VerifyRIM verifies a RIM at now: its signing chain (from KeyInfo) to the
@@ -78,12 +79,7 @@ func VerifyRIM(doc []byte, root *x509.Certificate, now time.Time) (*RIM, string,
 	if err != nil {
 		return nil, "chain", fmt.Errorf("RIM signing chain: %w", err)
 	}
-	notAfter := chain[0].NotAfter
-	for _, c := range chain {
-		if c.NotAfter.Before(notAfter) {
-			notAfter = c.NotAfter
-		}
-	}
+	notBefore, notAfter := window(chain)
 	// XML-DSig ECDSA signatures are r ‖ s (RFC 4050); goxmldsig hands the
 	// value to x509.CheckSignature, which wants ASN.1. Re-encode the
 	// SignatureValue in place: it is outside SignedInfo and removed by the
@@ -101,7 +97,7 @@ func VerifyRIM(doc []byte, root *x509.Certificate, now time.Time) (*RIM, string,
 	if err != nil {
 		return nil, "parse", err
 	}
-	r.Signer, r.NotAfter = chain[0], notAfter
+	r.Signer, r.NotBefore, r.NotAfter = chain[0], notBefore, notAfter
 	return r, "", nil
 }
 

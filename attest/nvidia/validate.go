@@ -132,6 +132,7 @@ type CollateralOptions struct {
 	Now        time.Time
 	Roots      Roots
 	Collateral *Collateral // nil: none (every dependent check unknown)
+	Cache      *Cache      // verified RIMs (nil: none)
 	// AllowUnknownRevocation / AllowUnknownMeasurements: from the policy;
 	// with no policy both are false (fail closed).
 	AllowUnknownRevocation   bool
@@ -209,7 +210,7 @@ func CheckCollateral(r *Report, chain []*x509.Certificate, opts CollateralOption
 func pickRIM(col *Collateral, explicit []byte, want string, opts CollateralOptions, name string, checks *verdict.Checks) (*RIM, error) {
 	want = strings.ToLower(want)
 	try := func(doc []byte) (*RIM, error) {
-		rim, step, err := VerifyRIM(doc, opts.Roots.rim(), opts.Now)
+		rim, step, err := opts.Cache.VerifyRIM(doc, opts.Roots.rim(), opts.Now)
 		if err != nil {
 			if step == "chain" && strings.Contains(err.Error(), "expired") {
 				return nil, checks.Failf(name+".expired", "%v (expired collateral)", err)
@@ -231,7 +232,7 @@ func pickRIM(col *Collateral, explicit []byte, want string, opts CollateralOptio
 		return rim, nil
 	}
 	for _, doc := range col.RIMs {
-		rim, _, err := VerifyRIM(doc, opts.Roots.rim(), opts.Now)
+		rim, _, err := opts.Cache.VerifyRIM(doc, opts.Roots.rim(), opts.Now)
 		if err != nil || rim.Version != want {
 			continue // not this version, or not valid: another may be
 		}

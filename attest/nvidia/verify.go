@@ -84,6 +84,7 @@ func (r Roots) label() string {
 type VerifyOptions struct {
 	Now   time.Time // pinned verification time (required)
 	Roots Roots
+	Cache *Cache // verified chains (nil: none)
 }
 
 // Verify checks, in this order: the device certificate chain to the pinned
@@ -95,7 +96,7 @@ func Verify(r *Report, chain []*x509.Certificate, opts VerifyOptions, checks *ve
 	if opts.Now.IsZero() {
 		return nil, checks.Failf("nvidia.clock", "no pinned verification time")
 	}
-	verified, err := VerifyChain(chain, opts.Roots.device(), opts.Now)
+	verified, err := opts.Cache.VerifyChain(chain, opts.Roots.device(), opts.Now)
 	if err != nil {
 		return nil, checks.Fail("nvidia.chain", err)
 	}

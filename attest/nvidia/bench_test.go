@@ -1,0 +1,96 @@
+package nvidia
+
+import (
+	"crypto/x509"
+	"testing"
+	"time"
+
+	"golang.org/x/crypto/ocsp"
+
+	"github.com/tenzro/train/attest/verdict"
+)
+
+// The cache must not outlive a certificate: a RIM verified while valid is
+// refused once its signing certificate expired.
+func TestCacheHonoursExpiry(t *testing.T) {
+	c := NewCache()
+	doc := readTD(t, "Driver_RIM_test_no_gpu.swidtag")
+	if _, _, err := c.VerifyRIM(doc, RIMRoot(), pinned); err != nil {
+		t.Fatal(err)
+	}
+	if _, step, err := c.VerifyRIM(doc, RIMRoot(), time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)); step != "chain" || err == nil {
+		t.Fatalf("expired RIM served from the cache: %q %v", step, err)
+	}
+	_, chain := sample(t)
+	if _, err := c.VerifyChain(chain, RIMRoot(), pinned); err == nil {
+		t.Fatal("chain verified against the wrong root")
+	}
+}
+
+type benchGPU struct {
+	raw   []byte
+	chain []*x509.Certificate
+	col   *Collateral
+	roots Roots
+	nonce []byte
+}
+
+func newBenchGPU(b *testing.B) *benchGPU {
+	g := newTestGPU(b, make([]byte, 48))
+	drv, _, _ := VerifyRIM(readTD(b, "Driver_RIM_test_no_gpu.swidtag"), RIMRoot(), pinned)
+	vb, _, _ := VerifyRIM(readTD(b, "1010_0200_882_96005E0001_test_no_gpu.swidtag"), RIMRoot(), pinned)
+	r := reportMatching(b, drv, vb, g.leafKey)
+	return &benchGPU{raw: r.Raw, chain: []*x509.Certificate{g.leaf, g.root}, roots: Roots{Device: g.root},
+		nonce: r.Nonce[:],
+		col: &Collateral{RIMs: [][]byte{readTD(b, "Driver_RIM_test_no_gpu.swidtag"), readTD(b, "1010_0200_882_96005E0001_test_no_gpu.swidtag")},
+			OCSP: map[string][]byte{SerialHex(g.leaf): g.ocsp(b, ocsp.Good, pinned.Add(-time.Hour), pinned.Add(time.Hour))}}}
+}
+
+func (g *benchGPU) verify(b *testing.B, cache *Cache) {
+	r, err := Parse(g.raw)
+	if err != nil {
+		b.Fatal(err)
+	}
+	var checks verdict.Checks
+	v, err := Verify(r, g.chain, VerifyOptions{Now: pinned, Roots: g.roots, Cache: cache}, &checks)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := ValidateNonce(r, g.nonce, &checks); err != nil {
+		b.Fatal(err)
+	}
+	claims := ClaimsOf(r, v)
+	if err := CheckCollateral(r, v, CollateralOptions{Now: pinned, Roots: g.roots, Collateral: g.col, Cache: cache}, claims, &checks); err != nil || claims.MeasurementStatus != "matched" {
+		b.Fatal(err, claims.MeasurementStatus)
+	}
+}
+
+// BenchmarkGPUReport: one full GPU-report verification (parse, chain,
+// signature, nonce, OCSP, two RIMs, 33 measurements). "cached" keeps
+// verified chains and RIMs across reports, as attest.Checker does; the
+// baseline is one bare ECDSA P-384 verification in the same run. Run with
+// -cpu 1 for per-core figures.
+func BenchmarkGPUReport(b *testing.B) {
+	g := newBenchGPU(b)
+	b.Run("cached", func(b *testing.B) {
+		cache := NewCache()
+		g.verify(b, cache)
+		b.ResetTimer()
+		for i := 0; i < b.N; i++ {
+			g.verify(b, cache)
+		}
+	})
+	b.Run("uncached", func(b *testing.B) {
+		for i := 0; i < b.N; i++ {
+			g.verify(b, nil)
+		}
+	})
+	b.Run("baseline-p384-verify", func(b *testing.B) {
+		r, _ := Parse(g.raw)
+		for i := 0; i < b.N; i++ {
+			if VerifySignature(r, g.chain[0]) != nil {
+				b.Fatal("bad")
+			}
+		}
+	})
+}
