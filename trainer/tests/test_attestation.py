@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from tenzro_trainer import config
-from tenzro_trainer.attestation import DecryptError, decrypt_dataset
+from tenzro_trainer.attestation import DecryptError, decrypt_dataset, encrypt_dataset
 
 VECTOR = Path(__file__).resolve().parents[2] / "enclave" / "testdata" / "dataset_vector.json"
 
@@ -29,6 +29,13 @@ def test_dataset_vector_matches_go():
         decrypt_dataset(key[:16], v["task_id"], blob)
     with pytest.raises(DecryptError):
         decrypt_dataset(key, v["task_id"], blob[:10])
+
+
+def test_encrypt_round_trip():
+    key = bytes(range(32))
+    blob = encrypt_dataset(key, "t", b"a,b\n1,2\n")
+    assert decrypt_dataset(key, "t", blob) == b"a,b\n1,2\n"
+    assert len(blob) == 12 + 8 + 16
 
 
 def test_attestation_config():

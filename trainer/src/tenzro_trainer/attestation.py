@@ -72,6 +72,7 @@ def _libcrypto() -> ctypes.CDLL:
 
 _EVP_CTRL_GCM_SET_IVLEN = 0x9
 _EVP_CTRL_GCM_SET_TAG = 0x11
+_EVP_CTRL_GCM_GET_TAG = 0x10
 
 
 def decrypt_dataset(key: bytes, task_id: str, blob: bytes) -> bytes:
@@ -105,6 +106,42 @@ def decrypt_dataset(key: bytes, task_id: str, blob: bytes) -> bytes:
         if fin != 1:
             raise DecryptError("dataset does not decrypt: wrong key or task, or the ciphertext was changed")
         return out.raw[: total + n.value]
+    finally:
+        lib.EVP_CIPHER_CTX_free(ctx)
+
+
+def encrypt_dataset(key: bytes, task_id: str, plaintext: bytes) -> bytes:
+    """The sponsor's side of ``decrypt_dataset`` (``enclave.EncryptDataset``): a random 12-byte nonce ‖
+    AES-256-GCM ciphertext ‖ tag, additional data ``b"dataset/" + task_id``."""
+    if len(key) != 32:
+        raise DecryptError(f"dataset key is {len(key)} bytes, want 32")
+    nonce = os.urandom(GCM_NONCE)
+    aad = b"dataset/" + task_id.encode()
+    lib = _libcrypto()
+    for fn in ("EVP_EncryptInit_ex", "EVP_EncryptUpdate", "EVP_EncryptFinal_ex"):
+        getattr(lib, fn).argtypes = {
+            "EVP_EncryptInit_ex": lib.EVP_DecryptInit_ex.argtypes,
+            "EVP_EncryptUpdate": lib.EVP_DecryptUpdate.argtypes,
+            "EVP_EncryptFinal_ex": lib.EVP_DecryptFinal_ex.argtypes,
+        }[fn]
+    ctx = lib.EVP_CIPHER_CTX_new()
+    if not ctx:
+        raise DecryptError("EVP_CIPHER_CTX_new failed")
+    try:
+        n = ctypes.c_int(0)
+        out = ctypes.create_string_buffer(len(plaintext) + 16)
+        tag = ctypes.create_string_buffer(GCM_TAG)
+        ok = lib.EVP_EncryptInit_ex(ctx, lib.EVP_aes_256_gcm(), None, None, None)
+        ok = ok and lib.EVP_CIPHER_CTX_ctrl(ctx, _EVP_CTRL_GCM_SET_IVLEN, GCM_NONCE, None)
+        ok = ok and lib.EVP_EncryptInit_ex(ctx, None, None, key, nonce)
+        ok = ok and lib.EVP_EncryptUpdate(ctx, None, ctypes.byref(n), aad, len(aad))
+        ok = ok and lib.EVP_EncryptUpdate(ctx, out, ctypes.byref(n), plaintext, len(plaintext))
+        total = n.value
+        ok = ok and lib.EVP_EncryptFinal_ex(ctx, ctypes.byref(out, total), ctypes.byref(n))
+        ok = ok and lib.EVP_CIPHER_CTX_ctrl(ctx, _EVP_CTRL_GCM_GET_TAG, GCM_TAG, tag)
+        if not ok:
+            raise DecryptError("AES-256-GCM encryption failed")
+        return nonce + out.raw[: total + n.value] + tag.raw
     finally:
         lib.EVP_CIPHER_CTX_free(ctx)
 
