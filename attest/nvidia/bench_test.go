@@ -1,6 +1,7 @@
 package nvidia
 
 import (
+	"crypto/rand"
 	"crypto/x509"
 	"testing"
 	"time"
@@ -93,4 +94,26 @@ func BenchmarkGPUReport(b *testing.B) {
 			}
 		}
 	})
+}
+
+// A chain may end with its own rendering of the root (the simulated roots
+// are re-signed in every process): the same name and key is the same
+// anchor; a different key is not.
+func TestTrailingRootCopy(t *testing.T) {
+	g := newTestGPU(t, make([]byte, 48))
+	again, err := x509.CreateCertificate(rand.Reader, g.root, g.root, &g.rootKey.PublicKey, g.rootKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	copyRoot, _ := x509.ParseCertificate(again)
+	if copyRoot.Equal(g.root) {
+		t.Fatal("re-signed root has the same bytes")
+	}
+	if _, err := VerifyChain([]*x509.Certificate{g.leaf, copyRoot}, g.root, pinned); err != nil {
+		t.Fatalf("trailing root copy: %v", err)
+	}
+	other := newTestGPU(t, make([]byte, 48))
+	if _, err := VerifyChain([]*x509.Certificate{g.leaf, other.root}, g.root, pinned); err == nil {
+		t.Fatal("a chain with an unrelated trailing certificate verified")
+	}
 }

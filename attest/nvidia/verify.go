@@ -122,13 +122,17 @@ func Verify(r *Report, chain []*x509.Certificate, opts VerifyOptions, checks *ve
 }
 
 // VerifyChain verifies chain (leaf first) to root at now. A trailing copy of
-// the root in the chain is ignored; every other certificate is only an
-// intermediate. Every certificate must use ECDSA.
+// the root (same subject and key) is ignored; every other certificate is
+// only an intermediate. Every certificate must use ECDSA.
 func VerifyChain(chain []*x509.Certificate, root *x509.Certificate, now time.Time) ([]*x509.Certificate, error) {
 	if len(chain) == 0 {
 		return nil, fmt.Errorf("empty certificate chain")
 	}
-	if len(chain) > 1 && chain[len(chain)-1].Equal(root) {
+	// A trailing copy of the root — same name and key as the pinned root
+	// (the trust anchor is the key, not one rendering of its self-signed
+	// certificate) — is dropped.
+	if last := chain[len(chain)-1]; len(chain) > 1 && bytes.Equal(last.RawSubject, root.RawSubject) &&
+		bytes.Equal(last.RawSubjectPublicKeyInfo, root.RawSubjectPublicKeyInfo) {
 		chain = chain[:len(chain)-1]
 	}
 	for i, c := range chain {

@@ -13,19 +13,22 @@ import pytest
 
 from conftest import NodeProc, free_port
 from tenzro_trainer import config, data, models, sponsor, weights
-from tenzro_trainer.attestation import encrypt_dataset
+from tenzro_trainer.attestation import Attester, encrypt_dataset
 from tenzro_trainer.identity import Key
 from tenzro_trainer.loop import EXIT_OK
-from tenzro_trainer.rpc import Client
-from test_node import make_trainer, run_all
+from tenzro_trainer.rpc import Client, RpcError
+from test_node import make_trainer, run_all, trainer_cfg
 
 # enclave.SimulatedMeasurement: SHA-384 of a public label (the simulated image's launch measurement).
 SIM_MEASUREMENT = hashlib.sha384(b"tenzro/train SIMULATED enclave image").hexdigest()
 
 
-def sim_policy(tier: str) -> dict:
-    return {"version": 1, "tier": tier, "allow_simulated": True,
-            "snp": {"measurement": [SIM_MEASUREMENT], "smt_allowed": True, "vmpl": 0}}  # fmt: skip
+def sim_policy(tier: str, gpu: bool = False) -> dict:
+    p = {"version": 1, "tier": tier, "allow_simulated": True,
+         "snp": {"measurement": [SIM_MEASUREMENT], "smt_allowed": True, "vmpl": 0}}  # fmt: skip
+    if gpu:
+        p["nvidia_cc"] = {"cc_mode": "on", "architectures": ["HOPPER"], "min_driver_version": "550.54.14"}
+    return p
 
 
 @pytest.fixture
@@ -37,7 +40,7 @@ def enclave_node(go_bins: Path, tmp_path: Path):
     n.stop()
 
 
-def post(node, tmp_path: Path, tier: str, dataset_ref: str, dataset_hash: str, m: int = 2):
+def post(node, tmp_path: Path, tier: str, dataset_ref: str, dataset_hash: str, m: int = 2, gpu: bool = False):
     c = Client(node.url)
     sp = Key.generate("human")
     c.faucet(sp.did, 10**12)
@@ -53,14 +56,14 @@ def post(node, tmp_path: Path, tier: str, dataset_ref: str, dataset_hash: str, m
     spec = sponsor.make_spec(
         task, sp, metadata=md, fragments=2, trainers=m, quorum=m, inner_steps=2, max_rounds=2,
         dataset_ref=dataset_ref, dataset_hash=dataset_hash, reward_pool="1000", tier=tier,
-        attestation_policy={tier: sim_policy(tier)},
+        attestation_policy={tier: sim_policy(tier, gpu)},
     )  # fmt: skip
     res = sponsor.post(c, sp, spec, init)
     return c, keys, task, res
 
 
-def attest_cfg(go_bins: Path) -> dict:
-    return {"attestation": {"enclave": "simulated-snp", "gpu": "none", "tenzro": str(go_bins / "tenzro")}}
+def attest_cfg(go_bins: Path, gpu: str = "none") -> dict:
+    return {"attestation": {"enclave": "simulated-snp", "gpu": gpu, "tenzro": str(go_bins / "tenzro")}}
 
 
 def check_sealed(c: Client, task: str, keys: list[Key], trs) -> dict:
@@ -88,6 +91,23 @@ def test_verified_run_with_reference_trainer(enclave_node, go_bins, tmp_path):
     check_sealed(c, task, keys, trs)
 
 
+def test_verified_run_with_gpu_evidence(enclave_node, go_bins, tmp_path):
+    """Issue 16 with the reference trainer: the policy asks for nvidia_cc; trainers send simulated SEV-SNP +
+    simulated NVIDIA CC evidence bound together. A trainer without GPU evidence is refused at enrolment."""
+    ref = "statsmodels://nile"
+    h = data.corpus_hash(data.load_corpus(ref)).hex()
+    c, keys, task, _ = post(enclave_node, tmp_path, "Verified", ref, h, gpu=True)
+    att = config.parse(trainer_cfg(enclave_node, task, 0, tmp_path, **attest_cfg(go_bins))).attestation
+    with pytest.raises(RpcError) as e:
+        c.enroll(keys[0], task, "100", attestation=Attester(att, enclave_node.url).claim(c, task, keys[0].did))
+    assert "nvidia.missing" in e.value.message
+    trs = [
+        make_trainer(enclave_node, task, k, i, tmp_path, **attest_cfg(go_bins, "simulated")) for i, k in enumerate(keys)
+    ]
+    assert run_all(trs) == [EXIT_OK, EXIT_OK]
+    check_sealed(c, task, keys, trs)
+
+
 def test_confidential_run_with_reference_trainer(enclave_node, go_bins, tmp_path):
     corpus = data.load_corpus("statsmodels://co2,nile")
     n = max(len(s.values) for s in corpus)
@@ -106,4 +126,3 @@ def test_confidential_run_with_reference_trainer(enclave_node, go_bins, tmp_path
     check_sealed(c, task, keys, trs)
     # The cleartext never reached the disk next to the ciphertext.
     assert sorted(p.name for p in tmp_path.glob("dataset*")) == ["dataset.enc"]
-    assert config  # the config module parsed the attestation section (see make_trainer)
