@@ -40,9 +40,9 @@ type Golden struct {
 type RIM struct {
 	// Version is the Meta colloquialVersion, lower-cased ("550.90.07",
 	// "96.00.9f.00.01").
-	Version  string
-	Product  string
-	Golden   map[int]Golden
+	Version   string
+	Product   string
+	Golden    map[int]Golden
 	Signer    *x509.Certificate // the verified signing certificate
 	NotBefore time.Time         // the latest start along the signing chain
 	NotAfter  time.Time         // the earliest expiry along the signing chain
