@@ -94,7 +94,7 @@ def test_verified_run_with_reference_trainer(enclave_node, go_bins, tmp_path):
 def test_verified_run_with_gpu_evidence(enclave_node, go_bins, tmp_path):
     """Issue 16 with the reference trainer: the policy asks for nvidia_cc; trainers send simulated SEV-SNP +
     simulated NVIDIA CC evidence bound together. A trainer without GPU evidence is refused at enrolment."""
-    ref = "statsmodels://nile"
+    ref = "statsmodels://co2,nile"
     h = data.corpus_hash(data.load_corpus(ref)).hex()
     c, keys, task, _ = post(enclave_node, tmp_path, "Verified", ref, h, gpu=True)
     att = config.parse(trainer_cfg(enclave_node, task, 0, tmp_path, **attest_cfg(go_bins))).attestation
