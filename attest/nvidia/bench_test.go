@@ -3,6 +3,8 @@ package nvidia
 import (
 	"crypto/rand"
 	"crypto/x509"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -115,5 +117,48 @@ func TestTrailingRootCopy(t *testing.T) {
 	other := newTestGPU(t, make([]byte, 48))
 	if _, err := VerifyChain([]*x509.Certificate{g.leaf, other.root}, g.root, pinned); err == nil {
 		t.Fatal("a chain with an unrelated trailing certificate verified")
+	}
+}
+
+// A collateral directory (`--collateral DIR`): RIMs at the top, OCSP answers
+// under ocsp/<serial hex>.der; the RIMs are picked by the report's versions.
+func TestLoadCollateralDir(t *testing.T) {
+	g := newTestGPU(t, make([]byte, 48))
+	drv, _, _ := VerifyRIM(readTD(t, "Driver_RIM_test_no_gpu.swidtag"), RIMRoot(), pinned)
+	vb, _, _ := VerifyRIM(readTD(t, "1010_0200_882_96005E0001_test_no_gpu.swidtag"), RIMRoot(), pinned)
+	r := reportMatching(t, drv, vb, g.leafKey)
+	dir := t.TempDir()
+	for _, n := range []string{"Driver_RIM_test_no_gpu.swidtag", "1010_0200_882_96005E0001_test_no_gpu.swidtag"} {
+		if err := os.WriteFile(filepath.Join(dir, n), readTD(t, n), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.MkdirAll(filepath.Join(dir, "ocsp"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "ocsp", SerialHex(g.leaf)+".der"), g.ocsp(t, ocsp.Good, pinned.Add(-time.Hour), pinned.Add(time.Hour)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	col, err := LoadCollateral(dir)
+	if err != nil || len(col.RIMs) != 2 || len(col.OCSP) != 1 {
+		t.Fatalf("load: %v %d RIMs %d OCSP", err, len(col.RIMs), len(col.OCSP))
+	}
+	chain := []*x509.Certificate{g.leaf, g.root}
+	claims := ClaimsOf(r, chain)
+	var checks verdict.Checks
+	if err := CheckCollateral(r, chain, CollateralOptions{Now: pinned, Roots: Roots{Device: g.root}, Collateral: col}, claims, &checks); err != nil {
+		t.Fatal(err)
+	}
+	if claims.RevocationStatus != "good" || claims.MeasurementStatus != "matched" || claims.DriverRIM != "545.00" {
+		t.Fatalf("claims %+v", claims)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "ocsp", "not-hex.der"), []byte{1}, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := LoadCollateral(dir); err == nil {
+		t.Fatal("a badly named OCSP file was accepted")
+	}
+	if col, err := LoadCollateral(filepath.Join(dir, "absent")); err != nil || len(col.RIMs) != 0 {
+		t.Fatalf("absent directory: %v", err)
 	}
 }
