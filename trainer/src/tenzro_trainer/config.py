@@ -75,6 +75,7 @@ class Config:
     gossip_listen: str | None = None
     hivemind_initial_peers: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    attestation: Any = None  # attestation.AttestConfig: Verified/Confidential tiers
 
 
 def _num(v: Any, what: str, kind: type) -> Any:
@@ -93,7 +94,7 @@ def parse(d: Any, base: Path | None = None) -> Config:
     known = {
         "node_rpc", "trainer_did", "trainer_keypair", "task_id", "inner", "device", "dtype",
         "gradient_checkpointing", "metrics", "metrics_port", "stake", "threads", "eval",
-        "max_rounds", "poll_interval", "log_format", "attack", "state_file",
+        "max_rounds", "poll_interval", "log_format", "attack", "state_file", "attestation",
         "gossip_listen", "hivemind_initial_peers",
     }  # fmt: skip
     unknown = sorted(set(d) - known)
@@ -149,6 +150,9 @@ def parse(d: Any, base: Path | None = None) -> Config:
         state_file=None if d.get("state_file") is None else str(d["state_file"]),
     )
     _p2p_keys(d, cfg)
+    from .attestation import parse_config as parse_attestation  # here: attestation imports ConfigError
+
+    cfg.attestation = parse_attestation(d.get("attestation"))
     if cfg.dtype not in ("auto", "bf16", "fp32", "float32", "bfloat16"):
         raise ConfigError(f"config: dtype {cfg.dtype!r}: want auto, bf16 or fp32")
     if cfg.attack is not None and (

@@ -118,7 +118,7 @@ class Client:
     def faucet(self, did: str, amount: int | str) -> dict:
         return self.call("tenzro_ledger_faucet", {"did": did, "amount": str(amount)})
 
-    def enroll(self, key: Key, task_id: str, stake: int | str) -> dict:
+    def enroll(self, key: Key, task_id: str, stake: int | str, attestation: dict | None = None) -> dict:
         nonce = NONCES.next()
         pre = request_preimage(
             "tenzro_training_enrollTrainer", key.did, nonce, method_fields().str(task_id).str(str(stake))
@@ -131,6 +131,7 @@ class Client:
                 "stake": str(stake),
                 "nonce": nonce,
                 "signature": key.sign(pre).hex(),
+                **({"attestation": attestation} if attestation is not None else {}),
             },
         )
 
@@ -163,10 +164,12 @@ class Client:
         round_: int,
         fragment: int,
         payload: bytes,
+        attestation: dict | None = None,
         metrics: dict[str, float] | None = None,
     ) -> dict:
-        """Submit one outer gradient; metrics (train_loss, eval_loss, samples, step_time_ms, ...) are signed
-        with it and plotted by the node's dashboard."""
+        """Submit one outer gradient; attestation is the claim of Verified/Confidential tiers; metrics
+        (train_loss, eval_loss, samples, step_time_ms, ...) are signed with it and plotted by the node's
+        dashboard."""
         ph = hashlib.sha256(payload).digest()
         metrics = {k: float(v) for k, v in (metrics or {}).items()}
         sig = key.sign(submission_preimage(task_id, key.did, round_, fragment, ph, metrics))
@@ -179,6 +182,8 @@ class Client:
             "payload_hash": ph.hex(),
             "signature": sig.hex(),
         }
+        if attestation is not None:
+            params["attestation"] = attestation
         if metrics:
             params["metrics"] = metrics
         return self.call("tenzro_training_submitOuterGradient", params)
