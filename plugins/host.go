@@ -24,9 +24,6 @@ import (
 	"github.com/tenzro/train/wire"
 )
 
-// WazeroVersion is the runtime version the profile commits to (go.mod pins it).
-const WazeroVersion = "v1.12.0"
-
 // Limits and defaults.
 const (
 	// DefaultMemoryPages is the default page limit (64 KiB pages): 2 GiB.
@@ -281,7 +278,8 @@ func (c *call) invoke(ctx context.Context, name string, params ...uint64) ([]uin
 		res, err := fn.Call(context.WithoutCancel(ctx), params...)
 		done <- callResult{res, err}
 	}()
-	t := time.NewTimer(c.e.cfg.WallClock)
+	wall := c.e.wallFor(ctx)
+	t := time.NewTimer(wall)
 	defer t.Stop()
 	var r callResult
 	select {
@@ -291,7 +289,7 @@ func (c *call) invoke(ctx context.Context, name string, params ...uint64) ([]uin
 		return nil, fmt.Errorf("plugins: %s.%s: %w", c.p.info.Name, name, ctx.Err())
 	case <-t.C:
 		c.abandon(done)
-		return nil, fmt.Errorf("plugins: %s.%s exceeded the wall-clock backstop of %v", c.p.info.Name, name, c.e.cfg.WallClock)
+		return nil, fmt.Errorf("plugins: %s.%s exceeded the wall-clock backstop of %v", c.p.info.Name, name, wall)
 	}
 	if r.err != nil {
 		if int64(c.fuel.Get()) < 0 {
@@ -473,7 +471,7 @@ func (e *Engine) Aggregate(ctx context.Context, in syncer.AggregateInput) (synce
 			return out, err
 		}
 	}
-	meter := e.newMeter()
+	meter := e.newMeter(ctx)
 	out.Aggregate = make([]byte, 0, n*4)
 	out.Selected = make([]bool, k)
 	var scores []float64
@@ -620,7 +618,7 @@ func (e *Engine) Verify(ctx context.Context, in syncer.VerifyInput) (out syncer.
 	}
 	need := uint64(len(in.Round)+1)*uint64(in.N)*uint64(es) + guestSlack
 	if !e.wantChunks(p, need) {
-		return e.verifyOnce(ctx, p, e.cfg.Fuel, in, 0, in.N, es, params)
+		return e.verifyOnce(ctx, p, e.fuelFor(ctx), in, 0, in.N, es, params)
 	}
 	switch p.manifest.Chunking {
 	case ChunkPasses:
@@ -632,7 +630,7 @@ func (e *Engine) Verify(ctx context.Context, in syncer.VerifyInput) (out syncer.
 		if err != nil {
 			return out, err
 		}
-		meter := e.newMeter()
+		meter := e.newMeter(ctx)
 		for c0 := 0; c0 < in.N; c0 += chunk {
 			r, err := e.verifyOnce(ctx, p, meter.budget(), in, c0, min(c0+chunk, in.N), es, params)
 			out.Fuel = meter.add(r.Fuel)
@@ -755,7 +753,7 @@ func (e *Engine) OuterStep(ctx context.Context, in syncer.OuterStepInput) (synce
 	if uint64(in.N)*per+guestSlack > e.memBudget() {
 		chunk = int((e.memBudget()/2 - guestSlack) / per &^ 1023)
 	}
-	meter := e.newMeter()
+	meter := e.newMeter(ctx)
 	out.Weights = make([]byte, 0, len(in.Weights))
 	out.Momentum = make([]byte, 0, in.N*4)
 	for c0 := 0; c0 < in.N; c0 += chunk {

@@ -285,8 +285,10 @@ func (e *Engine) prepare(ctx context.Context, module []byte) (*plugin, error) {
 	}
 	_, p.hasInit = exports["_initialize"]
 	_, p.hasError = exports["tenzro_error_text"]
-	// The ABI version is checked by calling it.
-	c, err := e.newCall(ctx, p, e.cfg.Fuel)
+	// The ABI version is checked by calling it, under the small fixed probe
+	// budget (budget.go): publishing is open to anyone.
+	ctx = WithProbeBudget(ctx)
+	c, err := e.newCall(ctx, p, e.fuelFor(ctx))
 	if err != nil {
 		_ = compiled.Close(ctx)
 		return nil, err
