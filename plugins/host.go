@@ -71,6 +71,25 @@ type Config struct {
 	// NoFuel skips the fuel instrumentation (benchmarks only: it removes the
 	// deterministic bound, and the profile says so).
 	NoFuel bool
+	// Workers > 0 runs every plugin call in that many worker processes
+	// (DESIGN §13, worker_pool.go) instead of in this process: the node and
+	// the CLI set it; 0 keeps calls in process (tests, replay of vectors).
+	Workers int
+	// WorkerCommand starts a worker (default: this executable with the
+	// hidden "plugin-worker" argument). The process must call
+	// ServeWorkerIfChild first thing.
+	WorkerCommand []string
+	// WorkerAddressSpace is a worker's RLIMIT_AS before a call's memfd
+	// (0 = 3 × the guest memory limit + 1 GiB: room for the guest memory,
+	// its growth by reallocation and the worker's own runtime).
+	WorkerAddressSpace uint64
+	// CacheBytes bounds the module bytes of published plugins whose
+	// compiled code stays loaded (LRU; 0 = DefaultCacheBytes).
+	CacheBytes int64
+
+	// backstopOff: a worker's calls have no in-process backstop (the node
+	// kills the worker instead).
+	backstopOff bool
 }
 
 // Engine is the Wasm plugin host. It implements syncer.Engine and holds the
@@ -90,6 +109,10 @@ type Engine struct {
 	mu      sync.RWMutex
 	loaded  map[wire.Hash]*plugin
 	builtin map[string]wire.Hash // rule id -> hash
+	lru     lruState
+
+	// pool runs calls out of process (Config.Workers > 0).
+	pool *pool
 }
 
 var _ syncer.Engine = (*Engine)(nil)
@@ -97,9 +120,16 @@ var _ syncer.Engine = (*Engine)(nil)
 type plugin struct {
 	info     wire.PluginInfo
 	manifest *Manifest
-	compiled wazero.CompiledModule
+	compiled wazero.CompiledModule // nil in a node that runs calls in workers
 	hasInit  bool
 	hasError bool
+	// module keeps the published bytes where no store holds them (a
+	// worker-mode engine without KV: the CLI).
+	module []byte
+	// LRU bookkeeping (lru.go): last use, calls in flight, evicted.
+	lastUse uint64
+	refs    int
+	evicted bool
 }
 
 // NewEngine starts a wazero runtime and registers the built-in plugins.
@@ -124,6 +154,9 @@ func NewEngine(ctx context.Context, cfg Config) (*Engine, error) {
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
+	}
+	if cfg.CacheBytes == 0 {
+		cfg.CacheBytes = DefaultCacheBytes
 	}
 	e := &Engine{cfg: cfg, log: cfg.Logger, costs: DefaultCostTable, loaded: map[wire.Hash]*plugin{}, builtin: map[string]wire.Hash{}}
 	var rc wazero.RuntimeConfig
@@ -152,15 +185,27 @@ func NewEngine(ctx context.Context, cfg Config) (*Engine, error) {
 		return nil, fmt.Errorf("plugins: host module: %w", err)
 	}
 	e.profile = e.makeProfile()
+	if cfg.Workers > 0 {
+		pl, err := newEngineWorkers(e)
+		if err != nil {
+			_ = e.rt.Close(ctx)
+			return nil, err
+		}
+		e.pool = pl
+	}
 	if err := e.loadBuiltins(ctx); err != nil {
-		_ = e.rt.Close(ctx)
+		_ = e.Close(ctx)
 		return nil, err
 	}
 	return e, nil
 }
 
-// Close releases the runtime and the compilation cache.
+// Close stops the workers and releases the runtime and the compilation
+// cache.
 func (e *Engine) Close(ctx context.Context) error {
+	if e.pool != nil {
+		e.pool.close()
+	}
 	err := e.rt.Close(ctx)
 	if cerr := e.cache.Close(ctx); err == nil {
 		err = cerr
@@ -222,7 +267,7 @@ type call struct {
 
 // newCall instantiates p with a fuel budget of budget.
 func (e *Engine) newCall(ctx context.Context, p *plugin, budget uint64) (*call, error) {
-	mod, err := e.rt.InstantiateModule(ctx, p.compiled, wazero.NewModuleConfig().WithName("").WithStartFunctions())
+	mod, err := e.rt.InstantiateModule(withGuestMemory(ctx), p.compiled, wazero.NewModuleConfig().WithName("").WithStartFunctions())
 	if err != nil {
 		return nil, fmt.Errorf("plugins: instantiate %s: %w", p.info.Name, err)
 	}
@@ -443,6 +488,7 @@ func (e *Engine) Aggregate(ctx context.Context, in syncer.AggregateInput) (synce
 	if err != nil {
 		return out, err
 	}
+	defer e.release(p)
 	params, err := paramVector(p.manifest, in.Rule.Params)
 	if err != nil {
 		return out, fmt.Errorf("plugins: %s: %w", p.info.Name, err)
@@ -450,6 +496,9 @@ func (e *Engine) Aggregate(ctx context.Context, in syncer.AggregateInput) (synce
 	es, err := checkInputs(p, in.Dtype, in.N, in.Inputs)
 	if err != nil {
 		return out, err
+	}
+	if e.pool != nil {
+		return e.remoteAggregate(ctx, p, in)
 	}
 	k := len(in.Inputs)
 	n := in.N
@@ -601,6 +650,7 @@ func (e *Engine) Verify(ctx context.Context, in syncer.VerifyInput) (out syncer.
 	if err != nil {
 		return out, err
 	}
+	defer e.release(p)
 	params, err := paramVector(p.manifest, in.Verifier.Params)
 	if err != nil {
 		return out, fmt.Errorf("plugins: %s: %w", p.info.Name, err)
@@ -615,6 +665,9 @@ func (e *Engine) Verify(ctx context.Context, in syncer.VerifyInput) (out syncer.
 		}
 	} else if len(in.Round) != 0 {
 		in.Round = nil // per-submission verifiers never see the round
+	}
+	if e.pool != nil {
+		return e.remoteVerify(ctx, p, in)
 	}
 	need := uint64(len(in.Round)+1)*uint64(in.N)*uint64(es) + guestSlack
 	if !e.wantChunks(p, need) {
@@ -738,6 +791,7 @@ func (e *Engine) OuterStep(ctx context.Context, in syncer.OuterStepInput) (synce
 	if err != nil {
 		return out, err
 	}
+	defer e.release(p)
 	es, err := checkInputs(p, in.Dtype, in.N, [][]byte{in.Weights})
 	if err != nil {
 		return out, err
@@ -747,6 +801,9 @@ func (e *Engine) OuterStep(ctx context.Context, in syncer.OuterStepInput) (synce
 	}
 	if in.Momentum != nil && len(in.Momentum) != in.N*4 {
 		return out, fmt.Errorf("plugins: momentum has %d bytes, want %d", len(in.Momentum), in.N*4)
+	}
+	if e.pool != nil {
+		return e.remoteOuter(ctx, p, in, es)
 	}
 	per := uint64(es) + 8
 	chunk := in.N
