@@ -124,7 +124,7 @@ func newPluginHashCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			e, err := plugins.NewEngine(cmd.Context(), plugins.Config{})
+			e, err := plugins.NewEngine(cmd.Context(), plugins.Config{Workers: 1})
 			if err != nil {
 				return err
 			}
@@ -278,7 +278,7 @@ func runPlugin(cmd *cobra.Command, f runFlags) error {
 	if f.out == "" {
 		return usagef("--out is required")
 	}
-	e, err := plugins.NewEngine(ctx, plugins.Config{MemoryPages: f.memPages, Fuel: f.fuel})
+	e, err := plugins.NewEngine(ctx, plugins.Config{MemoryPages: f.memPages, Fuel: f.fuel, Workers: 1})
 	if err != nil {
 		return err
 	}
