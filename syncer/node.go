@@ -36,6 +36,10 @@ type Node struct {
 	now func() time.Time
 
 	mu sync.Mutex
+
+	// abstain holds runs whose finalization failed locally (finalize.go).
+	abstainMu sync.Mutex
+	abstain   map[string]abstention
 }
 
 var _ Service = (*Node)(nil)
