@@ -40,6 +40,45 @@ type worker struct {
 	exited chan struct{}
 	has    map[wire.Hash]bool // modules this worker has loaded
 	once   sync.Once
+
+	// The arena: a memfd mapped here and in the worker, grown on demand
+	// and kept between calls (the largest call's size, per worker).
+	arenaFD  int
+	arena    []byte
+	arenaGen uint64
+}
+
+// arenaFor returns an arena of at least size bytes.
+func (w *worker) arenaFor(size int64) ([]byte, error) {
+	if int64(len(w.arena)) >= size {
+		return w.arena[:size], nil
+	}
+	w.dropArena()
+	size = (size + 1<<20 - 1) &^ (1<<20 - 1)
+	fd, err := unix.MemfdCreate("tenzro-plugin-arena", unix.MFD_CLOEXEC)
+	if err != nil {
+		return nil, fmt.Errorf("plugins: memfd: %w", err)
+	}
+	if err := unix.Ftruncate(fd, size); err != nil {
+		_ = unix.Close(fd)
+		return nil, fmt.Errorf("plugins: memfd of %d bytes: %w", size, err)
+	}
+	mem, err := unix.Mmap(fd, 0, int(size), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	if err != nil {
+		_ = unix.Close(fd)
+		return nil, fmt.Errorf("plugins: mmap %d bytes: %w", size, err)
+	}
+	w.arenaFD, w.arena = fd, mem
+	w.arenaGen++
+	return w.arena, nil
+}
+
+func (w *worker) dropArena() {
+	if w.arena != nil {
+		_ = unix.Munmap(w.arena)
+		_ = unix.Close(w.arenaFD)
+		w.arena = nil
+	}
 }
 
 func newPool(cmd []string, size int, wc workerConfig, log *slog.Logger) (*pool, error) {
@@ -98,6 +137,7 @@ func (w *worker) kill() {
 		_ = w.cmd.Process.Kill()
 		<-w.exited
 		_ = unix.Close(w.fd)
+		w.dropArena()
 	})
 }
 
@@ -258,23 +298,16 @@ func (w *worker) roundtrip(ctx context.Context, pc *poolCall, mod []byte) (*work
 	var rights []byte
 	var mem []byte
 	if size > 0 {
-		fd, err := unix.MemfdCreate("tenzro-plugin-call", unix.MFD_CLOEXEC)
-		if err != nil {
-			return nil, nil, fmt.Errorf("plugins: memfd: %w", err)
+		var err error
+		if mem, err = w.arenaFor(size); err != nil {
+			return nil, nil, err
 		}
-		defer func() { _ = unix.Close(fd) }()
-		if err := unix.Ftruncate(fd, size); err != nil {
-			return nil, nil, fmt.Errorf("plugins: memfd of %d bytes: %w", size, err)
-		}
-		if mem, err = unix.Mmap(fd, 0, int(size), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED); err != nil {
-			return nil, nil, fmt.Errorf("plugins: mmap %d bytes: %w", size, err)
-		}
-		defer func() { _ = unix.Munmap(mem) }()
 		copy(mem, mod)
 		if pc.fill != nil {
 			pc.fill(mem[req.InOff:req.OutOff])
 		}
-		rights = unix.UnixRights(fd)
+		rights = unix.UnixRights(w.arenaFD)
+		req.Arena = w.arenaGen
 	}
 	hdr, err := encodeHeader(&req)
 	if err != nil {

@@ -50,11 +50,17 @@ type workerConfig struct {
 	ChunkOverride int `json:"chunk_override,omitempty"`
 }
 
-// workerReq is one call. Bulk data lies in the memfd: the module (when
+// workerReq is one call. Bulk data lies in the worker's arena, a memfd
+// both processes keep mapped between calls (so its pages are faulted in
+// once, not per call): the module (when
 // ModuleLen > 0, loaded before the call) at offset 0, then the call's
 // inputs, then OutLen bytes of room for its outputs.
 type workerReq struct {
-	Op        string         `json:"op"` // ready, publish, aggregate, verify, outer
+	Op string `json:"op"` // ready, publish, aggregate, verify, outer
+	// Arena numbers the node's shared buffer for this worker: the worker
+	// keeps its mapping while the number stays the same (the memfd rides
+	// with every request; a new number means a new, larger buffer).
+	Arena     uint64         `json:"arena"`
 	Probe     bool           `json:"probe,omitempty"`
 	ModuleLen int64          `json:"module_len,omitempty"`
 	Rule      syncer.RuleRef `json:"rule"`

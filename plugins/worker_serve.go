@@ -72,6 +72,8 @@ func serveWorker(ctx context.Context, raw string, fd int) error {
 		return errors.Join(err, errors.New(ready.Err))
 	}
 	e.chunkOverride = wc.ChunkOverride
+	var ar workerArena
+	defer ar.drop()
 	buf := make([]byte, maxWorkerHeader)
 	oob := make([]byte, unix.CmsgSpace(4))
 	for {
@@ -98,7 +100,12 @@ func serveWorker(ctx context.Context, raw string, fd int) error {
 		if err := json.Unmarshal(buf[:n], &req); err != nil {
 			resp.Err = fmt.Sprintf("bad request: %v", err)
 		} else {
-			resp = serveCall(ctx, e, wc, &req, memfd)
+			var mem []byte
+			if mem, err = ar.mapFor(&req, memfd, wc); err != nil {
+				resp.Err = err.Error()
+			} else {
+				resp = serveCall(ctx, e, &req, mem)
+			}
 		}
 		if memfd >= 0 {
 			_ = unix.Close(memfd)
@@ -117,29 +124,50 @@ func sendResp(fd int, r *workerResp) error {
 	return unix.Sendmsg(fd, b, nil, nil, unix.MSG_NOSIGNAL)
 }
 
-// serveCall maps the call's memfd and runs the call on the worker's engine.
-func serveCall(ctx context.Context, e *Engine, wc workerConfig, req *workerReq, memfd int) *workerResp {
-	resp := &workerResp{}
-	var mem []byte
-	if memfd >= 0 {
-		var st unix.Stat_t
-		if err := unix.Fstat(memfd, &st); err != nil {
-			resp.Err = fmt.Sprintf("fstat: %v", err)
-			return resp
-		}
-		if st.Size > 0 {
-			if wc.AddressSpace > 0 {
-				_ = setAddressSpace(wc.AddressSpace + uint64(st.Size))
-			}
-			m, err := unix.Mmap(memfd, 0, int(st.Size), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
-			if err != nil {
-				resp.Err = fmt.Sprintf("mmap %d bytes: %v", st.Size, err)
-				return resp
-			}
-			defer func() { _ = unix.Munmap(m) }()
-			mem = m
-		}
+// workerArena is the worker's mapping of the node's arena for it.
+type workerArena struct {
+	gen uint64
+	mem []byte
+}
+
+// mapFor returns the arena a request names, mapping a new one (and raising
+// RLIMIT_AS by its size) when the number changed.
+func (a *workerArena) mapFor(req *workerReq, memfd int, wc workerConfig) ([]byte, error) {
+	if memfd < 0 {
+		return nil, nil
 	}
+	if a.mem != nil && a.gen == req.Arena {
+		return a.mem, nil
+	}
+	a.drop()
+	var st unix.Stat_t
+	if err := unix.Fstat(memfd, &st); err != nil {
+		return nil, fmt.Errorf("fstat: %w", err)
+	}
+	if st.Size <= 0 {
+		return nil, nil
+	}
+	if wc.AddressSpace > 0 {
+		_ = setAddressSpace(wc.AddressSpace + uint64(st.Size))
+	}
+	m, err := unix.Mmap(memfd, 0, int(st.Size), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	if err != nil {
+		return nil, fmt.Errorf("mmap %d bytes: %w", st.Size, err)
+	}
+	a.gen, a.mem = req.Arena, m
+	return m, nil
+}
+
+func (a *workerArena) drop() {
+	if a.mem != nil {
+		_ = unix.Munmap(a.mem)
+		a.mem = nil
+	}
+}
+
+// serveCall runs one call on the worker's engine over the mapped arena.
+func serveCall(ctx context.Context, e *Engine, req *workerReq, mem []byte) *workerResp {
+	resp := &workerResp{}
 	span := func(off, n int64) ([]byte, error) {
 		if off < 0 || n < 0 || off+n > int64(len(mem)) {
 			return nil, fmt.Errorf("range [%d, %d) outside the %d-byte memfd", off, off+n, len(mem))
