@@ -478,11 +478,11 @@ func dtypeCode(d syncer.Dtype) (uint64, error) {
 // ---------------------------------------------------------------------------
 // Aggregate
 
-// Aggregate runs an aggregation plugin on K inputs. Fragments too large for
+// aggregate runs an aggregation plugin on K inputs. Fragments too large for
 // the memory limit run chunked when the manifest declares a chunked mode:
 // coordinate ranges for "coordinate" rules, chunked passes with a carried
 // state for "passes" rules (ABI.md §6).
-func (e *Engine) Aggregate(ctx context.Context, in syncer.AggregateInput) (syncer.AggregateOutput, error) {
+func (e *Engine) aggregate(ctx context.Context, in syncer.AggregateInput) (syncer.AggregateOutput, error) {
 	var out syncer.AggregateOutput
 	p, err := e.pluginFor(ctx, in.Rule, KindAggregate)
 	if err != nil {
@@ -784,8 +784,8 @@ func paramText(params []float64, m *Manifest) string {
 // ---------------------------------------------------------------------------
 // Outer step
 
-// OuterStep applies the outer optimizer plugin named by in.Rule.
-func (e *Engine) OuterStep(ctx context.Context, in syncer.OuterStepInput) (syncer.OuterStepOutput, error) {
+// outerStep applies the outer optimizer plugin named by in.Rule.
+func (e *Engine) outerStep(ctx context.Context, in syncer.OuterStepInput) (syncer.OuterStepOutput, error) {
 	var out syncer.OuterStepOutput
 	p, err := e.pluginFor(ctx, in.Rule, KindOuter)
 	if err != nil {

@@ -126,18 +126,6 @@ func TestWorkerMatchesInProcess(t *testing.T) {
 	})
 }
 
-func equalBools(a, b []bool) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
-}
-
 func equalScores(a, b []float64) bool {
 	if (a == nil) != (b == nil) || len(a) != len(b) {
 		return false
