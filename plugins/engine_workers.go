@@ -18,7 +18,7 @@ import (
 func newEngineWorkers(e *Engine) (*pool, error) {
 	as := e.cfg.WorkerAddressSpace
 	if as == 0 {
-		as = 3*e.memBudget() + 1<<30
+		as = 2*e.memBudget() + 1<<30
 	}
 	wc := workerConfig{
 		MemoryPages: e.cfg.MemoryPages, Fuel: e.cfg.Fuel, NoFuel: e.cfg.NoFuel, Interpreter: e.cfg.Interpreter,

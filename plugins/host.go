@@ -26,12 +26,22 @@ import (
 
 // Limits and defaults.
 const (
-	// DefaultMemoryPages is the default page limit (64 KiB pages): 2 GiB.
+	// DefaultMemoryPages is the default page limit (64 KiB pages): 2 GiB,
+	// room for K=6 inputs of N=2^24 f32 (384 MiB) many times over; larger
+	// calls run chunked (ABI.md §6).
 	DefaultMemoryPages = 32768
-	// DefaultFuel is the default fuel budget per call.
-	DefaultFuel = 200_000_000_000
-	// DefaultWallClock is the default wall-clock backstop per call.
-	DefaultWallClock = 5 * time.Minute
+	// DefaultFuel is the default fuel budget per call (protocol parameter:
+	// the engine profile records it). Every built-in rule with its default
+	// parameters aggregates K=6 inputs of N=2^24 f32 within it (the most,
+	// GeometricMedian, charges 4.4e10; Mean 5.7e8) in seconds, and a
+	// plugin that spends it in the cheapest possible loop (3.5e8 fuel/s
+	// measured) stops after about 140 s (RATIONALE "plugins: budgets").
+	DefaultFuel = 50_000_000_000
+	// DefaultWallClock is the default wall-clock backstop per call: over
+	// four times the worst case of DefaultFuel, so an honest machine
+	// records an out-of-fuel failure long before the kill (which is a local
+	// failure, never recorded).
+	DefaultWallClock = 10 * time.Minute
 	// MaxModuleBytes bounds a published module.
 	MaxModuleBytes = 16 << 20
 	// MaxK bounds the number of inputs of one call.
@@ -80,8 +90,9 @@ type Config struct {
 	// ServeWorkerIfChild first thing.
 	WorkerCommand []string
 	// WorkerAddressSpace is a worker's RLIMIT_AS before a call's memfd
-	// (0 = 3 × the guest memory limit + 1 GiB: room for the guest memory,
-	// its growth by reallocation and the worker's own runtime).
+	// (0 = 2 × the guest memory limit + 1 GiB: the guest memory is one
+	// reservation of its limit (memalloc_linux.go); the rest is the
+	// worker's runtime, compiled code and the inputs' copy in the guest).
 	WorkerAddressSpace uint64
 	// CacheBytes bounds the module bytes of published plugins whose
 	// compiled code stays loaded (LRU; 0 = DefaultCacheBytes).

@@ -198,27 +198,20 @@ func (n *Node) computeFragment(ctx context.Context, b *Batch, r *runState, i int
 }
 
 // Submit implements Service. The submission is checked and committed under
-// the lock (submit); when it completes a fragment (every active trainer is
-// in), the fragment is finalized right after, outside the lock, as the
-// timer would. A local failure there does not refuse the submission: it is
-// already accepted, and the timer retries.
+// the lock (submit). When it completes a fragment (every active trainer is
+// in), the fragment is finalized by the timer, which Submit wakes at once:
+// a submission never waits on a plugin call, and a local failure while
+// finalizing cannot refuse it (it is already accepted).
 func (n *Node) Submit(ctx context.Context, g *wire.OuterGradient) (*wire.SubmitResult, error) {
 	res, err := n.submit(ctx, g)
-	if err != nil || !res.Finalized {
-		return res, err
+	if err == nil && res.Finalized {
+		res.Finalized = false // the timer finalizes; getRun shows when
+		select {
+		case n.wake <- struct{}{}:
+		default:
+		}
 	}
-	if err := n.tickRun(ctx, g.TaskID); err != nil {
-		n.log.Warn("finalize after the last submission; the timer retries", "task", g.TaskID, "err", err)
-	}
-	res.Finalized = false
-	n.mu.Lock()
-	r, err := n.load(ctx, g.TaskID)
-	n.mu.Unlock()
-	if err == nil {
-		res.Finalized = r.Round > g.Round || r.Status != wire.StatusRunning ||
-			(g.FragmentIndex < uint64(len(r.Fragments)) && r.Fragments[g.FragmentIndex].Committed)
-	}
-	return res, nil
+	return res, err
 }
 
 // allIn: every active trainer has submitted to fs, and at least K did.

@@ -106,15 +106,18 @@ func TestTickRunsPluginsOutsideTheLock(t *testing.T) {
 }
 
 // TestLastSubmissionFinalizesOutsideTheLock: the submission that completes
-// a fragment is accepted even when finalizing fails locally (the timer
-// retries), and reports finalized once it succeeds.
+// a fragment is accepted without waiting on a plugin call; the timer
+// finalizes it, and a local failure there is retried, never recorded.
 func TestLastSubmissionFinalizesOutsideTheLock(t *testing.T) {
 	g := &gateEngine{NativeEngine: syncer.NewNativeEngine(), failN: 1}
 	h := tickHarness(t, g, 3)
 	h.now = h.now.Add(-31 * time.Second) // back inside the grace window
 	res, err := h.node.Submit(h.ctx, h.gradient(2, 0, 0, 1))
-	if err != nil || !res.Accepted || res.Finalized {
-		t.Fatalf("the completing submission: %+v %v", res, err)
+	if err != nil || !res.Accepted || g.calls.Load() != 0 {
+		t.Fatalf("the completing submission: %+v %v (%d plugin calls)", res, err, g.calls.Load())
+	}
+	if err := h.node.Tick(h.ctx); err != nil || h.run().Round != 0 || g.calls.Load() != 1 {
+		t.Fatalf("after a local failure: round %d, %d calls, %v", h.run().Round, g.calls.Load(), err)
 	}
 	h.now = h.now.Add(2 * time.Second)
 	if err := h.node.Tick(h.ctx); err != nil {

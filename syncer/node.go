@@ -40,6 +40,8 @@ type Node struct {
 	// abstain holds runs whose finalization failed locally (finalize.go).
 	abstainMu sync.Mutex
 	abstain   map[string]abstention
+	// wake makes Run tick now (a submission completed a fragment).
+	wake chan struct{}
 }
 
 var _ Service = (*Node)(nil)
@@ -49,7 +51,7 @@ func NewNode(ctx context.Context, cfg Config) (*Node, error) {
 	if cfg.KV == nil || cfg.Engine == nil || cfg.Signer == nil {
 		return nil, errors.New("syncer: Config needs KV, Engine and Signer")
 	}
-	n := &Node{cfg: cfg, kv: cfg.KV, eng: cfg.Engine, log: cfg.Logger, now: cfg.Clock}
+	n := &Node{cfg: cfg, kv: cfg.KV, eng: cfg.Engine, log: cfg.Logger, now: cfg.Clock, wake: make(chan struct{}, 1)}
 	if n.log == nil {
 		n.log = slog.Default()
 	}
@@ -396,10 +398,11 @@ func (n *Node) Run(ctx context.Context) error {
 		select {
 		case <-ctx.Done():
 			return nil
+		case <-n.wake:
 		case <-t.C:
-			if err := n.Tick(ctx); err != nil && ctx.Err() == nil {
-				n.log.Error("round timer", "err", err)
-			}
+		}
+		if err := n.Tick(ctx); err != nil && ctx.Err() == nil {
+			n.log.Error("round timer", "err", err)
 		}
 	}
 }

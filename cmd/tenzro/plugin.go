@@ -241,7 +241,7 @@ Nesterov momentum (PyTorch SGD semantics) to --weights with the pseudo-gradient
 	fl.Float32Var(&f.beta, "beta", 0.9, "outer step: momentum factor")
 	fl.BoolVar(&f.noNesterov, "no-nesterov", false, "outer step: plain momentum")
 	fl.Uint32Var(&f.memPages, "memory-pages", 0, "guest memory limit in 64 KiB pages (default 32768)")
-	fl.Uint64Var(&f.fuel, "fuel", 0, "fuel budget per call (default 2e11)")
+	fl.Uint64Var(&f.fuel, "fuel", 0, "fuel budget per call (default 5e10, the node's)")
 	return c
 }
 
