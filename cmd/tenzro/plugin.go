@@ -92,7 +92,7 @@ func newPluginTestCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			rep, err := conformance.Run(cmd.Context(), mod, conformance.Options{Params: json.RawMessage(params), K: k})
+			rep, err := conformance.Run(cmd.Context(), mod, conformance.Options{Params: json.RawMessage(params), K: k, Workers: 1})
 			if err != nil {
 				return err
 			}
