@@ -8,7 +8,7 @@ import (
 	"github.com/tenzro/train/syncer"
 )
 
-// Non-finite values (ABI.md §8). Wasm leaves the bits of a NaN result
+// Non-finite values (ABI.md §11). Wasm leaves the bits of a NaN result
 // unspecified (a runtime may propagate an operand's payload or produce its
 // own), so the host rewrites every NaN a rule or the outer step returns to
 // one canonical quiet NaN: outputs, and so receipts, never depend on NaN

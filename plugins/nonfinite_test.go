@@ -14,7 +14,7 @@ import (
 // Bulyan) give the same bytes; the arithmetic ones (Mean, GeometricMedian,
 // CenteredClipping) sum in input order, so their finite coordinates may
 // round differently, and the test requires the same non-finite coordinates
-// with the same (canonical) bits. What each rule does is in ABI.md §8.
+// with the same (canonical) bits. What each rule does is in ABI.md §11.
 func TestNonFiniteIndependentOfPosition(t *testing.T) {
 	e := testEngine(t)
 	const k, n = 7, 64

@@ -204,8 +204,7 @@ func (n *Node) computeFragment(ctx context.Context, b *Batch, r *runState, i int
 // finalizing cannot refuse it (it is already accepted).
 func (n *Node) Submit(ctx context.Context, g *wire.OuterGradient) (*wire.SubmitResult, error) {
 	res, err := n.submit(ctx, g)
-	if err == nil && res.Finalized {
-		res.Finalized = false // the timer finalizes; getRun shows when
+	if err == nil && res.Finalized { // completed the fragment (wire.SubmitResult)
 		select {
 		case n.wake <- struct{}{}:
 		default:

@@ -24,7 +24,7 @@ static inline void tz_store4(float *p, v128_t v, uint32_t valid) {
   for (uint32_t i = 0; i < valid; i++) p[i] = t[i];
 }
 
-/* Non-finite values (ABI.md §8). Every comparison of values in the built-in
+/* Non-finite values (ABI.md §11). Every comparison of values in the built-in
  * rules uses one total order: -Inf < negative < -0 < +0 < positive < +Inf <
  * NaN, with every NaN equal (canonicalised to 0x7fc00000 before sorting).
  * So a sorted coordinate, and every order statistic taken from it, depends
