@@ -311,6 +311,39 @@ func (n *Node) tickRun(ctx context.Context, task string) error {
 	return n.kv.Commit(ctx, &b)
 }
 
+// precompute computes, without the lock, the result of every uncommitted
+// fragment of task with at least K submissions (FinalizeRound's set): the
+// caller applies them under the lock through r.pre.
+func (n *Node) precompute(ctx context.Context, task string) (map[wire.Hash]*fragResult, error) {
+	n.mu.Lock()
+	snap, err := n.load(ctx, task)
+	n.mu.Unlock()
+	if err != nil || snap.Status != wire.StatusRunning {
+		return nil, err
+	}
+	pre := map[wire.Hash]*fragResult{}
+	for i, fs := range snap.Fragments {
+		if fs.Committed || len(fs.Subs) < snap.spec.Quorum {
+			continue
+		}
+		res, err := n.computeFragment(ctx, nil, snap, i)
+		if err != nil {
+			return nil, err
+		}
+		pre[fragKey(snap, i)] = res
+	}
+	return pre, nil
+}
+
+// changedConflict reports errNotPrecomputed to an RPC caller as a conflict
+// to retry.
+func changedConflict(err error) error {
+	if errors.Is(err, errNotPrecomputed) {
+		return Errf(KindConflict, "the round changed while its fragments were computed; retry")
+	}
+	return err
+}
+
 // retryLater turns "the run changed under the computed results" into a
 // quiet no-op: the next tick computes again.
 func retryLater(err error) error {

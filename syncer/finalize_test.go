@@ -151,3 +151,34 @@ func TestTickAbstainsOnLocalFailure(t *testing.T) {
 		t.Fatalf("after the backoff: %d calls, %+v %v", g.calls.Load(), tr, err)
 	}
 }
+
+// TestFinalizeRoundRunsPluginsOutsideTheLock: finalizeRound computes before
+// taking the node's mutex, so a write completes during its aggregation.
+func TestFinalizeRoundRunsPluginsOutsideTheLock(t *testing.T) {
+	g := &gateEngine{NativeEngine: syncer.NewNativeEngine(), entered: make(chan struct{}, 4), release: make(chan struct{})}
+	h := tickHarness(t, g, 3)
+	h.now = h.now.Add(-31 * time.Second) // inside the grace window: only finalizeRound commits
+	done := make(chan error, 1)
+	go func() {
+		_, err := h.node.FinalizeRound(h.ctx, h.task)
+		done <- err
+	}()
+	<-g.entered
+	wrote := make(chan struct{})
+	go func() {
+		h.faucet(h.tr[5].DID.String(), "1")
+		close(wrote)
+	}()
+	select {
+	case <-wrote:
+	case <-time.After(30 * time.Second):
+		t.Fatal("a write waited on the node mutex during finalizeRound's plugin call")
+	}
+	close(g.release)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if v := h.run(); v.Round != 1 {
+		t.Fatalf("round %d after finalizeRound", v.Round)
+	}
+}

@@ -258,12 +258,17 @@ func (n *Node) equivocation(ctx context.Context, r *runState, first, second subm
 // FinalizeRound implements Service: force every fragment with K accepted
 // submissions to commit now; say why not for the others.
 func (n *Node) FinalizeRound(ctx context.Context, task string) (*wire.FinalizeResult, error) {
+	pre, err := n.precompute(ctx, task) // plugins run outside the lock (finalize.go)
+	if err != nil {
+		return nil, err
+	}
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	r, err := n.load(ctx, task)
 	if err != nil {
 		return nil, err
 	}
+	r.pre = pre
 	if r.Status != wire.StatusRunning {
 		return nil, Errf(KindConflict, "run %s is %s, not running", task, r.Status)
 	}
@@ -276,7 +281,7 @@ func (n *Node) FinalizeRound(ctx context.Context, task string) (*wire.FinalizeRe
 		case fs.Committed:
 		case len(fs.Subs) >= r.spec.Quorum:
 			if err := n.finalizeFragment(ctx, &b, r, i, true); err != nil {
-				return nil, err
+				return nil, changedConflict(err)
 			}
 			st.Committed = true
 		default:
