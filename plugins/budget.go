@@ -47,3 +47,19 @@ func (e *Engine) wallFor(ctx context.Context) time.Duration {
 	}
 	return e.cfg.WallClock
 }
+
+type outputKey struct{}
+
+// withOutput makes the aggregate of a call made with ctx land in buf (a
+// worker passes its arena's output room, saving a copy).
+func withOutput(ctx context.Context, buf []byte) context.Context {
+	return context.WithValue(ctx, outputKey{}, buf)
+}
+
+// outputBuffer is the buffer an aggregate of n bytes is written to.
+func outputBuffer(ctx context.Context, n int) []byte {
+	if b, ok := ctx.Value(outputKey{}).([]byte); ok && len(b) == n {
+		return b
+	}
+	return make([]byte, n)
+}

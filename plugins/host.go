@@ -532,17 +532,16 @@ func (e *Engine) aggregate(ctx context.Context, in syncer.AggregateInput) (synce
 		}
 	}
 	meter := e.newMeter(ctx)
-	out.Aggregate = make([]byte, 0, n*4)
+	out.Aggregate = outputBuffer(ctx, n*4)
 	out.Selected = make([]bool, k)
 	var scores []float64
 	for c0 := 0; c0 < n; c0 += chunk {
 		c1 := min(c0+chunk, n)
-		r, err := e.aggregateOnce(ctx, p, meter.budget(), in.Dtype, in.Inputs, c0, c1, es, params)
+		r, err := e.aggregateOnce(ctx, p, meter.budget(), in.Dtype, in.Inputs, c0, c1, es, params, out.Aggregate[c0*4:c1*4])
 		out.Fuel = meter.add(r.Fuel)
 		if err != nil {
 			return syncer.AggregateOutput{Fuel: out.Fuel}, err
 		}
-		out.Aggregate = append(out.Aggregate, r.Aggregate...)
 		for i, s := range r.Selected {
 			out.Selected[i] = out.Selected[i] || s
 		}
@@ -590,7 +589,9 @@ func checkInputs(p *plugin, d syncer.Dtype, n int, inputs [][]byte) (int, error)
 	return es, nil
 }
 
-func (e *Engine) aggregateOnce(ctx context.Context, p *plugin, budget uint64, d syncer.Dtype, inputs [][]byte, c0, c1, es int, params []float64) (out syncer.AggregateOutput, err error) {
+// aggregateOnce runs one call on coordinates [c0, c1) and reads the
+// aggregate straight into dst (4 bytes per coordinate).
+func (e *Engine) aggregateOnce(ctx context.Context, p *plugin, budget uint64, d syncer.Dtype, inputs [][]byte, c0, c1, es int, params []float64, dst []byte) (out syncer.AggregateOutput, err error) {
 	c, err := e.newCall(ctx, p, budget)
 	if err != nil {
 		return out, err
@@ -636,9 +637,10 @@ func (e *Engine) aggregateOnce(ctx context.Context, p *plugin, budget uint64, d 
 	if rc := uint32(res[0]); rc != 0 {
 		return out, c.guestError(ctx, rc)
 	}
-	if out.Aggregate, err = c.read(outPtr, uint64(n)*4); err != nil {
+	if err = c.readInto(outPtr, dst); err != nil {
 		return out, err
 	}
+	out.Aggregate = dst
 	out.Selected, out.Scores, err = c.readSelection(selPtr, scPtr, k)
 	return out, err
 }

@@ -24,7 +24,7 @@ const (
 // canonicalised.
 func (e *Engine) Aggregate(ctx context.Context, in syncer.AggregateInput) (syncer.AggregateOutput, error) {
 	out, err := e.aggregate(ctx, in)
-	if err == nil {
+	if err == nil && e.pool == nil { // a worker's answer is canonical already
 		canonicalF32(out.Aggregate)
 		for i, s := range out.Scores {
 			if s != s {
@@ -39,7 +39,7 @@ func (e *Engine) Aggregate(ctx context.Context, in syncer.AggregateInput) (synce
 // NaN canonicalised.
 func (e *Engine) OuterStep(ctx context.Context, in syncer.OuterStepInput) (syncer.OuterStepOutput, error) {
 	out, err := e.outerStep(ctx, in)
-	if err == nil {
+	if err == nil && e.pool == nil {
 		if in.Dtype == syncer.BF16 {
 			canonicalBF16(out.Weights)
 		} else {
@@ -52,8 +52,9 @@ func (e *Engine) OuterStep(ctx context.Context, in syncer.OuterStepInput) (synce
 
 func canonicalF32(b []byte) {
 	for i := 0; i+4 <= len(b); i += 4 {
-		v := binary.LittleEndian.Uint32(b[i:])
-		if v&0x7f800000 == 0x7f800000 && v&0x007fffff != 0 && v != canonNaN32 {
+		// exponent all ones and a non-zero mantissa: |v| > +Inf as an
+		// unsigned integer.
+		if v := binary.LittleEndian.Uint32(b[i:]); v&0x7fffffff > 0x7f800000 && v != canonNaN32 {
 			binary.LittleEndian.PutUint32(b[i:], canonNaN32)
 		}
 	}

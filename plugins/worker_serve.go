@@ -207,6 +207,9 @@ func serveCall(ctx context.Context, e *Engine, req *workerReq, mem []byte) *work
 		}
 		if err == nil {
 			var out syncer.AggregateOutput
+			if dst, serr := span(req.OutOff, req.OutLen); serr == nil {
+				ctx = withOutput(ctx, dst) // the aggregate lands in the arena
+			}
 			out, err = e.Aggregate(ctx, in)
 			resp.Fuel, resp.Selected = out.Fuel, out.Selected
 			if out.Scores != nil {
@@ -282,6 +285,10 @@ func putOutput(span func(off, n int64) ([]byte, error), req *workerReq, parts ..
 		return err
 	}
 	for _, p := range parts {
+		if len(p) > 0 && len(dst) > 0 && &p[0] == &dst[0] {
+			dst = dst[len(p):] // already in place
+			continue
+		}
 		dst = dst[copy(dst, p):]
 	}
 	return nil
