@@ -7,6 +7,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"sync"
 
 	"github.com/tenzro/train/plugins/builtin"
 	"github.com/tenzro/train/syncer"
@@ -104,9 +105,17 @@ func (e *Engine) remoteAggregate(ctx context.Context, p *plugin, in syncer.Aggre
 	span := int64(in.N) * int64(in.Dtype.Size())
 	req := workerReq{Op: "aggregate", Rule: in.Rule, Dtype: in.Dtype, N: in.N, K: len(in.Inputs), OutLen: int64(in.N) * 4}
 	resp, agg, err := e.remote(ctx, p, req, int64(len(in.Inputs))*span, func(dst []byte) {
+		// One goroutine per input: the copy is the whole cost of a worker
+		// call, and memory bandwidth scales with cores.
+		var wg sync.WaitGroup
 		for i, b := range in.Inputs {
-			copy(dst[int64(i)*span:], b)
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				copy(dst[int64(i)*span:], b)
+			}()
 		}
+		wg.Wait()
 	})
 	if resp != nil {
 		out.Fuel = resp.Fuel
