@@ -29,10 +29,34 @@ func allocateGuestMemory(_, max uint64) experimental.LinearMemory {
 	size := (max + uint64(unix.Getpagesize()) - 1) &^ (uint64(unix.Getpagesize()) - 1)
 	buf, err := unix.Mmap(-1, 0, int(size), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS|unix.MAP_NORESERVE)
 	if err != nil {
-		return &mmapMemory{}
+		// No address space for the reservation (a worker's RLIMIT_AS):
+		// grow a Go slice as wazero would by default.
+		return &sliceMemory{max: max}
 	}
 	return &mmapMemory{buf: buf}
 }
+
+// sliceMemory is wazero's default behaviour: a Go slice grown by copying.
+type sliceMemory struct {
+	buf []byte
+	max uint64
+}
+
+func (m *sliceMemory) Reallocate(size uint64) []byte {
+	if size > m.max {
+		return nil
+	}
+	if size <= uint64(cap(m.buf)) {
+		m.buf = m.buf[:size]
+		return m.buf
+	}
+	nb := make([]byte, size, min(max(size, 2*uint64(cap(m.buf))), m.max))
+	copy(nb, m.buf)
+	m.buf = nb
+	return m.buf
+}
+
+func (m *sliceMemory) Free() { m.buf = nil }
 
 func (m *mmapMemory) Reallocate(size uint64) []byte {
 	if size > uint64(len(m.buf)) {

@@ -241,3 +241,22 @@ func TestWorkerHostilePlugins(t *testing.T) {
 		}
 	})
 }
+
+// TestWorkerAddressSpaceLimit: a worker whose RLIMIT_AS is below what a
+// memory.grow loop wants (2.5 GiB: an idle worker maps about 1.6 GiB, so
+// the 2 GiB guest reservation does not fit and the guest memory falls back
+// to a growing Go slice) dies at the limit instead of growing; the caller
+// gets a *WorkerError (a local failure) and the next call runs on a fresh
+// worker.
+func TestWorkerAddressSpaceLimit(t *testing.T) {
+	e := workerEngine(t, Config{Fuel: 20_000_000_000, WorkerAddressSpace: 3072 << 20})
+	err := runHostile(t, e, buildModule(t, modSpec{aggBody: growTouch}))
+	var rf *syncer.RuleFailure
+	if !IsWorkerError(err) || errors.As(err, &rf) {
+		t.Fatalf("want the worker to die at its address-space limit, got %v", err)
+	}
+	out := aggregate(t, e, mustResolve(t, e, "Mean", 2), [][]float32{{1}, {3}})
+	if toF32(out.Aggregate)[0] != 2 {
+		t.Fatal("Mean broken after the worker died")
+	}
+}
