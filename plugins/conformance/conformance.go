@@ -255,11 +255,15 @@ func aggregateChecks(ctx context.Context, rep *Report, comp, interp *plugins.Eng
 // fragment sizes below and one with the default limit, both holding module.
 func chunkedEngines(ctx context.Context, module []byte) (small, big *plugins.Engine, err error) {
 	const pages = 512 // 32 MiB: room for a Go runtime, too little for the whole call
-	small, err = plugins.NewEngine(ctx, plugins.Config{MemoryPages: pages})
+	// This check compares bytes, not cost: a budget well above the node's
+	// default, so that a slow (e.g. Go wasip1) rule is not cut short on the
+	// 2M-coordinate fragment below.
+	const fuel = 4 * plugins.DefaultFuel
+	small, err = plugins.NewEngine(ctx, plugins.Config{MemoryPages: pages, Fuel: fuel})
 	if err != nil {
 		return nil, nil, err
 	}
-	big, err = plugins.NewEngine(ctx, plugins.Config{})
+	big, err = plugins.NewEngine(ctx, plugins.Config{Fuel: fuel})
 	if err != nil {
 		small.Close(ctx)
 		return nil, nil, err
