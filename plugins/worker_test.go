@@ -6,6 +6,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"runtime"
 	"strconv"
@@ -242,15 +243,32 @@ func TestWorkerHostilePlugins(t *testing.T) {
 	})
 }
 
-// TestWorkerAddressSpaceLimit: a worker whose RLIMIT_AS is below what a
-// memory.grow loop wants (2.5 GiB: an idle worker maps about 1.6 GiB, so
-// the 2 GiB guest reservation does not fit and the guest memory falls back
-// to a growing Go slice) dies at the limit instead of growing; the caller
-// gets a *WorkerError (a local failure) and the next call runs on a fresh
-// worker.
+// TestWorkerAddressSpaceLimit: a worker whose RLIMIT_AS leaves 512 MiB
+// above what an idle worker maps (measured here) cannot reserve the 2 GiB
+// guest memory, so a memory.grow loop grows a Go slice instead and the
+// worker dies at its limit: the caller gets a *WorkerError (a local
+// failure, not a rule's result) and the next call runs on a fresh worker.
 func TestWorkerAddressSpaceLimit(t *testing.T) {
-	e := workerEngine(t, Config{Fuel: 20_000_000_000, WorkerAddressSpace: 3072 << 20})
-	err := runHostile(t, e, buildModule(t, modSpec{aggBody: growTouch}))
+	probe := workerEngine(t, Config{})
+	probe.pool.mu.Lock()
+	pid := probe.pool.idle[0].cmd.Process.Pid
+	probe.pool.mu.Unlock()
+	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var idle uint64
+	for _, line := range strings.Split(string(raw), "\n") {
+		if f := strings.Fields(line); len(f) == 3 && f[0] == "VmSize:" {
+			kb, _ := strconv.ParseUint(f[1], 10, 64)
+			idle = kb << 10
+		}
+	}
+	if idle == 0 {
+		t.Fatal("no VmSize for the worker")
+	}
+	e := workerEngine(t, Config{Fuel: 20_000_000_000, WorkerAddressSpace: idle + 512<<20})
+	err = runHostile(t, e, buildModule(t, modSpec{aggBody: growTouch}))
 	var rf *syncer.RuleFailure
 	if !IsWorkerError(err) || errors.As(err, &rf) {
 		t.Fatalf("want the worker to die at its address-space limit, got %v", err)
