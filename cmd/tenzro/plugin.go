@@ -219,7 +219,11 @@ func newPluginRunCmd() *cobra.Command {
 		Long: `Aggregation: every tensor name present in all inputs (same dtype and shape) is
 aggregated separately; OUT holds F32 tensors. Outer step (--outer): applies
 Nesterov momentum (PyTorch SGD semantics) to --weights with the pseudo-gradient
---grad and the optional --momentum state, writing --out and --momentum-out.`,
+--grad and the optional --momentum state, writing --out and --momentum-out.
+
+Rules run in a plugin worker process, as on the node: a looping or
+memory-hungry module is stopped by its fuel budget, its memory limit or the
+wall-clock backstop, never by taking this process down.`,
 		Example: `  tenzro plugin run --rule 'TrimmedMean{alpha_bps=2500}' --inputs a.safetensors,b.safetensors,c.safetensors,d.safetensors --out mean.safetensors
   tenzro plugin run --rule sha256:<hex> --module median.wasm --inputs a.safetensors,b.safetensors --out out.safetensors
   tenzro plugin run --outer --weights w.safetensors --grad agg.safetensors --momentum m.safetensors --out w2.safetensors --momentum-out m2.safetensors`,
