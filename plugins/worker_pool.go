@@ -46,6 +46,63 @@ type worker struct {
 	arenaFD  int
 	arena    []byte
 	arenaGen uint64
+	uses     uint64 // calls served; guarded by pool.mu while idle
+}
+
+// Arena retention: an arena larger than arenaKeepBytes is given back (in
+// both processes) once its worker has been idle for arenaIdleTrim, so a
+// burst of large calls (a round's fragments) reuses it, and an idle node
+// does not keep hundreds of megabytes of shared memory.
+const (
+	arenaKeepBytes = 64 << 20
+	arenaIdleTrim  = 30 * time.Second
+)
+
+// trimArena drops an idle worker's arena if it has served no call since
+// uses (the worker is taken out of the pool meanwhile, holding a slot).
+func (pl *pool) trimArena(w *worker, uses uint64) {
+	select {
+	case pl.slots <- struct{}{}:
+	default:
+		return // the pool is busy: the arena is in use or about to be
+	}
+	defer func() { <-pl.slots }()
+	pl.mu.Lock()
+	idx := -1
+	for i, v := range pl.idle {
+		if v == w {
+			idx = i
+		}
+	}
+	if idx < 0 || w.uses != uses || pl.closed {
+		pl.mu.Unlock()
+		return
+	}
+	pl.idle = append(pl.idle[:idx], pl.idle[idx+1:]...)
+	pl.mu.Unlock()
+	alive := w.dropRemote() == nil
+	pl.mu.Lock()
+	if alive && !pl.closed {
+		pl.idle = append(pl.idle, w)
+	} else {
+		delete(pl.all, w)
+		defer w.kill()
+	}
+	pl.mu.Unlock()
+}
+
+// dropRemote asks the worker to unmap its arena, then unmaps it here.
+func (w *worker) dropRemote() error {
+	hdr, _ := encodeHeader(&workerReq{Op: "drop"})
+	if err := unix.Sendmsg(w.fd, hdr, nil, nil, unix.MSG_NOSIGNAL); err != nil {
+		return err
+	}
+	var resp workerResp
+	if err := w.await(context.Background(), workerStartTimeout, "drop", &resp); err != nil {
+		return err
+	}
+	w.dropArena()
+	return nil
 }
 
 // arenaFor returns an arena of at least size bytes.
@@ -216,6 +273,11 @@ func (pl *pool) release(w *worker, alive bool) {
 	pl.mu.Lock()
 	if alive && !pl.closed {
 		pl.idle = append(pl.idle, w)
+		w.uses++
+		if len(w.arena) > arenaKeepBytes {
+			uses := w.uses
+			time.AfterFunc(arenaIdleTrim, func() { pl.trimArena(w, uses) })
+		}
 	} else {
 		delete(pl.all, w)
 		defer w.kill()

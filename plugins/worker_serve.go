@@ -99,6 +99,8 @@ func serveWorker(ctx context.Context, raw string, fd int) error {
 		resp := &workerResp{}
 		if err := json.Unmarshal(buf[:n], &req); err != nil {
 			resp.Err = fmt.Sprintf("bad request: %v", err)
+		} else if req.Op == "drop" {
+			ar.drop() // the node trims an idle worker's arena
 		} else {
 			var mem []byte
 			if mem, err = ar.mapFor(&req, memfd, wc); err != nil {

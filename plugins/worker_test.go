@@ -278,3 +278,31 @@ func TestWorkerAddressSpaceLimit(t *testing.T) {
 		t.Fatal("Mean broken after the worker died")
 	}
 }
+
+// TestWorkerArenaTrimmed: a large call's arena is given back in both
+// processes once the worker is idle (the timer calls trimArena; here it is
+// called directly), and the next call maps a fresh one.
+func TestWorkerArenaTrimmed(t *testing.T) {
+	e := workerEngine(t, Config{})
+	const n = 9 << 20 // 2 inputs of 36 MiB + 36 MiB out: over arenaKeepBytes
+	ctx := context.Background()
+	rr := mustResolve(t, e, "Mean", 2)
+	in := syncer.AggregateInput{Rule: rr, Dtype: syncer.F32, N: n, Inputs: [][]byte{make([]byte, 4*n), make([]byte, 4*n)}}
+	if _, err := e.Aggregate(ctx, in); err != nil {
+		t.Fatal(err)
+	}
+	e.pool.mu.Lock()
+	w, uses := e.pool.idle[0], e.pool.idle[0].uses
+	e.pool.mu.Unlock()
+	if len(w.arena) <= arenaKeepBytes {
+		t.Fatalf("arena of %d bytes", len(w.arena))
+	}
+	e.pool.trimArena(w, uses)
+	if w.arena != nil {
+		t.Fatal("arena kept")
+	}
+	out, err := e.Aggregate(ctx, in)
+	if err != nil || len(out.Aggregate) != 4*n {
+		t.Fatalf("after the trim: %v", err)
+	}
+}
