@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/tenzro/train/wire"
@@ -235,6 +236,50 @@ func dueFragments(r *runState, now int64) (due []int, deadline bool) {
 		}
 	}
 	return due, deadline
+}
+
+// tickEach is the Run loop's tick: every running run's tickRun in its own
+// goroutine, at most one per run at a time, so a run whose plugin call is
+// slow (up to the backstop) never holds back the timers of the others.
+func (n *Node) tickEach(ctx context.Context, wg *sync.WaitGroup) {
+	var tasks []string
+	err := n.kv.Scan(ctx, KSRuns, nil, func(k, v []byte) error {
+		var st struct {
+			Status string `json:"status"`
+		}
+		if json.Unmarshal(v, &st) == nil && st.Status == wire.StatusRunning {
+			tasks = append(tasks, string(k))
+		}
+		return nil
+	})
+	if err != nil {
+		n.log.Error("round timer", "err", err)
+		return
+	}
+	for _, task := range tasks {
+		n.abstainMu.Lock()
+		busy := n.ticking[task]
+		if !busy {
+			if n.ticking == nil {
+				n.ticking = map[string]bool{}
+			}
+			n.ticking[task] = true
+		}
+		n.abstainMu.Unlock()
+		if busy {
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := n.tickRun(ctx, task); err != nil && ctx.Err() == nil {
+				n.log.Error("round timer", "task", task, "err", err)
+			}
+			n.abstainMu.Lock()
+			delete(n.ticking, task)
+			n.abstainMu.Unlock()
+		}()
+	}
 }
 
 // Abstention backoff after a local failure: first retry after

@@ -182,3 +182,62 @@ func TestFinalizeRoundRunsPluginsOutsideTheLock(t *testing.T) {
 		t.Fatalf("round %d after finalizeRound", v.Round)
 	}
 }
+
+// holdFirst holds only the first Aggregate call until release is closed.
+type holdFirst struct {
+	*syncer.NativeEngine
+	calls   atomic.Int32
+	entered chan struct{}
+	release chan struct{}
+}
+
+func (g *holdFirst) Aggregate(ctx context.Context, in syncer.AggregateInput) (syncer.AggregateOutput, error) {
+	if g.calls.Add(1) == 1 {
+		close(g.entered)
+		<-g.release
+	}
+	return g.NativeEngine.Aggregate(ctx, in)
+}
+
+// TestSlowRunDoesNotStallOthers: the Run loop ticks each run on its own, so
+// while one run's aggregation is held (a plugin looping until the
+// backstop), another run's completed fragment still commits.
+func TestSlowRunDoesNotStallOthers(t *testing.T) {
+	g := &holdFirst{NativeEngine: syncer.NewNativeEngine(), entered: make(chan struct{}), release: make(chan struct{})}
+	h := tickHarness(t, g, 2) // run A: every trainer in, its aggregation held
+	ctx, cancel := context.WithCancel(h.ctx)
+	done := make(chan error, 1)
+	go func() { done <- h.node.Run(ctx) }()
+	defer func() {
+		close(g.release)
+		cancel()
+		<-done
+	}()
+	<-g.entered
+	first := h.task
+	h.task = "train-b"
+	if err := h.post(spec(h.task, h.sponsor.DID.String(), 2, 2, 1, 2), initWeights(t, 1, 16)); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 2; i++ {
+		if err := h.enroll(i, "100000000000000000000"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := 0; i < 2; i++ {
+		if err := h.submit(h.gradient(i, 0, 0, 1)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	deadline := time.Now().Add(60 * time.Second)
+	for h.run().Round == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("run B's fragment did not commit while run A's aggregation was held")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	h.task = first
+	if h.run().Round != 0 {
+		t.Fatal("run A committed while its aggregation was held")
+	}
+}

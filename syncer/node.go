@@ -40,6 +40,7 @@ type Node struct {
 	// abstain holds runs whose finalization failed locally (finalize.go).
 	abstainMu sync.Mutex
 	abstain   map[string]abstention
+	ticking   map[string]bool // runs whose tickRun is in flight (Run)
 	// wake makes Run tick now (a submission completed a fragment).
 	wake chan struct{}
 }
@@ -394,6 +395,8 @@ func (n *Node) GetReceipt(ctx context.Context, task string) (*wire.Receipt, erro
 func (n *Node) Run(ctx context.Context) error {
 	t := time.NewTicker(100 * time.Millisecond)
 	defer t.Stop()
+	var wg sync.WaitGroup
+	defer wg.Wait() // runs whose tick is computing stop with ctx
 	for {
 		select {
 		case <-ctx.Done():
@@ -401,9 +404,7 @@ func (n *Node) Run(ctx context.Context) error {
 		case <-n.wake:
 		case <-t.C:
 		}
-		if err := n.Tick(ctx); err != nil && ctx.Err() == nil {
-			n.log.Error("round timer", "err", err)
-		}
+		n.tickEach(ctx, &wg)
 	}
 }
 
