@@ -171,7 +171,10 @@ func (r *tierRun) submit(task string, i int, round, f uint64, att json.RawMessag
 	g := &wire.OuterGradient{TaskID: task, TrainerDID: r.tr[i].DID.String(), Round: round, FragmentIndex: f, GradientPayload: payload,
 		PayloadHash: wire.SumBytes(payload), Attestation: att}
 	g.Signature = r.tr[i].Sign(g.Preimage())
-	_, err := r.node.Submit(r.ctx, g)
+	res, err := r.node.Submit(r.ctx, g)
+	if err == nil && res.Finalized {
+		err = r.node.Tick(r.ctx) // what the node's timer does when a submission completes a fragment
+	}
 	return err
 }
 

@@ -437,7 +437,7 @@ node's dashboard plots it.`,
 				msg = fmt.Sprintf("not accepted: round %d fragment %d", res.Round, res.FragmentIndex)
 			}
 			if res.Finalized {
-				msg += "; fragment committed"
+				msg += "; fragment complete (the syncer commits it now)"
 			}
 			fmt.Fprintln(cmd.OutOrStdout(), msg)
 			return nil
