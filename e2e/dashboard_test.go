@@ -132,12 +132,26 @@ func (p *peopleRun) round(round uint64, skip int) {
 			p.t.Fatalf("finalize round %d: %v", round, err)
 		}
 	}
-	v, err := p.c.GetRun(ctx, p.task)
-	if err != nil {
-		p.t.Fatal(err)
-	}
-	if v.Round <= round && v.Status == wire.StatusRunning {
-		p.t.Fatalf("round %d did not close: run at round %d", round, v.Round)
+	waitRoundClosed(p.t, p.c, p.task, round)
+}
+
+// waitRoundClosed waits (generously: the node's timer finalizes fragments
+// after the submission that completes them) until the run has left round.
+func waitRoundClosed(t *testing.T, c *client.Client, task string, round uint64) *wire.RunView {
+	t.Helper()
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		v, err := c.GetRun(context.Background(), task)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if v.Round > round || v.Status != wire.StatusRunning {
+			return v
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("round %d did not close within 2 minutes: run at round %d", round, v.Round)
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }
 

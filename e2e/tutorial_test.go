@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tenzro/train/rpc/client"
 	"github.com/tenzro/train/wire"
 )
 
@@ -177,6 +178,7 @@ func TestSeedTutorialCommandsVerbatim(t *testing.T) {
 				p.must(append(line, "--metrics", fmt.Sprintf("train_loss=%.3f,samples=768", 1.5-0.5*float64(round)))...)
 			}
 		}
+		waitRoundClosed(t, client.New(e.rpc, client.WithTimeout(30*time.Second)), task, uint64(round))
 		getRun()
 		if round == 0 {
 			// current_reward accrues before the seal.
