@@ -9,7 +9,6 @@
 package deps
 
 import (
-	_ "github.com/cometbft/cometbft/node"
 	_ "github.com/ipfs/boxo/bitswap"
 	_ "github.com/ipfs/boxo/blockservice"
 	_ "github.com/ipfs/boxo/gateway"

@@ -1,0 +1,107 @@
+package chain
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"path/filepath"
+	"strings"
+	"time"
+
+	cmtcfg "github.com/cometbft/cometbft/config"
+	cmtlog "github.com/cometbft/cometbft/libs/log"
+	"github.com/cometbft/cometbft/node"
+	"github.com/cometbft/cometbft/p2p"
+	"github.com/cometbft/cometbft/privval"
+	"github.com/cometbft/cometbft/proxy"
+
+	"github.com/tenzro/train/store"
+)
+
+// AppDBDir is where a home keeps the application's state (a store.DB).
+const AppDBDir = "data/tenzro-app"
+
+// CometConfig builds the CometBFT configuration of a home from its
+// NodeConfigFile (loopback-friendly: non-strict address book, duplicate IPs
+// allowed).
+func CometConfig(home string, nc *NodeConfig) *cmtcfg.Config {
+	c := cmtcfg.DefaultConfig()
+	c.SetRoot(home)
+	c.Moniker = nc.Moniker
+	c.P2P.ListenAddress = "tcp://" + nc.P2PAddr
+	c.P2P.PersistentPeers = strings.Join(nc.PersistentPeers, ",")
+	c.P2P.AddrBookStrict = false
+	c.P2P.AllowDuplicateIP = true
+	c.P2P.PexReactor = true
+	c.RPC.ListenAddress = "tcp://" + nc.RPCAddr
+	c.RPC.PprofListenAddress = ""
+	c.Instrumentation.Prometheus = false
+	c.Consensus.TimeoutCommit = time.Duration(nc.TimeoutCommitMs) * time.Millisecond
+	c.Mempool.MaxTxBytes = MaxTxBytes
+	return c
+}
+
+// RunNode starts the validator (or full node) whose home is home: the
+// application over its own store and CometBFT in the same process with a
+// local ABCI client. It returns when ctx ends (after stopping CometBFT and
+// closing the store) or when startup fails. ready, when not nil, is called
+// with the RPC address once the node runs.
+func RunNode(ctx context.Context, home string, log *slog.Logger, ready func(rpcAddr string)) error {
+	if log == nil {
+		log = slog.Default()
+	}
+	nc, err := LoadNodeConfig(home)
+	if err != nil {
+		return err
+	}
+	c := CometConfig(home, nc)
+	if err := c.ValidateBasic(); err != nil {
+		return fmt.Errorf("chain node %s: config: %w", home, err)
+	}
+	db, err := store.Open(ctx, filepath.Join(home, AppDBDir), store.Options{Logger: log.With("component", "chain-store")})
+	if err != nil {
+		return fmt.Errorf("chain node %s: %w", home, err)
+	}
+	defer db.Close()
+	app, err := NewApp(ctx, db, log.With("component", "chain-app"))
+	if err != nil {
+		return err
+	}
+	nk, err := p2p.LoadNodeKey(c.NodeKeyFile())
+	if err != nil {
+		return fmt.Errorf("chain node %s: node key: %w", home, err)
+	}
+	pv := privval.LoadFilePV(c.PrivValidatorKeyFile(), c.PrivValidatorStateFile())
+	n, err := node.NewNodeWithContext(ctx, c, pv, nk, proxy.NewLocalClientCreator(app),
+		node.DefaultGenesisDocProviderFunc(c), cmtcfg.DefaultDBProvider,
+		node.DefaultMetricsProvider(c.Instrumentation), slogAdapter{log.With("component", "cometbft")})
+	if err != nil {
+		return fmt.Errorf("chain node %s: %w", home, err)
+	}
+	if err := n.Start(); err != nil {
+		return fmt.Errorf("chain node %s: start: %w", home, err)
+	}
+	h, hash := app.LastCommit()
+	log.Info("chain node running", "home", home, "moniker", nc.Moniker, "node_id", nk.ID(), "rpc", "http://"+nc.RPCAddr,
+		"p2p", nc.P2PAddr, "app_height", h, "app_hash", hash)
+	if ready != nil {
+		ready(nc.RPCAddr)
+	}
+	<-ctx.Done()
+	log.Info("chain node stopping", "home", home)
+	if err := n.Stop(); err != nil {
+		log.Error("stop cometbft", "err", err)
+	}
+	n.Wait()
+	return nil
+}
+
+// slogAdapter routes CometBFT's logs to slog (its Info chatter at debug).
+type slogAdapter struct{ l *slog.Logger }
+
+func (s slogAdapter) Debug(msg string, kv ...any) { s.l.Debug(msg, kv...) }
+func (s slogAdapter) Info(msg string, kv ...any)  { s.l.Debug(msg, kv...) }
+func (s slogAdapter) Error(msg string, kv ...any) { s.l.Warn(msg, kv...) }
+func (s slogAdapter) With(kv ...any) cmtlog.Logger {
+	return slogAdapter{s.l.With(kv...)}
+}

@@ -1,0 +1,102 @@
+package main
+
+// chain.go wires the replicated chain (package chain) into the daemon: the
+// `testnet` subcommand and the `--home` start path. Registered by one line
+// in execute.
+
+import (
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/tenzro/train/chain"
+)
+
+// registerChain adds `tenzro-node testnet` and `tenzro-node --home DIR`.
+func registerChain(root *cobra.Command, stdout, stderr io.Writer) {
+	root.Flags().String("home", "", "start the chain validator whose home `tenzro-node testnet` wrote (CometBFT embedded in-process); the other node flags except --log-level/--log-format do not apply")
+	inner := root.RunE
+	root.RunE = func(cmd *cobra.Command, args []string) error {
+		home, _ := cmd.Flags().GetString("home")
+		if home == "" {
+			return inner(cmd, args)
+		}
+		lvl, _ := cmd.Flags().GetString("log-level")
+		format, _ := cmd.Flags().GetString("log-format")
+		cfg := defaults()
+		cfg.LogLevel, cfg.LogFormat = lvl, format
+		log := newLogger(cfg, stderr)
+		return chain.RunNode(cmd.Context(), home, log, func(rpc string) {
+			fmt.Fprintf(stdout, "chain node %s running: RPC http://%s\n", home, rpc)
+		})
+	}
+	root.AddCommand(newTestnetCmd(stdout))
+}
+
+func newTestnetCmd(stdout io.Writer) *cobra.Command {
+	var (
+		opts    chain.TestnetOptions
+		allocs  []string
+		blockMs time.Duration
+	)
+	cmd := &cobra.Command{
+		Use:   "testnet --validators N --dir D [--alloc DID=AMOUNT]...",
+		Short: "Write the homes and genesis of a local N-validator chain",
+		Long: `testnet writes N validator homes (D/node0 … D/node{N-1}: CometBFT node and
+validator keys, the shared genesis, and each node's listen addresses and peers in
+config/tenzro-chain.json) and one genesis whose app state holds the allocations.
+Allocations are the only way funds exist on a chain without --dev: there is no
+faucet. Start each validator with 'tenzro-node --home D/nodeI'.
+
+Ports: node i listens on BASE+2i (P2P) and BASE+2i+1 (CometBFT RPC);
+--base-port 0 takes free ports from the kernel.`,
+		Example: `  tenzro-node testnet --validators 4 --dir /tmp/tn \
+    --alloc did:tenzro:human:z6Mk...=1000000000000000000000
+  tenzro-node --home /tmp/tn/node0`,
+		Args:          cobra.NoArgs,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			for _, a := range allocs {
+				d, amt, ok := strings.Cut(a, "=")
+				if !ok {
+					return usageError{fmt.Errorf("--alloc %q: want DID=AMOUNT (attoTNZO)", a)}
+				}
+				opts.Allocs = append(opts.Allocs, chain.GenesisAccount{DID: strings.TrimSpace(d), Balance: strings.TrimSpace(amt)})
+			}
+			opts.TimeoutCommit = blockMs
+			nodes, err := chain.WriteTestnet(opts)
+			if err != nil {
+				return usageError{err}
+			}
+			fmt.Fprintf(stdout, "wrote %d validator homes and one genesis (chain %s, %d allocations):\n", len(nodes), orDefault(opts.ChainID, "tenzro-testnet"), len(opts.Allocs))
+			for _, n := range nodes {
+				fmt.Fprintf(stdout, "  %s  rpc http://%s  p2p %s  id %s\n", n.Home, n.RPCAddr, n.P2PAddr, n.NodeID)
+			}
+			fmt.Fprintf(stdout, "start each with: tenzro-node --home <home>\n")
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.IntVar(&opts.Validators, "validators", 4, "number of validators")
+	f.StringVar(&opts.Dir, "dir", "", "output directory (must not exist or be empty)")
+	f.StringArrayVar(&allocs, "alloc", nil, "genesis allocation DID=AMOUNT in attoTNZO (repeatable)")
+	f.StringVar(&opts.ChainID, "chain-id", "tenzro-testnet", "chain id")
+	f.StringVar(&opts.Host, "host", "127.0.0.1", "address every node listens on and dials")
+	f.IntVar(&opts.BasePort, "base-port", 26656, "first port (node i: BASE+2i P2P, BASE+2i+1 RPC); 0 = free ports")
+	f.DurationVar(&blockMs, "block-time", time.Second, "block interval (CometBFT timeout_commit)")
+	_ = cmd.MarkFlagRequired("dir")
+	cmd.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
+	return cmd
+}
+
+func orDefault(s, d string) string {
+	if s == "" {
+		return d
+	}
+	return s
+}
+
