@@ -99,4 +99,3 @@ func orDefault(s, d string) string {
 	}
 	return s
 }
-
