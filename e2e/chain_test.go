@@ -141,7 +141,9 @@ func TestChainFourValidators(t *testing.T) {
 	if testing.Short() {
 		t.Skip("multi-process chain test")
 	}
+	t0 := time.Now()
 	build(t)
+	t.Logf("binaries ready after %s", time.Since(t0).Round(time.Millisecond))
 	sponsor, trainer, other := chainKey(t, did.KindHuman, 1), chainKey(t, did.KindMachine, 2), chainKey(t, did.KindHuman, 3)
 	dir := t.TempDir()
 	out, err := exec.Command(filepath.Join(binDir, "tenzro-node"), "testnet", "--validators", "4", "--dir", dir,
@@ -173,6 +175,7 @@ func TestChainFourValidators(t *testing.T) {
 	for _, n := range nodes {
 		waitHeight(t, n, 1, within)
 	}
+	t.Logf("4 validators committing after %s", time.Since(t0).Round(time.Millisecond))
 
 	spec := []byte(fmt.Sprintf(`{"task_id":"chain-run","sponsor_did":%q,"sponsor_address":"0x1111111111111111111111111111111111111111",
  "architecture":{"family":"timesfm","param_count":32,"modality":"Timeseries","fragment_count":2,"dtype":"bf16"},
@@ -212,13 +215,16 @@ func TestChainFourValidators(t *testing.T) {
 		}
 	}
 	check(nodes, h)
+	t.Logf("4 transactions committed and read back from 4 nodes after %s", time.Since(t0).Round(time.Millisecond))
 
 	// kill -9 one validator: the other three (30 of 40 voting power) go on.
 	nodes[3].kill()
 	h = broadcast(t, nodes[1], tx(chain.TransferTx(sponsor, other.DID.String(), "50", 3)))
 	want[sponsor], want[other] = "8700", "300"
 	check(nodes[:3], h)
+	t.Logf("3 of 4 committed after %s", time.Since(t0).Round(time.Millisecond))
 	// Restart it: it replays what it missed from its peers and agrees.
 	nodes[3].start(t)
 	check(nodes, h)
+	t.Logf("restarted validator caught up after %s", time.Since(t0).Round(time.Millisecond))
 }
