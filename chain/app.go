@@ -347,6 +347,8 @@ func (a *App) query(ctx context.Context, path, arg string) ([]byte, error) {
 			return []byte{}, err
 		}
 		return []byte(fmt.Sprint(binary.BigEndian.Uint64(raw))), nil
+	case QueryRunProof:
+		return a.runProof(ctx, arg)
 	case QueryRunLog:
 		n, root, err := runLogRoot(ctx, x.o)
 		if err != nil {
@@ -354,5 +356,5 @@ func (a *App) query(ctx context.Context, path, arg string) ([]byte, error) {
 		}
 		return json.Marshal(RunLogInfo{Size: n, Root: root})
 	}
-	return nil, errf(CodeNotFound, "unknown query path %q (want %s, %s, %s, %s or %s)", path, QueryBalance, QueryRun, QueryCandidate, QueryRunLog, QueryNonce)
+	return nil, errf(CodeNotFound, "unknown query path %q (want %s, %s, %s, %s, %s or %s)", path, QueryBalance, QueryRun, QueryCandidate, QueryRunLog, QueryRunProof, QueryNonce)
 }
