@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
@@ -12,6 +13,9 @@ import (
 	rpchttp "github.com/cometbft/cometbft/rpc/client/http"
 
 	"github.com/tenzro/train/chain"
+	"github.com/tenzro/train/syncer"
+	"github.com/tenzro/train/syncer/election"
+	"github.com/tenzro/train/syncer/vrf"
 	"github.com/tenzro/train/wire"
 	"github.com/tenzro/train/wire/did"
 )
@@ -122,6 +126,41 @@ func appHashAt(t *testing.T, n *chainNode, h int64) string {
 	return b.Block.AppHash.String()
 }
 
+func electionProof(t *testing.T, k *did.Key, spec []byte) []byte {
+	_, canon, err := wire.ParseSpec(spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, _, _ := wire.ParseSpec(spec)
+	pi, err := vrf.Prove(k.Priv, election.Alpha(s.TaskID, wire.SpecHash(canon)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pi
+}
+
+// signedReceipt is a receipt of a zero-round run of spec signed by k.
+func signedReceipt(t *testing.T, spec []byte, k *did.Key) []byte {
+	s, canon, err := wire.ParseSpec(spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rc := &wire.Receipt{Version: syncer.ReceiptVersion, TaskID: s.TaskID, TaskSpec: canon, SpecHash: wire.SpecHash(canon),
+		SyncerDID: k.DID.String(), PluginHashes: []wire.Hash{}, AttestationDigests: []wire.Hash{}, Transcript: []wire.RoundCommit{},
+		Rewards: []wire.Payout{}, Engine: json.RawMessage(`{}`), SponsorRefund: "0", FinalModelHash: wire.SumBytes([]byte("final"))}
+	rc.RunRoot = syncer.RunRoot(rc.SpecHash, nil, rc.FinalModelHash)
+	pre, err := syncer.ReceiptPreimage(rc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rc.Signature = k.Sign(pre)
+	b, err := json.Marshal(rc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
 func chainKey(t *testing.T, kind string, n byte) *did.Key {
 	seed := make([]byte, 32)
 	seed[0], seed[1] = n, 0xc4
@@ -145,10 +184,11 @@ func TestChainFourValidators(t *testing.T) {
 	build(t)
 	t.Logf("binaries ready after %s", time.Since(t0).Round(time.Millisecond))
 	sponsor, trainer, other := chainKey(t, did.KindHuman, 1), chainKey(t, did.KindMachine, 2), chainKey(t, did.KindHuman, 3)
+	cand := chainKey(t, did.KindMachine, 4)
 	dir := t.TempDir()
 	out, err := exec.Command(filepath.Join(binDir, "tenzro-node"), "testnet", "--validators", "4", "--dir", dir,
 		"--base-port", "0", "--block-time", "200ms",
-		"--alloc", sponsor.DID.String()+"=10000", "--alloc", trainer.DID.String()+"=500").CombinedOutput()
+		"--alloc", sponsor.DID.String()+"=10000", "--alloc", trainer.DID.String()+"=500", "--alloc", cand.DID.String()+"=70").CombinedOutput()
 	if err != nil {
 		t.Fatalf("testnet: %v\n%s", err, out)
 	}
@@ -189,10 +229,14 @@ func TestChainFourValidators(t *testing.T) {
 	}
 	broadcast(t, nodes[0], tx(chain.TransferTx(sponsor, other.DID.String(), "250", 1)))
 	broadcast(t, nodes[0], tx(chain.PostTaskTx(sponsor, spec, wire.Hash{}, 2)))
+	broadcast(t, nodes[0], tx(chain.RegisterSyncerTx(cand, "60", 1)))
+	broadcast(t, nodes[2], tx(chain.ElectionProofTx(cand, "chain-run", electionProof(t, cand, spec), 2)))
 	broadcast(t, nodes[0], tx(chain.EnrollTx(trainer, "chain-run", "100", 1)))
-	h := broadcast(t, nodes[0], tx(chain.SubmissionTx(trainer, "chain-run", 0, 1, wire.SumBytes([]byte("payload")), 4096)))
+	broadcast(t, nodes[0], tx(chain.SubmissionTx(trainer, "chain-run", 0, 1, wire.SumBytes([]byte("payload")), 4096)))
+	receipt := signedReceipt(t, spec, cand)
+	h := broadcast(t, nodes[1], tx(chain.SealTx(receipt)))
 
-	want := map[*did.Key]string{sponsor: "8750", trainer: "400", other: "250"}
+	want := map[*did.Key]string{sponsor: "8750", trainer: "400", other: "250", cand: "10"}
 	check := func(ns []*chainNode, h int64) {
 		t.Helper()
 		for _, n := range ns {
@@ -215,7 +259,56 @@ func TestChainFourValidators(t *testing.T) {
 		}
 	}
 	check(nodes, h)
-	t.Logf("4 transactions committed and read back from 4 nodes after %s", time.Since(t0).Round(time.Millisecond))
+	t.Logf("7 transactions committed and read back from 4 nodes after %s", time.Since(t0).Round(time.Millisecond))
+
+	// The CLI against node 0 and node 3: same balance and run; the run
+	// root proven on node 3 verifies offline against node 0's header.
+	cli := func(n *chainNode, args ...string) string {
+		t.Helper()
+		nc, _ := chain.LoadNodeConfig(n.home)
+		out, err := exec.Command(filepath.Join(binDir, "tenzro"), append(args, "--node", "http://"+nc.RPCAddr)...).Output()
+		if err != nil {
+			t.Fatalf("tenzro %v: %v\n%s", args, err, out)
+		}
+		return string(out)
+	}
+	// Heights move on (empty blocks), so compare the values, not the height.
+	for _, args := range [][]string{{"chain", "balance", "--did", sponsor.DID.String(), "--format", "json"}, {"chain", "run", "--task-id", "chain-run", "--format", "json"}} {
+		var a, b struct {
+			Balance string          `json:"balance"`
+			Status  string          `json:"status"`
+			RunRoot json.RawMessage `json:"run_root"`
+		}
+		if err := json.Unmarshal([]byte(cli(nodes[0], args...)), &a); err != nil {
+			t.Fatal(err)
+		}
+		if err := json.Unmarshal([]byte(cli(nodes[3], args...)), &b); err != nil {
+			t.Fatal(err)
+		}
+		if fmt.Sprint(a) != fmt.Sprint(b) || a.Balance == "" && a.Status != wire.StatusSealed {
+			t.Fatalf("tenzro %v: node 0 says %+v, node 3 says %+v", args, a, b)
+		}
+	}
+	proofPath := filepath.Join(dir, "proof.json")
+	if err := os.WriteFile(proofPath, []byte(cli(nodes[3], "chain", "prove", "--task-id", "chain-run")), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	receiptPath := filepath.Join(dir, "receipt.json")
+	if err := os.WriteFile(receiptPath, receipt, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var pf struct {
+		Proof chain.RunRootProof `json:"proof"`
+	}
+	raw, _ := os.ReadFile(proofPath)
+	if err := json.Unmarshal(raw, &pf); err != nil {
+		t.Fatal(err)
+	}
+	waitHeight(t, nodes[0], pf.Proof.Height+1, within)
+	header := appHashAt(t, nodes[0], pf.Proof.Height)
+	if got := cli(nodes[0], "chain", "verify-proof", "--proof", proofPath, "--app-hash", header, "--receipt", receiptPath); got != "1\n" {
+		t.Fatalf("verify-proof: %q", got)
+	}
 
 	// kill -9 one validator: the other three (30 of 40 voting power) go on.
 	nodes[3].kill()
