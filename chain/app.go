@@ -217,6 +217,13 @@ func (a *App) precheck(ctx context.Context, b []byte) error {
 		if err := syncer.CheckReceipt(tx.Seal.Receipt, nil); err != nil {
 			return errf(CodeInvalid, "receipt: %v", err)
 		}
+	case TxCommitRound:
+		p := tx.CommitRound
+		h, err := syncer.RoundCommitHash(&p.Commit)
+		if err != nil {
+			return errf(CodeInvalid, "commit: %v", err)
+		}
+		return x.checkSigned(p.SyncerDID, p.Nonce, p.Signature, p.Preimage(h))
 	}
 	return nil
 }

@@ -141,7 +141,7 @@ func TestDeterminism(t *testing.T) {
 
 	for _, h := range []*harness{a, b} {
 		h.conservation()
-		for k, want := range map[*did.Key]string{w.sponsor: "8900", w.outsider: "100", w.t1: "400", w.t2: "400"} {
+		for k, want := range map[*did.Key]string{w.sponsor: "9950", w.outsider: "100", w.t1: "450", w.t2: "500"} {
 			if got := h.balance(k); got != want {
 				t.Errorf("balance of %s: %s, want %s", k.DID, got, want)
 			}

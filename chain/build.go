@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 
+	"github.com/tenzro/train/syncer"
 	"github.com/tenzro/train/wire"
 	"github.com/tenzro/train/wire/did"
 )
@@ -66,4 +67,15 @@ func SubmissionTx(key *did.Key, task string, round, fragment uint64, payloadHash
 // SealTx carries a signed receipt.
 func SealTx(receipt []byte) ([]byte, error) {
 	return EncodeTx(TxSeal, Seal{Receipt: json.RawMessage(receipt)})
+}
+
+// CommitRoundTx signs a round commit as the run's syncer (key).
+func CommitRoundTx(key *did.Key, c wire.RoundCommit, nonce uint64) ([]byte, error) {
+	p := CommitRound{TaskID: c.TaskID, SyncerDID: key.DID.String(), Commit: c, Signed: wire.Signed{Nonce: nonce}}
+	h, err := syncer.RoundCommitHash(&c)
+	if err != nil {
+		return nil, err
+	}
+	p.Signature = key.Sign(p.Preimage(h))
+	return EncodeTx(TxCommitRound, p)
 }

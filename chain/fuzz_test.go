@@ -16,6 +16,7 @@ func FuzzDecodeTx(f *testing.F) {
 	f.Add(must(PostTaskTx(k, testSpec("t", k.DID.String(), 1, 1, 1), wire.Hash{}, 2)))
 	f.Add(must(SubmissionTx(k, "t", 0, 0, wire.Hash{1}, 5)))
 	f.Add(must(SealTx([]byte(`{}`))))
+	f.Add(must(CommitRoundTx(k, roundCommit("t", 0, [][]wire.CommitInput{{{TrainerDID: k.DID.String(), Selected: true}}}, "m"), 3)))
 	f.Add([]byte(`{"type":"tenzro_ledger_transfer","params":null}`))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		tx, err := DecodeTx(b)
@@ -41,6 +42,10 @@ func FuzzDecodeTx(f *testing.F) {
 			params = tx.Submission
 		case TxSeal:
 			params = tx.Seal
+		case TxCommitRound:
+			params = tx.CommitRound
+		default:
+			t.Fatalf("decoded unknown type %q", tx.Type)
 		}
 		re, err := EncodeTx(tx.Type, params)
 		if err != nil {

@@ -49,6 +49,13 @@ func testSpec(task, sponsor string, m, k, f int) []byte {
 // testReceipt builds a receipt of a zero-round run of spec, signed by key.
 func testReceipt(t testing.TB, spec []byte, key *did.Key) []byte {
 	t.Helper()
+	return roundsReceipt(t, spec, key, nil, nil)
+}
+
+// roundsReceipt builds a receipt of spec with the given transcript and
+// reward lines, signed by key.
+func roundsReceipt(t testing.TB, spec []byte, key *did.Key, transcript []wire.RoundCommit, rewards []wire.Payout) []byte {
+	t.Helper()
 	s, canon, err := wire.ParseSpec(spec)
 	if err != nil {
 		t.Fatal(err)
@@ -56,7 +63,22 @@ func testReceipt(t testing.TB, spec []byte, key *did.Key) []byte {
 	rc := &wire.Receipt{Version: syncer.ReceiptVersion, TaskID: s.TaskID, TaskSpec: canon, SpecHash: wire.SpecHash(canon),
 		SyncerDID: key.DID.String(), PluginHashes: []wire.Hash{}, AttestationDigests: []wire.Hash{}, Transcript: []wire.RoundCommit{},
 		Rewards: []wire.Payout{}, Engine: json.RawMessage(`{}`), SponsorRefund: "0", FinalModelHash: wire.SumBytes([]byte("final"))}
-	rc.RunRoot = syncer.RunRoot(rc.SpecHash, nil, rc.FinalModelHash)
+	var roots []wire.Hash
+	for i := range transcript {
+		h, err := syncer.RoundCommitHash(&transcript[i])
+		if err != nil {
+			t.Fatal(err)
+		}
+		roots = append(roots, h)
+		rc.FinalModelHash = transcript[i].ModelHash
+	}
+	if transcript != nil {
+		rc.Transcript = transcript
+	}
+	if rewards != nil {
+		rc.Rewards = rewards
+	}
+	rc.RunRoot = syncer.RunRoot(rc.SpecHash, roots, rc.FinalModelHash)
 	pre, err := syncer.ReceiptPreimage(rc)
 	if err != nil {
 		t.Fatal(err)

@@ -72,10 +72,16 @@ type runRecord struct {
 	PostedHeight    int64           `json:"posted_height"`
 	PostedTimeMs    int64           `json:"posted_time_ms"`
 	StartedHeight   int64           `json:"started_height,omitempty"`
-	RunRoot         *wire.Hash      `json:"run_root,omitempty"`
-	SyncerDID       string          `json:"syncer_did,omitempty"`
-	SealedHeight    int64           `json:"sealed_height,omitempty"`
-	RunLogIndex     uint64          `json:"run_log_index,omitempty"`
+	// RoundStartMs is the block time at which the current round started.
+	RoundStartMs int64 `json:"round_start_ms"`
+	// RoundRoots are the committed rounds' commit hashes, RoundSyncers who
+	// committed each.
+	RoundRoots   []wire.Hash `json:"round_roots"`
+	RoundSyncers []string    `json:"round_syncers"`
+	RunRoot      *wire.Hash  `json:"run_root,omitempty"`
+	SyncerDID    string      `json:"syncer_did,omitempty"`
+	SealedHeight int64       `json:"sealed_height,omitempty"`
+	RunLogIndex  uint64      `json:"run_log_index,omitempty"`
 
 	spec *wire.TaskSpec
 }
@@ -262,6 +268,8 @@ func (x *exec) apply(tx *Tx) ([]byte, error) {
 		out, err = x.applySubmission(tx.Submission)
 	case TxSeal:
 		out, err = x.applySeal(tx.Seal)
+	case TxCommitRound:
+		out, err = x.applyCommitRound(tx.CommitRound)
 	default:
 		err = errf(CodeDecode, "unknown transaction type %q", tx.Type)
 	}
@@ -375,7 +383,7 @@ func (x *exec) applyPost(p *PostTask) (any, error) {
 	}
 	r := &runRecord{TaskID: spec.TaskID, Sponsor: spec.SponsorDID, Spec: canon, SpecHash: specHash,
 		InitWeightsHash: p.InitWeightsHash, Status: wire.StatusAwaiting, Reward: reward.String(),
-		Trainers: []trainerRecord{}, PostedHeight: x.height, PostedTimeMs: x.timeMs}
+		Trainers: []trainerRecord{}, PostedHeight: x.height, PostedTimeMs: x.timeMs, RoundRoots: []wire.Hash{}, RoundSyncers: []string{}}
 	if err := x.putJSON(keyRun(spec.TaskID), r); err != nil {
 		return nil, err
 	}
@@ -436,6 +444,7 @@ func (x *exec) applyEnroll(p *wire.EnrollParams) (any, error) {
 func (x *exec) start(r *runRecord) error {
 	r.Status = wire.StatusRunning
 	r.StartedHeight = x.height
+	r.RoundStartMs = x.timeMs
 	var es []election.Entrant
 	err := x.o.scan(x.ctx, keyProofPrefix(r.TaskID), func(k string, v []byte) error {
 		d := strings.TrimPrefix(k, keyProofPrefix(r.TaskID))
@@ -598,11 +607,27 @@ func (x *exec) applySeal(s *Seal) (any, error) {
 	if rc.SpecHash != r.SpecHash {
 		return nil, errf(CodeInvalid, "receipt spec_hash %s is not run %s's %s", rc.SpecHash, r.TaskID, r.SpecHash)
 	}
-	if r.Election == nil {
-		return nil, errf(CodeConflict, "run %s has no elected syncer on chain (no candidate sent an election proof before it started)", r.TaskID)
+	if len(rc.Transcript) != len(r.RoundRoots) {
+		return nil, errf(CodeInvalid, "receipt has %d rounds, %d are committed on chain for %s", len(rc.Transcript), len(r.RoundRoots), r.TaskID)
 	}
-	if rc.SyncerDID != r.Election.Winner {
-		return nil, errf(CodeUnauthorized, "receipt is signed by %s, but run %s's elected syncer is %s", rc.SyncerDID, r.TaskID, r.Election.Winner)
+	for i := range rc.Transcript {
+		if h, _ := syncer.RoundCommitHash(&rc.Transcript[i]); h != r.RoundRoots[i] {
+			return nil, errf(CodeInvalid, "receipt round %d hashes to %s, the chain committed %s", i, h, r.RoundRoots[i])
+		}
+	}
+	// The signer must be the syncer of the last committed round or, with
+	// none, the one whose turn it is now.
+	var want string
+	if n := len(r.RoundSyncers); n > 0 {
+		want = r.RoundSyncers[n-1]
+	} else if want, _, err = currentSyncer(r, x.timeMs); err != nil {
+		return nil, err
+	}
+	if rc.SyncerDID != want {
+		return nil, errf(CodeUnauthorized, "receipt is signed by %s, but run %s's elected syncer is %s", rc.SyncerDID, r.TaskID, want)
+	}
+	if err := x.settle(r, rc); err != nil {
+		return nil, err
 	}
 	idx, err := x.u64(keyRunLogSize)
 	if err != nil {

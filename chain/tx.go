@@ -71,6 +71,7 @@ type Tx struct {
 	ElectionProof  *wire.ElectionProofParams
 	Submission     *Submission
 	Seal           *Seal
+	CommitRound    *CommitRound
 }
 
 // ErrDecode marks a transaction that is not well-formed.
@@ -130,6 +131,9 @@ func DecodeTx(b []byte) (*Tx, error) {
 	case TxSeal:
 		tx.Seal = new(Seal)
 		target = tx.Seal
+	case TxCommitRound:
+		tx.CommitRound = new(CommitRound)
+		target = tx.CommitRound
 	default:
 		return nil, fmt.Errorf("%w: unknown type %q", ErrDecode, env.Type)
 	}

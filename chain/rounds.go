@@ -1,0 +1,201 @@
+package chain
+
+import (
+	"fmt"
+	"math/big"
+	"sort"
+
+	"github.com/tenzro/train/syncer"
+	"github.com/tenzro/train/syncer/election"
+	"github.com/tenzro/train/wire"
+)
+
+// TxCommitRound is a round commit sent by the run's syncer.
+const TxCommitRound = "tenzro_training_commitRound"
+
+// CommitRound carries one round's commit (wire.RoundCommit, the transcript
+// entry the receipt will hold). Signed by SyncerDID with PROTOCOL §3's
+// request preimage, method fields Str(task_id) ‖ U64(round) ‖
+// Hash(round commit hash).
+type CommitRound struct {
+	TaskID    string           `json:"task_id"`
+	SyncerDID string           `json:"syncer_did"`
+	Commit    wire.RoundCommit `json:"commit"`
+	wire.Signed
+}
+
+// Preimage is the signing preimage given the commit's hash.
+func (p *CommitRound) Preimage(commitHash wire.Hash) []byte {
+	return wire.RequestPreimage(TxCommitRound, p.SyncerDID, p.Nonce, func(c *wire.Canon) {
+		c.Str(p.TaskID).U64(p.Commit.Round).Hash(commitHash)
+	})
+}
+
+func keyCommit(task string, round uint64) string { return fmt.Sprintf("commit/%s/%020d", task, round) }
+
+// syncerOrder is the run's candidates in ticket order (the winner first):
+// the succession when a syncer misses its round deadline.
+func syncerOrder(r *runRecord) ([]string, error) {
+	es := make([]election.Entrant, len(r.Election.Candidates))
+	for i, c := range r.Election.Candidates {
+		stake, err := election.ParseStake(c.Stake)
+		if err != nil {
+			return nil, fmt.Errorf("stored election of %s: %w", r.TaskID, err)
+		}
+		es[i] = election.Entrant{DID: c.DID, Stake: stake, Proof: c.Proof}
+	}
+	_, ts, err := election.Elect(r.Election.Alpha, es)
+	if err != nil {
+		return nil, fmt.Errorf("stored election of %s: %w", r.TaskID, err)
+	}
+	sort.SliceStable(ts, func(i, j int) bool { return ts[i].Less(ts[j]) })
+	out := make([]string, len(ts))
+	for i, t := range ts {
+		out[i] = t.DID
+	}
+	return out, nil
+}
+
+// currentSyncer is who may commit the run's current round at block time
+// nowMs: the k-th ticket, k = the number of whole round deadlines elapsed
+// since the round started (block time), capped at the last candidate.
+func currentSyncer(r *runRecord, nowMs int64) (string, int, error) {
+	if r.Election == nil {
+		return "", 0, errf(CodeConflict, "run %s has no elected syncer on chain (no candidate sent an election proof before it started)", r.TaskID)
+	}
+	order, err := syncerOrder(r)
+	if err != nil {
+		return "", 0, err
+	}
+	k := 0
+	if el := nowMs - r.RoundStartMs; el > 0 {
+		q := el / r.spec.RoundDeadline()
+		if q >= int64(len(order)) {
+			q = int64(len(order)) - 1
+		}
+		k = int(q)
+	}
+	return order[k], k, nil
+}
+
+func (x *exec) applyCommitRound(p *CommitRound) (any, error) {
+	if err := parseDID("syncer_did", p.SyncerDID); err != nil {
+		return nil, err
+	}
+	r, err := x.loadRun(p.TaskID)
+	if err != nil {
+		return nil, err
+	}
+	if r.Status != wire.StatusRunning {
+		return nil, errf(CodeConflict, "run %s is %s, not running", r.TaskID, r.Status)
+	}
+	c := &p.Commit
+	if c.TaskID != r.TaskID {
+		return nil, errf(CodeInvalid, "commit.task_id %q is not %q", c.TaskID, r.TaskID)
+	}
+	if c.Round != r.Round {
+		return nil, errf(CodeConflict, "commit is for round %d, the run's current round is %d", c.Round, r.Round)
+	}
+	if r.Round >= uint64(r.spec.MaxRounds) {
+		return nil, errf(CodeConflict, "run %s has committed all its %d rounds: seal it", r.TaskID, r.spec.MaxRounds)
+	}
+	want, k, err := currentSyncer(r, x.timeMs)
+	if err != nil {
+		return nil, err
+	}
+	if p.SyncerDID != want {
+		return nil, errf(CodeUnauthorized, "round %d of %s may be committed only by %s (ticket %d at block time %d ms), not %s",
+			r.Round, r.TaskID, want, k, x.timeMs, p.SyncerDID)
+	}
+	if f := r.spec.Architecture.FragmentCount; len(c.Fragments) != f {
+		return nil, errf(CodeInvalid, "commit has %d fragments, the run has %d", len(c.Fragments), f)
+	}
+	for i, fc := range c.Fragments {
+		if fc.Fragment != i {
+			return nil, errf(CodeInvalid, "commit fragment %d is numbered %d", i, fc.Fragment)
+		}
+		for j, in := range fc.Inputs {
+			if j > 0 && fc.Inputs[j-1].TrainerDID >= in.TrainerDID {
+				return nil, errf(CodeInvalid, "fragment %d: inputs are not in strictly increasing DID order", i)
+			}
+			var rec SubmissionRecord
+			ok, err := x.getJSON(keySub(r.TaskID, c.Round, uint64(i), in.TrainerDID), &rec)
+			if err != nil {
+				return nil, err
+			}
+			if !ok || rec.PayloadHash != in.PayloadHash {
+				return nil, errf(CodeInvalid, "fragment %d: input %s %s has no submission record on chain", i, in.TrainerDID, in.PayloadHash)
+			}
+		}
+	}
+	h, err := syncer.RoundCommitHash(c)
+	if err != nil {
+		return nil, errf(CodeInvalid, "commit: %v", err)
+	}
+	if err := x.checkSigned(p.SyncerDID, p.Nonce, p.Signature, p.Preimage(h)); err != nil {
+		return nil, err
+	}
+	if err := x.putJSON(keyCommit(r.TaskID, c.Round), c); err != nil {
+		return nil, err
+	}
+	r.RoundRoots = append(r.RoundRoots, h)
+	r.RoundSyncers = append(r.RoundSyncers, p.SyncerDID)
+	r.Round++
+	r.RoundStartMs = x.timeMs
+	if err := x.putJSON(keyRun(r.TaskID), r); err != nil {
+		return nil, err
+	}
+	return CommitResult{TaskID: r.TaskID, Round: c.Round, CommitHash: h, SyncerDID: p.SyncerDID, Height: x.height}, nil
+}
+
+// CommitResult answers a round commit.
+type CommitResult struct {
+	TaskID     string    `json:"task_id"`
+	Round      uint64    `json:"round"`
+	CommitHash wire.Hash `json:"commit_hash"`
+	SyncerDID  string    `json:"syncer_did"`
+	Height     int64     `json:"height"`
+}
+
+// settle pays the receipt's reward lines from the run's escrow (bounded by
+// it: the chain cannot recompute the weights without the payloads, so it
+// takes the sealing syncer's lines, each for an enrolled trainer), refunds
+// every stake account to its trainer, and returns the rest of the escrow to
+// the sponsor.
+func (x *exec) settle(r *runRecord, rc *wire.Receipt) error {
+	escrow, err := x.balance(acctEscrow(r.TaskID))
+	if err != nil {
+		return err
+	}
+	total := new(big.Int)
+	for _, p := range rc.Rewards {
+		if r.trainer(p.DID) == nil {
+			return errf(CodeInvalid, "reward_distribution pays %s, who is not a trainer of %s", p.DID, r.TaskID)
+		}
+		v, _ := wire.ParseAmount(p.Reward)
+		total.Add(total, v)
+	}
+	if total.Cmp(escrow) > 0 {
+		return errf(CodeInvalid, "reward_distribution pays %s attoTNZO, the escrow holds %s", total, escrow)
+	}
+	for _, p := range rc.Rewards {
+		v, _ := wire.ParseAmount(p.Reward)
+		if err := x.transfer(acctEscrow(r.TaskID), acctDID(p.DID), v, "reward"); err != nil {
+			return err
+		}
+	}
+	for _, t := range r.Trainers {
+		left, err := x.balance(acctStake(r.TaskID, t.DID))
+		if err != nil {
+			return err
+		}
+		if err := x.transfer(acctStake(r.TaskID, t.DID), acctDID(t.DID), left, "stake refund"); err != nil {
+			return err
+		}
+	}
+	rest, err := x.balance(acctEscrow(r.TaskID))
+	if err != nil {
+		return err
+	}
+	return x.transfer(acctEscrow(r.TaskID), acctDID(r.Sponsor), rest, "sponsor refund")
+}

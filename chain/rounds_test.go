@@ -1,0 +1,92 @@
+package chain
+
+import (
+	"encoding/json"
+	"sort"
+	"strings"
+	"testing"
+
+	"github.com/tenzro/train/wire"
+)
+
+func roundCommit(task string, round uint64, frags [][]wire.CommitInput, model string) wire.RoundCommit {
+	c := wire.RoundCommit{TaskID: task, Round: round, Missed: []string{}, Evicted: []string{}, Joined: []string{}, Left: []string{},
+		Equivocations: []wire.Hash{}, ModelHash: wire.SumBytes([]byte(model))}
+	for i, in := range frags {
+		sort.Slice(in, func(a, b int) bool { return in[a].TrainerDID < in[b].TrainerDID })
+		c.Fragments = append(c.Fragments, wire.FragmentCommit{Fragment: i, Status: wire.FragAggregated, Inputs: in, Rule: "Mean", RuleParams: json.RawMessage(`{}`)})
+	}
+	return c
+}
+
+// TestRoundsAndFailover: only the elected syncer commits round 0, and only
+// with inputs recorded on chain; when it misses round 1's deadline (block
+// time) the next ticket commits it; the seal must carry exactly the
+// committed rounds and be signed by the last committer; settlement pays the
+// reward lines, refunds stakes and returns the rest to the sponsor.
+func TestRoundsAndFailover(t *testing.T) {
+	w := newWorld(t)
+	w.spec = []byte(strings.Replace(string(w.spec), `"grace_window_ms":30000,`, `"grace_window_ms":30000,"round_deadline_ms":2500,`, 1))
+	a, b := newHarness(t, ""), newHarness(t, "")
+	both := func(cases []txCase) {
+		t.Helper()
+		if x, y := runBlock(t, a, cases), runBlock(t, b, cases); x != y {
+			t.Fatalf("height %d: app hashes differ", a.height)
+		}
+	}
+	a.genesis(w.accounts...)
+	b.genesis(w.accounts...)
+	for _, blk := range w.history(t)[:3] {
+		both(blk)
+	}
+	win, lose := w.winner(t, a)
+	t1, t2 := w.t1.DID.String(), w.t2.DID.String()
+	h := func(s string) wire.Hash { return wire.SumBytes([]byte(s)) }
+	both([]txCase{
+		{"t1 f0", must(SubmissionTx(w.t1, w.task, 0, 0, h("a"), 8)), CodeOK},
+		{"t2 f0", must(SubmissionTx(w.t2, w.task, 0, 0, h("b"), 8)), CodeOK},
+		{"t1 f1", must(SubmissionTx(w.t1, w.task, 0, 1, h("c"), 8)), CodeOK},
+	})
+	c0 := roundCommit(w.task, 0, [][]wire.CommitInput{
+		{{TrainerDID: t1, PayloadHash: h("a"), Selected: true}, {TrainerDID: t2, PayloadHash: h("b"), Selected: true}},
+		{{TrainerDID: t1, PayloadHash: h("c"), Selected: true}}}, "m0")
+	forged := roundCommit(w.task, 0, [][]wire.CommitInput{{{TrainerDID: t1, PayloadHash: h("a"), Selected: true}},
+		{{TrainerDID: t2, PayloadHash: h("zz"), Selected: true}}}, "m0")
+	both([]txCase{
+		{"loser commits", must(CommitRoundTx(lose, c0, 10)), CodeUnauthorized},
+		{"unrecorded input", must(CommitRoundTx(win, forged, 10)), CodeInvalid},
+		{"future round", must(CommitRoundTx(win, roundCommit(w.task, 1, [][]wire.CommitInput{{}, {}}, "x"), 10)), CodeConflict},
+		{"winner commits round 0", must(CommitRoundTx(win, c0, 11)), CodeOK},
+		{"replayed commit", must(CommitRoundTx(win, c0, 12)), CodeConflict},
+	})
+	both([]txCase{{"t1 r1 f0", must(SubmissionTx(w.t1, w.task, 1, 0, h("d"), 8)), CodeOK}})
+	c1 := roundCommit(w.task, 1, [][]wire.CommitInput{{{TrainerDID: t1, PayloadHash: h("d"), Selected: true}}, {}}, "m1")
+	// Block time moves 1 s per block; the deadline is 2.5 s.
+	both([]txCase{{"early failover", must(CommitRoundTx(lose, c1, 20)), CodeUnauthorized}})
+	both(nil)
+	both([]txCase{
+		{"winner after its deadline", must(CommitRoundTx(win, c1, 21)), CodeUnauthorized},
+		{"next ticket commits round 1", must(CommitRoundTx(lose, c1, 22)), CodeOK},
+	})
+	rewards := []wire.Payout{{DID: t1, Reward: "600", Refund: "0", Slashed: "0", WeightSum: "3"}, {DID: t2, Reward: "300", Refund: "0", Slashed: "0", WeightSum: "1"}}
+	sort.Slice(rewards, func(i, j int) bool { return rewards[i].DID < rewards[j].DID })
+	greedy := []wire.Payout{{DID: rewards[0].DID, Reward: "1001", Refund: "0", Slashed: "0", WeightSum: "1"}}
+	both([]txCase{
+		{"seal by the first syncer", must(SealTx(roundsReceipt(t, w.spec, win, []wire.RoundCommit{c0, c1}, rewards))), CodeUnauthorized},
+		{"seal missing a round", must(SealTx(roundsReceipt(t, w.spec, lose, []wire.RoundCommit{c0}, rewards))), CodeInvalid},
+		{"seal paying more than the escrow", must(SealTx(roundsReceipt(t, w.spec, lose, []wire.RoundCommit{c0, c1}, greedy))), CodeInvalid},
+		{"seal", must(SealTx(roundsReceipt(t, w.spec, lose, []wire.RoundCommit{c0, c1}, rewards))), CodeOK},
+	})
+	for k, want := range map[string]string{w.sponsor.DID.String(): "9000", t1: "1100", t2: "800"} {
+		if _, got := a.query(QueryBalance, k); got != want {
+			t.Errorf("balance of %s: %s, want %s", k, got, want)
+		}
+	}
+	a.conservation()
+	_, raw := a.query(QueryRun, w.task)
+	var r runRecord
+	_ = json.Unmarshal([]byte(raw), &r)
+	if r.Status != wire.StatusSealed || len(r.RoundSyncers) != 2 || r.RoundSyncers[0] != win.DID.String() || r.RoundSyncers[1] != lose.DID.String() {
+		t.Fatalf("run: %s", raw)
+	}
+}
