@@ -29,7 +29,7 @@ type chainNode struct {
 	done chan struct{}
 }
 
-func (n *chainNode) start(t *testing.T) {
+func (n *chainNode) start(t testing.TB) {
 	t.Helper()
 	f, err := os.OpenFile(filepath.Join(n.home, "node.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
@@ -65,7 +65,7 @@ func (n *chainNode) logTail() string {
 }
 
 // waitHeight polls the node's RPC until its app has committed height h.
-func waitHeight(t *testing.T, n *chainNode, h int64, within time.Duration) {
+func waitHeight(t testing.TB, n *chainNode, h int64, within time.Duration) {
 	t.Helper()
 	deadline := time.Now().Add(within)
 	for {
@@ -85,6 +85,8 @@ func waitHeight(t *testing.T, n *chainNode, h int64, within time.Duration) {
 		}
 	}
 }
+
+func chainRPC(addr string) (*rpchttp.HTTP, error) { return rpchttp.New("http://"+addr, "/websocket") }
 
 func broadcast(t *testing.T, n *chainNode, tx []byte) int64 {
 	t.Helper()
@@ -161,7 +163,7 @@ func signedReceipt(t *testing.T, spec []byte, k *did.Key) []byte {
 	return b
 }
 
-func chainKey(t *testing.T, kind string, n byte) *did.Key {
+func chainKey(t testing.TB, kind string, n byte) *did.Key {
 	seed := make([]byte, 32)
 	seed[0], seed[1] = n, 0xc4
 	k, err := did.FromSeed(kind, seed)
@@ -199,7 +201,7 @@ func TestChainFourValidators(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		c, err := rpchttp.New("http://"+nc.RPCAddr, "/websocket")
+		c, err := chainRPC(nc.RPCAddr)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -236,7 +238,7 @@ func TestChainFourValidators(t *testing.T) {
 	receipt := signedReceipt(t, spec, cand)
 	h := broadcast(t, nodes[1], tx(chain.SealTx(receipt)))
 
-	want := map[*did.Key]string{sponsor: "8750", trainer: "400", other: "250", cand: "10"}
+	want := map[*did.Key]string{sponsor: "9750", trainer: "500", other: "250", cand: "10"}
 	check := func(ns []*chainNode, h int64) {
 		t.Helper()
 		for _, n := range ns {
@@ -313,7 +315,7 @@ func TestChainFourValidators(t *testing.T) {
 	// kill -9 one validator: the other three (30 of 40 voting power) go on.
 	nodes[3].kill()
 	h = broadcast(t, nodes[1], tx(chain.TransferTx(sponsor, other.DID.String(), "50", 3)))
-	want[sponsor], want[other] = "8700", "300"
+	want[sponsor], want[other] = "9700", "300"
 	check(nodes[:3], h)
 	t.Logf("3 of 4 committed after %s", time.Since(t0).Round(time.Millisecond))
 	// Restart it: it replays what it missed from its peers and agrees.
