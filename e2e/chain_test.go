@@ -7,9 +7,11 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/cometbft/cometbft/p2p"
 	rpchttp "github.com/cometbft/cometbft/rpc/client/http"
 
 	"github.com/tenzro/train/chain"
@@ -174,10 +176,13 @@ func chainKey(t testing.TB, kind string, n byte) *did.Key {
 }
 
 // TestChainFourValidators starts 4 validator processes on loopback (real
-// TCP, free ports, temp dirs) from `tenzro-node testnet`, sends transfers,
-// a posting, an enrolment and a submission record through node 0, reads the
-// same balances and app hashes from all four, kills node 3 with SIGKILL,
-// keeps committing with three, restarts node 3 and sees it catch up.
+// TCP, free ports, temp dirs) from `tenzro-node testnet` and a full node
+// from `tenzro-node init`; sends a transfer, a candidacy, an election proof,
+// a posting, an enrolment, a submission record and a seal through several
+// nodes; reads the same balances, run and app hashes from all five; reads
+// and proves through the `tenzro chain` CLI against node 0 and node 3; kills
+// node 3 with SIGKILL, keeps committing with three, restarts node 3 and sees
+// it catch up.
 func TestChainFourValidators(t *testing.T) {
 	if testing.Short() {
 		t.Skip("multi-process chain test")
@@ -218,6 +223,28 @@ func TestChainFourValidators(t *testing.T) {
 		waitHeight(t, n, 1, within)
 	}
 	t.Logf("4 validators committing after %s", time.Since(t0).Round(time.Millisecond))
+
+	// A non-validator full node (tenzro-node init) that syncs from two peers.
+	var peers []string
+	for _, n := range nodes[:2] {
+		nk, err := p2p.LoadNodeKey(filepath.Join(n.home, "config", "node_key.json"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		nc, _ := chain.LoadNodeConfig(n.home)
+		peers = append(peers, string(nk.ID())+"@"+nc.P2PAddr)
+	}
+	full := &chainNode{home: filepath.Join(dir, "full")}
+	fullRPC := freeAddr(t)
+	if out, err := exec.Command(filepath.Join(binDir, "tenzro-node"), "init", "--home", full.home, "--genesis", filepath.Join(nodes[0].home, "config", "genesis.json"),
+		"--peers", strings.Join(peers, ","), "--p2p-addr", freeAddr(t), "--rpc-addr", fullRPC).CombinedOutput(); err != nil {
+		t.Fatalf("init: %v\n%s", err, out)
+	}
+	if full.rpc, err = chainRPC(fullRPC); err != nil {
+		t.Fatal(err)
+	}
+	full.start(t)
+	t.Cleanup(full.kill)
 
 	spec := []byte(fmt.Sprintf(`{"task_id":"chain-run","sponsor_did":%q,"sponsor_address":"0x1111111111111111111111111111111111111111",
  "architecture":{"family":"timesfm","param_count":32,"modality":"Timeseries","fragment_count":2,"dtype":"bf16"},
@@ -260,8 +287,8 @@ func TestChainFourValidators(t *testing.T) {
 			}
 		}
 	}
-	check(nodes, h)
-	t.Logf("7 transactions committed and read back from 4 nodes after %s", time.Since(t0).Round(time.Millisecond))
+	check(append(nodes[:4:4], full), h)
+	t.Logf("7 transactions committed and read back from 4 validators and a full node after %s", time.Since(t0).Round(time.Millisecond))
 
 	// The CLI against node 0 and node 3: same balance and run; the run
 	// root proven on node 3 verifies offline against node 0's header.
@@ -320,6 +347,6 @@ func TestChainFourValidators(t *testing.T) {
 	t.Logf("3 of 4 committed after %s", time.Since(t0).Round(time.Millisecond))
 	// Restart it: it replays what it missed from its peers and agrees.
 	nodes[3].start(t)
-	check(nodes, h)
+	check(append(nodes[:4:4], full), h)
 	t.Logf("restarted validator caught up after %s", time.Since(t0).Round(time.Millisecond))
 }

@@ -33,7 +33,45 @@ func registerChain(root *cobra.Command, stdout, stderr io.Writer) {
 			fmt.Fprintf(stdout, "chain node %s running: RPC http://%s\n", home, rpc)
 		})
 	}
-	root.AddCommand(newTestnetCmd(stdout))
+	root.AddCommand(newTestnetCmd(stdout), newInitCmd(stdout))
+}
+
+func newInitCmd(stdout io.Writer) *cobra.Command {
+	var o chain.InitOptions
+	cmd := &cobra.Command{
+		Use:   "init --home D --genesis FILE --peers ID@HOST:PORT[,...]",
+		Short: "Write the home of a non-validator full node that syncs from peers",
+		Long: `init writes a full node's home: a fresh node key, a validator key that is in no
+validator set (the node follows the chain without voting), a copy of the network's
+genesis.json and config/tenzro-chain.json with its listen addresses and persistent
+peers. Start it with 'tenzro-node --home D': it replays every block from its peers
+and answers reads ('tenzro chain …' with --node) from its own replica.`,
+		Example: `  tenzro-node init --home /tmp/full --genesis /tmp/tn/node0/config/genesis.json \
+    --peers 29fe4d9f42761d33638c1c9cea547d5fcf10718c@127.0.0.1:26656 --p2p-addr 127.0.0.1:26700 --rpc-addr 127.0.0.1:26701`,
+		Args:          cobra.NoArgs,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		RunE: func(_ *cobra.Command, _ []string) error {
+			n, err := chain.InitNode(o)
+			if err != nil {
+				return usageError{err}
+			}
+			fmt.Fprintf(stdout, "wrote full node home %s (id %s, rpc http://%s, p2p %s); start it with: tenzro-node --home %s\n", n.Home, n.NodeID, n.RPCAddr, n.P2PAddr, n.Home)
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&o.Home, "home", "", "home directory to write (must not exist or be empty)")
+	f.StringVar(&o.Genesis, "genesis", "", "the network's genesis.json")
+	f.StringSliceVar(&o.Peers, "peers", nil, "comma-separated persistent peers, id@host:port (a validator's id is printed by 'tenzro-node testnet')")
+	f.StringVar(&o.P2PAddr, "p2p-addr", "127.0.0.1:26656", "P2P listen address host:port")
+	f.StringVar(&o.RPCAddr, "rpc-addr", "127.0.0.1:26657", "CometBFT RPC listen address host:port")
+	f.StringVar(&o.Moniker, "moniker", "", "node name (default: the home's base name)")
+	for _, r := range []string{"home", "genesis", "peers"} {
+		_ = cmd.MarkFlagRequired(r)
+	}
+	cmd.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
+	return cmd
 }
 
 func newTestnetCmd(stdout io.Writer) *cobra.Command {
