@@ -16,8 +16,6 @@ import (
 
 	"github.com/tenzro/train/chain"
 	"github.com/tenzro/train/syncer"
-	"github.com/tenzro/train/syncer/election"
-	"github.com/tenzro/train/syncer/vrf"
 	"github.com/tenzro/train/wire"
 	"github.com/tenzro/train/wire/did"
 )
@@ -88,6 +86,14 @@ func waitHeight(t testing.TB, n *chainNode, h int64, within time.Duration) {
 	}
 }
 
+func mustNodeConfig(t testing.TB, home string) *chain.NodeConfig {
+	nc, err := chain.LoadNodeConfig(home)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return nc
+}
+
 func chainRPC(addr string) (*rpchttp.HTTP, error) { return rpchttp.New("http://"+addr, "/websocket") }
 
 func broadcast(t *testing.T, n *chainNode, tx []byte) int64 {
@@ -128,19 +134,6 @@ func appHashAt(t *testing.T, n *chainNode, h int64) string {
 		t.Fatalf("block %d on %s: %v", next, n.home, err)
 	}
 	return b.Block.AppHash.String()
-}
-
-func electionProof(t *testing.T, k *did.Key, spec []byte) []byte {
-	_, canon, err := wire.ParseSpec(spec)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, _, _ := wire.ParseSpec(spec)
-	pi, err := vrf.Prove(k.Priv, election.Alpha(s.TaskID, wire.SpecHash(canon)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return pi
 }
 
 // signedReceipt is a receipt of a zero-round run of spec signed by k.
@@ -256,14 +249,44 @@ func TestChainFourValidators(t *testing.T) {
 		}
 		return b
 	}
+	cli := func(n *chainNode, args ...string) string {
+		t.Helper()
+		nc, _ := chain.LoadNodeConfig(n.home)
+		out, err := exec.Command(filepath.Join(binDir, "tenzro"), append(args, "--node", "http://"+nc.RPCAddr)...).Output()
+		if err != nil {
+			t.Fatalf("tenzro %v: %v\n%s", args, err, out)
+		}
+		return string(out)
+	}
+	keyFile := func(k *did.Key) string {
+		p := filepath.Join(dir, strings.ReplaceAll(k.DID.String(), ":", "_")+".key")
+		if err := k.Save(p); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
 	broadcast(t, nodes[0], tx(chain.TransferTx(sponsor, other.DID.String(), "250", 1)))
 	broadcast(t, nodes[0], tx(chain.PostTaskTx(sponsor, spec, wire.Hash{}, 2)))
 	broadcast(t, nodes[0], tx(chain.RegisterSyncerTx(cand, "60", 1)))
-	broadcast(t, nodes[2], tx(chain.ElectionProofTx(cand, "chain-run", electionProof(t, cand, spec), 2)))
+	cli(nodes[2], "chain", "enter-election", "--task-id", "chain-run", "--key", keyFile(cand))
 	broadcast(t, nodes[0], tx(chain.EnrollTx(trainer, "chain-run", "100", 1)))
 	broadcast(t, nodes[0], tx(chain.SubmissionTx(trainer, "chain-run", 0, 1, wire.SumBytes([]byte("payload")), 4096)))
 	receipt := signedReceipt(t, spec, cand)
-	h := broadcast(t, nodes[1], tx(chain.SealTx(receipt)))
+	receiptPath := filepath.Join(dir, "receipt.json")
+	if err := os.WriteFile(receiptPath, receipt, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var sealed chain.Committed
+	if err := json.Unmarshal([]byte(cli(nodes[1], "chain", "seal", "--receipt", receiptPath, "--format", "json")), &sealed); err != nil {
+		t.Fatal(err)
+	}
+	h := sealed.Height
+	// A refusal reaches the CLI with the chain's code and reason (exit 1).
+	refused := exec.Command(filepath.Join(binDir, "tenzro"), "chain", "transfer", "--to", sponsor.DID.String(), "--amount", "999999",
+		"--key", keyFile(other), "--node", "http://"+mustNodeConfig(t, nodes[3].home).RPCAddr)
+	if out, err := refused.CombinedOutput(); err == nil || refused.ProcessState.ExitCode() != 1 || !strings.Contains(string(out), "refused by the chain (code 4)") {
+		t.Fatalf("transfer beyond the balance: %v %s", err, out)
+	}
 
 	want := map[*did.Key]string{sponsor: "9750", trainer: "500", other: "250", cand: "10"}
 	check := func(ns []*chainNode, h int64) {
@@ -292,15 +315,6 @@ func TestChainFourValidators(t *testing.T) {
 
 	// The CLI against node 0 and node 3: same balance and run; the run
 	// root proven on node 3 verifies offline against node 0's header.
-	cli := func(n *chainNode, args ...string) string {
-		t.Helper()
-		nc, _ := chain.LoadNodeConfig(n.home)
-		out, err := exec.Command(filepath.Join(binDir, "tenzro"), append(args, "--node", "http://"+nc.RPCAddr)...).Output()
-		if err != nil {
-			t.Fatalf("tenzro %v: %v\n%s", args, err, out)
-		}
-		return string(out)
-	}
 	// Heights move on (empty blocks), so compare the values, not the height.
 	for _, args := range [][]string{{"chain", "balance", "--did", sponsor.DID.String(), "--format", "json"}, {"chain", "run", "--task-id", "chain-run", "--format", "json"}} {
 		var a, b struct {
@@ -320,10 +334,6 @@ func TestChainFourValidators(t *testing.T) {
 	}
 	proofPath := filepath.Join(dir, "proof.json")
 	if err := os.WriteFile(proofPath, []byte(cli(nodes[3], "chain", "prove", "--task-id", "chain-run")), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	receiptPath := filepath.Join(dir, "receipt.json")
-	if err := os.WriteFile(receiptPath, receipt, 0o600); err != nil {
 		t.Fatal(err)
 	}
 	var pf struct {

@@ -17,6 +17,8 @@ import (
 
 	"github.com/tenzro/train/chain"
 	"github.com/tenzro/train/syncer"
+	"github.com/tenzro/train/syncer/election"
+	"github.com/tenzro/train/syncer/vrf"
 	"github.com/tenzro/train/wire"
 )
 
@@ -47,7 +49,8 @@ http://127.0.0.1:26657).`,
 	}
 	cmd.PersistentFlags().String("node", def, "chain node RPC address")
 	cmd.AddCommand(newChainStatusCmd(), newChainBalanceCmd(), newChainRunCmd(), newChainTransferCmd(),
-		newChainPostCmd(), newChainEnrollCmd(), newChainProveCmd(), newChainVerifyProofCmd())
+		newChainPostCmd(), newChainEnrollCmd(), newChainRegisterCmd(), newChainElectionProofCmd(), newChainSealCmd(),
+		newChainProveCmd(), newChainVerifyProofCmd())
 	return cmd
 }
 
@@ -370,5 +373,91 @@ precompile.`,
 	c.Flags().StringVar(&receiptPath, "receipt", "", "receipt whose run root must be the proven one")
 	_ = c.MarkFlagRequired("proof")
 	_ = c.MarkFlagRequired("app-hash")
+	return c
+}
+
+func newChainRegisterCmd() *cobra.Command {
+	var stake, keyPath string
+	c := &cobra.Command{
+		Use:   "register-syncer --stake AMOUNT --key FILE",
+		Short: "Lock stake as a syncer candidate (elections weight candidates by stake)",
+		Args:  noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			k, err := loadKeyFile(keyPath)
+			if err != nil {
+				return err
+			}
+			tx, err := chain.RegisterSyncerTx(k, stake, newNonce())
+			return broadcastAndPrint(cmd, tx, err)
+		},
+	}
+	c.Flags().StringVar(&stake, "stake", "", "stake in attoTNZO")
+	c.Flags().StringVar(&keyPath, "key", "", "candidate's key file")
+	_ = c.MarkFlagRequired("stake")
+	_ = c.MarkFlagRequired("key")
+	return c
+}
+
+func newChainElectionProofCmd() *cobra.Command {
+	var task, keyPath string
+	c := &cobra.Command{
+		Use:   "enter-election --task-id ID --key FILE",
+		Short: "Enter a run's syncer election: prove the run's VRF alpha with the candidate's key and send the proof",
+		Long: `enter-election reads the run's spec hash from the chain, computes the RFC 9381 proof
+over the run's election alpha with the key (a registered candidate's), and sends it
+before the run starts. When the M-th trainer enrols the chain elects among every
+candidate with a proof, weighted by stake.`,
+		Args: noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			k, err := loadKeyFile(keyPath)
+			if err != nil {
+				return err
+			}
+			c, err := chainClient(cmd)
+			if err != nil {
+				return err
+			}
+			v, _, err := c.Query(cmd.Context(), chain.QueryRun, task)
+			if err != nil {
+				return chainErr(err)
+			}
+			var r struct {
+				SpecHash wire.Hash `json:"spec_hash"`
+			}
+			if err := json.Unmarshal(v, &r); err != nil {
+				return fmt.Errorf("run record: %w", err)
+			}
+			pi, err := vrf.Prove(k.Priv, election.Alpha(task, r.SpecHash))
+			if err != nil {
+				return err
+			}
+			tx, err := chain.ElectionProofTx(k, task, pi, newNonce())
+			return broadcastAndPrint(cmd, tx, err)
+		},
+	}
+	c.Flags().StringVar(&task, "task-id", "", "task id")
+	c.Flags().StringVar(&keyPath, "key", "", "candidate's key file")
+	_ = c.MarkFlagRequired("task-id")
+	_ = c.MarkFlagRequired("key")
+	return c
+}
+
+func newChainSealCmd() *cobra.Command {
+	var receiptPath string
+	c := &cobra.Command{
+		Use:   "seal --receipt FILE",
+		Short: "Seal a run on chain with its signed receipt (accepted only from the run's syncer; settles)",
+		Args:  noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			rc, err := readInputFile("receipt", receiptPath, chain.MaxTxBytes)
+			if err != nil {
+				return err
+			}
+			tx, err := chain.SealTx(rc)
+			return broadcastAndPrint(cmd, tx, err)
+		},
+	}
+	c.Flags().StringVar(&receiptPath, "receipt", "", "receipt JSON file")
+	_ = c.MarkFlagRequired("receipt")
 	return c
 }
