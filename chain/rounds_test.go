@@ -27,6 +27,7 @@ func roundCommit(task string, round uint64, frags [][]wire.CommitInput, model st
 func TestRoundsAndFailover(t *testing.T) {
 	w := newWorld(t)
 	w.spec = []byte(strings.Replace(string(w.spec), `"grace_window_ms":30000,`, `"grace_window_ms":30000,"round_deadline_ms":2500,`, 1))
+	w.spec = []byte(strings.Replace(string(w.spec), `"max_rounds":3,`, `"max_rounds":2,`, 1))
 	a, b := newHarness(t, ""), newHarness(t, "")
 	both := func(cases []txCase) {
 		t.Helper()
@@ -67,6 +68,11 @@ func TestRoundsAndFailover(t *testing.T) {
 	both([]txCase{
 		{"winner after its deadline", must(CommitRoundTx(win, c1, 21)), CodeUnauthorized},
 		{"next ticket commits round 1", must(CommitRoundTx(lose, c1, 22)), CodeOK},
+	})
+	c2 := roundCommit(w.task, 2, [][]wire.CommitInput{{}, {}}, "m2")
+	both([]txCase{
+		{"submission after the last round", must(SubmissionTx(w.t1, w.task, 2, 0, h("e"), 8)), CodeConflict},
+		{"commit beyond max_rounds", must(CommitRoundTx(lose, c2, 23)), CodeConflict},
 	})
 	rewards := []wire.Payout{{DID: t1, Reward: "600", Refund: "0", Slashed: "0", WeightSum: "3"}, {DID: t2, Reward: "300", Refund: "0", Slashed: "0", WeightSum: "1"}}
 	sort.Slice(rewards, func(i, j int) bool { return rewards[i].DID < rewards[j].DID })

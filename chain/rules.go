@@ -518,6 +518,9 @@ func (x *exec) applySubmission(s *Submission) (any, error) {
 	if t == nil || t.Status != trainerActive {
 		return nil, errf(CodeUnauthorized, "%s is not an active trainer of %s", s.TrainerDID, s.TaskID)
 	}
+	if r.Round >= uint64(r.spec.MaxRounds) {
+		return nil, errf(CodeConflict, "run %s has committed all its %d rounds", s.TaskID, r.spec.MaxRounds)
+	}
 	if s.Round != r.Round {
 		return nil, errf(CodeConflict, "round %d is not the current round %d of %s", s.Round, r.Round, s.TaskID)
 	}
