@@ -8,6 +8,7 @@ import (
 
 	rpchttp "github.com/cometbft/cometbft/rpc/client/http"
 
+	"github.com/tenzro/train/syncer"
 	"github.com/tenzro/train/wire"
 )
 
@@ -124,4 +125,36 @@ func (c *Client) AppHashAfter(ctx context.Context, h int64) (wire.Hash, error) {
 		case <-time.After(200 * time.Millisecond):
 		}
 	}
+}
+
+// CheckReceipt verifies a receipt against the chain (the TRAINING_VERIFY
+// semantics, 0x1008, with the chain as the root of trust): the receipt
+// verifies on its own (syncer.CheckReceipt), its run is sealed on chain with
+// the same run root, and it is signed by the syncer the chain accepted the
+// seal from. It says why not; nil means valid (1).
+func (c *Client) CheckReceipt(ctx context.Context, receipt []byte) error {
+	if err := syncer.CheckReceipt(receipt, nil); err != nil {
+		return err
+	}
+	rc, err := syncer.ParseReceipt(receipt)
+	if err != nil {
+		return err
+	}
+	v, h, err := c.Query(ctx, QueryRun, rc.TaskID)
+	if err != nil {
+		return fmt.Errorf("run %s on chain: %w", rc.TaskID, err)
+	}
+	var r runRecord
+	if err := json.Unmarshal(v, &r); err != nil {
+		return fmt.Errorf("run %s on chain: %w", rc.TaskID, err)
+	}
+	switch {
+	case r.RunRoot == nil:
+		return fmt.Errorf("run %s is %s on chain at height %d: no sealed run root", rc.TaskID, r.Status, h)
+	case *r.RunRoot != rc.RunRoot:
+		return fmt.Errorf("run root %s is not the one sealed on chain (%s)", rc.RunRoot, *r.RunRoot)
+	case r.SyncerDID != rc.SyncerDID:
+		return fmt.Errorf("receipt is signed by %s; the chain sealed run %s from its syncer %s", rc.SyncerDID, rc.TaskID, r.SyncerDID)
+	}
+	return nil
 }

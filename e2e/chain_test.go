@@ -343,6 +343,21 @@ func TestChainFourValidators(t *testing.T) {
 	if err := json.Unmarshal(raw, &pf); err != nil {
 		t.Fatal(err)
 	}
+	// The genuine receipt verifies against the chain on any node; the same
+	// receipt re-signed by a key that was not elected does not.
+	for _, n := range []*chainNode{nodes[0], nodes[3]} {
+		if got := cli(n, "chain", "verify-receipt", "--receipt", receiptPath); got != "1\n" {
+			t.Fatalf("verify-receipt on %s: %q", n.home, got)
+		}
+	}
+	forgedPath := filepath.Join(dir, "forged.json")
+	if err := os.WriteFile(forgedPath, signedReceipt(t, spec, other), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	forged := exec.Command(filepath.Join(binDir, "tenzro"), "chain", "verify-receipt", "--receipt", forgedPath, "--node", "http://"+mustNodeConfig(t, nodes[3].home).RPCAddr)
+	if out, err := forged.Output(); err == nil || string(out) != "0\n" {
+		t.Fatalf("re-signed receipt: %v %q", err, out)
+	}
 	waitHeight(t, nodes[0], pf.Proof.Height+1, within)
 	header := appHashAt(t, nodes[0], pf.Proof.Height)
 	if got := cli(nodes[0], "chain", "verify-proof", "--proof", proofPath, "--app-hash", header, "--receipt", receiptPath); got != "1\n" {

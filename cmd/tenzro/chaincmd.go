@@ -50,7 +50,7 @@ http://127.0.0.1:26657).`,
 	cmd.PersistentFlags().String("node", def, "chain node RPC address")
 	cmd.AddCommand(newChainStatusCmd(), newChainBalanceCmd(), newChainRunCmd(), newChainTransferCmd(),
 		newChainPostCmd(), newChainEnrollCmd(), newChainRegisterCmd(), newChainElectionProofCmd(), newChainSealCmd(),
-		newChainProveCmd(), newChainVerifyProofCmd())
+		newChainProveCmd(), newChainVerifyProofCmd(), newChainVerifyReceiptCmd())
 	return cmd
 }
 
@@ -455,6 +455,39 @@ func newChainSealCmd() *cobra.Command {
 			}
 			tx, err := chain.SealTx(rc)
 			return broadcastAndPrint(cmd, tx, err)
+		},
+	}
+	c.Flags().StringVar(&receiptPath, "receipt", "", "receipt JSON file")
+	_ = c.MarkFlagRequired("receipt")
+	return c
+}
+
+func newChainVerifyReceiptCmd() *cobra.Command {
+	var receiptPath string
+	c := &cobra.Command{
+		Use:   "verify-receipt --receipt FILE",
+		Short: "Verify a receipt against the chain: 1 (valid) or 0 (invalid, reason on stderr)",
+		Long: `verify-receipt checks the receipt on its own (as 'tenzro receipt verify'), then
+against the node's committed state: the run is sealed on chain with the receipt's
+run root, by the syncer that signed it. A receipt re-signed by any other key, or
+for a root the chain never sealed, prints 0. Any node of the network gives the
+same answer.`,
+		Args: noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			rc, err := readInputFile("receipt", receiptPath, syncer.MaxReceiptBytes)
+			if err != nil {
+				return err
+			}
+			c, err := chainClient(cmd)
+			if err != nil {
+				return err
+			}
+			if err := c.CheckReceipt(cmd.Context(), rc); err != nil {
+				fmt.Fprintln(cmd.OutOrStdout(), 0)
+				return &exitError{code: exitFailed, msg: "invalid: " + err.Error()}
+			}
+			_, err = fmt.Fprintln(cmd.OutOrStdout(), 1)
+			return err
 		},
 	}
 	c.Flags().StringVar(&receiptPath, "receipt", "", "receipt JSON file")
