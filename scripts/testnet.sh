@@ -55,16 +55,19 @@ for ((i = 0; i < n; i++)); do
 			tail -20 "$home/node.log" >&2
 			exit 1
 		fi
-		h="$(curl -sf "http://$rpc/abci_info" | sed -n 's/.*"last_block_height": *"\([0-9]*\)".*/\1/p' || true)"
+		h="$("$bin/tenzro" chain status --node "http://$rpc" --format json 2>/dev/null | sed -n 's/.*"height": *\([0-9]*\).*/\1/p' || true)"
 		if [[ -n "$h" && "$h" -ge 1 ]]; then ok=1; break; fi
 		sleep 0.2
 	done
 	[[ -n "$ok" ]] || { echo "error: node$i did not commit a block within 120 s; see $home/node.log" >&2; exit 1; }
 	echo "node$i  RPC http://$rpc  (home $home, log $home/node.log)"
 done
-echo "== all $n validators are committing. Try:"
+echo "== all $n validators are committing. Try (every node answers the same):"
 rpc0="$(sed -n 's/.*"rpc_addr": *"\([^"]*\)".*/\1/p' "$dir/nodes/node0/config/tenzro-chain.json")"
-echo "   curl -s 'http://$rpc0/abci_query?path=\"/balance\"&data=\"$sponsor\"'"
+rpcl="$(sed -n 's/.*"rpc_addr": *"\([^"]*\)".*/\1/p' "$dir/nodes/node$((n - 1))/config/tenzro-chain.json")"
+echo "   $bin/tenzro chain balance --did $sponsor --node http://$rpc0"
+echo "   $bin/tenzro chain balance --did $sponsor --node http://$rpcl"
+echo "   $bin/tenzro chain post-task --spec spec.json --key $dir/sponsor.key --node http://$rpc0"
 if [[ "${TESTNET_EXIT_WHEN_READY:-0}" == 1 ]]; then exit 0; fi
 echo "== Ctrl-C stops the network"
 wait
