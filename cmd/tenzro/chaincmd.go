@@ -74,9 +74,10 @@ func chainErr(err error) error {
 
 func newChainStatusCmd() *cobra.Command {
 	return &cobra.Command{
-		Use:   "status",
-		Short: "Show the node's chain id, last committed height and app hash",
-		Args:  noArgs,
+		Use:     "status",
+		Example: `  tenzro chain status --node http://127.0.0.1:26657`,
+		Short:   "Show the node's chain id, last committed height and app hash",
+		Args:    noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			c, err := chainClient(cmd)
 			if err != nil {
@@ -98,9 +99,10 @@ func newChainStatusCmd() *cobra.Command {
 func newChainBalanceCmd() *cobra.Command {
 	var d string
 	c := &cobra.Command{
-		Use:   "balance --did DID",
-		Short: "Show a DID's committed balance (attoTNZO)",
-		Args:  noArgs,
+		Use:     "balance --did DID",
+		Example: `  tenzro chain balance --did did:tenzro:human:z6Mk... --node http://127.0.0.1:26663`,
+		Short:   "Show a DID's committed balance (attoTNZO)",
+		Args:    noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			c, err := chainClient(cmd)
 			if err != nil {
@@ -128,9 +130,10 @@ func newChainBalanceCmd() *cobra.Command {
 func newChainRunCmd() *cobra.Command {
 	var task string
 	c := &cobra.Command{
-		Use:   "run --task-id ID",
-		Short: "Show a run as committed on chain (spec hash, status, trainers, election, run root)",
-		Args:  noArgs,
+		Use:     "run --task-id ID",
+		Example: `  tenzro chain run --task-id my-run --format json`,
+		Short:   "Show a run as committed on chain (spec hash, status, trainers, election, run root)",
+		Args:    noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			c, err := chainClient(cmd)
 			if err != nil {
@@ -198,9 +201,10 @@ func broadcastAndPrint(cmd *cobra.Command, tx []byte, err error) error {
 func newChainTransferCmd() *cobra.Command {
 	var to, amount, keyPath string
 	c := &cobra.Command{
-		Use:   "transfer --to DID --amount AMOUNT --key FILE",
-		Short: "Send attoTNZO from the key's DID (a signed transaction; answers once committed)",
-		Args:  noArgs,
+		Use:     "transfer --to DID --amount AMOUNT --key FILE",
+		Example: `  tenzro chain transfer --to did:tenzro:machine:z6Mk... --amount 1000000000000000000 --key sponsor.key`,
+		Short:   "Send attoTNZO from the key's DID (a signed transaction; answers once committed)",
+		Args:    noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			k, err := loadKeyFile(keyPath)
 			if err != nil {
@@ -225,9 +229,10 @@ func newChainTransferCmd() *cobra.Command {
 func newChainPostCmd() *cobra.Command {
 	var specPath, weightsHash, keyPath string
 	c := &cobra.Command{
-		Use:   "post-task --spec FILE --key FILE [--init-weights-hash HEX]",
-		Short: "Post a task spec and escrow its reward pool (signed by the sponsor)",
-		Args:  noArgs,
+		Use:     "post-task --spec FILE --key FILE [--init-weights-hash HEX]",
+		Example: `  tenzro chain post-task --spec spec.json --key sponsor.key --init-weights-hash $(sha256sum init.safetensors | cut -c1-64)`,
+		Short:   "Post a task spec and escrow its reward pool (signed by the sponsor)",
+		Args:    noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			k, err := loadKeyFile(keyPath)
 			if err != nil {
@@ -258,9 +263,10 @@ func newChainPostCmd() *cobra.Command {
 func newChainEnrollCmd() *cobra.Command {
 	var task, stake, keyPath string
 	c := &cobra.Command{
-		Use:   "enroll --task-id ID --stake AMOUNT --key FILE",
-		Short: "Enrol the key's DID as a trainer of a run, locking the stake",
-		Args:  noArgs,
+		Use:     "enroll --task-id ID --stake AMOUNT --key FILE",
+		Example: `  tenzro chain enroll --task-id my-run --stake 100000000000000000000 --key trainer.key`,
+		Short:   "Enrol the key's DID as a trainer of a run, locking the stake",
+		Args:    noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			k, err := loadKeyFile(keyPath)
 			if err != nil {
@@ -289,8 +295,9 @@ type proofFile struct {
 func newChainProveCmd() *cobra.Command {
 	var task string
 	c := &cobra.Command{
-		Use:   "prove --task-id ID",
-		Short: "Print a sealed run root's inclusion proof against the app hash of the last committed height",
+		Use:     "prove --task-id ID",
+		Example: `  tenzro chain prove --task-id my-run > proof.json`,
+		Short:   "Print a sealed run root's inclusion proof against the app hash of the last committed height",
 		Long: `prove prints (JSON) the proof that the run's sealed run root is in the chain's
 run log, committed by the app hash of the proof's height, together with that app
 hash as the header of block height+1 carries it on this node. Check it offline
@@ -325,8 +332,9 @@ with 'tenzro chain verify-proof', giving an app hash from a header you trust.`,
 func newChainVerifyProofCmd() *cobra.Command {
 	var proofPath, appHash, receiptPath string
 	c := &cobra.Command{
-		Use:   "verify-proof --proof FILE --app-hash HEX [--receipt FILE]",
-		Short: "Check a run-root proof offline against an app hash (and a receipt's run root)",
+		Use:     "verify-proof --proof FILE --app-hash HEX [--receipt FILE]",
+		Example: `  tenzro chain verify-proof --proof proof.json --app-hash 1C85... --receipt receipt.json`,
+		Short:   "Check a run-root proof offline against an app hash (and a receipt's run root)",
 		Long: `verify-proof checks, without a chain, that the proof's run root is in the run log
 committed by --app-hash (the app hash of the state after the proof's height, from
 the header of block height+1 that you trust). With --receipt it also verifies the
@@ -379,9 +387,10 @@ precompile.`,
 func newChainRegisterCmd() *cobra.Command {
 	var stake, keyPath string
 	c := &cobra.Command{
-		Use:   "register-syncer --stake AMOUNT --key FILE",
-		Short: "Lock stake as a syncer candidate (elections weight candidates by stake)",
-		Args:  noArgs,
+		Use:     "register-syncer --stake AMOUNT --key FILE",
+		Example: `  tenzro chain register-syncer --stake 1000000000000000000000 --key node.key`,
+		Short:   "Lock stake as a syncer candidate (elections weight candidates by stake)",
+		Args:    noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			k, err := loadKeyFile(keyPath)
 			if err != nil {
@@ -401,8 +410,9 @@ func newChainRegisterCmd() *cobra.Command {
 func newChainElectionProofCmd() *cobra.Command {
 	var task, keyPath string
 	c := &cobra.Command{
-		Use:   "enter-election --task-id ID --key FILE",
-		Short: "Enter a run's syncer election: prove the run's VRF alpha with the candidate's key and send the proof",
+		Use:     "enter-election --task-id ID --key FILE",
+		Example: `  tenzro chain enter-election --task-id my-run --key node.key`,
+		Short:   "Enter a run's syncer election: prove the run's VRF alpha with the candidate's key and send the proof",
 		Long: `enter-election reads the run's spec hash from the chain, computes the RFC 9381 proof
 over the run's election alpha with the key (a registered candidate's), and sends it
 before the run starts. When the M-th trainer enrols the chain elects among every
@@ -445,9 +455,10 @@ candidate with a proof, weighted by stake.`,
 func newChainSealCmd() *cobra.Command {
 	var receiptPath string
 	c := &cobra.Command{
-		Use:   "seal --receipt FILE",
-		Short: "Seal a run on chain with its signed receipt (accepted only from the run's syncer; settles)",
-		Args:  noArgs,
+		Use:     "seal --receipt FILE",
+		Example: `  tenzro chain seal --receipt receipt.json`,
+		Short:   "Seal a run on chain with its signed receipt (accepted only from the run's syncer; settles)",
+		Args:    noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			rc, err := readInputFile("receipt", receiptPath, chain.MaxTxBytes)
 			if err != nil {
@@ -465,8 +476,9 @@ func newChainSealCmd() *cobra.Command {
 func newChainVerifyReceiptCmd() *cobra.Command {
 	var receiptPath string
 	c := &cobra.Command{
-		Use:   "verify-receipt --receipt FILE",
-		Short: "Verify a receipt against the chain: 1 (valid) or 0 (invalid, reason on stderr)",
+		Use:     "verify-receipt --receipt FILE",
+		Example: `  tenzro chain verify-receipt --receipt receipt.json --node http://127.0.0.1:26663`,
+		Short:   "Verify a receipt against the chain: 1 (valid) or 0 (invalid, reason on stderr)",
 		Long: `verify-receipt checks the receipt on its own (as 'tenzro receipt verify'), then
 against the node's committed state: the run is sealed on chain with the receipt's
 run root, by the syncer that signed it. A receipt re-signed by any other key, or
