@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math/big"
 	"sort"
+	"strings"
 
 	"github.com/tenzro/train/syncer"
 	"github.com/tenzro/train/syncer/election"
@@ -135,6 +136,14 @@ func (x *exec) applyCommitRound(p *CommitRound) (any, error) {
 	if err := x.checkSigned(p.SyncerDID, p.Nonce, p.Signature, p.Preimage(h)); err != nil {
 		return nil, err
 	}
+	missed, evicted, err := x.closeRound(r, c.Round)
+	if err != nil {
+		return nil, err
+	}
+	if !equalStrs(c.Missed, missed) || !equalStrs(c.Evicted, evicted) {
+		return nil, errf(CodeInvalid, "commit lists missed %v and evicted %v; the chain's submission records give missed %v and evicted %v",
+			c.Missed, c.Evicted, missed, evicted)
+	}
 	if err := x.putJSON(keyCommit(r.TaskID, c.Round), c); err != nil {
 		return nil, err
 	}
@@ -198,4 +207,92 @@ func (x *exec) settle(r *runRecord, rc *wire.Receipt) error {
 		return err
 	}
 	return x.transfer(acctEscrow(r.TaskID), acctDID(r.Sponsor), rest, "sponsor refund")
+}
+
+func equalStrs(a, b []string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// closeRound applies PROTOCOL §6's missed-round rule from the chain's own
+// submission records, in DID order (the syncer's rule): an active trainer
+// with no record in the round misses it and is slashed missed_round_bps of
+// its stake; after max_missed_rounds consecutive misses it is evicted,
+// slashed eviction_bps, and the rest of its stake is refunded. Slashes go to
+// the run's escrow. It returns the missed and evicted DIDs.
+func (x *exec) closeRound(r *runRecord, round uint64) ([]string, []string, error) {
+	prefix := fmt.Sprintf("sub/%s/%020d/", r.TaskID, round)
+	submitted := map[string]bool{}
+	err := x.o.scan(x.ctx, prefix, func(k string, _ []byte) error {
+		if _, d, ok := strings.Cut(k[len(prefix):], "/"); ok {
+			submitted[d] = true
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	sl := r.spec.Slash()
+	missed, evicted := []string{}, []string{}
+	for i := range r.Trainers {
+		t := &r.Trainers[i]
+		if t.Status != trainerActive {
+			continue
+		}
+		if submitted[t.DID] {
+			t.ConsecMissed = 0
+			continue
+		}
+		t.MissedRounds++
+		t.ConsecMissed++
+		missed = append(missed, t.DID)
+		if err := x.slash(r, t, sl.MissedRoundBps, "missed round"); err != nil {
+			return nil, nil, err
+		}
+		if t.ConsecMissed >= uint64(sl.MaxMissedRounds) {
+			if err := x.slash(r, t, sl.EvictionBps, "eviction"); err != nil {
+				return nil, nil, err
+			}
+			left, err := x.balance(acctStake(r.TaskID, t.DID))
+			if err != nil {
+				return nil, nil, err
+			}
+			if err := x.transfer(acctStake(r.TaskID, t.DID), acctDID(t.DID), left, "stake refund at eviction"); err != nil {
+				return nil, nil, err
+			}
+			t.Status = wire.TrainerEvicted
+			evicted = append(evicted, t.DID)
+		}
+	}
+	return missed, evicted, nil
+}
+
+// slash moves bps of t's enrolled stake, capped at what is left, from its
+// stake account into the run's escrow.
+func (x *exec) slash(r *runRecord, t *trainerRecord, bps int, why string) error {
+	if bps <= 0 {
+		return nil
+	}
+	stake, _ := wire.ParseAmount(t.Stake)
+	amt := new(big.Int).Div(new(big.Int).Mul(stake, big.NewInt(int64(bps))), big.NewInt(10000))
+	left, err := x.balance(acctStake(r.TaskID, t.DID))
+	if err != nil {
+		return err
+	}
+	if amt.Cmp(left) > 0 {
+		amt = left
+	}
+	if err := x.transfer(acctStake(r.TaskID, t.DID), acctEscrow(r.TaskID), amt, "slash: "+why); err != nil {
+		return err
+	}
+	slashed, _ := wire.ParseAmount(t.Slashed)
+	t.Slashed = new(big.Int).Add(slashed, amt).String()
+	return nil
 }

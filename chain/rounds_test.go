@@ -27,7 +27,7 @@ func roundCommit(task string, round uint64, frags [][]wire.CommitInput, model st
 func TestRoundsAndFailover(t *testing.T) {
 	w := newWorld(t)
 	w.spec = []byte(strings.Replace(string(w.spec), `"grace_window_ms":30000,`, `"grace_window_ms":30000,"round_deadline_ms":2500,`, 1))
-	w.spec = []byte(strings.Replace(string(w.spec), `"max_rounds":3,`, `"max_rounds":2,`, 1))
+	w.spec = []byte(strings.Replace(string(w.spec), `"max_rounds":3,`, `"max_rounds":2,"slashing":{"max_missed_rounds":1,"missed_round_bps":1000,"eviction_bps":2000,"equivocation_bps":5000},`, 1))
 	a, b := newHarness(t, ""), newHarness(t, "")
 	both := func(cases []txCase) {
 		t.Helper()
@@ -61,12 +61,15 @@ func TestRoundsAndFailover(t *testing.T) {
 		{"replayed commit", must(CommitRoundTx(win, c0, 12)), CodeConflict},
 	})
 	both([]txCase{{"t1 r1 f0", must(SubmissionTx(w.t1, w.task, 1, 0, h("d"), 8)), CodeOK}})
-	c1 := roundCommit(w.task, 1, [][]wire.CommitInput{{{TrainerDID: t1, PayloadHash: h("d"), Selected: true}}, {}}, "m1")
+	hiding := roundCommit(w.task, 1, [][]wire.CommitInput{{{TrainerDID: t1, PayloadHash: h("d"), Selected: true}}, {}}, "m1")
+	c1 := hiding
+	c1.Missed, c1.Evicted = []string{t2}, []string{t2} // max_missed_rounds 1: t2 is evicted
 	// Block time moves 1 s per block; the deadline is 2.5 s.
 	both([]txCase{{"early failover", must(CommitRoundTx(lose, c1, 20)), CodeUnauthorized}})
 	both(nil)
 	both([]txCase{
 		{"winner after its deadline", must(CommitRoundTx(win, c1, 21)), CodeUnauthorized},
+		{"commit hiding a missed round", must(CommitRoundTx(lose, hiding, 22)), CodeInvalid},
 		{"next ticket commits round 1", must(CommitRoundTx(lose, c1, 22)), CodeOK},
 	})
 	c2 := roundCommit(w.task, 2, [][]wire.CommitInput{{}, {}}, "m2")
@@ -76,14 +79,14 @@ func TestRoundsAndFailover(t *testing.T) {
 	})
 	rewards := []wire.Payout{{DID: t1, Reward: "600", Refund: "0", Slashed: "0", WeightSum: "3"}, {DID: t2, Reward: "300", Refund: "0", Slashed: "0", WeightSum: "1"}}
 	sort.Slice(rewards, func(i, j int) bool { return rewards[i].DID < rewards[j].DID })
-	greedy := []wire.Payout{{DID: rewards[0].DID, Reward: "1001", Refund: "0", Slashed: "0", WeightSum: "1"}}
+	greedy := []wire.Payout{{DID: rewards[0].DID, Reward: "1031", Refund: "0", Slashed: "0", WeightSum: "1"}}
 	both([]txCase{
 		{"seal by the first syncer", must(SealTx(roundsReceipt(t, w.spec, win, []wire.RoundCommit{c0, c1}, rewards))), CodeUnauthorized},
 		{"seal missing a round", must(SealTx(roundsReceipt(t, w.spec, lose, []wire.RoundCommit{c0}, rewards))), CodeInvalid},
 		{"seal paying more than the escrow", must(SealTx(roundsReceipt(t, w.spec, lose, []wire.RoundCommit{c0, c1}, greedy))), CodeInvalid},
 		{"seal", must(SealTx(roundsReceipt(t, w.spec, lose, []wire.RoundCommit{c0, c1}, rewards))), CodeOK},
 	})
-	for k, want := range map[string]string{w.sponsor.DID.String(): "9000", t1: "1100", t2: "800"} {
+	for k, want := range map[string]string{w.sponsor.DID.String(): "9030", t1: "1100", t2: "770"} {
 		if _, got := a.query(QueryBalance, k); got != want {
 			t.Errorf("balance of %s: %s, want %s", k, got, want)
 		}
@@ -92,6 +95,9 @@ func TestRoundsAndFailover(t *testing.T) {
 	_, raw := a.query(QueryRun, w.task)
 	var r runRecord
 	_ = json.Unmarshal([]byte(raw), &r)
+	if tr := r.trainer(t2); tr == nil || tr.Status != wire.TrainerEvicted || tr.Slashed != "30" || tr.MissedRounds != 1 {
+		t.Fatalf("t2 after missing round 1: %+v", tr)
+	}
 	if r.Status != wire.StatusSealed || len(r.RoundSyncers) != 2 || r.RoundSyncers[0] != win.DID.String() || r.RoundSyncers[1] != lose.DID.String() {
 		t.Fatalf("run: %s", raw)
 	}

@@ -87,10 +87,12 @@ type runRecord struct {
 }
 
 type trainerRecord struct {
-	DID     string `json:"did"`
-	Status  string `json:"status"`
-	Stake   string `json:"stake"`
-	Slashed string `json:"slashed"`
+	DID          string `json:"did"`
+	Status       string `json:"status"`
+	Stake        string `json:"stake"`
+	Slashed      string `json:"slashed"`
+	MissedRounds uint64 `json:"missed_rounds"`
+	ConsecMissed uint64 `json:"consecutive_missed"`
 }
 
 // SubmissionRecord is what the chain keeps of one submission.
