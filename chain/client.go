@@ -23,7 +23,7 @@ const DefaultNodeURL = "http://127.0.0.1:26657"
 
 // NewClient connects to a node's RPC (http://host:port).
 func NewClient(url string) (*Client, error) {
-	c, err := rpchttp.NewWithTimeout(url, "/websocket", 60)
+	c, err := rpchttp.NewWithTimeout(url, "/websocket", 90)
 	if err != nil {
 		return nil, fmt.Errorf("chain client %s: %w", url, err)
 	}

@@ -35,6 +35,9 @@ func CometConfig(home string, nc *NodeConfig) *cmtcfg.Config {
 	c.P2P.PexReactor = true
 	c.RPC.ListenAddress = "tcp://" + nc.RPCAddr
 	c.RPC.PprofListenAddress = ""
+	// broadcast_tx_commit waits this long for the block (CometBFT's 10 s
+	// default is short on a loaded machine).
+	c.RPC.TimeoutBroadcastTxCommit = 60 * time.Second
 	c.Instrumentation.Prometheus = false
 	c.Consensus.TimeoutCommit = time.Duration(nc.TimeoutCommitMs) * time.Millisecond
 	c.Mempool.MaxTxBytes = MaxTxBytes
