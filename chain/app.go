@@ -207,6 +207,9 @@ func (a *App) precheck(ctx context.Context, b []byte) error {
 	case TxEnroll:
 		p := tx.Enroll
 		return x.checkSigned(p.TrainerDID, p.Nonce, p.Signature, p.Preimage())
+	case TxLeave:
+		p := tx.Leave
+		return x.checkSigned(p.TrainerDID, p.Nonce, p.Signature, p.Preimage())
 	case TxElectionProof:
 		p := tx.ElectionProof
 		return x.checkSigned(p.DID, p.Nonce, p.Signature, p.Preimage())

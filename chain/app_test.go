@@ -200,7 +200,7 @@ func TestRefusals(t *testing.T) {
 		{txCase{"duplicate task", must(PostTaskTx(w.sponsor, w.spec, wire.Hash{}, 3)), CodeConflict}, "already exists"},
 		{txCase{"tier Verified", must(PostTaskTx(w.sponsor, []byte(verified), wire.Hash{}, 3)), CodeInvalid}, "tier Open only"},
 		{txCase{"unknown run", must(EnrollTx(w.outsider, "nope", "1", 2)), CodeNotFound}, "no run"},
-		{txCase{"enrol after start", must(EnrollTx(w.outsider, w.task, "1", 2)), CodeConflict}, "running"},
+		{txCase{"enrol when full", must(EnrollTx(w.outsider, w.task, "1", 2)), CodeConflict}, "is full"},
 		{txCase{"proof after start", must(ElectionProofTx(w.candA, w.task, vrfProof(t, w.candA, w.task, w.spec), 3)), CodeConflict}, "election is over"},
 		{txCase{"wrong round", must(SubmissionTx(w.t2, w.task, 1, 0, h1, 10)), CodeConflict}, "current round"},
 		{txCase{"no such fragment", must(SubmissionTx(w.t2, w.task, 0, 9, h1, 10)), CodeInvalid}, "fragment_index"},

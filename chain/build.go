@@ -79,3 +79,10 @@ func CommitRoundTx(key *did.Key, c wire.RoundCommit, nonce uint64) ([]byte, erro
 	p.Signature = key.Sign(p.Preimage(h))
 	return EncodeTx(TxCommitRound, p)
 }
+
+// LeaveTx withdraws key's DID from task (its stake is refunded at once).
+func LeaveTx(key *did.Key, task string, nonce uint64) ([]byte, error) {
+	p := wire.LeaveParams{TaskID: task, TrainerDID: key.DID.String(), Signed: wire.Signed{Nonce: nonce}}
+	p.Signature = key.Sign(p.Preimage())
+	return EncodeTx(TxLeave, p)
+}

@@ -44,6 +44,8 @@ func FuzzDecodeTx(f *testing.F) {
 			params = tx.Seal
 		case TxCommitRound:
 			params = tx.CommitRound
+		case TxLeave:
+			params = tx.Leave
 		default:
 			t.Fatalf("decoded unknown type %q", tx.Type)
 		}

@@ -144,6 +144,25 @@ func (x *exec) applyCommitRound(p *CommitRound) (any, error) {
 		return nil, errf(CodeInvalid, "commit lists missed %v and evicted %v; the chain's submission records give missed %v and evicted %v",
 			c.Missed, c.Evicted, missed, evicted)
 	}
+	if !equalStrs(c.Joined, r.Joined) || !equalStrs(c.Left, r.Left) {
+		return nil, errf(CodeInvalid, "commit lists joined %v and left %v; the chain recorded joined %v and left %v this round", c.Joined, c.Left, r.Joined, r.Left)
+	}
+	if len(c.Equivocations) != len(r.EquivDigests) {
+		return nil, errf(CodeInvalid, "commit lists %d equivocations; the chain recorded %d this round", len(c.Equivocations), len(r.EquivDigests))
+	}
+	for i := range c.Equivocations {
+		if c.Equivocations[i] != r.EquivDigests[i] {
+			return nil, errf(CodeInvalid, "commit equivocation %d is %s; the chain recorded %s", i, c.Equivocations[i], r.EquivDigests[i])
+		}
+	}
+	// Next round: joiners become active and are recorded in its commit.
+	r.Joined, r.Left, r.EquivDigests = []string{}, []string{}, []wire.Hash{}
+	for i := range r.Trainers {
+		if r.Trainers[i].Status == wire.TrainerJoining {
+			r.Trainers[i].Status = trainerActive
+			r.Joined = append(r.Joined, r.Trainers[i].DID)
+		}
+	}
 	if err := x.putJSON(keyCommit(r.TaskID, c.Round), c); err != nil {
 		return nil, err
 	}

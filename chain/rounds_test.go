@@ -102,3 +102,59 @@ func TestRoundsAndFailover(t *testing.T) {
 		t.Fatalf("run: %s", raw)
 	}
 }
+
+// TestJoinLeaveEquivocation: a trainer who leaves in round 0 is refunded at
+// once and listed in round 0's commit; one who enrols while the run is under
+// way joins at round 1 and is listed there, as is round 1's equivocation;
+// a commit that leaves any of them out is refused.
+func TestJoinLeaveEquivocation(t *testing.T) {
+	w := newWorld(t)
+	h := newHarness(t, "")
+	h.genesis(w.accounts...)
+	for _, blk := range w.history(t)[:3] {
+		runBlock(t, h, blk)
+	}
+	win, _ := w.winner(t, h)
+	t1, t2, out := w.t1.DID.String(), w.t2.DID.String(), w.outsider.DID.String()
+	hs := func(s string) wire.Hash { return wire.SumBytes([]byte(s)) }
+	runBlock(t, h, []txCase{
+		{"t2 leaves", must(LeaveTx(w.t2, w.task, 2)), CodeOK},
+		{"t2 leaves twice", must(LeaveTx(w.t2, w.task, 3)), CodeNotFound},
+		{"outsider enrols while running", must(EnrollTx(w.outsider, w.task, "10", 2)), CodeOK},
+		{"joiner submits too early", must(SubmissionTx(w.outsider, w.task, 0, 0, hs("o"), 8)), CodeUnauthorized},
+		{"t1 f0", must(SubmissionTx(w.t1, w.task, 0, 0, hs("a"), 8)), CodeOK},
+	})
+	if got := h.balance(w.t2); got != "500" {
+		t.Fatalf("t2 after leaving: %s", got)
+	}
+	in0 := [][]wire.CommitInput{{{TrainerDID: t1, PayloadHash: hs("a"), Selected: true}}, {}}
+	c0 := roundCommit(w.task, 0, in0, "m0")
+	c0.Left = []string{t2}
+	bad := roundCommit(w.task, 0, in0, "m0")
+	runBlock(t, h, []txCase{
+		{"commit without the leaver", must(CommitRoundTx(win, bad, 10)), CodeInvalid},
+		{"commit round 0", must(CommitRoundTx(win, c0, 10)), CodeOK},
+	})
+	first := must(SubmissionTx(w.t1, w.task, 1, 0, hs("b"), 8))
+	second := must(SubmissionTx(w.t1, w.task, 1, 0, hs("c"), 8))
+	runBlock(t, h, []txCase{
+		{"joiner submits", must(SubmissionTx(w.outsider, w.task, 1, 1, hs("o"), 8)), CodeOK},
+		{"t1 r1", first, CodeOK},
+		{"t1 equivocates", second, CodeOK},
+	})
+	sig := func(tx []byte) []byte {
+		d, _ := DecodeTx(tx)
+		return d.Submission.Signature
+	}
+	dg := wire.NewCanon(wire.DomainEquivocate).Str(w.task).Str(t1).U64(1).U64(0).Hash(hs("b")).Bytes(sig(first)).Hash(hs("c")).Bytes(sig(second)).Sum()
+	in1 := [][]wire.CommitInput{{{TrainerDID: t1, PayloadHash: hs("b"), Selected: true}}, {{TrainerDID: out, PayloadHash: hs("o"), Selected: true}}}
+	c1 := roundCommit(w.task, 1, in1, "m1")
+	c1.Joined, c1.Equivocations = []string{out}, []wire.Hash{dg}
+	noEq := c1
+	noEq.Equivocations = []wire.Hash{}
+	runBlock(t, h, []txCase{
+		{"commit hiding the equivocation", must(CommitRoundTx(win, noEq, 11)), CodeInvalid},
+		{"commit round 1", must(CommitRoundTx(win, c1, 11)), CodeOK},
+	})
+	h.conservation()
+}

@@ -78,6 +78,11 @@ type runRecord struct {
 	// committed each.
 	RoundRoots   []wire.Hash `json:"round_roots"`
 	RoundSyncers []string    `json:"round_syncers"`
+	// Joined, Left and Equivocations are the current round's membership
+	// changes and evidence, which its commit must list (PROTOCOL §6).
+	Joined       []string    `json:"joined"`
+	Left         []string    `json:"left"`
+	EquivDigests []wire.Hash `json:"equivocation_digests"`
 	RunRoot      *wire.Hash  `json:"run_root,omitempty"`
 	SyncerDID    string      `json:"syncer_did,omitempty"`
 	SealedHeight int64       `json:"sealed_height,omitempty"`
@@ -272,6 +277,8 @@ func (x *exec) apply(tx *Tx) ([]byte, error) {
 		out, err = x.applySeal(tx.Seal)
 	case TxCommitRound:
 		out, err = x.applyCommitRound(tx.CommitRound)
+	case TxLeave:
+		out, err = x.applyLeave(tx.Leave)
 	default:
 		err = errf(CodeDecode, "unknown transaction type %q", tx.Type)
 	}
@@ -385,7 +392,8 @@ func (x *exec) applyPost(p *PostTask) (any, error) {
 	}
 	r := &runRecord{TaskID: spec.TaskID, Sponsor: spec.SponsorDID, Spec: canon, SpecHash: specHash,
 		InitWeightsHash: p.InitWeightsHash, Status: wire.StatusAwaiting, Reward: reward.String(),
-		Trainers: []trainerRecord{}, PostedHeight: x.height, PostedTimeMs: x.timeMs, RoundRoots: []wire.Hash{}, RoundSyncers: []string{}}
+		Trainers: []trainerRecord{}, PostedHeight: x.height, PostedTimeMs: x.timeMs, RoundRoots: []wire.Hash{}, RoundSyncers: []string{},
+		Joined: []string{}, Left: []string{}, EquivDigests: []wire.Hash{}}
 	if err := x.putJSON(keyRun(spec.TaskID), r); err != nil {
 		return nil, err
 	}
@@ -407,14 +415,17 @@ func (x *exec) applyEnroll(p *wire.EnrollParams) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	if r.Status != wire.StatusAwaiting {
-		return nil, errf(CodeConflict, "run %s is %s: enrolment on chain is open only before the run starts", p.TaskID, r.Status)
+	if r.Status != wire.StatusAwaiting && r.Status != wire.StatusRunning {
+		return nil, errf(CodeConflict, "run %s is %s", p.TaskID, r.Status)
 	}
-	if r.trainer(p.TrainerDID) != nil {
-		return nil, errf(CodeConflict, "%s is already enrolled in %s", p.TrainerDID, p.TaskID)
+	if t := r.trainer(p.TrainerDID); t != nil {
+		if t.Status == wire.TrainerEvicted {
+			return nil, errf(CodeConflict, "%s was evicted from %s and cannot rejoin", p.TrainerDID, p.TaskID)
+		}
+		return nil, errf(CodeConflict, "%s is already enrolled in %s (%s)", p.TrainerDID, p.TaskID, t.Status)
 	}
-	if len(r.Trainers) >= r.spec.TrainerCount {
-		return nil, errf(CodeConflict, "run %s is full: %d of M=%d trainers enrolled", p.TaskID, len(r.Trainers), r.spec.TrainerCount)
+	if n := r.members(); n >= r.spec.TrainerCount {
+		return nil, errf(CodeConflict, "run %s is full: %d of M=%d trainers enrolled", p.TaskID, n, r.spec.TrainerCount)
 	}
 	if r.spec.MinStake != "" {
 		if ms, _ := wire.ParseAmount(r.spec.MinStake); stake.Cmp(ms) < 0 {
@@ -427,9 +438,14 @@ func (x *exec) applyEnroll(p *wire.EnrollParams) (any, error) {
 	if err := x.transfer(acctDID(p.TrainerDID), acctStake(p.TaskID, p.TrainerDID), stake, "enrolment stake"); err != nil {
 		return nil, err
 	}
-	r.Trainers = append(r.Trainers, trainerRecord{DID: p.TrainerDID, Status: trainerActive, Stake: stake.String(), Slashed: "0"})
+	status, from := trainerActive, uint64(0)
+	if r.Status == wire.StatusRunning {
+		// Joins at the next round (PROTOCOL §5), recorded in that round's commit.
+		status, from = wire.TrainerJoining, r.Round+1
+	}
+	r.Trainers = append(r.Trainers, trainerRecord{DID: p.TrainerDID, Status: status, Stake: stake.String(), Slashed: "0"})
 	sort.Slice(r.Trainers, func(i, j int) bool { return r.Trainers[i].DID < r.Trainers[j].DID })
-	if len(r.Trainers) == r.spec.TrainerCount {
+	if r.Status == wire.StatusAwaiting && r.members() == r.spec.TrainerCount {
 		if err := x.start(r); err != nil {
 			return nil, err
 		}
@@ -437,7 +453,53 @@ func (x *exec) applyEnroll(p *wire.EnrollParams) (any, error) {
 	if err := x.putJSON(keyRun(p.TaskID), r); err != nil {
 		return nil, err
 	}
-	return wire.EnrollResult{TaskID: p.TaskID, TrainerDID: p.TrainerDID, Status: trainerActive, Shards: []int{}, RunStatus: r.Status}, nil
+	return wire.EnrollResult{TaskID: p.TaskID, TrainerDID: p.TrainerDID, Status: status, Shards: []int{}, FromRound: from, RunStatus: r.Status}, nil
+}
+
+// members counts active and joining trainers.
+func (r *runRecord) members() int {
+	n := 0
+	for _, t := range r.Trainers {
+		if t.Status == trainerActive || t.Status == wire.TrainerJoining {
+			n++
+		}
+	}
+	return n
+}
+
+func (x *exec) applyLeave(p *wire.LeaveParams) (any, error) {
+	if err := parseDID("trainer_did", p.TrainerDID); err != nil {
+		return nil, err
+	}
+	r, err := x.loadRun(p.TaskID)
+	if err != nil {
+		return nil, err
+	}
+	t := r.trainer(p.TrainerDID)
+	if t == nil || (t.Status != trainerActive && t.Status != wire.TrainerJoining) {
+		return nil, errf(CodeNotFound, "%s is not enrolled in %s", p.TrainerDID, p.TaskID)
+	}
+	if r.Status != wire.StatusAwaiting && r.Status != wire.StatusRunning {
+		return nil, errf(CodeConflict, "run %s is %s", p.TaskID, r.Status)
+	}
+	if err := x.checkSigned(p.TrainerDID, p.Nonce, p.Signature, p.Preimage()); err != nil {
+		return nil, err
+	}
+	left, err := x.balance(acctStake(r.TaskID, t.DID))
+	if err != nil {
+		return nil, err
+	}
+	if err := x.transfer(acctStake(r.TaskID, t.DID), acctDID(t.DID), left, "stake refund at leave"); err != nil {
+		return nil, err
+	}
+	t.Status = wire.TrainerLeft
+	if r.Status == wire.StatusRunning {
+		r.Left = append(r.Left, t.DID)
+	}
+	if err := x.putJSON(keyRun(r.TaskID), r); err != nil {
+		return nil, err
+	}
+	return wire.EnrollResult{TaskID: p.TaskID, TrainerDID: p.TrainerDID, Status: t.Status, Shards: []int{}, FromRound: r.Round, RunStatus: r.Status}, nil
 }
 
 // start moves a full run to running and, when candidates sent proofs,
@@ -577,6 +639,7 @@ func (x *exec) equivocate(r *runRecord, t *trainerRecord, first, second Submissi
 	}
 	t.Slashed = new(big.Int).Add(slashed, cut).String()
 	r.Equivocations++
+	r.EquivDigests = append(r.EquivDigests, dg)
 	if err := x.putJSON(key, Equivocation{Digest: dg, First: first, Second: second}); err != nil {
 		return nil, err
 	}

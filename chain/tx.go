@@ -23,6 +23,7 @@ const (
 	TxElectionProof  = wire.MethodElectionProof
 	TxSubmission     = wire.MethodSubmitGradient
 	TxSeal           = "tenzro_training_sealRun"
+	TxLeave          = wire.MethodLeaveRun
 )
 
 // Envelope is a transaction on the wire: {"type": <method>, "params": {...}}.
@@ -72,6 +73,7 @@ type Tx struct {
 	Submission     *Submission
 	Seal           *Seal
 	CommitRound    *CommitRound
+	Leave          *wire.LeaveParams
 }
 
 // ErrDecode marks a transaction that is not well-formed.
@@ -134,6 +136,9 @@ func DecodeTx(b []byte) (*Tx, error) {
 	case TxCommitRound:
 		tx.CommitRound = new(CommitRound)
 		target = tx.CommitRound
+	case TxLeave:
+		tx.Leave = new(wire.LeaveParams)
+		target = tx.Leave
 	default:
 		return nil, fmt.Errorf("%w: unknown type %q", ErrDecode, env.Type)
 	}
