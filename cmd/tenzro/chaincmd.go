@@ -49,7 +49,7 @@ http://127.0.0.1:26657).`,
 	}
 	cmd.PersistentFlags().String("node", def, "chain node RPC address")
 	cmd.AddCommand(newChainStatusCmd(), newChainBalanceCmd(), newChainRunCmd(), newChainTransferCmd(),
-		newChainPostCmd(), newChainEnrollCmd(), newChainRegisterCmd(), newChainElectionProofCmd(), newChainSealCmd(),
+		newChainPostCmd(), newChainEnrollCmd(), newChainLeaveCmd(), newChainRegisterCmd(), newChainElectionProofCmd(), newChainSealCmd(),
 		newChainProveCmd(), newChainVerifyProofCmd(), newChainVerifyReceiptCmd())
 	return cmd
 }
@@ -504,5 +504,28 @@ same answer.`,
 	}
 	c.Flags().StringVar(&receiptPath, "receipt", "", "receipt JSON file")
 	_ = c.MarkFlagRequired("receipt")
+	return c
+}
+
+func newChainLeaveCmd() *cobra.Command {
+	var task, keyPath string
+	c := &cobra.Command{
+		Use:     "leave --task-id ID --key FILE",
+		Example: `  tenzro chain leave --task-id my-run --key trainer.key`,
+		Short:   "Leave a run: the stake (minus slashes) is refunded at once; accepted work still earns at seal",
+		Args:    noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			k, err := loadKeyFile(keyPath)
+			if err != nil {
+				return err
+			}
+			tx, err := chain.LeaveTx(k, task, newNonce())
+			return broadcastAndPrint(cmd, tx, err)
+		},
+	}
+	c.Flags().StringVar(&task, "task-id", "", "task id")
+	c.Flags().StringVar(&keyPath, "key", "", "trainer's key file")
+	_ = c.MarkFlagRequired("task-id")
+	_ = c.MarkFlagRequired("key")
 	return c
 }
