@@ -1,12 +1,14 @@
 package chain
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"time"
 
 	rpchttp "github.com/cometbft/cometbft/rpc/client/http"
+	"github.com/cometbft/cometbft/types"
 
 	"github.com/tenzro/train/syncer"
 	"github.com/tenzro/train/wire"
@@ -157,4 +159,46 @@ func (c *Client) CheckReceipt(ctx context.Context, receipt []byte) error {
 		return fmt.Errorf("receipt is signed by %s; the chain sealed run %s from its syncer %s", rc.SyncerDID, rc.TaskID, r.SyncerDID)
 	}
 	return nil
+}
+
+// VerifiedAppHashAfter returns the app hash of the state after height h
+// from the header of block h+1, verified as a light client does against the
+// genesis validator set: the header's validators hash is the genesis set's
+// (the chain's application never changes its validators) and more than two
+// thirds of that voting power signed the header's commit. The node asked
+// need not be trusted: a forged header fails.
+func (c *Client) VerifiedAppHashAfter(ctx context.Context, genesisPath string, h int64) (wire.Hash, error) {
+	gen, err := types.GenesisDocFromFile(genesisPath)
+	if err != nil {
+		return wire.Hash{}, fmt.Errorf("genesis: %w", err)
+	}
+	vals := make([]*types.Validator, len(gen.Validators))
+	for i, v := range gen.Validators {
+		vals[i] = types.NewValidator(v.PubKey, v.Power)
+	}
+	set := types.NewValidatorSet(vals)
+	if _, err := c.AppHashAfter(ctx, h); err != nil { // waits for block h+1
+		return wire.Hash{}, err
+	}
+	next := h + 1
+	res, err := c.rpc.Commit(ctx, &next)
+	if err != nil {
+		return wire.Hash{}, fmt.Errorf("signed header %d: %w", next, err)
+	}
+	sh := res.SignedHeader
+	if err := sh.ValidateBasic(gen.ChainID); err != nil {
+		return wire.Hash{}, fmt.Errorf("signed header %d: %w", next, err)
+	}
+	if !bytes.Equal(sh.ValidatorsHash, set.Hash()) {
+		return wire.Hash{}, fmt.Errorf("signed header %d: validators hash %X is not the genesis validator set's %X", next, sh.ValidatorsHash, set.Hash())
+	}
+	if err := set.VerifyCommitLight(gen.ChainID, sh.Commit.BlockID, next, sh.Commit); err != nil {
+		return wire.Hash{}, fmt.Errorf("signed header %d: commit: %w", next, err)
+	}
+	var out wire.Hash
+	if len(sh.AppHash) != len(out) {
+		return out, fmt.Errorf("signed header %d: app hash of %d bytes", next, len(sh.AppHash))
+	}
+	copy(out[:], sh.AppHash)
+	return out, nil
 }

@@ -333,11 +333,12 @@ func TestChainFourValidators(t *testing.T) {
 		}
 	}
 	proofPath := filepath.Join(dir, "proof.json")
-	if err := os.WriteFile(proofPath, []byte(cli(nodes[3], "chain", "prove", "--task-id", "chain-run")), 0o600); err != nil {
+	if err := os.WriteFile(proofPath, []byte(cli(nodes[3], "chain", "prove", "--task-id", "chain-run", "--genesis", filepath.Join(nodes[0].home, "config", "genesis.json"))), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	var pf struct {
-		Proof chain.RunRootProof `json:"proof"`
+		Proof   chain.RunRootProof `json:"proof"`
+		AppHash wire.Hash          `json:"app_hash"`
 	}
 	raw, _ := os.ReadFile(proofPath)
 	if err := json.Unmarshal(raw, &pf); err != nil {
@@ -359,7 +360,21 @@ func TestChainFourValidators(t *testing.T) {
 		t.Fatalf("re-signed receipt: %v %q", err, out)
 	}
 	waitHeight(t, nodes[0], pf.Proof.Height+1, within)
+	// A genesis with other validators (another network of the same chain id)
+	// does not vouch for this network's headers.
+	otherNet := filepath.Join(dir, "othernet")
+	if out, err := exec.Command(filepath.Join(binDir, "tenzro-node"), "testnet", "--validators", "1", "--dir", otherNet, "--base-port", "0").CombinedOutput(); err != nil {
+		t.Fatalf("testnet: %v\n%s", err, out)
+	}
+	wrong := exec.Command(filepath.Join(binDir, "tenzro"), "chain", "prove", "--task-id", "chain-run", "--genesis", filepath.Join(otherNet, "node0", "config", "genesis.json"),
+		"--node", "http://"+mustNodeConfig(t, nodes[3].home).RPCAddr)
+	if out, err := wrong.CombinedOutput(); err == nil || !strings.Contains(string(out), "not the genesis validator set") {
+		t.Fatalf("prove with another network's genesis: %v %s", err, out)
+	}
 	header := appHashAt(t, nodes[0], pf.Proof.Height)
+	if !strings.EqualFold(pf.AppHash.String(), header) {
+		t.Fatalf("light-client-verified app hash from node 3 %s, node 0's header %s", pf.AppHash, header)
+	}
 	if got := cli(nodes[0], "chain", "verify-proof", "--proof", proofPath, "--app-hash", header, "--receipt", receiptPath); got != "1\n" {
 		t.Fatalf("verify-proof: %q", got)
 	}

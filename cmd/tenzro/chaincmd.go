@@ -293,15 +293,17 @@ type proofFile struct {
 }
 
 func newChainProveCmd() *cobra.Command {
-	var task string
+	var task, genesis string
 	c := &cobra.Command{
 		Use:     "prove --task-id ID",
 		Example: `  tenzro chain prove --task-id my-run > proof.json`,
 		Short:   "Print a sealed run root's inclusion proof against the app hash of the last committed height",
 		Long: `prove prints (JSON) the proof that the run's sealed run root is in the chain's
 run log, committed by the app hash of the proof's height, together with that app
-hash as the header of block height+1 carries it on this node. Check it offline
-with 'tenzro chain verify-proof', giving an app hash from a header you trust.`,
+hash as the header of block height+1 carries it on this node. With --genesis the
+header is verified as a light client does (signed by more than two thirds of the
+genesis validators' power), so the node need not be trusted; without it, check
+the proof with 'tenzro chain verify-proof' against an app hash you trust.`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			c, err := chainClient(cmd)
@@ -318,13 +320,21 @@ with 'tenzro chain verify-proof', giving an app hash from a header you trust.`,
 			}
 			ctx, cancel := context.WithTimeout(cmd.Context(), 2*time.Minute)
 			defer cancel()
-			if pf.AppHash, err = c.AppHashAfter(ctx, pf.Proof.Height); err != nil {
+			if genesis != "" {
+				if pf.AppHash, err = c.VerifiedAppHashAfter(ctx, genesis, pf.Proof.Height); err != nil {
+					return err
+				}
+				if err := chain.VerifyRunRootProof(&pf.Proof, pf.AppHash, wire.Hash{}); err != nil {
+					return err
+				}
+			} else if pf.AppHash, err = c.AppHashAfter(ctx, pf.Proof.Height); err != nil {
 				return err
 			}
 			return emitJSON(cmd, pf)
 		},
 	}
 	c.Flags().StringVar(&task, "task-id", "", "task id")
+	c.Flags().StringVar(&genesis, "genesis", "", "the network's genesis.json: verify the header against its validators")
 	_ = c.MarkFlagRequired("task-id")
 	return c
 }
