@@ -6,6 +6,7 @@ package main
 // run-root proofs against an app hash. Registered from init().
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -49,7 +50,7 @@ http://127.0.0.1:26657).`,
 	}
 	cmd.PersistentFlags().String("node", def, "chain node RPC address")
 	cmd.AddCommand(newChainStatusCmd(), newChainBalanceCmd(), newChainRunCmd(), newChainTransferCmd(),
-		newChainPostCmd(), newChainEnrollCmd(), newChainLeaveCmd(), newChainRegisterCmd(), newChainElectionProofCmd(), newChainSealCmd(),
+		newChainPostCmd(), newChainEnrollCmd(), newChainLeaveCmd(), newChainSubmitCmd(), newChainCommitRoundCmd(), newChainRegisterCmd(), newChainElectionProofCmd(), newChainSealCmd(),
 		newChainProveCmd(), newChainVerifyProofCmd(), newChainVerifyReceiptCmd())
 	return cmd
 }
@@ -536,6 +537,71 @@ func newChainLeaveCmd() *cobra.Command {
 	c.Flags().StringVar(&task, "task-id", "", "task id")
 	c.Flags().StringVar(&keyPath, "key", "", "trainer's key file")
 	_ = c.MarkFlagRequired("task-id")
+	_ = c.MarkFlagRequired("key")
+	return c
+}
+
+func newChainSubmitCmd() *cobra.Command {
+	var task, payloadPath, keyPath string
+	var round, fragment uint64
+	c := &cobra.Command{
+		Use:     "submit-record --task-id ID --round R --fragment F --payload FILE --key FILE",
+		Example: `  tenzro chain submit-record --task-id my-run --round 0 --fragment 3 --payload grad3.safetensors --key trainer.key`,
+		Short:   "Put the record of a submission on chain: the payload's hash and size, signed by the trainer (the bytes stay off chain)",
+		Args:    noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			k, err := loadKeyFile(keyPath)
+			if err != nil {
+				return err
+			}
+			payload, err := readInputFile("payload", payloadPath, chain.MaxPayloadSize)
+			if err != nil {
+				return err
+			}
+			tx, err := chain.SubmissionTx(k, task, round, fragment, wire.SumBytes(payload), uint64(len(payload)))
+			return broadcastAndPrint(cmd, tx, err)
+		},
+	}
+	c.Flags().StringVar(&task, "task-id", "", "task id")
+	c.Flags().Uint64Var(&round, "round", 0, "round")
+	c.Flags().Uint64Var(&fragment, "fragment", 0, "fragment index")
+	c.Flags().StringVar(&payloadPath, "payload", "", "the submitted safetensors payload (hashed here, not sent)")
+	c.Flags().StringVar(&keyPath, "key", "", "trainer's key file")
+	for _, f := range []string{"task-id", "payload", "key"} {
+		_ = c.MarkFlagRequired(f)
+	}
+	return c
+}
+
+func newChainCommitRoundCmd() *cobra.Command {
+	var commitPath, keyPath string
+	c := &cobra.Command{
+		Use:     "commit-round --commit FILE --key FILE",
+		Example: `  tenzro chain commit-round --commit round-0.json --key syncer.key`,
+		Short:   "Commit a round (a wire.RoundCommit JSON) as the run's current syncer",
+		Args:    noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			k, err := loadKeyFile(keyPath)
+			if err != nil {
+				return err
+			}
+			raw, err := readInputFile("commit", commitPath, chain.MaxTxBytes)
+			if err != nil {
+				return err
+			}
+			var rc wire.RoundCommit
+			dec := json.NewDecoder(bytes.NewReader(raw))
+			dec.DisallowUnknownFields()
+			if err := dec.Decode(&rc); err != nil {
+				return usagef("--commit: %v", err)
+			}
+			tx, err := chain.CommitRoundTx(k, rc, newNonce())
+			return broadcastAndPrint(cmd, tx, err)
+		},
+	}
+	c.Flags().StringVar(&commitPath, "commit", "", "round commit JSON file")
+	c.Flags().StringVar(&keyPath, "key", "", "syncer's key file")
+	_ = c.MarkFlagRequired("commit")
 	_ = c.MarkFlagRequired("key")
 	return c
 }
