@@ -8,9 +8,11 @@ package main
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"time"
 
@@ -554,11 +556,20 @@ func newChainSubmitCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			payload, err := readInputFile("payload", payloadPath, chain.MaxPayloadSize)
+			f, err := os.Open(payloadPath)
 			if err != nil {
-				return err
+				return usageError{fmt.Errorf("--payload: %w", err)}
 			}
-			tx, err := chain.SubmissionTx(k, task, round, fragment, wire.SumBytes(payload), uint64(len(payload)))
+			defer f.Close()
+			hsh := sha256.New()
+			n, err := io.Copy(hsh, io.LimitReader(f, chain.MaxPayloadSize+1))
+			if err != nil {
+				return fmt.Errorf("--payload %s: %w", payloadPath, err)
+			}
+			if n > chain.MaxPayloadSize {
+				return usagef("--payload %s: larger than %d bytes", payloadPath, chain.MaxPayloadSize)
+			}
+			tx, err := chain.SubmissionTx(k, task, round, fragment, wire.Hash(hsh.Sum(nil)), uint64(n))
 			return broadcastAndPrint(cmd, tx, err)
 		},
 	}
