@@ -304,6 +304,9 @@ const (
 	QueryCandidate = "/candidate" // data: DID → wire.SyncerCandidate JSON
 	QueryRunLog    = "/runlog"    // → RunLogInfo JSON
 	QueryNonce     = "/nonce"     // data: DID → last nonce (decimal), "" when none
+	// QueryBalanceAcct: data account name (did:…, escrow:…, stake:…,
+	// syncer-stake:…, issuer) → decimal attoTNZO.
+	QueryBalanceAcct = "/account"
 )
 
 // RunLogInfo answers /runlog.
@@ -351,6 +354,12 @@ func (a *App) query(ctx context.Context, path, arg string) ([]byte, error) {
 			return nil, errf(CodeNotFound, "no %s %q", what, arg)
 		}
 		return v, nil
+	case QueryBalanceAcct:
+		b, err := x.balance(arg)
+		if err != nil {
+			return nil, err
+		}
+		return []byte(b.String()), nil
 	case QueryNonce:
 		raw, ok, err := x.o.get(ctx, keyNonce(arg))
 		if err != nil || !ok {

@@ -2,6 +2,7 @@ package chain
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"path/filepath"
@@ -14,8 +15,10 @@ import (
 	"github.com/cometbft/cometbft/p2p"
 	"github.com/cometbft/cometbft/privval"
 	"github.com/cometbft/cometbft/proxy"
+	"github.com/cometbft/cometbft/rpc/client/local"
 
 	"github.com/tenzro/train/store"
+	"github.com/tenzro/train/syncer"
 )
 
 // AppDBDir is where a home keeps the application's state (a store.DB).
@@ -44,12 +47,23 @@ func CometConfig(home string, nc *NodeConfig) *cmtcfg.Config {
 	return c
 }
 
+// NodeOptions are RunNode's hooks.
+type NodeOptions struct {
+	Log *slog.Logger
+	// Ready is called with the CometBFT RPC address once the node runs.
+	Ready func(rpcAddr string)
+	// Serve, when set, runs beside the node with the chain-backed
+	// syncer.Service (the JSON-RPC server's wiring lives in cmd/); an error
+	// from it stops the node.
+	Serve func(ctx context.Context, svc syncer.Service) error
+}
+
 // RunNode starts the validator (or full node) whose home is home: the
 // application over its own store and CometBFT in the same process with a
 // local ABCI client. It returns when ctx ends (after stopping CometBFT and
-// closing the store) or when startup fails. ready, when not nil, is called
-// with the RPC address once the node runs.
-func RunNode(ctx context.Context, home string, log *slog.Logger, ready func(rpcAddr string)) error {
+// closing the store) or when startup or Serve fails.
+func RunNode(ctx context.Context, home string, opts NodeOptions) error {
+	log := opts.Log
 	if log == nil {
 		log = slog.Default()
 	}
@@ -87,8 +101,18 @@ func RunNode(ctx context.Context, home string, log *slog.Logger, ready func(rpcA
 	h, hash := app.LastCommit()
 	log.Info("chain node running", "home", home, "moniker", nc.Moniker, "node_id", nk.ID(), "rpc", "http://"+nc.RPCAddr,
 		"p2p", nc.P2PAddr, "app_height", h, "app_hash", hash)
-	if ready != nil {
-		ready(nc.RPCAddr)
+	if opts.Ready != nil {
+		opts.Ready(nc.RPCAddr)
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	serveErr := make(chan error, 1)
+	if opts.Serve != nil {
+		go func() {
+			err := opts.Serve(ctx, NewService(app, local.New(n)))
+			serveErr <- err
+			cancel()
+		}()
 	}
 	<-ctx.Done()
 	log.Info("chain node stopping", "home", home)
@@ -96,6 +120,11 @@ func RunNode(ctx context.Context, home string, log *slog.Logger, ready func(rpcA
 		log.Error("stop cometbft", "err", err)
 	}
 	n.Wait()
+	if opts.Serve != nil {
+		if err := <-serveErr; err != nil && !errors.Is(err, context.Canceled) {
+			return fmt.Errorf("chain node %s: %w", home, err)
+		}
+	}
 	return nil
 }
 

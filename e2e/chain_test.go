@@ -22,11 +22,12 @@ import (
 
 // chainNode is one validator process.
 type chainNode struct {
-	home string
-	rpc  *rpchttp.HTTP
-	cmd  *exec.Cmd
-	log  *os.File
-	done chan struct{}
+	home  string
+	extra []string // more tenzro-node flags
+	rpc   *rpchttp.HTTP
+	cmd   *exec.Cmd
+	log   *os.File
+	done  chan struct{}
 }
 
 func (n *chainNode) start(t testing.TB) {
@@ -36,7 +37,7 @@ func (n *chainNode) start(t testing.TB) {
 		t.Fatal(err)
 	}
 	n.log = f
-	n.cmd = exec.Command(filepath.Join(binDir, "tenzro-node"), "--home", n.home)
+	n.cmd = exec.Command(filepath.Join(binDir, "tenzro-node"), append([]string{"--home", n.home}, n.extra...)...)
 	n.cmd.Stdout, n.cmd.Stderr = f, f
 	if err := n.cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -193,6 +194,7 @@ func TestChainFourValidators(t *testing.T) {
 		t.Fatalf("testnet: %v\n%s", err, out)
 	}
 	nodes := make([]*chainNode, 4)
+	jsonRPC := freeAddr(t)
 	for i := range nodes {
 		home := filepath.Join(dir, fmt.Sprintf("node%d", i))
 		nc, err := chain.LoadNodeConfig(home)
@@ -204,6 +206,10 @@ func TestChainFourValidators(t *testing.T) {
 			t.Fatal(err)
 		}
 		nodes[i] = &chainNode{home: home, rpc: c}
+		if i == 0 {
+			// Node 0 also serves the node's JSON-RPC methods from the chain.
+			nodes[i].extra = []string{"--rpc-addr", jsonRPC}
+		}
 		nodes[i].start(t)
 	}
 	t.Cleanup(func() {
@@ -260,6 +266,9 @@ func TestChainFourValidators(t *testing.T) {
 	}
 	keyFile := func(k *did.Key) string {
 		p := filepath.Join(dir, strings.ReplaceAll(k.DID.String(), ":", "_")+".key")
+		if _, err := os.Stat(p); err == nil {
+			return p
+		}
 		if err := k.Save(p); err != nil {
 			t.Fatal(err)
 		}
@@ -332,6 +341,26 @@ func TestChainFourValidators(t *testing.T) {
 			t.Fatalf("tenzro %v: node 0 says %+v, node 3 says %+v", args, a, b)
 		}
 	}
+	// The existing JSON-RPC CLI against node 0's chain-backed JSON-RPC: the
+	// same balance and run, and no faucet.
+	rpcCLI := func(args ...string) (string, error) {
+		out, err := exec.Command(filepath.Join(binDir, "tenzro"), append(args, "--rpc", "http://"+jsonRPC)...).CombinedOutput()
+		return string(out), err
+	}
+	if out, err := rpcCLI("ledger", "balance", "--did", sponsor.DID.String(), "--format", "json"); err != nil || !strings.Contains(out, `"balance": "`+want[sponsor]+`"`) {
+		t.Fatalf("tenzro ledger balance over JSON-RPC: %v %s", err, out)
+	}
+	if out, err := rpcCLI("train", "get-run", "--task-id", "chain-run", "--format", "json"); err != nil || !strings.Contains(out, `"status": "sealed"`) {
+		t.Fatalf("tenzro train get-run over JSON-RPC: %v %s", err, out)
+	}
+	if out, err := rpcCLI("ledger", "faucet", "--did", other.DID.String(), "--amount", "5"); err == nil || !strings.Contains(out, "no faucet") {
+		t.Fatalf("faucet on a chain node: %v %s", err, out)
+	}
+	// A signed write over JSON-RPC becomes a transaction, answered once committed.
+	if out, err := rpcCLI("syncer", "register", "--stake", "5", "--key", keyFile(other)); err != nil {
+		t.Fatalf("tenzro syncer register over JSON-RPC: %v %s", err, out)
+	}
+	want[other] = "245"
 	proofPath := filepath.Join(dir, "proof.json")
 	if err := os.WriteFile(proofPath, []byte(cli(nodes[3], "chain", "prove", "--task-id", "chain-run", "--genesis", filepath.Join(nodes[0].home, "config", "genesis.json"))), 0o600); err != nil {
 		t.Fatal(err)
@@ -382,7 +411,7 @@ func TestChainFourValidators(t *testing.T) {
 	// kill -9 one validator: the other three (30 of 40 voting power) go on.
 	nodes[3].kill()
 	h = broadcast(t, nodes[1], tx(chain.TransferTx(sponsor, other.DID.String(), "50", 3)))
-	want[sponsor], want[other] = "9700", "300"
+	want[sponsor], want[other] = "9700", "295"
 	check(nodes[:3], h)
 	t.Logf("3 of 4 committed after %s", time.Since(t0).Round(time.Millisecond))
 	// Restart it: it replays what it missed from its peers and agrees.

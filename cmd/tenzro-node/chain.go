@@ -5,19 +5,23 @@ package main
 // in execute.
 
 import (
+	"context"
 	"fmt"
 	"io"
+	"net"
 	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/tenzro/train/chain"
+	"github.com/tenzro/train/rpc"
+	"github.com/tenzro/train/syncer"
 )
 
 // registerChain adds `tenzro-node testnet` and `tenzro-node --home DIR`.
 func registerChain(root *cobra.Command, stdout, stderr io.Writer) {
-	root.Flags().String("home", "", "start the chain validator whose home `tenzro-node testnet` wrote (CometBFT embedded in-process); the other node flags except --log-level/--log-format do not apply")
+	root.Flags().String("home", "", "start the chain node whose home `tenzro-node testnet` or `init` wrote (CometBFT embedded in-process); with --rpc-addr it also serves the JSON-RPC methods from the chain; other node flags except --log-level/--log-format do not apply")
 	inner := root.RunE
 	root.RunE = func(cmd *cobra.Command, args []string) error {
 		home, _ := cmd.Flags().GetString("home")
@@ -29,9 +33,26 @@ func registerChain(root *cobra.Command, stdout, stderr io.Writer) {
 		cfg := defaults()
 		cfg.LogLevel, cfg.LogFormat = lvl, format
 		log := newLogger(cfg, stderr)
-		return chain.RunNode(cmd.Context(), home, log, func(rpc string) {
+		opts := chain.NodeOptions{Log: log, Ready: func(rpc string) {
 			fmt.Fprintf(stdout, "chain node %s running: RPC http://%s\n", home, rpc)
-		})
+		}}
+		if cmd.Flags().Changed("rpc-addr") {
+			// The node's JSON-RPC methods, served from the chain.
+			addr, _ := cmd.Flags().GetString("rpc-addr")
+			opts.Serve = func(ctx context.Context, svc syncer.Service) error {
+				srv, err := rpc.New(svc, rpc.Options{Logger: log.With("component", "rpc")})
+				if err != nil {
+					return err
+				}
+				ln, err := net.Listen("tcp", addr)
+				if err != nil {
+					return fmt.Errorf("rpc listen: %w", err)
+				}
+				fmt.Fprintf(stdout, "chain node %s: JSON-RPC http://%s\n", home, ln.Addr())
+				return srv.Serve(ctx, ln)
+			}
+		}
+		return chain.RunNode(cmd.Context(), home, opts)
 	}
 	root.AddCommand(newTestnetCmd(stdout), newInitCmd(stdout))
 }
