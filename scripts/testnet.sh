@@ -3,7 +3,8 @@
 # Writes a genesis that funds a fresh sponsor key, starts 4 `tenzro-node --home` validators
 # (CometBFT embedded), prints each node's RPC address and waits; Ctrl-C stops them all.
 # Env: TESTNET_DIR (default: a new temp dir, kept), TESTNET_VALIDATORS (4), TESTNET_BASE_PORT
-# (26656; 0 = free ports), TESTNET_BLOCK_TIME (1s), TENZRO_BIN_DIR (prebuilt binaries), GO.
+# (26656; 0 = free ports), TESTNET_JSONRPC_BASE (8545: node i also serves the JSON-RPC methods on
+# 127.0.0.1:BASE+i; not with TESTNET_BASE_PORT=0), TESTNET_BLOCK_TIME (1s), TENZRO_BIN_DIR, GO.
 # TESTNET_EXIT_WHEN_READY=1 stops the validators and exits once all answer (for CI).
 # Extra arguments go to `tenzro-node testnet` (e.g. --alloc DID=AMOUNT).
 set -euo pipefail
@@ -38,9 +39,13 @@ echo "== genesis: $n validators, sponsor $sponsor funded with 1000 TNZO (key $di
 "$bin/tenzro-node" testnet --validators "$n" --dir "$dir/nodes" --base-port "${TESTNET_BASE_PORT:-26656}" \
 	--block-time "${TESTNET_BLOCK_TIME:-1s}" --alloc "$sponsor=1000000000000000000000" "$@"
 
+base="${TESTNET_BASE_PORT:-26656}"
+jbase="${TESTNET_JSONRPC_BASE:-8545}"
 for ((i = 0; i < n; i++)); do
 	home="$dir/nodes/node$i"
-	"$bin/tenzro-node" --home "$home" >"$home/node.log" 2>&1 &
+	extra=()
+	if [[ "$base" != 0 ]]; then extra=(--rpc-addr "127.0.0.1:$((jbase + i))"); fi
+	"$bin/tenzro-node" --home "$home" "${extra[@]}" >"$home/node.log" 2>&1 &
 	pids+=($!)
 done
 
@@ -60,7 +65,9 @@ for ((i = 0; i < n; i++)); do
 		sleep 0.2
 	done
 	[[ -n "$ok" ]] || { echo "error: node$i did not commit a block within 120 s; see $home/node.log" >&2; exit 1; }
-	echo "node$i  RPC http://$rpc  (home $home, log $home/node.log)"
+	jr=""
+	if [[ "$base" != 0 ]]; then jr="  JSON-RPC http://127.0.0.1:$((jbase + i))"; fi
+	echo "node$i  RPC http://$rpc$jr  (home $home, log $home/node.log)"
 done
 echo "== all $n validators are committing. Try (every node answers the same):"
 rpc0="$(sed -n 's/.*"rpc_addr": *"\([^"]*\)".*/\1/p' "$dir/nodes/node0/config/tenzro-chain.json")"
@@ -68,6 +75,9 @@ rpcl="$(sed -n 's/.*"rpc_addr": *"\([^"]*\)".*/\1/p' "$dir/nodes/node$((n - 1))/
 echo "   $bin/tenzro chain balance --did $sponsor --node http://$rpc0"
 echo "   $bin/tenzro chain balance --did $sponsor --node http://$rpcl"
 echo "   $bin/tenzro chain post-task --spec spec.json --key $dir/sponsor.key --node http://$rpc0"
+if [[ "$base" != 0 ]]; then
+	echo "   $bin/tenzro ledger balance --did $sponsor --rpc http://127.0.0.1:$jbase   # the node's JSON-RPC, served from the chain"
+fi
 if [[ "${TESTNET_EXIT_WHEN_READY:-0}" == 1 ]]; then exit 0; fi
 echo "== Ctrl-C stops the network"
 wait
