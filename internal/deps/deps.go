@@ -13,6 +13,5 @@ import (
 	_ "github.com/ipfs/boxo/blockservice"
 	_ "github.com/ipfs/boxo/gateway"
 	_ "github.com/ipfs/boxo/ipld/unixfs/importer"
-	_ "github.com/russellhaering/goxmldsig"
 	_ "lukechampine.com/blake3"
 )
