@@ -8,7 +8,7 @@ GO ?= go
 BIN := $(CURDIR)/bin
 GOTEST_FLAGS ?= -timeout 15m
 
-.PHONY: all build test test-go test-python test-acceptance demo venv tools deps fmt vet lint fuzz bench clean
+.PHONY: all build test test-go test-python test-acceptance demo testnet venv tools deps fmt vet lint fuzz bench clean
 
 all: build
 
@@ -65,6 +65,10 @@ test-acceptance: build
 
 demo:
 	scripts/demo.sh
+
+# A 4-validator chain on loopback (CometBFT embedded): prints each node's RPC address.
+testnet: build
+	TENZRO_BIN_DIR=$(BIN) scripts/testnet.sh
 
 fuzz:
 	$(GO) test ./wire/safetensors -run '^$$' -fuzz FuzzParse -fuzztime 30s

@@ -100,6 +100,7 @@ func newLogger(cfg Config, w io.Writer) *slog.Logger {
 
 func execute(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	cmd := newCmd(runNode, stderr)
+	registerChain(cmd, stdout, stderr)
 	cmd.SetArgs(args)
 	cmd.SetOut(stdout)
 	cmd.SetErr(stderr)

@@ -9,8 +9,6 @@
 package deps
 
 import (
-	_ "github.com/cometbft/cometbft/abci/types"
-	_ "github.com/cometbft/cometbft/node"
 	_ "github.com/ipfs/boxo/bitswap"
 	_ "github.com/ipfs/boxo/blockservice"
 	_ "github.com/ipfs/boxo/gateway"
