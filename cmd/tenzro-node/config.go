@@ -36,13 +36,15 @@ type Config struct {
 	LogFormat       string   `koanf:"log-format"`
 	Enclave         string   `koanf:"enclave"`
 	TDXCollateral   string   `koanf:"tdx-collateral"`
+	DatasetMaxBytes int64    `koanf:"dataset-max-bytes"`
+	IPFSDHT         bool     `koanf:"ipfs-dht"`
 }
 
 // configKeys are the keys a config file may set (the flag names).
 var configKeys = map[string]bool{
 	"role": true, "data-dir": true, "listen-addr": true, "rpc-addr": true, "boot-nodes": true, "dev": true,
 	"node-key": true, "engine": true, "max-request-bytes": true, "metrics-addr": true, "log-level": true, "log-format": true,
-	"enclave": true, "tdx-collateral": true,
+	"enclave": true, "tdx-collateral": true, "dataset-max-bytes": true, "ipfs-dht": true,
 }
 
 // fileProvider reads a config file with a size limit (koanf.Provider).
