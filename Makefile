@@ -25,6 +25,9 @@ tools:
 	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
 	  $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq clang lld >/dev/null; }
 	@command -v wasm-ld >/dev/null || { [ -x /usr/bin/wasm-ld-14 ] && ln -sf /usr/bin/wasm-ld-14 /usr/local/bin/wasm-ld; } || true
+	@command -v ipfs_cid >/dev/null || { echo ">> installing ipfs-cid from Debian (dataset CID interop test)" >&2; \
+	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+	  $$SUDO apt-get install -y -qq ipfs-cid >/dev/null 2>&1 || { $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq ipfs-cid >/dev/null; }; }
 
 # The Python venv lives outside the clone, keyed by a hash of the trainer's
 # requirements, so CI and `make demo` reuse it (PyTorch is gigabytes).

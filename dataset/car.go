@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 	"sync"
 
 	blocks "github.com/ipfs/go-block-format"
@@ -159,6 +160,10 @@ func (c *CARReader) Next() (blocks.Block, error) {
 	b, err := c.br.Next()
 	if err == io.EOF {
 		return nil, io.EOF
+	}
+	if err != nil && strings.Contains(err.Error(), "mismatch in content integrity") {
+		// go-car re-hashes too; give its refusal our sentinel.
+		return nil, fmt.Errorf("car: section: %v: %w", err, store.ErrBlockMismatch)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("car: section: %w", err)

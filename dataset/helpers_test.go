@@ -110,3 +110,5 @@ func randInt(n int64) int64 {
 	v, _ := rand.Int(rand.Reader, big.NewInt(n))
 	return v.Int64()
 }
+
+func writeFile(p string, b []byte) error { return os.WriteFile(p, b, 0o600) }

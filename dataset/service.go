@@ -9,7 +9,6 @@ import (
 	"log/slog"
 	"net/http"
 	"sort"
-	"strings"
 	"sync"
 	"time"
 
@@ -23,6 +22,8 @@ import (
 	"github.com/ipfs/go-cid"
 	"github.com/libp2p/go-libp2p/core/host"
 	"github.com/libp2p/go-libp2p/core/routing"
+
+	"github.com/tenzro/train/store"
 )
 
 // Errors, each wrapped with context (test with errors.Is).
@@ -547,7 +548,7 @@ func httpStatus(err error) int {
 		return http.StatusBadRequest
 	case errors.Is(err, ErrTooLarge):
 		return http.StatusRequestEntityTooLarge
-	case errors.Is(err, ErrTooDeep), errors.Is(err, ErrTooWide), strings.Contains(err.Error(), "do not match their CID"):
+	case errors.Is(err, ErrTooDeep), errors.Is(err, ErrTooWide), errors.Is(err, store.ErrBlockMismatch):
 		return http.StatusUnprocessableEntity
 	case errors.Is(err, ErrUnreachable):
 		return http.StatusGatewayTimeout

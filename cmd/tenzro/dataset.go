@@ -8,6 +8,7 @@ import (
 	"strings"
 	"text/tabwriter"
 
+	"github.com/ipfs/go-cid"
 	"github.com/spf13/cobra"
 
 	"github.com/tenzro/train/dataset"
@@ -185,6 +186,9 @@ func printAdded(cmd *cobra.Command, rec *dataset.Record) error {
 	}
 	w := cmd.OutOrStdout()
 	fmt.Fprintf(w, "dataset_ref:  %s\n", rec.Ref)
+	if c, err := dataset.ParseCID(rec.CID); err == nil && c.Version() == 0 {
+		fmt.Fprintf(w, "cid_v1:       %s (the same DAG root in CIDv1 form)\n", cid.NewCidV1(c.Type(), c.Hash()))
+	}
 	if rec.DatasetHash != "" {
 		fmt.Fprintf(w, "dataset_hash: %s\n", rec.DatasetHash)
 	} else {
