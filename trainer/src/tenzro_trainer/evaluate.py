@@ -38,9 +38,9 @@ def metadata_of(spec: dict) -> dict:
     return md if isinstance(md, dict) else {}
 
 
-def task_data(spec: dict) -> tuple[data.Windows, data.Windows]:
+def task_data(spec: dict, sources: data.Sources | None = None) -> tuple[data.Windows, data.Windows]:
     md = metadata_of(spec)
-    corpus = data.load_corpus(spec["dataset_ref"])
+    corpus = data.load_corpus(spec["dataset_ref"], sources)
     if spec.get("dataset_hash"):
         data.check_hash(corpus, spec["dataset_hash"])
     return data.make_windows(

@@ -178,7 +178,8 @@ class Trainer:
                         fully_shard(layer)
             fully_shard(self.model)
         t0 = time.monotonic()
-        self.train_w, self.eval_w = task_data(spec)  # raises DatasetError on a hash mismatch
+        sources = data.Sources(node_url=self.cfg.ipfs_node or self.cfg.node_rpc, ipfs_gateway=self.cfg.ipfs_gateway)
+        self.train_w, self.eval_w = task_data(spec, sources)  # raises DatasetError on a hash mismatch
         self.log.info(
             "task ready", family=fam, params=sum(p.numel() for p in params_of(self.model)),
             train_windows=len(self.train_w), heldout_windows=len(self.eval_w),
