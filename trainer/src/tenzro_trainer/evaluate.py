@@ -63,7 +63,7 @@ def pull_model(client: Client, run: dict, model: models.ForecastModel | None = N
 def eval_from_node(client: Client, task_id: str, heldout: data.Windows | None = None) -> tuple[int, float]:
     run = client.get_run(task_id)
     if heldout is None:
-        _, heldout = task_data(spec_of(run))
+        _, heldout = task_data(spec_of(run), data.Sources(node_url=client.url))
     m = pull_model(client, run)
     return int(run["round"]), heldout_mse(m, heldout)
 
