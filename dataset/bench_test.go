@@ -13,8 +13,9 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strconv"
-	"syscall"
+	"strings"
 	"testing"
 	"time"
 
@@ -36,6 +37,9 @@ import (
 func TestFetchBench(t *testing.T) {
 	if os.Getenv("TENZRO_DATASET_BENCH") != "1" {
 		t.Skip("a benchmark: set TENZRO_DATASET_BENCH=1")
+	}
+	if v := os.Getenv("TENZRO_BENCH_WINDOW"); v != "" {
+		fetchWindow, _ = strconv.Atoi(v)
 	}
 	sizes := []int{64, 256}
 	if v := os.Getenv("TENZRO_DATASET_BENCH_MB"); v != "" {
@@ -91,7 +95,7 @@ func benchOne(t *testing.T, mb int) {
 	// load from other work on the machine hits both alike.
 	for rep := 0; rep < 2; rep++ {
 		for i, mode := range []string{"blob", "bitswap"} {
-			env := []string{"TENZRO_BENCH_CHILD=" + mode, "TENZRO_BENCH_SIZE=" + strconv.Itoa(len(data))}
+			env := []string{"TENZRO_BENCH_CHILD=" + mode, "TENZRO_BENCH_SIZE=" + strconv.Itoa(len(data)), "TENZRO_BENCH_WINDOW=" + strconv.Itoa(fetchWindow)}
 			if mode == "blob" {
 				env = append(env, "TENZRO_BENCH_ADDR="+gn.Addrs()[0], "TENZRO_BENCH_REF="+hex.EncodeToString(sum[:]))
 			} else {
@@ -124,6 +128,9 @@ func runChild(t *testing.T, env []string) childResult {
 	if err != nil {
 		t.Fatalf("child: %v\n%s", err, out)
 	}
+	if j := bytes.Index(out, []byte("MEM ")); j >= 0 {
+		t.Log(string(bytes.SplitN(out[j:], []byte("\n"), 2)[0]))
+	}
 	i := bytes.LastIndex(out, []byte("CHILD "))
 	if i < 0 {
 		t.Fatalf("child said nothing:\n%s", out)
@@ -146,6 +153,14 @@ func TestBenchChild(t *testing.T) {
 		t.Skip("the child process of TestFetchBench")
 	}
 	ctx := context.Background()
+	// A forked child inherits its parent's RSS high-water mark: reset it
+	// (Linux ≥ 4.0) so VmHWM is this process's own peak.
+	if err := os.WriteFile("/proc/self/clear_refs", []byte("5"), 0); err != nil {
+		t.Fatalf("reset peak RSS: %v", err)
+	}
+	if v := os.Getenv("TENZRO_BENCH_WINDOW"); v != "" {
+		fetchWindow, _ = strconv.Atoi(v)
+	}
 	addr, ref := os.Getenv("TENZRO_BENCH_ADDR"), os.Getenv("TENZRO_BENCH_REF")
 	size, _ := strconv.Atoi(os.Getenv("TENZRO_BENCH_SIZE"))
 	var start time.Time
@@ -175,7 +190,12 @@ func TestBenchChild(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer h.Close()
-		db, err := store.Open(ctx, t.TempDir(), store.Options{})
+		so := store.Options{}
+		if v := os.Getenv("TENZRO_BENCH_MEMTABLE_MB"); v != "" {
+			n, _ := strconv.Atoi(v)
+			so.MemTableSize, so.CacheSize = uint64(n)<<20, int64(n)<<20
+		}
+		db, err := store.Open(ctx, t.TempDir(), so)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -200,8 +220,19 @@ func TestBenchChild(t *testing.T) {
 		}
 	}
 	secs := time.Since(start).Seconds()
-	var ru syscall.Rusage
-	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
-	out, _ := json.Marshal(childResult{Seconds: secs, MaxRSSKB: ru.Maxrss})
+	st, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var hwm int64
+	for _, ln := range strings.Split(string(st), "\n") {
+		if v, ok := strings.CutPrefix(ln, "VmHWM:"); ok {
+			hwm, _ = strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
+		}
+	}
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	fmt.Printf("MEM heap_sys=%d MiB total_alloc=%d MiB sys=%d MiB\n", ms.HeapSys>>20, ms.TotalAlloc>>20, ms.Sys>>20)
+	out, _ := json.Marshal(childResult{Seconds: secs, MaxRSSKB: hwm})
 	fmt.Printf("CHILD %s\n", out)
 }

@@ -151,6 +151,11 @@ type walkResult struct {
 	size    uint64
 }
 
+// fetchWindow is how many blocks one walk asks for at once: enough to keep
+// bitswap's pipeline full, few enough that the blocks in flight (at most
+// fetchWindow × 2 MiB) stay independent of the dataset's size.
+var fetchWindow = 32
+
 // walk visits the DAG under root level by level, fetching each level in
 // windows through get, checking every limit as blocks arrive. fresh
 // receives each CID that was not stored before it was asked for.
@@ -164,9 +169,8 @@ func (s *Service) walk(ctx context.Context, root cid.Cid, get getFn, maxBytes in
 		}
 		var next []cid.Cid
 		claimed = 0
-		const window = 256
-		for i := 0; i < len(level); i += window {
-			win := level[i:min(i+window, len(level))]
+		for i := 0; i < len(level); i += fetchWindow {
+			win := level[i:min(i+fetchWindow, len(level))]
 			if fresh != nil {
 				for _, c := range win {
 					if ok, err := s.bs.Has(ctx, c); err != nil {

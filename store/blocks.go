@@ -59,13 +59,32 @@ func (b *Blocks) get(key []byte) ([]byte, error) {
 	return append([]byte(nil), v...), nil
 }
 
+// size returns the stored value's length, or -1 when absent, without
+// copying it.
+func (b *Blocks) size(key []byte) (int, error) {
+	if !b.d.acquire() {
+		return -1, ErrClosed
+	}
+	defer b.d.release()
+	v, closer, err := b.d.db.Get(key)
+	if errors.Is(err, pebble.ErrNotFound) {
+		return -1, nil
+	}
+	if err != nil {
+		return -1, err
+	}
+	n := len(v)
+	closer.Close()
+	return n, nil
+}
+
 // Has reports whether the block is stored.
 func (b *Blocks) Has(ctx context.Context, c cid.Cid) (bool, error) {
-	v, err := b.get(blockKey(c))
+	n, err := b.size(blockKey(c))
 	if err != nil {
 		return false, fmt.Errorf("store: has block %s: %w", c, err)
 	}
-	return v != nil, nil
+	return n >= 0, nil
 }
 
 // Get returns the block, or an ipld.ErrNotFound.
@@ -85,14 +104,14 @@ func (b *Blocks) Get(ctx context.Context, c cid.Cid) (blocks.Block, error) {
 
 // GetSize returns the block's size, or an ipld.ErrNotFound.
 func (b *Blocks) GetSize(ctx context.Context, c cid.Cid) (int, error) {
-	v, err := b.get(blockKey(c))
+	n, err := b.size(blockKey(c))
 	if err != nil {
 		return -1, fmt.Errorf("store: get block %s: %w", c, err)
 	}
-	if v == nil {
+	if n < 0 {
 		return -1, ipld.ErrNotFound{Cid: c}
 	}
-	return len(v), nil
+	return n, nil
 }
 
 // Put stores a block. Its bytes must hash to its CID: the store re-hashes
