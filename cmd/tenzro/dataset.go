@@ -209,9 +209,10 @@ func printAdded(cmd *cobra.Command, rec *dataset.Record) error {
 
 func newDatasetLsCmd() *cobra.Command {
 	return &cobra.Command{
-		Use:   "ls",
-		Short: "List the datasets the node holds (pinned, complete)",
-		Args:  noArgs,
+		Use:     "ls",
+		Short:   "List the datasets the node holds (pinned, complete)",
+		Example: `  tenzro dataset ls --rpc http://127.0.0.1:8545 --format json`,
+		Args:    noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			l, err := datasetClient(cmd).List(cmd.Context())
 			if err != nil {
