@@ -154,3 +154,14 @@ def test_hash_mismatch_refused(go_bins, node, tmp_path):
     with pytest.raises(data.DatasetError, match="could not fetch"):
         # A CID the node refuses (identity multihash): the node's precise error comes through.
         data.load_corpus("ipfs://bafkqaaa", data.Sources(node_url=node.url))
+
+
+def test_decrypt_dataset_vector_shared_with_go():
+    v = json.loads((REPO / "dataset" / "testdata" / "encrypted_vector.json").read_text())
+    key, ct = bytes.fromhex(v["key"]), bytes.fromhex(v["ciphertext"])
+    with pytest.raises(data.DatasetError):
+        data.decrypt_dataset(key[:16], v["task_id"], ct)
+    pytest.importorskip("cryptography", reason="AES-GCM needs the 'cryptography' package, not in this venv")
+    assert data.decrypt_dataset(key, v["task_id"], ct) == v["plaintext"].encode()
+    with pytest.raises(data.DatasetError, match="authentication"):
+        data.decrypt_dataset(key, "another-task", ct)
