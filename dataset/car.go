@@ -126,6 +126,9 @@ func (c *CARWriter) Remove(context.Context, cid.Cid) error { return errors.New("
 // RemoveMany is not supported.
 func (c *CARWriter) RemoveMany(context.Context, []cid.Cid) error { return errors.New("car: remove") }
 
+// ErrBadCAR: the upload is not a well-formed CARv1 stream within the limits.
+var ErrBadCAR = errors.New("malformed CAR")
+
 // maxCARHeader bounds the CAR header (one root needs ~60 bytes).
 const maxCARHeader = 4 << 10
 
@@ -141,13 +144,13 @@ type CARReader struct {
 func NewCARReader(r io.Reader) (*CARReader, error) {
 	br, err := carv2.NewBlockReader(r, carv2.MaxAllowedHeaderSize(maxCARHeader), carv2.MaxAllowedSectionSize(store.MaxBlockSize+128))
 	if err != nil {
-		return nil, fmt.Errorf("car: header: %w", err)
+		return nil, fmt.Errorf("car: header: %v: %w", err, ErrBadCAR)
 	}
 	if br.Version != 1 {
-		return nil, fmt.Errorf("car: version %d: want a CARv1 stream", br.Version)
+		return nil, fmt.Errorf("car: version %d: want a CARv1 stream: %w", br.Version, ErrBadCAR)
 	}
 	if len(br.Roots) != 1 {
-		return nil, fmt.Errorf("car: %d roots: want exactly one", len(br.Roots))
+		return nil, fmt.Errorf("car: %d roots: want exactly one: %w", len(br.Roots), ErrBadCAR)
 	}
 	if err := checkCID(br.Roots[0]); err != nil {
 		return nil, fmt.Errorf("car: root: %w", err)
@@ -166,7 +169,7 @@ func (c *CARReader) Next() (blocks.Block, error) {
 		return nil, fmt.Errorf("car: section: %v: %w", err, store.ErrBlockMismatch)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("car: section: %w", err)
+		return nil, fmt.Errorf("car: section: %v: %w", err, ErrBadCAR)
 	}
 	if err := checkCID(b.Cid()); err != nil {
 		return nil, fmt.Errorf("car: %w", err)

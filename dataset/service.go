@@ -548,7 +548,7 @@ func (s *Service) Has(ctx context.Context, root cid.Cid) bool {
 // httpStatus maps an error to an HTTP status.
 func httpStatus(err error) int {
 	switch {
-	case errors.Is(err, ErrBadCID), errors.Is(err, ErrBadDAG):
+	case errors.Is(err, ErrBadCID), errors.Is(err, ErrBadDAG), errors.Is(err, ErrBadCAR):
 		return http.StatusBadRequest
 	case errors.Is(err, ErrTooLarge):
 		return http.StatusRequestEntityTooLarge
