@@ -14,6 +14,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"testing"
@@ -212,6 +213,11 @@ func TestBenchChild(t *testing.T) {
 		c, err := ParseCID(ref)
 		if err != nil {
 			t.Fatal(err)
+		}
+		if p := os.Getenv("TENZRO_BENCH_CPUPROFILE"); p != "" {
+			f, _ := os.Create(p)
+			_ = pprof.StartCPUProfile(f)
+			defer pprof.StopCPUProfile()
 		}
 		start = time.Now()
 		rec, err := svc.Fetch(ctx, c, 0)

@@ -65,6 +65,9 @@ type Options struct {
 	Logger *slog.Logger
 }
 
+// servePerPeerBytes bounds the block bytes queued for one peer.
+const servePerPeerBytes = 8 << 20
+
 // DefaultMaxBytes is the default dataset size limit.
 const DefaultMaxBytes = 4 << 30
 
@@ -128,7 +131,9 @@ type Service struct {
 func New(ctx context.Context, h host.Host, bs BlockStore, o Options) (*Service, error) {
 	o = o.withDefaults()
 	n := bsnet.NewFromIpfsHost(h)
-	bsw := bitswap.New(context.WithoutCancel(ctx), n, o.Routing, bs)
+	// Serving: up to 8 blocks of 1 MiB in flight per peer (boxo's default of
+	// 1 MiB makes a fetch of 1 MiB chunks wait one round trip per block).
+	bsw := bitswap.New(context.WithoutCancel(ctx), n, o.Routing, bs, bitswap.MaxOutstandingBytesPerPeer(servePerPeerBytes))
 	s := &Service{h: h, bs: bs, bswap: bsw, o: o, log: o.Logger.With("component", "dataset")}
 	s.net = blockservice.New(bs, bsw)
 	s.local = blockservice.New(bs, nil)
