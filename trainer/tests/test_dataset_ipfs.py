@@ -165,3 +165,21 @@ def test_decrypt_dataset_vector_shared_with_go():
     assert data.decrypt_dataset(key, v["task_id"], ct) == v["plaintext"].encode()
     with pytest.raises(data.DatasetError, match="authentication"):
         data.decrypt_dataset(key, "another-task", ct)
+
+
+def test_confidential_ipfs_dataset_decrypted_in_memory(go_bins, node, tmp_path):
+    """`tenzro dataset add --encrypt-key` stores the ciphertext (CID over it); the trainer reads it through
+    its node and decrypts in memory with the released key before the hash check."""
+    pytest.importorskip("cryptography", reason="AES-GCM needs the 'cryptography' package, not in this venv")
+    csv = tmp_path / "corpus.csv"
+    write_corpus(csv)
+    key = bytes(range(32))
+    (tmp_path / "k.hex").write_text(key.hex())
+    added = json.loads(
+        cli(go_bins, "dataset", "add", "--rpc", node.url, "--format", "json", "--encrypt-key", str(tmp_path / "k.hex"),
+            "--task-id", "task-c", str(csv))
+    )  # fmt: skip
+    assert added["encrypted"]
+    src = data.Sources(node_url=node.url, decrypt=lambda b: data.decrypt_dataset(key, "task-c", b))
+    corpus = data.load_corpus(added["ref"], src)
+    data.check_hash(corpus, added["dataset_hash"])

@@ -31,6 +31,7 @@ import hashlib
 import io
 import math
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import quote, unquote, urlparse
@@ -116,6 +117,9 @@ class Sources:
     node_url: str | None = None
     ipfs_gateway: str | None = None
     timeout: float = 600.0
+    # Confidential tier: applied to the fetched bytes before parsing, in memory (e.g.
+    # ``lambda b: decrypt_dataset(released_key, task_id, b)`` once the broker released the key).
+    decrypt: Callable[[bytes], bytes] | None = None
 
 
 def _download(url: str, what: str, timeout: float) -> bytes:
@@ -206,10 +210,10 @@ def load_corpus(ref: str, sources: Sources | None = None) -> list[Series]:
         return out
     if u.scheme == "file":
         return _csv_series(Path(unquote(u.path)))
-    if u.scheme == "ipfs":
-        return corpus_from_bytes(ref, fetch_ipfs(ref, sources))
-    if u.scheme == "https":
-        return corpus_from_bytes(ref, _download(ref, f"dataset_ref {ref!r}", (sources or Sources()).timeout))
+    src = sources or Sources()
+    if u.scheme in ("ipfs", "https"):
+        raw = fetch_ipfs(ref, src) if u.scheme == "ipfs" else _download(ref, f"dataset_ref {ref!r}", src.timeout)
+        return corpus_from_bytes(ref, src.decrypt(raw) if src.decrypt else raw)
     raise DatasetError(f"dataset_ref {ref!r}: scheme must be ipfs://, https://, file:// or statsmodels://")
 
 
