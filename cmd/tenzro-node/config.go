@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/knadh/koanf/v2"
 	"github.com/spf13/pflag"
@@ -38,13 +39,15 @@ type Config struct {
 	TDXCollateral   string   `koanf:"tdx-collateral"`
 	DatasetMaxBytes int64    `koanf:"dataset-max-bytes"`
 	IPFSDHT         bool     `koanf:"ipfs-dht"`
+	// DatasetStall fails a dataset fetch when no block arrives for this long.
+	DatasetStall time.Duration `koanf:"dataset-stall-timeout"`
 }
 
 // configKeys are the keys a config file may set (the flag names).
 var configKeys = map[string]bool{
 	"role": true, "data-dir": true, "listen-addr": true, "rpc-addr": true, "boot-nodes": true, "dev": true,
 	"node-key": true, "engine": true, "max-request-bytes": true, "metrics-addr": true, "log-level": true, "log-format": true,
-	"enclave": true, "tdx-collateral": true, "dataset-max-bytes": true, "ipfs-dht": true,
+	"enclave": true, "tdx-collateral": true, "dataset-max-bytes": true, "ipfs-dht": true, "dataset-stall-timeout": true,
 }
 
 // fileProvider reads a config file with a size limit (koanf.Provider).

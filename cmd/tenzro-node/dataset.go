@@ -18,7 +18,7 @@ import (
 // --ipfs-dht the public IPFS DHT (client mode) finds providers beyond the
 // connected peers.
 func startDatasets(ctx context.Context, cfg Config, gn *gossip.Node, db *store.DB, log *slog.Logger) (*dataset.Service, map[string]http.Handler, error) {
-	o := dataset.Options{MaxBytes: cfg.DatasetMaxBytes, Logger: log}
+	o := dataset.Options{MaxBytes: cfg.DatasetMaxBytes, StallTimeout: cfg.DatasetStall, Logger: log}
 	if cfg.IPFSDHT {
 		d, err := dht.New(gn.Host(), dht.Mode(dht.ModeClient), dht.BootstrapPeers(dht.GetDefaultBootstrapPeerAddrInfos()...))
 		if err != nil {
@@ -40,6 +40,6 @@ func startDatasets(ctx context.Context, cfg Config, gn *gossip.Node, db *store.D
 		return nil, nil, err
 	}
 	lim := svc.Limits()
-	log.Info("datasets: bitswap on the gossip host, gateway at /ipfs/ on the HTTP port", "max_bytes", lim.MaxBytes, "dht", cfg.IPFSDHT)
+	log.Info("datasets: bitswap on the gossip host, gateway at /ipfs/ on the HTTP port", "max_bytes", lim.MaxBytes, "stall_timeout", lim.StallTimeout, "dht", cfg.IPFSDHT)
 	return svc, routes, nil
 }

@@ -89,7 +89,12 @@ def light_nodes(go_bins, node, tmp_path):
     for i in range(2):
         d = tmp_path / f"light{i}"
         d.mkdir()
-        n = ExtraNode(go_bins, d, free_port(), ["--role", "light", "--enclave", "none", "--boot-nodes", boot])
+        n = ExtraNode(
+            go_bins,
+            d,
+            free_port(),
+            ["--role", "light", "--enclave", "none", "--boot-nodes", boot, "--dataset-stall-timeout", "3s"],
+        )
         n.start()
         out.append(n)
     yield out
@@ -183,3 +188,16 @@ def test_confidential_ipfs_dataset_decrypted_in_memory(go_bins, node, tmp_path):
     src = data.Sources(node_url=node.url, decrypt=lambda b: data.decrypt_dataset(key, "task-c", b))
     corpus = data.load_corpus(added["ref"], src)
     data.check_hash(corpus, added["dataset_hash"])
+
+
+def test_unreachable_cid_names_the_peers_asked(node, light_nodes, tmp_path):
+    """A CID that no connected peer has: the trainer's node gives up after its stall timeout and says
+    which peers it asked; the trainer reports it and the node holds nothing."""
+    peer = Client(node.url).node_info()["peer_id"]
+    with pytest.raises(data.DatasetError, match=rf"peer\(s\) asked \[.*{peer}.*\]"):
+        data.load_corpus(
+            "ipfs://bafkreifzjbiuqvdedgqpnkc6rvyizervk7av27z4pudy54p2p56a6v6vuu",
+            data.Sources(node_url=light_nodes[0].url),
+        )
+    held = json.loads(cli(light_nodes[0].bins, "dataset", "ls", "--rpc", light_nodes[0].url, "--format", "json"))
+    assert held == []
