@@ -278,3 +278,31 @@ func TestImportIncomplete(t *testing.T) {
 	}
 	assertNothingHeld(t, a)
 }
+
+// TestRepeatedLeafBomb: a file node that links one small leaf many times
+// stores little but reads as a huge file: its declared size is refused.
+func TestRepeatedLeafBomb(t *testing.T) {
+	ctx := context.Background()
+	a := newTestNode(t, Options{MaxBytes: 1 << 20}, nil)
+	leaf := merkledag.NewRawNode(bytes.Repeat([]byte{7}, 1<<16))
+	fsn := unixfs.NewFSNode(unixfs.TFile)
+	root := merkledag.NodeWithData(nil)
+	root.SetCidBuilder(merkledag.V1CidPrefix())
+	for i := 0; i < 1000; i++ { // 64 MB of file from 64 KiB of blocks
+		fsn.AddBlockSize(1 << 16)
+		if err := root.AddRawLink("", &ipld.Link{Cid: leaf.Cid(), Size: 1 << 16}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	d, _ := fsn.GetBytes()
+	root.SetData(d)
+	var buf bytes.Buffer
+	cw, _ := NewCARWriter(&buf, root.Cid())
+	_ = cw.Add(ctx, root)
+	_ = cw.Add(ctx, leaf)
+	_ = cw.Flush()
+	if _, err := a.svc.Import(ctx, bytes.NewReader(buf.Bytes()), ImportMeta{}); !errors.Is(err, ErrTooLarge) {
+		t.Fatalf("import: %v, want ErrTooLarge", err)
+	}
+	assertNothingHeld(t, a)
+}

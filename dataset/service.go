@@ -195,6 +195,12 @@ func (s *Service) walk(ctx context.Context, root cid.Cid, get getFn, maxBytes in
 				if err != nil {
 					return err
 				}
+				// A file whose blocks repeat (one leaf linked many times)
+				// reads as far more bytes than it stores: bound what it
+				// expands to as well.
+				if depth == 0 && res.size > uint64(maxBytes) {
+					return fmt.Errorf("dataset %s: a %s of %d bytes, limit %d: %w", root, res.kind, res.size, maxBytes, ErrTooLarge)
+				}
 				for _, l := range links {
 					k := l.Cid.KeyString()
 					if _, ok := res.visited[k]; ok {
