@@ -156,7 +156,11 @@ def fetch_ipfs(ref: str, sources: Sources | None) -> bytes:
         raise DatasetError(f"dataset_ref {ref!r}: ipfs:// needs the trainer's node or ipfs_gateway: in trainer.yaml")
     base = sources.node_url.rstrip("/")
     try:
-        r = requests.post(f"{base}/api/dataset/fetch", params={"ref": f"ipfs://{cid}"}, timeout=sources.timeout)
+        # The node stops fetching past what the trainer would accept (the CSV limit plus UnixFS overhead).
+        limit = MAX_CSV_BYTES + MAX_CSV_BYTES // 64 + (1 << 20)
+        r = requests.post(
+            f"{base}/api/dataset/fetch", params={"ref": f"ipfs://{cid}", "max_bytes": limit}, timeout=sources.timeout
+        )
     except requests.RequestException as e:
         raise DatasetError(f"dataset_ref {ref!r}: node {base}: {e}") from e
     if r.status_code != 200:
