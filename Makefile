@@ -69,6 +69,7 @@ demo:
 fuzz:
 	$(GO) test ./wire/safetensors -run '^$$' -fuzz FuzzParse -fuzztime 30s
 	$(GO) test ./rpc -run '^$$' -fuzz . -fuzztime 30s
+	for f in FuzzParseRef FuzzCARReader FuzzCorpusHashCSV; do $(GO) test ./dataset -run '^$$' -fuzz "^$$f\$$" -fuzztime 30s || exit 1; done
 
 bench:
 	$(GO) test -run '^$$' -bench . -benchtime 3x ./syncer/... ./rpc/... ./store/... ./plugins/... ./attest/...
