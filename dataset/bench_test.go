@@ -162,9 +162,6 @@ func TestBenchChild(t *testing.T) {
 	if v := os.Getenv("TENZRO_BENCH_WINDOW"); v != "" {
 		fetchWindow, _ = strconv.Atoi(v)
 	}
-	if v := os.Getenv("TENZRO_BENCH_PARALLEL"); v != "" {
-		fetchParallel, _ = strconv.Atoi(v)
-	}
 	addr, ref := os.Getenv("TENZRO_BENCH_ADDR"), os.Getenv("TENZRO_BENCH_REF")
 	size, _ := strconv.Atoi(os.Getenv("TENZRO_BENCH_SIZE"))
 	var start time.Time

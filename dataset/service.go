@@ -22,7 +22,6 @@ import (
 	"github.com/ipfs/go-cid"
 	"github.com/libp2p/go-libp2p/core/host"
 	"github.com/libp2p/go-libp2p/core/routing"
-	"golang.org/x/sync/errgroup"
 
 	"github.com/tenzro/train/store"
 )
@@ -162,11 +161,6 @@ type walkResult struct {
 // fetchWindow × 2 MiB) stay independent of the dataset's size.
 var fetchWindow = 32
 
-// fetchParallel windows of a level may be fetched at once. 1: on loopback 2
-// and 3 gave no gain measurable through the machine's noise and raised peak
-// RSS by a window (bench/results/datasets.md).
-var fetchParallel = 1
-
 // walk visits the DAG under root level by level, fetching each level in
 // windows through get, checking every limit as blocks arrive. fresh
 // receives each CID that was not stored before it was asked for.
@@ -180,59 +174,48 @@ func (s *Service) walk(ctx context.Context, root cid.Cid, get getFn, maxBytes in
 		}
 		var next []cid.Cid
 		claimed = 0
-		var mu sync.Mutex // guards res, next, claimed and fresh across windows
-		g, gctx := errgroup.WithContext(ctx)
-		g.SetLimit(fetchParallel)
 		for i := 0; i < len(level); i += fetchWindow {
 			win := level[i:min(i+fetchWindow, len(level))]
-			g.Go(func() error {
-				if fresh != nil {
-					for _, c := range win {
-						ok, err := s.bs.Has(gctx, c)
-						if err != nil {
-							return err
-						}
-						if !ok {
-							mu.Lock()
-							fresh(c)
-							mu.Unlock()
-						}
+			if fresh != nil {
+				for _, c := range win {
+					if ok, err := s.bs.Has(ctx, c); err != nil {
+						return res, err
+					} else if !ok {
+						fresh(c)
 					}
 				}
-				_, err := s.window(gctx, root, win, get, func(b blocks.Block) error {
-					mu.Lock()
-					defer mu.Unlock()
-					res.blocks++
-					res.bytes += int64(len(b.RawData()))
-					if res.bytes > maxBytes {
-						return fmt.Errorf("dataset %s: more than %d bytes of blocks arrived: %w", root, maxBytes, ErrTooLarge)
+			}
+			got, err := s.window(ctx, root, win, get, func(b blocks.Block) error {
+				res.blocks++
+				res.bytes += int64(len(b.RawData()))
+				if res.bytes > maxBytes {
+					return fmt.Errorf("dataset %s: more than %d bytes of blocks arrived: %w", root, maxBytes, ErrTooLarge)
+				}
+				links, err := s.links(b, depth == 0, res)
+				if err != nil {
+					return err
+				}
+				// A file whose blocks repeat (one leaf linked many times)
+				// reads as far more bytes than it stores: bound what it
+				// expands to as well.
+				if depth == 0 && res.size > uint64(maxBytes) {
+					return fmt.Errorf("dataset %s: a %s of %d bytes, limit %d: %w", root, res.kind, res.size, maxBytes, ErrTooLarge)
+				}
+				for _, l := range links {
+					k := l.Cid.KeyString()
+					if _, ok := res.visited[k]; ok {
+						continue
 					}
-					links, err := s.links(b, depth == 0, res)
-					if err != nil {
-						return err
-					}
-					// A file whose blocks repeat (one leaf linked many times)
-					// reads as far more bytes than it stores: bound what it
-					// expands to as well.
-					if depth == 0 && res.size > uint64(maxBytes) {
-						return fmt.Errorf("dataset %s: a %s of %d bytes, limit %d: %w", root, res.kind, res.size, maxBytes, ErrTooLarge)
-					}
-					for _, l := range links {
-						k := l.Cid.KeyString()
-						if _, ok := res.visited[k]; ok {
-							continue
-						}
-						res.visited[k] = struct{}{}
-						claimed += l.Size
-						next = append(next, l.Cid)
-					}
-					return nil
-				})
-				return err
+					res.visited[k] = struct{}{}
+					claimed += l.Size
+					next = append(next, l.Cid)
+				}
+				return nil
 			})
-		}
-		if err := g.Wait(); err != nil {
-			return res, err
+			if err != nil {
+				return res, err
+			}
+			_ = got
 		}
 		// Early refusal: the links' cumulative sizes claim more than the
 		// budget left (the actual bytes are still counted as they arrive).

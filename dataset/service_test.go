@@ -88,3 +88,4 @@ func TestFetchCIDv0(t *testing.T) {
 		t.Fatalf("fetch CIDv1 form: %+v %v", rec, err)
 	}
 }
+
