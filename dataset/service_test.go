@@ -88,4 +88,3 @@ func TestFetchCIDv0(t *testing.T) {
 		t.Fatalf("fetch CIDv1 form: %+v %v", rec, err)
 	}
 }
-
