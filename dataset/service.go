@@ -233,9 +233,7 @@ func (s *Service) walk(ctx context.Context, root cid.Cid, get getFn, maxBytes in
 func (s *Service) window(ctx context.Context, root cid.Cid, ks []cid.Cid, get getFn, fn func(blocks.Block) error) (int, error) {
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	var stalled sync.Once
-	stall := false
-	t := time.AfterFunc(s.o.StallTimeout, func() { stalled.Do(func() { stall = true }); cancel() })
+	t := time.AfterFunc(s.o.StallTimeout, cancel)
 	defer t.Stop()
 	want := make(map[string]struct{}, len(ks))
 	for _, c := range ks {
@@ -266,7 +264,6 @@ func (s *Service) window(ctx context.Context, root cid.Cid, ks []cid.Cid, get ge
 		}
 	}
 	peers := s.peers()
-	_ = stall
 	return n, fmt.Errorf("dataset %s: %d block(s) (first %s) not received within %s from the %d peer(s) asked %v: %w",
 		root, len(missing), missing[0], s.o.StallTimeout, len(peers), peers, ErrUnreachable)
 }
