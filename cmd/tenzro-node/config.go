@@ -198,6 +198,10 @@ func (c *Config) validate() error {
 		return fmt.Errorf("max-request-bytes %d: want 1 MiB .. 4 GiB", c.MaxRequestBytes)
 	case c.LogFormat != "text" && c.LogFormat != "json":
 		return fmt.Errorf("log-format %q: want text or json", c.LogFormat)
+	case c.DatasetMaxBytes < 0:
+		return fmt.Errorf("dataset-max-bytes %d: want a positive size (0: the default, 4 GiB)", c.DatasetMaxBytes)
+	case c.DatasetStall < 0:
+		return fmt.Errorf("dataset-stall-timeout %s: want a positive duration", c.DatasetStall)
 	}
 	var lvl slogLevel
 	if err := lvl.UnmarshalText([]byte(c.LogLevel)); err != nil {

@@ -25,7 +25,9 @@ func TestDatasetFlags(t *testing.T) {
 	if cfg.DatasetMaxBytes != 2048 || cfg.DatasetStall != 90*time.Second || cfg.IPFSDHT {
 		t.Fatalf("config file: %+v", cfg)
 	}
-	if _, code, _ := captured(t, "--dataset-stall-timeout", "soon"); code != 2 {
-		t.Fatalf("a malformed duration: exit %d", code)
+	for _, bad := range [][]string{{"--dataset-stall-timeout", "soon"}, {"--dataset-stall-timeout", "-1s"}, {"--dataset-max-bytes", "-5"}} {
+		if _, code, _ := captured(t, bad...); code != 2 {
+			t.Fatalf("%v: exit %d, want 2", bad, code)
+		}
 	}
 }
