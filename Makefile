@@ -18,15 +18,17 @@ deps:
 	$(GO) mod download
 
 # clang and lld rebuild the built-in Wasm plugins (the reproducibility test
-# compares the rebuilt bytes with the committed ones). Node.js/npm run Helia and
-# ipfs-cid is Debian's CID calculator (dataset interop tests); the Helia test
-# itself installs its pinned npm packages into ~/.cache/tenzro/helia-<hash>.
+# compares the rebuilt bytes with the committed ones, and fails without the
+# clang named in plugins/builtin/wasm/TOOLCHAIN: Debian bookworm's clang-14).
+# Node.js/npm run Helia and ipfs-cid is Debian's CID calculator (dataset interop
+# tests); the Helia test installs its pinned npm packages into ~/.cache/tenzro/helia-<hash>.
+CLANG_MAJOR := 14
 tools:
-	@command -v clang >/dev/null && command -v wasm-ld >/dev/null || { \
-	  echo ">> installing clang and lld from Debian" >&2; \
+	@command -v clang-$(CLANG_MAJOR) >/dev/null && command -v wasm-ld-$(CLANG_MAJOR) >/dev/null || { \
+	  echo ">> installing clang-$(CLANG_MAJOR) and lld-$(CLANG_MAJOR) from Debian" >&2; \
 	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
-	  $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq clang lld >/dev/null; }
-	@command -v wasm-ld >/dev/null || { [ -x /usr/bin/wasm-ld-14 ] && ln -sf /usr/bin/wasm-ld-14 /usr/local/bin/wasm-ld; } || true
+	  $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq clang-$(CLANG_MAJOR) lld-$(CLANG_MAJOR) >/dev/null; }
+	@command -v wasm-ld >/dev/null || { [ -x /usr/bin/wasm-ld-$(CLANG_MAJOR) ] && ln -sf /usr/bin/wasm-ld-$(CLANG_MAJOR) /usr/local/bin/wasm-ld; } || true
 	@command -v node >/dev/null && command -v npm >/dev/null || { echo ">> installing nodejs and npm from Debian (Helia interop test)" >&2; \
 	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
 	  $$SUDO apt-get install -y -qq nodejs npm >/dev/null 2>&1 || { $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq nodejs npm >/dev/null; }; }

@@ -38,6 +38,8 @@ type runState struct {
 	Plugins       []wire.Hash `json:"plugins"`
 
 	spec *wire.TaskSpec
+	// pre holds fragment results computed outside the lock (finalize.go).
+	pre map[wire.Hash]*fragResult
 }
 
 type trainerState struct {

@@ -11,6 +11,5 @@ package deps
 import (
 	_ "github.com/cometbft/cometbft/abci/types"
 	_ "github.com/cometbft/cometbft/node"
-	_ "github.com/russellhaering/goxmldsig"
 	_ "lukechampine.com/blake3"
 )

@@ -69,6 +69,7 @@ class Config:
     state_file: str | None = None
     ipfs_gateway: str | None = None  # read ipfs:// datasets through this gateway instead of the node
     ipfs_node: str | None = None  # the node that fetches ipfs:// datasets (default: node_rpc)
+    attestation: Any = None  # attestation.AttestConfig: Verified/Confidential tiers
 
 
 def _num(v: Any, what: str, kind: type) -> Any:
@@ -87,7 +88,8 @@ def parse(d: Any, base: Path | None = None) -> Config:
     known = {
         "node_rpc", "trainer_did", "trainer_keypair", "task_id", "inner", "device", "dtype",
         "gradient_checkpointing", "metrics", "metrics_port", "stake", "threads", "eval",
-        "max_rounds", "poll_interval", "log_format", "attack", "state_file", "ipfs_gateway", "ipfs_node",
+        "max_rounds", "poll_interval", "log_format", "attack", "state_file", "attestation", "ipfs_gateway",
+        "ipfs_node",
     }  # fmt: skip
     unknown = sorted(set(d) - known)
     if unknown:
@@ -147,6 +149,9 @@ def parse(d: Any, base: Path | None = None) -> Config:
         v = getattr(cfg, k)
         if v is not None and urlparse(v).scheme not in ("http", "https"):
             raise ConfigError(f"config: {k} {v!r}: want an http:// or https:// URL")
+    from .attestation import parse_config as parse_attestation  # here: attestation imports ConfigError
+
+    cfg.attestation = parse_attestation(d.get("attestation"))
     if cfg.dtype not in ("auto", "bf16", "fp32", "float32", "bfloat16"):
         raise ConfigError(f"config: dtype {cfg.dtype!r}: want auto, bf16 or fp32")
     if cfg.attack is not None and (

@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import csv
 import hashlib
-import io
 import math
 import struct
 from collections.abc import Callable
@@ -84,11 +83,14 @@ def _csv_series(path: Path) -> list[Series]:
     if path.stat().st_size > MAX_CSV_BYTES:
         raise DatasetError(f"{path}: larger than {MAX_CSV_BYTES} bytes")
     with path.open(newline="") as f:
-        return _parse_csv(str(path), f)
+        return csv_series(f.read(), str(path))
 
 
-def _parse_csv(path: str, f: io.TextIOBase) -> list[Series]:
-    rows = list(csv.reader(f))
+def csv_series(text: str, path: str = "<memory>") -> list[Series]:
+    """Parses a corpus CSV held in memory (a decrypted Confidential dataset never touches the disk)."""
+    if len(text) > MAX_CSV_BYTES:
+        raise DatasetError(f"{path}: larger than {MAX_CSV_BYTES} bytes")
+    rows = list(csv.reader(text.splitlines()))
     if not rows or not rows[0]:
         raise DatasetError(f"{path}: want a header row naming the series")
     names = [n.strip() for n in rows[0]]
@@ -173,22 +175,26 @@ def fetch_ipfs(ref: str, sources: Sources | None) -> bytes:
 
 
 def decrypt_dataset(key: bytes, task_id: str, blob: bytes) -> bytes:
-    """Decrypts a Confidential dataset in memory after key release: ``enclave.EncryptDataset``'s
-    layout, AES-256-GCM with a 12-byte nonce prefix, associated data ``"dataset/" + task_id``."""
-    if len(key) != 32:
-        raise DatasetError(f"dataset key is {len(key)} bytes, want 32")
-    if len(blob) < 12 + 16:
-        raise DatasetError("encrypted dataset too short")
-    try:
-        from cryptography.hazmat.primitives.ciphers.aead import AESGCM
-    except ImportError as e:  # pragma: no cover - depends on the install
-        raise DatasetError("decrypting a Confidential dataset needs the 'cryptography' package") from e
-    from cryptography.exceptions import InvalidTag
+    """Decrypts a Confidential dataset in memory (``enclave.EncryptDataset``'s layout); the trainer's
+    ``attestation.decrypt_dataset`` with its errors as DatasetError."""
+    from .attestation import DecryptError
+    from .attestation import decrypt_dataset as _decrypt
 
     try:
-        return AESGCM(key).decrypt(blob[:12], blob[12:], b"dataset/" + task_id.encode())
-    except InvalidTag as e:
-        raise DatasetError("encrypted dataset: authentication failed (wrong key or task)") from e
+        return _decrypt(key, task_id, blob)
+    except DecryptError as e:
+        raise DatasetError(f"encrypted dataset: {e}") from e
+
+
+def fetch_bytes(ref: str, sources: Sources | None = None) -> bytes:
+    """The raw bytes of an ``ipfs://`` or ``https://`` ref (a Confidential dataset's ciphertext)."""
+    src = sources or Sources()
+    u = urlparse(ref)
+    if u.scheme == "ipfs":
+        return fetch_ipfs(ref, src)
+    if u.scheme == "https":
+        return _download(ref, f"dataset_ref {ref!r}", src.timeout)
+    raise DatasetError(f"dataset_ref {ref!r}: want ipfs:// or https://")
 
 
 def corpus_from_bytes(name: str, b: bytes) -> list[Series]:
@@ -199,7 +205,7 @@ def corpus_from_bytes(name: str, b: bytes) -> list[Series]:
         text = b.decode("utf-8")
     except UnicodeDecodeError as e:
         raise DatasetError(f"{name}: not UTF-8 CSV: {e}") from e
-    return _parse_csv(name, io.StringIO(text, newline=""))
+    return csv_series(text, name)
 
 
 def load_corpus(ref: str, sources: Sources | None = None) -> list[Series]:
@@ -216,7 +222,7 @@ def load_corpus(ref: str, sources: Sources | None = None) -> list[Series]:
         return _csv_series(Path(unquote(u.path)))
     src = sources or Sources()
     if u.scheme in ("ipfs", "https"):
-        raw = fetch_ipfs(ref, src) if u.scheme == "ipfs" else _download(ref, f"dataset_ref {ref!r}", src.timeout)
+        raw = fetch_bytes(ref, src)
         return corpus_from_bytes(ref, src.decrypt(raw) if src.decrypt else raw)
     raise DatasetError(f"dataset_ref {ref!r}: scheme must be ipfs://, https://, file:// or statsmodels://")
 

@@ -156,7 +156,7 @@ def publish_dataset(e: Experiment) -> tuple[str, str]:
 
 
 def follow(e: Experiment, c: Client, task: str, procs: list[subprocess.Popen], timeout: float = 3600) -> list[RoundRow]:
-    _, heldout = task_data(json.loads((e.workdir / "spec.json").read_text()), data.Sources(node_url=e.rpc))
+    _, heldout = task_data(json.loads((e.workdir / "spec.json").read_text()), sources=data.Sources(node_url=e.rpc))
     rows: list[RoundRow] = []
     t0 = time.monotonic()
     seen = -1
