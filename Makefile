@@ -20,7 +20,9 @@ deps:
 
 # clang and lld rebuild the built-in Wasm plugins (the reproducibility test
 # compares the rebuilt bytes with the committed ones, and fails without the
-# clang named in plugins/builtin/wasm/TOOLCHAIN: Debian bookworm's clang-14);
+# clang named in plugins/builtin/wasm/TOOLCHAIN: Debian bookworm's clang-14).
+# Node.js/npm run Helia and ipfs-cid is Debian's CID calculator (dataset interop
+# tests); the Helia test installs its pinned npm packages into ~/.cache/tenzro/helia-<hash>.
 # chromium renders the run dashboard in e2e's headless-browser test.
 CLANG_MAJOR := 14
 tools:
@@ -33,6 +35,12 @@ tools:
 	  echo ">> installing chromium from Debian (the dashboard's headless-browser test)" >&2; \
 	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
 	  $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq chromium >/dev/null; }
+	@command -v node >/dev/null && command -v npm >/dev/null || { echo ">> installing nodejs and npm from Debian (Helia interop test)" >&2; \
+	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+	  $$SUDO apt-get install -y -qq nodejs npm >/dev/null 2>&1 || { $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq nodejs npm >/dev/null; }; }
+	@command -v ipfs_cid >/dev/null || { echo ">> installing ipfs-cid from Debian (dataset CID interop test)" >&2; \
+	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+	  $$SUDO apt-get install -y -qq ipfs-cid >/dev/null 2>&1 || { $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq ipfs-cid >/dev/null; }; }
 
 # The Python venv lives outside the clone, keyed by a hash of the trainer's
 # requirements, so CI and `make demo` reuse it (PyTorch is gigabytes).
@@ -73,6 +81,7 @@ testnet: build
 fuzz:
 	$(GO) test ./wire/safetensors -run '^$$' -fuzz FuzzParse -fuzztime 30s
 	$(GO) test ./rpc -run '^$$' -fuzz . -fuzztime 30s
+	for f in FuzzParseRef FuzzCARReader FuzzCorpusHashCSV; do $(GO) test ./dataset -run '^$$' -fuzz "^$$f\$$" -fuzztime 30s || exit 1; done
 
 bench:
 	$(GO) test -run '^$$' -bench . -benchtime 3x ./syncer/... ./rpc/... ./store/... ./plugins/... ./attest/...

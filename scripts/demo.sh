@@ -3,7 +3,8 @@
 # tenzro-node (--dev) to a verified receipt, watched on the node's dashboard. Env: DEMO_ROUNDS
 # (default 20), DEMO_KEEP=0 stops the node when the run is done (default: keep serving the dashboard
 # until Ctrl-C), DEMO_KEEP_DIR=1 keeps the temp dir, TENZRO_BIN_DIR (use prebuilt tenzro + tenzro-node), DEMO_PNG (loss curve, default $TMPDIR/tenzro-demo-loss.png), GO (default go),
-# TENZRO_VENV_ROOT (see scripts/venv.sh).
+# TENZRO_VENV_ROOT (see scripts/venv.sh), DEMO_DATASET (ipfs, the default: the corpus is published with
+# `tenzro dataset add` and the spec names its ipfs:// CID; statsmodels: the spec names statsmodels://).
 set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -52,7 +53,7 @@ echo "== dashboard: http://127.0.0.1:$port/  (runs, loss curve, trainers, fragme
 echo "== training ($rounds rounds; M=8 K=6 F=4 H=24)"
 png="${DEMO_PNG:-${TMPDIR:-/tmp}/tenzro-demo-loss.png}"
 "$venv/bin/python" -m tenzro_trainer.demo --rpc "http://127.0.0.1:$port" --workdir "$work/run" \
-	--bins "$work/bin" --rounds "$rounds" --png "$png"
+	--bins "$work/bin" --rounds "$rounds" --png "$png" --dataset "${DEMO_DATASET:-ipfs}"
 
 if [[ "${DEMO_KEEP:-1}" != 0 ]]; then
 	echo "== the node keeps serving the dashboard at http://127.0.0.1:$port/ — press Ctrl-C to stop (DEMO_KEEP=0 skips this)"

@@ -16,6 +16,7 @@ import (
 	"os/signal"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -84,6 +85,9 @@ are the flag names), then the flags given on the command line.`,
 	f.String("enclave", d.Enclave, "where the syncer key lives: auto (a TEE if found, else the node key file), none, or simulated-snp|simulated-tdx|simulated-nitro (development only)")
 	f.String("dashboard", d.Dashboard, "serve the run dashboard at http://<rpc-addr>/ (GET; JSON-RPC stays on POST): auto (on with --dev), on or off")
 	f.String("tdx-collateral", "", "directory of cached Intel PCS collateral (<fmspc>.json) for verifying TDX evidence")
+	f.Int64("dataset-max-bytes", 4<<30, "largest dataset (bytes of blocks) this node imports or fetches over IPFS")
+	f.Duration("dataset-stall-timeout", time.Minute, "fail a dataset fetch when no block arrives from any peer for this long")
+	f.Bool("ipfs-dht", false, "find dataset providers on the public IPFS DHT too (default: connected peers and --boot-nodes only)")
 	cmd.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
 	return cmd
 }

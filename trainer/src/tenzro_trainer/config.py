@@ -29,6 +29,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlparse
 
 import yaml
 
@@ -75,6 +76,8 @@ class Config:
     gossip_listen: str | None = None
     hivemind_initial_peers: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    ipfs_gateway: str | None = None  # read ipfs:// datasets through this gateway instead of the node
+    ipfs_node: str | None = None  # the node that fetches ipfs:// datasets (default: node_rpc)
     attestation: Any = None  # attestation.AttestConfig: Verified/Confidential tiers
 
 
@@ -94,8 +97,8 @@ def parse(d: Any, base: Path | None = None) -> Config:
     known = {
         "node_rpc", "trainer_did", "trainer_keypair", "task_id", "inner", "device", "dtype",
         "gradient_checkpointing", "metrics", "metrics_port", "stake", "threads", "eval",
-        "max_rounds", "poll_interval", "log_format", "attack", "state_file", "attestation",
-        "gossip_listen", "hivemind_initial_peers",
+        "max_rounds", "poll_interval", "log_format", "attack", "state_file", "attestation", "ipfs_gateway",
+        "ipfs_node", "gossip_listen", "hivemind_initial_peers",
     }  # fmt: skip
     unknown = sorted(set(d) - known)
     if unknown:
@@ -148,8 +151,14 @@ def parse(d: Any, base: Path | None = None) -> Config:
         log_format=str(d.get("log_format", "json")),
         attack=d.get("attack"),
         state_file=None if d.get("state_file") is None else str(d["state_file"]),
+        ipfs_gateway=None if d.get("ipfs_gateway") is None else str(d["ipfs_gateway"]),
+        ipfs_node=None if d.get("ipfs_node") is None else str(d["ipfs_node"]),
     )
     _p2p_keys(d, cfg)
+    for k in ("ipfs_gateway", "ipfs_node"):
+        v = getattr(cfg, k)
+        if v is not None and urlparse(v).scheme not in ("http", "https"):
+            raise ConfigError(f"config: {k} {v!r}: want an http:// or https:// URL")
     from .attestation import parse_config as parse_attestation  # here: attestation imports ConfigError
 
     cfg.attestation = parse_attestation(d.get("attestation"))
