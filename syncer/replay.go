@@ -114,7 +114,11 @@ func Replay(ctx context.Context, receipt []byte, src PayloadSource, eng Engine, 
 				if got := wire.SumBytes(p); got != in.PayloadHash {
 					return div("payload of %s hashes to %s, transcript says %s", in.TrainerDID, got, in.PayloadHash)
 				}
-				v, err := fragmentValues(frags[i], p)
+				var codec *RuleRef
+				if fc.Codec != nil {
+					codec = &RuleRef{Name: fc.Codec.Name, Hash: fc.Codec.Hash, Params: fc.Codec.Params}
+				}
+				v, _, err := payloadValues(ctx, eng, codec, frags[i], p)
 				if err != nil {
 					return div("payload of %s: %v", in.TrainerDID, err)
 				}

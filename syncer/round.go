@@ -62,8 +62,11 @@ func (n *Node) Submit(ctx context.Context, g *wire.OuterGradient) (*wire.SubmitR
 	if err := did.Verify(g.TrainerDID, g.Preimage(), g.Signature); err != nil {
 		return nil, Errf(KindUnauthorized, "submission signature: %v", err)
 	}
-	values, err := fragmentValues(fs, g.GradientPayload)
+	values, _, err := payloadValues(ctx, n.eng, r.Codec, fs, g.GradientPayload)
 	if err != nil {
+		if ctx.Err() != nil {
+			return nil, fmt.Errorf("decode gradient_payload: %w", err)
+		}
 		return nil, Errf(KindInvalid, "gradient_payload: %v", err)
 	}
 	for _, v := range r.Verifiers {
@@ -362,10 +365,11 @@ func (n *Node) finalizeFragment(ctx context.Context, b *Batch, r *runState, i in
 				return fmt.Errorf("payload %s: %w", s.PayloadHash, err)
 			}
 		}
-		v, err := fragmentValues(fs, payload)
+		v, fuel, err := payloadValues(ctx, n.eng, r.Codec, fs, payload)
 		if err != nil {
 			return fmt.Errorf("stored payload %s: %w", s.PayloadHash, err)
 		}
+		fc.Fuel += fuel
 		inputs = append(inputs, v)
 	}
 	fc.Inputs = commitInputs(subs)
@@ -492,7 +496,7 @@ func (n *Node) maybeCloseRound(ctx context.Context, b *Batch, r *runState, deadl
 func baseCommit(r *runState, i int) *wire.FragmentCommit {
 	w := r.Fragments[i].WeightsHash
 	return &wire.FragmentCommit{Fragment: i, Rule: r.Rule.Name, RuleHash: r.Rule.Hash, RuleParams: r.Rule.Params, OuterHash: r.Outer.Hash,
-		WeightsBefore: w, WeightsAfter: w}
+		WeightsBefore: w, WeightsAfter: w, Codec: codecRef(r.Codec)}
 }
 
 // commitInputs lists accepted submissions (already in DID order) as commit inputs.

@@ -29,6 +29,8 @@ type runState struct {
 	Rule       RuleRef     `json:"rule"`
 	Verifiers  []RuleRef   `json:"verifiers"`
 	Outer      RuleRef     `json:"outer"`
+	// Codec decodes compressed payloads (nil: uncompressed).
+	Codec *RuleRef `json:"codec,omitempty"`
 	Roots      []wire.Hash `json:"round_roots"` // round commit hashes
 	// Membership and evidence changes of the current round, recorded in its commit.
 	Joined        []string    `json:"joined"`
