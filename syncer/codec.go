@@ -102,3 +102,10 @@ func payloadValues(ctx context.Context, eng Engine, codec *RuleRef, fs *fragStat
 	}
 	return out.Values, out.Fuel, nil
 }
+
+func codecText(c *wire.CodecRef) string {
+	if c == nil {
+		return "none"
+	}
+	return fmt.Sprintf("%s (sha256:%s) %s", c.Name, c.Hash, c.Params)
+}
