@@ -1,10 +1,12 @@
 package syncer
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 
+	"github.com/gowebpki/jcs"
 	"github.com/tenzro/train/wire"
 	"github.com/tenzro/train/wire/safetensors"
 )
@@ -108,4 +110,12 @@ func codecText(c *wire.CodecRef) string {
 		return "none"
 	}
 	return fmt.Sprintf("%s (sha256:%s) %s", c.Name, c.Hash, c.Params)
+}
+
+// sameJSON compares two JSON values by their RFC 8785 forms (a receipt may
+// be re-indented on its way to a replay).
+func sameJSON(a, b json.RawMessage) bool {
+	ca, errA := jcs.Transform(a)
+	cb, errB := jcs.Transform(b)
+	return errA == nil && errB == nil && bytes.Equal(ca, cb)
 }

@@ -99,7 +99,7 @@ func Replay(ctx context.Context, receipt []byte, src PayloadSource, eng Engine, 
 			if fc.WeightsBefore != hashes[i] {
 				return div("weights before are %s, transcript says %s", hashes[i], fc.WeightsBefore)
 			}
-			if w, got := codecRef(wantCodec), fc.Codec; (w == nil) != (got == nil) || w != nil && (w.Hash != got.Hash || string(w.Params) != string(got.Params)) {
+			if w, got := codecRef(wantCodec), fc.Codec; (w == nil) != (got == nil) || w != nil && (w.Hash != got.Hash || !sameJSON(w.Params, got.Params)) {
 				return div("the transcript's codec %s is not the spec's compression %s", codecText(got), codecText(w))
 			}
 			if fc.Status != wire.FragAggregated {

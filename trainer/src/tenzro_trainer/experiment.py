@@ -46,6 +46,7 @@ class Experiment:
     bins: Path | None = None
     quiet: bool = False
     replay: bool = False  # also re-execute the run from the node's stored payloads (tenzro receipt replay)
+    compression: dict | None = None  # the spec's compression field, e.g. {"codec": "int4-block", "block": 64}
 
 
 @dataclass
@@ -84,6 +85,7 @@ def start(e: Experiment) -> tuple[Client, str, list[subprocess.Popen], list[Key]
         aggregation=e.aggregation, aggregation_params=e.aggregation_params,
         dataset_ref=REF, dataset_hash=data.corpus_hash(data.load_corpus(REF)).hex(),
         reward_pool=str(10**12), grace_window_ms=e.grace_window_ms,
+        **({"compression": e.compression} if e.compression else {}),
     )  # fmt: skip
     (e.workdir / "spec.json").write_text(json.dumps(spec, indent=2))
     cli = _cli(e)

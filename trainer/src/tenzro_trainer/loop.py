@@ -20,6 +20,7 @@ import numpy as np
 import torch
 
 from . import data, models, weights
+from .codec import Codec, Compressor
 from .config import Config
 from .evaluate import heldout_mse, metadata_of, spec_of, task_data
 from .identity import Key
@@ -51,6 +52,7 @@ class RoundStats:
     serialize_s: float = 0.0
     submit_s: float = 0.0
     bytes_sent: int = 0
+    raw_bytes: int = 0  # what the same outer gradients weigh as f32 (equal to bytes_sent's values uncompressed)
     accepted: int = 0
     rejected: list[str] = field(default_factory=list)
 
@@ -130,6 +132,7 @@ class Trainer:
         self.pending: dict[int, bytes] = {}
         self.pending_round: int | None = None
         self.history: list[RoundStats] = []
+        self.compressor: Compressor | None = None  # set when the run's spec names a codec
         self._rng = np.random.default_rng(int.from_bytes(key.public_key[:8], "big"))
         self.state_file = cfg.state_file or f"{cfg.trainer_keypair}.{cfg.task_id}.state.json"
 
@@ -192,6 +195,12 @@ class Trainer:
         self.opt = torch.optim.AdamW(
             self.model.parameters(), lr=inner.lr, betas=(inner.beta1, inner.beta2), weight_decay=inner.weight_decay
         )
+        codec = Codec.from_spec(spec)  # raises CodecError (a ValueError) for a codec this trainer lacks
+        if codec is not None:
+            # Error-feedback residuals live beside the state file, so a restart keeps them.
+            self.compressor = Compressor(codec, f"{self.state_file}.ef.safetensors")
+            self.log.info("compressed outer gradients", codec=codec.name, params=codec.params,
+                          error_feedback=codec.error_feedback, residuals=len(self.compressor.residual))  # fmt: skip
 
     # ------------------------------------------------------------------ weights
     def _pull(self, run: dict) -> dict[int, dict[str, torch.Tensor]]:
@@ -292,10 +301,15 @@ class Trainer:
                 return st
             t0 = time.monotonic()
             for fr in run["fragments"]:
-                p = weights.outer_gradient(frags[fr["index"]], after, fr["tensors"])
-                if self.cfg.attack:
-                    p = self._attack(p, fr["tensors"])
+                if self.compressor is not None:
+                    p = self.compressor.encode_fragment(fr["index"], frags[fr["index"]], after, fr["tensors"])
+                else:
+                    p = weights.outer_gradient(frags[fr["index"]], after, fr["tensors"])
+                    if self.cfg.attack:
+                        p = self._attack(p, fr["tensors"])
                 self.pending[fr["index"]] = p
+            if self.compressor is not None:
+                self.compressor.save()
             self.pending_round = r
             st.serialize_s = time.monotonic() - t0
         else:
@@ -316,6 +330,7 @@ class Trainer:
                 continue
             del self.pending[f]
             st.bytes_sent += len(p)
+            st.raw_bytes += 4 * int(next(fr["n"] for fr in run["fragments"] if fr["index"] == f))
             self.metrics.bytes_sent.inc(len(p))
             if res.get("accepted", True):
                 st.accepted += 1
@@ -326,7 +341,7 @@ class Trainer:
         self.history.append(st)
         self.log.info(
             "round done", round=r, loss=round(st.loss, 5), eval_loss=round(st.eval_loss, 5),
-            accepted=st.accepted, rejected=len(st.rejected), bytes=st.bytes_sent,
+            accepted=st.accepted, rejected=len(st.rejected), bytes=st.bytes_sent, raw_bytes=st.raw_bytes,
             inner_s=round(st.inner_s, 4), serialize_s=round(st.serialize_s, 4), submit_s=round(st.submit_s, 4),
         )  # fmt: skip
         return st
