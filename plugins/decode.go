@@ -46,8 +46,7 @@ func (e *Engine) ResolveCodec(ctx context.Context, codec string, params json.Raw
 // plugin's manifest (names, dtypes, 1-D shapes), checks that the tensors and
 // the N decoded values fit the page limit before anything is allocated, and
 // runs tenzro_decode in a fresh instance under the fuel budget.
-func (e *Engine) Decode(ctx context.Context, in syncer.DecodeInput) (syncer.DecodeOutput, error) {
-	var out syncer.DecodeOutput
+func (e *Engine) Decode(ctx context.Context, in syncer.DecodeInput) (out syncer.DecodeOutput, err error) {
 	p, err := e.pluginFor(ctx, in.Codec, KindDecode)
 	if err != nil {
 		return out, err

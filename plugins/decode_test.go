@@ -472,3 +472,28 @@ func FuzzDecode(f *testing.F) {
 		checkAgainstReference(t, e, codec, params, n, ts)
 	})
 }
+
+// TestDecodeIsBoundedByFuel: a decode that runs out of fuel is the
+// deterministic rule failure 1000, with the same fuel every time.
+func TestDecodeIsBoundedByFuel(t *testing.T) {
+	e, err := NewEngine(context.Background(), Config{Fuel: 50_000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close(context.Background())
+	rr := resolveCodec(t, e, "int8-block", `{}`)
+	n := 1 << 16
+	var fuel []uint64
+	for i := 0; i < 2; i++ {
+		out, err := e.Decode(context.Background(), syncer.DecodeInput{Codec: rr, Dtype: syncer.F32, N: n,
+			Tensors: []syncer.DecodeTensor{tensor("q", "I8", make([]byte, n)), tensor("scale", "F32", make([]byte, 4*n/64))}})
+		var rf *syncer.RuleFailure
+		if !errors.As(err, &rf) || rf.Code != CodeOutOfFuel {
+			t.Fatalf("err = %v, want out of fuel", err)
+		}
+		fuel = append(fuel, out.Fuel)
+	}
+	if fuel[0] != fuel[1] || fuel[0] != 50_000 {
+		t.Fatalf("fuel %v, want the whole budget twice", fuel)
+	}
+}
