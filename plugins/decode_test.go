@@ -11,6 +11,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/tenzro/train/plugins/abi"
 	"github.com/tenzro/train/syncer"
 )
 
@@ -495,5 +496,27 @@ func TestDecodeIsBoundedByFuel(t *testing.T) {
 	}
 	if fuel[0] != fuel[1] || fuel[0] != 50_000 {
 		t.Fatalf("fuel %v, want the whole budget twice", fuel)
+	}
+}
+
+// TestManifestABIVersions: ABI 1 manifests still parse (old plugins load);
+// the decode kind needs ABI 2, lists its tensors, and only decoders list any.
+func TestManifestABIVersions(t *testing.T) {
+	for _, tc := range []struct{ manifest, err string }{
+		{`{"abi":1,"id":"Old","version":"1.0.0","kind":"aggregate","dtypes":["F32"],"params":[]}`, ""},
+		{`{"abi":2,"id":"New","version":"1.0.0","kind":"aggregate","dtypes":["F32"],"params":[]}`, ""},
+		{`{"abi":2,"id":"Dec","version":"1.0.0","kind":"decode","dtypes":["F32"],"params":[],"tensors":[{"name":"q","dtypes":["I8"]}]}`, ""},
+		{`{"abi":3,"id":"Future","version":"1.0.0","kind":"aggregate","dtypes":["F32"],"params":[]}`, "implements ABI 1..2"},
+		{`{"abi":1,"id":"Dec","version":"1.0.0","kind":"decode","dtypes":["F32"],"params":[],"tensors":[{"name":"q","dtypes":["I8"]}]}`, "kind decode needs abi >= 2"},
+		{`{"abi":2,"id":"Dec","version":"1.0.0","kind":"decode","dtypes":["F32"],"params":[]}`, "tensors: 0 entries"},
+		{`{"abi":2,"id":"Dec","version":"1.0.0","kind":"decode","dtypes":["F32"],"params":[],"tensors":[{"name":"q","dtypes":["U16"]}]}`, `dtype "U16"`},
+		{`{"abi":2,"id":"Dec","version":"1.0.0","kind":"decode","dtypes":["F32"],"params":[],"tensors":[{"name":"q","dtypes":["I8"]},{"name":"q","dtypes":["I8"]}]}`, "listed twice"},
+		{`{"abi":2,"id":"Agg","version":"1.0.0","kind":"aggregate","dtypes":["F32"],"params":[],"tensors":[{"name":"q","dtypes":["I8"]}]}`, "only decode plugins list tensors"},
+		{`{"abi":2,"id":"Dec","version":"1.0.0","kind":"decode","dtypes":["F32"],"params":[],"chunking":"coordinate","tensors":[{"name":"q","dtypes":["I8"]}]}`, "decode plugins do not chunk"},
+	} {
+		_, err := abi.ParseManifest([]byte(tc.manifest))
+		if (tc.err == "") != (err == nil) || err != nil && !strings.Contains(err.Error(), tc.err) {
+			t.Errorf("%s: err = %v, want %q", tc.manifest, err, tc.err)
+		}
 	}
 }

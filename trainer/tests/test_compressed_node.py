@@ -6,9 +6,9 @@ from __future__ import annotations
 import subprocess
 
 import pytest
-from test_node import make_trainer, post_task, run_all
 
 from tenzro_trainer.loop import EXIT_OK
+from test_node import make_trainer, post_task, run_all
 
 
 @pytest.mark.parametrize(

@@ -54,7 +54,7 @@ def main(argv: list[str] | None = None) -> int:
         sent = sum(s.get("bytes", 0) for s in stats) / len(stats)
         raw = sum(s.get("raw_bytes", 0) for s in stats) / len(stats)
         codec = json.dumps(compression) if compression else "none"
-        print(f"\nbytes per trainer per round: {sent:,.0f} (f32 would be {raw:,.0f}; codec {codec})")
+        print(f"\nbytes per trainer per round: {sent:,.0f} (the same values as f32: {raw:,.0f}; codec {codec})")
     print()
     print(f"task {task}: {run['status']} after {e.rounds} rounds in {time.monotonic() - t0:.0f}s")
     print(f"held-out MSE {first:.4f} -> {last:.4f}  ({(1 - last / first) * 100:.1f}% lower)")
