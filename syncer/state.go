@@ -25,19 +25,20 @@ type runState struct {
 	InitFile  wire.Hash       `json:"init_file"`
 	// RoundModel is the model hash at the start of the current round (what
 	// Verified-tier evidence binds).
-	RoundModel wire.Hash `json:"round_model"`
-	Rule       RuleRef   `json:"rule"`
-	Verifiers  []RuleRef `json:"verifiers"`
-	Outer      RuleRef   `json:"outer"`
-	// Codec decodes compressed payloads (nil: uncompressed).
-	Codec *RuleRef    `json:"codec,omitempty"`
-	Roots []wire.Hash `json:"round_roots"` // round commit hashes
+	RoundModel wire.Hash   `json:"round_model"`
+	Rule       RuleRef     `json:"rule"`
+	Verifiers  []RuleRef   `json:"verifiers"`
+	Outer      RuleRef     `json:"outer"`
+	Roots      []wire.Hash `json:"round_roots"` // round commit hashes
 	// Membership and evidence changes of the current round, recorded in its commit.
 	Joined        []string    `json:"joined"`
 	Left          []string    `json:"left"`
 	Equivocations []wire.Hash `json:"equivocations"`
 	Attestations  []wire.Hash `json:"attestations"`
 	Plugins       []wire.Hash `json:"plugins"`
+
+	// Codec decodes compressed payloads (nil: uncompressed).
+	Codec *RuleRef `json:"codec,omitempty"`
 
 	spec *wire.TaskSpec
 }
