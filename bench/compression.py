@@ -113,7 +113,7 @@ def run_codec(bins: Path, name: str, compression: dict | None, rounds: int) -> d
 LARGE_N = 1 << 22
 
 
-def report(results: list[dict], params: int, dec: dict, rounds: int, frag_n: int) -> None:
+def report(results: list[dict], params: int, dec: dict, rounds: int, frag_n: int, name: str = "compression") -> None:
     h, m = 24, 8
     ring = h * 2 * (m - 1) / m * params * 4
     base = next((r for r in results if r["name"] == "none"), None)
@@ -147,7 +147,7 @@ def report(results: list[dict], params: int, dec: dict, rounds: int, frag_n: int
                          f"({v['wasm'] / v['native']:.1f}x)" for k, v in sorted(d.items()))  # fmt: skip
 
     common.write(
-        "compression",
+        name,
         "Compressed outer gradients on the convergence setup (M=8, K=8, F=4, H=24)",
         ["codec", "bytes / trainer / round", "vs f32 payload", "vs ring all-reduce", "held-out MSE end", "end ratio",
          "best", "best ratio", "node peak RSS MiB"],
@@ -168,7 +168,7 @@ def report(results: list[dict], params: int, dec: dict, rounds: int, frag_n: int
          "same for every plugin call; the large size shows the decode loops themselves.",
          "",
          "Machine shared with other jobs while this ran (2 cores, nice'd): wall times are not comparable. "
-         "Command: `nice $(scripts/venv.sh)/bin/python bench/compression.py`. Curves: compression.png."],
+         f"Command: `nice $(scripts/venv.sh)/bin/python bench/compression.py --rounds {rounds}`. Curves: {name}.png."],
         {"results": results, "params": params, "ring_bytes": ring, "decode_ns": dec, "rounds": rounds},
     )  # fmt: skip
 
@@ -197,6 +197,7 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=30)
     ap.add_argument("--codecs", default=",".join(CODECS), help=f"comma-separated subset of {', '.join(CODECS)}")
     ap.add_argument("--from-json", default="", help="re-render the table and plot from a saved compression.json")
+    ap.add_argument("--name", default="compression", help="results file stem under bench/results/")
     ap.add_argument("--merge", default="", help="add the runs of --codecs to a saved compression.json (same rounds)")
     a = ap.parse_args()
     if not a.from_json and a.codecs == ",".join(CODECS):
@@ -216,7 +217,7 @@ def main() -> None:
             results.append(run_codec(bins, name, CODECS[name], a.rounds))
             print(f"   {results[-1]['bytes']:,.0f} bytes/trainer/round, final MSE {results[-1]['curve'][-1]:.4f}",
                   flush=True)  # fmt: skip
-            (common.RESULTS / "compression.partial.json").write_text(json.dumps(results, indent=1))
+            (common.RESULTS / f"{a.name}.partial.json").write_text(json.dumps(results, indent=1))
         dec = {}
         if a.merge:
             d = json.loads(Path(a.merge).read_text())
@@ -229,9 +230,9 @@ def main() -> None:
         dec[str(frag_n)] = decode_bench(frag_n)
     if str(LARGE_N) not in dec:
         dec[str(LARGE_N)] = decode_bench(LARGE_N, 3)
-    plot(results, common.RESULTS / "compression.png")
-    report(results, params, dec, rounds, frag_n)
-    (common.RESULTS / "compression.partial.json").unlink(missing_ok=True)
+    plot(results, common.RESULTS / f"{a.name}.png")
+    report(results, params, dec, rounds, frag_n, a.name)
+    (common.RESULTS / f"{a.name}.partial.json").unlink(missing_ok=True)
 
 
 def largest_fragment(model) -> int:
