@@ -325,6 +325,12 @@ func TestResolveCodec(t *testing.T) {
 	if d := resolveCodec(t, e, "topk", `{}`); string(d.Params) != `{"k":0.01,"values":0}` {
 		t.Fatalf("topk defaults: %s", d.Params)
 	}
+	// A codec named by its plugin hash or id resolves to the same plugin.
+	for _, ref := range []string{"sha256:" + rr.Hash.String(), "Int4Block"} {
+		if d := resolveCodec(t, e, ref, `{"block":64}`); d.Hash != rr.Hash || string(d.Params) != string(rr.Params) {
+			t.Fatalf("%s resolved to %+v", ref, d)
+		}
+	}
 	for _, bad := range []struct{ codec, params, err string }{
 		{"int3-block", `{}`, "unknown codec"},
 		{"int4-block", `{"block":0}`, "block"},
