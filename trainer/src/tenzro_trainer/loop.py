@@ -284,6 +284,7 @@ class Trainer:
         st = RoundStats(round=r)
         self.metrics.round.set(r)
         steps = int(self.spec["inner_steps"])
+        fresh = False  # payloads computed in this call (not a re-submission)
         if self.pending_round != r:
             self.pending, self.pending_round = {}, None
             frags = self._pull(run) if self.dist.rank == 0 else {}
@@ -308,15 +309,18 @@ class Trainer:
                     if self.cfg.attack:
                         p = self._attack(p, fr["tensors"])
                 self.pending[fr["index"]] = p
-            if self.compressor is not None:
-                self.compressor.save()
             self.pending_round = r
+            fresh = True
             st.serialize_s = time.monotonic() - t0
         else:
             self.log.info("re-submitting after a node restart", round=r, fragments=sorted(self.pending))
         t0 = time.monotonic()
         rpc0 = self.client.bytes_sent
         self._mark_submitting(r)
+        if fresh and self.compressor is not None:
+            # After the round is marked (a restart skips it and keeps the old residuals, consistent
+            # with sending nothing) and before anything is sent (the new residuals match what was).
+            self.compressor.save()
         for f in sorted(self.pending):
             p = self.pending[f]
             self.metrics.submitted.inc()
