@@ -141,6 +141,13 @@ func runCompressed(t *testing.T, compression string, hook func(h *codecRun, roun
 				}
 			}
 		}
+		// Every trainer is in: commit the round now (the node's own ticks
+		// would do it; the test does not wait for them).
+		if st, _ := h.node.GetRun(ctx, h.task); st.Status == wire.StatusRunning && int(st.Round) == round {
+			if _, err := h.node.FinalizeRound(ctx, h.task); err != nil {
+				t.Fatalf("finalize round %d: %v", round, err)
+			}
+		}
 	}
 	if v, _ := h.node.GetRun(ctx, h.task); v.Status != wire.StatusSealed {
 		t.Fatalf("status %s after %d rounds", v.Status, R)

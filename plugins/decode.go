@@ -79,6 +79,9 @@ func (e *Engine) Decode(ctx context.Context, in syncer.DecodeInput) (out syncer.
 		return out, &syncer.RuleFailure{Rule: p.info.Name, Code: CodeTooLarge,
 			Reason: fmt.Sprintf("decoding N=%d values needs %d bytes of guest memory, limit %d pages", in.N, need, e.cfg.MemoryPages)}
 	}
+	if e.pool != nil { // out of process, like every other plugin call (DESIGN §13)
+		return e.remoteDecode(ctx, p, in)
+	}
 	c, err := e.newCall(ctx, p, e.cfg.Fuel)
 	if err != nil {
 		return out, err

@@ -36,6 +36,13 @@ type Node struct {
 	now func() time.Time
 
 	mu sync.Mutex
+
+	// abstain holds runs whose finalization failed locally (finalize.go).
+	abstainMu sync.Mutex
+	abstain   map[string]abstention
+	ticking   map[string]bool // runs whose tickRun is in flight (Run)
+	// wake makes Run tick now (a submission completed a fragment).
+	wake chan struct{}
 }
 
 var _ Service = (*Node)(nil)
@@ -45,7 +52,7 @@ func NewNode(ctx context.Context, cfg Config) (*Node, error) {
 	if cfg.KV == nil || cfg.Engine == nil || cfg.Signer == nil {
 		return nil, errors.New("syncer: Config needs KV, Engine and Signer")
 	}
-	n := &Node{cfg: cfg, kv: cfg.KV, eng: cfg.Engine, log: cfg.Logger, now: cfg.Clock}
+	n := &Node{cfg: cfg, kv: cfg.KV, eng: cfg.Engine, log: cfg.Logger, now: cfg.Clock, wake: make(chan struct{}, 1)}
 	if n.log == nil {
 		n.log = slog.Default()
 	}
@@ -388,15 +395,16 @@ func (n *Node) GetReceipt(ctx context.Context, task string) (*wire.Receipt, erro
 func (n *Node) Run(ctx context.Context) error {
 	t := time.NewTicker(100 * time.Millisecond)
 	defer t.Stop()
+	var wg sync.WaitGroup
+	defer wg.Wait() // runs whose tick is computing stop with ctx
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
+		case <-n.wake:
 		case <-t.C:
-			if err := n.Tick(ctx); err != nil && ctx.Err() == nil {
-				n.log.Error("round timer", "err", err)
-			}
 		}
+		n.tickEach(ctx, &wg)
 	}
 }
 

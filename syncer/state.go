@@ -41,6 +41,8 @@ type runState struct {
 	Codec *RuleRef `json:"codec,omitempty"`
 
 	spec *wire.TaskSpec
+	// pre holds fragment results computed outside the lock (finalize.go).
+	pre map[wire.Hash]*fragResult
 }
 
 type trainerState struct {
