@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/knadh/koanf/v2"
 	"github.com/spf13/pflag"
@@ -36,13 +37,17 @@ type Config struct {
 	LogFormat       string   `koanf:"log-format"`
 	Enclave         string   `koanf:"enclave"`
 	TDXCollateral   string   `koanf:"tdx-collateral"`
+	DatasetMaxBytes int64    `koanf:"dataset-max-bytes"`
+	IPFSDHT         bool     `koanf:"ipfs-dht"`
+	// DatasetStall fails a dataset fetch when no block arrives for this long.
+	DatasetStall time.Duration `koanf:"dataset-stall-timeout"`
 }
 
 // configKeys are the keys a config file may set (the flag names).
 var configKeys = map[string]bool{
 	"role": true, "data-dir": true, "listen-addr": true, "rpc-addr": true, "boot-nodes": true, "dev": true,
 	"node-key": true, "engine": true, "max-request-bytes": true, "metrics-addr": true, "log-level": true, "log-format": true,
-	"enclave": true, "tdx-collateral": true,
+	"enclave": true, "tdx-collateral": true, "dataset-max-bytes": true, "ipfs-dht": true, "dataset-stall-timeout": true,
 }
 
 // fileProvider reads a config file with a size limit (koanf.Provider).
@@ -193,6 +198,10 @@ func (c *Config) validate() error {
 		return fmt.Errorf("max-request-bytes %d: want 1 MiB .. 4 GiB", c.MaxRequestBytes)
 	case c.LogFormat != "text" && c.LogFormat != "json":
 		return fmt.Errorf("log-format %q: want text or json", c.LogFormat)
+	case c.DatasetMaxBytes < 0:
+		return fmt.Errorf("dataset-max-bytes %d: want a positive size (0: the default, 4 GiB)", c.DatasetMaxBytes)
+	case c.DatasetStall < 0:
+		return fmt.Errorf("dataset-stall-timeout %s: want a positive duration", c.DatasetStall)
 	}
 	var lvl slogLevel
 	if err := lvl.UnmarshalText([]byte(c.LogLevel)); err != nil {

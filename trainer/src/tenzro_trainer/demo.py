@@ -23,14 +23,21 @@ def main(argv: list[str] | None = None) -> int:
         help='compress outer gradients: a codec name (int8-block, int4-block, topk, sign1) or the spec\'s '
              'compression object as JSON, e.g. \'{"codec":"int4-block","block":64}\' (scripts/demo.sh: DEMO_CODEC)',
     )  # fmt: skip
+    p.add_argument("--dataset", choices=("ipfs", "statsmodels"), default="ipfs",
+                   help="ipfs: publish the corpus with `tenzro dataset add` and post its ipfs:// ref")  # fmt: skip
     a = p.parse_args(argv)
     compression = None
     if a.codec and a.codec != "none":
         compression = json.loads(a.codec) if a.codec.lstrip().startswith("{") else {"codec": a.codec}
     e = Experiment(
-        rpc=a.rpc, workdir=Path(a.workdir), rounds=a.rounds, bins=Path(a.bins) if a.bins else None, replay=True,
+        rpc=a.rpc,
+        workdir=Path(a.workdir),
+        rounds=a.rounds,
+        bins=Path(a.bins) if a.bins else None,
+        replay=True,
+        dataset=a.dataset,
         compression=compression,
-    )  # fmt: skip
+    )
     t0 = time.monotonic()
     c, task, procs, keys = start(e)
     rows = follow(e, c, task, procs)
