@@ -60,14 +60,21 @@ func (n *Node) PostTask(ctx context.Context, p *wire.PostTaskParams) (*wire.Post
 	if err != nil {
 		return nil, fmt.Errorf("resolve outer step: %w", err)
 	}
+	codec, err := resolveCodec(ctx, n.eng, spec)
+	if err != nil {
+		return nil, Errf(KindInvalid, "%v", err)
+	}
 	reward, _ := wire.ParseAmount(spec.RewardPool)
 	specHash := wire.SpecHash(canon)
 	var wh wire.Hash
 	if len(p.InitWeights) > 0 {
 		wh = wire.SumBytes(p.InitWeights)
 	}
-	r := &runState{Spec: canon, SpecHash: specHash, Status: wire.StatusAwaiting, Rule: rule, Verifiers: verifiers, Outer: outer, spec: spec}
+	r := &runState{Spec: canon, SpecHash: specHash, Status: wire.StatusAwaiting, Rule: rule, Verifiers: verifiers, Outer: outer, Codec: codec, spec: spec}
 	r.Plugins = pluginSet(rule, outer, verifiers)
+	if codec != nil {
+		r.Plugins = pluginSet(rule, outer, verifiers, *codec)
+	}
 
 	n.mu.Lock()
 	defer n.mu.Unlock()

@@ -37,6 +37,9 @@ type runState struct {
 	Attestations  []wire.Hash `json:"attestations"`
 	Plugins       []wire.Hash `json:"plugins"`
 
+	// Codec decodes compressed payloads (nil: uncompressed).
+	Codec *RuleRef `json:"codec,omitempty"`
+
 	spec *wire.TaskSpec
 	// pre holds fragment results computed outside the lock (finalize.go).
 	pre map[wire.Hash]*fragResult
