@@ -2,6 +2,7 @@ package rpc
 
 import (
 	"context"
+	"encoding/json"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -166,7 +167,29 @@ func (s instrumented) GetPayload(ctx context.Context, h wire.Hash) ([]byte, erro
 }
 
 // InstrumentEngine times the plugin calls of e and counts their fuel by rule.
-func InstrumentEngine(e syncer.Engine, m *NodeMetrics) syncer.Engine { return engineMetrics{e, m} }
+// The optional syncer.Decoder (codec plugins) stays visible through it.
+func InstrumentEngine(e syncer.Engine, m *NodeMetrics) syncer.Engine {
+	if d, ok := e.(syncer.Decoder); ok {
+		return decoderMetrics{engineMetrics{e, m}, d}
+	}
+	return engineMetrics{e, m}
+}
+
+type decoderMetrics struct {
+	engineMetrics
+	dec syncer.Decoder
+}
+
+func (d decoderMetrics) ResolveCodec(ctx context.Context, codec string, params json.RawMessage) (syncer.RuleRef, error) {
+	return d.dec.ResolveCodec(ctx, codec, params)
+}
+
+func (d decoderMetrics) Decode(ctx context.Context, in syncer.DecodeInput) (syncer.DecodeOutput, error) {
+	t := time.Now()
+	out, err := d.dec.Decode(ctx, in)
+	d.observe("decode", in.Codec.Name, t, out.Fuel)
+	return out, err
+}
 
 type engineMetrics struct {
 	syncer.Engine
