@@ -134,8 +134,9 @@ func (f *fakeService) Submit(_ context.Context, g *wire.OuterGradient) (*wire.Su
 	return &wire.SubmitResult{Accepted: true, Round: g.Round, FragmentIndex: g.FragmentIndex, PayloadHash: g.PayloadHash, AcceptedCount: 1}, nil
 }
 
-func (f *fakeService) FinalizeRound(_ context.Context, task string) (*wire.FinalizeResult, error) {
+func (f *fakeService) FinalizeRound(_ context.Context, p *wire.FinalizeParams) (*wire.FinalizeResult, error) {
 	f.record("FinalizeRound")
+	task := p.TaskID
 	if err := steer(task); err != nil {
 		return nil, err
 	}

@@ -39,7 +39,7 @@ var catalog = []catalogEntry{
 	{wire.MethodEnrollTrainer, "Enrol a trainer with a stake (joins the current round or the next). Signed by trainer_did.", wire.EnrollParams{}, wire.EnrollResult{}, false, "training"},
 	{wire.MethodLeaveRun, "Leave a run; shards are rebalanced from the next round. Signed by trainer_did.", wire.LeaveParams{}, wire.EnrollResult{}, false, "training"},
 	{wire.MethodSubmitGradient, "Submit one outer gradient (safetensors, base64) for a round and fragment, signed over the submission preimage (PROTOCOL §4).", wire.OuterGradient{}, wire.SubmitResult{}, false, "training"},
-	{wire.MethodFinalizeRound, "Close the current round for fragments with K accepted submissions; otherwise say per fragment why not.", wire.TaskIDParams{}, wire.FinalizeResult{}, false, "training"},
+	{wire.MethodFinalizeRound, "Commit the current round's fragments that the rules allow now (K accepted and every active trainer in, or the grace window closed; the round at its deadline); otherwise say per fragment why not. Signed by the run's elected syncer; never shortens the grace window.", wire.FinalizeParams{}, wire.FinalizeResult{}, false, "training"},
 	{wire.MethodGetWeights, "A fragment's current committed weights as safetensors (base64).", wire.GetWeightsParams{}, wire.Weights{}, false, "training"},
 	{wire.MethodVerifyReceipt, "Verify a receipt as the 0x1008 precompile does: valid is 1 or 0 (root omitted = the receipt's own run root).", wire.VerifyReceiptParams{}, wire.VerifyReceiptResult{}, false, "training"},
 	{wire.MethodGetBalance, "A DID's balance in attoTNZO.", wire.BalanceParams{}, wire.Balance{}, false, "ledger"},

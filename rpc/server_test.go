@@ -134,7 +134,7 @@ func testErrorPaths(t *testing.T, opts rpc.Options) {
 		{"bad base64", call(wire.MethodSubmitGradient, `{"task_id":"t","trainer_did":"d","round":0,"fragment_index":0,"gradient_payload":"!!","payload_hash":"`+hash+`","signature":"00"}`), 200, -32602, "illegal base64"},
 		{"params on no-param method", call(wire.MethodNodeInfo, `{"x":1}`), 200, -32602, "takes no params"},
 		{"not found", call(wire.MethodGetRun, `{"task_id":"missing"}`), 200, rpc.CodeNotFound, `run "missing" not found`},
-		{"conflict", call(wire.MethodFinalizeRound, `{"task_id":"taken"}`), 200, rpc.CodeConflict, "round 3 is closed"},
+		{"conflict", call(wire.MethodFinalizeRound, `{"task_id":"taken","syncer_did":"d","round":3,"nonce":1,"signature":"00"}`), 200, rpc.CodeConflict, "round 3 is closed"},
 		{"funds", call(wire.MethodEnrollTrainer, `{"task_id":"t","trainer_did":"d","stake":"999999","nonce":2,"signature":"00"}`), 200, rpc.CodeFunds, "above balance"},
 		{"unauthorized", call(wire.MethodRegisterSyncer, `{"did":"d","stake":"1","nonce":1,"signature":"00"}`), 200, rpc.CodeUnauthorized, "nonce"},
 		{"disabled", call(wire.MethodFaucet, `{"did":"d","amount":"0"}`), 200, rpc.CodeDisabled, "--dev"},

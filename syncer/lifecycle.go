@@ -48,13 +48,9 @@ func (n *Node) PostTask(ctx context.Context, p *wire.PostTaskParams) (*wire.Post
 	if spec.RobustRequiresVerified && rule.Name != "Mean" && spec.Tier == wire.TierOpen {
 		return nil, Errf(KindInvalid, "spec: robust rule %s is marked to require tier Verified or above, tier is Open", rule.Name)
 	}
-	var verifiers []RuleRef
-	for _, v := range spec.Verification {
-		ref, err := n.eng.ResolveVerifier(ctx, v)
-		if err != nil {
-			return nil, Errf(KindInvalid, "spec: verification %q: %v", v, err)
-		}
-		verifiers = append(verifiers, ref)
+	verifiers, err := n.resolveVerifiers(ctx, spec.Verification)
+	if err != nil {
+		return nil, err
 	}
 	outer, err := n.eng.ResolveOuter(ctx)
 	if err != nil {
@@ -108,6 +104,36 @@ func (n *Node) PostTask(ctx context.Context, p *wire.PostTaskParams) (*wire.Post
 	n.log.Info("task posted", "task", spec.TaskID, "M", spec.TrainerCount, "K", spec.Quorum, "F", spec.Architecture.FragmentCount, "rule", rule.Name)
 	n.announce(ctx, Event{TaskID: spec.TaskID, Kind: "posted"})
 	return &wire.PostTaskResult{TaskID: spec.TaskID, SpecHash: specHash, Status: r.Status, DatasetKey: datasetKey}, nil
+}
+
+// FiniteVerifier is the verifier every run has, whatever its spec lists
+// (DESIGN §4.2): a NaN or Inf coordinate would make every robust rule's
+// answer depend on where it sits, and a Mean of it poisons the weights.
+const FiniteVerifier = "Finite"
+
+// resolveVerifiers resolves the spec's verifiers and puts the finite-values
+// verifier first when the spec does not list it. The posted spec (and so its
+// hash) is stored as posted; the added verifier shows in the run's
+// verifier list and its plugin hash in the receipt's plugin_hashes.
+func (n *Node) resolveVerifiers(ctx context.Context, refs []string) ([]RuleRef, error) {
+	var verifiers []RuleRef
+	hasFinite := false
+	for _, v := range refs {
+		ref, err := n.eng.ResolveVerifier(ctx, v)
+		if err != nil {
+			return nil, Errf(KindInvalid, "spec: verification %q: %v", v, err)
+		}
+		hasFinite = hasFinite || ref.Name == FiniteVerifier
+		verifiers = append(verifiers, ref)
+	}
+	if !hasFinite {
+		ref, err := n.eng.ResolveVerifier(ctx, FiniteVerifier)
+		if err != nil {
+			return nil, fmt.Errorf("resolve the mandatory %s verifier: %w", FiniteVerifier, err)
+		}
+		verifiers = append([]RuleRef{ref}, verifiers...)
+	}
+	return verifiers, nil
 }
 
 func pluginSet(refs ...any) []wire.Hash {
@@ -296,6 +322,9 @@ func (n *Node) Enroll(ctx context.Context, p *wire.EnrollParams) (*wire.EnrollRe
 	if err != nil {
 		return nil, Errf(KindInvalid, "stake: %v", err)
 	}
+	if stake.Sign() == 0 {
+		return nil, Errf(KindInvalid, "stake is \"0\": a trainer must lock a positive stake (slashing is a fraction of it)")
+	}
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	r, err := n.load(ctx, p.TaskID)
@@ -341,7 +370,11 @@ func (n *Node) Enroll(ctx context.Context, p *wire.EnrollParams) (*wire.EnrollRe
 		t = &trainerState{DID: p.TrainerDID, Weight: "0", Reward: "0", Slashed: "0", Stake: "0"}
 		r.addTrainer(t)
 	}
-	t.Stake = new(big.Int).Add(bigOf(t.Stake), stake).String()
+	// The stake account was emptied when the trainer left (refundStake), so
+	// the stake of this enrolment is exactly what is locked now; adding it
+	// to the previous enrolment's figure showed a stake that is not there
+	// (and made slashes, which are basis points of it, too large).
+	t.Stake = stake.String()
 	if r.Status == wire.StatusAwaiting {
 		t.Status = wire.TrainerActive
 		t.JoinedRound = 0

@@ -256,11 +256,14 @@ func (n *Node) ListRuns(ctx context.Context, p wire.ListRunsParams) ([]wire.RunS
 	err := n.kv.Scan(ctx, KSRuns, nil, func(k, v []byte) error {
 		var r runState
 		if err := json.Unmarshal(v, &r); err != nil {
-			return fmt.Errorf("run %q: %w", k, err)
+			n.log.Error("listRuns: skipping a run whose stored state does not decode", "task", string(k), "err", err)
+			return nil
 		}
 		spec, _, err := wire.ParseSpec(r.Spec)
 		if err != nil {
-			return err
+			// One unreadable run must not hide every other run.
+			n.log.Error("listRuns: skipping a run whose stored spec does not parse", "task", string(k), "err", err)
+			return nil
 		}
 		if p.Status != "" && p.Status != r.Status {
 			return nil
@@ -417,12 +420,15 @@ func (n *Node) Tick(ctx context.Context) error {
 		return err
 	}
 	sort.Strings(tasks)
+	// A run that fails to load or tick must not stop the timers of the runs
+	// after it: each is tried, the errors are returned together.
+	var errs []error
 	for _, task := range tasks {
 		if err := n.tickRun(ctx, task); err != nil {
-			return fmt.Errorf("run %s: %w", task, err)
+			errs = append(errs, fmt.Errorf("run %s: %w", task, err))
 		}
 	}
-	return nil
+	return errors.Join(errs...)
 }
 
 // Close releases nothing today; the KV is owned by the caller.

@@ -21,7 +21,9 @@ type Service interface {
 	Enroll(ctx context.Context, p *wire.EnrollParams) (*wire.EnrollResult, error)
 	Leave(ctx context.Context, p *wire.LeaveParams) (*wire.EnrollResult, error)
 	Submit(ctx context.Context, g *wire.OuterGradient) (*wire.SubmitResult, error)
-	FinalizeRound(ctx context.Context, taskID string) (*wire.FinalizeResult, error)
+	// FinalizeRound is signed by the run's elected syncer; it commits what
+	// the timers would (never before τ for active trainers).
+	FinalizeRound(ctx context.Context, p *wire.FinalizeParams) (*wire.FinalizeResult, error)
 	GetWeights(ctx context.Context, p wire.GetWeightsParams) (*wire.Weights, error)
 	Balance(ctx context.Context, did string) (*wire.Balance, error)
 	Faucet(ctx context.Context, p wire.FaucetParams) (*wire.Balance, error)

@@ -189,6 +189,21 @@ type SubmitResult struct {
 	Forwarded bool `json:"forwarded,omitempty"`
 }
 
+// FinalizeParams is tenzro_training_finalizeRound, signed by the run's
+// elected syncer. Round is the round the syncer means to close; a request
+// for another round is refused, so a delayed request cannot close a later one.
+type FinalizeParams struct {
+	TaskID    string `json:"task_id"`
+	SyncerDID string `json:"syncer_did"`
+	Round     uint64 `json:"round"`
+	Signed
+}
+
+// Preimage is the signing preimage (PROTOCOL §3).
+func (p *FinalizeParams) Preimage() []byte {
+	return RequestPreimage(MethodFinalizeRound, p.SyncerDID, p.Nonce, func(c *Canon) { c.Str(p.TaskID).U64(p.Round) })
+}
+
 // FinalizeResult answers finalizeRound.
 type FinalizeResult struct {
 	TaskID    string           `json:"task_id"`
@@ -205,6 +220,9 @@ type FragmentStatus struct {
 	Accepted  int    `json:"accepted"`
 	Committed bool   `json:"committed"`
 	Reason    string `json:"reason,omitempty"`
+	// WindowClosesMs is, for a fragment with K accepted whose grace window
+	// is still open for active trainers, when it closes (Unix ms).
+	WindowClosesMs int64 `json:"window_closes_ms,omitempty"`
 }
 
 // GetWeightsParams is tenzro_training_getWeights.

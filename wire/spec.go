@@ -115,6 +115,13 @@ func ParseSpec(raw []byte) (*TaskSpec, []byte, error) {
 	if dec.More() {
 		return nil, nil, fmt.Errorf("spec: trailing data after the JSON object")
 	}
+	// What encoding/json lets through: a duplicate member (last one wins,
+	// so two readers may see two specs) and integers that RFC 8785 stores
+	// as a different number (9223372036854775807 becomes
+	// 9223372036854776000, which no longer fits the field).
+	if err := CheckStrictJSON(raw, StrictJSONOptions{ExactIntegers: true}); err != nil {
+		return nil, nil, fmt.Errorf("spec: %w", err)
+	}
 	canon, err := jcs.Transform(raw)
 	if err != nil {
 		return nil, nil, fmt.Errorf("spec: canonicalize: %w", err)
@@ -155,8 +162,10 @@ func (s *TaskSpec) Validate() error {
 	if s.Tier != TierOpen && s.Tier != TierVerified && s.Tier != TierConfidential {
 		return fmt.Errorf("spec: tier %q unknown (want %s, %s or %s)", s.Tier, TierOpen, TierVerified, TierConfidential)
 	}
-	if _, err := ParseAmount(s.RewardPool); err != nil {
+	if rp, err := ParseAmount(s.RewardPool); err != nil {
 		return fmt.Errorf("spec: reward_pool: %w", err)
+	} else if rp.Sign() == 0 {
+		return fmt.Errorf("spec: reward_pool is \"0\": a run must escrow a positive reward (it is what pays the trainers and makes posting cost something)")
 	}
 	if s.MinStake != "" {
 		if _, err := ParseAmount(s.MinStake); err != nil {

@@ -114,7 +114,8 @@ func (f *cliFake) Submit(_ context.Context, g *wire.OuterGradient) (*wire.Submit
 	f.mu.Unlock()
 	return &wire.SubmitResult{Accepted: true, Round: g.Round, FragmentIndex: g.FragmentIndex, PayloadHash: g.PayloadHash, AcceptedCount: 1}, nil
 }
-func (f *cliFake) FinalizeRound(_ context.Context, task string) (*wire.FinalizeResult, error) {
+func (f *cliFake) FinalizeRound(_ context.Context, p *wire.FinalizeParams) (*wire.FinalizeResult, error) {
+	task := p.TaskID
 	return &wire.FinalizeResult{TaskID: task, Round: 1, Status: wire.StatusRunning,
 		Fragments: []wire.FragmentStatus{{Index: 0, Accepted: 6, Committed: true}, {Index: 1, Accepted: 2, Reason: "2 of K=6 accepted"}}}, nil
 }
@@ -273,7 +274,7 @@ func TestSponsorAndTrainerFlow(t *testing.T) {
 		t.Fatalf("wrong round: %d %q", code, errOut)
 	}
 
-	code, out, errOut = e.run("train", "finalize-round", "--task-id", "t1")
+	code, out, errOut = e.run("train", "finalize-round", "--task-id", "t1", "--key", e.path("t0.key"), "--wait", "0")
 	if code != 1 || !strings.Contains(out, "fragment 1: 2 accepted — 2 of K=6 accepted") || !strings.Contains(errOut, "cannot be finalized") {
 		t.Fatalf("finalize: %d %q %q", code, out, errOut)
 	}

@@ -76,11 +76,12 @@ func (c *Client) Submit(ctx context.Context, g *wire.OuterGradient) (*wire.Submi
 	return &r, c.Call(ctx, wire.MethodSubmitGradient, g, &r)
 }
 
-// FinalizeRound forces the current round closed where K are accepted, and
-// says per fragment why not otherwise.
-func (c *Client) FinalizeRound(ctx context.Context, taskID string) (*wire.FinalizeResult, error) {
+// FinalizeRound asks the node to commit what the round's rules allow now
+// (signed by the run's elected syncer), and says per fragment why not
+// otherwise. A refusal still returns the per-fragment result.
+func (c *Client) FinalizeRound(ctx context.Context, p *wire.FinalizeParams) (*wire.FinalizeResult, error) {
 	var r wire.FinalizeResult
-	return &r, c.Call(ctx, wire.MethodFinalizeRound, wire.TaskIDParams{TaskID: taskID}, &r)
+	return &r, c.Call(ctx, wire.MethodFinalizeRound, p, &r)
 }
 
 // GetWeights returns a fragment's current weights (safetensors).
