@@ -220,7 +220,7 @@ func (s *strictScanner) number() error {
 	lit := string(s.b[start:s.i])
 	if isInt {
 		digits := strings.TrimPrefix(lit, "-")
-		if len(digits) > 16 {
+		if len(digits) >= 16 {
 			v, err := strconv.ParseUint(digits, 10, 64)
 			if err != nil || v > MaxExactInt {
 				return fmt.Errorf("%s: integer %s is outside ±2^53 (%d): its canonical RFC 8785 form would be a different number", s.where(), truncate(lit), int64(MaxExactInt))
