@@ -316,7 +316,9 @@ func (s *Server) parse(body []byte) (int, []*jrpc2.ParsedRequest, []byte) {
 	return http.StatusOK, reqs, nil
 }
 
-func (s *Server) tooLarge(w http.ResponseWriter, n int64) { s.tooLargeLimit(w, n, s.opts.MaxRequestBytes) }
+func (s *Server) tooLarge(w http.ResponseWriter, n int64) {
+	s.tooLargeLimit(w, n, s.opts.MaxRequestBytes)
+}
 
 func (s *Server) tooLargeLimit(w http.ResponseWriter, n, limit int64) {
 	size := "body"
