@@ -305,6 +305,20 @@ func (s *Server) methods() handler.Map {
 			return svc.SubmitElectionProof(ctx, p)
 		}),
 
+		wire.MethodCancelRun: typed(s, wire.MethodCancelRun, paramsRequired, func(p *wire.CancelRunParams) string {
+			if m := needTask(p.TaskID); m != "" {
+				return m
+			}
+			return signedMissing(p.Signed)
+		}, func(ctx context.Context, p *wire.CancelRunParams) (any, error) { return svc.CancelRun(ctx, p) }),
+
+		wire.MethodUnbondSyncer: typed(s, wire.MethodUnbondSyncer, paramsRequired, func(p *wire.UnbondParams) string {
+			if m := first("did", p.DID); m != "" {
+				return m
+			}
+			return signedMissing(p.Signed)
+		}, func(ctx context.Context, p *wire.UnbondParams) (any, error) { return svc.Unbond(ctx, p) }),
+
 		wire.MethodListSyncers: typed(s, wire.MethodListSyncers, paramsNone, nil, func(ctx context.Context, _ *empty) (any, error) {
 			c, err := svc.ListSyncers(ctx)
 			return nonNil(c), err

@@ -10,7 +10,10 @@ import (
 
 	"github.com/tenzro/train/store"
 	"github.com/tenzro/train/syncer"
+	"github.com/tenzro/train/syncer/election"
+	"github.com/tenzro/train/syncer/vrf"
 	"github.com/tenzro/train/wire"
+	"github.com/tenzro/train/wire/did"
 	"github.com/tenzro/train/wire/safetensors"
 )
 
@@ -260,5 +263,166 @@ func TestZeroAmountsAndDuplicateMembersRefused(t *testing.T) {
 	var raw json.RawMessage = []byte(`{"a":1,"b":{"c":[1,{"d":2,"d":3}]}}`)
 	if err := wire.CheckStrictJSON(raw, wire.StrictJSONOptions{}); err == nil || !strings.Contains(err.Error(), `duplicate member "d" in object b.c[1]`) {
 		t.Fatalf("nested duplicate: %v", err)
+	}
+}
+
+// Finding 8: a run that never fills kept its escrow (and the stakes of the
+// trainers who did enrol) locked forever.
+func TestCancelAndExpiryRefundEscrowAndStakes(t *testing.T) {
+	for _, how := range []string{"sponsor", "expiry"} {
+		t.Run(how, func(t *testing.T) {
+			kv, _ := store.OpenInMemory()
+			h := newHarness(t, kv)
+			sp := h.sponsor.DID.String()
+			h.faucet(sp, "2000000000000000000000")
+			if err := h.post(spec(h.task, sp, 8, 6, 2, 2), initWeights(t, 2, 16)); err != nil {
+				t.Fatal(err)
+			}
+			for i := 0; i < 3; i++ { // 3 of M=8: the run never starts
+				h.faucet(h.tr[i].DID.String(), "1000")
+				if err := h.enroll(i, "700"); err != nil {
+					t.Fatal(err)
+				}
+			}
+			cancel := func(k int) error {
+				p := &wire.CancelRunParams{TaskID: h.task}
+				p.Nonce = h.nextNonce()
+				p.Signature = []*did.Key{h.sponsor, h.tr[0]}[k].Sign(p.Preimage(sp))
+				_, err := h.node.CancelRun(h.ctx, p)
+				h.conserve("cancel")
+				return err
+			}
+			if err := cancel(1); syncer.KindOf(err) != syncer.KindUnauthorized {
+				t.Fatalf("cancel signed by a trainer: %v", err)
+			}
+			if how == "sponsor" {
+				if err := cancel(0); err != nil {
+					t.Fatal(err)
+				}
+			} else {
+				if v := h.run(); v.EnrollDeadlineMs != h.now.UnixMilli()+wire.DefaultEnrollWindowMs {
+					t.Fatalf("enroll deadline %d", v.EnrollDeadlineMs)
+				}
+				h.now = h.now.Add(7*24*time.Hour - time.Second)
+				if err := h.node.Tick(h.ctx); err != nil || h.run().Status != wire.StatusAwaiting {
+					t.Fatalf("expired early: %v %s", err, h.run().Status)
+				}
+				h.now = h.now.Add(time.Second)
+				if err := h.node.Tick(h.ctx); err != nil {
+					t.Fatal(err)
+				}
+				h.conserve("expiry")
+			}
+			v := h.run()
+			if v.Status != wire.StatusCancelled || v.CancelReason == "" || v.Escrow != "0" {
+				t.Fatalf("after %s: status %s (%s), escrow %s", how, v.Status, v.CancelReason, v.Escrow)
+			}
+			if b, _ := h.node.Balance(h.ctx, sp); b.Balance != "2000000000000000000000" {
+				t.Fatalf("sponsor balance %s", b.Balance)
+			}
+			for i := 0; i < 3; i++ {
+				if b, _ := h.node.Balance(h.ctx, h.tr[i].DID.String()); b.Balance != "1000" {
+					t.Fatalf("trainer %d balance %s", i, b.Balance)
+				}
+			}
+			if err := cancel(0); syncer.KindOf(err) != syncer.KindConflict {
+				t.Fatalf("second cancel: %v", err)
+			}
+			h.faucet(h.tr[4].DID.String(), "10")
+			if err := h.enroll(4, "1"); syncer.KindOf(err) != syncer.KindConflict {
+				t.Fatalf("enrol in a cancelled run: %v", err)
+			}
+		})
+	}
+	// A started run cannot be cancelled.
+	h := startedRun(t, 1)
+	p := &wire.CancelRunParams{TaskID: h.task}
+	p.Nonce = h.nextNonce()
+	p.Signature = h.sponsor.Sign(p.Preimage(h.sponsor.DID.String()))
+	if _, err := h.node.CancelRun(h.ctx, p); syncer.KindOf(err) != syncer.KindConflict {
+		t.Fatalf("cancel a running run: %v", err)
+	}
+}
+
+// Finding 8: there was no way to withdraw syncer stake.
+func TestSyncerUnbondingWithDelay(t *testing.T) {
+	kv, _ := store.OpenInMemory()
+	h := newHarness(t, kv)
+	remote := key(t, did.KindMachine, 99)
+	rd := remote.DID.String()
+	h.faucet(rd, "5000")
+	rp := &wire.RegisterSyncerParams{DID: rd, Stake: "3000"}
+	rp.Nonce = h.nextNonce()
+	rp.Signature = remote.Sign(rp.Preimage())
+	if _, err := h.node.RegisterSyncer(h.ctx, rp); err != nil {
+		t.Fatal(err)
+	}
+	unbond := func(k *did.Key) (*wire.SyncerCandidate, error) {
+		p := &wire.UnbondParams{DID: rd}
+		p.Nonce = h.nextNonce()
+		p.Signature = k.Sign(p.Preimage())
+		c, err := h.node.Unbond(h.ctx, p)
+		h.conserve("unbond")
+		return c, err
+	}
+	if _, err := unbond(h.tr[0]); syncer.KindOf(err) != syncer.KindUnauthorized {
+		t.Fatalf("unbond signed by another key: %v", err)
+	}
+	c, err := unbond(remote)
+	if err != nil || !c.Unbonding || c.ReleaseMs != h.now.Add(syncer.DefaultUnbondingDelay).UnixMilli() {
+		t.Fatalf("unbond: %+v %v", c, err)
+	}
+	if b, _ := h.node.Balance(h.ctx, rd); b.Balance != "2000" {
+		t.Fatalf("balance during unbonding %s (the stake must stay locked)", b.Balance)
+	}
+	if _, err := unbond(remote); syncer.KindOf(err) != syncer.KindConflict {
+		t.Fatalf("second unbond: %v", err)
+	}
+	// An unbonding candidate with a valid proof is not elected.
+	h.faucet(h.sponsor.DID.String(), "2000000000000000000000")
+	if err := h.post(spec(h.task, h.sponsor.DID.String(), 2, 1, 1, 1), initWeights(t, 1, 4)); err != nil {
+		t.Fatal(err)
+	}
+	proof, _ := vrf.Prove(remote.Priv, election.Alpha(h.task, h.run().SpecHash))
+	pp := &wire.ElectionProofParams{TaskID: h.task, DID: rd, Proof: proof}
+	pp.Nonce = h.nextNonce()
+	pp.Signature = remote.Sign(pp.Preimage())
+	if _, err := h.node.SubmitElectionProof(h.ctx, pp); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 2; i++ {
+		h.faucet(h.tr[i].DID.String(), "10")
+		if err := h.enroll(i, "1"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if el := h.run().Election; el == nil || len(el.Candidates) != 1 || el.Winner == rd {
+		t.Fatalf("election with an unbonding candidate: %+v", el)
+	}
+	// The elected syncer of a running run cannot unbond.
+	p := &wire.UnbondParams{DID: h.syncerKey().DID.String()}
+	p.Nonce = h.nextNonce()
+	p.Signature = h.syncerKey().Sign(p.Preimage())
+	if _, err := h.node.Unbond(h.ctx, p); syncer.KindOf(err) != syncer.KindConflict || !strings.Contains(err.Error(), "elected syncer") {
+		t.Fatalf("unbond while elected: %v", err)
+	}
+	// Released after the delay, not before.
+	h.now = h.now.Add(syncer.DefaultUnbondingDelay - time.Millisecond)
+	if err := h.node.Tick(h.ctx); err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := h.node.Balance(h.ctx, rd); b.Balance != "2000" {
+		t.Fatalf("released early: %s", b.Balance)
+	}
+	h.now = h.now.Add(time.Millisecond)
+	if err := h.node.Tick(h.ctx); err != nil {
+		t.Fatal(err)
+	}
+	h.conserve("release")
+	if b, _ := h.node.Balance(h.ctx, rd); b.Balance != "5000" {
+		t.Fatalf("after the delay: %s", b.Balance)
+	}
+	if cs, _ := h.node.ListSyncers(h.ctx); len(cs) != 1 || cs[0].DID == rd {
+		t.Fatalf("candidates after release: %+v", cs)
 	}
 }

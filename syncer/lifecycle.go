@@ -62,7 +62,8 @@ func (n *Node) PostTask(ctx context.Context, p *wire.PostTaskParams) (*wire.Post
 	if len(p.InitWeights) > 0 {
 		wh = wire.SumBytes(p.InitWeights)
 	}
-	r := &runState{Spec: canon, SpecHash: specHash, Status: wire.StatusAwaiting, Rule: rule, Verifiers: verifiers, Outer: outer, spec: spec}
+	r := &runState{Spec: canon, SpecHash: specHash, Status: wire.StatusAwaiting, Rule: rule, Verifiers: verifiers, Outer: outer, spec: spec,
+		PostedMs: n.now().UnixMilli()}
 	r.Plugins = pluginSet(rule, outer, verifiers)
 
 	n.mu.Lock()
@@ -513,6 +514,10 @@ func (n *Node) elect(ctx context.Context, r *runState) (*wire.Election, error) {
 			continue
 		} else if err != nil {
 			return nil, err
+		}
+		if c.Unbonding {
+			n.log.Info("election: candidate is unbonding, not entered", "task", r.spec.TaskID, "candidate", c.DID)
+			continue
 		}
 		es = append(es, election.Entrant{DID: c.DID, Key: d.Key, Stake: bigOf(c.Stake), Proof: proof})
 	}

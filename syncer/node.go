@@ -285,7 +285,10 @@ func (n *Node) GetRun(ctx context.Context, task string) (*wire.RunView, error) {
 	}
 	v := &wire.RunView{TaskID: r.spec.TaskID, TaskSpec: r.Spec, SpecHash: r.SpecHash, Status: r.Status, Round: r.Round,
 		RoundStartedMs: r.RoundMs, Syncer: r.Syncer, Election: r.Election, TrainerMetrics: map[string]wire.TrainerMetrics{},
-		RoundRoots: r.Roots, HasWeights: r.HasInit}
+		RoundRoots: r.Roots, HasWeights: r.HasInit, CancelReason: r.CancelReason}
+	if r.Status == wire.StatusAwaiting && r.PostedMs > 0 {
+		v.EnrollDeadlineMs = r.PostedMs + r.spec.EnrollWindow()
+	}
 	if v.RoundRoots == nil {
 		v.RoundRoots = []wire.Hash{}
 	}
@@ -411,7 +414,7 @@ func (n *Node) Tick(ctx context.Context) error {
 		var st struct {
 			Status string `json:"status"`
 		}
-		if json.Unmarshal(v, &st) == nil && st.Status == wire.StatusRunning {
+		if json.Unmarshal(v, &st) == nil && (st.Status == wire.StatusRunning || st.Status == wire.StatusAwaiting) {
 			tasks = append(tasks, string(k))
 		}
 		return nil
@@ -427,6 +430,9 @@ func (n *Node) Tick(ctx context.Context) error {
 		if err := n.tickRun(ctx, task); err != nil {
 			errs = append(errs, fmt.Errorf("run %s: %w", task, err))
 		}
+	}
+	if err := n.releaseUnbonded(ctx); err != nil {
+		errs = append(errs, fmt.Errorf("unbonding: %w", err))
 	}
 	return errors.Join(errs...)
 }

@@ -41,6 +41,9 @@ type Config struct {
 	Role   string
 	Clock  func() time.Time
 	Logger *slog.Logger
+	// UnbondingDelay is how long a withdrawn syncer stake stays locked in
+	// its unbonding account (DefaultUnbondingDelay when 0).
+	UnbondingDelay time.Duration
 	// Announce, when set, is called after each round transition (gossip).
 	Announce func(ctx context.Context, ev Event)
 }

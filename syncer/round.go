@@ -380,10 +380,16 @@ func (n *Node) tickRun(ctx context.Context, task string) error {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	r, err := n.load(ctx, task)
-	if err != nil || r.Status != wire.StatusRunning {
+	if err != nil {
 		return err
 	}
 	now := n.now().UnixMilli()
+	if r.Status == wire.StatusAwaiting {
+		return n.maybeExpire(ctx, r, now)
+	}
+	if r.Status != wire.StatusRunning {
+		return nil
+	}
 	var b Batch
 	for i, fs := range r.Fragments {
 		if !fs.Committed && fs.KthMs > 0 && now > fs.KthMs+r.spec.GraceWindowMs {

@@ -287,6 +287,10 @@ func (p *RegisterSyncerParams) Preimage() []byte {
 type SyncerCandidate struct {
 	DID   string `json:"did"`
 	Stake string `json:"stake"`
+	// Unbonding is set once the candidate asked to withdraw: it is no
+	// longer elected, and its stake returns at ReleaseMs (Unix ms).
+	Unbonding bool  `json:"unbonding,omitempty"`
+	ReleaseMs int64 `json:"release_ms,omitempty"`
 }
 
 // NodeInfo answers tenzro_node_info.
@@ -378,4 +382,47 @@ type ElectionProofResult struct {
 	TaskID string   `json:"task_id"`
 	DID    string   `json:"did"`
 	Output HexBytes `json:"output"`
+}
+
+// RPC methods added for run cancellation and syncer unbonding (issue 8).
+const (
+	MethodCancelRun    = "tenzro_training_cancelRun"
+	MethodUnbondSyncer = "tenzro_syncer_unbond"
+)
+
+// CancelRunParams is tenzro_training_cancelRun: the sponsor cancels a run
+// that has not started; the escrow and every enrolled trainer's stake are
+// refunded.
+type CancelRunParams struct {
+	TaskID string `json:"task_id"`
+	Signed
+}
+
+// Preimage is the signing preimage (signer: the spec's sponsor_did).
+func (p *CancelRunParams) Preimage(sponsor string) []byte {
+	return RequestPreimage(MethodCancelRun, sponsor, p.Nonce, func(c *Canon) { c.Str(p.TaskID) })
+}
+
+// CancelRunResult answers cancelRun.
+type CancelRunResult struct {
+	TaskID string `json:"task_id"`
+	Status string `json:"status"`
+	// Refunded is the escrow returned to the sponsor (attoTNZO).
+	Refunded string `json:"refunded"`
+	// StakesRefunded is the number of trainers whose stake was returned.
+	StakesRefunded int `json:"stakes_refunded"`
+}
+
+// UnbondParams is tenzro_syncer_unbond: a candidate withdraws its whole
+// syncer stake. The stake moves to an unbonding account at once, the
+// candidate is no longer elected, and the stake returns to the DID after the
+// node's unbonding delay.
+type UnbondParams struct {
+	DID string `json:"did"`
+	Signed
+}
+
+// Preimage is the signing preimage.
+func (p *UnbondParams) Preimage() []byte {
+	return RequestPreimage(MethodUnbondSyncer, p.DID, p.Nonce, nil)
 }

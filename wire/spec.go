@@ -96,6 +96,24 @@ type TaskSpec struct {
 	MinStake string `json:"min_stake,omitempty"`
 	// RobustRequiresVerified makes a non-Mean rule require tier Verified or above.
 	RobustRequiresVerified bool `json:"robust_requires_verified,omitempty"`
+	// EnrollWindowMs is how long after posting a run may wait for M
+	// trainers (and its initial weights); past it the run expires and the
+	// escrow and stakes are refunded (default 7 days, at most 90 days).
+	EnrollWindowMs int64 `json:"enroll_window_ms,omitempty"`
+}
+
+// Enrolment window bounds.
+const (
+	DefaultEnrollWindowMs = 7 * 24 * 3600 * 1000
+	MaxEnrollWindowMs     = 90 * 24 * 3600 * 1000
+)
+
+// EnrollWindow returns the enrolment window in ms (default 7 days).
+func (s *TaskSpec) EnrollWindow() int64 {
+	if s.EnrollWindowMs > 0 {
+		return s.EnrollWindowMs
+	}
+	return DefaultEnrollWindowMs
 }
 
 var taskIDRe = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._:-]*$`)
@@ -156,6 +174,8 @@ func (s *TaskSpec) Validate() error {
 		return fmt.Errorf("spec: grace_window_ms is %d, want 0..%d", s.GraceWindowMs, MaxGraceMillis)
 	case s.RoundDeadlineMs < 0:
 		return fmt.Errorf("spec: round_deadline_ms is %d, want ≥ 0", s.RoundDeadlineMs)
+	case s.EnrollWindowMs < 0 || s.EnrollWindowMs > MaxEnrollWindowMs:
+		return fmt.Errorf("spec: enroll_window_ms is %d, want 0 (default 7 days)..%d", s.EnrollWindowMs, MaxEnrollWindowMs)
 	case s.ShardCount < 0:
 		return fmt.Errorf("spec: shard_count is %d, want ≥ 0", s.ShardCount)
 	}

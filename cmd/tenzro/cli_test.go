@@ -119,6 +119,15 @@ func (f *cliFake) FinalizeRound(_ context.Context, p *wire.FinalizeParams) (*wir
 	return &wire.FinalizeResult{TaskID: task, Round: 1, Status: wire.StatusRunning,
 		Fragments: []wire.FragmentStatus{{Index: 0, Accepted: 6, Committed: true}, {Index: 1, Accepted: 2, Reason: "2 of K=6 accepted"}}}, nil
 }
+func (f *cliFake) CancelRun(_ context.Context, p *wire.CancelRunParams) (*wire.CancelRunResult, error) {
+	return &wire.CancelRunResult{TaskID: p.TaskID, Status: wire.StatusCancelled, Refunded: "1000", StakesRefunded: 2}, nil
+}
+func (f *cliFake) Unbond(_ context.Context, p *wire.UnbondParams) (*wire.SyncerCandidate, error) {
+	if err := verify(p.DID, p.Preimage(), p.Signature); err != nil {
+		return nil, err
+	}
+	return &wire.SyncerCandidate{DID: p.DID, Stake: "5", Unbonding: true, ReleaseMs: 1764000000000}, nil
+}
 func (f *cliFake) GetWeights(_ context.Context, p wire.GetWeightsParams) (*wire.Weights, error) {
 	return &wire.Weights{TaskID: p.TaskID, FragmentIndex: p.FragmentIndex, Round: 1, Payload: []byte("safetensors-bytes")}, nil
 }
@@ -282,6 +291,14 @@ func TestSponsorAndTrainerFlow(t *testing.T) {
 	code, out, _ = e.run("train", "leave", "--task-id", "t1", "--key", e.path("t0.key"))
 	if code != 0 || !strings.Contains(out, "left") {
 		t.Fatalf("leave: %d %q", code, out)
+	}
+	code, out, errOut = e.run("train", "cancel-run", "--task-id", "t1", "--key", e.path("t0.key"))
+	if code != 0 || !strings.Contains(out, "cancelled t1: 1000 attoTNZO refunded to the sponsor, 2 trainer stake(s) refunded") {
+		t.Fatalf("cancel-run: %d %q %q", code, out, errOut)
+	}
+	code, out, errOut = e.run("syncer", "unbond", "--key", e.path("t0.key"))
+	if code != 0 || !strings.Contains(out, "unbonding "+trainer+": stake 5 is released at 2025-11-24") {
+		t.Fatalf("syncer unbond: %d %q %q", code, out, errOut)
 	}
 	code, out, _ = e.run("syncer", "register", "--stake", "5", "--key", e.path("t0.key"))
 	if code != 0 || !strings.Contains(out, "registered "+trainer) {

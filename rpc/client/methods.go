@@ -84,6 +84,18 @@ func (c *Client) FinalizeRound(ctx context.Context, p *wire.FinalizeParams) (*wi
 	return &r, c.Call(ctx, wire.MethodFinalizeRound, p, &r)
 }
 
+// CancelRun cancels a run that has not started (signed by its sponsor).
+func (c *Client) CancelRun(ctx context.Context, p *wire.CancelRunParams) (*wire.CancelRunResult, error) {
+	var r wire.CancelRunResult
+	return &r, c.Call(ctx, wire.MethodCancelRun, p, &r)
+}
+
+// Unbond withdraws a syncer candidate's stake (signed by the candidate).
+func (c *Client) Unbond(ctx context.Context, p *wire.UnbondParams) (*wire.SyncerCandidate, error) {
+	var r wire.SyncerCandidate
+	return &r, c.Call(ctx, wire.MethodUnbondSyncer, p, &r)
+}
+
 // GetWeights returns a fragment's current weights (safetensors).
 func (c *Client) GetWeights(ctx context.Context, p wire.GetWeightsParams) (*wire.Weights, error) {
 	var r wire.Weights
