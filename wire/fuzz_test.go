@@ -1,0 +1,67 @@
+package wire_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"testing"
+
+	"github.com/tenzro/train/wire"
+)
+
+const seedSpec = `{"task_id":"train-2026-04-25-timesfm-200m","sponsor_did":"did:tenzro:human:z6MkpTHR8VNsBxYAAWHut2Geadd9jSwuBV8xRoAnwWsdvktH","sponsor_address":"0x11",
+ "architecture":{"family":"timesfm","param_count":200000000,"modality":"Timeseries","fragment_count":12,
+ "dtype":"bf16","metadata":{"context_len":2048,"horizon":128}},"tier":"Open","aggregation":"Mean",
+ "trainer_count":8,"quorum":6,"inner_steps":24,"max_rounds":1024,"grace_window_ms":30000,
+ "reward_pool":"1000000000000000000000","dataset_ref":"ipfs://Qm...","dataset_hash":"0x...",
+ "min_throughput":null,"created_at":1761350400}`
+
+// FuzzParseSpec: ParseSpec never panics, and a spec it accepts round-trips:
+// its stored canonical form parses again to the same spec and the same
+// canonical bytes (issue 8, finding 4: 9223372036854775807 did not).
+func FuzzParseSpec(f *testing.F) {
+	f.Add([]byte(seedSpec))
+	f.Add([]byte(`{"task_id":"a","task_id":"b"}`))
+	f.Add([]byte(`{"created_at":9223372036854775807}`))
+	f.Add([]byte(`{"architecture":{"metadata":{"x":[1e308,-0,1.5e-7]}}}`))
+	f.Fuzz(func(t *testing.T, raw []byte) {
+		s, canon, err := wire.ParseSpec(raw)
+		if err != nil {
+			return
+		}
+		s2, canon2, err := wire.ParseSpec(canon)
+		if err != nil {
+			t.Fatalf("canonical form of an accepted spec is refused: %v\n%s", err, canon)
+		}
+		if !bytes.Equal(canon, canon2) {
+			t.Fatalf("canonical form is not stable:\n%s\n%s", canon, canon2)
+		}
+		a, _ := json.Marshal(s)
+		b, _ := json.Marshal(s2)
+		if !bytes.Equal(a, b) {
+			t.Fatalf("spec changed through its canonical form:\n%s\n%s", a, b)
+		}
+		_ = s.Validate()
+	})
+}
+
+// FuzzCheckStrictJSON: the duplicate-member scanner never panics and agrees
+// with encoding/json on what a duplicate is (a refused object has two
+// members that decode to one name).
+func FuzzCheckStrictJSON(f *testing.F) {
+	f.Add([]byte(`{"a":1,"b":[{"c":"\u0061","c":2}]}`))
+	f.Add([]byte(`[1,{"x":{"y":{}}},"\"",-1e3]`))
+	f.Add([]byte(`{"a\u0000":1,"a":2}`))
+	f.Fuzz(func(t *testing.T, raw []byte) {
+		if !json.Valid(raw) {
+			return
+		}
+		err := wire.CheckStrictJSON(raw, wire.StrictJSONOptions{ExactIntegers: true})
+		if err == nil {
+			// No duplicates: re-encoding through a map keeps every member.
+			var v any
+			if json.Unmarshal(raw, &v) != nil {
+				t.Fatal("valid JSON did not decode")
+			}
+		}
+	})
+}
