@@ -1,7 +1,9 @@
 package syncer_test
 
 import (
+	"context"
 	"encoding/json"
+	"fmt"
 	"math"
 	"math/big"
 	"strings"
@@ -317,8 +319,10 @@ func TestCancelAndExpiryRefundEscrowAndStakes(t *testing.T) {
 			if v.Status != wire.StatusCancelled || v.CancelReason == "" || v.Escrow != "0" {
 				t.Fatalf("after %s: status %s (%s), escrow %s", how, v.Status, v.CancelReason, v.Escrow)
 			}
-			if b, _ := h.node.Balance(h.ctx, sp); b.Balance != "2000000000000000000000" {
-				t.Fatalf("sponsor balance %s", b.Balance)
+			// Everything comes back but the burned posting fee.
+			want := new(big.Int).Sub(bigInt(t, "2000000000000000000000"), h.node.PostingFee())
+			if b, _ := h.node.Balance(h.ctx, sp); b.Balance != want.String() {
+				t.Fatalf("sponsor balance %s, want %s", b.Balance, want)
 			}
 			for i := 0; i < 3; i++ {
 				if b, _ := h.node.Balance(h.ctx, h.tr[i].DID.String()); b.Balance != "1000" {
@@ -424,5 +428,82 @@ func TestSyncerUnbondingWithDelay(t *testing.T) {
 	}
 	if cs, _ := h.node.ListSyncers(h.ctx); len(cs) != 1 || cs[0].DID == rd {
 		t.Fatalf("candidates after release: %+v", cs)
+	}
+}
+
+// Issue 8, finding 2 (cost half): posting and publishing were free, so an
+// attacker with no funds could make the node probe plugins at will.
+func TestPostingAndPublishingCostAndAreRateLimited(t *testing.T) {
+	kv, _ := store.OpenInMemory()
+	h := newHarness(t, kv)
+	sp := h.sponsor.DID.String()
+	// No funds: refused before the rule is resolved, nothing stored.
+	before := snapshot(t, h)
+	if err := h.post(spec(h.task, sp, 8, 6, 2, 2), nil); syncer.KindOf(err) != syncer.KindFunds || !strings.Contains(err.Error(), "posting fee") {
+		t.Fatalf("post without funds: %v", err)
+	}
+	if snapshot(t, h) != before {
+		t.Fatal("refused post changed state")
+	}
+	h.faucet(sp, "2000000000000000000000")
+	if err := h.post(spec(h.task, sp, 8, 6, 2, 2), nil); err != nil {
+		t.Fatal(err)
+	}
+	want := new(big.Int).Sub(bigInt(t, "1000000000000000000000"), h.node.PostingFee())
+	if b, _ := h.node.Balance(h.ctx, sp); b.Balance != want.String() {
+		t.Fatalf("balance after posting %s, want %s (reward escrowed, fee burned)", b.Balance, want)
+	}
+	// Rate limit: 10 posts per DID per minute.
+	small := func(i int) []byte {
+		s := strings.Replace(string(spec(fmt.Sprintf("t-%d", i), sp, 8, 6, 2, 2)), `"reward_pool":"1000000000000000000000"`, `"reward_pool":"1"`, 1)
+		return []byte(s)
+	}
+	for i := 0; i < 9; i++ {
+		if err := h.post(small(i), nil); err != nil {
+			t.Fatalf("post %d: %v", i, err)
+		}
+	}
+	if err := h.post(small(9), nil); syncer.KindOf(err) != syncer.KindConflict || !strings.Contains(err.Error(), "rate limited") {
+		t.Fatalf("11th post in a minute: %v", err)
+	}
+	h.now = h.now.Add(time.Minute)
+	if err := h.post(small(9), nil); err != nil {
+		t.Fatalf("post after the window: %v", err)
+	}
+	// Publishing: unfunded DIDs never reach the module check; the fee is
+	// burned only when the publication succeeds.
+	calls := 0
+	publish := func(ok bool) func(context.Context) (*wire.PluginInfo, error) {
+		return func(context.Context) (*wire.PluginInfo, error) {
+			calls++
+			if !ok {
+				return nil, syncer.Errf(syncer.KindInvalid, "module refused")
+			}
+			return &wire.PluginInfo{Name: "x"}, nil
+		}
+	}
+	poor := h.tr[0].DID.String()
+	if _, err := h.node.GatePublish(h.ctx, poor, publish(true)); syncer.KindOf(err) != syncer.KindFunds || calls != 0 {
+		t.Fatalf("unfunded publish: %v (module checked %d times)", err, calls)
+	}
+	h.faucet(poor, "5000000000")
+	if _, err := h.node.GatePublish(h.ctx, poor, publish(false)); err == nil {
+		t.Fatal("refused module accepted")
+	}
+	if b, _ := h.node.Balance(h.ctx, poor); b.Balance != "5000000000" {
+		t.Fatalf("a refused publication was charged: %s", b.Balance)
+	}
+	if _, err := h.node.GatePublish(h.ctx, poor, publish(true)); err != nil {
+		t.Fatal(err)
+	}
+	h.conserve("publish")
+	if b, _ := h.node.Balance(h.ctx, poor); b.Balance != new(big.Int).Sub(big.NewInt(5000000000), h.node.PublishFee()).String() {
+		t.Fatalf("publication fee not burned: %s", b.Balance)
+	}
+	for i := 2; i < 10; i++ {
+		_, _ = h.node.GatePublish(h.ctx, poor, publish(false))
+	}
+	if _, err := h.node.GatePublish(h.ctx, poor, publish(true)); !strings.Contains(fmt.Sprint(err), "rate limited") {
+		t.Fatalf("11th publication in a minute: %v", err)
 	}
 }

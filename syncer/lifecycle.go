@@ -41,6 +41,25 @@ func (n *Node) PostTask(ctx context.Context, p *wire.PostTaskParams) (*wire.Post
 	if spec.Tier != wire.TierOpen && len(spec.AttestationPolicy) == 0 {
 		return nil, Errf(KindInvalid, "spec: tier %s needs an attestation_policy", spec.Tier)
 	}
+	reward, _ := wire.ParseAmount(spec.RewardPool)
+	specHash := wire.SpecHash(canon)
+	var wh wire.Hash
+	if len(p.InitWeights) > 0 {
+		wh = wire.SumBytes(p.InitWeights)
+	}
+	// Cheap gates before anything costly (resolving the rule runs its
+	// probe): the signature, the sponsor's rate limit, and the funds for
+	// the fee and the reward. The nonce is checked again under the lock.
+	if err := did.Verify(spec.SponsorDID, p.Preimage(spec.SponsorDID, specHash, wh), p.Signature); err != nil {
+		return nil, Errf(KindUnauthorized, "bad signature: does not verify against %s", spec.SponsorDID)
+	}
+	fee := n.cfg.Fees.posting()
+	if err := n.needFunds(ctx, spec.SponsorDID, new(big.Int).Add(fee, reward), "the posting fee plus the reward pool"); err != nil {
+		return nil, err
+	}
+	if err := n.limit(n.postLimit, "postTask", spec.SponsorDID); err != nil {
+		return nil, err
+	}
 	rule, err := n.eng.ResolveRule(ctx, spec.AggregationRef(), spec.AggregationParams, spec.Quorum, spec.TrainerCount)
 	if err != nil {
 		return nil, Errf(KindInvalid, "spec: aggregation: %v", err)
@@ -55,12 +74,6 @@ func (n *Node) PostTask(ctx context.Context, p *wire.PostTaskParams) (*wire.Post
 	outer, err := n.eng.ResolveOuter(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("resolve outer step: %w", err)
-	}
-	reward, _ := wire.ParseAmount(spec.RewardPool)
-	specHash := wire.SpecHash(canon)
-	var wh wire.Hash
-	if len(p.InitWeights) > 0 {
-		wh = wire.SumBytes(p.InitWeights)
 	}
 	r := &runState{Spec: canon, SpecHash: specHash, Status: wire.StatusAwaiting, Rule: rule, Verifiers: verifiers, Outer: outer, spec: spec,
 		PostedMs: n.now().UnixMilli()}
@@ -92,6 +105,9 @@ func (n *Node) PostTask(ctx context.Context, p *wire.PostTaskParams) (*wire.Post
 		b.Set(KSMeta, datasetKeyKey(spec.TaskID), sealed)
 	}
 	lt := newLedgerTx(ctx, n.kv)
+	if err := lt.transfer(acctDID(spec.SponsorDID), acctIssuer, fee, "posting fee (burned)"); err != nil {
+		return nil, err
+	}
 	if err := lt.transfer(acctDID(spec.SponsorDID), acctEscrow(spec.TaskID), reward, "escrow reward pool"); err != nil {
 		return nil, err
 	}

@@ -36,6 +36,8 @@ type Node struct {
 	now func() time.Time
 
 	mu sync.Mutex
+
+	postLimit, publishLimit *rateLimiter
 }
 
 var _ Service = (*Node)(nil)
@@ -45,7 +47,9 @@ func NewNode(ctx context.Context, cfg Config) (*Node, error) {
 	if cfg.KV == nil || cfg.Engine == nil || cfg.Signer == nil {
 		return nil, errors.New("syncer: Config needs KV, Engine and Signer")
 	}
-	n := &Node{cfg: cfg, kv: cfg.KV, eng: cfg.Engine, log: cfg.Logger, now: cfg.Clock}
+	n := &Node{cfg: cfg, kv: cfg.KV, eng: cfg.Engine, log: cfg.Logger, now: cfg.Clock,
+		postLimit:    newRateLimiter(cfg.Fees.RateBurst, cfg.Fees.RateWindow),
+		publishLimit: newRateLimiter(cfg.Fees.RateBurst, cfg.Fees.RateWindow)}
 	if n.log == nil {
 		n.log = slog.Default()
 	}

@@ -41,6 +41,9 @@ type Config struct {
 	Role   string
 	Clock  func() time.Time
 	Logger *slog.Logger
+	// Fees sets the burned posting and publication fees and the per-DID
+	// rate limits (defaults when zero).
+	Fees FeeConfig
 	// UnbondingDelay is how long a withdrawn syncer stake stays locked in
 	// its unbonding account (DefaultUnbondingDelay when 0).
 	UnbondingDelay time.Duration
