@@ -157,4 +157,3 @@ func (n *Node) GatePublish(ctx context.Context, d string, publish func(context.C
 	}
 	return info, nil
 }
-
