@@ -247,6 +247,8 @@ func TestZeroAmountsAndDuplicateMembersRefused(t *testing.T) {
 	for _, dup := range []struct{ raw, want string }{
 		{strings.Replace(sp, `"quorum":6`, `"quorum":6,"quorum":1`, 1), `duplicate member "quorum" in the top-level object`},
 		{strings.Replace(sp, `"horizon":8`, `"horizon":8,"hori\u007aon":9`, 1), `duplicate member "horizon" in object architecture.metadata`},
+		{strings.Replace(sp, `"quorum":6`, `"Quorum":6`, 1), `unknown field "Quorum"`},
+		{strings.Replace(sp, `"fragment_count":2`, `"Fragment_Count":2`, 1), `unknown field "architecture.Fragment_Count"`},
 	} {
 		if err := h.post([]byte(dup.raw), nil); err == nil || !strings.Contains(err.Error(), dup.want) {
 			t.Fatalf("duplicate member: %v, want %q", err, dup.want)

@@ -5,7 +5,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"math/big"
+	"reflect"
 	"regexp"
+	"strings"
 
 	"github.com/gowebpki/jcs"
 )
@@ -138,6 +140,11 @@ func ParseSpec(raw []byte) (*TaskSpec, []byte, error) {
 	// as a different number (9223372036854775807 becomes
 	// 9223372036854776000, which no longer fits the field).
 	if err := CheckStrictJSON(raw, StrictJSONOptions{ExactIntegers: true}); err != nil {
+		return nil, nil, fmt.Errorf("spec: %w", err)
+	}
+	// encoding/json also matches member names case-insensitively
+	// ("ArChiteCture"): the spec's own names must be spelled exactly.
+	if err := exactNames(raw, reflect.TypeOf(s), ""); err != nil {
 		return nil, nil, fmt.Errorf("spec: %w", err)
 	}
 	canon, err := jcs.Transform(raw)
@@ -285,4 +292,40 @@ func ParseDIDLike(s string) (string, error) {
 		return "", fmt.Errorf("%q is not a did:tenzro DID", trunc(s))
 	}
 	return s, nil
+}
+
+// exactNames checks that every member of the JSON object raw is exactly the
+// JSON name of a field of struct type t, recursing into struct-typed fields
+// (free-form members such as metadata are json.RawMessage and not entered).
+func exactNames(raw []byte, t reflect.Type, path string) error {
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	if t.Kind() != reflect.Struct {
+		return nil
+	}
+	var members map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &members); err != nil {
+		return nil // null or not an object: the decoder already judged it
+	}
+	fields := map[string]reflect.Type{}
+	for i := 0; i < t.NumField(); i++ {
+		f := t.Field(i)
+		name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+		if f.IsExported() && name != "" && name != "-" {
+			fields[name] = f.Type
+		}
+	}
+	for name, v := range members {
+		ft, ok := fields[name]
+		if !ok {
+			return fmt.Errorf("unknown field %q (member names are exact-case)", path+name)
+		}
+		if ft != reflect.TypeOf(json.RawMessage(nil)) {
+			if err := exactNames(v, ft, path+name+"."); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }
