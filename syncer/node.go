@@ -398,13 +398,18 @@ func (n *Node) GetReceipt(ctx context.Context, task string) (*wire.Receipt, erro
 func (n *Node) Run(ctx context.Context) error {
 	t := time.NewTicker(100 * time.Millisecond)
 	defer t.Stop()
+	var lastErr string
+	var lastLog time.Time
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-t.C:
-			if err := n.Tick(ctx); err != nil && ctx.Err() == nil {
+			// The same failure (an unreadable run, say) is logged once a
+			// minute, not ten times a second.
+			if err := n.Tick(ctx); err != nil && ctx.Err() == nil && (err.Error() != lastErr || time.Since(lastLog) > time.Minute) {
 				n.log.Error("round timer", "err", err)
+				lastErr, lastLog = err.Error(), time.Now()
 			}
 		}
 	}
