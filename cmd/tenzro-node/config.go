@@ -13,6 +13,8 @@ import (
 	"github.com/knadh/koanf/v2"
 	"github.com/spf13/pflag"
 	"go.yaml.in/yaml/v3"
+
+	"github.com/tenzro/train/rpc"
 )
 
 // maxConfigBytes bounds a --config file.
@@ -36,13 +38,17 @@ type Config struct {
 	LogFormat       string   `koanf:"log-format"`
 	Enclave         string   `koanf:"enclave"`
 	TDXCollateral   string   `koanf:"tdx-collateral"`
+	// LargeMinRate and LargeGraceMs set the minimum transfer rate of large
+	// request bodies (rpc.Options.LargeMinRate, LargeGrace).
+	LargeMinRate int64 `koanf:"large-min-rate"`
+	LargeGraceMs int64 `koanf:"large-grace-ms"`
 }
 
 // configKeys are the keys a config file may set (the flag names).
 var configKeys = map[string]bool{
 	"role": true, "data-dir": true, "listen-addr": true, "rpc-addr": true, "boot-nodes": true, "dev": true,
 	"node-key": true, "engine": true, "max-request-bytes": true, "metrics-addr": true, "log-level": true, "log-format": true,
-	"enclave": true, "tdx-collateral": true,
+	"enclave": true, "tdx-collateral": true, "large-min-rate": true, "large-grace-ms": true,
 }
 
 // fileProvider reads a config file with a size limit (koanf.Provider).
@@ -151,6 +157,8 @@ func defaults() Config {
 		LogLevel:        "info",
 		LogFormat:       "text",
 		Enclave:         "auto",
+		LargeMinRate:    rpc.DefaultLargeMinRate,
+		LargeGraceMs:    rpc.DefaultLargeGrace.Milliseconds(),
 	}
 }
 
@@ -191,6 +199,8 @@ func (c *Config) validate() error {
 		return errors.New("rpc-addr is empty")
 	case c.MaxRequestBytes < 1<<20 || c.MaxRequestBytes > 4<<30:
 		return fmt.Errorf("max-request-bytes %d: want 1 MiB .. 4 GiB", c.MaxRequestBytes)
+	case c.LargeMinRate < 1 || c.LargeGraceMs < 0:
+		return fmt.Errorf("large-min-rate %d / large-grace-ms %d: want a rate ≥ 1 byte/s and a grace ≥ 0", c.LargeMinRate, c.LargeGraceMs)
 	case c.LogFormat != "text" && c.LogFormat != "json":
 		return fmt.Errorf("log-format %q: want text or json", c.LogFormat)
 	}

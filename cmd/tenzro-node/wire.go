@@ -144,6 +144,8 @@ func runNode(ctx context.Context, cfg Config, log *slog.Logger) (err error) {
 
 	opts := rpc.Options{
 		MaxRequestBytes: cfg.MaxRequestBytes,
+		LargeMinRate:    cfg.LargeMinRate,
+		LargeGrace:      time.Duration(cfg.LargeGraceMs) * time.Millisecond,
 		Logger:          log.With("component", "rpc"),
 		VerifyReceipt: func(receipt, root []byte) (byte, string) {
 			if err := syncer.CheckReceipt(receipt, root); err != nil {
