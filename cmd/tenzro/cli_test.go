@@ -288,6 +288,12 @@ func TestSponsorAndTrainerFlow(t *testing.T) {
 		t.Fatalf("finalize: %d %q %q", code, out, errOut)
 	}
 
+	// Without --key nothing is signed: the command only watches the round.
+	code, _, errOut = e.run("train", "finalize-round", "--task-id", "t1", "--wait", "0")
+	if code != 1 || !strings.Contains(errOut, "only the elected syncer may finalize") || !strings.Contains(errOut, "did not close within 0s") {
+		t.Fatalf("finalize without key: %d %q", code, errOut)
+	}
+
 	code, out, _ = e.run("train", "leave", "--task-id", "t1", "--key", e.path("t0.key"))
 	if code != 0 || !strings.Contains(out, "left") {
 		t.Fatalf("leave: %d %q", code, out)
