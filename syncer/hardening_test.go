@@ -136,6 +136,39 @@ func TestSpecIntegersMustRoundTrip(t *testing.T) {
 	}
 }
 
+// Finding 4, "also after a restart": the same with a Pebble store reopened.
+func TestCorruptRunSurvivesRestart(t *testing.T) {
+	dir := t.TempDir()
+	db, err := store.Open(context.Background(), dir, store.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := newHarness(t, db)
+	h.faucet(h.sponsor.DID.String(), "2000000000000000000000")
+	if err := h.post(spec(h.task, h.sponsor.DID.String(), 8, 6, 2, 2), initWeights(t, 2, 16)); err != nil {
+		t.Fatal(err)
+	}
+	var b syncer.Batch
+	b.Set(syncer.KSRuns, []byte("bad-run"), []byte(`{"spec":{"created_at":9223372036854776000},"status":"awaiting_enrollment"}`))
+	if err := db.Commit(h.ctx, &b); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	db, err = store.Open(context.Background(), dir, store.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	h.kv = db
+	h.open()
+	runs, err := h.node.ListRuns(h.ctx, wire.ListRunsParams{})
+	if err != nil || len(runs) != 1 || runs[0].TaskID != h.task {
+		t.Fatalf("listRuns after a restart with a corrupt record: %+v %v", runs, err)
+	}
+}
+
 // Finding 6 (the node's half): NaN and Inf were accepted by default.
 func TestFiniteVerifierIsAlwaysOn(t *testing.T) {
 	h := startedRun(t, 1) // the spec lists no verifier
