@@ -260,6 +260,15 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeRaw(w, http.StatusBadRequest, rawError(nil, newError(CodeInvalidRequest, nil, "reading request body: %v", err)))
 		return
 	}
+	// Two members with one name in the envelope ("method" twice): encoding/json
+	// keeps the last, another reader the first. Params are checked (with
+	// their own path in the message) when they are decoded.
+	// Other scan errors are left to the parser below, which says precisely
+	// what is malformed.
+	if err := wire.CheckStrictJSON(body, wire.StrictJSONOptions{TopLevelOnly: true}); errors.Is(err, wire.ErrDuplicateMember) {
+		writeRaw(w, http.StatusOK, rawError(nil, newError(CodeInvalidRequest, nil, "invalid request: %v", err)))
+		return
+	}
 	var reqs []*jrpc2.ParsedRequest
 	if int64(len(body)) > s.opts.LargeRequestBytes {
 		if req, refID, ok := parseLarge(body, &s.stash); ok {

@@ -126,6 +126,8 @@ func testErrorPaths(t *testing.T, opts rpc.Options) {
 		{"wrong version", `{"jsonrpc":"1.0","id":1,"method":"tenzro_node_info"}`, 200, -32600, "version"},
 		{"unknown method", call("tenzro_nope", `{}`), 200, -32601, `"tenzro_nope" not found`},
 		{"unknown field", call(wire.MethodGetRun, `{"task_id":"t1","extra":1}`), 200, -32602, `unknown field "extra"`},
+		{"duplicate envelope member", `{"jsonrpc":"2.0","id":1,"method":"tenzro_node_info","method":"tenzro_training_getRun"}`, 200, -32600, `duplicate member "method" in the top-level object`},
+		{"duplicate member in a batch element", `[{"jsonrpc":"2.0","id":1,"id":2,"method":"tenzro_node_info"}]`, 200, -32600, `duplicate member "id"`},
 		{"duplicate member", call(wire.MethodGetRun, `{"task_id":"t1","task_id":"t2"}`), 200, -32602, `duplicate member "task_id" in the top-level object`},
 		{"duplicate nested member", call(wire.MethodPostTask, `{"spec":{"a":1,"a":2},"nonce":1,"signature":"00"}`), 200, -32602, `duplicate member "a" in object spec`},
 		{"wrong type", call(wire.MethodGetWeights, `{"task_id":"t1","fragment_index":"one"}`), 200, -32602, "fragment_index"},

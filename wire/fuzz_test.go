@@ -3,6 +3,7 @@ package wire_test
 import (
 	"bytes"
 	"encoding/json"
+	"strings"
 	"testing"
 
 	"github.com/gowebpki/jcs"
@@ -55,7 +56,12 @@ func FuzzCheckStrictJSON(f *testing.F) {
 	f.Add([]byte(`{"a":1,"b":[{"c":"\u0061","c":2}]}`))
 	f.Add([]byte(`[1,{"x":{"y":{}}},"\"",-1e3]`))
 	f.Add([]byte(`{"a\u0000":1,"a":2}`))
+	f.Add([]byte(`[1}`))
+	f.Add([]byte(`{"a":1 "b":2}`))
 	f.Fuzz(func(t *testing.T, raw []byte) {
+		// Any input: it must terminate without panicking (the RPC server
+		// scans bodies before parsing them).
+		_ = wire.CheckStrictJSON(raw, wire.StrictJSONOptions{TopLevelOnly: true})
 		if !json.Valid(raw) {
 			return
 		}
@@ -68,4 +74,11 @@ func FuzzCheckStrictJSON(f *testing.F) {
 			}
 		}
 	})
+}
+
+func TestCheckStrictJSONDeepNesting(t *testing.T) {
+	deep := bytes.Repeat([]byte("["), 5<<20)
+	if err := wire.CheckStrictJSON(deep, wire.StrictJSONOptions{}); err == nil || !strings.Contains(err.Error(), "nested deeper") {
+		t.Fatalf("5M open brackets: %v", err)
+	}
 }

@@ -2,10 +2,14 @@ package wire
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
 )
+
+// ErrDuplicateMember is wrapped by CheckStrictJSON's duplicate-name errors.
+var ErrDuplicateMember = errors.New("duplicate member")
 
 // MaxExactInt is the largest integer magnitude a JSON number may have in a
 // spec: 2^53, the last integer every IEEE-754 double (and so every RFC 8785
@@ -18,6 +22,10 @@ type StrictJSONOptions struct {
 	// ExactIntegers refuses integer literals with |x| > MaxExactInt and
 	// numbers whose canonical (double) form is not the integer they spell.
 	ExactIntegers bool
+	// TopLevelOnly checks member names only in the top-level object and in
+	// objects that are elements of a top-level array (a JSON-RPC envelope or
+	// batch); nested values are skipped over.
+	TopLevelOnly bool
 }
 
 // CheckStrictJSON walks valid JSON (call it after a successful decode) and
@@ -38,11 +46,16 @@ func CheckStrictJSON(data []byte, o StrictJSONOptions) error {
 }
 
 type strictScanner struct {
-	b    []byte
-	i    int
-	o    StrictJSONOptions
-	path []string
+	b     []byte
+	i     int
+	o     StrictJSONOptions
+	path  []string
+	depth int
 }
+
+// maxJSONDepth bounds nesting as encoding/json does, so that hostile input
+// cannot exhaust the stack of the recursive scan.
+const maxJSONDepth = 10000
 
 func (s *strictScanner) where() string {
 	if len(s.path) == 0 {
@@ -67,9 +80,14 @@ func (s *strictScanner) value() error {
 		return fmt.Errorf("unexpected end of JSON at %s", s.where())
 	}
 	switch c := s.b[s.i]; {
-	case c == '{':
-		return s.object()
-	case c == '[':
+	case c == '{' || c == '[':
+		if s.depth++; s.depth > maxJSONDepth {
+			return fmt.Errorf("JSON nested deeper than %d levels", maxJSONDepth)
+		}
+		defer func() { s.depth-- }()
+		if c == '{' {
+			return s.object()
+		}
 		return s.array()
 	case c == '"':
 		_, _, err := s.str()
@@ -77,8 +95,12 @@ func (s *strictScanner) value() error {
 	case c == '-' || (c >= '0' && c <= '9'):
 		return s.number()
 	default: // true, false, null
+		start := s.i
 		for s.i < len(s.b) && s.b[s.i] >= 'a' && s.b[s.i] <= 'z' {
 			s.i++
+		}
+		if s.i == start {
+			return fmt.Errorf("unexpected character %q at %s", s.b[s.i], s.where())
 		}
 		return nil
 	}
@@ -127,7 +149,9 @@ func (s *strictScanner) object() error {
 			}
 		}
 		dup := false
-		if seen != nil {
+		if s.o.TopLevelOnly && len(s.path) > 0 {
+			// nested object: names are not tracked
+		} else if seen != nil {
 			_, dup = seen[name]
 			seen[name] = struct{}{}
 		} else {
@@ -145,7 +169,7 @@ func (s *strictScanner) object() error {
 			}
 		}
 		if dup {
-			return fmt.Errorf("duplicate member %q in %s (each name may appear once)", truncate(name), s.objName())
+			return fmt.Errorf("%w %q in %s (each name may appear once)", ErrDuplicateMember, truncate(name), s.objName())
 		}
 		s.skipWS()
 		if s.i >= len(s.b) || s.b[s.i] != ':' {
@@ -159,8 +183,12 @@ func (s *strictScanner) object() error {
 		}
 		s.path = s.path[:len(s.path)-1]
 		s.skipWS()
-		if s.i < len(s.b) && s.b[s.i] == ',' {
+		switch {
+		case s.i < len(s.b) && s.b[s.i] == ',':
 			s.i++
+		case s.i < len(s.b) && s.b[s.i] == '}':
+		default:
+			return fmt.Errorf("expected ',' or '}' after member %q", truncate(name))
 		}
 	}
 }
@@ -194,10 +222,12 @@ func (s *strictScanner) array() error {
 			s.path[len(s.path)-1] = base[:strings.LastIndexByte(base, '[')]
 		}
 		s.skipWS()
-		if s.i < len(s.b) && s.b[s.i] == ',' {
+		switch {
+		case s.i < len(s.b) && s.b[s.i] == ',':
 			s.i++
-		} else if s.i >= len(s.b) {
-			return fmt.Errorf("unterminated array at %s", s.where())
+		case s.i < len(s.b) && s.b[s.i] == ']':
+		default:
+			return fmt.Errorf("expected ',' or ']' in the array at %s", s.where())
 		}
 	}
 }
