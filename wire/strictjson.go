@@ -1,6 +1,7 @@
 package wire
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -110,16 +111,24 @@ func (s *strictScanner) value() error {
 // quotes and whether they contain escapes.
 func (s *strictScanner) str() ([]byte, bool, error) {
 	start := s.i + 1
-	esc := false
-	for j := start; j < len(s.b); j++ {
-		switch s.b[j] {
-		case '\\':
-			esc = true
-			j++
-		case '"':
-			s.i = j + 1
-			return s.b[start:j], esc, nil
+	// bytes.IndexByte is vectorised: a 46 MB base64 payload is skipped at
+	// memory speed. A quote preceded by an odd run of backslashes is escaped.
+	for j := start; j < len(s.b); {
+		k := bytes.IndexByte(s.b[j:], '"')
+		if k < 0 {
+			break
 		}
+		q := j + k
+		bs := 0
+		for p := q - 1; p >= start && s.b[p] == '\\'; p-- {
+			bs++
+		}
+		if bs%2 == 0 {
+			s.i = q + 1
+			raw := s.b[start:q]
+			return raw, bytes.IndexByte(raw, '\\') >= 0, nil
+		}
+		j = q + 1
 	}
 	return nil, false, fmt.Errorf("unterminated string at %s", s.where())
 }
