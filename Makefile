@@ -18,13 +18,15 @@ deps:
 	$(GO) mod download
 
 # clang and lld rebuild the built-in Wasm plugins (the reproducibility test
-# compares the rebuilt bytes with the committed ones).
+# compares the rebuilt bytes with the committed ones, and fails without the
+# clang named in plugins/builtin/wasm/TOOLCHAIN: Debian bookworm's clang-14).
+CLANG_MAJOR := 14
 tools:
-	@command -v clang >/dev/null && command -v wasm-ld >/dev/null || { \
-	  echo ">> installing clang and lld from Debian" >&2; \
+	@command -v clang-$(CLANG_MAJOR) >/dev/null && command -v wasm-ld-$(CLANG_MAJOR) >/dev/null || { \
+	  echo ">> installing clang-$(CLANG_MAJOR) and lld-$(CLANG_MAJOR) from Debian" >&2; \
 	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
-	  $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq clang lld >/dev/null; }
-	@command -v wasm-ld >/dev/null || { [ -x /usr/bin/wasm-ld-14 ] && ln -sf /usr/bin/wasm-ld-14 /usr/local/bin/wasm-ld; } || true
+	  $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq clang-$(CLANG_MAJOR) lld-$(CLANG_MAJOR) >/dev/null; }
+	@command -v wasm-ld >/dev/null || { [ -x /usr/bin/wasm-ld-$(CLANG_MAJOR) ] && ln -sf /usr/bin/wasm-ld-$(CLANG_MAJOR) /usr/local/bin/wasm-ld; } || true
 
 # The Python venv lives outside the clone, keyed by a hash of the trainer's
 # requirements, so CI and `make demo` reuse it (PyTorch is gigabytes).

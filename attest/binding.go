@@ -137,3 +137,34 @@ func (m *MemoryNonces) Take(_ context.Context, scope string, nonce []byte) (time
 	delete(m.m, k)
 	return e, ok, nil
 }
+
+// Domains of the composite CPU + GPU binding (docs/protocol/attestation-gpu.md).
+const (
+	DomainGPUNonce  = "tenzro/train/attest/gpu-nonce/v1"
+	DomainGPUReport = "tenzro/train/attest/gpu-report/v1"
+)
+
+// GPUNonce is the nonce a Verified trainer's GPU report carries: SHA-256 of
+// the canonical encoding of DomainGPUNonce and the 32-byte binding rd
+// (ReportData: program, shard, model, trainer DID, round nonce), so the GPU
+// report is as fresh and as specific as the CPU quote.
+func GPUNonce(rd wire.Hash) wire.Hash {
+	return wire.NewCanon(DomainGPUNonce).Hash(rd).Sum()
+}
+
+// GPUReportHash commits to a GPU report's exact bytes (request ‖
+// response, signature included): SHA-256 of the canonical encoding of
+// DomainGPUReport and the report.
+func GPUReportHash(report []byte) wire.Hash {
+	return wire.NewCanon(DomainGPUReport).Bytes(report).Sum()
+}
+
+// CompositeReportData is the 64-byte CPU REPORTDATA of composite evidence:
+// rd ‖ GPUReportHash(report). (Without a GPU the second half is zero.)
+func CompositeReportData(rd wire.Hash, report []byte) [64]byte {
+	var out [64]byte
+	copy(out[:32], rd[:])
+	h := GPUReportHash(report)
+	copy(out[32:], h[:])
+	return out
+}

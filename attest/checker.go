@@ -3,6 +3,8 @@ package attest
 import (
 	"bytes"
 	"context"
+	"crypto/x509"
+	"errors"
 	"fmt"
 	"log/slog"
 	"sync"
@@ -11,6 +13,7 @@ import (
 	"github.com/google/go-sev-guest/verify/trust"
 
 	"github.com/tenzro/train/attest/nitro"
+	"github.com/tenzro/train/attest/nvidia"
 	"github.com/tenzro/train/attest/simroots"
 	"github.com/tenzro/train/attest/snp"
 	"github.com/tenzro/train/attest/tdx"
@@ -55,6 +58,9 @@ type Options struct {
 	Clock func() time.Time
 	// CollateralDir is the TDX collateral cache (tdx.CacheDir layout).
 	CollateralDir string
+	// NvidiaCollateralDir is the NVIDIA collateral cache (RIMs and OCSP
+	// responses, nvidia.LoadCollateral layout); "" is CollateralDir.
+	NvidiaCollateralDir string
 	// SNPRoots overrides the pinned AMD roots (nil: VCEK and VLEK roots for
 	// Milan, Genoa, Turin).
 	SNPRoots map[string][]*trust.AMDRootCerts
@@ -71,7 +77,8 @@ type ReplayGuard interface {
 
 // Checker verifies evidence envelopes; it implements syncer.Attestor.
 type Checker struct {
-	opts Options
+	opts    Options
+	nvCache *nvidia.Cache
 }
 
 var _ syncer.Attestor = (*Checker)(nil)
@@ -87,13 +94,37 @@ func NewChecker(opts Options) *Checker {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
-	return &Checker{opts: opts}
+	return &Checker{opts: opts, nvCache: nvidia.NewCache()}
 }
 
 // Digest is the evidence digest recorded in receipts: SHA-256 over the
 // canonical encoding of DomainEvidence, the vendor and the raw evidence.
 func Digest(vendor string, evidence []byte) wire.Hash {
 	return wire.NewCanon(DomainEvidence).Str(vendor).Bytes(evidence).Sum()
+}
+
+// EnvelopeDigest is the digest of an envelope: Digest(vendor, evidence)
+// without GPU evidence; with it, the same encoding followed by Str("nvidia")
+// and Bytes(GPU report), so a receipt's digest names the GPU evidence each
+// accepted submission carried.
+func EnvelopeDigest(e *Envelope) wire.Hash {
+	if e.GPU == nil {
+		return Digest(e.Vendor, e.Evidence)
+	}
+	return wire.NewCanon(DomainEvidence).Str(e.Vendor).Bytes(e.Evidence).Str(e.GPU.Vendor).Bytes(e.GPU.Report).Sum()
+}
+
+// VerifyParams are the inputs of one verification besides the envelope.
+type VerifyParams struct {
+	Policy *Policy    // nil: authenticity only
+	At     time.Time  // pinned verification time
+	Expect *wire.Hash // the binding the evidence must carry (nil: not checked)
+	// GPUNonce is the nonce a GPU report must carry when Expect is nil
+	// (`tenzro attest verify --nonce`); with Expect it is GPUNonce(*Expect).
+	GPUNonce []byte
+	// DriverRIM and VBIOSRIM pin the RIMs to compare with (like cc_admin's
+	// --driver_rim / --vbios_rim); otherwise they come from collateral.
+	DriverRIM, VBIOSRIM []byte
 }
 
 // CheckEvidence implements syncer.Attestor: the envelope must verify, pass
@@ -106,6 +137,9 @@ func (c *Checker) CheckEvidence(ctx context.Context, tier string, policy []byte,
 	res, err := c.Verify(ctx, evidence, p, c.opts.Clock(), &reportData)
 	if err != nil {
 		return wire.Hash{}, &syncer.Error{Kind: syncer.KindAttestation, Msg: err.Error()}
+	}
+	if res.Vendor == VendorNvidia {
+		return wire.Hash{}, &syncer.Error{Kind: syncer.KindAttestation, Msg: (&Refusal{Check: "binding.composite", Err: fmt.Errorf("a GPU report alone does not attest a trainer: send it as the gpu part of TDX or SEV-SNP evidence")}).Error()}
 	}
 	fresh, err := c.opts.Replay.MarkUsed(ctx, reportData)
 	if err != nil {
@@ -124,6 +158,12 @@ func (c *Checker) CheckEvidence(ctx context.Context, tier string, policy []byte,
 // report data must bind it. The returned Result lists every check that
 // ran; err is a *Refusal naming the failed one.
 func (c *Checker) Verify(ctx context.Context, envelope []byte, p *Policy, at time.Time, expected *wire.Hash) (*Result, error) {
+	return c.VerifyWith(ctx, envelope, VerifyParams{Policy: p, At: at, Expect: expected})
+}
+
+// VerifyWith is Verify with every parameter.
+func (c *Checker) VerifyWith(ctx context.Context, envelope []byte, vp VerifyParams) (*Result, error) {
+	p, at, expected := vp.Policy, vp.At, vp.Expect
 	res := &Result{At: at.UTC(), PolicyUsed: p != nil}
 	var checks verdict.Checks
 	fail := func(err error) (*Result, error) {
@@ -137,11 +177,42 @@ func (c *Checker) Verify(ctx context.Context, envelope []byte, p *Policy, at tim
 		return fail(checks.Fail("envelope", err))
 	}
 	res.Vendor = env.Vendor
-	res.Digest = Digest(env.Vendor, env.Evidence)
-	checks.Pass("envelope", "vendor %s, %d bytes of evidence", env.Vendor, len(env.Evidence))
+	res.Digest = EnvelopeDigest(env)
+	if env.GPU != nil {
+		checks.Pass("envelope", "vendor %s, %d bytes of evidence, with a %d-byte %s GPU report", env.Vendor, len(env.Evidence), len(env.GPU.Report), env.GPU.Vendor)
+	} else {
+		checks.Pass("envelope", "vendor %s, %d bytes of evidence", env.Vendor, len(env.Evidence))
+	}
 	allowSim := p != nil && p.AllowSimulated && simroots.Available()
+	if p != nil && env.Vendor != VendorNvidia {
+		if p.NvidiaCC != nil && env.GPU == nil {
+			return fail(checks.Failf("nvidia.missing", "the policy requires GPU evidence (nvidia_cc) and the envelope carries none"))
+		}
+		if p.NvidiaCC == nil && env.GPU != nil {
+			return fail(checks.Failf("policy.vendor", "policy has no nvidia_cc section for the GPU evidence"))
+		}
+	}
 	var reportData []byte
 	switch env.Vendor {
+	case VendorNvidia:
+		if p != nil && p.NvidiaCC == nil {
+			return fail(checks.Failf("policy.vendor", "policy has no nvidia_cc section"))
+		}
+		gpu := &GPUEvidence{Vendor: VendorNvidia, Report: env.Evidence, Certs: env.Certs}
+		nonce := vp.GPUNonce
+		if expected != nil {
+			n := GPUNonce(*expected)
+			nonce = n[:]
+		}
+		claims, sim, err := c.verifyGPU(gpu, p, at, nonce, allowSim, vp, &checks)
+		res.Claims = claims
+		if err != nil {
+			return fail(err)
+		}
+		res.Simulated = sim
+		res.Accepted = true
+		res.Checks = checks.List
+		return res, nil
 	case VendorSNP:
 		if p != nil && p.SNP == nil {
 			return fail(checks.Failf("policy.vendor", "policy has no snp section"))
@@ -176,7 +247,9 @@ func (c *Checker) Verify(ctx context.Context, envelope []byte, p *Policy, at tim
 		checks.Pass("tdx.parse", "quote, FMSPC %s", ev.FMSPC)
 		res.Claims = ev.Claims()
 		col, err := c.collateral(env, ev.FMSPC)
-		if err != nil {
+		if errors.Is(err, tdx.ErrNoCollateral) {
+			col = nil // signatures and chain are still checked; TCB status unknown
+		} else if err != nil {
 			return fail(checks.Fail("tdx.collateral", err))
 		}
 		var statuses []string
@@ -229,16 +302,146 @@ func (c *Checker) Verify(ctx context.Context, envelope []byte, p *Policy, at tim
 	}
 	res.ReportData = fmt.Sprintf("%x", reportData)
 	if expected != nil && env.Vendor != VendorNitro {
-		want := make([]byte, 64)
+		want := make([]byte, 32)
 		copy(want, expected[:])
-		if !bytes.Equal(reportData, want) {
-			return fail(checks.Failf("binding.report_data", "REPORTDATA %x is not the expected binding %x followed by 32 zero bytes", reportData, expected[:]))
+		if !bytes.Equal(reportData[:32], want) {
+			return fail(checks.Failf("binding.report_data", "REPORTDATA %x does not begin with the expected binding %x", reportData, expected[:]))
 		}
 		checks.Pass("binding.report_data", "REPORTDATA binds %x", expected[:])
+	}
+	if (env.Vendor == VendorTDX || env.Vendor == VendorSNP) && (expected != nil || env.GPU != nil) {
+		second := make([]byte, 32)
+		what := "32 zero bytes (no GPU evidence)"
+		if env.GPU != nil {
+			h := GPUReportHash(env.GPU.Report)
+			second, what = h[:], "the GPU report's hash "+h.String()
+		}
+		if len(reportData) != 64 || !bytes.Equal(reportData[32:], second) {
+			name := "binding.report_data"
+			if env.GPU != nil {
+				name = "binding.gpu_report"
+			}
+			return fail(checks.Failf(name, "REPORTDATA's second half %x is not %s", reportData[min(32, len(reportData)):], what))
+		}
+		if env.GPU != nil {
+			checks.Pass("binding.gpu_report", "REPORTDATA's second half is %s", what)
+		}
+	}
+	if env.GPU != nil {
+		var nonce []byte
+		if expected != nil {
+			n := GPUNonce(*expected)
+			nonce = n[:]
+		} else {
+			// Without an expected binding, the GPU nonce must still be the
+			// one derived from the binding the CPU evidence carries.
+			var rd wire.Hash
+			copy(rd[:], reportData[:32])
+			n := GPUNonce(rd)
+			nonce = n[:]
+		}
+		gclaims, sim, err := c.verifyGPU(env.GPU, p, at, nonce, allowSim, vp, &checks)
+		res.Claims = map[string]any{"cpu": res.Claims, "gpu": gclaims}
+		if err != nil {
+			return fail(err)
+		}
+		res.Simulated = res.Simulated || sim
 	}
 	res.Accepted = true
 	res.Checks = checks.List
 	return res, nil
+}
+
+// verifyGPU runs the NVIDIA checks in order: parse, chain and signature,
+// nonce, collateral (revocation, RIMs, measurements), policy.
+func (c *Checker) verifyGPU(gpu *GPUEvidence, p *Policy, at time.Time, nonce []byte, allowSim bool, vp VerifyParams, checks *verdict.Checks) (*nvidia.Claims, bool, error) {
+	rep, err := nvidia.Parse(gpu.Report)
+	if err != nil {
+		return nil, false, checks.Fail("nvidia.parse", err)
+	}
+	var chain []*x509.Certificate
+	for i, d := range gpu.Certs {
+		if len(d) > 8<<10 {
+			return nil, false, checks.Failf("nvidia.parse", "certificate %d is %d bytes", i, len(d))
+		}
+		cs, err := nvidia.ParseChain(d)
+		if err != nil {
+			return nil, false, checks.Fail("nvidia.parse", err)
+		}
+		chain = append(chain, cs...)
+	}
+	if len(chain) == 0 || len(chain) > nvidia.MaxChainCert {
+		return nil, false, checks.Failf("nvidia.parse", "%d certificates in the device chain", len(chain))
+	}
+	checks.Pass("nvidia.parse", "SPDM 1.1 report, %d measurement blocks, driver %s, VBIOS %s, %d certificates", len(rep.Blocks), rep.DriverVersion, rep.VBIOSVersion, len(chain))
+	var roots nvidia.Roots
+	sim := false
+	for _, ct := range chain {
+		if simroots.IsSimulated(ct) {
+			sim = true
+		}
+	}
+	if sim {
+		if !allowSim {
+			return nvidia.ClaimsOf(rep, nil), true, checks.Failf("nvidia.simulated", "GPU chain is from the SIMULATED GPU provider; the policy does not allow simulated evidence")
+		}
+		d, r, err := simroots.Nvidia()
+		if err != nil {
+			return nil, true, checks.Fail("nvidia.simulated", err)
+		}
+		roots = nvidia.Roots{Device: d.Cert, RIM: r.Cert, Label: "the SIMULATED test root (allow_simulated)"}
+	}
+	verified, err := nvidia.Verify(rep, chain, nvidia.VerifyOptions{Now: at, Roots: roots, Cache: c.nvCache}, checks)
+	claims := nvidia.ClaimsOf(rep, verified)
+	if err != nil {
+		return claims, sim, err
+	}
+	if nonce != nil {
+		if err := nvidia.ValidateNonce(rep, nonce, checks); err != nil {
+			return claims, sim, err
+		}
+	} else {
+		checks.Unknown("nvidia.nonce", "no expected nonce given: freshness not checked")
+	}
+	col, err := c.nvidiaCollateral(gpu, vp)
+	if err != nil {
+		return claims, sim, checks.Fail("nvidia.collateral", err)
+	}
+	copts := nvidia.CollateralOptions{Now: at, Roots: roots, Collateral: col, Cache: c.nvCache}
+	if p != nil && p.NvidiaCC != nil {
+		copts.AllowUnknownRevocation, copts.AllowUnknownMeasurements = p.NvidiaCC.AllowUnknownRevocation, p.NvidiaCC.AllowUnknownMeasurements
+	}
+	if err := nvidia.CheckCollateral(rep, verified, copts, claims, checks); err != nil {
+		return claims, sim, err
+	}
+	if p != nil && p.NvidiaCC != nil {
+		if err := nvidia.Validate(rep, claims, p.NvidiaCC, checks); err != nil {
+			return claims, sim, err
+		}
+	}
+	return claims, sim, nil
+}
+
+func (c *Checker) nvidiaCollateral(gpu *GPUEvidence, vp VerifyParams) (*nvidia.Collateral, error) {
+	dir := c.opts.NvidiaCollateralDir
+	if dir == "" {
+		dir = c.opts.CollateralDir
+	}
+	col, err := nvidia.LoadCollateral(dir)
+	if err != nil {
+		return nil, err
+	}
+	col.RIMs = append(col.RIMs, gpu.RIMs...)
+	for k, v := range gpu.OCSP {
+		if len(v) > nvidia.MaxOCSPResponse {
+			return nil, fmt.Errorf("OCSP response for %s is %d bytes", k, len(v))
+		}
+		if _, ok := col.OCSP[k]; !ok {
+			col.OCSP[k] = v
+		}
+	}
+	col.DriverRIM, col.VBIOSRIM = vp.DriverRIM, vp.VBIOSRIM
+	return col, nil
 }
 
 func (c *Checker) collateral(env *Envelope, fmspc string) (*tdx.Collateral, error) {

@@ -11,7 +11,27 @@ const (
 	VendorTDX   = "tdx"
 	VendorSNP   = "snp"
 	VendorNitro = "nitro"
+	// VendorNvidia is an NVIDIA CC GPU report: alone (authenticity checks,
+	// `tenzro attest verify`) or, for Verified trainers, as the gpu part of
+	// a TDX or SEV-SNP envelope (composite evidence).
+	VendorNvidia = "nvidia"
 )
+
+// GPUEvidence is the GPU part of composite evidence (EVIDENCE.md).
+type GPUEvidence struct {
+	Vendor string `json:"vendor"` // "nvidia"
+	// Report is the raw SPDM GET_MEASUREMENTS request ‖ response.
+	Report []byte `json:"report"`
+	// Certs is the device certificate chain, DER, leaf first (never roots).
+	Certs [][]byte `json:"certs"`
+	// RIMs and OCSP are optional collateral (verified like the node's
+	// cached collateral; OCSP keyed by certificate serial, lower-case hex).
+	RIMs [][]byte          `json:"rims,omitempty"`
+	OCSP map[string][]byte `json:"ocsp,omitempty"`
+	// Simulated marks evidence from the simulated GPU provider (informational:
+	// the verifier decides from the chain).
+	Simulated bool `json:"simulated,omitempty"`
+}
 
 // MaxEnvelope bounds an evidence envelope.
 const MaxEnvelope = 512 << 10
@@ -29,6 +49,10 @@ type Envelope struct {
 	// Collateral is TDX collateral (tdx.Collateral JSON) for the quote's
 	// FMSPC; the node's cache is used when absent.
 	Collateral json.RawMessage `json:"collateral,omitempty"`
+	// GPU is the GPU report bound to this CPU evidence (TDX and SEV-SNP
+	// only): its nonce is attest.GPUNonce of the binding and the second
+	// half of REPORTDATA is attest.GPUReportHash of its report.
+	GPU *GPUEvidence `json:"gpu,omitempty"`
 	// Nonce is the round nonce the evidence binds (informational: the
 	// binding is recomputed by the verifier).
 	Nonce []byte `json:"nonce,omitempty"`
@@ -49,12 +73,23 @@ func ParseEnvelope(b []byte) (*Envelope, error) {
 		return nil, fmt.Errorf("evidence envelope: trailing data")
 	}
 	switch e.Vendor {
-	case VendorTDX, VendorSNP, VendorNitro:
+	case VendorTDX, VendorSNP, VendorNitro, VendorNvidia:
 	default:
-		return nil, fmt.Errorf("evidence envelope: vendor %q (want tdx, snp or nitro)", e.Vendor)
+		return nil, fmt.Errorf("evidence envelope: vendor %q (want tdx, snp, nitro or nvidia)", e.Vendor)
 	}
 	if len(e.Evidence) == 0 {
 		return nil, fmt.Errorf("evidence envelope: empty evidence")
+	}
+	if e.GPU != nil {
+		if e.Vendor != VendorTDX && e.Vendor != VendorSNP {
+			return nil, fmt.Errorf("evidence envelope: gpu evidence goes with tdx or snp evidence, not %s", e.Vendor)
+		}
+		if e.GPU.Vendor != VendorNvidia {
+			return nil, fmt.Errorf("evidence envelope: gpu vendor %q (want nvidia)", e.GPU.Vendor)
+		}
+		if len(e.GPU.Report) == 0 || len(e.GPU.Certs) == 0 || len(e.GPU.Certs) > 8 || len(e.GPU.RIMs) > 8 || len(e.GPU.OCSP) > 16 {
+			return nil, fmt.Errorf("evidence envelope: gpu needs a report, 1..8 certificates, at most 8 RIMs and 16 OCSP responses")
+		}
 	}
 	return &e, nil
 }

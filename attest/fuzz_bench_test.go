@@ -35,6 +35,8 @@ func FuzzNitroParse(f *testing.F) {
 func FuzzEnvelopeAndPolicy(f *testing.F) {
 	f.Add([]byte(`{"vendor":"snp","evidence":"AAAA"}`))
 	f.Add([]byte(`{"version":1,"snp":{"smt_allowed":true}}`))
+	f.Add([]byte(`{"vendor":"snp","evidence":"AAAA","gpu":{"vendor":"nvidia","report":"AAAA","certs":["AAAA"]}}`))
+	f.Add([]byte(`{"version":1,"nvidia_cc":{"cc_mode":"on","min_vbios_version":"96.00.9f.00.01","measurements":{"2":["00"]}}}`))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		_, _ = ParseEnvelope(b)
 		_, _ = ParsePolicy(b, "Verified")

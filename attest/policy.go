@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/tenzro/train/attest/nitro"
+	"github.com/tenzro/train/attest/nvidia"
 	"github.com/tenzro/train/attest/snp"
 	"github.com/tenzro/train/attest/tdx"
 )
@@ -25,6 +26,9 @@ type Policy struct {
 	TDX            *tdx.Policy   `json:"tdx,omitempty"`
 	SNP            *snp.Policy   `json:"snp,omitempty"`
 	Nitro          *nitro.Policy `json:"nitro,omitempty"`
+	// NvidiaCC requires composite evidence with an NVIDIA CC GPU report
+	// that passes this section (EVIDENCE.md, nvidia_cc).
+	NvidiaCC *nvidia.Policy `json:"nvidia_cc,omitempty"`
 }
 
 // ParsePolicy decodes a policy. The input may be a single policy or an
@@ -57,8 +61,13 @@ func ParsePolicy(b []byte, tier string) (*Policy, error) {
 	if p.Tier != "" && tier != "" && p.Tier != tier {
 		return nil, fmt.Errorf("attestation policy is for tier %q, not %q", p.Tier, tier)
 	}
-	if p.TDX == nil && p.SNP == nil && p.Nitro == nil {
-		return nil, fmt.Errorf("attestation policy: no vendor section (tdx, snp or nitro)")
+	if p.TDX == nil && p.SNP == nil && p.Nitro == nil && p.NvidiaCC == nil {
+		return nil, fmt.Errorf("attestation policy: no vendor section (tdx, snp, nitro or nvidia_cc)")
+	}
+	if p.NvidiaCC != nil {
+		if err := p.NvidiaCC.Check(); err != nil {
+			return nil, err
+		}
 	}
 	if p.TDX != nil {
 		if err := p.TDX.Check(); err != nil {
@@ -94,8 +103,13 @@ func Template(tier, vendor string) (*Policy, error) {
 			MinTCB: &snp.TCB{Bootloader: 0, TEE: 0, SNP: 0, Microcode: 0}, Signers: []string{"VCEK", "VLEK"}}
 	case VendorNitro:
 		p.Nitro = &nitro.Policy{PCR0: []string{zeroHex(48)}, PCR1: []string{zeroHex(48)}, PCR2: []string{zeroHex(48)}, MaxAge: "10m"}
+	case VendorNvidia:
+		// Composite: the CPU section a GPU host runs in, plus nvidia_cc.
+		p.SNP = &snp.Policy{Measurements: []string{zeroHex(48)}, SMTAllowed: &smt, VMPL: &vmpl,
+			MinTCB: &snp.TCB{}, Signers: []string{"VCEK", "VLEK"}}
+		p.NvidiaCC = &nvidia.Policy{Architectures: []string{"HOPPER"}, CCMode: "on", MinDriverVersion: "550.54.14", MinVBIOSVersion: "96.00.5e.00.01"}
 	default:
-		return nil, fmt.Errorf("vendor %q (want tdx, snp or nitro)", vendor)
+		return nil, fmt.Errorf("vendor %q (want tdx, snp, nitro or nvidia)", vendor)
 	}
 	return p, nil
 }

@@ -124,7 +124,7 @@ func (s *Service) SubmitEvidence(ctx context.Context, taskID, did string, envelo
 	if err != nil {
 		return wire.Hash{}, syncer.Errf(syncer.KindInvalid, "%v", err)
 	}
-	d := Digest(env.Vendor, env.Evidence)
+	d := EnvelopeDigest(env)
 	rec := &EvidenceRecord{TaskID: taskID, DID: did, Vendor: env.Vendor, Envelope: env.Marshal(), StoredAt: s.clock().Unix()}
 	if err := s.store.PutEvidence(ctx, d, rec); err != nil {
 		return wire.Hash{}, err

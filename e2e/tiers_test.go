@@ -38,6 +38,8 @@ type tierRun struct {
 	sealing []byte
 	nonce   uint64
 	clock   func() time.Time
+	// policy overrides simPolicy(tier, allow) when set.
+	policy string
 }
 
 const program = "tenzro-trainer 0.1.0 (simulated image)"
@@ -93,6 +95,13 @@ func newTierRun(t *testing.T, vendor string) *tierRun {
 	return r
 }
 
+func (r *tierRun) policyFor(tier string, allow bool) string {
+	if r.policy != "" {
+		return r.policy
+	}
+	return simPolicy(tier, allow)
+}
+
 func (r *tierRun) next() uint64 { r.nonce++; return r.nonce }
 
 // claim makes trainer i's evidence for its current binding. mutate may
@@ -119,7 +128,7 @@ func (r *tierRun) post(task, tier string, allow bool) *wire.PostTaskResult {
 	s := fmt.Sprintf(`{"task_id":%q,"sponsor_did":%q,"sponsor_address":"0x00","architecture":{"family":"timesfm","param_count":32,
  "modality":"Timeseries","fragment_count":2,"dtype":"bf16","metadata":{}},"tier":%q,"aggregation":"Mean","trainer_count":4,"quorum":3,
  "inner_steps":24,"max_rounds":2,"grace_window_ms":30000,"reward_pool":"1000","dataset_ref":"file:///data.enc","dataset_hash":"0x00",
- "min_throughput":null,"created_at":1761350400,"attestation_policy":%s}`, task, r.sponsor.DID.String(), tier, simPolicy(tier, allow))
+ "min_throughput":null,"created_at":1761350400,"attestation_policy":%s}`, task, r.sponsor.DID.String(), tier, r.policyFor(tier, allow))
 	_, canon, err := wire.ParseSpec([]byte(s))
 	if err != nil {
 		r.t.Fatal(err)
@@ -162,7 +171,10 @@ func (r *tierRun) submit(task string, i int, round, f uint64, att json.RawMessag
 	g := &wire.OuterGradient{TaskID: task, TrainerDID: r.tr[i].DID.String(), Round: round, FragmentIndex: f, GradientPayload: payload,
 		PayloadHash: wire.SumBytes(payload), Attestation: att}
 	g.Signature = r.tr[i].Sign(g.Preimage())
-	_, err := r.node.Submit(r.ctx, g)
+	res, err := r.node.Submit(r.ctx, g)
+	if err == nil && res.Finalized {
+		err = r.node.Tick(r.ctx) // what the node's timer does when a submission completes a fragment
+	}
 	return err
 }
 

@@ -21,6 +21,14 @@ type Provider interface {
 	SealingKey(ctx context.Context, label string) ([]byte, error)
 }
 
+// DataProvider is a Provider whose evidence can carry all 64 bytes of
+// REPORTDATA (TDX and SEV-SNP; not Nitro): composite CPU + GPU evidence
+// puts the GPU report's hash in the second half (attest.CompositeReportData).
+type DataProvider interface {
+	Provider
+	EvidenceData(ctx context.Context, reportData [64]byte) ([]byte, error)
+}
+
 // Device paths probed by Detect.
 var (
 	TSMReportDir = "/sys/kernel/config/tsm/report"

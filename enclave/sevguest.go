@@ -65,11 +65,16 @@ func (p *SEVGuestProvider) device() (client.Device, error) {
 // the endorsement key from elsewhere (the envelope's certs) and otherwise
 // refuses it.
 func (p *SEVGuestProvider) Evidence(ctx context.Context, rd wire.Hash) ([]byte, error) {
+	var in [64]byte
+	copy(in[:], rd[:])
+	return p.EvidenceData(ctx, in)
+}
+
+// EvidenceData implements DataProvider: REPORT_DATA is data.
+func (p *SEVGuestProvider) EvidenceData(ctx context.Context, in [64]byte) ([]byte, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	var in [64]byte
-	copy(in[:], rd[:])
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	d, err := p.device()

@@ -100,22 +100,34 @@ func (s *Simulated) Evidence(ctx context.Context, rd wire.Hash) ([]byte, error) 
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	switch s.vendor {
-	case "snp":
-		return s.snp(rd)
-	case "tdx":
-		return s.tdx(rd)
+	if s.vendor == "nitro" {
+		return s.nitro(rd)
 	}
-	return s.nitro(rd)
+	var in [64]byte
+	copy(in[:], rd[:])
+	return s.EvidenceData(ctx, in)
 }
 
-func (s *Simulated) snp(rd wire.Hash) ([]byte, error) {
+// EvidenceData implements DataProvider (TDX and SEV-SNP; Nitro has no
+// 64-byte report data and no GPU confidential computing).
+func (s *Simulated) EvidenceData(ctx context.Context, in [64]byte) ([]byte, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	switch s.vendor {
+	case "snp":
+		return s.snp(in)
+	case "tdx":
+		return s.tdx(in)
+	}
+	return nil, fmt.Errorf("simulated %s: no 64-byte report data (composite GPU evidence needs TDX or SEV-SNP)", s.vendor)
+}
+
+func (s *Simulated) snp(in [64]byte) ([]byte, error) {
 	signer, err := simroots.SNPSigner(simroots.SNPProductNames[s.opts.SNPProductLine])
 	if err != nil {
 		return nil, err
 	}
-	var in [64]byte
-	copy(in[:], rd[:])
 	rep := simSNPReport(in, s.opts)
 	r, sg, err := signer.Sign(abi.SignedComponent(rep))
 	if err != nil {

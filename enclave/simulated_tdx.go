@@ -21,7 +21,6 @@ import (
 
 	"github.com/tenzro/train/attest/simroots"
 	"github.com/tenzro/train/attest/tdx"
-	"github.com/tenzro/train/wire"
 )
 
 // Simulated TDX platform: the values its PCK certificate, quote and
@@ -66,7 +65,7 @@ func SimulatedMRSEAM() []byte { return simMRSEAM[:] }
 // (its REPORTDATA binds the attestation key) signed by the PCK key, and the
 // PCK chain; plus signed collateral for the simulated FMSPC, carried in the
 // envelope.
-func (s *Simulated) tdx(rd wire.Hash) ([]byte, error) {
+func (s *Simulated) tdx(rd [64]byte) ([]byte, error) {
 	auth, err := simroots.TDX()
 	if err != nil {
 		return nil, err
@@ -106,7 +105,7 @@ func (s *Simulated) tdx(rd wire.Hash) ([]byte, error) {
 	for i := 0; i < 4; i++ {
 		copy(body[0x148+48*i:], SimulatedRTMR(i))
 	}
-	copy(body[0x208:], rd[:]) // REPORTDATA: binding ‖ 32 zero bytes
+	copy(body[0x208:], rd[:]) // REPORTDATA: binding ‖ 32 zero bytes, or ‖ the GPU report hash
 	sig, err := rawSign(attKey, append(append([]byte{}, hdr...), body...))
 	if err != nil {
 		return nil, err

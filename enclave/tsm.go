@@ -31,6 +31,13 @@ func (p *TSMProvider) Simulated() bool { return false }
 // Evidence implements Provider: it creates a report entry, writes the
 // 64-byte inblob, reads outblob (and auxblob, SNP's certificate table).
 func (p *TSMProvider) Evidence(ctx context.Context, rd wire.Hash) ([]byte, error) {
+	var in [64]byte
+	copy(in[:], rd[:])
+	return p.EvidenceData(ctx, in)
+}
+
+// EvidenceData implements DataProvider: the whole 64-byte inblob.
+func (p *TSMProvider) EvidenceData(ctx context.Context, data [64]byte) ([]byte, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -39,8 +46,7 @@ func (p *TSMProvider) Evidence(ctx context.Context, rd wire.Hash) ([]byte, error
 		return nil, fmt.Errorf("configfs-tsm: %w", err)
 	}
 	defer os.Remove(entry)
-	in := make([]byte, 64)
-	copy(in, rd[:])
+	in := data[:]
 	if err := os.WriteFile(filepath.Join(entry, "inblob"), in, 0o600); err != nil {
 		return nil, fmt.Errorf("configfs-tsm inblob: %w", err)
 	}
@@ -80,4 +86,13 @@ func trim(b []byte) []byte {
 		b = b[:len(b)-1]
 	}
 	return b
+}
+
+// NewTSMProvider returns the configfs-tsm provider for vendor "tdx" or
+// "snp" at TSMReportDir.
+func NewTSMProvider(vendor string) (*TSMProvider, error) {
+	if vendor != "tdx" && vendor != "snp" {
+		return nil, fmt.Errorf("configfs-tsm: vendor %q (want tdx or snp)", vendor)
+	}
+	return &TSMProvider{vendor: vendor, dir: TSMReportDir}, nil
 }

@@ -65,18 +65,21 @@ func (e *Engine) wantChunks(p *plugin, need uint64) bool {
 // over its chunked sub-calls: each gets what the earlier ones left, so a
 // chunked call is bounded by the same budget as a whole one.
 type fuelMeter struct {
-	e    *Engine
-	used uint64
+	limit  uint64
+	noFuel bool
+	used   uint64
 }
 
-func (e *Engine) newMeter() *fuelMeter { return &fuelMeter{e: e} }
+func (e *Engine) newMeter(ctx context.Context) *fuelMeter {
+	return &fuelMeter{limit: e.fuelFor(ctx), noFuel: e.cfg.NoFuel}
+}
 
 // budget is the fuel the next sub-call may use.
 func (m *fuelMeter) budget() uint64 {
-	if m.e.cfg.NoFuel {
-		return m.e.cfg.Fuel
+	if m.noFuel {
+		return m.limit
 	}
-	return m.e.cfg.Fuel - min(m.used, m.e.cfg.Fuel)
+	return m.limit - min(m.used, m.limit)
 }
 
 // add records a sub-call's fuel and returns the total so far.
@@ -92,7 +95,7 @@ func (m *fuelMeter) add(f uint64) uint64 {
 // chunkPlan asks the plugin for its passes and carry size (one fresh
 // instance, tenzro_chunk_plan).
 func (e *Engine) chunkPlan(ctx context.Context, p *plugin, k, n int, params []float64) (passes int, carry uint64, fuel uint64, err error) {
-	c, err := e.newCall(ctx, p, e.cfg.Fuel)
+	c, err := e.newCall(ctx, p, e.fuelFor(ctx))
 	if err != nil {
 		return 0, 0, 0, err
 	}
@@ -134,7 +137,7 @@ func (e *Engine) chunkPlan(ctx context.Context, p *plugin, k, n int, params []fl
 func (e *Engine) aggregatePasses(ctx context.Context, p *plugin, in syncer.AggregateInput, es int, params []float64) (syncer.AggregateOutput, error) {
 	var out syncer.AggregateOutput
 	k, n := len(in.Inputs), in.N
-	meter := e.newMeter()
+	meter := e.newMeter(ctx)
 	passes, carryBytes, fuel, err := e.chunkPlan(ctx, p, k, n, params)
 	out.Fuel = meter.add(fuel)
 	if err != nil {
@@ -281,7 +284,7 @@ func (c *call) readSelection(selPtr, scPtr uint32, k int) ([]bool, []float64, er
 // the last call's.
 func (e *Engine) verifyPasses(ctx context.Context, p *plugin, in syncer.VerifyInput, es int, params []float64) (out syncer.VerifyOutput, err error) {
 	k, n := len(in.Round), in.N
-	meter := e.newMeter()
+	meter := e.newMeter(ctx)
 	passes, carryBytes, fuel, err := e.chunkPlan(ctx, p, k, n, params)
 	out.Fuel = meter.add(fuel)
 	if err != nil {

@@ -8,7 +8,10 @@
 // modules (wasmscan.go), chunked execution of fragments larger than the page
 // limit (coordinate ranges, and chunked passes with a carried state for
 // distance-based rules: chunked.go, ABI.md §6) and the built-in rules
-// (package builtin).
+// (package builtin), the worker processes that run calls out of process
+// (worker_*.go: memfd arena, RLIMIT_AS, wall-clock kill, bounded pool;
+// ABI.md §12), the call budgets (budget.go) and the compiled-module LRU
+// (lru.go).
 // The ABI is in ABI.md; package abi holds its manifest definitions,
 // conformance the suite any plugin can be run against, buildtool the
 // builder behind `tenzro plugin build`, sdk/ the C header and Go SDK.

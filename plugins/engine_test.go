@@ -226,7 +226,7 @@ func TestProfile(t *testing.T) {
 	if a.Hash == c.Hash {
 		t.Fatal("the page limit does not change the profile hash")
 	}
-	if a.Engine != "wazero/"+WazeroVersion || !strings.Contains(string(a.Details), `"memory_pages":32768`) {
+	if a.Engine != "wazero/"+goModVersion(t, wazeroModule) || !strings.Contains(string(a.Details), `"memory_pages":32768`) {
 		t.Fatalf("profile %s %s", a.Engine, a.Details)
 	}
 }

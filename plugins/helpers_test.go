@@ -84,3 +84,15 @@ func aggregate(t testing.TB, e *Engine, rr syncer.RuleRef, in [][]float32) synce
 }
 
 func newRand() *rand.Rand { return rand.New(rand.NewPCG(11, 12)) }
+
+func equalBools(a, b []bool) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}

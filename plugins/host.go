@@ -24,17 +24,24 @@ import (
 	"github.com/tenzro/train/wire"
 )
 
-// WazeroVersion is the runtime version the profile commits to (go.mod pins it).
-const WazeroVersion = "v1.12.0"
-
 // Limits and defaults.
 const (
-	// DefaultMemoryPages is the default page limit (64 KiB pages): 2 GiB.
+	// DefaultMemoryPages is the default page limit (64 KiB pages): 2 GiB,
+	// room for K=6 inputs of N=2^24 f32 (384 MiB) many times over; larger
+	// calls run chunked (ABI.md §6).
 	DefaultMemoryPages = 32768
-	// DefaultFuel is the default fuel budget per call.
-	DefaultFuel = 200_000_000_000
-	// DefaultWallClock is the default wall-clock backstop per call.
-	DefaultWallClock = 5 * time.Minute
+	// DefaultFuel is the default fuel budget per call (protocol parameter:
+	// the engine profile records it). Every built-in rule with its default
+	// parameters aggregates K=6 inputs of N=2^24 f32 within it (the most,
+	// GeometricMedian, charges 4.4e10; Mean 5.7e8) in seconds, and a
+	// plugin that spends it in the cheapest possible loop (3.5e8 fuel/s
+	// measured) stops after about 140 s (RATIONALE "plugins: budgets").
+	DefaultFuel = 50_000_000_000
+	// DefaultWallClock is the default wall-clock backstop per call: over
+	// four times the worst case of DefaultFuel, so an honest machine
+	// records an out-of-fuel failure long before the kill (which is a local
+	// failure, never recorded).
+	DefaultWallClock = 10 * time.Minute
 	// MaxModuleBytes bounds a published module.
 	MaxModuleBytes = 16 << 20
 	// MaxK bounds the number of inputs of one call.
@@ -74,6 +81,26 @@ type Config struct {
 	// NoFuel skips the fuel instrumentation (benchmarks only: it removes the
 	// deterministic bound, and the profile says so).
 	NoFuel bool
+	// Workers > 0 runs every plugin call in that many worker processes
+	// (DESIGN §13, worker_pool.go) instead of in this process: the node and
+	// the CLI set it; 0 keeps calls in process (tests, replay of vectors).
+	Workers int
+	// WorkerCommand starts a worker (default: this executable with the
+	// hidden "plugin-worker" argument). The process must call
+	// ServeWorkerIfChild first thing.
+	WorkerCommand []string
+	// WorkerAddressSpace is a worker's RLIMIT_AS before a call's memfd
+	// (0 = 2 × the guest memory limit + 1 GiB: the guest memory is one
+	// reservation of its limit (memalloc_linux.go); the rest is the
+	// worker's runtime, compiled code and the inputs' copy in the guest).
+	WorkerAddressSpace uint64
+	// CacheBytes bounds the module bytes of published plugins whose
+	// compiled code stays loaded (LRU; 0 = DefaultCacheBytes).
+	CacheBytes int64
+
+	// backstopOff: a worker's calls have no in-process backstop (the node
+	// kills the worker instead).
+	backstopOff bool
 }
 
 // Engine is the Wasm plugin host. It implements syncer.Engine and holds the
@@ -93,6 +120,10 @@ type Engine struct {
 	mu      sync.RWMutex
 	loaded  map[wire.Hash]*plugin
 	builtin map[string]wire.Hash // rule id -> hash
+	lru     lruState
+
+	// pool runs calls out of process (Config.Workers > 0).
+	pool *pool
 }
 
 var _ syncer.Engine = (*Engine)(nil)
@@ -100,9 +131,16 @@ var _ syncer.Engine = (*Engine)(nil)
 type plugin struct {
 	info     wire.PluginInfo
 	manifest *Manifest
-	compiled wazero.CompiledModule
+	compiled wazero.CompiledModule // nil in a node that runs calls in workers
 	hasInit  bool
 	hasError bool
+	// module keeps the published bytes where no store holds them (a
+	// worker-mode engine without KV: the CLI).
+	module []byte
+	// LRU bookkeeping (lru.go): last use, calls in flight, evicted.
+	lastUse uint64
+	refs    int
+	evicted bool
 }
 
 // NewEngine starts a wazero runtime and registers the built-in plugins.
@@ -127,6 +165,9 @@ func NewEngine(ctx context.Context, cfg Config) (*Engine, error) {
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
+	}
+	if cfg.CacheBytes == 0 {
+		cfg.CacheBytes = DefaultCacheBytes
 	}
 	e := &Engine{cfg: cfg, log: cfg.Logger, costs: DefaultCostTable, loaded: map[wire.Hash]*plugin{}, builtin: map[string]wire.Hash{}}
 	var rc wazero.RuntimeConfig
@@ -155,15 +196,27 @@ func NewEngine(ctx context.Context, cfg Config) (*Engine, error) {
 		return nil, fmt.Errorf("plugins: host module: %w", err)
 	}
 	e.profile = e.makeProfile()
+	if cfg.Workers > 0 {
+		pl, err := newEngineWorkers(e)
+		if err != nil {
+			_ = e.rt.Close(ctx)
+			return nil, err
+		}
+		e.pool = pl
+	}
 	if err := e.loadBuiltins(ctx); err != nil {
-		_ = e.rt.Close(ctx)
+		_ = e.Close(ctx)
 		return nil, err
 	}
 	return e, nil
 }
 
-// Close releases the runtime and the compilation cache.
+// Close stops the workers and releases the runtime and the compilation
+// cache.
 func (e *Engine) Close(ctx context.Context) error {
+	if e.pool != nil {
+		e.pool.close()
+	}
 	err := e.rt.Close(ctx)
 	if cerr := e.cache.Close(ctx); err == nil {
 		err = cerr
@@ -225,7 +278,7 @@ type call struct {
 
 // newCall instantiates p with a fuel budget of budget.
 func (e *Engine) newCall(ctx context.Context, p *plugin, budget uint64) (*call, error) {
-	mod, err := e.rt.InstantiateModule(ctx, p.compiled, wazero.NewModuleConfig().WithName("").WithStartFunctions())
+	mod, err := e.rt.InstantiateModule(withGuestMemory(ctx), p.compiled, wazero.NewModuleConfig().WithName("").WithStartFunctions())
 	if err != nil {
 		return nil, fmt.Errorf("plugins: instantiate %s: %w", p.info.Name, err)
 	}
@@ -281,7 +334,8 @@ func (c *call) invoke(ctx context.Context, name string, params ...uint64) ([]uin
 		res, err := fn.Call(context.WithoutCancel(ctx), params...)
 		done <- callResult{res, err}
 	}()
-	t := time.NewTimer(c.e.cfg.WallClock)
+	wall := c.e.wallFor(ctx)
+	t := time.NewTimer(wall)
 	defer t.Stop()
 	var r callResult
 	select {
@@ -291,7 +345,7 @@ func (c *call) invoke(ctx context.Context, name string, params ...uint64) ([]uin
 		return nil, fmt.Errorf("plugins: %s.%s: %w", c.p.info.Name, name, ctx.Err())
 	case <-t.C:
 		c.abandon(done)
-		return nil, fmt.Errorf("plugins: %s.%s exceeded the wall-clock backstop of %v", c.p.info.Name, name, c.e.cfg.WallClock)
+		return nil, fmt.Errorf("plugins: %s.%s exceeded the wall-clock backstop of %v", c.p.info.Name, name, wall)
 	}
 	if r.err != nil {
 		if int64(c.fuel.Get()) < 0 {
@@ -435,16 +489,17 @@ func dtypeCode(d syncer.Dtype) (uint64, error) {
 // ---------------------------------------------------------------------------
 // Aggregate
 
-// Aggregate runs an aggregation plugin on K inputs. Fragments too large for
+// aggregate runs an aggregation plugin on K inputs. Fragments too large for
 // the memory limit run chunked when the manifest declares a chunked mode:
 // coordinate ranges for "coordinate" rules, chunked passes with a carried
 // state for "passes" rules (ABI.md §6).
-func (e *Engine) Aggregate(ctx context.Context, in syncer.AggregateInput) (syncer.AggregateOutput, error) {
+func (e *Engine) aggregate(ctx context.Context, in syncer.AggregateInput) (syncer.AggregateOutput, error) {
 	var out syncer.AggregateOutput
 	p, err := e.pluginFor(ctx, in.Rule, KindAggregate)
 	if err != nil {
 		return out, err
 	}
+	defer e.release(p)
 	params, err := paramVector(p.manifest, in.Rule.Params)
 	if err != nil {
 		return out, fmt.Errorf("plugins: %s: %w", p.info.Name, err)
@@ -452,6 +507,9 @@ func (e *Engine) Aggregate(ctx context.Context, in syncer.AggregateInput) (synce
 	es, err := checkInputs(p, in.Dtype, in.N, in.Inputs)
 	if err != nil {
 		return out, err
+	}
+	if e.pool != nil {
+		return e.remoteAggregate(ctx, p, in)
 	}
 	k := len(in.Inputs)
 	n := in.N
@@ -473,18 +531,17 @@ func (e *Engine) Aggregate(ctx context.Context, in syncer.AggregateInput) (synce
 			return out, err
 		}
 	}
-	meter := e.newMeter()
-	out.Aggregate = make([]byte, 0, n*4)
+	meter := e.newMeter(ctx)
+	out.Aggregate = outputBuffer(ctx, n*4)
 	out.Selected = make([]bool, k)
 	var scores []float64
 	for c0 := 0; c0 < n; c0 += chunk {
 		c1 := min(c0+chunk, n)
-		r, err := e.aggregateOnce(ctx, p, meter.budget(), in.Dtype, in.Inputs, c0, c1, es, params)
+		r, err := e.aggregateOnce(ctx, p, meter.budget(), in.Dtype, in.Inputs, c0, c1, es, params, out.Aggregate[c0*4:c1*4])
 		out.Fuel = meter.add(r.Fuel)
 		if err != nil {
 			return syncer.AggregateOutput{Fuel: out.Fuel}, err
 		}
-		out.Aggregate = append(out.Aggregate, r.Aggregate...)
 		for i, s := range r.Selected {
 			out.Selected[i] = out.Selected[i] || s
 		}
@@ -532,7 +589,9 @@ func checkInputs(p *plugin, d syncer.Dtype, n int, inputs [][]byte) (int, error)
 	return es, nil
 }
 
-func (e *Engine) aggregateOnce(ctx context.Context, p *plugin, budget uint64, d syncer.Dtype, inputs [][]byte, c0, c1, es int, params []float64) (out syncer.AggregateOutput, err error) {
+// aggregateOnce runs one call on coordinates [c0, c1) and reads the
+// aggregate straight into dst (4 bytes per coordinate).
+func (e *Engine) aggregateOnce(ctx context.Context, p *plugin, budget uint64, d syncer.Dtype, inputs [][]byte, c0, c1, es int, params []float64, dst []byte) (out syncer.AggregateOutput, err error) {
 	c, err := e.newCall(ctx, p, budget)
 	if err != nil {
 		return out, err
@@ -578,9 +637,10 @@ func (e *Engine) aggregateOnce(ctx context.Context, p *plugin, budget uint64, d 
 	if rc := uint32(res[0]); rc != 0 {
 		return out, c.guestError(ctx, rc)
 	}
-	if out.Aggregate, err = c.read(outPtr, uint64(n)*4); err != nil {
+	if err = c.readInto(outPtr, dst); err != nil {
 		return out, err
 	}
+	out.Aggregate = dst
 	out.Selected, out.Scores, err = c.readSelection(selPtr, scPtr, k)
 	return out, err
 }
@@ -603,6 +663,7 @@ func (e *Engine) Verify(ctx context.Context, in syncer.VerifyInput) (out syncer.
 	if err != nil {
 		return out, err
 	}
+	defer e.release(p)
 	params, err := paramVector(p.manifest, in.Verifier.Params)
 	if err != nil {
 		return out, fmt.Errorf("plugins: %s: %w", p.info.Name, err)
@@ -618,9 +679,12 @@ func (e *Engine) Verify(ctx context.Context, in syncer.VerifyInput) (out syncer.
 	} else if len(in.Round) != 0 {
 		in.Round = nil // per-submission verifiers never see the round
 	}
+	if e.pool != nil {
+		return e.remoteVerify(ctx, p, in)
+	}
 	need := uint64(len(in.Round)+1)*uint64(in.N)*uint64(es) + guestSlack
 	if !e.wantChunks(p, need) {
-		return e.verifyOnce(ctx, p, e.cfg.Fuel, in, 0, in.N, es, params)
+		return e.verifyOnce(ctx, p, e.fuelFor(ctx), in, 0, in.N, es, params)
 	}
 	switch p.manifest.Chunking {
 	case ChunkPasses:
@@ -632,7 +696,7 @@ func (e *Engine) Verify(ctx context.Context, in syncer.VerifyInput) (out syncer.
 		if err != nil {
 			return out, err
 		}
-		meter := e.newMeter()
+		meter := e.newMeter(ctx)
 		for c0 := 0; c0 < in.N; c0 += chunk {
 			r, err := e.verifyOnce(ctx, p, meter.budget(), in, c0, min(c0+chunk, in.N), es, params)
 			out.Fuel = meter.add(r.Fuel)
@@ -733,13 +797,14 @@ func paramText(params []float64, m *Manifest) string {
 // ---------------------------------------------------------------------------
 // Outer step
 
-// OuterStep applies the outer optimizer plugin named by in.Rule.
-func (e *Engine) OuterStep(ctx context.Context, in syncer.OuterStepInput) (syncer.OuterStepOutput, error) {
+// outerStep applies the outer optimizer plugin named by in.Rule.
+func (e *Engine) outerStep(ctx context.Context, in syncer.OuterStepInput) (syncer.OuterStepOutput, error) {
 	var out syncer.OuterStepOutput
 	p, err := e.pluginFor(ctx, in.Rule, KindOuter)
 	if err != nil {
 		return out, err
 	}
+	defer e.release(p)
 	es, err := checkInputs(p, in.Dtype, in.N, [][]byte{in.Weights})
 	if err != nil {
 		return out, err
@@ -750,12 +815,15 @@ func (e *Engine) OuterStep(ctx context.Context, in syncer.OuterStepInput) (synce
 	if in.Momentum != nil && len(in.Momentum) != in.N*4 {
 		return out, fmt.Errorf("plugins: momentum has %d bytes, want %d", len(in.Momentum), in.N*4)
 	}
+	if e.pool != nil {
+		return e.remoteOuter(ctx, p, in, es)
+	}
 	per := uint64(es) + 8
 	chunk := in.N
 	if uint64(in.N)*per+guestSlack > e.memBudget() {
 		chunk = int((e.memBudget()/2 - guestSlack) / per &^ 1023)
 	}
-	meter := e.newMeter()
+	meter := e.newMeter(ctx)
 	out.Weights = make([]byte, 0, len(in.Weights))
 	out.Momentum = make([]byte, 0, in.N*4)
 	for c0 := 0; c0 < in.N; c0 += chunk {

@@ -18,6 +18,7 @@ import (
 // modSpec describes a synthetic aggregation plugin built with wabin.
 type modSpec struct {
 	abiVersion  int32
+	abiBody     []byte // body of tenzro_abi_version (default: return abiVersion)
 	aggBody     []byte // body of tenzro_aggregate, without the final end
 	noAlloc     bool
 	imports     []*wasm.Import
@@ -48,8 +49,11 @@ func buildModule(t testing.TB, s modSpec) []byte {
 	nimp := uint32(len(s.imports))
 	ver := append([]byte{0x41}, leb128.EncodeInt32(s.abiVersion)...)
 	m.FunctionSection = []wasm.Index{0, 1, 2}
+	if s.abiBody != nil {
+		ver = s.abiBody
+	}
 	m.CodeSection = []*wasm.Code{
-		{Body: append(ver, 0x0b)},
+		{Body: append(append([]byte{}, ver...), 0x0b)},
 		{Body: []byte{0x41, 0x80, 0x08, 0x0b}}, // i32.const 1024
 		{Body: append(append([]byte{}, s.aggBody...), 0x0b)},
 	}

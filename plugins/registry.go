@@ -72,9 +72,7 @@ func (e *Engine) Publish(ctx context.Context, module []byte) (*wire.PluginInfo, 
 			return nil, fmt.Errorf("plugins: store %s: %w", h, err)
 		}
 	}
-	e.mu.Lock()
-	e.loaded[h] = p
-	e.mu.Unlock()
+	p = e.insert(h, p)
 	e.log.Debug("plugin published", "hash", h.String(), "name", p.info.Name, "kind", p.info.Kind, "size", len(module))
 	info := p.info
 	return &info, nil
@@ -170,25 +168,24 @@ func (e *Engine) lookup(ctx context.Context, h wire.Hash) (*plugin, error) {
 	if err != nil {
 		return nil, fmt.Errorf("plugins: stored module %s: %w", h, err)
 	}
-	e.mu.Lock()
-	if q, ok := e.loaded[h]; ok {
-		p = q
-	} else {
-		e.loaded[h] = p
-	}
-	e.mu.Unlock()
-	return p, nil
+	return e.insert(h, p), nil
 }
 
+// pluginFor finds the plugin of a call and marks it in use: the caller
+// must release it.
 func (e *Engine) pluginFor(ctx context.Context, ref syncer.RuleRef, kind string) (*plugin, error) {
-	p, err := e.lookup(ctx, ref.Hash)
-	if err != nil {
-		return nil, err
+	for {
+		p, err := e.lookup(ctx, ref.Hash)
+		if err != nil {
+			return nil, err
+		}
+		if p.manifest.Kind != kind {
+			return nil, fmt.Errorf("plugins: %s (sha256:%s) is a %s plugin, not %s", p.info.Name, ref.Hash, p.manifest.Kind, kind)
+		}
+		if e.use(p) {
+			return p, nil
+		}
 	}
-	if p.manifest.Kind != kind {
-		return nil, fmt.Errorf("plugins: %s (sha256:%s) is a %s plugin, not %s", p.info.Name, ref.Hash, p.manifest.Kind, kind)
-	}
-	return p, nil
 }
 
 // entrySignatures are the ABI v1 exports (ABI.md §4).
@@ -230,6 +227,9 @@ func (e *Engine) prepare(ctx context.Context, module []byte) (*plugin, error) {
 	}
 	if err := checkStructure(module, man); err != nil {
 		return nil, fmt.Errorf("plugins: %s: %w", man.ID, err)
+	}
+	if e.pool != nil {
+		return e.prepareRemote(ctx, module, man)
 	}
 	ins, err := Instrument(module, e.costs)
 	if err != nil {
@@ -285,8 +285,10 @@ func (e *Engine) prepare(ctx context.Context, module []byte) (*plugin, error) {
 	}
 	_, p.hasInit = exports["_initialize"]
 	_, p.hasError = exports["tenzro_error_text"]
-	// The ABI version is checked by calling it.
-	c, err := e.newCall(ctx, p, e.cfg.Fuel)
+	// The ABI version is checked by calling it, under the small fixed probe
+	// budget (budget.go): publishing is open to anyone.
+	ctx = WithProbeBudget(ctx)
+	c, err := e.newCall(ctx, p, e.fuelFor(ctx))
 	if err != nil {
 		_ = compiled.Close(ctx)
 		return nil, err

@@ -316,7 +316,7 @@ func (e *Engine) ResolveRule(ctx context.Context, ref string, params json.RawMes
 	for i := range in.Inputs {
 		in.Inputs[i] = make([]byte, 8*dt.Size())
 	}
-	if _, err := e.Aggregate(ctx, in); err != nil {
+	if _, err := e.Aggregate(WithProbeBudget(ctx), in); err != nil {
 		var rf *syncer.RuleFailure
 		if errors.As(err, &rf) {
 			return syncer.RuleRef{}, fmt.Errorf("aggregation: %s refuses quorum K=%d: %s", rr.Name, k, rf.Reason)

@@ -38,6 +38,16 @@ type Node struct {
 	mu sync.Mutex
 
 	postLimit, publishLimit *rateLimiter
+
+	// abstain holds runs whose finalization failed locally (finalize.go).
+	abstainMu sync.Mutex
+	abstain   map[string]abstention
+	ticking   map[string]bool // runs whose tickRun is in flight (Run)
+	// wake makes Run tick now (a submission completed a fragment).
+	wake chan struct{}
+	// lastTickErr throttles the log of a repeating timer failure (an
+	// unreadable run, say) to once a minute per run.
+	lastTickErr map[string]time.Time
 }
 
 var _ Service = (*Node)(nil)
@@ -47,7 +57,7 @@ func NewNode(ctx context.Context, cfg Config) (*Node, error) {
 	if cfg.KV == nil || cfg.Engine == nil || cfg.Signer == nil {
 		return nil, errors.New("syncer: Config needs KV, Engine and Signer")
 	}
-	n := &Node{cfg: cfg, kv: cfg.KV, eng: cfg.Engine, log: cfg.Logger, now: cfg.Clock,
+	n := &Node{cfg: cfg, kv: cfg.KV, eng: cfg.Engine, log: cfg.Logger, now: cfg.Clock, wake: make(chan struct{}, 1),
 		postLimit:    newRateLimiter(cfg.Fees.RateBurst, cfg.Fees.RateWindow),
 		publishLimit: newRateLimiter(cfg.Fees.RateBurst, cfg.Fees.RateWindow)}
 	if n.log == nil {
@@ -398,19 +408,18 @@ func (n *Node) GetReceipt(ctx context.Context, task string) (*wire.Receipt, erro
 func (n *Node) Run(ctx context.Context) error {
 	t := time.NewTicker(100 * time.Millisecond)
 	defer t.Stop()
-	var lastErr string
-	var lastLog time.Time
+	var wg sync.WaitGroup
+	defer wg.Wait() // runs whose tick is computing stop with ctx
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
+		case <-n.wake:
 		case <-t.C:
-			// The same failure (an unreadable run, say) is logged once a
-			// minute, not ten times a second.
-			if err := n.Tick(ctx); err != nil && ctx.Err() == nil && (err.Error() != lastErr || time.Since(lastLog) > time.Minute) {
-				n.log.Error("round timer", "err", err)
-				lastErr, lastLog = err.Error(), time.Now()
-			}
+		}
+		n.tickEach(ctx, &wg)
+		if err := n.releaseUnbonded(ctx); err != nil && ctx.Err() == nil {
+			n.logTickErr("unbonding", err)
 		}
 	}
 }
@@ -472,4 +481,21 @@ func (n *Node) GetWeights(ctx context.Context, p wire.GetWeightsParams) (*wire.W
 		return nil, err
 	}
 	return &wire.Weights{TaskID: p.TaskID, Round: r.Round, FragmentIndex: p.FragmentIndex, WeightsHash: wire.SumBytes(enc), Payload: enc}, nil
+}
+
+// logTickErr logs a timer failure, the same key at most once a minute.
+func (n *Node) logTickErr(key string, err error) {
+	n.abstainMu.Lock()
+	if n.lastTickErr == nil {
+		n.lastTickErr = map[string]time.Time{}
+	}
+	last, seen := n.lastTickErr[key]
+	doLog := !seen || time.Since(last) > time.Minute
+	if doLog {
+		n.lastTickErr[key] = time.Now()
+	}
+	n.abstainMu.Unlock()
+	if doLog {
+		n.log.Error("round timer", "run", key, "err", err)
+	}
 }

@@ -40,10 +40,10 @@ func (e *EquivocationEvidence) Digest() wire.Hash {
 		U64(e.First.FragmentIndex).Hash(e.First.PayloadHash).Bytes(e.First.Signature).Hash(e.Second.PayloadHash).Bytes(e.Second.Signature).Sum()
 }
 
-// Submit implements Service. Checks run cheapest first (DESIGN §4.2); a
+// submit is Submit under the lock. Checks run cheapest first (DESIGN §4.2); a
 // refused submission changes nothing, except that proven equivocation is
 // recorded and slashed.
-func (n *Node) Submit(ctx context.Context, g *wire.OuterGradient) (*wire.SubmitResult, error) {
+func (n *Node) submit(ctx context.Context, g *wire.OuterGradient) (*wire.SubmitResult, error) {
 	if len(g.GradientPayload) > MaxPayloadBytes {
 		return nil, Errf(KindInvalid, "gradient_payload: %d bytes, limit %d", len(g.GradientPayload), MaxPayloadBytes)
 	}
@@ -148,13 +148,9 @@ func (n *Node) Submit(ctx context.Context, g *wire.OuterGradient) (*wire.SubmitR
 	raw, _ := json.Marshal(rec)
 	b.Set(KSTranscript, sk, raw)
 	res := &wire.SubmitResult{Accepted: true, Round: g.Round, FragmentIndex: g.FragmentIndex, PayloadHash: g.PayloadHash, AcceptedCount: len(fs.Subs)}
-	// All active trainers in: finalize without waiting for τ.
-	if len(fs.Subs) >= r.spec.Quorum && len(fs.Subs) >= r.count(wire.TrainerActive) {
-		if err := n.finalizeFragment(ctx, &b, r, int(g.FragmentIndex), false); err != nil {
-			return nil, err
-		}
-		res.Finalized = true
-	}
+	// All active trainers in: finalize without waiting for τ, once this
+	// submission is committed and the lock released (Submit, finalize.go).
+	res.Finalized = allIn(r, fs)
 	if err := n.maybeCloseRound(ctx, &b, r, false); err != nil {
 		return nil, err
 	}
@@ -301,12 +297,31 @@ func (n *Node) FinalizeRound(ctx context.Context, p *wire.FinalizeParams) (*wire
 	if _, err := did.Parse(p.SyncerDID); err != nil {
 		return nil, Errf(KindInvalid, "syncer_did: %v", err)
 	}
+	// Cheap checks before any plugin runs: only a request signed by the
+	// elected syncer for the current round makes the node compute (the
+	// nonce is checked under the lock below).
+	n.mu.Lock()
+	snap, err := n.load(ctx, p.TaskID)
+	n.mu.Unlock()
+	if err != nil {
+		return nil, err
+	}
+	var pre map[wire.Hash]*fragResult
+	if snap.Status == wire.StatusRunning && p.SyncerDID == snap.Syncer && p.Round == snap.Round {
+		if err := did.Verify(p.SyncerDID, p.Preimage(), p.Signature); err != nil {
+			return nil, Errf(KindUnauthorized, "bad signature: does not verify against %s", p.SyncerDID)
+		}
+		if pre, err = n.precompute(ctx, p.TaskID); err != nil { // plugins run outside the lock (finalize.go)
+			return nil, err
+		}
+	}
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	r, err := n.load(ctx, p.TaskID)
 	if err != nil {
 		return nil, err
 	}
+	r.pre = pre
 	if r.Status != wire.StatusRunning {
 		return nil, Errf(KindConflict, "run %s is %s, not running", p.TaskID, r.Status)
 	}
@@ -331,7 +346,7 @@ func (n *Node) FinalizeRound(ctx context.Context, p *wire.FinalizeParams) (*wire
 		case fs.Committed:
 		case len(fs.Subs) >= r.spec.Quorum && (len(fs.Subs) >= active || now > fs.KthMs+r.spec.GraceWindowMs):
 			if err := n.finalizeFragment(ctx, &b, r, i, true); err != nil {
-				return nil, err
+				return nil, changedConflict(err)
 			}
 			st.Committed = true
 		case len(fs.Subs) >= r.spec.Quorum:
@@ -373,147 +388,6 @@ func whyNot(fs []wire.FragmentStatus) string {
 		return "all fragments committed"
 	}
 	return fmt.Sprint(parts)
-}
-
-// tickRun applies the clock: grace windows and the round deadline.
-func (n *Node) tickRun(ctx context.Context, task string) error {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	r, err := n.load(ctx, task)
-	if err != nil {
-		return err
-	}
-	now := n.now().UnixMilli()
-	if r.Status == wire.StatusAwaiting {
-		return n.maybeExpire(ctx, r, now)
-	}
-	if r.Status != wire.StatusRunning {
-		return nil
-	}
-	var b Batch
-	for i, fs := range r.Fragments {
-		if !fs.Committed && fs.KthMs > 0 && now > fs.KthMs+r.spec.GraceWindowMs {
-			if err := n.finalizeFragment(ctx, &b, r, i, false); err != nil {
-				return err
-			}
-		}
-	}
-	deadline := now >= r.RoundMs+r.spec.RoundDeadline()
-	if err := n.maybeCloseRound(ctx, &b, r, deadline); err != nil {
-		return err
-	}
-	if b.Len() == 0 {
-		return nil
-	}
-	n.putRun(&b, r)
-	return n.kv.Commit(ctx, &b)
-}
-
-// finalizeFragment aggregates fragment i, applies the outer step and stages
-// the new weights, momentum and transcript entry in b.
-func (n *Node) finalizeFragment(ctx context.Context, b *Batch, r *runState, i int, forced bool) error {
-	fs := r.Fragments[i]
-	task := r.spec.TaskID
-	subs := sortedSubs(fs.Subs)
-	fc := baseCommit(r, i)
-	inputs := make([][]byte, 0, len(subs))
-	for _, s := range subs {
-		payload, err := n.kv.Get(ctx, KSBlobs, s.PayloadHash[:])
-		if err != nil {
-			payload, err = pendingOp(b, KSBlobs, s.PayloadHash[:], err)
-			if err != nil {
-				return fmt.Errorf("payload %s: %w", s.PayloadHash, err)
-			}
-		}
-		v, err := fragmentValues(fs, payload)
-		if err != nil {
-			return fmt.Errorf("stored payload %s: %w", s.PayloadHash, err)
-		}
-		inputs = append(inputs, v)
-	}
-	fc.Inputs = commitInputs(subs)
-	// Round-level verifiers may reject inputs before aggregation.
-	keep := make([]bool, len(inputs))
-	for k := range keep {
-		keep[k] = true
-	}
-	for _, v := range r.Verifiers {
-		if !v.RoundLevel {
-			continue
-		}
-		for k := range inputs {
-			out, err := n.eng.Verify(ctx, VerifyInput{Verifier: v, Dtype: fs.Dtype, N: int(fs.N), Input: inputs[k], Round: inputs})
-			if err != nil {
-				return fmt.Errorf("round verifier %s: %w", v.Name, err)
-			}
-			fc.Fuel += out.Fuel
-			if !out.Accept && keep[k] {
-				keep[k] = false
-				fc.Inputs[k].Rejected = fmt.Sprintf("%s: %s", v.Name, out.Reason)
-			}
-		}
-	}
-	var kept [][]byte
-	var keptIdx []int
-	for k, ok := range keep {
-		if ok {
-			kept = append(kept, inputs[k])
-			keptIdx = append(keptIdx, k)
-		}
-	}
-	fs.Committed = true
-	fs.Commit = fc
-	if len(kept) < r.spec.Quorum {
-		fc.Status = wire.FragNoQuorum
-		fc.Reason = fmt.Sprintf("%d of K=%d inputs left after round-level verification", len(kept), r.spec.Quorum)
-		return nil
-	}
-	agg, err := n.eng.Aggregate(ctx, AggregateInput{Rule: r.Rule, Dtype: fs.Dtype, N: int(fs.N), Inputs: kept})
-	var rf *RuleFailure
-	if errors.As(err, &rf) {
-		fc.Status, fc.Reason = wire.FragRuleFailed, rf.Error()
-		return nil
-	} else if err != nil {
-		return fmt.Errorf("aggregate fragment %d: %w", i, err)
-	}
-	fc.Fuel += agg.Fuel
-	for j, k := range keptIdx {
-		fc.Inputs[k].Selected = j < len(agg.Selected) && agg.Selected[j]
-	}
-	fc.AggregateHash = wire.SumBytes(agg.Aggregate)
-	weights, err := n.kv.Get(ctx, KSWeights, weightsKey(task, i))
-	if err != nil {
-		return fmt.Errorf("weights of fragment %d: %w", i, err)
-	}
-	var mom []byte
-	if fs.HasMomentum {
-		if mom, err = n.kv.Get(ctx, KSWeights, momentumKey(task, i)); err != nil {
-			return fmt.Errorf("momentum of fragment %d: %w", i, err)
-		}
-	}
-	o := r.spec.Outer()
-	step, err := n.eng.OuterStep(ctx, OuterStepInput{Rule: r.Outer, Dtype: fs.Dtype, N: int(fs.N), Weights: weights, Momentum: mom,
-		Aggregate: agg.Aggregate, LR: o.LR, Beta: o.Momentum, Nesterov: o.Nesterov})
-	if errors.As(err, &rf) {
-		fc.Status, fc.Reason = wire.FragRuleFailed, rf.Error()
-		return nil
-	} else if err != nil {
-		return fmt.Errorf("outer step fragment %d: %w", i, err)
-	}
-	fc.Fuel += step.Fuel
-	enc, err := encodeFragment(fs, step.Weights)
-	if err != nil {
-		return err
-	}
-	fs.WeightsHash = wire.SumBytes(enc)
-	fs.HasMomentum = true
-	fc.Status = wire.FragAggregated
-	fc.WeightsAfter = fs.WeightsHash
-	fc.MomentumAfter = wire.SumBytes(step.Momentum)
-	b.Set(KSWeights, weightsKey(task, i), step.Weights)
-	b.Set(KSWeights, momentumKey(task, i), step.Momentum)
-	n.log.Info("fragment committed", "task", task, "round", r.Round, "fragment", i, "inputs", len(kept), "forced", forced, "weights", fs.WeightsHash.String()[:12])
-	return nil
 }
 
 // maybeCloseRound closes the round when every fragment is committed, or at

@@ -43,6 +43,8 @@ type runState struct {
 	CancelReason string `json:"cancel_reason,omitempty"`
 
 	spec *wire.TaskSpec
+	// pre holds fragment results computed outside the lock (finalize.go).
+	pre map[wire.Hash]*fragResult
 }
 
 type trainerState struct {

@@ -36,3 +36,15 @@ func IsTDXSimulatedRoot(*x509.Certificate) bool { return false }
 
 // IsSNPSimulatedArk reports whether ark is a simulated ARK (never, here).
 func IsSNPSimulatedArk(*x509.Certificate) bool { return false }
+
+// NvidiaAuthority is a simulated NVIDIA root; production builds have none.
+type NvidiaAuthority struct {
+	Cert *x509.Certificate
+	Key  *ecdsa.PrivateKey
+}
+
+// Nvidia returns the simulated NVIDIA roots. Production builds have none.
+func Nvidia() (device, rim *NvidiaAuthority, err error) { return nil, nil, ErrProduction }
+
+// IsNvidiaSimulatedRoot reports whether c is the simulated device root (never, here).
+func IsNvidiaSimulatedRoot(*x509.Certificate) bool { return false }

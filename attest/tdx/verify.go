@@ -69,7 +69,7 @@ func Verify(ctx context.Context, ev *Evidence, opts VerifyOptions, checks *verdi
 		return nil, checks.Failf("tdx.clock", "no pinned verification time")
 	}
 	if opts.Collateral == nil {
-		return nil, checks.Failf("tdx.collateral", "no collateral for FMSPC %s (fail closed)", ev.FMSPC)
+		return nil, verifyWithoutCollateral(ctx, ev, opts, checks)
 	}
 	if f, err := opts.Collateral.FMSPC(); err != nil || f != strings.ToLower(ev.FMSPC) {
 		return nil, checks.Failf("tdx.collateral", "collateral is for FMSPC %q, quote is %s", f, ev.FMSPC)
@@ -137,6 +137,40 @@ func Verify(ctx context.Context, ev *Evidence, opts VerifyOptions, checks *verdi
 		return &Verified{TCBStatus: string(tdxLvl.TcbStatus), QETCBStatus: string(qeLvl.TcbStatus), Simulated: simulated}, nil
 	}
 	return nil, checks.Fail(classify(msg), verr)
+}
+
+// verifyWithoutCollateral checks what needs no collateral — the quote and
+// QE report signatures and the PCK chain to the pinned root — and then
+// records the TCB status as unknown: the quote is refused (fail closed,
+// check tdx.collateral) but only after the signature checks held, so a
+// forged quote and a genuine one without collateral get different answers.
+func verifyWithoutCollateral(ctx context.Context, ev *Evidence, opts VerifyOptions, checks *verdict.Checks) error {
+	pool := x509.NewCertPool()
+	pool.AddCert(intelRoot)
+	rootName := "the pinned Intel SGX Root CA"
+	if ev.Chain != nil && simroots.IsTDXSimulatedRoot(ev.Chain.RootCertificate) {
+		if !opts.AllowSimulated {
+			return checks.Failf("tdx.simulated", "quote's PCK chain ends at the SIMULATED test root; the policy does not allow simulated evidence")
+		}
+		sp, err := simroots.TDXPool()
+		if err != nil {
+			return checks.Fail("tdx.simulated", err)
+		}
+		pool, rootName = sp, "the SIMULATED test root (allow_simulated)"
+	}
+	now := opts.Now
+	o := &verify.Options{
+		TrustedRoots: pool,
+		Now:          &verify.TimeSet{PckCertChain: now, TcbInfo: now, QeIdentity: now, PckCrl: now, RootCaCrl: now},
+	}
+	if err := verify.TdxQuoteContext(ctx, ev.Quote, o); err != nil {
+		return checks.Fail(classify(err.Error()), err)
+	}
+	checks.Pass("tdx.signature", "quote and QE report signatures verify")
+	checks.Pass("tdx.chain", "PCK chain to %s at %s", rootName, now.Format(time.RFC3339))
+	msg := fmt.Sprintf("TCB status unknown: no collateral for FMSPC %s (TCB info, QE identity, CRLs); revocation not checked", ev.FMSPC)
+	checks.Unknown("tdx.collateral", "%s", msg)
+	return &verdict.Refusal{Check: "tdx.collateral", Err: fmt.Errorf("%s (fail closed)", msg)}
 }
 
 // classify names the failed check from the library's error text (it wraps

@@ -15,6 +15,9 @@ type Check struct {
 	Name   string `json:"name"`
 	OK     bool   `json:"ok"`
 	Detail string `json:"detail,omitempty"`
+	// Unknown marks a check that could not be decided (its collateral is
+	// missing); OK is false. Whether that refuses is the policy's decision.
+	Unknown bool `json:"unknown,omitempty"`
 }
 
 // Checks records the checks a verification ran, in order.
@@ -25,6 +28,11 @@ type Checks struct {
 // Pass records a passed check.
 func (c *Checks) Pass(name, detailFmt string, a ...any) {
 	c.List = append(c.List, Check{Name: name, OK: true, Detail: fmt.Sprintf(detailFmt, a...)})
+}
+
+// Unknown records a check that could not be decided for lack of collateral.
+func (c *Checks) Unknown(name, detailFmt string, a ...any) {
+	c.List = append(c.List, Check{Name: name, Unknown: true, Detail: fmt.Sprintf(detailFmt, a...)})
 }
 
 // Fail records a failed check and returns the refusal naming it.

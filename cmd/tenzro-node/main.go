@@ -18,11 +18,14 @@ import (
 	"syscall"
 
 	"github.com/spf13/cobra"
+
+	"github.com/tenzro/train/plugins"
 )
 
 type slogLevel = slog.Level
 
 func main() {
+	plugins.ServeWorkerIfChild() // `tenzro-node plugin-worker` (hidden): the node's plugin workers
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	os.Exit(execute(ctx, os.Args[1:], os.Stdout, os.Stderr))

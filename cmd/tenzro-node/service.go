@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 
 	"github.com/tenzro/train/rpc/gossip"
 	"github.com/tenzro/train/syncer"
@@ -41,9 +40,6 @@ func (s nodeService) Submit(ctx context.Context, g *wire.OuterGradient) (*wire.S
 		return nil, syncer.Errf(syncer.KindUnauthorized, "submission signature: %v", err)
 	}
 	if _, err := s.fwd.Forward(ctx, g); err != nil {
-		if errors.Is(err, gossip.ErrAttestationNotForwarded) {
-			return nil, syncer.Errf(syncer.KindInvalid, "submissions with attestation evidence go to the syncer's RPC directly, not through a light node")
-		}
 		return nil, syncer.Errf(syncer.KindInvalid, "forward: %v", err)
 	}
 	return &wire.SubmitResult{Forwarded: true, Round: g.Round, FragmentIndex: g.FragmentIndex, PayloadHash: g.PayloadHash}, nil

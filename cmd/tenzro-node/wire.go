@@ -57,7 +57,8 @@ func runNode(ctx context.Context, cfg Config, log *slog.Logger) (err error) {
 	var registry rpc.PluginRegistry
 	switch cfg.Engine {
 	case "wasm":
-		pe, err := plugins.NewEngine(ctx, plugins.Config{KV: db, CacheDir: filepath.Join(cfg.DataDir, "wasm-cache"), Logger: log.With("component", "plugins")})
+		pe, err := plugins.NewEngine(ctx, plugins.Config{KV: db, CacheDir: filepath.Join(cfg.DataDir, "wasm-cache"), Logger: log.With("component", "plugins"),
+			Workers: plugins.DefaultWorkers, WorkerCommand: workerCommand()})
 		if err != nil {
 			return fmt.Errorf("wasm engine: %w", err)
 		}

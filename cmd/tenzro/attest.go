@@ -1,49 +1,62 @@
 package main
 
 import (
-	"context"
+	"encoding/hex"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/tenzro/train/attest"
+	"github.com/tenzro/train/attest/nvidia"
 )
 
 func init() { registerCommand(newAttestCmd) }
 
+// attestSubs are subcommands other files add to `tenzro attest`.
+var attestSubs []func() *cobra.Command
+
+func registerAttestSub(f func() *cobra.Command) { attestSubs = append(attestSubs, f) }
+
 func newAttestCmd() *cobra.Command {
 	cmd := &cobra.Command{Use: "attest", Short: "Verify TEE attestation evidence and write policies"}
 	cmd.AddCommand(newAttestVerifyCmd(), newAttestPolicyCmd())
+	for _, f := range attestSubs {
+		cmd.AddCommand(f())
+	}
 	return cmd
 }
 
 func newAttestVerifyCmd() *cobra.Command {
-	var evidence, vendor, at, collateral, policy, format string
+	var evidence, vendor, at, collateral, policy, format, nonce, driverRIM, vbiosRIM string
 	var certs []string
 	c := &cobra.Command{
 		Use:   "verify --evidence F",
 		Short: "Verify evidence: authenticity only, or with --policy also validation",
-		Long: "Without --policy: parse, signature chain to the vendor root, validity at --at (default now), debug refused; claims printed.\n" +
-			"With --policy: the policy is validated too. Exit 0 accepted, 1 refused, 2 usage.",
+		Long: "Checks run in this order and every check that ran is listed with its result: parse, signatures, the chain to\n" +
+			"the vendor's pinned root at --at (default now), then collateral (TDX TCB info, QE identity and CRLs; NVIDIA\n" +
+			"OCSP answers and RIMs), then the policy. Missing collateral is reported as unknown (\"TCB status unknown\",\n" +
+			"\"measurements/revocation unknown\") after the signature checks held, and refuses unless a policy allows it.\n" +
+			"The first failed check is named (tdx.signature, nvidia.chain, nvidia.nonce, nvidia.measurements, ...).\n" +
+			"Exit 0 accepted, 1 refused, 2 usage.",
+		Example: "  tenzro attest verify --evidence envelope.json --policy policy.json\n" +
+			"  tenzro attest verify --vendor tdx --evidence quote.bin --collateral ~/.tenzro/collateral\n" +
+			"  tenzro attest verify --vendor nvidia --evidence hopperAttestationReport.txt --cert hopperCertChain.txt \\\n" +
+			"      --nonce 931d8dd0add203ac3d8b4fbde75e115278eefcdceac5b87671a748f32364dfcb --collateral nvidia-collateral/ --format json",
 		SilenceUsage: true,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			out := cmd.OutOrStdout()
-			usage := func(err error) error {
-				fmt.Fprintln(cmd.ErrOrStderr(), "usage:", err)
-				os.Exit(2)
-				return nil
-			}
 			if evidence == "" {
-				return usage(errors.New("--evidence is required"))
+				return usagef("--evidence is required")
 			}
-			raw, err := readLimited(evidence, attest.MaxEnvelope)
+			limit := int64(attest.MaxEnvelope)
+			raw, err := readLimited(evidence, limit)
 			if err != nil {
-				return usage(err)
+				return usageError{err}
 			}
 			env := raw
 			if vendor != "" { // raw evidence file: wrap it
@@ -51,35 +64,71 @@ func newAttestVerifyCmd() *cobra.Command {
 				for _, f := range certs {
 					b, err := readLimited(f, 64<<10)
 					if err != nil {
-						return usage(err)
+						return usageError{err}
+					}
+					if vendor == attest.VendorNvidia {
+						chain, err := nvidia.ParseChain(b)
+						if err != nil {
+							return usagef("--cert %s: %v", f, err)
+						}
+						for _, c := range chain {
+							e.Certs = append(e.Certs, c.Raw)
+						}
+						continue
 					}
 					e.Certs = append(e.Certs, b)
 				}
+				if vendor == attest.VendorNvidia {
+					if len(e.Certs) == 0 {
+						return usagef("--vendor nvidia needs --cert CHAIN (the device certificate chain, PEM)")
+					}
+					r, err := nvidia.Parse(raw) // hex text (NVIDIA's samples) or binary
+					if err != nil {
+						return usagef("--evidence: %v", err)
+					}
+					e.Evidence = r.Raw
+				}
 				env = e.Marshal()
 			} else if len(certs) > 0 {
-				return usage(errors.New("--cert needs --vendor (raw evidence)"))
+				return usagef("--cert needs --vendor (raw evidence)")
 			}
 			when := time.Now()
 			if at != "" {
 				if when, err = time.Parse(time.RFC3339, at); err != nil {
-					return usage(fmt.Errorf("--at: %w", err))
+					return usagef("--at: %v", err)
 				}
 			}
-			var pol *attest.Policy
+			vp := attest.VerifyParams{At: when}
 			if policy != "" {
 				b, err := readLimited(policy, attest.MaxPolicy)
 				if err != nil {
-					return usage(err)
+					return usageError{err}
 				}
-				if pol, err = attest.ParsePolicy(b, ""); err != nil {
-					return usage(err)
+				if vp.Policy, err = attest.ParsePolicy(b, ""); err != nil {
+					return usageError{err}
+				}
+			}
+			if nonce != "" {
+				if vp.GPUNonce, err = hex.DecodeString(strings.TrimPrefix(nonce, "0x")); err != nil || len(vp.GPUNonce) != nvidia.NonceSize {
+					return usagef("--nonce: want %d bytes of hex", nvidia.NonceSize)
+				}
+			}
+			for _, r := range []struct {
+				path string
+				dst  *[]byte
+			}{{driverRIM, &vp.DriverRIM}, {vbiosRIM, &vp.VBIOSRIM}} {
+				if r.path == "" {
+					continue
+				}
+				if *r.dst, err = readLimited(r.path, nvidia.MaxRIM); err != nil {
+					return usageError{err}
 				}
 			}
 			if format != "" && format != "json" && format != "text" {
-				return usage(fmt.Errorf("--format %q (json or text)", format))
+				return usagef("--format %q (json or text)", format)
 			}
 			ch := attest.NewChecker(attest.Options{CollateralDir: collateral})
-			res, verr := ch.Verify(context.Background(), env, pol, when, nil)
+			res, verr := ch.VerifyWith(cmd.Context(), env, vp)
 			if format == "json" {
 				enc := json.NewEncoder(out)
 				enc.SetIndent("", "  ")
@@ -88,18 +137,21 @@ func newAttestVerifyCmd() *cobra.Command {
 				printResult(out, res)
 			}
 			if verr != nil {
-				os.Exit(1)
+				return &exitError{code: exitFailed}
 			}
 			return nil
 		},
 	}
 	f := c.Flags()
 	f.StringVar(&evidence, "evidence", "", "evidence envelope (JSON), or raw evidence with --vendor")
-	f.StringVar(&vendor, "vendor", "", "raw evidence vendor: tdx, snp or nitro")
+	f.StringVar(&vendor, "vendor", "", "raw evidence vendor: tdx, snp, nitro or nvidia (GPU report, binary or hex)")
 	f.StringVar(&at, "at", "", "verification time, RFC3339 (default now)")
-	f.StringVar(&collateral, "collateral", "", "TDX collateral cache directory (<fmspc>.json files)")
-	f.StringArrayVar(&certs, "cert", nil, "extra DER certificate (SNP VCEK/VLEK); repeatable")
+	f.StringVar(&collateral, "collateral", "", "collateral cache directory: TDX <fmspc>.json files; NVIDIA *.swidtag RIMs and ocsp/<serial>.der")
+	f.StringArrayVar(&certs, "cert", nil, "certificates: SNP VCEK/VLEK (DER, repeatable); NVIDIA device chain (PEM, leaf first)")
 	f.StringVar(&policy, "policy", "", "policy file (JSON); without it only authenticity is checked")
+	f.StringVar(&nonce, "nonce", "", "NVIDIA: the nonce the GPU report must carry (64 hex digits)")
+	f.StringVar(&driverRIM, "driver-rim", "", "NVIDIA: driver RIM to compare with (default: from --collateral by version)")
+	f.StringVar(&vbiosRIM, "vbios-rim", "", "NVIDIA: VBIOS RIM to compare with (default: from --collateral by version)")
 	f.StringVar(&format, "format", "text", "output: text or json")
 	return c
 }
@@ -108,7 +160,10 @@ func printResult(w io.Writer, r *attest.Result) {
 	fmt.Fprintf(w, "vendor:     %s\nverified at: %s\n", r.Vendor, r.At.Format(time.RFC3339))
 	for _, c := range r.Checks {
 		st := "ok  "
-		if !c.OK {
+		switch {
+		case c.Unknown:
+			st = "??  "
+		case !c.OK:
 			st = "FAIL"
 		}
 		fmt.Fprintf(w, "  [%s] %-32s %s\n", st, c.Name, c.Detail)
@@ -157,7 +212,7 @@ func newAttestPolicyCmd() *cobra.Command {
 		},
 	}
 	initCmd.Flags().StringVar(&tier, "tier", "verified", "verified or confidential")
-	initCmd.Flags().StringVar(&vendor, "vendor", "snp", "tdx, snp or nitro")
+	initCmd.Flags().StringVar(&vendor, "vendor", "snp", "tdx, snp, nitro, or nvidia (SEV-SNP + nvidia_cc, composite)")
 	initCmd.Flags().StringVarP(&out, "out", "o", "", "output file (default stdout)")
 	p.AddCommand(initCmd)
 	return p

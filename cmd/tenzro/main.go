@@ -11,9 +11,12 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+
+	"github.com/tenzro/train/plugins"
 )
 
 func main() {
+	plugins.ServeWorkerIfChild() // the plugin workers of `tenzro plugin run/hash/list`
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	code := execute(ctx, os.Args[1:], os.Stdout, os.Stderr)
 	stop()

@@ -92,7 +92,7 @@ func newPluginTestCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			rep, err := conformance.Run(cmd.Context(), mod, conformance.Options{Params: json.RawMessage(params), K: k})
+			rep, err := conformance.Run(cmd.Context(), mod, conformance.Options{Params: json.RawMessage(params), K: k, Workers: 1})
 			if err != nil {
 				return err
 			}
@@ -124,7 +124,7 @@ func newPluginHashCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			e, err := plugins.NewEngine(cmd.Context(), plugins.Config{})
+			e, err := plugins.NewEngine(cmd.Context(), plugins.Config{Workers: 1})
 			if err != nil {
 				return err
 			}
@@ -219,7 +219,11 @@ func newPluginRunCmd() *cobra.Command {
 		Long: `Aggregation: every tensor name present in all inputs (same dtype and shape) is
 aggregated separately; OUT holds F32 tensors. Outer step (--outer): applies
 Nesterov momentum (PyTorch SGD semantics) to --weights with the pseudo-gradient
---grad and the optional --momentum state, writing --out and --momentum-out.`,
+--grad and the optional --momentum state, writing --out and --momentum-out.
+
+Rules run in a plugin worker process, as on the node: a looping or
+memory-hungry module is stopped by its fuel budget, its memory limit or the
+wall-clock backstop, never by taking this process down.`,
 		Example: `  tenzro plugin run --rule 'TrimmedMean{alpha_bps=2500}' --inputs a.safetensors,b.safetensors,c.safetensors,d.safetensors --out mean.safetensors
   tenzro plugin run --rule sha256:<hex> --module median.wasm --inputs a.safetensors,b.safetensors --out out.safetensors
   tenzro plugin run --outer --weights w.safetensors --grad agg.safetensors --momentum m.safetensors --out w2.safetensors --momentum-out m2.safetensors`,
@@ -241,7 +245,7 @@ Nesterov momentum (PyTorch SGD semantics) to --weights with the pseudo-gradient
 	fl.Float32Var(&f.beta, "beta", 0.9, "outer step: momentum factor")
 	fl.BoolVar(&f.noNesterov, "no-nesterov", false, "outer step: plain momentum")
 	fl.Uint32Var(&f.memPages, "memory-pages", 0, "guest memory limit in 64 KiB pages (default 32768)")
-	fl.Uint64Var(&f.fuel, "fuel", 0, "fuel budget per call (default 2e11)")
+	fl.Uint64Var(&f.fuel, "fuel", 0, "fuel budget per call (default 5e10, the node's)")
 	return c
 }
 
@@ -278,7 +282,7 @@ func runPlugin(cmd *cobra.Command, f runFlags) error {
 	if f.out == "" {
 		return usagef("--out is required")
 	}
-	e, err := plugins.NewEngine(ctx, plugins.Config{MemoryPages: f.memPages, Fuel: f.fuel})
+	e, err := plugins.NewEngine(ctx, plugins.Config{MemoryPages: f.memPages, Fuel: f.fuel, Workers: 1})
 	if err != nil {
 		return err
 	}

@@ -93,7 +93,7 @@ func replayEngine(ctx context.Context, rc *wire.Receipt, cl interface {
 	if err != nil {
 		return nil, nil, err
 	}
-	eng, err := plugins.NewEngine(ctx, plugins.Config{CacheDir: dir, MemoryPages: d.MemoryPages, Fuel: d.Fuel})
+	eng, err := plugins.NewEngine(ctx, plugins.Config{CacheDir: dir, MemoryPages: d.MemoryPages, Fuel: d.Fuel, Workers: 1})
 	if err != nil {
 		os.RemoveAll(dir)
 		return nil, nil, err

@@ -423,7 +423,7 @@ fragments, duplicates, bad shapes and late submissions with a precise error.`,
 				msg = fmt.Sprintf("not accepted: round %d fragment %d", res.Round, res.FragmentIndex)
 			}
 			if res.Finalized {
-				msg += "; fragment committed"
+				msg += "; fragment complete (the syncer commits it now)"
 			}
 			fmt.Fprintln(cmd.OutOrStdout(), msg)
 			return nil

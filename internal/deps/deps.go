@@ -15,6 +15,5 @@ import (
 	_ "github.com/ipfs/boxo/blockservice"
 	_ "github.com/ipfs/boxo/gateway"
 	_ "github.com/ipfs/boxo/ipld/unixfs/importer"
-	_ "github.com/russellhaering/goxmldsig"
 	_ "lukechampine.com/blake3"
 )

@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # Builds the built-in plugins reproducibly: same sources + same clang = same bytes.
 # Usage: plugins/builtin/build.sh [OUTDIR]   (default: plugins/builtin/wasm)
-# Needs clang and wasm-ld (Debian: apt-get install -y clang lld) and Go.
+# Needs clang and wasm-ld (Debian bookworm: apt-get install -y clang-14 lld-14, or `make tools`) and Go.
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 root="$(cd "$here/../.." && pwd)"
 out="${1:-$here/wasm}"
 mkdir -p "$out"
-CLANG="${CLANG:-clang}"
+CLANG="${CLANG:-$(command -v clang-14 || echo clang)}"  # the pinned clang (wasm/TOOLCHAIN)
 # Flags: wasm32, -O3, SIMD128 and bulk memory (WebAssembly 2.0), no libc, no FP
 # contraction, no debug info, everything stripped (the manifest is appended after),
 # paths and dates kept out of the output.

@@ -32,6 +32,10 @@ type Options struct {
 	K int
 	// N is the number of values per input (0: 1027).
 	N int
+	// Workers > 0 runs the plugin in worker processes (plugins.Config.Workers),
+	// as the node does: `tenzro plugin test` sets it, so a hostile module
+	// under test cannot take the CLI down.
+	Workers int
 }
 
 // Check is one conformance check.
@@ -95,7 +99,7 @@ func Run(ctx context.Context, module []byte, opt Options) (*Report, error) {
 		opt.N = 1027
 	}
 	rep := &Report{}
-	comp, err := plugins.NewEngine(ctx, plugins.Config{})
+	comp, err := plugins.NewEngine(ctx, plugins.Config{Workers: opt.Workers})
 	if err != nil {
 		return nil, err
 	}
@@ -105,7 +109,7 @@ func Run(ctx context.Context, module []byte, opt Options) (*Report, error) {
 		return rep, nil
 	}
 	rep.Plugin, rep.Hash = info.Name, info.Hash.String()
-	interp, err := plugins.NewEngine(ctx, plugins.Config{Interpreter: true})
+	interp, err := plugins.NewEngine(ctx, plugins.Config{Interpreter: true, Workers: opt.Workers})
 	if err != nil {
 		return nil, err
 	}
@@ -224,7 +228,7 @@ func aggregateChecks(ctx context.Context, rep *Report, comp, interp *plugins.Eng
 	if man.Chunking == plugins.ChunkCoordinate || man.Chunking == plugins.ChunkPasses {
 		rep.add("chunked run under a small memory limit gives the same bytes", chunked(ctx, module, ref, man, opt, r))
 	}
-	small, err := plugins.NewEngine(ctx, plugins.Config{Fuel: 1000})
+	small, err := plugins.NewEngine(ctx, plugins.Config{Fuel: 1000, Workers: opt.Workers})
 	if err == nil {
 		defer small.Close(ctx)
 		// Registration itself may run out (a Go runtime's _initialize).
@@ -251,11 +255,15 @@ func aggregateChecks(ctx context.Context, rep *Report, comp, interp *plugins.Eng
 // fragment sizes below and one with the default limit, both holding module.
 func chunkedEngines(ctx context.Context, module []byte) (small, big *plugins.Engine, err error) {
 	const pages = 512 // 32 MiB: room for a Go runtime, too little for the whole call
-	small, err = plugins.NewEngine(ctx, plugins.Config{MemoryPages: pages})
+	// This check compares bytes, not cost: a budget well above the node's
+	// default, so that a slow (e.g. Go wasip1) rule is not cut short on the
+	// 2M-coordinate fragment below.
+	const fuel = 4 * plugins.DefaultFuel
+	small, err = plugins.NewEngine(ctx, plugins.Config{MemoryPages: pages, Fuel: fuel})
 	if err != nil {
 		return nil, nil, err
 	}
-	big, err = plugins.NewEngine(ctx, plugins.Config{})
+	big, err = plugins.NewEngine(ctx, plugins.Config{Fuel: fuel})
 	if err != nil {
 		small.Close(ctx)
 		return nil, nil, err

@@ -21,10 +21,6 @@ import (
 // node runs a Receiver, which on each announcement fetches the payload from
 // the announcing peer and calls the node's submit path.
 
-// ErrAttestationNotForwarded: a submission with attestation evidence must be
-// sent over JSON-RPC; announcements do not carry evidence yet.
-var ErrAttestationNotForwarded = errors.New("submissions with attestation evidence are not forwarded over gossip")
-
 // Forwarder announces locally submitted outer gradients.
 type Forwarder struct{ n *Node }
 
@@ -35,8 +31,8 @@ func NewForwarder(n *Node) *Forwarder { return &Forwarder{n: n} }
 // the node's blob cache for serving over BlobProtocol, and publishes its
 // announcement. It returns the announcement published.
 func (f *Forwarder) Forward(ctx context.Context, g *wire.OuterGradient) (SubmissionAnnouncement, error) {
-	if len(g.Attestation) > 0 {
-		return SubmissionAnnouncement{}, fmt.Errorf("gossip: forward: %w", ErrAttestationNotForwarded)
+	if len(g.Attestation) > MaxAttestation {
+		return SubmissionAnnouncement{}, fmt.Errorf("gossip: forward: attestation of %d bytes, limit %d", len(g.Attestation), MaxAttestation)
 	}
 	if size := int64(len(g.GradientPayload)); size == 0 || size > f.n.maxBlob {
 		return SubmissionAnnouncement{}, fmt.Errorf("gossip: forward: payload of %d bytes, want 1..%d", size, f.n.maxBlob)
@@ -50,6 +46,12 @@ func (f *Forwarder) Forward(ctx context.Context, g *wire.OuterGradient) (Submiss
 	}
 	if err := f.n.cache.put(g.PayloadHash, bytes.Clone(g.GradientPayload)); err != nil {
 		return SubmissionAnnouncement{}, fmt.Errorf("gossip: forward: %w", err)
+	}
+	if len(g.Attestation) > 0 {
+		// The evidence travels like the payload: by hash, over BlobProtocol.
+		if err := f.n.cache.put(a.AttestationHash, bytes.Clone([]byte(g.Attestation))); err != nil {
+			return SubmissionAnnouncement{}, fmt.Errorf("gossip: forward: attestation: %w", err)
+		}
 	}
 	if err := f.n.PublishSubmission(ctx, a); err != nil {
 		return SubmissionAnnouncement{}, err
@@ -202,6 +204,20 @@ func (r *Receiver) handle(a SubmissionAnnouncement, from, via string) {
 	g := &wire.OuterGradient{
 		TaskID: a.TaskID, TrainerDID: a.TrainerDID, Round: a.Round, FragmentIndex: a.FragmentIndex,
 		GradientPayload: payload, PayloadHash: a.PayloadHash, Signature: a.Signature,
+	}
+	if !a.AttestationHash.IsZero() {
+		att, err := r.n.fetchBlob(ctx, from, a.AttestationHash, MaxAttestation, a.AttestationSize)
+		if err != nil && via != from {
+			att, err = r.n.fetchBlob(ctx, via, a.AttestationHash, MaxAttestation, a.AttestationSize)
+		}
+		if err != nil {
+			r.forget(a)
+			r.n.c.receiverSubmitFails.Add(1)
+			r.log.Warn("announced attestation unavailable", "task", a.TaskID, "trainer", a.TrainerDID, "round", a.Round, "err", err)
+			return
+		}
+		_ = r.n.cache.put(a.AttestationHash, att)
+		g.Attestation = att
 	}
 	if err := r.submit(ctx, g); err != nil {
 		r.n.c.receiverSubmitFails.Add(1)

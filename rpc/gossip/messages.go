@@ -75,11 +75,21 @@ type SubmissionAnnouncement struct {
 	PayloadHash   wire.Hash     `json:"payload_hash"`
 	PayloadSize   int64         `json:"payload_size"`
 	Signature     wire.HexBytes `json:"signature"`
+	// AttestationHash and AttestationSize name the submission's attestation
+	// claim (Verified and Confidential tiers), fetched like the payload over
+	// BlobProtocol by its SHA-256. The claim is not under the trainer's
+	// signature; its evidence binds the trainer DID and the round nonce, so
+	// a relay cannot substitute evidence that passes.
+	AttestationHash wire.Hash `json:"attestation_hash,omitzero"`
+	AttestationSize int64     `json:"attestation_size,omitempty"`
 }
+
+// MaxAttestation bounds a forwarded attestation claim.
+const MaxAttestation = 1 << 20
 
 // AnnouncementFor builds the announcement of a submission.
 func AnnouncementFor(g *wire.OuterGradient) SubmissionAnnouncement {
-	return SubmissionAnnouncement{
+	a := SubmissionAnnouncement{
 		Type:          TypeSubmission,
 		TaskID:        g.TaskID,
 		TrainerDID:    g.TrainerDID,
@@ -89,6 +99,10 @@ func AnnouncementFor(g *wire.OuterGradient) SubmissionAnnouncement {
 		PayloadSize:   int64(len(g.GradientPayload)),
 		Signature:     append(wire.HexBytes(nil), g.Signature...),
 	}
+	if len(g.Attestation) > 0 {
+		a.AttestationHash, a.AttestationSize = wire.SumBytes(g.Attestation), int64(len(g.Attestation))
+	}
+	return a
 }
 
 // Preimage is the submission's signing preimage (PROTOCOL §4).
@@ -119,6 +133,9 @@ func (a *SubmissionAnnouncement) Verify(maxBlob int64) error {
 	}
 	if maxBlob > 0 && a.PayloadSize > maxBlob {
 		return fmt.Errorf("submission announcement: payload_size %d above this node's limit %d: %w", a.PayloadSize, maxBlob, errOverLocalLimit)
+	}
+	if a.AttestationHash.IsZero() != (a.AttestationSize == 0) || a.AttestationSize < 0 || a.AttestationSize > MaxAttestation {
+		return fmt.Errorf("submission announcement: attestation_size %d with attestation_hash %s (want both or neither, size ≤ %d)", a.AttestationSize, a.AttestationHash, MaxAttestation)
 	}
 	if err := did.Verify(a.TrainerDID, a.Preimage(), a.Signature); err != nil {
 		return fmt.Errorf("submission announcement from %s: %w", a.TrainerDID, err)

@@ -355,3 +355,40 @@ func TestForwarderToReceiver(t *testing.T) {
 		t.Fatalf("receiver stats %+v", s)
 	}
 }
+
+// A light node forwards a submission's attestation claim with it: the
+// announcement names the claim by hash and the syncer's node fetches it.
+func TestForwarderCarriesEvidence(t *testing.T) {
+	ctx := testCtx(t)
+	syncerNode := newNode(t, ctx, Config{}, Handlers{})
+	light := newNode(t, ctx, Config{BootNodes: syncerNode.Addrs()}, Handlers{})
+	var got collector[*wire.OuterGradient]
+	r, err := syncerNode.NewReceiver(func(ctx context.Context, g *wire.OuterGradient) error {
+		got.add(g)
+		return nil
+	}, ReceiverOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	waitTopicPeers(t, ctx, 1, light)
+	waitTopicPeers(t, ctx, 1, syncerNode)
+	g := signedGradient(t, trainerKey(t), []byte("payload with evidence"))
+	g.Attestation = []byte(`{"envelope":{"vendor":"snp","evidence":"AAAA"},"nonce":"AQID","program_hash":"` + wire.SumBytes([]byte("p")).String() + `"}`)
+	a, err := NewForwarder(light).Forward(ctx, g)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a.AttestationHash != wire.SumBytes(g.Attestation) || a.AttestationSize != int64(len(g.Attestation)) {
+		t.Fatalf("announcement %+v", a)
+	}
+	waitFor(t, ctx, "the syncer's node submits the gradient with its evidence", func() bool { return len(got.all()) == 1 })
+	if sub := got.all()[0]; !bytes.Equal(sub.Attestation, g.Attestation) {
+		t.Fatalf("evidence %q, want %q", sub.Attestation, g.Attestation)
+	}
+	bad := a
+	bad.AttestationSize = 0
+	if err := bad.Verify(0); err == nil {
+		t.Fatal("announcement with a hash but no size accepted")
+	}
+}

@@ -59,8 +59,8 @@ def go_bins() -> Path:
 
 
 class NodeProc:
-    def __init__(self, bins: Path, data_dir: Path, port: int) -> None:
-        self.bins, self.data_dir, self.port = bins, data_dir, port
+    def __init__(self, bins: Path, data_dir: Path, port: int, extra: list[str] | None = None) -> None:
+        self.bins, self.data_dir, self.port, self.extra = bins, data_dir, port, list(extra or [])
         self.url = f"http://127.0.0.1:{port}"
         self.proc: subprocess.Popen | None = None
         self.log = open(data_dir.parent / f"node-{port}.log", "ab")  # noqa: SIM115
@@ -70,6 +70,7 @@ class NodeProc:
             [
                 str(self.bins / "tenzro-node"), "--dev", "--data-dir", str(self.data_dir),
                 "--rpc-addr", f"127.0.0.1:{self.port}", "--listen-addr", "/ip4/127.0.0.1/tcp/0",
+                *self.extra,
             ],
             stdout=self.log,
             stderr=subprocess.STDOUT,

@@ -30,7 +30,7 @@ static void sel(const double *d, uint32_t k, const double *params, uint32_t npar
     for (uint32_t i = 0; i < k; i++) {
       if (!rem[i]) continue;
       double sc = tz_krum_score(d, k, i, rem, nbs);
-      if (best < 0 || sc < bs) best = i, bs = sc;
+      if (best < 0 || tz_dless(sc, bs)) best = i, bs = sc;
     }
     rem[best] = 0;
     c->selected[best] = 1;

@@ -24,20 +24,43 @@ static inline void tz_store4(float *p, v128_t v, uint32_t valid) {
   for (uint32_t i = 0; i < valid; i++) p[i] = t[i];
 }
 
-/* Stable compare-exchange: swaps lanes where b < a (NaN never swaps). */
+/* Non-finite values (ABI.md §11). Every comparison of values in the built-in
+ * rules uses one total order: -Inf < negative < -0 < +0 < positive < +Inf <
+ * NaN, with every NaN equal (canonicalised to 0x7fc00000 before sorting).
+ * So a sorted coordinate, and every order statistic taken from it, depends
+ * only on the multiset of the K values, never on which input holds which. */
+
+/* The f32 bits as an i32 key that orders as above (an involution). */
+static inline v128_t tz_key(v128_t v) {
+  return wasm_v128_xor(v, wasm_v128_and(wasm_i32x4_shr(v, 31), wasm_i32x4_splat(0x7fffffff)));
+}
+static inline v128_t tz_canon_nan(v128_t v) {
+  return wasm_v128_bitselect(wasm_i32x4_splat(0x7fc00000), v, wasm_f32x4_ne(v, v));
+}
+
+/* Compare-exchange of keys: swaps lanes where b < a (stable). */
 static inline void tz_cx(v128_t *a, v128_t *b) {
-  v128_t m = wasm_f32x4_lt(*b, *a);
+  v128_t m = wasm_i32x4_lt(*b, *a);
   v128_t lo = wasm_v128_bitselect(*b, *a, m);
   v128_t hi = wasm_v128_bitselect(*a, *b, m);
   *a = lo;
   *b = hi;
 }
 
-/* Odd-even transposition sort of k vectors, lane-wise ascending. */
+/* Odd-even transposition sort of k vectors, lane-wise ascending in the
+ * total order (NaN last, canonical). */
 static inline void tz_sort_lanes(v128_t *v, uint32_t k) {
+  for (uint32_t i = 0; i < k; i++) v[i] = tz_key(tz_canon_nan(v[i]));
   for (uint32_t r = 0; r < k; r++)
     for (uint32_t i = r & 1u; i + 1 < k; i += 2) tz_cx(&v[i], &v[i + 1]);
+  for (uint32_t i = 0; i < k; i++) v[i] = tz_key(v[i]);
 }
+
+/* a before b in the same total order for f64 scores and distances (NaN
+ * last): how Krum, MultiKrum and Bulyan rank neighbours and inputs, so a
+ * non-finite input gets a non-finite score and is never preferred to a
+ * finite one, wherever it sits. */
+static inline int tz_dless(double a, double b) { return a < b || (b != b && a == a); }
 
 /* f64 lane helpers: a f32x4 as two f64x2. */
 static inline v128_t tz_lo64(v128_t v) { return wasm_f64x2_promote_low_f32x4(v); }
@@ -148,7 +171,7 @@ static double tz_krum_score(const double *d, uint32_t k, uint32_t i, const uint8
     if (j != i && mask[j]) {
       double x = d[i * k + j];
       uint32_t q = m++;
-      while (q > 0 && v[q - 1] > x) { v[q] = v[q - 1]; q--; }
+      while (q > 0 && tz_dless(x, v[q - 1])) { v[q] = v[q - 1]; q--; }
       v[q] = x;
     }
   double s = 0;

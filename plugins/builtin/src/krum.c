@@ -22,7 +22,7 @@ static void sel(const double *d, uint32_t k, const double *params, uint32_t npar
   uint32_t nb = tz_krum_nb(k, f), best = 0;
   for (uint32_t i = 0; i < k; i++) {
     c->scores[i] = tz_krum_score(d, k, i, all, nb);
-    if (c->scores[i] < c->scores[best]) best = i;
+    if (tz_dless(c->scores[i], c->scores[best])) best = i;
   }
   for (uint32_t i = 0; i < k; i++) c->selected[i] = i == best;
   c->order[0] = best;

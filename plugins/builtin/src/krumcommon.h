@@ -27,7 +27,7 @@ static inline tz_lanes *tz_krum_lanes(tz_krum_carry *c) { return (tz_lanes *)((u
 static void tz_order_by_score(const double *s, uint32_t k, uint32_t *idx) {
   for (uint32_t i = 0; i < k; i++) {
     uint32_t q = i;
-    while (q > 0 && s[idx[q - 1]] > s[i]) { idx[q] = idx[q - 1]; q--; }
+    while (q > 0 && tz_dless(s[i], s[idx[q - 1]])) { idx[q] = idx[q - 1]; q--; }
     idx[q] = i;
   }
 }

@@ -28,7 +28,7 @@ static void judge(uint32_t dtype, uint32_t k, const tz_norm_acc *acc, const doub
   for (uint32_t i = 0; i < k; i++) {
     double x = tz_norm_finish(dtype, &acc[1 + i]);
     uint32_t q = i;
-    while (q > 0 && norms[q - 1] > x) { norms[q] = norms[q - 1]; q--; }
+    while (q > 0 && tz_dless(x, norms[q - 1])) { norms[q] = norms[q - 1]; q--; }
     norms[q] = x;
   }
   double med = (k & 1u) ? norms[k / 2] : (norms[k / 2 - 1] + norms[k / 2]) * 0.5;

@@ -66,6 +66,7 @@ class Config:
     log_format: str = "json"
     attack: dict | None = None
     state_file: str | None = None
+    attestation: Any = None  # attestation.AttestConfig: Verified/Confidential tiers
 
 
 def _num(v: Any, what: str, kind: type) -> Any:
@@ -84,7 +85,7 @@ def parse(d: Any, base: Path | None = None) -> Config:
     known = {
         "node_rpc", "trainer_did", "trainer_keypair", "task_id", "inner", "device", "dtype",
         "gradient_checkpointing", "metrics", "metrics_port", "stake", "threads", "eval",
-        "max_rounds", "poll_interval", "log_format", "attack", "state_file",
+        "max_rounds", "poll_interval", "log_format", "attack", "state_file", "attestation",
     }  # fmt: skip
     unknown = sorted(set(d) - known)
     if unknown:
@@ -138,6 +139,9 @@ def parse(d: Any, base: Path | None = None) -> Config:
         attack=d.get("attack"),
         state_file=None if d.get("state_file") is None else str(d["state_file"]),
     )
+    from .attestation import parse_config as parse_attestation  # here: attestation imports ConfigError
+
+    cfg.attestation = parse_attestation(d.get("attestation"))
     if cfg.dtype not in ("auto", "bf16", "fp32", "float32", "bfloat16"):
         raise ConfigError(f"config: dtype {cfg.dtype!r}: want auto, bf16 or fp32")
     if cfg.attack is not None and (

@@ -76,7 +76,14 @@ def _csv_series(path: Path) -> list[Series]:
     if path.stat().st_size > MAX_CSV_BYTES:
         raise DatasetError(f"{path}: larger than {MAX_CSV_BYTES} bytes")
     with path.open(newline="") as f:
-        rows = list(csv.reader(f))
+        return csv_series(f.read(), str(path))
+
+
+def csv_series(text: str, path: str = "<memory>") -> list[Series]:
+    """Parses a corpus CSV held in memory (a decrypted Confidential dataset never touches the disk)."""
+    if len(text) > MAX_CSV_BYTES:
+        raise DatasetError(f"{path}: larger than {MAX_CSV_BYTES} bytes")
+    rows = list(csv.reader(text.splitlines()))
     if not rows or not rows[0]:
         raise DatasetError(f"{path}: want a header row naming the series")
     names = [n.strip() for n in rows[0]]

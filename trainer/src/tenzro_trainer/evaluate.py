@@ -38,9 +38,12 @@ def metadata_of(spec: dict) -> dict:
     return md if isinstance(md, dict) else {}
 
 
-def task_data(spec: dict) -> tuple[data.Windows, data.Windows]:
+def task_data(spec: dict, corpus: list[data.Series] | None = None) -> tuple[data.Windows, data.Windows]:
+    """Windows of the task's corpus (``corpus``: one already in memory, e.g. a decrypted Confidential
+    dataset); the dataset hash is checked either way."""
     md = metadata_of(spec)
-    corpus = data.load_corpus(spec["dataset_ref"])
+    if corpus is None:
+        corpus = data.load_corpus(spec["dataset_ref"])
     if spec.get("dataset_hash"):
         data.check_hash(corpus, spec["dataset_hash"])
     return data.make_windows(

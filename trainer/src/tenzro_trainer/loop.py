@@ -20,6 +20,7 @@ import numpy as np
 import torch
 
 from . import data, models, weights
+from .attestation import AttestationError, Attester, load_encrypted_corpus
 from .config import Config
 from .evaluate import heldout_mse, metadata_of, spec_of, task_data
 from .identity import Key
@@ -132,6 +133,17 @@ class Trainer:
         self.history: list[RoundStats] = []
         self._rng = np.random.default_rng(int.from_bytes(key.public_key[:8], "big"))
         self.state_file = cfg.state_file or f"{cfg.trainer_keypair}.{cfg.task_id}.state.json"
+        self.attester = Attester(cfg.attestation, cfg.node_rpc) if cfg.attestation else None
+
+    # ------------------------------------------------------------------ attestation
+    def _claim(self, run: dict) -> dict | None:
+        """Fresh evidence for the next enrolment or submission when the run's tier needs it."""
+        tier = spec_of(run).get("tier", "Open")
+        if tier == "Open":
+            return None
+        if self.attester is None:
+            raise AttestationError(f"the run's tier is {tier}: set attestation: (enclave, gpu) in the config")
+        return self.attester.claim(self.client, self.cfg.task_id, self.key.did)
 
     # ------------------------------------------------------------------ local state
     def _submitted_round(self) -> int | None:
@@ -178,7 +190,14 @@ class Trainer:
                         fully_shard(layer)
             fully_shard(self.model)
         t0 = time.monotonic()
-        self.train_w, self.eval_w = task_data(spec)  # raises DatasetError on a hash mismatch
+        corpus = None
+        if spec.get("tier") == "Confidential":
+            if self.attester is None:
+                raise AttestationError("the run's tier is Confidential: set attestation: in the config")
+            key = self.attester.dataset_key(self.cfg.task_id)  # from a pipe; never written anywhere
+            corpus = load_encrypted_corpus(spec["dataset_ref"], key, self.cfg.task_id)
+            del key
+        self.train_w, self.eval_w = task_data(spec, corpus)  # raises DatasetError on a hash mismatch
         self.log.info(
             "task ready", family=fam, params=sum(p.numel() for p in params_of(self.model)),
             train_windows=len(self.train_w), heldout_windows=len(self.eval_w),
@@ -307,7 +326,7 @@ class Trainer:
             p = self.pending[f]
             self.metrics.submitted.inc()
             try:
-                res = self.client.submit(self.key, self.cfg.task_id, r, f, p)
+                res = self.client.submit(self.key, self.cfg.task_id, r, f, p, attestation=self._claim(run))
             except RpcError as e:
                 self.metrics.rejected.inc()
                 del self.pending[f]
@@ -386,7 +405,7 @@ class Trainer:
                     back.wait()
                     continue
                 try:
-                    res = self.client.enroll(self.key, cfg.task_id, cfg.stake)
+                    res = self.client.enroll(self.key, cfg.task_id, cfg.stake, attestation=self._claim(run))
                     self.log.info("enrolled", shards=res.get("shards"), status=res.get("status"))
                     back.reset()
                 except NodeUnavailable as e:
@@ -395,6 +414,9 @@ class Trainer:
                 except RpcError as e:
                     self.log.warning("enrolment refused", code=e.code, reason=e.message)
                     back.wait()
+                except AttestationError as e:
+                    self.log.error("cannot attest", error=str(e))
+                    return EXIT_DATA
                 continue
             r = int(run["round"])
             if status != "running" or me["status"] != "active" or done_round == r:
@@ -402,7 +424,7 @@ class Trainer:
                 continue
             try:
                 self._ensure_task(run)
-            except (data.DatasetError, weights.FragmentError, ValueError) as e:
+            except (data.DatasetError, weights.FragmentError, ValueError, AttestationError) as e:
                 self.log.error("cannot train this task", error=str(e))
                 return EXIT_DATA
             try:
@@ -418,6 +440,9 @@ class Trainer:
                 self.log.warning("refused mid-round", code=e.code, reason=e.message)
                 back.wait()
                 continue
+            except AttestationError as e:
+                self.log.error("cannot attest", error=str(e))
+                return EXIT_DATA
             done_round = r
             rounds += 1
             if st.rejected:

@@ -118,7 +118,7 @@ class Client:
     def faucet(self, did: str, amount: int | str) -> dict:
         return self.call("tenzro_ledger_faucet", {"did": did, "amount": str(amount)})
 
-    def enroll(self, key: Key, task_id: str, stake: int | str) -> dict:
+    def enroll(self, key: Key, task_id: str, stake: int | str, attestation: dict | None = None) -> dict:
         nonce = NONCES.next()
         pre = request_preimage(
             "tenzro_training_enrollTrainer", key.did, nonce, method_fields().str(task_id).str(str(stake))
@@ -131,6 +131,7 @@ class Client:
                 "stake": str(stake),
                 "nonce": nonce,
                 "signature": key.sign(pre).hex(),
+                **({"attestation": attestation} if attestation is not None else {}),
             },
         )
 
@@ -156,7 +157,9 @@ class Client:
             params["init_weights"] = base64.b64encode(init_weights).decode()
         return self.call("tenzro_training_postTask", params)
 
-    def submit(self, key: Key, task_id: str, round_: int, fragment: int, payload: bytes) -> dict:
+    def submit(
+        self, key: Key, task_id: str, round_: int, fragment: int, payload: bytes, attestation: dict | None = None
+    ) -> dict:
         ph = hashlib.sha256(payload).digest()
         sig = key.sign(submission_preimage(task_id, key.did, round_, fragment, ph))
         return self.call(
@@ -169,6 +172,7 @@ class Client:
                 "gradient_payload": base64.b64encode(payload).decode(),
                 "payload_hash": ph.hex(),
                 "signature": sig.hex(),
+                **({"attestation": attestation} if attestation is not None else {}),
             },
         )
 

@@ -1,0 +1,70 @@
+package plugins
+
+import (
+	"context"
+	"encoding/binary"
+	"math"
+
+	"github.com/tenzro/train/syncer"
+)
+
+// Non-finite values (ABI.md §11). Wasm leaves the bits of a NaN result
+// unspecified (a runtime may propagate an operand's payload or produce its
+// own), so the host rewrites every NaN a rule or the outer step returns to
+// one canonical quiet NaN: outputs, and so receipts, never depend on NaN
+// payloads, on the runtime, or on which input carried the NaN.
+
+const (
+	canonNaN32 = 0x7fc00000
+	canonNaN16 = 0x7fc0 // bf16
+	canonNaN64 = 0x7ff8000000000000
+)
+
+// Aggregate implements syncer.Engine: the rule's aggregate, with NaN
+// canonicalised.
+func (e *Engine) Aggregate(ctx context.Context, in syncer.AggregateInput) (syncer.AggregateOutput, error) {
+	out, err := e.aggregate(ctx, in)
+	if err == nil && e.pool == nil { // a worker's answer is canonical already
+		canonicalF32(out.Aggregate)
+		for i, s := range out.Scores {
+			if s != s {
+				out.Scores[i] = math.Float64frombits(canonNaN64)
+			}
+		}
+	}
+	return out, err
+}
+
+// OuterStep implements syncer.Engine: the new weights and momentum, with
+// NaN canonicalised.
+func (e *Engine) OuterStep(ctx context.Context, in syncer.OuterStepInput) (syncer.OuterStepOutput, error) {
+	out, err := e.outerStep(ctx, in)
+	if err == nil && e.pool == nil {
+		if in.Dtype == syncer.BF16 {
+			canonicalBF16(out.Weights)
+		} else {
+			canonicalF32(out.Weights)
+		}
+		canonicalF32(out.Momentum)
+	}
+	return out, err
+}
+
+func canonicalF32(b []byte) {
+	for i := 0; i+4 <= len(b); i += 4 {
+		// exponent all ones and a non-zero mantissa: |v| > +Inf as an
+		// unsigned integer.
+		if v := binary.LittleEndian.Uint32(b[i:]); v&0x7fffffff > 0x7f800000 && v != canonNaN32 {
+			binary.LittleEndian.PutUint32(b[i:], canonNaN32)
+		}
+	}
+}
+
+func canonicalBF16(b []byte) {
+	for i := 0; i+2 <= len(b); i += 2 {
+		v := binary.LittleEndian.Uint16(b[i:])
+		if v&0x7f80 == 0x7f80 && v&0x007f != 0 && v != canonNaN16 {
+			binary.LittleEndian.PutUint16(b[i:], canonNaN16)
+		}
+	}
+}

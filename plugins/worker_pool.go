@@ -1,0 +1,391 @@
+//go:build linux
+
+package plugins
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/exec"
+	"sync"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/tenzro/train/wire"
+)
+
+// pool owns the worker processes: at most size at a time, each serving one
+// call; a worker that dies or is killed is dropped and a fresh one started
+// for a later call.
+type pool struct {
+	cmd   []string
+	env   string
+	log   *slog.Logger
+	slots chan struct{}
+
+	mu     sync.Mutex
+	idle   []*worker
+	all    map[*worker]bool
+	closed bool
+}
+
+type worker struct {
+	cmd    *exec.Cmd
+	fd     int // the node's end of the socket pair
+	exited chan struct{}
+	has    map[wire.Hash]bool // modules this worker has loaded
+	once   sync.Once
+
+	// The arena: a memfd mapped here and in the worker, grown on demand
+	// and kept between calls (the largest call's size, per worker).
+	arenaFD  int
+	arena    []byte
+	arenaGen uint64
+	uses     uint64 // calls served; guarded by pool.mu while idle
+}
+
+// Arena retention: an arena larger than arenaKeepBytes is given back (in
+// both processes) once its worker has been idle for arenaIdleTrim, so a
+// burst of large calls (a round's fragments) reuses it, and an idle node
+// does not keep hundreds of megabytes of shared memory.
+const (
+	arenaKeepBytes = 64 << 20
+	arenaIdleTrim  = 30 * time.Second
+)
+
+// trimArena drops an idle worker's arena if it has served no call since
+// uses (the worker is taken out of the pool meanwhile, holding a slot).
+func (pl *pool) trimArena(w *worker, uses uint64) {
+	select {
+	case pl.slots <- struct{}{}:
+	default:
+		return // the pool is busy: the arena is in use or about to be
+	}
+	defer func() { <-pl.slots }()
+	pl.mu.Lock()
+	idx := -1
+	for i, v := range pl.idle {
+		if v == w {
+			idx = i
+		}
+	}
+	if idx < 0 || w.uses != uses || pl.closed {
+		pl.mu.Unlock()
+		return
+	}
+	pl.idle = append(pl.idle[:idx], pl.idle[idx+1:]...)
+	pl.mu.Unlock()
+	alive := w.dropRemote() == nil
+	pl.mu.Lock()
+	if alive && !pl.closed {
+		pl.idle = append(pl.idle, w)
+	} else {
+		delete(pl.all, w)
+		defer w.kill()
+	}
+	pl.mu.Unlock()
+}
+
+// dropRemote asks the worker to unmap its arena, then unmaps it here.
+func (w *worker) dropRemote() error {
+	hdr, _ := encodeHeader(&workerReq{Op: "drop"})
+	if err := unix.Sendmsg(w.fd, hdr, nil, nil, unix.MSG_NOSIGNAL); err != nil {
+		return err
+	}
+	var resp workerResp
+	if err := w.await(context.Background(), workerStartTimeout, "drop", &resp); err != nil {
+		return err
+	}
+	w.dropArena()
+	return nil
+}
+
+// arenaFor returns an arena of at least size bytes.
+func (w *worker) arenaFor(size int64) ([]byte, error) {
+	if int64(len(w.arena)) >= size {
+		return w.arena[:size], nil
+	}
+	w.dropArena()
+	size = (size + 1<<20 - 1) &^ (1<<20 - 1)
+	fd, err := unix.MemfdCreate("tenzro-plugin-arena", unix.MFD_CLOEXEC)
+	if err != nil {
+		return nil, fmt.Errorf("plugins: memfd: %w", err)
+	}
+	if err := unix.Ftruncate(fd, size); err != nil {
+		_ = unix.Close(fd)
+		return nil, fmt.Errorf("plugins: memfd of %d bytes: %w", size, err)
+	}
+	mem, err := unix.Mmap(fd, 0, int(size), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	if err != nil {
+		_ = unix.Close(fd)
+		return nil, fmt.Errorf("plugins: mmap %d bytes: %w", size, err)
+	}
+	w.arenaFD, w.arena = fd, mem
+	w.arenaGen++
+	return w.arena, nil
+}
+
+func (w *worker) dropArena() {
+	if w.arena != nil {
+		_ = unix.Munmap(w.arena)
+		_ = unix.Close(w.arenaFD)
+		w.arena = nil
+	}
+}
+
+func newPool(cmd []string, size int, wc workerConfig, log *slog.Logger) (*pool, error) {
+	if len(cmd) == 0 {
+		exe, err := os.Executable()
+		if err != nil {
+			return nil, fmt.Errorf("plugins: worker command: %w", err)
+		}
+		cmd = []string{exe, "plugin-worker"}
+	}
+	env, err := json.Marshal(wc)
+	if err != nil {
+		return nil, err
+	}
+	return &pool{cmd: cmd, env: string(env), log: log, slots: make(chan struct{}, size), all: map[*worker]bool{}}, nil
+}
+
+// start launches one worker and waits until its engine is ready.
+func (pl *pool) start(ctx context.Context) (*worker, error) {
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return nil, &WorkerError{Op: "start", Reason: fmt.Sprintf("socketpair: %v", err)}
+	}
+	child := os.NewFile(uintptr(fds[1]), "plugin-worker-socket")
+	cmd := exec.Command(pl.cmd[0], pl.cmd[1:]...)
+	cmd.ExtraFiles = []*os.File{child} // descriptor 3 (workerFD)
+	cmd.Env = append(os.Environ(), WorkerEnv+"="+pl.env)
+	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	err = cmd.Start()
+	_ = child.Close()
+	if err != nil {
+		_ = unix.Close(fds[0])
+		return nil, &WorkerError{Op: "start", Reason: err.Error()}
+	}
+	w := &worker{cmd: cmd, fd: fds[0], exited: make(chan struct{}), has: map[wire.Hash]bool{}}
+	go func() { _ = cmd.Wait(); close(w.exited) }()
+	var ready workerResp
+	if err := w.await(ctx, workerStartTimeout, "start", &ready); err != nil {
+		return nil, err
+	}
+	if ready.Err != "" {
+		w.kill()
+		return nil, fmt.Errorf("plugins: worker start: %s", ready.Err)
+	}
+	pl.mu.Lock()
+	pl.all[w] = true
+	pl.mu.Unlock()
+	pl.log.Debug("plugin worker started", "pid", cmd.Process.Pid)
+	return w, nil
+}
+
+// kill ends the worker process, waits for it and closes its socket (once).
+func (w *worker) kill() {
+	w.once.Do(func() {
+		_ = w.cmd.Process.Kill()
+		<-w.exited
+		_ = unix.Close(w.fd)
+		w.dropArena()
+	})
+}
+
+// await receives one response within limit; past it, or when ctx ends, the
+// worker is killed. Any failure leaves the worker dead.
+func (w *worker) await(ctx context.Context, limit time.Duration, op string, resp *workerResp) error {
+	type result struct {
+		b   []byte
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		buf := make([]byte, maxWorkerHeader)
+		n, _, _, _, err := unix.Recvmsg(w.fd, buf, nil, 0)
+		if err == nil && n == 0 {
+			err = errors.New("the worker exited")
+		}
+		done <- result{buf[:max(n, 0)], err}
+	}()
+	t := time.NewTimer(limit)
+	defer t.Stop()
+	var r result
+	select {
+	case r = <-done:
+	case <-t.C:
+		w.kill()
+		return &WorkerError{Op: op, Reason: fmt.Sprintf("killed at the wall-clock backstop of %v", limit)}
+	case <-ctx.Done():
+		w.kill()
+		return fmt.Errorf("plugins: worker %s: %w", op, ctx.Err())
+	}
+	if r.err != nil {
+		w.kill()
+		reason := r.err.Error()
+		if st := w.cmd.ProcessState; st != nil {
+			reason = fmt.Sprintf("%s (%s)", reason, st)
+		}
+		return &WorkerError{Op: op, Reason: reason}
+	}
+	if err := json.Unmarshal(r.b, resp); err != nil {
+		w.kill()
+		return &WorkerError{Op: op, Reason: fmt.Sprintf("bad response: %v", err)}
+	}
+	return nil
+}
+
+func (pl *pool) acquire(ctx context.Context) (*worker, error) {
+	select {
+	case pl.slots <- struct{}{}:
+	case <-ctx.Done():
+		return nil, fmt.Errorf("plugins: waiting for a worker: %w", ctx.Err())
+	}
+	pl.mu.Lock()
+	if pl.closed {
+		pl.mu.Unlock()
+		<-pl.slots
+		return nil, errors.New("plugins: engine closed")
+	}
+	if n := len(pl.idle); n > 0 {
+		w := pl.idle[n-1]
+		pl.idle = pl.idle[:n-1]
+		pl.mu.Unlock()
+		return w, nil
+	}
+	pl.mu.Unlock()
+	w, err := pl.start(ctx)
+	if err != nil {
+		<-pl.slots
+		return nil, err
+	}
+	return w, nil
+}
+
+// release returns a live worker to the pool, or forgets a dead one.
+func (pl *pool) release(w *worker, alive bool) {
+	pl.mu.Lock()
+	if alive && !pl.closed {
+		pl.idle = append(pl.idle, w)
+		w.uses++
+		if len(w.arena) > arenaKeepBytes {
+			uses := w.uses
+			time.AfterFunc(arenaIdleTrim, func() { pl.trimArena(w, uses) })
+		}
+	} else {
+		delete(pl.all, w)
+		defer w.kill()
+	}
+	pl.mu.Unlock()
+	<-pl.slots
+}
+
+func (pl *pool) close() {
+	pl.mu.Lock()
+	pl.closed = true
+	idle := pl.idle
+	pl.idle = nil
+	for _, w := range idle {
+		delete(pl.all, w)
+	}
+	pl.mu.Unlock()
+	for _, w := range idle {
+		_ = unix.Shutdown(w.fd, unix.SHUT_RDWR) // the worker exits on EOF
+		select {
+		case <-w.exited:
+		case <-time.After(10 * time.Second):
+		}
+		w.kill()
+	}
+}
+
+// poolCall is one call's shape: the bulk data to write and the room to
+// reserve for outputs.
+type poolCall struct {
+	req    workerReq
+	hash   wire.Hash
+	module func() ([]byte, error)
+	inLen  int64
+	fill   func(in []byte) // writes the inputs
+	wall   time.Duration
+}
+
+// call runs one call on a worker and returns its response and a copy of its
+// output room. A module the worker lacks is sent along (and once more if a
+// worker answers that it evicted it).
+func (pl *pool) call(ctx context.Context, pc *poolCall) (*workerResp, []byte, error) {
+	w, err := pl.acquire(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	alive := false
+	defer func() { pl.release(w, alive) }()
+	for attempt := 0; ; attempt++ {
+		var mod []byte
+		if !w.has[pc.hash] || pc.req.Op == "publish" || attempt > 0 {
+			if mod, err = pc.module(); err != nil {
+				alive = true
+				return nil, nil, err
+			}
+		}
+		resp, out, err := w.roundtrip(ctx, pc, mod)
+		if err != nil {
+			alive = !IsWorkerError(err) && ctx.Err() == nil
+			return nil, nil, err
+		}
+		alive = true
+		if resp.NeedModule && attempt == 0 {
+			delete(w.has, pc.hash)
+			continue
+		}
+		if resp.Err == "" {
+			w.has[pc.hash] = true
+		}
+		return resp, out, nil
+	}
+}
+
+func (w *worker) roundtrip(ctx context.Context, pc *poolCall, mod []byte) (*workerResp, []byte, error) {
+	req := pc.req
+	req.ModuleLen = int64(len(mod))
+	req.InOff = req.ModuleLen
+	req.OutOff = req.InOff + pc.inLen
+	size := req.OutOff + req.OutLen
+	var rights []byte
+	var mem []byte
+	if size > 0 {
+		var err error
+		if mem, err = w.arenaFor(size); err != nil {
+			return nil, nil, err
+		}
+		copy(mem, mod)
+		if pc.fill != nil {
+			pc.fill(mem[req.InOff:req.OutOff])
+		}
+		rights = unix.UnixRights(w.arenaFD)
+		req.Arena = w.arenaGen
+	}
+	hdr, err := encodeHeader(&req)
+	if err != nil {
+		return nil, nil, fmt.Errorf("plugins: worker request: %w", err)
+	}
+	if err := unix.Sendmsg(w.fd, hdr, rights, nil, unix.MSG_NOSIGNAL); err != nil {
+		w.kill()
+		return nil, nil, &WorkerError{Op: req.Op, Reason: fmt.Sprintf("send: %v", err)}
+	}
+	resp := &workerResp{}
+	if err := w.await(ctx, pc.wall, req.Op, resp); err != nil {
+		return nil, nil, err
+	}
+	var out []byte
+	if resp.Err == "" && resp.Failure == nil && req.OutLen > 0 {
+		out = append([]byte(nil), mem[req.OutOff:req.OutOff+req.OutLen]...)
+	}
+	return resp, out, nil
+}

@@ -1,0 +1,139 @@
+package plugins
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/tenzro/train/syncer"
+	"github.com/tenzro/train/wire"
+)
+
+// Plugin workers (DESIGN §13, RATIONALE "plugins: out-of-process workers").
+//
+// A worker is a child process (the node's own binary, re-executed) that runs
+// an in-process Engine and serves one call at a time over a SOCK_SEQPACKET
+// socket pair: each message is one JSON header; the call's bulk data (the
+// module, the inputs, room for the outputs) travels in a memfd whose
+// descriptor rides with the request (SCM_RIGHTS). Both sides mmap it, so
+// inputs are written once by the node and read in place by the worker.
+
+// WorkerEnv is the environment variable that makes a process a plugin
+// worker: the node sets it (to the worker's JSON configuration) on the
+// processes it starts. ServeWorkerIfChild, called first thing in main (and
+// in TestMain), turns such a process into a worker.
+const WorkerEnv = "TENZRO_PLUGIN_WORKER"
+
+// workerFD is the descriptor number of the worker's end of the socket pair
+// (the first of exec.Cmd.ExtraFiles).
+const workerFD = 3
+
+// maxWorkerHeader bounds one JSON header (Selected and Scores for K ≤ 256,
+// reasons, a PluginInfo with its manifest).
+const maxWorkerHeader = 1 << 20
+
+// workerConfig is what a worker's Engine is configured with: exactly the
+// fields that change results (the profile) plus the cache directory.
+type workerConfig struct {
+	MemoryPages    uint32 `json:"memory_pages"`
+	Fuel           uint64 `json:"fuel"`
+	NoFuel         bool   `json:"no_fuel,omitempty"`
+	Interpreter    bool   `json:"interpreter,omitempty"`
+	MaxModuleBytes int    `json:"max_module_bytes"`
+	CacheDir       string `json:"cache_dir,omitempty"`
+	CacheBytes     int64  `json:"cache_bytes"`
+	// AddressSpace is the worker's RLIMIT_AS, without the call's memfd
+	// (which is added per call).
+	AddressSpace uint64 `json:"address_space"`
+	// ChunkOverride forwards the tests' forced chunking.
+	ChunkOverride int `json:"chunk_override,omitempty"`
+}
+
+// workerReq is one call. Bulk data lies in the worker's arena, a memfd
+// both processes keep mapped between calls (so its pages are faulted in
+// once, not per call): the module (when
+// ModuleLen > 0, loaded before the call) at offset 0, then the call's
+// inputs, then OutLen bytes of room for its outputs.
+type workerReq struct {
+	Op string `json:"op"` // ready, publish, aggregate, verify, outer
+	// Arena numbers the node's shared buffer for this worker: the worker
+	// keeps its mapping while the number stays the same (the memfd rides
+	// with every request; a new number means a new, larger buffer).
+	Arena     uint64         `json:"arena"`
+	Probe     bool           `json:"probe,omitempty"`
+	ModuleLen int64          `json:"module_len,omitempty"`
+	Rule      syncer.RuleRef `json:"rule"`
+	Dtype     syncer.Dtype   `json:"dtype,omitempty"`
+	N         int            `json:"n,omitempty"`
+	K         int            `json:"k,omitempty"` // aggregate: inputs; verify: round inputs
+	Momentum  bool           `json:"momentum,omitempty"`
+	LR        float32        `json:"lr,omitempty"`
+	Beta      float32        `json:"beta,omitempty"`
+	Nesterov  bool           `json:"nesterov,omitempty"`
+	InOff     int64          `json:"in_off"`
+	OutOff    int64          `json:"out_off"`
+	OutLen    int64          `json:"out_len"`
+}
+
+// workerResp answers one call. Failure is a deterministic rule failure (it
+// is recorded); Err is any other error (it is not).
+type workerResp struct {
+	Err        string              `json:"err,omitempty"`
+	NeedModule bool                `json:"need_module,omitempty"`
+	Failure    *syncer.RuleFailure `json:"failure,omitempty"`
+	Info       *wire.PluginInfo    `json:"info,omitempty"`
+	Fuel       uint64              `json:"fuel,omitempty"`
+	Selected   []bool              `json:"selected,omitempty"`
+	// ScoreBits holds the scores' IEEE-754 bits (JSON has no NaN).
+	ScoreBits []uint64 `json:"score_bits,omitempty"`
+	HasScores bool     `json:"has_scores,omitempty"`
+	Accept    bool     `json:"accept,omitempty"`
+	Code      uint32   `json:"code,omitempty"`
+	Reason    string   `json:"reason,omitempty"`
+}
+
+// WorkerError is a local failure of a plugin worker: it was killed at the
+// wall-clock backstop, died (its memory limit, a crash) or could not be
+// started. It is never a rule's result: the syncer does not record it, and
+// abstains from finalizing until a later tick.
+type WorkerError struct {
+	Op     string
+	Reason string
+}
+
+func (e *WorkerError) Error() string {
+	return fmt.Sprintf("plugins: worker %s: %s (a local failure, not recorded)", e.Op, e.Reason)
+}
+
+// IsWorkerError reports whether err is a local worker failure.
+func IsWorkerError(err error) bool {
+	var we *WorkerError
+	return errors.As(err, &we)
+}
+
+func encodeHeader(v any) ([]byte, error) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return nil, err
+	}
+	if len(b) > maxWorkerHeader {
+		return nil, fmt.Errorf("worker message of %d bytes exceeds %d", len(b), maxWorkerHeader)
+	}
+	return b, nil
+}
+
+// workerStartTimeout bounds a worker's start-up (compiling the built-ins);
+// call backstops count only from a ready worker.
+const workerStartTimeout = 2 * time.Minute
+
+// Default pool and cache sizes.
+const (
+	// DefaultWorkers is the default number of worker processes.
+	DefaultWorkers = 2
+	// DefaultCacheBytes bounds the published-module bytes whose compiled
+	// code a runtime keeps (LRU; built-ins are not counted and never
+	// evicted): four modules of the 16 MiB maximum. Compiled code is a few
+	// times its module's size.
+	DefaultCacheBytes = 64 << 20
+)

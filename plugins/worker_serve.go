@@ -1,0 +1,297 @@
+//go:build linux
+
+package plugins
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math"
+	"os"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/tenzro/train/syncer"
+)
+
+// ServeWorkerIfChild turns this process into a plugin worker when the node
+// started it as one (WorkerEnv is set), and exits when the node closes the
+// connection; otherwise it returns at once. Call it first thing in main,
+// and in TestMain of a test binary that starts a worker pool.
+func ServeWorkerIfChild() {
+	raw, ok := os.LookupEnv(WorkerEnv)
+	if !ok {
+		return
+	}
+	if err := serveWorker(context.Background(), raw, workerFD); err != nil {
+		fmt.Fprintln(os.Stderr, "tenzro plugin worker:", err)
+		os.Exit(1)
+	}
+	os.Exit(0)
+}
+
+// setAddressSpace sets this process's soft RLIMIT_AS (the hard limit is
+// left alone, so later calls may raise it again for a larger memfd).
+func setAddressSpace(limit uint64) error {
+	var rl unix.Rlimit
+	if err := unix.Getrlimit(unix.RLIMIT_AS, &rl); err != nil {
+		return err
+	}
+	if rl.Max != unix.RLIM_INFINITY && limit > rl.Max {
+		limit = rl.Max
+	}
+	rl.Cur = limit
+	return unix.Setrlimit(unix.RLIMIT_AS, &rl)
+}
+
+func serveWorker(ctx context.Context, raw string, fd int) error {
+	var wc workerConfig
+	if err := json.Unmarshal([]byte(raw), &wc); err != nil {
+		return fmt.Errorf("configuration: %w", err)
+	}
+	if wc.AddressSpace > 0 {
+		if err := setAddressSpace(wc.AddressSpace); err != nil {
+			return fmt.Errorf("RLIMIT_AS: %w", err)
+		}
+	}
+	e, err := NewEngine(ctx, Config{
+		MemoryPages: wc.MemoryPages, Fuel: wc.Fuel, NoFuel: wc.NoFuel, Interpreter: wc.Interpreter,
+		MaxModuleBytes: wc.MaxModuleBytes, CacheDir: wc.CacheDir, CacheBytes: wc.CacheBytes,
+		Logger:      slog.New(slog.NewTextHandler(io.Discard, nil)),
+		WallClock:   math.MaxInt64, // the node kills this process at its backstop
+		backstopOff: true,
+	})
+	ready := workerResp{}
+	if err != nil {
+		ready.Err = err.Error()
+	}
+	if err := sendResp(fd, &ready); err != nil || ready.Err != "" {
+		return errors.Join(err, errors.New(ready.Err))
+	}
+	e.chunkOverride = wc.ChunkOverride
+	var ar workerArena
+	defer ar.drop()
+	buf := make([]byte, maxWorkerHeader)
+	oob := make([]byte, unix.CmsgSpace(4))
+	for {
+		n, oobn, _, _, err := unix.Recvmsg(fd, buf, oob, unix.MSG_CMSG_CLOEXEC)
+		if err != nil {
+			return fmt.Errorf("receive: %w", err)
+		}
+		if n == 0 {
+			return nil // the node closed the connection
+		}
+		memfd := -1
+		if oobn > 0 {
+			if msgs, err := unix.ParseSocketControlMessage(oob[:oobn]); err == nil && len(msgs) > 0 {
+				if fds, err := unix.ParseUnixRights(&msgs[0]); err == nil && len(fds) > 0 {
+					memfd = fds[0]
+					for _, extra := range fds[1:] {
+						_ = unix.Close(extra)
+					}
+				}
+			}
+		}
+		var req workerReq
+		resp := &workerResp{}
+		if err := json.Unmarshal(buf[:n], &req); err != nil {
+			resp.Err = fmt.Sprintf("bad request: %v", err)
+		} else if req.Op == "drop" {
+			ar.drop() // the node trims an idle worker's arena
+		} else {
+			var mem []byte
+			if mem, err = ar.mapFor(&req, memfd, wc); err != nil {
+				resp.Err = err.Error()
+			} else {
+				resp = serveCall(ctx, e, &req, mem)
+			}
+		}
+		if memfd >= 0 {
+			_ = unix.Close(memfd)
+		}
+		if err := sendResp(fd, resp); err != nil {
+			return err
+		}
+	}
+}
+
+func sendResp(fd int, r *workerResp) error {
+	b, err := encodeHeader(r)
+	if err != nil {
+		b, _ = encodeHeader(&workerResp{Err: err.Error()})
+	}
+	return unix.Sendmsg(fd, b, nil, nil, unix.MSG_NOSIGNAL)
+}
+
+// workerArena is the worker's mapping of the node's arena for it.
+type workerArena struct {
+	gen uint64
+	mem []byte
+}
+
+// mapFor returns the arena a request names, mapping a new one (and raising
+// RLIMIT_AS by its size) when the number changed.
+func (a *workerArena) mapFor(req *workerReq, memfd int, wc workerConfig) ([]byte, error) {
+	if memfd < 0 {
+		return nil, nil
+	}
+	if a.mem != nil && a.gen == req.Arena {
+		return a.mem, nil
+	}
+	a.drop()
+	var st unix.Stat_t
+	if err := unix.Fstat(memfd, &st); err != nil {
+		return nil, fmt.Errorf("fstat: %w", err)
+	}
+	if st.Size <= 0 {
+		return nil, nil
+	}
+	if wc.AddressSpace > 0 {
+		_ = setAddressSpace(wc.AddressSpace + uint64(st.Size))
+	}
+	m, err := unix.Mmap(memfd, 0, int(st.Size), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	if err != nil {
+		return nil, fmt.Errorf("mmap %d bytes: %w", st.Size, err)
+	}
+	a.gen, a.mem = req.Arena, m
+	return m, nil
+}
+
+func (a *workerArena) drop() {
+	if a.mem != nil {
+		_ = unix.Munmap(a.mem)
+		a.mem = nil
+	}
+}
+
+// serveCall runs one call on the worker's engine over the mapped arena.
+func serveCall(ctx context.Context, e *Engine, req *workerReq, mem []byte) *workerResp {
+	resp := &workerResp{}
+	span := func(off, n int64) ([]byte, error) {
+		if off < 0 || n < 0 || off+n > int64(len(mem)) {
+			return nil, fmt.Errorf("range [%d, %d) outside the %d-byte memfd", off, off+n, len(mem))
+		}
+		return mem[off : off+n : off+n], nil
+	}
+	if req.Probe {
+		ctx = WithProbeBudget(ctx)
+	}
+	if req.ModuleLen > 0 {
+		mod, err := span(0, req.ModuleLen)
+		if err != nil {
+			resp.Err = err.Error()
+			return resp
+		}
+		info, err := e.Publish(WithProbeBudget(ctx), append([]byte(nil), mod...))
+		if err != nil {
+			resp.Err = err.Error()
+			return resp
+		}
+		resp.Info = info
+	}
+	es := int64(req.Dtype.Size())
+	n := int64(req.N)
+	var err error
+	switch req.Op {
+	case "publish":
+		if resp.Info == nil {
+			err = errors.New("publish without a module")
+		}
+	case "aggregate":
+		in := syncer.AggregateInput{Rule: req.Rule, Dtype: req.Dtype, N: req.N, Inputs: make([][]byte, req.K)}
+		for i := range in.Inputs {
+			if in.Inputs[i], err = span(req.InOff+int64(i)*n*es, n*es); err != nil {
+				break
+			}
+		}
+		if err == nil {
+			var out syncer.AggregateOutput
+			if dst, serr := span(req.OutOff, req.OutLen); serr == nil {
+				ctx = withOutput(ctx, dst) // the aggregate lands in the arena
+			}
+			out, err = e.Aggregate(ctx, in)
+			resp.Fuel, resp.Selected = out.Fuel, out.Selected
+			if out.Scores != nil {
+				resp.HasScores = true
+				for _, s := range out.Scores {
+					resp.ScoreBits = append(resp.ScoreBits, math.Float64bits(s))
+				}
+			}
+			if err == nil {
+				err = putOutput(span, req, out.Aggregate)
+			}
+		}
+	case "verify":
+		in := syncer.VerifyInput{Verifier: req.Rule, Dtype: req.Dtype, N: req.N}
+		if in.Input, err = span(req.InOff, n*es); err == nil && req.K > 0 {
+			in.Round = make([][]byte, req.K)
+			for i := range in.Round {
+				if in.Round[i], err = span(req.InOff+int64(i+1)*n*es, n*es); err != nil {
+					break
+				}
+			}
+		}
+		if err == nil {
+			var out syncer.VerifyOutput
+			out, err = e.Verify(ctx, in)
+			resp.Accept, resp.Code, resp.Reason, resp.Fuel = out.Accept, out.Code, out.Reason, out.Fuel
+		}
+	case "outer":
+		in := syncer.OuterStepInput{Rule: req.Rule, Dtype: req.Dtype, N: req.N, LR: req.LR, Beta: req.Beta, Nesterov: req.Nesterov}
+		in.Weights, err = span(req.InOff, n*es)
+		if err == nil {
+			in.Aggregate, err = span(req.InOff+n*es, n*4)
+		}
+		if err == nil && req.Momentum {
+			in.Momentum, err = span(req.InOff+n*es+n*4, n*4)
+		}
+		if err == nil {
+			var out syncer.OuterStepOutput
+			out, err = e.OuterStep(ctx, in)
+			resp.Fuel = out.Fuel
+			if err == nil {
+				err = putOutput(span, req, out.Weights, out.Momentum)
+			}
+		}
+	default:
+		err = fmt.Errorf("unknown op %q", req.Op)
+	}
+	var rf *syncer.RuleFailure
+	switch {
+	case err == nil:
+	case errors.As(err, &rf):
+		resp.Failure = rf
+	case errors.Is(err, ErrUnknownPlugin):
+		resp.NeedModule = true
+		resp.Err = err.Error()
+	default:
+		resp.Err = err.Error()
+	}
+	return resp
+}
+
+// putOutput writes the call's outputs, back to back, into its output room.
+func putOutput(span func(off, n int64) ([]byte, error), req *workerReq, parts ...[]byte) error {
+	var total int64
+	for _, p := range parts {
+		total += int64(len(p))
+	}
+	if total != req.OutLen {
+		return fmt.Errorf("output of %d bytes, the node reserved %d", total, req.OutLen)
+	}
+	dst, err := span(req.OutOff, req.OutLen)
+	if err != nil {
+		return err
+	}
+	for _, p := range parts {
+		if len(p) > 0 && len(dst) > 0 && &p[0] == &dst[0] {
+			dst = dst[len(p):] // already in place
+			continue
+		}
+		dst = dst[copy(dst, p):]
+	}
+	return nil
+}

@@ -1,0 +1,128 @@
+"""The reference trainer in the Verified and Confidential tiers against a real tenzro-node whose syncer key
+and key broker live in a simulated SEV-SNP enclave (``--enclave simulated-snp``); the trainers attest through
+``tenzro attest quote --enclave simulated-snp`` (issue 11 item 4)."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import NodeProc, free_port
+from tenzro_trainer import config, data, models, sponsor, weights
+from tenzro_trainer.attestation import Attester, encrypt_dataset
+from tenzro_trainer.identity import Key
+from tenzro_trainer.loop import EXIT_OK
+from tenzro_trainer.rpc import Client, RpcError
+from test_node import make_trainer, run_all, trainer_cfg
+
+# enclave.SimulatedMeasurement: SHA-384 of a public label (the simulated image's launch measurement).
+SIM_MEASUREMENT = hashlib.sha384(b"tenzro/train SIMULATED enclave image").hexdigest()
+
+
+def sim_policy(tier: str, gpu: bool = False) -> dict:
+    p = {"version": 1, "tier": tier, "allow_simulated": True,
+         "snp": {"measurement": [SIM_MEASUREMENT], "smt_allowed": True, "vmpl": 0}}  # fmt: skip
+    if gpu:
+        p["nvidia_cc"] = {"cc_mode": "on", "architectures": ["HOPPER"], "min_driver_version": "550.54.14"}
+    return p
+
+
+@pytest.fixture
+def enclave_node(go_bins: Path, tmp_path: Path):
+    n = NodeProc(go_bins, tmp_path / "node", free_port(), ["--enclave", "simulated-snp"])
+    n.data_dir.mkdir()
+    n.start()
+    yield n
+    n.stop()
+
+
+def post(node, tmp_path: Path, tier: str, dataset_ref: str, dataset_hash: str, m: int = 2, gpu: bool = False):
+    c = Client(node.url)
+    sp = Key.generate("human")
+    c.faucet(sp.did, 10**12)
+    keys = []
+    for i in range(m):
+        k = Key.generate("machine")
+        k.save(tmp_path / f"trainer{i}.json")
+        c.faucet(k.did, 10**6)
+        keys.append(k)
+    md = dict(models.tiny_metadata("timesfm"), stride=4)
+    init = weights.model_to_safetensors(models.build("timesfm", md, seed=0))
+    task = f"{tier.lower()}-{time.time_ns()}"
+    spec = sponsor.make_spec(
+        task, sp, metadata=md, fragments=2, trainers=m, quorum=m, inner_steps=2, max_rounds=2,
+        dataset_ref=dataset_ref, dataset_hash=dataset_hash, reward_pool="1000", tier=tier,
+        attestation_policy={tier: sim_policy(tier, gpu)},
+    )  # fmt: skip
+    res = sponsor.post(c, sp, spec, init)
+    return c, keys, task, res
+
+
+def attest_cfg(go_bins: Path, gpu: str = "none") -> dict:
+    return {"attestation": {"enclave": "simulated-snp", "gpu": gpu, "tenzro": str(go_bins / "tenzro")}}
+
+
+def check_sealed(c: Client, task: str, keys: list[Key], trs) -> dict:
+    run = c.get_run(task)
+    assert run["status"] == "sealed"
+    for k in keys:
+        assert run["trainer_metrics"][k.did]["accepted"] == 2 * 2
+    rc = c.get_receipt(task)
+    # every enrolment and submission's evidence, plus the syncer key's
+    assert len(rc["attestation_digests"]) == len(keys) * (1 + 2 * 2) + 1
+    v = c.call("tenzro_training_verifyReceipt", {"receipt": rc, "root": rc["run_root"]})
+    assert v["valid"] == 1, v
+    return rc
+
+
+def test_verified_run_with_reference_trainer(enclave_node, go_bins, tmp_path):
+    ref = "statsmodels://co2,nile"
+    h = data.corpus_hash(data.load_corpus(ref)).hex()
+    c, keys, task, _ = post(enclave_node, tmp_path, "Verified", ref, h)
+    # Without an attestation section the trainer says what is missing and stops.
+    bare = make_trainer(enclave_node, task, keys[0], 0, tmp_path)
+    assert run_all([bare], timeout=120) != [EXIT_OK]
+    trs = [make_trainer(enclave_node, task, k, i, tmp_path, **attest_cfg(go_bins)) for i, k in enumerate(keys)]
+    assert run_all(trs) == [EXIT_OK, EXIT_OK]
+    check_sealed(c, task, keys, trs)
+
+
+def test_verified_run_with_gpu_evidence(enclave_node, go_bins, tmp_path):
+    """Issue 16 with the reference trainer: the policy asks for nvidia_cc; trainers send simulated SEV-SNP +
+    simulated NVIDIA CC evidence bound together. A trainer without GPU evidence is refused at enrolment."""
+    ref = "statsmodels://co2,nile"
+    h = data.corpus_hash(data.load_corpus(ref)).hex()
+    c, keys, task, _ = post(enclave_node, tmp_path, "Verified", ref, h, gpu=True)
+    att = config.parse(trainer_cfg(enclave_node, task, 0, tmp_path, **attest_cfg(go_bins))).attestation
+    with pytest.raises(RpcError) as e:
+        c.enroll(keys[0], task, "100", attestation=Attester(att, enclave_node.url).claim(c, task, keys[0].did))
+    assert "nvidia.missing" in e.value.message
+    trs = [
+        make_trainer(enclave_node, task, k, i, tmp_path, **attest_cfg(go_bins, "simulated")) for i, k in enumerate(keys)
+    ]
+    assert run_all(trs) == [EXIT_OK, EXIT_OK]
+    check_sealed(c, task, keys, trs)
+
+
+def test_confidential_run_with_reference_trainer(enclave_node, go_bins, tmp_path):
+    corpus = data.load_corpus("statsmodels://co2,nile")
+    n = max(len(s.values) for s in corpus)
+    rows = [",".join(s.name for s in corpus)]
+    for i in range(n):
+        rows.append(",".join(repr(float(s.values[i])) if i < len(s.values) else "" for s in corpus))
+    plain = ("\n".join(rows) + "\n").encode()
+    h = data.corpus_hash(data.csv_series(plain.decode())).hex()
+    enc = tmp_path / "dataset.enc"
+    c, keys, task, res = post(enclave_node, tmp_path, "Confidential", f"file://{enc}", h)
+    key = base64.b64decode(res["dataset_key"])
+    enc.write_bytes(encrypt_dataset(key, task, plain))
+    assert plain not in enc.read_bytes()
+    trs = [make_trainer(enclave_node, task, k, i, tmp_path, **attest_cfg(go_bins)) for i, k in enumerate(keys)]
+    assert run_all(trs) == [EXIT_OK, EXIT_OK]
+    check_sealed(c, task, keys, trs)
+    # The cleartext never reached the disk next to the ciphertext.
+    assert sorted(p.name for p in tmp_path.glob("dataset*")) == ["dataset.enc"]
