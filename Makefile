@@ -7,7 +7,7 @@ GO ?= go
 BIN := $(CURDIR)/bin
 GOTEST_FLAGS ?= -timeout 15m
 
-.PHONY: all build test test-go test-python test-acceptance demo venv tools deps fmt vet lint fuzz bench clean
+.PHONY: all build test test-go test-python test-acceptance demo testnet venv tools deps fmt vet lint fuzz bench clean
 
 all: build
 
@@ -20,6 +20,8 @@ deps:
 # clang and lld rebuild the built-in Wasm plugins (the reproducibility test
 # compares the rebuilt bytes with the committed ones, and fails without the
 # clang named in plugins/builtin/wasm/TOOLCHAIN: Debian bookworm's clang-14).
+# Node.js/npm run Helia and ipfs-cid is Debian's CID calculator (dataset interop
+# tests); the Helia test installs its pinned npm packages into ~/.cache/tenzro/helia-<hash>.
 CLANG_MAJOR := 14
 tools:
 	@command -v clang-$(CLANG_MAJOR) >/dev/null && command -v wasm-ld-$(CLANG_MAJOR) >/dev/null || { \
@@ -27,6 +29,12 @@ tools:
 	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
 	  $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq clang-$(CLANG_MAJOR) lld-$(CLANG_MAJOR) >/dev/null; }
 	@command -v wasm-ld >/dev/null || { [ -x /usr/bin/wasm-ld-$(CLANG_MAJOR) ] && ln -sf /usr/bin/wasm-ld-$(CLANG_MAJOR) /usr/local/bin/wasm-ld; } || true
+	@command -v node >/dev/null && command -v npm >/dev/null || { echo ">> installing nodejs and npm from Debian (Helia interop test)" >&2; \
+	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+	  $$SUDO apt-get install -y -qq nodejs npm >/dev/null 2>&1 || { $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq nodejs npm >/dev/null; }; }
+	@command -v ipfs_cid >/dev/null || { echo ">> installing ipfs-cid from Debian (dataset CID interop test)" >&2; \
+	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+	  $$SUDO apt-get install -y -qq ipfs-cid >/dev/null 2>&1 || { $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq ipfs-cid >/dev/null; }; }
 
 # The Python venv lives outside the clone, keyed by a hash of the trainer's
 # requirements, so CI and `make demo` reuse it (PyTorch is gigabytes).
@@ -60,9 +68,14 @@ test-acceptance: build
 demo:
 	scripts/demo.sh
 
+# A 4-validator chain on loopback (CometBFT embedded): prints each node's RPC address.
+testnet: build
+	TENZRO_BIN_DIR=$(BIN) scripts/testnet.sh
+
 fuzz:
 	$(GO) test ./wire/safetensors -run '^$$' -fuzz FuzzParse -fuzztime 30s
 	$(GO) test ./rpc -run '^$$' -fuzz . -fuzztime 30s
+	for f in FuzzParseRef FuzzCARReader FuzzCorpusHashCSV; do $(GO) test ./dataset -run '^$$' -fuzz "^$$f\$$" -fuzztime 30s || exit 1; done
 
 bench:
 	$(GO) test -run '^$$' -bench . -benchtime 3x ./syncer/... ./rpc/... ./store/... ./plugins/... ./attest/...

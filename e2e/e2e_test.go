@@ -25,7 +25,7 @@ var (
 )
 
 // build compiles both binaries once per test binary.
-func build(t *testing.T) {
+func build(t testing.TB) {
 	t.Helper()
 	buildOne.Do(func() {
 		dir, err := os.MkdirTemp("", "tenzro-e2e-bin-")

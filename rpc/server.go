@@ -113,6 +113,9 @@ type Options struct {
 	Attest AttestService
 	// Observer receives per-method outcomes (see NewMetrics).
 	Observer Observer
+	// Routes are more HTTP handlers served beside JSON-RPC on the same
+	// port, by http.ServeMux pattern (the dataset API and IPFS gateway).
+	Routes map[string]http.Handler
 }
 
 func (o Options) withDefaults() Options {
@@ -367,6 +370,9 @@ func writeRaw(w http.ResponseWriter, status int, body []byte) {
 func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	mux := http.NewServeMux()
 	mux.Handle("/", s)
+	for pattern, h := range s.opts.Routes {
+		mux.Handle(pattern, h)
+	}
 	hs := &http.Server{
 		Handler:           mux,
 		ReadHeaderTimeout: 10 * time.Second,

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/knadh/koanf/v2"
 	"github.com/spf13/pflag"
@@ -38,6 +39,10 @@ type Config struct {
 	LogFormat       string   `koanf:"log-format"`
 	Enclave         string   `koanf:"enclave"`
 	TDXCollateral   string   `koanf:"tdx-collateral"`
+	DatasetMaxBytes int64    `koanf:"dataset-max-bytes"`
+	IPFSDHT         bool     `koanf:"ipfs-dht"`
+	// DatasetStall fails a dataset fetch when no block arrives for this long.
+	DatasetStall time.Duration `koanf:"dataset-stall-timeout"`
 	// LargeMinRate and LargeGraceMs set the minimum transfer rate of large
 	// request bodies (rpc.Options.LargeMinRate, LargeGrace).
 	LargeMinRate int64 `koanf:"large-min-rate"`
@@ -48,7 +53,8 @@ type Config struct {
 var configKeys = map[string]bool{
 	"role": true, "data-dir": true, "listen-addr": true, "rpc-addr": true, "boot-nodes": true, "dev": true,
 	"node-key": true, "engine": true, "max-request-bytes": true, "metrics-addr": true, "log-level": true, "log-format": true,
-	"enclave": true, "tdx-collateral": true, "large-min-rate": true, "large-grace-ms": true,
+	"enclave": true, "tdx-collateral": true, "dataset-max-bytes": true, "ipfs-dht": true, "dataset-stall-timeout": true,
+	"large-min-rate": true, "large-grace-ms": true,
 }
 
 // fileProvider reads a config file with a size limit (koanf.Provider).
@@ -203,6 +209,10 @@ func (c *Config) validate() error {
 		return fmt.Errorf("large-min-rate %d / large-grace-ms %d: want a rate ≥ 1 byte/s and a grace ≥ 0", c.LargeMinRate, c.LargeGraceMs)
 	case c.LogFormat != "text" && c.LogFormat != "json":
 		return fmt.Errorf("log-format %q: want text or json", c.LogFormat)
+	case c.DatasetMaxBytes < 0:
+		return fmt.Errorf("dataset-max-bytes %d: want a positive size (0: the default, 4 GiB)", c.DatasetMaxBytes)
+	case c.DatasetStall < 0:
+		return fmt.Errorf("dataset-stall-timeout %s: want a positive duration", c.DatasetStall)
 	}
 	var lvl slogLevel
 	if err := lvl.UnmarshalText([]byte(c.LogLevel)); err != nil {

@@ -16,6 +16,7 @@ import (
 	"os/signal"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -85,6 +86,9 @@ are the flag names), then the flags given on the command line.`,
 	f.String("log-format", d.LogFormat, "log format: text or json")
 	f.String("enclave", d.Enclave, "where the syncer key lives: auto (a TEE if found, else the node key file), none, or simulated-snp|simulated-tdx|simulated-nitro (development only)")
 	f.String("tdx-collateral", "", "directory of cached Intel PCS collateral (<fmspc>.json) for verifying TDX evidence")
+	f.Int64("dataset-max-bytes", 4<<30, "largest dataset (bytes of blocks) this node imports or fetches over IPFS")
+	f.Duration("dataset-stall-timeout", time.Minute, "fail a dataset fetch when no block arrives from any peer for this long")
+	f.Bool("ipfs-dht", false, "find dataset providers on the public IPFS DHT too (default: connected peers and --boot-nodes only)")
 	cmd.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
 	return cmd
 }
@@ -101,6 +105,7 @@ func newLogger(cfg Config, w io.Writer) *slog.Logger {
 
 func execute(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	cmd := newCmd(runNode, stderr)
+	registerChain(cmd, stdout, stderr)
 	cmd.SetArgs(args)
 	cmd.SetOut(stdout)
 	cmd.SetErr(stderr)

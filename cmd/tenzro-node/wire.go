@@ -143,7 +143,16 @@ func runNode(ctx context.Context, cfg Config, log *slog.Logger) (err error) {
 		}
 	}
 
+	ds, dsRoutes, err := startDatasets(ctx, cfg, gn, db, log)
+	if err != nil {
+		cancel()
+		wg.Wait()
+		return fmt.Errorf("datasets: %w", err)
+	}
+	defer closeLogged(log, "datasets", ds.Close)
+
 	opts := rpc.Options{
+		Routes:          dsRoutes,
 		MaxRequestBytes: cfg.MaxRequestBytes,
 		LargeMinRate:    cfg.LargeMinRate,
 		LargeGrace:      time.Duration(cfg.LargeGraceMs) * time.Millisecond,

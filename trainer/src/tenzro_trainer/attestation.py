@@ -262,15 +262,23 @@ class Attester:
         return key
 
 
-def load_encrypted_corpus(ref: str, key: bytes, task_id: str) -> list:
-    """A Confidential run's corpus: the ``file://`` ciphertext is read, decrypted and parsed in memory."""
+def load_encrypted_corpus(ref: str, key: bytes, task_id: str, sources: Any = None) -> list:
+    """A Confidential run's corpus: the ciphertext (``file://``, or ``ipfs://``/``https://`` fetched through
+    ``sources``, a ``data.Sources``) is read, decrypted and parsed in memory."""
     from urllib.parse import unquote, urlparse
 
     from . import data
 
     u = urlparse(ref)
+    if u.scheme in ("ipfs", "https"):
+        blob = data.fetch_bytes(ref, sources)
+        try:
+            plain = decrypt_dataset(key, task_id, blob)
+        except DecryptError as e:
+            raise data.DatasetError(f"{ref}: {e}") from e
+        return data.csv_series(plain.decode("utf-8"), ref + " (decrypted in memory)")
     if u.scheme != "file":
-        raise data.DatasetError(f"dataset_ref {ref!r}: an encrypted dataset must be a file:// reference")
+        raise data.DatasetError(f"dataset_ref {ref!r}: an encrypted dataset must be file://, ipfs:// or https://")
     path = unquote(u.path)
     if os.path.getsize(path) > MAX_DATASET:
         raise data.DatasetError(f"{path}: larger than {MAX_DATASET} bytes")

@@ -92,7 +92,8 @@ def _init_weights(a: argparse.Namespace) -> int:
 def _dataset_hash(a: argparse.Namespace) -> int:
     from . import data
 
-    print(data.corpus_hash(data.load_corpus(a.ref)).hex())
+    src = data.Sources(node_url=a.node, ipfs_gateway=a.ipfs_gateway)
+    print(data.corpus_hash(data.load_corpus(a.ref, src)).hex())
     return 0
 
 
@@ -129,6 +130,8 @@ def main(argv: list[str] | None = None) -> int:
 
     d = sub.add_parser("dataset-hash", help="print the dataset hash of a dataset_ref")
     d.add_argument("ref")
+    d.add_argument("--node", default="http://127.0.0.1:8545", help="node HTTP address for ipfs:// refs")
+    d.add_argument("--ipfs-gateway", default=None, help="read ipfs:// refs through this IPFS gateway instead")
     d.set_defaults(fn=_dataset_hash)
 
     e = sub.add_parser("eval", help="held-out MSE of a run's committed weights")

@@ -26,6 +26,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlparse
 
 import yaml
 
@@ -66,6 +67,8 @@ class Config:
     log_format: str = "json"
     attack: dict | None = None
     state_file: str | None = None
+    ipfs_gateway: str | None = None  # read ipfs:// datasets through this gateway instead of the node
+    ipfs_node: str | None = None  # the node that fetches ipfs:// datasets (default: node_rpc)
     attestation: Any = None  # attestation.AttestConfig: Verified/Confidential tiers
 
 
@@ -85,7 +88,8 @@ def parse(d: Any, base: Path | None = None) -> Config:
     known = {
         "node_rpc", "trainer_did", "trainer_keypair", "task_id", "inner", "device", "dtype",
         "gradient_checkpointing", "metrics", "metrics_port", "stake", "threads", "eval",
-        "max_rounds", "poll_interval", "log_format", "attack", "state_file", "attestation",
+        "max_rounds", "poll_interval", "log_format", "attack", "state_file", "attestation", "ipfs_gateway",
+        "ipfs_node",
     }  # fmt: skip
     unknown = sorted(set(d) - known)
     if unknown:
@@ -138,7 +142,13 @@ def parse(d: Any, base: Path | None = None) -> Config:
         log_format=str(d.get("log_format", "json")),
         attack=d.get("attack"),
         state_file=None if d.get("state_file") is None else str(d["state_file"]),
+        ipfs_gateway=None if d.get("ipfs_gateway") is None else str(d["ipfs_gateway"]),
+        ipfs_node=None if d.get("ipfs_node") is None else str(d["ipfs_node"]),
     )
+    for k in ("ipfs_gateway", "ipfs_node"):
+        v = getattr(cfg, k)
+        if v is not None and urlparse(v).scheme not in ("http", "https"):
+            raise ConfigError(f"config: {k} {v!r}: want an http:// or https:// URL")
     from .attestation import parse_config as parse_attestation  # here: attestation imports ConfigError
 
     cfg.attestation = parse_attestation(d.get("attestation"))

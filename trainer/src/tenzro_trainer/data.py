@@ -8,6 +8,12 @@
   and twelve quarterly US macro series (``macrodata/<column>``).
 * ``file:///path/to/corpus.csv`` — a CSV file whose header names the series, one series per column;
   empty cells are skipped (series may have different lengths).
+* ``ipfs://<cid>[/path.csv]`` — the same CSV published with ``tenzro dataset add``: fetched through
+  the trainer's own node (which gets it over bitswap, every block checked against its CID, and serves
+  it on its IPFS path gateway), or through ``ipfs_gateway:`` (any IPFS gateway, e.g. Kubo's) when set.
+* ``https://…`` — the same CSV over HTTPS.
+
+Whatever the source, the bytes are only trusted after ``dataset_hash`` matches (``check_hash``).
 
 The dataset hash (``dataset_hash`` in the task spec; 64 hex digits, optionally ``0x``/``sha256:``
 prefixed) is SHA-256 over the canonical encoding of the parsed corpus, the same for both forms:
@@ -24,9 +30,10 @@ import csv
 import hashlib
 import math
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from urllib.parse import unquote, urlparse
+from urllib.parse import quote, unquote, urlparse
 
 import numpy as np
 
@@ -104,7 +111,104 @@ def csv_series(text: str, path: str = "<memory>") -> list[Series]:
     return [Series(n, np.asarray(c, dtype=np.float64)) for n, c in zip(names, cols, strict=True)]
 
 
-def load_corpus(ref: str) -> list[Series]:
+@dataclass(frozen=True)
+class Sources:
+    """Where ``ipfs://`` refs are read: the trainer's node (its HTTP address, the ``node_rpc`` URL),
+    or an IPFS gateway (``ipfs_gateway:`` in trainer.yaml) when set."""
+
+    node_url: str | None = None
+    ipfs_gateway: str | None = None
+    timeout: float = 600.0
+    # Confidential tier: applied to the fetched bytes before parsing, in memory (e.g.
+    # ``lambda b: decrypt_dataset(released_key, task_id, b)`` once the broker released the key).
+    decrypt: Callable[[bytes], bytes] | None = None
+
+
+def _download(url: str, what: str, timeout: float) -> bytes:
+    import requests
+
+    try:
+        with requests.get(url, stream=True, timeout=timeout) as r:
+            if r.status_code != 200:
+                raise DatasetError(f"{what}: {url}: HTTP {r.status_code}: {r.text[:300]}")
+            buf = bytearray()
+            for chunk in r.iter_content(1 << 20):
+                buf += chunk
+                if len(buf) > MAX_CSV_BYTES:
+                    raise DatasetError(f"{what}: larger than {MAX_CSV_BYTES} bytes")
+            return bytes(buf)
+    except requests.RequestException as e:
+        raise DatasetError(f"{what}: {url}: {e}") from e
+
+
+def fetch_ipfs(ref: str, sources: Sources | None) -> bytes:
+    """The bytes of ``ipfs://<cid>[/path]``: through the node (it fetches the DAG from its peers,
+    verified and pinned, then serves it on ``/ipfs/``), or through ``sources.ipfs_gateway``."""
+    import requests
+
+    u = urlparse(ref)
+    cid, path = u.netloc, u.path.lstrip("/")
+    if not cid or not cid.isalnum() or len(cid) > 128:
+        raise DatasetError(f"dataset_ref {ref!r}: want ipfs://<cid>[/path]")
+    sources = sources or Sources()
+    tail = f"/ipfs/{cid}" + (f"/{quote(path)}" if path else "")
+    if sources.ipfs_gateway:
+        return _download(sources.ipfs_gateway.rstrip("/") + tail, f"dataset_ref {ref!r}", sources.timeout)
+    if not sources.node_url:
+        raise DatasetError(f"dataset_ref {ref!r}: ipfs:// needs the trainer's node or ipfs_gateway: in trainer.yaml")
+    base = sources.node_url.rstrip("/")
+    try:
+        # The node stops fetching past what the trainer would accept (the CSV limit plus UnixFS overhead).
+        limit = MAX_CSV_BYTES + MAX_CSV_BYTES // 64 + (1 << 20)
+        r = requests.post(
+            f"{base}/api/dataset/fetch", params={"ref": f"ipfs://{cid}", "max_bytes": limit}, timeout=sources.timeout
+        )
+    except requests.RequestException as e:
+        raise DatasetError(f"dataset_ref {ref!r}: node {base}: {e}") from e
+    if r.status_code != 200:
+        try:
+            msg = r.json().get("error", r.text)
+        except ValueError:
+            msg = r.text
+        raise DatasetError(f"dataset_ref {ref!r}: the node could not fetch it: {msg[:500]}")
+    return _download(base + tail, f"dataset_ref {ref!r}", sources.timeout)
+
+
+def decrypt_dataset(key: bytes, task_id: str, blob: bytes) -> bytes:
+    """Decrypts a Confidential dataset in memory (``enclave.EncryptDataset``'s layout); the trainer's
+    ``attestation.decrypt_dataset`` with its errors as DatasetError."""
+    from .attestation import DecryptError
+    from .attestation import decrypt_dataset as _decrypt
+
+    try:
+        return _decrypt(key, task_id, blob)
+    except DecryptError as e:
+        raise DatasetError(f"encrypted dataset: {e}") from e
+
+
+def fetch_bytes(ref: str, sources: Sources | None = None) -> bytes:
+    """The raw bytes of an ``ipfs://`` or ``https://`` ref (a Confidential dataset's ciphertext)."""
+    src = sources or Sources()
+    u = urlparse(ref)
+    if u.scheme == "ipfs":
+        return fetch_ipfs(ref, src)
+    if u.scheme == "https":
+        return _download(ref, f"dataset_ref {ref!r}", src.timeout)
+    raise DatasetError(f"dataset_ref {ref!r}: want ipfs:// or https://")
+
+
+def corpus_from_bytes(name: str, b: bytes) -> list[Series]:
+    """Parses CSV bytes (UTF-8) as ``file://`` would."""
+    if len(b) > MAX_CSV_BYTES:
+        raise DatasetError(f"{name}: larger than {MAX_CSV_BYTES} bytes")
+    try:
+        text = b.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise DatasetError(f"{name}: not UTF-8 CSV: {e}") from e
+    return csv_series(text, name)
+
+
+def load_corpus(ref: str, sources: Sources | None = None) -> list[Series]:
     u = urlparse(ref)
     if u.scheme == "statsmodels":
         names = [n for n in (u.netloc + u.path).replace("/", ",").split(",") if n]
@@ -116,7 +220,11 @@ def load_corpus(ref: str) -> list[Series]:
         return out
     if u.scheme == "file":
         return _csv_series(Path(unquote(u.path)))
-    raise DatasetError(f"dataset_ref {ref!r}: scheme must be file:// or statsmodels://")
+    src = sources or Sources()
+    if u.scheme in ("ipfs", "https"):
+        raw = fetch_bytes(ref, src)
+        return corpus_from_bytes(ref, src.decrypt(raw) if src.decrypt else raw)
+    raise DatasetError(f"dataset_ref {ref!r}: scheme must be ipfs://, https://, file:// or statsmodels://")
 
 
 def corpus_hash(series: list[Series]) -> bytes:

@@ -17,9 +17,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--bins", default="")
     p.add_argument("--rounds", type=int, default=20)
     p.add_argument("--png", default="")
+    p.add_argument("--dataset", choices=("ipfs", "statsmodels"), default="ipfs",
+                   help="ipfs: publish the corpus with `tenzro dataset add` and post its ipfs:// ref")  # fmt: skip
     a = p.parse_args(argv)
     e = Experiment(
-        rpc=a.rpc, workdir=Path(a.workdir), rounds=a.rounds, bins=Path(a.bins) if a.bins else None, replay=True
+        rpc=a.rpc,
+        workdir=Path(a.workdir),
+        rounds=a.rounds,
+        bins=Path(a.bins) if a.bins else None,
+        replay=True,
+        dataset=a.dataset,
     )
     t0 = time.monotonic()
     c, task, procs, keys = start(e)

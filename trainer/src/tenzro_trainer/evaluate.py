@@ -38,12 +38,15 @@ def metadata_of(spec: dict) -> dict:
     return md if isinstance(md, dict) else {}
 
 
-def task_data(spec: dict, corpus: list[data.Series] | None = None) -> tuple[data.Windows, data.Windows]:
+def task_data(
+    spec: dict, corpus: list[data.Series] | None = None, sources: data.Sources | None = None
+) -> tuple[data.Windows, data.Windows]:
     """Windows of the task's corpus (``corpus``: one already in memory, e.g. a decrypted Confidential
-    dataset); the dataset hash is checked either way."""
+    dataset; else loaded from ``dataset_ref``, ``ipfs://`` through ``sources``); the dataset hash is
+    checked either way."""
     md = metadata_of(spec)
     if corpus is None:
-        corpus = data.load_corpus(spec["dataset_ref"])
+        corpus = data.load_corpus(spec["dataset_ref"], sources)
     if spec.get("dataset_hash"):
         data.check_hash(corpus, spec["dataset_hash"])
     return data.make_windows(
@@ -66,7 +69,7 @@ def pull_model(client: Client, run: dict, model: models.ForecastModel | None = N
 def eval_from_node(client: Client, task_id: str, heldout: data.Windows | None = None) -> tuple[int, float]:
     run = client.get_run(task_id)
     if heldout is None:
-        _, heldout = task_data(spec_of(run))
+        _, heldout = task_data(spec_of(run), sources=data.Sources(node_url=client.url))
     m = pull_model(client, run)
     return int(run["round"]), heldout_mse(m, heldout)
 

@@ -5,6 +5,7 @@ receipt. Used by ``scripts/demo.sh`` and the benchmarks under ``bench/``."""
 
 from __future__ import annotations
 
+import csv
 import json
 import os
 import shutil
@@ -46,6 +47,7 @@ class Experiment:
     bins: Path | None = None
     quiet: bool = False
     replay: bool = False  # also re-execute the run from the node's stored payloads (tenzro receipt replay)
+    dataset: str = "statsmodels"  # or "ipfs": publish the corpus with `tenzro dataset add`, post its ipfs:// ref
 
 
 @dataclass
@@ -77,12 +79,13 @@ def start(e: Experiment) -> tuple[Client, str, list[subprocess.Popen], list[Key]
     init = weights.model_to_safetensors(init_model)
     (e.workdir / "init.safetensors").write_bytes(init)
     task = e.task_id or f"demo-{e.family}-{time.strftime('%Y%m%d-%H%M%S')}"
+    ref, dhash = publish_dataset(e) if e.dataset == "ipfs" else (REF, data.corpus_hash(data.load_corpus(REF)).hex())
     spec = sponsor.make_spec(
         task, sp, family=e.family, metadata=e.metadata,
         param_count=sum(p.numel() for p in init_model.parameters()),
         fragments=e.f, trainers=e.m, quorum=e.k, inner_steps=e.h, max_rounds=e.rounds,
         aggregation=e.aggregation, aggregation_params=e.aggregation_params,
-        dataset_ref=REF, dataset_hash=data.corpus_hash(data.load_corpus(REF)).hex(),
+        dataset_ref=ref, dataset_hash=dhash,
         reward_pool=str(10**12), grace_window_ms=e.grace_window_ms,
     )  # fmt: skip
     (e.workdir / "spec.json").write_text(json.dumps(spec, indent=2))
@@ -125,8 +128,35 @@ def start(e: Experiment) -> tuple[Client, str, list[subprocess.Popen], list[Key]
     return c, task, procs, keys
 
 
+def publish_dataset(e: Experiment) -> tuple[str, str]:
+    """Writes the statsmodels corpus as CSV (values in repr form, so its corpus hash is the same) and
+    publishes it with ``tenzro dataset add``: returns the ``ipfs://`` ref and the dataset_hash."""
+    cli = _cli(e)
+    if cli is None:
+        raise RuntimeError("DEMO_DATASET=ipfs needs the tenzro CLI (--bins)")
+    series = data.load_corpus(REF)
+    path = e.workdir / "corpus.csv"
+    n = max(len(s.values) for s in series)
+    with path.open("w", newline="") as f:
+        w = csv.writer(f, lineterminator="\n")
+        w.writerow([s.name for s in series])
+        for i in range(n):
+            w.writerow([repr(float(s.values[i])) if i < len(s.values) else "" for s in series])
+    p = subprocess.run(
+        [cli, "--rpc", e.rpc, "dataset", "add", "--format", "json", str(path)], capture_output=True, text=True
+    )
+    if p.returncode != 0:
+        raise RuntimeError(f"tenzro dataset add failed: {p.stderr.strip()}")
+    rec = json.loads(p.stdout)
+    want = data.corpus_hash(series).hex()
+    if rec["dataset_hash"] != want:
+        raise RuntimeError(f"corpus.csv hashes to {rec['dataset_hash']}, the corpus to {want}")
+    _say(e, f"$ tenzro dataset add corpus.csv\n  dataset_ref:  {rec['ref']}\n  dataset_hash: {rec['dataset_hash']}")
+    return rec["ref"], rec["dataset_hash"]
+
+
 def follow(e: Experiment, c: Client, task: str, procs: list[subprocess.Popen], timeout: float = 3600) -> list[RoundRow]:
-    _, heldout = task_data(json.loads((e.workdir / "spec.json").read_text()))
+    _, heldout = task_data(json.loads((e.workdir / "spec.json").read_text()), sources=data.Sources(node_url=e.rpc))
     rows: list[RoundRow] = []
     t0 = time.monotonic()
     seen = -1

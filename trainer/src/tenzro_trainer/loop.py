@@ -190,14 +190,15 @@ class Trainer:
                         fully_shard(layer)
             fully_shard(self.model)
         t0 = time.monotonic()
+        sources = data.Sources(node_url=self.cfg.ipfs_node or self.cfg.node_rpc, ipfs_gateway=self.cfg.ipfs_gateway)
         corpus = None
         if spec.get("tier") == "Confidential":
             if self.attester is None:
                 raise AttestationError("the run's tier is Confidential: set attestation: in the config")
             key = self.attester.dataset_key(self.cfg.task_id)  # from a pipe; never written anywhere
-            corpus = load_encrypted_corpus(spec["dataset_ref"], key, self.cfg.task_id)
+            corpus = load_encrypted_corpus(spec["dataset_ref"], key, self.cfg.task_id, sources)
             del key
-        self.train_w, self.eval_w = task_data(spec, corpus)  # raises DatasetError on a hash mismatch
+        self.train_w, self.eval_w = task_data(spec, corpus, sources)  # raises DatasetError on a hash mismatch
         self.log.info(
             "task ready", family=fam, params=sum(p.numel() for p in params_of(self.model)),
             train_windows=len(self.train_w), heldout_windows=len(self.eval_w),

@@ -1,0 +1,285 @@
+package chain
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	cmtcfg "github.com/cometbft/cometbft/config"
+	"github.com/cometbft/cometbft/p2p"
+	"github.com/cometbft/cometbft/privval"
+	"github.com/cometbft/cometbft/types"
+	cmttime "github.com/cometbft/cometbft/types/time"
+)
+
+// NodeConfigFile is a node home's own configuration (JSON), next to
+// CometBFT's key and genesis files in <home>/config. The node builds its
+// CometBFT configuration from it (CometBFT's defaults otherwise), so there
+// is no config.toml to keep in step.
+const NodeConfigFile = "config/tenzro-chain.json"
+
+// MaxValidators bounds a testnet.
+const MaxValidators = 64
+
+// NodeConfig is a node home's configuration.
+type NodeConfig struct {
+	Moniker string `json:"moniker"`
+	// P2PAddr and RPCAddr are host:port listen addresses (CometBFT's peer
+	// protocol and its HTTP RPC).
+	P2PAddr string `json:"p2p_addr"`
+	RPCAddr string `json:"rpc_addr"`
+	// PersistentPeers are id@host:port of the other validators.
+	PersistentPeers []string `json:"persistent_peers"`
+	// TimeoutCommitMs is how long a validator waits after a commit before
+	// the next height (CometBFT's timeout_commit): the block interval.
+	TimeoutCommitMs int64 `json:"timeout_commit_ms"`
+}
+
+// TestnetOptions configures WriteTestnet.
+type TestnetOptions struct {
+	Validators int
+	Dir        string
+	ChainID    string
+	// Allocs are the genesis allocations.
+	Allocs []GenesisAccount
+	// Host is the address every node listens on (default 127.0.0.1).
+	Host string
+	// BasePort: node i listens on BasePort+2i (P2P) and BasePort+2i+1
+	// (RPC). 0 takes free ports from the kernel.
+	BasePort int
+	// TimeoutCommit is the block interval (default 1s).
+	TimeoutCommit time.Duration
+}
+
+// TestnetNode describes one written validator home.
+type TestnetNode struct {
+	Home    string `json:"home"`
+	NodeID  string `json:"node_id"`
+	P2PAddr string `json:"p2p_addr"`
+	RPCAddr string `json:"rpc_addr"`
+}
+
+// WriteTestnet writes opts.Validators validator homes (<dir>/node<i>: node
+// key, validator key and state, genesis, NodeConfigFile) sharing one
+// genesis with the allocations. Dir must not exist or be empty.
+func WriteTestnet(opts TestnetOptions) ([]TestnetNode, error) {
+	if opts.Validators < 1 || opts.Validators > MaxValidators {
+		return nil, fmt.Errorf("testnet: %d validators, want 1..%d", opts.Validators, MaxValidators)
+	}
+	if opts.Dir == "" {
+		return nil, errors.New("testnet: --dir is empty")
+	}
+	if opts.ChainID == "" {
+		opts.ChainID = "tenzro-testnet"
+	}
+	if opts.Host == "" {
+		opts.Host = "127.0.0.1"
+	}
+	if opts.TimeoutCommit <= 0 {
+		opts.TimeoutCommit = time.Second
+	}
+	if opts.BasePort < 0 || opts.BasePort+2*opts.Validators > 65535 {
+		return nil, fmt.Errorf("testnet: base port %d leaves no room for %d validators", opts.BasePort, opts.Validators)
+	}
+	st := GenesisState{Accounts: opts.Allocs}
+	if st.Accounts == nil {
+		st.Accounts = []GenesisAccount{}
+	}
+	appState, err := json.Marshal(st)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := ParseGenesisState(appState); err != nil {
+		return nil, fmt.Errorf("testnet: %w", err)
+	}
+	if ents, err := os.ReadDir(opts.Dir); err == nil && len(ents) > 0 {
+		return nil, fmt.Errorf("testnet: %s exists and is not empty (choose a new --dir)", opts.Dir)
+	}
+	ports, err := pickPorts(opts.Host, opts.BasePort, 2*opts.Validators)
+	if err != nil {
+		return nil, err
+	}
+	nodes := make([]TestnetNode, opts.Validators)
+	vals := make([]types.GenesisValidator, opts.Validators)
+	for i := range nodes {
+		home := filepath.Join(opts.Dir, fmt.Sprintf("node%d", i))
+		c := cmtcfg.DefaultConfig()
+		c.SetRoot(home)
+		for _, d := range []string{"config", "data"} {
+			if err := os.MkdirAll(filepath.Join(home, d), 0o700); err != nil {
+				return nil, fmt.Errorf("testnet: %w", err)
+			}
+		}
+		pv := privval.GenFilePV(c.PrivValidatorKeyFile(), c.PrivValidatorStateFile())
+		pv.Save()
+		nk, err := p2p.LoadOrGenNodeKey(c.NodeKeyFile())
+		if err != nil {
+			return nil, fmt.Errorf("testnet: node key: %w", err)
+		}
+		pub, err := pv.GetPubKey()
+		if err != nil {
+			return nil, fmt.Errorf("testnet: validator key: %w", err)
+		}
+		vals[i] = types.GenesisValidator{Address: pub.Address(), PubKey: pub, Power: 10, Name: fmt.Sprintf("node%d", i)}
+		nodes[i] = TestnetNode{Home: home, NodeID: string(nk.ID()),
+			P2PAddr: net.JoinHostPort(opts.Host, fmt.Sprint(ports[2*i])), RPCAddr: net.JoinHostPort(opts.Host, fmt.Sprint(ports[2*i+1]))}
+	}
+	gen := &types.GenesisDoc{ChainID: opts.ChainID, GenesisTime: cmttime.Now(), InitialHeight: 1,
+		ConsensusParams: types.DefaultConsensusParams(), Validators: vals, AppState: appState}
+	if err := gen.ValidateAndComplete(); err != nil {
+		return nil, fmt.Errorf("testnet: genesis: %w", err)
+	}
+	for i, n := range nodes {
+		c := cmtcfg.DefaultConfig()
+		c.SetRoot(n.Home)
+		if err := gen.SaveAs(c.GenesisFile()); err != nil {
+			return nil, fmt.Errorf("testnet: %w", err)
+		}
+		var peers []string
+		for j, m := range nodes {
+			if j != i {
+				peers = append(peers, m.NodeID+"@"+m.P2PAddr)
+			}
+		}
+		nc := NodeConfig{Moniker: fmt.Sprintf("node%d", i), P2PAddr: n.P2PAddr, RPCAddr: n.RPCAddr,
+			PersistentPeers: peers, TimeoutCommitMs: opts.TimeoutCommit.Milliseconds()}
+		raw, _ := json.MarshalIndent(nc, "", "  ")
+		if err := os.WriteFile(filepath.Join(n.Home, NodeConfigFile), append(raw, '\n'), 0o600); err != nil {
+			return nil, fmt.Errorf("testnet: %w", err)
+		}
+	}
+	return nodes, nil
+}
+
+// pickPorts returns n ports: base, base+1, … or, when base is 0, n free
+// ports the kernel hands out (held open together so they differ).
+func pickPorts(host string, base, n int) ([]int, error) {
+	out := make([]int, n)
+	if base > 0 {
+		for i := range out {
+			out[i] = base + i
+		}
+		return out, nil
+	}
+	var ls []net.Listener
+	defer func() {
+		for _, l := range ls {
+			l.Close()
+		}
+	}()
+	for i := range out {
+		l, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
+		if err != nil {
+			return nil, fmt.Errorf("testnet: free port: %w", err)
+		}
+		ls = append(ls, l)
+		out[i] = l.Addr().(*net.TCPAddr).Port
+	}
+	return out, nil
+}
+
+// MaxNodeConfigBytes bounds NodeConfigFile.
+const MaxNodeConfigBytes = 1 << 20
+
+// LoadNodeConfig reads a home's NodeConfigFile strictly.
+func LoadNodeConfig(home string) (*NodeConfig, error) {
+	p := filepath.Join(home, NodeConfigFile)
+	raw, err := os.ReadFile(p)
+	if err != nil {
+		return nil, fmt.Errorf("node config: %w (is %s a node home written by `tenzro-node testnet`?)", err, home)
+	}
+	if len(raw) > MaxNodeConfigBytes {
+		return nil, fmt.Errorf("node config %s: %d bytes, limit %d", p, len(raw), MaxNodeConfigBytes)
+	}
+	var nc NodeConfig
+	if err := strict(bytes.TrimSpace(raw), &nc); err != nil {
+		return nil, fmt.Errorf("node config %s: %w", p, err)
+	}
+	for name, a := range map[string]string{"p2p_addr": nc.P2PAddr, "rpc_addr": nc.RPCAddr} {
+		if _, _, err := net.SplitHostPort(a); err != nil {
+			return nil, fmt.Errorf("node config %s: %s %q: %w", p, name, a, err)
+		}
+	}
+	for _, peer := range nc.PersistentPeers {
+		if !strings.Contains(peer, "@") {
+			return nil, fmt.Errorf("node config %s: persistent peer %q: want id@host:port", p, peer)
+		}
+	}
+	if nc.TimeoutCommitMs < 0 {
+		return nil, fmt.Errorf("node config %s: timeout_commit_ms %d", p, nc.TimeoutCommitMs)
+	}
+	return &nc, nil
+}
+
+// InitOptions configures InitNode.
+type InitOptions struct {
+	Home    string
+	Genesis string // path of the network's genesis.json
+	Moniker string
+	P2PAddr string // host:port
+	RPCAddr string // host:port
+	Peers   []string
+}
+
+// InitNode writes the home of a non-validator full node: a fresh node key, a
+// validator key that is in no validator set, a copy of the network's
+// genesis, and NodeConfigFile with its persistent peers. The node syncs
+// every block from its peers and answers reads from its own replica.
+func InitNode(o InitOptions) (*TestnetNode, error) {
+	if o.Home == "" || o.Genesis == "" {
+		return nil, errors.New("init: --home and --genesis are required")
+	}
+	if o.Moniker == "" {
+		o.Moniker = filepath.Base(o.Home)
+	}
+	for name, a := range map[string]string{"p2p-addr": o.P2PAddr, "rpc-addr": o.RPCAddr} {
+		if _, _, err := net.SplitHostPort(a); err != nil {
+			return nil, fmt.Errorf("init: --%s %q: %w", name, a, err)
+		}
+	}
+	if len(o.Peers) == 0 {
+		return nil, errors.New("init: --peers is empty: a full node needs at least one id@host:port to sync from")
+	}
+	for _, p := range o.Peers {
+		if _, err := p2p.NewNetAddressString(p); err != nil {
+			return nil, fmt.Errorf("init: peer %q: %w (want id@host:port)", p, err)
+		}
+	}
+	gen, err := types.GenesisDocFromFile(o.Genesis)
+	if err != nil {
+		return nil, fmt.Errorf("init: genesis: %w", err)
+	}
+	if _, err := ParseGenesisState(gen.AppState); err != nil {
+		return nil, fmt.Errorf("init: genesis %s: %w", o.Genesis, err)
+	}
+	if ents, err := os.ReadDir(o.Home); err == nil && len(ents) > 0 {
+		return nil, fmt.Errorf("init: %s exists and is not empty", o.Home)
+	}
+	c := cmtcfg.DefaultConfig()
+	c.SetRoot(o.Home)
+	for _, d := range []string{"config", "data"} {
+		if err := os.MkdirAll(filepath.Join(o.Home, d), 0o700); err != nil {
+			return nil, fmt.Errorf("init: %w", err)
+		}
+	}
+	privval.GenFilePV(c.PrivValidatorKeyFile(), c.PrivValidatorStateFile()).Save()
+	nk, err := p2p.LoadOrGenNodeKey(c.NodeKeyFile())
+	if err != nil {
+		return nil, fmt.Errorf("init: node key: %w", err)
+	}
+	if err := gen.SaveAs(c.GenesisFile()); err != nil {
+		return nil, fmt.Errorf("init: %w", err)
+	}
+	nc := NodeConfig{Moniker: o.Moniker, P2PAddr: o.P2PAddr, RPCAddr: o.RPCAddr, PersistentPeers: o.Peers, TimeoutCommitMs: 1000}
+	raw, _ := json.MarshalIndent(nc, "", "  ")
+	if err := os.WriteFile(filepath.Join(o.Home, NodeConfigFile), append(raw, '\n'), 0o600); err != nil {
+		return nil, fmt.Errorf("init: %w", err)
+	}
+	return &TestnetNode{Home: o.Home, NodeID: string(nk.ID()), P2PAddr: o.P2PAddr, RPCAddr: o.RPCAddr}, nil
+}

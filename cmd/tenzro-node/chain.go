@@ -1,0 +1,160 @@
+package main
+
+// chain.go wires the replicated chain (package chain) into the daemon: the
+// `testnet` subcommand and the `--home` start path. Registered by one line
+// in execute.
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/tenzro/train/chain"
+	"github.com/tenzro/train/rpc"
+	"github.com/tenzro/train/syncer"
+)
+
+// registerChain adds `tenzro-node testnet` and `tenzro-node --home DIR`.
+func registerChain(root *cobra.Command, stdout, stderr io.Writer) {
+	root.Flags().String("home", "", "start the chain node whose home `tenzro-node testnet` or `init` wrote (CometBFT embedded in-process); with --rpc-addr it also serves the JSON-RPC methods from the chain; other node flags except --log-level/--log-format do not apply")
+	inner := root.RunE
+	root.RunE = func(cmd *cobra.Command, args []string) error {
+		home, _ := cmd.Flags().GetString("home")
+		if home == "" {
+			return inner(cmd, args)
+		}
+		lvl, _ := cmd.Flags().GetString("log-level")
+		format, _ := cmd.Flags().GetString("log-format")
+		cfg := defaults()
+		cfg.LogLevel, cfg.LogFormat = lvl, format
+		log := newLogger(cfg, stderr)
+		opts := chain.NodeOptions{Log: log, Ready: func(rpc string) {
+			fmt.Fprintf(stdout, "chain node %s running: RPC http://%s\n", home, rpc)
+		}}
+		if cmd.Flags().Changed("rpc-addr") {
+			// The node's JSON-RPC methods, served from the chain.
+			addr, _ := cmd.Flags().GetString("rpc-addr")
+			opts.Serve = func(ctx context.Context, svc syncer.Service) error {
+				srv, err := rpc.New(svc, rpc.Options{Logger: log.With("component", "rpc")})
+				if err != nil {
+					return err
+				}
+				ln, err := net.Listen("tcp", addr)
+				if err != nil {
+					return fmt.Errorf("rpc listen: %w", err)
+				}
+				fmt.Fprintf(stdout, "chain node %s: JSON-RPC http://%s\n", home, ln.Addr())
+				return srv.Serve(ctx, ln)
+			}
+		}
+		return chain.RunNode(cmd.Context(), home, opts)
+	}
+	root.AddCommand(newTestnetCmd(stdout), newInitCmd(stdout))
+}
+
+func newInitCmd(stdout io.Writer) *cobra.Command {
+	var o chain.InitOptions
+	cmd := &cobra.Command{
+		Use:   "init --home D --genesis FILE --peers ID@HOST:PORT[,...]",
+		Short: "Write the home of a non-validator full node that syncs from peers",
+		Long: `init writes a full node's home: a fresh node key, a validator key that is in no
+validator set (the node follows the chain without voting), a copy of the network's
+genesis.json and config/tenzro-chain.json with its listen addresses and persistent
+peers. Start it with 'tenzro-node --home D': it replays every block from its peers
+and answers reads ('tenzro chain …' with --node) from its own replica.`,
+		Example: `  tenzro-node init --home /tmp/full --genesis /tmp/tn/node0/config/genesis.json \
+    --peers 29fe4d9f42761d33638c1c9cea547d5fcf10718c@127.0.0.1:26656 --p2p-addr 127.0.0.1:26700 --rpc-addr 127.0.0.1:26701`,
+		Args:          cobra.NoArgs,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		RunE: func(_ *cobra.Command, _ []string) error {
+			n, err := chain.InitNode(o)
+			if err != nil {
+				return usageError{err}
+			}
+			fmt.Fprintf(stdout, "wrote full node home %s (id %s, rpc http://%s, p2p %s); start it with: tenzro-node --home %s\n", n.Home, n.NodeID, n.RPCAddr, n.P2PAddr, n.Home)
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&o.Home, "home", "", "home directory to write (must not exist or be empty)")
+	f.StringVar(&o.Genesis, "genesis", "", "the network's genesis.json")
+	f.StringSliceVar(&o.Peers, "peers", nil, "comma-separated persistent peers, id@host:port (a validator's id is printed by 'tenzro-node testnet')")
+	f.StringVar(&o.P2PAddr, "p2p-addr", "127.0.0.1:26656", "P2P listen address host:port")
+	f.StringVar(&o.RPCAddr, "rpc-addr", "127.0.0.1:26657", "CometBFT RPC listen address host:port")
+	f.StringVar(&o.Moniker, "moniker", "", "node name (default: the home's base name)")
+	for _, r := range []string{"home", "genesis", "peers"} {
+		_ = cmd.MarkFlagRequired(r)
+	}
+	cmd.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
+	return cmd
+}
+
+func newTestnetCmd(stdout io.Writer) *cobra.Command {
+	var (
+		opts    chain.TestnetOptions
+		allocs  []string
+		blockMs time.Duration
+	)
+	cmd := &cobra.Command{
+		Use:   "testnet --validators N --dir D [--alloc DID=AMOUNT]...",
+		Short: "Write the homes and genesis of a local N-validator chain",
+		Long: `testnet writes N validator homes (D/node0 … D/node{N-1}: CometBFT node and
+validator keys, the shared genesis, and each node's listen addresses and peers in
+config/tenzro-chain.json) and one genesis whose app state holds the allocations.
+Allocations are the only way funds exist on a chain without --dev: there is no
+faucet. Start each validator with 'tenzro-node --home D/nodeI'.
+
+Ports: node i listens on BASE+2i (P2P) and BASE+2i+1 (CometBFT RPC);
+--base-port 0 takes free ports from the kernel.`,
+		Example: `  tenzro-node testnet --validators 4 --dir /tmp/tn \
+    --alloc did:tenzro:human:z6Mk...=1000000000000000000000
+  tenzro-node --home /tmp/tn/node0`,
+		Args:          cobra.NoArgs,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			for _, a := range allocs {
+				d, amt, ok := strings.Cut(a, "=")
+				if !ok {
+					return usageError{fmt.Errorf("--alloc %q: want DID=AMOUNT (attoTNZO)", a)}
+				}
+				opts.Allocs = append(opts.Allocs, chain.GenesisAccount{DID: strings.TrimSpace(d), Balance: strings.TrimSpace(amt)})
+			}
+			opts.TimeoutCommit = blockMs
+			nodes, err := chain.WriteTestnet(opts)
+			if err != nil {
+				return usageError{err}
+			}
+			fmt.Fprintf(stdout, "wrote %d validator homes and one genesis (chain %s, %d allocations):\n", len(nodes), orDefault(opts.ChainID, "tenzro-testnet"), len(opts.Allocs))
+			for _, n := range nodes {
+				fmt.Fprintf(stdout, "  %s  rpc http://%s  p2p %s  id %s\n", n.Home, n.RPCAddr, n.P2PAddr, n.NodeID)
+			}
+			fmt.Fprintf(stdout, "start each with: tenzro-node --home <home>\n")
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.IntVar(&opts.Validators, "validators", 4, "number of validators")
+	f.StringVar(&opts.Dir, "dir", "", "output directory (must not exist or be empty)")
+	f.StringArrayVar(&allocs, "alloc", nil, "genesis allocation DID=AMOUNT in attoTNZO (repeatable)")
+	f.StringVar(&opts.ChainID, "chain-id", "tenzro-testnet", "chain id")
+	f.StringVar(&opts.Host, "host", "127.0.0.1", "address every node listens on and dials")
+	f.IntVar(&opts.BasePort, "base-port", 26656, "first port (node i: BASE+2i P2P, BASE+2i+1 RPC); 0 = free ports")
+	f.DurationVar(&blockMs, "block-time", time.Second, "block interval (CometBFT timeout_commit)")
+	_ = cmd.MarkFlagRequired("dir")
+	cmd.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
+	return cmd
+}
+
+func orDefault(s, d string) string {
+	if s == "" {
+		return d
+	}
+	return s
+}

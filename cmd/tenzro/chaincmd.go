@@ -1,0 +1,618 @@
+package main
+
+// chaincmd.go: `tenzro chain …`, the client of a chain node (a validator
+// started with `tenzro-node --home`): signed transactions broadcast and
+// answered once committed (with the height), reads from committed state, and
+// run-root proofs against an app hash. Registered from init().
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/tenzro/train/chain"
+	"github.com/tenzro/train/syncer"
+	"github.com/tenzro/train/syncer/election"
+	"github.com/tenzro/train/syncer/vrf"
+	"github.com/tenzro/train/wire"
+)
+
+func init() { registerCommand(newChainCmd) }
+
+func newChainCmd() *cobra.Command {
+	def := chain.DefaultNodeURL
+	if env := os.Getenv("TENZRO_CHAIN"); env != "" {
+		def = env
+	}
+	cmd := &cobra.Command{
+		Use:   "chain",
+		Short: "Transactions and reads against a chain node (CometBFT RPC)",
+		Long: `chain talks to a node of the replicated chain (a validator started with
+'tenzro-node --home', see 'tenzro-node testnet'). Writes are signed transactions
+that the command broadcasts and answers once committed, with the block height;
+a refusal prints the chain's reason. Reads come from the node's committed state,
+so every node of the network gives the same answer at the same height.
+
+--node is the node's CometBFT RPC address (default $TENZRO_CHAIN, else
+http://127.0.0.1:26657).`,
+		Example: `  tenzro chain status --node http://127.0.0.1:26657
+  tenzro chain balance --did did:tenzro:human:z6Mk... --node http://127.0.0.1:26663
+  tenzro chain transfer --to did:tenzro:machine:z6Mk... --amount 1000 --key sponsor.key
+  tenzro chain prove --task-id my-run > proof.json
+  tenzro chain verify-proof --proof proof.json --app-hash <hex> --receipt receipt.json`,
+		RunE: groupRunE,
+	}
+	cmd.PersistentFlags().String("node", def, "chain node RPC address")
+	cmd.AddCommand(newChainStatusCmd(), newChainBalanceCmd(), newChainRunCmd(), newChainTransferCmd(),
+		newChainPostCmd(), newChainEnrollCmd(), newChainLeaveCmd(), newChainSubmitCmd(), newChainCommitRoundCmd(), newChainRegisterCmd(), newChainElectionProofCmd(), newChainSealCmd(),
+		newChainProveCmd(), newChainVerifyProofCmd(), newChainVerifyReceiptCmd())
+	return cmd
+}
+
+func chainClient(cmd *cobra.Command) (*chain.Client, error) {
+	url, _ := cmd.Flags().GetString("node")
+	c, err := chain.NewClient(url)
+	if err != nil {
+		return nil, usageError{err}
+	}
+	return c, nil
+}
+
+// chainErr turns a refusal into the CLI's "refused" exit with the reason.
+func chainErr(err error) error {
+	var te *chain.TxError
+	if errors.As(err, &te) {
+		return &exitError{code: exitFailed, msg: fmt.Sprintf("error: refused by the chain (code %d): %s", te.Code, te.Msg)}
+	}
+	return err
+}
+
+func newChainStatusCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:     "status",
+		Example: `  tenzro chain status --node http://127.0.0.1:26657`,
+		Short:   "Show the node's chain id, last committed height and app hash",
+		Args:    noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			c, err := chainClient(cmd)
+			if err != nil {
+				return err
+			}
+			st, err := c.Status(cmd.Context())
+			if err != nil {
+				return err
+			}
+			if jsonOutput(cmd) {
+				return emitJSON(cmd, st)
+			}
+			_, err = fmt.Fprintf(cmd.OutOrStdout(), "chain %s node %s: height %d app hash %s catching up %v\n", st.ChainID, st.Moniker, st.Height, st.AppHash, st.CatchingUp)
+			return err
+		},
+	}
+}
+
+func newChainBalanceCmd() *cobra.Command {
+	var d string
+	c := &cobra.Command{
+		Use:     "balance --did DID",
+		Example: `  tenzro chain balance --did did:tenzro:human:z6Mk... --node http://127.0.0.1:26663`,
+		Short:   "Show a DID's committed balance (attoTNZO)",
+		Args:    noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			c, err := chainClient(cmd)
+			if err != nil {
+				return err
+			}
+			b, h, err := c.Balance(cmd.Context(), d)
+			if err != nil {
+				return chainErr(err)
+			}
+			if jsonOutput(cmd) {
+				return emitJSON(cmd, struct {
+					*wire.Balance
+					Height int64 `json:"height"`
+				}{b, h})
+			}
+			_, err = fmt.Fprintf(cmd.OutOrStdout(), "%s: %s attoTNZO (height %d)\n", b.DID, b.Balance, h)
+			return err
+		},
+	}
+	c.Flags().StringVar(&d, "did", "", "DID")
+	_ = c.MarkFlagRequired("did")
+	return c
+}
+
+func newChainRunCmd() *cobra.Command {
+	var task string
+	c := &cobra.Command{
+		Use:     "run --task-id ID",
+		Example: `  tenzro chain run --task-id my-run --format json`,
+		Short:   "Show a run as committed on chain (spec hash, status, trainers, election, run root)",
+		Args:    noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			c, err := chainClient(cmd)
+			if err != nil {
+				return err
+			}
+			v, h, err := c.Query(cmd.Context(), chain.QueryRun, task)
+			if err != nil {
+				return chainErr(err)
+			}
+			if jsonOutput(cmd) {
+				return emitJSON(cmd, json.RawMessage(v))
+			}
+			var r struct {
+				Status      string    `json:"status"`
+				SpecHash    wire.Hash `json:"spec_hash"`
+				Trainers    []any     `json:"trainers"`
+				Submissions uint64    `json:"submissions"`
+				Election    *struct {
+					Winner string `json:"winner"`
+				} `json:"election"`
+				RunRoot *wire.Hash `json:"run_root"`
+			}
+			if err := json.Unmarshal(v, &r); err != nil {
+				return fmt.Errorf("run record: %w", err)
+			}
+			syncerDID, root := "-", "-"
+			if r.Election != nil {
+				syncerDID = r.Election.Winner
+			}
+			if r.RunRoot != nil {
+				root = r.RunRoot.String()
+			}
+			_, err = fmt.Fprintf(cmd.OutOrStdout(), "run %s (height %d): %s, spec %s, %d trainers, %d submissions, elected syncer %s, run root %s\n",
+				task, h, r.Status, r.SpecHash, len(r.Trainers), r.Submissions, syncerDID, root)
+			return err
+		},
+	}
+	c.Flags().StringVar(&task, "task-id", "", "task id")
+	_ = c.MarkFlagRequired("task-id")
+	return c
+}
+
+// broadcastAndPrint sends tx and prints the committed outcome.
+func broadcastAndPrint(cmd *cobra.Command, tx []byte, err error) error {
+	if err != nil {
+		return usageError{err}
+	}
+	c, err := chainClient(cmd)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(cmd.Context(), 2*time.Minute)
+	defer cancel()
+	res, err := c.Broadcast(ctx, tx)
+	if err != nil {
+		return chainErr(err)
+	}
+	if jsonOutput(cmd) {
+		return emitJSON(cmd, res)
+	}
+	_, err = fmt.Fprintf(cmd.OutOrStdout(), "committed at height %d (tx %s): %s\n", res.Height, res.Hash, res.Result)
+	return err
+}
+
+func newChainTransferCmd() *cobra.Command {
+	var to, amount, keyPath string
+	c := &cobra.Command{
+		Use:     "transfer --to DID --amount AMOUNT --key FILE",
+		Example: `  tenzro chain transfer --to did:tenzro:machine:z6Mk... --amount 1000000000000000000 --key sponsor.key`,
+		Short:   "Send attoTNZO from the key's DID (a signed transaction; answers once committed)",
+		Args:    noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			k, err := loadKeyFile(keyPath)
+			if err != nil {
+				return err
+			}
+			if _, err := wire.ParseAmount(amount); err != nil {
+				return usagef("--amount: %v", err)
+			}
+			tx, err := chain.TransferTx(k, to, amount, newNonce())
+			return broadcastAndPrint(cmd, tx, err)
+		},
+	}
+	c.Flags().StringVar(&to, "to", "", "recipient DID")
+	c.Flags().StringVar(&amount, "amount", "", "amount in attoTNZO (decimal)")
+	c.Flags().StringVar(&keyPath, "key", "", "sender's key file")
+	for _, f := range []string{"to", "amount", "key"} {
+		_ = c.MarkFlagRequired(f)
+	}
+	return c
+}
+
+func newChainPostCmd() *cobra.Command {
+	var specPath, weightsHash, keyPath string
+	c := &cobra.Command{
+		Use:     "post-task --spec FILE --key FILE [--init-weights-hash HEX]",
+		Example: `  tenzro chain post-task --spec spec.json --key sponsor.key --init-weights-hash $(sha256sum init.safetensors | cut -c1-64)`,
+		Short:   "Post a task spec and escrow its reward pool (signed by the sponsor)",
+		Args:    noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			k, err := loadKeyFile(keyPath)
+			if err != nil {
+				return err
+			}
+			spec, err := readInputFile("spec", specPath, wire.MaxSpecBytes)
+			if err != nil {
+				return err
+			}
+			var wh wire.Hash
+			if weightsHash != "" {
+				if wh, err = wire.ParseHash(weightsHash); err != nil {
+					return usagef("--init-weights-hash: %v", err)
+				}
+			}
+			tx, err := chain.PostTaskTx(k, spec, wh, newNonce())
+			return broadcastAndPrint(cmd, tx, err)
+		},
+	}
+	c.Flags().StringVar(&specPath, "spec", "", "task spec JSON file")
+	c.Flags().StringVar(&weightsHash, "init-weights-hash", "", "SHA-256 of the initial safetensors file (the bytes stay off chain)")
+	c.Flags().StringVar(&keyPath, "key", "", "sponsor's key file")
+	_ = c.MarkFlagRequired("spec")
+	_ = c.MarkFlagRequired("key")
+	return c
+}
+
+func newChainEnrollCmd() *cobra.Command {
+	var task, stake, keyPath string
+	c := &cobra.Command{
+		Use:     "enroll --task-id ID --stake AMOUNT --key FILE",
+		Example: `  tenzro chain enroll --task-id my-run --stake 100000000000000000000 --key trainer.key`,
+		Short:   "Enrol the key's DID as a trainer of a run, locking the stake",
+		Args:    noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			k, err := loadKeyFile(keyPath)
+			if err != nil {
+				return err
+			}
+			tx, err := chain.EnrollTx(k, task, stake, newNonce())
+			return broadcastAndPrint(cmd, tx, err)
+		},
+	}
+	c.Flags().StringVar(&task, "task-id", "", "task id")
+	c.Flags().StringVar(&stake, "stake", "", "stake in attoTNZO")
+	c.Flags().StringVar(&keyPath, "key", "", "trainer's key file")
+	for _, f := range []string{"task-id", "stake", "key"} {
+		_ = c.MarkFlagRequired(f)
+	}
+	return c
+}
+
+// proofFile is what `chain prove` writes: the proof and the app hash the
+// header of block height+1 carries on the node asked.
+type proofFile struct {
+	Proof   chain.RunRootProof `json:"proof"`
+	AppHash wire.Hash          `json:"app_hash"`
+}
+
+func newChainProveCmd() *cobra.Command {
+	var task, genesis string
+	c := &cobra.Command{
+		Use:     "prove --task-id ID",
+		Example: `  tenzro chain prove --task-id my-run > proof.json`,
+		Short:   "Print a sealed run root's inclusion proof against the app hash of the last committed height",
+		Long: `prove prints (JSON) the proof that the run's sealed run root is in the chain's
+run log, committed by the app hash of the proof's height, together with that app
+hash as the header of block height+1 carries it on this node. With --genesis the
+header is verified as a light client does (signed by more than two thirds of the
+genesis validators' power), so the node need not be trusted; without it, check
+the proof with 'tenzro chain verify-proof' against an app hash you trust.`,
+		Args: noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			c, err := chainClient(cmd)
+			if err != nil {
+				return err
+			}
+			v, _, err := c.Query(cmd.Context(), chain.QueryRunProof, task)
+			if err != nil {
+				return chainErr(err)
+			}
+			var pf proofFile
+			if err := json.Unmarshal(v, &pf.Proof); err != nil {
+				return fmt.Errorf("proof: %w", err)
+			}
+			ctx, cancel := context.WithTimeout(cmd.Context(), 2*time.Minute)
+			defer cancel()
+			if genesis != "" {
+				if pf.AppHash, err = c.VerifiedAppHashAfter(ctx, genesis, pf.Proof.Height); err != nil {
+					return err
+				}
+				if err := chain.VerifyRunRootProof(&pf.Proof, pf.AppHash, wire.Hash{}); err != nil {
+					return err
+				}
+			} else if pf.AppHash, err = c.AppHashAfter(ctx, pf.Proof.Height); err != nil {
+				return err
+			}
+			return emitJSON(cmd, pf)
+		},
+	}
+	c.Flags().StringVar(&task, "task-id", "", "task id")
+	c.Flags().StringVar(&genesis, "genesis", "", "the network's genesis.json: verify the header against its validators")
+	_ = c.MarkFlagRequired("task-id")
+	return c
+}
+
+func newChainVerifyProofCmd() *cobra.Command {
+	var proofPath, appHash, receiptPath string
+	c := &cobra.Command{
+		Use:     "verify-proof --proof FILE --app-hash HEX [--receipt FILE]",
+		Example: `  tenzro chain verify-proof --proof proof.json --app-hash 1C85... --receipt receipt.json`,
+		Short:   "Check a run-root proof offline against an app hash (and a receipt's run root)",
+		Long: `verify-proof checks, without a chain, that the proof's run root is in the run log
+committed by --app-hash (the app hash of the state after the proof's height, from
+the header of block height+1 that you trust). With --receipt it also verifies the
+receipt (as 'tenzro receipt verify') and that its run root is the proven one.
+Prints 1 (valid) or 0 (invalid, with the reason on stderr), like the 0x1008
+precompile.`,
+		Args: noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			raw, err := readInputFile("proof", proofPath, 1<<20)
+			if err != nil {
+				return err
+			}
+			var pf proofFile
+			if err := json.Unmarshal(raw, &pf); err != nil {
+				return usagef("--proof: %v", err)
+			}
+			ah, err := wire.ParseHash(appHash)
+			if err != nil {
+				return usagef("--app-hash: %v", err)
+			}
+			var root wire.Hash
+			if receiptPath != "" {
+				rc, err := readInputFile("receipt", receiptPath, syncer.MaxReceiptBytes)
+				if err != nil {
+					return err
+				}
+				if err := syncer.CheckReceipt(rc, nil); err != nil {
+					fmt.Fprintln(cmd.OutOrStdout(), 0)
+					return &exitError{code: exitFailed, msg: "invalid: receipt: " + err.Error()}
+				}
+				parsed, _ := syncer.ParseReceipt(rc)
+				root = parsed.RunRoot
+			}
+			if err := chain.VerifyRunRootProof(&pf.Proof, ah, root); err != nil {
+				fmt.Fprintln(cmd.OutOrStdout(), 0)
+				return &exitError{code: exitFailed, msg: "invalid: " + err.Error()}
+			}
+			_, err = fmt.Fprintln(cmd.OutOrStdout(), 1)
+			return err
+		},
+	}
+	c.Flags().StringVar(&proofPath, "proof", "", "proof file from 'tenzro chain prove'")
+	c.Flags().StringVar(&appHash, "app-hash", "", "app hash (hex) of the state after the proof's height, from a trusted header")
+	c.Flags().StringVar(&receiptPath, "receipt", "", "receipt whose run root must be the proven one")
+	_ = c.MarkFlagRequired("proof")
+	_ = c.MarkFlagRequired("app-hash")
+	return c
+}
+
+func newChainRegisterCmd() *cobra.Command {
+	var stake, keyPath string
+	c := &cobra.Command{
+		Use:     "register-syncer --stake AMOUNT --key FILE",
+		Example: `  tenzro chain register-syncer --stake 1000000000000000000000 --key node.key`,
+		Short:   "Lock stake as a syncer candidate (elections weight candidates by stake)",
+		Args:    noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			k, err := loadKeyFile(keyPath)
+			if err != nil {
+				return err
+			}
+			tx, err := chain.RegisterSyncerTx(k, stake, newNonce())
+			return broadcastAndPrint(cmd, tx, err)
+		},
+	}
+	c.Flags().StringVar(&stake, "stake", "", "stake in attoTNZO")
+	c.Flags().StringVar(&keyPath, "key", "", "candidate's key file")
+	_ = c.MarkFlagRequired("stake")
+	_ = c.MarkFlagRequired("key")
+	return c
+}
+
+func newChainElectionProofCmd() *cobra.Command {
+	var task, keyPath string
+	c := &cobra.Command{
+		Use:     "enter-election --task-id ID --key FILE",
+		Example: `  tenzro chain enter-election --task-id my-run --key node.key`,
+		Short:   "Enter a run's syncer election: prove the run's VRF alpha with the candidate's key and send the proof",
+		Long: `enter-election reads the run's spec hash from the chain, computes the RFC 9381 proof
+over the run's election alpha with the key (a registered candidate's), and sends it
+before the run starts. When the M-th trainer enrols the chain elects among every
+candidate with a proof, weighted by stake.`,
+		Args: noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			k, err := loadKeyFile(keyPath)
+			if err != nil {
+				return err
+			}
+			c, err := chainClient(cmd)
+			if err != nil {
+				return err
+			}
+			v, _, err := c.Query(cmd.Context(), chain.QueryRun, task)
+			if err != nil {
+				return chainErr(err)
+			}
+			var r struct {
+				SpecHash wire.Hash `json:"spec_hash"`
+			}
+			if err := json.Unmarshal(v, &r); err != nil {
+				return fmt.Errorf("run record: %w", err)
+			}
+			pi, err := vrf.Prove(k.Priv, election.Alpha(task, r.SpecHash))
+			if err != nil {
+				return err
+			}
+			tx, err := chain.ElectionProofTx(k, task, pi, newNonce())
+			return broadcastAndPrint(cmd, tx, err)
+		},
+	}
+	c.Flags().StringVar(&task, "task-id", "", "task id")
+	c.Flags().StringVar(&keyPath, "key", "", "candidate's key file")
+	_ = c.MarkFlagRequired("task-id")
+	_ = c.MarkFlagRequired("key")
+	return c
+}
+
+func newChainSealCmd() *cobra.Command {
+	var receiptPath string
+	c := &cobra.Command{
+		Use:     "seal --receipt FILE",
+		Example: `  tenzro chain seal --receipt receipt.json`,
+		Short:   "Seal a run on chain with its signed receipt (accepted only from the run's syncer; settles)",
+		Args:    noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			rc, err := readInputFile("receipt", receiptPath, chain.MaxTxBytes)
+			if err != nil {
+				return err
+			}
+			tx, err := chain.SealTx(rc)
+			return broadcastAndPrint(cmd, tx, err)
+		},
+	}
+	c.Flags().StringVar(&receiptPath, "receipt", "", "receipt JSON file")
+	_ = c.MarkFlagRequired("receipt")
+	return c
+}
+
+func newChainVerifyReceiptCmd() *cobra.Command {
+	var receiptPath string
+	c := &cobra.Command{
+		Use:     "verify-receipt --receipt FILE",
+		Example: `  tenzro chain verify-receipt --receipt receipt.json --node http://127.0.0.1:26663`,
+		Short:   "Verify a receipt against the chain: 1 (valid) or 0 (invalid, reason on stderr)",
+		Long: `verify-receipt checks the receipt on its own (as 'tenzro receipt verify'), then
+against the node's committed state: the run is sealed on chain with the receipt's
+run root, by the syncer that signed it. A receipt re-signed by any other key, or
+for a root the chain never sealed, prints 0. Any node of the network gives the
+same answer.`,
+		Args: noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			rc, err := readInputFile("receipt", receiptPath, syncer.MaxReceiptBytes)
+			if err != nil {
+				return err
+			}
+			c, err := chainClient(cmd)
+			if err != nil {
+				return err
+			}
+			if err := c.CheckReceipt(cmd.Context(), rc); err != nil {
+				fmt.Fprintln(cmd.OutOrStdout(), 0)
+				return &exitError{code: exitFailed, msg: "invalid: " + err.Error()}
+			}
+			_, err = fmt.Fprintln(cmd.OutOrStdout(), 1)
+			return err
+		},
+	}
+	c.Flags().StringVar(&receiptPath, "receipt", "", "receipt JSON file")
+	_ = c.MarkFlagRequired("receipt")
+	return c
+}
+
+func newChainLeaveCmd() *cobra.Command {
+	var task, keyPath string
+	c := &cobra.Command{
+		Use:     "leave --task-id ID --key FILE",
+		Example: `  tenzro chain leave --task-id my-run --key trainer.key`,
+		Short:   "Leave a run: the stake (minus slashes) is refunded at once; accepted work still earns at seal",
+		Args:    noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			k, err := loadKeyFile(keyPath)
+			if err != nil {
+				return err
+			}
+			tx, err := chain.LeaveTx(k, task, newNonce())
+			return broadcastAndPrint(cmd, tx, err)
+		},
+	}
+	c.Flags().StringVar(&task, "task-id", "", "task id")
+	c.Flags().StringVar(&keyPath, "key", "", "trainer's key file")
+	_ = c.MarkFlagRequired("task-id")
+	_ = c.MarkFlagRequired("key")
+	return c
+}
+
+func newChainSubmitCmd() *cobra.Command {
+	var task, payloadPath, keyPath string
+	var round, fragment uint64
+	c := &cobra.Command{
+		Use:     "submit-record --task-id ID --round R --fragment F --payload FILE --key FILE",
+		Example: `  tenzro chain submit-record --task-id my-run --round 0 --fragment 3 --payload grad3.safetensors --key trainer.key`,
+		Short:   "Put the record of a submission on chain: the payload's hash and size, signed by the trainer (the bytes stay off chain)",
+		Args:    noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			k, err := loadKeyFile(keyPath)
+			if err != nil {
+				return err
+			}
+			f, err := os.Open(payloadPath)
+			if err != nil {
+				return usageError{fmt.Errorf("--payload: %w", err)}
+			}
+			defer f.Close()
+			hsh := sha256.New()
+			n, err := io.Copy(hsh, io.LimitReader(f, chain.MaxPayloadSize+1))
+			if err != nil {
+				return fmt.Errorf("--payload %s: %w", payloadPath, err)
+			}
+			if n > chain.MaxPayloadSize {
+				return usagef("--payload %s: larger than %d bytes", payloadPath, chain.MaxPayloadSize)
+			}
+			tx, err := chain.SubmissionTx(k, task, round, fragment, wire.Hash(hsh.Sum(nil)), uint64(n))
+			return broadcastAndPrint(cmd, tx, err)
+		},
+	}
+	c.Flags().StringVar(&task, "task-id", "", "task id")
+	c.Flags().Uint64Var(&round, "round", 0, "round")
+	c.Flags().Uint64Var(&fragment, "fragment", 0, "fragment index")
+	c.Flags().StringVar(&payloadPath, "payload", "", "the submitted safetensors payload (hashed here, not sent)")
+	c.Flags().StringVar(&keyPath, "key", "", "trainer's key file")
+	for _, f := range []string{"task-id", "payload", "key"} {
+		_ = c.MarkFlagRequired(f)
+	}
+	return c
+}
+
+func newChainCommitRoundCmd() *cobra.Command {
+	var commitPath, keyPath string
+	c := &cobra.Command{
+		Use:     "commit-round --commit FILE --key FILE",
+		Example: `  tenzro chain commit-round --commit round-0.json --key syncer.key`,
+		Short:   "Commit a round (a wire.RoundCommit JSON) as the run's current syncer",
+		Args:    noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			k, err := loadKeyFile(keyPath)
+			if err != nil {
+				return err
+			}
+			raw, err := readInputFile("commit", commitPath, chain.MaxTxBytes)
+			if err != nil {
+				return err
+			}
+			var rc wire.RoundCommit
+			dec := json.NewDecoder(bytes.NewReader(raw))
+			dec.DisallowUnknownFields()
+			if err := dec.Decode(&rc); err != nil {
+				return usagef("--commit: %v", err)
+			}
+			tx, err := chain.CommitRoundTx(k, rc, newNonce())
+			return broadcastAndPrint(cmd, tx, err)
+		},
+	}
+	c.Flags().StringVar(&commitPath, "commit", "", "round commit JSON file")
+	c.Flags().StringVar(&keyPath, "key", "", "syncer's key file")
+	_ = c.MarkFlagRequired("commit")
+	_ = c.MarkFlagRequired("key")
+	return c
+}

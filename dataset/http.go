@@ -1,0 +1,117 @@
+package dataset
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strconv"
+
+	"github.com/ipfs/boxo/gateway"
+	"github.com/ipfs/go-cid"
+)
+
+// HTTP API on the node's HTTP port (docs/protocol/datasets.md):
+//
+//	POST /api/dataset/import?name=N&layout=L[&encrypted=1][&dataset_hash=H]   body: CARv1 with one root
+//	POST /api/dataset/fetch?ref=ipfs://<cid>[&max_bytes=N]
+//	GET  /api/dataset/list
+//	POST /api/dataset/remove?cid=<cid>
+//	GET  /ipfs/<cid>[/path][?format=car|raw|tar]   the path gateway (boxo), local blocks only
+//
+// Answers are JSON: a Record, a list of Records, or {"error": "..."} with a
+// 4xx/5xx status.
+
+// Routes returns the handlers to mount on the node's HTTP mux, by pattern.
+func (s *Service) Routes() (map[string]http.Handler, error) {
+	be, err := gateway.NewBlocksBackend(s.local)
+	if err != nil {
+		return nil, fmt.Errorf("dataset: gateway backend: %w", err)
+	}
+	gw := gateway.NewHandler(gateway.Config{DeserializedResponses: true}, be)
+	return map[string]http.Handler{
+		"/ipfs/":                   gw,
+		"POST /api/dataset/import": http.HandlerFunc(s.serveImport),
+		"POST /api/dataset/fetch":  http.HandlerFunc(s.serveFetch),
+		"GET /api/dataset/list":    http.HandlerFunc(s.serveList),
+		"POST /api/dataset/remove": http.HandlerFunc(s.serveRemove),
+	}, nil
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+func writeErr(w http.ResponseWriter, err error) {
+	writeJSON(w, httpStatus(err), map[string]string{"error": err.Error()})
+}
+
+func (s *Service) serveImport(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	if len(q.Get("name")) > 255 || len(q.Get("layout")) > 255 || len(q.Get("dataset_hash")) > 80 {
+		writeErr(w, fmt.Errorf("import: name, layout or dataset_hash too long: %w", ErrBadDAG))
+		return
+	}
+	meta := ImportMeta{Name: q.Get("name"), Layout: q.Get("layout"), Encrypted: q.Get("encrypted") == "1", DatasetHash: q.Get("dataset_hash")}
+	body := http.MaxBytesReader(w, r.Body, s.o.MaxBytes*2+(1<<20))
+	rec, err := s.Import(r.Context(), body, meta)
+	if err != nil {
+		writeErr(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, rec)
+}
+
+func (s *Service) serveFetch(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	c, _, err := ParseRef(q.Get("ref"))
+	if err != nil {
+		writeErr(w, err)
+		return
+	}
+	var max int64
+	if v := q.Get("max_bytes"); v != "" {
+		if max, err = strconv.ParseInt(v, 10, 64); err != nil || max <= 0 {
+			writeErr(w, fmt.Errorf("max_bytes %q: want a positive integer: %w", v, ErrBadCID))
+			return
+		}
+	}
+	rec, err := s.Fetch(r.Context(), c, max)
+	if err != nil {
+		writeErr(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, rec)
+}
+
+func (s *Service) serveList(w http.ResponseWriter, r *http.Request) {
+	l, err := s.List(r.Context())
+	if err != nil {
+		writeErr(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, l)
+}
+
+func (s *Service) serveRemove(w http.ResponseWriter, r *http.Request) {
+	c, _, err := ParseRef(r.URL.Query().Get("cid"))
+	if err != nil {
+		writeErr(w, err)
+		return
+	}
+	if err := s.Remove(r.Context(), c); err != nil {
+		writeErr(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]string{"removed": c.String()})
+}
+
+// ParseCID parses a CID string strictly (see ParseRef).
+func ParseCID(s string) (cid.Cid, error) {
+	c, p, err := ParseRef(s)
+	if err == nil && p != "" {
+		err = fmt.Errorf("%q: a CID without a path: %w", trunc(s), ErrBadCID)
+	}
+	return c, err
+}

@@ -1,0 +1,571 @@
+package dataset
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/ipfs/boxo/bitswap"
+	bsnet "github.com/ipfs/boxo/bitswap/network/bsnet"
+	"github.com/ipfs/boxo/blockservice"
+	blockstore "github.com/ipfs/boxo/blockstore"
+	"github.com/ipfs/boxo/ipld/merkledag"
+	"github.com/ipfs/boxo/ipld/unixfs"
+	blocks "github.com/ipfs/go-block-format"
+	"github.com/ipfs/go-cid"
+	"github.com/libp2p/go-libp2p/core/host"
+	"github.com/libp2p/go-libp2p/core/routing"
+
+	"github.com/tenzro/train/store"
+)
+
+// Errors, each wrapped with context (test with errors.Is).
+var (
+	ErrTooLarge    = errors.New("dataset larger than the limit")
+	ErrTooDeep     = errors.New("DAG deeper than the limit")
+	ErrTooWide     = errors.New("DAG node has more links than the limit")
+	ErrUnreachable = errors.New("blocks not found on any connected peer")
+	ErrNotHeld     = errors.New("dataset not held by this node")
+	ErrBadDAG      = errors.New("malformed DAG node")
+)
+
+// BlockStore is where blocks and dataset records live: store.Blocks in the
+// node.
+type BlockStore interface {
+	blockstore.Blockstore
+	PutDataset(ctx context.Context, root cid.Cid, record []byte) error
+	GetDataset(ctx context.Context, root cid.Cid) ([]byte, error)
+	DeleteDataset(ctx context.Context, root cid.Cid) error
+	Datasets(ctx context.Context, fn func(record []byte) error) error
+}
+
+// Options configure a Service. Zero values take the defaults.
+type Options struct {
+	// MaxBytes bounds a dataset's blocks in bytes (default 4 GiB); a fetch
+	// may lower it per call.
+	MaxBytes int64
+	// MaxDepth bounds the DAG's depth (default DefaultMaxDepth).
+	MaxDepth int
+	// MaxLinks bounds the links of one node (default MaxLinksPerNode).
+	MaxLinks int
+	// StallTimeout fails a fetch when no wanted block arrives for this long
+	// (default 60 s).
+	StallTimeout time.Duration
+	// Routing finds providers beyond the connected peers (the public DHT
+	// when the node runs with --ipfs-dht); nil asks connected peers only.
+	Routing routing.ContentDiscovery
+	// Logger (slog.Default() when nil).
+	Logger *slog.Logger
+}
+
+// servePerPeerBytes bounds the block bytes queued for one peer.
+const servePerPeerBytes = 8 << 20
+
+// DefaultMaxBytes is the default dataset size limit.
+const DefaultMaxBytes = 4 << 30
+
+func (o Options) withDefaults() Options {
+	if o.MaxBytes <= 0 {
+		o.MaxBytes = DefaultMaxBytes
+	}
+	if o.MaxDepth <= 0 {
+		o.MaxDepth = DefaultMaxDepth
+	}
+	if o.MaxLinks <= 0 || o.MaxLinks > MaxLinksPerNode {
+		o.MaxLinks = MaxLinksPerNode
+	}
+	if o.StallTimeout <= 0 {
+		o.StallTimeout = time.Minute
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	return o
+}
+
+// Record describes a dataset the node holds complete (a pin).
+type Record struct {
+	CID string `json:"cid"`
+	// Ref is "ipfs://<cid>", the spec's dataset_ref.
+	Ref string `json:"ref"`
+	// Kind is "file", "directory" or "raw".
+	Kind string `json:"kind"`
+	// Size is the file's size (UnixFS filesize; 0 for a directory).
+	Size uint64 `json:"size"`
+	// DAGBytes and Blocks count the unique blocks of the DAG.
+	DAGBytes int64 `json:"dag_bytes"`
+	Blocks   int64 `json:"blocks"`
+	// Layout is how it was added (unknown when fetched).
+	Layout string `json:"layout,omitempty"`
+	// Name is the file or directory name given at add.
+	Name string `json:"name,omitempty"`
+	// Source is "added" or "fetched".
+	Source string `json:"source"`
+	// Encrypted marks a Confidential dataset (ciphertext in the
+	// enclave.EncryptDataset layout).
+	Encrypted bool `json:"encrypted,omitempty"`
+	// DatasetHash is the corpus hash the publisher computed, when given.
+	DatasetHash string `json:"dataset_hash,omitempty"`
+}
+
+// Service is the node's IPFS side.
+type Service struct {
+	h     host.Host
+	bs    BlockStore
+	bswap *bitswap.Bitswap
+	net   blockservice.BlockService
+	local blockservice.BlockService
+	o     Options
+	log   *slog.Logger
+	mu    sync.Mutex // one import, fetch or removal at a time
+}
+
+// New starts bitswap on h over bs. Close stops it (not the host).
+func New(ctx context.Context, h host.Host, bs BlockStore, o Options) (*Service, error) {
+	o = o.withDefaults()
+	n := bsnet.NewFromIpfsHost(h)
+	// Serving: up to 8 blocks of 1 MiB in flight per peer (boxo's default of
+	// 1 MiB makes a fetch of 1 MiB chunks wait one round trip per block).
+	bsw := bitswap.New(context.WithoutCancel(ctx), n, o.Routing, bs, bitswap.MaxOutstandingBytesPerPeer(servePerPeerBytes))
+	s := &Service{h: h, bs: bs, bswap: bsw, o: o, log: o.Logger.With("component", "dataset")}
+	s.net = blockservice.New(bs, bsw)
+	s.local = blockservice.New(bs, nil)
+	return s, nil
+}
+
+// Close stops bitswap.
+func (s *Service) Close() error { return s.bswap.Close() }
+
+// Limits reports the node's limits.
+func (s *Service) Limits() Options { return s.o }
+
+type getFn func(ctx context.Context, ks []cid.Cid) <-chan blocks.Block
+
+type walkResult struct {
+	visited map[string]struct{}
+	bytes   int64
+	blocks  int64
+	kind    string
+	size    uint64
+}
+
+// fetchWindow is how many blocks one walk asks for at once: enough to keep
+// bitswap's pipeline full, few enough that the blocks in flight (at most
+// fetchWindow × 2 MiB) stay independent of the dataset's size.
+var fetchWindow = 32
+
+// walk visits the DAG under root level by level, fetching each level in
+// windows through get, checking every limit as blocks arrive. fresh
+// receives each CID that was not stored before it was asked for.
+func (s *Service) walk(ctx context.Context, root cid.Cid, get getFn, maxBytes int64, fresh func(cid.Cid)) (*walkResult, error) {
+	res := &walkResult{visited: map[string]struct{}{}}
+	level := []cid.Cid{root}
+	var claimed uint64
+	for depth := 0; len(level) > 0; depth++ {
+		if depth > s.o.MaxDepth {
+			return res, fmt.Errorf("dataset %s: more than %d levels: %w", root, s.o.MaxDepth, ErrTooDeep)
+		}
+		var next []cid.Cid
+		claimed = 0
+		for i := 0; i < len(level); i += fetchWindow {
+			win := level[i:min(i+fetchWindow, len(level))]
+			if fresh != nil {
+				for _, c := range win {
+					if ok, err := s.bs.Has(ctx, c); err != nil {
+						return res, err
+					} else if !ok {
+						fresh(c)
+					}
+				}
+			}
+			got, err := s.window(ctx, root, win, get, func(b blocks.Block) error {
+				res.blocks++
+				res.bytes += int64(len(b.RawData()))
+				if res.bytes > maxBytes {
+					return fmt.Errorf("dataset %s: more than %d bytes of blocks arrived: %w", root, maxBytes, ErrTooLarge)
+				}
+				links, err := s.links(b, depth == 0, res)
+				if err != nil {
+					return err
+				}
+				// A file whose blocks repeat (one leaf linked many times)
+				// reads as far more bytes than it stores: bound what it
+				// expands to as well.
+				if depth == 0 && res.size > uint64(maxBytes) {
+					return fmt.Errorf("dataset %s: a %s of %d bytes, limit %d: %w", root, res.kind, res.size, maxBytes, ErrTooLarge)
+				}
+				for _, l := range links {
+					k := l.Cid.KeyString()
+					if _, ok := res.visited[k]; ok {
+						continue
+					}
+					res.visited[k] = struct{}{}
+					claimed += l.Size
+					next = append(next, l.Cid)
+				}
+				return nil
+			})
+			if err != nil {
+				return res, err
+			}
+			_ = got
+		}
+		// Early refusal: the links' cumulative sizes claim more than the
+		// budget left (the actual bytes are still counted as they arrive).
+		if claimed > uint64(maxBytes-res.bytes) && maxBytes >= res.bytes {
+			return res, fmt.Errorf("dataset %s: its links claim %d more bytes, %d left under the limit of %d: %w", root, claimed, maxBytes-res.bytes, maxBytes, ErrTooLarge)
+		}
+		level = next
+	}
+	res.visited[root.KeyString()] = struct{}{}
+	return res, nil
+}
+
+// window fetches ks, calling fn for each block as it arrives. It fails when
+// no block arrives for StallTimeout, naming the peers asked.
+func (s *Service) window(ctx context.Context, root cid.Cid, ks []cid.Cid, get getFn, fn func(blocks.Block) error) (int, error) {
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	t := time.AfterFunc(s.o.StallTimeout, cancel)
+	defer t.Stop()
+	want := make(map[string]struct{}, len(ks))
+	for _, c := range ks {
+		want[c.KeyString()] = struct{}{}
+	}
+	n := 0
+	for b := range get(wctx, ks) {
+		t.Reset(s.o.StallTimeout)
+		if _, ok := want[b.Cid().KeyString()]; !ok {
+			continue
+		}
+		delete(want, b.Cid().KeyString())
+		n++
+		if err := fn(b); err != nil {
+			return n, err
+		}
+	}
+	if len(want) == 0 {
+		return n, nil
+	}
+	if err := ctx.Err(); err != nil {
+		return n, fmt.Errorf("dataset %s: %w", root, err)
+	}
+	var missing []string
+	for _, c := range ks {
+		if _, ok := want[c.KeyString()]; ok {
+			missing = append(missing, c.String())
+		}
+	}
+	peers := s.peers()
+	return n, fmt.Errorf("dataset %s: %d block(s) (first %s) not received within %s from the %d peer(s) asked %v: %w",
+		root, len(missing), missing[0], s.o.StallTimeout, len(peers), peers, ErrUnreachable)
+}
+
+func (s *Service) peers() []string {
+	var out []string
+	for _, p := range s.h.Network().Peers() {
+		out = append(out, p.String())
+	}
+	sort.Strings(out)
+	if out == nil {
+		out = []string{}
+	}
+	return out
+}
+
+// links decodes a block and checks the per-node limits.
+func (s *Service) links(b blocks.Block, isRoot bool, res *walkResult) ([]linkInfo, error) {
+	c := b.Cid()
+	if err := checkCID(c); err != nil {
+		return nil, err
+	}
+	if c.Prefix().Codec == cid.Raw {
+		if isRoot {
+			res.kind, res.size = "raw", uint64(len(b.RawData()))
+		}
+		return nil, nil
+	}
+	pn, err := merkledag.DecodeProtobuf(b.RawData())
+	if err != nil {
+		return nil, fmt.Errorf("block %s: %v: %w", c, err, ErrBadDAG)
+	}
+	if len(pn.Links()) > s.o.MaxLinks {
+		return nil, fmt.Errorf("block %s: %d links, limit %d: %w", c, len(pn.Links()), s.o.MaxLinks, ErrTooWide)
+	}
+	fsn, err := unixfs.FSNodeFromBytes(pn.Data())
+	if err != nil {
+		return nil, fmt.Errorf("block %s: not a UnixFS node: %v: %w", c, err, ErrBadDAG)
+	}
+	if isRoot {
+		switch fsn.Type() {
+		case unixfs.TDirectory, unixfs.THAMTShard:
+			res.kind = "directory"
+		default:
+			res.kind, res.size = "file", fsn.FileSize()
+		}
+	}
+	out := make([]linkInfo, 0, len(pn.Links()))
+	for _, l := range pn.Links() {
+		if err := checkCID(l.Cid); err != nil {
+			return nil, fmt.Errorf("block %s: link %q: %w", c, l.Name, err)
+		}
+		out = append(out, linkInfo{Cid: l.Cid, Size: l.Size})
+	}
+	return out, nil
+}
+
+type linkInfo struct {
+	Cid  cid.Cid
+	Size uint64
+}
+
+// ImportMeta describes an upload.
+type ImportMeta struct {
+	Name        string
+	Layout      string
+	Encrypted   bool
+	DatasetHash string
+}
+
+// Import stores a CARv1 stream with one root, verifying every block, and
+// pins the root once its whole DAG is present within the limits. A refused
+// import deletes the blocks it wrote.
+func (s *Service) Import(ctx context.Context, r io.Reader, meta ImportMeta) (*Record, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	cr, err := NewCARReader(io.LimitReader(r, s.o.MaxBytes*2+(1<<20)))
+	if err != nil {
+		return nil, err
+	}
+	var written []cid.Cid
+	cleanup := func() { s.deleteBlocks(ctx, written, nil) }
+	var total int64
+	for {
+		b, err := cr.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			cleanup()
+			return nil, err
+		}
+		total += int64(len(b.RawData()))
+		if total > s.o.MaxBytes {
+			cleanup()
+			return nil, fmt.Errorf("import %s: more than %d bytes of blocks: %w", cr.Root, s.o.MaxBytes, ErrTooLarge)
+		}
+		if ok, err := s.bs.Has(ctx, b.Cid()); err != nil {
+			cleanup()
+			return nil, err
+		} else if !ok {
+			if err := s.bs.Put(ctx, b); err != nil {
+				cleanup()
+				return nil, err
+			}
+			written = append(written, b.Cid())
+		}
+	}
+	res, err := s.walk(ctx, cr.Root, s.local.GetBlocks, s.o.MaxBytes, nil)
+	if err != nil {
+		cleanup()
+		if errors.Is(err, ErrUnreachable) {
+			err = fmt.Errorf("import %s: the CAR does not hold the whole DAG: %w", cr.Root, errors.Unwrap(err))
+			return nil, fmt.Errorf("%w (%w)", err, ErrBadDAG)
+		}
+		return nil, err
+	}
+	// Blocks in the CAR that the DAG does not reach are not kept.
+	s.deleteBlocks(ctx, written, res.visited)
+	rec := s.record(cr.Root, res, "added")
+	rec.Name, rec.Layout, rec.Encrypted, rec.DatasetHash = meta.Name, meta.Layout, meta.Encrypted, meta.DatasetHash
+	if err := s.put(ctx, cr.Root, rec); err != nil {
+		cleanup()
+		return nil, err
+	}
+	if err := s.bswap.NotifyNewBlocks(ctx); err != nil {
+		s.log.Debug("notify bitswap", "err", err)
+	}
+	s.log.Info("dataset added", "cid", rec.CID, "bytes", rec.DAGBytes, "blocks", rec.Blocks)
+	return rec, nil
+}
+
+// deleteBlocks deletes cs except those in keep.
+func (s *Service) deleteBlocks(ctx context.Context, cs []cid.Cid, keep map[string]struct{}) {
+	ctx = context.WithoutCancel(ctx)
+	for _, c := range cs {
+		if _, ok := keep[c.KeyString()]; ok {
+			continue
+		}
+		if err := s.bs.DeleteBlock(ctx, c); err != nil {
+			s.log.Warn("delete block", "cid", c, "err", err)
+		}
+	}
+}
+
+func (s *Service) record(root cid.Cid, res *walkResult, source string) *Record {
+	return &Record{CID: root.String(), Ref: "ipfs://" + root.String(), Kind: res.kind, Size: res.size, DAGBytes: res.bytes, Blocks: res.blocks, Source: source}
+}
+
+func (s *Service) put(ctx context.Context, root cid.Cid, rec *Record) error {
+	b, err := json.Marshal(rec)
+	if err != nil {
+		return err
+	}
+	return s.bs.PutDataset(ctx, root, b)
+}
+
+// Get returns the record of a held dataset, or ErrNotHeld.
+func (s *Service) Get(ctx context.Context, root cid.Cid) (*Record, error) {
+	b, err := s.bs.GetDataset(ctx, root)
+	if err != nil {
+		return nil, err
+	}
+	if b == nil {
+		return nil, fmt.Errorf("dataset %s: %w", root, ErrNotHeld)
+	}
+	var rec Record
+	if err := json.Unmarshal(b, &rec); err != nil {
+		return nil, fmt.Errorf("dataset %s: record: %w", root, err)
+	}
+	// A record is keyed by multihash: report the CID asked for.
+	rec.CID, rec.Ref = root.String(), "ipfs://"+root.String()
+	return &rec, nil
+}
+
+// Fetch makes the node hold root: from its store when already pinned, else
+// over bitswap from connected peers (and the routing, when configured), with
+// every block verified and every limit checked as blocks arrive. maxBytes
+// (≤ the node's limit; 0 for the node's limit) bounds the dataset.
+func (s *Service) Fetch(ctx context.Context, root cid.Cid, maxBytes int64) (*Record, error) {
+	if err := checkCID(root); err != nil {
+		return nil, err
+	}
+	if maxBytes <= 0 || maxBytes > s.o.MaxBytes {
+		maxBytes = s.o.MaxBytes
+	}
+	if rec, err := s.Get(ctx, root); err == nil {
+		if rec.DAGBytes > maxBytes {
+			return nil, fmt.Errorf("dataset %s: %d bytes, limit %d: %w", root, rec.DAGBytes, maxBytes, ErrTooLarge)
+		}
+		return rec, nil
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	start := time.Now()
+	var fresh []cid.Cid
+	sess := blockservice.NewSession(ctx, s.net)
+	res, err := s.walk(ctx, root, sess.GetBlocks, maxBytes, func(c cid.Cid) { fresh = append(fresh, c) })
+	if err != nil {
+		s.deleteBlocks(ctx, fresh, nil)
+		return nil, err
+	}
+	rec := s.record(root, res, "fetched")
+	if err := s.put(ctx, root, rec); err != nil {
+		s.deleteBlocks(ctx, fresh, nil)
+		return nil, err
+	}
+	s.log.Info("dataset fetched", "cid", rec.CID, "bytes", rec.DAGBytes, "blocks", rec.Blocks, "seconds", time.Since(start).Seconds())
+	return rec, nil
+}
+
+// List returns the held datasets.
+func (s *Service) List(ctx context.Context) ([]Record, error) {
+	out := []Record{}
+	err := s.bs.Datasets(ctx, func(b []byte) error {
+		var r Record
+		if err := json.Unmarshal(b, &r); err != nil {
+			return fmt.Errorf("dataset record: %w", err)
+		}
+		out = append(out, r)
+		return nil
+	})
+	return out, err
+}
+
+// Remove unpins root and deletes its blocks that no other held dataset
+// reaches.
+func (s *Service) Remove(ctx context.Context, root cid.Cid) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, err := s.Get(ctx, root); err != nil {
+		return err
+	}
+	if err := s.bs.DeleteDataset(ctx, root); err != nil {
+		return err
+	}
+	keep := map[string]struct{}{}
+	others, err := s.List(ctx)
+	if err != nil {
+		return err
+	}
+	for _, o := range others {
+		c, err := cid.Decode(o.CID)
+		if err != nil {
+			continue
+		}
+		res, err := s.walk(ctx, c, s.local.GetBlocks, 1<<62, nil)
+		if err != nil {
+			s.log.Warn("walk held dataset", "cid", o.CID, "err", err)
+			continue
+		}
+		for k := range res.visited {
+			keep[mhKey(k)] = struct{}{}
+		}
+	}
+	res, err := s.walk(ctx, root, s.local.GetBlocks, 1<<62, nil)
+	if err != nil && res == nil {
+		return err
+	}
+	for k := range res.visited {
+		if _, ok := keep[mhKey(k)]; ok {
+			continue
+		}
+		c, err := cid.Cast([]byte(k))
+		if err == nil {
+			_ = s.bs.DeleteBlock(ctx, c)
+		}
+	}
+	s.log.Info("dataset removed", "cid", root.String())
+	return nil
+}
+
+func mhKey(k string) string {
+	c, err := cid.Cast([]byte(k))
+	if err != nil {
+		return k
+	}
+	return string(c.Hash())
+}
+
+// Peers lists the connected peers (the ones a fetch asks).
+func (s *Service) Peers() []string { return s.peers() }
+
+// Has reports whether root is held complete.
+func (s *Service) Has(ctx context.Context, root cid.Cid) bool {
+	_, err := s.Get(ctx, root)
+	return err == nil
+}
+
+// httpStatus maps an error to an HTTP status.
+func httpStatus(err error) int {
+	switch {
+	case errors.Is(err, ErrBadCID), errors.Is(err, ErrBadDAG), errors.Is(err, ErrBadCAR):
+		return http.StatusBadRequest
+	case errors.Is(err, ErrTooLarge):
+		return http.StatusRequestEntityTooLarge
+	case errors.Is(err, ErrTooDeep), errors.Is(err, ErrTooWide), errors.Is(err, store.ErrBlockMismatch):
+		return http.StatusUnprocessableEntity
+	case errors.Is(err, ErrUnreachable):
+		return http.StatusGatewayTimeout
+	case errors.Is(err, ErrNotHeld):
+		return http.StatusNotFound
+	}
+	return http.StatusInternalServerError
+}

@@ -1,0 +1,421 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/cometbft/cometbft/p2p"
+	rpchttp "github.com/cometbft/cometbft/rpc/client/http"
+
+	"github.com/tenzro/train/chain"
+	"github.com/tenzro/train/syncer"
+	"github.com/tenzro/train/wire"
+	"github.com/tenzro/train/wire/did"
+)
+
+// chainNode is one validator process.
+type chainNode struct {
+	home  string
+	extra []string // more tenzro-node flags
+	rpc   *rpchttp.HTTP
+	cmd   *exec.Cmd
+	log   *os.File
+	done  chan struct{}
+}
+
+func (n *chainNode) start(t testing.TB) {
+	t.Helper()
+	f, err := os.OpenFile(filepath.Join(n.home, "node.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n.log = f
+	n.cmd = exec.Command(filepath.Join(binDir, "tenzro-node"), append([]string{"--home", n.home}, n.extra...)...)
+	n.cmd.Stdout, n.cmd.Stderr = f, f
+	if err := n.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	n.done = make(chan struct{})
+	go func(c *exec.Cmd, done chan struct{}) { _ = c.Wait(); close(done) }(n.cmd, n.done)
+}
+
+// kill sends SIGKILL and waits for the process to be gone.
+func (n *chainNode) kill() {
+	if n.cmd == nil {
+		return
+	}
+	_ = n.cmd.Process.Kill()
+	<-n.done
+	n.log.Close()
+	n.cmd = nil
+}
+
+func (n *chainNode) logTail() string {
+	b, _ := os.ReadFile(filepath.Join(n.home, "node.log"))
+	if len(b) > 3000 {
+		b = b[len(b)-3000:]
+	}
+	return string(b)
+}
+
+// waitHeight polls the node's RPC until its app has committed height h.
+func waitHeight(t testing.TB, n *chainNode, h int64, within time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		info, err := n.rpc.ABCIInfo(ctx)
+		cancel()
+		if err == nil && info.Response.LastBlockHeight >= h {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s did not reach height %d within %s (last error %v)\n%s", n.home, h, within, err, n.logTail())
+		}
+		select {
+		case <-n.done:
+			t.Fatalf("%s exited\n%s", n.home, n.logTail())
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+func mustNodeConfig(t testing.TB, home string) *chain.NodeConfig {
+	nc, err := chain.LoadNodeConfig(home)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return nc
+}
+
+func chainRPC(addr string) (*rpchttp.HTTP, error) { return rpchttp.New("http://"+addr, "/websocket") }
+
+func broadcast(t *testing.T, n *chainNode, tx []byte) int64 {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	res, err := n.rpc.BroadcastTxCommit(ctx, tx)
+	if err != nil {
+		t.Fatalf("broadcast via %s: %v", n.home, err)
+	}
+	if res.CheckTx.Code != 0 || res.TxResult.Code != 0 {
+		t.Fatalf("tx refused: check %d %q, deliver %d %q", res.CheckTx.Code, res.CheckTx.Log, res.TxResult.Code, res.TxResult.Log)
+	}
+	return res.Height
+}
+
+func query(t *testing.T, n *chainNode, path, arg string) (string, int64) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	res, err := n.rpc.ABCIQuery(ctx, path, []byte(arg))
+	if err != nil || res.Response.Code != 0 {
+		t.Fatalf("query %s %s on %s: %v %s", path, arg, n.home, err, res.Response.Log)
+	}
+	return string(res.Response.Value), res.Response.Height
+}
+
+// appHashAt is the app hash a node's block store holds for the state after
+// height h (it is in the header of block h+1, which the node accepted only
+// because its own application computed the same).
+func appHashAt(t *testing.T, n *chainNode, h int64) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	next := h + 1
+	b, err := n.rpc.Block(ctx, &next)
+	if err != nil {
+		t.Fatalf("block %d on %s: %v", next, n.home, err)
+	}
+	return b.Block.AppHash.String()
+}
+
+// signedReceipt is a receipt of a zero-round run of spec signed by k.
+func signedReceipt(t *testing.T, spec []byte, k *did.Key) []byte {
+	s, canon, err := wire.ParseSpec(spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rc := &wire.Receipt{Version: syncer.ReceiptVersion, TaskID: s.TaskID, TaskSpec: canon, SpecHash: wire.SpecHash(canon),
+		SyncerDID: k.DID.String(), PluginHashes: []wire.Hash{}, AttestationDigests: []wire.Hash{}, Transcript: []wire.RoundCommit{},
+		Rewards: []wire.Payout{}, Engine: json.RawMessage(`{}`), SponsorRefund: "0", FinalModelHash: wire.SumBytes([]byte("final"))}
+	rc.RunRoot = syncer.RunRoot(rc.SpecHash, nil, rc.FinalModelHash)
+	pre, err := syncer.ReceiptPreimage(rc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rc.Signature = k.Sign(pre)
+	b, err := json.Marshal(rc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func chainKey(t testing.TB, kind string, n byte) *did.Key {
+	seed := make([]byte, 32)
+	seed[0], seed[1] = n, 0xc4
+	k, err := did.FromSeed(kind, seed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return k
+}
+
+// TestChainFourValidators starts 4 validator processes on loopback (real
+// TCP, free ports, temp dirs) from `tenzro-node testnet` and a full node
+// from `tenzro-node init`; sends a transfer, a candidacy, an election proof,
+// a posting, an enrolment, a submission record and a seal through several
+// nodes; reads the same balances, run and app hashes from all five; reads
+// and proves through the `tenzro chain` CLI against node 0 and node 3; kills
+// node 3 with SIGKILL, keeps committing with three, restarts node 3 and sees
+// it catch up.
+func TestChainFourValidators(t *testing.T) {
+	if testing.Short() {
+		t.Skip("multi-process chain test")
+	}
+	t0 := time.Now()
+	build(t)
+	t.Logf("binaries ready after %s", time.Since(t0).Round(time.Millisecond))
+	sponsor, trainer, other := chainKey(t, did.KindHuman, 1), chainKey(t, did.KindMachine, 2), chainKey(t, did.KindHuman, 3)
+	cand := chainKey(t, did.KindMachine, 4)
+	dir := t.TempDir()
+	out, err := exec.Command(filepath.Join(binDir, "tenzro-node"), "testnet", "--validators", "4", "--dir", dir,
+		"--base-port", "0", "--block-time", "200ms",
+		"--alloc", sponsor.DID.String()+"=10000", "--alloc", trainer.DID.String()+"=500", "--alloc", cand.DID.String()+"=70").CombinedOutput()
+	if err != nil {
+		t.Fatalf("testnet: %v\n%s", err, out)
+	}
+	nodes := make([]*chainNode, 4)
+	jsonRPC := freeAddr(t)
+	for i := range nodes {
+		home := filepath.Join(dir, fmt.Sprintf("node%d", i))
+		nc, err := chain.LoadNodeConfig(home)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c, err := chainRPC(nc.RPCAddr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		nodes[i] = &chainNode{home: home, rpc: c}
+		if i == 0 {
+			// Node 0 also serves the node's JSON-RPC methods from the chain.
+			nodes[i].extra = []string{"--rpc-addr", jsonRPC}
+		}
+		nodes[i].start(t)
+	}
+	t.Cleanup(func() {
+		for _, n := range nodes {
+			n.kill()
+		}
+	})
+	const within = 90 * time.Second
+	for _, n := range nodes {
+		waitHeight(t, n, 1, within)
+	}
+	t.Logf("4 validators committing after %s", time.Since(t0).Round(time.Millisecond))
+
+	// A non-validator full node (tenzro-node init) that syncs from two peers.
+	var peers []string
+	for _, n := range nodes[:2] {
+		nk, err := p2p.LoadNodeKey(filepath.Join(n.home, "config", "node_key.json"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		nc, _ := chain.LoadNodeConfig(n.home)
+		peers = append(peers, string(nk.ID())+"@"+nc.P2PAddr)
+	}
+	full := &chainNode{home: filepath.Join(dir, "full")}
+	fullRPC := freeAddr(t)
+	if out, err := exec.Command(filepath.Join(binDir, "tenzro-node"), "init", "--home", full.home, "--genesis", filepath.Join(nodes[0].home, "config", "genesis.json"),
+		"--peers", strings.Join(peers, ","), "--p2p-addr", freeAddr(t), "--rpc-addr", fullRPC).CombinedOutput(); err != nil {
+		t.Fatalf("init: %v\n%s", err, out)
+	}
+	if full.rpc, err = chainRPC(fullRPC); err != nil {
+		t.Fatal(err)
+	}
+	full.start(t)
+	t.Cleanup(full.kill)
+
+	spec := []byte(fmt.Sprintf(`{"task_id":"chain-run","sponsor_did":%q,"sponsor_address":"0x1111111111111111111111111111111111111111",
+ "architecture":{"family":"timesfm","param_count":32,"modality":"Timeseries","fragment_count":2,"dtype":"bf16"},
+ "tier":"Open","aggregation":"Mean","trainer_count":1,"quorum":1,"inner_steps":4,"max_rounds":1,"grace_window_ms":0,
+ "reward_pool":"1000","dataset_ref":"ipfs://QmTest","dataset_hash":"0xabab","min_throughput":null,"created_at":1761350400}`, sponsor.DID))
+	tx := func(b []byte, err error) []byte {
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	cli := func(n *chainNode, args ...string) string {
+		t.Helper()
+		nc, _ := chain.LoadNodeConfig(n.home)
+		out, err := exec.Command(filepath.Join(binDir, "tenzro"), append(args, "--node", "http://"+nc.RPCAddr)...).Output()
+		if err != nil {
+			t.Fatalf("tenzro %v: %v\n%s", args, err, out)
+		}
+		return string(out)
+	}
+	keyFile := func(k *did.Key) string {
+		p := filepath.Join(dir, strings.ReplaceAll(k.DID.String(), ":", "_")+".key")
+		if _, err := os.Stat(p); err == nil {
+			return p
+		}
+		if err := k.Save(p); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	broadcast(t, nodes[0], tx(chain.TransferTx(sponsor, other.DID.String(), "250", 1)))
+	broadcast(t, nodes[0], tx(chain.PostTaskTx(sponsor, spec, wire.Hash{}, 2)))
+	broadcast(t, nodes[0], tx(chain.RegisterSyncerTx(cand, "60", 1)))
+	cli(nodes[2], "chain", "enter-election", "--task-id", "chain-run", "--key", keyFile(cand))
+	broadcast(t, nodes[0], tx(chain.EnrollTx(trainer, "chain-run", "100", 1)))
+	broadcast(t, nodes[0], tx(chain.SubmissionTx(trainer, "chain-run", 0, 1, wire.SumBytes([]byte("payload")), 4096)))
+	receipt := signedReceipt(t, spec, cand)
+	receiptPath := filepath.Join(dir, "receipt.json")
+	if err := os.WriteFile(receiptPath, receipt, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var sealed chain.Committed
+	if err := json.Unmarshal([]byte(cli(nodes[1], "chain", "seal", "--receipt", receiptPath, "--format", "json")), &sealed); err != nil {
+		t.Fatal(err)
+	}
+	h := sealed.Height
+	// A refusal reaches the CLI with the chain's code and reason (exit 1).
+	refused := exec.Command(filepath.Join(binDir, "tenzro"), "chain", "transfer", "--to", sponsor.DID.String(), "--amount", "999999",
+		"--key", keyFile(other), "--node", "http://"+mustNodeConfig(t, nodes[3].home).RPCAddr)
+	if out, err := refused.CombinedOutput(); err == nil || refused.ProcessState.ExitCode() != 1 || !strings.Contains(string(out), "refused by the chain (code 4)") {
+		t.Fatalf("transfer beyond the balance: %v %s", err, out)
+	}
+
+	want := map[*did.Key]string{sponsor: "9750", trainer: "500", other: "250", cand: "10"}
+	check := func(ns []*chainNode, h int64) {
+		t.Helper()
+		for _, n := range ns {
+			waitHeight(t, n, h+1, within)
+		}
+		hash0 := appHashAt(t, ns[0], h)
+		for _, n := range ns {
+			if got := appHashAt(t, n, h); got != hash0 {
+				t.Fatalf("app hash after height %d: %s on %s, %s on %s", h, got, n.home, hash0, ns[0].home)
+			}
+			for k, v := range want {
+				if got, _ := query(t, n, chain.QueryBalance, k.DID.String()); got != v {
+					t.Fatalf("%s: balance of %s is %s, want %s", n.home, k.DID, got, v)
+				}
+			}
+			run, _ := query(t, n, chain.QueryRun, "chain-run")
+			if run0, _ := query(t, ns[0], chain.QueryRun, "chain-run"); run != run0 {
+				t.Fatalf("run differs between %s and %s", n.home, ns[0].home)
+			}
+		}
+	}
+	check(append(nodes[:4:4], full), h)
+	t.Logf("7 transactions committed and read back from 4 validators and a full node after %s", time.Since(t0).Round(time.Millisecond))
+
+	// The CLI against node 0 and node 3: same balance and run; the run
+	// root proven on node 3 verifies offline against node 0's header.
+	// Heights move on (empty blocks), so compare the values, not the height.
+	for _, args := range [][]string{{"chain", "balance", "--did", sponsor.DID.String(), "--format", "json"}, {"chain", "run", "--task-id", "chain-run", "--format", "json"}} {
+		var a, b struct {
+			Balance string          `json:"balance"`
+			Status  string          `json:"status"`
+			RunRoot json.RawMessage `json:"run_root"`
+		}
+		if err := json.Unmarshal([]byte(cli(nodes[0], args...)), &a); err != nil {
+			t.Fatal(err)
+		}
+		if err := json.Unmarshal([]byte(cli(nodes[3], args...)), &b); err != nil {
+			t.Fatal(err)
+		}
+		if fmt.Sprint(a) != fmt.Sprint(b) || a.Balance == "" && a.Status != wire.StatusSealed {
+			t.Fatalf("tenzro %v: node 0 says %+v, node 3 says %+v", args, a, b)
+		}
+	}
+	// The existing JSON-RPC CLI against node 0's chain-backed JSON-RPC: the
+	// same balance and run, and no faucet.
+	rpcCLI := func(args ...string) (string, error) {
+		out, err := exec.Command(filepath.Join(binDir, "tenzro"), append(args, "--rpc", "http://"+jsonRPC)...).CombinedOutput()
+		return string(out), err
+	}
+	if out, err := rpcCLI("ledger", "balance", "--did", sponsor.DID.String(), "--format", "json"); err != nil || !strings.Contains(out, `"balance": "`+want[sponsor]+`"`) {
+		t.Fatalf("tenzro ledger balance over JSON-RPC: %v %s", err, out)
+	}
+	if out, err := rpcCLI("train", "get-run", "--task-id", "chain-run", "--format", "json"); err != nil || !strings.Contains(out, `"status": "sealed"`) {
+		t.Fatalf("tenzro train get-run over JSON-RPC: %v %s", err, out)
+	}
+	if out, err := rpcCLI("ledger", "faucet", "--did", other.DID.String(), "--amount", "5"); err == nil || !strings.Contains(out, "no faucet") {
+		t.Fatalf("faucet on a chain node: %v %s", err, out)
+	}
+	// A signed write over JSON-RPC becomes a transaction, answered once committed.
+	if out, err := rpcCLI("syncer", "register", "--stake", "5", "--key", keyFile(other)); err != nil {
+		t.Fatalf("tenzro syncer register over JSON-RPC: %v %s", err, out)
+	}
+	want[other] = "245"
+	proofPath := filepath.Join(dir, "proof.json")
+	if err := os.WriteFile(proofPath, []byte(cli(nodes[3], "chain", "prove", "--task-id", "chain-run", "--genesis", filepath.Join(nodes[0].home, "config", "genesis.json"))), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var pf struct {
+		Proof   chain.RunRootProof `json:"proof"`
+		AppHash wire.Hash          `json:"app_hash"`
+	}
+	raw, _ := os.ReadFile(proofPath)
+	if err := json.Unmarshal(raw, &pf); err != nil {
+		t.Fatal(err)
+	}
+	// The genuine receipt verifies against the chain on any node; the same
+	// receipt re-signed by a key that was not elected does not.
+	for _, n := range []*chainNode{nodes[0], nodes[3]} {
+		if got := cli(n, "chain", "verify-receipt", "--receipt", receiptPath); got != "1\n" {
+			t.Fatalf("verify-receipt on %s: %q", n.home, got)
+		}
+	}
+	forgedPath := filepath.Join(dir, "forged.json")
+	if err := os.WriteFile(forgedPath, signedReceipt(t, spec, other), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	forged := exec.Command(filepath.Join(binDir, "tenzro"), "chain", "verify-receipt", "--receipt", forgedPath, "--node", "http://"+mustNodeConfig(t, nodes[3].home).RPCAddr)
+	if out, err := forged.Output(); err == nil || string(out) != "0\n" {
+		t.Fatalf("re-signed receipt: %v %q", err, out)
+	}
+	waitHeight(t, nodes[0], pf.Proof.Height+1, within)
+	// A genesis with other validators (another network of the same chain id)
+	// does not vouch for this network's headers.
+	otherNet := filepath.Join(dir, "othernet")
+	if out, err := exec.Command(filepath.Join(binDir, "tenzro-node"), "testnet", "--validators", "1", "--dir", otherNet, "--base-port", "0").CombinedOutput(); err != nil {
+		t.Fatalf("testnet: %v\n%s", err, out)
+	}
+	wrong := exec.Command(filepath.Join(binDir, "tenzro"), "chain", "prove", "--task-id", "chain-run", "--genesis", filepath.Join(otherNet, "node0", "config", "genesis.json"),
+		"--node", "http://"+mustNodeConfig(t, nodes[3].home).RPCAddr)
+	if out, err := wrong.CombinedOutput(); err == nil || !strings.Contains(string(out), "not the genesis validator set") {
+		t.Fatalf("prove with another network's genesis: %v %s", err, out)
+	}
+	header := appHashAt(t, nodes[0], pf.Proof.Height)
+	if !strings.EqualFold(pf.AppHash.String(), header) {
+		t.Fatalf("light-client-verified app hash from node 3 %s, node 0's header %s", pf.AppHash, header)
+	}
+	if got := cli(nodes[0], "chain", "verify-proof", "--proof", proofPath, "--app-hash", header, "--receipt", receiptPath); got != "1\n" {
+		t.Fatalf("verify-proof: %q", got)
+	}
+
+	// kill -9 one validator: the other three (30 of 40 voting power) go on.
+	nodes[3].kill()
+	h = broadcast(t, nodes[1], tx(chain.TransferTx(sponsor, other.DID.String(), "50", 3)))
+	want[sponsor], want[other] = "9700", "295"
+	check(nodes[:3], h)
+	t.Logf("3 of 4 committed after %s", time.Since(t0).Round(time.Millisecond))
+	// Restart it: it replays what it missed from its peers and agrees.
+	nodes[3].start(t)
+	check(append(nodes[:4:4], full), h)
+	t.Logf("restarted validator caught up after %s", time.Since(t0).Round(time.Millisecond))
+}

@@ -1,0 +1,208 @@
+"""Datasets by content address: ``ipfs://`` through the trainer's node, the corpus hash shared with
+Go, and the multi-node run (a sponsor's node adds a CSV corpus; two trainers attached to two other
+nodes fetch it over bitswap, check the hash and train to a sealed, verified receipt)."""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO, NodeProc, free_port
+from tenzro_trainer import config, data, models, sponsor, weights
+from tenzro_trainer.identity import Key
+from tenzro_trainer.loop import EXIT_OK, Trainer
+from tenzro_trainer.metrics import Metrics
+from tenzro_trainer.rpc import Client
+from test_node import run_all, trainer_cfg
+
+
+def test_corpus_hash_vectors_shared_with_go(tmp_path):
+    vs = json.loads((REPO / "dataset" / "testdata" / "corpus_vectors.json").read_text())
+    assert len(vs) >= 5
+    for v in vs:
+        got = data.corpus_hash(data.corpus_from_bytes(v["name"], v["csv"].encode())).hex()
+        assert got == v["dataset_hash"], v["name"]
+        p = tmp_path / f"{v['name']}.csv"
+        p.write_bytes(v["csv"].encode())
+        assert data.corpus_hash(data.load_corpus(f"file://{p}")).hex() == v["dataset_hash"]
+
+
+def test_refused_refs():
+    for ref in ("ipfs://", "ipfs://not-a-cid!", "http://example.org/x.csv", "ftp://x/y"):
+        with pytest.raises(data.DatasetError):
+            data.load_corpus(ref, data.Sources(node_url="http://127.0.0.1:9"))
+    with pytest.raises(config.ConfigError):
+        config.parse({"node_rpc": "http://x", "trainer_keypair": "k", "task_id": "t", "ipfs_gateway": "file:///x"})
+
+
+def write_corpus(path: Path) -> None:
+    rows = ["temp,load,wind"]
+    for i in range(360):
+        rows.append(f"{20 + 5 * math.sin(i / 9):.4f},{100 + 30 * math.cos(i / 17):.3f},{(i * 7919) % 23 / 3:.5f}")
+    path.write_text("\n".join(rows) + "\n")
+
+
+class ExtraNode(NodeProc):
+    """A tenzro-node with extra flags (role, boot nodes)."""
+
+    def __init__(self, bins: Path, data_dir: Path, port: int, extra: list[str]) -> None:
+        super().__init__(bins, data_dir, port)
+        self.extra = extra
+
+    def start(self) -> None:
+        self.proc = subprocess.Popen(
+            [
+                str(self.bins / "tenzro-node"), "--data-dir", str(self.data_dir),
+                "--rpc-addr", f"127.0.0.1:{self.port}", "--listen-addr", "/ip4/127.0.0.1/tcp/0", *self.extra,
+            ],
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+        )  # fmt: skip
+        c = Client(self.url, timeout=5)
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                c.node_info()
+                return
+            except Exception:
+                if self.proc.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError(f"tenzro-node did not come up; log: {self.log.name}") from None
+                time.sleep(0.1)
+
+
+def cli(bins: Path, *args: str) -> str:
+    p = subprocess.run([str(bins / "tenzro"), *args], capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    return p.stdout
+
+
+@pytest.fixture
+def light_nodes(go_bins, node, tmp_path):
+    boot = Client(node.url).node_info()["listen_addrs"][0]
+    out = []
+    for i in range(2):
+        d = tmp_path / f"light{i}"
+        d.mkdir()
+        n = ExtraNode(
+            go_bins,
+            d,
+            free_port(),
+            ["--role", "light", "--enclave", "none", "--boot-nodes", boot, "--dataset-stall-timeout", "3s"],
+        )
+        n.start()
+        out.append(n)
+    yield out
+    for n in out:
+        n.stop()
+
+
+def test_ipfs_dataset_multi_node_run(go_bins, node, light_nodes, tmp_path):
+    csv = tmp_path / "corpus.csv"
+    write_corpus(csv)
+    added = json.loads(cli(go_bins, "dataset", "add", "--rpc", node.url, "--format", "json", str(csv)))
+    ref, want_hash = added["ref"], added["dataset_hash"]
+    assert ref.startswith("ipfs://bafy") or ref.startswith("ipfs://bafk")
+    # The Go CLI's dataset_hash is the trainer's corpus hash.
+    assert want_hash == data.corpus_hash(data.load_corpus(f"file://{csv}")).hex()
+
+    c = Client(node.url)
+    sp = Key.generate("human")
+    c.faucet(sp.did, 10**12)
+    keys = []
+    for i in range(2):
+        key = Key.generate("machine")
+        key.save(tmp_path / f"trainer{i}.json")
+        c.faucet(key.did, 10**6)
+        keys.append(key)
+    md = dict(models.tiny_metadata("timesfm"), stride=4)
+    init = weights.model_to_safetensors(models.build("timesfm", md, seed=0))
+    task = f"ipfs-{time.time_ns()}"
+    spec = sponsor.make_spec(
+        task, sp, metadata=md, fragments=2, trainers=2, quorum=2, inner_steps=2, max_rounds=2,
+        dataset_ref=ref, dataset_hash=want_hash, reward_pool="1000",
+    )  # fmt: skip
+    sponsor.post(c, sp, spec, init)
+
+    trs = []
+    for i, key in enumerate(keys):
+        cfg = config.parse(trainer_cfg(node, task, i, tmp_path, ipfs_node=light_nodes[i].url))
+        trs.append(Trainer(cfg, key, metrics=Metrics(), stop=threading.Event()))
+    assert run_all(trs) == [EXIT_OK, EXIT_OK]
+    run = c.get_run(task)
+    assert run["status"] == "sealed"
+    rc = c.get_receipt(task)
+    v = c.call("tenzro_training_verifyReceipt", {"receipt": rc, "root": rc["run_root"]})
+    assert v["valid"] == 1, v
+    # Each trainer's own node fetched the dataset over bitswap and holds it pinned.
+    cid = ref.removeprefix("ipfs://")
+    for n in light_nodes:
+        held = json.loads(cli(go_bins, "dataset", "ls", "--rpc", n.url, "--format", "json"))
+        assert [(h["cid"], h["source"]) for h in held] == [(cid, "fetched")]
+    # The IPFS path gateway of a trainer's node serves the same bytes, and ipfs_gateway: reads them.
+    gw = data.load_corpus(ref, data.Sources(ipfs_gateway=light_nodes[0].url))
+    assert data.corpus_hash(gw).hex() == want_hash
+
+
+def test_hash_mismatch_refused(go_bins, node, tmp_path):
+    csv = tmp_path / "corpus.csv"
+    write_corpus(csv)
+    added = json.loads(cli(go_bins, "dataset", "add", "--rpc", node.url, "--format", "json", str(csv)))
+    corpus = data.load_corpus(added["ref"], data.Sources(node_url=node.url))
+    with pytest.raises(data.DatasetError, match="mismatch"):
+        data.check_hash(corpus, "00" * 32)
+    with pytest.raises(data.DatasetError, match="could not fetch"):
+        # A CID the node refuses (identity multihash): the node's precise error comes through.
+        data.load_corpus("ipfs://bafkqaaa", data.Sources(node_url=node.url))
+
+
+def test_decrypt_dataset_vector_shared_with_go():
+    v = json.loads((REPO / "dataset" / "testdata" / "encrypted_vector.json").read_text())
+    key, ct = bytes.fromhex(v["key"]), bytes.fromhex(v["ciphertext"])
+    with pytest.raises(data.DatasetError):
+        data.decrypt_dataset(key[:16], v["task_id"], ct)
+    assert data.decrypt_dataset(key, v["task_id"], ct) == v["plaintext"].encode()
+    with pytest.raises(data.DatasetError, match="does not decrypt"):
+        data.decrypt_dataset(key, "another-task", ct)
+
+
+def test_confidential_ipfs_dataset_decrypted_in_memory(go_bins, node, tmp_path):
+    """`tenzro dataset add --encrypt-key` stores the ciphertext (CID over it); the trainer reads it through
+    its node and decrypts in memory with the released key before the hash check."""
+    csv = tmp_path / "corpus.csv"
+    write_corpus(csv)
+    key = bytes(range(32))
+    (tmp_path / "k.hex").write_text(key.hex())
+    added = json.loads(
+        cli(go_bins, "dataset", "add", "--rpc", node.url, "--format", "json", "--encrypt-key", str(tmp_path / "k.hex"),
+            "--task-id", "task-c", str(csv))
+    )  # fmt: skip
+    assert added["encrypted"]
+    src = data.Sources(node_url=node.url, decrypt=lambda b: data.decrypt_dataset(key, "task-c", b))
+    corpus = data.load_corpus(added["ref"], src)
+    data.check_hash(corpus, added["dataset_hash"])
+    # The trainer loop's Confidential path (the key from the broker) reads the same ipfs:// ciphertext.
+    from tenzro_trainer.attestation import load_encrypted_corpus
+
+    again = load_encrypted_corpus(added["ref"], key, "task-c", data.Sources(node_url=node.url))
+    data.check_hash(again, added["dataset_hash"])
+    with pytest.raises(data.DatasetError):
+        load_encrypted_corpus(added["ref"], key, "another-task", data.Sources(node_url=node.url))
+
+
+def test_unreachable_cid_names_the_peers_asked(node, light_nodes, tmp_path):
+    """A CID that no connected peer has: the trainer's node gives up after its stall timeout and says
+    which peers it asked; the trainer reports it and the node holds nothing."""
+    peer = Client(node.url).node_info()["peer_id"]
+    with pytest.raises(data.DatasetError, match=rf"peer\(s\) asked \[.*{peer}.*\]"):
+        data.load_corpus(
+            "ipfs://bafkreifzjbiuqvdedgqpnkc6rvyizervk7av27z4pudy54p2p56a6v6vuu",
+            data.Sources(node_url=light_nodes[0].url),
+        )
+    held = json.loads(cli(light_nodes[0].bins, "dataset", "ls", "--rpc", light_nodes[0].url, "--format", "json"))
+    assert held == []
