@@ -64,6 +64,7 @@ test-acceptance: build
 	@if [ -f ../shared/acceptance/cli_flow.py ]; then python3 ../shared/acceptance/cli_flow.py; \
 	else echo "no ../shared/acceptance beside this clone: skipping the acceptance scripts"; fi
 	DEMO_ROUNDS=3 TENZRO_BIN_DIR=$(BIN) scripts/demo.sh
+	DEMO_ROUNDS=2 DEMO_CODEC=int4-block TENZRO_BIN_DIR=$(BIN) scripts/demo.sh
 
 demo:
 	scripts/demo.sh

@@ -182,3 +182,28 @@ func (e *Engine) remoteOuter(ctx context.Context, p *plugin, in syncer.OuterStep
 	out.Weights, out.Momentum = res[:wl:wl], res[wl:]
 	return out, nil
 }
+
+func (e *Engine) remoteDecode(ctx context.Context, p *plugin, in syncer.DecodeInput) (syncer.DecodeOutput, error) {
+	var out syncer.DecodeOutput
+	req := workerReq{Op: "decode", Rule: in.Codec, Dtype: in.Dtype, N: in.N, OutLen: int64(in.N) * int64(in.Dtype.Size())}
+	var inLen int64
+	for _, t := range in.Tensors {
+		req.Tensors = append(req.Tensors, workerTensor{Name: t.Name, Dtype: t.Dtype, Shape: t.Shape, Len: int64(len(t.Data))})
+		inLen += int64(len(t.Data))
+	}
+	resp, res, err := e.remote(ctx, p, req, inLen, func(dst []byte) {
+		var off int64
+		for _, t := range in.Tensors {
+			copy(dst[off:], t.Data)
+			off += int64(len(t.Data))
+		}
+	})
+	if resp != nil {
+		out.Fuel = resp.Fuel
+	}
+	if err != nil {
+		return out, err
+	}
+	out.Values = res
+	return out, nil
+}

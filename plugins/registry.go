@@ -196,7 +196,9 @@ var entrySignatures = map[string][2][]api.ValueType{
 	"tenzro_aggregate":   {{i32, i32, i32, i32, i32, i32, i32, i32, i32}, {i32}},
 	"tenzro_verify":      {{i32, i32, i32, i32, i32, i32, i32, i32}, {i32}},
 	"tenzro_outer_step":  {{i32, i32, i32, i32, i32, i32, api.ValueTypeF32, api.ValueTypeF32, i32}, {i32}},
-	"_initialize":        {{}, {}},
+	// ABI v2 (ABI.md §4.1)
+	"tenzro_decode": {{i32, i32, i32, i32, i32, i32, i32}, {i32}},
+	"_initialize":   {{}, {}},
 	// chunked passes (ABI.md §6)
 	"tenzro_chunk_plan":   {{i32, i32, i32, i32, i32}, {i32}},
 	"tenzro_chunk_pass":   {{i32, i32, i32, i32, i32, i32, i32, i32, i32, i32, i32, i32, i32}, {i32}},
@@ -207,7 +209,7 @@ var entrySignatures = map[string][2][]api.ValueType{
 // export besides tenzro_chunk_plan.
 var passEntry = map[string]string{abi.KindAggregate: "tenzro_chunk_pass", abi.KindVerify: "tenzro_verify_chunk"}
 
-var kindEntry = map[string]string{abi.KindAggregate: "tenzro_aggregate", abi.KindVerify: "tenzro_verify", abi.KindOuter: "tenzro_outer_step"}
+var kindEntry = map[string]string{abi.KindAggregate: "tenzro_aggregate", abi.KindVerify: "tenzro_verify", abi.KindOuter: "tenzro_outer_step", abi.KindDecode: "tenzro_decode"}
 
 // prepare validates a module against ABI v1, instruments and compiles it.
 func (e *Engine) prepare(ctx context.Context, module []byte) (*plugin, error) {
@@ -261,7 +263,7 @@ func (e *Engine) prepare(ctx context.Context, module []byte) (*plugin, error) {
 	for _, name := range required {
 		if _, ok := exports[name]; !ok {
 			_ = compiled.Close(ctx)
-			return nil, fmt.Errorf("plugins: %s: missing export %s (ABI v1 requires it for a %s plugin with chunking %q)", man.ID, name, man.Kind, man.Chunking)
+			return nil, fmt.Errorf("plugins: %s: missing export %s (ABI v%d requires it for a %s plugin with chunking %q)", man.ID, name, man.ABI, man.Kind, man.Chunking)
 		}
 	}
 	if _, ok := compiled.ExportedMemories()["memory"]; !ok {
@@ -299,9 +301,9 @@ func (e *Engine) prepare(ctx context.Context, module []byte) (*plugin, error) {
 		_ = compiled.Close(ctx)
 		return nil, fmt.Errorf("plugins: %s: tenzro_abi_version: %w", man.ID, err)
 	}
-	if v := int32(res[0]); v != abi.ABIVersion {
+	if v := int32(res[0]); v != int32(man.ABI) {
 		_ = compiled.Close(ctx)
-		return nil, fmt.Errorf("plugins: %s: tenzro_abi_version returned %d, this host implements ABI %d", man.ID, v, abi.ABIVersion)
+		return nil, fmt.Errorf("plugins: %s: tenzro_abi_version returned %d, its manifest says abi %d (this host implements ABI %d..%d)", man.ID, v, man.ABI, abi.MinABIVersion, abi.ABIVersion)
 	}
 	return p, nil
 }

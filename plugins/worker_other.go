@@ -38,3 +38,7 @@ func (e *Engine) remoteVerify(context.Context, *plugin, syncer.VerifyInput) (syn
 func (e *Engine) remoteOuter(context.Context, *plugin, syncer.OuterStepInput, int) (syncer.OuterStepOutput, error) {
 	return syncer.OuterStepOutput{}, errNoWorkers
 }
+
+func (e *Engine) remoteDecode(context.Context, *plugin, syncer.DecodeInput) (syncer.DecodeOutput, error) {
+	return syncer.DecodeOutput{}, errNoWorkers
+}

@@ -71,9 +71,20 @@ type workerReq struct {
 	LR        float32        `json:"lr,omitempty"`
 	Beta      float32        `json:"beta,omitempty"`
 	Nesterov  bool           `json:"nesterov,omitempty"`
-	InOff     int64          `json:"in_off"`
-	OutOff    int64          `json:"out_off"`
-	OutLen    int64          `json:"out_len"`
+	// Tensors describes a decode call's payload tensors, whose bytes lie
+	// back to back from InOff in this order.
+	Tensors []workerTensor `json:"tensors,omitempty"`
+	InOff   int64          `json:"in_off"`
+	OutOff  int64          `json:"out_off"`
+	OutLen  int64          `json:"out_len"`
+}
+
+// workerTensor is one payload tensor of a decode call.
+type workerTensor struct {
+	Name  string  `json:"name"`
+	Dtype string  `json:"dtype"`
+	Shape []int64 `json:"shape"`
+	Len   int64   `json:"len"`
 }
 
 // workerResp answers one call. Failure is a deterministic rule failure (it

@@ -256,6 +256,25 @@ func serveCall(ctx context.Context, e *Engine, req *workerReq, mem []byte) *work
 				err = putOutput(span, req, out.Weights, out.Momentum)
 			}
 		}
+	case "decode":
+		in := syncer.DecodeInput{Codec: req.Rule, Dtype: req.Dtype, N: req.N}
+		off := req.InOff
+		for _, t := range req.Tensors {
+			var data []byte
+			if data, err = span(off, t.Len); err != nil {
+				break
+			}
+			off += t.Len
+			in.Tensors = append(in.Tensors, syncer.DecodeTensor{Name: t.Name, Dtype: t.Dtype, Shape: t.Shape, Data: data})
+		}
+		if err == nil {
+			var out syncer.DecodeOutput
+			out, err = e.Decode(ctx, in)
+			resp.Fuel = out.Fuel
+			if err == nil {
+				err = putOutput(span, req, out.Values)
+			}
+		}
 	default:
 		err = fmt.Errorf("unknown op %q", req.Op)
 	}

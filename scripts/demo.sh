@@ -3,7 +3,9 @@
 # tenzro-node (--dev) to a verified receipt. Env: DEMO_ROUNDS (default 20), DEMO_KEEP=1 keeps the
 # temp dir, TENZRO_BIN_DIR (use prebuilt tenzro + tenzro-node), DEMO_PNG (loss curve, default $TMPDIR/tenzro-demo-loss.png), GO (default go),
 # TENZRO_VENV_ROOT (see scripts/venv.sh), DEMO_DATASET (ipfs, the default: the corpus is published with
-# `tenzro dataset add` and the spec names its ipfs:// CID; statsmodels: the spec names statsmodels://).
+# `tenzro dataset add` and the spec names its ipfs:// CID; statsmodels: the spec names statsmodels://),
+# DEMO_CODEC (compress outer gradients: int8-block, int4-block, topk, sign1, or a JSON compression object;
+# docs/protocol/compression.md).
 set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -50,4 +52,4 @@ done
 echo "== training ($rounds rounds; M=8 K=6 F=4 H=24)"
 png="${DEMO_PNG:-${TMPDIR:-/tmp}/tenzro-demo-loss.png}"
 "$venv/bin/python" -m tenzro_trainer.demo --rpc "http://127.0.0.1:$port" --workdir "$work/run" \
-	--bins "$work/bin" --rounds "$rounds" --png "$png" --dataset "${DEMO_DATASET:-ipfs}"
+	--bins "$work/bin" --rounds "$rounds" --png "$png" --dataset "${DEMO_DATASET:-ipfs}" ${DEMO_CODEC:+--codec "$DEMO_CODEC"}

@@ -110,10 +110,11 @@ func (n *Node) computeFragment(ctx context.Context, b *Batch, r *runState, i int
 		if err != nil {
 			return nil, fmt.Errorf("payload %s: %w", s.PayloadHash, err)
 		}
-		v, err := fragmentValues(fs, payload)
+		v, fuel, err := payloadValues(ctx, n.eng, r.Codec, fs, payload)
 		if err != nil {
 			return nil, fmt.Errorf("stored payload %s: %w", s.PayloadHash, err)
 		}
+		fc.Fuel += fuel
 		inputs = append(inputs, v)
 	}
 	fc.Inputs = commitInputs(subs)

@@ -75,9 +75,16 @@ func (n *Node) PostTask(ctx context.Context, p *wire.PostTaskParams) (*wire.Post
 	if err != nil {
 		return nil, fmt.Errorf("resolve outer step: %w", err)
 	}
-	r := &runState{Spec: canon, SpecHash: specHash, Status: wire.StatusAwaiting, Rule: rule, Verifiers: verifiers, Outer: outer, spec: spec,
+	codec, err := resolveCodec(ctx, n.eng, spec)
+	if err != nil {
+		return nil, Errf(KindInvalid, "%v", err)
+	}
+	r := &runState{Spec: canon, SpecHash: specHash, Status: wire.StatusAwaiting, Rule: rule, Verifiers: verifiers, Outer: outer, Codec: codec, spec: spec,
 		PostedMs: n.now().UnixMilli()}
 	r.Plugins = pluginSet(rule, outer, verifiers)
+	if codec != nil {
+		r.Plugins = pluginSet(rule, outer, verifiers, *codec)
+	}
 
 	n.mu.Lock()
 	defer n.mu.Unlock()

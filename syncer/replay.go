@@ -77,6 +77,10 @@ func Replay(ctx context.Context, receipt []byte, src PayloadSource, eng Engine, 
 		return rep, nil
 	}
 	o := spec.Outer()
+	wantCodec, err := resolveCodec(ctx, eng, spec)
+	if err != nil {
+		return nil, fmt.Errorf("replay: %w", err)
+	}
 	for _, round := range rc.Transcript {
 		if len(round.Fragments) != len(frags) {
 			rep.Divergence = &Divergence{Round: round.Round, What: fmt.Sprintf("transcript has %d fragments, the model %d", len(round.Fragments), len(frags))}
@@ -94,6 +98,9 @@ func Replay(ctx context.Context, receipt []byte, src PayloadSource, eng Engine, 
 			}
 			if fc.WeightsBefore != hashes[i] {
 				return div("weights before are %s, transcript says %s", hashes[i], fc.WeightsBefore)
+			}
+			if w, got := codecRef(wantCodec), fc.Codec; (w == nil) != (got == nil) || w != nil && (w.Hash != got.Hash || !sameJSON(w.Params, got.Params)) {
+				return div("the transcript's codec %s is not the spec's compression %s", codecText(got), codecText(w))
 			}
 			if fc.Status != wire.FragAggregated {
 				if fc.WeightsAfter != hashes[i] {
@@ -114,7 +121,11 @@ func Replay(ctx context.Context, receipt []byte, src PayloadSource, eng Engine, 
 				if got := wire.SumBytes(p); got != in.PayloadHash {
 					return div("payload of %s hashes to %s, transcript says %s", in.TrainerDID, got, in.PayloadHash)
 				}
-				v, err := fragmentValues(frags[i], p)
+				var codec *RuleRef
+				if fc.Codec != nil {
+					codec = &RuleRef{Name: fc.Codec.Name, Hash: fc.Codec.Hash, Params: fc.Codec.Params}
+				}
+				v, _, err := payloadValues(ctx, eng, codec, frags[i], p)
 				if err != nil {
 					return div("payload of %s: %v", in.TrainerDID, err)
 				}

@@ -63,8 +63,11 @@ func (n *Node) submit(ctx context.Context, g *wire.OuterGradient) (*wire.SubmitR
 	if err := did.Verify(g.TrainerDID, g.Preimage(), g.Signature); err != nil {
 		return nil, Errf(KindUnauthorized, "submission signature: %v", err)
 	}
-	values, err := fragmentValues(fs, g.GradientPayload)
+	values, _, err := payloadValues(ctx, n.eng, r.Codec, fs, g.GradientPayload)
 	if err != nil {
+		if ctx.Err() != nil {
+			return nil, fmt.Errorf("decode gradient_payload: %w", err)
+		}
 		return nil, Errf(KindInvalid, "gradient_payload: %v", err)
 	}
 	for _, v := range r.Verifiers {
@@ -429,7 +432,7 @@ func (n *Node) maybeCloseRound(ctx context.Context, b *Batch, r *runState, deadl
 func baseCommit(r *runState, i int) *wire.FragmentCommit {
 	w := r.Fragments[i].WeightsHash
 	return &wire.FragmentCommit{Fragment: i, Rule: r.Rule.Name, RuleHash: r.Rule.Hash, RuleParams: r.Rule.Params, OuterHash: r.Outer.Hash,
-		WeightsBefore: w, WeightsAfter: w}
+		WeightsBefore: w, WeightsAfter: w, Codec: codecRef(r.Codec)}
 }
 
 // commitInputs lists accepted submissions (already in DID order) as commit inputs.

@@ -42,6 +42,9 @@ type runState struct {
 	PostedMs     int64  `json:"posted_ms,omitempty"`
 	CancelReason string `json:"cancel_reason,omitempty"`
 
+	// Codec decodes compressed payloads (nil: uncompressed).
+	Codec *RuleRef `json:"codec,omitempty"`
+
 	spec *wire.TaskSpec
 	// pre holds fragment results computed outside the lock (finalize.go).
 	pre map[wire.Hash]*fragResult

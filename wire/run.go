@@ -121,6 +121,17 @@ type FragmentCommit struct {
 	WeightsAfter  Hash            `json:"weights_after"`
 	MomentumAfter Hash            `json:"momentum_after"`
 	Fuel          uint64          `json:"fuel"`
+	// Codec is the decode plugin that turned each input's payload into the
+	// values aggregated (absent for uncompressed runs; compression.md).
+	Codec *CodecRef `json:"codec,omitempty"`
+}
+
+// CodecRef records the decode plugin of a compressed run: its id, module
+// hash and canonical parameters.
+type CodecRef struct {
+	Name   string          `json:"name"`
+	Hash   Hash            `json:"hash"`
+	Params json.RawMessage `json:"params"`
 }
 
 // RoundCommit is one round's transcript entry.

@@ -98,6 +98,9 @@ type TaskSpec struct {
 	MinStake string `json:"min_stake,omitempty"`
 	// RobustRequiresVerified makes a non-Mean rule require tier Verified or above.
 	RobustRequiresVerified bool `json:"robust_requires_verified,omitempty"`
+	// Compression names the codec outer gradients travel in, e.g.
+	// {"codec":"int4-block","block":64} (docs/protocol/compression.md).
+	Compression json.RawMessage `json:"compression,omitempty"`
 	// EnrollWindowMs is how long after posting a run may wait for M
 	// trainers (and its initial weights); past it the run expires and the
 	// escrow and stakes are refunded (default 7 days, at most 90 days).
@@ -216,6 +219,9 @@ func (s *TaskSpec) Validate() error {
 		if sl.MaxMissedRounds < 1 {
 			return fmt.Errorf("spec: slashing.max_missed_rounds is %d, want ≥ 1", sl.MaxMissedRounds)
 		}
+	}
+	if _, err := s.CompressionRef(); err != nil {
+		return err
 	}
 	if len(s.Verification) > 16 {
 		return fmt.Errorf("spec: verification lists %d verifiers, limit 16", len(s.Verification))

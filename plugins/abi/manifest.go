@@ -12,8 +12,18 @@ import (
 	"github.com/tetratelabs/wabin/leb128"
 )
 
-// ABIVersion is the plugin ABI this host implements (ABI.md).
-const ABIVersion = 1
+// ABIVersion is the newest plugin ABI this host implements (ABI.md). Version
+// 2 adds the decode kind (§4.1); version 1 plugins load unchanged.
+const ABIVersion = 2
+
+// MinABIVersion is the oldest plugin ABI this host still loads.
+const MinABIVersion = 1
+
+// DecodeMinABI is the first ABI version with the decode kind.
+const DecodeMinABI = 2
+
+// MaxDecodeTensors bounds a decode manifest's tensor list.
+const MaxDecodeTensors = 8
 
 // ManifestSection is the name of the custom section holding the manifest.
 const ManifestSection = "tenzro.manifest"
@@ -26,6 +36,9 @@ const (
 	KindAggregate = "aggregate"
 	KindVerify    = "verify"
 	KindOuter     = "outer"
+	// KindDecode turns a compressed submission payload into the fragment's
+	// values (ABI v2, §4.1).
+	KindDecode = "decode"
 )
 
 // Chunking modes (ABI.md §6).
@@ -58,9 +71,25 @@ type Manifest struct {
 	// Chunking is "coordinate" when the rule may be applied to consecutive
 	// coordinate ranges independently, "passes" when it implements the
 	// chunked passes protocol (ABI.md §6), "none" (default) otherwise.
-	Chunking  string `json:"chunking,omitempty"`
-	Reference string `json:"reference,omitempty"`
+	Chunking string `json:"chunking,omitempty"`
+	// Tensors (decode plugins only) lists the payload's tensors in the order
+	// the host passes them to tenzro_decode.
+	Tensors   []TensorSpec `json:"tensors,omitempty"`
+	Reference string       `json:"reference,omitempty"`
 }
+
+// TensorSpec is one tensor of an encoded payload (decode plugins).
+type TensorSpec struct {
+	Name string `json:"name"`
+	// Dtypes are the safetensors dtypes accepted for it (F32, BF16, F16, I8,
+	// U8, I32).
+	Dtypes []string `json:"dtypes"`
+	// Optional tensors may be absent; the host then passes pointer 0.
+	Optional bool `json:"optional,omitempty"`
+}
+
+// TensorDtypeCodes are the dtype codes of the decode table (ABI.md §3).
+var TensorDtypeCodes = map[string]uint32{"F32": 0, "BF16": 1, "F16": 2, "I8": 3, "U8": 4, "I32": 5}
 
 // ParamSpec is one parameter of a rule. All parameters reach the guest as
 // f64 values in schema order.
@@ -108,8 +137,8 @@ func ParseManifest(b []byte) (*Manifest, error) {
 }
 
 func (m *Manifest) validate() error {
-	if m.ABI != ABIVersion {
-		return fmt.Errorf("abi %d, this host implements ABI %d", m.ABI, ABIVersion)
+	if m.ABI < MinABIVersion || m.ABI > ABIVersion {
+		return fmt.Errorf("abi %d, this host implements ABI %d..%d", m.ABI, MinABIVersion, ABIVersion)
 	}
 	if !ruleIDRe.MatchString(m.ID) {
 		return fmt.Errorf("id %q: want an identifier starting with a capital letter (max 64)", m.ID)
@@ -119,8 +148,15 @@ func (m *Manifest) validate() error {
 	}
 	switch m.Kind {
 	case KindAggregate, KindVerify, KindOuter:
+	case KindDecode:
+		if m.ABI < DecodeMinABI {
+			return fmt.Errorf("kind decode needs abi >= %d, manifest says %d", DecodeMinABI, m.ABI)
+		}
 	default:
-		return fmt.Errorf("kind %q: want aggregate, verify or outer", m.Kind)
+		return fmt.Errorf("kind %q: want aggregate, verify, outer or decode", m.Kind)
+	}
+	if err := m.validateTensors(); err != nil {
+		return err
 	}
 	if len(m.Dtypes) == 0 {
 		return errors.New("dtypes: empty")
@@ -173,6 +209,40 @@ func (m *Manifest) validate() error {
 	}
 	if m.RoundLevel && m.Kind != KindVerify {
 		return errors.New("round_level is only for verifiers")
+	}
+	if m.Kind == KindDecode && m.Chunking != "" && m.Chunking != ChunkNone {
+		return errors.New("decode plugins do not chunk (chunking must be none)")
+	}
+	return nil
+}
+
+func (m *Manifest) validateTensors() error {
+	if m.Kind != KindDecode {
+		if len(m.Tensors) != 0 {
+			return errors.New("tensors: only decode plugins list tensors")
+		}
+		return nil
+	}
+	if len(m.Tensors) == 0 || len(m.Tensors) > MaxDecodeTensors {
+		return fmt.Errorf("tensors: %d entries, want 1..%d", len(m.Tensors), MaxDecodeTensors)
+	}
+	seen := map[string]bool{}
+	for _, t := range m.Tensors {
+		if !paramRe.MatchString(t.Name) {
+			return fmt.Errorf("tensor name %q: want [a-z][a-z0-9_]*", t.Name)
+		}
+		if seen[t.Name] {
+			return fmt.Errorf("tensor %q listed twice", t.Name)
+		}
+		seen[t.Name] = true
+		if len(t.Dtypes) == 0 {
+			return fmt.Errorf("tensor %q: dtypes empty", t.Name)
+		}
+		for _, d := range t.Dtypes {
+			if _, ok := TensorDtypeCodes[d]; !ok {
+				return fmt.Errorf("tensor %q: dtype %q (want F32, BF16, F16, I8, U8 or I32)", t.Name, d)
+			}
+		}
 	}
 	return nil
 }

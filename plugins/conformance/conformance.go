@@ -130,6 +130,8 @@ func Run(ctx context.Context, module []byte, opt Options) (*Report, error) {
 		verifyChecks(ctx, rep, comp, interp, module, ref, man, opt, r)
 	case plugins.KindOuter:
 		outerChecks(ctx, rep, comp, interp, ref, opt, r)
+	case plugins.KindDecode:
+		decodeChecks(ctx, rep, comp, interp, ref, man, opt, r)
 	}
 	return rep, nil
 }
@@ -438,6 +440,46 @@ func outerChecks(ctx context.Context, rep *Report, comp, interp *plugins.Engine,
 		err = errors.New("interpreter result differs")
 	}
 	rep.add("same bytes on the interpreter engine", err)
+}
+
+// decodeChecks feeds a codec random tensors of every listed dtype (mostly
+// malformed for its format): the verdict, the bytes and the fuel must be
+// the same on repeated calls and on the interpreter, and a refusal must be a
+// recorded rule failure, never a crash or an infrastructure error.
+func decodeChecks(ctx context.Context, rep *Report, comp, interp *plugins.Engine, ref string, man *plugins.Manifest, opt Options, r *rand.Rand) {
+	rr, err := comp.ResolveCodec(ctx, ref, nil)
+	if !rep.add("resolves with default parameters", err) {
+		return
+	}
+	sizes := map[string]int{"F32": 4, "BF16": 2, "F16": 2, "I8": 1, "U8": 1, "I32": 4}
+	var err2 error
+	for trial := 0; trial < 8 && err2 == nil; trial++ {
+		in := syncer.DecodeInput{Codec: rr, Dtype: syncer.F32, N: opt.N}
+		for _, ts := range man.Tensors {
+			d := ts.Dtypes[r.IntN(len(ts.Dtypes))]
+			cnt := []int{opt.N, (opt.N + 1) / 2, (opt.N + 7) / 8, 1 + opt.N/64, r.IntN(opt.N + 1)}[r.IntN(5)]
+			data := make([]byte, cnt*sizes[d])
+			for i := range data {
+				data[i] = byte(r.Uint32())
+			}
+			in.Tensors = append(in.Tensors, syncer.DecodeTensor{Name: ts.Name, Dtype: d, Shape: []int64{int64(cnt)}, Data: data})
+		}
+		a, errA := comp.Decode(ctx, in)
+		b, errB := comp.Decode(ctx, in)
+		c, errC := interp.Decode(ctx, in)
+		switch {
+		case fmt.Sprint(errA) != fmt.Sprint(errB) || fmt.Sprint(errA) != fmt.Sprint(errC):
+			err2 = fmt.Errorf("verdicts differ: %v / %v / %v", errA, errB, errC)
+		case !bytes.Equal(a.Values, b.Values) || !bytes.Equal(a.Values, c.Values) || a.Fuel != b.Fuel || a.Fuel != c.Fuel:
+			err2 = errors.New("decoded bytes or fuel differ between calls or engines")
+		case errA != nil:
+			var rf *syncer.RuleFailure
+			if !errors.As(errA, &rf) {
+				err2 = fmt.Errorf("refusal is not a rule failure: %v", errA)
+			}
+		}
+	}
+	rep.add("same verdict, bytes and fuel on repeated calls and on the interpreter", err2)
 }
 
 func parseHash(ref string) (h [32]byte, err error) {

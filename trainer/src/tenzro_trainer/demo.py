@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import time
 from pathlib import Path
@@ -17,9 +18,17 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--bins", default="")
     p.add_argument("--rounds", type=int, default=20)
     p.add_argument("--png", default="")
+    p.add_argument(
+        "--codec", default="",
+        help='compress outer gradients: a codec name (int8-block, int4-block, topk, sign1) or the spec\'s '
+             'compression object as JSON, e.g. \'{"codec":"int4-block","block":64}\' (scripts/demo.sh: DEMO_CODEC)',
+    )  # fmt: skip
     p.add_argument("--dataset", choices=("ipfs", "statsmodels"), default="ipfs",
                    help="ipfs: publish the corpus with `tenzro dataset add` and post its ipfs:// ref")  # fmt: skip
     a = p.parse_args(argv)
+    compression = None
+    if a.codec and a.codec != "none":
+        compression = json.loads(a.codec) if a.codec.lstrip().startswith("{") else {"codec": a.codec}
     e = Experiment(
         rpc=a.rpc,
         workdir=Path(a.workdir),
@@ -27,6 +36,7 @@ def main(argv: list[str] | None = None) -> int:
         bins=Path(a.bins) if a.bins else None,
         replay=True,
         dataset=a.dataset,
+        compression=compression,
     )
     t0 = time.monotonic()
     c, task, procs, keys = start(e)
@@ -47,6 +57,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"| {i} {k.did[-10:]} | {m.get('accepted', 0)} | {m.get('missed_rounds', 0)} | "
               f"{m.get('current_reward', '0')} | {inner:.3f} | {sub:.3f} |")  # fmt: skip
     first, last = rows[0].eval_loss if rows else float("nan"), rows[-1].eval_loss if rows else float("nan")
+    if stats:
+        sent = sum(s.get("bytes", 0) for s in stats) / len(stats)
+        raw = sum(s.get("raw_bytes", 0) for s in stats) / len(stats)
+        codec = json.dumps(compression) if compression else "none"
+        print(f"\nbytes per trainer per round: {sent:,.0f} (the same values as f32: {raw:,.0f}; codec {codec})")
     print()
     print(f"task {task}: {run['status']} after {e.rounds} rounds in {time.monotonic() - t0:.0f}s")
     print(f"held-out MSE {first:.4f} -> {last:.4f}  ({(1 - last / first) * 100:.1f}% lower)")

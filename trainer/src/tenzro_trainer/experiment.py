@@ -47,6 +47,7 @@ class Experiment:
     bins: Path | None = None
     quiet: bool = False
     replay: bool = False  # also re-execute the run from the node's stored payloads (tenzro receipt replay)
+    compression: dict | None = None  # the spec's compression field, e.g. {"codec": "int4-block", "block": 64}
     dataset: str = "statsmodels"  # or "ipfs": publish the corpus with `tenzro dataset add`, post its ipfs:// ref
 
 
@@ -87,6 +88,7 @@ def start(e: Experiment) -> tuple[Client, str, list[subprocess.Popen], list[Key]
         aggregation=e.aggregation, aggregation_params=e.aggregation_params,
         dataset_ref=ref, dataset_hash=dhash,
         reward_pool=str(10**12), grace_window_ms=e.grace_window_ms,
+        **({"compression": e.compression} if e.compression else {}),
     )  # fmt: skip
     (e.workdir / "spec.json").write_text(json.dumps(spec, indent=2))
     cli = _cli(e)

@@ -21,6 +21,7 @@ import torch
 
 from . import data, models, weights
 from .attestation import AttestationError, Attester, load_encrypted_corpus
+from .codec import Codec, Compressor
 from .config import Config
 from .evaluate import heldout_mse, metadata_of, spec_of, task_data
 from .identity import Key
@@ -52,6 +53,7 @@ class RoundStats:
     serialize_s: float = 0.0
     submit_s: float = 0.0
     bytes_sent: int = 0
+    raw_bytes: int = 0  # what the same outer gradients weigh as f32 (equal to bytes_sent's values uncompressed)
     accepted: int = 0
     rejected: list[str] = field(default_factory=list)
 
@@ -131,6 +133,7 @@ class Trainer:
         self.pending: dict[int, bytes] = {}
         self.pending_round: int | None = None
         self.history: list[RoundStats] = []
+        self.compressor: Compressor | None = None  # set when the run's spec names a codec
         self._rng = np.random.default_rng(int.from_bytes(key.public_key[:8], "big"))
         self.state_file = cfg.state_file or f"{cfg.trainer_keypair}.{cfg.task_id}.state.json"
         self.attester = Attester(cfg.attestation, cfg.node_rpc) if cfg.attestation else None
@@ -212,6 +215,12 @@ class Trainer:
         self.opt = torch.optim.AdamW(
             self.model.parameters(), lr=inner.lr, betas=(inner.beta1, inner.beta2), weight_decay=inner.weight_decay
         )
+        codec = Codec.from_spec(spec)  # raises CodecError (a ValueError) for a codec this trainer lacks
+        if codec is not None:
+            # Error-feedback residuals live beside the state file, so a restart keeps them.
+            self.compressor = Compressor(codec, f"{self.state_file}.ef.safetensors")
+            self.log.info("compressed outer gradients", codec=codec.name, params=codec.params,
+                          error_feedback=codec.error_feedback, residuals=len(self.compressor.residual))  # fmt: skip
 
     # ------------------------------------------------------------------ weights
     def _pull(self, run: dict) -> dict[int, dict[str, torch.Tensor]]:
@@ -295,6 +304,7 @@ class Trainer:
         st = RoundStats(round=r)
         self.metrics.round.set(r)
         steps = int(self.spec["inner_steps"])
+        fresh = False  # payloads computed in this call (not a re-submission)
         if self.pending_round != r:
             self.pending, self.pending_round = {}, None
             frags = self._pull(run) if self.dist.rank == 0 else {}
@@ -312,17 +322,25 @@ class Trainer:
                 return st
             t0 = time.monotonic()
             for fr in run["fragments"]:
-                p = weights.outer_gradient(frags[fr["index"]], after, fr["tensors"])
-                if self.cfg.attack:
-                    p = self._attack(p, fr["tensors"])
+                if self.compressor is not None:
+                    p = self.compressor.encode_fragment(fr["index"], frags[fr["index"]], after, fr["tensors"])
+                else:
+                    p = weights.outer_gradient(frags[fr["index"]], after, fr["tensors"])
+                    if self.cfg.attack:
+                        p = self._attack(p, fr["tensors"])
                 self.pending[fr["index"]] = p
             self.pending_round = r
+            fresh = True
             st.serialize_s = time.monotonic() - t0
         else:
             self.log.info("re-submitting after a node restart", round=r, fragments=sorted(self.pending))
         t0 = time.monotonic()
         rpc0 = self.client.bytes_sent
         self._mark_submitting(r)
+        if fresh and self.compressor is not None:
+            # After the round is marked (a restart skips it and keeps the old residuals, consistent
+            # with sending nothing) and before anything is sent (the new residuals match what was).
+            self.compressor.save()
         for f in sorted(self.pending):
             p = self.pending[f]
             self.metrics.submitted.inc()
@@ -336,6 +354,7 @@ class Trainer:
                 continue
             del self.pending[f]
             st.bytes_sent += len(p)
+            st.raw_bytes += 4 * int(next(fr["n"] for fr in run["fragments"] if fr["index"] == f))
             self.metrics.bytes_sent.inc(len(p))
             if res.get("accepted", True):
                 st.accepted += 1
@@ -346,7 +365,7 @@ class Trainer:
         self.history.append(st)
         self.log.info(
             "round done", round=r, loss=round(st.loss, 5), eval_loss=round(st.eval_loss, 5),
-            accepted=st.accepted, rejected=len(st.rejected), bytes=st.bytes_sent,
+            accepted=st.accepted, rejected=len(st.rejected), bytes=st.bytes_sent, raw_bytes=st.raw_bytes,
             inner_s=round(st.inner_s, 4), serialize_s=round(st.serialize_s, 4), submit_s=round(st.submit_s, 4),
         )  # fmt: skip
         return st
