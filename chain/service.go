@@ -218,8 +218,18 @@ func (s *Service) Submit(ctx context.Context, g *wire.OuterGradient) (*wire.Subm
 }
 
 // FinalizeRound implements syncer.Service.
-func (s *Service) FinalizeRound(context.Context, string) (*wire.FinalizeResult, error) {
+func (s *Service) FinalizeRound(context.Context, *wire.FinalizeParams) (*wire.FinalizeResult, error) {
 	return nil, notYet("finalizeRound (rounds commit by the syncer's commitRound transaction)")
+}
+
+// CancelRun implements syncer.Service.
+func (s *Service) CancelRun(context.Context, *wire.CancelRunParams) (*wire.CancelRunResult, error) {
+	return nil, notYet("cancelRun")
+}
+
+// Unbond implements syncer.Service.
+func (s *Service) Unbond(context.Context, *wire.UnbondParams) (*wire.SyncerCandidate, error) {
+	return nil, notYet("syncer unbonding")
 }
 
 // GetWeights implements syncer.Service.

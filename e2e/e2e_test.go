@@ -233,7 +233,7 @@ func seedSpec(sponsor string) string {
 	return fmt.Sprintf(`{"task_id":%q,"sponsor_did":%q,"sponsor_address":"0x00000000000000000000000000000000000000aa",
  "architecture":{"family":"timesfm","param_count":200000000,"modality":"Timeseries","fragment_count":%d,
  "dtype":"bf16","metadata":{"context_len":2048,"horizon":128}},"tier":"Open","aggregation":"Mean",
- "trainer_count":%d,"quorum":%d,"inner_steps":24,"max_rounds":%d,"grace_window_ms":30000,
+ "trainer_count":%d,"quorum":%d,"inner_steps":24,"max_rounds":%d,"grace_window_ms":8000,
  "reward_pool":"1000000000000000000000","dataset_ref":"ipfs://Qm...","dataset_hash":"0x...",
  "min_throughput":null,"created_at":1761350400}`, task, sponsor, F, M, K, R)
 }
@@ -344,7 +344,12 @@ func scenario(t *testing.T, keys string, trainers []string, sponsor string, kill
 		if err := e.submit(0, round+5, 1); err == nil {
 			t.Fatal("wrong round accepted")
 		}
-		e.cli(false, "train", "finalize-round", "--task-id", task)
+		// Signed by the elected syncer (this node's key). Trainer 7 (and
+		// later 6) stays active without submitting, so the round can close
+		// only once the grace window has passed: finalize-round waits for it.
+		if out, err := e.cli(false, "train", "finalize-round", "--task-id", task, "--key", filepath.Join(e.keys, "node.key"), "--wait", "50s"); err != nil {
+			t.Fatalf("finalize round %d: %v %s\n%s", round, err, out, tail(e.log()))
+		}
 		crash(round, 0, true)
 		if v := e.getRun(); v.Round <= round && v.Status != "sealed" {
 			t.Fatalf("round %d did not advance: %+v", round, v)

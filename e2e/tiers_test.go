@@ -138,7 +138,7 @@ func (r *tierRun) post(task, tier string, allow bool) *wire.PostTaskResult {
 		ts = append(ts, safetensors.FromF32(fmt.Sprintf("w%d", f), []int64{16}, make([]float32, 16)))
 	}
 	w, _ := safetensors.Encode(ts, nil)
-	if _, err := r.node.Faucet(r.ctx, wire.FaucetParams{DID: r.sponsor.DID.String(), Amount: "1000"}); err != nil {
+	if _, err := r.node.Faucet(r.ctx, wire.FaucetParams{DID: r.sponsor.DID.String(), Amount: "1000001000"}); err != nil {
 		r.t.Fatal(err)
 	}
 	p := &wire.PostTaskParams{Spec: []byte(s), InitWeights: w}

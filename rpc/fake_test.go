@@ -134,12 +134,26 @@ func (f *fakeService) Submit(_ context.Context, g *wire.OuterGradient) (*wire.Su
 	return &wire.SubmitResult{Accepted: true, Round: g.Round, FragmentIndex: g.FragmentIndex, PayloadHash: g.PayloadHash, AcceptedCount: 1}, nil
 }
 
-func (f *fakeService) FinalizeRound(_ context.Context, task string) (*wire.FinalizeResult, error) {
+func (f *fakeService) FinalizeRound(_ context.Context, p *wire.FinalizeParams) (*wire.FinalizeResult, error) {
 	f.record("FinalizeRound")
+	task := p.TaskID
 	if err := steer(task); err != nil {
 		return nil, err
 	}
 	return &wire.FinalizeResult{TaskID: task, Round: 2, Fragments: []wire.FragmentStatus{{Index: 0, Accepted: 2, Reason: "2 of K=6 accepted"}}, Status: wire.StatusRunning}, nil
+}
+
+func (f *fakeService) CancelRun(_ context.Context, p *wire.CancelRunParams) (*wire.CancelRunResult, error) {
+	f.record("CancelRun")
+	if err := steer(p.TaskID); err != nil {
+		return nil, err
+	}
+	return &wire.CancelRunResult{TaskID: p.TaskID, Status: wire.StatusCancelled, Refunded: "1000", StakesRefunded: 2}, nil
+}
+
+func (f *fakeService) Unbond(_ context.Context, p *wire.UnbondParams) (*wire.SyncerCandidate, error) {
+	f.record("Unbond")
+	return &wire.SyncerCandidate{DID: p.DID, Stake: "5", Unbonding: true, ReleaseMs: 1}, nil
 }
 
 func (f *fakeService) GetWeights(_ context.Context, p wire.GetWeightsParams) (*wire.Weights, error) {

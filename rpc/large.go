@@ -12,6 +12,8 @@ import (
 	"sync"
 
 	"github.com/creachadair/jrpc2"
+
+	"github.com/tenzro/train/wire"
 )
 
 // Large single requests (an outer gradient is ~46 MB of JSON) skip the
@@ -171,7 +173,12 @@ func decodeStrict(data []byte, target any) error {
 			return fmt.Errorf("unknown field %q", k)
 		}
 	}
-	return json.Unmarshal(data, target)
+	if err := json.Unmarshal(data, target); err != nil {
+		return err
+	}
+	// encoding/json keeps the last of two members with one name; a second
+	// reader (or a signature over the first) could see another request.
+	return wire.CheckStrictJSON(data, wire.StrictJSONOptions{})
 }
 
 var errNotObject = errors.New("params must be a JSON object with named fields (by-position params are not supported)")

@@ -114,6 +114,12 @@ func (o *strictObject) UnmarshalJSON(data []byte) error {
 		return errNotObject
 	}
 	if o.raw != nil {
+		if !json.Valid(data) {
+			return errors.New("params are not valid JSON")
+		}
+		if err := wire.CheckStrictJSON(data, wire.StrictJSONOptions{}); err != nil {
+			return err
+		}
 		*o.raw = append(json.RawMessage(nil), data...)
 		return nil
 	}
@@ -262,8 +268,12 @@ func (s *Server) methods() handler.Map {
 			return ""
 		}, func(ctx context.Context, g *wire.OuterGradient) (any, error) { return svc.Submit(ctx, g) }),
 
-		wire.MethodFinalizeRound: typed(s, wire.MethodFinalizeRound, paramsRequired, func(p *wire.TaskIDParams) string { return needTask(p.TaskID) },
-			func(ctx context.Context, p *wire.TaskIDParams) (any, error) { return svc.FinalizeRound(ctx, p.TaskID) }),
+		wire.MethodFinalizeRound: typed(s, wire.MethodFinalizeRound, paramsRequired, func(p *wire.FinalizeParams) string {
+			if m := first("task_id", p.TaskID, "syncer_did", p.SyncerDID); m != "" {
+				return m
+			}
+			return signedMissing(p.Signed)
+		}, func(ctx context.Context, p *wire.FinalizeParams) (any, error) { return svc.FinalizeRound(ctx, p) }),
 
 		wire.MethodGetWeights: typed(s, wire.MethodGetWeights, paramsRequired, func(p *wire.GetWeightsParams) string { return needTask(p.TaskID) },
 			func(ctx context.Context, p *wire.GetWeightsParams) (any, error) { return svc.GetWeights(ctx, *p) }),
@@ -294,6 +304,20 @@ func (s *Server) methods() handler.Map {
 		}, func(ctx context.Context, p *wire.ElectionProofParams) (any, error) {
 			return svc.SubmitElectionProof(ctx, p)
 		}),
+
+		wire.MethodCancelRun: typed(s, wire.MethodCancelRun, paramsRequired, func(p *wire.CancelRunParams) string {
+			if m := needTask(p.TaskID); m != "" {
+				return m
+			}
+			return signedMissing(p.Signed)
+		}, func(ctx context.Context, p *wire.CancelRunParams) (any, error) { return svc.CancelRun(ctx, p) }),
+
+		wire.MethodUnbondSyncer: typed(s, wire.MethodUnbondSyncer, paramsRequired, func(p *wire.UnbondParams) string {
+			if m := first("did", p.DID); m != "" {
+				return m
+			}
+			return signedMissing(p.Signed)
+		}, func(ctx context.Context, p *wire.UnbondParams) (any, error) { return svc.Unbond(ctx, p) }),
 
 		wire.MethodListSyncers: typed(s, wire.MethodListSyncers, paramsNone, nil, func(ctx context.Context, _ *empty) (any, error) {
 			c, err := svc.ListSyncers(ctx)

@@ -90,7 +90,7 @@ func TestClientRoundTrips(t *testing.T) {
 			return err
 		}},
 		{"FinalizeRound", func() error {
-			r, err := c.FinalizeRound(ctx, "t1")
+			r, err := c.FinalizeRound(ctx, &wire.FinalizeParams{TaskID: "t1", SyncerDID: "d", Round: 2, Signed: wire.Signed{Nonce: 1, Signature: []byte{1}}})
 			if err == nil && (len(r.Fragments) != 1 || r.Fragments[0].Reason == "") {
 				t.Errorf("finalize %+v", r)
 			}

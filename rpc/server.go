@@ -11,6 +11,7 @@ import (
 	"net"
 	"net/http"
 	"sort"
+	"sync/atomic"
 	"time"
 
 	"github.com/creachadair/jrpc2"
@@ -86,6 +87,18 @@ type Options struct {
 	MaxLargeInFlight int
 	// LargeWait is how long a large request waits for a slot (DefaultLargeWait).
 	LargeWait time.Duration
+	// MaxLargePerPeer bounds the large slots one remote IP holds at once;
+	// its other large requests wait (default: MaxLargeInFlight-1, at least 1).
+	MaxLargePerPeer int
+	// LargeMinRate is the slowest large body accepted after LargeGrace, in
+	// bytes per second (DefaultLargeMinRate).
+	LargeMinRate int64
+	// LargeGrace is how long a large body may lag behind LargeMinRate at its
+	// start (DefaultLargeGrace).
+	LargeGrace time.Duration
+	// MaxChunkedBytes bounds a body sent without Content-Length
+	// (DefaultMaxChunkedBytes, at most MaxRequestBytes).
+	MaxChunkedBytes int64
 	// MaxBatch bounds the requests of one batch (DefaultMaxBatch).
 	MaxBatch int
 	// Concurrency bounds handlers running at once (DefaultConcurrency).
@@ -121,6 +134,19 @@ func (o Options) withDefaults() Options {
 	if o.LargeWait <= 0 {
 		o.LargeWait = DefaultLargeWait
 	}
+	if o.MaxLargePerPeer <= 0 {
+		o.MaxLargePerPeer = max(1, o.MaxLargeInFlight-1)
+	}
+	if o.LargeMinRate <= 0 {
+		o.LargeMinRate = DefaultLargeMinRate
+	}
+	if o.LargeGrace <= 0 {
+		o.LargeGrace = DefaultLargeGrace
+	}
+	if o.MaxChunkedBytes <= 0 {
+		o.MaxChunkedBytes = DefaultMaxChunkedBytes
+	}
+	o.MaxChunkedBytes = min(o.MaxChunkedBytes, o.MaxRequestBytes)
 	if o.MaxBatch <= 0 {
 		o.MaxBatch = DefaultMaxBatch
 	}
@@ -142,6 +168,9 @@ type Server struct {
 	bridge jhttp.Bridge
 	large  *semaphore.Weighted
 	stash  paramStash
+
+	peerSlots     peerSlots
+	largeInFlight atomic.Int64
 }
 
 type parsedKey struct{}
@@ -205,27 +234,49 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		s.tooLarge(w, r.ContentLength)
 		return
 	}
+	var body []byte
+	var err error
 	if r.ContentLength < 0 || r.ContentLength > s.opts.LargeRequestBytes {
-		if !s.large.TryAcquire(1) {
-			ctx, cancel := context.WithTimeout(r.Context(), s.opts.LargeWait)
-			err := s.large.Acquire(ctx, 1)
-			cancel()
-			if err != nil {
-				writeRaw(w, http.StatusServiceUnavailable, rawError(nil, newError(CodeBusy, nil,
-					"server busy: %d large requests in flight and no slot freed within %s; retry later", s.opts.MaxLargeInFlight, s.opts.LargeWait)))
-				return
-			}
+		release, ok := s.acquireLarge(w, r)
+		if !ok {
+			return
 		}
-		defer s.large.Release(1)
+		defer release()
+		// The rate clock starts with the slot: time spent queueing is not
+		// the client's.
+		rr := &rateReader{r: r.Body, rc: http.NewResponseController(w), start: time.Now(), grace: s.opts.LargeGrace, minRate: s.opts.LargeMinRate}
+		if r.ContentLength < 0 {
+			body, err = readLimited(rr, s.opts.MaxChunkedBytes)
+			max = s.opts.MaxChunkedBytes
+		} else {
+			body, err = readBody(w, r, rr, max)
+		}
+		rr.disarm()
+	} else {
+		body, err = readBody(w, r, r.Body, max)
 	}
-	body, err := readBody(w, r, max)
 	if err != nil {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
-			s.tooLarge(w, -1)
+			w.Header().Set("Connection", "close")
+			s.tooLargeLimit(w, -1, max)
+			return
+		}
+		if errors.Is(err, errTooSlow) {
+			w.Header().Set("Connection", "close")
+			writeRaw(w, http.StatusRequestTimeout, rawError(nil, newError(CodeInvalidRequest, &errData{Limit: s.opts.LargeMinRate}, "%v", err)))
 			return
 		}
 		writeRaw(w, http.StatusBadRequest, rawError(nil, newError(CodeInvalidRequest, nil, "reading request body: %v", err)))
+		return
+	}
+	// Two members with one name in the envelope ("method" twice): encoding/json
+	// keeps the last, another reader the first. Params are checked (with
+	// their own path in the message) when they are decoded.
+	// Other scan errors are left to the parser below, which says precisely
+	// what is malformed.
+	if err := wire.CheckStrictJSON(body, wire.StrictJSONOptions{TopLevelOnly: true}); errors.Is(err, wire.ErrDuplicateMember) {
+		writeRaw(w, http.StatusOK, rawError(nil, newError(CodeInvalidRequest, nil, "invalid request: %v", err)))
 		return
 	}
 	var reqs []*jrpc2.ParsedRequest
@@ -285,16 +336,24 @@ func (s *Server) parse(body []byte) (int, []*jrpc2.ParsedRequest, []byte) {
 }
 
 func (s *Server) tooLarge(w http.ResponseWriter, n int64) {
+	s.tooLargeLimit(w, n, s.opts.MaxRequestBytes)
+}
+
+func (s *Server) tooLargeLimit(w http.ResponseWriter, n, limit int64) {
 	size := "body"
 	if n >= 0 {
 		size = fmt.Sprintf("body of %d bytes", n)
 	}
-	writeRaw(w, http.StatusRequestEntityTooLarge, rawError(nil, newError(CodeInvalidRequest, &errData{Limit: s.opts.MaxRequestBytes},
-		"request %s exceeds the limit of %d bytes (node flag --max-request-bytes)", size, s.opts.MaxRequestBytes)))
+	how := "node flag --max-request-bytes"
+	if limit != s.opts.MaxRequestBytes {
+		how = "bodies without Content-Length; send Content-Length for larger ones"
+	}
+	writeRaw(w, http.StatusRequestEntityTooLarge, rawError(nil, newError(CodeInvalidRequest, &errData{Limit: limit},
+		"request %s exceeds the limit of %d bytes (%s)", size, limit, how)))
 }
 
-func readBody(w http.ResponseWriter, r *http.Request, max int64) ([]byte, error) {
-	rd := http.MaxBytesReader(w, r.Body, max)
+func readBody(w http.ResponseWriter, r *http.Request, body io.Reader, max int64) ([]byte, error) {
+	rd := http.MaxBytesReader(w, io.NopCloser(body), max)
 	defer rd.Close()
 	if r.ContentLength >= 0 {
 		buf := make([]byte, r.ContentLength)

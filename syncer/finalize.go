@@ -249,7 +249,8 @@ func (n *Node) tickEach(ctx context.Context, wg *sync.WaitGroup) {
 		var st struct {
 			Status string `json:"status"`
 		}
-		if json.Unmarshal(v, &st) == nil && st.Status == wire.StatusRunning {
+		// Awaiting runs too: their enrolment window can expire (cancel.go).
+		if json.Unmarshal(v, &st) == nil && (st.Status == wire.StatusRunning || st.Status == wire.StatusAwaiting) {
 			tasks = append(tasks, string(k))
 		}
 		return nil
@@ -275,7 +276,7 @@ func (n *Node) tickEach(ctx context.Context, wg *sync.WaitGroup) {
 		go func() {
 			defer wg.Done()
 			if err := n.tickRun(ctx, task); err != nil && ctx.Err() == nil {
-				n.log.Error("round timer", "task", task, "err", err)
+				n.logTickErr(task, err)
 			}
 			n.abstainMu.Lock()
 			delete(n.ticking, task)
@@ -309,6 +310,12 @@ func (n *Node) tickRun(ctx context.Context, task string) error {
 	// Phase one: snapshot and compute without the lock.
 	n.mu.Lock()
 	snap, err := n.load(ctx, task)
+	if err == nil && snap.Status == wire.StatusAwaiting {
+		// An unstarted run expires after its enrolment window (cancel.go).
+		err = n.maybeExpire(ctx, snap, now.UnixMilli())
+		n.mu.Unlock()
+		return err
+	}
 	n.mu.Unlock()
 	if err != nil || snap.Status != wire.StatusRunning {
 		return err

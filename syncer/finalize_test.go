@@ -157,10 +157,14 @@ func TestTickAbstainsOnLocalFailure(t *testing.T) {
 func TestFinalizeRoundRunsPluginsOutsideTheLock(t *testing.T) {
 	g := &gateEngine{NativeEngine: syncer.NewNativeEngine(), entered: make(chan struct{}, 4), release: make(chan struct{})}
 	h := tickHarness(t, g, 3)
-	h.now = h.now.Add(-31 * time.Second) // inside the grace window: only finalizeRound commits
+	// The grace window has passed (tickHarness); no timer runs here, so only
+	// the elected syncer's signed finalizeRound commits.
+	p := &wire.FinalizeParams{TaskID: h.task, SyncerDID: h.syncerKey().DID.String(), Round: 0}
+	p.Nonce = h.nextNonce()
+	p.Signature = h.syncerKey().Sign(p.Preimage())
 	done := make(chan error, 1)
 	go func() {
-		_, err := h.node.FinalizeRound(h.ctx, h.task)
+		_, err := h.node.FinalizeRound(h.ctx, p)
 		done <- err
 	}()
 	<-g.entered
@@ -216,6 +220,7 @@ func TestSlowRunDoesNotStallOthers(t *testing.T) {
 	<-g.entered
 	first := h.task
 	h.task = "train-b"
+	h.faucet(h.sponsor.DID.String(), "1000000000000000000") // the burned posting fee of the second run
 	if err := h.post(spec(h.task, h.sponsor.DID.String(), 2, 2, 1, 2), initWeights(t, 1, 16)); err != nil {
 		t.Fatal(err)
 	}

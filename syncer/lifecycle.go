@@ -41,6 +41,25 @@ func (n *Node) PostTask(ctx context.Context, p *wire.PostTaskParams) (*wire.Post
 	if spec.Tier != wire.TierOpen && len(spec.AttestationPolicy) == 0 {
 		return nil, Errf(KindInvalid, "spec: tier %s needs an attestation_policy", spec.Tier)
 	}
+	reward, _ := wire.ParseAmount(spec.RewardPool)
+	specHash := wire.SpecHash(canon)
+	var wh wire.Hash
+	if len(p.InitWeights) > 0 {
+		wh = wire.SumBytes(p.InitWeights)
+	}
+	// Cheap gates before anything costly (resolving the rule runs its
+	// probe): the signature, the sponsor's rate limit, and the funds for
+	// the fee and the reward. The nonce is checked again under the lock.
+	if err := did.Verify(spec.SponsorDID, p.Preimage(spec.SponsorDID, specHash, wh), p.Signature); err != nil {
+		return nil, Errf(KindUnauthorized, "bad signature: does not verify against %s", spec.SponsorDID)
+	}
+	fee := n.cfg.Fees.posting()
+	if err := n.needFunds(ctx, spec.SponsorDID, new(big.Int).Add(fee, reward), "the posting fee plus the reward pool"); err != nil {
+		return nil, err
+	}
+	if err := n.limit(n.postLimit, "postTask", spec.SponsorDID); err != nil {
+		return nil, err
+	}
 	rule, err := n.eng.ResolveRule(ctx, spec.AggregationRef(), spec.AggregationParams, spec.Quorum, spec.TrainerCount)
 	if err != nil {
 		return nil, Errf(KindInvalid, "spec: aggregation: %v", err)
@@ -48,13 +67,9 @@ func (n *Node) PostTask(ctx context.Context, p *wire.PostTaskParams) (*wire.Post
 	if spec.RobustRequiresVerified && rule.Name != "Mean" && spec.Tier == wire.TierOpen {
 		return nil, Errf(KindInvalid, "spec: robust rule %s is marked to require tier Verified or above, tier is Open", rule.Name)
 	}
-	var verifiers []RuleRef
-	for _, v := range spec.Verification {
-		ref, err := n.eng.ResolveVerifier(ctx, v)
-		if err != nil {
-			return nil, Errf(KindInvalid, "spec: verification %q: %v", v, err)
-		}
-		verifiers = append(verifiers, ref)
+	verifiers, err := n.resolveVerifiers(ctx, spec.Verification)
+	if err != nil {
+		return nil, err
 	}
 	outer, err := n.eng.ResolveOuter(ctx)
 	if err != nil {
@@ -64,13 +79,8 @@ func (n *Node) PostTask(ctx context.Context, p *wire.PostTaskParams) (*wire.Post
 	if err != nil {
 		return nil, Errf(KindInvalid, "%v", err)
 	}
-	reward, _ := wire.ParseAmount(spec.RewardPool)
-	specHash := wire.SpecHash(canon)
-	var wh wire.Hash
-	if len(p.InitWeights) > 0 {
-		wh = wire.SumBytes(p.InitWeights)
-	}
-	r := &runState{Spec: canon, SpecHash: specHash, Status: wire.StatusAwaiting, Rule: rule, Verifiers: verifiers, Outer: outer, Codec: codec, spec: spec}
+	r := &runState{Spec: canon, SpecHash: specHash, Status: wire.StatusAwaiting, Rule: rule, Verifiers: verifiers, Outer: outer, Codec: codec, spec: spec,
+		PostedMs: n.now().UnixMilli()}
 	r.Plugins = pluginSet(rule, outer, verifiers)
 	if codec != nil {
 		r.Plugins = pluginSet(rule, outer, verifiers, *codec)
@@ -102,6 +112,9 @@ func (n *Node) PostTask(ctx context.Context, p *wire.PostTaskParams) (*wire.Post
 		b.Set(KSMeta, datasetKeyKey(spec.TaskID), sealed)
 	}
 	lt := newLedgerTx(ctx, n.kv)
+	if err := lt.transfer(acctDID(spec.SponsorDID), acctIssuer, fee, "posting fee (burned)"); err != nil {
+		return nil, err
+	}
 	if err := lt.transfer(acctDID(spec.SponsorDID), acctEscrow(spec.TaskID), reward, "escrow reward pool"); err != nil {
 		return nil, err
 	}
@@ -115,6 +128,36 @@ func (n *Node) PostTask(ctx context.Context, p *wire.PostTaskParams) (*wire.Post
 	n.log.Info("task posted", "task", spec.TaskID, "M", spec.TrainerCount, "K", spec.Quorum, "F", spec.Architecture.FragmentCount, "rule", rule.Name)
 	n.announce(ctx, Event{TaskID: spec.TaskID, Kind: "posted"})
 	return &wire.PostTaskResult{TaskID: spec.TaskID, SpecHash: specHash, Status: r.Status, DatasetKey: datasetKey}, nil
+}
+
+// FiniteVerifier is the verifier every run has, whatever its spec lists
+// (DESIGN §4.2): a NaN or Inf coordinate would make every robust rule's
+// answer depend on where it sits, and a Mean of it poisons the weights.
+const FiniteVerifier = "Finite"
+
+// resolveVerifiers resolves the spec's verifiers and puts the finite-values
+// verifier first when the spec does not list it. The posted spec (and so its
+// hash) is stored as posted; the added verifier shows in the run's
+// verifier list and its plugin hash in the receipt's plugin_hashes.
+func (n *Node) resolveVerifiers(ctx context.Context, refs []string) ([]RuleRef, error) {
+	var verifiers []RuleRef
+	hasFinite := false
+	for _, v := range refs {
+		ref, err := n.eng.ResolveVerifier(ctx, v)
+		if err != nil {
+			return nil, Errf(KindInvalid, "spec: verification %q: %v", v, err)
+		}
+		hasFinite = hasFinite || ref.Name == FiniteVerifier
+		verifiers = append(verifiers, ref)
+	}
+	if !hasFinite {
+		ref, err := n.eng.ResolveVerifier(ctx, FiniteVerifier)
+		if err != nil {
+			return nil, fmt.Errorf("resolve the mandatory %s verifier: %w", FiniteVerifier, err)
+		}
+		verifiers = append([]RuleRef{ref}, verifiers...)
+	}
+	return verifiers, nil
 }
 
 func pluginSet(refs ...any) []wire.Hash {
@@ -303,6 +346,9 @@ func (n *Node) Enroll(ctx context.Context, p *wire.EnrollParams) (*wire.EnrollRe
 	if err != nil {
 		return nil, Errf(KindInvalid, "stake: %v", err)
 	}
+	if stake.Sign() == 0 {
+		return nil, Errf(KindInvalid, "stake is \"0\": a trainer must lock a positive stake (slashing is a fraction of it)")
+	}
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	r, err := n.load(ctx, p.TaskID)
@@ -348,7 +394,11 @@ func (n *Node) Enroll(ctx context.Context, p *wire.EnrollParams) (*wire.EnrollRe
 		t = &trainerState{DID: p.TrainerDID, Weight: "0", Reward: "0", Slashed: "0", Stake: "0"}
 		r.addTrainer(t)
 	}
-	t.Stake = new(big.Int).Add(bigOf(t.Stake), stake).String()
+	// The stake account was emptied when the trainer left (refundStake), so
+	// the stake of this enrolment is exactly what is locked now; adding it
+	// to the previous enrolment's figure showed a stake that is not there
+	// (and made slashes, which are basis points of it, too large).
+	t.Stake = stake.String()
 	if r.Status == wire.StatusAwaiting {
 		t.Status = wire.TrainerActive
 		t.JoinedRound = 0
@@ -487,6 +537,10 @@ func (n *Node) elect(ctx context.Context, r *runState) (*wire.Election, error) {
 			continue
 		} else if err != nil {
 			return nil, err
+		}
+		if c.Unbonding {
+			n.log.Info("election: candidate is unbonding, not entered", "task", r.spec.TaskID, "candidate", c.DID)
+			continue
 		}
 		es = append(es, election.Entrant{DID: c.DID, Key: d.Key, Stake: bigOf(c.Stake), Proof: proof})
 	}

@@ -37,12 +37,17 @@ type Node struct {
 
 	mu sync.Mutex
 
+	postLimit, publishLimit *rateLimiter
+
 	// abstain holds runs whose finalization failed locally (finalize.go).
 	abstainMu sync.Mutex
 	abstain   map[string]abstention
 	ticking   map[string]bool // runs whose tickRun is in flight (Run)
 	// wake makes Run tick now (a submission completed a fragment).
 	wake chan struct{}
+	// lastTickErr throttles the log of a repeating timer failure (an
+	// unreadable run, say) to once a minute per run.
+	lastTickErr map[string]time.Time
 }
 
 var _ Service = (*Node)(nil)
@@ -52,7 +57,9 @@ func NewNode(ctx context.Context, cfg Config) (*Node, error) {
 	if cfg.KV == nil || cfg.Engine == nil || cfg.Signer == nil {
 		return nil, errors.New("syncer: Config needs KV, Engine and Signer")
 	}
-	n := &Node{cfg: cfg, kv: cfg.KV, eng: cfg.Engine, log: cfg.Logger, now: cfg.Clock, wake: make(chan struct{}, 1)}
+	n := &Node{cfg: cfg, kv: cfg.KV, eng: cfg.Engine, log: cfg.Logger, now: cfg.Clock, wake: make(chan struct{}, 1),
+		postLimit:    newRateLimiter(cfg.Fees.RateBurst, cfg.Fees.RateWindow),
+		publishLimit: newRateLimiter(cfg.Fees.RateBurst, cfg.Fees.RateWindow)}
 	if n.log == nil {
 		n.log = slog.Default()
 	}
@@ -263,11 +270,14 @@ func (n *Node) ListRuns(ctx context.Context, p wire.ListRunsParams) ([]wire.RunS
 	err := n.kv.Scan(ctx, KSRuns, nil, func(k, v []byte) error {
 		var r runState
 		if err := json.Unmarshal(v, &r); err != nil {
-			return fmt.Errorf("run %q: %w", k, err)
+			n.log.Error("listRuns: skipping a run whose stored state does not decode", "task", string(k), "err", err)
+			return nil
 		}
 		spec, _, err := wire.ParseSpec(r.Spec)
 		if err != nil {
-			return err
+			// One unreadable run must not hide every other run.
+			n.log.Error("listRuns: skipping a run whose stored spec does not parse", "task", string(k), "err", err)
+			return nil
 		}
 		if p.Status != "" && p.Status != r.Status {
 			return nil
@@ -289,7 +299,10 @@ func (n *Node) GetRun(ctx context.Context, task string) (*wire.RunView, error) {
 	}
 	v := &wire.RunView{TaskID: r.spec.TaskID, TaskSpec: r.Spec, SpecHash: r.SpecHash, Status: r.Status, Round: r.Round,
 		RoundStartedMs: r.RoundMs, Syncer: r.Syncer, Election: r.Election, TrainerMetrics: map[string]wire.TrainerMetrics{},
-		RoundRoots: r.Roots, HasWeights: r.HasInit}
+		RoundRoots: r.Roots, HasWeights: r.HasInit, CancelReason: r.CancelReason}
+	if r.Status == wire.StatusAwaiting && r.PostedMs > 0 {
+		v.EnrollDeadlineMs = r.PostedMs + r.spec.EnrollWindow()
+	}
 	if v.RoundRoots == nil {
 		v.RoundRoots = []wire.Hash{}
 	}
@@ -407,6 +420,9 @@ func (n *Node) Run(ctx context.Context) error {
 		case <-t.C:
 		}
 		n.tickEach(ctx, &wg)
+		if err := n.releaseUnbonded(ctx); err != nil && ctx.Err() == nil {
+			n.logTickErr("unbonding", err)
+		}
 	}
 }
 
@@ -418,7 +434,7 @@ func (n *Node) Tick(ctx context.Context) error {
 		var st struct {
 			Status string `json:"status"`
 		}
-		if json.Unmarshal(v, &st) == nil && st.Status == wire.StatusRunning {
+		if json.Unmarshal(v, &st) == nil && (st.Status == wire.StatusRunning || st.Status == wire.StatusAwaiting) {
 			tasks = append(tasks, string(k))
 		}
 		return nil
@@ -427,12 +443,18 @@ func (n *Node) Tick(ctx context.Context) error {
 		return err
 	}
 	sort.Strings(tasks)
+	// A run that fails to load or tick must not stop the timers of the runs
+	// after it: each is tried, the errors are returned together.
+	var errs []error
 	for _, task := range tasks {
 		if err := n.tickRun(ctx, task); err != nil {
-			return fmt.Errorf("run %s: %w", task, err)
+			errs = append(errs, fmt.Errorf("run %s: %w", task, err))
 		}
 	}
-	return nil
+	if err := n.releaseUnbonded(ctx); err != nil {
+		errs = append(errs, fmt.Errorf("unbonding: %w", err))
+	}
+	return errors.Join(errs...)
 }
 
 // Close releases nothing today; the KV is owned by the caller.
@@ -461,4 +483,21 @@ func (n *Node) GetWeights(ctx context.Context, p wire.GetWeightsParams) (*wire.W
 		return nil, err
 	}
 	return &wire.Weights{TaskID: p.TaskID, Round: r.Round, FragmentIndex: p.FragmentIndex, WeightsHash: wire.SumBytes(enc), Payload: enc}, nil
+}
+
+// logTickErr logs a timer failure, the same key at most once a minute.
+func (n *Node) logTickErr(key string, err error) {
+	n.abstainMu.Lock()
+	if n.lastTickErr == nil {
+		n.lastTickErr = map[string]time.Time{}
+	}
+	last, seen := n.lastTickErr[key]
+	doLog := !seen || time.Since(last) > time.Minute
+	if doLog {
+		n.lastTickErr[key] = time.Now()
+	}
+	n.abstainMu.Unlock()
+	if doLog {
+		n.log.Error("round timer", "run", key, "err", err)
+	}
 }

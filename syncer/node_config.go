@@ -41,6 +41,12 @@ type Config struct {
 	Role   string
 	Clock  func() time.Time
 	Logger *slog.Logger
+	// Fees sets the burned posting and publication fees and the per-DID
+	// rate limits (defaults when zero).
+	Fees FeeConfig
+	// UnbondingDelay is how long a withdrawn syncer stake stays locked in
+	// its unbonding account (DefaultUnbondingDelay when 0).
+	UnbondingDelay time.Duration
 	// Announce, when set, is called after each round transition (gossip).
 	Announce func(ctx context.Context, ev Event)
 	// Observer, when set, receives round and fragment measurements (metrics).

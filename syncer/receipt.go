@@ -165,6 +165,9 @@ func ParseReceipt(b []byte) (*wire.Receipt, error) {
 	if dec.More() {
 		return nil, errors.New("receipt: trailing data")
 	}
+	if err := wire.CheckStrictJSON(b, wire.StrictJSONOptions{}); err != nil {
+		return nil, fmt.Errorf("receipt: %w", err)
+	}
 	return &rc, nil
 }
 

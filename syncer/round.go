@@ -1,6 +1,7 @@
 package syncer
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -121,6 +122,17 @@ func (n *Node) submit(ctx context.Context, g *wire.OuterGradient) (*wire.SubmitR
 		if first.PayloadHash == g.PayloadHash {
 			return nil, Errf(KindConflict, "duplicate submission: %s already submitted payload %s for round %d fragment %d", g.TrainerDID, g.PayloadHash, g.Round, g.FragmentIndex)
 		}
+		// Equivocation is about content (PROTOCOL §6): the same tensors
+		// written with other header bytes, member order or padding are the
+		// same submission.
+		same, err := n.sameContent(ctx, fs, first.PayloadHash, values)
+		if err != nil {
+			return nil, err
+		}
+		if same {
+			return nil, Errf(KindConflict, "duplicate submission: %s already submitted the same tensors for round %d fragment %d (payload %s; this payload %s differs only in its encoding)",
+				g.TrainerDID, g.Round, g.FragmentIndex, first.PayloadHash, g.PayloadHash)
+		}
 		return nil, n.equivocation(ctx, r, first, rec)
 	} else if !errors.Is(err, ErrNotFound) {
 		return nil, err
@@ -155,6 +167,22 @@ func (n *Node) submit(ctx context.Context, g *wire.OuterGradient) (*wire.SubmitR
 	}
 	n.announce(ctx, Event{TaskID: g.TaskID, Kind: "submission", Round: g.Round, Detail: rec})
 	return res, nil
+}
+
+// sameContent says whether the stored payload first decodes to exactly the
+// values (in the fragment's tensor order, bit for bit) that values holds.
+// Names, dtypes and shapes are already equal: both payloads passed the
+// fragment's layout check.
+func (n *Node) sameContent(ctx context.Context, fs *fragState, first wire.Hash, values []byte) (bool, error) {
+	payload, err := n.kv.Get(ctx, KSBlobs, first[:])
+	if err != nil {
+		return false, fmt.Errorf("stored payload %s: %w", first, err)
+	}
+	v, err := fragmentValues(fs, payload)
+	if err != nil {
+		return false, fmt.Errorf("stored payload %s: %w", first, err)
+	}
+	return bytes.Equal(v, values), nil
 }
 
 // precheck runs the cheap checks: run state, enrolment, round, fragment, window.
@@ -262,53 +290,96 @@ func (n *Node) equivocation(ctx context.Context, r *runState, first, second subm
 		first.TrainerDID, first.PayloadHash, first.Round, first.FragmentIndex, dg)
 }
 
-// FinalizeRound implements Service: force every fragment with K accepted
-// submissions to commit now; say why not for the others.
-func (n *Node) FinalizeRound(ctx context.Context, task string) (*wire.FinalizeResult, error) {
-	pre, err := n.precompute(ctx, task) // plugins run outside the lock (finalize.go)
+// FinalizeRound implements Service. Only the run's elected syncer may ask
+// (a signed request), and it can never shorten the grace window τ for
+// trainers that are still active: a fragment with K accepted commits now
+// only when every active trainer has submitted for it or its window has
+// closed, and the round closes early only at its deadline. So the request
+// does exactly what the node's own timers would do at their next tick, and
+// for the others says per fragment why not (and when its window closes).
+func (n *Node) FinalizeRound(ctx context.Context, p *wire.FinalizeParams) (*wire.FinalizeResult, error) {
+	if p.TaskID == "" {
+		return nil, Errf(KindInvalid, "task_id is empty")
+	}
+	if _, err := did.Parse(p.SyncerDID); err != nil {
+		return nil, Errf(KindInvalid, "syncer_did: %v", err)
+	}
+	// Cheap checks before any plugin runs: only a request signed by the
+	// elected syncer for the current round makes the node compute (the
+	// nonce is checked under the lock below).
+	n.mu.Lock()
+	snap, err := n.load(ctx, p.TaskID)
+	n.mu.Unlock()
 	if err != nil {
 		return nil, err
 	}
+	var pre map[wire.Hash]*fragResult
+	if snap.Status == wire.StatusRunning && p.SyncerDID == snap.Syncer && p.Round == snap.Round {
+		if err := did.Verify(p.SyncerDID, p.Preimage(), p.Signature); err != nil {
+			return nil, Errf(KindUnauthorized, "bad signature: does not verify against %s", p.SyncerDID)
+		}
+		if pre, err = n.precompute(ctx, p.TaskID); err != nil { // plugins run outside the lock (finalize.go)
+			return nil, err
+		}
+	}
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	r, err := n.load(ctx, task)
+	r, err := n.load(ctx, p.TaskID)
 	if err != nil {
 		return nil, err
 	}
 	r.pre = pre
 	if r.Status != wire.StatusRunning {
-		return nil, Errf(KindConflict, "run %s is %s, not running", task, r.Status)
+		return nil, Errf(KindConflict, "run %s is %s, not running", p.TaskID, r.Status)
+	}
+	if p.SyncerDID != r.Syncer {
+		return nil, Errf(KindUnauthorized, "finalizeRound must be signed by run %s's elected syncer %s, not %s", p.TaskID, r.Syncer, p.SyncerDID)
+	}
+	var b Batch
+	if err := n.checkSigned(ctx, &b, p.SyncerDID, p.Nonce, p.Signature, p.Preimage()); err != nil {
+		return nil, err
+	}
+	if p.Round != r.Round {
+		return nil, Errf(KindConflict, "wrong round: finalizeRound is for round %d, the current round of %s is %d", p.Round, p.TaskID, r.Round)
 	}
 	round := r.Round
-	var b Batch
-	res := &wire.FinalizeResult{TaskID: task, Round: round}
+	staged := b.Len()
+	now := n.now().UnixMilli()
+	active := r.count(wire.TrainerActive)
+	res := &wire.FinalizeResult{TaskID: p.TaskID, Round: round}
 	for i, fs := range r.Fragments {
 		st := wire.FragmentStatus{Index: i, Accepted: len(fs.Subs), Committed: fs.Committed}
 		switch {
 		case fs.Committed:
-		case len(fs.Subs) >= r.spec.Quorum:
+		case len(fs.Subs) >= r.spec.Quorum && (len(fs.Subs) >= active || now > fs.KthMs+r.spec.GraceWindowMs):
 			if err := n.finalizeFragment(ctx, &b, r, i, true); err != nil {
 				return nil, changedConflict(err)
 			}
 			st.Committed = true
+		case len(fs.Subs) >= r.spec.Quorum:
+			st.WindowClosesMs = fs.KthMs + r.spec.GraceWindowMs
+			st.Reason = fmt.Sprintf("%d of K=%d accepted, %d active trainers have not submitted; its grace window closes in %d ms",
+				len(fs.Subs), r.spec.Quorum, active-len(fs.Subs), st.WindowClosesMs-now)
 		default:
 			st.Reason = fmt.Sprintf("%d of K=%d submissions accepted", len(fs.Subs), r.spec.Quorum)
 		}
 		res.Fragments = append(res.Fragments, st)
 	}
-	if err := n.maybeCloseRound(ctx, &b, r, false); err != nil {
+	if err := n.maybeCloseRound(ctx, &b, r, now >= r.RoundMs+r.spec.RoundDeadline()); err != nil {
 		return nil, err
 	}
-	if b.Len() > 0 {
+	res.Advanced = r.Round != round || r.Status != wire.StatusRunning
+	res.Status = r.Status
+	if b.Len() > staged {
+		// Something committed; the nonce is used with it. A request that
+		// changes nothing leaves no trace (it may be sent again).
 		n.putRun(&b, r)
 		if err := n.kv.Commit(ctx, &b); err != nil {
 			return nil, err
 		}
 	}
-	res.Advanced = r.Round != round || r.Status != wire.StatusRunning
-	res.Status = r.Status
 	if !res.Advanced {
-		return res, Errf(KindConflict, "round %d of %s cannot be finalized yet: %s", round, task, whyNot(res.Fragments))
+		return res, Errf(KindConflict, "round %d of %s cannot be finalized yet: %s", round, p.TaskID, whyNot(res.Fragments))
 	}
 	return res, nil
 }

@@ -21,7 +21,9 @@ type Service interface {
 	Enroll(ctx context.Context, p *wire.EnrollParams) (*wire.EnrollResult, error)
 	Leave(ctx context.Context, p *wire.LeaveParams) (*wire.EnrollResult, error)
 	Submit(ctx context.Context, g *wire.OuterGradient) (*wire.SubmitResult, error)
-	FinalizeRound(ctx context.Context, taskID string) (*wire.FinalizeResult, error)
+	// FinalizeRound is signed by the run's elected syncer; it commits what
+	// the timers would (never before τ for active trainers).
+	FinalizeRound(ctx context.Context, p *wire.FinalizeParams) (*wire.FinalizeResult, error)
 	GetWeights(ctx context.Context, p wire.GetWeightsParams) (*wire.Weights, error)
 	Balance(ctx context.Context, did string) (*wire.Balance, error)
 	Faucet(ctx context.Context, p wire.FaucetParams) (*wire.Balance, error)
@@ -30,6 +32,11 @@ type Service interface {
 	// SubmitElectionProof records a remote candidate's VRF proof for a run
 	// that has not started; the election at start includes it.
 	SubmitElectionProof(ctx context.Context, p *wire.ElectionProofParams) (*wire.ElectionProofResult, error)
+	// CancelRun is the sponsor's signed cancellation of a run that has not
+	// started: escrow and stakes are refunded.
+	CancelRun(ctx context.Context, p *wire.CancelRunParams) (*wire.CancelRunResult, error)
+	// Unbond withdraws a syncer candidate's stake after the unbonding delay.
+	Unbond(ctx context.Context, p *wire.UnbondParams) (*wire.SyncerCandidate, error)
 	Info(ctx context.Context) wire.NodeInfo
 	// AttestNonce issues the single-use nonce a trainer's next evidence binds.
 	AttestNonce(ctx context.Context, p wire.NonceParams) (*wire.NonceResult, error)

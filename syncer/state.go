@@ -36,6 +36,11 @@ type runState struct {
 	Equivocations []wire.Hash `json:"equivocations"`
 	Attestations  []wire.Hash `json:"attestations"`
 	Plugins       []wire.Hash `json:"plugins"`
+	// PostedMs is when the run was posted (node clock); the enrolment
+	// window counts from it. 0 for runs stored before it existed: those
+	// never expire.
+	PostedMs     int64  `json:"posted_ms,omitempty"`
+	CancelReason string `json:"cancel_reason,omitempty"`
 
 	// Codec decodes compressed payloads (nil: uncompressed).
 	Codec *RuleRef `json:"codec,omitempty"`

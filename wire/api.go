@@ -208,6 +208,21 @@ type SubmitResult struct {
 	Forwarded bool `json:"forwarded,omitempty"`
 }
 
+// FinalizeParams is tenzro_training_finalizeRound, signed by the run's
+// elected syncer. Round is the round the syncer means to close; a request
+// for another round is refused, so a delayed request cannot close a later one.
+type FinalizeParams struct {
+	TaskID    string `json:"task_id"`
+	SyncerDID string `json:"syncer_did"`
+	Round     uint64 `json:"round"`
+	Signed
+}
+
+// Preimage is the signing preimage (PROTOCOL §3).
+func (p *FinalizeParams) Preimage() []byte {
+	return RequestPreimage(MethodFinalizeRound, p.SyncerDID, p.Nonce, func(c *Canon) { c.Str(p.TaskID).U64(p.Round) })
+}
+
 // FinalizeResult answers finalizeRound.
 type FinalizeResult struct {
 	TaskID    string           `json:"task_id"`
@@ -224,6 +239,9 @@ type FragmentStatus struct {
 	Accepted  int    `json:"accepted"`
 	Committed bool   `json:"committed"`
 	Reason    string `json:"reason,omitempty"`
+	// WindowClosesMs is, for a fragment with K accepted whose grace window
+	// is still open for active trainers, when it closes (Unix ms).
+	WindowClosesMs int64 `json:"window_closes_ms,omitempty"`
 }
 
 // GetWeightsParams is tenzro_training_getWeights.
@@ -288,6 +306,10 @@ func (p *RegisterSyncerParams) Preimage() []byte {
 type SyncerCandidate struct {
 	DID   string `json:"did"`
 	Stake string `json:"stake"`
+	// Unbonding is set once the candidate asked to withdraw: it is no
+	// longer elected, and its stake returns at ReleaseMs (Unix ms).
+	Unbonding bool  `json:"unbonding,omitempty"`
+	ReleaseMs int64 `json:"release_ms,omitempty"`
 }
 
 // NodeInfo answers tenzro_node_info.
@@ -379,4 +401,47 @@ type ElectionProofResult struct {
 	TaskID string   `json:"task_id"`
 	DID    string   `json:"did"`
 	Output HexBytes `json:"output"`
+}
+
+// RPC methods added for run cancellation and syncer unbonding (issue 8).
+const (
+	MethodCancelRun    = "tenzro_training_cancelRun"
+	MethodUnbondSyncer = "tenzro_syncer_unbond"
+)
+
+// CancelRunParams is tenzro_training_cancelRun: the sponsor cancels a run
+// that has not started; the escrow and every enrolled trainer's stake are
+// refunded.
+type CancelRunParams struct {
+	TaskID string `json:"task_id"`
+	Signed
+}
+
+// Preimage is the signing preimage (signer: the spec's sponsor_did).
+func (p *CancelRunParams) Preimage(sponsor string) []byte {
+	return RequestPreimage(MethodCancelRun, sponsor, p.Nonce, func(c *Canon) { c.Str(p.TaskID) })
+}
+
+// CancelRunResult answers cancelRun.
+type CancelRunResult struct {
+	TaskID string `json:"task_id"`
+	Status string `json:"status"`
+	// Refunded is the escrow returned to the sponsor (attoTNZO).
+	Refunded string `json:"refunded"`
+	// StakesRefunded is the number of trainers whose stake was returned.
+	StakesRefunded int `json:"stakes_refunded"`
+}
+
+// UnbondParams is tenzro_syncer_unbond: a candidate withdraws its whole
+// syncer stake. The stake moves to an unbonding account at once, the
+// candidate is no longer elected, and the stake returns to the DID after the
+// node's unbonding delay.
+type UnbondParams struct {
+	DID string `json:"did"`
+	Signed
+}
+
+// Preimage is the signing preimage.
+func (p *UnbondParams) Preimage() []byte {
+	return RequestPreimage(MethodUnbondSyncer, p.DID, p.Nonce, nil)
 }

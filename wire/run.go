@@ -87,6 +87,11 @@ type RunView struct {
 	Aggregation    json.RawMessage           `json:"aggregation"`
 	Escrow         string                    `json:"escrow"`
 	HasWeights     bool                      `json:"has_weights"`
+	// CancelReason says why a cancelled run ended (sponsor cancelled, or the
+	// enrolment window passed before M trainers enrolled).
+	CancelReason string `json:"cancel_reason,omitempty"`
+	// EnrollDeadlineMs is when a run still awaiting enrolment expires (Unix ms).
+	EnrollDeadlineMs int64 `json:"enroll_deadline_ms,omitempty"`
 }
 
 // Fragment commit statuses.

@@ -5,7 +5,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"math/big"
+	"reflect"
 	"regexp"
+	"strings"
 
 	"github.com/gowebpki/jcs"
 )
@@ -99,6 +101,24 @@ type TaskSpec struct {
 	// Compression names the codec outer gradients travel in, e.g.
 	// {"codec":"int4-block","block":64} (docs/protocol/compression.md).
 	Compression json.RawMessage `json:"compression,omitempty"`
+	// EnrollWindowMs is how long after posting a run may wait for M
+	// trainers (and its initial weights); past it the run expires and the
+	// escrow and stakes are refunded (default 7 days, at most 90 days).
+	EnrollWindowMs int64 `json:"enroll_window_ms,omitempty"`
+}
+
+// Enrolment window bounds.
+const (
+	DefaultEnrollWindowMs = 7 * 24 * 3600 * 1000
+	MaxEnrollWindowMs     = 90 * 24 * 3600 * 1000
+)
+
+// EnrollWindow returns the enrolment window in ms (default 7 days).
+func (s *TaskSpec) EnrollWindow() int64 {
+	if s.EnrollWindowMs > 0 {
+		return s.EnrollWindowMs
+	}
+	return DefaultEnrollWindowMs
 }
 
 var taskIDRe = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._:-]*$`)
@@ -117,6 +137,18 @@ func ParseSpec(raw []byte) (*TaskSpec, []byte, error) {
 	}
 	if dec.More() {
 		return nil, nil, fmt.Errorf("spec: trailing data after the JSON object")
+	}
+	// What encoding/json lets through: a duplicate member (last one wins,
+	// so two readers may see two specs) and integers that RFC 8785 stores
+	// as a different number (9223372036854775807 becomes
+	// 9223372036854776000, which no longer fits the field).
+	if err := CheckStrictJSON(raw, StrictJSONOptions{ExactIntegers: true}); err != nil {
+		return nil, nil, fmt.Errorf("spec: %w", err)
+	}
+	// encoding/json also matches member names case-insensitively
+	// ("ArChiteCture"): the spec's own names must be spelled exactly.
+	if err := exactNames(raw, reflect.TypeOf(s), ""); err != nil {
+		return nil, nil, fmt.Errorf("spec: %w", err)
 	}
 	canon, err := jcs.Transform(raw)
 	if err != nil {
@@ -152,14 +184,18 @@ func (s *TaskSpec) Validate() error {
 		return fmt.Errorf("spec: grace_window_ms is %d, want 0..%d", s.GraceWindowMs, MaxGraceMillis)
 	case s.RoundDeadlineMs < 0:
 		return fmt.Errorf("spec: round_deadline_ms is %d, want ≥ 0", s.RoundDeadlineMs)
+	case s.EnrollWindowMs < 0 || s.EnrollWindowMs > MaxEnrollWindowMs:
+		return fmt.Errorf("spec: enroll_window_ms is %d, want 0 (default 7 days)..%d", s.EnrollWindowMs, MaxEnrollWindowMs)
 	case s.ShardCount < 0:
 		return fmt.Errorf("spec: shard_count is %d, want ≥ 0", s.ShardCount)
 	}
 	if s.Tier != TierOpen && s.Tier != TierVerified && s.Tier != TierConfidential {
 		return fmt.Errorf("spec: tier %q unknown (want %s, %s or %s)", s.Tier, TierOpen, TierVerified, TierConfidential)
 	}
-	if _, err := ParseAmount(s.RewardPool); err != nil {
+	if rp, err := ParseAmount(s.RewardPool); err != nil {
 		return fmt.Errorf("spec: reward_pool: %w", err)
+	} else if rp.Sign() == 0 {
+		return fmt.Errorf("spec: reward_pool is \"0\": a run must escrow a positive reward (it is what pays the trainers and makes posting cost something)")
 	}
 	if s.MinStake != "" {
 		if _, err := ParseAmount(s.MinStake); err != nil {
@@ -262,4 +298,40 @@ func ParseDIDLike(s string) (string, error) {
 		return "", fmt.Errorf("%q is not a did:tenzro DID", trunc(s))
 	}
 	return s, nil
+}
+
+// exactNames checks that every member of the JSON object raw is exactly the
+// JSON name of a field of struct type t, recursing into struct-typed fields
+// (free-form members such as metadata are json.RawMessage and not entered).
+func exactNames(raw []byte, t reflect.Type, path string) error {
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	if t.Kind() != reflect.Struct {
+		return nil
+	}
+	var members map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &members); err != nil {
+		return nil // null or not an object: the decoder already judged it
+	}
+	fields := map[string]reflect.Type{}
+	for i := 0; i < t.NumField(); i++ {
+		f := t.Field(i)
+		name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+		if f.IsExported() && name != "" && name != "-" {
+			fields[name] = f.Type
+		}
+	}
+	for name, v := range members {
+		ft, ok := fields[name]
+		if !ok {
+			return fmt.Errorf("unknown field %q (member names are exact-case)", path+name)
+		}
+		if ft != reflect.TypeOf(json.RawMessage(nil)) {
+			if err := exactNames(v, ft, path+name+"."); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }

@@ -143,6 +143,9 @@ func build(t *testing.T) vectorFile {
 		{wire.MethodEnrollTrainer, 2, did.KindMachine, 42, []field{{Str: sp("train-2026-04-25-timesfm-200m")}, {Str: sp("100000000000000000000")}}},
 		{wire.MethodLeaveRun, 3, did.KindMachine, 43, []field{{Str: sp("train-2026-04-25-timesfm-200m")}}},
 		{wire.MethodRegisterSyncer, 3, did.KindMachine, 44, []field{{Str: sp("5000")}}},
+		{wire.MethodFinalizeRound, 4, did.KindMachine, 45, []field{{Str: sp("train-2026-04-25-timesfm-200m")}, {U64: up(7)}}},
+		{wire.MethodCancelRun, 1, did.KindHuman, 46, []field{{Str: sp("train-2026-04-25-timesfm-200m")}}},
+		{wire.MethodUnbondSyncer, 4, did.KindMachine, 47, nil},
 	}
 	for _, r := range reqs {
 		k, _ := did.FromSeed(r.kind, seed(r.seed))

@@ -14,6 +14,8 @@ import (
 	"github.com/knadh/koanf/v2"
 	"github.com/spf13/pflag"
 	"go.yaml.in/yaml/v3"
+
+	"github.com/tenzro/train/rpc"
 )
 
 // maxConfigBytes bounds a --config file.
@@ -42,6 +44,10 @@ type Config struct {
 	IPFSDHT         bool     `koanf:"ipfs-dht"`
 	// DatasetStall fails a dataset fetch when no block arrives for this long.
 	DatasetStall time.Duration `koanf:"dataset-stall-timeout"`
+	// LargeMinRate and LargeGraceMs set the minimum transfer rate of large
+	// request bodies (rpc.Options.LargeMinRate, LargeGrace).
+	LargeMinRate int64 `koanf:"large-min-rate"`
+	LargeGraceMs int64 `koanf:"large-grace-ms"`
 }
 
 // configKeys are the keys a config file may set (the flag names).
@@ -49,6 +55,7 @@ var configKeys = map[string]bool{
 	"role": true, "data-dir": true, "listen-addr": true, "rpc-addr": true, "boot-nodes": true, "dev": true,
 	"node-key": true, "engine": true, "max-request-bytes": true, "metrics-addr": true, "log-level": true, "log-format": true,
 	"enclave": true, "tdx-collateral": true, "dashboard": true, "dataset-max-bytes": true, "ipfs-dht": true, "dataset-stall-timeout": true,
+	"large-min-rate": true, "large-grace-ms": true,
 }
 
 // fileProvider reads a config file with a size limit (koanf.Provider).
@@ -158,6 +165,8 @@ func defaults() Config {
 		LogFormat:       "text",
 		Enclave:         "auto",
 		Dashboard:       "auto",
+		LargeMinRate:    rpc.DefaultLargeMinRate,
+		LargeGraceMs:    rpc.DefaultLargeGrace.Milliseconds(),
 	}
 }
 
@@ -203,6 +212,8 @@ func (c *Config) validate() error {
 		return fmt.Errorf("max-request-bytes %d: want 1 MiB .. 4 GiB", c.MaxRequestBytes)
 	case c.Dashboard != "auto" && c.Dashboard != "on" && c.Dashboard != "off":
 		return fmt.Errorf("dashboard %q: want auto, on or off", c.Dashboard)
+	case c.LargeMinRate < 1 || c.LargeGraceMs < 0:
+		return fmt.Errorf("large-min-rate %d / large-grace-ms %d: want a rate ≥ 1 byte/s and a grace ≥ 0", c.LargeMinRate, c.LargeGraceMs)
 	case c.LogFormat != "text" && c.LogFormat != "json":
 		return fmt.Errorf("log-format %q: want text or json", c.LogFormat)
 	case c.DatasetMaxBytes < 0:

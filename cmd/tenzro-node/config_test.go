@@ -76,6 +76,7 @@ func TestBadConfigAndFlags(t *testing.T) {
 		{[]string{"--engine", "gpu"}, "engine"},
 		{[]string{"--dashboard", "maybe"}, "dashboard"},
 		{[]string{"--max-request-bytes", "10"}, "max-request-bytes"},
+		{[]string{"--large-min-rate", "0"}, "large-min-rate"},
 		{[]string{"--config", typo}, `unknown key "rpc_addr"`},
 		{[]string{"--config", filepath.Join(dir, "missing.yaml")}, "missing.yaml"},
 		{[]string{"--bogus"}, "unknown flag"},

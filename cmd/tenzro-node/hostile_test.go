@@ -134,7 +134,11 @@ func postRun(ctx context.Context, c *client.Client, sponsor *did.Key, nonce uint
 		return err
 	}
 	p := &wire.PostTaskParams{Spec: raw, InitWeights: weights, Signed: wire.Signed{Nonce: nonce}}
-	p.Signature = sponsor.Sign(p.Preimage(sponsor.DID.String(), wire.SpecHash(canon), wire.SumBytes(weights)))
+	var wh wire.Hash // zero when no weights (PROTOCOL §3)
+	if len(weights) > 0 {
+		wh = wire.SumBytes(weights)
+	}
+	p.Signature = sponsor.Sign(p.Preimage(sponsor.DID.String(), wire.SpecHash(canon), wh))
 	_, err = c.PostTask(ctx, p)
 	return err
 }
@@ -167,6 +171,11 @@ func TestHostilePluginsAgainstTheNode(t *testing.T) {
 		}
 	}
 
+	// Publishing and posting cost a burned fee (syncer/fees.go): the
+	// attacker needs a funded DID.
+	if _, err := c.Faucet(ctx, wire.FaucetParams{DID: key.DID.String(), Amount: "100000000000000000000000"}); err != nil {
+		t.Fatal(err)
+	}
 	err := whileResponsive(t, c, func() error {
 		_, err := publish(ctx, c, key, next(), hostile(t, hostilemod.Loop, hostilemod.ReturnZero, 1))
 		return err
@@ -176,9 +185,6 @@ func TestHostilePluginsAgainstTheNode(t *testing.T) {
 	}
 	report("looping publish")
 
-	if _, err := c.Faucet(ctx, wire.FaucetParams{DID: key.DID.String(), Amount: "100000000000000000000000"}); err != nil {
-		t.Fatal(err)
-	}
 	for i, bomb := range []struct {
 		name  string
 		pages uint32

@@ -79,6 +79,8 @@ are the flag names), then the flags given on the command line.`,
 	f.String("node-key", "", "node key file (default <data-dir>/node.key, created on first start)")
 	f.String("engine", d.Engine, "aggregation engine: wasm (plugins) or native")
 	f.Int64("max-request-bytes", d.MaxRequestBytes, "largest JSON-RPC request body in bytes")
+	f.Int64("large-min-rate", d.LargeMinRate, "slowest accepted large request body (over 1 MiB), bytes/s, after --large-grace-ms")
+	f.Int64("large-grace-ms", d.LargeGraceMs, "how long a large request body may lag behind --large-min-rate at its start (ms)")
 	f.String("metrics-addr", "", "serve Prometheus metrics on this address at /metrics (default off)")
 	f.String("log-level", d.LogLevel, "log level: debug, info, warn or error")
 	f.String("log-format", d.LogFormat, "log format: text or json")

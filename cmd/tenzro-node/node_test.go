@@ -74,6 +74,14 @@ func testNode(t *testing.T, engine string) {
 		key, _ := did.Generate(did.KindHuman, nil)
 		p := &wire.PublishPluginParams{DID: key.DID.String(), Module: []byte("not wasm"), Signed: wire.Signed{Nonce: 1}}
 		p.Signature = key.Sign(p.Preimage())
+		// Publishing costs a burned fee: an unfunded DID is refused before
+		// its module is looked at.
+		if _, err := c.PublishPlugin(context.Background(), p); client.CodeOf(err) != rpc.CodeFunds {
+			t.Fatalf("unfunded publisher: %v", err)
+		}
+		if _, err := c.Faucet(context.Background(), wire.FaucetParams{DID: key.DID.String(), Amount: "10000000000"}); err != nil {
+			t.Fatal(err)
+		}
 		if _, err := c.PublishPlugin(context.Background(), p); client.CodeOf(err) != rpc.CodeInvalidParams {
 			t.Fatalf("bad module: %v", err)
 		}

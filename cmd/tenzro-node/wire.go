@@ -62,7 +62,7 @@ func runNode(ctx context.Context, cfg Config, log *slog.Logger) (err error) {
 		}
 		defer closeLogged(log, "wasm engine", func() error { return pe.Close(context.WithoutCancel(ctx)) })
 		engine = pe
-		registry = pluginRegistry{pe}
+		registry = &pluginRegistry{e: pe}
 	default:
 		engine = syncer.NewNativeEngine()
 	}
@@ -99,6 +99,9 @@ func runNode(ctx context.Context, cfg Config, log *slog.Logger) (err error) {
 		return fmt.Errorf("start syncer: %w", err)
 	}
 	defer closeLogged(log, "syncer", node.Close)
+	if pr, ok := registry.(*pluginRegistry); ok {
+		pr.node = node // publications pay the burned fee, rate-limited per DID
+	}
 
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -161,6 +164,8 @@ func runNode(ctx context.Context, cfg Config, log *slog.Logger) (err error) {
 	opts := rpc.Options{
 		Routes:          dsRoutes,
 		MaxRequestBytes: cfg.MaxRequestBytes,
+		LargeMinRate:    cfg.LargeMinRate,
+		LargeGrace:      time.Duration(cfg.LargeGraceMs) * time.Millisecond,
 		Logger:          log.With("component", "rpc"),
 		VerifyReceipt: func(receipt, root []byte) (byte, string) {
 			if err := syncer.CheckReceipt(receipt, root); err != nil {
@@ -262,15 +267,25 @@ func closeLogged(log *slog.Logger, what string, f func() error) {
 // pluginRegistry serves the wasm engine's registry over RPC
 // (tenzro_plugin_*). Publishing is content-addressed and idempotent, so a
 // replayed request changes nothing; the signature proves who published.
-type pluginRegistry struct{ e *plugins.Engine }
+type pluginRegistry struct {
+	e    *plugins.Engine
+	node *syncer.Node
+}
 
-func (r pluginRegistry) Publish(ctx context.Context, p *wire.PublishPluginParams) (*wire.PluginInfo, error) {
+func (r *pluginRegistry) Publish(ctx context.Context, p *wire.PublishPluginParams) (*wire.PluginInfo, error) {
 	if len(p.Module) > plugins.MaxModuleBytes {
 		return nil, syncer.Errf(syncer.KindInvalid, "module: %d bytes, limit %d", len(p.Module), plugins.MaxModuleBytes)
 	}
 	if err := did.Verify(p.DID, p.Preimage(), p.Signature); err != nil {
 		return nil, syncer.Errf(syncer.KindUnauthorized, "publish signature by %q: %v", p.DID, err)
 	}
+	if r.node != nil {
+		return r.node.GatePublish(ctx, p.DID, func(ctx context.Context) (*wire.PluginInfo, error) { return r.publish(ctx, p) })
+	}
+	return r.publish(ctx, p)
+}
+
+func (r *pluginRegistry) publish(ctx context.Context, p *wire.PublishPluginParams) (*wire.PluginInfo, error) {
 	info, err := r.e.Publish(ctx, p.Module)
 	if err != nil {
 		if strings.HasPrefix(err.Error(), "plugins: store ") {

@@ -114,9 +114,19 @@ func (f *cliFake) Submit(_ context.Context, g *wire.OuterGradient) (*wire.Submit
 	f.mu.Unlock()
 	return &wire.SubmitResult{Accepted: true, Round: g.Round, FragmentIndex: g.FragmentIndex, PayloadHash: g.PayloadHash, AcceptedCount: 1}, nil
 }
-func (f *cliFake) FinalizeRound(_ context.Context, task string) (*wire.FinalizeResult, error) {
+func (f *cliFake) FinalizeRound(_ context.Context, p *wire.FinalizeParams) (*wire.FinalizeResult, error) {
+	task := p.TaskID
 	return &wire.FinalizeResult{TaskID: task, Round: 1, Status: wire.StatusRunning,
 		Fragments: []wire.FragmentStatus{{Index: 0, Accepted: 6, Committed: true}, {Index: 1, Accepted: 2, Reason: "2 of K=6 accepted"}}}, nil
+}
+func (f *cliFake) CancelRun(_ context.Context, p *wire.CancelRunParams) (*wire.CancelRunResult, error) {
+	return &wire.CancelRunResult{TaskID: p.TaskID, Status: wire.StatusCancelled, Refunded: "1000", StakesRefunded: 2}, nil
+}
+func (f *cliFake) Unbond(_ context.Context, p *wire.UnbondParams) (*wire.SyncerCandidate, error) {
+	if err := verify(p.DID, p.Preimage(), p.Signature); err != nil {
+		return nil, err
+	}
+	return &wire.SyncerCandidate{DID: p.DID, Stake: "5", Unbonding: true, ReleaseMs: 1764000000000}, nil
 }
 func (f *cliFake) GetWeights(_ context.Context, p wire.GetWeightsParams) (*wire.Weights, error) {
 	return &wire.Weights{TaskID: p.TaskID, FragmentIndex: p.FragmentIndex, Round: 1, Payload: []byte("safetensors-bytes")}, nil
@@ -273,14 +283,28 @@ func TestSponsorAndTrainerFlow(t *testing.T) {
 		t.Fatalf("wrong round: %d %q", code, errOut)
 	}
 
-	code, out, errOut = e.run("train", "finalize-round", "--task-id", "t1")
+	code, out, errOut = e.run("train", "finalize-round", "--task-id", "t1", "--key", e.path("t0.key"), "--wait", "0")
 	if code != 1 || !strings.Contains(out, "fragment 1: 2 accepted — 2 of K=6 accepted") || !strings.Contains(errOut, "cannot be finalized") {
 		t.Fatalf("finalize: %d %q %q", code, out, errOut)
+	}
+
+	// Without --key nothing is signed: the command only watches the round.
+	code, _, errOut = e.run("train", "finalize-round", "--task-id", "t1", "--wait", "0")
+	if code != 1 || !strings.Contains(errOut, "only the elected syncer may finalize") || !strings.Contains(errOut, "did not close within 0s") {
+		t.Fatalf("finalize without key: %d %q", code, errOut)
 	}
 
 	code, out, _ = e.run("train", "leave", "--task-id", "t1", "--key", e.path("t0.key"))
 	if code != 0 || !strings.Contains(out, "left") {
 		t.Fatalf("leave: %d %q", code, out)
+	}
+	code, out, errOut = e.run("train", "cancel-run", "--task-id", "t1", "--key", e.path("t0.key"))
+	if code != 0 || !strings.Contains(out, "cancelled t1: 1000 attoTNZO refunded to the sponsor, 2 trainer stake(s) refunded") {
+		t.Fatalf("cancel-run: %d %q %q", code, out, errOut)
+	}
+	code, out, errOut = e.run("syncer", "unbond", "--key", e.path("t0.key"))
+	if code != 0 || !strings.Contains(out, "unbonding "+trainer+": stake 5 is released at 2025-11-24") {
+		t.Fatalf("syncer unbond: %d %q %q", code, out, errOut)
 	}
 	code, out, _ = e.run("syncer", "register", "--stake", "5", "--key", e.path("t0.key"))
 	if code != 0 || !strings.Contains(out, "registered "+trainer) {

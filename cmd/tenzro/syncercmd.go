@@ -13,7 +13,7 @@ import (
 
 func newSyncerCmd() *cobra.Command {
 	cmd := &cobra.Command{Use: "syncer", Short: "Syncer candidacy for the election of a run's syncer", RunE: groupRunE}
-	cmd.AddCommand(newSyncerRegisterCmd(), newSyncerListCmd(), newSyncerProveCmd())
+	cmd.AddCommand(newSyncerRegisterCmd(), newSyncerListCmd(), newSyncerProveCmd(), newSyncerUnbondCmd())
 	return cmd
 }
 

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"os"
 	"sort"
-	"strings"
 	"text/tabwriter"
 
 	"github.com/spf13/cobra"
@@ -27,7 +26,7 @@ watching a run (get-run, finalize-round).`,
 		RunE: groupRunE,
 	}
 	cmd.AddCommand(newPostTaskCmd(), newSetInitWeightsCmd(), newListRunsCmd(), newGetRunCmd(), newGetReceiptCmd(),
-		newEnrollCmd(), newLeaveCmd(), newSubmitCmd(), newFinalizeCmd(), newGetWeightsCmd())
+		newEnrollCmd(), newLeaveCmd(), newSubmitCmd(), newFinalizeCmd(), newGetWeightsCmd(), newCancelRunCmd())
 	for _, f := range auditCommands {
 		cmd.AddCommand(f())
 	}
@@ -453,65 +452,6 @@ node's dashboard plots it.`,
 	for _, f := range []string{"task-id", "round", "fragment", "payload"} {
 		_ = c.MarkFlagRequired(f)
 	}
-	return c
-}
-
-func newFinalizeCmd() *cobra.Command {
-	var task string
-	c := &cobra.Command{
-		Use:   "finalize-round --task-id ID",
-		Short: "Close the current round where K submissions are in, or say why not",
-		Long: `The syncer closes a fragment by itself when every active trainer has submitted,
-or when K have and the grace window has passed. finalize-round forces it for
-fragments with K accepted submissions; when the round cannot close it prints,
-per fragment, why not, and exits 1.`,
-		Example: `  tenzro train finalize-round --task-id train-1`,
-		Args:    noArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			res, err := nodeClient(cmd).FinalizeRound(cmd.Context(), task)
-			if err != nil {
-				return err
-			}
-			if jsonOutput(cmd) {
-				if err := emitJSON(cmd, res); err != nil {
-					return err
-				}
-			} else {
-				w := cmd.OutOrStdout()
-				state := "not finalized"
-				if res.Advanced {
-					state = "finalized"
-				}
-				fmt.Fprintf(w, "%s round %d: %s (run %s)\n", res.TaskID, res.Round, state, res.Status)
-				for _, f := range res.Fragments {
-					line := fmt.Sprintf("  fragment %d: %d accepted", f.Index, f.Accepted)
-					if f.Committed {
-						line += ", committed"
-					}
-					if f.Reason != "" {
-						line += " — " + f.Reason
-					}
-					fmt.Fprintln(w, line)
-				}
-			}
-			if !res.Advanced {
-				var why []string
-				for _, f := range res.Fragments {
-					if !f.Committed && f.Reason != "" {
-						why = append(why, fmt.Sprintf("fragment %d: %s", f.Index, f.Reason))
-					}
-				}
-				msg := fmt.Sprintf("round %d of %s cannot be finalized yet", res.Round, res.TaskID)
-				if len(why) > 0 {
-					msg += ": " + strings.Join(why, "; ")
-				}
-				return &exitError{code: exitFailed, msg: msg}
-			}
-			return nil
-		},
-	}
-	c.Flags().StringVar(&task, "task-id", "", "run's task id")
-	_ = c.MarkFlagRequired("task-id")
 	return c
 }
 

@@ -76,11 +76,24 @@ func (c *Client) Submit(ctx context.Context, g *wire.OuterGradient) (*wire.Submi
 	return &r, c.Call(ctx, wire.MethodSubmitGradient, g, &r)
 }
 
-// FinalizeRound forces the current round closed where K are accepted, and
-// says per fragment why not otherwise.
-func (c *Client) FinalizeRound(ctx context.Context, taskID string) (*wire.FinalizeResult, error) {
+// FinalizeRound asks the node to commit what the round's rules allow now
+// (signed by the run's elected syncer), and says per fragment why not
+// otherwise. A refusal still returns the per-fragment result.
+func (c *Client) FinalizeRound(ctx context.Context, p *wire.FinalizeParams) (*wire.FinalizeResult, error) {
 	var r wire.FinalizeResult
-	return &r, c.Call(ctx, wire.MethodFinalizeRound, wire.TaskIDParams{TaskID: taskID}, &r)
+	return &r, c.Call(ctx, wire.MethodFinalizeRound, p, &r)
+}
+
+// CancelRun cancels a run that has not started (signed by its sponsor).
+func (c *Client) CancelRun(ctx context.Context, p *wire.CancelRunParams) (*wire.CancelRunResult, error) {
+	var r wire.CancelRunResult
+	return &r, c.Call(ctx, wire.MethodCancelRun, p, &r)
+}
+
+// Unbond withdraws a syncer candidate's stake (signed by the candidate).
+func (c *Client) Unbond(ctx context.Context, p *wire.UnbondParams) (*wire.SyncerCandidate, error) {
+	var r wire.SyncerCandidate
+	return &r, c.Call(ctx, wire.MethodUnbondSyncer, p, &r)
 }
 
 // GetWeights returns a fragment's current weights (safetensors).

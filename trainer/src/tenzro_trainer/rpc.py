@@ -188,5 +188,20 @@ class Client:
             params["metrics"] = metrics
         return self.call("tenzro_training_submitOuterGradient", params)
 
-    def finalize_round(self, task_id: str) -> dict:
-        return self.call("tenzro_training_finalizeRound", {"task_id": task_id})
+    def finalize_round(self, key: Key, task_id: str, round_: int) -> dict:
+        """Signed by the run's elected syncer (``key``); the node commits only what the round's rules allow
+        now and never closes a grace window early (PROTOCOL §3, §6)."""
+        nonce = NONCES.next()
+        pre = request_preimage(
+            "tenzro_training_finalizeRound", key.did, nonce, method_fields().str(task_id).u64(round_)
+        )
+        return self.call(
+            "tenzro_training_finalizeRound",
+            {
+                "task_id": task_id,
+                "syncer_did": key.did,
+                "round": round_,
+                "nonce": nonce,
+                "signature": key.sign(pre).hex(),
+            },
+        )
