@@ -29,7 +29,7 @@ def main() -> None:
     a = ap.parse_args()
     bins = common.build_bins()
     res: dict[str, dict[str, float]] = {}
-    with common.node(bins) as (url, _):
+    with common.node(bins) as (url, _, _):
         for rule in a.rules.split(","):
             for name, att in ATTACKS.items():
                 e = Experiment(rpc=url, workdir=Path(tempfile.mkdtemp(prefix="bench-byz-")), rounds=a.rounds, m=8,

@@ -32,6 +32,8 @@ def build_bins() -> Path:
 
 @contextlib.contextmanager
 def node(bins: Path):
+    """A fresh tenzro-node --dev on a free port: yields (url, data dir, process); the process's peak RSS
+    (VmHWM) belongs to this node alone."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
@@ -51,7 +53,7 @@ def node(bins: Path):
                 raise RuntimeError(f"tenzro-node exited; see {d / 'node.log'}") from None
             time.sleep(0.1)
     try:
-        yield url, d
+        yield url, d, p
     finally:
         p.terminate()
         p.wait(10)

@@ -26,7 +26,7 @@ def main() -> None:
     a = ap.parse_args()
     bins = common.build_bins()
     e = None
-    with common.node(bins) as (url, _):
+    with common.node(bins) as (url, _, _):
         e = Experiment(rpc=url, workdir=Path(tempfile.mkdtemp(prefix="bench-comm-")), rounds=a.rounds, bins=bins,
                        quiet=True)  # fmt: skip
         c, task, procs, _ = start(e)

@@ -13,11 +13,9 @@ than a ring all-reduce; top-k + error feedback >= 1000x fewer bytes, within 5%.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
 import re
-import socket
 import statistics
 import subprocess
 import tempfile
@@ -27,7 +25,6 @@ from pathlib import Path
 import common
 from tenzro_trainer import models
 from tenzro_trainer.experiment import Experiment, follow, start, trainer_stats
-from tenzro_trainer.rpc import Client, NodeUnavailable
 
 CODECS: dict[str, dict | None] = {
     "none": None,
@@ -39,34 +36,6 @@ CODECS: dict[str, dict | None] = {
     "topk2%+EF": {"codec": "topk", "k": 0.02, "values": 0},
     "topk2%/int8+EF": {"codec": "topk", "k": 0.02, "values": 2},
 }
-
-
-@contextlib.contextmanager
-def node(bins: Path):
-    """A fresh tenzro-node --dev per codec, so its peak RSS (VmHWM) belongs to that run alone."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    d = Path(tempfile.mkdtemp(prefix="tenzro-bench-node-"))
-    log = open(d / "node.log", "wb")  # noqa: SIM115
-    p = subprocess.Popen(
-        [str(bins / "tenzro-node"), "--dev", "--data-dir", str(d / "data"), "--rpc-addr", f"127.0.0.1:{port}",
-         "--listen-addr", "/ip4/127.0.0.1/tcp/0"], stdout=log, stderr=subprocess.STDOUT)  # fmt: skip
-    url = f"http://127.0.0.1:{port}"
-    c = Client(url, timeout=5)
-    for _ in range(600):
-        try:
-            c.node_info()
-            break
-        except NodeUnavailable:
-            if p.poll() is not None:
-                raise RuntimeError(f"tenzro-node exited; see {d / 'node.log'}") from None
-            time.sleep(0.1)
-    try:
-        yield url, p
-    finally:
-        p.terminate()
-        p.wait(10)
 
 
 def peak_rss_mib(pid: int) -> float:
@@ -91,7 +60,7 @@ def decode_bench(n: int, times: int = 30) -> dict[str, dict[str, float]]:
 
 
 def run_codec(bins: Path, name: str, compression: dict | None, rounds: int) -> dict:
-    with node(bins) as (url, proc):
+    with common.node(bins) as (url, _, proc):
         e = Experiment(rpc=url, workdir=Path(tempfile.mkdtemp(prefix=f"bench-comp-{name[:4]}-")), rounds=rounds,
                        m=8, k=8, f=4, h=24, bins=bins, quiet=True, compression=compression,
                        task_id=f"bench-compression-{re.sub(r'[^a-z0-9]', '', name.lower())}")  # fmt: skip

@@ -86,7 +86,7 @@ def main() -> None:
                d.get("wall_s", float("nan")), d["task"])  # fmt: skip
         return
     bins = common.build_bins()
-    with common.node(bins) as (url, d):
+    with common.node(bins) as (url, d, _):
         e = Experiment(rpc=url, workdir=Path(tempfile.mkdtemp(prefix="bench-conv-")), rounds=a.rounds, m=8, k=8,
                        f=4, h=24, lr=a.lr, batch=a.batch, bins=bins)  # fmt: skip
         t0 = time.monotonic()

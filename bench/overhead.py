@@ -30,7 +30,7 @@ def main() -> None:
     a = ap.parse_args()
     bins = common.build_bins()
     rows, raw = [], {}
-    with common.node(bins) as (url, _):
+    with common.node(bins) as (url, _, _):
         for name in a.sizes.split(","):
             md = SIZES[name]
             e = Experiment(rpc=url, workdir=Path(tempfile.mkdtemp(prefix="bench-ovh-")), rounds=a.rounds, m=1, k=1,
