@@ -77,12 +77,20 @@ func NewBroker(checker syncer.Attestor, nonces *attest.NonceStore, sealingKey []
 
 func recordAAD(taskID string) []byte { return []byte("tenzro/train/broker-record/v1/" + taskID) }
 
-// NewDatasetKey makes a fresh AES-256 key for taskID and returns it with its
+// NewDatasetKey makes a fresh AES-256 key for taskID, or takes the sponsor's
+// own when key is non-nil (it must be 32 bytes), and returns it with its
 // sealed record, which the caller must store (with the run, in one batch).
-func (b *Broker) NewDatasetKey(taskID, tier string, policy []byte) (key, sealed []byte, err error) {
-	k := make([]byte, 32)
-	if _, err := rand.Read(k); err != nil {
-		return nil, nil, err
+func (b *Broker) NewDatasetKey(taskID, tier string, policy, key []byte) (k, sealed []byte, err error) {
+	if key != nil {
+		if len(key) != 32 {
+			return nil, nil, fmt.Errorf("key broker: a dataset key is 32 bytes (AES-256), got %d", len(key))
+		}
+		k = append([]byte(nil), key...)
+	} else {
+		k = make([]byte, 32)
+		if _, err := rand.Read(k); err != nil {
+			return nil, nil, err
+		}
 	}
 	raw, err := json.Marshal(brokerKey{Key: k, Policy: policy, Tier: tier})
 	if err != nil {

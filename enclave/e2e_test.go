@@ -116,7 +116,7 @@ func TestConfidentialTier(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			key, sealed, err := b.NewDatasetKey("task", wire.TierConfidential, simPolicy(true))
+			key, sealed, err := b.NewDatasetKey("task", wire.TierConfidential, simPolicy(true), nil)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -158,7 +158,7 @@ func TestConfidentialTier(t *testing.T) {
 			// releases nothing to the same enclave.
 			strictRecs := &memRecords{m: map[string][]byte{}}
 			strict, _ := NewBroker(attest.NewChecker(attest.Options{Clock: clock}), attest.NewNonceStore(nil, time.Minute, clock), sk, strictRecs.get)
-			_, strictSealed, err := strict.NewDatasetKey("task", wire.TierConfidential, simPolicy(false))
+			_, strictSealed, err := strict.NewDatasetKey("task", wire.TierConfidential, simPolicy(false), nil)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -41,6 +41,14 @@ func (n *Node) PostTask(ctx context.Context, p *wire.PostTaskParams) (*wire.Post
 	if spec.Tier != wire.TierOpen && len(spec.AttestationPolicy) == 0 {
 		return nil, Errf(KindInvalid, "spec: tier %s needs an attestation_policy", spec.Tier)
 	}
+	if p.DatasetKey != nil {
+		if spec.Tier != wire.TierConfidential {
+			return nil, Errf(KindInvalid, "dataset_key: only a Confidential run has a dataset key, tier is %s", spec.Tier)
+		}
+		if len(p.DatasetKey) != 32 {
+			return nil, Errf(KindInvalid, "dataset_key: %d bytes, want 32 (an AES-256 key)", len(p.DatasetKey))
+		}
+	}
 	reward, _ := wire.ParseAmount(spec.RewardPool)
 	specHash := wire.SpecHash(canon)
 	var wh wire.Hash
@@ -104,7 +112,7 @@ func (n *Node) PostTask(ctx context.Context, p *wire.PostTaskParams) (*wire.Post
 	}
 	var datasetKey []byte
 	if spec.Tier == wire.TierConfidential {
-		key, sealed, err := n.cfg.DatasetKeys.NewDatasetKey(spec.TaskID, spec.Tier, spec.AttestationPolicy)
+		key, sealed, err := n.cfg.DatasetKeys.NewDatasetKey(spec.TaskID, spec.Tier, spec.AttestationPolicy, p.DatasetKey)
 		if err != nil {
 			return nil, fmt.Errorf("dataset key for %s: %w", spec.TaskID, err)
 		}

@@ -70,9 +70,11 @@ type NonceStore interface {
 
 // DatasetKeys creates a Confidential run's dataset key (enclave.Broker): the
 // key for the sponsor and a record sealed to the broker's enclave, which the
-// node stores in the posting's batch (DatasetKeyRecord reads it back).
+// node stores in the posting's batch (DatasetKeyRecord reads it back). A
+// non-nil key is the sponsor's own (32 bytes) and is sealed instead of a
+// fresh one.
 type DatasetKeys interface {
-	NewDatasetKey(taskID, tier string, policy []byte) (key, sealed []byte, err error)
+	NewDatasetKey(taskID, tier string, policy, key []byte) (k, sealed []byte, err error)
 }
 
 func datasetKeyKey(task string) []byte { return []byte("dskey/" + task) }

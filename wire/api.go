@@ -62,6 +62,12 @@ type PostTaskParams struct {
 	Spec json.RawMessage `json:"spec"`
 	// InitWeights is the optional safetensors file (base64 in JSON).
 	InitWeights []byte `json:"init_weights,omitempty"`
+	// DatasetKey is an optional Confidential-tier dataset key (32 bytes,
+	// base64 in JSON) chosen by the sponsor, so the dataset can be encrypted
+	// and content-addressed (ipfs://) before the spec that names it is posted.
+	// The broker seals it like a key of its own; without it the broker makes
+	// one. Refused in other tiers. Not part of the signed preimage (PROTOCOL §5).
+	DatasetKey []byte `json:"dataset_key,omitempty"`
 	Signed
 }
 

@@ -140,13 +140,9 @@ the dataset_hash over the plaintext.`,
 // encryptFile writes the enclave.EncryptDataset ciphertext of path to a
 // temp file.
 func encryptFile(path, keyFile, taskID string) (string, error) {
-	kb, err := readInputFile("--encrypt-key", keyFile, 1024)
+	key, err := readHexKeyFile("--encrypt-key", keyFile)
 	if err != nil {
 		return "", err
-	}
-	key, err := parseHexKey(strings.TrimSpace(string(kb)))
-	if err != nil {
-		return "", usagef("--encrypt-key %s: %v", keyFile, err)
 	}
 	pt, err := readInputFile("FILE", path, dataset.MaxCorpusBytes)
 	if err != nil {
@@ -304,4 +300,17 @@ as a tar archive.`,
 	c.Flags().Int64Var(&maxBytes, "max-bytes", 0, "refuse a dataset larger than this (default: the node's limit)")
 	_ = c.MarkFlagRequired("out")
 	return c
+}
+
+// readHexKeyFile reads a 32-byte dataset key written as 64 hex digits.
+func readHexKeyFile(flag, path string) ([]byte, error) {
+	kb, err := readInputFile(flag, path, 1024)
+	if err != nil {
+		return nil, err
+	}
+	key, err := parseHexKey(strings.TrimSpace(string(kb)))
+	if err != nil {
+		return nil, usagef("%s %s: %v", flag, path, err)
+	}
+	return key, nil
 }

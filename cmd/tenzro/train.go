@@ -34,15 +34,22 @@ watching a run (get-run, finalize-round).`,
 }
 
 func newPostTaskCmd() *cobra.Command {
-	var specPath, weightsPath, keyPath string
+	var specPath, weightsPath, keyPath, datasetKeyPath string
 	c := &cobra.Command{
-		Use:   "post-task --spec FILE [--init-weights FILE] [--key FILE]",
+		Use:   "post-task --spec FILE [--init-weights FILE] [--dataset-key FILE] [--key FILE]",
 		Short: "Post a training task spec and escrow its reward pool",
 		Long: `Post a TrainingTaskSpec (the seed's JSON, accepted verbatim, plus the optional
 fields aggregation, verification, outer_optimizer, slashing, …). The request is
 signed by --key, which must be the spec's sponsor_did. --init-weights attaches the
 initial model as safetensors; it can also be sent later with set-init-weights.
-The node refuses an invalid spec (e.g. quorum K > trainer_count M) and stores nothing.`,
+The node refuses an invalid spec (e.g. quorum K > trainer_count M) and stores nothing.
+
+Confidential tier: the node's key broker seals the run's dataset key. By default
+it makes one and returns it once (printed here: keep it, it encrypts the dataset).
+--dataset-key FILE (64 hex digits, e.g. from "openssl rand -hex 32") gives your
+own instead, so the dataset can be encrypted and added first
+(tenzro dataset add --encrypt-key FILE --task-id T) and the spec can name its
+ipfs:// CID.`,
 		Example: `  tenzro train post-task --spec spec.json --init-weights init.safetensors --key sponsor.key`,
 		Args:    noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -69,6 +76,11 @@ The node refuses an invalid spec (e.g. quorum K > trainer_count M) and stores no
 				}
 				wh = wire.SumBytes(p.InitWeights)
 			}
+			if datasetKeyPath != "" {
+				if p.DatasetKey, err = readHexKeyFile("--dataset-key", datasetKeyPath); err != nil {
+					return err
+				}
+			}
 			p.Signature = key.Sign(p.Preimage(key.DID.String(), wire.SpecHash(canon), wh))
 			res, err := nodeClient(cmd).PostTask(cmd.Context(), p)
 			if err != nil {
@@ -78,11 +90,15 @@ The node refuses an invalid spec (e.g. quorum K > trainer_count M) and stores no
 				return emitJSON(cmd, res)
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "posted %s (spec_hash %s, status %s)\n", res.TaskID, res.SpecHash, res.Status)
+			if res.DatasetKey != nil && datasetKeyPath == "" {
+				fmt.Fprintf(cmd.OutOrStdout(), "dataset key (shown once; encrypts the dataset): %x\n", res.DatasetKey)
+			}
 			return nil
 		},
 	}
 	c.Flags().StringVar(&specPath, "spec", "", "task spec JSON file")
 	c.Flags().StringVar(&weightsPath, "init-weights", "", "initial weights (safetensors)")
+	c.Flags().StringVar(&datasetKeyPath, "dataset-key", "", "Confidential tier: your own dataset key (file of 64 hex digits)")
 	c.Flags().StringVar(&keyPath, "key", "", "sponsor key file (default $TENZRO_KEY, then ~/.tenzro/key.json)")
 	_ = c.MarkFlagRequired("spec")
 	return c

@@ -6,6 +6,9 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import json
+import os
+import subprocess
 import time
 from pathlib import Path
 
@@ -40,7 +43,17 @@ def enclave_node(go_bins: Path, tmp_path: Path):
     n.stop()
 
 
-def post(node, tmp_path: Path, tier: str, dataset_ref: str, dataset_hash: str, m: int = 2, gpu: bool = False):
+def post(
+    node,
+    tmp_path: Path,
+    tier: str,
+    dataset_ref: str,
+    dataset_hash: str,
+    m: int = 2,
+    gpu: bool = False,
+    task: str | None = None,
+    dataset_key: bytes | None = None,
+):
     c = Client(node.url)
     sp = Key.generate("human")
     c.faucet(sp.did, 10**12)
@@ -52,13 +65,13 @@ def post(node, tmp_path: Path, tier: str, dataset_ref: str, dataset_hash: str, m
         keys.append(k)
     md = dict(models.tiny_metadata("timesfm"), stride=4)
     init = weights.model_to_safetensors(models.build("timesfm", md, seed=0))
-    task = f"{tier.lower()}-{time.time_ns()}"
+    task = task or f"{tier.lower()}-{time.time_ns()}"
     spec = sponsor.make_spec(
         task, sp, metadata=md, fragments=2, trainers=m, quorum=m, inner_steps=2, max_rounds=2,
         dataset_ref=dataset_ref, dataset_hash=dataset_hash, reward_pool="1000", tier=tier,
         attestation_policy={tier: sim_policy(tier, gpu)},
     )  # fmt: skip
-    res = sponsor.post(c, sp, spec, init)
+    res = sponsor.post(c, sp, spec, init, dataset_key)
     return c, keys, task, res
 
 
@@ -126,3 +139,42 @@ def test_confidential_run_with_reference_trainer(enclave_node, go_bins, tmp_path
     check_sealed(c, task, keys, trs)
     # The cleartext never reached the disk next to the ciphertext.
     assert sorted(p.name for p in tmp_path.glob("dataset*")) == ["dataset.enc"]
+
+
+def test_confidential_run_from_encrypted_ipfs_dataset(enclave_node, go_bins, tmp_path):
+    """Issue 15 item 4 end to end: the sponsor picks the dataset key, encrypts and adds the corpus to its
+    node (the CID is over the ciphertext), posts the Confidential spec naming that ipfs:// CID with its own key;
+    the reference trainers release the key with their evidence, fetch the ciphertext over ipfs:// through
+    their node, decrypt in memory, check the hash and train to a sealed, verified run."""
+    corpus = data.load_corpus("statsmodels://co2,nile")
+    n = max(len(s.values) for s in corpus)
+    rows = [",".join(s.name for s in corpus)]
+    for i in range(n):
+        rows.append(",".join(repr(float(s.values[i])) if i < len(s.values) else "" for s in corpus))
+    csv = tmp_path / "corpus.csv"
+    csv.write_text("\n".join(rows) + "\n")
+    key = os.urandom(32)
+    (tmp_path / "dataset.key").write_text(key.hex())
+    task = f"confidential-ipfs-{time.time_ns()}"
+    added = json.loads(
+        subprocess.run(
+            [str(go_bins / "tenzro"), "dataset", "add", "--rpc", enclave_node.url, "--format", "json",
+             "--encrypt-key", str(tmp_path / "dataset.key"), "--task-id", task, str(csv)],
+            check=True, capture_output=True, text=True,
+        ).stdout
+    )  # fmt: skip
+    assert added["encrypted"] and added["ref"].startswith("ipfs://")
+    c, keys, task, res = post(
+        enclave_node, tmp_path, "Confidential", added["ref"], added["dataset_hash"], task=task, dataset_key=key
+    )
+    assert base64.b64decode(res["dataset_key"]) == key
+    # The key must be 32 bytes, and only a Confidential run takes one.
+    for i, (tier, k, why) in enumerate(
+        [("Confidential", key[:16], "want 32"), ("Verified", key, "only a Confidential")]
+    ):
+        (tmp_path / f"refused{i}").mkdir()
+        with pytest.raises(RpcError, match=why):
+            post(enclave_node, tmp_path / f"refused{i}", tier, added["ref"], added["dataset_hash"], dataset_key=k)
+    trs = [make_trainer(enclave_node, task, k, i, tmp_path, **attest_cfg(go_bins)) for i, k in enumerate(keys)]
+    assert run_all(trs) == [EXIT_OK, EXIT_OK]
+    check_sealed(c, task, keys, trs)

@@ -143,8 +143,16 @@ class Client:
             {"task_id": task_id, "trainer_did": key.did, "nonce": nonce, "signature": key.sign(pre).hex()},
         )
 
-    def post_task(self, key: Key, spec_canonical: bytes, spec_hash: bytes, init_weights: bytes | None) -> dict:
-        """``spec_canonical`` must already be RFC 8785 JSON and ``spec_hash`` its spec hash."""
+    def post_task(
+        self,
+        key: Key,
+        spec_canonical: bytes,
+        spec_hash: bytes,
+        init_weights: bytes | None,
+        dataset_key: bytes | None = None,
+    ) -> dict:
+        """``spec_canonical`` must already be RFC 8785 JSON and ``spec_hash`` its spec hash. ``dataset_key`` is a
+        Confidential sponsor's own 32-byte dataset key (the broker makes one when it is absent)."""
         nonce = NONCES.next()
         wh = hashlib.sha256(init_weights).digest() if init_weights else ZERO_HASH
         pre = request_preimage("tenzro_training_postTask", key.did, nonce, method_fields().hash(spec_hash).hash(wh))
@@ -155,6 +163,8 @@ class Client:
         }
         if init_weights:
             params["init_weights"] = base64.b64encode(init_weights).decode()
+        if dataset_key is not None:
+            params["dataset_key"] = base64.b64encode(dataset_key).decode()
         return self.call("tenzro_training_postTask", params)
 
     def submit(

@@ -105,6 +105,8 @@ def make_spec(
     return spec
 
 
-def post(client: Client, sponsor: Key, spec: dict, init_weights: bytes | None) -> dict:
+def post(
+    client: Client, sponsor: Key, spec: dict, init_weights: bytes | None, dataset_key: bytes | None = None
+) -> dict:
     c = canonical_json(spec)
-    return client.post_task(sponsor, c, spec_hash(c), init_weights)
+    return client.post_task(sponsor, c, spec_hash(c), init_weights, dataset_key)
