@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"errors"
+	"fmt"
 
 	"github.com/tenzro/train/rpc/gossip"
 	"github.com/tenzro/train/syncer"
@@ -43,4 +45,25 @@ func (s nodeService) Submit(ctx context.Context, g *wire.OuterGradient) (*wire.S
 		return nil, syncer.Errf(syncer.KindInvalid, "forward: %v", err)
 	}
 	return &wire.SubmitResult{Forwarded: true, Round: g.Round, FragmentIndex: g.FragmentIndex, PayloadHash: g.PayloadHash}, nil
+}
+
+// AttestNonce issues the nonce locally, or in the light role asks the
+// syncer's node for it over gossip.NonceProtocol: the nonce is single-use in
+// the syncer's store, where the relayed submission is checked. A refusal by
+// the syncer reaches the caller with its kind and message.
+func (s nodeService) AttestNonce(ctx context.Context, p wire.NonceParams) (*wire.NonceResult, error) {
+	if s.fwd == nil {
+		return s.Node.AttestNonce(ctx, p)
+	}
+	res, err := s.gn.RequestNonce(ctx, p)
+	var r *gossip.Refusal
+	switch {
+	case errors.As(err, &r):
+		return nil, syncer.Errf(syncer.Kind(r.Kind), "%s", r.Message)
+	case errors.Is(err, gossip.ErrNoNoncePeer):
+		return nil, syncer.Errf(syncer.KindDisabled, "light node: %v", err)
+	case err != nil:
+		return nil, fmt.Errorf("light node: attestation nonce from the syncer: %w", err)
+	}
+	return res, nil
 }

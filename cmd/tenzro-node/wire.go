@@ -119,16 +119,30 @@ func runNode(ctx context.Context, cfg Config, log *slog.Logger) (err error) {
 	}
 	goRun("syncer", node.Run)
 
-	// Gossip: the syncer role receives submissions announced by light nodes.
+	// Gossip: the syncer role receives submissions announced by light nodes
+	// and serves their trainers' attestation nonces.
+	hd := gossip.Handlers{Blob: func(h wire.Hash) ([]byte, bool) {
+		b, err := node.GetPayload(ctx, h)
+		return b, err == nil
+	}}
+	if cfg.Role == "syncer" {
+		hd.Nonce = func(ctx context.Context, p wire.NonceParams) (*wire.NonceResult, error) {
+			res, err := node.AttestNonce(ctx, p)
+			if k := syncer.KindOf(err); err != nil && k != syncer.KindInternal {
+				return nil, &gossip.Refusal{Kind: int(k), Message: err.Error()}
+			} else if err != nil {
+				log.Error("attestation nonce for a light node", "task", p.TaskID, "did", p.DID, "err", err)
+				return nil, &gossip.Refusal{Kind: int(syncer.KindInternal), Message: "internal error on the syncer's node (see its log)"}
+			}
+			return res, nil
+		}
+	}
 	gn, err = gossip.New(ctx, gossip.Config{
 		ListenAddrs: []string{cfg.ListenAddr},
 		BootNodes:   cfg.BootNodes,
 		Identity:    key.Priv,
 		Logger:      log,
-	}, gossip.Handlers{Blob: func(h wire.Hash) ([]byte, bool) {
-		b, err := node.GetPayload(ctx, h)
-		return b, err == nil
-	}})
+	}, hd)
 	if err != nil {
 		cancel()
 		wg.Wait()
@@ -207,7 +221,7 @@ func runNode(ctx context.Context, cfg Config, log *slog.Logger) (err error) {
 	svc := nodeService{Node: node, gn: gn}
 	if cfg.Role == "light" {
 		svc.fwd = gossip.NewForwarder(gn)
-		log.Info("light role: submissions are relayed to the syncer over gossip")
+		log.Info("light role: submissions and attestation nonce requests are relayed to the syncer over libp2p")
 	}
 	srv, err := rpc.New(rpc.InstrumentService(svc, nm), opts)
 	if err != nil {

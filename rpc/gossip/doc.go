@@ -11,7 +11,10 @@
 //     move by SHA-256 over BlobProtocol ("/tenzro/blob/1.0.0"), and the
 //     fetcher checks the size limit and the hash.
 //   - Forwarder and Receiver let a trainer's light-client node forward its
-//     submissions to the syncer's node.
+//     submissions to the syncer's node; RequestNonce asks the syncer's node
+//     for a trainer's attestation nonce over NonceProtocol
+//     ("/tenzro/attest-nonce/1.0.0", strict size-capped JSON request and
+//     response), served where Handlers.Nonce is set.
 //   - A node's own messages are flood-published: sent to every peer it knows
 //     to be subscribed (TopicPeers), not only to its gossipsub mesh
 //     (MeshPeers), which is empty until the first heartbeat after peers

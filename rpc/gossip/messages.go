@@ -20,6 +20,9 @@ const (
 	TopicSyncer = "tenzro/training/syncer/1.0.0"
 	// BlobProtocol is the stream protocol that moves payloads by hash.
 	BlobProtocol = "/tenzro/blob/1.0.0"
+	// NonceProtocol is the request/response stream protocol by which a
+	// light node obtains a trainer's attestation nonce from the syncer's node.
+	NonceProtocol = "/tenzro/attest-nonce/1.0.0"
 )
 
 // Signing domains of the gossip messages signed by a syncer (see

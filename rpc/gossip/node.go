@@ -63,6 +63,10 @@ type Handlers struct {
 	// Blob serves payloads by hash over BlobProtocol, after the Forwarder's
 	// cache. The returned bytes must hash to the requested hash.
 	Blob func(hash wire.Hash) ([]byte, bool)
+	// Nonce, when set, serves tenzro_attest_getNonce over NonceProtocol
+	// (the syncer role). A refusal should be a *Refusal so that its kind
+	// reaches the asking node; any other error travels as kind 0.
+	Nonce func(ctx context.Context, p wire.NonceParams) (*wire.NonceResult, error)
 }
 
 // Stats counts what the node saw. Rejected messages failed validation (bad
@@ -217,6 +221,9 @@ func (n *Node) start(ctx context.Context) error {
 		go n.readLoop(sub)
 	}
 	n.h.SetStreamHandler(protocol.ID(BlobProtocol), n.serveBlob)
+	if n.hd.Nonce != nil {
+		n.h.SetStreamHandler(protocol.ID(NonceProtocol), n.serveNonce)
+	}
 	for _, ai := range n.boot {
 		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		if err := n.h.Connect(cctx, ai); err != nil {

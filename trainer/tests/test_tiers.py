@@ -9,6 +9,7 @@ import hashlib
 import json
 import os
 import subprocess
+import threading
 import time
 from pathlib import Path
 
@@ -18,7 +19,8 @@ from conftest import NodeProc, free_port
 from tenzro_trainer import config, data, models, sponsor, weights
 from tenzro_trainer.attestation import Attester, encrypt_dataset
 from tenzro_trainer.identity import Key
-from tenzro_trainer.loop import EXIT_OK
+from tenzro_trainer.loop import EXIT_OK, Trainer
+from tenzro_trainer.metrics import Metrics
 from tenzro_trainer.rpc import Client, RpcError
 from test_node import make_trainer, run_all, trainer_cfg
 
@@ -102,6 +104,60 @@ def test_verified_run_with_reference_trainer(enclave_node, go_bins, tmp_path):
     trs = [make_trainer(enclave_node, task, k, i, tmp_path, **attest_cfg(go_bins)) for i, k in enumerate(keys)]
     assert run_all(trs) == [EXIT_OK, EXIT_OK]
     check_sealed(c, task, keys, trs)
+
+
+class ViaLight(Client):
+    """A trainer's client that reads from and enrols on the syncer's node but asks its light node for the
+    attestation nonces and submits through it (the light node relays both to the syncer over libp2p)."""
+
+    RELAYED = ("tenzro_attest_getNonce", "tenzro_training_submitOuterGradient")
+
+    def __init__(self, syncer_url: str, light_url: str) -> None:
+        super().__init__(syncer_url)
+        self.light = Client(light_url)
+        self.relayed: dict[str, int] = {}
+
+    def call(self, method, params=None):
+        if method in self.RELAYED:
+            self.relayed[method] = self.relayed.get(method, 0) + 1
+            return self.light.call(method, params)
+        return super().call(method, params)
+
+
+def test_verified_run_through_a_light_node(enclave_node, go_bins, tmp_path):
+    """Trainer 1 gets its attestation nonces from a light node (which asks the syncer's node over
+    /tenzro/attest-nonce/1.0.0) and submits through it; the syncer accepts its attested submissions."""
+    boot = Client(enclave_node.url).node_info()["listen_addrs"][0]
+    light = NodeProc(
+        go_bins, tmp_path / "light", free_port(), ["--role", "light", "--enclave", "none", "--boot-nodes", boot]
+    )
+    light.data_dir.mkdir()
+    light.start()
+    try:
+        ref = "statsmodels://co2,nile"
+        h = data.corpus_hash(data.load_corpus(ref)).hex()
+        c, keys, task, _ = post(enclave_node, tmp_path, "Verified", ref, h)
+        # The syncer's refusals reach the trainer through the light node word for word (the light node
+        # itself does not hold the run, so its own answer would be "not found").
+        lc = Client(light.url)
+        with pytest.raises(RpcError) as direct:
+            c.call("tenzro_attest_getNonce", {"task_id": task, "did": "not-a-did"})
+        with pytest.raises(RpcError) as relayed:
+            lc.call("tenzro_attest_getNonce", {"task_id": task, "did": "not-a-did"})
+        assert (relayed.value.code, relayed.value.message) == (direct.value.code, direct.value.message)
+        assert direct.value.message.startswith("did: "), direct.value.message
+        assert lc.node_info()["role"] == "light"
+        t0 = make_trainer(enclave_node, task, keys[0], 0, tmp_path, **attest_cfg(go_bins))
+        via = ViaLight(enclave_node.url, light.url)
+        cfg1 = config.parse(trainer_cfg(enclave_node, task, 1, tmp_path, **attest_cfg(go_bins)))
+        t1 = Trainer(cfg1, keys[1], client=via, metrics=Metrics(), stop=threading.Event())
+        assert run_all([t0, t1]) == [EXIT_OK, EXIT_OK]
+        check_sealed(c, task, keys, [t0, t1])
+        # one nonce for the enrolment and one per submission (2 rounds × 2 fragments), all via the light node
+        assert via.relayed["tenzro_attest_getNonce"] >= 1 + 4
+        assert via.relayed["tenzro_training_submitOuterGradient"] >= 4
+    finally:
+        light.stop()
 
 
 def test_verified_run_with_gpu_evidence(enclave_node, go_bins, tmp_path):
