@@ -114,18 +114,11 @@ func (n *Node) fetch(ctx context.Context, peerID string, hash wire.Hash, limit, 
 	if err != nil {
 		return nil, fmt.Errorf("peer id: %w", err)
 	}
-	s, err := n.h.NewStream(ctx, pid, protocol.ID(BlobProtocol))
+	s, done, err := n.openStream(ctx, pid, BlobProtocol, blobTimeout)
 	if err != nil {
 		return nil, err
 	}
-	defer s.Close()
-	dl, ok := ctx.Deadline()
-	if !ok {
-		dl = time.Now().Add(blobTimeout)
-	}
-	_ = s.SetDeadline(dl)
-	stop := context.AfterFunc(ctx, func() { _ = s.Reset() })
-	defer stop()
+	defer done()
 
 	if _, err := s.Write(hash[:]); err != nil {
 		return nil, fmt.Errorf("send request: %w", ctxErr(ctx, err))
@@ -226,4 +219,20 @@ func (c *blobCache) get(h wire.Hash) ([]byte, bool) {
 		return nil, false
 	}
 	return e.data, true
+}
+
+// openStream opens a request stream of proto to pid whose deadline is ctx's
+// (or timeout from now) and which is reset when ctx ends; done closes it.
+func (n *Node) openStream(ctx context.Context, pid peer.ID, proto string, timeout time.Duration) (network.Stream, func(), error) {
+	s, err := n.h.NewStream(ctx, pid, protocol.ID(proto))
+	if err != nil {
+		return nil, nil, err
+	}
+	dl, ok := ctx.Deadline()
+	if !ok {
+		dl = time.Now().Add(timeout)
+	}
+	_ = s.SetDeadline(dl)
+	stop := context.AfterFunc(ctx, func() { _ = s.Reset() })
+	return s, func() { stop(); _ = s.Close() }, nil
 }

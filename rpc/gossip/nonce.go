@@ -11,7 +11,6 @@ import (
 
 	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/peer"
-	"github.com/libp2p/go-libp2p/core/protocol"
 
 	"github.com/tenzro/train/wire"
 )
@@ -171,18 +170,11 @@ func (n *Node) requestNonce(ctx context.Context, pid peer.ID, p wire.NonceParams
 	if len(req) > MaxNonceMessage {
 		return nil, &Refusal{Kind: 1, Message: fmt.Sprintf("nonce request of %d bytes, limit %d", len(req), MaxNonceMessage)}
 	}
-	s, err := n.h.NewStream(ctx, pid, protocol.ID(NonceProtocol))
+	s, done, err := n.openStream(ctx, pid, NonceProtocol, nonceTimeout)
 	if err != nil {
 		return nil, err
 	}
-	defer s.Close()
-	dl, ok := ctx.Deadline()
-	if !ok {
-		dl = time.Now().Add(nonceTimeout)
-	}
-	_ = s.SetDeadline(dl)
-	stop := context.AfterFunc(ctx, func() { _ = s.Reset() })
-	defer stop()
+	defer done()
 	if _, err := s.Write(req); err != nil {
 		return nil, fmt.Errorf("send request: %w", ctxErr(ctx, err))
 	}
