@@ -59,8 +59,11 @@ def go_bins() -> Path:
 
 
 class NodeProc:
-    def __init__(self, bins: Path, data_dir: Path, port: int, extra: list[str] | None = None) -> None:
+    def __init__(self, bins: Path, data_dir: Path, port: int, extra: list[str] | None = None, dev: bool = True) -> None:
+        """A real tenzro-node; ``dev`` adds ``--dev`` (the faucet), which a light node started with ``extra``
+        role flags leaves out."""
         self.bins, self.data_dir, self.port, self.extra = bins, data_dir, port, list(extra or [])
+        self.dev = dev
         self.url = f"http://127.0.0.1:{port}"
         self.proc: subprocess.Popen | None = None
         self.log = open(data_dir.parent / f"node-{port}.log", "ab")  # noqa: SIM115
@@ -68,7 +71,7 @@ class NodeProc:
     def start(self) -> None:
         self.proc = subprocess.Popen(
             [
-                str(self.bins / "tenzro-node"), "--dev", "--data-dir", str(self.data_dir),
+                str(self.bins / "tenzro-node"), *(["--dev"] if self.dev else []), "--data-dir", str(self.data_dir),
                 "--rpc-addr", f"127.0.0.1:{self.port}", "--listen-addr", "/ip4/127.0.0.1/tcp/0",
                 *self.extra,
             ],

@@ -48,34 +48,6 @@ def write_corpus(path: Path) -> None:
     path.write_text("\n".join(rows) + "\n")
 
 
-class ExtraNode(NodeProc):
-    """A tenzro-node with extra flags (role, boot nodes)."""
-
-    def __init__(self, bins: Path, data_dir: Path, port: int, extra: list[str]) -> None:
-        super().__init__(bins, data_dir, port)
-        self.extra = extra
-
-    def start(self) -> None:
-        self.proc = subprocess.Popen(
-            [
-                str(self.bins / "tenzro-node"), "--data-dir", str(self.data_dir),
-                "--rpc-addr", f"127.0.0.1:{self.port}", "--listen-addr", "/ip4/127.0.0.1/tcp/0", *self.extra,
-            ],
-            stdout=self.log,
-            stderr=subprocess.STDOUT,
-        )  # fmt: skip
-        c = Client(self.url, timeout=5)
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                c.node_info()
-                return
-            except Exception:
-                if self.proc.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError(f"tenzro-node did not come up; log: {self.log.name}") from None
-                time.sleep(0.1)
-
-
 def cli(bins: Path, *args: str) -> str:
     p = subprocess.run([str(bins / "tenzro"), *args], capture_output=True, text=True, timeout=120)
     assert p.returncode == 0, p.stderr
@@ -89,11 +61,12 @@ def light_nodes(go_bins, node, tmp_path):
     for i in range(2):
         d = tmp_path / f"light{i}"
         d.mkdir()
-        n = ExtraNode(
+        n = NodeProc(
             go_bins,
             d,
             free_port(),
             ["--role", "light", "--enclave", "none", "--boot-nodes", boot, "--dataset-stall-timeout", "3s"],
+            dev=False,
         )
         n.start()
         out.append(n)
