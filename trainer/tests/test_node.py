@@ -31,6 +31,14 @@ def dataset_hash() -> str:
 
 
 def post_task(node, tmp_path: Path, *, m=2, k=2, f=2, h=2, rounds=2, **kw):
+    c, keys, task, _ = post_run(node, tmp_path, m=m, k=k, f=f, h=h, rounds=rounds, **kw)
+    return c, keys, task
+
+
+def post_run(node, tmp_path: Path, *, m=2, k=2, f=2, h=2, rounds=2, task=None, dataset_key=None, **kw):
+    """A sponsor and m funded trainer keys (saved as trainer<i>.json in tmp_path), then the posting of a tiny
+    TimesFM run; ``kw`` goes to ``sponsor.make_spec``. Returns the client, the keys, the task id and the
+    postTask result."""
     c = Client(node.url)
     sp = Key.generate("human")
     c.faucet(sp.did, 10**12)
@@ -42,13 +50,14 @@ def post_task(node, tmp_path: Path, *, m=2, k=2, f=2, h=2, rounds=2, **kw):
         keys.append(key)
     md = dict(models.tiny_metadata("timesfm"), stride=4)
     init = weights.model_to_safetensors(models.build("timesfm", md, seed=0))
-    task = f"test-{time.time_ns()}"
+    task = task or f"test-{time.time_ns()}"
+    kw.setdefault("dataset_hash", dataset_hash())
     spec = sponsor.make_spec(
         task, sp, metadata=md, fragments=f, trainers=m, quorum=k, inner_steps=h, max_rounds=rounds,
-        dataset_hash=dataset_hash(), reward_pool="1000", **kw,
+        reward_pool="1000", **kw,
     )  # fmt: skip
-    sponsor.post(c, sp, spec, init)
-    return c, keys, task
+    res = sponsor.post(c, sp, spec, init, dataset_key)
+    return c, keys, task, res
 
 
 def trainer_cfg(node, task, i, tmp_path: Path, **over) -> dict:

@@ -16,13 +16,13 @@ from pathlib import Path
 import pytest
 
 from conftest import NodeProc, free_port
-from tenzro_trainer import config, data, models, sponsor, weights
+from tenzro_trainer import config, data
 from tenzro_trainer.attestation import Attester, encrypt_dataset
 from tenzro_trainer.identity import Key
 from tenzro_trainer.loop import EXIT_OK, Trainer
 from tenzro_trainer.metrics import Metrics
 from tenzro_trainer.rpc import Client, RpcError
-from test_node import make_trainer, run_all, trainer_cfg
+from test_node import make_trainer, post_run, run_all, trainer_cfg
 
 # enclave.SimulatedMeasurement: SHA-384 of a public label (the simulated image's launch measurement).
 SIM_MEASUREMENT = hashlib.sha384(b"tenzro/train SIMULATED enclave image").hexdigest()
@@ -56,25 +56,10 @@ def post(
     task: str | None = None,
     dataset_key: bytes | None = None,
 ):
-    c = Client(node.url)
-    sp = Key.generate("human")
-    c.faucet(sp.did, 10**12)
-    keys = []
-    for i in range(m):
-        k = Key.generate("machine")
-        k.save(tmp_path / f"trainer{i}.json")
-        c.faucet(k.did, 10**6)
-        keys.append(k)
-    md = dict(models.tiny_metadata("timesfm"), stride=4)
-    init = weights.model_to_safetensors(models.build("timesfm", md, seed=0))
-    task = task or f"{tier.lower()}-{time.time_ns()}"
-    spec = sponsor.make_spec(
-        task, sp, metadata=md, fragments=2, trainers=m, quorum=m, inner_steps=2, max_rounds=2,
-        dataset_ref=dataset_ref, dataset_hash=dataset_hash, reward_pool="1000", tier=tier,
-        attestation_policy={tier: sim_policy(tier, gpu)},
+    return post_run(
+        node, tmp_path, m=m, k=m, task=task or f"{tier.lower()}-{time.time_ns()}", dataset_key=dataset_key,
+        dataset_ref=dataset_ref, dataset_hash=dataset_hash, tier=tier, attestation_policy={tier: sim_policy(tier, gpu)},
     )  # fmt: skip
-    res = sponsor.post(c, sp, spec, init, dataset_key)
-    return c, keys, task, res
 
 
 def attest_cfg(go_bins: Path, gpu: str = "none") -> dict:
