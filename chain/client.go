@@ -142,21 +142,19 @@ func (c *Client) CheckReceipt(ctx context.Context, receipt []byte) error {
 	if err != nil {
 		return err
 	}
-	v, h, err := c.Query(ctx, QueryRun, rc.TaskID)
+	v, h, err := c.Query(ctx, QueryReceipt, rc.TaskID)
 	if err != nil {
-		return fmt.Errorf("run %s on chain: %w", rc.TaskID, err)
+		return fmt.Errorf("run %s on chain (height %d): %w", rc.TaskID, h, err)
 	}
-	var r runRecord
-	if err := json.Unmarshal(v, &r); err != nil {
-		return fmt.Errorf("run %s on chain: %w", rc.TaskID, err)
+	var onChain wire.Receipt
+	if err := json.Unmarshal(v, &onChain); err != nil {
+		return fmt.Errorf("receipt of %s on chain: %w", rc.TaskID, err)
 	}
 	switch {
-	case r.RunRoot == nil:
-		return fmt.Errorf("run %s is %s on chain at height %d: no sealed run root", rc.TaskID, r.Status, h)
-	case *r.RunRoot != rc.RunRoot:
-		return fmt.Errorf("run root %s is not the one sealed on chain (%s)", rc.RunRoot, *r.RunRoot)
-	case r.SyncerDID != rc.SyncerDID:
-		return fmt.Errorf("receipt is signed by %s; the chain sealed run %s from its syncer %s", rc.SyncerDID, rc.TaskID, r.SyncerDID)
+	case onChain.RunRoot != rc.RunRoot:
+		return fmt.Errorf("run root %s is not the one sealed on chain (%s)", rc.RunRoot, onChain.RunRoot)
+	case onChain.SyncerDID != rc.SyncerDID:
+		return fmt.Errorf("receipt is signed by %s; the chain took run %s's receipt signature from its syncer %s", rc.SyncerDID, rc.TaskID, onChain.SyncerDID)
 	}
 	return nil
 }

@@ -16,6 +16,8 @@ import (
 	"github.com/cometbft/cometbft/privval"
 	"github.com/cometbft/cometbft/types"
 	cmttime "github.com/cometbft/cometbft/types/time"
+
+	"github.com/tenzro/train/wire"
 )
 
 // NodeConfigFile is a node home's own configuration (JSON), next to
@@ -198,7 +200,7 @@ func LoadNodeConfig(home string) (*NodeConfig, error) {
 		return nil, fmt.Errorf("node config %s: %d bytes, limit %d", p, len(raw), MaxNodeConfigBytes)
 	}
 	var nc NodeConfig
-	if err := strict(bytes.TrimSpace(raw), &nc); err != nil {
+	if err := strictJSON(bytes.TrimSpace(raw), &nc); err != nil {
 		return nil, fmt.Errorf("node config %s: %w", p, err)
 	}
 	for name, a := range map[string]string{"p2p_addr": nc.P2PAddr, "rpc_addr": nc.RPCAddr} {
@@ -282,4 +284,18 @@ func InitNode(o InitOptions) (*TestnetNode, error) {
 		return nil, fmt.Errorf("init: %w", err)
 	}
 	return &TestnetNode{Home: o.Home, NodeID: string(nk.ID()), P2PAddr: o.P2PAddr, RPCAddr: o.RPCAddr}, nil
+}
+
+// strictJSON decodes one JSON value into v, refusing unknown members,
+// duplicate members and trailing data.
+func strictJSON(b []byte, v any) error {
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return err
+	}
+	if dec.More() {
+		return errors.New("trailing data after the JSON object")
+	}
+	return wire.CheckStrictJSON(b, wire.StrictJSONOptions{})
 }

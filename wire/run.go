@@ -128,6 +128,12 @@ type FragmentCommit struct {
 	// Codec is the decode plugin that turned each input's payload into the
 	// values aggregated (absent for uncompressed runs; compression.md).
 	Codec *CodecRef `json:"codec,omitempty"`
+	// Syncer is the DID that committed the fragment and Ticket its place in
+	// the run's succession (0: the elected syncer; k: the k-th failover).
+	// Both are absent when the chain closed the fragment itself (no quorum
+	// at the round deadline).
+	Syncer string `json:"syncer,omitempty"`
+	Ticket uint64 `json:"ticket,omitempty"`
 }
 
 // CodecRef records the decode plugin of a compressed run: its id, module

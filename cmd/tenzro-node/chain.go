@@ -5,18 +5,14 @@ package main
 // in execute.
 
 import (
-	"context"
 	"fmt"
 	"io"
-	"net"
 	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/tenzro/train/chain"
-	"github.com/tenzro/train/rpc"
-	"github.com/tenzro/train/syncer"
 )
 
 // registerChain adds `tenzro-node testnet` and `tenzro-node --home DIR`.
@@ -33,26 +29,13 @@ func registerChain(root *cobra.Command, stdout, stderr io.Writer) {
 		cfg := defaults()
 		cfg.LogLevel, cfg.LogFormat = lvl, format
 		log := newLogger(cfg, stderr)
-		opts := chain.NodeOptions{Log: log, Ready: func(rpc string) {
-			fmt.Fprintf(stdout, "chain node %s running: RPC http://%s\n", home, rpc)
-		}}
-		if cmd.Flags().Changed("rpc-addr") {
-			// The node's JSON-RPC methods, served from the chain.
-			addr, _ := cmd.Flags().GetString("rpc-addr")
-			opts.Serve = func(ctx context.Context, svc syncer.Service) error {
-				srv, err := rpc.New(svc, rpc.Options{Logger: log.With("component", "rpc")})
-				if err != nil {
-					return err
-				}
-				ln, err := net.Listen("tcp", addr)
-				if err != nil {
-					return fmt.Errorf("rpc listen: %w", err)
-				}
-				fmt.Fprintf(stdout, "chain node %s: JSON-RPC http://%s\n", home, ln.Addr())
-				return srv.Serve(ctx, ln)
-			}
+		n, err := chain.Start(cmd.Context(), home, chain.NodeOptions{Log: log})
+		if err != nil {
+			return err
 		}
-		return chain.RunNode(cmd.Context(), home, opts)
+		fmt.Fprintf(stdout, "chain node %s running: RPC http://%s\n", home, n.Config.RPCAddr)
+		<-cmd.Context().Done()
+		return n.Close()
 	}
 	root.AddCommand(newTestnetCmd(stdout), newInitCmd(stdout))
 }
