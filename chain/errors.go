@@ -97,5 +97,8 @@ func KindOf(code uint32) syncer.Kind {
 // Refusal turns a refused transaction's code and log into the machine's
 // error, so a caller of the node sees the kind and the precise message.
 func Refusal(code uint32, log string) error {
+	if code == CodeNonce {
+		return syncer.StaleNonce(log)
+	}
 	return &syncer.Error{Kind: KindOf(code), Msg: log}
 }

@@ -34,8 +34,9 @@ var _ syncer.Chain = (*Manual)(nil)
 type ManualOptions struct {
 	// Genesis is written when kv holds no chain yet.
 	Genesis *GenesisState
-	// Clock gives each block's time (time.Now when nil); blocks are at
-	// least 1 ms apart, as CometBFT's are.
+	// Clock gives each block's time (time.Now when nil); a block's time is
+	// never before the previous block's (equal times are allowed, so a test
+	// clock that stands still gives blocks at exactly its time).
 	Clock func() time.Time
 	App   AppOptions
 }
@@ -68,7 +69,7 @@ func NewManual(ctx context.Context, kv syncer.KV, opts ManualOptions) (*Manual, 
 	if _, err := app.InitChain(ctx, &abci.RequestInitChain{ChainId: "tenzro-manual", Time: now, InitialHeight: 1, AppStateBytes: raw}); err != nil {
 		return nil, err
 	}
-	m.lastMs = now.UnixMilli() - 1
+	m.lastMs = now.UnixMilli()
 	// Commit the genesis with an empty first block.
 	if _, err := m.block(ctx, nil); err != nil {
 		return nil, err
@@ -87,8 +88,8 @@ func (m *Manual) View(ctx context.Context, fn func(syncer.View) error) error {
 // Changed implements syncer.Chain.
 func (m *Manual) Changed() <-chan struct{} { return m.app.Changed() }
 
-// Broadcast implements syncer.Chain: CheckTx, then a block holding only tx.
-func (m *Manual) Broadcast(ctx context.Context, tx []byte) (*syncer.TxResult, error) {
+// Submit implements syncer.Chain: CheckTx, then a block holding only tx.
+func (m *Manual) Submit(ctx context.Context, tx []byte) (syncer.Pending, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	res, err := m.app.CheckTx(ctx, &abci.RequestCheckTx{Tx: tx, Type: abci.CheckTxType_New})
@@ -102,10 +103,17 @@ func (m *Manual) Broadcast(ctx context.Context, tx []byte) (*syncer.TxResult, er
 	if err != nil {
 		return nil, err
 	}
-	if o := outs[0]; o.Code != CodeOK {
-		return nil, Refusal(o.Code, o.Log)
+	return done(outs[0]), nil
+}
+
+// done is a Pending whose block has committed.
+type done TxOutcome
+
+func (d done) Wait(context.Context) (*syncer.TxResult, error) {
+	if d.Code != CodeOK {
+		return nil, Refusal(d.Code, d.Log)
 	}
-	return &syncer.TxResult{Height: outs[0].Height, Data: outs[0].Data}, nil
+	return &syncer.TxResult{Height: d.Height, Data: d.Data}, nil
 }
 
 // Block commits a block of txs (none: an empty block, which runs the
@@ -119,8 +127,8 @@ func (m *Manual) Block(ctx context.Context, txs ...[]byte) ([]TxOutcome, error) 
 
 func (m *Manual) block(ctx context.Context, txs [][]byte) ([]TxOutcome, error) {
 	t := m.clock().UnixMilli()
-	if t <= m.lastMs {
-		t = m.lastMs + 1
+	if t < m.lastMs {
+		t = m.lastMs
 	}
 	h := m.height + 1
 	c := sha256.New()

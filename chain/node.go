@@ -176,19 +176,34 @@ func (l *Local) View(ctx context.Context, fn func(syncer.View) error) error {
 // Changed implements syncer.Chain.
 func (l *Local) Changed() <-chan struct{} { return l.app.Changed() }
 
-// Broadcast implements syncer.Chain.
-func (l *Local) Broadcast(ctx context.Context, tx []byte) (*syncer.TxResult, error) {
+// Submit implements syncer.Chain: the transaction enters the node's
+// mempool (CheckTx) and its result comes from the App when its block
+// commits (or when a recheck drops it).
+func (l *Local) Submit(ctx context.Context, tx []byte) (syncer.Pending, error) {
 	h := sha256.Sum256(tx)
 	ch := l.app.watch(h)
-	defer l.app.unwatch(h, ch)
 	res, err := l.mp.BroadcastTxSync(ctx, tx)
 	if err != nil {
+		l.app.unwatch(h, ch)
 		return nil, fmt.Errorf("broadcast to the chain: %w", err)
 	}
 	if res.Code != CodeOK {
+		l.app.unwatch(h, ch)
 		return nil, Refusal(res.Code, res.Log)
 	}
-	return waitOutcome(ctx, ch, l.timeout)
+	return &pending{app: l.app, h: h, ch: ch, timeout: l.timeout}, nil
+}
+
+type pending struct {
+	app     *App
+	h       [32]byte
+	ch      chan TxOutcome
+	timeout time.Duration
+}
+
+func (p *pending) Wait(ctx context.Context) (*syncer.TxResult, error) {
+	defer p.app.unwatch(p.h, p.ch)
+	return waitOutcome(ctx, p.ch, p.timeout)
 }
 
 func waitOutcome(ctx context.Context, ch chan TxOutcome, timeout time.Duration) (*syncer.TxResult, error) {

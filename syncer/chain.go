@@ -23,14 +23,35 @@ type Chain interface {
 	// View runs fn over the last committed state. fn must be quick: the
 	// next commit waits for it.
 	View(ctx context.Context, fn func(View) error) error
-	// Broadcast submits an encoded transaction (wire.EncodeTx) and waits
-	// until a block committed it. A refusal by the machine (at CheckTx or
-	// in the block) is returned as an *Error with its kind and message;
-	// any other error is the node's (transport, timeout).
-	Broadcast(ctx context.Context, tx []byte) (*TxResult, error)
+	// Submit admits an encoded transaction (wire.EncodeTx) to the chain
+	// (CheckTx) and returns a Pending for its block. Transactions admitted
+	// one after the other enter blocks in that order. A refusal by the
+	// machine is an *Error with its kind and message; any other error is
+	// the node's (transport).
+	Submit(ctx context.Context, tx []byte) (Pending, error)
 	// Changed returns a channel that is closed at the next commit.
 	Changed() <-chan struct{}
 }
+
+// Pending is an admitted transaction.
+type Pending interface {
+	// Wait returns the transaction's result once a block committed it, or
+	// its refusal (an *Error) by the block or by a recheck.
+	Wait(ctx context.Context) (*TxResult, error)
+}
+
+// Broadcast submits tx and waits for its block.
+func Broadcast(ctx context.Context, c Chain, tx []byte) (*TxResult, error) {
+	p, err := c.Submit(ctx, tx)
+	if err != nil {
+		return nil, err
+	}
+	return p.Wait(ctx)
+}
+
+// StaleNonce is the refusal of a nonce that is not above the signer's last
+// (it matches ErrStaleNonce and is a KindUnauthorized *Error).
+func StaleNonce(msg string) error { return nonceError{e: &Error{Kind: KindUnauthorized, Msg: msg}} }
 
 // TxResult is a committed transaction's result.
 type TxResult struct {

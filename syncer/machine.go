@@ -264,7 +264,7 @@ func (x *mtx) putJSON(ks Keyspace, key []byte, v any) error {
 	return nil
 }
 
-func (x *mtx) putRun(r *mRun) error { return x.putJSON(KSRuns, runKey(r.spec.TaskID), r) }
+func (x *mtx) putRun(r *runState) error { return x.putJSON(KSRuns, runKey(r.spec.TaskID), r) }
 
 func (x *mtx) getJSON(ks Keyspace, key []byte, v any) (bool, error) {
 	raw, err := x.kv.Get(x.ctx, ks, key)
@@ -529,7 +529,7 @@ func (x *mtx) timers(task string) (bool, error) {
 			if fs.Closed || len(fs.Records) >= r.spec.Quorum {
 				continue
 			}
-			fc := mBaseCommit(r, i)
+			fc := baseCommit(r, i)
 			fc.Status = wire.FragNoQuorum
 			fc.Reason = fmt.Sprintf("round deadline passed with %d of K=%d submissions accepted", len(fs.Records), r.spec.Quorum)
 			fc.Inputs = recordInputs(fs.Records)

@@ -111,7 +111,7 @@ func claimDigest(c *Claim) wire.Hash {
 // run running, trainer active, current round, fragment open and inside its
 // grace window. The receiving node runs the same checks on the committed
 // state before it does anything costly.
-func (r *mRun) precheckRecord(trainer string, round, fragment uint64, now int64) (*mFrag, error) {
+func (r *runState) precheckRecord(trainer string, round, fragment uint64, now int64) (*fragState, error) {
 	task := r.spec.TaskID
 	if r.Status != wire.StatusRunning {
 		return nil, Errf(KindConflict, "run %s is %s, not running", task, r.Status)
@@ -142,9 +142,9 @@ func (r *mRun) precheckRecord(trainer string, round, fragment uint64, now int64)
 	return fs, nil
 }
 
-// mBaseCommit is fragment i's transcript entry before anything is decided:
+// baseCommit is fragment i's transcript entry before anything is decided:
 // the rule and outer step that would run, weights unchanged.
-func mBaseCommit(r *mRun, i int) *wire.FragmentCommit {
+func baseCommit(r *runState, i int) *wire.FragmentCommit {
 	w := r.Fragments[i].WeightsHash
 	return &wire.FragmentCommit{Fragment: i, Rule: r.Rule.Name, RuleHash: r.Rule.Hash, RuleParams: orJSON(r.Rule.Params), OuterHash: r.Outer.Hash,
 		WeightsBefore: w, WeightsAfter: w, Codec: codecRef(r.Codec), Inputs: []wire.CommitInput{}}
@@ -293,7 +293,7 @@ func (x *mtx) commitFragment(p *wire.CommitFragmentTx) (*wire.CommitFragmentResu
 // numbering, syncer and ticket, the run's rules, the weights before, the
 // inputs (exactly the fragment's records in DID order) and that its status
 // agrees with its content.
-func (r *mRun) checkCommit(i int, c *wire.FragmentCommit, syncer string, ticket uint64) error {
+func (r *runState) checkCommit(i int, c *wire.FragmentCommit, syncer string, ticket uint64) error {
 	fs := r.Fragments[i]
 	switch {
 	case c.Fragment != i:
@@ -360,7 +360,7 @@ func sameCodec(a, b *wire.CodecRef) bool {
 // closeFragment records fragment i's commit: the fragment is closed, its
 // weights move on when aggregated, and every input that was not rejected
 // counts as accepted (payout weight: the fragment's size).
-func (x *mtx) closeFragment(r *mRun, i int, c *wire.FragmentCommit) error {
+func (x *mtx) closeFragment(r *runState, i int, c *wire.FragmentCommit) error {
 	fs := r.Fragments[i]
 	if c.Inputs == nil {
 		c.Inputs = []wire.CommitInput{}
@@ -388,7 +388,7 @@ func (x *mtx) closeFragment(r *mRun, i int, c *wire.FragmentCommit) error {
 }
 
 // maybeCloseRound closes the round once every fragment is closed.
-func (x *mtx) maybeCloseRound(r *mRun) error {
+func (x *mtx) maybeCloseRound(r *runState) error {
 	if r.Status != wire.StatusRunning {
 		return nil
 	}
@@ -403,7 +403,7 @@ func (x *mtx) maybeCloseRound(r *mRun) error {
 // closeRound writes the round commit from the fragment commits, applies
 // missed rounds, evictions and membership changes, and opens the next
 // round at this block or seals the run.
-func (x *mtx) closeRound(r *mRun) error {
+func (x *mtx) closeRound(r *runState) error {
 	task := r.spec.TaskID
 	sl := r.spec.Slash()
 	rc := wire.RoundCommit{TaskID: task, Round: r.Round, Missed: []string{}, Evicted: []string{}, Joined: orStrs(r.Joined), Left: orStrs(r.Left),
@@ -477,7 +477,7 @@ func (x *mtx) closeRound(r *mRun) error {
 // escrowed pool and its stake back, the rest returns to the sponsor; the
 // run root goes into the run log. The receipt is then fully determined by
 // chain state except the syncer's signature (signReceipt).
-func (x *mtx) seal(r *mRun, finalModel wire.Hash) error {
+func (x *mtx) seal(r *runState, finalModel wire.Hash) error {
 	task := r.spec.TaskID
 	pool, err := x.lt.balance(acctEscrow(task))
 	if err != nil {
@@ -518,10 +518,11 @@ func (x *mtx) seal(r *mRun, finalModel wire.Hash) error {
 	}
 	x.set(KSMeta, runLogKey(idx), RunLogLeaf(task, root))
 	x.set(KSMeta, keyRunLogN, u64Bytes(idx+1))
-	r.Seal = &mSeal{FinalModel: finalModel, RunRoot: root, TimeMs: x.blk.TimeMs, Height: x.blk.Height, RunLogIndex: idx,
+	r.Seal = &sealState{FinalModel: finalModel, RunRoot: root, TimeMs: x.blk.TimeMs, Height: x.blk.Height, RunLogIndex: idx,
 		Payouts: payouts, SponsorRefund: rest.String()}
 	r.Status = wire.StatusSealed
 	x.del(KSMeta, activeKey(task))
+	x.set(KSMeta, unsignedKey(task), []byte{})
 	x.m.log.Info("run sealed", "task", task, "run_root", root, "final_model", finalModel, "height", x.blk.Height)
 	return nil
 }
@@ -581,6 +582,7 @@ func (x *mtx) signReceipt(p *wire.SignReceiptTx) (*wire.SignReceiptResult, error
 		return nil, err
 	}
 	r.Seal.Signed, r.Seal.SignedBy = true, p.SyncerDID
+	x.del(KSMeta, unsignedKey(p.TaskID))
 	if err := x.putRun(r); err != nil {
 		return nil, err
 	}
@@ -601,7 +603,7 @@ func BuildReceipt(ctx context.Context, kv KV, task, signer string, engine json.R
 	return buildReceipt(ctx, kv, r, signer, engine, evidenceDigest)
 }
 
-func buildReceipt(ctx context.Context, kv KV, r *mRun, signer string, engine json.RawMessage, evidenceDigest *wire.Hash) (*wire.Receipt, error) {
+func buildReceipt(ctx context.Context, kv KV, r *runState, signer string, engine json.RawMessage, evidenceDigest *wire.Hash) (*wire.Receipt, error) {
 	task := r.spec.TaskID
 	transcript := make([]wire.RoundCommit, 0, len(r.Roots))
 	for round := uint64(0); round < uint64(len(r.Roots)); round++ {

@@ -54,9 +54,9 @@ func (x *mtx) postTask(p *wire.PostTaskTx) (*wire.PostTaskResult, error) {
 	if err := x.checkRules(spec, p); err != nil {
 		return nil, err
 	}
-	r := &mRun{Spec: canon, SpecHash: specHash, Status: wire.StatusAwaiting, Rule: p.Rule, Verifiers: p.Verifiers, Outer: p.Outer,
+	r := &runState{Spec: canon, SpecHash: specHash, Status: wire.StatusAwaiting, Rule: p.Rule, Verifiers: p.Verifiers, Outer: p.Outer,
 		Codec: p.Codec, spec: spec, PostedMs: x.blk.TimeMs, PostedHeight: x.blk.Height, RoundMs: x.blk.TimeMs,
-		RoundAnchor: append(wire.HexBytes{}, x.blk.Hash...), Trainers: []*mTrainer{}, Roots: []wire.Hash{}}
+		RoundAnchor: append(wire.HexBytes{}, x.blk.Hash...), Trainers: []*trainerState{}, Roots: []wire.Hash{}}
 	refs := []RuleRef{p.Rule, p.Outer}
 	refs = append(refs, p.Verifiers...)
 	if p.Codec != nil {
@@ -164,7 +164,7 @@ func (x *mtx) checkRules(spec *wire.TaskSpec, p *wire.PostTaskTx) error {
 }
 
 // setInit checks an initial-weights layout against the spec and installs it.
-func (r *mRun) setInit(l *wire.InitLayout) error {
+func (r *runState) setInit(l *wire.InitLayout) error {
 	if l.File.IsZero() {
 		return Errf(KindInvalid, "init: the weights file hash is zero")
 	}
@@ -173,7 +173,7 @@ func (r *mRun) setInit(l *wire.InitLayout) error {
 	}
 	prev, n := "", 0
 	hashes := make([]wire.Hash, len(l.Fragments))
-	frags := make([]*mFrag, len(l.Fragments))
+	frags := make([]*fragState, len(l.Fragments))
 	var dtype string
 	for i, f := range l.Fragments {
 		if len(f.Tensors) == 0 {
@@ -219,7 +219,7 @@ func (r *mRun) setInit(l *wire.InitLayout) error {
 			return Errf(KindInvalid, "init weights: fragment %d has no weights hash", i)
 		}
 		hashes[i] = f.WeightsHash
-		frags[i] = &mFrag{Tensors: f.Tensors, Dtype: Dtype(f.Dtype), N: f.N, WeightsHash: f.WeightsHash}
+		frags[i] = &fragState{fragLayout: fragLayout{Tensors: f.Tensors, Dtype: Dtype(f.Dtype), N: f.N}, WeightsHash: f.WeightsHash}
 	}
 	if m := ModelHash(hashes); m != l.Model {
 		return Errf(KindInvalid, "init weights: model hash %s, the fragments give %s", l.Model, m)
@@ -303,7 +303,7 @@ func (x *mtx) enroll(p *wire.EnrollTx) (*wire.EnrollResult, error) {
 	}
 	t := r.trainer(p.TrainerDID)
 	if t == nil {
-		t = &mTrainer{DID: p.TrainerDID, Weight: "0", Reward: "0", Slashed: "0", Stake: "0"}
+		t = &trainerState{DID: p.TrainerDID, Weight: "0", Reward: "0", Slashed: "0", Stake: "0"}
 		r.addTrainer(t)
 	}
 	// The stake account was emptied when the trainer left, so the stake of
@@ -322,13 +322,13 @@ func (x *mtx) enroll(p *wire.EnrollTx) (*wire.EnrollResult, error) {
 	if err := x.putRun(r); err != nil {
 		return nil, err
 	}
-	return mEnrollResult(r, t), nil
+	return enrollResult(r, t), nil
 }
 
 // checkEvidenceRef: Verified and Confidential runs need evidence (checked
 // by the receiving node; the chain keeps its hash and digest), Open runs
 // take none.
-func (r *mRun) checkEvidenceRef(e *wire.EvidenceRef) error {
+func (r *runState) checkEvidenceRef(e *wire.EvidenceRef) error {
 	if r.spec.Tier == wire.TierOpen {
 		if e != nil {
 			return Errf(KindInvalid, "evidence: run %s is tier Open and takes no attestation evidence", r.spec.TaskID)
@@ -344,10 +344,10 @@ func (r *mRun) checkEvidenceRef(e *wire.EvidenceRef) error {
 	return nil
 }
 
-func mEnrollResult(r *mRun, t *mTrainer) *wire.EnrollResult {
+func enrollResult(r *runState, t *trainerState) *wire.EnrollResult {
 	shards := orEmpty(t.Shards)
 	res := &wire.EnrollResult{TaskID: r.spec.TaskID, TrainerDID: t.DID, Status: t.Status, Shards: shards, FromRound: t.JoinedRound,
-		RunStatus: r.Status, ShardAssignments: shards, ShardsFromRound: r.shardsFromM(t)}
+		RunStatus: r.Status, ShardAssignments: shards, ShardsFromRound: r.shardsFrom(t)}
 	if len(shards) == 0 {
 		switch {
 		case r.Status == wire.StatusAwaiting:
@@ -359,8 +359,8 @@ func mEnrollResult(r *mRun, t *mTrainer) *wire.EnrollResult {
 	return res
 }
 
-// shardsFromM is the round from which t's shard assignment applies.
-func (r *mRun) shardsFromM(t *mTrainer) uint64 {
+// shardsFrom is the round from which t's shard assignment applies.
+func (r *runState) shardsFrom(t *trainerState) uint64 {
 	switch {
 	case r.Status == wire.StatusAwaiting:
 		return 0
@@ -401,7 +401,7 @@ func (x *mtx) leave(p *wire.LeaveParams) (*wire.EnrollResult, error) {
 		FromRound: r.Round, RunStatus: r.Status}, nil
 }
 
-func (x *mtx) refund(r *mRun, t *mTrainer, memo string) error {
+func (x *mtx) refund(r *runState, t *trainerState, memo string) error {
 	bal, err := x.lt.balance(acctStake(r.spec.TaskID, t.DID))
 	if err != nil {
 		return err
@@ -411,7 +411,7 @@ func (x *mtx) refund(r *mRun, t *mTrainer, memo string) error {
 
 // slash moves bps of a trainer's enrolled stake (capped at what is left)
 // from its stake account into the run's escrow, where it joins the pool.
-func (x *mtx) slash(r *mRun, t *mTrainer, b int, why string) error {
+func (x *mtx) slash(r *runState, t *trainerState, b int, why string) error {
 	if b <= 0 {
 		return nil
 	}
@@ -447,7 +447,7 @@ func (x *mtx) cancelRun(p *wire.CancelRunParams) (*wire.CancelRunResult, error) 
 
 // endUnstarted refunds the escrow and every enrolled stake of a run that
 // never started and marks it cancelled.
-func (x *mtx) endUnstarted(r *mRun, why string) (*wire.CancelRunResult, error) {
+func (x *mtx) endUnstarted(r *runState, why string) (*wire.CancelRunResult, error) {
 	esc, err := x.lt.balance(acctEscrow(r.spec.TaskID))
 	if err != nil {
 		return nil, err
@@ -518,7 +518,7 @@ func (x *mtx) electionProof(p *wire.ElectionProofParams) (*wire.ElectionProofRes
 // maybeStart starts the run when M trainers are enrolled, the initial
 // weights are known and at least one registered candidate sent a proof:
 // the election over the proofs, the shards, round 0 at this block.
-func (x *mtx) maybeStart(r *mRun) error {
+func (x *mtx) maybeStart(r *runState) error {
 	if r.Status != wire.StatusAwaiting || !r.HasInit || r.count(wire.TrainerActive) < r.spec.TrainerCount {
 		return nil
 	}

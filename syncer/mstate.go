@@ -15,9 +15,9 @@ import (
 // here is written by Machine transitions only; node-local data (payloads,
 // weights, evidence bytes, plugin modules, dataset keys) lives elsewhere.
 
-// mRun is one run on chain (KSRuns, key = task id). JSON with fixed field
+// runState is one run on chain (KSRuns, key = task id). JSON with fixed field
 // order; no floats.
-type mRun struct {
+type runState struct {
 	Spec     json.RawMessage `json:"spec"` // canonical JSON as posted
 	SpecHash wire.Hash       `json:"spec_hash"`
 	Status   string          `json:"status"`
@@ -33,14 +33,14 @@ type mRun struct {
 	PostedHeight int64         `json:"posted_height"`
 	// Syncer is the elected syncer (ticket 0); Succession every entrant in
 	// ticket order (the winner first).
-	Syncer     string         `json:"syncer"`
-	Election   *wire.Election `json:"election,omitempty"`
-	Succession []string       `json:"succession,omitempty"`
-	Trainers   []*mTrainer    `json:"trainers"` // sorted by DID
-	Fragments  []*mFrag       `json:"fragments"`
-	HasInit    bool           `json:"has_init"`
-	InitModel  wire.Hash      `json:"init_model"`
-	InitFile   wire.Hash      `json:"init_file"`
+	Syncer     string          `json:"syncer"`
+	Election   *wire.Election  `json:"election,omitempty"`
+	Succession []string        `json:"succession,omitempty"`
+	Trainers   []*trainerState `json:"trainers"` // sorted by DID
+	Fragments  []*fragState    `json:"fragments"`
+	HasInit    bool            `json:"has_init"`
+	InitModel  wire.Hash       `json:"init_model"`
+	InitFile   wire.Hash       `json:"init_file"`
 	// RoundModel is the model hash at the start of the current round (what
 	// Verified-tier evidence binds).
 	RoundModel wire.Hash   `json:"round_model"`
@@ -59,13 +59,13 @@ type mRun struct {
 	// LastSyncer committed the run's latest fragment commit.
 	LastSyncer string `json:"last_syncer,omitempty"`
 	// Seal: settled, run root in the run log; Signed once signReceipt landed.
-	Seal *mSeal `json:"seal,omitempty"`
+	Seal *sealState `json:"seal,omitempty"`
 
 	spec *wire.TaskSpec
 }
 
-// mSeal is what sealing decided.
-type mSeal struct {
+// sealState is what sealing decided.
+type sealState struct {
 	FinalModel    wire.Hash     `json:"final_model"`
 	RunRoot       wire.Hash     `json:"run_root"`
 	TimeMs        int64         `json:"time_ms"`
@@ -77,7 +77,7 @@ type mSeal struct {
 	SignedBy      string        `json:"signed_by,omitempty"`
 }
 
-type mTrainer struct {
+type trainerState struct {
 	DID          string `json:"did"`
 	Status       string `json:"status"`
 	Stake        string `json:"stake"`
@@ -95,12 +95,18 @@ type mTrainer struct {
 	RoundAccepted int `json:"round_accepted"`
 }
 
-type mFrag struct {
-	Tensors      []wire.TensorInfo `json:"tensors"`
-	Dtype        Dtype             `json:"dtype"`
-	N            int64             `json:"n"`
-	WeightsHash  wire.Hash         `json:"weights_hash"`
-	MomentumHash wire.Hash         `json:"momentum_hash"` // zero before the first outer step
+// fragLayout is a fragment's tensors (in the fragment's order), element
+// type and value count.
+type fragLayout struct {
+	Tensors []wire.TensorInfo `json:"tensors"`
+	Dtype   Dtype             `json:"dtype"`
+	N       int64             `json:"n"`
+}
+
+type fragState struct {
+	fragLayout
+	WeightsHash  wire.Hash `json:"weights_hash"`
+	MomentumHash wire.Hash `json:"momentum_hash"` // zero before the first outer step
 	// Current round: the records in arrival order, when the K-th arrived
 	// (block time), whether the fragment is closed and its commit.
 	Records []recRef             `json:"records"`
@@ -155,6 +161,9 @@ func claimKey(task string, round uint64, f int, d string) []byte {
 	return append(claimPrefix(task, round, f), d...)
 }
 func activeKey(task string) []byte { return []byte("active/" + task) }
+
+// unsignedKey indexes sealed runs whose receipt awaits its signature.
+func unsignedKey(task string) []byte { return []byte("unsigned/" + task) }
 func unbondKey(releaseMs int64, d string) []byte {
 	return []byte(fmt.Sprintf("unbond/%020d/%s", releaseMs, d))
 }
@@ -169,7 +178,7 @@ var (
 func runLogKey(i uint64) []byte { return []byte(fmt.Sprintf("runlog/leaf/%020d", i)) }
 
 // loadRun reads a run.
-func loadRun(ctx context.Context, kv KV, task string) (*mRun, error) {
+func loadRun(ctx context.Context, kv KV, task string) (*runState, error) {
 	if task == "" {
 		return nil, Errf(KindInvalid, "task_id is empty")
 	}
@@ -186,8 +195,8 @@ func loadRun(ctx context.Context, kv KV, task string) (*mRun, error) {
 	return decodeRun(task, raw)
 }
 
-func decodeRun(task string, raw []byte) (*mRun, error) {
-	var r mRun
+func decodeRun(task string, raw []byte) (*runState, error) {
+	var r runState
 	if err := json.Unmarshal(raw, &r); err != nil {
 		return nil, fmt.Errorf("load run %s: corrupt state: %w", task, err)
 	}
@@ -199,7 +208,7 @@ func decodeRun(task string, raw []byte) (*mRun, error) {
 	return &r, nil
 }
 
-func (r *mRun) trainer(did string) *mTrainer {
+func (r *runState) trainer(did string) *trainerState {
 	i := sort.Search(len(r.Trainers), func(i int) bool { return r.Trainers[i].DID >= did })
 	if i < len(r.Trainers) && r.Trainers[i].DID == did {
 		return r.Trainers[i]
@@ -207,12 +216,12 @@ func (r *mRun) trainer(did string) *mTrainer {
 	return nil
 }
 
-func (r *mRun) addTrainer(t *mTrainer) {
+func (r *runState) addTrainer(t *trainerState) {
 	r.Trainers = append(r.Trainers, t)
 	sort.Slice(r.Trainers, func(i, j int) bool { return r.Trainers[i].DID < r.Trainers[j].DID })
 }
 
-func (r *mRun) count(statuses ...string) int {
+func (r *runState) count(statuses ...string) int {
 	n := 0
 	for _, t := range r.Trainers {
 		for _, s := range statuses {
@@ -224,12 +233,12 @@ func (r *mRun) count(statuses ...string) int {
 	return n
 }
 
-func (r *mRun) countActive() int { return r.count(wire.TrainerActive, wire.TrainerJoining) }
+func (r *runState) countActive() int { return r.count(wire.TrainerActive, wire.TrainerJoining) }
 
 // assignShards deals data shards to active trainers in DID order: shard s
 // goes to active trainer s mod n (PROTOCOL §5).
-func (r *mRun) assignShards() {
-	var active []*mTrainer
+func (r *runState) assignShards() {
+	var active []*trainerState
 	for _, t := range r.Trainers {
 		t.Shards = nil
 		if t.Status == wire.TrainerActive {
@@ -246,14 +255,14 @@ func (r *mRun) assignShards() {
 }
 
 // allIn: at least K records and one from every active trainer.
-func (r *mRun) allIn(fs *mFrag) bool {
+func (r *runState) allIn(fs *fragState) bool {
 	return len(fs.Records) >= r.spec.Quorum && len(fs.Records) >= r.count(wire.TrainerActive)
 }
 
 // due says whether fragment fs may be committed at block time t: K records
 // and every active trainer in, or the grace window after the K-th record
 // passed (PROTOCOL §6).
-func (r *mRun) due(fs *mFrag, t int64) bool {
+func (r *runState) due(fs *fragState, t int64) bool {
 	if fs.Closed || len(fs.Records) < r.spec.Quorum {
 		return false
 	}
@@ -263,7 +272,7 @@ func (r *mRun) due(fs *mFrag, t int64) bool {
 // ticketAt is the index in the succession of who may commit the current
 // round at block time t: one more for every whole round deadline since the
 // round started, capped at the last entrant.
-func (r *mRun) ticketAt(t int64) int {
+func (r *runState) ticketAt(t int64) int {
 	if len(r.Succession) == 0 {
 		return 0
 	}
@@ -279,7 +288,7 @@ func (r *mRun) ticketAt(t int64) int {
 
 // syncerAt is the DID that may commit the current round at block time t
 // ("" when the run has no election).
-func (r *mRun) syncerAt(t int64) (string, int) {
+func (r *runState) syncerAt(t int64) (string, int) {
 	if len(r.Succession) == 0 {
 		return "", 0
 	}
@@ -290,7 +299,7 @@ func (r *mRun) syncerAt(t int64) (string, int) {
 // receiptSigners is who may sign the sealed run's receipt, in turn: the
 // syncer of the last fragment commit, then the succession; the k-th may
 // sign once k round deadlines have passed since the seal.
-func (r *mRun) receiptSigners() []string {
+func (r *runState) receiptSigners() []string {
 	out := []string{}
 	if r.LastSyncer != "" {
 		out = append(out, r.LastSyncer)
@@ -304,7 +313,7 @@ func (r *mRun) receiptSigners() []string {
 }
 
 // receiptSignerAt is who may sign the receipt at block time t.
-func (r *mRun) receiptSignerAt(t int64) string {
+func (r *runState) receiptSignerAt(t int64) string {
 	ss := r.receiptSigners()
 	if len(ss) == 0 || r.Seal == nil {
 		return ""
