@@ -17,7 +17,9 @@ import (
 	"github.com/cometbft/cometbft/types"
 	cmttime "github.com/cometbft/cometbft/types/time"
 
+	"github.com/tenzro/train/syncer"
 	"github.com/tenzro/train/wire"
+	"github.com/tenzro/train/wire/did"
 )
 
 // NodeConfigFile is a node home's own configuration (JSON), next to
@@ -57,7 +59,24 @@ type TestnetOptions struct {
 	BasePort int
 	// TimeoutCommit is the block interval (default 1s).
 	TimeoutCommit time.Duration
+	// CandidateStake, when set, makes every validator's node a syncer
+	// candidate: a node key is written at <home>/node/node.key and its DID
+	// registered at genesis with this stake (attoTNZO).
+	CandidateStake string
+	// Candidates are more syncer candidates registered at genesis.
+	Candidates []GenesisAccount
+	// Faucet enables the faucet (the --dev chain only).
+	Faucet bool
+	// Params overrides the default fees and unbonding delay.
+	Params *syncer.GenesisParams
+	// Homes, when set, are the homes to write (one per validator) instead
+	// of <Dir>/node<i>.
+	Homes []string
 }
+
+// NodeKeyFile is where a home written by WriteTestnet keeps its node's
+// key (the node's DID: its syncer key without an enclave).
+const NodeKeyFile = "node/node.key"
 
 // TestnetNode describes one written validator home.
 type TestnetNode struct {
@@ -65,6 +84,8 @@ type TestnetNode struct {
 	NodeID  string `json:"node_id"`
 	P2PAddr string `json:"p2p_addr"`
 	RPCAddr string `json:"rpc_addr"`
+	// NodeDID is the DID of the node key written with CandidateStake.
+	NodeDID string `json:"node_did,omitempty"`
 }
 
 // WriteTestnet writes opts.Validators validator homes (<dir>/node<i>: node
@@ -74,8 +95,11 @@ func WriteTestnet(opts TestnetOptions) ([]TestnetNode, error) {
 	if opts.Validators < 1 || opts.Validators > MaxValidators {
 		return nil, fmt.Errorf("testnet: %d validators, want 1..%d", opts.Validators, MaxValidators)
 	}
-	if opts.Dir == "" {
+	if opts.Dir == "" && len(opts.Homes) == 0 {
 		return nil, errors.New("testnet: --dir is empty")
+	}
+	if len(opts.Homes) > 0 && len(opts.Homes) != opts.Validators {
+		return nil, fmt.Errorf("testnet: %d homes for %d validators", len(opts.Homes), opts.Validators)
 	}
 	if opts.ChainID == "" {
 		opts.ChainID = "tenzro-testnet"
@@ -89,9 +113,40 @@ func WriteTestnet(opts TestnetOptions) ([]TestnetNode, error) {
 	if opts.BasePort < 0 || opts.BasePort+2*opts.Validators > 65535 {
 		return nil, fmt.Errorf("testnet: base port %d leaves no room for %d validators", opts.BasePort, opts.Validators)
 	}
-	st := GenesisState{Accounts: opts.Allocs}
+	homes := opts.Homes
+	if len(homes) == 0 {
+		if ents, err := os.ReadDir(opts.Dir); err == nil && len(ents) > 0 {
+			return nil, fmt.Errorf("testnet: %s exists and is not empty (choose a new --dir)", opts.Dir)
+		}
+		for i := 0; i < opts.Validators; i++ {
+			homes = append(homes, filepath.Join(opts.Dir, fmt.Sprintf("node%d", i)))
+		}
+	}
+	for _, h := range homes {
+		if ents, err := os.ReadDir(h); err == nil && len(ents) > 0 {
+			return nil, fmt.Errorf("testnet: %s exists and is not empty", h)
+		}
+	}
+	st := GenesisState{Accounts: opts.Allocs, Candidates: append([]GenesisAccount(nil), opts.Candidates...), Faucet: opts.Faucet, Params: opts.Params}
 	if st.Accounts == nil {
 		st.Accounts = []GenesisAccount{}
+	}
+	nodeDIDs := make([]string, len(homes))
+	if opts.CandidateStake != "" {
+		for i, h := range homes {
+			k, err := did.Generate(did.KindMachine, nil)
+			if err != nil {
+				return nil, fmt.Errorf("testnet: node key: %w", err)
+			}
+			if err := os.MkdirAll(filepath.Join(h, filepath.Dir(NodeKeyFile)), 0o700); err != nil {
+				return nil, fmt.Errorf("testnet: %w", err)
+			}
+			if err := k.Save(filepath.Join(h, NodeKeyFile)); err != nil {
+				return nil, fmt.Errorf("testnet: node key: %w", err)
+			}
+			nodeDIDs[i] = k.DID.String()
+			st.Candidates = append(st.Candidates, GenesisAccount{DID: nodeDIDs[i], Balance: opts.CandidateStake})
+		}
 	}
 	appState, err := json.Marshal(st)
 	if err != nil {
@@ -100,9 +155,6 @@ func WriteTestnet(opts TestnetOptions) ([]TestnetNode, error) {
 	if _, err := ParseGenesisState(appState); err != nil {
 		return nil, fmt.Errorf("testnet: %w", err)
 	}
-	if ents, err := os.ReadDir(opts.Dir); err == nil && len(ents) > 0 {
-		return nil, fmt.Errorf("testnet: %s exists and is not empty (choose a new --dir)", opts.Dir)
-	}
 	ports, err := pickPorts(opts.Host, opts.BasePort, 2*opts.Validators)
 	if err != nil {
 		return nil, err
@@ -110,7 +162,7 @@ func WriteTestnet(opts TestnetOptions) ([]TestnetNode, error) {
 	nodes := make([]TestnetNode, opts.Validators)
 	vals := make([]types.GenesisValidator, opts.Validators)
 	for i := range nodes {
-		home := filepath.Join(opts.Dir, fmt.Sprintf("node%d", i))
+		home := homes[i]
 		c := cmtcfg.DefaultConfig()
 		c.SetRoot(home)
 		for _, d := range []string{"config", "data"} {
@@ -129,7 +181,7 @@ func WriteTestnet(opts TestnetOptions) ([]TestnetNode, error) {
 			return nil, fmt.Errorf("testnet: validator key: %w", err)
 		}
 		vals[i] = types.GenesisValidator{Address: pub.Address(), PubKey: pub, Power: 10, Name: fmt.Sprintf("node%d", i)}
-		nodes[i] = TestnetNode{Home: home, NodeID: string(nk.ID()),
+		nodes[i] = TestnetNode{Home: home, NodeID: string(nk.ID()), NodeDID: nodeDIDs[i],
 			P2PAddr: net.JoinHostPort(opts.Host, fmt.Sprint(ports[2*i])), RPCAddr: net.JoinHostPort(opts.Host, fmt.Sprint(ports[2*i+1]))}
 	}
 	gen := &types.GenesisDoc{ChainID: opts.ChainID, GenesisTime: cmttime.Now(), InitialHeight: 1,
@@ -298,4 +350,42 @@ func strictJSON(b []byte, v any) error {
 		return errors.New("trailing data after the JSON object")
 	}
 	return wire.CheckStrictJSON(b, wire.StrictJSONOptions{})
+}
+
+// DevOptions configure InitDev.
+type DevOptions struct {
+	// Candidate is the node's syncer DID, registered at genesis with Stake.
+	Candidate string
+	Stake     string
+	// BlockInterval is the pace of blocks (DevBlockInterval when 0).
+	BlockInterval time.Duration
+	// Params overrides the default fees and unbonding delay.
+	Params *syncer.GenesisParams
+}
+
+// DevBlockInterval is the --dev chain's block interval. The app hash
+// changes at every height (the height is in it), so CometBFT makes a block
+// every interval whether or not transactions wait: block time, and so every
+// grace window, round deadline and enrolment window, advances in steps of
+// this size, and a write waits for the next block, half of it on average.
+// 200 ms keeps a write's latency low for the demo and the tests at a cost
+// of five small synced commits per second.
+const DevBlockInterval = 200 * time.Millisecond
+
+// InitDev writes the home of the --dev chain: one validator on loopback
+// (free ports, picked now and kept), chain id tenzro-dev, a genesis with the
+// faucet on and the node's syncer DID as the only candidate.
+func InitDev(home string, o DevOptions) (*TestnetNode, error) {
+	if o.BlockInterval <= 0 {
+		o.BlockInterval = DevBlockInterval
+	}
+	if o.Stake == "" {
+		o.Stake = "1000000000000000000"
+	}
+	nodes, err := WriteTestnet(TestnetOptions{Validators: 1, Homes: []string{home}, ChainID: "tenzro-dev", Faucet: true,
+		Candidates: []GenesisAccount{{DID: o.Candidate, Balance: o.Stake}}, TimeoutCommit: o.BlockInterval, Params: o.Params})
+	if err != nil {
+		return nil, err
+	}
+	return &nodes[0], nil
 }

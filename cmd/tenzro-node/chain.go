@@ -15,28 +15,8 @@ import (
 	"github.com/tenzro/train/chain"
 )
 
-// registerChain adds `tenzro-node testnet` and `tenzro-node --home DIR`.
-func registerChain(root *cobra.Command, stdout, stderr io.Writer) {
-	root.Flags().String("home", "", "start the chain node whose home `tenzro-node testnet` or `init` wrote (CometBFT embedded in-process); with --rpc-addr it also serves the JSON-RPC methods from the chain; other node flags except --log-level/--log-format do not apply")
-	inner := root.RunE
-	root.RunE = func(cmd *cobra.Command, args []string) error {
-		home, _ := cmd.Flags().GetString("home")
-		if home == "" {
-			return inner(cmd, args)
-		}
-		lvl, _ := cmd.Flags().GetString("log-level")
-		format, _ := cmd.Flags().GetString("log-format")
-		cfg := defaults()
-		cfg.LogLevel, cfg.LogFormat = lvl, format
-		log := newLogger(cfg, stderr)
-		n, err := chain.Start(cmd.Context(), home, chain.NodeOptions{Log: log})
-		if err != nil {
-			return err
-		}
-		fmt.Fprintf(stdout, "chain node %s running: RPC http://%s\n", home, n.Config.RPCAddr)
-		<-cmd.Context().Done()
-		return n.Close()
-	}
+// registerChain adds `tenzro-node testnet` and `tenzro-node init`.
+func registerChain(root *cobra.Command, stdout, _ io.Writer) {
 	root.AddCommand(newTestnetCmd(stdout), newInitCmd(stdout))
 }
 
@@ -116,9 +96,13 @@ Ports: node i listens on BASE+2i (P2P) and BASE+2i+1 (CometBFT RPC);
 			}
 			fmt.Fprintf(stdout, "wrote %d validator homes and one genesis (chain %s, %d allocations):\n", len(nodes), orDefault(opts.ChainID, "tenzro-testnet"), len(opts.Allocs))
 			for _, n := range nodes {
-				fmt.Fprintf(stdout, "  %s  rpc http://%s  p2p %s  id %s\n", n.Home, n.RPCAddr, n.P2PAddr, n.NodeID)
+				fmt.Fprintf(stdout, "  %s  chain rpc http://%s  p2p %s  id %s", n.Home, n.RPCAddr, n.P2PAddr, n.NodeID)
+				if n.NodeDID != "" {
+					fmt.Fprintf(stdout, "  syncer candidate %s", n.NodeDID)
+				}
+				fmt.Fprintln(stdout)
 			}
-			fmt.Fprintf(stdout, "start each with: tenzro-node --home <home>\n")
+			fmt.Fprintf(stdout, "start each with: tenzro-node --home <home> --rpc-addr HOST:PORT --listen-addr /ip4/HOST/tcp/PORT\n")
 			return nil
 		},
 	}
@@ -130,6 +114,7 @@ Ports: node i listens on BASE+2i (P2P) and BASE+2i+1 (CometBFT RPC);
 	f.StringVar(&opts.Host, "host", "127.0.0.1", "address every node listens on and dials")
 	f.IntVar(&opts.BasePort, "base-port", 26656, "first port (node i: BASE+2i P2P, BASE+2i+1 RPC); 0 = free ports")
 	f.DurationVar(&blockMs, "block-time", time.Second, "block interval (CometBFT timeout_commit)")
+	f.StringVar(&opts.CandidateStake, "candidate-stake", "1000000000000000000", "genesis syncer stake of each validator's node key (written to <home>/node/node.key); empty: no candidates at genesis")
 	_ = cmd.MarkFlagRequired("dir")
 	cmd.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
 	return cmd
