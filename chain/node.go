@@ -134,6 +134,27 @@ func Start(ctx context.Context, home string, opts NodeOptions) (*Node, error) {
 		home: home, db: db, cmt: n, log: log}, nil
 }
 
+// WaitCommitted waits until the application has committed a block (the
+// genesis state is durable with the first one), logging every interval
+// while it waits (a full node waits for its peers).
+func (n *Node) WaitCommitted(ctx context.Context, every time.Duration) error {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		ch := n.App.Changed()
+		if h, _ := n.App.LastCommit(); h > 0 {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-ch:
+		case <-t.C:
+			n.log.Info("waiting for the chain's first block (a full node needs its peers)", "home", n.home, "peers", n.Config.PersistentPeers)
+		}
+	}
+}
+
 // Close stops CometBFT and closes the application's store.
 func (n *Node) Close() error {
 	n.log.Info("chain node stopping", "home", n.home)

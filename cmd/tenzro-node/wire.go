@@ -100,6 +100,12 @@ func runNode(ctx context.Context, cfg Config, log *slog.Logger) (err error) {
 		return err
 	}
 	defer closeLogged(log, "chain", cn.Close)
+	if err := cn.WaitCommitted(ctx, 10*time.Second); err != nil {
+		if errors.Is(err, context.Canceled) {
+			return nil // stopped while starting
+		}
+		return fmt.Errorf("chain: %w", err)
+	}
 
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
