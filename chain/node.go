@@ -46,6 +46,14 @@ func CometConfig(home string, nc *NodeConfig) *cmtcfg.Config {
 	c.RPC.TimeoutBroadcastTxCommit = 60 * time.Second
 	c.Instrumentation.Prometheus = false
 	c.Consensus.TimeoutCommit = time.Duration(nc.TimeoutCommitMs) * time.Millisecond
+	// Gossip of proposals, block parts and votes to peers idles this long
+	// when it has nothing to send (CometBFT's 100 ms): at blocks every
+	// 200 ms a node that only follows (a full or light node) fell behind
+	// its validators at the default.
+	c.Consensus.PeerGossipSleepDuration = 10 * time.Millisecond
+	// Peer connections flush their buffered messages at most this often
+	// (CometBFT's 100 ms): each consensus step waited for it.
+	c.P2P.FlushThrottleTimeout = 10 * time.Millisecond
 	c.Mempool.MaxTxBytes = wire.MaxTxBytes
 	return c
 }

@@ -43,6 +43,10 @@ type NodeConfig struct {
 	// TimeoutCommitMs is how long a validator waits after a commit before
 	// the next height (CometBFT's timeout_commit): the block interval.
 	TimeoutCommitMs int64 `json:"timeout_commit_ms"`
+	// JSONRPCAddr (host:port) and ListenAddr (a libp2p multiaddr) are the
+	// node's JSON-RPC and libp2p addresses when its flags do not say.
+	JSONRPCAddr string `json:"json_rpc_addr,omitempty"`
+	ListenAddr  string `json:"listen_addr,omitempty"`
 }
 
 // TestnetOptions configures WriteTestnet.
@@ -55,7 +59,8 @@ type TestnetOptions struct {
 	// Host is the address every node listens on (default 127.0.0.1).
 	Host string
 	// BasePort: node i listens on BasePort+2i (P2P) and BasePort+2i+1
-	// (RPC). 0 takes free ports from the kernel.
+	// (CometBFT RPC), and serves JSON-RPC on 8545+i and libp2p on 4001+i.
+	// 0 takes free ports from the kernel for all four.
 	BasePort int
 	// TimeoutCommit is the block interval (default 1s).
 	TimeoutCommit time.Duration
@@ -84,6 +89,8 @@ type TestnetNode struct {
 	NodeID  string `json:"node_id"`
 	P2PAddr string `json:"p2p_addr"`
 	RPCAddr string `json:"rpc_addr"`
+	// JSONRPCAddr is where the node serves JSON-RPC (NodeConfig).
+	JSONRPCAddr string `json:"json_rpc_addr"`
 	// NodeDID is the DID of the node key written with CandidateStake.
 	NodeDID string `json:"node_did,omitempty"`
 }
@@ -110,7 +117,7 @@ func WriteTestnet(opts TestnetOptions) ([]TestnetNode, error) {
 	if opts.TimeoutCommit <= 0 {
 		opts.TimeoutCommit = time.Second
 	}
-	if opts.BasePort < 0 || opts.BasePort+2*opts.Validators > 65535 {
+	if opts.BasePort < 0 || opts.BasePort+4*opts.Validators > 65535 {
 		return nil, fmt.Errorf("testnet: base port %d leaves no room for %d validators", opts.BasePort, opts.Validators)
 	}
 	homes := opts.Homes
@@ -155,9 +162,18 @@ func WriteTestnet(opts TestnetOptions) ([]TestnetNode, error) {
 	if _, err := ParseGenesisState(appState); err != nil {
 		return nil, fmt.Errorf("testnet: %w", err)
 	}
-	ports, err := pickPorts(opts.Host, opts.BasePort, 2*opts.Validators)
+	ports, err := pickPorts(opts.Host, opts.BasePort, 4*opts.Validators) // with a base, only the first 2N are used
 	if err != nil {
 		return nil, err
+	}
+	jsonPorts, libp2pPorts := make([]int, opts.Validators), make([]int, opts.Validators)
+	if opts.BasePort == 0 {
+		copy(jsonPorts, ports[2*opts.Validators:3*opts.Validators])
+		copy(libp2pPorts, ports[3*opts.Validators:])
+	} else {
+		for i := range jsonPorts {
+			jsonPorts[i], libp2pPorts[i] = 8545+i, 4001+i
+		}
 	}
 	nodes := make([]TestnetNode, opts.Validators)
 	vals := make([]types.GenesisValidator, opts.Validators)
@@ -202,11 +218,15 @@ func WriteTestnet(opts TestnetOptions) ([]TestnetNode, error) {
 			}
 		}
 		nc := NodeConfig{Moniker: fmt.Sprintf("node%d", i), P2PAddr: n.P2PAddr, RPCAddr: n.RPCAddr,
-			PersistentPeers: peers, TimeoutCommitMs: opts.TimeoutCommit.Milliseconds()}
+			PersistentPeers: peers, TimeoutCommitMs: opts.TimeoutCommit.Milliseconds(),
+			JSONRPCAddr: net.JoinHostPort(opts.Host, fmt.Sprint(jsonPorts[i])), ListenAddr: fmt.Sprintf("/ip4/%s/tcp/%d", opts.Host, libp2pPorts[i])}
 		raw, _ := json.MarshalIndent(nc, "", "  ")
 		if err := os.WriteFile(filepath.Join(n.Home, NodeConfigFile), append(raw, '\n'), 0o600); err != nil {
 			return nil, fmt.Errorf("testnet: %w", err)
 		}
+	}
+	for i := range nodes {
+		nodes[i].JSONRPCAddr = net.JoinHostPort(opts.Host, fmt.Sprint(jsonPorts[i]))
 	}
 	return nodes, nil
 }
@@ -281,7 +301,9 @@ type InitOptions struct {
 	Peers   []string
 }
 
-// InitNode writes the home of a non-validator full node: a fresh node key, a
+// InitNode writes the home of a non-validator full node (it does not wait
+// after a commit, timeout_commit 0, so it keeps pace with the validators'
+// blocks whatever their interval): a fresh node key, a
 // validator key that is in no validator set, a copy of the network's
 // genesis, and NodeConfigFile with its persistent peers. The node syncs
 // every block from its peers and answers reads from its own replica.
@@ -330,7 +352,7 @@ func InitNode(o InitOptions) (*TestnetNode, error) {
 	if err := gen.SaveAs(c.GenesisFile()); err != nil {
 		return nil, fmt.Errorf("init: %w", err)
 	}
-	nc := NodeConfig{Moniker: o.Moniker, P2PAddr: o.P2PAddr, RPCAddr: o.RPCAddr, PersistentPeers: o.Peers, TimeoutCommitMs: 1000}
+	nc := NodeConfig{Moniker: o.Moniker, P2PAddr: o.P2PAddr, RPCAddr: o.RPCAddr, PersistentPeers: o.Peers, TimeoutCommitMs: 0}
 	raw, _ := json.MarshalIndent(nc, "", "  ")
 	if err := os.WriteFile(filepath.Join(o.Home, NodeConfigFile), append(raw, '\n'), 0o600); err != nil {
 		return nil, fmt.Errorf("init: %w", err)

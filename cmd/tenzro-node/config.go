@@ -49,6 +49,10 @@ type Config struct {
 	// request bodies (rpc.Options.LargeMinRate, LargeGrace).
 	LargeMinRate int64 `koanf:"large-min-rate"`
 	LargeGraceMs int64 `koanf:"large-grace-ms"`
+
+	// rpcSet and listenSet say whether --rpc-addr and --listen-addr were
+	// given (else a home's own addresses apply).
+	rpcSet, listenSet bool
 }
 
 // configKeys are the keys a config file may set (the flag names).
@@ -190,6 +194,7 @@ func loadConfig(fs *pflag.FlagSet, path string) (Config, error) {
 	if err := cfg.validate(); err != nil {
 		return cfg, err
 	}
+	cfg.rpcSet, cfg.listenSet = k.Exists("rpc-addr"), k.Exists("listen-addr")
 	if cfg.Home != "" && !k.Exists("data-dir") {
 		// A home's node keeps its store, blobs and key beside the chain.
 		cfg.DataDir = filepath.Join(cfg.Home, "node")

@@ -46,6 +46,17 @@ func runNode(ctx context.Context, cfg Config, log *slog.Logger) (err error) {
 	if err != nil {
 		return err
 	}
+	if cfg.Home != "" {
+		// A testnet home names its node's JSON-RPC and libp2p addresses.
+		if nc, err := chain.LoadNodeConfig(cfg.Home); err == nil {
+			if !cfg.rpcSet && nc.JSONRPCAddr != "" {
+				cfg.RPCAddr = nc.JSONRPCAddr
+			}
+			if !cfg.listenSet && nc.ListenAddr != "" {
+				cfg.ListenAddr = nc.ListenAddr
+			}
+		}
+	}
 	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
 		return fmt.Errorf("data dir: %w", err)
 	}
