@@ -16,6 +16,8 @@ import (
 
 	"github.com/tenzro/train/chain"
 	"github.com/tenzro/train/syncer"
+	"github.com/tenzro/train/syncer/election"
+	"github.com/tenzro/train/syncer/vrf"
 	"github.com/tenzro/train/wire"
 	"github.com/tenzro/train/wire/did"
 )
@@ -137,15 +139,27 @@ func appHashAt(t *testing.T, n *chainNode, h int64) string {
 	return b.Block.AppHash.String()
 }
 
-// signedReceipt is a receipt of a zero-round run of spec signed by k.
-func signedReceipt(t *testing.T, spec []byte, k *did.Key) []byte {
+// signedReceipt is a version-2 receipt of a zero-round run of spec signed
+// by k, which it lists as the run's syncer at ticket 0 with stake (its VRF
+// proof over the run's alpha); the whole pool goes back to the sponsor.
+func signedReceipt(t *testing.T, spec []byte, k *did.Key, stake string) []byte {
 	s, canon, err := wire.ParseSpec(spec)
 	if err != nil {
 		t.Fatal(err)
 	}
+	blob, _, _ := syncer.TranscriptBlob(nil)
+	_, attHash := syncer.AttestationList(nil)
+	alpha := election.Alpha(s.TaskID, wire.SpecHash(canon))
+	pi, err := vrf.Prove(k.Priv, alpha)
+	if err != nil {
+		t.Fatal(err)
+	}
+	beta, _ := vrf.ProofToHash(pi)
 	rc := &wire.Receipt{Version: syncer.ReceiptVersion, TaskID: s.TaskID, TaskSpec: canon, SpecHash: wire.SpecHash(canon),
-		SyncerDID: k.DID.String(), PluginHashes: []wire.Hash{}, AttestationDigests: []wire.Hash{}, Transcript: []wire.RoundCommit{},
-		Rewards: []wire.Payout{}, Engine: json.RawMessage(`{}`), SponsorRefund: "0", FinalModelHash: wire.SumBytes([]byte("final"))}
+		FinalModelHash: wire.SumBytes([]byte("final")), TranscriptHash: wire.SumBytes(blob), TranscriptSize: uint64(len(blob)),
+		PluginHashes: []wire.Hash{}, Engine: json.RawMessage(`{}`), AttestationsHash: attHash, ElectionAlpha: alpha,
+		Syncers:    []wire.ReceiptSyncer{{DID: k.DID.String(), Stake: stake, Proof: pi, Output: beta}},
+		RewardPool: s.RewardPool, SlashedTotal: "0", Rewards: []wire.Payout{}, SponsorRefund: s.RewardPool, SyncerDID: k.DID.String()}
 	rc.RunRoot = syncer.RunRoot(rc.SpecHash, nil, rc.FinalModelHash)
 	pre, err := syncer.ReceiptPreimage(rc)
 	if err != nil {
@@ -280,7 +294,7 @@ func TestChainFourValidators(t *testing.T) {
 	cli(nodes[2], "chain", "enter-election", "--task-id", "chain-run", "--key", keyFile(cand))
 	broadcast(t, nodes[0], tx(chain.EnrollTx(trainer, "chain-run", "100", 1)))
 	broadcast(t, nodes[0], tx(chain.SubmissionTx(trainer, "chain-run", 0, 1, wire.SumBytes([]byte("payload")), 4096)))
-	receipt := signedReceipt(t, spec, cand)
+	receipt := signedReceipt(t, spec, cand, "60")
 	receiptPath := filepath.Join(dir, "receipt.json")
 	if err := os.WriteFile(receiptPath, receipt, 0o600); err != nil {
 		t.Fatal(err)
@@ -381,7 +395,7 @@ func TestChainFourValidators(t *testing.T) {
 		}
 	}
 	forgedPath := filepath.Join(dir, "forged.json")
-	if err := os.WriteFile(forgedPath, signedReceipt(t, spec, other), 0o600); err != nil {
+	if err := os.WriteFile(forgedPath, signedReceipt(t, spec, other, "60"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	forged := exec.Command(filepath.Join(binDir, "tenzro"), "chain", "verify-receipt", "--receipt", forgedPath, "--node", "http://"+mustNodeConfig(t, nodes[3].home).RPCAddr)

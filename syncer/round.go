@@ -464,8 +464,10 @@ func (n *Node) closeRound(ctx context.Context, b *Batch, r *runState) error {
 	rc := wire.RoundCommit{TaskID: task, Round: r.Round, Missed: []string{}, Evicted: []string{}, Joined: orStrs(r.Joined), Left: orStrs(r.Left),
 		Equivocations: orHashes(r.Equivocations)}
 	hashes := make([]wire.Hash, len(r.Fragments))
+	me, ticket := n.committer(r)
 	for i, fs := range r.Fragments {
 		fc := fs.Commit
+		fc.Syncer, fc.Ticket = me, ticket
 		if fc.Inputs == nil {
 			fc.Inputs = []wire.CommitInput{}
 		}
