@@ -227,13 +227,9 @@ func TranscriptBlob(rounds []wire.RoundCommit) ([]byte, []wire.Hash, error) {
 	var buf bytes.Buffer
 	buf.WriteByte('[')
 	for i := range rounds {
-		raw, err := json.Marshal(&rounds[i])
+		canon, err := CanonicalRoundCommit(&rounds[i])
 		if err != nil {
-			return nil, nil, err
-		}
-		canon, err := jcs.Transform(raw)
-		if err != nil {
-			return nil, nil, fmt.Errorf("canonicalize round commit %d: %w", i, err)
+			return nil, nil, fmt.Errorf("round commit %d: %w", i, err)
 		}
 		if i > 0 {
 			buf.WriteByte(',')
@@ -698,31 +694,47 @@ func CheckTranscript(rc *wire.Receipt, transcript []byte) ([]wire.RoundCommit, [
 	if got := BlobHash(transcript); got != rc.TranscriptHash {
 		return nil, nil, fmt.Errorf("transcript hashes to %s, the receipt's transcript_hash is %s", got, rc.TranscriptHash)
 	}
-	var elems []json.RawMessage
-	if err := json.Unmarshal(transcript, &elems); err != nil {
+	// One strict decoding pass, then the canonical encoding of what was
+	// decoded must be the blob itself, element by element: no duplicate
+	// member, no other spelling or order, no whitespace (RFC 8785).
+	dec := json.NewDecoder(bytes.NewReader(transcript))
+	dec.DisallowUnknownFields()
+	var rounds []wire.RoundCommit
+	if err := dec.Decode(&rounds); err != nil {
 		return nil, nil, fmt.Errorf("transcript: %w", err)
 	}
-	if uint64(len(elems)) != rc.Rounds {
-		return nil, nil, fmt.Errorf("transcript has %d round commits, the receipt says %d rounds", len(elems), rc.Rounds)
+	if dec.More() {
+		return nil, nil, errors.New("transcript: trailing data")
+	}
+	if uint64(len(rounds)) != rc.Rounds {
+		return nil, nil, fmt.Errorf("transcript has %d round commits, the receipt says %d rounds", len(rounds), rc.Rounds)
 	}
 	ticketOf := make(map[string]uint64, len(rc.Syncers))
 	for _, s := range rc.Syncers {
 		ticketOf[s.DID] = s.Ticket
 	}
 	committed := map[string]bool{}
-	rounds := make([]wire.RoundCommit, len(elems))
-	hashes := make([]wire.Hash, len(elems))
-	for i, e := range elems {
-		canon, err := jcs.Transform(e)
-		if err != nil || !bytes.Equal(canon, e) {
-			return nil, nil, fmt.Errorf("transcript entry %d is not in canonical (RFC 8785) form", i)
-		}
-		dec := json.NewDecoder(bytes.NewReader(e))
-		dec.DisallowUnknownFields()
-		if err := dec.Decode(&rounds[i]); err != nil {
+	hashes := make([]wire.Hash, len(rounds))
+	pos := 1 // after '['
+	if len(transcript) < 2 || transcript[0] != '[' {
+		return nil, nil, errors.New("transcript is not a canonical JSON array")
+	}
+	for i := range rounds {
+		c := &rounds[i]
+		canon, err := CanonicalRoundCommit(c)
+		if err != nil {
 			return nil, nil, fmt.Errorf("transcript entry %d: %w", i, err)
 		}
-		c := &rounds[i]
+		if i > 0 {
+			if pos >= len(transcript) || transcript[pos] != ',' {
+				return nil, nil, fmt.Errorf("transcript entry %d is not in canonical (RFC 8785) form", i)
+			}
+			pos++
+		}
+		if end := pos + len(canon); end > len(transcript) || !bytes.Equal(transcript[pos:end], canon) {
+			return nil, nil, fmt.Errorf("transcript entry %d is not in canonical (RFC 8785) form", i)
+		}
+		pos += len(canon)
 		if c.Round != uint64(i) || c.TaskID != rc.TaskID {
 			return nil, nil, fmt.Errorf("transcript entry %d is round %d of %q", i, c.Round, c.TaskID)
 		}
@@ -733,7 +745,10 @@ func CheckTranscript(rc *wire.Receipt, transcript []byte) ([]wire.RoundCommit, [
 			}
 			committed[fc.Syncer] = true
 		}
-		hashes[i] = roundLeaf(e)
+		hashes[i] = roundLeaf(canon)
+	}
+	if pos != len(transcript)-1 || transcript[pos] != ']' {
+		return nil, nil, errors.New("transcript is not a canonical JSON array")
 	}
 	for _, s := range rc.Syncers {
 		if !committed[s.DID] {
