@@ -105,7 +105,7 @@ func unsignedReceipt(t testing.TB, spec []byte, key *did.Key, transcript []wire.
 		rest.SetInt64(0)
 	}
 	rc := &wire.Receipt{Version: syncer.ReceiptVersion, TaskID: s.TaskID, TaskSpec: canon, SpecHash: wire.SpecHash(canon),
-		FinalModelHash: wire.SumBytes([]byte("final")), Rounds: uint64(len(transcript)), TranscriptHash: wire.SumBytes(blob),
+		FinalModelHash: wire.ContentHash([]byte("final")), Rounds: uint64(len(transcript)), TranscriptHash: syncer.BlobHash(blob),
 		TranscriptSize: uint64(len(blob)), PluginHashes: []wire.Hash{}, Engine: json.RawMessage(`{}`), AttestationsHash: attHash,
 		ElectionAlpha: alpha, Syncers: []wire.ReceiptSyncer{{DID: key.DID.String(), Stake: "1", Proof: pi, Output: beta}},
 		RewardPool: s.RewardPool, SlashedTotal: slashed.String(), Rewards: rewards, SponsorRefund: rest.String(), SyncerDID: key.DID.String()}

@@ -156,7 +156,7 @@ func signedReceipt(t *testing.T, spec []byte, k *did.Key, stake string) []byte {
 	}
 	beta, _ := vrf.ProofToHash(pi)
 	rc := &wire.Receipt{Version: syncer.ReceiptVersion, TaskID: s.TaskID, TaskSpec: canon, SpecHash: wire.SpecHash(canon),
-		FinalModelHash: wire.SumBytes([]byte("final")), TranscriptHash: wire.SumBytes(blob), TranscriptSize: uint64(len(blob)),
+		FinalModelHash: wire.ContentHash([]byte("final")), TranscriptHash: syncer.BlobHash(blob), TranscriptSize: uint64(len(blob)),
 		PluginHashes: []wire.Hash{}, Engine: json.RawMessage(`{}`), AttestationsHash: attHash, ElectionAlpha: alpha,
 		Syncers:    []wire.ReceiptSyncer{{DID: k.DID.String(), Stake: stake, Proof: pi, Output: beta}},
 		RewardPool: s.RewardPool, SlashedTotal: "0", Rewards: []wire.Payout{}, SponsorRefund: s.RewardPool, SyncerDID: k.DID.String()}
@@ -293,7 +293,7 @@ func TestChainFourValidators(t *testing.T) {
 	broadcast(t, nodes[0], tx(chain.RegisterSyncerTx(cand, "60", 1)))
 	cli(nodes[2], "chain", "enter-election", "--task-id", "chain-run", "--key", keyFile(cand))
 	broadcast(t, nodes[0], tx(chain.EnrollTx(trainer, "chain-run", "100", 1)))
-	broadcast(t, nodes[0], tx(chain.SubmissionTx(trainer, "chain-run", 0, 1, wire.SumBytes([]byte("payload")), 4096)))
+	broadcast(t, nodes[0], tx(chain.SubmissionTx(trainer, "chain-run", 0, 1, wire.ContentHash([]byte("payload")), 4096)))
 	receipt := signedReceipt(t, spec, cand, "60")
 	receiptPath := filepath.Join(dir, "receipt.json")
 	if err := os.WriteFile(receiptPath, receipt, 0o600); err != nil {

@@ -41,10 +41,10 @@ var ErrReceiptV1 = errors.New("receipt version 1 is not accepted: its signer is 
 	"(anyone could re-sign it) and it carries the whole transcript; fetch the run's version-2 receipt from a node " +
 	"('tenzro train get-receipt')")
 
-// BlobHash is the content hash of a blob: the transcript and attestation
-// list hashes of a receipt (wire.ContentHash once the BLAKE3 change lands;
-// SHA-256 until then).
-func BlobHash(b []byte) wire.Hash { return wire.SumBytes(b) }
+// BlobHash is the content hash of a blob (wire.ContentHash, BLAKE3-256):
+// the transcript and attestation list hashes of a receipt are their keys in
+// the blob store.
+func BlobHash(b []byte) wire.Hash { return wire.ContentHash(b) }
 
 // ReceiptInput is everything a receipt is built from; all of it is chain
 // (or node) state except nothing: the signature is added afterwards.
@@ -321,7 +321,7 @@ func (n *Node) seal(ctx context.Context, b *Batch, r *runState, lt *ledgerTx, fi
 	profRaw, _ := json.Marshal(n.eng.Profile())
 	atts := append([]wire.Hash{}, r.Attestations...)
 	if ev := n.cfg.Signer.Evidence(); len(ev) > 0 {
-		atts = append(atts, wire.SumBytes(ev))
+		atts = append(atts, wire.SHA256(ev))
 	}
 	rc, _, err := BuildReceipt(ReceiptInput{TaskSpec: r.Spec, InitModelHash: r.InitModel, InitWeightsHash: r.InitFile, FinalModelHash: finalModel,
 		Rounds: transcript, RoundRoots: r.Roots, PluginHashes: r.Plugins, Engine: profRaw, AttestationDigests: atts, Election: r.Election,

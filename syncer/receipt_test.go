@@ -74,15 +74,15 @@ func newSynthRun(tb testing.TB, rounds, frags int) *synthRun {
 		for f := 0; f < frags; f++ {
 			fc := wire.FragmentCommit{Fragment: f, Status: wire.FragAggregated, Rule: "Mean", RuleParams: json.RawMessage(`{}`),
 				Syncer: s.order[tk].DID, Ticket: tk, Fuel: uint64(1000 + r*frags + f),
-				AggregateHash: wire.SumBytes([]byte(fmt.Sprint("agg", r, f))), WeightsBefore: wire.SumBytes([]byte(fmt.Sprint("w", r, f))),
-				WeightsAfter: wire.SumBytes([]byte(fmt.Sprint("w", r+1, f))), MomentumAfter: wire.SumBytes([]byte(fmt.Sprint("m", r+1, f)))}
+				AggregateHash: wire.ContentHash([]byte(fmt.Sprint("agg", r, f))), WeightsBefore: wire.ContentHash([]byte(fmt.Sprint("w", r, f))),
+				WeightsAfter: wire.ContentHash([]byte(fmt.Sprint("w", r+1, f))), MomentumAfter: wire.ContentHash([]byte(fmt.Sprint("m", r+1, f)))}
 			for i := 0; i < 6; i++ {
-				fc.Inputs = append(fc.Inputs, wire.CommitInput{TrainerDID: s.trainer[i].DID.String(), PayloadHash: wire.SumBytes([]byte(fmt.Sprint(r, f, i))), Selected: true})
-				atts = append(atts, wire.SumBytes([]byte(fmt.Sprint("evidence", r, f, i))))
+				fc.Inputs = append(fc.Inputs, wire.CommitInput{TrainerDID: s.trainer[i].DID.String(), PayloadHash: wire.ContentHash([]byte(fmt.Sprint(r, f, i))), Selected: true})
+				atts = append(atts, wire.SHA256([]byte(fmt.Sprint("evidence", r, f, i))))
 			}
 			c.Fragments = append(c.Fragments, fc)
 		}
-		c.ModelHash = wire.SumBytes([]byte(fmt.Sprint("model", r)))
+		c.ModelHash = wire.ContentHash([]byte(fmt.Sprint("model", r)))
 		rcs = append(rcs, c)
 	}
 	// Settlement: pool 1000 TNZO plus two slashes, shared by weight.
@@ -111,8 +111,8 @@ func newSynthRun(tb testing.TB, rounds, frags int) *synthRun {
 		lines = append(lines, wire.Payout{DID: k.DID.String(), Reward: r.String(), Refund: "100", Slashed: big.NewInt(slashed[i]).String(), WeightSum: w.String()})
 	}
 	sortPayouts(lines)
-	s.in = syncer.ReceiptInput{TaskSpec: canon, InitModelHash: wire.SumBytes([]byte("init-model")), InitWeightsHash: wire.SumBytes([]byte("init-file")),
-		FinalModelHash: rcs[len(rcs)-1].ModelHash, Rounds: rcs, PluginHashes: []wire.Hash{wire.SumBytes([]byte("mean.wasm"))},
+	s.in = syncer.ReceiptInput{TaskSpec: canon, InitModelHash: wire.ContentHash([]byte("init-model")), InitWeightsHash: wire.ContentHash([]byte("init-file")),
+		FinalModelHash: rcs[len(rcs)-1].ModelHash, Rounds: rcs, PluginHashes: []wire.Hash{wire.SHA256([]byte("mean.wasm"))},
 		Engine: json.RawMessage(`{"engine":"native-go/v1"}`), AttestationDigests: atts, Election: &el, Rewards: lines,
 		SponsorRefund: new(big.Int).Sub(esc, paid).String(), SyncerDID: s.order[1].DID}
 	s.rebuild(tb)
@@ -372,7 +372,7 @@ func TestReceiptTranscriptChecked(t *testing.T) {
 	}
 	// A syncer that signs a non-canonical transcript consistently: the
 	// content hash and run root match, the canonical-form check does not.
-	s.rc.TranscriptHash, s.rc.TranscriptSize = wire.SumBytes(indented), uint64(len(indented))
+	s.rc.TranscriptHash, s.rc.TranscriptSize = syncer.BlobHash(indented), uint64(len(indented))
 	s.sign(t, s.keys[s.in.SyncerDID])
 	if err := syncer.CheckReceiptFull(s.raw, indented); err == nil || !strings.Contains(err.Error(), "canonical") {
 		t.Fatalf("non-canonical transcript: %v", err)
@@ -434,7 +434,7 @@ func TestVerifyReceiptAgainstAnchor(t *testing.T) {
 		t.Fatalf("genuine receipt: %+v", res)
 	}
 	other := good
-	other.run = &syncer.SealedRun{TaskID: "synth", RunRoot: wire.SumBytes([]byte("x")), Height: 42, Election: s.in.Election}
+	other.run = &syncer.SealedRun{TaskID: "synth", RunRoot: wire.SHA256([]byte("x")), Height: 42, Election: s.in.Election}
 	if res := syncer.VerifyReceiptAgainst(ctx, other, s.raw, nil); res.Valid != 0 || !strings.Contains(res.Reason, "not the one committed on chain") || res.Root == nil {
 		t.Fatalf("other root: %+v", res)
 	}
@@ -503,7 +503,7 @@ func TestCanonicalRoundCommitMatchesJCS(t *testing.T) {
 	odd.Fragments[0].Inputs = nil
 	odd.Fragments[1].Inputs = []wire.CommitInput{}
 	odd.Fragments[1].Reason = "quorum \x01 not met"
-	odd.Fragments[2].Codec = &wire.CodecRef{Name: "int4-block", Hash: wire.SumBytes([]byte("c")), Params: json.RawMessage(`{ "block" : 64, "a":[1.50, 2e3] }`)}
+	odd.Fragments[2].Codec = &wire.CodecRef{Name: "int4-block", Hash: wire.SHA256([]byte("c")), Params: json.RawMessage(`{ "block" : 64, "a":[1.50, 2e3] }`)}
 	odd.Fragments[2].RuleParams = json.RawMessage(`{"alpha_bps":1000,"z":null,"b":"\u00e9"}`)
 	odd.Fragments[3].RuleParams = nil
 	odd.Fragments[3].Inputs = append([]wire.CommitInput{}, odd.Fragments[3].Inputs...)

@@ -58,14 +58,14 @@ func TestProtocolVectors(t *testing.T) {
 	v := protocolVectors{Comment: "docs/PROTOCOL.md §5-§8; regenerate with go test ./syncer -run TestProtocolVectors -update",
 		Spec: canon, SpecJCSHex: hex.EncodeToString(canon), SpecHash: wire.SpecHash(canon)}
 	frag, _ := safetensors.Encode([]safetensors.Tensor{safetensors.FromF32("layer0.w", []int64{2, 2}, []float32{1, -2, 0.5, 0.25})}, nil)
-	v.FragmentHex, v.FragmentHash = hex.EncodeToString(frag), wire.SumBytes(frag)
+	v.FragmentHex, v.FragmentHash = hex.EncodeToString(frag), wire.ContentHash(frag)
 	v.ModelHash = syncer.ModelHash([]wire.Hash{v.FragmentHash, v.FragmentHash})
 	rc := wire.RoundCommit{TaskID: "vector-task", Round: 0, Missed: []string{}, Evicted: []string{}, Joined: []string{}, Left: []string{},
 		Equivocations: []wire.Hash{}, ModelHash: syncer.ModelHash([]wire.Hash{v.FragmentHash}),
 		Fragments: []wire.FragmentCommit{{Fragment: 0, Status: wire.FragAggregated, Rule: "Mean", RuleParams: json.RawMessage(`{}`),
-			Inputs:        []wire.CommitInput{{TrainerDID: trainer.DID.String(), PayloadHash: wire.SumBytes([]byte("payload")), Selected: true}},
-			AggregateHash: wire.SumBytes([]byte("aggregate")), WeightsBefore: wire.SumBytes([]byte("before")), WeightsAfter: v.FragmentHash,
-			MomentumAfter: wire.SumBytes([]byte("momentum")), Fuel: 12345, Syncer: syncerKey.DID.String(), Ticket: 0}}}
+			Inputs:        []wire.CommitInput{{TrainerDID: trainer.DID.String(), PayloadHash: wire.ContentHash([]byte("payload")), Selected: true}},
+			AggregateHash: wire.ContentHash([]byte("aggregate")), WeightsBefore: wire.ContentHash([]byte("before")), WeightsAfter: v.FragmentHash,
+			MomentumAfter: wire.ContentHash([]byte("momentum")), Fuel: 12345, Syncer: syncerKey.DID.String(), Ticket: 0}}}
 	v.RoundCommit, _ = json.Marshal(rc)
 	rj, _ := jcs.Transform(v.RoundCommit)
 	v.RoundJCSHex = hex.EncodeToString(rj)
@@ -83,9 +83,9 @@ func TestProtocolVectors(t *testing.T) {
 		t.Fatal(err)
 	}
 	v.Election, _ = json.Marshal(el)
-	atts := []wire.Hash{wire.SumBytes([]byte("evidence"))}
-	r, blob, err := syncer.BuildReceipt(syncer.ReceiptInput{TaskSpec: canon, InitModelHash: wire.SumBytes([]byte("init-model")),
-		InitWeightsHash: wire.SumBytes([]byte("init-file")), FinalModelHash: rc.ModelHash, Rounds: []wire.RoundCommit{rc},
+	atts := []wire.Hash{wire.SHA256([]byte("evidence"))}
+	r, blob, err := syncer.BuildReceipt(syncer.ReceiptInput{TaskSpec: canon, InitModelHash: wire.ContentHash([]byte("init-model")),
+		InitWeightsHash: wire.ContentHash([]byte("init-file")), FinalModelHash: rc.ModelHash, Rounds: []wire.RoundCommit{rc},
 		RoundRoots: []wire.Hash{v.RoundHash}, PluginHashes: []wire.Hash{}, Engine: json.RawMessage(`{"engine":"native-go/v1"}`),
 		AttestationDigests: atts, Election: &el,
 		Rewards:       []wire.Payout{{DID: trainer.DID.String(), Reward: "1000000000000000000000", Refund: "10", Slashed: "0", WeightSum: "4"}},
