@@ -421,6 +421,52 @@ func TestChainFourValidators(t *testing.T) {
 	if got := cli(nodes[0], "chain", "verify-proof", "--proof", proofPath, "--app-hash", header, "--receipt", receiptPath); got != "1\n" {
 		t.Fatalf("verify-proof: %q", got)
 	}
+	// The receipt commands: against the chain through node 0's JSON-RPC
+	// (tenzro_training_verifyReceipt without a root: the chain's run root and
+	// election), and the run-root proof with its signed header, checked
+	// offline against the genesis validators or a header file.
+	if out, err := rpcCLI("receipt", "verify", "--receipt", receiptPath); err != nil || !strings.Contains(out, "(compact, chain)") || !strings.Contains(out, "committed on chain at height") {
+		t.Fatalf("receipt verify --rpc: %v %s", err, out)
+	}
+	if out, err := rpcCLI("receipt", "verify", "--receipt", forgedPath); err == nil || !strings.Contains(out, "against the chain") {
+		t.Fatalf("re-signed receipt, receipt verify --rpc: %v %s", err, out)
+	}
+	proof2 := filepath.Join(dir, "proof2.json")
+	if err := os.WriteFile(proof2, []byte(cli(nodes[3], "receipt", "prove", "--task-id", "chain-run")), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	past := exec.Command(filepath.Join(binDir, "tenzro"), "receipt", "prove", "--task-id", "chain-run", "--height", "1", "--node", "http://"+mustNodeConfig(t, nodes[3].home).RPCAddr)
+	if out, err := past.CombinedOutput(); err == nil || !strings.Contains(string(out), "last committed height") {
+		t.Fatalf("receipt prove at a past height: %v %s", err, out)
+	}
+	genesis := filepath.Join(nodes[0].home, "config", "genesis.json")
+	offline := func(args ...string) (string, error) {
+		out, err := exec.Command(filepath.Join(binDir, "tenzro"), append([]string{"receipt", "verify", "--receipt", receiptPath, "--proof", proof2}, args...)...).CombinedOutput()
+		return string(out), err
+	}
+	if out, err := offline("--genesis", genesis); err != nil || !strings.Contains(out, "(compact, proof)") {
+		t.Fatalf("receipt verify --proof --genesis: %v %s", err, out)
+	}
+	if out, err := offline("--genesis", filepath.Join(otherNet, "node0", "config", "genesis.json")); err == nil || !strings.Contains(out, "not the genesis validator set") {
+		t.Fatalf("receipt verify --proof with another network's genesis: %v %s", err, out)
+	}
+	var pf2 struct {
+		SignedHeader json.RawMessage `json:"signed_header"`
+	}
+	raw2, _ := os.ReadFile(proof2)
+	if err := json.Unmarshal(raw2, &pf2); err != nil || len(pf2.SignedHeader) == 0 {
+		t.Fatalf("receipt prove wrote no signed header: %v %s", err, raw2)
+	}
+	headerPath := filepath.Join(dir, "header.json")
+	if err := os.WriteFile(headerPath, pf2.SignedHeader, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := offline("--header", headerPath, "--genesis", genesis); err != nil {
+		t.Fatalf("receipt verify --proof --header --genesis: %v %s", err, out)
+	}
+	if out, err := offline("--app-hash", wire.SHA256([]byte("x")).String()); err == nil || !strings.Contains(out, "app hash") {
+		t.Fatalf("receipt verify --proof with a wrong app hash: %v %s", err, out)
+	}
 
 	// kill -9 one validator: the other three (30 of 40 voting power) go on.
 	nodes[3].kill()
