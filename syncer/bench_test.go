@@ -42,6 +42,22 @@ func BenchmarkVerifyReceipt(b *testing.B) {
 	}
 }
 
+// BenchmarkBuildReceipt is the cost of building a receipt and its
+// transcript blob (what the seal, and a chain checking a signReceipt
+// transaction, pay once per run).
+func BenchmarkBuildReceipt(b *testing.B) {
+	for _, rounds := range []int{16, 128, 1024} {
+		s := newSynthRun(b, rounds, 12)
+		b.Run(fmt.Sprintf("rounds=%d", rounds), func(b *testing.B) {
+			for i := 0; i < b.N; i++ {
+				if _, _, err := syncer.BuildReceipt(s.in); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
 // BenchmarkSubmit33MB ingests 33 MB fragment submissions (8.25M f32) through
 // Node.Submit on the Pebble store: hash, signature, strict parse, checks,
 // synced write. Reports MB/s and the Go heap growth per submission.

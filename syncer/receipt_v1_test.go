@@ -64,7 +64,7 @@ func v1Receipt(tb testing.TB, s *synthRun) []byte {
 	tb.Helper()
 	rc := &receiptV1{Version: 1, TaskID: s.rc.TaskID, RunRoot: s.rc.RunRoot, TaskSpec: s.rc.TaskSpec, SpecHash: s.rc.SpecHash,
 		InitModelHash: s.rc.InitModelHash, InitWeightsHash: s.rc.InitWeightsHash, FinalModelHash: s.rc.FinalModelHash,
-		Transcript: s.in.Rounds, PluginHashes: s.rc.PluginHashes, Engine: s.rc.Engine, AttestationDigests: s.in.AttestationDigests,
+		Transcript: s.in.Rounds, PluginHashes: s.rc.PluginHashes, Engine: s.rc.Engine, AttestationDigests: []wire.Hash{}, // Open tier, as the 21 MB receipt
 		Rewards: s.rc.Rewards, SponsorRefund: s.rc.SponsorRefund, SyncerDID: s.rc.SyncerDID}
 	pre, err := v1Preimage(rc)
 	if err != nil {
