@@ -43,3 +43,32 @@ func FuzzReceipt(f *testing.F) {
 		}
 	})
 }
+
+// FuzzTranscript: a transcript blob checked against the genuine vector
+// receipt never panics, and one that is accepted is the genuine blob (its
+// content hash is signed).
+func FuzzTranscript(f *testing.F) {
+	raw, err := os.ReadFile("testdata/vectors.json")
+	if err != nil {
+		f.Fatal(err)
+	}
+	var v struct {
+		Receipt    json.RawMessage `json:"receipt"`
+		Transcript string          `json:"transcript_blob"`
+	}
+	if err := json.Unmarshal(raw, &v); err != nil {
+		f.Fatal(err)
+	}
+	rc, err := syncer.ParseReceipt(v.Receipt)
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Add([]byte(v.Transcript))
+	f.Add([]byte(`[]`))
+	f.Add([]byte(`[{"round":0},{"round":0}]`))
+	f.Fuzz(func(t *testing.T, blob []byte) {
+		if _, _, err := syncer.CheckTranscript(rc, blob); err == nil && string(blob) != v.Transcript {
+			t.Fatalf("accepted a transcript that is not the receipt's: %q", blob)
+		}
+	})
+}
