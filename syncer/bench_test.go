@@ -3,11 +3,13 @@ package syncer_test
 import (
 	"context"
 	"fmt"
+	"math/big"
 	"runtime"
 	"testing"
 
 	"github.com/tenzro/train/store"
 	"github.com/tenzro/train/syncer"
+	"github.com/tenzro/train/syncer/election"
 	"github.com/tenzro/train/wire"
 	"github.com/tenzro/train/wire/did"
 	"github.com/tenzro/train/wire/safetensors"
@@ -112,4 +114,50 @@ func BenchmarkSubmit33MB(b *testing.B) {
 	b.StopTimer()
 	runtime.ReadMemStats(&after)
 	b.ReportMetric(float64(after.TotalAlloc-before.TotalAlloc)/float64(min(b.N, len(subs)))/float64(len(subs[0].GradientPayload)), "alloc_bytes/payload_byte")
+}
+
+// BenchmarkVerifyReceiptWorstCase is the compact check of a receipt near
+// the 64 KiB cap: 64 syncers (the limit, each committing a round) and 225
+// reward lines.
+func BenchmarkVerifyReceiptWorstCase(b *testing.B) {
+	t := &testing.T{}
+	s := newSynthRun(b, 64, 2)
+	var es []election.Entrant
+	keys := map[string]*did.Key{}
+	for i := 0; i < syncer.MaxReceiptSyncers; i++ {
+		k := key(t, did.KindMachine, byte(100+i))
+		keys[k.DID.String()] = k
+		e, err := election.Enter(k.Priv, k.DID.String(), big.NewInt(int64(1000+i)), s.in.Election.Alpha)
+		if err != nil {
+			b.Fatal(err)
+		}
+		es = append(es, e)
+	}
+	el, _ := election.Record(s.in.Election.Alpha, es)
+	order, _ := election.Succession(el)
+	for r := range s.in.Rounds {
+		for f := range s.in.Rounds[r].Fragments {
+			s.in.Rounds[r].Fragments[f].Syncer, s.in.Rounds[r].Fragments[f].Ticket = order[r].DID, uint64(r)
+		}
+	}
+	s.in.Election, s.in.SyncerDID = &el, order[63].DID
+	var lines []wire.Payout
+	for i := 0; i < 225; i++ {
+		lines = append(lines, wire.Payout{DID: key(t, did.KindHuman, byte(i)).DID.String(), Reward: "0", Refund: "100000000000000000000", Slashed: "0", WeightSum: "0"})
+	}
+	sortPayouts(lines)
+	s.in.Rewards, s.in.SponsorRefund = lines, "1000000000000000000000"
+	rc, _, err := syncer.BuildReceipt(s.in)
+	if err != nil {
+		b.Fatal(err)
+	}
+	s.rc = rc
+	s.sign(b, keys[s.in.SyncerDID])
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if err := syncer.CheckReceipt(s.raw, nil); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(len(s.raw)), "bytes")
 }
