@@ -30,6 +30,10 @@ type Evidence struct {
 	Leaf     *x509.Certificate
 	Bundle   []*x509.Certificate
 	IssuedAt time.Time
+
+	// cose is the decoded COSE_Sign1 (nil when the Evidence was not made
+	// by Parse: Verify then decodes Raw).
+	cose *coseSign1
 }
 
 // Parse decodes a COSE_Sign1 attestation document without verifying it.
@@ -43,8 +47,10 @@ func Parse(raw []byte) (ev *Evidence, err error) {
 		}
 	}()
 	var c coseSign1
+	direct := true // decoded from raw as nitrite decodes it
 	// AWS emits an untagged COSE_Sign1; tag 18 is accepted too.
 	if err := cbor.Unmarshal(raw, &c); err != nil {
+		direct = false
 		var tagged cbor.Tag
 		if err2 := cbor.Unmarshal(raw, &tagged); err2 != nil || tagged.Number != 18 {
 			return nil, fmt.Errorf("nitro document: not a COSE_Sign1: %w", err)
@@ -58,6 +64,9 @@ func Parse(raw []byte) (ev *Evidence, err error) {
 		return nil, errors.New("nitro document: empty protected header, payload or signature")
 	}
 	ev = &Evidence{Raw: append([]byte(nil), raw...)}
+	if direct {
+		ev.cose = &c
+	}
 	if err := cbor.Unmarshal(c.Payload, &ev.Doc); err != nil {
 		return nil, fmt.Errorf("nitro document payload: %w", err)
 	}
