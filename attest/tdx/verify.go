@@ -245,7 +245,7 @@ func classify(msg string) string {
 		return "tdx.chain.validity"
 	case strings.Contains(msg, "no matching TCB level"), strings.Contains(msg, "TCB status"), strings.Contains(msg, "TCB Level"):
 		return "tdx.tcb_status"
-	case strings.Contains(msg, "PCK Certificate"), strings.Contains(msg, "certificate signed by unknown authority"),
+	case strings.Contains(msg, "PCK Certificate"), strings.Contains(msg, "PCK leaf certificate"), strings.Contains(msg, "certificate signed by unknown authority"),
 		strings.Contains(msg, "validate root cert"), strings.Contains(msg, "Intermediate CA"):
 		return "tdx.chain"
 	case strings.Contains(msg, "tcbInfo"), strings.Contains(msg, "QeIdentity"), strings.Contains(msg, "collateral"), strings.Contains(msg, "CRL"):
