@@ -231,7 +231,7 @@ func (c *Checker) VerifyWith(ctx context.Context, envelope []byte, vp VerifyPara
 		if p != nil && p.SNP == nil {
 			return fail(checks.Failf("policy.vendor", "policy has no snp section"))
 		}
-		ev, err := snp.Parse(env.Evidence, env.CertTable, env.Certs)
+		ev, err := c.snpCache.Parse(env.Evidence, env.CertTable, env.Certs)
 		if err != nil {
 			return fail(checks.Fail("snp.parse", err))
 		}
@@ -254,7 +254,7 @@ func (c *Checker) VerifyWith(ctx context.Context, envelope []byte, vp VerifyPara
 		if p != nil && p.TDX == nil {
 			return fail(checks.Failf("policy.vendor", "policy has no tdx section"))
 		}
-		ev, err := tdx.Parse(env.Evidence)
+		ev, err := c.tdxCache.Parse(env.Evidence)
 		if err != nil {
 			return fail(checks.Fail("tdx.parse", err))
 		}
@@ -288,7 +288,7 @@ func (c *Checker) VerifyWith(ctx context.Context, envelope []byte, vp VerifyPara
 		if p != nil && p.Nitro == nil {
 			return fail(checks.Failf("policy.vendor", "policy has no nitro section"))
 		}
-		ev, err := nitro.Parse(env.Evidence)
+		ev, err := c.nitroCache.Parse(env.Evidence)
 		if err != nil {
 			return fail(checks.Fail("nitro.parse", err))
 		}

@@ -23,9 +23,16 @@ const DefaultCacheEntries = 1024
 // it would be without a cache). At most the bound given to NewCache,
 // least recently used first out. Safe for concurrent use; a nil *Cache
 // caches nothing.
+//
+// Beside the chains it keeps up to ParsedCertEntries parsed certificates
+// (keyed by the SHA-256 of their DER; parsing is not trusting).
 type Cache struct {
 	chains *vcache.Cache[struct{}]
+	certs  *vcache.Cache[*x509.Certificate]
 }
+
+// ParsedCertEntries bounds the parsed certificates a Cache keeps.
+const ParsedCertEntries = 256
 
 // NewCache returns a cache of at most max chains (max 0:
 // DefaultCacheEntries; max < 0: nil, no caching).
@@ -36,7 +43,7 @@ func NewCache(max int) *Cache {
 	if max == 0 {
 		max = DefaultCacheEntries
 	}
-	return &Cache{chains: vcache.New[struct{}](max)}
+	return &Cache{chains: vcache.New[struct{}](max), certs: vcache.New[*x509.Certificate](ParsedCertEntries)}
 }
 
 // Len is the number of chains held.
@@ -53,6 +60,13 @@ func (c *Cache) Stats() vcache.Stats {
 		return vcache.Stats{}
 	}
 	return c.chains.Stats()
+}
+
+func (c *Cache) parseCert(der []byte) (*x509.Certificate, error) {
+	if c == nil {
+		return x509.ParseCertificate(der)
+	}
+	return vcache.ParseCertificate(c.certs, der)
 }
 
 func chainKey(ev *Evidence, root *x509.Certificate) vcache.Key {

@@ -37,7 +37,12 @@ type Evidence struct {
 }
 
 // Parse decodes a COSE_Sign1 attestation document without verifying it.
-func Parse(raw []byte) (ev *Evidence, err error) {
+func Parse(raw []byte) (*Evidence, error) {
+	return (*Cache)(nil).Parse(raw)
+}
+
+// Parse is Parse with the certificates parsed through the cache.
+func (pc *Cache) Parse(raw []byte) (ev *Evidence, err error) {
 	if len(raw) == 0 || len(raw) > MaxDocument {
 		return nil, fmt.Errorf("nitro document is %d bytes, want 1..%d", len(raw), MaxDocument)
 	}
@@ -73,14 +78,14 @@ func Parse(raw []byte) (ev *Evidence, err error) {
 	if len(ev.Doc.Certificate) == 0 {
 		return nil, errors.New("nitro document: no certificate")
 	}
-	if ev.Leaf, err = x509.ParseCertificate(ev.Doc.Certificate); err != nil {
+	if ev.Leaf, err = pc.parseCert(ev.Doc.Certificate); err != nil {
 		return nil, fmt.Errorf("nitro document certificate: %w", err)
 	}
 	if len(ev.Doc.CABundle) > 8 {
 		return nil, fmt.Errorf("nitro document: cabundle has %d entries, limit 8", len(ev.Doc.CABundle))
 	}
 	for i, der := range ev.Doc.CABundle {
-		c, err := x509.ParseCertificate(der)
+		c, err := pc.parseCert(der)
 		if err != nil {
 			return nil, fmt.Errorf("nitro document cabundle[%d]: %w", i, err)
 		}

@@ -29,9 +29,16 @@ const DefaultCacheEntries = 1024
 // refused as it would be without a cache). It holds at most the bound given
 // to NewCache, least recently used first out. Safe for concurrent use; a nil
 // *Cache caches nothing.
+//
+// Beside the chains it keeps up to ParsedCertEntries parsed certificates
+// (keyed by the SHA-256 of their DER; parsing is not trusting).
 type Cache struct {
 	chains *vcache.Cache[chainEntry]
+	certs  *vcache.Cache[*x509.Certificate]
 }
+
+// ParsedCertEntries bounds the parsed certificates a Cache keeps.
+const ParsedCertEntries = 256
 
 type chainEntry struct{ simulated bool }
 
@@ -44,7 +51,7 @@ func NewCache(max int) *Cache {
 	if max == 0 {
 		max = DefaultCacheEntries
 	}
-	return &Cache{chains: vcache.New[chainEntry](max)}
+	return &Cache{chains: vcache.New[chainEntry](max), certs: vcache.New[*x509.Certificate](ParsedCertEntries)}
 }
 
 // Len is the number of chains held.
@@ -61,6 +68,13 @@ func (c *Cache) Stats() vcache.Stats {
 		return vcache.Stats{}
 	}
 	return c.chains.Stats()
+}
+
+func (c *Cache) parseCert(der []byte) (*x509.Certificate, error) {
+	if c == nil {
+		return x509.ParseCertificate(der)
+	}
+	return vcache.ParseCertificate(c.certs, der)
 }
 
 // chainKey is the key of ev's endorsement-key chain against roots, and the

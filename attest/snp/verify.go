@@ -102,7 +102,7 @@ func Verify(ctx context.Context, ev *Evidence, opts VerifyOptions, checks *verdi
 	if len(ekDER) == 0 {
 		return nil, checks.Failf("snp.certs", "no %v certificate in the report's certificate table or the supplied certificates", ev.Signer)
 	}
-	ek, err := x509.ParseCertificate(ekDER)
+	ek, err := opts.Cache.parseCert(ekDER)
 	if err != nil {
 		return nil, checks.Failf("snp.certs", "%v certificate: %v", ev.Signer, err)
 	}

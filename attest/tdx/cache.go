@@ -24,6 +24,8 @@ const (
 	// CollateralEntries bounds the parsed collateral documents (each at most
 	// MaxCollateral bytes of JSON) and, separately, their decoded form.
 	CollateralEntries = 32
+	// ParsedChainEntries bounds the parsed PCK chains.
+	ParsedChainEntries = 256
 )
 
 // Cache keeps what go-tdx-guest verified so it is not verified again for
@@ -48,10 +50,14 @@ const (
 //     parsed is trusted.
 //
 // Safe for concurrent use; a nil *Cache caches nothing.
+//   - chains: a quote's PCK chain (PEM as carried) → parsed certificates,
+//     FMSPC and CA, keyed by SHA-256 of the PEM; nothing parsed is
+//     trusted (up to ParsedChainEntries).
 type Cache struct {
 	verified *vcache.Cache[*verifiedEntry]
 	parsed   *vcache.Cache[*parsedCollateral]
 	decoded  *vcache.Cache[*decodedCollateral]
+	chains   *vcache.Cache[*parsedChain]
 }
 
 // NewCache returns a cache of at most max verified chains (0:
@@ -68,6 +74,7 @@ func NewCache(max int) *Cache {
 		verified: vcache.New[*verifiedEntry](max),
 		parsed:   vcache.New[*parsedCollateral](CollateralEntries),
 		decoded:  vcache.New[*decodedCollateral](CollateralEntries),
+		chains:   vcache.New[*parsedChain](ParsedChainEntries),
 	}
 }
 
@@ -134,8 +141,28 @@ func (c *Cache) parse(b []byte) (*parsedCollateral, error) {
 	return pc, nil
 }
 
-// contentKey hashes every field of the collateral.
+// collateralMemo remembers the content key of a Collateral's fields.
+type collateralMemo struct {
+	fields Collateral // memo nil
+	key    vcache.Key
+}
+
+// contentKey is the SHA-256 over every field of the collateral: memoized
+// for a Collateral from ParseCollateral whose fields are still the ones
+// parsed (comparing them costs next to nothing while they are: the
+// strings are the same), computed otherwise.
 func contentKey(col *Collateral) vcache.Key {
+	if m := col.memo; m != nil {
+		f := *col
+		f.memo = nil
+		if f == m.fields {
+			return m.key
+		}
+	}
+	return hashCollateral(col)
+}
+
+func hashCollateral(col *Collateral) vcache.Key {
 	return vcache.NewBuilder("tenzro/attest/tdx/collateral/v1").
 		String(col.PCKCRLIssuerChain).String(col.RootCACRL).String(col.PCKCRL).
 		String(col.TCBInfoIssuerChain).String(col.TCBInfo).String(col.TCBInfoSignature).

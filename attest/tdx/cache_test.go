@@ -83,10 +83,32 @@ func TestCollateralParsedOncePerContent(t *testing.T) {
 		t.Fatal(err)
 	}
 	d2, err := c.Load(CacheDir(dir), "b0c06f000000")
-	if err != nil || d2 == a || *d2 != *a {
+	f1, f2 := *a, *d2
+	f1.memo, f2.memo = nil, nil
+	if err != nil || d2 == a || f1 != f2 {
 		t.Fatalf("changed file: %p (was %p), %v", d2, a, err)
 	}
 	if _, err := c.ParseCollateral([]byte(`{"tcb_info":"x"}`)); err == nil {
 		t.Fatal("incomplete collateral parsed")
+	}
+}
+
+// The memoized content key of parsed collateral follows any change of a
+// field (a copy carries the memo along).
+func TestContentKeyFollowsChanges(t *testing.T) {
+	_, col := load(t, "phala_tdx_quote")
+	k := contentKey(col)
+	if k != hashCollateral(col) || col.memo == nil {
+		t.Fatal("memo missing or wrong")
+	}
+	c2 := *col
+	c2.PCKCRL = c2.PCKCRL[:len(c2.PCKCRL)-2] + "00"
+	if contentKey(&c2) == k || contentKey(&c2) != hashCollateral(&c2) {
+		t.Fatal("changed field, same key")
+	}
+	c3 := *col
+	c3.TCBInfo = string(append([]byte(nil), c3.TCBInfo...)) // same content, other string
+	if contentKey(&c3) != k {
+		t.Fatal("same content, other key")
 	}
 }

@@ -32,6 +32,10 @@ type Collateral struct {
 	QEIdentityIssuerChain string `json:"qe_identity_issuer_chain"`
 	QEIdentity            string `json:"qe_identity"`
 	QEIdentitySignature   string `json:"qe_identity_signature"`
+
+	// memo is the content key of the fields as ParseCollateral found them;
+	// it is used only while the fields are still those (contentKey).
+	memo *collateralMemo
 }
 
 // ParseCollateral decodes and sanity-checks collateral JSON.
@@ -51,6 +55,7 @@ func ParseCollateral(b []byte) (*Collateral, error) {
 			return nil, fmt.Errorf("tdx collateral: %s missing", name)
 		}
 	}
+	c.memo = &collateralMemo{fields: c, key: hashCollateral(&c)}
 	return &c, nil
 }
 

@@ -205,3 +205,23 @@ func (c *Cache[V]) Stats() Stats {
 	defer c.mu.Unlock()
 	return c.stats
 }
+
+// ParseCertificate is x509.ParseCertificate through c, keyed by the SHA-256
+// of der. Only certificates that parsed are kept; nothing about them is
+// trusted. The result is shared between callers and must not be modified.
+func ParseCertificate(c *Cache[*x509.Certificate], der []byte) (*x509.Certificate, error) {
+	if c == nil {
+		return x509.ParseCertificate(der)
+	}
+	k := Key(sha256.Sum256(der))
+	if cert, ok := c.Get(k, time.Time{}); ok {
+		return cert, nil
+	}
+	cert, err := x509.ParseCertificate(der)
+	if err != nil {
+		return nil, err
+	}
+	from, until := Always()
+	c.Put(k, cert, from, until)
+	return cert, nil
+}
