@@ -46,13 +46,14 @@ const (
 //     against the TCB info (FMSPC, PCEID, MRSIGNERSEAM, SEAM attributes,
 //     TCB level and status) and the QE report against the QE identity.
 //   - parsed: collateral JSON (an envelope's, or a cache-directory file's
-//     current content) → Collateral, keyed by SHA-256 of the bytes. Nothing
-//     parsed is trusted.
-//
-// Safe for concurrent use; a nil *Cache caches nothing.
+//     current content, read on every call) → Collateral, keyed by SHA-256
+//     of the bytes, and its decoded TCB info and QE identity (up to
+//     CollateralEntries each).
 //   - chains: a quote's PCK chain (PEM as carried) → parsed certificates,
-//     FMSPC and CA, keyed by SHA-256 of the PEM; nothing parsed is
-//     trusted (up to ParsedChainEntries).
+//     FMSPC and CA, keyed by SHA-256 of the PEM (up to ParsedChainEntries).
+//
+// Nothing parsed is trusted until verified. Safe for concurrent use; a nil
+// *Cache caches nothing.
 type Cache struct {
 	verified *vcache.Cache[*verifiedEntry]
 	parsed   *vcache.Cache[*parsedCollateral]
@@ -61,8 +62,8 @@ type Cache struct {
 }
 
 // NewCache returns a cache of at most max verified chains (0:
-// DefaultCacheEntries; < 0: nil, no caching) and CollateralEntries parsed
-// collateral documents.
+// DefaultCacheEntries; < 0: nil, no caching), CollateralEntries parsed
+// collateral documents and ParsedChainEntries parsed PCK chains.
 func NewCache(max int) *Cache {
 	if max < 0 {
 		return nil
