@@ -107,34 +107,50 @@ func Verify(ctx context.Context, ev *Evidence, opts VerifyOptions, checks *verdi
 		return nil, checks.Failf("snp.certs", "%v certificate: %v", ev.Signer, err)
 	}
 	checks.Pass("snp.certs", "%v certificate %q, valid %s to %s", ev.Signer, ek.Subject.CommonName, ek.NotBefore.Format(time.RFC3339), ek.NotAfter.Format(time.RFC3339))
-	if err := verify.SnpReportSignature(ev.Raw, ek); err != nil {
-		return nil, checks.Fail("snp.signature", err)
-	}
-	checks.Pass("snp.signature", "report signature verifies under the %v key", ev.Signer)
 	roots := opts.Roots
+	var rootsErr error
 	if roots == nil {
-		if roots, err = DefaultRoots(); err != nil {
-			return nil, checks.Fail("snp.roots", err)
-		}
+		roots, rootsErr = DefaultRoots()
 	}
-	// The library's chain check ends with the report signature over its
-	// re-encoding of the report; a cached chain stands for it only when
-	// that re-encoding is the raw report verified above.
-	cacheable := opts.Cache != nil && canonical(ev)
-	if cacheable {
+	// go-sev-guest's chain check ends with the report signature, over its
+	// re-encoding of the report. When that re-encoding is the raw report,
+	// its signature check is the one below: the library runs first and the
+	// signature is verified once; a cached chain stands for the library's
+	// chain check, and the signature is verified here.
+	canon := rootsErr == nil && canonical(ev)
+	if canon && opts.Cache != nil {
 		if _, hit := opts.Cache.lookup(ev, ek, ekDER, roots, opts.Now); hit {
+			if err := verify.SnpReportSignature(ev.Raw, ek); err != nil {
+				return nil, checks.Fail("snp.signature", err)
+			}
+			checks.Pass("snp.signature", "report signature verifies under the %v key", ev.Signer)
 			checks.Pass("snp.chain", "%v chains to the pinned AMD root at %s", ev.Signer, opts.Now.Format(time.RFC3339))
 			return &Verified{Product: productOf(ev, ek)}, nil
 		}
 	}
-	chainErr := verifyChain(ctx, ev, roots, opts.Now)
-	if chainErr == nil {
-		if cacheable {
+	var chainErr error
+	if canon {
+		if chainErr = verifyChain(ctx, ev, roots, opts.Now); chainErr == nil {
 			opts.Cache.store(ev, ek, ekDER, roots, chainEntry{})
+			checks.Pass("snp.signature", "report signature verifies under the %v key", ev.Signer)
+			checks.Pass("snp.chain", "%v chains to the pinned AMD root at %s", ev.Signer, opts.Now.Format(time.RFC3339))
+			return &Verified{Product: productOf(ev, ek)}, nil
 		}
-		checks.Pass("snp.chain", "%v chains to the pinned AMD root at %s", ev.Signer, opts.Now.Format(time.RFC3339))
-		return &Verified{Product: productOf(ev, ek)}, nil
 	}
+	if err := verify.SnpReportSignature(ev.Raw, ek); err != nil {
+		return nil, checks.Fail("snp.signature", err)
+	}
+	checks.Pass("snp.signature", "report signature verifies under the %v key", ev.Signer)
+	if rootsErr != nil {
+		return nil, checks.Fail("snp.roots", rootsErr)
+	}
+	if !canon {
+		if chainErr = verifyChain(ctx, ev, roots, opts.Now); chainErr == nil {
+			checks.Pass("snp.chain", "%v chains to the pinned AMD root at %s", ev.Signer, opts.Now.Format(time.RFC3339))
+			return &Verified{Product: productOf(ev, ek)}, nil
+		}
+	}
+	cacheable := canon && opts.Cache != nil
 	if sim, err := simroots.SNPRoots(); err == nil {
 		if cacheable {
 			if _, hit := opts.Cache.lookup(ev, ek, ekDER, sim, opts.Now); hit {
