@@ -136,7 +136,7 @@ func TestCachedMatchesUncached(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	other := wire.SumBytes([]byte("another binding"))
+	other := wire.Hash{0xa5, 0x5a} // a binding no fixture carries
 
 	simTDX := simEvidence(t, "tdx", enclave.SimulatedOptions{}, simAt)
 	simSNP := simEvidence(t, "snp", enclave.SimulatedOptions{}, simAt)
