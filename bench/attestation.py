@@ -23,6 +23,7 @@ import os
 import platform
 import re
 import resource
+import shutil
 import statistics
 import subprocess
 import tarfile
@@ -167,6 +168,13 @@ def main() -> None:
     # Only the code measured counts (the README and results change with every run).
     dirty = bool(sh("git", "status", "--porcelain", "--", "attest", "go.mod", "go.sum", cwd=ROOT))
     tmp = Path(tempfile.mkdtemp(prefix="tenzro-bench-attest-"))
+    try:
+        measure_and_write(args, tmp, before_rev, after_rev, dirty)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def measure_and_write(args: argparse.Namespace, tmp: Path, before_rev: str, after_rev: str, dirty: bool) -> None:
     before_tree = tmp / "before"
     before_tree.mkdir()
     archive = tmp / "before.tar"
