@@ -454,6 +454,7 @@ const (
 	QueryRunLog    = "/runlog"    // → RunLogInfo JSON
 	QueryNonce     = "/nonce"     // data: DID → last nonce (decimal), "" when none
 	QueryReceipt   = "/receipt"   // data: task_id → the signed receipt (wire.Receipt JSON)
+	QuerySealed    = "/sealed"    // data: task_id → syncer.SealedRun JSON (run root, election)
 	// QueryBalanceAcct: data account name (did:…, escrow:…, stake:…,
 	// syncer-stake:…, issuer) → decimal attoTNZO.
 	QueryBalanceAcct = "/account"
@@ -508,11 +509,18 @@ func (a *App) query(ctx context.Context, path, arg string) ([]byte, error) {
 		return []byte(fmt.Sprint(n)), nil
 	case QueryRunProof:
 		return a.runProof(ctx, arg)
+	case QuerySealed:
+		r, err := syncer.SealedRunOf(ctx, kv, arg)
+		if err != nil {
+			return nil, err
+		}
+		r.Height = a.height
+		return json.Marshal(r)
 	case QueryRunLog:
 		return json.Marshal(RunLogInfo{Size: a.runLog.size, Root: a.runLog.root})
 	}
-	return nil, errf(CodeNotFound, "unknown query path %q (want %s, %s, %s, %s, %s, %s, %s or %s)", path, QueryBalance, QueryBalanceAcct, QueryRun,
-		QueryCandidate, QueryReceipt, QueryRunLog, QueryRunProof, QueryNonce)
+	return nil, errf(CodeNotFound, "unknown query path %q (want %s, %s, %s, %s, %s, %s, %s, %s or %s)", path, QueryBalance, QueryBalanceAcct, QueryRun,
+		QueryCandidate, QueryReceipt, QuerySealed, QueryRunLog, QueryRunProof, QueryNonce)
 }
 
 func get(ctx context.Context, kv syncer.KV, ks syncer.Keyspace, key []byte, what string) ([]byte, error) {

@@ -59,7 +59,7 @@ type step struct {
 // weights and its setInitWeights, a cancellation and an expiry.
 func (w *world) history(t testing.TB) []step {
 	rules := meanRules(t)
-	h1, h2, h3 := wire.SumBytes([]byte("p1")), wire.SumBytes([]byte("p2")), wire.SumBytes([]byte("p3"))
+	h1, h2, h3 := wire.ContentHash([]byte("p1")), wire.ContentHash([]byte("p2")), wire.ContentHash([]byte("p3"))
 	winner := func(h *harness) (*did.Key, uint64) {
 		if h.run(w.task).Syncer == w.candA.DID.String() {
 			return w.candA, 0
@@ -73,7 +73,7 @@ func (w *world) history(t testing.TB) []step {
 				{"register A", must(RegisterSyncerTx(w.candA, "100", 1)), CodeOK},
 				{"register B", must(RegisterSyncerTx(w.candB, "200", 1)), CodeOK},
 				{"register C", must(RegisterSyncerTx(w.candC, "50", 1)), CodeOK},
-				{"publish", must(PublishPluginTx(w.publisher, wire.SumBytes([]byte("module")), 10, 1)), CodeOK},
+				{"publish", must(PublishPluginTx(w.publisher, wire.ContentHash([]byte("module")), 10, 1)), CodeOK},
 				{"faucet", must(FaucetTx(w.outsider.DID.String(), "7", 1)), CodeOK},
 			}
 		}},
@@ -256,18 +256,18 @@ func TestRefusals(t *testing.T) {
 		win, lose = w.candB, w.candA
 	}
 	rules := meanRules(t)
-	h1 := wire.SumBytes([]byte("p1"))
+	h1 := wire.ContentHash([]byte("p1"))
 	forged := func() []byte {
 		p := wire.TransferParams{From: w.sponsor.DID.String(), To: w.outsider.DID.String(), Amount: "1", Signed: wire.Signed{Nonce: 99}}
 		p.Signature = w.outsider.Sign(p.Preimage())
 		return must(wire.EncodeTx(wire.TxTransfer, p))
 	}()
 	badRules := rules
-	badRules.Rule.Hash = wire.SumBytes([]byte("not a module"))
+	badRules.Rule.Hash = wire.ContentHash([]byte("not a module"))
 	noFinite := rules
 	noFinite.Verifiers = []wire.RuleRef{}
 	badLayout := testLayout(2, "c")
-	badLayout.Model = wire.SumBytes([]byte("x"))
+	badLayout.Model = wire.ContentHash([]byte("x"))
 	commitBy := func(k *did.Key, status string, mut func(c *wire.CommitFragmentTx)) []byte {
 		raw := a.commit(w.task, 0, k, 0, status, wire.VerdictDuplicate, 50)
 		tx, _ := wire.DecodeTx(raw)
@@ -299,9 +299,9 @@ func TestRefusals(t *testing.T) {
 		{txCase{"wrong round", must(SubmissionTx(w.t2, w.task, 1, 0, h1, 10)), CodeConflict}, "wrong round"},
 		{txCase{"no such fragment", must(SubmissionTx(w.t2, w.task, 0, 9, h1, 10)), CodeInvalid}, "wrong fragment"},
 		{txCase{"not a trainer", must(SubmissionTx(w.outsider, w.task, 0, 0, h1, 10)), CodeNotFound}, "not enrolled"},
-		{txCase{"duplicate record", must(SubmissionTx(w.t2, w.task, 0, 0, wire.SumBytes([]byte("p2")), 10)), CodeConflict}, "duplicate submission"},
+		{txCase{"duplicate record", must(SubmissionTx(w.t2, w.task, 0, 0, wire.ContentHash([]byte("p2")), 10)), CodeConflict}, "duplicate submission"},
 		{txCase{"zero size", must(SubmissionTx(w.t2, w.task, 0, 1, h1, 0)), CodeInvalid}, "payload_size"},
-		{txCase{"second claim", must(SubmissionTx(w.t1, w.task, 0, 0, wire.SumBytes([]byte("p9")), 10)), CodeConflict}, "already claimed"},
+		{txCase{"second claim", must(SubmissionTx(w.t1, w.task, 0, 0, wire.ContentHash([]byte("p9")), 10)), CodeConflict}, "already claimed"},
 		{txCase{"commit by the non-elected candidate", commitBy(lose, wire.FragAggregated, nil), CodeUnauthorized}, "may be committed only by"},
 		{txCase{"commit with an input left out", commitBy(win, wire.FragAggregated, func(c *wire.CommitFragmentTx) { c.Commit.Inputs = c.Commit.Inputs[1:] }), CodeInvalid}, "inputs"},
 		{txCase{"commit with a wrong weights_before", commitBy(win, wire.FragAggregated, func(c *wire.CommitFragmentTx) { c.Commit.WeightsBefore[0] ^= 1 }), CodeInvalid}, "weights_before"},
@@ -312,7 +312,7 @@ func TestRefusals(t *testing.T) {
 		{txCase{"receipt of a running run", a.signReceiptUnchecked(w.task, win), CodeConflict}, "only a sealed run"},
 		{txCase{"cancel a running run", must(CancelRunTx(w.sponsor, w.task, 40)), CodeConflict}, "awaiting enrolment"},
 		{txCase{"unbond the elected syncer", must(UnbondTx(win, 60)), CodeConflict}, "elected syncer"},
-		{txCase{"publish a zero-size module", must(PublishPluginTx(w.publisher, wire.SumBytes([]byte("m2")), 0, 9)), CodeInvalid}, "size"},
+		{txCase{"publish a zero-size module", must(PublishPluginTx(w.publisher, wire.ContentHash([]byte("m2")), 0, 9)), CodeInvalid}, "size"},
 	}
 	for _, c := range cases {
 		res, ha := a.block(c.tx)
@@ -498,10 +498,10 @@ func TestFailover(t *testing.T) {
 	succ := startRun(t, h, w, "fo", 2, 2, []*did.Key{w.t1, w.t2}, cands)
 	first, second := keyOf(cands, succ[0]), keyOf(cands, succ[1])
 	runBlock(t, h, []txCase{
-		{"t1 f0", must(SubmissionTx(w.t1, "fo", 0, 0, wire.SumBytes([]byte("a")), 4)), CodeOK},
-		{"t2 f0", must(SubmissionTx(w.t2, "fo", 0, 0, wire.SumBytes([]byte("b")), 4)), CodeOK},
-		{"t1 f1", must(SubmissionTx(w.t1, "fo", 0, 1, wire.SumBytes([]byte("c")), 4)), CodeOK},
-		{"t2 f1", must(SubmissionTx(w.t2, "fo", 0, 1, wire.SumBytes([]byte("d")), 4)), CodeOK},
+		{"t1 f0", must(SubmissionTx(w.t1, "fo", 0, 0, wire.ContentHash([]byte("a")), 4)), CodeOK},
+		{"t2 f0", must(SubmissionTx(w.t2, "fo", 0, 0, wire.ContentHash([]byte("b")), 4)), CodeOK},
+		{"t1 f1", must(SubmissionTx(w.t1, "fo", 0, 1, wire.ContentHash([]byte("c")), 4)), CodeOK},
+		{"t2 f1", must(SubmissionTx(w.t2, "fo", 0, 1, wire.ContentHash([]byte("d")), 4)), CodeOK},
 	})
 	before := h.run("fo").Fragments[0].WeightsHash
 	runBlock(t, h, []txCase{
@@ -551,7 +551,7 @@ func TestNoQuorumAtDeadline(t *testing.T) {
 	h := newHarness(t, "")
 	h.genesis(w.genesis)
 	startRun(t, h, w, "nq", 2, 2, []*did.Key{w.t1, w.t2}, []*did.Key{w.candA})
-	runBlock(t, h, []txCase{{"t1 f0", must(SubmissionTx(w.t1, "nq", 0, 0, wire.SumBytes([]byte("a")), 4)), CodeOK}})
+	runBlock(t, h, []txCase{{"t1 f0", must(SubmissionTx(w.t1, "nq", 0, 0, wire.ContentHash([]byte("a")), 4)), CodeOK}})
 	w0 := h.run("nq").Fragments[0].WeightsHash
 	h.now = time.UnixMilli(h.run("nq").RoundMs).Add(60*time.Second - time.Millisecond)
 	h.block()
@@ -584,8 +584,8 @@ func TestEquivocationDuplicateVerdict(t *testing.T) {
 	h.genesis(w.genesis)
 	succ := startRun(t, h, w, "eq", 1, 1, []*did.Key{w.t1}, []*did.Key{w.candA})
 	runBlock(t, h, []txCase{
-		{"t1 f0", must(SubmissionTx(w.t1, "eq", 0, 0, wire.SumBytes([]byte("a")), 4)), CodeOK},
-		{"t1 f0 re-encoded", must(SubmissionTx(w.t1, "eq", 0, 0, wire.SumBytes([]byte("a2")), 4)), CodeOK},
+		{"t1 f0", must(SubmissionTx(w.t1, "eq", 0, 0, wire.ContentHash([]byte("a")), 4)), CodeOK},
+		{"t1 f0 re-encoded", must(SubmissionTx(w.t1, "eq", 0, 0, wire.ContentHash([]byte("a2")), 4)), CodeOK},
 	})
 	runBlock(t, h, []txCase{{"commit with a duplicate verdict", h.commit("eq", 0, keyOf([]*did.Key{w.candA}, succ[0]), 0, wire.FragAggregated, wire.VerdictDuplicate, 5), CodeOK}})
 	if s := h.run("eq").Trainers[0].Slashed; s != "0" {

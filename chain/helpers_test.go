@@ -52,10 +52,10 @@ func testSpec(task, sponsor string, m, k, f, rounds int, extra string) []byte {
 // testLayout is an initial-weights layout of f fragments of one F32 tensor
 // of 4 values each (the hashes stand for bytes the chain never sees).
 func testLayout(f int, seed string) *wire.InitLayout {
-	l := &wire.InitLayout{File: wire.SumBytes([]byte("file-" + seed))}
+	l := &wire.InitLayout{File: wire.ContentHash([]byte("file-" + seed))}
 	var hs []wire.Hash
 	for i := 0; i < f; i++ {
-		h := wire.SumBytes([]byte(fmt.Sprintf("w-%s-%d", seed, i)))
+		h := wire.ContentHash([]byte(fmt.Sprintf("w-%s-%d", seed, i)))
 		hs = append(hs, h)
 		l.Fragments = append(l.Fragments, wire.FragmentLayout{Tensors: []wire.TensorInfo{{Name: fmt.Sprintf("layer%d.w", i), Dtype: "F32", Shape: []int64{4}}},
 			Dtype: "F32", N: 4, WeightsHash: h})
@@ -159,7 +159,7 @@ func (h *harness) block(txs ...[]byte) ([]*abci.ExecTxResult, wire.Hash) {
 
 func (h *harness) finalize(txs ...[]byte) *abci.ResponseFinalizeBlock {
 	h.t.Helper()
-	hash := wire.SumBytes([]byte(fmt.Sprintf("block-%d", h.height+1)))
+	hash := wire.ContentHash([]byte(fmt.Sprintf("block-%d", h.height+1)))
 	res, err := h.app.FinalizeBlock(context.Background(), &abci.RequestFinalizeBlock{Height: h.height + 1, Time: h.now, Txs: txs, Hash: hash[:]})
 	if err != nil {
 		h.t.Fatal(err)
@@ -266,9 +266,9 @@ func (h *harness) commit(task string, f int, key *did.Key, ticket uint64, status
 		c.Inputs = append(c.Inputs, wire.CommitInput{TrainerDID: rec.DID, PayloadHash: rec.PayloadHash, Selected: status == wire.FragAggregated})
 	}
 	if status == wire.FragAggregated {
-		c.WeightsAfter = wire.SumBytes([]byte(fmt.Sprintf("%s-%d-%d-weights", task, r.Round, f)))
-		c.MomentumAfter = wire.SumBytes([]byte(fmt.Sprintf("%s-%d-%d-momentum", task, r.Round, f)))
-		c.AggregateHash = wire.SumBytes([]byte(fmt.Sprintf("%s-%d-%d-aggregate", task, r.Round, f)))
+		c.WeightsAfter = wire.ContentHash([]byte(fmt.Sprintf("%s-%d-%d-weights", task, r.Round, f)))
+		c.MomentumAfter = wire.ContentHash([]byte(fmt.Sprintf("%s-%d-%d-momentum", task, r.Round, f)))
+		c.AggregateHash = wire.ContentHash([]byte(fmt.Sprintf("%s-%d-%d-aggregate", task, r.Round, f)))
 	}
 	var verdicts []wire.Verdict
 	err := h.app.View(context.Background(), func(v syncer.View) error {
@@ -291,7 +291,7 @@ func (h *harness) signReceipt(task string, key *did.Key) []byte {
 	var rc *wire.Receipt
 	err := h.app.View(context.Background(), func(v syncer.View) error {
 		var err error
-		rc, err = syncer.BuildReceipt(context.Background(), v.KV, task, key.DID.String(), json.RawMessage(`{"engine":"test"}`), nil)
+		rc, _, _, err = syncer.ChainReceipt(context.Background(), v.KV, task, key.DID.String(), json.RawMessage(`{"engine":"test"}`), nil)
 		return err
 	})
 	if err != nil {

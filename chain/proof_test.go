@@ -50,7 +50,7 @@ func TestRunRootProof(t *testing.T) {
 			{"post", must(PostTaskTx(w.sponsor, spec, testLayout(1, task), meanRules(t), n)), CodeOK},
 			{"proof", must(ElectionProofTx(w.candA, task, vrfProof(t, w.candA, task, spec), 10*n)), CodeOK},
 			{"enrol", must(EnrollTx(w.t1, task, "1", 10*n)), CodeOK},
-			{"record", must(SubmissionTx(w.t1, task, 0, 0, wire.SumBytes([]byte(task)), 4)), CodeOK},
+			{"record", must(SubmissionTx(w.t1, task, 0, 0, wire.ContentHash([]byte(task)), 4)), CodeOK},
 		})
 		runBlock(t, h, []txCase{{"commit", h.commit(task, 0, w.candA, 0, wire.FragAggregated, "", 10*n+1), CodeOK}})
 		runBlock(t, h, []txCase{{"sign", h.signReceipt(task, w.candA), CodeOK}})

@@ -18,15 +18,15 @@ const (
 )
 
 func TestVectors(t *testing.T) {
-	got := AppHash(5, wire.SumBytes([]byte("state")), 2, wire.SumBytes([]byte("log")))
+	got := AppHash(5, wire.SHA256([]byte("state")), 2, wire.SHA256([]byte("log")))
 	if got.String() != vecAppHash {
 		t.Errorf("AppHash(5, SHA-256(\"state\"), 2, SHA-256(\"log\")) = %s, want %s", got, vecAppHash)
 	}
-	leaf := wire.SumBytes(RunLogLeaf("run-1", wire.SumBytes([]byte("root"))))
+	leaf := wire.SHA256(RunLogLeaf("run-1", wire.SHA256([]byte("root"))))
 	if leaf.String() != vecRunLogLeaf {
 		t.Errorf("SHA-256(RunLogLeaf(run-1, SHA-256(\"root\"))) = %s, want %s", leaf, vecRunLogLeaf)
 	}
-	sh := StateHash(wire.SumBytes([]byte("prev")), 7, []write{
+	sh := StateHash(wire.SHA256([]byte("prev")), 7, []write{
 		{key: StateKey(syncer.KSLedger, []byte("bal/issuer")), value: []byte("-1000")},
 		{key: StateKey(syncer.KSMeta, []byte("cand/x")), value: nil},
 	})

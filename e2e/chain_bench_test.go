@@ -85,10 +85,10 @@ func benchSubmissions(b *testing.B, validators, n int) float64 {
 	if err != nil {
 		b.Fatal(err)
 	}
-	layout := &wire.InitLayout{File: wire.SumBytes([]byte("bench-init"))}
+	layout := &wire.InitLayout{File: wire.ContentHash([]byte("bench-init"))}
 	var fh []wire.Hash
 	for f := 0; f < frags; f++ {
-		h := wire.SumBytes([]byte(fmt.Sprint("w", f)))
+		h := wire.ContentHash([]byte(fmt.Sprint("w", f)))
 		fh = append(fh, h)
 		layout.Fragments = append(layout.Fragments, wire.FragmentLayout{Tensors: []wire.TensorInfo{{Name: fmt.Sprintf("t%04d", f), Dtype: "F32", Shape: []int64{1}}},
 			Dtype: "F32", N: 1, WeightsHash: h})
@@ -128,7 +128,7 @@ func benchSubmissions(b *testing.B, validators, n int) float64 {
 	txs := make([][]byte, n)
 	for i := range txs {
 		k, f := keys[i%trainers], uint64(i/trainers)
-		txs[i] = mustTx(b)(chain.SubmissionTx(k, "bench", 0, f, wire.SumBytes([]byte(fmt.Sprint(i))), 33<<20))
+		txs[i] = mustTx(b)(chain.SubmissionTx(k, "bench", 0, f, wire.ContentHash([]byte(fmt.Sprint(i))), 33<<20))
 	}
 	b.ResetTimer()
 	sent := make([]time.Time, n)

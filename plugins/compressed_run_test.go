@@ -118,7 +118,7 @@ func runCompressed(t *testing.T, compression string, hook func(h *codecRun, roun
 	p := &wire.PostTaskParams{Spec: raw, InitWeights: weights}
 	h.nonce++
 	p.Nonce = h.nonce
-	p.Signature = h.sp.Sign(p.Preimage(h.sp.DID.String(), wire.SpecHash(canon), wire.SumBytes(weights)))
+	p.Signature = h.sp.Sign(p.Preimage(h.sp.DID.String(), wire.SpecHash(canon), wire.ContentHash(weights)))
 	if _, err := h.node.PostTask(ctx, p); err != nil {
 		return h, []byte("post: " + err.Error())
 	}
@@ -182,7 +182,7 @@ func (h *codecRun) submit(i, round, f int, ts []safetensors.Tensor) error {
 		return err
 	}
 	g := &wire.OuterGradient{TaskID: h.task, TrainerDID: h.tr[i].DID.String(), Round: uint64(round), FragmentIndex: uint64(f),
-		GradientPayload: payload, PayloadHash: wire.SumBytes(payload)}
+		GradientPayload: payload, PayloadHash: wire.ContentHash(payload)}
 	g.Signature = h.tr[i].Sign(g.Preimage())
 	_, err = h.node.Submit(h.ctx, g)
 	return err
@@ -211,7 +211,15 @@ func TestCompressedRunSealsVerifiesReplays(t *testing.T) {
 	if !inPlugins {
 		t.Fatal("the receipt's plugin hashes lack the codec")
 	}
-	for _, round := range rc.Transcript {
+	transcript, err := h.node.GetTranscript(h.ctx, rc.TaskID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	blob, _, err := syncer.TranscriptBlob(transcript)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, round := range transcript {
 		for _, fc := range round.Fragments {
 			if fc.Codec == nil || fc.Codec.Hash != codec.Hash || string(fc.Codec.Params) != `{"block":64}` || fc.Status != wire.FragAggregated {
 				t.Fatalf("round %d fragment %d: codec %+v status %s", round.Round, fc.Fragment, fc.Codec, fc.Status)
@@ -231,7 +239,7 @@ func TestCompressedRunSealsVerifiesReplays(t *testing.T) {
 	if err := json.Indent(&pretty, raw, "", "  "); err != nil {
 		t.Fatal(err)
 	}
-	rep, err := syncer.Replay(h.ctx, pretty.Bytes(), h.node, fresh, nil)
+	rep, err := syncer.Replay(h.ctx, pretty.Bytes(), blob, h.node, fresh, nil)
 	if err != nil || !rep.Match {
 		t.Fatalf("replay: %+v %v", rep, err)
 	}

@@ -53,14 +53,14 @@ var catalog = []catalogEntry{
 	{wire.MethodGetRun, "One run: spec, status, round, trainers and their metrics, fragments, round roots.", wire.TaskIDParams{}, wire.RunView{}, false, "training"},
 	{wire.MethodGetReceipt, "The training receipt of a sealed run.", wire.TaskIDParams{}, wire.Receipt{}, false, "training"},
 	{wire.MethodGetTranscript, "The round commits of a run so far.", wire.TaskIDParams{}, []wire.RoundCommit{}, false, "training"},
-	{wire.MethodGetPayload, "A stored payload (submission or weights) by its SHA-256.", rpc.GetPayloadParams{}, rpc.Payload{}, false, "training"},
+	{wire.MethodGetPayload, "A stored payload (submission or weights) by its content hash (BLAKE3-256).", rpc.GetPayloadParams{}, rpc.Payload{}, false, "training"},
 	{wire.MethodEnrollTrainer, "Enrol a trainer with a stake (joins the current round or the next). Signed by trainer_did.", wire.EnrollParams{}, wire.EnrollResult{}, false, "training"},
 	{wire.MethodLeaveRun, "Leave a run; shards are rebalanced from the next round. Signed by trainer_did.", wire.LeaveParams{}, wire.EnrollResult{}, false, "training"},
 	{wire.MethodSubmitGradient, "Submit one outer gradient (safetensors, base64) for a round and fragment, signed over the submission preimage (PROTOCOL §4).", wire.OuterGradient{}, wire.SubmitResult{}, false, "training"},
 	{wire.MethodFinalizeRound, "Commit the current round's fragments that the rules allow now (K accepted and every active trainer in, or the grace window closed; the round at its deadline); otherwise say per fragment why not. Signed by the run's elected syncer; never shortens the grace window.", wire.FinalizeParams{}, wire.FinalizeResult{}, false, "training"},
 	{wire.MethodCancelRun, "Cancel a run that has not started: the escrow goes back to the sponsor and every enrolled trainer's stake is refunded. Signed by the spec's sponsor_did.", wire.CancelRunParams{}, wire.CancelRunResult{}, false, "training"},
 	{wire.MethodGetWeights, "A fragment's current committed weights as safetensors (base64).", wire.GetWeightsParams{}, wire.Weights{}, false, "training"},
-	{wire.MethodVerifyReceipt, "Verify a receipt as the 0x1008 precompile does: valid is 1 or 0 (root omitted = the receipt's own run root).", wire.VerifyReceiptParams{}, wire.VerifyReceiptResult{}, false, "training"},
+	{wire.MethodVerifyReceipt, "Verify a receipt as the 0x1008 precompile does: valid is 1 or 0. With root, the pure check against that run root; without, against the run root and election this node's committed state holds for the task (the answer's root and height say which).", wire.VerifyReceiptParams{}, wire.VerifyReceiptResult{}, false, "training"},
 	{wire.MethodGetBalance, "A DID's balance in attoTNZO.", wire.BalanceParams{}, wire.Balance{}, false, "ledger"},
 	{wire.MethodFaucet, "Mint attoTNZO to a DID (only on a node started with --dev).", wire.FaucetParams{}, wire.Balance{}, false, "ledger"},
 	{wire.MethodRegisterSyncer, "Register as a syncer candidate with a stake. Signed by did.", wire.RegisterSyncerParams{}, wire.SyncerCandidate{}, false, "syncer"},
@@ -108,7 +108,7 @@ var errorTable = []struct {
 func schema(t reflect.Type) map[string]any {
 	switch t {
 	case reflect.TypeOf(wire.Hash{}):
-		return map[string]any{"type": "string", "pattern": "^(0x|sha256:)?[0-9a-f]{64}$", "description": "SHA-256, 64 lowercase hex digits"}
+		return map[string]any{"type": "string", "pattern": "^(0x|sha256:|blake3:)?[0-9a-f]{64}$", "description": "32-byte hash, 64 lowercase hex digits: BLAKE3-256 for content (payload, weights, momentum, aggregate, model hashes), SHA-256 for the rest (docs/PROTOCOL.md, Hashes)"}
 	case reflect.TypeOf(wire.HexBytes{}):
 		return map[string]any{"type": "string", "pattern": "^(0x)?([0-9a-fA-F]{2})*$", "description": "bytes as hex"}
 	case reflect.TypeOf(json.RawMessage{}), reflect.TypeOf(rawObject{}):

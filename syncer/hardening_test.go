@@ -511,7 +511,7 @@ func TestPostingAndPublishingCostAndAreRateLimited(t *testing.T) {
 			if !ok {
 				return nil, syncer.Errf(syncer.KindInvalid, "module refused")
 			}
-			return &wire.PluginInfo{Name: "x", Hash: wire.SumBytes(module)}, nil
+			return &wire.PluginInfo{Name: "x", Hash: wire.SHA256(module)}, nil
 		}
 	}
 	poor := h.tr[0].DID.String()

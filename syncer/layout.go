@@ -9,8 +9,8 @@ import (
 )
 
 // contentHash is the content hash of bulk bytes (payloads, weights,
-// momentum, blobs): wire.ContentHash once the hash migration lands.
-func contentHash(b []byte) wire.Hash { return wire.SumBytes(b) }
+// momentum, aggregates, blobs): wire.ContentHash (BLAKE3-256).
+func contentHash(b []byte) wire.Hash { return wire.ContentHash(b) }
 
 // InitLayoutOf splits an initial-weights safetensors file into f fragments
 // (PROTOCOL §5) and returns what the chain learns of it (file hash, model

@@ -530,6 +530,10 @@ func (x *mtx) timers(task string) (bool, error) {
 				continue
 			}
 			fc := baseCommit(r, i)
+			// The chain closes it; the commit names the syncer whose turn it
+			// was (a receipt lists every committer with its election entry).
+			who, k := r.syncerAt(now)
+			fc.Syncer, fc.Ticket = who, uint64(k)
 			fc.Status = wire.FragNoQuorum
 			fc.Reason = fmt.Sprintf("round deadline passed with %d of K=%d submissions accepted", len(fs.Records), r.spec.Quorum)
 			fc.Inputs = recordInputs(fs.Records)

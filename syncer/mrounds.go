@@ -566,7 +566,7 @@ func (x *mtx) signReceipt(p *wire.SignReceiptTx) (*wire.SignReceiptResult, error
 	if want := r.receiptSignerAt(x.blk.TimeMs); p.SyncerDID != want {
 		return nil, Errf(KindUnauthorized, "the receipt of %s may be signed only by %s at block time %d ms, not %s", p.TaskID, want, x.blk.TimeMs, p.SyncerDID)
 	}
-	rc, err := buildReceipt(x.ctx, x.kv, r, p.SyncerDID, p.Engine, p.EvidenceDigest)
+	rc, _, _, err := chainReceipt(x.ctx, x.kv, r, p.SyncerDID, p.Engine, p.EvidenceDigest)
 	if err != nil {
 		return nil, err
 	}
@@ -589,31 +589,33 @@ func (x *mtx) signReceipt(p *wire.SignReceiptTx) (*wire.SignReceiptResult, error
 	return &wire.SignReceiptResult{TaskID: p.TaskID, RunRoot: r.Seal.RunRoot, SyncerDID: p.SyncerDID}, nil
 }
 
-// BuildReceipt is the receipt of a sealed run as the chain's state gives it,
-// for signer with its engine profile and evidence digest, unsigned. The
-// signing syncer's node and the chain build it with this one function.
-func BuildReceipt(ctx context.Context, kv KV, task, signer string, engine json.RawMessage, evidenceDigest *wire.Hash) (*wire.Receipt, error) {
+// ChainReceipt is the receipt of a sealed run as the chain's state gives it
+// (BuildReceipt over the run's transcript, settlement and election), for
+// signer with its engine profile and evidence digest, unsigned, with its
+// transcript and attestation-list blobs. The signing syncer's node and the
+// chain build it with this one function.
+func ChainReceipt(ctx context.Context, kv KV, task, signer string, engine json.RawMessage, evidenceDigest *wire.Hash) (*wire.Receipt, []byte, []byte, error) {
 	r, err := loadRun(ctx, kv, task)
 	if err != nil {
-		return nil, err
+		return nil, nil, nil, err
 	}
 	if r.Seal == nil {
-		return nil, Errf(KindConflict, "run %s is %s, not sealed", task, r.Status)
+		return nil, nil, nil, Errf(KindConflict, "run %s is %s, not sealed", task, r.Status)
 	}
-	return buildReceipt(ctx, kv, r, signer, engine, evidenceDigest)
+	return chainReceipt(ctx, kv, r, signer, engine, evidenceDigest)
 }
 
-func buildReceipt(ctx context.Context, kv KV, r *runState, signer string, engine json.RawMessage, evidenceDigest *wire.Hash) (*wire.Receipt, error) {
+func chainReceipt(ctx context.Context, kv KV, r *runState, signer string, engine json.RawMessage, evidenceDigest *wire.Hash) (*wire.Receipt, []byte, []byte, error) {
 	task := r.spec.TaskID
 	transcript := make([]wire.RoundCommit, 0, len(r.Roots))
 	for round := uint64(0); round < uint64(len(r.Roots)); round++ {
 		raw, err := kv.Get(ctx, KSTranscript, commitKey(task, round))
 		if err != nil {
-			return nil, fmt.Errorf("transcript of %s round %d: %w", task, round, err)
+			return nil, nil, nil, fmt.Errorf("transcript of %s round %d: %w", task, round, err)
 		}
 		var rc wire.RoundCommit
 		if err := json.Unmarshal(raw, &rc); err != nil {
-			return nil, fmt.Errorf("transcript of %s round %d: %w", task, round, err)
+			return nil, nil, nil, fmt.Errorf("transcript of %s round %d: %w", task, round, err)
 		}
 		transcript = append(transcript, rc)
 	}
@@ -621,9 +623,12 @@ func buildReceipt(ctx context.Context, kv KV, r *runState, signer string, engine
 	if evidenceDigest != nil {
 		atts = append(atts, *evidenceDigest)
 	}
-	rc := &wire.Receipt{Version: ReceiptVersion, TaskID: task, TaskSpec: r.Spec, SpecHash: r.SpecHash, InitModelHash: r.InitModel,
-		InitWeightsHash: r.InitFile, FinalModelHash: r.Seal.FinalModel, Transcript: transcript, PluginHashes: orHashes(r.Plugins),
-		Engine: append(json.RawMessage(nil), engine...), AttestationDigests: atts, Rewards: r.Seal.Payouts, SponsorRefund: r.Seal.SponsorRefund,
-		SyncerDID: signer, RunRoot: r.Seal.RunRoot}
-	return rc, nil
+	rc, blob, err := BuildReceipt(ReceiptInput{TaskSpec: r.Spec, InitModelHash: r.InitModel, InitWeightsHash: r.InitFile, FinalModelHash: r.Seal.FinalModel,
+		Rounds: transcript, RoundRoots: r.Roots, PluginHashes: r.Plugins, Engine: append(json.RawMessage(nil), engine...), AttestationDigests: atts,
+		Election: r.Election, Rewards: r.Seal.Payouts, SponsorRefund: r.Seal.SponsorRefund, SyncerDID: signer})
+	if err != nil {
+		return nil, nil, nil, Errf(KindInvalid, "%v", err)
+	}
+	list, _ := AttestationList(atts)
+	return rc, blob, list, nil
 }

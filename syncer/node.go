@@ -12,7 +12,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/gowebpki/jcs"
 
 	"github.com/tenzro/train/wire"
 	"github.com/tenzro/train/wire/did"
@@ -306,14 +305,8 @@ func (r *runState) accruedRewards(pool *big.Int) []string {
 	return out
 }
 
-// ModelHash is SHA-256(Str(DomainModel) ‖ Hash(fragment_0) ‖ …).
-func ModelHash(frags []wire.Hash) wire.Hash {
-	c := wire.NewCanon(wire.DomainModel)
-	for _, h := range frags {
-		c.Hash(h)
-	}
-	return c.Sum()
-}
+// ModelHash is wire.ModelHash: BLAKE3-256(Str(DomainModel) ‖ Hash(fragment_0) ‖ …).
+func ModelHash(frags []wire.Hash) wire.Hash { return wire.ModelHash(frags) }
 
 func orDefault(s, d string) string {
 	if s == "" {
@@ -343,15 +336,12 @@ func orHashes(v []wire.Hash) []wire.Hash {
 	return v
 }
 
-// RoundCommitHash is SHA-256(Str(DomainRoundCommit) ‖ Bytes(JCS(commit JSON))).
+// RoundCommitHash is SHA-256(Str(DomainRoundCommit) ‖ Bytes(JCS(commit JSON)))
+// (CanonicalRoundCommit gives the JCS bytes).
 func RoundCommitHash(rc *wire.RoundCommit) (wire.Hash, error) {
-	raw, err := json.Marshal(rc)
+	canon, err := CanonicalRoundCommit(rc)
 	if err != nil {
 		return wire.Hash{}, err
-	}
-	canon, err := jcs.Transform(raw)
-	if err != nil {
-		return wire.Hash{}, fmt.Errorf("canonicalize round commit: %w", err)
 	}
 	return wire.NewCanon(wire.DomainRoundCommit).Bytes(canon).Sum(), nil
 }

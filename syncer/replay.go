@@ -8,7 +8,8 @@ import (
 	"github.com/tenzro/train/wire/safetensors"
 )
 
-// PayloadSource serves stored blobs (payloads, initial weights) by SHA-256.
+// PayloadSource serves stored blobs (payloads, initial weights) by content
+// hash (wire.ContentHash).
 // *Node and the RPC client implement it.
 type PayloadSource interface {
 	GetPayload(ctx context.Context, h wire.Hash) ([]byte, error)
@@ -34,11 +35,13 @@ type ReplayReport struct {
 	Divergence     *Divergence `json:"divergence,omitempty"`
 }
 
-// Replay re-executes every round of a receipt from its transcript and the
-// stored payloads with eng, and reports the first divergence or that the
-// final model hash matches. progress, when set, is called after each round.
-func Replay(ctx context.Context, receipt []byte, src PayloadSource, eng Engine, progress func(round uint64, of int)) (*ReplayReport, error) {
-	rc, _, err := checkReceipt(receipt, nil)
+// Replay re-executes every round of a receipt from its transcript blob
+// (TranscriptBlob; fetched by the receipt's transcript_hash) and the stored
+// payloads with eng, and reports the first divergence or that the final
+// model hash matches. The receipt and transcript are checked first
+// (CheckReceiptFull). progress, when set, is called after each round.
+func Replay(ctx context.Context, receipt, transcript []byte, src PayloadSource, eng Engine, progress func(round uint64, of int)) (*ReplayReport, error) {
+	rc, rounds, _, err := checkReceiptFull(receipt, transcript)
 	if err != nil {
 		return nil, fmt.Errorf("receipt does not verify, nothing to replay: %w", err)
 	}
@@ -50,7 +53,7 @@ func Replay(ctx context.Context, receipt []byte, src PayloadSource, eng Engine, 
 	if err != nil {
 		return nil, fmt.Errorf("initial weights %s: %w", rc.InitWeightsHash, err)
 	}
-	if wire.SumBytes(raw) != rc.InitWeightsHash {
+	if wire.ContentHash(raw) != rc.InitWeightsHash {
 		return nil, fmt.Errorf("initial weights blob does not hash to %s", rc.InitWeightsHash)
 	}
 	tensors, _, err := safetensors.Parse(raw, safetensors.DefaultLimits)
@@ -80,7 +83,7 @@ func Replay(ctx context.Context, receipt []byte, src PayloadSource, eng Engine, 
 	if err != nil {
 		return nil, fmt.Errorf("replay: %w", err)
 	}
-	for _, round := range rc.Transcript {
+	for _, round := range rounds {
 		if len(round.Fragments) != len(frags) {
 			rep.Divergence = &Divergence{Round: round.Round, What: fmt.Sprintf("transcript has %d fragments, the model %d", len(round.Fragments), len(frags))}
 			return rep, nil
@@ -117,7 +120,7 @@ func Replay(ctx context.Context, receipt []byte, src PayloadSource, eng Engine, 
 				if err != nil {
 					return nil, fmt.Errorf("round %d fragment %d payload %s: %w", round.Round, i, in.PayloadHash, err)
 				}
-				if got := wire.SumBytes(p); got != in.PayloadHash {
+				if got := wire.ContentHash(p); got != in.PayloadHash {
 					return div("payload of %s hashes to %s, transcript says %s", in.TrainerDID, got, in.PayloadHash)
 				}
 				var codec *RuleRef
@@ -136,7 +139,7 @@ func Replay(ctx context.Context, receipt []byte, src PayloadSource, eng Engine, 
 			if err != nil {
 				return div("aggregation failed: %v", err)
 			}
-			if h := wire.SumBytes(agg.Aggregate); h != fc.AggregateHash {
+			if h := wire.ContentHash(agg.Aggregate); h != fc.AggregateHash {
 				return div("aggregate hash %s, transcript says %s", h, fc.AggregateHash)
 			}
 			for j, k := range idx {
@@ -153,11 +156,11 @@ func Replay(ctx context.Context, receipt []byte, src PayloadSource, eng Engine, 
 			if err != nil {
 				return nil, err
 			}
-			weights[i], moms[i], hashes[i] = step.Weights, step.Momentum, wire.SumBytes(enc)
+			weights[i], moms[i], hashes[i] = step.Weights, step.Momentum, wire.ContentHash(enc)
 			if hashes[i] != fc.WeightsAfter {
 				return div("weights after are %s, transcript says %s", hashes[i], fc.WeightsAfter)
 			}
-			if h := wire.SumBytes(step.Momentum); h != fc.MomentumAfter {
+			if h := wire.ContentHash(step.Momentum); h != fc.MomentumAfter {
 				return div("momentum after is %s, transcript says %s", h, fc.MomentumAfter)
 			}
 			rep.Aggregations++
@@ -168,13 +171,13 @@ func Replay(ctx context.Context, receipt []byte, src PayloadSource, eng Engine, 
 		}
 		rep.Rounds++
 		if progress != nil {
-			progress(round.Round, len(rc.Transcript))
+			progress(round.Round, len(rounds))
 		}
 	}
 	rep.FinalModelHash = ModelHash(hashes)
 	rep.Match = rep.FinalModelHash == rc.FinalModelHash
 	if !rep.Match {
-		rep.Divergence = &Divergence{Round: uint64(len(rc.Transcript)), Fragment: -1, What: "final model hash " + rep.FinalModelHash.String() + ", receipt says " + rc.FinalModelHash.String()}
+		rep.Divergence = &Divergence{Round: uint64(len(rounds)), Fragment: -1, What: "final model hash " + rep.FinalModelHash.String() + ", receipt says " + rc.FinalModelHash.String()}
 	}
 	return rep, nil
 }

@@ -291,16 +291,25 @@ func (n *Node) signReceipt(ctx context.Context, task string) error {
 	}
 	var ev *wire.Hash
 	if e := n.cfg.Signer.Evidence(); len(e) > 0 {
-		h := wire.SumBytes(e)
+		h := wire.SHA256(e)
 		ev = &h
 	}
 	var rc *wire.Receipt
+	var blob, list []byte
 	if err := n.view(ctx, func(v View) error {
 		var err error
-		rc, err = BuildReceipt(ctx, v.KV, task, me, engine, ev)
+		rc, blob, list, err = ChainReceipt(ctx, v.KV, task, me, engine, ev)
 		return err
 	}); err != nil {
 		return err
+	}
+	// The receipt commits to its transcript and attestation list by hash:
+	// this node keeps both as blobs (getPayload serves them).
+	if err := n.blobs.Put(ctx, rc.TranscriptHash, blob); err != nil {
+		return fmt.Errorf("store the transcript blob: %w", err)
+	}
+	if err := n.blobs.Put(ctx, rc.AttestationsHash, list); err != nil {
+		return fmt.Errorf("store the attestation list: %w", err)
 	}
 	pre, err := ReceiptPreimage(rc)
 	if err != nil {
@@ -318,7 +327,7 @@ func (n *Node) signReceipt(ctx context.Context, task string) error {
 		return err
 	}
 	n.log.Info("receipt signed", "task", task, "run_root", rc.RunRoot)
-	n.announce(ctx, Event{TaskID: task, Kind: "sealed", Round: uint64(len(rc.Transcript)), ModelHash: rc.FinalModelHash, Detail: rc.RunRoot})
+	n.announce(ctx, Event{TaskID: task, Kind: "sealed", Round: rc.Rounds, ModelHash: rc.FinalModelHash, Detail: rc.RunRoot})
 	return nil
 }
 

@@ -47,7 +47,7 @@ func (f *cliFake) PostTask(_ context.Context, p *wire.PostTaskParams) (*wire.Pos
 	}
 	var wh wire.Hash
 	if len(p.InitWeights) > 0 {
-		wh = wire.SumBytes(p.InitWeights)
+		wh = wire.ContentHash(p.InitWeights)
 	}
 	if err := verify(s.SponsorDID, p.Preimage(s.SponsorDID, wire.SpecHash(canon), wh), p.Signature); err != nil {
 		return nil, err
@@ -82,7 +82,7 @@ func (f *cliFake) GetReceipt(context.Context, string) (*wire.Receipt, error) {
 }
 func (f *cliFake) GetTranscript(context.Context, string) ([]wire.RoundCommit, error) { return nil, nil }
 func (f *cliFake) GetPayload(_ context.Context, h wire.Hash) ([]byte, error) {
-	if h == wire.SumBytes([]byte("blob")) {
+	if h == wire.ContentHash([]byte("blob")) {
 		return []byte("blob"), nil
 	}
 	return []byte("other"), nil
@@ -100,7 +100,7 @@ func (f *cliFake) Leave(_ context.Context, p *wire.LeaveParams) (*wire.EnrollRes
 	return &wire.EnrollResult{TaskID: p.TaskID, TrainerDID: p.TrainerDID, Status: wire.TrainerLeft}, nil
 }
 func (f *cliFake) Submit(_ context.Context, g *wire.OuterGradient) (*wire.SubmitResult, error) {
-	if wire.SumBytes(g.GradientPayload) != g.PayloadHash {
+	if wire.ContentHash(g.GradientPayload) != g.PayloadHash {
 		return nil, syncer.Errf(syncer.KindInvalid, "payload_hash mismatch")
 	}
 	if err := verify(g.TrainerDID, g.Preimage(), g.Signature); err != nil {
@@ -275,7 +275,7 @@ func TestSponsorAndTrainerFlow(t *testing.T) {
 	if code != 0 || !strings.Contains(out, "accepted: round 1 fragment 1") {
 		t.Fatalf("submit: %d %q %q", code, out, errOut)
 	}
-	if s := e.fake.subs[0]; s.TrainerDID != trainer || s.PayloadHash != wire.SumBytes([]byte("gradient-bytes")) {
+	if s := e.fake.subs[0]; s.TrainerDID != trainer || s.PayloadHash != wire.ContentHash([]byte("gradient-bytes")) {
 		t.Fatalf("submission %+v", s)
 	}
 	code, _, errOut = e.run("train", "submit-gradient", "--task-id", "t1", "--round", "6", "--fragment", "1", "--payload", grad, "--key", e.path("t0.key"))
@@ -318,11 +318,11 @@ func TestSponsorAndTrainerFlow(t *testing.T) {
 	if code != 0 || !strings.Contains(out, `"balance": "7"`) {
 		t.Fatalf("balance: %d %q", code, out)
 	}
-	code, out, errOut = e.run("train", "get-payload", "--hash", wire.SumBytes([]byte("blob")).String(), "--out", e.path("blob"))
+	code, out, errOut = e.run("train", "get-payload", "--hash", wire.ContentHash([]byte("blob")).String(), "--out", e.path("blob"))
 	if b, _ := os.ReadFile(e.path("blob")); code != 0 || string(b) != "blob" {
 		t.Fatalf("get-payload: %d %q %q", code, out, errOut)
 	}
-	code, _, errOut = e.run("train", "get-payload", "--hash", wire.SumBytes([]byte("x")).String(), "--out", e.path("x"))
+	code, _, errOut = e.run("train", "get-payload", "--hash", wire.ContentHash([]byte("x")).String(), "--out", e.path("x"))
 	if code != 1 || !strings.Contains(errOut, "hashing to") {
 		t.Fatalf("get-payload with a lying node: %d %q", code, errOut)
 	}
@@ -392,9 +392,12 @@ func TestHelpHasExamples(t *testing.T) {
 	}
 }
 
-// testdata/receipt.json is a real receipt sealed by a tenzro-node during the
-// acceptance flow (../shared/acceptance/cli_flow.py); regenerate it with
-// "tenzro train get-receipt --out" when the receipt format version changes.
+// testdata/receipt.json is a real (version-2) receipt sealed by a
+// tenzro-node during the acceptance flow (../shared/acceptance/cli_flow.py),
+// testdata/transcript.json its transcript blob; regenerate them with
+// "tenzro train get-receipt --out" and "tenzro train get-transcript --out"
+// when the format changes. testdata/receipt-v1.json is a real version-1
+// receipt, which is refused.
 func TestReceiptVerifyAndProveRealReceipt(t *testing.T) {
 	e := newEnv(t)
 	good := filepath.Join("testdata", "receipt.json")
@@ -414,6 +417,12 @@ func TestReceiptVerifyAndProveRealReceipt(t *testing.T) {
 	}
 	other := flip + head.RunRoot[1:]
 	bad := e.write("bad.json", strings.Replace(string(b), head.RunRoot, other, 1))
+	transcript, v1 := filepath.Join("testdata", "transcript.json"), filepath.Join("testdata", "receipt-v1.json")
+	tb, err := os.ReadFile(transcript)
+	if err != nil {
+		t.Fatal(err)
+	}
+	badTranscript := e.write("bad-transcript.json", strings.Replace(string(tb), `"round":1`, `"round":2`, 1))
 	cases := []struct {
 		args []string
 		code int
@@ -422,14 +431,20 @@ func TestReceiptVerifyAndProveRealReceipt(t *testing.T) {
 		{[]string{"receipt", "verify", "--receipt", good}, 0, "valid: receipt of"},
 		{[]string{"receipt", "verify", "--receipt", good, "--root", "0x" + head.RunRoot}, 0, "valid"},
 		{[]string{"receipt", "verify", "--receipt", good, "--root", other}, 1, "invalid: run root mismatch"},
-		{[]string{"receipt", "verify", "--receipt", bad}, 1, "invalid: run_root mismatch"},
+		{[]string{"receipt", "verify", "--receipt", bad}, 1, "invalid: syncer signature"}, // the run root is signed
 		{[]string{"receipt", "verify", "--receipt", good, "--format", "json"}, 0, `"valid": 1`},
-		{[]string{"receipt", "prove", "--receipt", good, "--round", "0", "--format", "json"}, 0, `"leaf_index": 1`},
-		{[]string{"receipt", "prove", "--receipt", good, "--round", "99"}, 1, "round 99"},
+		{[]string{"receipt", "verify", "--receipt", good, "--transcript", transcript}, 0, "(compact, full)"},
+		{[]string{"receipt", "verify", "--receipt", good, "--transcript", badTranscript}, 1, "invalid: transcript hashes to"},
+		{[]string{"receipt", "verify", "--receipt", v1}, 1, "receipt version 1 is not accepted"},
+		{[]string{"receipt", "prove", "--receipt", good, "--round", "0", "--transcript", transcript, "--format", "json"}, 0, `"leaf_index": 1`},
+		{[]string{"receipt", "prove", "--receipt", good, "--round", "99", "--transcript", transcript}, 1, "round 99"},
+		{[]string{"receipt", "prove", "--receipt", good}, 2, "--task-id"},
+		{[]string{"receipt", "verify", "--receipt", good, "--app-hash", head.RunRoot}, 2, "--proof"},
 	}
-	for _, c := range cases {
-		code, out, errOut := e.run(c.args...)
-		if code != c.code || !strings.Contains(out+errOut, c.want) {
+	for _, c := range cases { // offline: no --rpc (which would also ask the node)
+		var o, er bytes.Buffer
+		code := execute(context.Background(), c.args, &o, &er)
+		if out, errOut := o.String(), er.String(); code != c.code || !strings.Contains(out+errOut, c.want) {
 			t.Errorf("%v: exit %d (want %d), output %q %q", c.args, code, c.code, out, errOut)
 		}
 	}
