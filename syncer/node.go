@@ -12,7 +12,6 @@ import (
 	"sync"
 	"time"
 
-
 	"github.com/tenzro/train/wire"
 	"github.com/tenzro/train/wire/did"
 )
