@@ -47,6 +47,18 @@ type NodeConfig struct {
 	// node's JSON-RPC and libp2p addresses when its flags do not say.
 	JSONRPCAddr string `json:"json_rpc_addr,omitempty"`
 	ListenAddr  string `json:"listen_addr,omitempty"`
+	// BootNodes are the libp2p multiaddrs (with /p2p/<peer id>) the node
+	// dials when its flags name none: the other nodes of a testnet.
+	BootNodes []string `json:"boot_nodes,omitempty"`
+}
+
+// SaveNodeConfig writes a home's NodeConfigFile.
+func SaveNodeConfig(home string, nc *NodeConfig) error {
+	raw, err := json.MarshalIndent(nc, "", "  ")
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(home, NodeConfigFile), append(raw, '\n'), 0o600)
 }
 
 // TestnetOptions configures WriteTestnet.

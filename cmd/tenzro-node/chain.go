@@ -5,14 +5,20 @@ package main
 // in execute.
 
 import (
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
+	"path/filepath"
 	"strings"
 	"time"
 
+	libp2pcrypto "github.com/libp2p/go-libp2p/core/crypto"
+	"github.com/libp2p/go-libp2p/core/peer"
 	"github.com/spf13/cobra"
 
 	"github.com/tenzro/train/chain"
+	"github.com/tenzro/train/wire/did"
 )
 
 // registerChain adds `tenzro-node testnet` and `tenzro-node init`.
@@ -94,6 +100,9 @@ Ports: node i listens on BASE+2i (P2P) and BASE+2i+1 (CometBFT RPC);
 			if err != nil {
 				return usageError{err}
 			}
+			if err := linkLibp2p(nodes); err != nil {
+				return err
+			}
 			fmt.Fprintf(stdout, "wrote %d validator homes and one genesis (chain %s, %d allocations):\n", len(nodes), orDefault(opts.ChainID, "tenzro-testnet"), len(opts.Allocs))
 			for _, n := range nodes {
 				fmt.Fprintf(stdout, "  %s  chain rpc http://%s  p2p %s  id %s", n.Home, n.RPCAddr, n.P2PAddr, n.NodeID)
@@ -125,4 +134,47 @@ func orDefault(s, d string) string {
 		return d
 	}
 	return s
+}
+
+// linkLibp2p makes every testnet node's libp2p boot nodes the others' (the
+// peer id is the node key's), so payloads and weights can be fetched by
+// hash between them from the first start.
+func linkLibp2p(nodes []chain.TestnetNode) error {
+	addrs := make([]string, len(nodes))
+	ncs := make([]*chain.NodeConfig, len(nodes))
+	for i, n := range nodes {
+		nc, err := chain.LoadNodeConfig(n.Home)
+		if err != nil {
+			return err
+		}
+		ncs[i] = nc
+		k, err := did.Load(filepath.Join(n.Home, chain.NodeKeyFile))
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil // no node keys (--candidate-stake ""): nothing to link
+		}
+		if err != nil {
+			return fmt.Errorf("testnet: %w", err)
+		}
+		pk, err := libp2pcrypto.UnmarshalEd25519PrivateKey(k.Priv)
+		if err != nil {
+			return fmt.Errorf("testnet: node key: %w", err)
+		}
+		id, err := peer.IDFromPrivateKey(pk)
+		if err != nil {
+			return fmt.Errorf("testnet: node key: %w", err)
+		}
+		addrs[i] = nc.ListenAddr + "/p2p/" + id.String()
+	}
+	for i, n := range nodes {
+		ncs[i].BootNodes = nil
+		for j, a := range addrs {
+			if j != i {
+				ncs[i].BootNodes = append(ncs[i].BootNodes, a)
+			}
+		}
+		if err := chain.SaveNodeConfig(n.Home, ncs[i]); err != nil {
+			return fmt.Errorf("testnet: %w", err)
+		}
+	}
+	return nil
 }

@@ -52,7 +52,7 @@ type Config struct {
 
 	// rpcSet and listenSet say whether --rpc-addr and --listen-addr were
 	// given (else a home's own addresses apply).
-	rpcSet, listenSet bool
+	rpcSet, listenSet, bootSet bool
 }
 
 // configKeys are the keys a config file may set (the flag names).
@@ -194,7 +194,7 @@ func loadConfig(fs *pflag.FlagSet, path string) (Config, error) {
 	if err := cfg.validate(); err != nil {
 		return cfg, err
 	}
-	cfg.rpcSet, cfg.listenSet = k.Exists("rpc-addr"), k.Exists("listen-addr")
+	cfg.rpcSet, cfg.listenSet, cfg.bootSet = k.Exists("rpc-addr"), k.Exists("listen-addr"), k.Exists("boot-nodes")
 	if cfg.Home != "" && !k.Exists("data-dir") {
 		// A home's node keeps its store, blobs and key beside the chain.
 		cfg.DataDir = filepath.Join(cfg.Home, "node")

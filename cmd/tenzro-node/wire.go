@@ -47,13 +47,17 @@ func runNode(ctx context.Context, cfg Config, log *slog.Logger) (err error) {
 		return err
 	}
 	if cfg.Home != "" {
-		// A testnet home names its node's JSON-RPC and libp2p addresses.
+		// A testnet home names its node's JSON-RPC and libp2p addresses and
+		// its libp2p boot nodes (the other nodes).
 		if nc, err := chain.LoadNodeConfig(cfg.Home); err == nil {
 			if !cfg.rpcSet && nc.JSONRPCAddr != "" {
 				cfg.RPCAddr = nc.JSONRPCAddr
 			}
 			if !cfg.listenSet && nc.ListenAddr != "" {
 				cfg.ListenAddr = nc.ListenAddr
+			}
+			if !cfg.bootSet && len(nc.BootNodes) > 0 {
+				cfg.BootNodes = nc.BootNodes
 			}
 		}
 	}
