@@ -534,4 +534,3 @@ func TestChainFourValidators(t *testing.T) {
 	check(append(nodes[:4:4], full), h)
 	t.Logf("restarted validator caught up after %s", time.Since(t0).Round(time.Millisecond))
 }
-
