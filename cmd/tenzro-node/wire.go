@@ -194,6 +194,15 @@ func runNode(ctx context.Context, cfg Config, log *slog.Logger) (err error) {
 	if pr, ok := registry.(*pluginRegistry); ok {
 		pr.node = node // publications pay the burned fee, rate-limited per DID
 	}
+	if cands, err := node.ListSyncers(ctx); err == nil {
+		found := false
+		for _, c := range cands {
+			found = found || c.DID == tr.signer.DID()
+		}
+		if !found {
+			log.Warn("this node's syncer key is not a registered candidate: it enters no election (tenzro syncer register)", "did", tr.signer.DID())
+		}
+	}
 	goRun("syncer", node.Run)
 	defer func() { cancel(); wg.Wait() }()
 
