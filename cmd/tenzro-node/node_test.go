@@ -12,9 +12,9 @@ import (
 	"time"
 
 	"github.com/tenzro/train/rpc"
+	"github.com/tenzro/train/rpc/client"
 	"github.com/tenzro/train/store"
 	"github.com/tenzro/train/syncer"
-	"github.com/tenzro/train/rpc/client"
 	"github.com/tenzro/train/wire"
 	"github.com/tenzro/train/wire/did"
 )
