@@ -504,16 +504,22 @@ func (n *Node) blob(ctx context.Context, h wire.Hash, maxSize uint64, provider s
 	}
 	b, err = n.cfg.Fetcher.Fetch(ctx, h, maxSize, provider)
 	if err != nil {
-		return nil, fmt.Errorf("fetch %s: %w", h, err)
+		return nil, &fetchError{fmt.Errorf("fetch %s: %w", h, err)}
 	}
 	if got := contentHash(b); got != h {
-		return nil, fmt.Errorf("fetched blob hashes to %s, want %s", got, h)
+		return nil, &fetchError{fmt.Errorf("fetched blob hashes to %s, want %s", got, h)}
 	}
 	if err := n.blobs.Put(ctx, h, b); err != nil {
 		return nil, err
 	}
 	return b, nil
 }
+
+// fetchError is a blob the network did not give (as opposed to a failure of
+// this node's own store).
+type fetchError struct{ error }
+
+func (e *fetchError) Unwrap() error { return e.error }
 
 // AttestNonce implements Service: the deterministic nonce of the trainer's
 // next evidence (PROTOCOL §8), from chain state; any node gives the same.

@@ -631,10 +631,11 @@ func (n *Node) computeCommit(ctx context.Context, s *snapshot, i int) (*computed
 func (n *Node) checkInput(ctx context.Context, r *runState, fs *fragState, rec *Record) ([]byte, uint64, string, error) {
 	payload, err := n.blob(ctx, rec.PayloadHash, rec.PayloadSize, rec.Provider)
 	if err != nil {
-		if errors.Is(err, ErrNotFound) || n.cfg.Fetcher != nil {
+		var fe *fetchError
+		if ctx.Err() == nil && (errors.Is(err, ErrNotFound) || errors.As(err, &fe)) {
 			return nil, 0, fmt.Sprintf("payload unavailable: %v", err), nil
 		}
-		return nil, 0, "", err
+		return nil, 0, "", err // this node's store: a local failure
 	}
 	if uint64(len(payload)) != rec.PayloadSize {
 		return nil, 0, fmt.Sprintf("payload is %d bytes, the record says %d", len(payload), rec.PayloadSize), nil
