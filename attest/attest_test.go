@@ -104,7 +104,7 @@ func TestNitroPinnedTime(t *testing.T) {
 		t.Fatalf("debug enclave: %v", err)
 	}
 	// Wrong binding.
-	want := wire.SumBytes([]byte("x"))
+	want := wire.SHA256([]byte("x"))
 	if _, err := c.Verify(context.Background(), e.Marshal(), nil, ts, &want); FailedCheck(err) != "binding.report_data" {
 		t.Fatalf("binding: %v", err)
 	}

@@ -20,7 +20,7 @@ func BenchmarkVerifySimulated(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			ev, err := p.Evidence(context.Background(), wire.SumBytes([]byte("bench")))
+			ev, err := p.Evidence(context.Background(), wire.SHA256([]byte("bench")))
 			if err != nil {
 				b.Fatal(err)
 			}

@@ -16,7 +16,7 @@ func TestGPUBindingVectors(t *testing.T) {
 	for i := range nonce {
 		nonce[i] = byte(i)
 	}
-	rd := ReportData(wire.SumBytes([]byte("program")), 3, wire.SumBytes([]byte("model")), "did:tenzro:machine:example", nonce)
+	rd := ReportData(wire.SHA256([]byte("program")), 3, wire.SHA256([]byte("model")), "did:tenzro:machine:example", nonce)
 	b, err := os.ReadFile("nvidia/testdata/hopperAttestationReport.txt")
 	if err != nil {
 		t.Fatal(err)

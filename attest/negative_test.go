@@ -28,7 +28,7 @@ func simEvidence(t *testing.T, vendor string, opts enclave.SimulatedOptions, at 
 	if err != nil {
 		t.Fatal(err)
 	}
-	ev, err := p.Evidence(context.Background(), wire.SumBytes([]byte("binding")))
+	ev, err := p.Evidence(context.Background(), wire.SHA256([]byte("binding")))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -85,7 +85,7 @@ func TestService(t *testing.T) {
 	if g, err := ParseEnvelope(got); err != nil || Digest(g.Vendor, g.Evidence) != d {
 		t.Fatalf("stored envelope: %v", err)
 	}
-	if _, err := s.GetEvidence(ctx, wire.SumBytes([]byte("none"))); syncer.KindOf(err) != syncer.KindNotFound {
+	if _, err := s.GetEvidence(ctx, wire.SHA256([]byte("none"))); syncer.KindOf(err) != syncer.KindNotFound {
 		t.Fatalf("missing evidence: %v", err)
 	}
 	for _, bad := range [][]byte{nil, []byte(`{"vendor":"sgx","evidence":"AA=="}`), []byte(`{"vendor":"tdx","evidence":"AA==","x":1}`), make([]byte, MaxEnvelope+1)} {

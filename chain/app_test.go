@@ -41,7 +41,7 @@ func newWorld(t testing.TB) *world {
 // history returns the blocks before the seal, each with its transactions'
 // expected result codes.
 func (w *world) history(t testing.TB) [][]txCase {
-	h1, h2 := wire.SumBytes([]byte("payload-1")), wire.SumBytes([]byte("payload-2"))
+	h1, h2 := wire.ContentHash([]byte("payload-1")), wire.ContentHash([]byte("payload-2"))
 	return [][]txCase{
 		{
 			{"transfer", must(TransferTx(w.sponsor, w.outsider.DID.String(), "100", 1)), CodeOK},
@@ -178,7 +178,7 @@ func TestRefusals(t *testing.T) {
 		runBlock(t, b, blk)
 	}
 	_, lose := w.winner(t, a)
-	h1 := wire.SumBytes([]byte("payload-1"))
+	h1 := wire.ContentHash([]byte("payload-1"))
 	forged := func() []byte {
 		p := wire.TransferParams{From: w.sponsor.DID.String(), To: w.outsider.DID.String(), Amount: "1", Signed: wire.Signed{Nonce: 99}}
 		p.Signature = w.outsider.Sign(p.Preimage())
@@ -207,7 +207,7 @@ func TestRefusals(t *testing.T) {
 		{txCase{"not a trainer", must(SubmissionTx(w.outsider, w.task, 0, 0, h1, 10)), CodeUnauthorized}, "not an active trainer"},
 		{txCase{"duplicate submission", must(SubmissionTx(w.t2, w.task, 0, 1, h1, 10)), CodeConflict}, "already submitted"},
 		{txCase{"zero size", must(SubmissionTx(w.t2, w.task, 0, 0, h1, 0)), CodeInvalid}, "payload_size"},
-		{txCase{"second equivocation", must(SubmissionTx(w.t1, w.task, 0, 0, wire.SumBytes([]byte("x")), 10)), CodeConflict}, "already recorded"},
+		{txCase{"second equivocation", must(SubmissionTx(w.t1, w.task, 0, 0, wire.ContentHash([]byte("x")), 10)), CodeConflict}, "already recorded"},
 		{txCase{"seal by a non-elected key", must(SealTx(testReceipt(t, w.spec, lose))), CodeUnauthorized}, "elected syncer is"},
 		{txCase{"tampered receipt", must(SealTx([]byte(tampered))), CodeInvalid}, "signature"},
 	}

@@ -62,7 +62,7 @@ func roundsReceipt(t testing.TB, spec []byte, key *did.Key, transcript []wire.Ro
 	}
 	rc := &wire.Receipt{Version: syncer.ReceiptVersion, TaskID: s.TaskID, TaskSpec: canon, SpecHash: wire.SpecHash(canon),
 		SyncerDID: key.DID.String(), PluginHashes: []wire.Hash{}, AttestationDigests: []wire.Hash{}, Transcript: []wire.RoundCommit{},
-		Rewards: []wire.Payout{}, Engine: json.RawMessage(`{}`), SponsorRefund: "0", FinalModelHash: wire.SumBytes([]byte("final"))}
+		Rewards: []wire.Payout{}, Engine: json.RawMessage(`{}`), SponsorRefund: "0", FinalModelHash: wire.ContentHash([]byte("final"))}
 	var roots []wire.Hash
 	for i := range transcript {
 		h, err := syncer.RoundCommitHash(&transcript[i])

@@ -11,7 +11,7 @@ import (
 
 func roundCommit(task string, round uint64, frags [][]wire.CommitInput, model string) wire.RoundCommit {
 	c := wire.RoundCommit{TaskID: task, Round: round, Missed: []string{}, Evicted: []string{}, Joined: []string{}, Left: []string{},
-		Equivocations: []wire.Hash{}, ModelHash: wire.SumBytes([]byte(model))}
+		Equivocations: []wire.Hash{}, ModelHash: wire.ContentHash([]byte(model))}
 	for i, in := range frags {
 		sort.Slice(in, func(a, b int) bool { return in[a].TrainerDID < in[b].TrainerDID })
 		c.Fragments = append(c.Fragments, wire.FragmentCommit{Fragment: i, Status: wire.FragAggregated, Inputs: in, Rule: "Mean", RuleParams: json.RawMessage(`{}`)})
@@ -42,7 +42,7 @@ func TestRoundsAndFailover(t *testing.T) {
 	}
 	win, lose := w.winner(t, a)
 	t1, t2 := w.t1.DID.String(), w.t2.DID.String()
-	h := func(s string) wire.Hash { return wire.SumBytes([]byte(s)) }
+	h := func(s string) wire.Hash { return wire.ContentHash([]byte(s)) }
 	both([]txCase{
 		{"t1 f0", must(SubmissionTx(w.t1, w.task, 0, 0, h("a"), 8)), CodeOK},
 		{"t2 f0", must(SubmissionTx(w.t2, w.task, 0, 0, h("b"), 8)), CodeOK},
@@ -116,7 +116,7 @@ func TestJoinLeaveEquivocation(t *testing.T) {
 	}
 	win, _ := w.winner(t, h)
 	t1, t2, out := w.t1.DID.String(), w.t2.DID.String(), w.outsider.DID.String()
-	hs := func(s string) wire.Hash { return wire.SumBytes([]byte(s)) }
+	hs := func(s string) wire.Hash { return wire.ContentHash([]byte(s)) }
 	runBlock(t, h, []txCase{
 		{"t2 leaves", must(LeaveTx(w.t2, w.task, 2)), CodeOK},
 		{"t2 leaves twice", must(LeaveTx(w.t2, w.task, 3)), CodeNotFound},

@@ -96,7 +96,7 @@ func (s *Service) PostTask(ctx context.Context, p *wire.PostTaskParams) (*wire.P
 	}
 	var wh wire.Hash
 	if len(p.InitWeights) > 0 {
-		wh = wire.SumBytes(p.InitWeights)
+		wh = wire.ContentHash(p.InitWeights)
 	}
 	tx, err := EncodeTx(TxPostTask, PostTask{Spec: canon, InitWeightsHash: wh, Signed: p.Signed})
 	var out wire.PostTaskResult
@@ -204,7 +204,7 @@ func (s *Service) Leave(ctx context.Context, p *wire.LeaveParams) (*wire.EnrollR
 // Submit implements syncer.Service: the submission's record goes on chain;
 // the payload is checked against its hash and not kept.
 func (s *Service) Submit(ctx context.Context, g *wire.OuterGradient) (*wire.SubmitResult, error) {
-	if wire.SumBytes(g.GradientPayload) != g.PayloadHash {
+	if _, ok := g.CheckPayloadHash(); !ok {
 		return nil, syncer.Errf(syncer.KindInvalid, "payload does not hash to payload_hash %s", g.PayloadHash)
 	}
 	if len(g.Attestation) > 0 {

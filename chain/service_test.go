@@ -49,7 +49,7 @@ func TestService(t *testing.T) {
 	}
 	post := &wire.PostTaskParams{Spec: w.spec, InitWeights: []byte("weights"), Signed: wire.Signed{Nonce: 1}}
 	_, canon, _ := wire.ParseSpec(w.spec)
-	post.Signature = w.sponsor.Sign(post.Preimage(w.sponsor.DID.String(), wire.SpecHash(canon), wire.SumBytes(post.InitWeights)))
+	post.Signature = w.sponsor.Sign(post.Preimage(w.sponsor.DID.String(), wire.SpecHash(canon), wire.ContentHash(post.InitWeights)))
 	if r, err := svc.PostTask(ctx, post); err != nil || r.TaskID != w.task {
 		t.Fatalf("post: %v %+v", err, r)
 	}
@@ -71,7 +71,7 @@ func TestService(t *testing.T) {
 	if _, err := svc.GetWeights(ctx, wire.GetWeightsParams{TaskID: w.task}); syncer.KindOf(err) != syncer.KindDisabled {
 		t.Fatalf("getWeights: %v", err)
 	}
-	g := &wire.OuterGradient{TaskID: w.task, TrainerDID: w.t1.DID.String(), GradientPayload: []byte("x"), PayloadHash: wire.SumBytes([]byte("y"))}
+	g := &wire.OuterGradient{TaskID: w.task, TrainerDID: w.t1.DID.String(), GradientPayload: []byte("x"), PayloadHash: wire.ContentHash([]byte("y"))}
 	if _, err := svc.Submit(ctx, g); syncer.KindOf(err) != syncer.KindInvalid {
 		t.Fatalf("submit with a wrong hash: %v", err)
 	}

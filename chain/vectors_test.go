@@ -17,15 +17,15 @@ const (
 )
 
 func TestVectors(t *testing.T) {
-	got := AppHash(5, wire.SumBytes([]byte("state")), 2, wire.SumBytes([]byte("log")))
+	got := AppHash(5, wire.SHA256([]byte("state")), 2, wire.SHA256([]byte("log")))
 	if got.String() != vecAppHash {
 		t.Errorf("AppHash(5, SHA-256(\"state\"), 2, SHA-256(\"log\")) = %s, want %s", got, vecAppHash)
 	}
-	leaf := wire.SumBytes(RunLogLeaf("run-1", wire.SumBytes([]byte("root"))))
+	leaf := wire.SHA256(RunLogLeaf("run-1", wire.SHA256([]byte("root"))))
 	if leaf.String() != vecRunLogLeaf {
 		t.Errorf("SHA-256(RunLogLeaf(run-1, SHA-256(\"root\"))) = %s, want %s", leaf, vecRunLogLeaf)
 	}
-	sl := wire.SumBytes(stateLeaf("acct/issuer", []byte("-1000")))
+	sl := wire.SHA256(stateLeaf("acct/issuer", []byte("-1000")))
 	if sl.String() != vecStateLeaf {
 		t.Errorf("SHA-256(stateLeaf(acct/issuer, -1000)) = %s, want %s", sl, vecStateLeaf)
 	}

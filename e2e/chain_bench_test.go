@@ -102,7 +102,7 @@ func benchSubmissions(b *testing.B, validators, n int) float64 {
 	txs := make([][]byte, n)
 	for i := range txs {
 		k, f := keys[i%trainers], uint64(i/trainers)
-		txs[i] = mustTx(b)(chain.SubmissionTx(k, "bench", 0, f, wire.SumBytes([]byte(fmt.Sprint(i))), 33<<20))
+		txs[i] = mustTx(b)(chain.SubmissionTx(k, "bench", 0, f, wire.ContentHash([]byte(fmt.Sprint(i))), 33<<20))
 	}
 	b.ResetTimer()
 	sent := make([]time.Time, n)

@@ -145,7 +145,7 @@ func signedReceipt(t *testing.T, spec []byte, k *did.Key) []byte {
 	}
 	rc := &wire.Receipt{Version: syncer.ReceiptVersion, TaskID: s.TaskID, TaskSpec: canon, SpecHash: wire.SpecHash(canon),
 		SyncerDID: k.DID.String(), PluginHashes: []wire.Hash{}, AttestationDigests: []wire.Hash{}, Transcript: []wire.RoundCommit{},
-		Rewards: []wire.Payout{}, Engine: json.RawMessage(`{}`), SponsorRefund: "0", FinalModelHash: wire.SumBytes([]byte("final"))}
+		Rewards: []wire.Payout{}, Engine: json.RawMessage(`{}`), SponsorRefund: "0", FinalModelHash: wire.ContentHash([]byte("final"))}
 	rc.RunRoot = syncer.RunRoot(rc.SpecHash, nil, rc.FinalModelHash)
 	pre, err := syncer.ReceiptPreimage(rc)
 	if err != nil {
@@ -279,7 +279,7 @@ func TestChainFourValidators(t *testing.T) {
 	broadcast(t, nodes[0], tx(chain.RegisterSyncerTx(cand, "60", 1)))
 	cli(nodes[2], "chain", "enter-election", "--task-id", "chain-run", "--key", keyFile(cand))
 	broadcast(t, nodes[0], tx(chain.EnrollTx(trainer, "chain-run", "100", 1)))
-	broadcast(t, nodes[0], tx(chain.SubmissionTx(trainer, "chain-run", 0, 1, wire.SumBytes([]byte("payload")), 4096)))
+	broadcast(t, nodes[0], tx(chain.SubmissionTx(trainer, "chain-run", 0, 1, wire.ContentHash([]byte("payload")), 4096)))
 	receipt := signedReceipt(t, spec, cand)
 	receiptPath := filepath.Join(dir, "receipt.json")
 	if err := os.WriteFile(receiptPath, receipt, 0o600); err != nil {

@@ -71,7 +71,7 @@ func (p *peopleRun) post(rounds int) {
 	}
 	w := initWeights(p.frags, 64)
 	pp := &wire.PostTaskParams{Spec: raw, InitWeights: w, Signed: wire.Signed{Nonce: uint64(time.Now().UnixNano())}}
-	pp.Signature = p.sponsor.Sign(pp.Preimage(p.sponsor.DID.String(), wire.SpecHash(canon), wire.SumBytes(w)))
+	pp.Signature = p.sponsor.Sign(pp.Preimage(p.sponsor.DID.String(), wire.SpecHash(canon), wire.ContentHash(w)))
 	if _, err := p.c.PostTask(ctx, pp); err != nil {
 		p.t.Fatalf("post %s: %v", p.task, err)
 	}
@@ -107,7 +107,7 @@ func (p *peopleRun) submission(i int, round uint64, f int) *wire.OuterGradient {
 	payload, _ := safetensors.Encode(out, nil)
 	loss := 0.35 + 1.6*math.Exp(-0.32*float64(round)) + 0.04*float64(i) + 0.02*math.Sin(float64(3*round+uint64(i)))
 	g := &wire.OuterGradient{TaskID: p.task, TrainerDID: p.trainers[i].DID.String(), Round: round, FragmentIndex: uint64(f),
-		GradientPayload: payload, PayloadHash: wire.SumBytes(payload),
+		GradientPayload: payload, PayloadHash: wire.ContentHash(payload),
 		Metrics: wire.SubmissionMetrics{wire.MetricTrainLoss: loss, wire.MetricEvalLoss: loss + 0.08, wire.MetricSamples: 768, wire.MetricStepTimeMs: 41.5}}
 	g.Signature = p.trainers[i].Sign(g.Preimage())
 	return g

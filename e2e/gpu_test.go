@@ -21,7 +21,7 @@ func (r *tierRun) gpuClaim(task string, i int, gpu bool, other bool) json.RawMes
 	if err != nil {
 		r.t.Fatal(err)
 	}
-	prog := wire.SumBytes([]byte(program))
+	prog := wire.SHA256([]byte(program))
 	rd := wire.AttestReportData(prog, n.Shard, n.ModelHash, r.tr[i].DID.String(), n.Nonce)
 	var ev []byte
 	g := enclave.NewSimulatedGPU(r.clock)
@@ -33,7 +33,7 @@ func (r *tierRun) gpuClaim(task string, i int, gpu bool, other bool) json.RawMes
 		ev, err = enclave.CompositeEvidence(r.ctx, dp, g, rd)
 		if err == nil {
 			var elsewhere []byte
-			elsewhere, err = enclave.CompositeEvidence(r.ctx, dp, g, wire.SumBytes([]byte("another quote")))
+			elsewhere, err = enclave.CompositeEvidence(r.ctx, dp, g, wire.SHA256([]byte("another quote")))
 			var a, b map[string]json.RawMessage
 			_ = json.Unmarshal(ev, &a)
 			_ = json.Unmarshal(elsewhere, &b)

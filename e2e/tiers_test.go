@@ -115,7 +115,7 @@ func (r *tierRun) claim(task string, i int, wrongModel bool) json.RawMessage {
 	if wrongModel {
 		model[0] ^= 1
 	}
-	prog := wire.SumBytes([]byte(program))
+	prog := wire.SHA256([]byte(program))
 	ev, err := r.encl[i].Evidence(r.ctx, wire.AttestReportData(prog, n.Shard, model, r.tr[i].DID.String(), n.Nonce))
 	if err != nil {
 		r.t.Fatal(err)
@@ -143,7 +143,7 @@ func (r *tierRun) post(task, tier string, allow bool) *wire.PostTaskResult {
 	}
 	p := &wire.PostTaskParams{Spec: []byte(s), InitWeights: w}
 	p.Nonce = r.next()
-	p.Signature = r.sponsor.Sign(p.Preimage(r.sponsor.DID.String(), wire.SpecHash(canon), wire.SumBytes(w)))
+	p.Signature = r.sponsor.Sign(p.Preimage(r.sponsor.DID.String(), wire.SpecHash(canon), wire.ContentHash(w)))
 	res, err := r.node.PostTask(r.ctx, p)
 	if err != nil {
 		r.t.Fatal(err)
@@ -169,7 +169,7 @@ func (r *tierRun) submit(task string, i int, round, f uint64, att json.RawMessag
 	}
 	payload, _ := safetensors.Encode([]safetensors.Tensor{safetensors.FromF32(fmt.Sprintf("w%d", f), []int64{16}, v)}, nil)
 	g := &wire.OuterGradient{TaskID: task, TrainerDID: r.tr[i].DID.String(), Round: round, FragmentIndex: f, GradientPayload: payload,
-		PayloadHash: wire.SumBytes(payload), Attestation: att}
+		PayloadHash: wire.ContentHash(payload), Attestation: att}
 	g.Signature = r.tr[i].Sign(g.Preimage())
 	res, err := r.node.Submit(r.ctx, g)
 	if err == nil && res.Finalized {
@@ -230,7 +230,7 @@ func TestVerifiedTierRun(t *testing.T) {
 	if got := len(rc.AttestationDigests); got != 4+16+1 {
 		t.Fatalf("%d attestation digests", got)
 	}
-	if rc.AttestationDigests[len(rc.AttestationDigests)-1] != wire.SumBytes(r.syncer.Evidence()) {
+	if rc.AttestationDigests[len(rc.AttestationDigests)-1] != wire.SHA256(r.syncer.Evidence()) {
 		t.Fatal("receipt does not commit to the syncer key evidence")
 	}
 }
@@ -269,7 +269,7 @@ func TestConfidentialTierRun(t *testing.T) {
 		}
 		rd := attest.KeyReportData(enclave.PurposeDatasetKey, priv.PublicKey().Bytes(), n)
 		if !bind {
-			rd = wire.SumBytes([]byte("some other key"))
+			rd = wire.SHA256([]byte("some other key"))
 		}
 		ev, err := p.Evidence(r.ctx, rd)
 		if err != nil {

@@ -40,7 +40,7 @@ func TestVerifiedTierEndToEnd(t *testing.T) {
 			checker := attest.NewChecker(attest.Options{Clock: clock})
 			nonces := attest.NewNonceStore(nil, time.Minute, clock)
 			trainer, _ := did.Generate(did.KindMachine, nil)
-			prog, model := wire.SumBytes([]byte("prog")), wire.SumBytes([]byte("model"))
+			prog, model := wire.SHA256([]byte("prog")), wire.ContentHash([]byte("model"))
 			nonce, _ := nonces.Issue(ctx, "round-1")
 			rd := attest.ReportData(prog, 3, model, trainer.DID.String(), nonce)
 			ev, err := prov.Evidence(ctx, rd)
@@ -131,7 +131,7 @@ func TestConfidentialTier(t *testing.T) {
 				n, _ := b.Nonce(ctx, "task")
 				rd := attest.KeyReportData(PurposeDatasetKey, priv.PublicKey().Bytes(), n)
 				if !bound {
-					rd = wire.SumBytes([]byte("unbound"))
+					rd = wire.SHA256([]byte("unbound"))
 				}
 				ev, err := prov.Evidence(ctx, rd)
 				if err != nil {

@@ -38,7 +38,7 @@ func TestCompositeEvidence(t *testing.T) {
 				_, err := attest.NewChecker(attest.Options{Clock: clock}).CheckEvidence(ctx, wire.TierVerified, policy, ev, rd)
 				return err
 			}
-			rd := wire.SumBytes([]byte("binding 1 " + vendor))
+			rd := wire.SHA256([]byte("binding 1 " + vendor))
 			ev, err := CompositeEvidence(ctx, cpu, gpu, rd)
 			if err != nil {
 				t.Fatal(err)
@@ -55,7 +55,7 @@ func TestCompositeEvidence(t *testing.T) {
 				t.Fatalf("missing GPU evidence: %v", err)
 			}
 			// The GPU part of another composite (bound to another CPU quote).
-			rd2 := wire.SumBytes([]byte("binding 2 " + vendor))
+			rd2 := wire.SHA256([]byte("binding 2 " + vendor))
 			other, _ := CompositeEvidence(ctx, cpu, gpu, rd2)
 			var a, b map[string]json.RawMessage
 			_ = json.Unmarshal(ev, &a)
@@ -66,7 +66,7 @@ func TestCompositeEvidence(t *testing.T) {
 				t.Fatalf("GPU evidence of another quote: %v", err)
 			}
 			// A GPU report for the right CPU hash but a nonce not derived from rd.
-			g, _ := gpu.GPUEvidence(ctx, wire.SumBytes([]byte("stale nonce")))
+			g, _ := gpu.GPUEvidence(ctx, wire.SHA256([]byte("stale nonce")))
 			raw, _ := cpu.EvidenceData(ctx, attest.CompositeReportData(rd, g.Report))
 			stale, _ := AttachGPU(raw, g)
 			if err := check(stale, rd, gpuPolicy(true)); !refusedAs(err, "nvidia.nonce") {
@@ -86,7 +86,7 @@ func TestCompositeEvidence(t *testing.T) {
 func TestCompositeDigestNamesGPUEvidence(t *testing.T) {
 	ctx := context.Background()
 	cpu, _ := NewSimulated("snp", t.TempDir(), nil)
-	rd := wire.SumBytes([]byte("x"))
+	rd := wire.SHA256([]byte("x"))
 	ev, err := CompositeEvidence(ctx, cpu, NewSimulatedGPU(nil), rd)
 	if err != nil {
 		t.Fatal(err)

@@ -79,7 +79,7 @@ func TestSEVGuestProviderEvidence(t *testing.T) {
 		t.Run(line, func(t *testing.T) {
 			f := newFakeSEVGuest(t, line, true)
 			p := f.provider()
-			rd := attest.ReportData(wire.SumBytes([]byte("prog")), 1, wire.SumBytes([]byte("model")), "did:tenzro:machine:x", []byte("nonce"))
+			rd := attest.ReportData(wire.SHA256([]byte("prog")), 1, wire.ContentHash([]byte("model")), "did:tenzro:machine:x", []byte("nonce"))
 			f.answer(padded(rd), padded(rd)) // answered only for rd ‖ 32 zero bytes
 			ev, err := p.Evidence(ctx, rd)
 			if err != nil {
@@ -115,8 +115,8 @@ func TestSEVGuestProviderEvidence(t *testing.T) {
 
 func TestSEVGuestProviderFaults(t *testing.T) {
 	ctx := context.Background()
-	rd := wire.SumBytes([]byte("binding"))
-	other := wire.SumBytes([]byte("something else"))
+	rd := wire.SHA256([]byte("binding"))
+	other := wire.SHA256([]byte("something else"))
 	t.Run("report binds other data", func(t *testing.T) {
 		f := newFakeSEVGuest(t, "Milan", true)
 		f.answer(padded(rd), padded(other))

@@ -110,7 +110,7 @@ func runCompressed(t *testing.T, compression string, hook func(h *codecRun, roun
 	p := &wire.PostTaskParams{Spec: raw, InitWeights: weights}
 	h.nonce++
 	p.Nonce = h.nonce
-	p.Signature = h.sp.Sign(p.Preimage(h.sp.DID.String(), wire.SpecHash(canon), wire.SumBytes(weights)))
+	p.Signature = h.sp.Sign(p.Preimage(h.sp.DID.String(), wire.SpecHash(canon), wire.ContentHash(weights)))
 	if _, err := h.node.PostTask(ctx, p); err != nil {
 		return h, []byte("post: " + err.Error())
 	}
@@ -171,7 +171,7 @@ func (h *codecRun) submit(i, round, f int, ts []safetensors.Tensor) error {
 		return err
 	}
 	g := &wire.OuterGradient{TaskID: h.task, TrainerDID: h.tr[i].DID.String(), Round: uint64(round), FragmentIndex: uint64(f),
-		GradientPayload: payload, PayloadHash: wire.SumBytes(payload)}
+		GradientPayload: payload, PayloadHash: wire.ContentHash(payload)}
 	g.Signature = h.tr[i].Sign(g.Preimage())
 	_, err = h.node.Submit(h.ctx, g)
 	return err

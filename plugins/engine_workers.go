@@ -40,7 +40,7 @@ func (e *Engine) moduleBytes(ctx context.Context, p *plugin) ([]byte, error) {
 // prepareRemote has a worker instrument, compile and probe a module that
 // passed the structural checks here; this process keeps only its info.
 func (e *Engine) prepareRemote(ctx context.Context, module []byte, man *Manifest) (*plugin, error) {
-	h := wire.SumBytes(module)
+	h := wire.SHA256(module)
 	pc := &poolCall{
 		req:    workerReq{Op: "publish", Probe: true},
 		hashes: []wire.Hash{h},
@@ -65,9 +65,9 @@ func (e *Engine) prepareRemote(ctx context.Context, module []byte, man *Manifest
 }
 
 func isBuiltinModule(module []byte) bool {
-	h := wire.SumBytes(module)
+	h := wire.SHA256(module)
 	for _, stem := range builtin.Names() {
-		if m, _ := builtin.Module(stem); wire.SumBytes(m) == h {
+		if m, _ := builtin.Module(stem); wire.SHA256(m) == h {
 			return true
 		}
 	}

@@ -2,7 +2,6 @@ package plugins
 
 import (
 	"context"
-	"crypto/sha256"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
@@ -264,7 +263,7 @@ func (e *Engine) makeProfile() syncer.EngineProfile {
 	if err != nil {
 		panic(err)
 	}
-	return syncer.EngineProfile{Engine: "wazero/" + WazeroVersion, Hash: sha256.Sum256(canon), Details: canon}
+	return syncer.EngineProfile{Engine: "wazero/" + WazeroVersion, Hash: wire.SHA256(canon), Details: canon}
 }
 
 // Profile describes the runtime for receipts. Compiler and interpreter

@@ -1,7 +1,6 @@
 package plugins
 
 import (
-	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -53,7 +52,7 @@ func (t CostTable) Hash() twire.Hash {
 	if err != nil {
 		panic(err) // a struct of integers always canonicalises
 	}
-	return sha256.Sum256(c)
+	return twire.SHA256(c)
 }
 
 func (t CostTable) cost(op uint32) uint64 {

@@ -35,13 +35,13 @@ func TestCompiledModuleLRU(t *testing.T) {
 	loaded := func(m []byte) bool {
 		e.mu.RLock()
 		defer e.mu.RUnlock()
-		_, ok := e.loaded[wire.SumBytes(m)]
+		_, ok := e.loaded[wire.SHA256(m)]
 		return ok
 	}
 	if loaded(mods[0]) || loaded(mods[1]) || !loaded(mods[2]) || !loaded(mods[3]) {
 		t.Fatal("not the least recently used evicted")
 	}
-	if _, err := e.Get(ctx, wire.SumBytes(mods[0])); err != nil {
+	if _, err := e.Get(ctx, wire.SHA256(mods[0])); err != nil {
 		t.Fatal(err)
 	}
 	// An evicted plugin still runs: it is compiled again from the store.

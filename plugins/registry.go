@@ -48,7 +48,7 @@ func (e *Engine) loadBuiltins(ctx context.Context) error {
 // Publish validates, instruments and compiles a module, and stores it in
 // the registry. Publishing the same bytes again returns the same info.
 func (e *Engine) Publish(ctx context.Context, module []byte) (*wire.PluginInfo, error) {
-	h := wire.SumBytes(module)
+	h := wire.SHA256(module)
 	e.mu.RLock()
 	p, ok := e.loaded[h]
 	e.mu.RUnlock()
@@ -134,7 +134,7 @@ func (e *Engine) Module(ctx context.Context, h wire.Hash) ([]byte, error) {
 		return nil, err
 	}
 	for _, stem := range builtin.Names() {
-		if m, _ := builtin.Module(stem); wire.SumBytes(m) == h {
+		if m, _ := builtin.Module(stem); wire.SHA256(m) == h {
 			return m, nil
 		}
 	}
@@ -161,7 +161,7 @@ func (e *Engine) lookup(ctx context.Context, h wire.Hash) (*plugin, error) {
 	} else if err != nil {
 		return nil, fmt.Errorf("plugins: load %s: %w", h, err)
 	}
-	if wire.SumBytes(mod) != h {
+	if wire.SHA256(mod) != h {
 		return nil, fmt.Errorf("plugins: stored module %s does not match its hash", h)
 	}
 	p, err = e.prepare(ctx, mod)
@@ -275,8 +275,8 @@ func (e *Engine) prepare(ctx context.Context, module []byte) (*plugin, error) {
 		manifest: man,
 		compiled: compiled,
 		info: wire.PluginInfo{
-			Hash:             wire.SumBytes(module),
-			InstrumentedHash: wire.SumBytes(ins.Module),
+			Hash:             wire.SHA256(module),
+			InstrumentedHash: wire.SHA256(ins.Module),
 			CostTableHash:    e.costs.Hash(),
 			Name:             man.ID,
 			Version:          man.Version,

@@ -85,7 +85,7 @@ func (f *fakeService) GetReceipt(_ context.Context, task string) (*wire.Receipt,
 	if err := steer(task); err != nil {
 		return nil, err
 	}
-	return &wire.Receipt{Version: 1, TaskID: task, RunRoot: wire.SumBytes([]byte(task)), TaskSpec: json.RawMessage(`{}`), Engine: json.RawMessage(`{}`)}, nil
+	return &wire.Receipt{Version: 1, TaskID: task, RunRoot: wire.SHA256([]byte(task)), TaskSpec: json.RawMessage(`{}`), Engine: json.RawMessage(`{}`)}, nil
 }
 
 func (f *fakeService) GetTranscript(_ context.Context, task string) ([]wire.RoundCommit, error) {
@@ -95,7 +95,7 @@ func (f *fakeService) GetTranscript(_ context.Context, task string) ([]wire.Roun
 
 func (f *fakeService) GetPayload(_ context.Context, h wire.Hash) ([]byte, error) {
 	f.record("GetPayload")
-	if h == wire.SumBytes([]byte("payload")) {
+	if h == wire.ContentHash([]byte("payload")) {
 		return []byte("payload"), nil
 	}
 	return nil, syncer.Errf(syncer.KindNotFound, "payload %s not stored", h)
@@ -128,7 +128,7 @@ func (f *fakeService) Submit(_ context.Context, g *wire.OuterGradient) (*wire.Su
 	if err := steer(g.TaskID); err != nil {
 		return nil, err
 	}
-	if wire.SumBytes(g.GradientPayload) != g.PayloadHash {
+	if wire.ContentHash(g.GradientPayload) != g.PayloadHash {
 		return nil, syncer.Errf(syncer.KindInvalid, "payload_hash does not match the payload")
 	}
 	return &wire.SubmitResult{Accepted: true, Round: g.Round, FragmentIndex: g.FragmentIndex, PayloadHash: g.PayloadHash, AcceptedCount: 1}, nil
@@ -213,7 +213,7 @@ var _ syncer.Service = (*fakeService)(nil)
 type fakePlugins struct{}
 
 func (fakePlugins) Publish(_ context.Context, p *wire.PublishPluginParams) (*wire.PluginInfo, error) {
-	return &wire.PluginInfo{Hash: wire.SumBytes(p.Module), Name: "x", Kind: "aggregate", Size: len(p.Module), Manifest: json.RawMessage(`{}`)}, nil
+	return &wire.PluginInfo{Hash: wire.SHA256(p.Module), Name: "x", Kind: "aggregate", Size: len(p.Module), Manifest: json.RawMessage(`{}`)}, nil
 }
 func (fakePlugins) List(context.Context) ([]wire.PluginInfo, error) { return nil, nil }
 func (fakePlugins) Get(_ context.Context, h wire.Hash) (*wire.PluginInfo, []byte, error) {

@@ -20,7 +20,7 @@ import (
 const MethodDiscover = "rpc.discover"
 
 // GetPayloadParams is tenzro_training_getPayload: a stored payload by its
-// SHA-256.
+// content hash (wire.ContentHash, BLAKE3-256).
 type GetPayloadParams struct {
 	Hash wire.Hash `json:"hash"`
 }

@@ -53,7 +53,7 @@ var catalog = []catalogEntry{
 	{wire.MethodGetRun, "One run: spec, status, round, trainers and their metrics, fragments, round roots.", wire.TaskIDParams{}, wire.RunView{}, false, "training"},
 	{wire.MethodGetReceipt, "The training receipt of a sealed run.", wire.TaskIDParams{}, wire.Receipt{}, false, "training"},
 	{wire.MethodGetTranscript, "The round commits of a run so far.", wire.TaskIDParams{}, []wire.RoundCommit{}, false, "training"},
-	{wire.MethodGetPayload, "A stored payload (submission or weights) by its SHA-256.", rpc.GetPayloadParams{}, rpc.Payload{}, false, "training"},
+	{wire.MethodGetPayload, "A stored payload (submission or weights) by its content hash (BLAKE3-256).", rpc.GetPayloadParams{}, rpc.Payload{}, false, "training"},
 	{wire.MethodEnrollTrainer, "Enrol a trainer with a stake (joins the current round or the next). Signed by trainer_did.", wire.EnrollParams{}, wire.EnrollResult{}, false, "training"},
 	{wire.MethodLeaveRun, "Leave a run; shards are rebalanced from the next round. Signed by trainer_did.", wire.LeaveParams{}, wire.EnrollResult{}, false, "training"},
 	{wire.MethodSubmitGradient, "Submit one outer gradient (safetensors, base64) for a round and fragment, signed over the submission preimage (PROTOCOL §4).", wire.OuterGradient{}, wire.SubmitResult{}, false, "training"},
@@ -108,7 +108,7 @@ var errorTable = []struct {
 func schema(t reflect.Type) map[string]any {
 	switch t {
 	case reflect.TypeOf(wire.Hash{}):
-		return map[string]any{"type": "string", "pattern": "^(0x|sha256:)?[0-9a-f]{64}$", "description": "SHA-256, 64 lowercase hex digits"}
+		return map[string]any{"type": "string", "pattern": "^(0x|sha256:|blake3:)?[0-9a-f]{64}$", "description": "32-byte hash, 64 lowercase hex digits: BLAKE3-256 for content (payload, weights, momentum, aggregate, model hashes), SHA-256 for the rest (docs/PROTOCOL.md, Hashes)"}
 	case reflect.TypeOf(wire.HexBytes{}):
 		return map[string]any{"type": "string", "pattern": "^(0x)?([0-9a-fA-F]{2})*$", "description": "bytes as hex"}
 	case reflect.TypeOf(json.RawMessage{}), reflect.TypeOf(rawObject{}):

@@ -31,14 +31,14 @@ func TestClientRoundTrips(t *testing.T) {
 	}
 	payload := bytes.Repeat([]byte{0xab}, 1<<20)
 	sub, err := c.Submit(ctx, &wire.OuterGradient{TaskID: "t1", TrainerDID: key.DID.String(), Round: 3, FragmentIndex: 1,
-		GradientPayload: payload, PayloadHash: wire.SumBytes(payload), Signature: []byte{1}})
+		GradientPayload: payload, PayloadHash: wire.ContentHash(payload), Signature: []byte{1}})
 	if err != nil || !sub.Accepted || sub.Round != 3 {
 		t.Fatalf("Submit: %v %+v", err, sub)
 	}
 	if !bytes.Equal(h.svc.lastSub.GradientPayload, payload) {
 		t.Fatal("payload changed in transit")
 	}
-	_, err = c.Submit(ctx, &wire.OuterGradient{TaskID: "t1", TrainerDID: "d", GradientPayload: []byte{1}, PayloadHash: wire.SumBytes([]byte{2}), Signature: []byte{1}})
+	_, err = c.Submit(ctx, &wire.OuterGradient{TaskID: "t1", TrainerDID: "d", GradientPayload: []byte{1}, PayloadHash: wire.ContentHash([]byte{2}), Signature: []byte{1}})
 	if client.CodeOf(err) != rpc.CodeInvalidParams {
 		t.Fatalf("hash mismatch: %v", err)
 	}
@@ -75,7 +75,7 @@ func TestClientRoundTrips(t *testing.T) {
 		}},
 		{"GetTranscript", func() error { _, err := c.GetTranscript(ctx, "t1"); return err }},
 		{"GetPayload", func() error {
-			b, err := c.GetPayload(ctx, wire.SumBytes([]byte("payload")))
+			b, err := c.GetPayload(ctx, wire.ContentHash([]byte("payload")))
 			if err == nil && string(b) != "payload" {
 				t.Errorf("payload %q", b)
 			}
@@ -130,7 +130,7 @@ func TestClientRoundTrips(t *testing.T) {
 		}},
 		{"ListPlugins", func() error { _, err := c.ListPlugins(ctx); return err }},
 		{"GetPlugin", func() error {
-			_, mod, err := c.GetPlugin(ctx, wire.SumBytes([]byte("m")))
+			_, mod, err := c.GetPlugin(ctx, wire.SHA256([]byte("m")))
 			if err == nil && len(mod) != 4 {
 				t.Errorf("module %v", mod)
 			}

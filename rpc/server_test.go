@@ -111,7 +111,7 @@ func TestErrorPaths(t *testing.T) {
 
 func testErrorPaths(t *testing.T, opts rpc.Options) {
 	h := newHarness(t, opts)
-	hash := wire.SumBytes([]byte("x")).String()
+	hash := wire.ContentHash([]byte("x")).String()
 	cases := []struct {
 		name     string
 		body     string

@@ -131,7 +131,7 @@ func canBind(ip string) bool {
 func honestSubmission(t *testing.T, n int) []byte {
 	payload := bytes.Repeat([]byte{7}, n)
 	params, _ := json.Marshal(map[string]any{"task_id": "t1", "trainer_did": "d", "round": 0, "fragment_index": 0,
-		"gradient_payload": base64.StdEncoding.EncodeToString(payload), "payload_hash": wire.SumBytes(payload).String(), "signature": "00"})
+		"gradient_payload": base64.StdEncoding.EncodeToString(payload), "payload_hash": wire.ContentHash(payload).String(), "signature": "00"})
 	return []byte(`{"jsonrpc":"2.0","id":1,"method":"` + wire.MethodSubmitGradient + `","params":` + string(params) + `}`)
 }
 

@@ -31,11 +31,11 @@ func syntheticReceipt(b *testing.B, rounds, frags int) []byte {
 		for f := 0; f < frags; f++ {
 			fc := wire.FragmentCommit{Fragment: f, Status: wire.FragAggregated, Rule: "Mean", RuleParams: json.RawMessage(`{}`)}
 			for i := 0; i < 6; i++ {
-				fc.Inputs = append(fc.Inputs, wire.CommitInput{TrainerDID: key(&testing.T{}, did.KindMachine, byte(i+1)).DID.String(), PayloadHash: wire.SumBytes([]byte(fmt.Sprint(r, f, i))), Selected: true})
+				fc.Inputs = append(fc.Inputs, wire.CommitInput{TrainerDID: key(&testing.T{}, did.KindMachine, byte(i+1)).DID.String(), PayloadHash: wire.ContentHash([]byte(fmt.Sprint(r, f, i))), Selected: true})
 			}
 			c.Fragments = append(c.Fragments, fc)
 		}
-		c.ModelHash = wire.SumBytes([]byte(fmt.Sprint(r)))
+		c.ModelHash = wire.ContentHash([]byte(fmt.Sprint(r)))
 		h, _ := syncer.RoundCommitHash(&c)
 		roots = append(roots, h)
 		rc.Transcript = append(rc.Transcript, c)
@@ -101,7 +101,7 @@ func BenchmarkSubmit33MB(b *testing.B) {
 	for i := 0; i < 63 && i < b.N+1; i++ {
 		payload, _ := safetensors.Encode([]safetensors.Tensor{safetensors.FromF32("w", []int64{n}, vals)}, nil)
 		payload[len(payload)-1] = byte(i)
-		g := &wire.OuterGradient{TaskID: h.task, TrainerDID: h.tr[i].DID.String(), GradientPayload: payload, PayloadHash: wire.SumBytes(payload)}
+		g := &wire.OuterGradient{TaskID: h.task, TrainerDID: h.tr[i].DID.String(), GradientPayload: payload, PayloadHash: wire.ContentHash(payload)}
 		g.Signature = h.tr[i].Sign(g.Preimage())
 		subs = append(subs, g)
 	}

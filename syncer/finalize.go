@@ -2,7 +2,6 @@ package syncer
 
 import (
 	"context"
-	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -59,7 +58,7 @@ func fragKey(r *runState, i int) wire.Hash {
 		Verifiers []RuleRef
 		Spec      wire.Hash
 	}{r.spec.TaskID, r.Round, i, payloads, fs.WeightsHash, fs.HasMomentum, r.Rule, r.Outer, r.Verifiers, r.SpecHash})
-	return sha256.Sum256(raw)
+	return wire.SHA256(raw)
 }
 
 // finalizeFragment aggregates fragment i, applies the outer step and stages
@@ -167,7 +166,7 @@ func (n *Node) computeFragment(ctx context.Context, b *Batch, r *runState, i int
 	for j, k := range keptIdx {
 		fc.Inputs[k].Selected = j < len(agg.Selected) && agg.Selected[j]
 	}
-	fc.AggregateHash = wire.SumBytes(agg.Aggregate)
+	fc.AggregateHash = wire.ContentHash(agg.Aggregate)
 	weights, err := n.kv.Get(ctx, KSWeights, weightsKey(task, i))
 	if err != nil {
 		return nil, fmt.Errorf("weights of fragment %d: %w", i, err)
@@ -192,11 +191,11 @@ func (n *Node) computeFragment(ctx context.Context, b *Batch, r *runState, i int
 	if err != nil {
 		return nil, err
 	}
-	res.encHash = wire.SumBytes(enc)
+	res.encHash = wire.ContentHash(enc)
 	res.weights, res.momentum = step.Weights, step.Momentum
 	fc.Status = wire.FragAggregated
 	fc.WeightsAfter = res.encHash
-	fc.MomentumAfter = wire.SumBytes(step.Momentum)
+	fc.MomentumAfter = wire.ContentHash(step.Momentum)
 	return res, nil
 }
 

@@ -53,7 +53,7 @@ func (n *Node) PostTask(ctx context.Context, p *wire.PostTaskParams) (*wire.Post
 	specHash := wire.SpecHash(canon)
 	var wh wire.Hash
 	if len(p.InitWeights) > 0 {
-		wh = wire.SumBytes(p.InitWeights)
+		wh = wire.ContentHash(p.InitWeights)
 	}
 	// Cheap gates before anything costly (resolving the rule runs its
 	// probe): the signature, the sponsor's rate limit, and the funds for
@@ -106,7 +106,7 @@ func (n *Node) PostTask(ctx context.Context, p *wire.PostTaskParams) (*wire.Post
 		return nil, err
 	}
 	if len(p.InitWeights) > 0 {
-		if err := n.stageInitWeights(&b, r, p.InitWeights); err != nil {
+		if err := n.stageInitWeights(&b, r, p.InitWeights, wh); err != nil {
 			return nil, err
 		}
 	}
@@ -206,10 +206,11 @@ func (n *Node) SetInitWeights(ctx context.Context, p *wire.SetInitWeightsParams)
 		return nil, Errf(KindConflict, "run %s is %s: initial weights can only be set before it starts", p.TaskID, r.Status)
 	}
 	var b Batch
-	if err := n.checkSigned(ctx, &b, r.spec.SponsorDID, p.Nonce, p.Signature, p.Preimage(r.spec.SponsorDID)); err != nil {
+	wh := wire.ContentHash(p.Weights)
+	if err := n.checkSigned(ctx, &b, r.spec.SponsorDID, p.Nonce, p.Signature, p.PreimageFor(r.spec.SponsorDID, wh)); err != nil {
 		return nil, err
 	}
-	if err := n.stageInitWeights(&b, r, p.Weights); err != nil {
+	if err := n.stageInitWeights(&b, r, p.Weights, wh); err != nil {
 		return nil, err
 	}
 	if err := n.maybeStart(ctx, &b, r); err != nil {
@@ -267,8 +268,9 @@ func elems(shape []int64) int64 {
 }
 
 // stageInitWeights parses the initial weights, splits them into fragments
-// and stages fragment weights in b.
-func (n *Node) stageInitWeights(b *Batch, r *runState, raw []byte) error {
+// and stages fragment weights in b. rawHash is ContentHash(raw), computed
+// once by the caller for the signature check.
+func (n *Node) stageInitWeights(b *Batch, r *runState, raw []byte, rawHash wire.Hash) error {
 	if len(raw) > MaxInitWeights {
 		return Errf(KindInvalid, "init weights: %d bytes, limit %d", len(raw), MaxInitWeights)
 	}
@@ -305,7 +307,7 @@ func (n *Node) stageInitWeights(b *Batch, r *runState, raw []byte) error {
 	}
 	r.HasInit = true
 	r.InitModel = ModelHash(hashes)
-	r.InitFile = wire.SumBytes(raw)
+	r.InitFile = rawHash
 	b.Set(KSBlobs, r.InitFile[:], raw)
 	return nil
 }
@@ -324,12 +326,12 @@ func buildFragment(ts []safetensors.Tensor) (*fragState, []byte, error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	fs.WeightsHash = wire.SumBytes(enc)
+	fs.WeightsHash = wire.ContentHash(enc)
 	return fs, data, nil
 }
 
 // encodeFragment renders a fragment's values as canonical safetensors; its
-// SHA-256 is the fragment's weights hash.
+// ContentHash is the fragment's weights hash.
 func encodeFragment(fs *fragState, data []byte) ([]byte, error) {
 	ts := make([]safetensors.Tensor, len(fs.Tensors))
 	off := int64(0)

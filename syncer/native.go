@@ -24,11 +24,11 @@ type NativeEngine struct{}
 // NewNativeEngine returns the native engine.
 func NewNativeEngine() *NativeEngine { return &NativeEngine{} }
 
-func nativeHash(part string) wire.Hash { return wire.SumBytes([]byte(nativeID + "#" + part)) }
+func nativeHash(part string) wire.Hash { return wire.SHA256([]byte(nativeID + "#" + part)) }
 
 // Profile implements Engine.
 func (*NativeEngine) Profile() EngineProfile {
-	return EngineProfile{Engine: "native-go/v1", Hash: wire.SumBytes([]byte(nativeID)), Details: json.RawMessage(`{}`)}
+	return EngineProfile{Engine: "native-go/v1", Hash: wire.SHA256([]byte(nativeID)), Details: json.RawMessage(`{}`)}
 }
 
 // ResolveRule implements Engine: only Mean is native.

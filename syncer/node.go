@@ -337,14 +337,8 @@ func (n *Node) GetRun(ctx context.Context, task string) (*wire.RunView, error) {
 	return v, nil
 }
 
-// ModelHash is SHA-256(Str(DomainModel) ‖ Hash(fragment_0) ‖ …).
-func ModelHash(frags []wire.Hash) wire.Hash {
-	c := wire.NewCanon(wire.DomainModel)
-	for _, h := range frags {
-		c.Hash(h)
-	}
-	return c.Sum()
-}
+// ModelHash is wire.ModelHash: BLAKE3-256(Str(DomainModel) ‖ Hash(fragment_0) ‖ …).
+func ModelHash(frags []wire.Hash) wire.Hash { return wire.ModelHash(frags) }
 
 func orDefault(s, d string) string {
 	if s == "" {
@@ -461,7 +455,8 @@ func (n *Node) Tick(ctx context.Context) error {
 func (n *Node) Close() error { return nil }
 
 // GetWeights implements Service: a fragment's committed weights as
-// canonical safetensors; weights_hash is SHA-256 of exactly those bytes.
+// canonical safetensors; weights_hash is the ContentHash (BLAKE3-256) of
+// exactly those bytes.
 func (n *Node) GetWeights(ctx context.Context, p wire.GetWeightsParams) (*wire.Weights, error) {
 	r, err := n.load(ctx, p.TaskID)
 	if err != nil {
@@ -482,7 +477,7 @@ func (n *Node) GetWeights(ctx context.Context, p wire.GetWeightsParams) (*wire.W
 	if err != nil {
 		return nil, err
 	}
-	return &wire.Weights{TaskID: p.TaskID, Round: r.Round, FragmentIndex: p.FragmentIndex, WeightsHash: wire.SumBytes(enc), Payload: enc}, nil
+	return &wire.Weights{TaskID: p.TaskID, Round: r.Round, FragmentIndex: p.FragmentIndex, WeightsHash: wire.ContentHash(enc), Payload: enc}, nil
 }
 
 // logTickErr logs a timer failure, the same key at most once a minute.

@@ -108,7 +108,7 @@ func (h *harness) post(raw, weights []byte) error {
 	p.Nonce = h.nextNonce()
 	var wh wire.Hash
 	if len(weights) > 0 {
-		wh = wire.SumBytes(weights)
+		wh = wire.ContentHash(weights)
 	}
 	p.Signature = h.sponsor.Sign(p.Preimage(h.sponsor.DID.String(), wire.SpecHash(canon), wh))
 	_, err = h.node.PostTask(h.ctx, p)
@@ -168,7 +168,7 @@ func (h *harness) weights(f int) []safetensors.Tensor {
 	if err != nil {
 		h.t.Fatal(err)
 	}
-	if wire.SumBytes(w.Payload) != w.WeightsHash {
+	if wire.ContentHash(w.Payload) != w.WeightsHash {
 		h.t.Fatalf("getWeights payload does not hash to weights_hash")
 	}
 	ts, _, err := safetensors.Parse(w.Payload, safetensors.DefaultLimits)
@@ -189,7 +189,7 @@ func (h *harness) gradient(i, round, f int, scale float32) *wire.OuterGradient {
 	}
 	payload, _ := safetensors.Encode(out, nil)
 	g := &wire.OuterGradient{TaskID: h.task, TrainerDID: h.tr[i].DID.String(), Round: uint64(round), FragmentIndex: uint64(f),
-		GradientPayload: payload, PayloadHash: wire.SumBytes(payload)}
+		GradientPayload: payload, PayloadHash: wire.ContentHash(payload)}
 	g.Signature = h.tr[i].Sign(g.Preimage())
 	return g
 }
@@ -434,7 +434,7 @@ func indexOf(v *wire.RunView, d string) int {
 
 func resign(h *harness, g *wire.OuterGradient, payload []byte) {
 	g.GradientPayload = payload
-	g.PayloadHash = wire.SumBytes(payload)
+	g.PayloadHash = wire.ContentHash(payload)
 	for _, k := range h.tr {
 		if k.DID.String() == g.TrainerDID {
 			g.Signature = k.Sign(g.Preimage())

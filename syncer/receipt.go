@@ -75,7 +75,7 @@ func (n *Node) seal(ctx context.Context, b *Batch, r *runState, lt *ledgerTx, fi
 	profRaw, _ := json.Marshal(prof)
 	atts := append([]wire.Hash{}, r.Attestations...)
 	if ev := n.cfg.Signer.Evidence(); len(ev) > 0 {
-		atts = append(atts, wire.SumBytes(ev))
+		atts = append(atts, wire.SHA256(ev))
 	}
 	rc := &wire.Receipt{Version: ReceiptVersion, TaskID: task, TaskSpec: r.Spec, SpecHash: r.SpecHash, InitModelHash: r.InitModel, InitWeightsHash: r.InitFile,
 		FinalModelHash: finalModel, Transcript: transcript, PluginHashes: orHashes(r.Plugins), Engine: profRaw,

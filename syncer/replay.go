@@ -8,7 +8,8 @@ import (
 	"github.com/tenzro/train/wire/safetensors"
 )
 
-// PayloadSource serves stored blobs (payloads, initial weights) by SHA-256.
+// PayloadSource serves stored blobs (payloads, initial weights) by content
+// hash (wire.ContentHash).
 // *Node and the RPC client implement it.
 type PayloadSource interface {
 	GetPayload(ctx context.Context, h wire.Hash) ([]byte, error)
@@ -50,7 +51,7 @@ func Replay(ctx context.Context, receipt []byte, src PayloadSource, eng Engine, 
 	if err != nil {
 		return nil, fmt.Errorf("initial weights %s: %w", rc.InitWeightsHash, err)
 	}
-	if wire.SumBytes(raw) != rc.InitWeightsHash {
+	if wire.ContentHash(raw) != rc.InitWeightsHash {
 		return nil, fmt.Errorf("initial weights blob does not hash to %s", rc.InitWeightsHash)
 	}
 	tensors, _, err := safetensors.Parse(raw, safetensors.DefaultLimits)
@@ -118,7 +119,7 @@ func Replay(ctx context.Context, receipt []byte, src PayloadSource, eng Engine, 
 				if err != nil {
 					return nil, fmt.Errorf("round %d fragment %d payload %s: %w", round.Round, i, in.PayloadHash, err)
 				}
-				if got := wire.SumBytes(p); got != in.PayloadHash {
+				if got := wire.ContentHash(p); got != in.PayloadHash {
 					return div("payload of %s hashes to %s, transcript says %s", in.TrainerDID, got, in.PayloadHash)
 				}
 				var codec *RuleRef
@@ -137,7 +138,7 @@ func Replay(ctx context.Context, receipt []byte, src PayloadSource, eng Engine, 
 			if err != nil {
 				return div("aggregation failed: %v", err)
 			}
-			if h := wire.SumBytes(agg.Aggregate); h != fc.AggregateHash {
+			if h := wire.ContentHash(agg.Aggregate); h != fc.AggregateHash {
 				return div("aggregate hash %s, transcript says %s", h, fc.AggregateHash)
 			}
 			for j, k := range idx {
@@ -154,11 +155,11 @@ func Replay(ctx context.Context, receipt []byte, src PayloadSource, eng Engine, 
 			if err != nil {
 				return nil, err
 			}
-			weights[i], moms[i], hashes[i] = step.Weights, step.Momentum, wire.SumBytes(enc)
+			weights[i], moms[i], hashes[i] = step.Weights, step.Momentum, wire.ContentHash(enc)
 			if hashes[i] != fc.WeightsAfter {
 				return div("weights after are %s, transcript says %s", hashes[i], fc.WeightsAfter)
 			}
-			if h := wire.SumBytes(step.Momentum); h != fc.MomentumAfter {
+			if h := wire.ContentHash(step.Momentum); h != fc.MomentumAfter {
 				return div("momentum after is %s, transcript says %s", h, fc.MomentumAfter)
 			}
 			rep.Aggregations++

@@ -57,7 +57,7 @@ func (n *Node) submit(ctx context.Context, g *wire.OuterGradient) (*wire.SubmitR
 		return nil, err
 	}
 	// Payload hash, signature, header, values: no lock held.
-	if got := wire.SumBytes(g.GradientPayload); got != g.PayloadHash {
+	if got, ok := g.CheckPayloadHash(); !ok {
 		return nil, Errf(KindInvalid, "payload_hash mismatch: payload hashes to %s, request says %s", got, g.PayloadHash)
 	}
 	if err := g.Metrics.Validate(); err != nil {

@@ -49,14 +49,14 @@ func TestProtocolVectors(t *testing.T) {
 	v := protocolVectors{Comment: "docs/PROTOCOL.md §5-§8; regenerate with go test ./syncer -run TestProtocolVectors -update",
 		Spec: canon, SpecJCSHex: hex.EncodeToString(canon), SpecHash: wire.SpecHash(canon)}
 	frag, _ := safetensors.Encode([]safetensors.Tensor{safetensors.FromF32("layer0.w", []int64{2, 2}, []float32{1, -2, 0.5, 0.25})}, nil)
-	v.FragmentHex, v.FragmentHash = hex.EncodeToString(frag), wire.SumBytes(frag)
+	v.FragmentHex, v.FragmentHash = hex.EncodeToString(frag), wire.ContentHash(frag)
 	v.ModelHash = syncer.ModelHash([]wire.Hash{v.FragmentHash, v.FragmentHash})
 	rc := wire.RoundCommit{TaskID: "vector-task", Round: 0, Missed: []string{}, Evicted: []string{}, Joined: []string{}, Left: []string{},
 		Equivocations: []wire.Hash{}, ModelHash: syncer.ModelHash([]wire.Hash{v.FragmentHash}),
 		Fragments: []wire.FragmentCommit{{Fragment: 0, Status: wire.FragAggregated, Rule: "Mean", RuleParams: json.RawMessage(`{}`),
-			Inputs:        []wire.CommitInput{{TrainerDID: trainer.DID.String(), PayloadHash: wire.SumBytes([]byte("payload")), Selected: true}},
-			AggregateHash: wire.SumBytes([]byte("aggregate")), WeightsBefore: wire.SumBytes([]byte("before")), WeightsAfter: v.FragmentHash,
-			MomentumAfter: wire.SumBytes([]byte("momentum")), Fuel: 12345}}}
+			Inputs:        []wire.CommitInput{{TrainerDID: trainer.DID.String(), PayloadHash: wire.ContentHash([]byte("payload")), Selected: true}},
+			AggregateHash: wire.ContentHash([]byte("aggregate")), WeightsBefore: wire.ContentHash([]byte("before")), WeightsAfter: v.FragmentHash,
+			MomentumAfter: wire.ContentHash([]byte("momentum")), Fuel: 12345}}}
 	v.RoundCommit, _ = json.Marshal(rc)
 	rj, _ := jcs.Transform(v.RoundCommit)
 	v.RoundJCSHex = hex.EncodeToString(rj)

@@ -95,7 +95,13 @@ type SetInitWeightsParams struct {
 
 // Preimage is the signing preimage.
 func (p *SetInitWeightsParams) Preimage(sponsor string) []byte {
-	return RequestPreimage(MethodSetInitWeights, sponsor, p.Nonce, func(c *Canon) { c.Str(p.TaskID).Hash(SumBytes(p.Weights)) })
+	return p.PreimageFor(sponsor, ContentHash(p.Weights))
+}
+
+// PreimageFor is Preimage with the weights' ContentHash already computed
+// (weightsHash), so that a node hashes the weights once.
+func (p *SetInitWeightsParams) PreimageFor(sponsor string, weightsHash Hash) []byte {
+	return RequestPreimage(MethodSetInitWeights, sponsor, p.Nonce, func(c *Canon) { c.Str(p.TaskID).Hash(weightsHash) })
 }
 
 // TaskIDParams is for methods that take only a task id.
@@ -177,6 +183,41 @@ type OuterGradient struct {
 	// Metrics is the optional, signed map of what the trainer measured
 	// (train_loss, eval_loss, samples, step_time_ms, ...); see SubmissionMetrics.
 	Metrics SubmissionMetrics `json:"metrics,omitempty"`
+
+	// hashed records a payload already known to hash to PayloadHash
+	// (MarkPayloadHashed), so that an arriving payload is hashed once however
+	// many layers check it. Decoding never sets it.
+	hashed payloadCheck
+}
+
+// payloadCheck names the payload bytes (first byte, length) and the hash
+// they were found to have.
+type payloadCheck struct {
+	hash  Hash
+	first *byte
+	n     int
+}
+
+// CheckPayloadHash reports whether GradientPayload hashes to PayloadHash
+// (ContentHash), with the hash it found. A payload marked with
+// MarkPayloadHashed (the same slice, the same PayloadHash) is not hashed again.
+func (g *OuterGradient) CheckPayloadHash() (Hash, bool) {
+	if c := g.hashed; c.n > 0 && c.n == len(g.GradientPayload) && c.first == &g.GradientPayload[0] && c.hash == g.PayloadHash {
+		return g.PayloadHash, true
+	}
+	got := ContentHash(g.GradientPayload)
+	return got, got == g.PayloadHash
+}
+
+// MarkPayloadHashed records that GradientPayload is known to hash to
+// PayloadHash because the caller has just checked it, as a blob fetch by
+// hash does (rpc/gossip's Receiver): later CheckPayloadHash calls on g then
+// skip the hashing. Call it only on a gradient whose payload was checked
+// against exactly this PayloadHash and is not modified afterwards.
+func (g *OuterGradient) MarkPayloadHashed() {
+	if len(g.GradientPayload) > 0 {
+		g.hashed = payloadCheck{hash: g.PayloadHash, first: &g.GradientPayload[0], n: len(g.GradientPayload)}
+	}
 }
 
 // Preimage is the submission's signing preimage (PROTOCOL §4): the v1
@@ -357,7 +398,7 @@ type PublishPluginParams struct {
 
 // Preimage is the signing preimage.
 func (p *PublishPluginParams) Preimage() []byte {
-	return RequestPreimage(MethodPublishPlugin, p.DID, p.Nonce, func(c *Canon) { c.Hash(SumBytes(p.Module)) })
+	return RequestPreimage(MethodPublishPlugin, p.DID, p.Nonce, func(c *Canon) { c.Hash(SHA256(p.Module)) })
 }
 
 // AttestationClaim is the `attestation` member of enrolments and submissions

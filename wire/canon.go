@@ -1,9 +1,6 @@
 package wire
 
-import (
-	"crypto/sha256"
-	"encoding/binary"
-)
+import "encoding/binary"
 
 // Domain tags. Every hashed or signed preimage starts with one of these,
 // length-prefixed, so a signature for one purpose can never be replayed for
@@ -60,8 +57,25 @@ func (c *Canon) Hash(h Hash) *Canon { return c.Bytes(h[:]) }
 // Out returns the encoded bytes.
 func (c *Canon) Out() []byte { return c.b }
 
-// Sum returns SHA-256 of the encoded bytes.
-func (c *Canon) Sum() Hash { return sha256.Sum256(c.b) }
+// Sum returns SHA-256 of the encoded bytes: the hash of a structured
+// preimage (spec, round commit, attestation binding, …).
+func (c *Canon) Sum() Hash { return SHA256(c.b) }
+
+// SumContent returns the ContentHash (BLAKE3-256) of the encoded bytes. Only
+// the model hash uses it: a model is content, named by its fragments'
+// content hashes (ModelHash).
+func (c *Canon) SumContent() Hash { return ContentHash(c.b) }
+
+// ModelHash is the model hash (docs/PROTOCOL.md §5): BLAKE3-256 of
+// Str(DomainModel) ‖ Hash(fragment_0) ‖ … ‖ Hash(fragment_{F-1}), the
+// fragments being their weights hashes in fragment order.
+func ModelHash(frags []Hash) Hash {
+	c := NewCanon(DomainModel)
+	for _, h := range frags {
+		c.Hash(h)
+	}
+	return c.SumContent()
+}
 
 // DomainAttest tags the Verified-tier evidence binding.
 const DomainAttest = "tenzro/train/attest/v1"

@@ -42,11 +42,13 @@ type TensorInfo struct {
 
 // FragmentView is one fragment of the model.
 type FragmentView struct {
-	Index       int          `json:"index"`
-	Tensors     []TensorInfo `json:"tensors"`
-	Dtype       string       `json:"dtype"`
-	N           int64        `json:"n"`
-	WeightsHash Hash         `json:"weights_hash"`
+	Index   int          `json:"index"`
+	Tensors []TensorInfo `json:"tensors"`
+	Dtype   string       `json:"dtype"`
+	N       int64        `json:"n"`
+	// WeightsHash is the ContentHash (BLAKE3-256) of the fragment's
+	// canonical safetensors, the bytes getWeights returns.
+	WeightsHash Hash `json:"weights_hash"`
 	// Round-local state.
 	Accepted  int  `json:"accepted"`
 	Committed bool `json:"committed"`
@@ -103,14 +105,19 @@ const (
 
 // CommitInput is one accepted submission as recorded in a round commit.
 type CommitInput struct {
-	TrainerDID  string `json:"trainer_did"`
-	PayloadHash Hash   `json:"payload_hash"`
-	Selected    bool   `json:"selected"`
+	TrainerDID string `json:"trainer_did"`
+	// PayloadHash is the ContentHash (BLAKE3-256) of the submitted payload.
+	PayloadHash Hash `json:"payload_hash"`
+	Selected    bool `json:"selected"`
 	// Rejected carries a round-level verifier's reason, if it rejected the input.
 	Rejected string `json:"rejected,omitempty"`
 }
 
 // FragmentCommit is the transcript entry of one fragment in one round.
+// AggregateHash, WeightsBefore, WeightsAfter and MomentumAfter are
+// ContentHashes (BLAKE3-256) of the aggregate's raw values, the fragment's
+// canonical safetensors before and after, and the momentum's f32 bytes;
+// RuleHash and OuterHash name plugin modules (SHA-256, like every plugin).
 type FragmentCommit struct {
 	Fragment      int             `json:"fragment"`
 	Status        string          `json:"status"`
@@ -152,7 +159,8 @@ type RoundCommit struct {
 	Left   []string `json:"left"`
 	// Equivocations lists digests of equivocation evidence proven this round.
 	Equivocations []Hash `json:"equivocations"`
-	ModelHash     Hash   `json:"model_hash"`
+	// ModelHash is the model hash after the round (ModelHash: BLAKE3-256).
+	ModelHash Hash `json:"model_hash"`
 }
 
 // Payout is one line of the reward distribution.
@@ -172,7 +180,8 @@ type Receipt struct {
 	TaskSpec      json.RawMessage `json:"task_spec"`
 	SpecHash      Hash            `json:"spec_hash"`
 	InitModelHash Hash            `json:"init_model_hash"`
-	// InitWeightsHash is SHA-256 of the initial safetensors file (a stored blob).
+	// InitWeightsHash is the ContentHash (BLAKE3-256) of the initial
+	// safetensors file, its key in the blob store.
 	InitWeightsHash    Hash            `json:"init_weights_hash"`
 	FinalModelHash     Hash            `json:"final_model_hash"`
 	Transcript         []RoundCommit   `json:"transcript"`

@@ -24,6 +24,36 @@ type vectorFile struct {
 	Requests    []requestVec `json:"requests"`
 	Submissions []subVec     `json:"submissions"`
 	OuterSign   outerVec     `json:"outer_sign"`
+	// ContentHash vectors: BLAKE3-256 (wire.ContentHash), the hash of
+	// payloads, weights, momentum, aggregates and blob keys.
+	ContentHash []contentVec `json:"content_hash"`
+	ModelHash   modelVec     `json:"model_hash"`
+}
+
+// contentVec is one wire.ContentHash vector. The input is input_hex, or,
+// with input_len, the official BLAKE3 test input of that length: the bytes
+// 0, 1, …, 250, 0, 1, … (byte i is i mod 251).
+type contentVec struct {
+	InputHex *string `json:"input_hex,omitempty"`
+	InputLen *int    `json:"input_len,omitempty"`
+	BLAKE3   string  `json:"blake3"`
+}
+
+// modelVec is a model hash (docs/PROTOCOL.md §5): BLAKE3-256 of the Canon
+// Str("tenzro/train/model/v1") ‖ Hash(fragment_0) ‖ …, whose bytes are hex.
+type modelVec struct {
+	FragmentHashes []string `json:"fragment_hashes"`
+	Hex            string   `json:"hex"`
+	ModelHash      string   `json:"model_hash"`
+}
+
+// pattern251 is the official BLAKE3 test input of length n.
+func pattern251(n int) []byte {
+	b := make([]byte, n)
+	for i := range b {
+		b[i] = byte(i % 251)
+	}
+	return b
 }
 
 type keyVec struct {
@@ -155,7 +185,7 @@ func build(t *testing.T) vectorFile {
 	}
 	k, _ := did.FromSeed(did.KindMachine, seed(2))
 	payload := []byte("\x38\x00\x00\x00\x00\x00\x00\x00{\"w\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}  \x00\x00\x80\x3f")
-	ph := wire.SumBytes(payload)
+	ph := wire.ContentHash(payload)
 	g := wire.OuterGradient{TaskID: "train-2026-04-25-timesfm-200m", TrainerDID: k.DID.String(), Round: 3, FragmentIndex: 11, PayloadHash: ph}
 	pre := g.Preimage()
 	v.Submissions = append(v.Submissions, subVec{hex.EncodeToString(seed(2)), g.TaskID, g.TrainerDID, g.Round, g.FragmentIndex,
@@ -178,6 +208,23 @@ func build(t *testing.T) vectorFile {
 		o.NewW = append(o.NewW, before[i]-o.LR*d)
 	}
 	v.OuterSign = o
+
+	for _, in := range []string{"", "abc"} {
+		h := wire.ContentHash([]byte(in))
+		v.ContentHash = append(v.ContentHash, contentVec{InputHex: sp(hex.EncodeToString([]byte(in))), BLAKE3: h.String()})
+	}
+	for _, n := range []int{0, 1, 1023, 1024, 1025, 8192, 102400} {
+		h := wire.ContentHash(pattern251(n))
+		v.ContentHash = append(v.ContentHash, contentVec{InputLen: &n, BLAKE3: h.String()})
+	}
+	frags := []wire.Hash{wire.ContentHash(payload), wire.ContentHash([]byte("abc"))}
+	c := wire.NewCanon(wire.DomainModel)
+	for _, f := range frags {
+		c.Hash(f)
+		v.ModelHash.FragmentHashes = append(v.ModelHash.FragmentHashes, f.String())
+	}
+	v.ModelHash.Hex = hex.EncodeToString(c.Out())
+	v.ModelHash.ModelHash = wire.ModelHash(frags).String()
 	return v
 }
 

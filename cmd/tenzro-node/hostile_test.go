@@ -136,7 +136,7 @@ func postRun(ctx context.Context, c *client.Client, sponsor *did.Key, nonce uint
 	p := &wire.PostTaskParams{Spec: raw, InitWeights: weights, Signed: wire.Signed{Nonce: nonce}}
 	var wh wire.Hash // zero when no weights (PROTOCOL §3)
 	if len(weights) > 0 {
-		wh = wire.SumBytes(weights)
+		wh = wire.ContentHash(weights)
 	}
 	p.Signature = sponsor.Sign(p.Preimage(sponsor.DID.String(), wire.SpecHash(canon), wh))
 	_, err = c.PostTask(ctx, p)
@@ -232,7 +232,7 @@ func TestHostilePluginsAgainstTheNode(t *testing.T) {
 	submitted := make(chan error, 2)
 	for _, tk := range trainers {
 		go func() {
-			og := &wire.OuterGradient{TaskID: "looping", TrainerDID: tk.DID.String(), Round: 0, FragmentIndex: 0, GradientPayload: payload, PayloadHash: wire.SumBytes(payload)}
+			og := &wire.OuterGradient{TaskID: "looping", TrainerDID: tk.DID.String(), Round: 0, FragmentIndex: 0, GradientPayload: payload, PayloadHash: wire.ContentHash(payload)}
 			og.Signature = tk.Sign(og.Preimage())
 			_, err := c.Submit(ctx, og)
 			submitted <- err

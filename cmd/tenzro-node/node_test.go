@@ -68,7 +68,7 @@ func testNode(t *testing.T, engine string) {
 			t.Fatalf("plugin list: %v %+v", err, ps)
 		}
 		info, mod, err := c.GetPlugin(context.Background(), ps[0].Hash)
-		if err != nil || info.Hash != ps[0].Hash || wire.SumBytes(mod) != ps[0].Hash {
+		if err != nil || info.Hash != ps[0].Hash || wire.SHA256(mod) != ps[0].Hash {
 			t.Fatalf("plugin get: %v", err)
 		}
 		key, _ := did.Generate(did.KindHuman, nil)
@@ -89,7 +89,7 @@ func testNode(t *testing.T, engine string) {
 		if _, err := c.PublishPlugin(context.Background(), p); client.CodeOf(err) != rpc.CodeUnauthorized {
 			t.Fatalf("bad signature: %v", err)
 		}
-		if _, _, err := c.GetPlugin(context.Background(), wire.SumBytes([]byte("x"))); client.CodeOf(err) != rpc.CodeNotFound {
+		if _, _, err := c.GetPlugin(context.Background(), wire.SHA256([]byte("x"))); client.CodeOf(err) != rpc.CodeNotFound {
 			t.Fatalf("unknown plugin: %v", err)
 		}
 	}

@@ -35,9 +35,11 @@ func (s nodeService) Submit(ctx context.Context, g *wire.OuterGradient) (*wire.S
 	if s.fwd == nil {
 		return s.Node.Submit(ctx, g)
 	}
-	if got := wire.SumBytes(g.GradientPayload); got != g.PayloadHash {
+	got, ok := g.CheckPayloadHash()
+	if !ok {
 		return nil, syncer.Errf(syncer.KindInvalid, "payload_hash mismatch: payload hashes to %s, request says %s", got, g.PayloadHash)
 	}
+	g.MarkPayloadHashed() // Forward checks it again: hashed once
 	if err := did.Verify(g.TrainerDID, g.Preimage(), g.Signature); err != nil {
 		return nil, syncer.Errf(syncer.KindUnauthorized, "submission signature: %v", err)
 	}

@@ -100,7 +100,7 @@ func TestAttestQuoteSimulatedComposite(t *testing.T) {
 		t.Skip("a production build has no simulated providers")
 	}
 	nonce := strings.Repeat("ab", 32)
-	prog, model := wire.SumBytes([]byte("p")), wire.SumBytes([]byte("m"))
+	prog, model := wire.SHA256([]byte("p")), wire.ContentHash([]byte("m"))
 	did := "did:tenzro:machine:test"
 	bind := "program=" + prog.String() + ",shard=2,model=" + model.String() + ",did=" + did
 	code, out, errOut := runCLI("attest", "quote", "--enclave", "simulated-snp", "--gpu", "simulated", "--nonce", nonce, "--bind", bind, "--format", "claim")

@@ -44,7 +44,7 @@ func newGetPayloadCmd() *cobra.Command {
 	var hash, out string
 	c := &cobra.Command{
 		Use:     "get-payload --hash HEX --out FILE",
-		Short:   "Download a stored payload (submission or weights) by its SHA-256",
+		Short:   "Download a stored payload (submission or weights) by its content hash (BLAKE3-256)",
 		Example: `  tenzro train get-payload --hash 3f1c... --out g.safetensors`,
 		Args:    noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -59,17 +59,17 @@ func newGetPayloadCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			if got := wire.SumBytes(b); got != h {
+			if got := wire.ContentHash(b); got != h {
 				return fmt.Errorf("node returned a payload hashing to %s, not %s", got, h)
 			}
 			if err := os.WriteFile(out, b, 0o644); err != nil {
 				return fmt.Errorf("--out: %w", err)
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "wrote %s: %d bytes, sha256 %s\n", out, len(b), h)
+			fmt.Fprintf(cmd.OutOrStdout(), "wrote %s: %d bytes, blake3 %s\n", out, len(b), h)
 			return nil
 		},
 	}
-	c.Flags().StringVar(&hash, "hash", "", "payload SHA-256 (64 hex digits)")
+	c.Flags().StringVar(&hash, "hash", "", "payload content hash, BLAKE3-256 (64 hex digits)")
 	c.Flags().StringVar(&out, "out", "", "file to write")
 	_ = c.MarkFlagRequired("hash")
 	_ = c.MarkFlagRequired("out")

@@ -8,7 +8,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -233,7 +232,7 @@ func newChainPostCmd() *cobra.Command {
 	var specPath, weightsHash, keyPath string
 	c := &cobra.Command{
 		Use:     "post-task --spec FILE --key FILE [--init-weights-hash HEX]",
-		Example: `  tenzro chain post-task --spec spec.json --key sponsor.key --init-weights-hash $(sha256sum init.safetensors | cut -c1-64)`,
+		Example: `  tenzro chain post-task --spec spec.json --key sponsor.key --init-weights-hash $(b3sum --no-names init.safetensors)`,
 		Short:   "Post a task spec and escrow its reward pool (signed by the sponsor)",
 		Args:    noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -256,7 +255,7 @@ func newChainPostCmd() *cobra.Command {
 		},
 	}
 	c.Flags().StringVar(&specPath, "spec", "", "task spec JSON file")
-	c.Flags().StringVar(&weightsHash, "init-weights-hash", "", "SHA-256 of the initial safetensors file (the bytes stay off chain)")
+	c.Flags().StringVar(&weightsHash, "init-weights-hash", "", "BLAKE3-256 (content hash) of the initial safetensors file, e.g. from b3sum (the bytes stay off chain)")
 	c.Flags().StringVar(&keyPath, "key", "", "sponsor's key file")
 	_ = c.MarkFlagRequired("spec")
 	_ = c.MarkFlagRequired("key")
@@ -561,7 +560,7 @@ func newChainSubmitCmd() *cobra.Command {
 				return usageError{fmt.Errorf("--payload: %w", err)}
 			}
 			defer f.Close()
-			hsh := sha256.New()
+			hsh := wire.NewContentHasher()
 			n, err := io.Copy(hsh, io.LimitReader(f, chain.MaxPayloadSize+1))
 			if err != nil {
 				return fmt.Errorf("--payload %s: %w", payloadPath, err)
@@ -569,7 +568,7 @@ func newChainSubmitCmd() *cobra.Command {
 			if n > chain.MaxPayloadSize {
 				return usagef("--payload %s: larger than %d bytes", payloadPath, chain.MaxPayloadSize)
 			}
-			tx, err := chain.SubmissionTx(k, task, round, fragment, wire.Hash(hsh.Sum(nil)), uint64(n))
+			tx, err := chain.SubmissionTx(k, task, round, fragment, hsh.Sum(), uint64(n))
 			return broadcastAndPrint(cmd, tx, err)
 		},
 	}

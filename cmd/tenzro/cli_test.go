@@ -47,7 +47,7 @@ func (f *cliFake) PostTask(_ context.Context, p *wire.PostTaskParams) (*wire.Pos
 	}
 	var wh wire.Hash
 	if len(p.InitWeights) > 0 {
-		wh = wire.SumBytes(p.InitWeights)
+		wh = wire.ContentHash(p.InitWeights)
 	}
 	if err := verify(s.SponsorDID, p.Preimage(s.SponsorDID, wire.SpecHash(canon), wh), p.Signature); err != nil {
 		return nil, err
@@ -82,7 +82,7 @@ func (f *cliFake) GetReceipt(context.Context, string) (*wire.Receipt, error) {
 }
 func (f *cliFake) GetTranscript(context.Context, string) ([]wire.RoundCommit, error) { return nil, nil }
 func (f *cliFake) GetPayload(_ context.Context, h wire.Hash) ([]byte, error) {
-	if h == wire.SumBytes([]byte("blob")) {
+	if h == wire.ContentHash([]byte("blob")) {
 		return []byte("blob"), nil
 	}
 	return []byte("other"), nil
@@ -100,7 +100,7 @@ func (f *cliFake) Leave(_ context.Context, p *wire.LeaveParams) (*wire.EnrollRes
 	return &wire.EnrollResult{TaskID: p.TaskID, TrainerDID: p.TrainerDID, Status: wire.TrainerLeft}, nil
 }
 func (f *cliFake) Submit(_ context.Context, g *wire.OuterGradient) (*wire.SubmitResult, error) {
-	if wire.SumBytes(g.GradientPayload) != g.PayloadHash {
+	if wire.ContentHash(g.GradientPayload) != g.PayloadHash {
 		return nil, syncer.Errf(syncer.KindInvalid, "payload_hash mismatch")
 	}
 	if err := verify(g.TrainerDID, g.Preimage(), g.Signature); err != nil {
@@ -275,7 +275,7 @@ func TestSponsorAndTrainerFlow(t *testing.T) {
 	if code != 0 || !strings.Contains(out, "accepted: round 1 fragment 1") {
 		t.Fatalf("submit: %d %q %q", code, out, errOut)
 	}
-	if s := e.fake.subs[0]; s.TrainerDID != trainer || s.PayloadHash != wire.SumBytes([]byte("gradient-bytes")) {
+	if s := e.fake.subs[0]; s.TrainerDID != trainer || s.PayloadHash != wire.ContentHash([]byte("gradient-bytes")) {
 		t.Fatalf("submission %+v", s)
 	}
 	code, _, errOut = e.run("train", "submit-gradient", "--task-id", "t1", "--round", "6", "--fragment", "1", "--payload", grad, "--key", e.path("t0.key"))
@@ -318,11 +318,11 @@ func TestSponsorAndTrainerFlow(t *testing.T) {
 	if code != 0 || !strings.Contains(out, `"balance": "7"`) {
 		t.Fatalf("balance: %d %q", code, out)
 	}
-	code, out, errOut = e.run("train", "get-payload", "--hash", wire.SumBytes([]byte("blob")).String(), "--out", e.path("blob"))
+	code, out, errOut = e.run("train", "get-payload", "--hash", wire.ContentHash([]byte("blob")).String(), "--out", e.path("blob"))
 	if b, _ := os.ReadFile(e.path("blob")); code != 0 || string(b) != "blob" {
 		t.Fatalf("get-payload: %d %q %q", code, out, errOut)
 	}
-	code, _, errOut = e.run("train", "get-payload", "--hash", wire.SumBytes([]byte("x")).String(), "--out", e.path("x"))
+	code, _, errOut = e.run("train", "get-payload", "--hash", wire.ContentHash([]byte("x")).String(), "--out", e.path("x"))
 	if code != 1 || !strings.Contains(errOut, "hashing to") {
 		t.Fatalf("get-payload with a lying node: %d %q", code, errOut)
 	}

@@ -58,7 +58,7 @@ func newPluginBuildCmd() *cobra.Command {
 			if err := os.WriteFile(out, mod, 0o644); err != nil {
 				return err
 			}
-			h := wire.SumBytes(mod)
+			h := wire.SHA256(mod)
 			if jsonOutput(cmd) {
 				return emitJSON(cmd, map[string]any{"out": out, "hash": h, "size": len(mod)})
 			}

@@ -76,7 +76,7 @@ func TestPluginRunInWorkers(t *testing.T) {
 	}
 	runtime.GC()
 	before := cliRSS(t)
-	code, msg := run("--rule", "sha256:"+wire.SumBytes(bomb).String(), "--module", mod, "--inputs", strings.Join(inputs, ","), "--out", out)
+	code, msg := run("--rule", "sha256:"+wire.SHA256(bomb).String(), "--module", mod, "--inputs", strings.Join(inputs, ","), "--out", out)
 	if code == 0 || !strings.Contains(msg, "unreachable") {
 		t.Fatalf("memory bomb: exit %d, %s", code, msg)
 	}

@@ -112,7 +112,7 @@ func replayEngine(ctx context.Context, rc *wire.Receipt, cl interface {
 			closeFn()
 			return nil, nil, fmt.Errorf("plugin sha256:%s: %w", h, err)
 		}
-		if got := wire.SumBytes(mod); got != h {
+		if got := wire.SHA256(mod); got != h {
 			closeFn()
 			return nil, nil, fmt.Errorf("plugin sha256:%s: the node served a module hashing to %s", h, got)
 		}

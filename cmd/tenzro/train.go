@@ -74,7 +74,7 @@ ipfs:// CID.`,
 				if p.InitWeights, err = readInputFile("init-weights", weightsPath, maxPayloadFile); err != nil {
 					return err
 				}
-				wh = wire.SumBytes(p.InitWeights)
+				wh = wire.ContentHash(p.InitWeights)
 			}
 			if datasetKeyPath != "" {
 				if p.DatasetKey, err = readHexKeyFile("--dataset-key", datasetKeyPath); err != nil {
@@ -404,7 +404,7 @@ func newSubmitCmd() *cobra.Command {
 		Short: "Submit one outer gradient (safetensors) for a round and fragment",
 		Long: `Submit the pseudo-gradient θ_before − θ_after of one fragment as safetensors
 (same tensor names, dtype and shapes as the fragment's weights from get-weights).
-The CLI computes payload_hash (SHA-256 of the file) and signs the submission
+The CLI computes payload_hash (BLAKE3-256 of the file) and signs the submission
 preimage (docs/PROTOCOL.md §4) with --key. The node refuses wrong rounds or
 fragments, duplicates, bad shapes and late submissions with a precise error.
 --metrics attaches what you measured (train_loss, eval_loss, samples,
@@ -427,7 +427,7 @@ node's dashboard plots it.`,
 				return err
 			}
 			g := &wire.OuterGradient{TaskID: task, TrainerDID: key.DID.String(), Round: round, FragmentIndex: fragment,
-				GradientPayload: payload, PayloadHash: wire.SumBytes(payload)}
+				GradientPayload: payload, PayloadHash: wire.ContentHash(payload)}
 			if g.Metrics, err = parseMetrics(metrics); err != nil {
 				return err
 			}

@@ -15,7 +15,6 @@ package main
 import (
 	"bufio"
 	"context"
-	"crypto/sha256"
 	"errors"
 	"flag"
 	"fmt"
@@ -87,7 +86,7 @@ func main() {
 		payload[i] = byte(i * 7)
 	}
 	g := wire.OuterGradient{TaskID: "bench", TrainerDID: "did:tenzro:machine:zBench", GradientPayload: payload,
-		PayloadHash: wire.SumBytes(payload), Signature: make([]byte, 64)}
+		PayloadHash: wire.ContentHash(payload), Signature: make([]byte, 64)}
 	start := time.Now()
 	var wg sync.WaitGroup
 	errs := make(chan error, *n)
@@ -162,7 +161,7 @@ func serve(addr string) {
 type sink struct{ syncer.Service }
 
 func (sink) Submit(_ context.Context, g *wire.OuterGradient) (*wire.SubmitResult, error) {
-	if sha256.Sum256(g.GradientPayload) != g.PayloadHash {
+	if _, ok := g.CheckPayloadHash(); !ok {
 		return nil, syncer.Errf(syncer.KindInvalid, "payload_hash mismatch")
 	}
 	return &wire.SubmitResult{Accepted: true, Round: g.Round, PayloadHash: g.PayloadHash, AcceptedCount: 1}, nil

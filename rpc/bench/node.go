@@ -77,7 +77,7 @@ func benchNode(bin, engine string, n, size, conc int) {
 	_, canon, err := wire.ParseSpec(spec)
 	must(err)
 	pp := &wire.PostTaskParams{Spec: spec, InitWeights: init, Signed: wire.Signed{Nonce: uint64(time.Now().UnixNano())}}
-	pp.Signature = sponsor.Sign(pp.Preimage(sponsor.DID.String(), wire.SpecHash(canon), wire.SumBytes(init)))
+	pp.Signature = sponsor.Sign(pp.Preimage(sponsor.DID.String(), wire.SpecHash(canon), wire.ContentHash(init)))
 	_, err = c.PostTask(ctx, pp)
 	must(err)
 	trainers := make([]*did.Key, m)
@@ -101,7 +101,7 @@ func benchNode(bin, engine string, n, size, conc int) {
 	must(err)
 	subs := make([]*wire.OuterGradient, n)
 	for i := range subs {
-		s := &wire.OuterGradient{TaskID: "ingest", TrainerDID: trainers[i].DID.String(), Round: run.Round, GradientPayload: payload, PayloadHash: wire.SumBytes(payload)}
+		s := &wire.OuterGradient{TaskID: "ingest", TrainerDID: trainers[i].DID.String(), Round: run.Round, GradientPayload: payload, PayloadHash: wire.ContentHash(payload)}
 		s.Signature = trainers[i].Sign(s.Preimage())
 		subs[i] = s
 	}

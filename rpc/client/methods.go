@@ -49,7 +49,7 @@ func (c *Client) GetTranscript(ctx context.Context, taskID string) ([]wire.Round
 	return r, c.Call(ctx, wire.MethodGetTranscript, wire.TaskIDParams{TaskID: taskID}, &r)
 }
 
-// GetPayload returns a stored payload by its SHA-256.
+// GetPayload returns a stored payload by its content hash (wire.ContentHash).
 func (c *Client) GetPayload(ctx context.Context, h wire.Hash) ([]byte, error) {
 	var r rpc.Payload
 	if err := c.Call(ctx, wire.MethodGetPayload, rpc.GetPayloadParams{Hash: h}, &r); err != nil {

@@ -20,7 +20,7 @@ import (
 
 // BlobProtocol wire format (docs/protocol/gossip.md):
 //
-//	request:  32 bytes, the SHA-256 of the wanted payload; then the
+//	request:  32 bytes, the ContentHash (BLAKE3-256) of the wanted blob; then the
 //	          requester closes its write side.
 //	response: 1 status byte; on blobOK it is followed by the payload length
 //	          as 8 big-endian bytes and the payload.
@@ -91,7 +91,7 @@ func (n *Node) serveBlob(s network.Stream) {
 	n.c.blobsServed.Add(1)
 }
 
-// FetchBlob fetches the payload with the given SHA-256 from a peer over
+// FetchBlob fetches the payload with the given ContentHash from a peer over
 // BlobProtocol. It refuses payloads above Config.MaxBlob before reading them
 // and payloads that do not hash to hash.
 func (n *Node) FetchBlob(ctx context.Context, peerID string, hash wire.Hash) ([]byte, error) {
@@ -159,7 +159,7 @@ func (n *Node) fetch(ctx context.Context, peerID string, hash wire.Hash, limit, 
 	if _, err := io.CopyN(&buf, s, int64(size)); err != nil {
 		return nil, fmt.Errorf("read payload: %w", ctxErr(ctx, err))
 	}
-	if wire.SumBytes(buf.Bytes()) != hash {
+	if wire.ContentHash(buf.Bytes()) != hash {
 		return nil, ErrBlobHashMismatch
 	}
 	return buf.Bytes(), nil

@@ -37,8 +37,8 @@ func (f *Forwarder) Forward(ctx context.Context, g *wire.OuterGradient) (Submiss
 	if size := int64(len(g.GradientPayload)); size == 0 || size > f.n.maxBlob {
 		return SubmissionAnnouncement{}, fmt.Errorf("gossip: forward: payload of %d bytes, want 1..%d", size, f.n.maxBlob)
 	}
-	if wire.SumBytes(g.GradientPayload) != g.PayloadHash {
-		return SubmissionAnnouncement{}, fmt.Errorf("gossip: forward: payload_hash %s does not match the payload", g.PayloadHash)
+	if got, ok := g.CheckPayloadHash(); !ok {
+		return SubmissionAnnouncement{}, fmt.Errorf("gossip: forward: payload_hash mismatch: payload hashes to %s, request says %s", got, g.PayloadHash)
 	}
 	a := AnnouncementFor(g)
 	if err := a.Verify(f.n.maxBlob); err != nil {
@@ -205,6 +205,7 @@ func (r *Receiver) handle(a SubmissionAnnouncement, from, via string) {
 		TaskID: a.TaskID, TrainerDID: a.TrainerDID, Round: a.Round, FragmentIndex: a.FragmentIndex,
 		GradientPayload: payload, PayloadHash: a.PayloadHash, Signature: a.Signature, Metrics: a.Metrics,
 	}
+	g.MarkPayloadHashed() // fetchBlob checked it: the submit path does not hash it again
 	if !a.AttestationHash.IsZero() {
 		att, err := r.n.fetchBlob(ctx, from, a.AttestationHash, MaxAttestation, a.AttestationSize)
 		if err != nil && via != from {

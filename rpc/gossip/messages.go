@@ -82,7 +82,7 @@ type SubmissionAnnouncement struct {
 	Metrics wire.SubmissionMetrics `json:"metrics,omitempty"`
 	// AttestationHash and AttestationSize name the submission's attestation
 	// claim (Verified and Confidential tiers), fetched like the payload over
-	// BlobProtocol by its SHA-256. The claim is not under the trainer's
+	// BlobProtocol by its content hash (wire.ContentHash). The claim is not under the trainer's
 	// signature; its evidence binds the trainer DID and the round nonce, so
 	// a relay cannot substitute evidence that passes.
 	AttestationHash wire.Hash `json:"attestation_hash,omitzero"`
@@ -106,7 +106,7 @@ func AnnouncementFor(g *wire.OuterGradient) SubmissionAnnouncement {
 		Metrics:       g.Metrics,
 	}
 	if len(g.Attestation) > 0 {
-		a.AttestationHash, a.AttestationSize = wire.SumBytes(g.Attestation), int64(len(g.Attestation))
+		a.AttestationHash, a.AttestationSize = wire.ContentHash(g.Attestation), int64(len(g.Attestation))
 	}
 	return a
 }

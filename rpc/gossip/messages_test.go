@@ -11,7 +11,7 @@ import (
 func TestDecodeAndVerify(t *testing.T) {
 	k, _ := did.Generate(did.KindMachine, nil)
 	payload := []byte("p")
-	g := &wire.OuterGradient{TaskID: "task-1", TrainerDID: k.DID.String(), Round: 1, FragmentIndex: 0, GradientPayload: payload, PayloadHash: wire.SumBytes(payload)}
+	g := &wire.OuterGradient{TaskID: "task-1", TrainerDID: k.DID.String(), Round: 1, FragmentIndex: 0, GradientPayload: payload, PayloadHash: wire.ContentHash(payload)}
 	g.Signature = k.Sign(g.Preimage())
 	good, _ := encode(ptr(AnnouncementFor(g)))
 	st := SyncerStatus{TaskID: "task-1", Round: 2, Status: SyncerSealed}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/ed25519"
 	"crypto/rand"
-	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -177,7 +176,7 @@ func New(ctx context.Context, cfg Config, h Handlers) (*Node, error) {
 // messageID is the content address of a message: a valid announcement
 // replayed by another peer is the same message and is dropped as a duplicate.
 func messageID(m *pb.Message) string {
-	s := sha256.Sum256(m.Data)
+	s := wire.SHA256(m.Data)
 	return hex.EncodeToString(s[:]) // IDs travel in protobuf strings: keep them UTF-8
 }
 

@@ -92,7 +92,7 @@ func trainerKey(t *testing.T) *did.Key {
 
 func signedGradient(t *testing.T, k *did.Key, payload []byte) *wire.OuterGradient {
 	g := &wire.OuterGradient{TaskID: "task-1", TrainerDID: k.DID.String(), Round: 3, FragmentIndex: 2,
-		GradientPayload: payload, PayloadHash: wire.SumBytes(payload)}
+		GradientPayload: payload, PayloadHash: wire.ContentHash(payload)}
 	g.Signature = k.Sign(g.Preimage())
 	return g
 }
@@ -147,7 +147,7 @@ func TestAnnouncementsReachPeers(t *testing.T) {
 	}
 
 	syncer := trainerKey(t)
-	st := SyncerStatus{TaskID: "task-1", Round: 4, Status: SyncerRoundCommitted, ModelHash: wire.SumBytes([]byte("m"))}
+	st := SyncerStatus{TaskID: "task-1", Round: 4, Status: SyncerRoundCommitted, ModelHash: wire.ContentHash([]byte("m"))}
 	st.Sign(syncer)
 	if err := b.PublishSyncerStatus(ctx, st); err != nil {
 		t.Fatal(err)
@@ -262,10 +262,10 @@ func TestBlobFetch(t *testing.T) {
 	ctx := testCtx(t)
 	payload := bytes.Repeat([]byte("tenzro"), 400<<10) // 2.4 MB, above gossip's message size
 	wrong := []byte("not the payload")
-	wrongHash := wire.SumBytes([]byte("claimed"))
+	wrongHash := wire.ContentHash([]byte("claimed"))
 	server := newNode(t, ctx, Config{}, Handlers{Blob: func(h wire.Hash) ([]byte, bool) {
 		switch h {
-		case wire.SumBytes(payload):
+		case wire.ContentHash(payload):
 			return payload, true
 		case wrongHash:
 			return wrong, true
@@ -281,10 +281,10 @@ func TestBlobFetch(t *testing.T) {
 		hash wire.Hash
 		want error
 	}{
-		{"ok", client, wire.SumBytes(payload), nil},
-		{"not found", client, wire.SumBytes([]byte("absent")), ErrBlobNotFound},
+		{"ok", client, wire.ContentHash(payload), nil},
+		{"not found", client, wire.ContentHash([]byte("absent")), ErrBlobNotFound},
 		{"hash mismatch", client, wrongHash, ErrBlobHashMismatch},
-		{"oversize", small, wire.SumBytes(payload), ErrBlobTooLarge},
+		{"oversize", small, wire.ContentHash(payload), ErrBlobTooLarge},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -302,7 +302,7 @@ func TestBlobFetch(t *testing.T) {
 	}
 	cctx, cancel := context.WithCancel(ctx)
 	cancel()
-	if _, err := client.FetchBlob(cctx, server.PeerID(), wire.SumBytes(payload)); err == nil {
+	if _, err := client.FetchBlob(cctx, server.PeerID(), wire.ContentHash(payload)); err == nil {
 		t.Fatal("fetch with a cancelled context succeeded")
 	}
 }
@@ -377,12 +377,12 @@ func TestForwarderCarriesEvidence(t *testing.T) {
 	waitTopicPeers(t, ctx, 1, light)
 	waitTopicPeers(t, ctx, 1, syncerNode)
 	g := signedGradient(t, trainerKey(t), []byte("payload with evidence"))
-	g.Attestation = []byte(`{"envelope":{"vendor":"snp","evidence":"AAAA"},"nonce":"AQID","program_hash":"` + wire.SumBytes([]byte("p")).String() + `"}`)
+	g.Attestation = []byte(`{"envelope":{"vendor":"snp","evidence":"AAAA"},"nonce":"AQID","program_hash":"` + wire.SHA256([]byte("p")).String() + `"}`)
 	a, err := NewForwarder(light).Forward(ctx, g)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if a.AttestationHash != wire.SumBytes(g.Attestation) || a.AttestationSize != int64(len(g.Attestation)) {
+	if a.AttestationHash != wire.ContentHash(g.Attestation) || a.AttestationSize != int64(len(g.Attestation)) {
 		t.Fatalf("announcement %+v", a)
 	}
 	waitFor(t, ctx, "the syncer's node submits the gradient with its evidence", func() bool { return len(got.all()) == 1 })

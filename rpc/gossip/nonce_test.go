@@ -29,7 +29,7 @@ func TestNonceRequest(t *testing.T) {
 		if p.TaskID == "unknown" {
 			return nil, &Refusal{Kind: 2, Message: `task "unknown" not found`}
 		}
-		return &wire.NonceResult{Nonce: []byte("0123456789abcdef"), Shard: 3, Round: 1, ModelHash: wire.SumBytes([]byte("m"))}, nil
+		return &wire.NonceResult{Nonce: []byte("0123456789abcdef"), Shard: 3, Round: 1, ModelHash: wire.ContentHash([]byte("m"))}, nil
 	}})
 	other := newNode(t, ctx, Config{}, Handlers{}) // serves no nonces: skipped
 	light := newNode(t, ctx, Config{BootNodes: []string{other.Addrs()[0]}}, Handlers{})
@@ -42,7 +42,7 @@ func TestNonceRequest(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if string(res.Nonce) != "0123456789abcdef" || res.Shard != 3 || res.Round != 1 || res.ModelHash != wire.SumBytes([]byte("m")) {
+	if string(res.Nonce) != "0123456789abcdef" || res.Shard != 3 || res.Round != 1 || res.ModelHash != wire.ContentHash([]byte("m")) {
 		t.Fatalf("nonce result %+v", res)
 	}
 	_, err = light.RequestNonce(ctx, wire.NonceParams{TaskID: "unknown", DID: "d"})

@@ -11,7 +11,7 @@ import (
 )
 
 func Example() {
-	alpha := election.Alpha("task-42", wire.SumBytes([]byte("spec")))
+	alpha := election.Alpha("task-42", wire.SHA256([]byte("spec")))
 	var es []election.Entrant
 	for i, label := range []string{"alice", "bob"} {
 		seed := sha256.Sum256([]byte(label))

@@ -8,9 +8,9 @@ import (
 )
 
 func Example() {
-	spec := wire.SumBytes([]byte("spec"))
-	round0 := wire.SumBytes([]byte("round 0 commit"))
-	final := wire.SumBytes([]byte("final model"))
+	spec := wire.SHA256([]byte("spec"))
+	round0 := wire.SHA256([]byte("round 0 commit"))
+	final := wire.SHA256([]byte("final model"))
 	leaves := [][]byte{spec[:], round0[:], final[:]}
 
 	root := runroot.Root(leaves)

@@ -12,7 +12,7 @@ import (
 func docLeaves() [][]byte {
 	var out [][]byte
 	for _, s := range []string{"spec", "round-0", "round-1", "final"} {
-		h := wire.SumBytes([]byte(s))
+		h := wire.SHA256([]byte(s))
 		out = append(out, h[:])
 	}
 	return out

@@ -2,15 +2,23 @@
 
 from __future__ import annotations
 
-import hashlib
-
+import blake3
 import pytest
 import torch
 from safetensors.torch import load as st_load
 from safetensors.torch import save as st_save
 
 from tenzro_trainer import weights
-from tenzro_trainer.canon import Canon, method_fields, request_preimage, submission_preimage
+from tenzro_trainer.canon import (
+    DOMAIN_MODEL,
+    Canon,
+    content_hash,
+    method_fields,
+    model_hash,
+    parse_hash,
+    request_preimage,
+    submission_preimage,
+)
 from tenzro_trainer.identity import Key, parse_did, verify
 
 
@@ -63,7 +71,7 @@ def test_submissions(vectors):
     assert vectors["submissions"]
     for v in vectors["submissions"]:
         payload = bytes.fromhex(v["payload_hex"])
-        assert hashlib.sha256(payload).hexdigest() == v["payload_hash"]
+        assert content_hash(payload).hex() == v["payload_hash"]
         pre = submission_preimage(
             v["task_id"],
             v["trainer_did"],
@@ -78,6 +86,48 @@ def test_submissions(vectors):
         assert key.sign(pre).hex() == v["signature_hex"]
         # The payload is hashed as opaque bytes. (Its 8-byte length prefix says 16 while the JSON
         # header is 56 bytes, so it is not a parseable safetensors file; reported to the lead.)
+
+
+def _content_input(v: dict) -> bytes:
+    if "input_hex" in v:
+        return bytes.fromhex(v["input_hex"])
+    return bytes(i % 251 for i in range(int(v["input_len"])))  # the official BLAKE3 test input
+
+
+def test_content_hash(vectors):
+    """payload_hash / weights_hash are BLAKE3-256 (wire.ContentHash), byte for byte."""
+    vs = vectors["content_hash"]
+    assert {v.get("input_len") for v in vs} >= {0, 1, 1023, 1024, 1025, 8192, 102400}
+    for v in vs:
+        b = _content_input(v)
+        assert content_hash(b).hex() == v["blake3"], v.get("input_len", v.get("input_hex"))
+        h = blake3.blake3()
+        for i in range(0, len(b), 1000):  # streamed in pieces: the same hash
+            h.update(b[i : i + 1000])
+        assert h.digest().hex() == v["blake3"]
+    # BLAKE3's published vector for the empty input.
+    assert content_hash(b"").hex() == "af1349b9f5f9a1a6a0404dea36dcc9499bcb25c9adc112b7cc9a93cae41f3262"
+
+
+def test_model_hash(vectors):
+    v = vectors["model_hash"]
+    frags = [bytes.fromhex(h) for h in v["fragment_hashes"]]
+    c = Canon(DOMAIN_MODEL)
+    for h in frags:
+        c.hash(h)
+    assert c.out().hex() == v["hex"]
+    assert c.sum_content().hex() == v["model_hash"]
+    assert model_hash(frags).hex() == v["model_hash"]
+    assert c.sum().hex() != v["model_hash"]  # not SHA-256
+
+
+def test_parse_hash_prefixes():
+    h = "ab" * 32
+    for s in (h, "0x" + h, "sha256:" + h, "blake3:" + h, "0xblake3:" + h):
+        assert parse_hash(s) == bytes.fromhex(h)
+    for s in ("blake3:sha256:" + h, "md5:" + h, h[:62]):
+        with pytest.raises(ValueError):
+            parse_hash(s)
 
 
 def test_submission_metrics_vector_and_rules(vectors):

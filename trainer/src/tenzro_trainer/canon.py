@@ -2,6 +2,10 @@
 
 Each field is u64be(len(bytes)) ‖ bytes; the first field is a domain tag. Integers are a field of 8
 bytes holding the big-endian value; hashes are a field of 32 raw bytes; strings are UTF-8.
+
+Hashes (docs/PROTOCOL.md, "Hashes"): bytes of model or gradient content (payload_hash, weights_hash,
+the initial weights' hash) are BLAKE3-256, ``content_hash`` here, the one place the trainer chooses;
+canonical preimages (``Canon.sum``) are SHA-256, like wire.Canon.Sum in Go.
 """
 
 from __future__ import annotations
@@ -10,12 +14,20 @@ import hashlib
 import math
 import struct
 
+import blake3
+
 DOMAIN_REQUEST = "tenzro/train/request/v1"
 DOMAIN_SUBMISSION = "tenzro/train/submission/v1"
 DOMAIN_SPEC = "tenzro/train/spec/v1"
 DOMAIN_DATASET = "tenzro/train/dataset/v1"
+DOMAIN_MODEL = "tenzro/train/model/v1"
 
 ZERO_HASH = bytes(32)
+
+
+def content_hash(b: bytes) -> bytes:
+    """BLAKE3-256 of ``b`` (wire.ContentHash): the hash of payloads, fragment weights and initial weights."""
+    return blake3.blake3(b).digest()
 
 
 class Canon:
@@ -47,7 +59,20 @@ class Canon:
         return b"".join(self._parts)
 
     def sum(self) -> bytes:
+        """SHA-256 of the encoding (wire.Canon.Sum): the hash of a structured preimage."""
         return hashlib.sha256(self.out()).digest()
+
+    def sum_content(self) -> bytes:
+        """BLAKE3-256 of the encoding (wire.Canon.SumContent): used by the model hash only."""
+        return content_hash(self.out())
+
+
+def model_hash(fragment_hashes: list[bytes]) -> bytes:
+    """PROTOCOL §5 (wire.ModelHash): BLAKE3-256(Str(DOMAIN_MODEL) ‖ Hash(fragment_0) ‖ …)."""
+    c = Canon(DOMAIN_MODEL)
+    for h in fragment_hashes:
+        c.hash(h)
+    return c.sum_content()
 
 
 def request_preimage(method: str, signer: str, nonce: int, fields: Canon | None = None) -> bytes:
@@ -107,8 +132,9 @@ def submission_preimage(
 
 
 def parse_hash(s: str) -> bytes:
-    """Accepts 64 hex digits with or without a ``0x`` or ``sha256:`` prefix (like wire.ParseHash)."""
-    t = s.removeprefix("0x").removeprefix("sha256:")
+    """Accepts 64 hex digits with or without a ``0x``, ``sha256:`` or ``blake3:`` prefix (like wire.ParseHash)."""
+    t = s.removeprefix("0x")
+    t = t.removeprefix("sha256:") if t.startswith("sha256:") else t.removeprefix("blake3:")
     if len(t) != 64:
         raise ValueError(f"hash {s[:80]!r}: want 64 hex digits, got {len(t)}")
     return bytes.fromhex(t)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import base64
-import hashlib
 import itertools
 import json
 import threading
@@ -12,7 +11,7 @@ from typing import Any
 
 import requests
 
-from .canon import ZERO_HASH, method_fields, request_preimage, submission_preimage
+from .canon import ZERO_HASH, content_hash, method_fields, request_preimage, submission_preimage
 from .identity import Key
 
 MAX_RESPONSE = 512 << 20  # a getWeights answer carries a whole fragment
@@ -100,11 +99,11 @@ class Client:
 
     def get_weights(self, task_id: str, fragment: int) -> dict:
         """Returns the answer with ``payload`` decoded to bytes and checked against ``weights_hash``
-        (SHA-256 of the payload bytes)."""
+        (the content hash, BLAKE3-256, of the payload bytes)."""
         w = self.call("tenzro_training_getWeights", {"task_id": task_id, "fragment_index": fragment})
         w["payload"] = base64.b64decode(w["payload"])
         wh = w.get("weights_hash")
-        if wh and hashlib.sha256(w["payload"]).hexdigest() != wh:
+        if wh and content_hash(w["payload"]).hex() != wh:
             raise RpcError("tenzro_training_getWeights", 0, f"weights_hash {wh} does not match the payload")
         return w
 
@@ -154,7 +153,7 @@ class Client:
         """``spec_canonical`` must already be RFC 8785 JSON and ``spec_hash`` its spec hash. ``dataset_key`` is a
         Confidential sponsor's own 32-byte dataset key (the broker makes one when it is absent)."""
         nonce = NONCES.next()
-        wh = hashlib.sha256(init_weights).digest() if init_weights else ZERO_HASH
+        wh = content_hash(init_weights) if init_weights else ZERO_HASH
         pre = request_preimage("tenzro_training_postTask", key.did, nonce, method_fields().hash(spec_hash).hash(wh))
         params: dict[str, Any] = {
             "spec": json.loads(spec_canonical),
@@ -180,7 +179,7 @@ class Client:
         """Submit one outer gradient; attestation is the claim of Verified/Confidential tiers; metrics
         (train_loss, eval_loss, samples, step_time_ms, ...) are signed with it and plotted by the node's
         dashboard."""
-        ph = hashlib.sha256(payload).digest()
+        ph = content_hash(payload)
         metrics = {k: float(v) for k, v in (metrics or {}).items()}
         sig = key.sign(submission_preimage(task_id, key.did, round_, fragment, ph, metrics))
         params = {
