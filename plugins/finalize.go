@@ -171,7 +171,7 @@ func (e *Engine) finalizeLocal(ctx context.Context, in syncer.FinalizeInput, src
 	hashed.Add(1)
 	go func() {
 		defer hashed.Done()
-		out.AggregateHash = wire.SumBytes(agg.Aggregate)
+		out.AggregateHash = wire.ContentHash(agg.Aggregate)
 	}()
 	g := bytesSource(agg.Aggregate)
 	f.ids(g)

@@ -396,7 +396,7 @@ func FinalizeBySteps(ctx context.Context, eng Engine, in FinalizeInput) (Finaliz
 	for j, k := range keptIdx {
 		out.Selected[k] = j < len(agg.Selected) && agg.Selected[j]
 	}
-	out.AggregateHash = wire.SumBytes(agg.Aggregate)
+	out.AggregateHash = wire.ContentHash(agg.Aggregate)
 	weights, err := in.Weights.Bytes(span)
 	if err != nil {
 		return out, fmt.Errorf("finalize: weights: %w", err)

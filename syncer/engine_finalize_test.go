@@ -76,7 +76,7 @@ func TestNativeFinalize(t *testing.T) {
 		t.Fatalf("%+v %v", out, err)
 	}
 	agg, _ := e.Aggregate(ctx, AggregateInput{Rule: rule, Dtype: F32, N: 2, Inputs: [][]byte{EncodeF32([]float32{1, 2}), EncodeF32([]float32{3, 4})}})
-	if out.AggregateHash != wire.SumBytes(agg.Aggregate) {
+	if out.AggregateHash != wire.ContentHash(agg.Aggregate) {
 		t.Fatal("aggregate hash")
 	}
 	step, _ := e.OuterStep(ctx, OuterStepInput{Rule: outer, Dtype: F32, N: 2, Weights: EncodeF32([]float32{10, 20}), Aggregate: agg.Aggregate, LR: 0.5, Beta: 0.9, Nesterov: true})
