@@ -80,6 +80,9 @@ type Config struct {
 	// NoFuel skips the fuel instrumentation (benchmarks only: it removes the
 	// deterministic bound, and the profile says so).
 	NoFuel bool
+	// WasmOuter runs the built-in outer step in Wasm even where its native
+	// fast path applies (nesterov_native.go; same bytes and fuel).
+	WasmOuter bool
 	// Workers > 0 runs every plugin call in that many worker processes
 	// (DESIGN §13, worker_pool.go) instead of in this process: the node and
 	// the CLI set it; 0 keeps calls in process (tests, replay of vectors).
@@ -133,6 +136,11 @@ type Engine struct {
 	// stages keeps the staging memory that large blocks are mapped from
 	// (feed.go, stage_linux.go).
 	stages *stagePool
+
+	// outerLines caches the fuel lines of the built-in outer step's
+	// variants (nesterov_native.go).
+	outerMu    sync.Mutex
+	outerLines map[outerVariant]outerLine
 }
 
 var _ syncer.Engine = (*Engine)(nil)
@@ -756,6 +764,7 @@ func (e *Engine) verifySrc(ctx context.Context, p *plugin, params []float64, d s
 	}
 	return out, &syncer.RuleFailure{Rule: p.info.Name, Code: CodeTooLarge, Reason: fmt.Sprintf("verification needs %d bytes, limit %d pages, and the verifier does not declare a chunked mode", need, e.cfg.MemoryPages)}
 }
+
 // verifyOnce runs tenzro_verify on coordinates [c0, c1) of the input (and
 // of the round).
 func (e *Engine) verifyOnce(ctx context.Context, p *plugin, budget uint64, d syncer.Dtype, input *source, round []*source, c0, c1, es int, params []float64, f *feeder) (out syncer.VerifyOutput, err error) {
@@ -905,7 +914,8 @@ func (e *Engine) outerOnce(ctx context.Context, p *plugin, budget uint64, d sync
 		return 0, err
 	}
 	defer c.close(ctx)
-	defer func() { fuel = c.used() }()
+	var native uint64 // the fuel of a native step
+	defer func() { fuel = c.used() + native }()
 	n := uint64(c1 - c0)
 	wPtr, err := c.alloc(ctx, n*uint64(es))
 	if err != nil {
@@ -918,6 +928,16 @@ func (e *Engine) outerOnce(ctx context.Context, p *plugin, budget uint64, d sync
 	gPtr, err := c.alloc(ctx, n*4)
 	if err != nil {
 		return 0, err
+	}
+	if l, ok := e.nativeOuter(ctx, p, outerVariant{d, m != nil, nesterov}); ok {
+		if step := l.a + l.b*n; c.used()+step <= budget {
+			if err := outerNative(d, w, m, g, c0, c1, es, wOut, mOut, lr, beta, nesterov); err != nil {
+				return 0, err
+			}
+			native = step
+			nativeSteps.Add(1)
+			return 0, nil
+		}
 	}
 	// The weights and momentum are updated in place: with a stage behind
 	// the outputs, their blocks map it shared and the step writes the new
