@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"math"
+	"unsafe"
 
 	"github.com/tenzro/train/syncer"
 )
@@ -51,6 +52,24 @@ func (e *Engine) OuterStep(ctx context.Context, in syncer.OuterStepInput) (synce
 }
 
 func canonicalF32(b []byte) {
+	n := len(b) / 4
+	if n == 0 {
+		return
+	}
+	// Eight bytes at a time: a NaN has all exponent bits set, which almost
+	// no value of a model has; only such pairs are looked at closely.
+	w := unsafe.Slice((*uint64)(unsafe.Pointer(&b[0])), n/2)
+	for i, v := range w {
+		if v&0x7f800000_00000000 == 0x7f800000_00000000 || v&0x7f800000 == 0x7f800000 {
+			canonicalF32Slow(b[8*i : 8*i+8])
+		}
+	}
+	if n%2 == 1 {
+		canonicalF32Slow(b[4*(n-1) : 4*n])
+	}
+}
+
+func canonicalF32Slow(b []byte) {
 	for i := 0; i+4 <= len(b); i += 4 {
 		// exponent all ones and a non-zero mantissa: |v| > +Inf as an
 		// unsigned integer.
@@ -61,6 +80,24 @@ func canonicalF32(b []byte) {
 }
 
 func canonicalBF16(b []byte) {
+	n := len(b) / 2
+	if n == 0 {
+		return
+	}
+	const exps = 0x7f80_7f80_7f80_7f80
+	w := unsafe.Slice((*uint64)(unsafe.Pointer(&b[0])), n/4)
+	for i, v := range w {
+		// a lane whose exponent bits are all set: v&exps has them all in
+		// that lane
+		x := v & exps
+		if (x^exps)&0x7f80 == 0 || (x^exps)&0x7f80_0000 == 0 || (x^exps)&0x7f80_0000_0000 == 0 || (x^exps)&0x7f80_0000_0000_0000 == 0 {
+			canonicalBF16Slow(b[8*i : 8*i+8])
+		}
+	}
+	canonicalBF16Slow(b[8*(n/4) : 2*n])
+}
+
+func canonicalBF16Slow(b []byte) {
 	for i := 0; i+2 <= len(b); i += 2 {
 		v := binary.LittleEndian.Uint16(b[i:])
 		if v&0x7f80 == 0x7f80 && v&0x007f != 0 && v != canonNaN16 {
