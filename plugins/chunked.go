@@ -174,6 +174,7 @@ func (e *Engine) aggregatePasses(ctx context.Context, p *plugin, d syncer.Dtype,
 	out.Aggregate = agg.bytes()
 	return out, nil
 }
+
 // passOnce is one tenzro_chunk_pass call on coordinates [c0, c1). carry and
 // out are read back in place.
 func (e *Engine) passOnce(ctx context.Context, p *plugin, budget uint64, d syncer.Dtype, ntotal int, srcs []*source, c0, c1, es int, params []float64,
@@ -244,6 +245,7 @@ func (e *Engine) passOnce(ctx context.Context, p *plugin, budget uint64, d synce
 	res.Selected, res.Scores, err = c.readSelection(selPtr, scPtr, k)
 	return res, err
 }
+
 // readInto copies len(dst) bytes of guest memory at off into dst.
 func (c *call) readInto(off uint32, dst []byte) error {
 	v, ok := c.mem.Read(off, uint32(len(dst)))

@@ -339,7 +339,6 @@ func (c *call) fill(ptr uint32, srcs []*source, b0, b1 int64) error {
 			if err := runCopies(jobs); err != nil {
 				return err
 			}
-
 			c.f.remember(srcs, b0, b1, st, off)
 			_, err := c.bind(ptr, total, st, off, false)
 			return err

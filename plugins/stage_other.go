@@ -17,8 +17,10 @@ const (
 	stageMin         = 1 << 20
 )
 
-func (sp *stagePool) get(int64) (*stage, error) { return nil, errors.New("plugins: no staging on this system") }
-func (sp *stagePool) put(...*stage)              {}
-func (sp *stagePool) trim()                      {}
-func (sp *stagePool) close()                     {}
-func (s *stage) drop()                           {}
+func (sp *stagePool) get(int64) (*stage, error) {
+	return nil, errors.New("plugins: no staging on this system")
+}
+func (sp *stagePool) put(...*stage) {}
+func (sp *stagePool) trim()         {}
+func (sp *stagePool) close()        {}
+func (s *stage) drop()              {}

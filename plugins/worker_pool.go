@@ -309,7 +309,7 @@ func (pl *pool) close() {
 // write and the room to reserve for outputs.
 type poolCall struct {
 	req    workerReq
-	hashes []wire.Hash                       // modules the call runs
+	hashes []wire.Hash                     // modules the call runs
 	module func(wire.Hash) ([]byte, error) // a module's published bytes
 	inLen  int64
 	fill   func(in []byte) error // writes the inputs

@@ -62,26 +62,26 @@ type workerReq struct {
 	// Arena numbers the node's shared buffer for this worker: the worker
 	// keeps its mapping while the number stays the same (the memfd rides
 	// with every request; a new number means a new, larger buffer).
-	Arena     uint64         `json:"arena"`
-	Probe     bool           `json:"probe,omitempty"`
-	Modules   []int64        `json:"modules,omitempty"`
-	Rule      syncer.RuleRef `json:"rule"`
-	Dtype     syncer.Dtype   `json:"dtype,omitempty"`
-	N         int            `json:"n,omitempty"`
-	K         int            `json:"k,omitempty"` // aggregate: inputs; verify: round inputs
-	Momentum  bool           `json:"momentum,omitempty"`
-	LR        float32        `json:"lr,omitempty"`
-	Beta      float32        `json:"beta,omitempty"`
-	Nesterov  bool           `json:"nesterov,omitempty"`
+	Arena    uint64         `json:"arena"`
+	Probe    bool           `json:"probe,omitempty"`
+	Modules  []int64        `json:"modules,omitempty"`
+	Rule     syncer.RuleRef `json:"rule"`
+	Dtype    syncer.Dtype   `json:"dtype,omitempty"`
+	N        int            `json:"n,omitempty"`
+	K        int            `json:"k,omitempty"` // aggregate: inputs; verify: round inputs
+	Momentum bool           `json:"momentum,omitempty"`
+	LR       float32        `json:"lr,omitempty"`
+	Beta     float32        `json:"beta,omitempty"`
+	Nesterov bool           `json:"nesterov,omitempty"`
 	// Tensors describes a decode call's payload tensors, whose bytes lie
 	// back to back from InOff in this order.
 	Tensors []workerTensor `json:"tensors,omitempty"`
 	// Fin is a finalize call's plan (its Dtype, N, LR, Beta and Nesterov
 	// are the fields above).
-	Fin     *finReq `json:"fin,omitempty"`
-	InOff   int64   `json:"in_off"`
-	OutOff  int64          `json:"out_off"`
-	OutLen  int64          `json:"out_len"`
+	Fin    *finReq `json:"fin,omitempty"`
+	InOff  int64   `json:"in_off"`
+	OutOff int64   `json:"out_off"`
+	OutLen int64   `json:"out_len"`
 }
 
 // workerTensor is one payload tensor of a decode call.
