@@ -88,6 +88,12 @@ type outBuf struct {
 	roomOff, roomLen int64
 	placed           bool
 	zero             bool // clear the bytes when placing them
+	// prefilled: the buffer holds the state a step updates in place (read
+	// ahead while something else ran): putState does not read it again.
+	prefilled bool
+	// canonical: every NaN in the buffer is the canonical one (the native
+	// outer step writes them so).
+	canonical bool
 }
 
 // plainDest is an output landing in b.
@@ -444,13 +450,17 @@ func (c *call) putState(ptr uint32, src *source, off int64, out dest) (*binding,
 	out.place(ptr)
 	b := out.bytes()
 	if out.out.st != nil && c.mm != nil && out.len() >= c.e.stageMinimum() {
-		if src == nil {
+		if out.out.prefilled {
+		} else if src == nil {
 			clear(b)
 		} else if err := runCopies([]copyJob{{dst: b, src: src, off: off}}); err != nil {
 			return nil, err
 		}
 		bd, err := c.bind(ptr, out.len(), out.out.st, out.out.off+out.lo, true)
 		return &bd, err
+	}
+	if out.out.prefilled {
+		return nil, c.write(ptr, b)
 	}
 	if src == nil {
 		return nil, nil

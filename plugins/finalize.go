@@ -151,6 +151,10 @@ func (e *Engine) finalizeLocal(ctx context.Context, in syncer.FinalizeInput, src
 		out.Reason = syncer.NoQuorumReason(len(kept), in.Quorum)
 		return out, nil
 	}
+	// A native outer step reads the weights and momentum on the other core
+	// while the aggregation runs.
+	ahead := e.readAhead(ctx, in, w, m, wOut, mOut)
+	defer ahead.Wait()
 	// Aggregation (Engine.Aggregate).
 	agg, err := e.finalizeAggregate(ctx, in, kept, f)
 	var rf *syncer.RuleFailure
@@ -178,6 +182,7 @@ func (e *Engine) finalizeLocal(ctx context.Context, in syncer.FinalizeInput, src
 	if agg.dest.out.st != nil {
 		f.remember([]*source{g}, 0, int64(n)*4, agg.dest.out.st, agg.dest.out.off)
 	}
+	ahead.Wait()
 	fuel, err := e.finalizeOuter(ctx, in, w, m, g, wOut, mOut, f)
 	hashed.Wait()
 	if errors.As(err, &rf) {
@@ -257,7 +262,8 @@ func (e *Engine) finalizeAggregate(ctx context.Context, in syncer.FinalizeInput,
 	if err != nil {
 		return out, err
 	}
-	canonicalF32(out.Aggregate)
+	parallel(len(out.Aggregate)/8, func(lo, hi int) { canonicalF32(out.Aggregate[8*lo : 8*hi]) })
+	canonicalF32(out.Aggregate[len(out.Aggregate)&^7:])
 	return out, nil
 }
 
@@ -277,18 +283,7 @@ func (e *Engine) finalizeOuter(ctx context.Context, in syncer.FinalizeInput, w, 
 	if err != nil {
 		return fuel, err
 	}
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		canonicalF32(mOut.bytes())
-	}()
-	if in.Dtype == syncer.BF16 {
-		canonicalBF16(wOut.bytes())
-	} else {
-		canonicalF32(wOut.bytes())
-	}
-	wg.Wait()
+	canonicalOut(in.Dtype, wOut, mOut)
 	return fuel, nil
 }
 
@@ -308,4 +303,34 @@ func checkShape(p *plugin, d syncer.Dtype, n, k int) (int, error) {
 		return 0, fmt.Errorf("plugins: N=%d out of range", n)
 	}
 	return d.Size(), nil
+}
+
+// readAhead reads the weights and momentum into their output buffers in the
+// background when the outer step will run natively (its blocks then need
+// no particular alignment): the caller waits before the step.
+func (e *Engine) readAhead(ctx context.Context, in syncer.FinalizeInput, w, m *source, wOut, mOut dest) *sync.WaitGroup {
+	var wg sync.WaitGroup
+	p, err := e.pluginFor(ctx, in.Outer, KindOuter)
+	if err != nil {
+		return &wg
+	}
+	defer e.release(p)
+	if _, ok := e.nativeOuter(ctx, p, outerVariant{in.Dtype, m != nil, in.Nesterov}); !ok {
+		return &wg
+	}
+	wb, mb := wOut.bytes(), mOut.bytes()
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		if err := w.readAt(wb, 0); err != nil {
+			return // read again, and fail, by the step
+		}
+		if m == nil {
+			clear(mb)
+		} else if err := m.readAt(mb, 0); err != nil {
+			return
+		}
+		wOut.out.prefilled, mOut.out.prefilled = true, true
+	}()
+	return &wg
 }

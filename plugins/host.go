@@ -896,6 +896,7 @@ func (e *Engine) outerSrc(ctx context.Context, p *plugin, d syncer.Dtype, n, es 
 	}
 	meter := e.newMeter(ctx)
 	var fuel uint64
+	wOut.out.canonical, mOut.out.canonical = true, true // until a chunk runs in Wasm
 	for c0 := 0; c0 < n; c0 += chunk {
 		c1 := min(c0+chunk, n)
 		used, err := e.outerOnce(ctx, p, meter.budget(), d, w, m, g, c0, c1, es, wOut.sub(int64(c0*es), int64(c1*es)),
@@ -929,7 +930,7 @@ func (e *Engine) outerOnce(ctx context.Context, p *plugin, budget uint64, d sync
 	if err != nil {
 		return 0, err
 	}
-	if l, ok := e.nativeOuter(ctx, p, outerVariant{d, m != nil, nesterov}); ok {
+	if l, ok := e.nativeOuter(ctx, p, outerVariant{d, m != nil, nesterov}); ok && aligned4(wOut.bytes()) && aligned4(mOut.bytes()) {
 		if step := l.a + l.b*n; c.used()+step <= budget {
 			if err := outerNative(d, w, m, g, c0, c1, es, wOut, mOut, lr, beta, nesterov); err != nil {
 				return 0, err
@@ -939,6 +940,7 @@ func (e *Engine) outerOnce(ctx context.Context, p *plugin, budget uint64, d sync
 			return 0, nil
 		}
 	}
+	wOut.out.canonical, mOut.out.canonical = false, false
 	// The weights and momentum are updated in place: with a stage behind
 	// the outputs, their blocks map it shared and the step writes the new
 	// state straight into it.

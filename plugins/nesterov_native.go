@@ -135,12 +135,15 @@ func (e *Engine) calibrateOuter(ctx context.Context, p *plugin, v outerVariant) 
 func outerNative(d syncer.Dtype, w, m, g *source, c0, c1, es int, wOut, mOut dest, lr, beta float32, nesterov bool) error {
 	n := c1 - c0
 	wb, mb := wOut.bytes(), mOut.bytes()
-	jobs := []copyJob{{dst: wb, src: w, off: int64(c0 * es)}}
-	if m != nil {
+	var jobs []copyJob
+	if !wOut.out.prefilled {
+		jobs = append(jobs, copyJob{dst: wb, src: w, off: int64(c0 * es)})
+	}
+	if m != nil && !mOut.out.prefilled {
 		jobs = append(jobs, copyJob{dst: mb, src: m, off: int64(c0) * 4})
 	}
 	var gb []byte
-	if g.r == nil && g.b != nil {
+	if g.r == nil && g.b != nil && aligned4(g.b[c0*4:]) {
 		gb = g.b[c0*4 : c1*4]
 	} else {
 		gb = make([]byte, n*4)
@@ -149,23 +152,53 @@ func outerNative(d syncer.Dtype, w, m, g *source, c0, c1, es int, wOut, mOut des
 	if err := runCopies(jobs); err != nil {
 		return err
 	}
-	parts := min(runtime.GOMAXPROCS(0), max(1, n/(1<<16)))
-	var wg sync.WaitGroup
-	for i := 0; i < parts; i++ {
-		lo, hi := n*i/parts, n*(i+1)/parts
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			nesterovRange(d, wb, mb, gb, lo, hi, m != nil, lr, beta, nesterov)
-		}()
-	}
-	wg.Wait()
+	parallel(n, func(lo, hi int) { nesterovRange(d, wb, mb, gb, lo, hi, m != nil, lr, beta, nesterov) })
 	return nil
 }
 
+// canonicalOut canonicalises the NaNs of an outer step's new state, unless
+// the native step wrote them canonical already.
+func canonicalOut(d syncer.Dtype, wOut, mOut dest) {
+	if wOut.out.canonical && mOut.out.canonical {
+		return
+	}
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		canonicalF32(mOut.bytes())
+	}()
+	if d == syncer.BF16 {
+		canonicalBF16(wOut.bytes())
+	} else {
+		canonicalF32(wOut.bytes())
+	}
+	wg.Wait()
+}
+
+// parallel runs fn on consecutive parts of [0, n), on every core for large
+// n.
+func parallel(n int, fn func(lo, hi int)) {
+	parts := min(runtime.GOMAXPROCS(0), max(1, n/(1<<16)))
+	var wg sync.WaitGroup
+	for i := 1; i < parts; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			fn(n*i/parts, n*(i+1)/parts)
+		}()
+	}
+	fn(0, n/parts)
+	wg.Wait()
+}
+
+// canonF32 is the canonical NaN as an f32 value (moves keep its bits).
+var canonF32 = math.Float32frombits(canonNaN32)
+
 // nesterovRange is tenzro_outer_step (plugins/builtin/src/nesterov.c) on
-// coordinates [lo, hi) of little-endian buffers. fma32 is written out in
-// the loops (the compiler does not inline it).
+// coordinates [lo, hi) of little-endian buffers, its NaN results written
+// canonical (as the host rewrites the module's: nonfinite.go). fma32 is
+// written out in the loop (the compiler does not inline it).
 func nesterovRange(d syncer.Dtype, w, m, g []byte, lo, hi int, has bool, lr, beta float32, nesterov bool) {
 	if hi <= lo {
 		return
@@ -185,6 +218,9 @@ func nesterovRange(d syncer.Dtype, w, m, g []byte, lo, hi int, has bool, lr, bet
 			buf = float32(mv[c]*beta) + gc
 		}
 		mv[c] = buf
+		if buf != buf {
+			mv[c] = canonF32
+		}
 		dd := buf
 		if nesterov {
 			r := math.FMA(float64(buf), b64, float64(gc))
@@ -207,9 +243,14 @@ func nesterovRange(d syncer.Dtype, w, m, g []byte, lo, hi int, has bool, lr, bet
 		} else {
 			nw = float32(r)
 		}
-		if wf != nil {
+		switch {
+		case nw != nw && wf != nil:
+			wf[c] = canonF32
+		case nw != nw:
+			binary.LittleEndian.PutUint16(wh[2*c:], canonNaN16)
+		case wf != nil:
 			wf[c] = nw
-		} else {
+		default:
 			binary.LittleEndian.PutUint16(wh[2*c:], f32ToBF16(nw))
 		}
 	}
@@ -243,6 +284,8 @@ func f32ToBF16(f float32) uint16 {
 	b += 0x7fff + (b>>16)&1
 	return uint16(b >> 16)
 }
+
+func aligned4(b []byte) bool { return len(b) == 0 || uintptr(unsafe.Pointer(&b[0]))%4 == 0 }
 
 // f32View is b's little-endian f32 values in place (this package runs on
 // little-endian machines only: wazero's memory is little-endian and shared

@@ -76,6 +76,11 @@ func TestNativeOuterMatchesWasm(t *testing.T) {
 						if has {
 							in.Momentum = syncer.EncodeF32(adversarial(r, n))
 						}
+						if cases%5 == 0 { // an aggregate that does not start at a multiple of 4
+							b := make([]byte, len(in.Aggregate)+1)
+							in.Aggregate = b[1:]
+							copy(in.Aggregate, syncer.EncodeF32(adversarial(r, n)))
+						}
 						want, err := pr.wasm.OuterStep(ctx, in)
 						if err != nil {
 							t.Fatal(err)

@@ -100,10 +100,15 @@ func TestCanonicalNaNWordwise(t *testing.T) {
 			w32, w16 := bytes.Clone(b32), bytes.Clone(b16)
 			canonicalF32Slow(w32)
 			canonicalBF16Slow(w16)
-			canonicalF32(b32)
-			canonicalBF16(b16)
-			if !bytes.Equal(b32, w32) || !bytes.Equal(b16, w16) {
-				t.Fatalf("n=%d: word-wise canonicalisation differs", n)
+			// at every alignment of the first value
+			off := trial % 8
+			g32, g16 := make([]byte, off+len(b32)), make([]byte, off+len(b16))
+			copy(g32[off:], b32)
+			copy(g16[off:], b16)
+			canonicalF32(g32[off:])
+			canonicalBF16(g16[off:])
+			if !bytes.Equal(g32[off:], w32) || !bytes.Equal(g16[off:], w16) {
+				t.Fatalf("n=%d offset %d: word-wise canonicalisation differs", n, off)
 			}
 		}
 	}
