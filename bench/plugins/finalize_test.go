@@ -325,4 +325,3 @@ func (f *finalizeFixture) before(b *testing.B) (total, engine float64) {
 	f.check(b, "before", aggHash, wHash, mHash, agg.Fuel+step.Fuel)
 	return total, eng.Seconds()
 }
-
