@@ -3,13 +3,14 @@ package plugins
 import (
 	"bytes"
 	"context"
-	"encoding/hex"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
-	"runtime"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/tenzro/train/syncer"
 	"github.com/tenzro/train/wire"
@@ -267,5 +268,47 @@ func TestFinalizeErrors(t *testing.T) {
 	}
 }
 
-var _ = hex.EncodeToString
-var _ = runtime.GOOS
+// TestFinalizeWorkerHostile: in a worker, a finalize whose aggregator
+// loops is killed at the backstop (a local failure, nothing recorded) and
+// the next one runs on a fresh worker; one whose aggregator grows its memory
+// to the limit is the recorded trap, as in separate calls.
+func TestFinalizeWorkerHostile(t *testing.T) {
+	ctx := context.Background()
+	e := workerEngine(t, Config{Fuel: maxFuel, WallClock: 2 * time.Second})
+	outer, _ := e.ResolveOuter(ctx)
+	in := func(rule syncer.RuleRef) syncer.FinalizeInput {
+		return syncer.FinalizeInput{Rule: rule, Outer: outer, Dtype: syncer.F32, N: 4, Quorum: 2, LR: 1, Beta: 0.9,
+			Inputs:  []syncer.Values{syncer.BytesValues(f32s(1, 2, 3, 4)), syncer.BytesValues(f32s(3, 4, 5, 6))},
+			Weights: syncer.BytesValues(f32s(0, 0, 0, 0))}
+	}
+	hostile := func(body []byte) syncer.RuleRef {
+		info, err := e.Publish(ctx, buildModule(t, modSpec{aggBody: body}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ref, _, _, err := e.resolve(ctx, "sha256:"+info.Hash.String(), nil, KindAggregate)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ref
+	}
+	_, err := e.Finalize(ctx, in(hostile(loopBody)))
+	var rf *syncer.RuleFailure
+	if !IsWorkerError(err) || errors.As(err, &rf) || !strings.Contains(err.Error(), "wall-clock") {
+		t.Fatalf("want a wall-clock worker error, got %v", err)
+	}
+	grow := in(hostile(growTouch))
+	got, err := e.Finalize(ctx, grow)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := syncer.FinalizeBySteps(ctx, e, grow)
+	if err != nil || got.Status != wire.FragRuleFailed || !reflect.DeepEqual(got, want) {
+		t.Fatalf("memory.grow loop: %+v (%v), separate steps %+v", got, err, want)
+	}
+	mean := in(mustResolve(t, e, "Mean", 2))
+	out, err := e.Finalize(ctx, mean)
+	if err != nil || out.Status != wire.FragAggregated || !bytes.Equal(out.Weights, f32s(-2, -3, -4, -5)) {
+		t.Fatalf("Mean after the kill: %+v %v", out, err)
+	}
+}
