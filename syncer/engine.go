@@ -446,3 +446,23 @@ func safetensorsHeader(r io.ReaderAt, size int64) (map[string]safetensors.Tensor
 	}
 	return m, nil
 }
+
+// WriteFragment writes a fragment's weights file — the canonical
+// safetensors encoding of values (N values of the fragment's dtype, in its
+// tensor order) whose content hash is the fragment's weights hash — to w
+// without assembling it in memory: the bytes are encodeFragment's. It returns
+// the bytes written.
+func WriteFragment(w io.Writer, tensors []wire.TensorInfo, values []byte) (int64, error) {
+	ts := make([]safetensors.Tensor, len(tensors))
+	var off int64
+	for i, t := range tensors {
+		sz := int64(safetensors.DtypeSize(t.Dtype))
+		n := elems(t.Shape) * sz
+		if sz == 0 || off+n > int64(len(values)) {
+			return 0, fmt.Errorf("fragment data shorter than its layout")
+		}
+		ts[i] = safetensors.Tensor{Name: t.Name, Dtype: t.Dtype, Shape: t.Shape, Data: values[off : off+n]}
+		off += n
+	}
+	return safetensors.EncodeTo(w, ts, nil)
+}

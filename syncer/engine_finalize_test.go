@@ -3,6 +3,7 @@ package syncer
 import (
 	"bytes"
 	"context"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -87,5 +88,24 @@ func TestNativeFinalize(t *testing.T) {
 	out, err = e.Finalize(ctx, in)
 	if err != nil || out.Status != wire.FragNoQuorum || out.Reason != "2 of K=3 inputs left after round-level verification" {
 		t.Fatalf("%+v %v", out, err)
+	}
+}
+
+// TestWriteFragment: the streamed weights file is encodeFragment's.
+func TestWriteFragment(t *testing.T) {
+	layout := []wire.TensorInfo{{Name: "z", Dtype: "BF16", Shape: []int64{2, 3}}, {Name: "a", Dtype: "BF16", Shape: []int64{4}}}
+	values := EncodeValues(BF16, []float32{1, 2, 3, 4, 5, 6, 7, 8, 9, 10})
+	want, err := encodeFragment(&fragState{Tensors: layout, Dtype: BF16, N: 10}, values)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := wire.NewContentHasher()
+	var buf bytes.Buffer
+	n, err := WriteFragment(io.MultiWriter(&buf, h), layout, values)
+	if err != nil || n != int64(len(want)) || !bytes.Equal(buf.Bytes(), want) || h.Sum() != wire.ContentHash(want) {
+		t.Fatalf("WriteFragment: %d bytes, %v", n, err)
+	}
+	if _, err := WriteFragment(&buf, layout, values[:4]); err == nil {
+		t.Fatal("short values were written")
 	}
 }

@@ -55,3 +55,23 @@ func ParseHeaderAt(r io.ReaderAt, size int64, lim Limits) (tensors []TensorAt, m
 	slices.SortFunc(tensors, func(a, b TensorAt) int { return cmpString(a.Name, b.Name) })
 	return tensors, metadata, nil
 }
+
+// EncodeTo writes what Encode returns to w — the header, then each tensor's
+// data from its own slice — without assembling the file in memory (a
+// fragment's new weights are written once, hashed as they go).
+func EncodeTo(w io.Writer, tensors []Tensor, metadata map[string]string) (int64, error) {
+	sorted, h, _, err := encodeHeader(tensors, metadata)
+	if err != nil {
+		return 0, err
+	}
+	n, err := w.Write(h)
+	total := int64(n)
+	for _, t := range sorted {
+		if err != nil {
+			return total, err
+		}
+		n, err = w.Write(t.Data)
+		total += int64(n)
+	}
+	return total, err
+}

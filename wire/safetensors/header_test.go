@@ -47,5 +47,25 @@ func FuzzParseHeaderAt(f *testing.F) {
 	good, _ := Encode([]Tensor{FromF32("a", []int64{2}, []float32{1, 2})}, nil)
 	f.Add(good)
 	f.Add(file(`{}`, nil))
-	f.Fuzz(func(t *testing.T, b []byte) { agree(t, b, Limits{MaxHeader: 1 << 16, MaxTensors: 256, MaxTotal: 1 << 20}) })
+	f.Fuzz(func(t *testing.T, b []byte) {
+		agree(t, b, Limits{MaxHeader: 1 << 16, MaxTensors: 256, MaxTotal: 1 << 20})
+	})
+}
+
+func TestEncodeTo(t *testing.T) {
+	ts := []Tensor{FromF32("b", []int64{3}, []float32{1, 2, 3}), FromF32("a", []int64{2}, []float32{4, 5}), {Name: "u", Dtype: "U8", Shape: []int64{}, Data: []byte{1}}}
+	for _, md := range []map[string]string{nil, {"k": "v"}} {
+		want, err := Encode(ts, md)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var buf bytes.Buffer
+		n, err := EncodeTo(&buf, ts, md)
+		if err != nil || n != int64(len(want)) || !bytes.Equal(buf.Bytes(), want) {
+			t.Fatalf("EncodeTo: %d bytes, %v", n, err)
+		}
+	}
+	if _, err := EncodeTo(&bytes.Buffer{}, []Tensor{{Name: "a", Dtype: "F32", Shape: []int64{2}, Data: []byte{1}}}, nil); err == nil {
+		t.Fatal("a short tensor was encoded")
+	}
 }
