@@ -225,6 +225,7 @@ func (e *Engine) passOnce(ctx context.Context, p *plugin, budget uint64, d synce
 		return res, err
 	}
 	dc, _ := dtypeCode(d)
+	f.running()
 	r, err := c.invoke(ctx, "tenzro_chunk_pass", dc, uint64(k), uint64(n), uint64(c0), uint64(ntotal), uint64(inPtr),
 		uint64(parPtr), uint64(len(params)), uint64(pass), uint64(carryPtr), uint64(outPtr), uint64(selPtr), uint64(scPtr))
 	if err != nil {

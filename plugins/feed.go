@@ -164,6 +164,18 @@ type feeder struct {
 	stages []*stage
 	blocks []stagedBlock
 	nextID int
+	// onRun, when set, is started (once) as an aggregation's guest begins
+	// to run: work for the other core while the guest uses one.
+	onRun func()
+}
+
+// running starts onRun.
+func (f *feeder) running() {
+	if f != nil && f.onRun != nil {
+		run := f.onRun
+		f.onRun = nil
+		run()
+	}
 }
 
 type stagedBlock struct {

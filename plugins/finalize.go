@@ -152,8 +152,8 @@ func (e *Engine) finalizeLocal(ctx context.Context, in syncer.FinalizeInput, src
 		return out, nil
 	}
 	// A native outer step reads the weights and momentum on the other core
-	// while the aggregation runs.
-	ahead := e.readAhead(ctx, in, w, m, wOut, mOut)
+	// while the aggregator's guest runs.
+	ahead := e.readAhead(ctx, in, w, m, wOut, mOut, f)
 	defer ahead.Wait()
 	// Aggregation (Engine.Aggregate).
 	agg, err := e.finalizeAggregate(ctx, in, kept, f)
@@ -305,10 +305,11 @@ func checkShape(p *plugin, d syncer.Dtype, n, k int) (int, error) {
 	return d.Size(), nil
 }
 
-// readAhead reads the weights and momentum into their output buffers in the
-// background when the outer step will run natively (its blocks then need
-// no particular alignment): the caller waits before the step.
-func (e *Engine) readAhead(ctx context.Context, in syncer.FinalizeInput, w, m *source, wOut, mOut dest) *sync.WaitGroup {
+// readAhead has the weights and momentum read into their output buffers in
+// the background, from when the aggregator's guest starts (f.onRun), when
+// the outer step will run natively (its blocks then need no particular
+// alignment): the caller waits before the step.
+func (e *Engine) readAhead(ctx context.Context, in syncer.FinalizeInput, w, m *source, wOut, mOut dest, f *feeder) *sync.WaitGroup {
 	var wg sync.WaitGroup
 	p, err := e.pluginFor(ctx, in.Outer, KindOuter)
 	if err != nil {
@@ -319,18 +320,25 @@ func (e *Engine) readAhead(ctx context.Context, in syncer.FinalizeInput, w, m *s
 		return &wg
 	}
 	wb, mb := wOut.bytes(), mOut.bytes()
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		if err := w.readAt(wb, 0); err != nil {
-			return // read again, and fail, by the step
-		}
-		if m == nil {
-			clear(mb)
-		} else if err := m.readAt(mb, 0); err != nil {
-			return
-		}
-		wOut.out.prefilled, mOut.out.prefilled = true, true
-	}()
+	read := func() {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := w.readAt(wb, 0); err != nil {
+				return // read again, and fail, by the step
+			}
+			if m == nil {
+				clear(mb)
+			} else if err := m.readAt(mb, 0); err != nil {
+				return
+			}
+			wOut.out.prefilled, mOut.out.prefilled = true, true
+		}()
+	}
+	if f == nil {
+		read()
+	} else {
+		f.onRun = read
+	}
 	return &wg
 }

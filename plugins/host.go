@@ -669,6 +669,7 @@ func (e *Engine) aggregateOnce(ctx context.Context, p *plugin, budget uint64, d 
 		return out, err
 	}
 	dc, _ := dtypeCode(d)
+	f.running()
 	res, err := c.invoke(ctx, "tenzro_aggregate", dc, uint64(k), uint64(n), uint64(inPtr), uint64(parPtr),
 		uint64(len(params)), uint64(outPtr), uint64(selPtr), uint64(scPtr))
 	if err != nil {
