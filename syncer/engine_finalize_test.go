@@ -36,7 +36,7 @@ func TestTensorValues(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	fs := &fragState{Tensors: layout, Dtype: F32, N: 5}
+	fs := &fragLayout{Tensors: layout, Dtype: F32, N: 5}
 	want, err := fragmentValues(fs, raw)
 	if err != nil || !bytes.Equal(got, want) || !bytes.Equal(got, append(append([]byte(nil), b...), a...)) {
 		t.Fatalf("values %v, fragmentValues %v (%v)", got, want, err)
@@ -52,7 +52,7 @@ func TestTensorValues(t *testing.T) {
 		{{Name: "b", Dtype: "F32", Shape: []int64{1, 3}}, {Name: "a", Dtype: "F32", Shape: []int64{2}}},
 	} {
 		_, err1 := TensorValues(bytes.NewReader(raw), int64(len(raw)), "", bad)
-		_, err2 := fragmentValues(&fragState{Tensors: bad, Dtype: F32, N: 5}, raw)
+		_, err2 := fragmentValues(&fragLayout{Tensors: bad, Dtype: F32, N: 5}, raw)
 		if err1 == nil || err2 == nil || err1.Error() != err2.Error() {
 			t.Fatalf("layout %v: %v vs fragmentValues %v", bad, err1, err2)
 		}
@@ -95,7 +95,7 @@ func TestNativeFinalize(t *testing.T) {
 func TestWriteFragment(t *testing.T) {
 	layout := []wire.TensorInfo{{Name: "z", Dtype: "BF16", Shape: []int64{2, 3}}, {Name: "a", Dtype: "BF16", Shape: []int64{4}}}
 	values := EncodeValues(BF16, []float32{1, 2, 3, 4, 5, 6, 7, 8, 9, 10})
-	want, err := encodeFragment(&fragState{Tensors: layout, Dtype: BF16, N: 10}, values)
+	want, err := encodeFragment(&fragLayout{Tensors: layout, Dtype: BF16, N: 10}, values)
 	if err != nil {
 		t.Fatal(err)
 	}
