@@ -295,13 +295,21 @@ func (n *Node) signReceipt(ctx context.Context, task string) error {
 		ev = &h
 	}
 	var rc *wire.Receipt
-	var blob, list []byte
+	var blob, list, challenges []byte
 	if err := n.view(ctx, func(v View) error {
 		var err error
-		rc, blob, list, err = ChainReceipt(ctx, v.KV, task, me, engine, ev)
+		if rc, blob, list, err = ChainReceipt(ctx, v.KV, task, me, engine, ev); err != nil || rc.ChallengeCount == 0 {
+			return err
+		}
+		challenges, err = ChainChallengeList(ctx, v.KV, task)
 		return err
 	}); err != nil {
 		return err
+	}
+	if rc.ChallengesHash != nil {
+		if err := n.blobs.Put(ctx, *rc.ChallengesHash, challenges); err != nil {
+			return fmt.Errorf("store the challenge list: %w", err)
+		}
 	}
 	// The receipt commits to its transcript and attestation list by hash:
 	// this node keeps both as blobs (getPayload serves them).

@@ -219,6 +219,14 @@ type Receipt struct {
 	// array of the evidence digests, in order) and AttestationCount its length.
 	AttestationsHash Hash   `json:"attestations_hash"`
 	AttestationCount uint64 `json:"attestation_count"`
+	// ChallengesHash is the content hash of the challenge list (the JCS
+	// array of the run's challenges, ReceiptChallenge, in the order the
+	// chain took them), ChallengeCount its length and ChallengeEscrow what
+	// they added to the escrow (Σ to_escrow: forfeited bonds and the rest of
+	// syncer slashes). All three are absent when the run had no challenge.
+	ChallengesHash  *Hash  `json:"challenges_hash,omitempty"`
+	ChallengeCount  uint64 `json:"challenge_count,omitempty"`
+	ChallengeEscrow string `json:"challenge_escrow,omitempty"`
 	// ElectionAlpha is the VRF input of the run's syncer election; Syncers
 	// every syncer that committed a fragment, and the signer, in ticket order.
 	ElectionAlpha HexBytes        `json:"election_alpha"`
