@@ -87,7 +87,7 @@ func challengeKey(id wire.Hash) []byte { return []byte("chal/" + id.String()) }
 func challengeRunKey(task string, seq uint64) []byte {
 	return binary.BigEndian.AppendUint64([]byte("chrun/"+task+"/"), seq)
 }
-func valKey(addr []byte) []byte       { return []byte("val/" + hex.EncodeToString(addr)) }
+func valKey(addr []byte) []byte         { return []byte("val/" + hex.EncodeToString(addr)) }
 func acctBond(id wire.Hash) string      { return "challenge:" + id.String() }
 func (r *runState) challengeable() bool { return r.Window > 0 }
 
