@@ -32,6 +32,7 @@ func (v valKey) Sign(msg []byte) ([]byte, error) { return v.priv.Sign(msg) }
 type cworld struct {
 	t                            *testing.T
 	h                            *harness
+	twin                         *harness // an on-disk app fed the same blocks: same app hashes
 	sponsor, t1, t2, chal, chal2 *did.Key
 	cands                        []*did.Key
 	vals                         []valKey
@@ -58,13 +59,21 @@ func newCWorld(t *testing.T, rounds int, extra string) *cworld {
 		w.vals = append(w.vals, v)
 		ups = append(ups, abci.Ed25519ValidatorUpdate(v.priv.PubKey().Bytes(), p))
 	}
-	w.h = newHarness(t, "")
+	w.h, w.twin = newHarness(t, ""), newHarness(t, t.TempDir())
 	acc := func(k *did.Key, v string) GenesisAccount { return GenesisAccount{DID: k.DID.String(), Balance: v} }
 	g := GenesisState{Accounts: []GenesisAccount{acc(w.sponsor, "100000000000000"), acc(w.t1, "500"), acc(w.t2, "500"), acc(w.chal, "1000"), acc(w.chal2, "1000")},
 		Candidates: []GenesisAccount{acc(w.cands[0], cCandFund), acc(w.cands[1], cCandFund)}, Faucet: true}
 	st, _ := json.Marshal(g)
-	if _, err := w.h.app.InitChain(context.Background(), &abci.RequestInitChain{ChainId: "test", InitialHeight: 1, Time: genesisTime, AppStateBytes: st, Validators: ups}); err != nil {
-		t.Fatal(err)
+	var gh [2][]byte
+	for i, h := range []*harness{w.h, w.twin} {
+		res, err := h.app.InitChain(context.Background(), &abci.RequestInitChain{ChainId: "test", InitialHeight: 1, Time: genesisTime, AppStateBytes: st, Validators: ups})
+		if err != nil {
+			t.Fatal(err)
+		}
+		gh[i] = res.AppHash
+	}
+	if string(gh[0]) != string(gh[1]) {
+		t.Fatalf("genesis app hashes differ: %x vs %x", gh[0], gh[1])
 	}
 	w.spec = testSpec(w.task, w.sponsor.DID.String(), 2, 2, 2, rounds,
 		`,"challenge_window_blocks":5,"vote_window_blocks":20,"challenge_bond":"`+cBond+`","syncer_slash":"5000bps"`+extra)
@@ -89,10 +98,28 @@ func newCWorld(t *testing.T, rounds int, extra string) *cworld {
 
 func (w *cworld) n() uint64 { w.nonce++; return w.nonce }
 
+// block makes one block of txs on the app and its twin (at the same time)
+// and checks that both reach the same app hash and the same results.
+func (w *cworld) block(txs ...[]byte) ([]*abci.ExecTxResult, wire.Hash) {
+	w.t.Helper()
+	w.twin.now = w.h.now
+	res, ha := w.h.block(txs...)
+	res2, hb := w.twin.block(txs...)
+	if ha != hb {
+		w.t.Fatalf("block %d: app hash %s, its twin's %s", w.h.height, ha, hb)
+	}
+	for i := range res {
+		if res[i].Code != res2[i].Code || string(res[i].Data) != string(res2[i].Data) {
+			w.t.Fatalf("block %d tx %d: results differ between the app and its twin", w.h.height, i)
+		}
+	}
+	return res, ha
+}
+
 // ok makes a block of txs that must all succeed; the ledger must conserve.
 func (w *cworld) ok(txs ...[]byte) []*abci.ExecTxResult {
 	w.t.Helper()
-	res, _ := w.h.block(txs...)
+	res, _ := w.block(txs...)
 	for i, r := range res {
 		if r.Code != 0 {
 			w.t.Fatalf("block %d tx %d: code %d: %s", w.h.height, i, r.Code, r.Log)
@@ -105,7 +132,7 @@ func (w *cworld) ok(txs ...[]byte) []*abci.ExecTxResult {
 // refused makes a block of tx, which must be refused with a log containing want.
 func (w *cworld) refused(tx []byte, want string) {
 	w.t.Helper()
-	res, _ := w.h.block(tx)
+	res, _ := w.block(tx)
 	if res[0].Code == 0 || !strings.Contains(res[0].Log, want) {
 		w.t.Fatalf("block %d: code %d %q, want a refusal containing %q", w.h.height, res[0].Code, res[0].Log, want)
 	}
@@ -232,7 +259,7 @@ func TestChallengeWindow(t *testing.T) {
 	for _, r := range refusals {
 		txs = append(txs, r.tx)
 	}
-	res0, _ := w.h.block(txs...)
+	res0, _ := w.block(txs...)
 	for i, r := range refusals {
 		if res0[i].Code == 0 || !strings.Contains(res0[i].Log, r.want) {
 			t.Fatalf("refusal %d: code %d %q, want %q", i, res0[i].Code, res0[i].Log, r.want)
@@ -251,7 +278,7 @@ func TestChallengeWindow(t *testing.T) {
 	if w.h.height+1 >= rec.FinalAt {
 		t.Fatalf("fragment 1's window (final at %d) passed already at %d", rec.FinalAt, w.h.height)
 	}
-	res, _ := w.h.block(w.challengeTx(w.chal, 0, 0, other), w.challengeTx(w.chal, 0, 1, other))
+	res, _ := w.block(w.challengeTx(w.chal, 0, 0, other), w.challengeTx(w.chal, 0, 1, other))
 	if res[0].Code == 0 || !strings.Contains(res[0].Log, "after the challenge window") || res[1].Code != 0 {
 		t.Fatalf("at fragment 0's final height: %d %q; fragment 1: %d %q", res[0].Code, res[0].Log, res[1].Code, res[1].Log)
 	}
