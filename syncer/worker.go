@@ -202,6 +202,7 @@ func (n *Node) step(ctx context.Context, wg *sync.WaitGroup) {
 	for _, task := range p.sign {
 		start("receipt signature", n.w.signing, task, n.signReceipt)
 	}
+	n.challengeStep(ctx, wg, false)
 }
 
 // Tick does, synchronously, what Run does at a block: election proofs,
@@ -223,6 +224,7 @@ func (n *Node) Tick(ctx context.Context) error {
 			errs = append(errs, fmt.Errorf("run %s: %w", task, err))
 		}
 	}
+	errs = append(errs, n.challengeStep(ctx, nil, true)...)
 	// A commit may have sealed a run: its receipt is signed at once.
 	if p, err = n.plan(ctx); err != nil {
 		return errors.Join(append(errs, err)...)
@@ -397,6 +399,7 @@ func (n *Node) syncRun(ctx context.Context, task string, wait bool) (int, error)
 			n.abstainFrom(task, a, fmt.Errorf("fragment %d: %w", i, err))
 			return 0, nil
 		}
+		n.applyFault(s.r.Round, c)
 		out = append(out, c)
 	}
 	if abstaining {

@@ -57,9 +57,10 @@ const (
 	MethodChallenge = TxChallenge
 	// MethodGetChallenges lists a run's challenges (ChallengeRecord).
 	MethodGetChallenges = "tenzro_training_getChallenges"
-	// MethodGetFragmentJob returns what re-executing a fragment commit
-	// needs (FragmentJob).
-	MethodGetFragmentJob = "tenzro_training_getFragmentJob"
+	// MethodReplayFragment: the node recomputes a fragment commit that can
+	// still be challenged and returns its FragmentResultHash
+	// (ReplayFragmentParams, ReplayFragmentResult).
+	MethodReplayFragment = "tenzro_training_replayFragment"
 )
 
 // ChallengeTx disputes the fragment commit of (task, round, fragment) that
@@ -183,6 +184,32 @@ type ChallengeResult struct {
 	Committed    Hash   `json:"committed"`
 	VoteDeadline int64  `json:"vote_deadline"`
 	Height       int64  `json:"height,omitempty"`
+}
+
+// ReplayFragmentParams is tenzro_training_replayFragment.
+type ReplayFragmentParams struct {
+	TaskID   string `json:"task_id"`
+	Round    uint64 `json:"round"`
+	Fragment uint64 `json:"fragment"`
+}
+
+// ReplayFragmentResult is a fragment commit recomputed by the node: the
+// committed FragmentResultHash, the node's (zero when unavailable: an input
+// the commit kept, its weights or momentum before could not be fetched; why
+// says which), whether they agree, the recomputed commit, how long it took
+// and the height at which the commit is final.
+type ReplayFragmentResult struct {
+	TaskID      string          `json:"task_id"`
+	Round       uint64          `json:"round"`
+	Fragment    uint64          `json:"fragment"`
+	Committed   Hash            `json:"committed"`
+	Result      Hash            `json:"result"`
+	Unavailable bool            `json:"unavailable,omitempty"`
+	Why         string          `json:"why,omitempty"`
+	Agrees      bool            `json:"agrees"`
+	Commit      *FragmentCommit `json:"commit,omitempty"`
+	ElapsedMs   int64           `json:"elapsed_ms"`
+	FinalAt     int64           `json:"final_at"`
 }
 
 // ChallengeVoteResult answers a vote transaction.
