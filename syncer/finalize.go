@@ -103,13 +103,13 @@ func (n *Node) computeFragment(ctx context.Context, b *Batch, r *runState, i int
 	fc := baseCommit(r, i)
 	inputs := make([][]byte, 0, len(subs))
 	for _, s := range subs {
-		payload, err := n.kv.Get(ctx, KSBlobs, s.PayloadHash[:])
-		if err != nil && b != nil {
-			payload, err = pendingOp(b, KSBlobs, s.PayloadHash[:], err)
-		}
+		// Mapped from the blob store: the values of a plain payload alias
+		// the file's pages until this returns.
+		payload, release, err := loadBlob(ctx, n.blobs, s.PayloadHash)
 		if err != nil {
 			return nil, fmt.Errorf("payload %s: %w", s.PayloadHash, err)
 		}
+		defer release()
 		v, fuel, err := payloadValues(ctx, n.eng, r.Codec, fs, payload)
 		if err != nil {
 			return nil, fmt.Errorf("stored payload %s: %w", s.PayloadHash, err)

@@ -51,10 +51,12 @@ func (n *Node) PostTask(ctx context.Context, p *wire.PostTaskParams) (*wire.Post
 	}
 	reward, _ := wire.ParseAmount(spec.RewardPool)
 	specHash := wire.SpecHash(canon)
-	var wh wire.Hash
-	if len(p.InitWeights) > 0 {
-		wh = wire.ContentHash(p.InitWeights)
+	iw, err := n.initWeightsFrom(ctx, p.InitWeights, p.InitWeightsHash, "init_weights")
+	if err != nil {
+		return nil, err
 	}
+	defer iw.release()
+	wh := iw.hash
 	// Cheap gates before anything costly (resolving the rule runs its
 	// probe): the signature, the sponsor's rate limit, and the funds for
 	// the fee and the reward. The nonce is checked again under the lock.
@@ -105,8 +107,8 @@ func (n *Node) PostTask(ctx context.Context, p *wire.PostTaskParams) (*wire.Post
 	if err := n.checkSigned(ctx, &b, spec.SponsorDID, p.Nonce, p.Signature, p.Preimage(spec.SponsorDID, specHash, wh)); err != nil {
 		return nil, err
 	}
-	if len(p.InitWeights) > 0 {
-		if err := n.stageInitWeights(&b, r, p.InitWeights, wh); err != nil {
+	if iw.raw != nil {
+		if err := n.stageInitWeights(ctx, &b, r, iw); err != nil {
 			return nil, err
 		}
 	}
@@ -206,11 +208,18 @@ func (n *Node) SetInitWeights(ctx context.Context, p *wire.SetInitWeightsParams)
 		return nil, Errf(KindConflict, "run %s is %s: initial weights can only be set before it starts", p.TaskID, r.Status)
 	}
 	var b Batch
-	wh := wire.ContentHash(p.Weights)
-	if err := n.checkSigned(ctx, &b, r.spec.SponsorDID, p.Nonce, p.Signature, p.PreimageFor(r.spec.SponsorDID, wh)); err != nil {
+	iw, err := n.initWeightsFrom(ctx, p.Weights, p.WeightsHash, "weights")
+	if err != nil {
 		return nil, err
 	}
-	if err := n.stageInitWeights(&b, r, p.Weights, wh); err != nil {
+	defer iw.release()
+	if iw.raw == nil {
+		return nil, Errf(KindInvalid, "weights are missing: send weights (base64) or weights_hash of an uploaded blob")
+	}
+	if err := n.checkSigned(ctx, &b, r.spec.SponsorDID, p.Nonce, p.Signature, p.PreimageFor(r.spec.SponsorDID, iw.hash)); err != nil {
+		return nil, err
+	}
+	if err := n.stageInitWeights(ctx, &b, r, iw); err != nil {
 		return nil, err
 	}
 	if err := n.maybeStart(ctx, &b, r); err != nil {
@@ -267,10 +276,49 @@ func elems(shape []int64) int64 {
 	return n
 }
 
+// initWeights is an initial weights file, sent inline or named by the hash
+// of a blob uploaded before.
+type initWeights struct {
+	raw     []byte // nil: none
+	hash    wire.Hash
+	stored  bool // raw is the blob store's (mapped until release)
+	release func()
+}
+
+// initWeightsFrom resolves inline weights and/or the hash of stored ones.
+func (n *Node) initWeightsFrom(ctx context.Context, raw []byte, h wire.Hash, field string) (*initWeights, error) {
+	iw := &initWeights{release: func() {}}
+	switch {
+	case len(raw) > 0:
+		if len(raw) > MaxInitWeights {
+			return nil, Errf(KindInvalid, "%s: %d bytes, limit %d", field, len(raw), MaxInitWeights)
+		}
+		iw.raw, iw.hash = raw, wire.ContentHash(raw)
+		if !h.IsZero() && h != iw.hash {
+			return nil, Errf(KindInvalid, "%s_hash %s is not the hash of %s (%s)", field, h, field, iw.hash)
+		}
+	case !h.IsZero():
+		b, release, err := loadBlob(ctx, n.blobs, h)
+		if errors.Is(err, ErrNotFound) {
+			return nil, Errf(KindNotFound, "%s_hash %s: no such blob on this node: upload the weights first (PUT /blobs/%s on the RPC port) or send %s", field, h, h, field)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("stored %s %s: %w", field, h, err)
+		}
+		iw.raw, iw.hash, iw.stored, iw.release = b, h, true, release
+		if len(b) > MaxInitWeights {
+			release()
+			return nil, Errf(KindInvalid, "%s: %d bytes, limit %d", field, len(b), MaxInitWeights)
+		}
+	}
+	return iw, nil
+}
+
 // stageInitWeights parses the initial weights, splits them into fragments
-// and stages fragment weights in b. rawHash is ContentHash(raw), computed
-// once by the caller for the signature check.
-func (n *Node) stageInitWeights(b *Batch, r *runState, raw []byte, rawHash wire.Hash) error {
+// and stages fragment weights in b; the file itself goes to the blob store
+// (durable before b is committed).
+func (n *Node) stageInitWeights(ctx context.Context, b *Batch, r *runState, iw *initWeights) error {
+	raw, rawHash := iw.raw, iw.hash
 	if len(raw) > MaxInitWeights {
 		return Errf(KindInvalid, "init weights: %d bytes, limit %d", len(raw), MaxInitWeights)
 	}
@@ -308,7 +356,11 @@ func (n *Node) stageInitWeights(b *Batch, r *runState, raw []byte, rawHash wire.
 	r.HasInit = true
 	r.InitModel = ModelHash(hashes)
 	r.InitFile = rawHash
-	b.Set(KSBlobs, r.InitFile[:], raw)
+	if !iw.stored {
+		if err := n.blobs.Put(ctx, rawHash, raw); err != nil {
+			return fmt.Errorf("store initial weights %s: %w", rawHash, err)
+		}
+	}
 	return nil
 }
 

@@ -29,11 +29,12 @@ const (
 // It implements Service. All mutations go through one mutex and end in one
 // synced batch.
 type Node struct {
-	cfg Config
-	kv  KV
-	eng Engine
-	log *slog.Logger
-	now func() time.Time
+	cfg   Config
+	kv    KV
+	blobs Blobs
+	eng   Engine
+	log   *slog.Logger
+	now   func() time.Time
 
 	mu sync.Mutex
 
@@ -60,6 +61,9 @@ func NewNode(ctx context.Context, cfg Config) (*Node, error) {
 	n := &Node{cfg: cfg, kv: cfg.KV, eng: cfg.Engine, log: cfg.Logger, now: cfg.Clock, wake: make(chan struct{}, 1),
 		postLimit:    newRateLimiter(cfg.Fees.RateBurst, cfg.Fees.RateWindow),
 		publishLimit: newRateLimiter(cfg.Fees.RateBurst, cfg.Fees.RateWindow)}
+	if n.blobs = cfg.Blobs; n.blobs == nil {
+		n.blobs = KVBlobs(cfg.KV)
+	}
 	if n.log == nil {
 		n.log = slog.Default()
 	}
@@ -371,14 +375,18 @@ func (n *Node) GetTranscript(ctx context.Context, task string) ([]wire.RoundComm
 	return out, err
 }
 
-// GetPayload implements Service: a stored payload or weights blob by hash.
+// GetPayload implements Service: a stored payload, initial weights file or
+// fragment weights blob by hash.
 func (n *Node) GetPayload(ctx context.Context, h wire.Hash) ([]byte, error) {
-	v, err := n.kv.Get(ctx, KSBlobs, h[:])
+	v, err := n.blobs.Get(ctx, h)
 	if errors.Is(err, ErrNotFound) {
 		return nil, Errf(KindNotFound, "no blob %s", h)
 	}
 	return v, err
 }
+
+// Blobs is the node's blob store.
+func (n *Node) Blobs() Blobs { return n.blobs }
 
 // GetReceipt implements Service.
 func (n *Node) GetReceipt(ctx context.Context, task string) (*wire.Receipt, error) {

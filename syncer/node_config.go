@@ -25,7 +25,11 @@ type Signer interface {
 
 // Config wires a Node.
 type Config struct {
-	KV       KV
+	KV KV
+	// Blobs holds payloads, initial weights files and fragment weights
+	// (store.Blobs, files under <data-dir>/blobs); nil keeps them in KV's
+	// KSBlobs keyspace.
+	Blobs    Blobs
 	Engine   Engine
 	Signer   Signer
 	Attestor Attestor // nil: Verified/Confidential runs are refused

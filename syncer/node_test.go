@@ -25,6 +25,7 @@ type harness struct {
 	t       *testing.T
 	ctx     context.Context
 	kv      syncer.KV
+	blobs   syncer.Blobs // nil: the KV's KSBlobs
 	node    *syncer.Node
 	now     time.Time
 	nonce   uint64
@@ -52,7 +53,7 @@ func newHarness(t *testing.T, kv syncer.KV) *harness {
 }
 
 func (h *harness) open() {
-	n, err := syncer.NewNode(h.ctx, syncer.Config{KV: h.kv, Engine: syncer.NewNativeEngine(), Signer: syncer.KeySigner{Key: h.syncerKey()},
+	n, err := syncer.NewNode(h.ctx, syncer.Config{KV: h.kv, Blobs: h.blobs, Engine: syncer.NewNativeEngine(), Signer: syncer.KeySigner{Key: h.syncerKey()},
 		Dev: true, Clock: func() time.Time { return h.now }})
 	if err != nil {
 		h.t.Fatal(err)

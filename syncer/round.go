@@ -43,6 +43,11 @@ func (e *EquivocationEvidence) Digest() wire.Hash {
 // submit is Submit under the lock. Checks run cheapest first (DESIGN §4.2); a
 // refused submission changes nothing, except that proven equivocation is
 // recorded and slashed.
+//
+// A submission without gradient_payload refers to a payload already in the
+// node's blob store by its payload_hash (uploaded with PUT /blobs/<hash>,
+// which hashed it as it arrived): it is read from there (mapped, not
+// copied) and not hashed again.
 func (n *Node) submit(ctx context.Context, g *wire.OuterGradient) (*wire.SubmitResult, error) {
 	if len(g.GradientPayload) > MaxPayloadBytes {
 		return nil, Errf(KindInvalid, "gradient_payload: %d bytes, limit %d", len(g.GradientPayload), MaxPayloadBytes)
@@ -55,6 +60,18 @@ func (n *Node) submit(ctx context.Context, g *wire.OuterGradient) (*wire.SubmitR
 	fs, err := n.precheck(r, g)
 	if err != nil {
 		return nil, err
+	}
+	stored := false
+	if len(g.GradientPayload) == 0 {
+		payload, release, err := n.storedPayload(ctx, g.PayloadHash)
+		if err != nil {
+			return nil, err
+		}
+		defer release()
+		byRef := *g
+		byRef.GradientPayload = payload
+		byRef.MarkPayloadHashed() // the blob store hashed it when it was written
+		g, stored = &byRef, true
 	}
 	// Payload hash, signature, header, values: no lock held.
 	if got, ok := g.CheckPayloadHash(); !ok {
@@ -150,7 +167,6 @@ func (n *Node) submit(ctx context.Context, g *wire.OuterGradient) (*wire.SubmitR
 		r.Attestations = append(r.Attestations, attDigest)
 	}
 	var b Batch
-	b.Set(KSBlobs, g.PayloadHash[:], g.GradientPayload)
 	raw, _ := json.Marshal(rec)
 	b.Set(KSTranscript, sk, raw)
 	stageMetrics(&b, g)
@@ -158,6 +174,14 @@ func (n *Node) submit(ctx context.Context, g *wire.OuterGradient) (*wire.SubmitR
 	// All active trainers in: finalize without waiting for τ, once this
 	// submission is committed and the lock released (Submit, finalize.go).
 	res.Finalized = allIn(r, fs)
+	// An inline payload is durable in the blob store before the record
+	// that refers to it (a payload sent by reference already is), and
+	// before anything below reads it back.
+	if !stored {
+		if err := n.blobs.Put(ctx, g.PayloadHash, g.GradientPayload); err != nil {
+			return nil, fmt.Errorf("store payload %s: %w", g.PayloadHash, err)
+		}
+	}
 	if err := n.maybeCloseRound(ctx, &b, r, false); err != nil {
 		return nil, err
 	}
@@ -174,15 +198,36 @@ func (n *Node) submit(ctx context.Context, g *wire.OuterGradient) (*wire.SubmitR
 // Names, dtypes and shapes are already equal: both payloads passed the
 // fragment's layout check.
 func (n *Node) sameContent(ctx context.Context, fs *fragState, first wire.Hash, values []byte) (bool, error) {
-	payload, err := n.kv.Get(ctx, KSBlobs, first[:])
+	payload, release, err := loadBlob(ctx, n.blobs, first)
 	if err != nil {
 		return false, fmt.Errorf("stored payload %s: %w", first, err)
 	}
+	defer release()
 	v, err := fragmentValues(fs, payload)
 	if err != nil {
 		return false, fmt.Errorf("stored payload %s: %w", first, err)
 	}
 	return bytes.Equal(v, values), nil
+}
+
+// storedPayload returns a payload submitted by reference from the blob
+// store, and the function that releases it.
+func (n *Node) storedPayload(ctx context.Context, h wire.Hash) ([]byte, func(), error) {
+	if h.IsZero() {
+		return nil, nil, Errf(KindInvalid, "gradient_payload is missing and payload_hash is zero: send the payload (base64) or upload it with PUT /blobs/<payload_hash> and name its hash")
+	}
+	payload, release, err := loadBlob(ctx, n.blobs, h)
+	if errors.Is(err, ErrNotFound) {
+		return nil, nil, Errf(KindNotFound, "payload %s is not stored on this node: upload it first (PUT /blobs/%s on the RPC port) or send gradient_payload", h, h)
+	}
+	if err != nil {
+		return nil, nil, fmt.Errorf("stored payload %s: %w", h, err)
+	}
+	if len(payload) > MaxPayloadBytes {
+		release()
+		return nil, nil, Errf(KindInvalid, "payload %s: %d bytes, limit %d", h, len(payload), MaxPayloadBytes)
+	}
+	return payload, release, nil
 }
 
 // precheck runs the cheap checks: run state, enrolment, round, fragment, window.
