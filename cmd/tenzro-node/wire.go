@@ -50,6 +50,14 @@ func runNode(ctx context.Context, cfg Config, log *slog.Logger) (err error) {
 		return fmt.Errorf("open store: %w", err)
 	}
 	defer closeLogged(log, "store", db.Close)
+	blobs, err := store.OpenBlobs(filepath.Join(cfg.DataDir, "blobs"), store.BlobOptions{MaxSize: syncer.MaxInitWeights, Logger: log.With("component", "blobs")})
+	if err != nil {
+		return fmt.Errorf("open blob store: %w", err)
+	}
+	defer closeLogged(log, "blob store", blobs.Close)
+	if err := migrateKVBlobs(ctx, db, blobs, log); err != nil {
+		return err
+	}
 
 	var engine syncer.Engine
 	var registry rpc.PluginRegistry
@@ -80,6 +88,7 @@ func runNode(ctx context.Context, cfg Config, log *slog.Logger) (err error) {
 	var gn *gossip.Node // set below; round transitions are announced once it exists
 	node, err := syncer.NewNode(ctx, syncer.Config{
 		KV:          db,
+		Blobs:       blobs,
 		Engine:      engine,
 		Signer:      tr.signer,
 		Attestor:    tr.checker,
@@ -178,6 +187,8 @@ func runNode(ctx context.Context, cfg Config, log *slog.Logger) (err error) {
 	opts := rpc.Options{
 		Routes:          dsRoutes,
 		MaxRequestBytes: cfg.MaxRequestBytes,
+		Blobs:           blobs,
+		MaxBlobBytes:    cfg.MaxBlobBytes,
 		LargeMinRate:    cfg.LargeMinRate,
 		LargeGrace:      time.Duration(cfg.LargeGraceMs) * time.Millisecond,
 		Logger:          log.With("component", "rpc"),
@@ -343,4 +354,45 @@ func announce(ctx context.Context, gn *gossip.Node, signer syncer.Signer, ev syn
 	if err := gn.PublishSyncerStatus(ctx, st); err != nil {
 		log.Debug("publish syncer status", "err", err)
 	}
+}
+
+// migrateKVBlobs moves blobs an older node kept in Pebble's KSBlobs
+// keyspace into the file blob store (each checked against its hash), then
+// deletes them from Pebble. It is idempotent: a crash half-way leaves
+// blobs in both places, and the next start moves the rest.
+func migrateKVBlobs(ctx context.Context, db *store.DB, blobs *store.Blobs, log *slog.Logger) error {
+	var keys [][]byte
+	err := db.Scan(ctx, syncer.KSBlobs, nil, func(k, v []byte) error {
+		var h wire.Hash
+		if len(k) != len(h) {
+			log.Warn("blob migration: skipping a key that is not a hash", "key", fmt.Sprintf("%x", k))
+			return nil
+		}
+		copy(h[:], k)
+		if err := blobs.Put(ctx, h, v); errors.Is(err, store.ErrBlobMismatch) {
+			// Keyed by another hash function (a store written before
+			// content hashes were BLAKE3): left where it is.
+			log.Warn("blob migration: a stored blob does not hash to its key; left in the database", "key", h)
+			return nil
+		} else if err != nil {
+			return fmt.Errorf("blob %s: %w", h, err)
+		}
+		keys = append(keys, append([]byte(nil), k...))
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("move blobs from the database to %s: %w", blobs.Dir(), err)
+	}
+	if len(keys) == 0 {
+		return nil
+	}
+	var b syncer.Batch
+	for _, k := range keys {
+		b.Delete(syncer.KSBlobs, k)
+	}
+	if err := db.Commit(ctx, &b); err != nil {
+		return fmt.Errorf("move blobs: delete from the database: %w", err)
+	}
+	log.Info("moved blobs from the database to the blob store", "blobs", len(keys), "dir", blobs.Dir())
+	return nil
 }
