@@ -35,11 +35,21 @@ func (s nodeService) Submit(ctx context.Context, g *wire.OuterGradient) (*wire.S
 	if s.fwd == nil {
 		return s.Node.Submit(ctx, g)
 	}
-	got, ok := g.CheckPayloadHash()
-	if !ok {
-		return nil, syncer.Errf(syncer.KindInvalid, "payload_hash mismatch: payload hashes to %s, request says %s", got, g.PayloadHash)
+	if len(g.GradientPayload) == 0 {
+		// By reference: the trainer uploaded the payload to this node with
+		// PUT /blobs/<payload_hash>, which hashed it as it arrived.
+		if ok, err := s.Node.Blobs().Has(ctx, g.PayloadHash); err != nil {
+			return nil, err
+		} else if !ok {
+			return nil, syncer.Errf(syncer.KindNotFound, "payload %s is not stored on this node: upload it first (PUT /blobs/%s on the RPC port) or send gradient_payload", g.PayloadHash, g.PayloadHash)
+		}
+	} else {
+		got, ok := g.CheckPayloadHash()
+		if !ok {
+			return nil, syncer.Errf(syncer.KindInvalid, "payload_hash mismatch: payload hashes to %s, request says %s", got, g.PayloadHash)
+		}
+		g.MarkPayloadHashed() // Forward checks it again: hashed once
 	}
-	g.MarkPayloadHashed() // Forward checks it again: hashed once
 	if err := did.Verify(g.TrainerDID, g.Preimage(), g.Signature); err != nil {
 		return nil, syncer.Errf(syncer.KindUnauthorized, "submission signature: %v", err)
 	}

@@ -130,10 +130,8 @@ func runNode(ctx context.Context, cfg Config, log *slog.Logger) (err error) {
 
 	// Gossip: the syncer role receives submissions announced by light nodes
 	// and serves their trainers' attestation nonces.
-	hd := gossip.Handlers{Blob: func(h wire.Hash) ([]byte, bool) {
-		b, err := node.GetPayload(ctx, h)
-		return b, err == nil
-	}}
+	// Blobs (payloads, initial weights) are served from the blob store.
+	hd := gossip.Handlers{}
 	if cfg.Role == "syncer" {
 		hd.Nonce = func(ctx context.Context, p wire.NonceParams) (*wire.NonceResult, error) {
 			res, err := node.AttestNonce(ctx, p)
@@ -151,6 +149,8 @@ func runNode(ctx context.Context, cfg Config, log *slog.Logger) (err error) {
 		BootNodes:   cfg.BootNodes,
 		Identity:    key.Priv,
 		Logger:      log,
+		Blobs:       blobs,
+		MaxBlob:     max(cfg.MaxRequestBytes, cfg.MaxBlobBytes),
 	}, hd)
 	if err != nil {
 		cancel()
