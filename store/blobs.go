@@ -457,16 +457,18 @@ func (s *Blobs) Create(h wire.Hash, limit int64) (*BlobWriter, error) {
 
 // BlobWriter writes one blob (see Create). It is not safe for concurrent use.
 type BlobWriter struct {
-	s      *Blobs
-	h      wire.Hash
-	f      *os.File
-	tmp    string
-	final  string
-	limit  int64
-	n      int64
-	hasher *wire.ContentHasher
-	err    error // sticky write error
-	done   bool
+	s     *Blobs
+	h     wire.Hash
+	f     *os.File
+	tmp   string
+	final string
+	limit int64
+	n     int64
+	// flushed is how far write-back has been started.
+	flushed int64
+	hasher  *wire.ContentHasher
+	err     error // sticky write error
+	done    bool
 }
 
 // Write appends p. It refuses (writing nothing of p) when p would take the
@@ -493,8 +495,19 @@ func (w *BlobWriter) Write(p []byte) (int, error) {
 		w.err = fmt.Errorf("blob store: write %s: %w", w.h, err)
 		return n, w.err
 	}
+	if !w.s.noSync && w.n-w.flushed >= writeBehind {
+		// Start writing back what has arrived so far without waiting for
+		// it, so the disk works while the rest arrives and Commit's fsync
+		// waits only for the tail.
+		startWriteBack(w.f, w.flushed, w.n-w.flushed)
+		w.flushed = w.n
+	}
 	return n, nil
 }
+
+// writeBehind is how many written bytes a BlobWriter lets accumulate before
+// it starts their write-back.
+const writeBehind = 4 << 20
 
 // blobBuf is the copy buffer of ReadFrom: large enough that each read
 // syscall and each hasher call moves a meaningful amount.
