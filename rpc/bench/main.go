@@ -1,15 +1,22 @@
 // Command bench measures JSON-RPC submission ingest: throughput and the
-// server process's peak RSS per large (33 MB) outer-gradient submission.
+// server process's peak RSS per large outer-gradient submission.
 //
-//	go run ./rpc/bench -n 8 -size 33554432 -concurrency 1
+// Real nodes (bench/results/ingest.md): the loopback HTTP ceiling, the
+// seed's base64 JSON-RPC form and PUT /blobs + by-reference submission,
+// at N = 1M, 4M, 16.7M f32 values, 1 and 4 clients, with an older binary
+// as "before":
+//
+//	go build -o /tmp/tenzro-node ./cmd/tenzro-node
+//	go run ./rpc/bench -node /tmp/tenzro-node [-before /tmp/tenzro-node-main] -reps 3
+//
+// The RPC layer alone (a Service that hashes the payload and keeps
+// nothing; base64 only):
+//
 //	go run ./rpc/bench -n 8 -size 33554432 -concurrency 4
-//	go build -o /tmp/tenzro-node ./cmd/tenzro-node && go run ./rpc/bench -node /tmp/tenzro-node -n 6
 //
-// It re-executes itself as the server (a child process, so the client's
-// buffers do not count) serving rpc.Server over a Service whose Submit
-// hashes the payload and keeps nothing, and reads the child's VmHWM from
-// /proc (Linux only). Peak per submission = (VmHWM after − VmRSS before) /
-// min(concurrency, large-request slots).
+// Both re-execute this binary as the server (a child process, so the
+// client's buffers do not count) and read the server's VmHWM from /proc
+// (Linux only).
 package main
 
 import (
@@ -43,15 +50,24 @@ func main() {
 		serve(addr)
 		return
 	}
-	n := flag.Int("n", 8, "submissions")
-	size := flag.Int("size", 33<<20, "payload bytes")
-	conc := flag.Int("concurrency", 1, "concurrent clients")
-	slots := flag.Int("slots", rpc.DefaultMaxLargeInFlight, "server's large-request slots")
+	if addr := os.Getenv(loopbackEnv); addr != "" {
+		serveLoopback(addr)
+		return
+	}
+	n := flag.Int("n", 8, "submissions (per case with -node)")
+	size := flag.Int("size", 33<<20, "payload bytes (RPC layer alone)")
+	conc := flag.Int("concurrency", 1, "concurrent clients (RPC layer alone)")
+	slots := flag.Int("slots", rpc.DefaultMaxLargeInFlight, "server's large-request slots (RPC layer alone)")
 	nodeBin := flag.String("node", "", "measure a real tenzro-node binary at this path instead of the RPC layer alone")
+	before := flag.String("before", "", "with -node: also measure this older binary's base64 ingest, in the same run")
+	sizes := flag.String("sizes", "1048576,4194304,16777216", "with -node: payload sizes in f32 values")
+	concs := flag.String("concs", "1,4", "with -node: concurrent clients")
+	reps := flag.Int("reps", 3, "with -node: repetitions (medians and ranges are reported)")
 	engine := flag.String("engine", "native", "with -node: the node's --engine")
+	idle := flag.Bool("idle", true, "with -node: also measure the node's RSS with the same setup and no submission (control)")
 	flag.Parse()
 	if *nodeBin != "" {
-		benchNode(*nodeBin, *engine, *n, *size, *conc)
+		runIngest(*nodeBin, *before, *engine, parseInts(*sizes), parseInts(*concs), *n, *reps, *idle)
 		return
 	}
 
