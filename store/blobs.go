@@ -515,29 +515,66 @@ const blobBuf = 256 << 10
 
 var blobBufs = sync.Pool{New: func() any { b := make([]byte, blobBuf); return &b }}
 
-// ReadFrom copies r into the blob until EOF, in O(blobBuf) memory. It stops
-// with ErrBlobTooLarge as soon as r yields more than the limit allows.
+// pipeDepth is how many read buffers ReadFrom lets the reading goroutine
+// run ahead of hashing and writing.
+const pipeDepth = 3
+
+type readChunk struct {
+	buf *[]byte
+	n   int
+	err error
+}
+
+// ReadFrom copies r into the blob until EOF, in O(pipeDepth·blobBuf)
+// memory: one goroutine reads r while this one hashes and writes what was
+// read before, so a network transfer, the hash and the disk overlap. It
+// stops with ErrBlobTooLarge as soon as r yields more than the limit allows.
+// It returns once the reading goroutine has finished, except when the
+// write fails while r blocks: that goroutine then drops what it reads.
 func (w *BlobWriter) ReadFrom(r io.Reader) (int64, error) {
-	bp := blobBufs.Get().(*[]byte)
-	defer blobBufs.Put(bp)
-	buf := *bp
-	var total int64
-	for {
-		n, rerr := r.Read(buf)
-		if n > 0 {
-			m, werr := w.Write(buf[:n])
-			total += int64(m)
-			if werr != nil {
-				return total, werr
+	full := make(chan readChunk, pipeDepth)
+	stop := make(chan struct{})
+	go func() {
+		defer close(full)
+		for {
+			bp := blobBufs.Get().(*[]byte)
+			n, err := r.Read(*bp)
+			select {
+			case full <- readChunk{bp, n, err}:
+			case <-stop:
+				blobBufs.Put(bp)
+				return
+			}
+			if err != nil {
+				return
 			}
 		}
-		if rerr == io.EOF {
-			return total, nil
+	}()
+	var total int64
+	for c := range full {
+		var werr error
+		if c.n > 0 {
+			var m int
+			m, werr = w.Write((*c.buf)[:c.n])
+			total += int64(m)
 		}
-		if rerr != nil {
-			return total, rerr
+		blobBufs.Put(c.buf)
+		switch {
+		case werr != nil:
+			close(stop)
+			go func() { // return the buffers already read
+				for c := range full {
+					blobBufs.Put(c.buf)
+				}
+			}()
+			return total, werr
+		case c.err == io.EOF:
+			return total, nil
+		case c.err != nil:
+			return total, c.err
 		}
 	}
+	return total, nil
 }
 
 // Written is the number of bytes written so far.

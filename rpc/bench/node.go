@@ -225,18 +225,34 @@ func (b ingestBench) node(bin, mode string) []ingestResult {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	var out []ingestResult
+	// Every case's run is posted first (each carries its initial weights,
+	// which the node writes to its database), then the node is left alone
+	// for a few seconds, so the database's flushes and compactions of those
+	// writes do not land in the measured window.
+	var cases []*ingestCase
 	for _, n := range b.sizes {
 		for _, conc := range b.concs {
-			out = append(out, b.nodeCase(c, node.Process.Pid, mode, n, conc))
+			cases = append(cases, b.setup(c, n, conc))
 		}
+	}
+	time.Sleep(5 * time.Second)
+	var out []ingestResult
+	for _, ic := range cases {
+		out = append(out, b.measure(c, node.Process.Pid, mode, ic))
 	}
 	return out
 }
 
+// ingestCase is a posted run ready for its submissions.
+type ingestCase struct {
+	n, conc int
+	ps      [][]byte
+	subs    []*wire.OuterGradient
+}
+
 var taskSeq atomic.Int64
 
-func (b ingestBench) nodeCase(c *client.Client, pid int, mode string, n, conc int) ingestResult {
+func (b ingestBench) setup(c *client.Client, n, conc int) *ingestCase {
 	ctx := context.Background()
 	must := func(err error) {
 		if err != nil {
@@ -281,6 +297,17 @@ func (b ingestBench) nodeCase(c *client.Client, pid int, mode string, n, conc in
 		s.Signature = trainers[i].Sign(s.Preimage())
 		subs[i] = s
 	}
+	return &ingestCase{n: n, conc: conc, ps: ps, subs: subs}
+}
+
+func (b ingestBench) measure(c *client.Client, pid int, mode string, ic *ingestCase) ingestResult {
+	ctx := context.Background()
+	must := func(err error) {
+		if err != nil {
+			log.Fatal(err)
+		}
+	}
+	n, conc, ps, subs := ic.n, ic.conc, ic.ps, ic.subs
 	must(os.WriteFile(fmt.Sprintf("/proc/%d/clear_refs", pid), []byte("5"), 0))
 	base := procKB(pid, "VmRSS")
 	anon0 := procKB(pid, "RssAnon")

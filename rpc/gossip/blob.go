@@ -331,6 +331,11 @@ func (n *Node) fetchRange(ctx context.Context, peerID string, hash wire.Hash, ds
 		return -1, 0, ErrBlobBadRequest
 	}
 	total = int64(size)
+	if m, ok := dst.(*memSink); ok {
+		// The size is within the caller's limit: hold it in one buffer
+		// of exactly that size instead of growing one by doubling.
+		m.buf.Grow(int(total - off))
+	}
 	bp := copyBufs.Get().(*[]byte)
 	defer copyBufs.Put(bp)
 	added, err = io.CopyBuffer(dst, io.LimitReader(s, total-off), *bp)
