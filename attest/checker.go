@@ -67,6 +67,13 @@ type Options struct {
 	// Replay records the report data of accepted evidence; nil: in memory.
 	Replay ReplayGuard
 	Logger *slog.Logger
+	// CacheEntries bounds each verified-chain cache (SEV-SNP endorsement-key
+	// chains, Nitro document chains, TDX PCK chains with their collateral,
+	// NVIDIA device chains and RIMs): 0 is the packages' default (1024);
+	// negative disables caching, so every chain and all collateral is
+	// verified on every call. Cached or not, every check particular to the
+	// evidence runs on every call (docs/RATIONALE.md).
+	CacheEntries int
 }
 
 // ReplayGuard remembers accepted report data. MarkUsed returns false when
@@ -77,8 +84,11 @@ type ReplayGuard interface {
 
 // Checker verifies evidence envelopes; it implements syncer.Attestor.
 type Checker struct {
-	opts    Options
-	nvCache *nvidia.Cache
+	opts       Options
+	nvCache    *nvidia.Cache
+	snpCache   *snp.Cache
+	nitroCache *nitro.Cache
+	tdxCache   *tdx.Cache
 }
 
 var _ syncer.Attestor = (*Checker)(nil)
@@ -94,7 +104,11 @@ func NewChecker(opts Options) *Checker {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
-	return &Checker{opts: opts, nvCache: nvidia.NewCache()}
+	c := &Checker{opts: opts, snpCache: snp.NewCache(opts.CacheEntries), nitroCache: nitro.NewCache(opts.CacheEntries), tdxCache: tdx.NewCache(opts.CacheEntries)}
+	if opts.CacheEntries >= 0 {
+		c.nvCache = nvidia.NewCache()
+	}
+	return c
 }
 
 // Digest is the evidence digest recorded in receipts: SHA-256 over the
@@ -217,13 +231,13 @@ func (c *Checker) VerifyWith(ctx context.Context, envelope []byte, vp VerifyPara
 		if p != nil && p.SNP == nil {
 			return fail(checks.Failf("policy.vendor", "policy has no snp section"))
 		}
-		ev, err := snp.Parse(env.Evidence, env.CertTable, env.Certs)
+		ev, err := c.snpCache.Parse(env.Evidence, env.CertTable, env.Certs)
 		if err != nil {
 			return fail(checks.Fail("snp.parse", err))
 		}
 		checks.Pass("snp.parse", "report v%d signed by %v", ev.Report.GetVersion(), ev.Signer)
 		res.Claims = ev.Claims()
-		v, err := snp.Verify(ctx, ev, snp.VerifyOptions{Now: at, Roots: c.opts.SNPRoots, AllowSimulated: allowSim}, &checks)
+		v, err := snp.Verify(ctx, ev, snp.VerifyOptions{Now: at, Roots: c.opts.SNPRoots, AllowSimulated: allowSim, Cache: c.snpCache}, &checks)
 		if err != nil {
 			return fail(err)
 		}
@@ -240,7 +254,7 @@ func (c *Checker) VerifyWith(ctx context.Context, envelope []byte, vp VerifyPara
 		if p != nil && p.TDX == nil {
 			return fail(checks.Failf("policy.vendor", "policy has no tdx section"))
 		}
-		ev, err := tdx.Parse(env.Evidence)
+		ev, err := c.tdxCache.Parse(env.Evidence)
 		if err != nil {
 			return fail(checks.Fail("tdx.parse", err))
 		}
@@ -256,7 +270,7 @@ func (c *Checker) VerifyWith(ctx context.Context, envelope []byte, vp VerifyPara
 		if p != nil {
 			statuses = p.TDX.TCBStatus
 		}
-		v, err := tdx.Verify(ctx, ev, tdx.VerifyOptions{Now: at, Collateral: col, TCBStatuses: statuses, AllowSimulated: allowSim}, &checks)
+		v, err := tdx.Verify(ctx, ev, tdx.VerifyOptions{Now: at, Collateral: col, TCBStatuses: statuses, AllowSimulated: allowSim, Cache: c.tdxCache}, &checks)
 		if err != nil {
 			return fail(err)
 		}
@@ -274,13 +288,13 @@ func (c *Checker) VerifyWith(ctx context.Context, envelope []byte, vp VerifyPara
 		if p != nil && p.Nitro == nil {
 			return fail(checks.Failf("policy.vendor", "policy has no nitro section"))
 		}
-		ev, err := nitro.Parse(env.Evidence)
+		ev, err := c.nitroCache.Parse(env.Evidence)
 		if err != nil {
 			return fail(checks.Fail("nitro.parse", err))
 		}
 		checks.Pass("nitro.parse", "module %s issued %s", ev.Doc.ModuleID, ev.IssuedAt.Format(time.RFC3339))
 		res.Claims = ev.Claims()
-		v, err := nitro.Verify(ev, nitro.VerifyOptions{Now: at, AllowSimulated: allowSim}, &checks)
+		v, err := nitro.Verify(ev, nitro.VerifyOptions{Now: at, AllowSimulated: allowSim, Cache: c.nitroCache}, &checks)
 		if err != nil {
 			return fail(err)
 		}
@@ -446,9 +460,9 @@ func (c *Checker) nvidiaCollateral(gpu *GPUEvidence, vp VerifyParams) (*nvidia.C
 
 func (c *Checker) collateral(env *Envelope, fmspc string) (*tdx.Collateral, error) {
 	if len(env.Collateral) > 0 {
-		return tdx.ParseCollateral(env.Collateral)
+		return c.tdxCache.ParseCollateral(env.Collateral)
 	}
-	return tdx.CacheDir(c.opts.CollateralDir).Load(fmspc)
+	return c.tdxCache.Load(tdx.CacheDir(c.opts.CollateralDir), fmspc)
 }
 
 type memReplay struct {

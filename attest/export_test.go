@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tenzro/train/attest/internal/vcache"
 	"github.com/tenzro/train/attest/nitro"
 	"github.com/tenzro/train/attest/snp"
 )
@@ -32,4 +33,15 @@ func mustTime(s string) time.Time {
 		panic(err)
 	}
 	return t
+}
+
+// CacheStats returns the lookup counters of the verified-chain caches, by
+// vendor.
+func (c *Checker) CacheStats() map[string]vcache.Stats {
+	return map[string]vcache.Stats{VendorSNP: c.snpCache.Stats(), VendorNitro: c.nitroCache.Stats(), VendorTDX: c.tdxCache.Stats()}
+}
+
+// CacheLen returns the number of verified chains held, by vendor.
+func (c *Checker) CacheLen() map[string]int {
+	return map[string]int{VendorSNP: c.snpCache.Len(), VendorNitro: c.nitroCache.Len(), VendorTDX: c.tdxCache.Len()}
 }

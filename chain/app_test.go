@@ -185,7 +185,7 @@ func TestRefusals(t *testing.T) {
 		return must(EncodeTx(TxTransfer, p))
 	}()
 	verified := strings.Replace(string(testSpec("run-2", w.sponsor.DID.String(), 2, 1, 2)), `"tier":"Open"`, `"tier":"Verified"`, 1)
-	tampered := strings.Replace(string(testReceipt(t, w.spec, lose)), `"sponsor_refund":"0"`, `"sponsor_refund":"1"`, 1)
+	tampered := strings.Replace(string(testReceipt(t, w.spec, lose)), `"sponsor_refund":"1000"`, `"sponsor_refund":"1001"`, 1)
 	cases := []struct {
 		txCase
 		why string

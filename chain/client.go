@@ -1,14 +1,12 @@
 package chain
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"time"
 
 	rpchttp "github.com/cometbft/cometbft/rpc/client/http"
-	"github.com/cometbft/cometbft/types"
 
 	"github.com/tenzro/train/syncer"
 	"github.com/tenzro/train/wire"
@@ -130,19 +128,21 @@ func (c *Client) AppHashAfter(ctx context.Context, h int64) (wire.Hash, error) {
 }
 
 // CheckReceipt verifies a receipt against the chain (the TRAINING_VERIFY
-// semantics, 0x1008, with the chain as the root of trust): the receipt
-// verifies on its own (syncer.CheckReceipt), its run is sealed on chain with
-// the same run root, and it is signed by the syncer the chain accepted the
-// seal from. It says why not; nil means valid (1).
+// semantics, 0x1008, with the chain as the root of trust):
+// syncer.CheckReceiptAgainst with this node as the anchor (the receipt
+// verifies on its own, its run is sealed on chain with the same run root,
+// its syncers are the chain's election entrants at their tickets), and it is
+// signed by the syncer the chain accepted the seal from. It says why not;
+// nil means valid (1).
 func (c *Client) CheckReceipt(ctx context.Context, receipt []byte) error {
-	if err := syncer.CheckReceipt(receipt, nil); err != nil {
+	if _, err := syncer.CheckReceiptAgainst(ctx, c, receipt); err != nil {
 		return err
 	}
 	rc, err := syncer.ParseReceipt(receipt)
 	if err != nil {
 		return err
 	}
-	v, h, err := c.Query(ctx, QueryRun, rc.TaskID)
+	v, _, err := c.Query(ctx, QueryRun, rc.TaskID)
 	if err != nil {
 		return fmt.Errorf("run %s on chain: %w", rc.TaskID, err)
 	}
@@ -150,12 +150,7 @@ func (c *Client) CheckReceipt(ctx context.Context, receipt []byte) error {
 	if err := json.Unmarshal(v, &r); err != nil {
 		return fmt.Errorf("run %s on chain: %w", rc.TaskID, err)
 	}
-	switch {
-	case r.RunRoot == nil:
-		return fmt.Errorf("run %s is %s on chain at height %d: no sealed run root", rc.TaskID, r.Status, h)
-	case *r.RunRoot != rc.RunRoot:
-		return fmt.Errorf("run root %s is not the one sealed on chain (%s)", rc.RunRoot, *r.RunRoot)
-	case r.SyncerDID != rc.SyncerDID:
+	if r.SyncerDID != rc.SyncerDID {
 		return fmt.Errorf("receipt is signed by %s; the chain sealed run %s from its syncer %s", rc.SyncerDID, rc.TaskID, r.SyncerDID)
 	}
 	return nil
@@ -168,37 +163,13 @@ func (c *Client) CheckReceipt(ctx context.Context, receipt []byte) error {
 // thirds of that voting power signed the header's commit. The node asked
 // need not be trusted: a forged header fails.
 func (c *Client) VerifiedAppHashAfter(ctx context.Context, genesisPath string, h int64) (wire.Hash, error) {
-	gen, err := types.GenesisDocFromFile(genesisPath)
+	gen, err := LoadGenesis(genesisPath)
 	if err != nil {
-		return wire.Hash{}, fmt.Errorf("genesis: %w", err)
-	}
-	vals := make([]*types.Validator, len(gen.Validators))
-	for i, v := range gen.Validators {
-		vals[i] = types.NewValidator(v.PubKey, v.Power)
-	}
-	set := types.NewValidatorSet(vals)
-	if _, err := c.AppHashAfter(ctx, h); err != nil { // waits for block h+1
 		return wire.Hash{}, err
 	}
-	next := h + 1
-	res, err := c.rpc.Commit(ctx, &next)
+	sh, err := c.SignedHeaderAfter(ctx, h)
 	if err != nil {
-		return wire.Hash{}, fmt.Errorf("signed header %d: %w", next, err)
+		return wire.Hash{}, err
 	}
-	sh := res.SignedHeader
-	if err := sh.ValidateBasic(gen.ChainID); err != nil {
-		return wire.Hash{}, fmt.Errorf("signed header %d: %w", next, err)
-	}
-	if !bytes.Equal(sh.ValidatorsHash, set.Hash()) {
-		return wire.Hash{}, fmt.Errorf("signed header %d: validators hash %X is not the genesis validator set's %X", next, sh.ValidatorsHash, set.Hash())
-	}
-	if err := set.VerifyCommitLight(gen.ChainID, sh.Commit.BlockID, next, sh.Commit); err != nil {
-		return wire.Hash{}, fmt.Errorf("signed header %d: commit: %w", next, err)
-	}
-	var out wire.Hash
-	if len(sh.AppHash) != len(out) {
-		return out, fmt.Errorf("signed header %d: app hash of %d bytes", next, len(sh.AppHash))
-	}
-	copy(out[:], sh.AppHash)
-	return out, nil
+	return VerifySignedHeader(gen, sh, h)
 }

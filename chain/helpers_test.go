@@ -52,46 +52,68 @@ func testReceipt(t testing.TB, spec []byte, key *did.Key) []byte {
 	return roundsReceipt(t, spec, key, nil, nil)
 }
 
-// roundsReceipt builds a receipt of spec with the given transcript and
-// reward lines, signed by key.
+// roundsReceipt builds a version-2 receipt of spec with the given
+// transcript and reward lines, signed by key, which it lists as the run's
+// only syncer (ticket 0, its VRF proof over the run's alpha). The
+// sponsor refund is what conservation leaves (reward_pool + Σ slashed −
+// Σ reward); the lines must follow ⌊P·w/W⌋ for CheckReceipt to accept them.
 func roundsReceipt(t testing.TB, spec []byte, key *did.Key, transcript []wire.RoundCommit, rewards []wire.Payout) []byte {
+	t.Helper()
+	b := unsignedReceipt(t, spec, key, transcript, rewards)
+	pre, err := syncer.ReceiptPreimage(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.Signature = key.Sign(pre)
+	raw, err := json.Marshal(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return raw
+}
+
+func unsignedReceipt(t testing.TB, spec []byte, key *did.Key, transcript []wire.RoundCommit, rewards []wire.Payout) *wire.Receipt {
 	t.Helper()
 	s, canon, err := wire.ParseSpec(spec)
 	if err != nil {
 		t.Fatal(err)
 	}
+	if rewards == nil {
+		rewards = []wire.Payout{}
+	}
+	blob, roots, err := syncer.TranscriptBlob(transcript)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, attHash := syncer.AttestationList(nil)
+	alpha := election.Alpha(s.TaskID, wire.SpecHash(canon))
+	pi, err := vrf.Prove(key.Priv, alpha)
+	if err != nil {
+		t.Fatal(err)
+	}
+	beta, _ := vrf.ProofToHash(pi)
+	rest, _ := new(big.Int).SetString(s.RewardPool, 10)
+	slashed := new(big.Int)
+	for _, p := range rewards {
+		v, _ := new(big.Int).SetString(p.Reward, 10)
+		sl, _ := new(big.Int).SetString(p.Slashed, 10)
+		rest.Sub(rest, v)
+		rest.Add(rest, sl)
+		slashed.Add(slashed, sl)
+	}
+	if rest.Sign() < 0 {
+		rest.SetInt64(0)
+	}
 	rc := &wire.Receipt{Version: syncer.ReceiptVersion, TaskID: s.TaskID, TaskSpec: canon, SpecHash: wire.SpecHash(canon),
-		SyncerDID: key.DID.String(), PluginHashes: []wire.Hash{}, AttestationDigests: []wire.Hash{}, Transcript: []wire.RoundCommit{},
-		Rewards: []wire.Payout{}, Engine: json.RawMessage(`{}`), SponsorRefund: "0", FinalModelHash: wire.ContentHash([]byte("final"))}
-	var roots []wire.Hash
-	for i := range transcript {
-		h, err := syncer.RoundCommitHash(&transcript[i])
-		if err != nil {
-			t.Fatal(err)
-		}
-		roots = append(roots, h)
-		rc.FinalModelHash = transcript[i].ModelHash
-	}
-	if transcript != nil {
-		rc.Transcript = transcript
-	}
-	if rewards != nil {
-		rc.Rewards = rewards
+		FinalModelHash: wire.ContentHash([]byte("final")), Rounds: uint64(len(transcript)), TranscriptHash: syncer.BlobHash(blob),
+		TranscriptSize: uint64(len(blob)), PluginHashes: []wire.Hash{}, Engine: json.RawMessage(`{}`), AttestationsHash: attHash,
+		ElectionAlpha: alpha, Syncers: []wire.ReceiptSyncer{{DID: key.DID.String(), Stake: "1", Proof: pi, Output: beta}},
+		RewardPool: s.RewardPool, SlashedTotal: slashed.String(), Rewards: rewards, SponsorRefund: rest.String(), SyncerDID: key.DID.String()}
+	if n := len(transcript); n > 0 {
+		rc.FinalModelHash = transcript[n-1].ModelHash
 	}
 	rc.RunRoot = syncer.RunRoot(rc.SpecHash, roots, rc.FinalModelHash)
-	pre, err := syncer.ReceiptPreimage(rc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rc.Signature = key.Sign(pre)
-	b, err := json.Marshal(rc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := syncer.CheckReceipt(b, nil); err != nil {
-		t.Fatal(err)
-	}
-	return b
+	return rc
 }
 
 func vrfProof(t testing.TB, key *did.Key, task string, spec []byte) []byte {

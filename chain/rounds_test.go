@@ -77,7 +77,8 @@ func TestRoundsAndFailover(t *testing.T) {
 		{"submission after the last round", must(SubmissionTx(w.t1, w.task, 2, 0, h("e"), 8)), CodeConflict},
 		{"commit beyond max_rounds", must(CommitRoundTx(lose, c2, 23)), CodeConflict},
 	})
-	rewards := []wire.Payout{{DID: t1, Reward: "600", Refund: "0", Slashed: "0", WeightSum: "3"}, {DID: t2, Reward: "300", Refund: "0", Slashed: "0", WeightSum: "1"}}
+	// The escrow is the pool (1000) plus t2's slash (30): ⌊1030·3/4⌋ and ⌊1030·1/4⌋.
+	rewards := []wire.Payout{{DID: t1, Reward: "772", Refund: "0", Slashed: "0", WeightSum: "3"}, {DID: t2, Reward: "257", Refund: "0", Slashed: "30", WeightSum: "1"}}
 	sort.Slice(rewards, func(i, j int) bool { return rewards[i].DID < rewards[j].DID })
 	greedy := []wire.Payout{{DID: rewards[0].DID, Reward: "1031", Refund: "0", Slashed: "0", WeightSum: "1"}}
 	both([]txCase{
@@ -86,7 +87,7 @@ func TestRoundsAndFailover(t *testing.T) {
 		{"seal paying more than the escrow", must(SealTx(roundsReceipt(t, w.spec, lose, []wire.RoundCommit{c0, c1}, greedy))), CodeInvalid},
 		{"seal", must(SealTx(roundsReceipt(t, w.spec, lose, []wire.RoundCommit{c0, c1}, rewards))), CodeOK},
 	})
-	for k, want := range map[string]string{w.sponsor.DID.String(): "9030", t1: "1100", t2: "770"} {
+	for k, want := range map[string]string{w.sponsor.DID.String(): "8901", t1: "1272", t2: "727"} {
 		if _, got := a.query(QueryBalance, k); got != want {
 			t.Errorf("balance of %s: %s, want %s", k, got, want)
 		}

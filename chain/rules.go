@@ -675,13 +675,13 @@ func (x *exec) applySeal(s *Seal) (any, error) {
 	if rc.SpecHash != r.SpecHash {
 		return nil, errf(CodeInvalid, "receipt spec_hash %s is not run %s's %s", rc.SpecHash, r.TaskID, r.SpecHash)
 	}
-	if len(rc.Transcript) != len(r.RoundRoots) {
-		return nil, errf(CodeInvalid, "receipt has %d rounds, %d are committed on chain for %s", len(rc.Transcript), len(r.RoundRoots), r.TaskID)
+	// A version-2 receipt carries the run root, not the transcript: it must
+	// be the root over the rounds committed on chain.
+	if rc.Rounds != uint64(len(r.RoundRoots)) {
+		return nil, errf(CodeInvalid, "receipt has %d rounds, %d are committed on chain for %s", rc.Rounds, len(r.RoundRoots), r.TaskID)
 	}
-	for i := range rc.Transcript {
-		if h, _ := syncer.RoundCommitHash(&rc.Transcript[i]); h != r.RoundRoots[i] {
-			return nil, errf(CodeInvalid, "receipt round %d hashes to %s, the chain committed %s", i, h, r.RoundRoots[i])
-		}
+	if want := syncer.RunRoot(r.SpecHash, r.RoundRoots, rc.FinalModelHash); rc.RunRoot != want {
+		return nil, errf(CodeInvalid, "receipt run root %s is not the root over the rounds committed on chain (%s)", rc.RunRoot, want)
 	}
 	// The signer must be the syncer of the last committed round or, with
 	// none, the one whose turn it is now.

@@ -16,6 +16,8 @@ import (
 
 	"github.com/tenzro/train/chain"
 	"github.com/tenzro/train/syncer"
+	"github.com/tenzro/train/syncer/election"
+	"github.com/tenzro/train/syncer/vrf"
 	"github.com/tenzro/train/wire"
 	"github.com/tenzro/train/wire/did"
 )
@@ -137,15 +139,27 @@ func appHashAt(t *testing.T, n *chainNode, h int64) string {
 	return b.Block.AppHash.String()
 }
 
-// signedReceipt is a receipt of a zero-round run of spec signed by k.
-func signedReceipt(t *testing.T, spec []byte, k *did.Key) []byte {
+// signedReceipt is a version-2 receipt of a zero-round run of spec signed
+// by k, which it lists as the run's syncer at ticket 0 with stake (its VRF
+// proof over the run's alpha); the whole pool goes back to the sponsor.
+func signedReceipt(t *testing.T, spec []byte, k *did.Key, stake string) []byte {
 	s, canon, err := wire.ParseSpec(spec)
 	if err != nil {
 		t.Fatal(err)
 	}
+	blob, _, _ := syncer.TranscriptBlob(nil)
+	_, attHash := syncer.AttestationList(nil)
+	alpha := election.Alpha(s.TaskID, wire.SpecHash(canon))
+	pi, err := vrf.Prove(k.Priv, alpha)
+	if err != nil {
+		t.Fatal(err)
+	}
+	beta, _ := vrf.ProofToHash(pi)
 	rc := &wire.Receipt{Version: syncer.ReceiptVersion, TaskID: s.TaskID, TaskSpec: canon, SpecHash: wire.SpecHash(canon),
-		SyncerDID: k.DID.String(), PluginHashes: []wire.Hash{}, AttestationDigests: []wire.Hash{}, Transcript: []wire.RoundCommit{},
-		Rewards: []wire.Payout{}, Engine: json.RawMessage(`{}`), SponsorRefund: "0", FinalModelHash: wire.ContentHash([]byte("final"))}
+		FinalModelHash: wire.ContentHash([]byte("final")), TranscriptHash: syncer.BlobHash(blob), TranscriptSize: uint64(len(blob)),
+		PluginHashes: []wire.Hash{}, Engine: json.RawMessage(`{}`), AttestationsHash: attHash, ElectionAlpha: alpha,
+		Syncers:    []wire.ReceiptSyncer{{DID: k.DID.String(), Stake: stake, Proof: pi, Output: beta}},
+		RewardPool: s.RewardPool, SlashedTotal: "0", Rewards: []wire.Payout{}, SponsorRefund: s.RewardPool, SyncerDID: k.DID.String()}
 	rc.RunRoot = syncer.RunRoot(rc.SpecHash, nil, rc.FinalModelHash)
 	pre, err := syncer.ReceiptPreimage(rc)
 	if err != nil {
@@ -280,7 +294,7 @@ func TestChainFourValidators(t *testing.T) {
 	cli(nodes[2], "chain", "enter-election", "--task-id", "chain-run", "--key", keyFile(cand))
 	broadcast(t, nodes[0], tx(chain.EnrollTx(trainer, "chain-run", "100", 1)))
 	broadcast(t, nodes[0], tx(chain.SubmissionTx(trainer, "chain-run", 0, 1, wire.ContentHash([]byte("payload")), 4096)))
-	receipt := signedReceipt(t, spec, cand)
+	receipt := signedReceipt(t, spec, cand, "60")
 	receiptPath := filepath.Join(dir, "receipt.json")
 	if err := os.WriteFile(receiptPath, receipt, 0o600); err != nil {
 		t.Fatal(err)
@@ -381,7 +395,7 @@ func TestChainFourValidators(t *testing.T) {
 		}
 	}
 	forgedPath := filepath.Join(dir, "forged.json")
-	if err := os.WriteFile(forgedPath, signedReceipt(t, spec, other), 0o600); err != nil {
+	if err := os.WriteFile(forgedPath, signedReceipt(t, spec, other, "60"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	forged := exec.Command(filepath.Join(binDir, "tenzro"), "chain", "verify-receipt", "--receipt", forgedPath, "--node", "http://"+mustNodeConfig(t, nodes[3].home).RPCAddr)
@@ -406,6 +420,52 @@ func TestChainFourValidators(t *testing.T) {
 	}
 	if got := cli(nodes[0], "chain", "verify-proof", "--proof", proofPath, "--app-hash", header, "--receipt", receiptPath); got != "1\n" {
 		t.Fatalf("verify-proof: %q", got)
+	}
+	// The receipt commands: against the chain through node 0's JSON-RPC
+	// (tenzro_training_verifyReceipt without a root: the chain's run root and
+	// election), and the run-root proof with its signed header, checked
+	// offline against the genesis validators or a header file.
+	if out, err := rpcCLI("receipt", "verify", "--receipt", receiptPath); err != nil || !strings.Contains(out, "(compact, chain)") || !strings.Contains(out, "committed on chain at height") {
+		t.Fatalf("receipt verify --rpc: %v %s", err, out)
+	}
+	if out, err := rpcCLI("receipt", "verify", "--receipt", forgedPath); err == nil || !strings.Contains(out, "against the chain") {
+		t.Fatalf("re-signed receipt, receipt verify --rpc: %v %s", err, out)
+	}
+	proof2 := filepath.Join(dir, "proof2.json")
+	if err := os.WriteFile(proof2, []byte(cli(nodes[3], "receipt", "prove", "--task-id", "chain-run")), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	past := exec.Command(filepath.Join(binDir, "tenzro"), "receipt", "prove", "--task-id", "chain-run", "--height", "1", "--node", "http://"+mustNodeConfig(t, nodes[3].home).RPCAddr)
+	if out, err := past.CombinedOutput(); err == nil || !strings.Contains(string(out), "last committed height") {
+		t.Fatalf("receipt prove at a past height: %v %s", err, out)
+	}
+	genesis := filepath.Join(nodes[0].home, "config", "genesis.json")
+	offline := func(args ...string) (string, error) {
+		out, err := exec.Command(filepath.Join(binDir, "tenzro"), append([]string{"receipt", "verify", "--receipt", receiptPath, "--proof", proof2}, args...)...).CombinedOutput()
+		return string(out), err
+	}
+	if out, err := offline("--genesis", genesis); err != nil || !strings.Contains(out, "(compact, proof)") {
+		t.Fatalf("receipt verify --proof --genesis: %v %s", err, out)
+	}
+	if out, err := offline("--genesis", filepath.Join(otherNet, "node0", "config", "genesis.json")); err == nil || !strings.Contains(out, "not the genesis validator set") {
+		t.Fatalf("receipt verify --proof with another network's genesis: %v %s", err, out)
+	}
+	var pf2 struct {
+		SignedHeader json.RawMessage `json:"signed_header"`
+	}
+	raw2, _ := os.ReadFile(proof2)
+	if err := json.Unmarshal(raw2, &pf2); err != nil || len(pf2.SignedHeader) == 0 {
+		t.Fatalf("receipt prove wrote no signed header: %v %s", err, raw2)
+	}
+	headerPath := filepath.Join(dir, "header.json")
+	if err := os.WriteFile(headerPath, pf2.SignedHeader, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := offline("--header", headerPath, "--genesis", genesis); err != nil {
+		t.Fatalf("receipt verify --proof --header --genesis: %v %s", err, out)
+	}
+	if out, err := offline("--app-hash", wire.SHA256([]byte("x")).String()); err == nil || !strings.Contains(out, "app hash") {
+		t.Fatalf("receipt verify --proof with a wrong app hash: %v %s", err, out)
 	}
 
 	// kill -9 one validator: the other three (30 of 40 voting power) go on.

@@ -107,8 +107,16 @@ func TestVerifiedRunWithGPUEvidence(t *testing.T) {
 	if syncer.VerifyReceipt(raw, nil) != 1 {
 		t.Fatal(syncer.CheckReceipt(raw, nil))
 	}
+	list, err := r.node.GetPayload(r.ctx, rc.AttestationsHash) // the list is a blob, by its hash
+	if err != nil {
+		t.Fatal(err)
+	}
+	digests, err := syncer.CheckAttestations(rc, list)
+	if err != nil {
+		t.Fatal(err)
+	}
 	in := map[wire.Hash]bool{}
-	for _, d := range rc.AttestationDigests {
+	for _, d := range digests {
 		in[d] = true
 	}
 	for i, d := range gpuDigests {

@@ -227,10 +227,18 @@ func TestVerifiedTierRun(t *testing.T) {
 		t.Fatalf("receipt signed by %s, not the enclave key %s", rc.SyncerDID, r.syncer.DID())
 	}
 	// 4 enrolments + 2 rounds × 2 fragments × 4 submissions + the syncer key evidence.
-	if got := len(rc.AttestationDigests); got != 4+16+1 {
+	list, err := r.node.GetPayload(r.ctx, rc.AttestationsHash) // the list is a blob, by its hash
+	if err != nil {
+		t.Fatal(err)
+	}
+	digests, err := syncer.CheckAttestations(rc, list)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := len(digests); got != 4+16+1 || rc.AttestationCount != 4+16+1 {
 		t.Fatalf("%d attestation digests", got)
 	}
-	if rc.AttestationDigests[len(rc.AttestationDigests)-1] != wire.SHA256(r.syncer.Evidence()) {
+	if digests[len(digests)-1] != wire.SHA256(r.syncer.Evidence()) {
 		t.Fatal("receipt does not commit to the syncer key evidence")
 	}
 }

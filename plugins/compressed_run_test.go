@@ -200,7 +200,15 @@ func TestCompressedRunSealsVerifiesReplays(t *testing.T) {
 	if !inPlugins {
 		t.Fatal("the receipt's plugin hashes lack the codec")
 	}
-	for _, round := range rc.Transcript {
+	transcript, err := h.node.GetTranscript(h.ctx, rc.TaskID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	blob, _, err := syncer.TranscriptBlob(transcript)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, round := range transcript {
 		for _, fc := range round.Fragments {
 			if fc.Codec == nil || fc.Codec.Hash != codec.Hash || string(fc.Codec.Params) != `{"block":64}` || fc.Status != wire.FragAggregated {
 				t.Fatalf("round %d fragment %d: codec %+v status %s", round.Round, fc.Fragment, fc.Codec, fc.Status)
@@ -220,7 +228,7 @@ func TestCompressedRunSealsVerifiesReplays(t *testing.T) {
 	if err := json.Indent(&pretty, raw, "", "  "); err != nil {
 		t.Fatal(err)
 	}
-	rep, err := syncer.Replay(h.ctx, pretty.Bytes(), h.node, fresh, nil)
+	rep, err := syncer.Replay(h.ctx, pretty.Bytes(), blob, h.node, fresh, nil)
 	if err != nil || !rep.Match {
 		t.Fatalf("replay: %+v %v", rep, err)
 	}

@@ -241,13 +241,13 @@ func (fakeAttest) ReleaseKey(ctx context.Context, p json.RawMessage) (json.RawMe
 	return echo(ctx, p)
 }
 
-func fakeVerify(receipt, root []byte) (byte, string) {
+func fakeVerify(_ context.Context, receipt, root []byte) *wire.VerifyReceiptResult {
 	var r wire.Receipt
 	if err := json.Unmarshal(receipt, &r); err != nil {
-		return 0, "receipt is not JSON: " + err.Error()
+		return &wire.VerifyReceiptResult{Valid: 0, Reason: "receipt is not JSON: " + err.Error()}
 	}
 	if root != nil && string(root) != string(r.RunRoot[:]) {
-		return 0, "run root differs from the claimed root"
+		return &wire.VerifyReceiptResult{Valid: 0, Reason: "run root differs from the claimed root"}
 	}
-	return 1, ""
+	return &wire.VerifyReceiptResult{Valid: 1}
 }

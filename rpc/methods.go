@@ -342,7 +342,7 @@ func (s *Server) methods() handler.Map {
 				return "receipt"
 			}
 			return ""
-		}, func(_ context.Context, p *wire.VerifyReceiptParams) (any, error) {
+		}, func(ctx context.Context, p *wire.VerifyReceiptParams) (any, error) {
 			var root []byte
 			if p.Root != "" {
 				h, err := wire.ParseHash(p.Root)
@@ -351,8 +351,7 @@ func (s *Server) methods() handler.Map {
 				}
 				root = h[:]
 			}
-			valid, reason := v(p.Receipt, root)
-			return &wire.VerifyReceiptResult{Valid: valid, Reason: reason}, nil
+			return v(ctx, p.Receipt, root), nil
 		})
 	}
 	if pr := s.opts.Plugins; pr != nil {

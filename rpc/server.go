@@ -67,9 +67,11 @@ type AttestService interface {
 	ReleaseKey(ctx context.Context, params json.RawMessage) (json.RawMessage, error)
 }
 
-// VerifyFunc is the pure receipt check (syncer.VerifyReceipt): root nil
-// means the receipt's own root. valid is 1 or 0 as in the 0x1008 precompile.
-type VerifyFunc func(receipt []byte, root []byte) (valid byte, reason string)
+// VerifyFunc serves tenzro_training_verifyReceipt
+// (syncer.VerifyReceiptAgainst): with root nil, against the run root the
+// node's committed state holds for the receipt's task; with a root, the pure
+// check against it. Valid is 1 or 0 as in the 0x1008 precompile.
+type VerifyFunc func(ctx context.Context, receipt []byte, root []byte) *wire.VerifyReceiptResult
 
 // Observer receives one call per served method invocation (metrics).
 type Observer interface {

@@ -2,65 +2,61 @@ package syncer_test
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
+	"math/big"
 	"runtime"
 	"testing"
 
 	"github.com/tenzro/train/store"
 	"github.com/tenzro/train/syncer"
+	"github.com/tenzro/train/syncer/election"
 	"github.com/tenzro/train/wire"
 	"github.com/tenzro/train/wire/did"
 	"github.com/tenzro/train/wire/safetensors"
 )
 
-// syntheticReceipt builds a signed receipt of rounds × frags with 6 inputs
-// per fragment, the size of the seed's run (1024 rounds × 12 fragments).
-func syntheticReceipt(b *testing.B, rounds, frags int) []byte {
-	signer := key(&testing.T{}, did.KindMachine, 9)
-	spec := spec("bench", key(&testing.T{}, did.KindHuman, 8).DID.String(), 8, 6, frags, rounds)
-	_, canon, err := wire.ParseSpec(spec)
-	if err != nil {
-		b.Fatal(err)
-	}
-	rc := &wire.Receipt{Version: syncer.ReceiptVersion, TaskID: "bench", TaskSpec: canon, SpecHash: wire.SpecHash(canon), SyncerDID: signer.DID.String(),
-		PluginHashes: []wire.Hash{}, AttestationDigests: []wire.Hash{}, Engine: json.RawMessage(`{}`), SponsorRefund: "0"}
-	var roots []wire.Hash
-	for r := 0; r < rounds; r++ {
-		c := wire.RoundCommit{TaskID: "bench", Round: uint64(r), Missed: []string{}, Evicted: []string{}, Joined: []string{}, Left: []string{}, Equivocations: []wire.Hash{}}
-		for f := 0; f < frags; f++ {
-			fc := wire.FragmentCommit{Fragment: f, Status: wire.FragAggregated, Rule: "Mean", RuleParams: json.RawMessage(`{}`)}
-			for i := 0; i < 6; i++ {
-				fc.Inputs = append(fc.Inputs, wire.CommitInput{TrainerDID: key(&testing.T{}, did.KindMachine, byte(i+1)).DID.String(), PayloadHash: wire.ContentHash([]byte(fmt.Sprint(r, f, i))), Selected: true})
-			}
-			c.Fragments = append(c.Fragments, fc)
+// BenchmarkVerifyReceipt measures receipt verification against receipt
+// size, in one run: the version-1 receipt (transcript inline, verified by the
+// frozen v1 rules in receipt_v1_test.go), the version-2 compact check
+// (CheckReceipt) and the v2 full check with the transcript blob
+// (CheckReceiptFull), at 16, 128 and 1024 rounds × 12 fragments × 6 inputs.
+// bench/results/receipts.md has the figures.
+func BenchmarkVerifyReceipt(b *testing.B) {
+	for _, rounds := range []int{16, 128, 1024} {
+		s := newSynthRun(b, rounds, 12)
+		v1 := v1Receipt(b, s)
+		if err := v1Check(v1); err != nil {
+			b.Fatal(err)
 		}
-		c.ModelHash = wire.ContentHash([]byte(fmt.Sprint(r)))
-		h, _ := syncer.RoundCommitHash(&c)
-		roots = append(roots, h)
-		rc.Transcript = append(rc.Transcript, c)
+		run := func(name string, size int, f func() error) {
+			b.Run(fmt.Sprintf("%s/rounds=%d", name, rounds), func(b *testing.B) {
+				for i := 0; i < b.N; i++ {
+					if err := f(); err != nil {
+						b.Fatal(err)
+					}
+				}
+				b.ReportMetric(float64(size), "bytes")
+			})
+		}
+		run("v1", len(v1), func() error { return v1Check(v1) })
+		run("v2", len(s.raw), func() error { return syncer.CheckReceipt(s.raw, nil) })
+		run("v2full", len(s.raw)+len(s.blob), func() error { return syncer.CheckReceiptFull(s.raw, s.blob) })
 	}
-	rc.FinalModelHash = rc.Transcript[rounds-1].ModelHash
-	rc.RunRoot = syncer.RunRoot(rc.SpecHash, roots, rc.FinalModelHash)
-	pre, _ := syncer.ReceiptPreimage(rc)
-	rc.Signature = signer.Sign(pre)
-	raw, _ := json.Marshal(rc)
-	return raw
 }
 
-// BenchmarkVerifyReceipt1024x12 verifies a receipt of the seed's size.
-func BenchmarkVerifyReceipt1024x12(b *testing.B) {
-	raw := syntheticReceipt(b, 1024, 12)
-	if syncer.VerifyReceipt(raw, nil) != 1 {
-		b.Fatal(syncer.CheckReceipt(raw, nil))
-	}
-	b.SetBytes(int64(len(raw)))
-	b.ReportMetric(float64(len(raw))/1e6, "receipt_MB")
-	b.ResetTimer()
-	for i := 0; i < b.N; i++ {
-		if syncer.VerifyReceipt(raw, nil) != 1 {
-			b.Fatal("invalid")
-		}
+// BenchmarkBuildReceipt is the cost of building a receipt and its
+// transcript blob (what the seal, and a chain checking a signReceipt
+// transaction, pay once per run).
+func BenchmarkBuildReceipt(b *testing.B) {
+	for _, rounds := range []int{16, 128, 1024} {
+		s := newSynthRun(b, rounds, 12)
+		b.Run(fmt.Sprintf("rounds=%d", rounds), func(b *testing.B) {
+			for i := 0; i < b.N; i++ {
+				if _, _, err := syncer.BuildReceipt(s.in); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
 	}
 }
 
@@ -118,4 +114,50 @@ func BenchmarkSubmit33MB(b *testing.B) {
 	b.StopTimer()
 	runtime.ReadMemStats(&after)
 	b.ReportMetric(float64(after.TotalAlloc-before.TotalAlloc)/float64(min(b.N, len(subs)))/float64(len(subs[0].GradientPayload)), "alloc_bytes/payload_byte")
+}
+
+// BenchmarkVerifyReceiptWorstCase is the compact check of a receipt near
+// the 64 KiB cap: 64 syncers (the limit, each committing a round) and 225
+// reward lines.
+func BenchmarkVerifyReceiptWorstCase(b *testing.B) {
+	t := &testing.T{}
+	s := newSynthRun(b, 64, 2)
+	var es []election.Entrant
+	keys := map[string]*did.Key{}
+	for i := 0; i < syncer.MaxReceiptSyncers; i++ {
+		k := key(t, did.KindMachine, byte(100+i))
+		keys[k.DID.String()] = k
+		e, err := election.Enter(k.Priv, k.DID.String(), big.NewInt(int64(1000+i)), s.in.Election.Alpha)
+		if err != nil {
+			b.Fatal(err)
+		}
+		es = append(es, e)
+	}
+	el, _ := election.Record(s.in.Election.Alpha, es)
+	order, _ := election.Succession(el)
+	for r := range s.in.Rounds {
+		for f := range s.in.Rounds[r].Fragments {
+			s.in.Rounds[r].Fragments[f].Syncer, s.in.Rounds[r].Fragments[f].Ticket = order[r].DID, uint64(r)
+		}
+	}
+	s.in.Election, s.in.SyncerDID = &el, order[63].DID
+	var lines []wire.Payout
+	for i := 0; i < 225; i++ {
+		lines = append(lines, wire.Payout{DID: key(t, did.KindHuman, byte(i)).DID.String(), Reward: "0", Refund: "100000000000000000000", Slashed: "0", WeightSum: "0"})
+	}
+	sortPayouts(lines)
+	s.in.Rewards, s.in.SponsorRefund = lines, "1000000000000000000000"
+	rc, _, err := syncer.BuildReceipt(s.in)
+	if err != nil {
+		b.Fatal(err)
+	}
+	s.rc = rc
+	s.sign(b, keys[s.in.SyncerDID])
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if err := syncer.CheckReceipt(s.raw, nil); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(len(s.raw)), "bytes")
 }

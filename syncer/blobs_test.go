@@ -102,7 +102,7 @@ func TestSubmitByReference(t *testing.T) {
 		t.Fatal(err)
 	}
 	raw2, _ := json.Marshal(rc)
-	rep, err := syncer.Replay(h.ctx, raw2, h.node, syncer.NewNativeEngine(), nil)
+	rep, err := syncer.Replay(h.ctx, raw2, h.transcript(), h.node, syncer.NewNativeEngine(), nil)
 	if err != nil || !rep.Match {
 		t.Fatalf("replay from the file blob store: %+v, %v", rep, err)
 	}

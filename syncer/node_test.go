@@ -286,9 +286,14 @@ func TestFullRunSealsToVerifiedReceipt(t *testing.T) {
 	if syncer.VerifyReceipt(raw, rc.RunRoot[:]) != 1 || syncer.VerifyReceipt(raw, make([]byte, 32)) != 0 {
 		t.Fatal("claimed-root check wrong")
 	}
-	// Every round commit is provably in the root.
+	// The transcript blob checks in full, and every round commit is
+	// provably in the root.
+	blob := h.transcript()
+	if err := syncer.CheckReceiptFull(raw, blob); err != nil {
+		t.Fatal(err)
+	}
 	for r := uint64(0); r < 4; r++ {
-		if _, _, _, _, err := syncer.InclusionProof(raw, r); err != nil {
+		if _, _, _, _, err := syncer.InclusionProof(raw, blob, r); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -298,12 +303,35 @@ func TestFullRunSealsToVerifiedReceipt(t *testing.T) {
 	if m.Accepted != 16 || m.CurrentReward == "0" {
 		t.Fatalf("trainer 0 metrics %+v", m)
 	}
-	if len(rc.Transcript) != 4 || rc.Transcript[1].Left[0] != h.tr[7].DID.String() || rc.Transcript[2].Joined[0] != h.tr[8].DID.String() {
-		t.Fatalf("membership not recorded: %+v", rc.Transcript)
+	tr, _ := h.node.GetTranscript(h.ctx, h.task)
+	if rc.Rounds != 4 || len(tr) != 4 || tr[1].Left[0] != h.tr[7].DID.String() || tr[2].Joined[0] != h.tr[8].DID.String() {
+		t.Fatalf("membership not recorded: %+v", tr)
 	}
-	if len(rc.Transcript[0].Missed) != 2 { // trainers 6 and 7 submitted nothing in round 0
-		t.Fatalf("missed %v", rc.Transcript[0].Missed)
+	if len(tr[0].Missed) != 2 { // trainers 6 and 7 submitted nothing in round 0
+		t.Fatalf("missed %v", tr[0].Missed)
 	}
+	for _, c := range tr {
+		for _, fc := range c.Fragments {
+			if fc.Syncer != h.syncerKey().DID.String() || fc.Ticket != 0 {
+				t.Fatalf("round %d fragment %d committed by %q ticket %d", c.Round, fc.Fragment, fc.Syncer, fc.Ticket)
+			}
+		}
+	}
+}
+
+// transcript is the run's transcript blob, built from getTranscript as an
+// auditor does.
+func (h *harness) transcript() []byte {
+	h.t.Helper()
+	tr, err := h.node.GetTranscript(h.ctx, h.task)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	blob, _, err := syncer.TranscriptBlob(tr)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	return blob
 }
 
 func flip(s string) string {
@@ -472,17 +500,17 @@ func (s tamperedSource) GetPayload(ctx context.Context, h wire.Hash) ([]byte, er
 func TestReplay(t *testing.T) {
 	kv, _ := store.OpenInMemory()
 	h, raw := fullRun(t, kv, nil)
-	rep, err := syncer.Replay(h.ctx, raw, h.node, syncer.NewNativeEngine(), nil)
+	blob := h.transcript()
+	rep, err := syncer.Replay(h.ctx, raw, blob, h.node, syncer.NewNativeEngine(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if !rep.Match || rep.Rounds != 4 || rep.Aggregations != 16 {
 		t.Fatalf("replay %+v", rep)
 	}
-	var rc wire.Receipt
-	_ = json.Unmarshal(raw, &rc)
-	target := rc.Transcript[2].Fragments[3].Inputs[1].PayloadHash
-	rep, err = syncer.Replay(h.ctx, raw, tamperedSource{h.node, target}, syncer.NewNativeEngine(), nil)
+	tr, _ := h.node.GetTranscript(h.ctx, h.task)
+	target := tr[2].Fragments[3].Inputs[1].PayloadHash
+	rep, err = syncer.Replay(h.ctx, raw, blob, tamperedSource{h.node, target}, syncer.NewNativeEngine(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}

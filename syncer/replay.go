@@ -35,11 +35,13 @@ type ReplayReport struct {
 	Divergence     *Divergence `json:"divergence,omitempty"`
 }
 
-// Replay re-executes every round of a receipt from its transcript and the
-// stored payloads with eng, and reports the first divergence or that the
-// final model hash matches. progress, when set, is called after each round.
-func Replay(ctx context.Context, receipt []byte, src PayloadSource, eng Engine, progress func(round uint64, of int)) (*ReplayReport, error) {
-	rc, _, err := checkReceipt(receipt, nil)
+// Replay re-executes every round of a receipt from its transcript blob
+// (TranscriptBlob; fetched by the receipt's transcript_hash) and the stored
+// payloads with eng, and reports the first divergence or that the final
+// model hash matches. The receipt and transcript are checked first
+// (CheckReceiptFull). progress, when set, is called after each round.
+func Replay(ctx context.Context, receipt, transcript []byte, src PayloadSource, eng Engine, progress func(round uint64, of int)) (*ReplayReport, error) {
+	rc, rounds, _, err := checkReceiptFull(receipt, transcript)
 	if err != nil {
 		return nil, fmt.Errorf("receipt does not verify, nothing to replay: %w", err)
 	}
@@ -82,7 +84,7 @@ func Replay(ctx context.Context, receipt []byte, src PayloadSource, eng Engine, 
 	if err != nil {
 		return nil, fmt.Errorf("replay: %w", err)
 	}
-	for _, round := range rc.Transcript {
+	for _, round := range rounds {
 		if len(round.Fragments) != len(frags) {
 			rep.Divergence = &Divergence{Round: round.Round, What: fmt.Sprintf("transcript has %d fragments, the model %d", len(round.Fragments), len(frags))}
 			return rep, nil
@@ -170,13 +172,13 @@ func Replay(ctx context.Context, receipt []byte, src PayloadSource, eng Engine, 
 		}
 		rep.Rounds++
 		if progress != nil {
-			progress(round.Round, len(rc.Transcript))
+			progress(round.Round, len(rounds))
 		}
 	}
 	rep.FinalModelHash = ModelHash(hashes)
 	rep.Match = rep.FinalModelHash == rc.FinalModelHash
 	if !rep.Match {
-		rep.Divergence = &Divergence{Round: uint64(len(rc.Transcript)), Fragment: -1, What: "final model hash " + rep.FinalModelHash.String() + ", receipt says " + rc.FinalModelHash.String()}
+		rep.Divergence = &Divergence{Round: uint64(len(rounds)), Fragment: -1, What: "final model hash " + rep.FinalModelHash.String() + ", receipt says " + rc.FinalModelHash.String()}
 	}
 	return rep, nil
 }

@@ -9,7 +9,6 @@ import (
 	"math/big"
 	"sort"
 
-	"github.com/gowebpki/jcs"
 	"github.com/tenzro/train/wire"
 	"github.com/tenzro/train/wire/did"
 	"github.com/tenzro/train/wire/safetensors"
@@ -509,8 +508,10 @@ func (n *Node) closeRound(ctx context.Context, b *Batch, r *runState) error {
 	rc := wire.RoundCommit{TaskID: task, Round: r.Round, Missed: []string{}, Evicted: []string{}, Joined: orStrs(r.Joined), Left: orStrs(r.Left),
 		Equivocations: orHashes(r.Equivocations)}
 	hashes := make([]wire.Hash, len(r.Fragments))
+	me, ticket := n.committer(r)
 	for i, fs := range r.Fragments {
 		fc := fs.Commit
+		fc.Syncer, fc.Ticket = me, ticket
 		if fc.Inputs == nil {
 			fc.Inputs = []wire.CommitInput{}
 		}
@@ -600,15 +601,12 @@ func orHashes(v []wire.Hash) []wire.Hash {
 	return v
 }
 
-// RoundCommitHash is SHA-256(Str(DomainRoundCommit) ‖ Bytes(JCS(commit JSON))).
+// RoundCommitHash is SHA-256(Str(DomainRoundCommit) ‖ Bytes(JCS(commit JSON)))
+// (CanonicalRoundCommit gives the JCS bytes).
 func RoundCommitHash(rc *wire.RoundCommit) (wire.Hash, error) {
-	raw, err := json.Marshal(rc)
+	canon, err := CanonicalRoundCommit(rc)
 	if err != nil {
 		return wire.Hash{}, err
-	}
-	canon, err := jcs.Transform(raw)
-	if err != nil {
-		return wire.Hash{}, fmt.Errorf("canonicalize round commit: %w", err)
 	}
 	return wire.NewCanon(wire.DomainRoundCommit).Bytes(canon).Sum(), nil
 }

@@ -5,11 +5,13 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"flag"
+	"math/big"
 	"os"
 	"testing"
 
 	"github.com/gowebpki/jcs"
 	"github.com/tenzro/train/syncer"
+	"github.com/tenzro/train/syncer/election"
 	"github.com/tenzro/train/wire"
 	"github.com/tenzro/train/wire/did"
 	"github.com/tenzro/train/wire/safetensors"
@@ -19,7 +21,9 @@ var update = flag.Bool("update", false, "rewrite testdata/vectors.json")
 
 // protocolVectors are the hashed encodings of docs/PROTOCOL.md §5–§8 for a
 // second implementation to check: spec hash, fragment and model hashes,
-// round-commit hash, run root and the receipt's signing preimage.
+// round-commit hash, run root, the election record, transcript blob and
+// attestation list with their content hashes, and a signed version-2
+// receipt with its signing preimage.
 type protocolVectors struct {
 	Comment       string          `json:"comment"`
 	Spec          json.RawMessage `json:"spec"`
@@ -33,6 +37,11 @@ type protocolVectors struct {
 	RoundHash     wire.Hash       `json:"round_commit_hash"`
 	RunRoot       wire.Hash       `json:"run_root_of_spec_round_model"`
 	SyncerSeedHex string          `json:"syncer_seed_hex"`
+	Election      json.RawMessage `json:"election"`
+	Transcript    string          `json:"transcript_blob"`
+	TranscriptH   wire.Hash       `json:"transcript_hash"`
+	Attestations  string          `json:"attestation_list"`
+	AttestationsH wire.Hash       `json:"attestations_hash"`
 	Receipt       json.RawMessage `json:"receipt"`
 	ReceiptPreHex string          `json:"receipt_preimage_hex"`
 }
@@ -56,7 +65,7 @@ func TestProtocolVectors(t *testing.T) {
 		Fragments: []wire.FragmentCommit{{Fragment: 0, Status: wire.FragAggregated, Rule: "Mean", RuleParams: json.RawMessage(`{}`),
 			Inputs:        []wire.CommitInput{{TrainerDID: trainer.DID.String(), PayloadHash: wire.ContentHash([]byte("payload")), Selected: true}},
 			AggregateHash: wire.ContentHash([]byte("aggregate")), WeightsBefore: wire.ContentHash([]byte("before")), WeightsAfter: v.FragmentHash,
-			MomentumAfter: wire.ContentHash([]byte("momentum")), Fuel: 12345}}}
+			MomentumAfter: wire.ContentHash([]byte("momentum")), Fuel: 12345, Syncer: syncerKey.DID.String(), Ticket: 0}}}
 	v.RoundCommit, _ = json.Marshal(rc)
 	rj, _ := jcs.Transform(v.RoundCommit)
 	v.RoundJCSHex = hex.EncodeToString(rj)
@@ -64,10 +73,31 @@ func TestProtocolVectors(t *testing.T) {
 		t.Fatal(err)
 	}
 	v.RunRoot = syncer.RunRoot(v.SpecHash, []wire.Hash{v.RoundHash}, rc.ModelHash)
-	r := &wire.Receipt{Version: syncer.ReceiptVersion, TaskID: "vector-task", RunRoot: v.RunRoot, TaskSpec: canon, SpecHash: v.SpecHash,
-		FinalModelHash: rc.ModelHash, Transcript: []wire.RoundCommit{rc}, PluginHashes: []wire.Hash{}, Engine: json.RawMessage(`{"engine":"native-go/v1"}`),
-		AttestationDigests: []wire.Hash{}, Rewards: []wire.Payout{{DID: trainer.DID.String(), Reward: "1000", Refund: "10", Slashed: "0", WeightSum: "4"}},
-		SponsorRefund: "0", SyncerDID: syncerKey.DID.String()}
+	alpha := election.Alpha("vector-task", v.SpecHash)
+	entrant, err := election.Enter(syncerKey.Priv, syncerKey.DID.String(), big.NewInt(1000), alpha)
+	if err != nil {
+		t.Fatal(err)
+	}
+	el, err := election.Record(alpha, []election.Entrant{entrant})
+	if err != nil {
+		t.Fatal(err)
+	}
+	v.Election, _ = json.Marshal(el)
+	atts := []wire.Hash{wire.SHA256([]byte("evidence"))}
+	r, blob, err := syncer.BuildReceipt(syncer.ReceiptInput{TaskSpec: canon, InitModelHash: wire.ContentHash([]byte("init-model")),
+		InitWeightsHash: wire.ContentHash([]byte("init-file")), FinalModelHash: rc.ModelHash, Rounds: []wire.RoundCommit{rc},
+		RoundRoots: []wire.Hash{v.RoundHash}, PluginHashes: []wire.Hash{}, Engine: json.RawMessage(`{"engine":"native-go/v1"}`),
+		AttestationDigests: atts, Election: &el,
+		Rewards:       []wire.Payout{{DID: trainer.DID.String(), Reward: "1000000000000000000000", Refund: "10", Slashed: "0", WeightSum: "4"}},
+		SponsorRefund: "0", SyncerDID: syncerKey.DID.String()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.RunRoot != v.RunRoot {
+		t.Fatal("receipt run root")
+	}
+	list, listHash := syncer.AttestationList(atts)
+	v.Transcript, v.TranscriptH, v.Attestations, v.AttestationsH = string(blob), r.TranscriptHash, string(list), listHash
 	pre, err := syncer.ReceiptPreimage(r)
 	if err != nil {
 		t.Fatal(err)
@@ -77,6 +107,9 @@ func TestProtocolVectors(t *testing.T) {
 	v.Receipt, _ = json.Marshal(r)
 	if syncer.VerifyReceipt(v.Receipt, v.RunRoot[:]) != 1 {
 		t.Fatal(syncer.CheckReceipt(v.Receipt, v.RunRoot[:]))
+	}
+	if err := syncer.CheckReceiptFull(v.Receipt, blob); err != nil {
+		t.Fatal(err)
 	}
 	got, _ := json.MarshalIndent(v, "", "  ")
 	got = append(got, '\n')

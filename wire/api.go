@@ -322,16 +322,22 @@ type Weights struct {
 	Payload       []byte `json:"payload"`
 }
 
-// VerifyReceiptParams is tenzro_training_verifyReceipt.
+// VerifyReceiptParams is tenzro_training_verifyReceipt: a receipt and a
+// claimed run root; without root the node checks against the run root
+// committed on chain for the receipt's task.
 type VerifyReceiptParams struct {
 	Receipt json.RawMessage `json:"receipt"`
 	Root    string          `json:"root,omitempty"`
 }
 
-// VerifyReceiptResult mirrors the 0x1008 precompile: Valid is 1 or 0.
+// VerifyReceiptResult mirrors the 0x1008 precompile: Valid is 1 or 0. When
+// the node read the chain (root omitted), Root is the run root committed
+// there and Height the height it was read at.
 type VerifyReceiptResult struct {
 	Valid  byte   `json:"valid"`
 	Reason string `json:"reason,omitempty"`
+	Root   *Hash  `json:"root,omitempty"`
+	Height int64  `json:"height,omitempty"`
 }
 
 // BalanceParams is tenzro_ledger_getBalance.

@@ -12,7 +12,7 @@ const (
 	DomainRoundCommit = "tenzro/train/round-commit/v1" // round commit hash
 	DomainModel       = "tenzro/train/model/v1"        // model hash over fragment hashes
 	DomainFragment    = "tenzro/train/fragment/v1"     // fragment weights hash
-	DomainReceipt     = "tenzro/train/receipt/v1"      // syncer's receipt signature
+	DomainReceipt     = "tenzro/train/receipt/v2"      // syncer's receipt signature (v2 receipts; v1 used receipt/v1)
 	DomainRunRoot     = "tenzro/train/run-root/v1"     // Merkle run root
 	DomainEquivocate  = "tenzro/train/equivocation/v1" // equivocation evidence digest
 	DomainElection    = "tenzro/train/election/v1"     // syncer election VRF input

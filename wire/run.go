@@ -135,6 +135,11 @@ type FragmentCommit struct {
 	// Codec is the decode plugin that turned each input's payload into the
 	// values aggregated (absent for uncompressed runs; compression.md).
 	Codec *CodecRef `json:"codec,omitempty"`
+	// Syncer is the DID that committed this fragment and Ticket its index in
+	// the run's election succession (0 = the winner): a receipt's syncers
+	// list names each with its election proof (PROTOCOL §8).
+	Syncer string `json:"syncer"`
+	Ticket uint64 `json:"ticket"`
 }
 
 // CodecRef records the decode plugin of a compressed run: its id, module
@@ -163,7 +168,10 @@ type RoundCommit struct {
 	ModelHash Hash `json:"model_hash"`
 }
 
-// Payout is one line of the reward distribution.
+// Payout is one line of the reward distribution: the trainer's reward from
+// the escrow, the stake refunded to it at seal, everything it was slashed
+// over the run (which went into the escrow) and its payout weight (Σ over its
+// accepted submissions of the fragment's element count).
 type Payout struct {
 	DID       string `json:"did"`
 	Reward    string `json:"reward"`
@@ -172,24 +180,56 @@ type Payout struct {
 	WeightSum string `json:"weight"`
 }
 
-// Receipt is the sealed run (DESIGN §3).
+// ReceiptSyncer is one syncer a receipt names: its election entrant (DID,
+// stake, VRF proof over the receipt's election_alpha, VRF output) and its
+// index in the election's succession (Ticket, as FragmentCommit.Ticket).
+type ReceiptSyncer struct {
+	DID    string   `json:"did"`
+	Stake  string   `json:"stake"`
+	Proof  HexBytes `json:"proof"`
+	Output HexBytes `json:"output"`
+	Ticket uint64   `json:"ticket"`
+}
+
+// Receipt is the sealed run (DESIGN §3), format version 2: compact, its size
+// does not grow with rounds or submissions (PROTOCOL §8). The round commits
+// live in the transcript blob (TranscriptHash, fetched by hash for audits and
+// replay), the attestation digests in their own list (AttestationsHash).
 type Receipt struct {
-	Version       int             `json:"version"`
-	TaskID        string          `json:"task_id"`
-	RunRoot       Hash            `json:"run_root"`
-	TaskSpec      json.RawMessage `json:"task_spec"`
-	SpecHash      Hash            `json:"spec_hash"`
-	InitModelHash Hash            `json:"init_model_hash"`
-	// InitWeightsHash is the ContentHash (BLAKE3-256) of the initial
+	Version  int             `json:"version"`
+	TaskID   string          `json:"task_id"`
+	TaskSpec json.RawMessage `json:"task_spec"`
+	SpecHash Hash            `json:"spec_hash"`
+	RunRoot  Hash            `json:"run_root"`
+	// InitModelHash is the model hash of the initial weights,
+	// InitWeightsHash the ContentHash (BLAKE3-256) of the initial
 	// safetensors file, its key in the blob store.
-	InitWeightsHash    Hash            `json:"init_weights_hash"`
-	FinalModelHash     Hash            `json:"final_model_hash"`
-	Transcript         []RoundCommit   `json:"transcript"`
-	PluginHashes       []Hash          `json:"plugin_hashes"`
-	Engine             json.RawMessage `json:"engine"`
-	AttestationDigests []Hash          `json:"attestation_digests"`
-	Rewards            []Payout        `json:"reward_distribution"`
-	SponsorRefund      string          `json:"sponsor_refund"`
-	SyncerDID          string          `json:"syncer_did"`
-	Signature          HexBytes        `json:"signature"`
+	InitModelHash   Hash `json:"init_model_hash"`
+	InitWeightsHash Hash `json:"init_weights_hash"`
+	FinalModelHash  Hash `json:"final_model_hash"`
+	// Rounds is the number of round commits (run-root leaves 1..Rounds).
+	Rounds uint64 `json:"rounds"`
+	// TranscriptHash is the content hash of the transcript blob (the JCS
+	// array of the round commits) and TranscriptSize its length in bytes.
+	TranscriptHash Hash            `json:"transcript_hash"`
+	TranscriptSize uint64          `json:"transcript_size"`
+	PluginHashes   []Hash          `json:"plugin_hashes"`
+	Engine         json.RawMessage `json:"engine"`
+	// AttestationsHash is the content hash of the attestation list (the JCS
+	// array of the evidence digests, in order) and AttestationCount its length.
+	AttestationsHash Hash   `json:"attestations_hash"`
+	AttestationCount uint64 `json:"attestation_count"`
+	// ElectionAlpha is the VRF input of the run's syncer election; Syncers
+	// every syncer that committed a fragment, and the signer, in ticket order.
+	ElectionAlpha HexBytes        `json:"election_alpha"`
+	Syncers       []ReceiptSyncer `json:"syncers"`
+	// RewardPool is the spec's reward pool (escrowed at posting),
+	// SlashedTotal the sum of every line's slashed (which went to the
+	// escrow): Σ reward + SponsorRefund = RewardPool + SlashedTotal.
+	RewardPool    string   `json:"reward_pool"`
+	SlashedTotal  string   `json:"slashed_total"`
+	Rewards       []Payout `json:"reward_distribution"`
+	SponsorRefund string   `json:"sponsor_refund"`
+	SyncerDID     string   `json:"syncer_did"`
+	Signature     HexBytes `json:"signature"`
 }

@@ -30,10 +30,19 @@ type Evidence struct {
 	Leaf     *x509.Certificate
 	Bundle   []*x509.Certificate
 	IssuedAt time.Time
+
+	// cose is the decoded COSE_Sign1 (nil when the Evidence was not made
+	// by Parse: Verify then decodes Raw).
+	cose *coseSign1
 }
 
 // Parse decodes a COSE_Sign1 attestation document without verifying it.
-func Parse(raw []byte) (ev *Evidence, err error) {
+func Parse(raw []byte) (*Evidence, error) {
+	return (*Cache)(nil).Parse(raw)
+}
+
+// Parse is Parse with the certificates parsed through the cache.
+func (pc *Cache) Parse(raw []byte) (ev *Evidence, err error) {
 	if len(raw) == 0 || len(raw) > MaxDocument {
 		return nil, fmt.Errorf("nitro document is %d bytes, want 1..%d", len(raw), MaxDocument)
 	}
@@ -43,8 +52,10 @@ func Parse(raw []byte) (ev *Evidence, err error) {
 		}
 	}()
 	var c coseSign1
+	direct := true // decoded from raw as nitrite decodes it
 	// AWS emits an untagged COSE_Sign1; tag 18 is accepted too.
 	if err := cbor.Unmarshal(raw, &c); err != nil {
+		direct = false
 		var tagged cbor.Tag
 		if err2 := cbor.Unmarshal(raw, &tagged); err2 != nil || tagged.Number != 18 {
 			return nil, fmt.Errorf("nitro document: not a COSE_Sign1: %w", err)
@@ -58,20 +69,23 @@ func Parse(raw []byte) (ev *Evidence, err error) {
 		return nil, errors.New("nitro document: empty protected header, payload or signature")
 	}
 	ev = &Evidence{Raw: append([]byte(nil), raw...)}
+	if direct {
+		ev.cose = &c
+	}
 	if err := cbor.Unmarshal(c.Payload, &ev.Doc); err != nil {
 		return nil, fmt.Errorf("nitro document payload: %w", err)
 	}
 	if len(ev.Doc.Certificate) == 0 {
 		return nil, errors.New("nitro document: no certificate")
 	}
-	if ev.Leaf, err = x509.ParseCertificate(ev.Doc.Certificate); err != nil {
+	if ev.Leaf, err = pc.parseCert(ev.Doc.Certificate); err != nil {
 		return nil, fmt.Errorf("nitro document certificate: %w", err)
 	}
 	if len(ev.Doc.CABundle) > 8 {
 		return nil, fmt.Errorf("nitro document: cabundle has %d entries, limit 8", len(ev.Doc.CABundle))
 	}
 	for i, der := range ev.Doc.CABundle {
-		c, err := x509.ParseCertificate(der)
+		c, err := pc.parseCert(der)
 		if err != nil {
 			return nil, fmt.Errorf("nitro document cabundle[%d]: %w", i, err)
 		}

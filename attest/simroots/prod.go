@@ -31,6 +31,9 @@ func SNPRootsFor(string) (map[string][]*sevtrust.AMDRootCerts, error) { return n
 // TDXPool returns the simulated Intel SGX root pool. Production builds have none.
 func TDXPool() (*x509.CertPool, error) { return nil, ErrProduction }
 
+// TDXRoot returns the simulated Intel SGX root. Production builds have none.
+func TDXRoot() (*x509.Certificate, error) { return nil, ErrProduction }
+
 // IsTDXSimulatedRoot reports whether root is the simulated Intel SGX root (never, here).
 func IsTDXSimulatedRoot(*x509.Certificate) bool { return false }
 

@@ -120,6 +120,15 @@ func (a *TDXAuthority) CRLs(now time.Time) (rootCRL, pckCRL []byte, err error) {
 	return rootCRL, pckCRL, nil
 }
 
+// TDXRoot returns the simulated Intel SGX root.
+func TDXRoot() (*x509.Certificate, error) {
+	a, err := TDX()
+	if err != nil {
+		return nil, err
+	}
+	return a.Root, nil
+}
+
 // TDXPool returns a pool holding only the simulated Intel SGX root.
 func TDXPool() (*x509.CertPool, error) {
 	a, err := TDX()

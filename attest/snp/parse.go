@@ -1,7 +1,6 @@
 package snp
 
 import (
-	"crypto/x509"
 	"encoding/hex"
 	"fmt"
 
@@ -31,6 +30,11 @@ type Evidence struct {
 // fetched separately). Loose certificates fill only slots the table left
 // empty; their role is decided by their subject common name.
 func Parse(report, certTable []byte, certs [][]byte) (*Evidence, error) {
+	return (*Cache)(nil).Parse(report, certTable, certs)
+}
+
+// Parse is Parse with the loose certificates parsed through the cache.
+func (pc *Cache) Parse(report, certTable []byte, certs [][]byte) (*Evidence, error) {
 	if len(report) != abi.ReportSize {
 		return nil, fmt.Errorf("snp report is %d bytes, want %d", len(report), abi.ReportSize)
 	}
@@ -81,7 +85,7 @@ func Parse(report, certTable []byte, certs [][]byte) (*Evidence, error) {
 		if len(der) > MaxCert {
 			return nil, fmt.Errorf("snp certificate %d is %d bytes, limit %d", i, len(der), MaxCert)
 		}
-		c, err := x509.ParseCertificate(der)
+		c, err := pc.parseCert(der)
 		if err != nil {
 			return nil, fmt.Errorf("snp certificate %d: %w", i, err)
 		}

@@ -78,6 +78,9 @@ type VerifyOptions struct {
 	// AllowSimulated also accepts reports chaining to the simulated test
 	// roots (only in non-production builds).
 	AllowSimulated bool
+	// Cache holds endorsement-key chains verified before (nil: none). The
+	// report's signature is checked on every call either way.
+	Cache *Cache
 }
 
 // Verified is the outcome of Verify.
@@ -87,7 +90,10 @@ type Verified struct {
 }
 
 // Verify checks the report signature and its VCEK/VLEK chain to a pinned
-// AMD root at opts.Now, recording each step in checks.
+// AMD root at opts.Now, recording each step in checks. The signature is
+// always verified; with opts.Cache, a chain verified before (same
+// certificate bytes, same roots, opts.Now inside every certificate's
+// validity) is not verified again.
 func Verify(ctx context.Context, ev *Evidence, opts VerifyOptions, checks *verdict.Checks) (*Verified, error) {
 	if opts.Now.IsZero() {
 		return nil, checks.Failf("snp.clock", "no pinned verification time")
@@ -96,38 +102,83 @@ func Verify(ctx context.Context, ev *Evidence, opts VerifyOptions, checks *verdi
 	if len(ekDER) == 0 {
 		return nil, checks.Failf("snp.certs", "no %v certificate in the report's certificate table or the supplied certificates", ev.Signer)
 	}
-	ek, err := x509.ParseCertificate(ekDER)
+	ek, err := opts.Cache.parseCert(ekDER)
 	if err != nil {
 		return nil, checks.Failf("snp.certs", "%v certificate: %v", ev.Signer, err)
 	}
 	checks.Pass("snp.certs", "%v certificate %q, valid %s to %s", ev.Signer, ek.Subject.CommonName, ek.NotBefore.Format(time.RFC3339), ek.NotAfter.Format(time.RFC3339))
+	roots := opts.Roots
+	var rootsErr error
+	if roots == nil {
+		roots, rootsErr = DefaultRoots()
+	}
+	// go-sev-guest's chain check ends with the report signature, over its
+	// re-encoding of the report. When that re-encoding is the raw report,
+	// its signature check is the one below: the library runs first and the
+	// signature is verified once; a cached chain stands for the library's
+	// chain check, and the signature is verified here.
+	canon := rootsErr == nil && canonical(ev)
+	if canon && opts.Cache != nil {
+		if _, hit := opts.Cache.lookup(ev, ek, ekDER, roots, opts.Now); hit {
+			if err := verify.SnpReportSignature(ev.Raw, ek); err != nil {
+				return nil, checks.Fail("snp.signature", err)
+			}
+			checks.Pass("snp.signature", "report signature verifies under the %v key", ev.Signer)
+			checks.Pass("snp.chain", "%v chains to the pinned AMD root at %s", ev.Signer, opts.Now.Format(time.RFC3339))
+			return &Verified{Product: productOf(ev, ek)}, nil
+		}
+	}
+	var chainErr error
+	if canon {
+		if chainErr = verifyChain(ctx, ev, roots, opts.Now); chainErr == nil {
+			opts.Cache.store(ev, ek, ekDER, roots, chainEntry{})
+			checks.Pass("snp.signature", "report signature verifies under the %v key", ev.Signer)
+			checks.Pass("snp.chain", "%v chains to the pinned AMD root at %s", ev.Signer, opts.Now.Format(time.RFC3339))
+			return &Verified{Product: productOf(ev, ek)}, nil
+		}
+	}
 	if err := verify.SnpReportSignature(ev.Raw, ek); err != nil {
 		return nil, checks.Fail("snp.signature", err)
 	}
 	checks.Pass("snp.signature", "report signature verifies under the %v key", ev.Signer)
-	roots := opts.Roots
-	if roots == nil {
-		if roots, err = DefaultRoots(); err != nil {
-			return nil, checks.Fail("snp.roots", err)
+	if rootsErr != nil {
+		return nil, checks.Fail("snp.roots", rootsErr)
+	}
+	if !canon {
+		if chainErr = verifyChain(ctx, ev, roots, opts.Now); chainErr == nil {
+			checks.Pass("snp.chain", "%v chains to the pinned AMD root at %s", ev.Signer, opts.Now.Format(time.RFC3339))
+			return &Verified{Product: productOf(ev, ek)}, nil
 		}
 	}
-	chainErr := verifyChain(ctx, ev, roots, opts.Now)
-	if chainErr == nil {
-		checks.Pass("snp.chain", "%v chains to the pinned AMD root at %s", ev.Signer, opts.Now.Format(time.RFC3339))
-		return &Verified{Product: productOf(ev, ek)}, nil
-	}
-	if sim, err := simroots.SNPRoots(); err == nil && verifyChain(ctx, ev, sim, opts.Now) == nil {
-		if !opts.AllowSimulated {
-			return nil, checks.Failf("snp.simulated", "report chains to the SIMULATED test roots; the policy does not allow simulated evidence")
+	cacheable := canon && opts.Cache != nil
+	if sim, err := simroots.SNPRoots(); err == nil {
+		if cacheable {
+			if _, hit := opts.Cache.lookup(ev, ek, ekDER, sim, opts.Now); hit {
+				return simulated(ev, ek, opts, checks)
+			}
 		}
-		checks.Pass("snp.chain", "%v chains to the SIMULATED test root (allow_simulated)", ev.Signer)
-		return &Verified{Simulated: true, Product: productOf(ev, ek)}, nil
+		if verifyChain(ctx, ev, sim, opts.Now) == nil {
+			if cacheable {
+				opts.Cache.store(ev, ek, ekDER, sim, chainEntry{simulated: true})
+			}
+			return simulated(ev, ek, opts, checks)
+		}
 	}
 	if now := opts.Now; now.After(ek.NotAfter) || now.Before(ek.NotBefore) {
 		return nil, checks.Failf("snp.chain.validity", "%v certificate valid %s to %s, not at %s: %v", ev.Signer,
 			ek.NotBefore.Format(time.RFC3339), ek.NotAfter.Format(time.RFC3339), now.Format(time.RFC3339), chainErr)
 	}
 	return nil, checks.Fail("snp.chain", chainErr)
+}
+
+// simulated records a chain to the simulated test roots: refused unless
+// the policy allows simulated evidence.
+func simulated(ev *Evidence, ek *x509.Certificate, opts VerifyOptions, checks *verdict.Checks) (*Verified, error) {
+	if !opts.AllowSimulated {
+		return nil, checks.Failf("snp.simulated", "report chains to the SIMULATED test roots; the policy does not allow simulated evidence")
+	}
+	checks.Pass("snp.chain", "%v chains to the SIMULATED test root (allow_simulated)", ev.Signer)
+	return &Verified{Simulated: true, Product: productOf(ev, ek)}, nil
 }
 
 func verifyChain(ctx context.Context, ev *Evidence, roots map[string][]*trust.AMDRootCerts, now time.Time) error {

@@ -32,6 +32,10 @@ type Collateral struct {
 	QEIdentityIssuerChain string `json:"qe_identity_issuer_chain"`
 	QEIdentity            string `json:"qe_identity"`
 	QEIdentitySignature   string `json:"qe_identity_signature"`
+
+	// memo is the content key of the fields as ParseCollateral found them;
+	// it is used only while the fields are still those (contentKey).
+	memo *collateralMemo
 }
 
 // ParseCollateral decodes and sanity-checks collateral JSON.
@@ -51,6 +55,7 @@ func ParseCollateral(b []byte) (*Collateral, error) {
 			return nil, fmt.Errorf("tdx collateral: %s missing", name)
 		}
 	}
+	c.memo = &collateralMemo{fields: c, key: hashCollateral(&c)}
 	return &c, nil
 }
 
@@ -77,6 +82,11 @@ type CacheDir string
 // Load returns the collateral for fmspc, or an error wrapping
 // ErrNoCollateral.
 func (d CacheDir) Load(fmspc string) (*Collateral, error) {
+	return d.load(fmspc, nil)
+}
+
+// load is Load, parsing through c (nil: no cache).
+func (d CacheDir) load(fmspc string, c *Cache) (*Collateral, error) {
 	fmspc = strings.ToLower(fmspc)
 	if !fmspcRE.MatchString(fmspc) {
 		return nil, fmt.Errorf("tdx collateral: bad FMSPC %q", fmspc)
@@ -96,14 +106,14 @@ func (d CacheDir) Load(fmspc string) (*Collateral, error) {
 	if err != nil {
 		return nil, fmt.Errorf("tdx collateral: %w", err)
 	}
-	c, err := ParseCollateral(b)
+	pc, err := c.parse(b)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", p, err)
 	}
-	if got, err := c.FMSPC(); err != nil || got != fmspc {
+	if got, err := pc.fmspc, pc.fmspcErr; err != nil || got != fmspc {
 		return nil, fmt.Errorf("%s: tcb_info is for FMSPC %q, not %s", p, got, fmspc)
 	}
-	return c, nil
+	return pc.c, nil
 }
 
 // getter serves the collateral to go-tdx-guest in place of the Intel PCS.

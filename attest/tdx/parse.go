@@ -3,11 +3,14 @@ package tdx
 import (
 	"encoding/hex"
 	"fmt"
+	"time"
 
 	"github.com/google/go-tdx-guest/abi"
 	"github.com/google/go-tdx-guest/pcs"
 	pb "github.com/google/go-tdx-guest/proto/tdx"
 	"github.com/google/go-tdx-guest/verify"
+
+	"github.com/tenzro/train/attest/internal/vcache"
 )
 
 // MaxQuote bounds a quote.
@@ -40,6 +43,12 @@ type Evidence struct {
 
 // Parse decodes a raw quote and reads the FMSPC of its PCK certificate.
 func Parse(raw []byte) (*Evidence, error) {
+	return (*Cache)(nil).Parse(raw)
+}
+
+// Parse is Parse with the PCK chain parsed through the cache (once per
+// chain content).
+func (c *Cache) Parse(raw []byte) (*Evidence, error) {
 	if len(raw) == 0 || len(raw) > MaxQuote {
 		return nil, fmt.Errorf("tdx quote is %d bytes, want 1..%d", len(raw), MaxQuote)
 	}
@@ -63,6 +72,35 @@ func Parse(raw []byte) (*Evidence, error) {
 	default:
 		return nil, fmt.Errorf("tdx quote: unsupported type %T", q)
 	}
+	pc, err := c.parseChain(q)
+	if err != nil {
+		return nil, err
+	}
+	ev.Chain, ev.FMSPC, ev.CA = pc.chain, pc.fmspc, pc.ca
+	return ev, nil
+}
+
+// parsedChain is a quote's PCK chain, parsed (not verified).
+type parsedChain struct {
+	chain     *verify.PCKCertificateChain
+	fmspc, ca string
+}
+
+func (c *Cache) parseChain(q any) (*parsedChain, error) {
+	var k vcache.Key
+	if c != nil {
+		sd, ok := q.(interface {
+			GetSignedData() *pb.Ecdsa256BitQuoteV4AuthData
+		})
+		if ok {
+			k = vcache.NewKey("tenzro/attest/tdx/pck-chain/v1", sd.GetSignedData().GetCertificationData().GetQeReportCertificationData().GetPckCertificateChainData().GetPckCertChain())
+			if pc, hit := c.chains.Get(k, time.Time{}); hit {
+				return pc, nil
+			}
+		} else {
+			c = nil
+		}
+	}
 	chain, err := verify.ExtractChainFromQuote(q)
 	if err != nil {
 		return nil, fmt.Errorf("tdx quote PCK chain: %w", err)
@@ -71,17 +109,20 @@ func Parse(raw []byte) (*Evidence, error) {
 	if err != nil {
 		return nil, fmt.Errorf("tdx PCK certificate: %w", err)
 	}
-	ev.FMSPC = ext.FMSPC
-	ev.Chain = chain
+	pc := &parsedChain{chain: chain, fmspc: ext.FMSPC}
 	switch chain.PCKCertificate.Issuer.CommonName {
 	case "Intel SGX PCK Platform CA":
-		ev.CA = "platform"
+		pc.ca = "platform"
 	case "Intel SGX PCK Processor CA":
-		ev.CA = "processor"
+		pc.ca = "processor"
 	default:
 		return nil, fmt.Errorf("tdx PCK certificate issuer %q unknown", chain.PCKCertificate.Issuer.CommonName)
 	}
-	return ev, nil
+	if c != nil {
+		from, until := vcache.Always()
+		c.chains.Put(k, pc, from, until)
+	}
+	return pc, nil
 }
 
 // Claims are what the quote says.

@@ -17,6 +17,7 @@ import (
 	pb "github.com/google/go-tdx-guest/proto/tdx"
 	"github.com/google/go-tdx-guest/verify"
 
+	"github.com/tenzro/train/attest/internal/vcache"
 	"github.com/tenzro/train/attest/simroots"
 	"github.com/tenzro/train/attest/verdict"
 )
@@ -52,6 +53,10 @@ type VerifyOptions struct {
 	// Intel root (attest/simroots; only in builds without the production
 	// tag). Otherwise such a quote is refused with the check tdx.simulated.
 	AllowSimulated bool
+	// Cache holds PCK chains and collateral verified before (nil: none).
+	// Everything particular to the quote is checked on every call either
+	// way.
+	Cache *Cache
 }
 
 // Verified is the outcome of Verify.
@@ -63,7 +68,10 @@ type Verified struct {
 
 // Verify checks the quote signature, the QE report, the PCK chain to the
 // pinned Intel root, the collateral (signatures, freshness, CRLs) and the
-// TCB status at opts.Now.
+// TCB status at opts.Now. With opts.Cache, a PCK chain and collateral the
+// library accepted before (same bytes, opts.Now inside every certificate's
+// validity and before every next update) are not verified again; the
+// quote's own signatures, bindings and TCB matching always are.
 func Verify(ctx context.Context, ev *Evidence, opts VerifyOptions, checks *verdict.Checks) (*Verified, error) {
 	if opts.Now.IsZero() {
 		return nil, checks.Failf("tdx.clock", "no pinned verification time")
@@ -71,8 +79,35 @@ func Verify(ctx context.Context, ev *Evidence, opts VerifyOptions, checks *verdi
 	if opts.Collateral == nil {
 		return nil, verifyWithoutCollateral(ctx, ev, opts, checks)
 	}
-	if f, err := opts.Collateral.FMSPC(); err != nil || f != strings.ToLower(ev.FMSPC) {
-		return nil, checks.Failf("tdx.collateral", "collateral is for FMSPC %q, quote is %s", f, ev.FMSPC)
+	now := opts.Now
+	simClaimed := ev.Chain != nil && simroots.IsTDXSimulatedRoot(ev.Chain.RootCertificate)
+	// A cached entry: the PCK chain and this collateral under the root the
+	// quote will be verified against.
+	var (
+		entry   *verifiedEntry
+		hit     bool
+		key     vcache.Key
+		keyRoot *x509.Certificate
+		keyOK   bool
+	)
+	if opts.Cache != nil && (!simClaimed || opts.AllowSimulated) {
+		keyRoot = intelRoot
+		if simClaimed {
+			keyRoot, _ = simroots.TDXRoot()
+		}
+		if key, keyOK = entryKey(keyRoot, ev, opts.Collateral); keyOK {
+			entry, hit = opts.Cache.verified.Get(key, now)
+		}
+	}
+	var fmspc string
+	var ferr error
+	if hit {
+		fmspc = entry.col.fmspc // decoded from the same bytes
+	} else {
+		fmspc, ferr = opts.Collateral.FMSPC()
+	}
+	if ferr != nil || fmspc != strings.ToLower(ev.FMSPC) {
+		return nil, checks.Failf("tdx.collateral", "collateral is for FMSPC %q, quote is %s", fmspc, ev.FMSPC)
 	}
 	allowed := opts.TCBStatuses
 	if len(allowed) == 0 {
@@ -82,7 +117,7 @@ func Verify(ctx context.Context, ev *Evidence, opts VerifyOptions, checks *verdi
 	pool.AddCert(intelRoot)
 	rootName := "the pinned Intel SGX Root CA"
 	simulated := false
-	if ev.Chain != nil && simroots.IsTDXSimulatedRoot(ev.Chain.RootCertificate) {
+	if simClaimed {
 		// The quote claims the simulated root: it is verified against that
 		// root only, and only when the policy allows simulated evidence.
 		if !opts.AllowSimulated {
@@ -94,18 +129,37 @@ func Verify(ctx context.Context, ev *Evidence, opts VerifyOptions, checks *verdi
 		}
 		pool, rootName, simulated = sp, "the SIMULATED test root (allow_simulated)", true
 	}
-	now := opts.Now
-	// A fresh Options per call: the library writes chain, collateral and
-	// time into it.
-	o := &verify.Options{
-		GetCollateral:    true,
-		CheckRevocations: true,
-		Getter:           getter{opts.Collateral},
-		Now:              &verify.TimeSet{PckCertChain: now, TcbInfo: now, QeIdentity: now, PckCrl: now, RootCaCrl: now},
-		TrustedRoots:     pool,
+	var (
+		verr          error
+		tdxLvl, qeLvl pcs.TcbLevel
+		lerr          error
+	)
+	if hit {
+		verr = checkQuote(ev.Quote, entry)
+		tdxLvl, qeLvl, lerr = levels(ev.Quote, entry)
+	} else {
+		// A fresh Options per call: the library writes chain, collateral and
+		// time into it.
+		o := &verify.Options{
+			GetCollateral:    true,
+			CheckRevocations: true,
+			Getter:           getter{opts.Collateral},
+			Now:              &verify.TimeSet{PckCertChain: now, TcbInfo: now, QeIdentity: now, PckCrl: now, RootCaCrl: now},
+			TrustedRoots:     pool,
+		}
+		verr = verify.TdxQuoteContext(ctx, ev.Quote, o)
+		tdxLvl, qeLvl, lerr = verify.SupportedTcbLevelsFromCollateral(ev.Quote, o)
 	}
-	verr := verify.TdxQuoteContext(ctx, ev.Quote, o)
-	tdxLvl, qeLvl, lerr := verify.SupportedTcbLevelsFromCollateral(ev.Quote, o)
+	v, err := decide(ev, opts.Collateral, verr, tdxLvl, qeLvl, lerr, allowed, rootName, simulated, now, checks)
+	if err == nil && !hit && keyOK {
+		opts.Cache.store(key, keyRoot, ev, opts.Collateral)
+	}
+	return v, err
+}
+
+// decide records the outcome of the library's verification (or of its
+// per-quote steps on a cached chain and collateral).
+func decide(ev *Evidence, col *Collateral, verr error, tdxLvl, qeLvl pcs.TcbLevel, lerr error, allowed []string, rootName string, simulated bool, now time.Time, checks *verdict.Checks) (*Verified, error) {
 	if verr == nil {
 		checks.Pass("tdx.signature", "quote and QE report signatures verify")
 		checks.Pass("tdx.chain", "PCK chain to %s at %s", rootName, now.Format(time.RFC3339))
@@ -125,7 +179,7 @@ func Verify(ctx context.Context, ev *Evidence, opts VerifyOptions, checks *verdi
 			return nil, checks.Failf("tdx.tcb_status", "TDX TCB status %s / QE TCB status %s not in the allowlist %v", tdxLvl.TcbStatus, qeLvl.TcbStatus, allowed)
 		}
 		if strings.HasPrefix(msg, "TDX TCB info") {
-			if err := qeIdentityCheck(ev, opts.Collateral); err != nil {
+			if err := qeIdentityCheck(ev, col); err != nil {
 				return nil, checks.Fail("tdx.qe_identity", err)
 			}
 		}
@@ -191,7 +245,7 @@ func classify(msg string) string {
 		return "tdx.chain.validity"
 	case strings.Contains(msg, "no matching TCB level"), strings.Contains(msg, "TCB status"), strings.Contains(msg, "TCB Level"):
 		return "tdx.tcb_status"
-	case strings.Contains(msg, "PCK Certificate"), strings.Contains(msg, "certificate signed by unknown authority"),
+	case strings.Contains(msg, "PCK Certificate"), strings.Contains(msg, "PCK leaf certificate"), strings.Contains(msg, "certificate signed by unknown authority"),
 		strings.Contains(msg, "validate root cert"), strings.Contains(msg, "Intermediate CA"):
 		return "tdx.chain"
 	case strings.Contains(msg, "tcbInfo"), strings.Contains(msg, "QeIdentity"), strings.Contains(msg, "collateral"), strings.Contains(msg, "CRL"):

@@ -166,7 +166,11 @@ func TestSubmitForms(t *testing.T) {
 	// Replay reads the initial weights and both payloads from /blobs.
 	raw, err := c.GetReceiptRaw(ctx, "forms")
 	must(err)
-	rep, err := syncer.Replay(ctx, raw, c, syncer.NewNativeEngine(), nil)
+	rounds, err := c.GetTranscript(ctx, "forms")
+	must(err)
+	transcript, _, err := syncer.TranscriptBlob(rounds)
+	must(err)
+	rep, err := syncer.Replay(ctx, raw, transcript, c, syncer.NewNativeEngine(), nil)
 	if err != nil || !rep.Match {
 		t.Fatalf("replay over GET /blobs: %+v %v", rep, err)
 	}

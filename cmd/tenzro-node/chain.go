@@ -17,6 +17,7 @@ import (
 	"github.com/tenzro/train/chain"
 	"github.com/tenzro/train/rpc"
 	"github.com/tenzro/train/syncer"
+	"github.com/tenzro/train/wire"
 )
 
 // registerChain adds `tenzro-node testnet` and `tenzro-node --home DIR`.
@@ -40,7 +41,13 @@ func registerChain(root *cobra.Command, stdout, stderr io.Writer) {
 			// The node's JSON-RPC methods, served from the chain.
 			addr, _ := cmd.Flags().GetString("rpc-addr")
 			opts.Serve = func(ctx context.Context, svc syncer.Service) error {
-				srv, err := rpc.New(svc, rpc.Options{Logger: log.With("component", "rpc")})
+				o := rpc.Options{Logger: log.With("component", "rpc")}
+				if a, ok := svc.(syncer.RunAnchor); ok { // receipts against the chain's run roots
+					o.VerifyReceipt = func(ctx context.Context, receipt, root []byte) *wire.VerifyReceiptResult {
+						return syncer.VerifyReceiptAgainst(ctx, a, receipt, root)
+					}
+				}
+				srv, err := rpc.New(svc, o)
 				if err != nil {
 					return err
 				}

@@ -58,7 +58,14 @@ func pages(cfg Config, reg *prometheus.Registry, src dashboard.Source, verify rp
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	if cfg.dashboardOn() {
-		mux.Handle("GET /", dashboard.Handler(src, dashboard.Options{Verify: dashboard.VerifyFunc(verify), Logger: log.With("component", "dashboard")}))
+		var dv dashboard.VerifyFunc
+		if verify != nil {
+			dv = func(receipt, root []byte) (byte, string) {
+				r := verify(context.Background(), receipt, root)
+				return r.Valid, r.Reason
+			}
+		}
+		mux.Handle("GET /", dashboard.Handler(src, dashboard.Options{Verify: dv, Logger: log.With("component", "dashboard")}))
 		log.Info("dashboard", "url", "http://"+cfg.RPCAddr+"/")
 	} else {
 		mux.HandleFunc("GET /", func(w http.ResponseWriter, _ *http.Request) {

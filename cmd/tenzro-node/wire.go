@@ -192,11 +192,10 @@ func runNode(ctx context.Context, cfg Config, log *slog.Logger) (err error) {
 		LargeMinRate:    cfg.LargeMinRate,
 		LargeGrace:      time.Duration(cfg.LargeGraceMs) * time.Millisecond,
 		Logger:          log.With("component", "rpc"),
-		VerifyReceipt: func(receipt, root []byte) (byte, string) {
-			if err := syncer.CheckReceipt(receipt, root); err != nil {
-				return 0, err.Error()
-			}
-			return 1, ""
+		// Without a claimed root, receipts are checked against this node's
+		// committed state (syncer.RunAnchor).
+		VerifyReceipt: func(ctx context.Context, receipt, root []byte) *wire.VerifyReceiptResult {
+			return syncer.VerifyReceiptAgainst(ctx, node, receipt, root)
 		},
 	}
 	if registry != nil {

@@ -6,6 +6,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/tenzro/train/syncer"
 	"github.com/tenzro/train/wire"
 )
 
@@ -17,25 +18,47 @@ func init() {
 var auditCommands []func() *cobra.Command
 
 func newGetTranscriptCmd() *cobra.Command {
-	var task string
+	var task, out string
 	c := &cobra.Command{
-		Use:   "get-transcript --task-id ID",
-		Short: "Print a run's round commits so far (JSON)",
+		Use:   "get-transcript --task-id ID [--out FILE]",
+		Short: "Print a run's round commits so far (JSON), or write the transcript blob",
 		Long: `Print the transcript: per round and fragment, the accepted submissions in
 canonical order (trainer DID, payload hash), the rule and its hash, what it
-selected, the aggregate and weights hashes. Payloads are fetched by hash with
-get-payload, so a run can be replayed.`,
-		Example: `  tenzro train get-transcript --task-id train-1 > transcript.json`,
-		Args:    noArgs,
+selected, the aggregate and weights hashes, the syncer that committed it and its
+ticket. Payloads are fetched by hash with get-payload, so a run can be replayed.
+
+--out writes the transcript blob instead: the canonical (RFC 8785) JSON array of
+the round commits, whose content hash a sealed run's receipt carries as
+transcript_hash ('tenzro receipt verify --full --transcript FILE', 'tenzro receipt
+replay --transcript FILE').`,
+		Example: `  tenzro train get-transcript --task-id train-1 > transcript-pretty.json
+  tenzro train get-transcript --task-id train-1 --out transcript.json`,
+		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			raw, err := nodeClient(cmd).CallRaw(cmd.Context(), wire.MethodGetTranscript, wire.TaskIDParams{TaskID: task})
+			if out == "" {
+				raw, err := nodeClient(cmd).CallRaw(cmd.Context(), wire.MethodGetTranscript, wire.TaskIDParams{TaskID: task})
+				if err != nil {
+					return err
+				}
+				return emitJSON(cmd, raw)
+			}
+			rounds, err := nodeClient(cmd).GetTranscript(cmd.Context(), task)
 			if err != nil {
 				return err
 			}
-			return emitJSON(cmd, raw)
+			blob, _, err := syncer.TranscriptBlob(rounds)
+			if err != nil {
+				return err
+			}
+			if err := os.WriteFile(out, blob, 0o644); err != nil {
+				return fmt.Errorf("--out: %w", err)
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "wrote %s: %d rounds, %d bytes, transcript hash %s\n", out, len(rounds), len(blob), syncer.BlobHash(blob))
+			return nil
 		},
 	}
 	c.Flags().StringVar(&task, "task-id", "", "run's task id")
+	c.Flags().StringVar(&out, "out", "", "write the canonical transcript blob to this file")
 	_ = c.MarkFlagRequired("task-id")
 	return c
 }

@@ -26,11 +26,17 @@ import (
 
 func init() { registerCommand(newChainCmd) }
 
-func newChainCmd() *cobra.Command {
-	def := chain.DefaultNodeURL
+// chainNodeDefault is --node's default: $TENZRO_CHAIN, else CometBFT's
+// default RPC address.
+func chainNodeDefault() string {
 	if env := os.Getenv("TENZRO_CHAIN"); env != "" {
-		def = env
+		return env
 	}
+	return chain.DefaultNodeURL
+}
+
+func newChainCmd() *cobra.Command {
+	def := chainNodeDefault()
 	cmd := &cobra.Command{
 		Use:   "chain",
 		Short: "Transactions and reads against a chain node (CometBFT RPC)",
@@ -287,89 +293,134 @@ func newChainEnrollCmd() *cobra.Command {
 	return c
 }
 
-// proofFile is what `chain prove` writes: the proof and the app hash the
-// header of block height+1 carries on the node asked.
+// proofFile is what `chain prove` and `receipt prove --task-id` write: the
+// proof, the app hash that the header of block height+1 carries on the node
+// asked, and that signed header (CometBFT JSON), so the file can be checked
+// offline ('tenzro receipt verify --proof FILE --genesis G').
 type proofFile struct {
-	Proof   chain.RunRootProof `json:"proof"`
-	AppHash wire.Hash          `json:"app_hash"`
+	Proof        chain.RunRootProof `json:"proof"`
+	AppHash      wire.Hash          `json:"app_hash"`
+	SignedHeader json.RawMessage    `json:"signed_header,omitempty"`
+}
+
+func parseProofFile(raw []byte) (*proofFile, error) {
+	var pf proofFile
+	if err := json.Unmarshal(raw, &pf); err != nil {
+		return nil, err
+	}
+	return &pf, nil
+}
+
+// proveRunRoot prints task's run-root proof from the chain node at --node
+// (at height when > 0), with the signed header of block height+1; with
+// genesis the header is light-verified against its validators first.
+func proveRunRoot(cmd *cobra.Command, task, genesis string, height int64) error {
+	c, err := chainClient(cmd)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(cmd.Context(), 2*time.Minute)
+	defer cancel()
+	var v []byte
+	if height > 0 {
+		for {
+			var at int64
+			v, at, err = c.QueryAt(ctx, chain.QueryRunProof, task, height)
+			if err == nil || at > height || ctx.Err() != nil {
+				break
+			}
+			if at == 0 { // transport error: no height known
+				return chainErr(err)
+			}
+			time.Sleep(100 * time.Millisecond) // the node has not reached height yet
+		}
+		if err != nil {
+			return chainErr(fmt.Errorf("proof at height %d: %w (a node proves at its last committed height only: omit --height, or give one it has not passed)", height, err))
+		}
+	} else if v, _, err = c.Query(ctx, chain.QueryRunProof, task); err != nil {
+		return chainErr(err)
+	}
+	var pf proofFile
+	if err := json.Unmarshal(v, &pf.Proof); err != nil {
+		return fmt.Errorf("proof: %w", err)
+	}
+	sh, err := c.SignedHeaderAfter(ctx, pf.Proof.Height)
+	if err != nil {
+		return err
+	}
+	if genesis != "" {
+		gen, err := chain.LoadGenesis(genesis)
+		if err != nil {
+			return usageError{err}
+		}
+		if pf.AppHash, err = chain.VerifySignedHeader(gen, sh, pf.Proof.Height); err != nil {
+			return err
+		}
+		if err := chain.VerifyRunRootProof(&pf.Proof, pf.AppHash, wire.Hash{}); err != nil {
+			return err
+		}
+	} else if pf.AppHash, err = chain.HeaderAppHash(sh, pf.Proof.Height); err != nil {
+		return err
+	}
+	if pf.SignedHeader, err = chain.EncodeSignedHeader(sh); err != nil {
+		return err
+	}
+	return emitJSON(cmd, pf)
 }
 
 func newChainProveCmd() *cobra.Command {
 	var task, genesis string
+	var height int64
 	c := &cobra.Command{
-		Use:     "prove --task-id ID",
+		Use:     "prove --task-id ID [--height H] [--genesis FILE]",
 		Example: `  tenzro chain prove --task-id my-run > proof.json`,
 		Short:   "Print a sealed run root's inclusion proof against the app hash of the last committed height",
 		Long: `prove prints (JSON) the proof that the run's sealed run root is in the chain's
 run log, committed by the app hash of the proof's height, together with that app
-hash as the header of block height+1 carries it on this node. With --genesis the
-header is verified as a light client does (signed by more than two thirds of the
-genesis validators' power), so the node need not be trusted; without it, check
-the proof with 'tenzro chain verify-proof' against an app hash you trust.`,
+hash and the signed header of block height+1 that carries it on this node. With
+--genesis the header is verified as a light client does (signed by more than two
+thirds of the genesis validators' power), so the node need not be trusted;
+without it, check the file with 'tenzro chain verify-proof' (or 'tenzro receipt
+verify --proof'), which can light-verify the header it holds offline. Same as
+'tenzro receipt prove --task-id'.`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			c, err := chainClient(cmd)
-			if err != nil {
-				return err
-			}
-			v, _, err := c.Query(cmd.Context(), chain.QueryRunProof, task)
-			if err != nil {
-				return chainErr(err)
-			}
-			var pf proofFile
-			if err := json.Unmarshal(v, &pf.Proof); err != nil {
-				return fmt.Errorf("proof: %w", err)
-			}
-			ctx, cancel := context.WithTimeout(cmd.Context(), 2*time.Minute)
-			defer cancel()
-			if genesis != "" {
-				if pf.AppHash, err = c.VerifiedAppHashAfter(ctx, genesis, pf.Proof.Height); err != nil {
-					return err
-				}
-				if err := chain.VerifyRunRootProof(&pf.Proof, pf.AppHash, wire.Hash{}); err != nil {
-					return err
-				}
-			} else if pf.AppHash, err = c.AppHashAfter(ctx, pf.Proof.Height); err != nil {
-				return err
-			}
-			return emitJSON(cmd, pf)
+			return proveRunRoot(cmd, task, genesis, height)
 		},
 	}
 	c.Flags().StringVar(&task, "task-id", "", "task id")
 	c.Flags().StringVar(&genesis, "genesis", "", "the network's genesis.json: verify the header against its validators")
+	c.Flags().Int64Var(&height, "height", 0, "prove at this height (default: the node's last committed height)")
 	_ = c.MarkFlagRequired("task-id")
 	return c
 }
 
 func newChainVerifyProofCmd() *cobra.Command {
-	var proofPath, appHash, receiptPath string
+	var receiptPath string
+	var pv proofVerifyFlags
 	c := &cobra.Command{
-		Use:     "verify-proof --proof FILE --app-hash HEX [--receipt FILE]",
+		Use:     "verify-proof --proof FILE (--app-hash HEX | --header FILE | --genesis FILE) [--receipt FILE]",
 		Example: `  tenzro chain verify-proof --proof proof.json --app-hash 1C85... --receipt receipt.json`,
 		Short:   "Check a run-root proof offline against an app hash (and a receipt's run root)",
 		Long: `verify-proof checks, without a chain, that the proof's run root is in the run log
-committed by --app-hash (the app hash of the state after the proof's height, from
-the header of block height+1 that you trust). With --receipt it also verifies the
-receipt (as 'tenzro receipt verify') and that its run root is the proven one.
+committed by the app hash of the state after the proof's height: --app-hash (from
+the header of block height+1 that you trust), or --header FILE (a signed header of
+that block), light-verified against the genesis validators with --genesis FILE
+(which alone uses the header in the proof file). With --receipt it also verifies
+the receipt (as 'tenzro receipt verify') and that its run root is the proven one.
 Prints 1 (valid) or 0 (invalid, with the reason on stderr), like the 0x1008
-precompile.`,
+precompile. 'tenzro receipt verify --receipt R --proof FILE' is the same check.`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			raw, err := readInputFile("proof", proofPath, 1<<20)
-			if err != nil {
+			if pv.proof == "" {
+				return usagef("--proof is required")
+			}
+			if err := pv.validate(); err != nil {
 				return err
-			}
-			var pf proofFile
-			if err := json.Unmarshal(raw, &pf); err != nil {
-				return usagef("--proof: %v", err)
-			}
-			ah, err := wire.ParseHash(appHash)
-			if err != nil {
-				return usagef("--app-hash: %v", err)
 			}
 			var root wire.Hash
 			if receiptPath != "" {
-				rc, err := readInputFile("receipt", receiptPath, syncer.MaxReceiptBytes)
+				rc, err := readInputFile("receipt", receiptPath, maxReceiptFile)
 				if err != nil {
 					return err
 				}
@@ -380,19 +431,21 @@ precompile.`,
 				parsed, _ := syncer.ParseReceipt(rc)
 				root = parsed.RunRoot
 			}
-			if err := chain.VerifyRunRootProof(&pf.Proof, ah, root); err != nil {
+			if err := pv.check(cmd, root); err != nil {
+				var ue usageError
+				if errors.As(err, &ue) {
+					return err
+				}
 				fmt.Fprintln(cmd.OutOrStdout(), 0)
 				return &exitError{code: exitFailed, msg: "invalid: " + err.Error()}
 			}
-			_, err = fmt.Fprintln(cmd.OutOrStdout(), 1)
+			_, err := fmt.Fprintln(cmd.OutOrStdout(), 1)
 			return err
 		},
 	}
-	c.Flags().StringVar(&proofPath, "proof", "", "proof file from 'tenzro chain prove'")
-	c.Flags().StringVar(&appHash, "app-hash", "", "app hash (hex) of the state after the proof's height, from a trusted header")
+	pv.register(c, false)
 	c.Flags().StringVar(&receiptPath, "receipt", "", "receipt whose run root must be the proven one")
 	_ = c.MarkFlagRequired("proof")
-	_ = c.MarkFlagRequired("app-hash")
 	return c
 }
 
@@ -498,7 +551,7 @@ for a root the chain never sealed, prints 0. Any node of the network gives the
 same answer.`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			rc, err := readInputFile("receipt", receiptPath, syncer.MaxReceiptBytes)
+			rc, err := readInputFile("receipt", receiptPath, maxReceiptFile)
 			if err != nil {
 				return err
 			}

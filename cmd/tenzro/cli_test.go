@@ -480,9 +480,12 @@ func TestHelpHasExamples(t *testing.T) {
 	}
 }
 
-// testdata/receipt.json is a real receipt sealed by a tenzro-node during the
-// acceptance flow (../shared/acceptance/cli_flow.py); regenerate it with
-// "tenzro train get-receipt --out" when the receipt format version changes.
+// testdata/receipt.json is a real (version-2) receipt sealed by a
+// tenzro-node during the acceptance flow (../shared/acceptance/cli_flow.py),
+// testdata/transcript.json its transcript blob; regenerate them with
+// "tenzro train get-receipt --out" and "tenzro train get-transcript --out"
+// when the format changes. testdata/receipt-v1.json is a real version-1
+// receipt, which is refused.
 func TestReceiptVerifyAndProveRealReceipt(t *testing.T) {
 	e := newEnv(t)
 	good := filepath.Join("testdata", "receipt.json")
@@ -502,6 +505,12 @@ func TestReceiptVerifyAndProveRealReceipt(t *testing.T) {
 	}
 	other := flip + head.RunRoot[1:]
 	bad := e.write("bad.json", strings.Replace(string(b), head.RunRoot, other, 1))
+	transcript, v1 := filepath.Join("testdata", "transcript.json"), filepath.Join("testdata", "receipt-v1.json")
+	tb, err := os.ReadFile(transcript)
+	if err != nil {
+		t.Fatal(err)
+	}
+	badTranscript := e.write("bad-transcript.json", strings.Replace(string(tb), `"round":1`, `"round":2`, 1))
 	cases := []struct {
 		args []string
 		code int
@@ -510,14 +519,20 @@ func TestReceiptVerifyAndProveRealReceipt(t *testing.T) {
 		{[]string{"receipt", "verify", "--receipt", good}, 0, "valid: receipt of"},
 		{[]string{"receipt", "verify", "--receipt", good, "--root", "0x" + head.RunRoot}, 0, "valid"},
 		{[]string{"receipt", "verify", "--receipt", good, "--root", other}, 1, "invalid: run root mismatch"},
-		{[]string{"receipt", "verify", "--receipt", bad}, 1, "invalid: run_root mismatch"},
+		{[]string{"receipt", "verify", "--receipt", bad}, 1, "invalid: syncer signature"}, // the run root is signed
 		{[]string{"receipt", "verify", "--receipt", good, "--format", "json"}, 0, `"valid": 1`},
-		{[]string{"receipt", "prove", "--receipt", good, "--round", "0", "--format", "json"}, 0, `"leaf_index": 1`},
-		{[]string{"receipt", "prove", "--receipt", good, "--round", "99"}, 1, "round 99"},
+		{[]string{"receipt", "verify", "--receipt", good, "--transcript", transcript}, 0, "(compact, full)"},
+		{[]string{"receipt", "verify", "--receipt", good, "--transcript", badTranscript}, 1, "invalid: transcript hashes to"},
+		{[]string{"receipt", "verify", "--receipt", v1}, 1, "receipt version 1 is not accepted"},
+		{[]string{"receipt", "prove", "--receipt", good, "--round", "0", "--transcript", transcript, "--format", "json"}, 0, `"leaf_index": 1`},
+		{[]string{"receipt", "prove", "--receipt", good, "--round", "99", "--transcript", transcript}, 1, "round 99"},
+		{[]string{"receipt", "prove", "--receipt", good}, 2, "--task-id"},
+		{[]string{"receipt", "verify", "--receipt", good, "--app-hash", head.RunRoot}, 2, "--proof"},
 	}
-	for _, c := range cases {
-		code, out, errOut := e.run(c.args...)
-		if code != c.code || !strings.Contains(out+errOut, c.want) {
+	for _, c := range cases { // offline: no --rpc (which would also ask the node)
+		var o, er bytes.Buffer
+		code := execute(context.Background(), c.args, &o, &er)
+		if out, errOut := o.String(), er.String(); code != c.code || !strings.Contains(out+errOut, c.want) {
 			t.Errorf("%v: exit %d (want %d), output %q %q", c.args, code, c.code, out, errOut)
 		}
 	}

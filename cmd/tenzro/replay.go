@@ -15,11 +15,13 @@ import (
 )
 
 func newReceiptReplayCmd() *cobra.Command {
-	var path string
+	var path, transcriptPath string
 	c := &cobra.Command{
-		Use:   "replay --receipt FILE [--rpc URL]",
+		Use:   "replay --receipt FILE [--transcript FILE] [--rpc URL]",
 		Short: "Re-execute a run from its transcript and stored payloads (exit 0 match, 1 divergence)",
-		Long: `Replay re-runs every round of a sealed run: it fetches the initial weights and
+		Long: `Replay re-runs every round of a sealed run: it takes the transcript (--transcript
+FILE, else fetched from the node by the receipt's transcript_hash) and checks it
+against the receipt, fetches the initial weights and
 every accepted payload by hash from a node (--rpc), checks each hash, re-runs the
 aggregation rule and the outer step with the engine the receipt names (the Wasm
 plugins by hash, fetched from the node when they are not built in, with the
@@ -39,13 +41,21 @@ fragment, what differs) or that the final model hash matches.`,
 			}
 			ctx := cmd.Context()
 			cl := nodeClient(cmd)
+			var transcript []byte
+			if transcriptPath != "" {
+				if transcript, err = readInputFile("transcript", transcriptPath, syncer.MaxTranscriptBytes); err != nil {
+					return err
+				}
+			} else if transcript, err = fetchTranscript(ctx, cl, rc); err != nil {
+				return &exitError{code: exitFailed, msg: err.Error()}
+			}
 			eng, closeEng, err := replayEngine(ctx, rc, cl)
 			if err != nil {
 				return &exitError{code: exitFailed, msg: err.Error()}
 			}
 			defer closeEng()
 			errw := cmd.ErrOrStderr()
-			rep, err := syncer.Replay(ctx, b, cl, eng, func(r uint64, of int) {
+			rep, err := syncer.Replay(ctx, b, transcript, cl, eng, func(r uint64, of int) {
 				fmt.Fprintf(errw, "round %d/%d reproduced\n", r+1, of)
 			})
 			if err != nil {
@@ -65,6 +75,7 @@ fragment, what differs) or that the final model hash matches.`,
 		},
 	}
 	c.Flags().StringVar(&path, "receipt", "", "receipt JSON file (from 'tenzro train get-receipt')")
+	c.Flags().StringVar(&transcriptPath, "transcript", "", "transcript blob ('tenzro train get-transcript --out'); default: fetched from --rpc")
 	_ = c.MarkFlagRequired("receipt")
 	return c
 }

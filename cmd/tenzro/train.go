@@ -300,7 +300,7 @@ file. Check it offline with "tenzro receipt verify --receipt FILE".`,
 				return fmt.Errorf("decode receipt: %w", err)
 			}
 			w := cmd.OutOrStdout()
-			fmt.Fprintf(w, "task        %s\nrun_root    %s\nfinal_model %s\nrounds      %d\nsyncer      %s\n", r.TaskID, r.RunRoot, r.FinalModelHash, len(r.Transcript), r.SyncerDID)
+			fmt.Fprintf(w, "task        %s\nrun_root    %s\nfinal_model %s\nrounds      %d\nsyncer      %s\n", r.TaskID, r.RunRoot, r.FinalModelHash, r.Rounds, r.SyncerDID)
 			if out != "" {
 				fmt.Fprintf(w, "written to  %s\n", out)
 			}

@@ -31,7 +31,7 @@ def test_compressed_run_seals_verifies_and_replays(node, go_bins, tmp_path, comp
             assert len(tr.compressor.residual) == 2
             assert (tmp_path / f"trainer{trs.index(tr)}.json.{task}.state.json.ef.safetensors").exists()
     rc = c.get_receipt(task)
-    for commit in rc["transcript"]:
+    for commit in c.call("tenzro_training_getTranscript", {"task_id": task}):  # the receipt names it by hash
         for fc in commit["fragments"]:
             assert fc["status"] == "aggregated" and fc["codec"]["hash"] in rc["plugin_hashes"]
     receipt = tmp_path / "receipt.json"
