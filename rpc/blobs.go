@@ -181,11 +181,14 @@ func (s *Server) putBlob(w http.ResponseWriter, r *http.Request, h wire.Hash) {
 		blobError(w, http.StatusRequestTimeout, CodeInvalidRequest, &errData{Limit: s.opts.LargeMinRate}, "%v; nothing was stored", err)
 	case errors.Is(err, io.ErrUnexpectedEOF) && r.ContentLength >= 0:
 		w.Header().Set("Connection", "close")
-		blobError(w, http.StatusBadRequest, CodeInvalidRequest, nil, "blob body ended after %d of its %d bytes; nothing was stored", rr.n, r.ContentLength)
+		blobError(w, http.StatusBadRequest, CodeInvalidRequest, nil, "blob body ended after %d of its %d bytes; nothing was stored", rr.count(), r.ContentLength)
 	case errors.As(err, new(clientBodyError)), r.Context().Err() != nil:
 		w.Header().Set("Connection", "close")
 		blobError(w, http.StatusBadRequest, CodeInvalidRequest, nil, "reading blob body: %v; nothing was stored", err)
 	default:
+		// The body may still be being read ahead (store.BlobWriter.ReadFrom):
+		// this connection serves nothing more.
+		w.Header().Set("Connection", "close")
 		ref := newRef()
 		s.log.ErrorContext(r.Context(), "rpc: store blob", "hash", h, "ref", ref, "err", err)
 		blobError(w, http.StatusInternalServerError, CodeInternal, &errData{Kind: "internal", Ref: ref}, "internal error storing the blob (node log ref %s); nothing was stored", ref)
