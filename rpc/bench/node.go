@@ -235,7 +235,7 @@ func (b ingestBench) node(bin, mode string) []ingestResult {
 			cases = append(cases, b.setup(c, n, conc))
 		}
 	}
-	time.Sleep(5 * time.Second)
+	settle(c.URL())
 	var out []ingestResult
 	for _, ic := range cases {
 		out = append(out, b.measure(c, node.Process.Pid, mode, ic))
@@ -418,6 +418,29 @@ func report(all []ingestResult) {
 		}
 		fmt.Println(row)
 	}
+}
+
+// settle waits until the node's Go heap has stayed within 1 MiB for 3 s
+// (its database done flushing and compacting what the setup wrote), at
+// least 5 s and at most 90 s.
+func settle(url string) {
+	start := time.Now()
+	var last int64
+	stable := 0
+	for time.Since(start) < 90*time.Second {
+		time.Sleep(500 * time.Millisecond)
+		v := goHeap(url)
+		if d := v - last; d > -1<<20 && d < 1<<20 {
+			stable++
+		} else {
+			stable = 0
+		}
+		last = v
+		if stable >= 6 && time.Since(start) >= 5*time.Second {
+			return
+		}
+	}
+	log.Printf("node did not settle within 90 s")
 }
 
 // goHeap reads go_memstats_heap_inuse_bytes from the node's /metrics.
