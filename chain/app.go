@@ -2,6 +2,7 @@ package chain
 
 import (
 	"context"
+	"crypto/sha256"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
@@ -11,76 +12,211 @@ import (
 
 	abci "github.com/cometbft/cometbft/abci/types"
 
+	"github.com/tenzro/train/plugins/abi"
+	"github.com/tenzro/train/plugins/builtin"
 	"github.com/tenzro/train/syncer"
 	"github.com/tenzro/train/wire"
 )
 
 // AppVersion is the application's protocol version reported in Info.
-const AppVersion uint64 = 1
+const AppVersion uint64 = 2
 
-// Meta keys (ksMeta): the last committed height and app hash.
+// Meta keys (ksMeta): the last committed height, block, state hash and app
+// hash, and the format marker of the state.
 var (
-	metaHeight  = []byte("chain/height")
-	metaAppHash = []byte("chain/app-hash")
+	metaHeight    = []byte("chain/height")
+	metaAppHash   = []byte("chain/app-hash")
+	metaStateHash = []byte("chain/state-hash")
+	metaBlockTime = []byte("chain/block-time")
+	metaBlockHash = []byte("chain/block-hash")
+	metaFormat    = []byte("chain/format")
 )
 
-// App is the ABCI 2.0 application. CometBFT calls it on one connection at
-// a time (the local client serializes them); mu guards it anyway.
+// stateFormat is the version of the state layout (the machine's key spaces
+// under StateKey, the incremental app hash). A store written by another
+// layout is refused at start.
+const stateFormat = 2
+
+// Builtins maps the SHA-256 of every built-in plugin module embedded in
+// this binary (and of the native engine's implementations) to its rule
+// name: what a posting's built-in rule references must match.
+func Builtins() (map[wire.Hash]string, error) {
+	out := syncer.NativeBuiltins()
+	for _, stem := range builtin.Names() {
+		mod, err := builtin.Module(stem)
+		if err != nil {
+			return nil, fmt.Errorf("built-in %s: %w", stem, err)
+		}
+		raw, ok, err := abi.FindCustomSection(mod, abi.ManifestSection)
+		if err != nil || !ok {
+			return nil, fmt.Errorf("built-in %s: no manifest (%v)", stem, err)
+		}
+		m, err := abi.ParseManifest(raw)
+		if err != nil {
+			return nil, fmt.Errorf("built-in %s: %w", stem, err)
+		}
+		out[sha256.Sum256(mod)] = m.ID
+	}
+	return out, nil
+}
+
+// App is the ABCI 2.0 application hosting syncer.Machine. CometBFT calls
+// it on one connection at a time (the local client serializes them); mu
+// guards the committed state against the node's concurrent reads (View).
 type App struct {
 	abci.BaseApplication
 
-	kv  syncer.KV
-	log *slog.Logger
+	kv    syncer.KV
+	state stateKV
+	m     *syncer.Machine
+	log   *slog.Logger
 
-	mu      sync.Mutex
-	height  int64     // last committed height
-	appHash wire.Hash // last committed app hash
-	// pending holds InitChain's and the finalized block's writes until
-	// Commit makes them durable in one batch.
-	pending       *overlay
-	pendingHeight int64
-	pendingHash   wire.Hash
+	mu        sync.RWMutex
+	height    int64     // last committed height
+	appHash   wire.Hash // last committed app hash
+	stateHash wire.Hash
+	block     syncer.Block // the last committed block
+	runLog    runLog
+
+	// pending is the finalized block (or InitChain) not committed yet.
+	pending *pendingBlock
+
+	// waiters and commit notification (Local).
+	wmu     sync.Mutex
+	waiters map[[32]byte][]chan TxOutcome
+	changed chan struct{}
+}
+
+type pendingBlock struct {
+	o *syncer.Overlay
+	// genesis: InitChain's writes, committed with the first block;
+	// parent: a block's genesis, when it is the first.
+	genesis   bool
+	parent    *pendingBlock
+	height    int64
+	block     syncer.Block
+	stateHash wire.Hash
+	appHash   wire.Hash
+	runLog    runLog
+	outcomes  []TxOutcome
+}
+
+// TxOutcome is a transaction's fate: the height of its block and its
+// result, or a refusal (Code ≠ 0) at CheckTx or in its block.
+type TxOutcome struct {
+	Hash   [32]byte
+	Height int64
+	Code   uint32
+	Log    string
+	Data   []byte
 }
 
 var _ abci.Application = (*App)(nil)
 
+// AppOptions configure an App.
+type AppOptions struct {
+	Log *slog.Logger
+	// Builtins overrides Builtins() (tests with a fake engine).
+	Builtins map[wire.Hash]string
+}
+
 // NewApp opens the application over kv (the chain's own store), resuming
 // from the last committed height.
-func NewApp(ctx context.Context, kv syncer.KV, log *slog.Logger) (*App, error) {
+func NewApp(ctx context.Context, kv syncer.KV, opts AppOptions) (*App, error) {
+	log := opts.Log
 	if log == nil {
 		log = slog.Default()
 	}
-	a := &App{kv: kv, log: log}
+	bi := opts.Builtins
+	if bi == nil {
+		var err error
+		if bi, err = Builtins(); err != nil {
+			return nil, fmt.Errorf("chain: %w", err)
+		}
+	}
+	a := &App{kv: kv, state: stateKV{kv}, log: log, m: syncer.NewMachine(syncer.MachineConfig{Builtins: bi, Logger: log}),
+		waiters: map[[32]byte][]chan TxOutcome{}, changed: make(chan struct{}), runLog: emptyRunLog}
 	raw, err := kv.Get(ctx, ksMeta, metaHeight)
 	switch {
-	case errors.Is(err, syncer.ErrNotFound):
+	case errNotFound(err):
+		if err := a.checkEmpty(ctx); err != nil {
+			return nil, err
+		}
 		return a, nil
 	case err != nil:
 		return nil, fmt.Errorf("chain: read last height: %w", err)
 	case len(raw) != 8:
 		return nil, fmt.Errorf("chain: last height record is %d bytes, want 8", len(raw))
 	}
-	a.height = int64(binary.BigEndian.Uint64(raw))
-	h, err := kv.Get(ctx, ksMeta, metaAppHash)
-	if err != nil || len(h) != 32 {
-		return nil, fmt.Errorf("chain: read last app hash (height %d): %v (%d bytes)", a.height, err, len(h))
+	f, err := kv.Get(ctx, ksMeta, metaFormat)
+	if err != nil || len(f) != 8 || binary.BigEndian.Uint64(f) != stateFormat {
+		return nil, fmt.Errorf("chain: this chain store was written by an older version of tenzro-node (state format %x, want %d): start from a new home", f, stateFormat)
 	}
-	copy(a.appHash[:], h)
+	a.height = int64(binary.BigEndian.Uint64(raw))
+	for _, m := range []struct {
+		key []byte
+		dst []byte
+	}{{metaAppHash, a.appHash[:]}, {metaStateHash, a.stateHash[:]}} {
+		h, err := kv.Get(ctx, ksMeta, m.key)
+		if err != nil || len(h) != 32 {
+			return nil, fmt.Errorf("chain: read %s (height %d): %v (%d bytes)", m.key, a.height, err, len(h))
+		}
+		copy(m.dst, h)
+	}
+	bt, err := kv.Get(ctx, ksMeta, metaBlockTime)
+	if err != nil || len(bt) != 8 {
+		return nil, fmt.Errorf("chain: read last block time: %v", err)
+	}
+	bh, err := kv.Get(ctx, ksMeta, metaBlockHash)
+	if err != nil {
+		return nil, fmt.Errorf("chain: read last block hash: %w", err)
+	}
+	a.block = syncer.Block{Height: a.height, TimeMs: int64(binary.BigEndian.Uint64(bt)), Hash: bh}
+	if a.runLog, err = readRunLog(ctx, a.state); err != nil {
+		return nil, err
+	}
 	return a, nil
 }
 
+// checkEmpty refuses a store that holds state but no commit record (a
+// store of the chain's first version, or not a chain store).
+func (a *App) checkEmpty(ctx context.Context) error {
+	found := false
+	err := a.kv.Scan(ctx, ksState, nil, func(_, _ []byte) error { found = true; return errStop })
+	if err != nil && !errors.Is(err, errStop) {
+		return fmt.Errorf("chain: %w", err)
+	}
+	if found {
+		return errors.New("chain: this store holds state without a commit record: it was written by an older version of tenzro-node (start from a new home)")
+	}
+	return nil
+}
+
+var errStop = errors.New("stop")
+
+// Machine is the state machine the app hosts.
+func (a *App) Machine() *syncer.Machine { return a.m }
+
 // LastCommit returns the last committed height and app hash.
 func (a *App) LastCommit() (int64, wire.Hash) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
+	a.mu.RLock()
+	defer a.mu.RUnlock()
 	return a.height, a.appHash
+}
+
+// View runs fn over the last committed state (read-only) and block. Commit
+// waits for it, so fn must be quick.
+func (a *App) View(ctx context.Context, fn func(syncer.View) error) error {
+	a.mu.RLock()
+	defer a.mu.RUnlock()
+	return fn(syncer.View{KV: syncer.ReadOnly(a.state), Block: a.block})
 }
 
 // Info reports the last committed height and app hash, so CometBFT replays
 // any block the application has not committed.
 func (a *App) Info(context.Context, *abci.RequestInfo) (*abci.ResponseInfo, error) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
+	a.mu.RLock()
+	defer a.mu.RUnlock()
 	res := &abci.ResponseInfo{Data: "tenzro-train", Version: syncer.Version, AppVersion: AppVersion, LastBlockHeight: a.height}
 	if a.height > 0 {
 		res.LastBlockAppHash = append([]byte(nil), a.appHash[:]...)
@@ -89,221 +225,236 @@ func (a *App) Info(context.Context, *abci.RequestInfo) (*abci.ResponseInfo, erro
 }
 
 // GenesisState is the application's part of the genesis file (app_state).
-type GenesisState struct {
-	// Accounts are the genesis allocations: the only way funds exist on a
-	// chain without a faucet.
-	Accounts []GenesisAccount `json:"accounts"`
-}
+type GenesisState = syncer.Genesis
 
 // GenesisAccount allocates Balance attoTNZO to DID.
-type GenesisAccount struct {
-	DID     string `json:"did"`
-	Balance string `json:"balance"`
-}
+type GenesisAccount = syncer.GenesisAccount
 
-// MaxGenesisAccounts bounds the allocations of one genesis.
-const MaxGenesisAccounts = 100000
+// ParseGenesisState decodes app_state strictly (syncer.ParseGenesis).
+func ParseGenesisState(b []byte) (*GenesisState, error) { return syncer.ParseGenesis(b) }
 
-// ParseGenesisState decodes app_state strictly: known fields only, valid
-// DIDs and amounts, no DID twice.
-func ParseGenesisState(b []byte) (*GenesisState, error) {
-	var g GenesisState
-	if len(b) == 0 {
-		return &g, nil
-	}
-	if err := strict(b, &g); err != nil {
-		return nil, fmt.Errorf("genesis app_state: %w", err)
-	}
-	if len(g.Accounts) > MaxGenesisAccounts {
-		return nil, fmt.Errorf("genesis app_state: %d accounts, limit %d", len(g.Accounts), MaxGenesisAccounts)
-	}
-	seen := map[string]bool{}
-	for i, acc := range g.Accounts {
-		if err := parseDID(fmt.Sprintf("accounts[%d].did", i), acc.DID); err != nil {
-			return nil, fmt.Errorf("genesis app_state: %w", err)
-		}
-		if _, err := wire.ParseAmount(acc.Balance); err != nil {
-			return nil, fmt.Errorf("genesis app_state: accounts[%d].balance: %w", i, err)
-		}
-		if seen[acc.DID] {
-			return nil, fmt.Errorf("genesis app_state: %s is allocated twice", acc.DID)
-		}
-		seen[acc.DID] = true
-	}
-	return &g, nil
-}
-
-// InitChain applies the genesis allocations (minted from the issuer
-// account, in the order listed) and returns the genesis app hash.
+// InitChain writes the genesis state and returns the genesis app hash. The
+// genesis writes become durable with the first block's Commit.
 func (a *App) InitChain(ctx context.Context, req *abci.RequestInitChain) (*abci.ResponseInitChain, error) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
 	g, err := ParseGenesisState(req.AppStateBytes)
 	if err != nil {
 		return nil, err
 	}
-	o := newOverlay(a.kv, nil)
-	x := &exec{ctx: ctx, o: o, height: req.InitialHeight - 1, timeMs: req.Time.UnixMilli()}
-	for _, acc := range g.Accounts {
-		amt, _ := wire.ParseAmount(acc.Balance)
-		if err := x.transfer(acctIssuer, acctDID(acc.DID), amt, "genesis allocation"); err != nil {
-			return nil, fmt.Errorf("genesis allocation to %s: %w", acc.DID, err)
-		}
+	h := req.InitialHeight - 1
+	o := syncer.NewOverlay(a.state)
+	blk := syncer.Block{Height: h, TimeMs: req.Time.UnixMilli(), Hash: []byte{}}
+	if err := a.m.InitGenesis(ctx, o, blk, g); err != nil {
+		return nil, fmt.Errorf("genesis: %w", err)
 	}
-	h, err := a.hashWith(ctx, o, req.InitialHeight-1)
-	if err != nil {
+	p := &pendingBlock{o: o, genesis: true, height: h, block: blk, stateHash: StateHash(wire.Hash{}, h, blockWrites(o))}
+	if err := a.fillRunLog(ctx, p, emptyRunLog); err != nil {
 		return nil, err
 	}
-	a.pending, a.pendingHeight, a.pendingHash = o, req.InitialHeight-1, h
-	a.log.Info("chain genesis", "chain_id", req.ChainId, "accounts", len(g.Accounts), "app_hash", h)
-	return &abci.ResponseInitChain{AppHash: h[:]}, nil
+	a.pending = p
+	a.log.Info("chain genesis", "chain_id", req.ChainId, "accounts", len(g.Accounts), "candidates", len(g.Candidates), "faucet", g.Faucet, "app_hash", p.appHash)
+	return &abci.ResponseInitChain{AppHash: p.appHash[:]}, nil
 }
 
-// hashWith is the app hash of the committed state with o's writes applied.
-func (a *App) hashWith(ctx context.Context, o *overlay, height int64) (wire.Hash, error) {
-	state, err := stateRoot(ctx, a.kv, o)
-	if err != nil {
-		return wire.Hash{}, err
-	}
-	n, logRoot, err := runLogRoot(ctx, o)
-	if err != nil {
-		return wire.Hash{}, err
-	}
-	return AppHash(height, state, n, logRoot), nil
-}
-
-// CheckTx does the cheap checks against the committed state: size,
-// decoding, signature and nonce (and, for a seal, the receipt's own
-// validity). State rules run in FinalizeBlock.
-func (a *App) CheckTx(ctx context.Context, req *abci.RequestCheckTx) (*abci.ResponseCheckTx, error) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	if err := a.precheck(ctx, req.Tx); err != nil {
-		return &abci.ResponseCheckTx{Code: codeOf(err), Log: err.Error()}, nil
-	}
-	return &abci.ResponseCheckTx{Code: CodeOK}, nil
-}
-
-func (a *App) precheck(ctx context.Context, b []byte) error {
-	tx, err := DecodeTx(b)
+// fillRunLog recomputes the run log when the block appended to it and sets
+// the app hash.
+func (a *App) fillRunLog(ctx context.Context, p *pendingBlock, prev runLog) error {
+	n, err := syncer.RunLogSize(ctx, p.o)
 	if err != nil {
 		return err
 	}
-	x := &exec{ctx: ctx, o: newOverlay(a.kv, nil)}
-	switch tx.Type {
-	case TxTransfer:
-		p := tx.Transfer
-		return x.checkSigned(p.From, p.Nonce, p.Signature, p.Preimage())
-	case TxRegisterSyncer:
-		p := tx.RegisterSyncer
-		return x.checkSigned(p.DID, p.Nonce, p.Signature, p.Preimage())
-	case TxPostTask:
-		spec, canon, err := wire.ParseSpec(tx.PostTask.Spec)
-		if err != nil {
-			return errf(CodeInvalid, "%v", err)
+	p.runLog = prev
+	if n != prev.size {
+		if p.runLog, err = readRunLog(ctx, p.o); err != nil {
+			return err
 		}
-		req := wire.PostTaskParams{Signed: tx.PostTask.Signed}
-		return x.checkSigned(spec.SponsorDID, req.Nonce, req.Signature, req.Preimage(spec.SponsorDID, wire.SpecHash(canon), tx.PostTask.InitWeightsHash))
-	case TxEnroll:
-		p := tx.Enroll
-		return x.checkSigned(p.TrainerDID, p.Nonce, p.Signature, p.Preimage())
-	case TxLeave:
-		p := tx.Leave
-		return x.checkSigned(p.TrainerDID, p.Nonce, p.Signature, p.Preimage())
-	case TxElectionProof:
-		p := tx.ElectionProof
-		return x.checkSigned(p.DID, p.Nonce, p.Signature, p.Preimage())
-	case TxSubmission:
-		s := tx.Submission
-		return verifySig(s.TrainerDID, wire.SubmissionPreimage(s.TaskID, s.TrainerDID, s.Round, s.FragmentIndex, s.PayloadHash), s.Signature)
-	case TxSeal:
-		if err := syncer.CheckReceipt(tx.Seal.Receipt, nil); err != nil {
-			return errf(CodeInvalid, "receipt: %v", err)
-		}
-	case TxCommitRound:
-		p := tx.CommitRound
-		h, err := syncer.RoundCommitHash(&p.Commit)
-		if err != nil {
-			return errf(CodeInvalid, "commit: %v", err)
-		}
-		return x.checkSigned(p.SyncerDID, p.Nonce, p.Signature, p.Preimage(h))
 	}
+	p.appHash = AppHash(p.height, p.stateHash, p.runLog.size, p.runLog.root)
 	return nil
 }
 
-// FinalizeBlock applies the block's transactions in order, each all or
-// nothing, with the block's height and time (never a wall clock), and
-// returns the new app hash. Nothing is durable until Commit.
-func (a *App) FinalizeBlock(ctx context.Context, req *abci.RequestFinalizeBlock) (*abci.ResponseFinalizeBlock, error) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	block := a.pending
-	if block == nil || a.pendingHeight >= req.Height {
-		// No InitChain writes waiting (or a stale finalized block that was
-		// never committed: CometBFT replays it from scratch).
-		block = newOverlay(a.kv, nil)
+// CheckTx does the cheap checks against the committed state: size,
+// decoding, signature, nonce. State rules run in FinalizeBlock. A recheck
+// that fails tells the transaction's waiter (Local): the mempool drops it.
+func (a *App) CheckTx(ctx context.Context, req *abci.RequestCheckTx) (*abci.ResponseCheckTx, error) {
+	err := a.precheck(ctx, req.Tx)
+	if err == nil {
+		return &abci.ResponseCheckTx{Code: CodeOK}, nil
 	}
-	res := &abci.ResponseFinalizeBlock{TxResults: make([]*abci.ExecTxResult, len(req.Txs))}
-	timeMs := req.Time.UnixMilli()
-	for i, raw := range req.Txs {
-		res.TxResults[i] = a.deliver(ctx, block, req.Height, timeMs, raw)
+	code := codeOf(err)
+	if code == CodeInternal {
+		a.log.Error("check of a transaction failed inside the application", "err", err)
 	}
-	h, err := a.hashWith(ctx, block, req.Height)
+	if req.Type == abci.CheckTxType_Recheck {
+		a.notify([]TxOutcome{{Hash: sha256.Sum256(req.Tx), Code: code, Log: err.Error()}})
+	}
+	return &abci.ResponseCheckTx{Code: code, Log: err.Error()}, nil
+}
+
+func (a *App) precheck(ctx context.Context, b []byte) error {
+	tx, err := wire.DecodeTx(b)
 	if err != nil {
+		return err
+	}
+	a.mu.RLock()
+	defer a.mu.RUnlock()
+	return a.m.Check(ctx, syncer.ReadOnly(a.state), tx)
+}
+
+// FinalizeBlock runs the block's timers (Machine.BeginBlock), then each
+// transaction in order, each all or nothing, at the block's height, time
+// and hash (never a wall clock), and returns the new app hash. Nothing is
+// durable until Commit.
+func (a *App) FinalizeBlock(ctx context.Context, req *abci.RequestFinalizeBlock) (*abci.ResponseFinalizeBlock, error) {
+	var base syncer.KV = a.state
+	a.mu.RLock()
+	prevState, prevLog := a.stateHash, a.runLog
+	a.mu.RUnlock()
+	var gen *pendingBlock
+	if p := a.pending; p != nil && p.genesis && p.height == req.Height-1 {
+		gen, base, prevState, prevLog = p, p.o, p.stateHash, p.runLog
+	}
+	// A pending block of this height that was never committed is dropped:
+	// CometBFT finalizes the block again from scratch.
+	o := syncer.NewOverlay(base)
+	blk := syncer.Block{Height: req.Height, TimeMs: req.Time.UnixMilli(), Hash: append([]byte(nil), req.Hash...)}
+	if err := a.m.BeginBlock(ctx, o, blk); err != nil {
 		return nil, fmt.Errorf("finalize block %d: %w", req.Height, err)
 	}
-	a.pending, a.pendingHeight, a.pendingHash = block, req.Height, h
-	res.AppHash = append([]byte(nil), h[:]...)
+	res := &abci.ResponseFinalizeBlock{TxResults: make([]*abci.ExecTxResult, len(req.Txs))}
+	outcomes := make([]TxOutcome, len(req.Txs))
+	for i, raw := range req.Txs {
+		r := a.deliver(ctx, o, blk, raw)
+		res.TxResults[i] = r
+		outcomes[i] = TxOutcome{Hash: sha256.Sum256(raw), Height: req.Height, Code: r.Code, Log: r.Log, Data: r.Data}
+	}
+	p := &pendingBlock{o: o, parent: gen, height: req.Height, block: blk, outcomes: outcomes, stateHash: StateHash(prevState, req.Height, blockWrites(o))}
+	if err := a.fillRunLog(ctx, p, prevLog); err != nil {
+		return nil, fmt.Errorf("finalize block %d: %w", req.Height, err)
+	}
+	a.pending = p
+	res.AppHash = append([]byte(nil), p.appHash[:]...)
 	return res, nil
 }
 
-func (a *App) deliver(ctx context.Context, block *overlay, height, timeMs int64, raw []byte) *abci.ExecTxResult {
-	tx, err := DecodeTx(raw)
+func (a *App) deliver(ctx context.Context, o *syncer.Overlay, blk syncer.Block, raw []byte) *abci.ExecTxResult {
+	tx, err := wire.DecodeTx(raw)
 	if err != nil {
 		return &abci.ExecTxResult{Code: codeOf(err), Log: err.Error()}
 	}
-	child := newOverlay(a.kv, block)
-	x := &exec{ctx: ctx, o: child, height: height, timeMs: timeMs}
-	data, err := x.apply(tx)
+	data, err := a.m.Apply(ctx, o, blk, tx)
 	if err != nil {
 		code := codeOf(err)
 		if code == CodeInternal {
-			a.log.Error("transaction failed inside the application", "height", height, "type", tx.Type, "err", err)
+			a.log.Error("transaction failed inside the application", "height", blk.Height, "type", tx.Type, "err", err)
 		}
 		return &abci.ExecTxResult{Code: code, Log: err.Error()}
 	}
-	child.mergeInto()
 	return &abci.ExecTxResult{Code: CodeOK, Data: data, Events: []abci.Event{{Type: "tenzro", Attributes: []abci.EventAttribute{{Key: "type", Value: tx.Type, Index: true}}}}}
 }
 
-// Commit makes the finalized block's writes and the new height and app
-// hash durable in one atomic store batch.
+// Commit makes the finalized block's writes (with the genesis writes before
+// the first block) and the new height, block and hashes durable in one
+// atomic store batch, then tells the waiters.
 func (a *App) Commit(ctx context.Context, _ *abci.RequestCommit) (*abci.ResponseCommit, error) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	if a.pending == nil {
+	p := a.pending
+	if p == nil || p.genesis {
 		return nil, errors.New("chain: commit without a finalized block")
 	}
-	var b syncer.Batch
-	a.pending.batch(&b)
-	b.Set(ksMeta, metaHeight, binary.BigEndian.AppendUint64(nil, uint64(a.pendingHeight)))
-	b.Set(ksMeta, metaAppHash, append([]byte(nil), a.pendingHash[:]...))
-	if err := a.kv.Commit(ctx, &b); err != nil {
-		return nil, fmt.Errorf("chain: commit height %d: %w", a.pendingHeight, err)
+	writes := p.o
+	if p.parent != nil {
+		if err := p.o.Flush(ctx); err != nil {
+			return nil, err
+		}
+		writes = p.parent.o
 	}
-	a.height, a.appHash = a.pendingHeight, a.pendingHash
+	var b syncer.Batch
+	for _, w := range blockWrites(writes) {
+		if w.value == nil {
+			b.Delete(ksState, w.key)
+		} else {
+			b.Set(ksState, w.key, w.value)
+		}
+	}
+	b.Set(ksMeta, metaHeight, binary.BigEndian.AppendUint64(nil, uint64(p.height)))
+	b.Set(ksMeta, metaAppHash, append([]byte(nil), p.appHash[:]...))
+	b.Set(ksMeta, metaStateHash, append([]byte(nil), p.stateHash[:]...))
+	b.Set(ksMeta, metaBlockTime, binary.BigEndian.AppendUint64(nil, uint64(p.block.TimeMs)))
+	b.Set(ksMeta, metaBlockHash, append([]byte{}, p.block.Hash...))
+	b.Set(ksMeta, metaFormat, binary.BigEndian.AppendUint64(nil, stateFormat))
+	a.mu.Lock()
+	if err := a.kv.Commit(ctx, &b); err != nil {
+		a.mu.Unlock()
+		return nil, fmt.Errorf("chain: commit height %d: %w", p.height, err)
+	}
+	a.height, a.appHash, a.stateHash, a.block, a.runLog = p.height, p.appHash, p.stateHash, p.block, p.runLog
 	a.pending = nil
+	a.mu.Unlock()
+	a.notify(p.outcomes)
+	a.wmu.Lock()
+	close(a.changed)
+	a.changed = make(chan struct{})
+	a.wmu.Unlock()
 	return &abci.ResponseCommit{}, nil
+}
+
+// Changed returns a channel closed at the next commit.
+func (a *App) Changed() <-chan struct{} {
+	a.wmu.Lock()
+	defer a.wmu.Unlock()
+	return a.changed
+}
+
+// watch registers interest in a transaction's outcome (by SHA-256 of its
+// bytes, CometBFT's transaction hash).
+func (a *App) watch(h [32]byte) chan TxOutcome {
+	ch := make(chan TxOutcome, 1)
+	a.wmu.Lock()
+	a.waiters[h] = append(a.waiters[h], ch)
+	a.wmu.Unlock()
+	return ch
+}
+
+func (a *App) unwatch(h [32]byte, ch chan TxOutcome) {
+	a.wmu.Lock()
+	defer a.wmu.Unlock()
+	ws := a.waiters[h]
+	for i, c := range ws {
+		if c == ch {
+			ws = append(ws[:i], ws[i+1:]...)
+			break
+		}
+	}
+	if len(ws) == 0 {
+		delete(a.waiters, h)
+	} else {
+		a.waiters[h] = ws
+	}
+}
+
+func (a *App) notify(outs []TxOutcome) {
+	a.wmu.Lock()
+	defer a.wmu.Unlock()
+	for _, o := range outs {
+		for _, ch := range a.waiters[o.Hash] {
+			select {
+			case ch <- o:
+			default:
+			}
+		}
+		delete(a.waiters, o.Hash)
+	}
 }
 
 // Query paths (data is the argument; only the last committed height is
 // served: Height 0 or equal to it).
 const (
 	QueryBalance   = "/balance"   // data: DID → decimal attoTNZO
-	QueryRun       = "/run"       // data: task_id → run record JSON
+	QueryRun       = "/run"       // data: task_id → the run's state (JSON)
 	QueryCandidate = "/candidate" // data: DID → wire.SyncerCandidate JSON
 	QueryRunLog    = "/runlog"    // → RunLogInfo JSON
 	QueryNonce     = "/nonce"     // data: DID → last nonce (decimal), "" when none
+	QueryReceipt   = "/receipt"   // data: task_id → the signed receipt (wire.Receipt JSON)
+	QuerySealed    = "/sealed"    // data: task_id → syncer.SealedRun JSON (run root, election)
 	// QueryBalanceAcct: data account name (did:…, escrow:…, stake:…,
 	// syncer-stake:…, issuer) → decimal attoTNZO.
 	QueryBalanceAcct = "/account"
@@ -317,8 +468,8 @@ type RunLogInfo struct {
 
 // Query answers reads from the last committed state.
 func (a *App) Query(ctx context.Context, req *abci.RequestQuery) (*abci.ResponseQuery, error) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
+	a.mu.RLock()
+	defer a.mu.RUnlock()
 	if req.Height != 0 && req.Height != a.height {
 		return &abci.ResponseQuery{Code: CodeInvalid, Log: fmt.Sprintf("height %d: only the last committed height %d is served", req.Height, a.height), Height: a.height}, nil
 	}
@@ -330,50 +481,52 @@ func (a *App) Query(ctx context.Context, req *abci.RequestQuery) (*abci.Response
 }
 
 func (a *App) query(ctx context.Context, path, arg string) ([]byte, error) {
-	x := &exec{ctx: ctx, o: newOverlay(a.kv, nil)}
+	kv := syncer.ReadOnly(a.state)
 	switch path {
 	case QueryBalance:
-		if err := parseDID("did", arg); err != nil {
-			return nil, err
-		}
-		b, err := x.balance(acctDID(arg))
+		b, err := syncer.Balance(ctx, kv, arg)
 		if err != nil {
 			return nil, err
 		}
-		return []byte(b.String()), nil
-	case QueryRun, QueryCandidate:
-		key, what := keyRun(arg), "run"
-		if path == QueryCandidate {
-			key, what = keyCand(arg), "syncer candidate"
-		}
-		v, ok, err := x.o.get(ctx, key)
-		if err != nil {
-			return nil, err
-		}
-		if !ok {
-			return nil, errf(CodeNotFound, "no %s %q", what, arg)
-		}
-		return v, nil
+		return []byte(b.Balance), nil
 	case QueryBalanceAcct:
-		b, err := x.balance(arg)
+		b, err := syncer.AccountBalance(ctx, kv, arg)
 		if err != nil {
 			return nil, err
 		}
 		return []byte(b.String()), nil
+	case QueryRun:
+		return get(ctx, kv, syncer.KSRuns, []byte(arg), "run")
+	case QueryCandidate:
+		return get(ctx, kv, syncer.KSMeta, []byte("cand/"+arg), "syncer candidate")
+	case QueryReceipt:
+		return get(ctx, kv, syncer.KSReceipts, []byte(arg), "signed receipt for run")
 	case QueryNonce:
-		raw, ok, err := x.o.get(ctx, keyNonce(arg))
+		n, ok, err := syncer.LastNonce(ctx, kv, arg)
 		if err != nil || !ok {
 			return []byte{}, err
 		}
-		return []byte(fmt.Sprint(binary.BigEndian.Uint64(raw))), nil
+		return []byte(fmt.Sprint(n)), nil
 	case QueryRunProof:
 		return a.runProof(ctx, arg)
-	case QueryRunLog:
-		n, root, err := runLogRoot(ctx, x.o)
+	case QuerySealed:
+		r, err := syncer.SealedRunOf(ctx, kv, arg)
 		if err != nil {
 			return nil, err
 		}
-		return json.Marshal(RunLogInfo{Size: n, Root: root})
+		r.Height = a.height
+		return json.Marshal(r)
+	case QueryRunLog:
+		return json.Marshal(RunLogInfo{Size: a.runLog.size, Root: a.runLog.root})
 	}
-	return nil, errf(CodeNotFound, "unknown query path %q (want %s, %s, %s, %s, %s or %s)", path, QueryBalance, QueryRun, QueryCandidate, QueryRunLog, QueryRunProof, QueryNonce)
+	return nil, errf(CodeNotFound, "unknown query path %q (want %s, %s, %s, %s, %s, %s, %s, %s or %s)", path, QueryBalance, QueryBalanceAcct, QueryRun,
+		QueryCandidate, QueryReceipt, QuerySealed, QueryRunLog, QueryRunProof, QueryNonce)
+}
+
+func get(ctx context.Context, kv syncer.KV, ks syncer.Keyspace, key []byte, what string) ([]byte, error) {
+	v, err := kv.Get(ctx, ks, key)
+	if errNotFound(err) {
+		return nil, errf(CodeNotFound, "no %s %q", what, key)
+	}
+	return v, err
 }

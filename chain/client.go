@@ -132,26 +132,27 @@ func (c *Client) AppHashAfter(ctx context.Context, h int64) (wire.Hash, error) {
 // syncer.CheckReceiptAgainst with this node as the anchor (the receipt
 // verifies on its own, its run is sealed on chain with the same run root,
 // its syncers are the chain's election entrants at their tickets), and it is
-// signed by the syncer the chain accepted the seal from. It says why not;
-// nil means valid (1).
+// signed by the syncer whose signature the chain took (signReceipt). It says
+// why not; nil means valid (1).
 func (c *Client) CheckReceipt(ctx context.Context, receipt []byte) error {
-	if _, err := syncer.CheckReceiptAgainst(ctx, c, receipt); err != nil {
+	run, err := syncer.CheckReceiptAgainst(ctx, c, receipt)
+	if err != nil {
 		return err
 	}
 	rc, err := syncer.ParseReceipt(receipt)
 	if err != nil {
 		return err
 	}
-	v, _, err := c.Query(ctx, QueryRun, rc.TaskID)
+	v, _, err := c.Query(ctx, QueryReceipt, rc.TaskID)
 	if err != nil {
-		return fmt.Errorf("run %s on chain: %w", rc.TaskID, err)
+		return fmt.Errorf("run %s on chain (height %d): %w", rc.TaskID, run.Height, err)
 	}
-	var r runRecord
-	if err := json.Unmarshal(v, &r); err != nil {
-		return fmt.Errorf("run %s on chain: %w", rc.TaskID, err)
+	var onChain wire.Receipt
+	if err := json.Unmarshal(v, &onChain); err != nil {
+		return fmt.Errorf("receipt of %s on chain: %w", rc.TaskID, err)
 	}
-	if r.SyncerDID != rc.SyncerDID {
-		return fmt.Errorf("receipt is signed by %s; the chain sealed run %s from its syncer %s", rc.SyncerDID, rc.TaskID, r.SyncerDID)
+	if onChain.SyncerDID != rc.SyncerDID {
+		return fmt.Errorf("receipt is signed by %s; the chain took run %s's receipt signature from its syncer %s", rc.SyncerDID, rc.TaskID, onChain.SyncerDID)
 	}
 	return nil
 }

@@ -19,7 +19,7 @@ func Example() {
 	ctx := context.Background()
 	db, _ := store.OpenInMemory()
 	defer db.Close()
-	app, _ := chain.NewApp(ctx, db, nil)
+	app, _ := chain.NewApp(ctx, db, chain.AppOptions{})
 
 	alice, _ := did.FromSeed(did.KindHuman, make([]byte, 32))
 	bobSeed := make([]byte, 32)

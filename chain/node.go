@@ -2,6 +2,7 @@ package chain
 
 import (
 	"context"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -16,9 +17,11 @@ import (
 	"github.com/cometbft/cometbft/privval"
 	"github.com/cometbft/cometbft/proxy"
 	"github.com/cometbft/cometbft/rpc/client/local"
+	cmttypes "github.com/cometbft/cometbft/types"
 
 	"github.com/tenzro/train/store"
 	"github.com/tenzro/train/syncer"
+	"github.com/tenzro/train/wire"
 )
 
 // AppDBDir is where a home keeps the application's state (a store.DB).
@@ -43,89 +46,209 @@ func CometConfig(home string, nc *NodeConfig) *cmtcfg.Config {
 	c.RPC.TimeoutBroadcastTxCommit = 60 * time.Second
 	c.Instrumentation.Prometheus = false
 	c.Consensus.TimeoutCommit = time.Duration(nc.TimeoutCommitMs) * time.Millisecond
-	c.Mempool.MaxTxBytes = MaxTxBytes
+	// Gossip of proposals, block parts and votes to peers idles this long
+	// when it has nothing to send (CometBFT's 100 ms): at blocks every
+	// 200 ms a node that only follows (a full or light node) fell behind
+	// its validators at the default.
+	c.Consensus.PeerGossipSleepDuration = 10 * time.Millisecond
+	// Peer connections flush their buffered messages at most this often
+	// (CometBFT's 100 ms): each consensus step waited for it.
+	c.P2P.FlushThrottleTimeout = 10 * time.Millisecond
+	c.Mempool.MaxTxBytes = wire.MaxTxBytes
 	return c
 }
 
-// NodeOptions are RunNode's hooks.
+// NodeOptions configure Start.
 type NodeOptions struct {
 	Log *slog.Logger
-	// Ready is called with the CometBFT RPC address once the node runs.
-	Ready func(rpcAddr string)
-	// Serve, when set, runs beside the node with the chain-backed
-	// syncer.Service (the JSON-RPC server's wiring lives in cmd/); an error
-	// from it stops the node.
-	Serve func(ctx context.Context, svc syncer.Service) error
+	// Builtins overrides Builtins() (AppOptions.Builtins).
+	Builtins map[wire.Hash]string
+	// CommitTimeout bounds how long Local.Broadcast waits for a block
+	// (default 2 minutes).
+	CommitTimeout time.Duration
 }
 
-// RunNode starts the validator (or full node) whose home is home: the
-// application over its own store and CometBFT in the same process with a
-// local ABCI client. It returns when ctx ends (after stopping CometBFT and
-// closing the store) or when startup or Serve fails.
-func RunNode(ctx context.Context, home string, opts NodeOptions) error {
+// Node is a running chain node: the application over its own store and
+// CometBFT in the same process with a local ABCI client.
+type Node struct {
+	App    *App
+	Local  *Local
+	Config *NodeConfig
+	NodeID string
+	// ChainID is the genesis chain id.
+	ChainID string
+
+	home string
+	db   *store.DB
+	cmt  *node.Node
+	log  *slog.Logger
+}
+
+// Start opens the home's application store and starts CometBFT (a
+// validator when the home's key is in the genesis validator set, else a
+// full node that follows its peers). Stop it with Close.
+func Start(ctx context.Context, home string, opts NodeOptions) (*Node, error) {
 	log := opts.Log
 	if log == nil {
 		log = slog.Default()
 	}
 	nc, err := LoadNodeConfig(home)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	c := CometConfig(home, nc)
 	if err := c.ValidateBasic(); err != nil {
-		return fmt.Errorf("chain node %s: config: %w", home, err)
+		return nil, fmt.Errorf("chain node %s: config: %w", home, err)
 	}
 	db, err := store.Open(ctx, filepath.Join(home, AppDBDir), store.Options{Logger: log.With("component", "chain-store")})
 	if err != nil {
-		return fmt.Errorf("chain node %s: %w", home, err)
+		return nil, fmt.Errorf("chain node %s: %w", home, err)
 	}
-	defer db.Close()
-	app, err := NewApp(ctx, db, log.With("component", "chain-app"))
+	app, err := NewApp(ctx, db, AppOptions{Log: log.With("component", "chain-app"), Builtins: opts.Builtins})
 	if err != nil {
-		return err
+		db.Close()
+		return nil, err
 	}
 	nk, err := p2p.LoadNodeKey(c.NodeKeyFile())
 	if err != nil {
-		return fmt.Errorf("chain node %s: node key: %w", home, err)
+		db.Close()
+		return nil, fmt.Errorf("chain node %s: node key: %w", home, err)
+	}
+	gen, err := cmttypes.GenesisDocFromFile(c.GenesisFile())
+	if err != nil {
+		db.Close()
+		return nil, fmt.Errorf("chain node %s: genesis: %w", home, err)
 	}
 	pv := privval.LoadFilePV(c.PrivValidatorKeyFile(), c.PrivValidatorStateFile())
 	n, err := node.NewNodeWithContext(ctx, c, pv, nk, proxy.NewLocalClientCreator(app),
 		node.DefaultGenesisDocProviderFunc(c), cmtcfg.DefaultDBProvider,
 		node.DefaultMetricsProvider(c.Instrumentation), slogAdapter{log.With("component", "cometbft")})
 	if err != nil {
-		return fmt.Errorf("chain node %s: %w", home, err)
+		db.Close()
+		return nil, fmt.Errorf("chain node %s: %w", home, err)
 	}
 	if err := n.Start(); err != nil {
-		return fmt.Errorf("chain node %s: start: %w", home, err)
+		db.Close()
+		return nil, fmt.Errorf("chain node %s: start: %w", home, err)
+	}
+	timeout := opts.CommitTimeout
+	if timeout <= 0 {
+		timeout = 2 * time.Minute
 	}
 	h, hash := app.LastCommit()
-	log.Info("chain node running", "home", home, "moniker", nc.Moniker, "node_id", nk.ID(), "rpc", "http://"+nc.RPCAddr,
+	log.Info("chain node running", "home", home, "chain_id", gen.ChainID, "moniker", nc.Moniker, "node_id", nk.ID(), "rpc", "http://"+nc.RPCAddr,
 		"p2p", nc.P2PAddr, "app_height", h, "app_hash", hash)
-	if opts.Ready != nil {
-		opts.Ready(nc.RPCAddr)
-	}
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	serveErr := make(chan error, 1)
-	if opts.Serve != nil {
-		go func() {
-			err := opts.Serve(ctx, NewService(app, local.New(n)))
-			serveErr <- err
-			cancel()
-		}()
-	}
-	<-ctx.Done()
-	log.Info("chain node stopping", "home", home)
-	if err := n.Stop(); err != nil {
-		log.Error("stop cometbft", "err", err)
-	}
-	n.Wait()
-	if opts.Serve != nil {
-		if err := <-serveErr; err != nil && !errors.Is(err, context.Canceled) {
-			return fmt.Errorf("chain node %s: %w", home, err)
+	return &Node{App: app, Local: &Local{app: app, mp: local.New(n), timeout: timeout}, Config: nc, NodeID: string(nk.ID()), ChainID: gen.ChainID,
+		home: home, db: db, cmt: n, log: log}, nil
+}
+
+// WaitCommitted waits until the application has committed a block (the
+// genesis state is durable with the first one), logging every interval
+// while it waits (a full node waits for its peers).
+func (n *Node) WaitCommitted(ctx context.Context, every time.Duration) error {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		ch := n.App.Changed()
+		if h, _ := n.App.LastCommit(); h > 0 {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-ch:
+		case <-t.C:
+			n.log.Info("waiting for the chain's first block (a full node needs its peers)", "home", n.home, "peers", n.Config.PersistentPeers)
 		}
 	}
-	return nil
+}
+
+// Close stops CometBFT and closes the application's store.
+func (n *Node) Close() error {
+	n.log.Info("chain node stopping", "home", n.home)
+	var errs []error
+	if err := n.cmt.Stop(); err != nil {
+		errs = append(errs, fmt.Errorf("stop cometbft: %w", err))
+	}
+	n.cmt.Wait()
+	if err := n.db.Close(); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+// Info is what other nodes need to follow this one: the chain id, its
+// CometBFT node id and P2P address (a persistent peer: id@host:port).
+func (n *Node) Info() wire.ChainInfo {
+	h, _ := n.App.LastCommit()
+	return wire.ChainInfo{ChainID: n.ChainID, NodeID: n.NodeID, P2PAddr: n.Config.P2PAddr, RPCAddr: n.Config.RPCAddr, Height: h,
+		Peer: n.NodeID + "@" + n.Config.P2PAddr}
+}
+
+// Local is syncer.Chain over an App and a CometBFT node in this process:
+// reads come from the App's committed state, a transaction enters the
+// node's mempool (CheckTx) and its result comes from the App when the block
+// holding it commits (no event subscription, so no limit on how many wait).
+type Local struct {
+	app     *App
+	mp      *local.Local
+	timeout time.Duration
+}
+
+var _ syncer.Chain = (*Local)(nil)
+
+// View implements syncer.Chain.
+func (l *Local) View(ctx context.Context, fn func(syncer.View) error) error {
+	return l.app.View(ctx, fn)
+}
+
+// Changed implements syncer.Chain.
+func (l *Local) Changed() <-chan struct{} { return l.app.Changed() }
+
+// Submit implements syncer.Chain: the transaction enters the node's
+// mempool (CheckTx) and its result comes from the App when its block
+// commits (or when a recheck drops it).
+func (l *Local) Submit(ctx context.Context, tx []byte) (syncer.Pending, error) {
+	h := sha256.Sum256(tx)
+	ch := l.app.watch(h)
+	res, err := l.mp.BroadcastTxSync(ctx, tx)
+	if err != nil {
+		l.app.unwatch(h, ch)
+		return nil, fmt.Errorf("broadcast to the chain: %w", err)
+	}
+	if res.Code != CodeOK {
+		l.app.unwatch(h, ch)
+		return nil, Refusal(res.Code, res.Log)
+	}
+	return &pending{app: l.app, h: h, ch: ch, timeout: l.timeout}, nil
+}
+
+type pending struct {
+	app     *App
+	h       [32]byte
+	ch      chan TxOutcome
+	timeout time.Duration
+}
+
+func (p *pending) Wait(ctx context.Context) (*syncer.TxResult, error) {
+	defer p.app.unwatch(p.h, p.ch)
+	return waitOutcome(ctx, p.ch, p.timeout)
+}
+
+func waitOutcome(ctx context.Context, ch chan TxOutcome, timeout time.Duration) (*syncer.TxResult, error) {
+	t := time.NewTimer(timeout)
+	defer t.Stop()
+	select {
+	case o := <-ch:
+		if o.Code != CodeOK {
+			return nil, Refusal(o.Code, o.Log)
+		}
+		return &syncer.TxResult{Height: o.Height, Data: o.Data}, nil
+	case <-ctx.Done():
+		return nil, fmt.Errorf("waiting for the transaction's block: %w", ctx.Err())
+	case <-t.C:
+		return nil, fmt.Errorf("the transaction was not committed within %s (is the chain making blocks?)", timeout)
+	}
 }
 
 // slogAdapter routes CometBFT's logs to slog (its Info chatter at debug).

@@ -8,6 +8,7 @@ import (
 	"github.com/transparency-dev/merkle/proof"
 	"github.com/transparency-dev/merkle/rfc6962"
 
+	"github.com/tenzro/train/syncer"
 	"github.com/tenzro/train/wire"
 )
 
@@ -22,9 +23,11 @@ const QueryRunProof = "/runproof"
 // the header of block Height+1 carries (CometBFT puts the app hash of the
 // state after block h into the header of block h+1).
 type RunRootProof struct {
-	TaskID    string      `json:"task_id"`
-	RunRoot   wire.Hash   `json:"run_root"`
-	Height    int64       `json:"height"`
+	TaskID  string    `json:"task_id"`
+	RunRoot wire.Hash `json:"run_root"`
+	Height  int64     `json:"height"`
+	// StateRoot is the state hash after Height (the incremental commitment
+	// of docs/protocol/chain.md §3; the name is the proof format's).
 	StateRoot wire.Hash   `json:"state_root"`
 	LogSize   uint64      `json:"log_size"`
 	LogRoot   wire.Hash   `json:"log_root"`
@@ -81,37 +84,28 @@ func subtreeHash(leaves [][]byte) []byte {
 	return rfc6962.DefaultHasher.HashChildren(subtreeHash(leaves[:k]), subtreeHash(leaves[k:]))
 }
 
-// runProof builds the proof for task from the last committed state.
+// runProof builds the proof for task from the last committed state
+// (called with the read lock held).
 func (a *App) runProof(ctx context.Context, task string) ([]byte, error) {
-	x := &exec{ctx: ctx, o: newOverlay(a.kv, nil)}
-	r, err := x.loadRun(task)
+	kv := syncer.ReadOnly(a.state)
+	si, err := syncer.RunSeal(ctx, kv, task)
 	if err != nil {
 		return nil, err
 	}
-	if r.RunRoot == nil {
-		return nil, errf(CodeConflict, "run %s is %s: it has no sealed run root", task, r.Status)
-	}
-	var leaves [][]byte
-	if err := x.o.scan(ctx, "runlog/leaf/", func(_ string, v []byte) error {
-		leaves = append(leaves, rfc6962.DefaultHasher.HashLeaf(v))
-		return nil
-	}); err != nil {
-		return nil, err
-	}
-	if r.RunLogIndex >= uint64(len(leaves)) {
-		return nil, fmt.Errorf("run %s: run log index %d beyond the log's %d leaves", task, r.RunLogIndex, len(leaves))
-	}
-	_, logRoot, err := runLogRoot(ctx, x.o)
+	raw, err := syncer.RunLogLeaves(ctx, kv)
 	if err != nil {
 		return nil, err
 	}
-	state, err := stateRoot(ctx, a.kv, newOverlay(a.kv, nil))
-	if err != nil {
-		return nil, err
+	leaves := make([][]byte, len(raw))
+	for i, l := range raw {
+		leaves[i] = rfc6962.DefaultHasher.HashLeaf(l)
 	}
-	p := RunRootProof{TaskID: task, RunRoot: *r.RunRoot, Height: a.height, StateRoot: state, LogSize: uint64(len(leaves)),
-		LogRoot: logRoot, LeafIndex: r.RunLogIndex, Path: []wire.Hash{}}
-	for _, h := range inclusionPath(leaves, r.RunLogIndex) {
+	if si.RunLogIndex >= uint64(len(leaves)) {
+		return nil, fmt.Errorf("run %s: run log index %d beyond the log's %d leaves", task, si.RunLogIndex, len(leaves))
+	}
+	p := RunRootProof{TaskID: task, RunRoot: si.RunRoot, Height: a.height, StateRoot: a.stateHash, LogSize: a.runLog.size,
+		LogRoot: a.runLog.root, LeafIndex: si.RunLogIndex, Path: []wire.Hash{}}
+	for _, h := range inclusionPath(leaves, si.RunLogIndex) {
 		p.Path = append(p.Path, wire.Hash(h))
 	}
 	return json.Marshal(p)

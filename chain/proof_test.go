@@ -39,23 +39,22 @@ func TestInclusionPath(t *testing.T) {
 func TestRunRootProof(t *testing.T) {
 	w := newWorld(t)
 	h := newHarness(t, "")
-	h.genesis(w.accounts...)
+	h.genesis(w.genesis)
 	runBlock(t, h, []txCase{{"register", must(RegisterSyncerTx(w.candA, "10", 1)), CodeOK}})
 	var roots []wire.Hash
 	for i := 0; i < 5; i++ {
 		task := fmt.Sprintf("p-%d", i)
-		spec := testSpec(task, w.sponsor.DID.String(), 1, 1, 1)
-		rc := testReceipt(t, spec, w.candA)
-		var parsed wire.Receipt
-		_ = json.Unmarshal(rc, &parsed)
-		roots = append(roots, parsed.RunRoot)
+		spec := testSpec(task, w.sponsor.DID.String(), 1, 1, 1, 1, "")
 		n := uint64(2 + i)
 		runBlock(t, h, []txCase{
-			{"post", must(PostTaskTx(w.sponsor, spec, wire.Hash{}, n)), CodeOK},
-			{"proof", must(ElectionProofTx(w.candA, task, vrfProof(t, w.candA, task, spec), n)), CodeOK},
-			{"enrol", must(EnrollTx(w.t1, task, "1", n)), CodeOK},
-			{"seal", must(SealTx(rc)), CodeOK},
+			{"post", must(PostTaskTx(w.sponsor, spec, testLayout(1, task), meanRules(t), n)), CodeOK},
+			{"proof", must(ElectionProofTx(w.candA, task, vrfProof(t, w.candA, task, spec), 10*n)), CodeOK},
+			{"enrol", must(EnrollTx(w.t1, task, "1", 10*n)), CodeOK},
+			{"record", must(SubmissionTx(w.t1, task, 0, 0, wire.ContentHash([]byte(task)), 4)), CodeOK},
 		})
+		runBlock(t, h, []txCase{{"commit", h.commit(task, 0, w.candA, 0, wire.FragAggregated, "", 10*n+1), CodeOK}})
+		runBlock(t, h, []txCase{{"sign", h.signReceipt(task, w.candA), CodeOK}})
+		roots = append(roots, h.run(task).Seal.RunRoot)
 	}
 	_, appHash := h.app.LastCommit()
 	for i := 0; i < 5; i++ {

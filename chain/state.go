@@ -1,6 +1,7 @@
 package chain
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -13,10 +14,10 @@ import (
 	"github.com/tenzro/train/wire"
 )
 
-// The chain keeps its replicated state in a store of its own (the node's
-// store holds payloads and caches), in two of the store's keyspaces:
-// ksState is the replicated state (every key of it enters the app hash),
-// ksMeta the last commit's height and app hash (derived, not hashed).
+// The chain keeps its replicated state in a store of its own, in two of the
+// store's key spaces: ksState is the replicated state (the machine's key
+// spaces mapped to key prefixes; every write enters the app hash), ksMeta
+// the last commit's height, block and hashes (derived, not hashed).
 const (
 	ksState = syncer.KSLedger
 	ksMeta  = syncer.KSMeta
@@ -24,73 +25,98 @@ const (
 
 // Domain tags of the chain (docs/protocol/chain.md).
 const (
-	DomainAppHash   = "tenzro/train/app-hash/v1"
-	DomainStateLeaf = "tenzro/train/state-leaf/v1"
-	DomainRunLog    = "tenzro/train/run-log/v1"
+	DomainAppHash    = "tenzro/train/app-hash/v1"
+	DomainStateDelta = "tenzro/train/state-delta/v1"
+	DomainRunLog     = syncer.DomainRunLog
 )
 
-// overlay stages writes over the committed state. The block overlay holds a
-// block's accepted transactions; each transaction runs in a child overlay
-// that is merged into the block only when the transaction succeeds, so a
-// refused transaction changes nothing. Maps serve lookups only: anything
-// that leaves an overlay is sorted by key first.
-type overlay struct {
-	kv     syncer.KV
-	parent *overlay
-	w      map[string][]byte
+// StateKey is where the machine's (key space, key) lives in the chain's
+// state: the key space's name, "/", the key. No key space's name is a
+// prefix of another's, so the bytewise order of state keys is the order of
+// (key space name, key).
+func StateKey(ks syncer.Keyspace, key []byte) []byte {
+	out := make([]byte, 0, len(ks)+1+len(key))
+	out = append(out, ks...)
+	out = append(out, '/')
+	return append(out, key...)
 }
 
-func newOverlay(kv syncer.KV, parent *overlay) *overlay {
-	return &overlay{kv: kv, parent: parent, w: map[string][]byte{}}
+// stateKV is the machine's view of the chain's committed state: a
+// syncer.KV that maps key spaces to prefixes of ksState. Writes reach it
+// only through App.Commit.
+type stateKV struct{ kv syncer.KV }
+
+func (s stateKV) Get(ctx context.Context, ks syncer.Keyspace, key []byte) ([]byte, error) {
+	return s.kv.Get(ctx, ksState, StateKey(ks, key))
 }
 
-func (o *overlay) get(ctx context.Context, key string) ([]byte, bool, error) {
-	for x := o; x != nil; x = x.parent {
-		if v, ok := x.w[key]; ok {
-			return v, true, nil
+func (s stateKV) Scan(ctx context.Context, ks syncer.Keyspace, prefix []byte, fn func(k, v []byte) error) error {
+	p := StateKey(ks, prefix)
+	n := len(ks) + 1
+	return s.kv.Scan(ctx, ksState, p, func(k, v []byte) error { return fn(k[n:], v) })
+}
+
+func (s stateKV) Commit(ctx context.Context, b *syncer.Batch) error {
+	var out syncer.Batch
+	for _, op := range b.Ops {
+		if op.Value == nil {
+			out.Delete(ksState, StateKey(op.KS, op.Key))
+		} else {
+			out.Set(ksState, StateKey(op.KS, op.Key), op.Value)
 		}
 	}
-	v, err := o.kv.Get(ctx, ksState, []byte(key))
-	if errors.Is(err, syncer.ErrNotFound) {
-		return nil, false, nil
-	}
-	if err != nil {
-		return nil, false, fmt.Errorf("state read %q: %w", key, err)
-	}
-	return v, true, nil
+	return s.kv.Commit(ctx, &out)
 }
 
-func (o *overlay) set(key string, v []byte) { o.w[key] = v }
+func (s stateKV) Close() error { return nil }
 
-// mergeInto moves o's writes into its parent.
-func (o *overlay) mergeInto() {
-	for k, v := range o.w {
-		o.parent.w[k] = v
+// write is one state write of a block: a key and its new value, or a
+// deletion.
+type write struct {
+	key   []byte
+	value []byte // nil: deleted
+}
+
+// blockWrites lists an overlay's writes as state keys in bytewise order.
+func blockWrites(o *syncer.Overlay) []write {
+	b := o.Batch()
+	out := make([]write, len(b.Ops))
+	for i, op := range b.Ops {
+		out[i] = write{key: StateKey(op.KS, op.Key), value: op.Value}
 	}
+	sort.Slice(out, func(i, j int) bool { return bytes.Compare(out[i].key, out[j].key) < 0 })
+	return out
 }
 
-// sortedKeys returns the overlay's own keys in bytewise order.
-func (o *overlay) sortedKeys() []string {
-	ks := make([]string, 0, len(o.w))
-	for k := range o.w {
-		ks = append(ks, k)
+// StateHash is the incremental commitment to the whole state after block
+// h (docs/protocol/chain.md §3): SHA-256(Str(DomainStateDelta) ‖
+// Hash(previous state hash) ‖ U64(h) ‖ for each key written in the block in
+// bytewise order: Str(key) ‖ U64(1) ‖ Bytes(value), or for a deletion
+// Str(key) ‖ U64(0) ‖ Bytes("")). The state before genesis has the zero
+// hash. It is a deterministic function of the write history, so it commits
+// to the state without rescanning it.
+func StateHash(prev wire.Hash, height int64, ws []write) wire.Hash {
+	c := wire.NewCanon(DomainStateDelta).Hash(prev).U64(uint64(height))
+	for _, w := range ws {
+		c.Bytes(w.key)
+		if w.value == nil {
+			c.U64(0).Bytes(nil)
+		} else {
+			c.U64(1).Bytes(w.value)
+		}
 	}
-	sort.Strings(ks)
-	return ks
+	return c.Sum()
 }
 
-// batch renders the overlay's writes, in key order, as a store batch.
-func (o *overlay) batch(b *syncer.Batch) {
-	for _, k := range o.sortedKeys() {
-		b.Set(ksState, []byte(k), o.w[k])
-	}
+// AppHash is SHA-256(Str(DomainAppHash) ‖ U64(height) ‖ Hash(state hash) ‖
+// U64(run log size) ‖ Hash(run log root)) (docs/protocol/chain.md).
+func AppHash(height int64, state wire.Hash, logSize uint64, logRoot wire.Hash) wire.Hash {
+	return wire.NewCanon(DomainAppHash).U64(uint64(height)).Hash(state).U64(logSize).Hash(logRoot).Sum()
 }
 
-// stateLeaf is the leaf of one state entry:
-// Str(DomainStateLeaf) ‖ Str(key) ‖ Bytes(value).
-func stateLeaf(key string, value []byte) []byte {
-	return wire.NewCanon(DomainStateLeaf).Str(key).Bytes(value).Out()
-}
+// RunLogLeaf is a sealed run's leaf in the run log:
+// Str(DomainRunLog) ‖ Str(task_id) ‖ Hash(run_root).
+func RunLogLeaf(taskID string, runRoot wire.Hash) []byte { return syncer.RunLogLeaf(taskID, runRoot) }
 
 var rf = compact.RangeFactory{Hash: rfc6962.DefaultHasher.HashChildren}
 
@@ -118,98 +144,31 @@ func (t *treeRoot) root() (wire.Hash, error) {
 	return wire.Hash(r), nil
 }
 
-// StateRoot is the RFC 6962 root over every state entry in bytewise key
-// order, each leaf being stateLeaf(key, value): the committed state with the
-// block overlay's writes applied.
-func stateRoot(ctx context.Context, kv syncer.KV, block *overlay) (wire.Hash, error) {
-	pending := block.sortedKeys()
+// runLog is the run log's size and RFC 6962 root.
+type runLog struct {
+	size uint64
+	root wire.Hash
+}
+
+// emptyRunLog is the run log before any seal: RFC 6962's empty root
+// (SHA-256 of the empty string).
+var emptyRunLog = runLog{root: wire.Hash(rfc6962.DefaultHasher.EmptyRoot())}
+
+// readRunLog computes the run log's root from its leaves in kv.
+func readRunLog(ctx context.Context, kv syncer.KV) (runLog, error) {
+	leaves, err := syncer.RunLogLeaves(ctx, kv)
+	if err != nil {
+		return runLog{}, fmt.Errorf("run log: %w", err)
+	}
 	t := newTreeRoot()
-	i := 0
-	emitPending := func(upTo []byte) error {
-		for i < len(pending) && (upTo == nil || pending[i] < string(upTo)) {
-			if err := t.add(stateLeaf(pending[i], block.w[pending[i]])); err != nil {
-				return err
-			}
-			i++
+	for _, l := range leaves {
+		if err := t.add(l); err != nil {
+			return runLog{}, err
 		}
-		return nil
-	}
-	err := kv.Scan(ctx, ksState, nil, func(k, v []byte) error {
-		if err := emitPending(k); err != nil {
-			return err
-		}
-		if i < len(pending) && pending[i] == string(k) {
-			// Overwritten in this block: the pending value replaces it.
-			err := t.add(stateLeaf(pending[i], block.w[pending[i]]))
-			i++
-			return err
-		}
-		return t.add(stateLeaf(string(k), v))
-	})
-	if err != nil {
-		return wire.Hash{}, fmt.Errorf("state root: %w", err)
-	}
-	// Pending keys above every stored key.
-	if err := emitPending(nil); err != nil {
-		return wire.Hash{}, err
-	}
-	return t.root()
-}
-
-// AppHash is SHA-256(Str(DomainAppHash) ‖ U64(height) ‖ Hash(state root) ‖
-// U64(run log size) ‖ Hash(run log root)) (docs/protocol/chain.md).
-func AppHash(height int64, state wire.Hash, logSize uint64, logRoot wire.Hash) wire.Hash {
-	return wire.NewCanon(DomainAppHash).U64(uint64(height)).Hash(state).U64(logSize).Hash(logRoot).Sum()
-}
-
-// RunLogLeaf is a sealed run's leaf in the run log:
-// Str(DomainRunLog) ‖ Str(task_id) ‖ Hash(run_root).
-func RunLogLeaf(taskID string, runRoot wire.Hash) []byte {
-	return wire.NewCanon(DomainRunLog).Str(taskID).Hash(runRoot).Out()
-}
-
-// scan calls fn for every key with the prefix in bytewise order, over the
-// committed state with every overlay level's writes applied.
-func (o *overlay) scan(ctx context.Context, prefix string, fn func(k string, v []byte) error) error {
-	m := map[string][]byte{}
-	err := o.kv.Scan(ctx, ksState, []byte(prefix), func(k, v []byte) error {
-		m[string(k)] = append([]byte(nil), v...)
-		return nil
-	})
-	if err != nil {
-		return fmt.Errorf("state scan %q: %w", prefix, err)
-	}
-	var levels []*overlay
-	for x := o; x != nil; x = x.parent {
-		levels = append(levels, x)
-	}
-	for i := len(levels) - 1; i >= 0; i-- {
-		for k, v := range levels[i].w {
-			if len(k) >= len(prefix) && k[:len(prefix)] == prefix {
-				m[k] = v
-			}
-		}
-	}
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	for _, k := range keys {
-		if err := fn(k, m[k]); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// runLogRoot is the RFC 6962 root and size of the run log.
-func runLogRoot(ctx context.Context, o *overlay) (uint64, wire.Hash, error) {
-	t := newTreeRoot()
-	err := o.scan(ctx, "runlog/leaf/", func(_ string, v []byte) error { return t.add(v) })
-	if err != nil {
-		return 0, wire.Hash{}, err
 	}
 	root, err := t.root()
-	return t.n, root, err
+	return runLog{size: t.n, root: root}, err
 }
+
+// errNotFound reports whether err is the store's not-found.
+func errNotFound(err error) bool { return errors.Is(err, syncer.ErrNotFound) }

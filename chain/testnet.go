@@ -16,6 +16,10 @@ import (
 	"github.com/cometbft/cometbft/privval"
 	"github.com/cometbft/cometbft/types"
 	cmttime "github.com/cometbft/cometbft/types/time"
+
+	"github.com/tenzro/train/syncer"
+	"github.com/tenzro/train/wire"
+	"github.com/tenzro/train/wire/did"
 )
 
 // NodeConfigFile is a node home's own configuration (JSON), next to
@@ -39,6 +43,22 @@ type NodeConfig struct {
 	// TimeoutCommitMs is how long a validator waits after a commit before
 	// the next height (CometBFT's timeout_commit): the block interval.
 	TimeoutCommitMs int64 `json:"timeout_commit_ms"`
+	// JSONRPCAddr (host:port) and ListenAddr (a libp2p multiaddr) are the
+	// node's JSON-RPC and libp2p addresses when its flags do not say.
+	JSONRPCAddr string `json:"json_rpc_addr,omitempty"`
+	ListenAddr  string `json:"listen_addr,omitempty"`
+	// BootNodes are the libp2p multiaddrs (with /p2p/<peer id>) the node
+	// dials when its flags name none: the other nodes of a testnet.
+	BootNodes []string `json:"boot_nodes,omitempty"`
+}
+
+// SaveNodeConfig writes a home's NodeConfigFile.
+func SaveNodeConfig(home string, nc *NodeConfig) error {
+	raw, err := json.MarshalIndent(nc, "", "  ")
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(home, NodeConfigFile), append(raw, '\n'), 0o600)
 }
 
 // TestnetOptions configures WriteTestnet.
@@ -51,11 +71,29 @@ type TestnetOptions struct {
 	// Host is the address every node listens on (default 127.0.0.1).
 	Host string
 	// BasePort: node i listens on BasePort+2i (P2P) and BasePort+2i+1
-	// (RPC). 0 takes free ports from the kernel.
+	// (CometBFT RPC), and serves JSON-RPC on 8545+i and libp2p on 4001+i.
+	// 0 takes free ports from the kernel for all four.
 	BasePort int
 	// TimeoutCommit is the block interval (default 1s).
 	TimeoutCommit time.Duration
+	// CandidateStake, when set, makes every validator's node a syncer
+	// candidate: a node key is written at <home>/node/node.key and its DID
+	// registered at genesis with this stake (attoTNZO).
+	CandidateStake string
+	// Candidates are more syncer candidates registered at genesis.
+	Candidates []GenesisAccount
+	// Faucet enables the faucet (the --dev chain only).
+	Faucet bool
+	// Params overrides the default fees and unbonding delay.
+	Params *syncer.GenesisParams
+	// Homes, when set, are the homes to write (one per validator) instead
+	// of <Dir>/node<i>.
+	Homes []string
 }
+
+// NodeKeyFile is where a home written by WriteTestnet keeps its node's
+// key (the node's DID: its syncer key without an enclave).
+const NodeKeyFile = "node/node.key"
 
 // TestnetNode describes one written validator home.
 type TestnetNode struct {
@@ -63,6 +101,10 @@ type TestnetNode struct {
 	NodeID  string `json:"node_id"`
 	P2PAddr string `json:"p2p_addr"`
 	RPCAddr string `json:"rpc_addr"`
+	// JSONRPCAddr is where the node serves JSON-RPC (NodeConfig).
+	JSONRPCAddr string `json:"json_rpc_addr"`
+	// NodeDID is the DID of the node key written with CandidateStake.
+	NodeDID string `json:"node_did,omitempty"`
 }
 
 // WriteTestnet writes opts.Validators validator homes (<dir>/node<i>: node
@@ -72,8 +114,11 @@ func WriteTestnet(opts TestnetOptions) ([]TestnetNode, error) {
 	if opts.Validators < 1 || opts.Validators > MaxValidators {
 		return nil, fmt.Errorf("testnet: %d validators, want 1..%d", opts.Validators, MaxValidators)
 	}
-	if opts.Dir == "" {
+	if opts.Dir == "" && len(opts.Homes) == 0 {
 		return nil, errors.New("testnet: --dir is empty")
+	}
+	if len(opts.Homes) > 0 && len(opts.Homes) != opts.Validators {
+		return nil, fmt.Errorf("testnet: %d homes for %d validators", len(opts.Homes), opts.Validators)
 	}
 	if opts.ChainID == "" {
 		opts.ChainID = "tenzro-testnet"
@@ -84,12 +129,43 @@ func WriteTestnet(opts TestnetOptions) ([]TestnetNode, error) {
 	if opts.TimeoutCommit <= 0 {
 		opts.TimeoutCommit = time.Second
 	}
-	if opts.BasePort < 0 || opts.BasePort+2*opts.Validators > 65535 {
+	if opts.BasePort < 0 || opts.BasePort+4*opts.Validators > 65535 {
 		return nil, fmt.Errorf("testnet: base port %d leaves no room for %d validators", opts.BasePort, opts.Validators)
 	}
-	st := GenesisState{Accounts: opts.Allocs}
+	homes := opts.Homes
+	if len(homes) == 0 {
+		if ents, err := os.ReadDir(opts.Dir); err == nil && len(ents) > 0 {
+			return nil, fmt.Errorf("testnet: %s exists and is not empty (choose a new --dir)", opts.Dir)
+		}
+		for i := 0; i < opts.Validators; i++ {
+			homes = append(homes, filepath.Join(opts.Dir, fmt.Sprintf("node%d", i)))
+		}
+	}
+	for _, h := range homes {
+		if ents, err := os.ReadDir(h); err == nil && len(ents) > 0 {
+			return nil, fmt.Errorf("testnet: %s exists and is not empty", h)
+		}
+	}
+	st := GenesisState{Accounts: opts.Allocs, Candidates: append([]GenesisAccount(nil), opts.Candidates...), Faucet: opts.Faucet, Params: opts.Params}
 	if st.Accounts == nil {
 		st.Accounts = []GenesisAccount{}
+	}
+	nodeDIDs := make([]string, len(homes))
+	if opts.CandidateStake != "" {
+		for i, h := range homes {
+			k, err := did.Generate(did.KindMachine, nil)
+			if err != nil {
+				return nil, fmt.Errorf("testnet: node key: %w", err)
+			}
+			if err := os.MkdirAll(filepath.Join(h, filepath.Dir(NodeKeyFile)), 0o700); err != nil {
+				return nil, fmt.Errorf("testnet: %w", err)
+			}
+			if err := k.Save(filepath.Join(h, NodeKeyFile)); err != nil {
+				return nil, fmt.Errorf("testnet: node key: %w", err)
+			}
+			nodeDIDs[i] = k.DID.String()
+			st.Candidates = append(st.Candidates, GenesisAccount{DID: nodeDIDs[i], Balance: opts.CandidateStake})
+		}
 	}
 	appState, err := json.Marshal(st)
 	if err != nil {
@@ -98,17 +174,23 @@ func WriteTestnet(opts TestnetOptions) ([]TestnetNode, error) {
 	if _, err := ParseGenesisState(appState); err != nil {
 		return nil, fmt.Errorf("testnet: %w", err)
 	}
-	if ents, err := os.ReadDir(opts.Dir); err == nil && len(ents) > 0 {
-		return nil, fmt.Errorf("testnet: %s exists and is not empty (choose a new --dir)", opts.Dir)
-	}
-	ports, err := pickPorts(opts.Host, opts.BasePort, 2*opts.Validators)
+	ports, err := pickPorts(opts.Host, opts.BasePort, 4*opts.Validators) // with a base, only the first 2N are used
 	if err != nil {
 		return nil, err
+	}
+	jsonPorts, libp2pPorts := make([]int, opts.Validators), make([]int, opts.Validators)
+	if opts.BasePort == 0 {
+		copy(jsonPorts, ports[2*opts.Validators:3*opts.Validators])
+		copy(libp2pPorts, ports[3*opts.Validators:])
+	} else {
+		for i := range jsonPorts {
+			jsonPorts[i], libp2pPorts[i] = 8545+i, 4001+i
+		}
 	}
 	nodes := make([]TestnetNode, opts.Validators)
 	vals := make([]types.GenesisValidator, opts.Validators)
 	for i := range nodes {
-		home := filepath.Join(opts.Dir, fmt.Sprintf("node%d", i))
+		home := homes[i]
 		c := cmtcfg.DefaultConfig()
 		c.SetRoot(home)
 		for _, d := range []string{"config", "data"} {
@@ -127,7 +209,7 @@ func WriteTestnet(opts TestnetOptions) ([]TestnetNode, error) {
 			return nil, fmt.Errorf("testnet: validator key: %w", err)
 		}
 		vals[i] = types.GenesisValidator{Address: pub.Address(), PubKey: pub, Power: 10, Name: fmt.Sprintf("node%d", i)}
-		nodes[i] = TestnetNode{Home: home, NodeID: string(nk.ID()),
+		nodes[i] = TestnetNode{Home: home, NodeID: string(nk.ID()), NodeDID: nodeDIDs[i],
 			P2PAddr: net.JoinHostPort(opts.Host, fmt.Sprint(ports[2*i])), RPCAddr: net.JoinHostPort(opts.Host, fmt.Sprint(ports[2*i+1]))}
 	}
 	gen := &types.GenesisDoc{ChainID: opts.ChainID, GenesisTime: cmttime.Now(), InitialHeight: 1,
@@ -148,11 +230,15 @@ func WriteTestnet(opts TestnetOptions) ([]TestnetNode, error) {
 			}
 		}
 		nc := NodeConfig{Moniker: fmt.Sprintf("node%d", i), P2PAddr: n.P2PAddr, RPCAddr: n.RPCAddr,
-			PersistentPeers: peers, TimeoutCommitMs: opts.TimeoutCommit.Milliseconds()}
+			PersistentPeers: peers, TimeoutCommitMs: opts.TimeoutCommit.Milliseconds(),
+			JSONRPCAddr: net.JoinHostPort(opts.Host, fmt.Sprint(jsonPorts[i])), ListenAddr: fmt.Sprintf("/ip4/%s/tcp/%d", opts.Host, libp2pPorts[i])}
 		raw, _ := json.MarshalIndent(nc, "", "  ")
 		if err := os.WriteFile(filepath.Join(n.Home, NodeConfigFile), append(raw, '\n'), 0o600); err != nil {
 			return nil, fmt.Errorf("testnet: %w", err)
 		}
+	}
+	for i := range nodes {
+		nodes[i].JSONRPCAddr = net.JoinHostPort(opts.Host, fmt.Sprint(jsonPorts[i]))
 	}
 	return nodes, nil
 }
@@ -198,7 +284,7 @@ func LoadNodeConfig(home string) (*NodeConfig, error) {
 		return nil, fmt.Errorf("node config %s: %d bytes, limit %d", p, len(raw), MaxNodeConfigBytes)
 	}
 	var nc NodeConfig
-	if err := strict(bytes.TrimSpace(raw), &nc); err != nil {
+	if err := strictJSON(bytes.TrimSpace(raw), &nc); err != nil {
 		return nil, fmt.Errorf("node config %s: %w", p, err)
 	}
 	for name, a := range map[string]string{"p2p_addr": nc.P2PAddr, "rpc_addr": nc.RPCAddr} {
@@ -227,7 +313,9 @@ type InitOptions struct {
 	Peers   []string
 }
 
-// InitNode writes the home of a non-validator full node: a fresh node key, a
+// InitNode writes the home of a non-validator full node (it does not wait
+// after a commit, timeout_commit 0, so it keeps pace with the validators'
+// blocks whatever their interval): a fresh node key, a
 // validator key that is in no validator set, a copy of the network's
 // genesis, and NodeConfigFile with its persistent peers. The node syncs
 // every block from its peers and answers reads from its own replica.
@@ -276,10 +364,62 @@ func InitNode(o InitOptions) (*TestnetNode, error) {
 	if err := gen.SaveAs(c.GenesisFile()); err != nil {
 		return nil, fmt.Errorf("init: %w", err)
 	}
-	nc := NodeConfig{Moniker: o.Moniker, P2PAddr: o.P2PAddr, RPCAddr: o.RPCAddr, PersistentPeers: o.Peers, TimeoutCommitMs: 1000}
+	nc := NodeConfig{Moniker: o.Moniker, P2PAddr: o.P2PAddr, RPCAddr: o.RPCAddr, PersistentPeers: o.Peers, TimeoutCommitMs: 0}
 	raw, _ := json.MarshalIndent(nc, "", "  ")
 	if err := os.WriteFile(filepath.Join(o.Home, NodeConfigFile), append(raw, '\n'), 0o600); err != nil {
 		return nil, fmt.Errorf("init: %w", err)
 	}
 	return &TestnetNode{Home: o.Home, NodeID: string(nk.ID()), P2PAddr: o.P2PAddr, RPCAddr: o.RPCAddr}, nil
+}
+
+// strictJSON decodes one JSON value into v, refusing unknown members,
+// duplicate members and trailing data.
+func strictJSON(b []byte, v any) error {
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return err
+	}
+	if dec.More() {
+		return errors.New("trailing data after the JSON object")
+	}
+	return wire.CheckStrictJSON(b, wire.StrictJSONOptions{})
+}
+
+// DevOptions configure InitDev.
+type DevOptions struct {
+	// Candidate is the node's syncer DID, registered at genesis with Stake.
+	Candidate string
+	Stake     string
+	// BlockInterval is the pace of blocks (DevBlockInterval when 0).
+	BlockInterval time.Duration
+	// Params overrides the default fees and unbonding delay.
+	Params *syncer.GenesisParams
+}
+
+// DevBlockInterval is the --dev chain's block interval. The app hash
+// changes at every height (the height is in it), so CometBFT makes a block
+// every interval whether or not transactions wait: block time, and so every
+// grace window, round deadline and enrolment window, advances in steps of
+// this size, and a write waits for the next block, half of it on average.
+// 200 ms keeps a write's latency low for the demo and the tests at a cost
+// of five small synced commits per second.
+const DevBlockInterval = 200 * time.Millisecond
+
+// InitDev writes the home of the --dev chain: one validator on loopback
+// (free ports, picked now and kept), chain id tenzro-dev, a genesis with the
+// faucet on and the node's syncer DID as the only candidate.
+func InitDev(home string, o DevOptions) (*TestnetNode, error) {
+	if o.BlockInterval <= 0 {
+		o.BlockInterval = DevBlockInterval
+	}
+	if o.Stake == "" {
+		o.Stake = "1000000000000000000"
+	}
+	nodes, err := WriteTestnet(TestnetOptions{Validators: 1, Homes: []string{home}, ChainID: "tenzro-dev", Faucet: true,
+		Candidates: []GenesisAccount{{DID: o.Candidate, Balance: o.Stake}}, TimeoutCommit: o.BlockInterval, Params: o.Params})
+	if err != nil {
+		return nil, err
+	}
+	return &nodes[0], nil
 }

@@ -11,6 +11,9 @@ import (
 	"time"
 
 	"github.com/tenzro/train/chain"
+	"github.com/tenzro/train/syncer"
+	"github.com/tenzro/train/syncer/election"
+	"github.com/tenzro/train/syncer/vrf"
 	"github.com/tenzro/train/wire"
 	"github.com/tenzro/train/wire/did"
 )
@@ -78,13 +81,36 @@ func benchSubmissions(b *testing.B, validators, n int) float64 {
  "tier":"Open","aggregation":"Mean","trainer_count":%d,"quorum":1,"inner_steps":4,"max_rounds":1,"grace_window_ms":0,
  "reward_pool":"1000","dataset_ref":"ipfs://QmTest","dataset_hash":"0xabab","min_throughput":null,"created_at":1761350400}`, sponsor.DID, frags, frags, trainers))
 	keys := make([]*did.Key, trainers)
-	setup := [][]byte{mustTx(b)(chain.PostTaskTx(sponsor, spec, wire.Hash{}, 1))}
+	rules, err := chain.MeanRules()
+	if err != nil {
+		b.Fatal(err)
+	}
+	layout := &wire.InitLayout{File: wire.ContentHash([]byte("bench-init"))}
+	var fh []wire.Hash
+	for f := 0; f < frags; f++ {
+		h := wire.ContentHash([]byte(fmt.Sprint("w", f)))
+		fh = append(fh, h)
+		layout.Fragments = append(layout.Fragments, wire.FragmentLayout{Tensors: []wire.TensorInfo{{Name: fmt.Sprintf("t%04d", f), Dtype: "F32", Shape: []int64{1}}},
+			Dtype: "F32", N: 1, WeightsHash: h})
+	}
+	layout.Model = syncer.ModelHash(fh)
+	cand := chainKey(t, did.KindMachine, 9)
+	_, canon, _ := wire.ParseSpec(spec)
+	proof, err := vrf.Prove(cand.Priv, election.Alpha("bench", wire.SpecHash(canon)))
+	if err != nil {
+		b.Fatal(err)
+	}
+	setup := [][]byte{mustTx(b)(chain.TransferTx(sponsor, cand.DID.String(), "100", 1)), mustTx(b)(chain.PostTaskTx(sponsor, spec, layout, rules, 2))}
 	for i := range keys {
 		keys[i] = chainKey(t, did.KindMachine, byte(10+i))
-		setup = append(setup, mustTx(b)(chain.EnrollTx(keys[i], "bench", "0", 1)))
+		setup = append(setup, mustTx(b)(chain.TransferTx(sponsor, keys[i].DID.String(), "10", uint64(3+i))))
+	}
+	setup = append(setup, mustTx(b)(chain.RegisterSyncerTx(cand, "50", 1)), mustTx(b)(chain.ElectionProofTx(cand, "bench", proof, 2)))
+	for i := range keys {
+		setup = append(setup, mustTx(b)(chain.EnrollTx(keys[i], "bench", "1", 1)))
 	}
 	for _, tx := range setup {
-		if _, err := nodes[0].rpc.BroadcastTxSync(ctx, tx); err != nil {
+		if _, err := nodes[0].rpc.BroadcastTxCommit(ctx, tx); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -95,7 +95,7 @@ func (m *fuelMeter) add(f uint64) uint64 {
 // chunkPlan asks the plugin for its passes and carry size (one fresh
 // instance, tenzro_chunk_plan).
 func (e *Engine) chunkPlan(ctx context.Context, p *plugin, k, n int, params []float64) (passes int, carry uint64, fuel uint64, err error) {
-	c, err := e.newCall(ctx, p, e.fuelFor(ctx))
+	c, err := e.newCall(ctx, p, e.fuelFor(ctx), nil)
 	if err != nil {
 		return 0, 0, 0, err
 	}
@@ -134,9 +134,9 @@ func (e *Engine) chunkPlan(ctx context.Context, p *plugin, k, n int, params []fl
 // every pass visits the chunks in ascending order; the carried state goes
 // from each call to the next untouched, and so does each chunk's output
 // from one pass to the next.
-func (e *Engine) aggregatePasses(ctx context.Context, p *plugin, in syncer.AggregateInput, es int, params []float64) (syncer.AggregateOutput, error) {
+func (e *Engine) aggregatePasses(ctx context.Context, p *plugin, d syncer.Dtype, n, es int, srcs []*source, params []float64, agg dest, f *feeder) (syncer.AggregateOutput, error) {
 	var out syncer.AggregateOutput
-	k, n := len(in.Inputs), in.N
+	k := len(srcs)
 	meter := e.newMeter(ctx)
 	passes, carryBytes, fuel, err := e.chunkPlan(ctx, p, k, n, params)
 	out.Fuel = meter.add(fuel)
@@ -152,12 +152,16 @@ func (e *Engine) aggregatePasses(ctx context.Context, p *plugin, in syncer.Aggre
 		return out, err
 	}
 	carry := make([]byte, carryBytes)
-	agg := make([]byte, n*4)
+	if agg.out.placed { // zeros before the first pass
+		clear(agg.bytes())
+	} else {
+		agg.out.zero = true
+	}
 	for pass := 0; pass < passes; pass++ {
 		for c0 := 0; c0 < n; c0 += chunk {
 			c1 := min(c0+chunk, n)
 			last := pass == passes-1 && c1 == n
-			r, err := e.passOnce(ctx, p, meter.budget(), in, c0, c1, es, params, pass, carry, agg[c0*4:c1*4], last)
+			r, err := e.passOnce(ctx, p, meter.budget(), d, n, srcs, c0, c1, es, params, pass, carry, agg.sub(int64(c0)*4, int64(c1)*4), last, f)
 			out.Fuel = meter.add(r.Fuel)
 			if err != nil {
 				return syncer.AggregateOutput{Fuel: out.Fuel}, err
@@ -167,21 +171,21 @@ func (e *Engine) aggregatePasses(ctx context.Context, p *plugin, in syncer.Aggre
 			}
 		}
 	}
-	out.Aggregate = agg
+	out.Aggregate = agg.bytes()
 	return out, nil
 }
 
 // passOnce is one tenzro_chunk_pass call on coordinates [c0, c1). carry and
 // out are read back in place.
-func (e *Engine) passOnce(ctx context.Context, p *plugin, budget uint64, in syncer.AggregateInput, c0, c1, es int, params []float64,
-	pass int, carry, out []byte, last bool) (res syncer.AggregateOutput, err error) {
-	c, err := e.newCall(ctx, p, budget)
+func (e *Engine) passOnce(ctx context.Context, p *plugin, budget uint64, d syncer.Dtype, ntotal int, srcs []*source, c0, c1, es int, params []float64,
+	pass int, carry []byte, out dest, last bool, f *feeder) (res syncer.AggregateOutput, err error) {
+	c, err := e.newCall(ctx, p, budget, f)
 	if err != nil {
 		return res, err
 	}
 	defer c.close(ctx)
 	defer func() { res.Fuel = c.used() }()
-	k, n := len(in.Inputs), c1-c0
+	k, n := len(srcs), c1-c0
 	span := uint64(n) * uint64(es)
 	inPtr, err := c.alloc(ctx, uint64(k)*span)
 	if err != nil {
@@ -207,10 +211,8 @@ func (e *Engine) passOnce(ctx context.Context, p *plugin, budget uint64, in sync
 	if err != nil {
 		return res, err
 	}
-	for i, b := range in.Inputs {
-		if err := c.write(inPtr+uint32(uint64(i)*span), b[c0*es:c1*es]); err != nil {
-			return res, err
-		}
+	if err := c.fill(inPtr, srcs, int64(c0*es), int64(c1*es)); err != nil {
+		return res, err
 	}
 	if err := c.write(parPtr, f64Bytes(params)); err != nil {
 		return res, err
@@ -218,11 +220,13 @@ func (e *Engine) passOnce(ctx context.Context, p *plugin, budget uint64, in sync
 	if err := c.write(carryPtr, carry); err != nil {
 		return res, err
 	}
-	if err := c.write(outPtr, out); err != nil {
+	ob, err := c.putOut(outPtr, out, true)
+	if err != nil {
 		return res, err
 	}
-	dc, _ := dtypeCode(in.Dtype)
-	r, err := c.invoke(ctx, "tenzro_chunk_pass", dc, uint64(k), uint64(n), uint64(c0), uint64(in.N), uint64(inPtr),
+	dc, _ := dtypeCode(d)
+	f.running()
+	r, err := c.invoke(ctx, "tenzro_chunk_pass", dc, uint64(k), uint64(n), uint64(c0), uint64(ntotal), uint64(inPtr),
 		uint64(parPtr), uint64(len(params)), uint64(pass), uint64(carryPtr), uint64(outPtr), uint64(selPtr), uint64(scPtr))
 	if err != nil {
 		return res, err
@@ -233,7 +237,7 @@ func (e *Engine) passOnce(ctx context.Context, p *plugin, budget uint64, in sync
 	if err := c.readInto(carryPtr, carry); err != nil {
 		return res, err
 	}
-	if err := c.readInto(outPtr, out); err != nil {
+	if err := c.getOut(outPtr, out, ob); err != nil {
 		return res, err
 	}
 	if !last {
@@ -282,8 +286,8 @@ func (c *call) readSelection(selPtr, scPtr uint32, k int) ([]bool, []float64, er
 
 // verifyPasses runs a verifier in chunked passes (ABI.md §6); the verdict is
 // the last call's.
-func (e *Engine) verifyPasses(ctx context.Context, p *plugin, in syncer.VerifyInput, es int, params []float64) (out syncer.VerifyOutput, err error) {
-	k, n := len(in.Round), in.N
+func (e *Engine) verifyPasses(ctx context.Context, p *plugin, d syncer.Dtype, n int, input *source, round []*source, es int, params []float64, f *feeder) (out syncer.VerifyOutput, err error) {
+	k := len(round)
 	meter := e.newMeter(ctx)
 	passes, carryBytes, fuel, err := e.chunkPlan(ctx, p, k, n, params)
 	out.Fuel = meter.add(fuel)
@@ -300,7 +304,7 @@ func (e *Engine) verifyPasses(ctx context.Context, p *plugin, in syncer.VerifyIn
 	for pass := 0; pass < passes; pass++ {
 		for c0 := 0; c0 < n; c0 += chunk {
 			c1 := min(c0+chunk, n)
-			v, f, err := e.verifyPassOnce(ctx, p, meter.budget(), in, c0, c1, es, params, pass, carry)
+			v, f, err := e.verifyPassOnce(ctx, p, meter.budget(), d, n, input, round, c0, c1, es, params, pass, carry, f)
 			out.Fuel = meter.add(f)
 			if err != nil {
 				return syncer.VerifyOutput{Fuel: out.Fuel}, err
@@ -315,10 +319,9 @@ func (e *Engine) verifyPasses(ctx context.Context, p *plugin, in syncer.VerifyIn
 	}
 	return out, nil
 }
-
-func (e *Engine) verifyPassOnce(ctx context.Context, p *plugin, budget uint64, in syncer.VerifyInput, c0, c1, es int, params []float64,
-	pass int, carry []byte) (verdict []byte, fuel uint64, err error) {
-	c, err := e.newCall(ctx, p, budget)
+func (e *Engine) verifyPassOnce(ctx context.Context, p *plugin, budget uint64, d syncer.Dtype, ntotal int, input *source, round []*source, c0, c1, es int, params []float64,
+	pass int, carry []byte, f *feeder) (verdict []byte, fuel uint64, err error) {
+	c, err := e.newCall(ctx, p, budget, f)
 	if err != nil {
 		return nil, 0, err
 	}
@@ -331,8 +334,8 @@ func (e *Engine) verifyPassOnce(ctx context.Context, p *plugin, budget uint64, i
 		return nil, 0, err
 	}
 	var roundPtr uint32
-	if len(in.Round) > 0 {
-		if roundPtr, err = c.alloc(ctx, uint64(len(in.Round))*span); err != nil {
+	if len(round) > 0 {
+		if roundPtr, err = c.alloc(ctx, uint64(len(round))*span); err != nil {
 			return nil, 0, err
 		}
 	}
@@ -348,11 +351,12 @@ func (e *Engine) verifyPassOnce(ctx context.Context, p *plugin, budget uint64, i
 	if err != nil {
 		return nil, 0, err
 	}
-	if err := c.write(inPtr, in.Input[c0*es:c1*es]); err != nil {
+	b0, b1 := int64(c0*es), int64(c1*es)
+	if err := c.fill(inPtr, []*source{input}, b0, b1); err != nil {
 		return nil, 0, err
 	}
-	for i, b := range in.Round {
-		if err := c.write(roundPtr+uint32(uint64(i)*span), b[c0*es:c1*es]); err != nil {
+	if len(round) > 0 {
+		if err := c.fill(roundPtr, round, b0, b1); err != nil {
 			return nil, 0, err
 		}
 	}
@@ -362,9 +366,9 @@ func (e *Engine) verifyPassOnce(ctx context.Context, p *plugin, budget uint64, i
 	if err := c.write(carryPtr, carry); err != nil {
 		return nil, 0, err
 	}
-	dc, _ := dtypeCode(in.Dtype)
-	r, err := c.invoke(ctx, "tenzro_verify_chunk", dc, uint64(n), uint64(c0), uint64(in.N), uint64(inPtr),
-		uint64(len(in.Round)), uint64(roundPtr), uint64(parPtr), uint64(len(params)), uint64(pass), uint64(carryPtr), uint64(vPtr))
+	dc, _ := dtypeCode(d)
+	r, err := c.invoke(ctx, "tenzro_verify_chunk", dc, uint64(n), uint64(c0), uint64(ntotal), uint64(inPtr),
+		uint64(len(round)), uint64(roundPtr), uint64(parPtr), uint64(len(params)), uint64(pass), uint64(carryPtr), uint64(vPtr))
 	if err != nil {
 		return nil, 0, err
 	}

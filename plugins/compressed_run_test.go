@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tenzro/train/chain"
 	"github.com/tenzro/train/store"
 	"github.com/tenzro/train/syncer"
 	"github.com/tenzro/train/wire"
@@ -80,8 +81,15 @@ func runCompressed(t *testing.T, compression string, hook func(h *codecRun, roun
 	for i := 0; i < 4; i++ {
 		h.tr = append(h.tr, seedKey(t, did.KindMachine, byte(i+1)))
 	}
-	h.node, err = syncer.NewNode(ctx, syncer.Config{KV: kv, Engine: h.eng, Signer: syncer.KeySigner{Key: seedKey(t, did.KindMachine, 250)},
-		Dev: true, Clock: func() time.Time { return h.now }, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	sk := seedKey(t, did.KindMachine, 250)
+	mc, err := chain.NewManual(ctx, kv, chain.ManualOptions{Clock: func() time.Time { return h.now }, App: chain.AppOptions{Log: quiet},
+		Genesis: &chain.GenesisState{Accounts: []chain.GenesisAccount{}, Faucet: true, Candidates: []chain.GenesisAccount{{DID: sk.DID.String(), Balance: "1000000000000000000"}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.node, err = syncer.NewNode(ctx, syncer.Config{Chain: mc, Blobs: syncer.KVBlobs{KV: kv}, Local: kv, Engine: h.eng, Signer: syncer.KeySigner{Key: sk},
+		Dev: true, Clock: func() time.Time { return h.now }, Logger: quiet})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -113,6 +121,9 @@ func runCompressed(t *testing.T, compression string, hook func(h *codecRun, roun
 	p.Signature = h.sp.Sign(p.Preimage(h.sp.DID.String(), wire.SpecHash(canon), wire.ContentHash(weights)))
 	if _, err := h.node.PostTask(ctx, p); err != nil {
 		return h, []byte("post: " + err.Error())
+	}
+	if err := h.node.Tick(ctx); err != nil { // the node's candidate daemon enters the election
+		t.Fatal(err)
 	}
 	for i := 0; i < M; i++ {
 		if _, err := h.node.Faucet(ctx, wire.FaucetParams{DID: h.tr[i].DID.String(), Amount: "200000000000000000000"}); err != nil {

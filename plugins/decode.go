@@ -82,7 +82,7 @@ func (e *Engine) Decode(ctx context.Context, in syncer.DecodeInput) (out syncer.
 	if e.pool != nil { // out of process, like every other plugin call (DESIGN §13)
 		return e.remoteDecode(ctx, p, in)
 	}
-	c, err := e.newCall(ctx, p, e.cfg.Fuel)
+	c, err := e.newCall(ctx, p, e.cfg.Fuel, nil)
 	if err != nil {
 		return out, err
 	}

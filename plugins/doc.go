@@ -10,8 +10,12 @@
 // distance-based rules: chunked.go, ABI.md §6) and the built-in rules
 // (package builtin), the worker processes that run calls out of process
 // (worker_*.go: memfd arena, RLIMIT_AS, wall-clock kill, bounded pool;
-// ABI.md §12), the call budgets (budget.go) and the compiled-module LRU
-// (lru.go).
+// ABI.md §12), the call budgets (budget.go), the compiled-module LRU
+// (lru.go), Engine.Finalize — a fragment's verifiers, aggregation and outer
+// step in one call on blob files read in place (finalize*.go) — with the
+// staging memory whose pages are mapped over large guest blocks instead of
+// copying into fresh ones (feed.go, stage_linux.go), and the native fast
+// path of the built-in Nesterov step, fuel for fuel (nesterov_native.go).
 // The ABI is in ABI.md; package abi holds its manifest definitions,
 // conformance the suite any plugin can be run against, buildtool the
 // builder behind `tenzro plugin build`, sdk/ the C header and Go SDK.

@@ -24,7 +24,7 @@ func newEngineWorkers(e *Engine) (*pool, error) {
 	wc := workerConfig{
 		MemoryPages: e.cfg.MemoryPages, Fuel: e.cfg.Fuel, NoFuel: e.cfg.NoFuel, Interpreter: e.cfg.Interpreter,
 		MaxModuleBytes: e.cfg.MaxModuleBytes, CacheDir: e.cfg.CacheDir, CacheBytes: e.cfg.CacheBytes,
-		AddressSpace: as, ChunkOverride: e.chunkOverride,
+		AddressSpace: as, ChunkOverride: e.chunkOverride, StageFrom: e.stageFrom,
 	}
 	return newPool(e.cfg.WorkerCommand, e.cfg.Workers, wc, e.log)
 }
@@ -43,8 +43,8 @@ func (e *Engine) prepareRemote(ctx context.Context, module []byte, man *Manifest
 	h := wire.SHA256(module)
 	pc := &poolCall{
 		req:    workerReq{Op: "publish", Probe: true},
-		hash:   h,
-		module: func() ([]byte, error) { return module, nil },
+		hashes: []wire.Hash{h},
+		module: func(wire.Hash) ([]byte, error) { return module, nil },
 		wall:   ProbeWallClock,
 	}
 	resp, _, err := e.pool.call(ctx, pc)
@@ -77,12 +77,12 @@ func isBuiltinModule(module []byte) bool {
 // remote runs one call on a worker and turns its answer into this
 // package's errors: a rule failure as *syncer.RuleFailure (recorded), a
 // worker's death or kill as *WorkerError (local, never recorded).
-func (e *Engine) remote(ctx context.Context, p *plugin, req workerReq, inLen int64, fill func([]byte)) (*workerResp, []byte, error) {
+func (e *Engine) remote(ctx context.Context, p *plugin, req workerReq, inLen int64, fill func([]byte) error) (*workerResp, []byte, error) {
 	req.Probe = isProbe(ctx)
 	pc := &poolCall{
 		req:    req,
-		hash:   p.info.Hash,
-		module: func() ([]byte, error) { return e.moduleBytes(ctx, p) },
+		hashes: []wire.Hash{p.info.Hash},
+		module: func(wire.Hash) ([]byte, error) { return e.moduleBytes(ctx, p) },
 		inLen:  inLen,
 		fill:   fill,
 		wall:   e.wallFor(ctx),
@@ -104,7 +104,7 @@ func (e *Engine) remoteAggregate(ctx context.Context, p *plugin, in syncer.Aggre
 	var out syncer.AggregateOutput
 	span := int64(in.N) * int64(in.Dtype.Size())
 	req := workerReq{Op: "aggregate", Rule: in.Rule, Dtype: in.Dtype, N: in.N, K: len(in.Inputs), OutLen: int64(in.N) * 4}
-	resp, agg, err := e.remote(ctx, p, req, int64(len(in.Inputs))*span, func(dst []byte) {
+	resp, agg, err := e.remote(ctx, p, req, int64(len(in.Inputs))*span, func(dst []byte) error {
 		// One goroutine per input: the copy is the whole cost of a worker
 		// call, and memory bandwidth scales with cores.
 		var wg sync.WaitGroup
@@ -116,6 +116,7 @@ func (e *Engine) remoteAggregate(ctx context.Context, p *plugin, in syncer.Aggre
 			}()
 		}
 		wg.Wait()
+		return nil
 	})
 	if resp != nil {
 		out.Fuel = resp.Fuel
@@ -140,11 +141,12 @@ func (e *Engine) remoteVerify(ctx context.Context, p *plugin, in syncer.VerifyIn
 	var out syncer.VerifyOutput
 	span := int64(in.N) * int64(in.Dtype.Size())
 	req := workerReq{Op: "verify", Rule: in.Verifier, Dtype: in.Dtype, N: in.N, K: len(in.Round)}
-	resp, _, err := e.remote(ctx, p, req, int64(1+len(in.Round))*span, func(dst []byte) {
+	resp, _, err := e.remote(ctx, p, req, int64(1+len(in.Round))*span, func(dst []byte) error {
 		copy(dst, in.Input)
 		for i, b := range in.Round {
 			copy(dst[int64(i+1)*span:], b)
 		}
+		return nil
 	})
 	if resp != nil {
 		out.Fuel = resp.Fuel
@@ -166,12 +168,13 @@ func (e *Engine) remoteOuter(ctx context.Context, p *plugin, in syncer.OuterStep
 	}
 	req := workerReq{Op: "outer", Rule: in.Rule, Dtype: in.Dtype, N: in.N, Momentum: in.Momentum != nil,
 		LR: in.LR, Beta: in.Beta, Nesterov: in.Nesterov, OutLen: wl + n*4}
-	resp, res, err := e.remote(ctx, p, req, inLen, func(dst []byte) {
+	resp, res, err := e.remote(ctx, p, req, inLen, func(dst []byte) error {
 		copy(dst, in.Weights)
 		copy(dst[wl:], in.Aggregate)
 		if in.Momentum != nil {
 			copy(dst[wl+n*4:], in.Momentum)
 		}
+		return nil
 	})
 	if resp != nil {
 		out.Fuel = resp.Fuel
@@ -191,12 +194,13 @@ func (e *Engine) remoteDecode(ctx context.Context, p *plugin, in syncer.DecodeIn
 		req.Tensors = append(req.Tensors, workerTensor{Name: t.Name, Dtype: t.Dtype, Shape: t.Shape, Len: int64(len(t.Data))})
 		inLen += int64(len(t.Data))
 	}
-	resp, res, err := e.remote(ctx, p, req, inLen, func(dst []byte) {
+	resp, res, err := e.remote(ctx, p, req, inLen, func(dst []byte) error {
 		var off int64
 		for _, t := range in.Tensors {
 			copy(dst[off:], t.Data)
 			off += int64(len(t.Data))
 		}
+		return nil
 	})
 	if resp != nil {
 		out.Fuel = resp.Fuel

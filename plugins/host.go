@@ -80,6 +80,9 @@ type Config struct {
 	// NoFuel skips the fuel instrumentation (benchmarks only: it removes the
 	// deterministic bound, and the profile says so).
 	NoFuel bool
+	// WasmOuter runs the built-in outer step in Wasm even where its native
+	// fast path applies (nesterov_native.go; same bytes and fuel).
+	WasmOuter bool
 	// Workers > 0 runs every plugin call in that many worker processes
 	// (DESIGN §13, worker_pool.go) instead of in this process: the node and
 	// the CLI set it; 0 keeps calls in process (tests, replay of vectors).
@@ -100,6 +103,10 @@ type Config struct {
 	// backstopOff: a worker's calls have no in-process backstop (the node
 	// kills the worker instead).
 	backstopOff bool
+	// chunkOverride and stageFrom set the engine's (and its workers')
+	// fields of the same names (tests).
+	chunkOverride int
+	stageFrom     int64
 }
 
 // Engine is the Wasm plugin host. It implements syncer.Engine and holds the
@@ -115,6 +122,9 @@ type Engine struct {
 	// chunkOverride > 0 forces chunked runs of chunkable rules with chunks
 	// of that many coordinates (tests only: it changes fuel, never bytes).
 	chunkOverride int
+	// stageFrom > 0 stages blocks from that many bytes instead of stageMin
+	// (tests: it changes how bytes reach guest memory, never results).
+	stageFrom int64
 
 	mu      sync.RWMutex
 	loaded  map[wire.Hash]*plugin
@@ -123,6 +133,14 @@ type Engine struct {
 
 	// pool runs calls out of process (Config.Workers > 0).
 	pool *pool
+	// stages keeps the staging memory that large blocks are mapped from
+	// (feed.go, stage_linux.go).
+	stages *stagePool
+
+	// outerLines caches the fuel lines of the built-in outer step's
+	// variants (nesterov_native.go).
+	outerMu    sync.Mutex
+	outerLines map[outerVariant]outerLine
 }
 
 var _ syncer.Engine = (*Engine)(nil)
@@ -168,7 +186,8 @@ func NewEngine(ctx context.Context, cfg Config) (*Engine, error) {
 	if cfg.CacheBytes == 0 {
 		cfg.CacheBytes = DefaultCacheBytes
 	}
-	e := &Engine{cfg: cfg, log: cfg.Logger, costs: DefaultCostTable, loaded: map[wire.Hash]*plugin{}, builtin: map[string]wire.Hash{}}
+	e := &Engine{cfg: cfg, log: cfg.Logger, costs: DefaultCostTable, loaded: map[wire.Hash]*plugin{}, builtin: map[string]wire.Hash{}, stages: &stagePool{},
+		chunkOverride: cfg.chunkOverride, stageFrom: cfg.stageFrom}
 	var rc wazero.RuntimeConfig
 	if cfg.Interpreter {
 		rc = wazero.NewRuntimeConfigInterpreter()
@@ -216,6 +235,7 @@ func (e *Engine) Close(ctx context.Context) error {
 	if e.pool != nil {
 		e.pool.close()
 	}
+	e.stages.close()
 	err := e.rt.Close(ctx)
 	if cerr := e.cache.Close(ctx); err == nil {
 		err = cerr
@@ -273,11 +293,18 @@ type call struct {
 	mem    api.Memory
 	budget uint64
 	timed  atomic.Bool
+	// mm is the instance's memory reservation (nil when wazero's default
+	// allocator backs it: nothing is mapped then), f the operation's
+	// feeder (nil: blocks are copied).
+	mm *mmapMemory
+	f  *feeder
 }
 
-// newCall instantiates p with a fuel budget of budget.
-func (e *Engine) newCall(ctx context.Context, p *plugin, budget uint64) (*call, error) {
-	mod, err := e.rt.InstantiateModule(withGuestMemory(ctx), p.compiled, wazero.NewModuleConfig().WithName("").WithStartFunctions())
+// newCall instantiates p with a fuel budget of budget; f (may be nil) stages
+// its large blocks.
+func (e *Engine) newCall(ctx context.Context, p *plugin, budget uint64, f *feeder) (*call, error) {
+	var mm *mmapMemory
+	mod, err := e.rt.InstantiateModule(withGuestMemory(ctx, &mm), p.compiled, wazero.NewModuleConfig().WithName("").WithStartFunctions())
 	if err != nil {
 		return nil, fmt.Errorf("plugins: instantiate %s: %w", p.info.Name, err)
 	}
@@ -289,7 +316,7 @@ func (e *Engine) newCall(ctx context.Context, p *plugin, budget uint64) (*call, 
 		_ = mod.Close(ctx)
 		return nil, fmt.Errorf("plugins: %s lacks its fuel global or memory", p.info.Name)
 	}
-	c := &call{e: e, p: p, mod: mod, fuel: g, mem: mod.Memory(), budget: budget}
+	c := &call{e: e, p: p, mod: mod, fuel: g, mem: mod.Memory(), budget: budget, mm: mm, f: f}
 	g.Set(c.budget)
 	if p.hasInit {
 		if _, err := c.invoke(ctx, "_initialize"); err != nil {
@@ -510,50 +537,62 @@ func (e *Engine) aggregate(ctx context.Context, in syncer.AggregateInput) (synce
 	if e.pool != nil {
 		return e.remoteAggregate(ctx, p, in)
 	}
-	k := len(in.Inputs)
-	n := in.N
+	srcs := make([]*source, len(in.Inputs))
+	for i, b := range in.Inputs {
+		srcs[i] = bytesSource(b)
+	}
+	f := e.newFeeder()
+	defer f.release()
+	return e.aggregateSrc(ctx, p, params, in.Dtype, in.N, es, srcs, plainDest(outputBuffer(ctx, in.N*4)), f)
+}
+
+// aggregateSrc runs an aggregation plugin on K inputs of n values, read from
+// srcs, the aggregate landing in out (n f32).
+func (e *Engine) aggregateSrc(ctx context.Context, p *plugin, params []float64, d syncer.Dtype, n, es int, srcs []*source, out dest, f *feeder) (syncer.AggregateOutput, error) {
+	var res syncer.AggregateOutput
+	k := len(srcs)
 	chunk := n
 	if need := aggregateBytes(k, n, es, len(params)); e.wantChunks(p, need) {
 		switch p.manifest.Chunking {
 		case ChunkPasses:
-			return e.aggregatePasses(ctx, p, in, es, params)
+			return e.aggregatePasses(ctx, p, d, n, es, srcs, params, out, f)
 		case ChunkCoordinate:
 		default:
-			return out, &syncer.RuleFailure{Rule: p.info.Name, Code: CodeTooLarge,
+			return res, &syncer.RuleFailure{Rule: p.info.Name, Code: CodeTooLarge,
 				Reason: fmt.Sprintf("fragment needs %d bytes of guest memory, limit %d pages, and the rule does not declare a chunked mode", need, e.cfg.MemoryPages)}
 		}
 		per := uint64(k)*uint64(es) + 4
 		if es == 2 {
 			per += uint64(k) * 4 // the guest's f32 copy of bf16 inputs
 		}
+		var err error
 		if chunk, err = e.chunkFor(p.info.Name, per, aggregateBytes(k, 0, es, len(params))); err != nil {
-			return out, err
+			return res, err
 		}
 	}
 	meter := e.newMeter(ctx)
-	out.Aggregate = outputBuffer(ctx, n*4)
-	out.Selected = make([]bool, k)
+	res.Selected = make([]bool, k)
 	var scores []float64
 	for c0 := 0; c0 < n; c0 += chunk {
 		c1 := min(c0+chunk, n)
-		r, err := e.aggregateOnce(ctx, p, meter.budget(), in.Dtype, in.Inputs, c0, c1, es, params, out.Aggregate[c0*4:c1*4])
-		out.Fuel = meter.add(r.Fuel)
+		r, err := e.aggregateOnce(ctx, p, meter.budget(), d, srcs, c0, c1, es, params, out.sub(int64(c0)*4, int64(c1)*4), f)
+		res.Fuel = meter.add(r.Fuel)
 		if err != nil {
-			return syncer.AggregateOutput{Fuel: out.Fuel}, err
+			return syncer.AggregateOutput{Fuel: res.Fuel}, err
 		}
 		for i, s := range r.Selected {
-			out.Selected[i] = out.Selected[i] || s
+			res.Selected[i] = res.Selected[i] || s
 		}
 		if c0 == 0 {
 			scores = r.Scores
 		}
 	}
 	if chunk == n {
-		out.Scores = scores
+		res.Scores = scores
 	}
-	return out, nil
+	res.Aggregate = out.bytes()
+	return res, nil
 }
-
 func aggregateBytes(k, n, es, nparams int) uint64 {
 	// inputs + output + selection + scores + params + room for the guest's own
 	// data, stack and scratch (bf16 conversion doubles the input).
@@ -590,14 +629,14 @@ func checkInputs(p *plugin, d syncer.Dtype, n int, inputs [][]byte) (int, error)
 
 // aggregateOnce runs one call on coordinates [c0, c1) and reads the
 // aggregate straight into dst (4 bytes per coordinate).
-func (e *Engine) aggregateOnce(ctx context.Context, p *plugin, budget uint64, d syncer.Dtype, inputs [][]byte, c0, c1, es int, params []float64, dst []byte) (out syncer.AggregateOutput, err error) {
-	c, err := e.newCall(ctx, p, budget)
+func (e *Engine) aggregateOnce(ctx context.Context, p *plugin, budget uint64, d syncer.Dtype, srcs []*source, c0, c1, es int, params []float64, dst dest, f *feeder) (out syncer.AggregateOutput, err error) {
+	c, err := e.newCall(ctx, p, budget, f)
 	if err != nil {
 		return out, err
 	}
 	defer c.close(ctx)
 	defer func() { out.Fuel = c.used() }()
-	k, n := len(inputs), c1-c0
+	k, n := len(srcs), c1-c0
 	span := uint64(n) * uint64(es)
 	inPtr, err := c.alloc(ctx, uint64(k)*span)
 	if err != nil {
@@ -619,15 +658,18 @@ func (e *Engine) aggregateOnce(ctx context.Context, p *plugin, budget uint64, d 
 	if err != nil {
 		return out, err
 	}
-	for i, b := range inputs {
-		if err := c.write(inPtr+uint32(uint64(i)*span), b[c0*es:c1*es]); err != nil {
-			return out, err
-		}
+	if err := c.fill(inPtr, srcs, int64(c0*es), int64(c1*es)); err != nil {
+		return out, err
 	}
 	if err := c.write(parPtr, f64Bytes(params)); err != nil {
 		return out, err
 	}
+	ob, err := c.putOut(outPtr, dst, false)
+	if err != nil {
+		return out, err
+	}
 	dc, _ := dtypeCode(d)
+	f.running()
 	res, err := c.invoke(ctx, "tenzro_aggregate", dc, uint64(k), uint64(n), uint64(inPtr), uint64(parPtr),
 		uint64(len(params)), uint64(outPtr), uint64(selPtr), uint64(scPtr))
 	if err != nil {
@@ -636,14 +678,13 @@ func (e *Engine) aggregateOnce(ctx context.Context, p *plugin, budget uint64, d 
 	if rc := uint32(res[0]); rc != 0 {
 		return out, c.guestError(ctx, rc)
 	}
-	if err = c.readInto(outPtr, dst); err != nil {
+	if err = c.getOut(outPtr, dst, ob); err != nil {
 		return out, err
 	}
-	out.Aggregate = dst
+	out.Aggregate = dst.bytes()
 	out.Selected, out.Scores, err = c.readSelection(selPtr, scPtr, k)
 	return out, err
 }
-
 func f64Bytes(v []float64) []byte {
 	b := make([]byte, 8*len(v))
 	for i, x := range v {
@@ -681,23 +722,35 @@ func (e *Engine) Verify(ctx context.Context, in syncer.VerifyInput) (out syncer.
 	if e.pool != nil {
 		return e.remoteVerify(ctx, p, in)
 	}
-	need := uint64(len(in.Round)+1)*uint64(in.N)*uint64(es) + guestSlack
+	round := make([]*source, len(in.Round))
+	for i, b := range in.Round {
+		round[i] = bytesSource(b)
+	}
+	f := e.newFeeder()
+	defer f.release()
+	return e.verifySrc(ctx, p, params, in.Dtype, in.N, es, bytesSource(in.Input), round, f)
+}
+
+// verifySrc runs a verifier on one input and, for round-level verifiers,
+// the round, read from sources.
+func (e *Engine) verifySrc(ctx context.Context, p *plugin, params []float64, d syncer.Dtype, n, es int, input *source, round []*source, f *feeder) (out syncer.VerifyOutput, err error) {
+	need := uint64(len(round)+1)*uint64(n)*uint64(es) + guestSlack
 	if !e.wantChunks(p, need) {
-		return e.verifyOnce(ctx, p, e.fuelFor(ctx), in, 0, in.N, es, params)
+		return e.verifyOnce(ctx, p, e.fuelFor(ctx), d, input, round, 0, n, es, params, f)
 	}
 	switch p.manifest.Chunking {
 	case ChunkPasses:
-		return e.verifyPasses(ctx, p, in, es, params)
+		return e.verifyPasses(ctx, p, d, n, input, round, es, params, f)
 	case ChunkCoordinate:
 		// Coordinate ranges: accept when every range accepts; the first
 		// rejecting range gives the reason.
-		chunk, err := e.chunkFor(p.info.Name, uint64(len(in.Round)+1)*uint64(es), guestSlack+uint64(len(params))*8)
+		chunk, err := e.chunkFor(p.info.Name, uint64(len(round)+1)*uint64(es), guestSlack+uint64(len(params))*8)
 		if err != nil {
 			return out, err
 		}
 		meter := e.newMeter(ctx)
-		for c0 := 0; c0 < in.N; c0 += chunk {
-			r, err := e.verifyOnce(ctx, p, meter.budget(), in, c0, min(c0+chunk, in.N), es, params)
+		for c0 := 0; c0 < n; c0 += chunk {
+			r, err := e.verifyOnce(ctx, p, meter.budget(), d, input, round, c0, min(c0+chunk, n), es, params, f)
 			out.Fuel = meter.add(r.Fuel)
 			if err != nil {
 				return syncer.VerifyOutput{Fuel: out.Fuel}, err
@@ -715,8 +768,8 @@ func (e *Engine) Verify(ctx context.Context, in syncer.VerifyInput) (out syncer.
 
 // verifyOnce runs tenzro_verify on coordinates [c0, c1) of the input (and
 // of the round).
-func (e *Engine) verifyOnce(ctx context.Context, p *plugin, budget uint64, in syncer.VerifyInput, c0, c1, es int, params []float64) (out syncer.VerifyOutput, err error) {
-	c, err := e.newCall(ctx, p, budget)
+func (e *Engine) verifyOnce(ctx context.Context, p *plugin, budget uint64, d syncer.Dtype, input *source, round []*source, c0, c1, es int, params []float64, f *feeder) (out syncer.VerifyOutput, err error) {
+	c, err := e.newCall(ctx, p, budget, f)
 	if err != nil {
 		return out, err
 	}
@@ -729,8 +782,8 @@ func (e *Engine) verifyOnce(ctx context.Context, p *plugin, budget uint64, in sy
 		return out, err
 	}
 	var roundPtr uint32
-	if len(in.Round) > 0 {
-		if roundPtr, err = c.alloc(ctx, uint64(len(in.Round))*span); err != nil {
+	if len(round) > 0 {
+		if roundPtr, err = c.alloc(ctx, uint64(len(round))*span); err != nil {
 			return out, err
 		}
 	}
@@ -742,19 +795,20 @@ func (e *Engine) verifyOnce(ctx context.Context, p *plugin, budget uint64, in sy
 	if err != nil {
 		return out, err
 	}
-	if err := c.write(inPtr, in.Input[c0*es:c1*es]); err != nil {
+	b0, b1 := int64(c0*es), int64(c1*es)
+	if err := c.fill(inPtr, []*source{input}, b0, b1); err != nil {
 		return out, err
 	}
-	for i, b := range in.Round {
-		if err := c.write(roundPtr+uint32(uint64(i)*span), b[c0*es:c1*es]); err != nil {
+	if len(round) > 0 {
+		if err := c.fill(roundPtr, round, b0, b1); err != nil {
 			return out, err
 		}
 	}
 	if err := c.write(parPtr, f64Bytes(params)); err != nil {
 		return out, err
 	}
-	dc, _ := dtypeCode(in.Dtype)
-	res, err := c.invoke(ctx, "tenzro_verify", dc, uint64(n), uint64(inPtr), uint64(len(in.Round)), uint64(roundPtr),
+	dc, _ := dtypeCode(d)
+	res, err := c.invoke(ctx, "tenzro_verify", dc, uint64(n), uint64(inPtr), uint64(len(round)), uint64(roundPtr),
 		uint64(parPtr), uint64(len(params)), uint64(vPtr))
 	if err != nil {
 		return out, err
@@ -773,7 +827,6 @@ func (e *Engine) verifyOnce(ctx context.Context, p *plugin, budget uint64, in sy
 	}
 	return out, nil
 }
-
 func verifyReason(name string, code uint32, params []float64, m *Manifest) string {
 	switch code {
 	case 1:
@@ -817,80 +870,113 @@ func (e *Engine) outerStep(ctx context.Context, in syncer.OuterStepInput) (synce
 	if e.pool != nil {
 		return e.remoteOuter(ctx, p, in, es)
 	}
-	per := uint64(es) + 8
-	chunk := in.N
-	if uint64(in.N)*per+guestSlack > e.memBudget() {
-		chunk = int((e.memBudget()/2 - guestSlack) / per &^ 1023)
+	var mom *source
+	if in.Momentum != nil {
+		mom = bytesSource(in.Momentum)
 	}
-	meter := e.newMeter(ctx)
-	out.Weights = make([]byte, 0, len(in.Weights))
-	out.Momentum = make([]byte, 0, in.N*4)
-	for c0 := 0; c0 < in.N; c0 += chunk {
-		c1 := min(c0+chunk, in.N)
-		w, m, fuel, err := e.outerOnce(ctx, p, meter.budget(), in, c0, c1, es)
-		out.Fuel = meter.add(fuel)
-		if err != nil {
-			return syncer.OuterStepOutput{Fuel: out.Fuel}, err
-		}
-		out.Weights = append(out.Weights, w...)
-		out.Momentum = append(out.Momentum, m...)
+	out.Weights, out.Momentum = make([]byte, len(in.Weights)), make([]byte, in.N*4)
+	f := e.newFeeder()
+	defer f.release()
+	out.Fuel, err = e.outerSrc(ctx, p, in.Dtype, in.N, es, bytesSource(in.Weights), mom, bytesSource(in.Aggregate),
+		plainDest(out.Weights), plainDest(out.Momentum), in.LR, in.Beta, in.Nesterov, f)
+	if err != nil {
+		return syncer.OuterStepOutput{Fuel: out.Fuel}, err
 	}
 	return out, nil
 }
 
-func (e *Engine) outerOnce(ctx context.Context, p *plugin, budget uint64, in syncer.OuterStepInput, c0, c1, es int) (w, m []byte, fuel uint64, err error) {
-	c, err := e.newCall(ctx, p, budget)
+// outerSrc runs the outer step on n coordinates: weights w (n of d),
+// momentum m (n f32; nil before the first step), aggregate g (n f32); the
+// new weights and momentum land in wOut and mOut. It returns the fuel.
+func (e *Engine) outerSrc(ctx context.Context, p *plugin, d syncer.Dtype, n, es int, w, m, g *source, wOut, mOut dest,
+	lr, beta float32, nesterov bool, f *feeder) (uint64, error) {
+	per := uint64(es) + 8
+	chunk := n
+	if uint64(n)*per+guestSlack > e.memBudget() {
+		chunk = int((e.memBudget()/2 - guestSlack) / per &^ 1023)
+	}
+	meter := e.newMeter(ctx)
+	var fuel uint64
+	wOut.out.canonical, mOut.out.canonical = true, true // until a chunk runs in Wasm
+	for c0 := 0; c0 < n; c0 += chunk {
+		c1 := min(c0+chunk, n)
+		used, err := e.outerOnce(ctx, p, meter.budget(), d, w, m, g, c0, c1, es, wOut.sub(int64(c0*es), int64(c1*es)),
+			mOut.sub(int64(c0)*4, int64(c1)*4), lr, beta, nesterov, f)
+		fuel = meter.add(used)
+		if err != nil {
+			return fuel, err
+		}
+	}
+	return fuel, nil
+}
+func (e *Engine) outerOnce(ctx context.Context, p *plugin, budget uint64, d syncer.Dtype, w, m, g *source, c0, c1, es int, wOut, mOut dest,
+	lr, beta float32, nesterov bool, f *feeder) (fuel uint64, err error) {
+	c, err := e.newCall(ctx, p, budget, f)
 	if err != nil {
-		return nil, nil, 0, err
+		return 0, err
 	}
 	defer c.close(ctx)
-	defer func() { fuel = c.used() }()
+	var native uint64 // the fuel of a native step
+	defer func() { fuel = c.used() + native }()
 	n := uint64(c1 - c0)
 	wPtr, err := c.alloc(ctx, n*uint64(es))
 	if err != nil {
-		return nil, nil, 0, err
+		return 0, err
 	}
 	mPtr, err := c.alloc(ctx, n*4)
 	if err != nil {
-		return nil, nil, 0, err
+		return 0, err
 	}
 	gPtr, err := c.alloc(ctx, n*4)
 	if err != nil {
-		return nil, nil, 0, err
+		return 0, err
 	}
-	if err := c.write(wPtr, in.Weights[c0*es:c1*es]); err != nil {
-		return nil, nil, 0, err
-	}
-	has := uint64(0)
-	if in.Momentum != nil {
-		has = 1
-		if err := c.write(mPtr, in.Momentum[c0*4:c1*4]); err != nil {
-			return nil, nil, 0, err
+	if l, ok := e.nativeOuter(ctx, p, outerVariant{d, m != nil, nesterov}); ok && aligned4(wOut.bytes()) && aligned4(mOut.bytes()) {
+		if step := l.a + l.b*n; c.used()+step <= budget {
+			if err := outerNative(d, w, m, g, c0, c1, es, wOut, mOut, lr, beta, nesterov); err != nil {
+				return 0, err
+			}
+			native = step
+			nativeSteps.Add(1)
+			return 0, nil
 		}
 	}
-	if err := c.write(gPtr, in.Aggregate[c0*4:c1*4]); err != nil {
-		return nil, nil, 0, err
+	wOut.out.canonical, mOut.out.canonical = false, false
+	// The weights and momentum are updated in place: with a stage behind
+	// the outputs, their blocks map it shared and the step writes the new
+	// state straight into it.
+	wb, err := c.putState(wPtr, w, int64(c0*es), wOut)
+	if err != nil {
+		return 0, err
+	}
+	has := uint64(0)
+	if m != nil {
+		has = 1
+	}
+	mb, err := c.putState(mPtr, m, int64(c0)*4, mOut)
+	if err != nil {
+		return 0, err
+	}
+	if err := c.fill(gPtr, []*source{g}, int64(c0)*4, int64(c1)*4); err != nil {
+		return 0, err
 	}
 	nest := uint64(0)
-	if in.Nesterov {
+	if nesterov {
 		nest = 1
 	}
-	dc, _ := dtypeCode(in.Dtype)
+	dc, _ := dtypeCode(d)
 	res, err := c.invoke(ctx, "tenzro_outer_step", dc, n, uint64(wPtr), uint64(mPtr), has, uint64(gPtr),
-		api.EncodeF32(in.LR), api.EncodeF32(in.Beta), nest)
+		api.EncodeF32(lr), api.EncodeF32(beta), nest)
 	if err != nil {
-		return nil, nil, 0, err
+		return 0, err
 	}
 	if rc := uint32(res[0]); rc != 0 {
-		return nil, nil, 0, c.guestError(ctx, rc)
+		return 0, c.guestError(ctx, rc)
 	}
-	if w, err = c.read(wPtr, n*uint64(es)); err != nil {
-		return nil, nil, 0, err
+	if err := c.getOut(wPtr, wOut, wb); err != nil {
+		return 0, err
 	}
-	if m, err = c.read(mPtr, n*4); err != nil {
-		return nil, nil, 0, err
-	}
-	return w, m, 0, nil
+	return 0, c.getOut(mPtr, mOut, mb)
 }
 
 // guestSlack is the memory reserved for a guest's own data, stack and

@@ -50,7 +50,7 @@ func TestFMAEmulation(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := e.newCall(ctx, p, e.cfg.Fuel)
+	c, err := e.newCall(ctx, p, e.cfg.Fuel, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"math"
+	"unsafe"
 
 	"github.com/tenzro/train/syncer"
 )
@@ -51,6 +52,39 @@ func (e *Engine) OuterStep(ctx context.Context, in syncer.OuterStepInput) (synce
 }
 
 func canonicalF32(b []byte) {
+	n := len(b) / 4
+	if n == 0 {
+		return
+	}
+	// Eight bytes at a time: a NaN has all exponent bits set, which almost
+	// no value of a model has; only such pairs are looked at closely.
+	head, words, tail := aligned64(b[:4*n], 4)
+	canonicalF32Slow(head)
+	for i, v := range words {
+		if v&0x7f800000_00000000 == 0x7f800000_00000000 || v&0x7f800000 == 0x7f800000 {
+			canonicalF32Slow(b[len(head)+8*i : len(head)+8*i+8])
+		}
+	}
+	canonicalF32Slow(tail)
+}
+
+// aligned64 splits b into a head, the 8-byte words from the first 8-byte
+// aligned address whose offset from b is a multiple of unit (b's bytes in
+// place), and the tail.
+func aligned64(b []byte, unit int) (head []byte, words []uint64, tail []byte) {
+	if len(b) < 16 {
+		return b, nil, nil
+	}
+	skip := int(-uintptr(unsafe.Pointer(&b[0])) & 7)
+	if skip%unit != 0 { // the words would straddle values
+		return b, nil, nil
+	}
+	n := (len(b) - skip) / 8
+	words = unsafe.Slice((*uint64)(unsafe.Pointer(&b[skip])), n)
+	return b[:skip], words, b[skip+8*n:]
+}
+
+func canonicalF32Slow(b []byte) {
 	for i := 0; i+4 <= len(b); i += 4 {
 		// exponent all ones and a non-zero mantissa: |v| > +Inf as an
 		// unsigned integer.
@@ -61,6 +95,24 @@ func canonicalF32(b []byte) {
 }
 
 func canonicalBF16(b []byte) {
+	n := len(b) / 2
+	if n == 0 {
+		return
+	}
+	const exps = 0x7f80_7f80_7f80_7f80
+	head, words, tail := aligned64(b[:2*n], 2)
+	canonicalBF16Slow(head)
+	for i, v := range words {
+		// a lane whose exponent bits are all set
+		x := v&exps ^ exps
+		if x&0x7f80 == 0 || x&0x7f80_0000 == 0 || x&0x7f80_0000_0000 == 0 || x&0x7f80_0000_0000_0000 == 0 {
+			canonicalBF16Slow(b[len(head)+8*i : len(head)+8*i+8])
+		}
+	}
+	canonicalBF16Slow(tail)
+}
+
+func canonicalBF16Slow(b []byte) {
 	for i := 0; i+2 <= len(b); i += 2 {
 		v := binary.LittleEndian.Uint16(b[i:])
 		if v&0x7f80 == 0x7f80 && v&0x007f != 0 && v != canonNaN16 {

@@ -2,8 +2,10 @@ package plugins
 
 import (
 	"bytes"
+	"encoding/binary"
 	"fmt"
 	"math"
+	"math/rand/v2"
 	"testing"
 )
 
@@ -74,6 +76,40 @@ func TestNonFiniteIndependentOfPosition(t *testing.T) {
 					}
 				}
 			})
+		}
+	}
+}
+
+// TestCanonicalNaNWordwise: the word-at-a-time canonicalisation rewrites
+// exactly the NaNs, at every position and length, in both element types.
+func TestCanonicalNaNWordwise(t *testing.T) {
+	r := rand.New(rand.NewPCG(3, 4))
+	specials32 := []uint32{0x7f800000, 0xff800000, 0x7f800001, 0xffc00001, 0x7fc00000, 0x7fffffff, 0x7f7fffff, 0, 0x80000000}
+	specials16 := []uint16{0x7f80, 0xff80, 0x7f81, 0xffc1, 0x7fc0, 0x7fff, 0x7f7f, 0, 0x8000}
+	for n := 0; n < 40; n++ {
+		for trial := 0; trial < 20; trial++ {
+			b32, b16 := make([]byte, 4*n), make([]byte, 2*n)
+			for i := 0; i < n; i++ {
+				v32, v16 := r.Uint32(), uint16(r.Uint32())
+				if r.IntN(3) == 0 {
+					v32, v16 = specials32[r.IntN(len(specials32))], specials16[r.IntN(len(specials16))]
+				}
+				binary.LittleEndian.PutUint32(b32[4*i:], v32)
+				binary.LittleEndian.PutUint16(b16[2*i:], v16)
+			}
+			w32, w16 := bytes.Clone(b32), bytes.Clone(b16)
+			canonicalF32Slow(w32)
+			canonicalBF16Slow(w16)
+			// at every alignment of the first value
+			off := trial % 8
+			g32, g16 := make([]byte, off+len(b32)), make([]byte, off+len(b16))
+			copy(g32[off:], b32)
+			copy(g16[off:], b16)
+			canonicalF32(g32[off:])
+			canonicalBF16(g16[off:])
+			if !bytes.Equal(g32[off:], w32) || !bytes.Equal(g16[off:], w16) {
+				t.Fatalf("n=%d offset %d: word-wise canonicalisation differs", n, off)
+			}
 		}
 	}
 }

@@ -290,7 +290,7 @@ func (e *Engine) prepare(ctx context.Context, module []byte) (*plugin, error) {
 	// The ABI version is checked by calling it, under the small fixed probe
 	// budget (budget.go): publishing is open to anyone.
 	ctx = WithProbeBudget(ctx)
-	c, err := e.newCall(ctx, p, e.fuelFor(ctx))
+	c, err := e.newCall(ctx, p, e.fuelFor(ctx), nil)
 	if err != nil {
 		_ = compiled.Close(ctx)
 		return nil, err

@@ -42,3 +42,7 @@ func (e *Engine) remoteOuter(context.Context, *plugin, syncer.OuterStepInput, in
 func (e *Engine) remoteDecode(context.Context, *plugin, syncer.DecodeInput) (syncer.DecodeOutput, error) {
 	return syncer.DecodeOutput{}, errNoWorkers
 }
+
+func (e *Engine) remoteFinalize(ctx context.Context, in syncer.FinalizeInput, _ int64) (syncer.FinalizeOutput, error) {
+	return syncer.FinalizeBySteps(ctx, e, in)
+}

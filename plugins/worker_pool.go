@@ -305,20 +305,24 @@ func (pl *pool) close() {
 	}
 }
 
-// poolCall is one call's shape: the bulk data to write and the room to
-// reserve for outputs.
+// poolCall is one call's shape: the modules it needs, the bulk data to
+// write and the room to reserve for outputs.
 type poolCall struct {
 	req    workerReq
-	hash   wire.Hash
-	module func() ([]byte, error)
+	hashes []wire.Hash                     // modules the call runs
+	module func(wire.Hash) ([]byte, error) // a module's published bytes
 	inLen  int64
-	fill   func(in []byte) // writes the inputs
+	fill   func(in []byte) error // writes the inputs
 	wall   time.Duration
+	// consume, when set, reads the outputs in place from the arena (the
+	// whole mapping; the request's offsets say where) before the worker is
+	// released, instead of the call returning a copy of the output room.
+	consume func(resp *workerResp, arena []byte) error
 }
 
 // call runs one call on a worker and returns its response and a copy of its
-// output room. A module the worker lacks is sent along (and once more if a
-// worker answers that it evicted it).
+// output room. Modules the worker lacks are sent along (and once more if a
+// worker answers that it evicted one).
 func (pl *pool) call(ctx context.Context, pc *poolCall) (*workerResp, []byte, error) {
 	w, err := pl.acquire(ctx)
 	if err != nil {
@@ -327,34 +331,47 @@ func (pl *pool) call(ctx context.Context, pc *poolCall) (*workerResp, []byte, er
 	alive := false
 	defer func() { pl.release(w, alive) }()
 	for attempt := 0; ; attempt++ {
-		var mod []byte
-		if !w.has[pc.hash] || pc.req.Op == "publish" || attempt > 0 {
-			if mod, err = pc.module(); err != nil {
-				alive = true
-				return nil, nil, err
+		var mods [][]byte
+		for _, h := range pc.hashes {
+			if !w.has[h] || pc.req.Op == "publish" || attempt > 0 {
+				mod, err := pc.module(h)
+				if err != nil {
+					alive = true
+					return nil, nil, err
+				}
+				mods = append(mods, mod)
 			}
 		}
-		resp, out, err := w.roundtrip(ctx, pc, mod)
+		resp, out, err := w.roundtrip(ctx, pc, mods)
 		if err != nil {
 			alive = !IsWorkerError(err) && ctx.Err() == nil
 			return nil, nil, err
 		}
 		alive = true
 		if resp.NeedModule && attempt == 0 {
-			delete(w.has, pc.hash)
+			for _, h := range pc.hashes {
+				delete(w.has, h)
+			}
 			continue
 		}
 		if resp.Err == "" {
-			w.has[pc.hash] = true
+			for _, h := range pc.hashes {
+				w.has[h] = true
+			}
 		}
 		return resp, out, nil
 	}
 }
 
-func (w *worker) roundtrip(ctx context.Context, pc *poolCall, mod []byte) (*workerResp, []byte, error) {
+func (w *worker) roundtrip(ctx context.Context, pc *poolCall, mods [][]byte) (*workerResp, []byte, error) {
 	req := pc.req
-	req.ModuleLen = int64(len(mod))
-	req.InOff = req.ModuleLen
+	req.Modules = nil
+	var modLen int64
+	for _, m := range mods {
+		req.Modules = append(req.Modules, int64(len(m)))
+		modLen += int64(len(m))
+	}
+	req.InOff = modLen
 	req.OutOff = req.InOff + pc.inLen
 	size := req.OutOff + req.OutLen
 	var rights []byte
@@ -364,9 +381,14 @@ func (w *worker) roundtrip(ctx context.Context, pc *poolCall, mod []byte) (*work
 		if mem, err = w.arenaFor(size); err != nil {
 			return nil, nil, err
 		}
-		copy(mem, mod)
+		off := 0
+		for _, m := range mods {
+			off += copy(mem[off:], m)
+		}
 		if pc.fill != nil {
-			pc.fill(mem[req.InOff:req.OutOff])
+			if err := pc.fill(mem[req.InOff:req.OutOff]); err != nil {
+				return nil, nil, err
+			}
 		}
 		rights = unix.UnixRights(w.arenaFD)
 		req.Arena = w.arenaGen
@@ -385,6 +407,10 @@ func (w *worker) roundtrip(ctx context.Context, pc *poolCall, mod []byte) (*work
 	}
 	var out []byte
 	if resp.Err == "" && resp.Failure == nil && req.OutLen > 0 {
+		if pc.consume != nil {
+			resp.outOff = req.OutOff
+			return resp, nil, pc.consume(resp, mem)
+		}
 		out = append([]byte(nil), mem[req.OutOff:req.OutOff+req.OutLen]...)
 	}
 	return resp, out, nil

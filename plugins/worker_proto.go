@@ -48,35 +48,40 @@ type workerConfig struct {
 	AddressSpace uint64 `json:"address_space"`
 	// ChunkOverride forwards the tests' forced chunking.
 	ChunkOverride int `json:"chunk_override,omitempty"`
+	// StageFrom forwards the tests' staging threshold.
+	StageFrom int64 `json:"stage_from,omitempty"`
 }
 
 // workerReq is one call. Bulk data lies in the worker's arena, a memfd
 // both processes keep mapped between calls (so its pages are faulted in
-// once, not per call): the module (when
-// ModuleLen > 0, loaded before the call) at offset 0, then the call's
-// inputs, then OutLen bytes of room for its outputs.
+// once, not per call): the modules the worker lacks (Modules: their lengths,
+// back to back from offset 0, loaded before the call), then the call's
+// inputs from InOff, then OutLen bytes of room for its outputs from OutOff.
 type workerReq struct {
-	Op string `json:"op"` // ready, publish, aggregate, verify, outer
+	Op string `json:"op"` // ready, publish, aggregate, verify, outer, decode, finalize, drop
 	// Arena numbers the node's shared buffer for this worker: the worker
 	// keeps its mapping while the number stays the same (the memfd rides
 	// with every request; a new number means a new, larger buffer).
-	Arena     uint64         `json:"arena"`
-	Probe     bool           `json:"probe,omitempty"`
-	ModuleLen int64          `json:"module_len,omitempty"`
-	Rule      syncer.RuleRef `json:"rule"`
-	Dtype     syncer.Dtype   `json:"dtype,omitempty"`
-	N         int            `json:"n,omitempty"`
-	K         int            `json:"k,omitempty"` // aggregate: inputs; verify: round inputs
-	Momentum  bool           `json:"momentum,omitempty"`
-	LR        float32        `json:"lr,omitempty"`
-	Beta      float32        `json:"beta,omitempty"`
-	Nesterov  bool           `json:"nesterov,omitempty"`
+	Arena    uint64         `json:"arena"`
+	Probe    bool           `json:"probe,omitempty"`
+	Modules  []int64        `json:"modules,omitempty"`
+	Rule     syncer.RuleRef `json:"rule"`
+	Dtype    syncer.Dtype   `json:"dtype,omitempty"`
+	N        int            `json:"n,omitempty"`
+	K        int            `json:"k,omitempty"` // aggregate: inputs; verify: round inputs
+	Momentum bool           `json:"momentum,omitempty"`
+	LR       float32        `json:"lr,omitempty"`
+	Beta     float32        `json:"beta,omitempty"`
+	Nesterov bool           `json:"nesterov,omitempty"`
 	// Tensors describes a decode call's payload tensors, whose bytes lie
 	// back to back from InOff in this order.
 	Tensors []workerTensor `json:"tensors,omitempty"`
-	InOff   int64          `json:"in_off"`
-	OutOff  int64          `json:"out_off"`
-	OutLen  int64          `json:"out_len"`
+	// Fin is a finalize call's plan (its Dtype, N, LR, Beta and Nesterov
+	// are the fields above).
+	Fin    *finReq `json:"fin,omitempty"`
+	InOff  int64   `json:"in_off"`
+	OutOff int64   `json:"out_off"`
+	OutLen int64   `json:"out_len"`
 }
 
 // workerTensor is one payload tensor of a decode call.
@@ -102,6 +107,47 @@ type workerResp struct {
 	Accept    bool     `json:"accept,omitempty"`
 	Code      uint32   `json:"code,omitempty"`
 	Reason    string   `json:"reason,omitempty"`
+	Fin       *finResp `json:"fin,omitempty"`
+
+	outOff int64 // the request's output room (node side)
+}
+
+// finReq is a finalize call (Engine.Finalize): the rules and where each
+// input's values are.
+type finReq struct {
+	Rule      syncer.RuleRef   `json:"rule"`
+	Outer     syncer.RuleRef   `json:"outer"`
+	Verifiers []syncer.RuleRef `json:"verifiers,omitempty"`
+	Quorum    int              `json:"quorum"`
+	Inputs    []workerValues   `json:"inputs"`
+	Weights   workerValues     `json:"weights"`
+	Momentum  *workerValues    `json:"momentum,omitempty"`
+	// The output room holds the new weights within its first WeightsRoom
+	// bytes and the momentum within the rest, each placed by the worker
+	// (finResp says where) at the alignment of the guest block that
+	// writes it, so that the block can map it.
+	WeightsRoom int64 `json:"weights_room"`
+}
+
+// workerValues locates values: ranges of the file at Path, which the worker
+// opens itself (read-only), or, without a path, ranges of the call's input
+// bytes in the arena (offsets from InOff).
+type workerValues struct {
+	Path   string             `json:"path,omitempty"`
+	Ranges []syncer.ByteRange `json:"ranges"`
+}
+
+// finResp is a finalize's result (its fuel is workerResp.Fuel).
+type finResp struct {
+	Status        string    `json:"status"`
+	Reason        string    `json:"reason,omitempty"`
+	Rejected      []string  `json:"rejected"`
+	Selected      []bool    `json:"selected"`
+	Kept          int       `json:"kept"`
+	AggregateHash wire.Hash `json:"aggregate_hash"`
+	// WeightsOff and MomentumOff are the arena offsets of the new state.
+	WeightsOff  int64 `json:"weights_off,omitempty"`
+	MomentumOff int64 `json:"momentum_off,omitempty"`
 }
 
 // WorkerError is a local failure of a plugin worker: it was killed at the

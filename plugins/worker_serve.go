@@ -72,8 +72,24 @@ func serveWorker(ctx context.Context, raw string, fd int) error {
 		return errors.Join(err, errors.New(ready.Err))
 	}
 	e.chunkOverride = wc.ChunkOverride
+	e.stageFrom = wc.StageFrom
 	var ar workerArena
 	defer ar.drop()
+	// The address space limit grows with what this worker maps for calls:
+	// the arena and the staging memory (stage_linux.go).
+	limit := func() {
+		if wc.AddressSpace > 0 {
+			e.stages.mu.Lock()
+			total := e.stages.total
+			e.stages.mu.Unlock()
+			_ = setAddressSpace(wc.AddressSpace + uint64(ar.size) + uint64(total))
+		}
+	}
+	e.stages.reserve = func(total int64) {
+		if wc.AddressSpace > 0 {
+			_ = setAddressSpace(wc.AddressSpace + uint64(ar.size) + uint64(total))
+		}
+	}
 	buf := make([]byte, maxWorkerHeader)
 	oob := make([]byte, unix.CmsgSpace(4))
 	for {
@@ -101,13 +117,15 @@ func serveWorker(ctx context.Context, raw string, fd int) error {
 			resp.Err = fmt.Sprintf("bad request: %v", err)
 		} else if req.Op == "drop" {
 			ar.drop() // the node trims an idle worker's arena
+			e.stages.trim()
 		} else {
 			var mem []byte
-			if mem, err = ar.mapFor(&req, memfd, wc); err != nil {
+			if mem, err = ar.mapFor(&req, memfd, wc, limit); err != nil {
 				resp.Err = err.Error()
 			} else {
-				resp = serveCall(ctx, e, &req, mem)
+				resp = serveCall(ctx, e, &req, mem, ar.stage())
 			}
+			memfd = -1 // mapFor keeps or closes it
 		}
 		if memfd >= 0 {
 			_ = unix.Close(memfd)
@@ -126,49 +144,67 @@ func sendResp(fd int, r *workerResp) error {
 	return unix.Sendmsg(fd, b, nil, nil, unix.MSG_NOSIGNAL)
 }
 
-// workerArena is the worker's mapping of the node's arena for it.
+// workerArena is the worker's mapping of the node's arena for it, and its
+// descriptor (a finalize maps the arena's output room into guest memory).
 type workerArena struct {
-	gen uint64
-	mem []byte
+	gen  uint64
+	mem  []byte
+	fd   int
+	size int64 // of the mapping being made or made
 }
 
 // mapFor returns the arena a request names, mapping a new one (and raising
-// RLIMIT_AS by its size) when the number changed.
-func (a *workerArena) mapFor(req *workerReq, memfd int, wc workerConfig) ([]byte, error) {
+// RLIMIT_AS by its size, through limit) when the number changed. It takes
+// memfd: kept with a new mapping, closed otherwise.
+func (a *workerArena) mapFor(req *workerReq, memfd int, wc workerConfig, limit func()) ([]byte, error) {
 	if memfd < 0 {
 		return nil, nil
 	}
 	if a.mem != nil && a.gen == req.Arena {
+		_ = unix.Close(memfd)
 		return a.mem, nil
 	}
 	a.drop()
 	var st unix.Stat_t
 	if err := unix.Fstat(memfd, &st); err != nil {
+		_ = unix.Close(memfd)
 		return nil, fmt.Errorf("fstat: %w", err)
 	}
 	if st.Size <= 0 {
+		_ = unix.Close(memfd)
 		return nil, nil
 	}
-	if wc.AddressSpace > 0 {
-		_ = setAddressSpace(wc.AddressSpace + uint64(st.Size))
-	}
+	a.size = st.Size
+	limit()
 	m, err := unix.Mmap(memfd, 0, int(st.Size), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
 	if err != nil {
+		a.size = 0
+		_ = unix.Close(memfd)
 		return nil, fmt.Errorf("mmap %d bytes: %w", st.Size, err)
 	}
-	a.gen, a.mem = req.Arena, m
+	a.gen, a.mem, a.fd = req.Arena, m, memfd
 	return m, nil
+}
+
+// stage is the arena as a stage (for output rooms); nil without one.
+func (a *workerArena) stage() *stage {
+	if a.mem == nil {
+		return nil
+	}
+	return &stage{fd: a.fd, mem: a.mem}
 }
 
 func (a *workerArena) drop() {
 	if a.mem != nil {
 		_ = unix.Munmap(a.mem)
+		_ = unix.Close(a.fd)
 		a.mem = nil
 	}
+	a.size = 0
 }
 
 // serveCall runs one call on the worker's engine over the mapped arena.
-func serveCall(ctx context.Context, e *Engine, req *workerReq, mem []byte) *workerResp {
+func serveCall(ctx context.Context, e *Engine, req *workerReq, mem []byte, arena *stage) *workerResp {
 	resp := &workerResp{}
 	span := func(off, n int64) ([]byte, error) {
 		if off < 0 || n < 0 || off+n > int64(len(mem)) {
@@ -179,12 +215,14 @@ func serveCall(ctx context.Context, e *Engine, req *workerReq, mem []byte) *work
 	if req.Probe {
 		ctx = WithProbeBudget(ctx)
 	}
-	if req.ModuleLen > 0 {
-		mod, err := span(0, req.ModuleLen)
+	var modOff int64
+	for _, l := range req.Modules {
+		mod, err := span(modOff, l)
 		if err != nil {
 			resp.Err = err.Error()
 			return resp
 		}
+		modOff += l
 		info, err := e.Publish(WithProbeBudget(ctx), append([]byte(nil), mod...))
 		if err != nil {
 			resp.Err = err.Error()
@@ -256,6 +294,8 @@ func serveCall(ctx context.Context, e *Engine, req *workerReq, mem []byte) *work
 				err = putOutput(span, req, out.Weights, out.Momentum)
 			}
 		}
+	case "finalize":
+		resp.Fin, resp.Fuel, err = serveFinalize(ctx, e, req, mem, arena)
 	case "decode":
 		in := syncer.DecodeInput{Codec: req.Rule, Dtype: req.Dtype, N: req.N}
 		off := req.InOff
@@ -281,6 +321,10 @@ func serveCall(ctx context.Context, e *Engine, req *workerReq, mem []byte) *work
 	var rf *syncer.RuleFailure
 	switch {
 	case err == nil:
+	case req.Op == "finalize" && !errors.Is(err, ErrUnknownPlugin):
+		// a finalize's recordable failures are in resp.Fin: any error
+		// (a round verifier's failure included) is local
+		resp.Err = err.Error()
 	case errors.As(err, &rf):
 		resp.Failure = rf
 	case errors.Is(err, ErrUnknownPlugin):

@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # scripts/testnet.sh (make testnet): a 4-validator Tenzro chain on loopback for a newcomer.
-# Writes a genesis that funds a fresh sponsor key, starts 4 `tenzro-node --home` validators
-# (CometBFT embedded), prints each node's RPC address and waits; Ctrl-C stops them all.
+# Writes a genesis that funds a fresh sponsor key and makes every validator's node a syncer
+# candidate, starts 4 `tenzro-node --home` full nodes (CometBFT embedded, JSON-RPC, libp2p, the
+# syncer daemon), prints each node's addresses and waits; Ctrl-C stops them all.
 # Env: TESTNET_DIR (default: a new temp dir, kept), TESTNET_VALIDATORS (4), TESTNET_BASE_PORT
-# (26656; 0 = free ports), TESTNET_JSONRPC_BASE (8545: node i also serves the JSON-RPC methods on
-# 127.0.0.1:BASE+i; not with TESTNET_BASE_PORT=0), TESTNET_BLOCK_TIME (1s), TENZRO_BIN_DIR, GO.
+# (26656; node i: chain P2P BASE+2i, chain RPC BASE+2i+1, JSON-RPC 8545+i, libp2p 4001+i;
+# 0 = free ports for all), TESTNET_BLOCK_TIME (1s), TENZRO_BIN_DIR, GO.
 # TESTNET_EXIT_WHEN_READY=1 stops the validators and exits once all answer (for CI).
 # Extra arguments go to `tenzro-node testnet` (e.g. --alloc DID=AMOUNT).
 set -euo pipefail
@@ -39,13 +40,10 @@ echo "== genesis: $n validators, sponsor $sponsor funded with 1000 TNZO (key $di
 "$bin/tenzro-node" testnet --validators "$n" --dir "$dir/nodes" --base-port "${TESTNET_BASE_PORT:-26656}" \
 	--block-time "${TESTNET_BLOCK_TIME:-1s}" --alloc "$sponsor=1000000000000000000000" "$@"
 
-base="${TESTNET_BASE_PORT:-26656}"
-jbase="${TESTNET_JSONRPC_BASE:-8545}"
 for ((i = 0; i < n; i++)); do
 	home="$dir/nodes/node$i"
-	extra=()
-	if [[ "$base" != 0 ]]; then extra=(--rpc-addr "127.0.0.1:$((jbase + i))"); fi
-	"$bin/tenzro-node" --home "$home" "${extra[@]}" >"$home/node.log" 2>&1 &
+	# Each home names its JSON-RPC and libp2p addresses (config/tenzro-chain.json).
+	"$bin/tenzro-node" --home "$home" --enclave none >"$home/node.log" 2>&1 &
 	pids+=($!)
 done
 
@@ -65,9 +63,8 @@ for ((i = 0; i < n; i++)); do
 		sleep 0.2
 	done
 	[[ -n "$ok" ]] || { echo "error: node$i did not commit a block within 120 s; see $home/node.log" >&2; exit 1; }
-	jr=""
-	if [[ "$base" != 0 ]]; then jr="  JSON-RPC http://127.0.0.1:$((jbase + i))"; fi
-	echo "node$i  RPC http://$rpc$jr  (home $home, log $home/node.log)"
+	jr="$(sed -n 's/.*"json_rpc_addr": *"\([^"]*\)".*/\1/p' "$home/config/tenzro-chain.json")"
+	echo "node$i  RPC http://$rpc  JSON-RPC http://$jr  (home $home, log $home/node.log)"
 done
 echo "== all $n validators are committing. Try (every node answers the same):"
 rpc0="$(sed -n 's/.*"rpc_addr": *"\([^"]*\)".*/\1/p' "$dir/nodes/node0/config/tenzro-chain.json")"
@@ -75,9 +72,8 @@ rpcl="$(sed -n 's/.*"rpc_addr": *"\([^"]*\)".*/\1/p' "$dir/nodes/node$((n - 1))/
 echo "   $bin/tenzro chain balance --did $sponsor --node http://$rpc0"
 echo "   $bin/tenzro chain balance --did $sponsor --node http://$rpcl"
 echo "   $bin/tenzro chain post-task --spec spec.json --key $dir/sponsor.key --node http://$rpc0"
-if [[ "$base" != 0 ]]; then
-	echo "   $bin/tenzro ledger balance --did $sponsor --rpc http://127.0.0.1:$jbase   # the node's JSON-RPC, served from the chain"
-fi
+jr0="$(sed -n 's/.*"json_rpc_addr": *"\([^"]*\)".*/\1/p' "$dir/nodes/node0/config/tenzro-chain.json")"
+echo "   $bin/tenzro ledger balance --did $sponsor --rpc http://$jr0   # node 0's JSON-RPC, served from its replica"
 if [[ "${TESTNET_EXIT_WHEN_READY:-0}" == 1 ]]; then exit 0; fi
 echo "== Ctrl-C stops the network"
 wait

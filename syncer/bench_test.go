@@ -6,6 +6,7 @@ import (
 	"math/big"
 	"runtime"
 	"testing"
+	"time"
 
 	"github.com/tenzro/train/store"
 	"github.com/tenzro/train/syncer"
@@ -72,7 +73,7 @@ func BenchmarkSubmit33MB(b *testing.B) {
 	}
 	defer kv.Close()
 	t := &testing.T{}
-	h := &harness{t: t, ctx: context.Background(), kv: kv, task: "bench33"}
+	h := &harness{t: t, ctx: context.Background(), kv: kv, task: "bench33", eng: syncer.NewNativeEngine(), now: time.Unix(1761350400, 0)}
 	h.sponsor = key(t, did.KindHuman, 200)
 	for i := 0; i < 64; i++ {
 		h.tr = append(h.tr, key(t, did.KindMachine, byte(i+1)))

@@ -78,7 +78,7 @@ func codecRef(r *RuleRef) *wire.CodecRef {
 // the fragment's own tensors when codec is nil, else the codec plugin's
 // decoding of the encoded tensors (docs/protocol/compression.md). The bytes
 // hashed and signed are always the payload as sent; only the values differ.
-func payloadValues(ctx context.Context, eng Engine, codec *RuleRef, fs *fragState, payload []byte) ([]byte, uint64, error) {
+func payloadValues(ctx context.Context, eng Engine, codec *RuleRef, fs *fragLayout, payload []byte) ([]byte, uint64, error) {
 	if codec == nil {
 		v, err := fragmentValues(fs, payload)
 		return v, 0, err

@@ -1,11 +1,16 @@
 package syncer
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
+	"os"
 
 	"github.com/tenzro/train/wire"
+	"github.com/tenzro/train/wire/safetensors"
 )
 
 // Dtype names the element type of fragment weights and payloads, as spelled
@@ -29,22 +34,9 @@ func (d Dtype) Size() int {
 	return 0
 }
 
-// RuleRef is a resolved reference to a rule: which code runs (by hash) and
-// with which canonical parameters. It is what round commits record.
-type RuleRef struct {
-	// Name is the rule's id, e.g. "Mean", "TrimmedMean", "Nesterov", "Finite".
-	Name string `json:"name"`
-	// Hash identifies the code that runs: the SHA-256 of the plugin module
-	// (as registered, before instrumentation) or of a native implementation's
-	// identity string.
-	Hash wire.Hash `json:"hash"`
-	// Params is the canonical (RFC 8785) JSON of the parameters; "{}" if none.
-	Params json.RawMessage `json:"params"`
-	// RoundLevel marks verifiers that judge an input against the other inputs
-	// of its fragment (e.g. norm ratio to the round median). They run at
-	// aggregation time through VerifyRound; the others run per submission.
-	RoundLevel bool `json:"round_level,omitempty"`
-}
+// RuleRef is a resolved reference to a rule (wire.RuleRef): which code runs
+// (by hash) and with which canonical parameters.
+type RuleRef = wire.RuleRef
 
 // AggregateInput is one fragment's aggregation call.
 type AggregateInput struct {
@@ -149,6 +141,11 @@ type Engine interface {
 	Aggregate(ctx context.Context, in AggregateInput) (AggregateOutput, error)
 	Verify(ctx context.Context, in VerifyInput) (VerifyOutput, error)
 	OuterStep(ctx context.Context, in OuterStepInput) (OuterStepOutput, error)
+	// Finalize runs one fragment's round-level verifiers, aggregation and
+	// outer step as one call, on inputs read in place from stored content,
+	// with exactly the results of those three steps made separately
+	// (FinalizeBySteps is that definition).
+	Finalize(ctx context.Context, in FinalizeInput) (FinalizeOutput, error)
 
 	Profile() EngineProfile
 }
@@ -162,4 +159,297 @@ type RuleFailure struct {
 
 func (e *RuleFailure) Error() string {
 	return fmt.Sprintf("rule %s failed (code %d): %s", e.Rule, e.Code, e.Reason)
+}
+
+// ByteRange is the bytes [Off, Off+Len) of stored content.
+type ByteRange struct {
+	Off int64 `json:"off"`
+	Len int64 `json:"len"`
+}
+
+// Values is a fragment's N values held in stored content and read in
+// place: R reads them, and the concatenation of Ranges, in order, is the N
+// values (a safetensors payload's tensor data in the fragment's tensor
+// order: TensorValues). Path, when set, names the file R reads (a blob file,
+// never written again): an engine that runs plugins in another process opens
+// it there, so the values go from the page cache straight into the plugin's
+// memory without passing through the node. R may be nil when Path is set.
+type Values struct {
+	R      io.ReaderAt
+	Path   string
+	Ranges []ByteRange
+}
+
+// BytesValues is values held in memory (a decoded payload, tests).
+func BytesValues(b []byte) Values {
+	return Values{R: bytes.NewReader(b), Ranges: []ByteRange{{Off: 0, Len: int64(len(b))}}}
+}
+
+// FileValues is the values of the file at path, Ranges of it (none: the
+// whole file); R is left for the engine to open.
+func FileValues(path string, ranges ...ByteRange) Values {
+	return Values{Path: path, Ranges: ranges}
+}
+
+// Len is the number of bytes the values span.
+func (v Values) Len() int64 {
+	var n int64
+	for _, r := range v.Ranges {
+		n += r.Len
+	}
+	return n
+}
+
+// Bytes reads the values into memory (want bytes exactly).
+func (v Values) Bytes(want int64) ([]byte, error) {
+	if v.Len() != want {
+		return nil, fmt.Errorf("values span %d bytes, want %d", v.Len(), want)
+	}
+	r := v.R
+	if r == nil {
+		if v.Path == "" {
+			return nil, errors.New("values without a reader or a path")
+		}
+		f, err := os.Open(v.Path)
+		if err != nil {
+			return nil, err
+		}
+		defer f.Close()
+		r = f
+	}
+	out := make([]byte, want)
+	var at int64
+	for _, g := range v.Ranges {
+		if _, err := r.ReadAt(out[at:at+g.Len], g.Off); err != nil {
+			return nil, fmt.Errorf("values at %d: %w", g.Off, err)
+		}
+		at += g.Len
+	}
+	return out, nil
+}
+
+// TensorValues locates a fragment's values in a stored safetensors file of
+// size bytes (a payload, or the fragment's weights) without reading its data:
+// it parses the header through r and checks, as the round engine does, that
+// the file holds exactly the fragment's tensors (names, dtype, shapes); the
+// ranges follow the fragment's tensor order.
+func TensorValues(r io.ReaderAt, size int64, path string, tensors []wire.TensorInfo) (Values, error) {
+	at, err := safetensorsHeader(r, size)
+	if err != nil {
+		return Values{}, err
+	}
+	if len(at) != len(tensors) {
+		return Values{}, fmt.Errorf("%d tensors, the fragment has %d", len(at), len(tensors))
+	}
+	v := Values{R: r, Path: path, Ranges: make([]ByteRange, 0, len(tensors))}
+	for _, want := range tensors {
+		t, ok := at[want.Name]
+		if !ok {
+			return Values{}, fmt.Errorf("tensor %q is missing", want.Name)
+		}
+		if t.Dtype != want.Dtype {
+			return Values{}, fmt.Errorf("tensor %q has dtype %s, the fragment's is %s", want.Name, t.Dtype, want.Dtype)
+		}
+		if !equalShape(t.Shape, want.Shape) {
+			return Values{}, fmt.Errorf("tensor %q has shape %v, the fragment's is %v", want.Name, t.Shape, want.Shape)
+		}
+		v.Ranges = append(v.Ranges, ByteRange{Off: t.Offset, Len: t.Len})
+	}
+	return v, nil
+}
+
+// FinalizeInput is one fragment's finalize: round-level verification,
+// aggregation and the outer step, on values read in place.
+type FinalizeInput struct {
+	// Rule is the aggregation rule, Outer the outer step.
+	Rule  RuleRef
+	Outer RuleRef
+	// Verifiers are the run's verifiers: the round-level ones run here, in
+	// this order, on every input against all of them (the others judged
+	// each submission when it arrived).
+	Verifiers []RuleRef
+	Dtype     Dtype
+	N         int
+	// Quorum is K: with fewer inputs left after round-level verification
+	// the fragment has no quorum.
+	Quorum int
+	// Inputs hold N values of Dtype each, in canonical trainer order.
+	Inputs []Values
+	// Weights hold the N current weights (Dtype); Momentum N f32, nil
+	// before the first step.
+	Weights  Values
+	Momentum *Values
+	LR       float32
+	Beta     float32
+	Nesterov bool
+	// Write, when set, receives the new weights (N values of Dtype) and
+	// momentum (N f32) when the step succeeds, as views valid only during
+	// the call, so that they are written once, where the caller keeps them
+	// (hashing as it writes); its error is returned. When nil,
+	// FinalizeOutput.Weights and .Momentum hold copies.
+	Write func(weights, momentum []byte) error
+}
+
+// FinalizeOutput is what finalizing a fragment decided: the fields of its
+// wire.FragmentCommit that the plugins determine.
+type FinalizeOutput struct {
+	// Status is wire.FragAggregated, wire.FragNoQuorum or
+	// wire.FragRuleFailed, with Reason for the last two (the aggregation
+	// rule's or the outer step's *RuleFailure text).
+	Status string
+	Reason string
+	// Rejected holds, per input, why a round-level verifier rejected it
+	// ("Verifier: reason"), "" when kept; Selected whether the rule used it.
+	Rejected []string
+	Selected []bool
+	// Kept is the number of inputs left after round-level verification.
+	Kept int
+	// AggregateHash is the content hash of the aggregate (N f32), set once
+	// aggregation succeeded (also when the outer step then failed).
+	AggregateHash wire.Hash
+	// Weights and Momentum are the new state when Status is
+	// wire.FragAggregated and FinalizeInput.Write is nil.
+	Weights  []byte
+	Momentum []byte
+	// Fuel is the fuel of the round-level verifiers, the aggregation and the
+	// outer step, counted as the round engine counts them: a step that fails
+	// adds nothing.
+	Fuel uint64
+}
+
+// FinalizeBySteps finalizes through eng's separate Verify, Aggregate and
+// OuterStep calls, on values read into memory. It defines Finalize's
+// results: every implementation must give exactly these. Errors are local
+// failures (the caller records nothing), including a round-level verifier's
+// RuleFailure, as the round engine has always treated them.
+func FinalizeBySteps(ctx context.Context, eng Engine, in FinalizeInput) (FinalizeOutput, error) {
+	out := FinalizeOutput{Rejected: make([]string, len(in.Inputs)), Selected: make([]bool, len(in.Inputs))}
+	es := int64(in.Dtype.Size())
+	if es == 0 || in.N <= 0 {
+		return out, fmt.Errorf("finalize: dtype %q, N=%d", in.Dtype, in.N)
+	}
+	span := int64(in.N) * es
+	inputs := make([][]byte, len(in.Inputs))
+	for k, v := range in.Inputs {
+		b, err := v.Bytes(span)
+		if err != nil {
+			return out, fmt.Errorf("finalize: input %d: %w", k, err)
+		}
+		inputs[k] = b
+	}
+	keep := make([]bool, len(inputs))
+	for k := range keep {
+		keep[k] = true
+	}
+	for _, v := range in.Verifiers {
+		if !v.RoundLevel {
+			continue
+		}
+		for k := range inputs {
+			vo, err := eng.Verify(ctx, VerifyInput{Verifier: v, Dtype: in.Dtype, N: in.N, Input: inputs[k], Round: inputs})
+			if err != nil {
+				return out, fmt.Errorf("round verifier %s: %w", v.Name, err)
+			}
+			out.Fuel += vo.Fuel
+			if !vo.Accept && keep[k] {
+				keep[k] = false
+				out.Rejected[k] = fmt.Sprintf("%s: %s", v.Name, vo.Reason)
+			}
+		}
+	}
+	var kept [][]byte
+	var keptIdx []int
+	for k, ok := range keep {
+		if ok {
+			kept = append(kept, inputs[k])
+			keptIdx = append(keptIdx, k)
+		}
+	}
+	out.Kept = len(kept)
+	if len(kept) < in.Quorum {
+		out.Status = wire.FragNoQuorum
+		out.Reason = NoQuorumReason(len(kept), in.Quorum)
+		return out, nil
+	}
+	agg, err := eng.Aggregate(ctx, AggregateInput{Rule: in.Rule, Dtype: in.Dtype, N: in.N, Inputs: kept})
+	var rf *RuleFailure
+	if errors.As(err, &rf) {
+		out.Status, out.Reason = wire.FragRuleFailed, rf.Error()
+		return out, nil
+	} else if err != nil {
+		return out, fmt.Errorf("aggregate: %w", err)
+	}
+	out.Fuel += agg.Fuel
+	for j, k := range keptIdx {
+		out.Selected[k] = j < len(agg.Selected) && agg.Selected[j]
+	}
+	out.AggregateHash = wire.ContentHash(agg.Aggregate)
+	weights, err := in.Weights.Bytes(span)
+	if err != nil {
+		return out, fmt.Errorf("finalize: weights: %w", err)
+	}
+	var mom []byte
+	if in.Momentum != nil {
+		if mom, err = in.Momentum.Bytes(int64(in.N) * 4); err != nil {
+			return out, fmt.Errorf("finalize: momentum: %w", err)
+		}
+	}
+	step, err := eng.OuterStep(ctx, OuterStepInput{Rule: in.Outer, Dtype: in.Dtype, N: in.N, Weights: weights, Momentum: mom,
+		Aggregate: agg.Aggregate, LR: in.LR, Beta: in.Beta, Nesterov: in.Nesterov})
+	if errors.As(err, &rf) {
+		out.Status, out.Reason = wire.FragRuleFailed, rf.Error()
+		return out, nil
+	} else if err != nil {
+		return out, fmt.Errorf("outer step: %w", err)
+	}
+	out.Fuel += step.Fuel
+	out.Status = wire.FragAggregated
+	if in.Write != nil {
+		return out, in.Write(step.Weights, step.Momentum)
+	}
+	out.Weights, out.Momentum = step.Weights, step.Momentum
+	return out, nil
+}
+
+// NoQuorumReason is the transcript's reason for a fragment left with fewer
+// than K inputs after round-level verification.
+func NoQuorumReason(kept, quorum int) string {
+	return fmt.Sprintf("%d of K=%d inputs left after round-level verification", kept, quorum)
+}
+
+// Finalize implements Engine through the separate steps.
+func (e *NativeEngine) Finalize(ctx context.Context, in FinalizeInput) (FinalizeOutput, error) {
+	return FinalizeBySteps(ctx, e, in)
+}
+
+func safetensorsHeader(r io.ReaderAt, size int64) (map[string]safetensors.TensorAt, error) {
+	ts, _, err := safetensors.ParseHeaderAt(r, size, safetensors.DefaultLimits)
+	if err != nil {
+		return nil, err
+	}
+	m := make(map[string]safetensors.TensorAt, len(ts))
+	for _, t := range ts {
+		m[t.Name] = t
+	}
+	return m, nil
+}
+
+// WriteFragment writes a fragment's weights file — the canonical
+// safetensors encoding of values (N values of the fragment's dtype, in its
+// tensor order) whose content hash is the fragment's weights hash — to w
+// without assembling it in memory: the bytes are encodeFragment's. It returns
+// the bytes written.
+func WriteFragment(w io.Writer, tensors []wire.TensorInfo, values []byte) (int64, error) {
+	ts := make([]safetensors.Tensor, len(tensors))
+	var off int64
+	for i, t := range tensors {
+		sz := int64(safetensors.DtypeSize(t.Dtype))
+		n := elems(t.Shape) * sz
+		if sz == 0 || off+n > int64(len(values)) {
+			return 0, fmt.Errorf("fragment data shorter than its layout")
+		}
+		ts[i] = safetensors.Tensor{Name: t.Name, Dtype: t.Dtype, Shape: t.Shape, Data: values[off : off+n]}
+		off += n
+	}
+	return safetensors.EncodeTo(w, ts, nil)
 }

@@ -2,7 +2,6 @@ package syncer
 
 import (
 	"context"
-	"fmt"
 	"math/big"
 	"sync"
 	"time"
@@ -29,22 +28,11 @@ const (
 	DefaultRateWindow = time.Minute
 )
 
-// FeeConfig sets the fees and rate limits; zero fields take the defaults.
+// FeeConfig sets the per-DID rate limits; zero fields take the defaults.
+// The fees themselves are chain parameters (Genesis.Params).
 type FeeConfig struct {
-	PostingFee *big.Int
-	PublishFee *big.Int
 	RateBurst  int
 	RateWindow time.Duration
-}
-
-func (f FeeConfig) posting() *big.Int { return orBig(f.PostingFee, DefaultPostingFee) }
-func (f FeeConfig) publish() *big.Int { return orBig(f.PublishFee, DefaultPublishFee) }
-
-func orBig(v, d *big.Int) *big.Int {
-	if v == nil || v.Sign() < 0 {
-		return d
-	}
-	return v
 }
 
 // rateLimiter admits at most burst events per key in any window. It is
@@ -99,10 +87,16 @@ func (n *Node) limit(l *rateLimiter, what, d string) error {
 	return nil
 }
 
-// needFunds refuses early, before any costly work, a DID whose balance
-// cannot cover amount.
+// needFunds refuses early, before any costly work, a DID whose committed
+// balance cannot cover amount (the chain refuses it too; this saves the
+// work and the round trip).
 func (n *Node) needFunds(ctx context.Context, d string, amount *big.Int, what string) error {
-	bal, err := newLedgerTx(ctx, n.kv).balance(acctDID(d))
+	var bal *big.Int
+	err := n.view(ctx, func(v View) error {
+		var err error
+		bal, err = AccountBalance(ctx, v.KV, acctDID(d))
+		return err
+	})
 	if err != nil {
 		return err
 	}
@@ -112,48 +106,67 @@ func (n *Node) needFunds(ctx context.Context, d string, amount *big.Int, what st
 	return nil
 }
 
-// PublishFee returns the fee burned per plugin publication.
-func (n *Node) PublishFee() *big.Int { return new(big.Int).Set(n.cfg.Fees.publish()) }
+// chainParams reads the chain's parameters from the committed state.
+func (n *Node) chainParams(ctx context.Context) (*Params, error) {
+	var p *Params
+	err := n.view(ctx, func(v View) error {
+		x := &mtx{ctx: ctx, kv: NewOverlay(v.KV)}
+		var err error
+		p, err = x.params()
+		return err
+	})
+	return p, err
+}
 
-// PostingFee returns the fee burned per posted run.
-func (n *Node) PostingFee() *big.Int { return new(big.Int).Set(n.cfg.Fees.posting()) }
-
-// GatePublish puts a plugin publication behind the publisher's rate limit
-// and fee. The caller has checked the request's signature by d. A DID over
-// its limit or without the fee is refused before publish runs (so before any
-// module is compiled or probed); the fee is burned once publish succeeds.
-func (n *Node) GatePublish(ctx context.Context, d string, publish func(context.Context) (*wire.PluginInfo, error)) (*wire.PluginInfo, error) {
-	if _, err := did.Parse(d); err != nil {
-		return nil, Errf(KindInvalid, "did: %v", err)
-	}
-	fee := n.cfg.Fees.publish()
-	if err := n.needFunds(ctx, d, fee, "the plugin publication fee"); err != nil {
+func (n *Node) fee(ctx context.Context, which string) (*big.Int, error) {
+	p, err := n.chainParams(ctx)
+	if err != nil {
 		return nil, err
 	}
-	if err := n.limit(n.publishLimit, "plugin publication", d); err != nil {
+	v := p.PostingFee
+	if which == "publish" {
+		v = p.PublishFee
+	}
+	return wire.ParseAmount(v)
+}
+
+// PublishFee returns the fee the chain burns per plugin publication.
+func (n *Node) PublishFee(ctx context.Context) (*big.Int, error) { return n.fee(ctx, "publish") }
+
+// PostingFee returns the fee the chain burns per posted run.
+func (n *Node) PostingFee(ctx context.Context) (*big.Int, error) { return n.fee(ctx, "posting") }
+
+// GatePublish puts a plugin publication behind the publisher's rate limit
+// and fee, then records it on chain. The caller has checked the request's
+// signature. A DID over its limit or without the fee is refused before
+// publish runs (so before any module is compiled or probed); the chain
+// burns the fee when it records the publication.
+func (n *Node) GatePublish(ctx context.Context, p *wire.PublishPluginParams, publish func(context.Context) (*wire.PluginInfo, error)) (*wire.PluginInfo, error) {
+	if _, err := did.Parse(p.DID); err != nil {
+		return nil, Errf(KindInvalid, "did: %v", err)
+	}
+	fee, err := n.fee(ctx, "publish")
+	if err != nil {
+		return nil, err
+	}
+	if err := n.needFunds(ctx, p.DID, fee, "the plugin publication fee"); err != nil {
+		return nil, err
+	}
+	if err := n.limit(n.publishLimit, "plugin publication", p.DID); err != nil {
 		return nil, err
 	}
 	info, err := publish(ctx)
 	if err != nil {
 		return nil, err
 	}
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	lt := newLedgerTx(ctx, n.kv)
-	if err := lt.transfer(acctDID(d), acctIssuer, fee, "plugin publication fee (burned)"); err != nil {
+	tx := wire.PublishPluginTx{DID: p.DID, Hash: info.Hash, Size: uint64(len(p.Module)), Signed: p.Signed}
+	if _, err := n.broadcast(ctx, wire.TxPublishPlugin, tx, nil); err != nil {
 		if KindOf(err) == KindFunds {
 			// Spent elsewhere while the module was checked: it stays
-			// registered (content-addressed), the publisher is told.
+			// registered here (content-addressed), the publisher is told.
 			return nil, Errf(KindFunds, "plugin %s was registered but its fee could not be charged: %v", info.Hash, err)
 		}
 		return nil, err
-	}
-	var b Batch
-	if err := lt.flush(&b); err != nil {
-		return nil, err
-	}
-	if err := n.kv.Commit(ctx, &b); err != nil {
-		return nil, fmt.Errorf("charge publication fee: %w", err)
 	}
 	return info, nil
 }

@@ -37,21 +37,15 @@ func (g *gateEngine) Aggregate(ctx context.Context, in syncer.AggregateInput) (s
 }
 
 // tickHarness: a run of M trainers, K=2, one fragment, whose fragment 0
-// has K submissions and a passed grace window; the node uses eng.
+// has K submissions; the node uses eng. The grace window is still open
+// (h.advance(31 s) closes it).
 func tickHarness(t *testing.T, eng syncer.Engine, m int) *harness {
 	t.Helper()
 	kv, err := store.OpenInMemory()
 	if err != nil {
 		t.Fatal(err)
 	}
-	h := newHarness(t, kv)
-	var n *syncer.Node
-	n, err = syncer.NewNode(h.ctx, syncer.Config{KV: kv, Engine: eng, Signer: syncer.KeySigner{Key: key(t, "machine", 250)},
-		Dev: true, Clock: func() time.Time { return h.now }})
-	if err != nil {
-		t.Fatal(err)
-	}
-	h.node = n
+	h := newHarnessWith(t, kv, eng)
 	h.faucet(h.sponsor.DID.String(), "2000000000000000000000")
 	if err := h.post(spec(h.task, h.sponsor.DID.String(), m, 2, 1, 2), initWeights(t, 1, 16)); err != nil {
 		t.Fatal(err)
@@ -67,7 +61,6 @@ func tickHarness(t *testing.T, eng syncer.Engine, m int) *harness {
 			t.Fatal(err)
 		}
 	}
-	h.now = h.now.Add(31 * time.Second) // past the 30 s grace window
 	return h
 }
 
@@ -79,6 +72,7 @@ func tickHarness(t *testing.T, eng syncer.Engine, m int) *harness {
 func TestTickRunsPluginsOutsideTheLock(t *testing.T) {
 	g := &gateEngine{NativeEngine: syncer.NewNativeEngine(), entered: make(chan struct{}, 4), release: make(chan struct{})}
 	h := tickHarness(t, g, 3)
+	h.advance(31 * time.Second) // past the 30 s grace window
 	done := make(chan error, 1)
 	go func() { done <- h.node.Tick(h.ctx) }()
 	<-g.entered
@@ -111,7 +105,6 @@ func TestTickRunsPluginsOutsideTheLock(t *testing.T) {
 func TestLastSubmissionFinalizesOutsideTheLock(t *testing.T) {
 	g := &gateEngine{NativeEngine: syncer.NewNativeEngine(), failN: 1}
 	h := tickHarness(t, g, 3)
-	h.now = h.now.Add(-31 * time.Second) // back inside the grace window
 	res, err := h.node.Submit(h.ctx, h.gradient(2, 0, 0, 1))
 	if err != nil || !res.Accepted || g.calls.Load() != 0 {
 		t.Fatalf("the completing submission: %+v %v (%d plugin calls)", res, err, g.calls.Load())
@@ -133,6 +126,7 @@ func TestLastSubmissionFinalizesOutsideTheLock(t *testing.T) {
 func TestTickAbstainsOnLocalFailure(t *testing.T) {
 	g := &gateEngine{NativeEngine: syncer.NewNativeEngine(), failN: 1}
 	h := tickHarness(t, g, 3)
+	h.advance(31 * time.Second) // past the 30 s grace window
 	if err := h.node.Tick(h.ctx); err != nil {
 		t.Fatalf("a local failure stopped the timer: %v", err)
 	}
@@ -157,8 +151,9 @@ func TestTickAbstainsOnLocalFailure(t *testing.T) {
 func TestFinalizeRoundRunsPluginsOutsideTheLock(t *testing.T) {
 	g := &gateEngine{NativeEngine: syncer.NewNativeEngine(), entered: make(chan struct{}, 4), release: make(chan struct{})}
 	h := tickHarness(t, g, 3)
-	// The grace window has passed (tickHarness); no timer runs here, so only
-	// the elected syncer's signed finalizeRound commits.
+	h.advance(31 * time.Second) // past the 30 s grace window
+	// No worker runs here, so only the elected syncer's signed
+	// finalizeRound commits.
 	p := &wire.FinalizeParams{TaskID: h.task, SyncerDID: h.syncerKey().DID.String(), Round: 0}
 	p.Nonce = h.nextNonce()
 	p.Signature = h.syncerKey().Sign(p.Preimage())

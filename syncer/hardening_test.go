@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tenzro/train/chain"
 	"github.com/tenzro/train/store"
 	"github.com/tenzro/train/syncer"
 	"github.com/tenzro/train/syncer/election"
@@ -67,7 +68,8 @@ func TestFinalizeRoundIsSignedAndKeepsTheGraceWindow(t *testing.T) {
 		t.Fatalf("forged syncer signature: %v", err)
 	}
 	// The syncer itself cannot shorten τ for trainers 6 and 7.
-	h.now = h.now.Add(5 * time.Second)
+	h.advance(5 * time.Second)
+	before = snapshot(t, h)
 	if _, err := h.finalize(0); syncer.KindOf(err) != syncer.KindConflict || !strings.Contains(err.Error(), "grace window closes in") {
 		t.Fatalf("finalize inside τ: %v", err)
 	}
@@ -78,13 +80,13 @@ func TestFinalizeRoundIsSignedAndKeepsTheGraceWindow(t *testing.T) {
 		t.Fatal("refused finalizeRound changed state")
 	}
 	// Trainer 6 is still inside the window: accepted.
-	h.now = h.now.Add(20 * time.Second)
+	h.advance(20 * time.Second)
 	for f := 0; f < 2; f++ {
 		if err := h.submit(h.gradient(6, 0, f, 7)); err != nil {
 			t.Fatalf("trainer 6 inside τ: %v", err)
 		}
 	}
-	h.now = h.now.Add(10 * time.Second) // τ = 30 s after the K-th acceptance
+	h.advance(10 * time.Second) // τ = 30 s after the K-th acceptance
 	res, err := h.finalize(0)
 	if err != nil || !res.Advanced {
 		t.Fatalf("finalize after τ: %+v %v", res, err)
@@ -121,9 +123,12 @@ func TestSpecIntegersMustRoundTrip(t *testing.T) {
 		t.Fatal(err)
 	}
 	bad := []byte(`{"spec":` + strings.Replace(strings.Replace(sp, `"created_at":1761350400`, `"created_at":9223372036854776000`, 1), h.task, "bad-run", 1) + `,"status":"running"}`)
+	// Written straight into the chain's state under the key spaces the
+	// machine reads (and the bad run into the index of active runs).
 	var b syncer.Batch
-	b.Set(syncer.KSRuns, []byte("bad-run"), bad)
-	b.Set(syncer.KSRuns, []byte("garbage-run"), []byte("{not json"))
+	b.Set(syncer.KSLedger, chain.StateKey(syncer.KSRuns, []byte("bad-run")), bad)
+	b.Set(syncer.KSLedger, chain.StateKey(syncer.KSMeta, []byte("active/bad-run")), []byte{})
+	b.Set(syncer.KSLedger, chain.StateKey(syncer.KSRuns, []byte("garbage-run")), []byte("{not json"))
 	if err := h.kv.Commit(h.ctx, &b); err != nil {
 		t.Fatal(err)
 	}
@@ -149,7 +154,7 @@ func TestCorruptRunSurvivesRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	var b syncer.Batch
-	b.Set(syncer.KSRuns, []byte("bad-run"), []byte(`{"spec":{"created_at":9223372036854776000},"status":"awaiting_enrollment"}`))
+	b.Set(syncer.KSLedger, chain.StateKey(syncer.KSRuns, []byte("bad-run")), []byte(`{"spec":{"created_at":9223372036854776000},"status":"awaiting_enrollment"}`))
 	if err := db.Commit(h.ctx, &b); err != nil {
 		t.Fatal(err)
 	}
@@ -340,14 +345,11 @@ func TestCancelAndExpiryRefundEscrowAndStakes(t *testing.T) {
 				if v := h.run(); v.EnrollDeadlineMs != h.now.UnixMilli()+wire.DefaultEnrollWindowMs {
 					t.Fatalf("enroll deadline %d", v.EnrollDeadlineMs)
 				}
-				h.now = h.now.Add(7*24*time.Hour - time.Second)
+				h.advance(7*24*time.Hour - time.Second)
 				if err := h.node.Tick(h.ctx); err != nil || h.run().Status != wire.StatusAwaiting {
 					t.Fatalf("expired early: %v %s", err, h.run().Status)
 				}
-				h.now = h.now.Add(time.Second)
-				if err := h.node.Tick(h.ctx); err != nil {
-					t.Fatal(err)
-				}
+				h.advance(time.Second)
 				h.conserve("expiry")
 			}
 			v := h.run()
@@ -355,7 +357,7 @@ func TestCancelAndExpiryRefundEscrowAndStakes(t *testing.T) {
 				t.Fatalf("after %s: status %s (%s), escrow %s", how, v.Status, v.CancelReason, v.Escrow)
 			}
 			// Everything comes back but the burned posting fee.
-			want := new(big.Int).Sub(bigInt(t, "2000000000000000000000"), h.node.PostingFee())
+			want := new(big.Int).Sub(bigInt(t, "2000000000000000000000"), h.postingFee())
 			if b, _ := h.node.Balance(h.ctx, sp); b.Balance != want.String() {
 				t.Fatalf("sponsor balance %s, want %s", b.Balance, want)
 			}
@@ -440,23 +442,17 @@ func TestSyncerUnbondingWithDelay(t *testing.T) {
 	}
 	// The elected syncer of a running run cannot unbond.
 	p := &wire.UnbondParams{DID: h.syncerKey().DID.String()}
-	p.Nonce = h.nextNonce()
+	p.Nonce = uint64(time.Now().UnixNano()) // above the node's own (Unix-ns) nonces of this key
 	p.Signature = h.syncerKey().Sign(p.Preimage())
 	if _, err := h.node.Unbond(h.ctx, p); syncer.KindOf(err) != syncer.KindConflict || !strings.Contains(err.Error(), "elected syncer") {
 		t.Fatalf("unbond while elected: %v", err)
 	}
 	// Released after the delay, not before.
-	h.now = h.now.Add(syncer.DefaultUnbondingDelay - time.Millisecond)
-	if err := h.node.Tick(h.ctx); err != nil {
-		t.Fatal(err)
-	}
+	h.advance(syncer.DefaultUnbondingDelay - time.Millisecond)
 	if b, _ := h.node.Balance(h.ctx, rd); b.Balance != "2000" {
 		t.Fatalf("released early: %s", b.Balance)
 	}
-	h.now = h.now.Add(time.Millisecond)
-	if err := h.node.Tick(h.ctx); err != nil {
-		t.Fatal(err)
-	}
+	h.advance(time.Millisecond)
 	h.conserve("release")
 	if b, _ := h.node.Balance(h.ctx, rd); b.Balance != "5000" {
 		t.Fatalf("after the delay: %s", b.Balance)
@@ -484,7 +480,7 @@ func TestPostingAndPublishingCostAndAreRateLimited(t *testing.T) {
 	if err := h.post(spec(h.task, sp, 8, 6, 2, 2), nil); err != nil {
 		t.Fatal(err)
 	}
-	want := new(big.Int).Sub(bigInt(t, "1000000000000000000000"), h.node.PostingFee())
+	want := new(big.Int).Sub(bigInt(t, "1000000000000000000000"), h.postingFee())
 	if b, _ := h.node.Balance(h.ctx, sp); b.Balance != want.String() {
 		t.Fatalf("balance after posting %s, want %s (reward escrowed, fee burned)", b.Balance, want)
 	}
@@ -501,44 +497,51 @@ func TestPostingAndPublishingCostAndAreRateLimited(t *testing.T) {
 	if err := h.post(small(9), nil); syncer.KindOf(err) != syncer.KindConflict || !strings.Contains(err.Error(), "rate limited") {
 		t.Fatalf("11th post in a minute: %v", err)
 	}
-	h.now = h.now.Add(time.Minute)
+	h.now = h.now.Add(time.Minute) // the node's rate limit reads its wall clock
 	if err := h.post(small(9), nil); err != nil {
 		t.Fatalf("post after the window: %v", err)
 	}
 	// Publishing: unfunded DIDs never reach the module check; the fee is
 	// burned only when the publication succeeds.
 	calls := 0
+	module := []byte("\x00asm a module")
 	publish := func(ok bool) func(context.Context) (*wire.PluginInfo, error) {
 		return func(context.Context) (*wire.PluginInfo, error) {
 			calls++
 			if !ok {
 				return nil, syncer.Errf(syncer.KindInvalid, "module refused")
 			}
-			return &wire.PluginInfo{Name: "x"}, nil
+			return &wire.PluginInfo{Name: "x", Hash: wire.SHA256(module)}, nil
 		}
 	}
 	poor := h.tr[0].DID.String()
-	if _, err := h.node.GatePublish(h.ctx, poor, publish(true)); syncer.KindOf(err) != syncer.KindFunds || calls != 0 {
+	req := func() *wire.PublishPluginParams {
+		p := &wire.PublishPluginParams{DID: poor, Module: module}
+		p.Nonce = h.nextNonce()
+		p.Signature = h.tr[0].Sign(p.Preimage())
+		return p
+	}
+	if _, err := h.node.GatePublish(h.ctx, req(), publish(true)); syncer.KindOf(err) != syncer.KindFunds || calls != 0 {
 		t.Fatalf("unfunded publish: %v (module checked %d times)", err, calls)
 	}
 	h.faucet(poor, "5000000000")
-	if _, err := h.node.GatePublish(h.ctx, poor, publish(false)); err == nil {
+	if _, err := h.node.GatePublish(h.ctx, req(), publish(false)); err == nil {
 		t.Fatal("refused module accepted")
 	}
 	if b, _ := h.node.Balance(h.ctx, poor); b.Balance != "5000000000" {
 		t.Fatalf("a refused publication was charged: %s", b.Balance)
 	}
-	if _, err := h.node.GatePublish(h.ctx, poor, publish(true)); err != nil {
+	if _, err := h.node.GatePublish(h.ctx, req(), publish(true)); err != nil {
 		t.Fatal(err)
 	}
 	h.conserve("publish")
-	if b, _ := h.node.Balance(h.ctx, poor); b.Balance != new(big.Int).Sub(big.NewInt(5000000000), h.node.PublishFee()).String() {
+	if b, _ := h.node.Balance(h.ctx, poor); b.Balance != new(big.Int).Sub(big.NewInt(5000000000), h.publishFee()).String() {
 		t.Fatalf("publication fee not burned: %s", b.Balance)
 	}
 	for i := 2; i < 10; i++ {
-		_, _ = h.node.GatePublish(h.ctx, poor, publish(false))
+		_, _ = h.node.GatePublish(h.ctx, req(), publish(false))
 	}
-	if _, err := h.node.GatePublish(h.ctx, poor, publish(true)); !strings.Contains(fmt.Sprint(err), "rate limited") {
+	if _, err := h.node.GatePublish(h.ctx, req(), publish(true)); !strings.Contains(fmt.Sprint(err), "rate limited") {
 		t.Fatalf("11th publication in a minute: %v", err)
 	}
 }

@@ -16,14 +16,15 @@ const (
 	acctIssuer = "issuer"
 )
 
-func acctDID(did string) string         { return "did:" + did }
-func acctEscrow(task string) string     { return "escrow:" + task }
-func acctStake(task, did string) string { return "stake:" + task + ":" + did }
-func acctSyncerStake(did string) string { return "syncer-stake:" + did }
-func ledgerKey(acct string) []byte      { return []byte("bal/" + acct) }
-func nonceKey(did string) []byte        { return []byte("nonce/" + did) }
-func entryKey(seq uint64) []byte        { return []byte(fmt.Sprintf("entry/%020d", seq)) }
-func bigOf(s string) *big.Int           { v, _ := new(big.Int).SetString(s, 10); return orZero(v) }
+func acctDID(did string) string             { return "did:" + did }
+func acctEscrow(task string) string         { return "escrow:" + task }
+func acctStake(task, did string) string     { return "stake:" + task + ":" + did }
+func acctSyncerStake(did string) string     { return "syncer-stake:" + did }
+func acctSyncerUnbonding(did string) string { return "syncer-unbonding:" + did }
+func ledgerKey(acct string) []byte          { return []byte("bal/" + acct) }
+func nonceKey(did string) []byte            { return []byte("nonce/" + did) }
+func entryKey(seq uint64) []byte            { return []byte(fmt.Sprintf("entry/%020d", seq)) }
+func bigOf(s string) *big.Int               { v, _ := new(big.Int).SetString(s, 10); return orZero(v) }
 func orZero(v *big.Int) *big.Int {
 	if v == nil {
 		return new(big.Int)

@@ -2,13 +2,13 @@ package syncer
 
 import (
 	"context"
-	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
 	"math/big"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -17,160 +17,153 @@ import (
 )
 
 // Version of the node software.
-const Version = "0.1.0"
+const Version = "0.2.0"
 
-// Limits on external inputs handled by the syncer.
+// Limits on external inputs handled by the node.
 const (
 	MaxPayloadBytes = 1 << 30 // one submission's safetensors payload
 	MaxInitWeights  = 4 << 30
 )
 
-// Node is the syncer state machine: post → elect → enrol → rounds → seal.
-// It implements Service. All mutations go through one mutex and end in one
-// synced batch.
+// Cancellation reasons recorded in the run.
+const (
+	CancelBySponsor = "cancelled by the sponsor before the run started"
+	CancelExpired   = "expired: the enrolment window passed before the run could start"
+)
+
+// DefaultUnbondingDelay is how long a withdrawn syncer stake stays locked
+// when the genesis sets no delay: long enough that a syncer cannot
+// misbehave in a round and take its stake out before a challenge could
+// reach it.
+const DefaultUnbondingDelay = 7 * 24 * time.Hour
+
+// Config wires a Node.
+type Config struct {
+	// Chain is the replicated state (chain.Local over the in-process
+	// CometBFT node; chain.Manual in tests).
+	Chain Chain
+	// Blobs holds this node's payloads, weights, momentum and evidence.
+	Blobs Blobs
+	// Local is the node's own store for what is not replicated (sealed
+	// Confidential dataset keys).
+	Local  KV
+	Engine Engine
+	Signer Signer
+	// Attestor checks Verified/Confidential evidence (nil: such runs are
+	// refused by this node).
+	Attestor Attestor
+	// DatasetKeys is the Confidential tier's key broker (enclave.Broker).
+	DatasetKeys DatasetKeys
+	// Fetcher gets payloads and weights this node does not hold (nil:
+	// local blobs only).
+	Fetcher PayloadFetcher
+	// Provider is this node's libp2p peer id, recorded with the
+	// submissions it receives as a hint of where their bytes are.
+	Provider string
+	// Dev marks a --dev node (reported in node info).
+	Dev    bool
+	Role   string
+	Logger *slog.Logger
+	// Clock is the node's wall clock, for its local rate limits and
+	// backoffs only: no rule of the chain reads it.
+	Clock func() time.Time
+	// Fees sets the per-DID rate limits (the fees themselves are the
+	// chain's genesis parameters).
+	Fees FeeConfig
+	// Announce, when set, is called after round transitions this node made (gossip).
+	Announce func(ctx context.Context, ev Event)
+	// Observer, when set, receives round and fragment measurements (metrics).
+	Observer Observer
+}
+
+// Event is a run transition worth telling peers about.
+type Event struct {
+	TaskID    string
+	Kind      string // round_committed, sealed
+	Round     uint64
+	ModelHash wire.Hash
+	Detail    any
+}
+
+// DatasetKeys creates a Confidential run's dataset key (enclave.Broker): the
+// key for the sponsor and a record sealed to the broker's enclave, which the
+// node keeps in its local store (DatasetKeyRecord reads it back). A non-nil
+// key is the sponsor's own (32 bytes) and is sealed instead of a fresh one.
+type DatasetKeys interface {
+	NewDatasetKey(taskID, tier string, policy, key []byte) (k, sealed []byte, err error)
+}
+
+func datasetKeyKey(task string) []byte { return []byte("dskey/" + task) }
+
+// DatasetKeyRecord returns the sealed dataset-key record of a Confidential
+// run from the broker node's local store (the key broker's
+// enclave.KeyRecords).
+func DatasetKeyRecord(ctx context.Context, kv KV, taskID string) ([]byte, error) {
+	return kv.Get(ctx, KSMeta, datasetKeyKey(taskID))
+}
+
+// Node is the node's Service over the chain: reads from the last
+// committed state, writes as transactions after the payload-dependent
+// checks only a node holding the bytes can run, and (Run) the syncer
+// worker and the candidate daemon driven by new blocks.
 type Node struct {
 	cfg   Config
-	kv    KV
+	chain Chain
 	blobs Blobs
 	eng   Engine
 	log   *slog.Logger
 	now   func() time.Time
 
-	mu sync.Mutex
-
 	postLimit, publishLimit *rateLimiter
 
-	// abstain holds runs whose finalization failed locally (finalize.go).
-	abstainMu sync.Mutex
-	abstain   map[string]abstention
-	ticking   map[string]bool // runs whose tickRun is in flight (Run)
-	// wake makes Run tick now (a submission completed a fragment).
-	wake chan struct{}
-	// lastTickErr throttles the log of a repeating timer failure (an
-	// unreadable run, say) to once a minute per run.
-	lastTickErr map[string]time.Time
+	// tx serializes this node's own transactions (nonces in order).
+	txMu      sync.Mutex
+	lastNonce uint64
+
+	w worker
 }
 
 var _ Service = (*Node)(nil)
 
-// NewNode opens the state machine over cfg.KV.
+// NewNode starts the service over cfg.Chain.
 func NewNode(ctx context.Context, cfg Config) (*Node, error) {
-	if cfg.KV == nil || cfg.Engine == nil || cfg.Signer == nil {
-		return nil, errors.New("syncer: Config needs KV, Engine and Signer")
+	if cfg.Chain == nil || cfg.Blobs == nil || cfg.Local == nil || cfg.Engine == nil || cfg.Signer == nil {
+		return nil, errors.New("syncer: Config needs Chain, Blobs, Local, Engine and Signer")
 	}
-	n := &Node{cfg: cfg, kv: cfg.KV, eng: cfg.Engine, log: cfg.Logger, now: cfg.Clock, wake: make(chan struct{}, 1),
+	n := &Node{cfg: cfg, chain: cfg.Chain, blobs: cfg.Blobs, eng: cfg.Engine, log: cfg.Logger, now: cfg.Clock,
 		postLimit:    newRateLimiter(cfg.Fees.RateBurst, cfg.Fees.RateWindow),
 		publishLimit: newRateLimiter(cfg.Fees.RateBurst, cfg.Fees.RateWindow)}
-	if n.blobs = cfg.Blobs; n.blobs == nil {
-		n.blobs = KVBlobs(cfg.KV)
-	}
 	if n.log == nil {
 		n.log = slog.Default()
 	}
 	if n.now == nil {
 		n.now = time.Now
 	}
-	if cfg.Dev {
-		if err := n.devRegisterSelf(ctx); err != nil {
-			return nil, err
-		}
-	}
+	n.w.init()
 	return n, nil
-}
-
-// devStake is what a --dev node mints and stakes for its own candidacy.
-var devStake = big.NewInt(1_000_000_000_000_000_000)
-
-func (n *Node) devRegisterSelf(ctx context.Context) error {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	me := n.cfg.Signer.DID()
-	if _, err := n.kv.Get(ctx, KSMeta, candKey(me)); err == nil {
-		return nil
-	}
-	lt := newLedgerTx(ctx, n.kv)
-	if err := lt.transfer(acctIssuer, acctSyncerStake(me), devStake, "dev self-candidacy"); err != nil {
-		return err
-	}
-	var b Batch
-	c, _ := json.Marshal(wire.SyncerCandidate{DID: me, Stake: devStake.String()})
-	b.Set(KSMeta, candKey(me), c)
-	if err := lt.flush(&b); err != nil {
-		return err
-	}
-	n.log.Info("dev: registered this node as the only syncer candidate", "did", me)
-	return n.kv.Commit(ctx, &b)
 }
 
 func candKey(did string) []byte { return []byte("cand/" + did) }
 func runKey(task string) []byte { return []byte(task) }
-func weightsKey(task string, f int) []byte {
-	return binary.BigEndian.AppendUint32([]byte("w/"+task+"/"), uint32(f))
-}
-func momentumKey(task string, f int) []byte {
-	return binary.BigEndian.AppendUint32([]byte("m/"+task+"/"), uint32(f))
-}
 func commitKey(task string, round uint64) []byte {
-	return binary.BigEndian.AppendUint64([]byte("c/"+task+"/"), round)
+	return append([]byte("c/"+task+"/"), u64Bytes(round)...)
 }
-func subKey(task string, round uint64, f int, trainer string) []byte {
-	k := binary.BigEndian.AppendUint64([]byte("s/"+task+"/"), round)
-	k = binary.BigEndian.AppendUint32(k, uint32(f))
-	return append(k, trainer...)
-}
+func proofKey(task, did string) []byte { return []byte("proof/" + task + "/" + did) }
 
-// load reads a run's state.
-func (n *Node) load(ctx context.Context, task string) (*runState, error) {
-	if task == "" {
-		return nil, Errf(KindInvalid, "task_id is empty")
-	}
-	if len(task) > wire.MaxTaskIDLen {
-		return nil, Errf(KindInvalid, "task_id longer than %d bytes", wire.MaxTaskIDLen)
-	}
-	raw, err := n.kv.Get(ctx, KSRuns, runKey(task))
-	if errors.Is(err, ErrNotFound) {
-		return nil, Errf(KindNotFound, "no run with task_id %q", task)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("load run %s: %w", task, err)
-	}
-	var r runState
-	if err := json.Unmarshal(raw, &r); err != nil {
-		return nil, fmt.Errorf("load run %s: corrupt state: %w", task, err)
-	}
-	spec, _, err := wire.ParseSpec(r.Spec)
-	if err != nil {
-		return nil, fmt.Errorf("load run %s: %w", task, err)
-	}
-	r.spec = spec
-	return &r, nil
-}
+// view runs fn over the last committed state.
+func (n *Node) view(ctx context.Context, fn func(v View) error) error { return n.chain.View(ctx, fn) }
 
-func (n *Node) putRun(b *Batch, r *runState) {
-	raw, _ := json.Marshal(r)
-	b.Set(KSRuns, runKey(r.spec.TaskID), raw)
-}
-
-// checkSigned verifies a signed request's signature and nonce and stages the
-// new nonce in b.
-func (n *Node) checkSigned(ctx context.Context, b *Batch, signer string, nonce uint64, sig []byte, pre []byte) error {
-	if err := did.Verify(signer, pre, sig); err != nil {
-		if errors.Is(err, did.ErrBadSignature) {
-			return Errf(KindUnauthorized, "bad signature: does not verify against %s", signer)
-		}
-		return Errf(KindUnauthorized, "signer: %v", err)
-	}
-	raw, err := n.kv.Get(ctx, KSLedger, nonceKey(signer))
-	if err != nil && !errors.Is(err, ErrNotFound) {
+// load reads a run from the last committed state, with that state's block.
+func (n *Node) load(ctx context.Context, task string) (*runState, Block, error) {
+	var r *runState
+	var blk Block
+	err := n.view(ctx, func(v View) error {
+		var err error
+		r, err = loadRun(ctx, v.KV, task)
+		blk = v.Block
 		return err
-	}
-	if err == nil && len(raw) == 8 {
-		if last := binary.BigEndian.Uint64(raw); nonce <= last {
-			return Errf(KindUnauthorized, "nonce %d is not above the last one used by %s (%d): replayed or reordered request", nonce, signer, last)
-		}
-	}
-	b.Set(KSLedger, nonceKey(signer), binary.BigEndian.AppendUint64(nil, nonce))
-	return nil
+	})
+	return r, blk, err
 }
 
 // Info implements Service.
@@ -182,88 +175,29 @@ func (n *Node) Info(context.Context) wire.NodeInfo {
 
 // Balance implements Service.
 func (n *Node) Balance(ctx context.Context, d string) (*wire.Balance, error) {
-	if _, err := did.Parse(d); err != nil {
-		return nil, Errf(KindInvalid, "%v", err)
-	}
-	lt := newLedgerTx(ctx, n.kv)
-	v, err := lt.balance(acctDID(d))
-	if err != nil {
-		return nil, err
-	}
-	return &wire.Balance{DID: d, Balance: v.String()}, nil
-}
-
-// Faucet implements Service; it exists only with --dev.
-func (n *Node) Faucet(ctx context.Context, p wire.FaucetParams) (*wire.Balance, error) {
-	if !n.cfg.Dev {
-		return nil, Errf(KindDisabled, "the faucet exists only on a node started with --dev")
-	}
-	if _, err := did.Parse(p.DID); err != nil {
-		return nil, Errf(KindInvalid, "did: %v", err)
-	}
-	amt, err := wire.ParseAmount(p.Amount)
-	if err != nil {
-		return nil, Errf(KindInvalid, "amount: %v", err)
-	}
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	lt := newLedgerTx(ctx, n.kv)
-	if err := lt.transfer(acctIssuer, acctDID(p.DID), amt, "faucet"); err != nil {
-		return nil, err
-	}
-	var b Batch
-	if err := lt.flush(&b); err != nil {
-		return nil, err
-	}
-	if err := n.kv.Commit(ctx, &b); err != nil {
-		return nil, err
-	}
-	v, _ := lt.balance(acctDID(p.DID))
-	return &wire.Balance{DID: p.DID, Balance: v.String()}, nil
-}
-
-// RegisterSyncer implements Service: a candidate locks stake for elections.
-func (n *Node) RegisterSyncer(ctx context.Context, p *wire.RegisterSyncerParams) (*wire.SyncerCandidate, error) {
-	amt, err := wire.ParseAmount(p.Stake)
-	if err != nil {
-		return nil, Errf(KindInvalid, "stake: %v", err)
-	}
-	if amt.Sign() == 0 {
-		return nil, Errf(KindInvalid, "stake must be positive: the election weights candidates by stake")
-	}
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	var b Batch
-	if err := n.checkSigned(ctx, &b, p.DID, p.Nonce, p.Signature, p.Preimage()); err != nil {
-		return nil, err
-	}
-	lt := newLedgerTx(ctx, n.kv)
-	if err := lt.transfer(acctDID(p.DID), acctSyncerStake(p.DID), amt, "syncer candidacy"); err != nil {
-		return nil, err
-	}
-	total, _ := lt.balance(acctSyncerStake(p.DID))
-	c := wire.SyncerCandidate{DID: p.DID, Stake: total.String()}
-	raw, _ := json.Marshal(c)
-	b.Set(KSMeta, candKey(p.DID), raw)
-	if err := lt.flush(&b); err != nil {
-		return nil, err
-	}
-	if err := n.kv.Commit(ctx, &b); err != nil {
-		return nil, err
-	}
-	return &c, nil
+	var b *wire.Balance
+	err := n.view(ctx, func(v View) error {
+		var err error
+		if b, err = Balance(ctx, v.KV, d); err == nil {
+			b.Height = v.Block.Height
+		}
+		return err
+	})
+	return b, err
 }
 
 // ListSyncers implements Service.
 func (n *Node) ListSyncers(ctx context.Context) ([]wire.SyncerCandidate, error) {
 	var out []wire.SyncerCandidate
-	err := n.kv.Scan(ctx, KSMeta, []byte("cand/"), func(_, v []byte) error {
-		var c wire.SyncerCandidate
-		if err := json.Unmarshal(v, &c); err != nil {
-			return err
-		}
-		out = append(out, c)
-		return nil
+	err := n.view(ctx, func(v View) error {
+		return v.KV.Scan(ctx, KSMeta, []byte("cand/"), func(_, raw []byte) error {
+			var c wire.SyncerCandidate
+			if err := json.Unmarshal(raw, &c); err != nil {
+				return err
+			}
+			out = append(out, c)
+			return nil
+		})
 	})
 	return out, err
 }
@@ -271,51 +205,57 @@ func (n *Node) ListSyncers(ctx context.Context) ([]wire.SyncerCandidate, error) 
 // ListRuns implements Service.
 func (n *Node) ListRuns(ctx context.Context, p wire.ListRunsParams) ([]wire.RunSummary, error) {
 	out := []wire.RunSummary{}
-	err := n.kv.Scan(ctx, KSRuns, nil, func(k, v []byte) error {
-		var r runState
-		if err := json.Unmarshal(v, &r); err != nil {
-			n.log.Error("listRuns: skipping a run whose stored state does not decode", "task", string(k), "err", err)
+	err := n.view(ctx, func(v View) error {
+		return v.KV.Scan(ctx, KSRuns, nil, func(k, raw []byte) error {
+			r, err := decodeRun(string(k), raw)
+			if err != nil {
+				// One unreadable run must not hide every other run.
+				n.log.Error("listRuns: skipping a run whose stored state does not decode", "task", string(k), "err", err)
+				return nil
+			}
+			if p.Status != "" && p.Status != r.Status {
+				return nil
+			}
+			out = append(out, wire.RunSummary{TaskID: r.spec.TaskID, Status: r.Status, Round: r.Round, Tier: r.spec.Tier,
+				Trainers: r.countActive(), M: r.spec.TrainerCount, K: r.spec.Quorum, Rounds: r.spec.MaxRounds})
 			return nil
-		}
-		spec, _, err := wire.ParseSpec(r.Spec)
+		})
+	})
+	return out, err
+}
+
+// GetRun implements Service.
+func (n *Node) GetRun(ctx context.Context, task string) (*wire.RunView, error) {
+	var out *wire.RunView
+	err := n.view(ctx, func(v View) error {
+		r, err := loadRun(ctx, v.KV, task)
 		if err != nil {
-			// One unreadable run must not hide every other run.
-			n.log.Error("listRuns: skipping a run whose stored spec does not parse", "task", string(k), "err", err)
-			return nil
+			return err
 		}
-		if p.Status != "" && p.Status != r.Status {
-			return nil
+		esc, err := AccountBalance(ctx, v.KV, acctEscrow(task))
+		if err != nil {
+			return err
 		}
-		out = append(out, wire.RunSummary{TaskID: spec.TaskID, Status: r.Status, Round: r.Round, Tier: spec.Tier,
-			Trainers: r.countActive(), M: spec.TrainerCount, K: spec.Quorum, Rounds: spec.MaxRounds})
+		out = r.view(esc, v.Block)
 		return nil
 	})
 	return out, err
 }
 
-func (r *runState) countActive() int { return r.count(wire.TrainerActive, wire.TrainerJoining) }
-
-// GetRun implements Service.
-func (n *Node) GetRun(ctx context.Context, task string) (*wire.RunView, error) {
-	r, err := n.load(ctx, task)
-	if err != nil {
-		return nil, err
-	}
+// view renders a run for getRun.
+func (r *runState) view(esc *big.Int, blk Block) *wire.RunView {
 	v := &wire.RunView{TaskID: r.spec.TaskID, TaskSpec: r.Spec, SpecHash: r.SpecHash, Status: r.Status, Round: r.Round,
 		RoundStartedMs: r.RoundMs, Syncer: r.Syncer, Election: r.Election, TrainerMetrics: map[string]wire.TrainerMetrics{},
-		RoundRoots: r.Roots, HasWeights: r.HasInit, CancelReason: r.CancelReason}
-	if r.Status == wire.StatusAwaiting && r.PostedMs > 0 {
+		RoundRoots: r.Roots, HasWeights: r.HasInit, CancelReason: r.CancelReason, Escrow: esc.String()}
+	if r.Status == wire.StatusRunning {
+		v.Syncer, _ = r.syncerAt(blk.TimeMs)
+	}
+	if r.Status == wire.StatusAwaiting {
 		v.EnrollDeadlineMs = r.PostedMs + r.spec.EnrollWindow()
 	}
 	if v.RoundRoots == nil {
 		v.RoundRoots = []wire.Hash{}
 	}
-	lt := newLedgerTx(ctx, n.kv)
-	esc, err := lt.balance(acctEscrow(r.spec.TaskID))
-	if err != nil {
-		return nil, err
-	}
-	v.Escrow = esc.String()
 	accrued := r.accruedRewards(esc)
 	for i, t := range r.Trainers {
 		shards := orEmpty(t.Shards)
@@ -328,9 +268,10 @@ func (n *Node) GetRun(ctx context.Context, task string) (*wire.RunView, error) {
 		v.Trainers = []wire.TrainerView{}
 	}
 	hashes := make([]wire.Hash, 0, len(r.Fragments))
+	v.Fragments = []wire.FragmentView{}
 	for i, f := range r.Fragments {
 		v.Fragments = append(v.Fragments, wire.FragmentView{Index: i, Tensors: f.Tensors, Dtype: string(f.Dtype), N: f.N,
-			WeightsHash: f.WeightsHash, Accepted: len(f.Subs), Committed: f.Committed})
+			WeightsHash: f.WeightsHash, Accepted: len(f.Records), Committed: f.Closed})
 		hashes = append(hashes, f.WeightsHash)
 	}
 	if r.HasInit {
@@ -338,7 +279,29 @@ func (n *Node) GetRun(ctx context.Context, task string) (*wire.RunView, error) {
 	}
 	rule, _ := json.Marshal(r.Rule)
 	v.Aggregation = rule
-	return v, nil
+	return v
+}
+
+// accruedRewards is each trainer's current_reward: while the run trains,
+// the share the seal would pay from the escrowed pool if it sealed now;
+// once settled, what was paid. Both use payoutShares, so they never
+// disagree.
+func (r *runState) accruedRewards(pool *big.Int) []string {
+	out := make([]string, len(r.Trainers))
+	if r.Status == wire.StatusRunning || r.Status == wire.StatusAwaiting {
+		ws := make([]*big.Int, len(r.Trainers))
+		for i, t := range r.Trainers {
+			ws[i] = bigOf(t.Weight)
+		}
+		for i, s := range payoutShares(pool, ws) {
+			out[i] = s.String()
+		}
+		return out
+	}
+	for i, t := range r.Trainers {
+		out[i] = orDefault(t.Reward, "0")
+	}
+	return out
 }
 
 // ModelHash is wire.ModelHash: BLAKE3-256(Str(DomainModel) ‖ Hash(fragment_0) ‖ …).
@@ -358,25 +321,98 @@ func orEmpty(v []int) []int {
 	return v
 }
 
+func orStrs(v []string) []string {
+	if v == nil {
+		return []string{}
+	}
+	return v
+}
+
+func orHashes(v []wire.Hash) []wire.Hash {
+	if v == nil {
+		return []wire.Hash{}
+	}
+	return v
+}
+
+// RoundCommitHash is SHA-256(Str(DomainRoundCommit) ‖ Bytes(JCS(commit JSON)))
+// (CanonicalRoundCommit gives the JCS bytes).
+func RoundCommitHash(rc *wire.RoundCommit) (wire.Hash, error) {
+	canon, err := CanonicalRoundCommit(rc)
+	if err != nil {
+		return wire.Hash{}, err
+	}
+	return wire.NewCanon(wire.DomainRoundCommit).Bytes(canon).Sum(), nil
+}
+
 // GetTranscript implements Service: every committed round, in order.
 func (n *Node) GetTranscript(ctx context.Context, task string) ([]wire.RoundCommit, error) {
-	if _, err := n.load(ctx, task); err != nil {
-		return nil, err
-	}
 	out := []wire.RoundCommit{}
-	err := n.kv.Scan(ctx, KSTranscript, []byte("c/"+task+"/"), func(_, v []byte) error {
-		var c wire.RoundCommit
-		if err := json.Unmarshal(v, &c); err != nil {
+	err := n.view(ctx, func(v View) error {
+		if _, err := loadRun(ctx, v.KV, task); err != nil {
 			return err
 		}
-		out = append(out, c)
-		return nil
+		return v.KV.Scan(ctx, KSTranscript, []byte("c/"+task+"/"), func(_, raw []byte) error {
+			var c wire.RoundCommit
+			if err := json.Unmarshal(raw, &c); err != nil {
+				return err
+			}
+			out = append(out, c)
+			return nil
+		})
 	})
 	return out, err
 }
 
-// GetPayload implements Service: a stored payload, initial weights file or
-// fragment weights blob by hash.
+// ReportedMetrics returns what the run's trainers reported with their
+// submission records, in round then trainer order (a trainer's later record
+// in the same round replaces its earlier report). They are information, not
+// state: no commit, receipt or reward depends on them.
+func (n *Node) ReportedMetrics(ctx context.Context, task string) ([]wire.MetricsReport, error) {
+	type key struct {
+		round uint64
+		did   string
+	}
+	got := map[key]wire.SubmissionMetrics{}
+	var keys []key
+	err := n.view(ctx, func(v View) error {
+		if _, err := loadRun(ctx, v.KV, task); err != nil {
+			return err
+		}
+		return v.KV.Scan(ctx, KSTranscript, []byte("s/"+task+"/"), func(_, raw []byte) error {
+			var rec Record
+			if err := json.Unmarshal(raw, &rec); err != nil {
+				return fmt.Errorf("record of %s: %w", task, err)
+			}
+			if len(rec.Metrics) == 0 {
+				return nil
+			}
+			k := key{rec.Round, rec.TrainerDID}
+			if _, ok := got[k]; !ok {
+				keys = append(keys, k)
+			}
+			got[k] = rec.Metrics
+			return nil
+		})
+	})
+	if err != nil {
+		return nil, err
+	}
+	sort.Slice(keys, func(i, j int) bool {
+		if keys[i].round != keys[j].round {
+			return keys[i].round < keys[j].round
+		}
+		return keys[i].did < keys[j].did
+	})
+	out := []wire.MetricsReport{}
+	for _, k := range keys {
+		out = append(out, wire.MetricsReport{Round: k.round, TrainerDID: k.did, Metrics: got[k]})
+	}
+	return out, nil
+}
+
+// GetPayload implements Service: a blob this node holds (payload, initial
+// weights, fragment weights, momentum, evidence) by its content hash.
 func (n *Node) GetPayload(ctx context.Context, h wire.Hash) ([]byte, error) {
 	v, err := n.blobs.Get(ctx, h)
 	if errors.Is(err, ErrNotFound) {
@@ -385,88 +421,63 @@ func (n *Node) GetPayload(ctx context.Context, h wire.Hash) ([]byte, error) {
 	return v, err
 }
 
-// Blobs is the node's blob store.
-func (n *Node) Blobs() Blobs { return n.blobs }
+// receiptWait is how long getReceipt waits for the signature of a run that
+// has just sealed (a block or two on a live chain).
+const receiptWait = 20 * time.Second
 
-// GetReceipt implements Service.
+// GetReceipt implements Service. A sealed run's receipt is complete once its
+// syncer's signature is on chain; right after the seal getReceipt waits a
+// little for it, then says what it is waiting for.
 func (n *Node) GetReceipt(ctx context.Context, task string) (*wire.Receipt, error) {
-	r, err := n.load(ctx, task)
-	if err != nil {
-		return nil, err
-	}
-	raw, err := n.kv.Get(ctx, KSReceipts, runKey(task))
-	if errors.Is(err, ErrNotFound) {
-		return nil, Errf(KindNotFound, "run %s has no receipt yet (status %s, round %d of %d)", task, r.Status, r.Round, r.spec.MaxRounds)
-	}
-	if err != nil {
-		return nil, err
-	}
-	var rc wire.Receipt
-	if err := json.Unmarshal(raw, &rc); err != nil {
-		return nil, fmt.Errorf("receipt %s: %w", task, err)
-	}
-	return &rc, nil
-}
-
-// Run drives timers (grace windows, round deadlines) until ctx ends.
-func (n *Node) Run(ctx context.Context) error {
-	t := time.NewTicker(100 * time.Millisecond)
-	defer t.Stop()
-	var wg sync.WaitGroup
-	defer wg.Wait() // runs whose tick is computing stop with ctx
+	deadline := time.NewTimer(receiptWait)
+	defer deadline.Stop()
 	for {
+		changed := n.chain.Changed()
+		var rc *wire.Receipt
+		var r *runState
+		var blk Block
+		err := n.view(ctx, func(v View) error {
+			var err error
+			if r, err = loadRun(ctx, v.KV, task); err != nil {
+				return err
+			}
+			blk = v.Block
+			raw, err := v.KV.Get(ctx, KSReceipts, runKey(task))
+			if errors.Is(err, ErrNotFound) {
+				return nil
+			}
+			if err != nil {
+				return err
+			}
+			rc = new(wire.Receipt)
+			return json.Unmarshal(raw, rc)
+		})
+		if err != nil {
+			return nil, err
+		}
+		if rc != nil {
+			return rc, nil
+		}
+		if r.Seal == nil {
+			return nil, Errf(KindNotFound, "run %s has no receipt yet (status %s, round %d of %d)", task, r.Status, r.Round, r.spec.MaxRounds)
+		}
 		select {
+		case <-changed:
+			continue
 		case <-ctx.Done():
-			return nil
-		case <-n.wake:
-		case <-t.C:
-		}
-		n.tickEach(ctx, &wg)
-		if err := n.releaseUnbonded(ctx); err != nil && ctx.Err() == nil {
-			n.logTickErr("unbonding", err)
+			return nil, ctx.Err()
+		case <-deadline.C:
+			return nil, Errf(KindNotFound, "run %s is sealed (run root %s), awaiting the syncer's signature: %s may sign its receipt at block time %d ms",
+				task, r.Seal.RunRoot, r.receiptSignerAt(blk.TimeMs), blk.TimeMs)
 		}
 	}
 }
-
-// Tick closes every fragment whose grace window has passed and every round
-// whose deadline has passed.
-func (n *Node) Tick(ctx context.Context) error {
-	var tasks []string
-	err := n.kv.Scan(ctx, KSRuns, nil, func(k, v []byte) error {
-		var st struct {
-			Status string `json:"status"`
-		}
-		if json.Unmarshal(v, &st) == nil && (st.Status == wire.StatusRunning || st.Status == wire.StatusAwaiting) {
-			tasks = append(tasks, string(k))
-		}
-		return nil
-	})
-	if err != nil {
-		return err
-	}
-	sort.Strings(tasks)
-	// A run that fails to load or tick must not stop the timers of the runs
-	// after it: each is tried, the errors are returned together.
-	var errs []error
-	for _, task := range tasks {
-		if err := n.tickRun(ctx, task); err != nil {
-			errs = append(errs, fmt.Errorf("run %s: %w", task, err))
-		}
-	}
-	if err := n.releaseUnbonded(ctx); err != nil {
-		errs = append(errs, fmt.Errorf("unbonding: %w", err))
-	}
-	return errors.Join(errs...)
-}
-
-// Close releases nothing today; the KV is owned by the caller.
-func (n *Node) Close() error { return nil }
 
 // GetWeights implements Service: a fragment's committed weights as
-// canonical safetensors; weights_hash is the ContentHash (BLAKE3-256) of
-// exactly those bytes.
+// canonical safetensors, by the chain's current weights hash (fetched
+// from the network when this node does not hold them and has a fetcher).
 func (n *Node) GetWeights(ctx context.Context, p wire.GetWeightsParams) (*wire.Weights, error) {
-	r, err := n.load(ctx, p.TaskID)
+	r, _, err := n.load(ctx, p.TaskID)
 	if err != nil {
 		return nil, err
 	}
@@ -477,30 +488,67 @@ func (n *Node) GetWeights(ctx context.Context, p wire.GetWeightsParams) (*wire.W
 		return nil, Errf(KindInvalid, "wrong fragment: fragment_index %d, the model has %d fragments", p.FragmentIndex, len(r.Fragments))
 	}
 	fs := r.Fragments[p.FragmentIndex]
-	data, err := n.kv.Get(ctx, KSWeights, weightsKey(p.TaskID, int(p.FragmentIndex)))
+	enc, err := n.blob(ctx, fs.WeightsHash, uint64(MaxInitWeights), "")
 	if err != nil {
-		return nil, fmt.Errorf("weights of fragment %d: %w", p.FragmentIndex, err)
+		return nil, fmt.Errorf("weights of fragment %d (%s): %w", p.FragmentIndex, fs.WeightsHash, err)
 	}
-	enc, err := encodeFragment(fs, data)
+	return &wire.Weights{TaskID: p.TaskID, Round: r.Round, FragmentIndex: p.FragmentIndex, WeightsHash: fs.WeightsHash, Payload: enc}, nil
+}
+
+// blob returns a blob from the local store, or from the network through
+// the fetcher (then kept locally), checked against its hash.
+func (n *Node) blob(ctx context.Context, h wire.Hash, maxSize uint64, provider string) ([]byte, error) {
+	b, err := n.blobs.Get(ctx, h)
+	if err == nil || !errors.Is(err, ErrNotFound) || n.cfg.Fetcher == nil {
+		return b, err
+	}
+	b, err = n.cfg.Fetcher.Fetch(ctx, h, maxSize, provider)
+	if err != nil {
+		return nil, &fetchError{fmt.Errorf("fetch %s: %w", h, err)}
+	}
+	if got := contentHash(b); got != h {
+		return nil, &fetchError{fmt.Errorf("fetched blob hashes to %s, want %s", got, h)}
+	}
+	if err := n.blobs.Put(ctx, h, b); err != nil {
+		return nil, err
+	}
+	return b, nil
+}
+
+// fetchError is a blob the network did not give (as opposed to a failure of
+// this node's own store).
+type fetchError struct{ error }
+
+func (e *fetchError) Unwrap() error { return e.error }
+
+// AttestNonce implements Service: the deterministic nonce of the trainer's
+// next evidence (PROTOCOL §8), from chain state; any node gives the same.
+func (n *Node) AttestNonce(ctx context.Context, p wire.NonceParams) (*wire.NonceResult, error) {
+	if _, err := did.Parse(p.DID); err != nil {
+		return nil, Errf(KindInvalid, "did: %v", err)
+	}
+	r, _, err := n.load(ctx, p.TaskID)
 	if err != nil {
 		return nil, err
 	}
-	return &wire.Weights{TaskID: p.TaskID, Round: r.Round, FragmentIndex: p.FragmentIndex, WeightsHash: wire.ContentHash(enc), Payload: enc}, nil
+	res := &wire.NonceResult{Round: r.Round, ModelHash: r.RoundModel, Nonce: AttestNonce(p.TaskID, p.DID, r.Round, r.RoundAnchor)}
+	if r.Status == wire.StatusRunning {
+		if t := r.trainer(p.DID); t != nil && len(t.Shards) > 0 {
+			res.Shard = uint64(t.Shards[0])
+		}
+	} else {
+		res.ModelHash = r.InitModel
+	}
+	return res, nil
 }
 
-// logTickErr logs a timer failure, the same key at most once a minute.
-func (n *Node) logTickErr(key string, err error) {
-	n.abstainMu.Lock()
-	if n.lastTickErr == nil {
-		n.lastTickErr = map[string]time.Time{}
+// Close releases nothing; the stores are the caller's.
+func (n *Node) Close() error { return nil }
+
+// trimDID shortens a DID for logs.
+func trimDID(d string) string {
+	if i := strings.LastIndexByte(d, ':'); i >= 0 && len(d)-i > 12 {
+		return d[:i+9] + "…"
 	}
-	last, seen := n.lastTickErr[key]
-	doLog := !seen || time.Since(last) > time.Minute
-	if doLog {
-		n.lastTickErr[key] = time.Now()
-	}
-	n.abstainMu.Unlock()
-	if doLog {
-		n.log.Error("round timer", "run", key, "err", err)
-	}
+	return d
 }

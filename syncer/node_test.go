@@ -5,11 +5,15 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
+	"log/slog"
+	"math/big"
 	"math/rand/v2"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/tenzro/train/chain"
 	"github.com/tenzro/train/store"
 	"github.com/tenzro/train/syncer"
 	"github.com/tenzro/train/syncer/election"
@@ -19,14 +23,16 @@ import (
 	"github.com/tenzro/train/wire/safetensors"
 )
 
-// harness drives a Node as the RPC layer would, with deterministic keys and
-// a controllable clock, and checks ledger conservation after every call.
+// harness drives a Node as the RPC layer would, over a real chain.App
+// sequenced by chain.Manual (every write is a block at the harness's clock),
+// with deterministic keys, and checks ledger conservation after every call.
 type harness struct {
 	t       *testing.T
 	ctx     context.Context
-	kv      syncer.KV
-	blobs   syncer.Blobs // nil: the KV's KSBlobs
+	kv      syncer.KV // the chain's store; the node's blobs share it
+	chain   *chain.Manual
 	node    *syncer.Node
+	eng     syncer.Engine
 	now     time.Time
 	nonce   uint64
 	sponsor *did.Key
@@ -34,7 +40,7 @@ type harness struct {
 	task    string
 }
 
-func key(t *testing.T, kind string, i byte) *did.Key {
+func key(t testing.TB, kind string, i byte) *did.Key {
 	k, err := did.FromSeed(kind, bytes.Repeat([]byte{i}, 32))
 	if err != nil {
 		t.Fatal(err)
@@ -43,7 +49,11 @@ func key(t *testing.T, kind string, i byte) *did.Key {
 }
 
 func newHarness(t *testing.T, kv syncer.KV) *harness {
-	h := &harness{t: t, ctx: context.Background(), kv: kv, now: time.Unix(1761350400, 0), task: "train-test"}
+	return newHarnessWith(t, kv, syncer.NewNativeEngine())
+}
+
+func newHarnessWith(t *testing.T, kv syncer.KV, eng syncer.Engine) *harness {
+	h := &harness{t: t, ctx: context.Background(), kv: kv, eng: eng, now: time.Unix(1761350400, 0), task: "train-test"}
 	h.sponsor = key(t, did.KindHuman, 200)
 	for i := 0; i < 10; i++ {
 		h.tr = append(h.tr, key(t, did.KindMachine, byte(i+1)))
@@ -52,24 +62,78 @@ func newHarness(t *testing.T, kv syncer.KV) *harness {
 	return h
 }
 
+// devGenesis is what a --dev node's chain starts from: the faucet, and the
+// node's key registered as the only syncer candidate.
+func devGenesis(syncerDID string) *chain.GenesisState {
+	return &chain.GenesisState{Accounts: []chain.GenesisAccount{}, Faucet: true,
+		Candidates: []chain.GenesisAccount{{DID: syncerDID, Balance: "1000000000000000000"}}}
+}
+
+// open (re)starts the chain and the node over h.kv.
 func (h *harness) open() {
-	n, err := syncer.NewNode(h.ctx, syncer.Config{KV: h.kv, Blobs: h.blobs, Engine: syncer.NewNativeEngine(), Signer: syncer.KeySigner{Key: h.syncerKey()},
-		Dev: true, Clock: func() time.Time { return h.now }})
+	h.t.Helper()
+	mc, err := chain.NewManual(h.ctx, h.kv, chain.ManualOptions{Genesis: devGenesis(h.syncerKey().DID.String()),
+		Clock: func() time.Time { return h.now }, App: chain.AppOptions{Log: quiet}})
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	h.chain = mc
+	n, err := syncer.NewNode(h.ctx, syncer.Config{Chain: mc, Blobs: syncer.KVBlobs{KV: h.kv}, Local: h.kv, Engine: h.eng,
+		Signer: syncer.KeySigner{Key: h.syncerKey()}, Dev: true, Clock: func() time.Time { return h.now }, Logger: quiet})
 	if err != nil {
 		h.t.Fatal(err)
 	}
 	h.node = n
 }
 
+var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
+
+// advance moves the clock and makes an empty block (the chain's timers run).
+func (h *harness) advance(d time.Duration) {
+	h.t.Helper()
+	h.now = h.now.Add(d)
+	if _, err := h.chain.Block(h.ctx); err != nil {
+		h.t.Fatal(err)
+	}
+	h.conserve("block")
+}
+
+// tick makes an empty block at the clock and runs the node's worker once.
+func (h *harness) tick() error {
+	h.advance(0)
+	return h.node.Tick(h.ctx)
+}
+
 func (h *harness) conserve(op string) {
 	h.t.Helper()
-	total, _, err := syncer.LedgerTotal(h.ctx, h.kv)
+	var total *big.Int
+	err := h.chain.View(h.ctx, func(v syncer.View) error {
+		var err error
+		total, _, err = syncer.LedgerTotal(h.ctx, v.KV)
+		return err
+	})
 	if err != nil {
 		h.t.Fatal(err)
 	}
 	if total.Sign() != 0 {
 		h.t.Fatalf("after %s: ledger total is %s, want 0", op, total)
 	}
+}
+
+func (h *harness) postingFee() *big.Int {
+	f, err := h.node.PostingFee(h.ctx)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	return f
+}
+
+func (h *harness) publishFee() *big.Int {
+	f, err := h.node.PublishFee(h.ctx)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	return f
 }
 
 func (h *harness) nextNonce() uint64 { h.nonce++; return h.nonce }
@@ -114,6 +178,12 @@ func (h *harness) post(raw, weights []byte) error {
 	p.Signature = h.sponsor.Sign(p.Preimage(h.sponsor.DID.String(), wire.SpecHash(canon), wh))
 	_, err = h.node.PostTask(h.ctx, p)
 	h.conserve("post")
+	if err == nil {
+		// The node's candidate daemon enters the run's election.
+		if terr := h.node.Tick(h.ctx); terr != nil {
+			h.t.Fatal(terr)
+		}
+	}
 	return err
 }
 
@@ -254,7 +324,7 @@ func fullRun(t *testing.T, kv syncer.KV, crashAt func(h *harness, round int)) (*
 		}
 		// Trainers 6 and 7 are active and have not submitted: the syncer
 		// can finalize only once their grace window has passed.
-		h.now = h.now.Add(31 * time.Second)
+		h.advance(31 * time.Second)
 		if _, err := h.finalize(round); err != nil && round < R-1 {
 			t.Fatalf("finalize round %d: %v", round, err)
 		}
@@ -416,13 +486,12 @@ func TestRefusalsChangeNothing(t *testing.T) {
 	if err := h.submit(g); err == nil || !strings.Contains(err.Error(), "duplicate") {
 		t.Fatalf("duplicate: %v", err)
 	}
-	// Equivocation: different payload, same round and fragment: refused, evidence kept, slashed.
+	// Equivocation: different payload, same round and fragment: refused,
+	// the claim recorded; the round's syncer slashes when it commits the
+	// fragment (below).
 	g2 := h.gradient(0, 0, 0, 3)
 	if err := h.submit(g2); err == nil || !strings.Contains(err.Error(), "equivocation") {
 		t.Fatalf("equivocation: %v", err)
-	}
-	if v := h.run(); v.Trainers[indexOf(v, h.tr[0].DID.String())].Slashed != "500" {
-		t.Fatalf("equivocation slash: %+v", v.Trainers)
 	}
 	// Grace window: K submissions, then τ passes: late submission refused.
 	for i := 1; i < 6; i++ {
@@ -430,20 +499,23 @@ func TestRefusalsChangeNothing(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	h.now = h.now.Add(31 * time.Second)
+	h.advance(31 * time.Second)
 	if err := h.submit(h.gradient(6, 0, 0, 1)); err == nil || !strings.Contains(err.Error(), "grace window") {
 		t.Fatalf("after grace window: %v", err)
 	}
-	if err := h.node.Tick(h.ctx); err != nil {
+	if err := h.tick(); err != nil {
 		t.Fatal(err)
 	}
 	if !h.run().Fragments[0].Committed {
 		t.Fatal("fragment 0 not committed after τ")
 	}
+	if v := h.run(); v.Trainers[indexOf(v, h.tr[0].DID.String())].Slashed != "500" {
+		t.Fatalf("equivocation slash at the commit: %+v", v.Trainers)
+	}
 	// Round deadline: the other fragments never reach K: no-quorum, weights kept.
 	w1 := h.run().Fragments[1].WeightsHash
-	h.now = h.now.Add(11 * time.Minute)
-	if err := h.node.Tick(h.ctx); err != nil {
+	h.advance(11 * time.Minute)
+	if err := h.tick(); err != nil {
 		t.Fatal(err)
 	}
 	tr, _ := h.node.GetTranscript(h.ctx, h.task)

@@ -2,7 +2,6 @@ package syncer
 
 import (
 	"bytes"
-	"context"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -268,118 +267,6 @@ func CheckAttestations(rc *wire.Receipt, list []byte) ([]wire.Hash, error) {
 		return nil, fmt.Errorf("attestation list has %d digests, the receipt says %d", len(ds), rc.AttestationCount)
 	}
 	return ds, nil
-}
-
-// seal pays out the reward pool, refunds stakes and writes the signed receipt.
-func (n *Node) seal(ctx context.Context, b *Batch, r *runState, lt *ledgerTx, finalModel wire.Hash) error {
-	task := r.spec.TaskID
-	pool, err := lt.balance(acctEscrow(task))
-	if err != nil {
-		return err
-	}
-	pool = new(big.Int).Set(pool)
-	shares := rewardShares(pool, r.Trainers)
-	var payouts []wire.Payout
-	paid := new(big.Int)
-	for i, t := range r.Trainers { // sorted by DID
-		share := shares[i]
-		if err := lt.transfer(acctEscrow(task), acctDID(t.DID), share, "reward"); err != nil {
-			return err
-		}
-		paid.Add(paid, share)
-		t.Reward = share.String()
-		refund, err := lt.balance(acctStake(task, t.DID))
-		if err != nil {
-			return err
-		}
-		refund = new(big.Int).Set(refund)
-		if err := lt.transfer(acctStake(task, t.DID), acctDID(t.DID), refund, "stake refund at seal"); err != nil {
-			return err
-		}
-		payouts = append(payouts, wire.Payout{DID: t.DID, Reward: share.String(), Refund: refund.String(), Slashed: orDefault(t.Slashed, "0"), WeightSum: orDefault(t.Weight, "0")})
-	}
-	rest := new(big.Int).Sub(pool, paid)
-	if err := lt.transfer(acctEscrow(task), acctDID(r.spec.SponsorDID), rest, "unpaid remainder back to sponsor"); err != nil {
-		return err
-	}
-	// The transcript of all rounds, including the one being closed (staged in b).
-	var transcript []wire.RoundCommit
-	for round := uint64(0); round < uint64(len(r.Roots)); round++ {
-		raw, err := n.kv.Get(ctx, KSTranscript, commitKey(task, round))
-		if errors.Is(err, ErrNotFound) {
-			raw, err = pendingOp(b, KSTranscript, commitKey(task, round), err)
-		}
-		if err != nil {
-			return fmt.Errorf("transcript round %d: %w", round, err)
-		}
-		var rc wire.RoundCommit
-		if err := json.Unmarshal(raw, &rc); err != nil {
-			return err
-		}
-		transcript = append(transcript, rc)
-	}
-	profRaw, _ := json.Marshal(n.eng.Profile())
-	atts := append([]wire.Hash{}, r.Attestations...)
-	if ev := n.cfg.Signer.Evidence(); len(ev) > 0 {
-		atts = append(atts, wire.SHA256(ev))
-	}
-	rc, _, err := BuildReceipt(ReceiptInput{TaskSpec: r.Spec, InitModelHash: r.InitModel, InitWeightsHash: r.InitFile, FinalModelHash: finalModel,
-		Rounds: transcript, RoundRoots: r.Roots, PluginHashes: r.Plugins, Engine: profRaw, AttestationDigests: atts, Election: r.Election,
-		Rewards: payouts, SponsorRefund: rest.String(), SyncerDID: n.cfg.Signer.DID()})
-	if err != nil {
-		return err
-	}
-	pre, err := ReceiptPreimage(rc)
-	if err != nil {
-		return err
-	}
-	sig, err := n.cfg.Signer.Sign(ctx, pre)
-	if err != nil {
-		return fmt.Errorf("sign receipt: %w", err)
-	}
-	rc.Signature = sig
-	raw, err := json.Marshal(rc)
-	if err != nil {
-		return err
-	}
-	b.Set(KSReceipts, runKey(task), raw)
-	if list, h := AttestationList(atts); len(atts) > 0 {
-		// Served by getPayload and GET /blobs, like any blob; durable before
-		// the receipt that names it is committed.
-		if err := n.blobs.Put(ctx, h, list); err != nil {
-			return fmt.Errorf("store attestation list %s: %w", h, err)
-		}
-	}
-	r.Status = wire.StatusSealed
-	n.log.Info("run sealed", "task", task, "run_root", rc.RunRoot, "final_model", finalModel)
-	n.announce(ctx, Event{TaskID: task, Kind: "sealed", Round: r.Round, ModelHash: finalModel, Detail: rc.RunRoot})
-	return nil
-}
-
-// committer is who this node records as the committer of its fragment
-// commits: its own DID and that DID's index in the run's succession (0 when
-// it is not an entrant: BuildReceipt then refuses the seal).
-func (n *Node) committer(r *runState) (string, uint64) {
-	me := n.cfg.Signer.DID()
-	if r.Election != nil {
-		if order, err := election.Succession(*r.Election); err == nil {
-			for k, e := range order {
-				if e.DID == me {
-					return me, uint64(k)
-				}
-			}
-		}
-	}
-	return me, 0
-}
-
-func pendingOp(b *Batch, ks Keyspace, key []byte, orig error) ([]byte, error) {
-	for i := len(b.Ops) - 1; i >= 0; i-- {
-		if op := b.Ops[i]; op.KS == ks && bytes.Equal(op.Key, key) {
-			return op.Value, nil
-		}
-	}
-	return nil, orig
 }
 
 // RunRoot is the Merkle root (syncer/runroot) over the leaves: spec hash,

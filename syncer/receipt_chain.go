@@ -12,18 +12,18 @@ import (
 // SealedRun is what a node's committed state holds about a sealed run, for
 // verifying its receipt against the chain.
 type SealedRun struct {
-	TaskID string
+	TaskID string `json:"task_id"`
 	// RunRoot is the run root committed for the run.
-	RunRoot wire.Hash
-	// Height is the block height of the state read (0: a single node's store).
-	Height int64
+	RunRoot wire.Hash `json:"run_root"`
+	// Height is the block height of the state read.
+	Height int64 `json:"height"`
 	// Election is the run's election record (every entrant).
-	Election *wire.Election
+	Election *wire.Election `json:"election,omitempty"`
 }
 
 // RunAnchor reads sealed runs from a node's committed state: the seam
-// between receipt verification and the chain. chain.Service implements it
-// from the chain's /run record (run_root, election); *Node from its store.
+// between receipt verification and the chain. *Node implements it from its
+// replica's committed state, chain.Client over a node's CometBFT RPC.
 type RunAnchor interface {
 	SealedRun(ctx context.Context, taskID string) (*SealedRun, error)
 }
@@ -90,19 +90,28 @@ func VerifyReceiptAgainst(ctx context.Context, a RunAnchor, receipt, root []byte
 	return res
 }
 
-// SealedRun implements RunAnchor from this node's store: the run root over
-// its committed rounds and final weights, and its election.
-func (n *Node) SealedRun(ctx context.Context, task string) (*SealedRun, error) {
-	r, err := n.load(ctx, task)
+// SealedRunOf reads a sealed run's SealedRun from a committed state (Height
+// is the caller's to set).
+func SealedRunOf(ctx context.Context, kv KV, task string) (*SealedRun, error) {
+	r, err := loadRun(ctx, kv, task)
 	if err != nil {
 		return nil, err
 	}
-	if r.Status != wire.StatusSealed {
+	if r.Seal == nil {
 		return nil, Errf(KindConflict, "run %s is %s: it has no sealed run root", task, r.Status)
 	}
-	hashes := make([]wire.Hash, len(r.Fragments))
-	for i, f := range r.Fragments {
-		hashes[i] = f.WeightsHash
-	}
-	return &SealedRun{TaskID: task, RunRoot: RunRoot(r.SpecHash, r.Roots, ModelHash(hashes)), Election: r.Election}, nil
+	return &SealedRun{TaskID: task, RunRoot: r.Seal.RunRoot, Election: r.Election}, nil
+}
+
+// SealedRun implements RunAnchor from the chain's committed state.
+func (n *Node) SealedRun(ctx context.Context, task string) (*SealedRun, error) {
+	var out *SealedRun
+	err := n.view(ctx, func(v View) error {
+		var err error
+		if out, err = SealedRunOf(ctx, v.KV, task); err == nil {
+			out.Height = v.Block.Height
+		}
+		return err
+	})
+	return out, err
 }

@@ -64,15 +64,14 @@ func Replay(ctx context.Context, receipt, transcript []byte, src PayloadSource, 
 	if err != nil {
 		return nil, err
 	}
-	frags := make([]*fragState, len(parts))
+	frags := make([]*fragLayout, len(parts))
 	weights := make([][]byte, len(parts))
 	moms := make([][]byte, len(parts))
 	hashes := make([]wire.Hash, len(parts))
 	for i, ts := range parts {
-		if frags[i], weights[i], err = buildFragment(ts); err != nil {
+		if frags[i], hashes[i], weights[i], err = buildFragment(ts); err != nil {
 			return nil, err
 		}
-		hashes[i] = frags[i].WeightsHash
 	}
 	rep := &ReplayReport{}
 	if ModelHash(hashes) != rc.InitModelHash {

@@ -7,7 +7,6 @@ import (
 	"os"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/tenzro/train/plugins"
 	"github.com/tenzro/train/store"
@@ -31,13 +30,7 @@ func receiptWith(t *testing.T, eng syncer.Engine) []byte {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h := newHarness(t, kv)
-	n, err := syncer.NewNode(h.ctx, syncer.Config{KV: kv, Engine: eng, Signer: syncer.KeySigner{Key: key(t, "machine", 250)},
-		Dev: true, Clock: func() time.Time { return h.now }})
-	if err != nil {
-		t.Fatal(err)
-	}
-	h.node = n
+	h := newHarnessWith(t, kv, eng)
 	h.faucet(h.sponsor.DID.String(), "2000000000000000000000")
 	raw := strings.Replace(string(spec(h.task, h.sponsor.DID.String(), 3, 3, 2, 2)), `"aggregation":"Mean"`, `"aggregation":"CoordinateMedian"`, 1)
 	if err := h.post([]byte(raw), initWeights(t, 2, 16)); err != nil {

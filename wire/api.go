@@ -89,6 +89,8 @@ type PostTaskResult struct {
 	// DatasetKey is the Confidential tier's AES-256-GCM dataset key, returned
 	// once to the sponsor who signed the posting.
 	DatasetKey []byte `json:"dataset_key,omitempty"`
+	// Height is the block in which the transaction was committed.
+	Height int64 `json:"height,omitempty"`
 }
 
 // SetInitWeightsParams is tenzro_training_setInitWeights.
@@ -180,6 +182,8 @@ type EnrollResult struct {
 	ShardAssignments []int  `json:"shard_assignments"`
 	ShardsFromRound  uint64 `json:"shards_from_round"`
 	ShardsNote       string `json:"shards_note,omitempty"`
+	// Height is the block in which the transaction was committed.
+	Height int64 `json:"height,omitempty"`
 }
 
 // OuterGradient is tenzro_training_submitOuterGradient.
@@ -269,6 +273,31 @@ type SubmitResult struct {
 	// syncer over gossip instead of judging it (Accepted is then false:
 	// watch the syncer's run for the outcome).
 	Forwarded bool `json:"forwarded,omitempty"`
+	// EquivocationClaim is set (Accepted false) when the chain recorded this
+	// submission as an equivocation claim against the trainer's first one.
+	EquivocationClaim *Hash `json:"equivocation_claim,omitempty"`
+	// Height is the block in which the record was committed.
+	Height int64 `json:"height,omitempty"`
+}
+
+// CommitFragmentResult answers a commitFragment transaction.
+type CommitFragmentResult struct {
+	TaskID   string `json:"task_id"`
+	Round    uint64 `json:"round"`
+	Fragment uint64 `json:"fragment"`
+	Status   string `json:"status"`
+	// RoundClosed is true when this commit closed the round (or sealed the run).
+	RoundClosed bool   `json:"round_closed"`
+	RunStatus   string `json:"run_status"`
+	Height      int64  `json:"height,omitempty"`
+}
+
+// SignReceiptResult answers a signReceipt transaction.
+type SignReceiptResult struct {
+	TaskID    string `json:"task_id"`
+	RunRoot   Hash   `json:"run_root"`
+	SyncerDID string `json:"syncer_did"`
+	Height    int64  `json:"height,omitempty"`
 }
 
 // FinalizeParams is tenzro_training_finalizeRound, signed by the run's
@@ -294,6 +323,8 @@ type FinalizeResult struct {
 	// Advanced is true when the round closed and the run moved on (or sealed).
 	Advanced bool   `json:"advanced"`
 	Status   string `json:"status"`
+	// Height is the last block this node had committed when it answered.
+	Height int64 `json:"height,omitempty"`
 }
 
 // FragmentStatus says where one fragment stands in the current round.
@@ -349,6 +380,9 @@ type BalanceParams struct {
 type Balance struct {
 	DID     string `json:"did"`
 	Balance string `json:"balance"`
+	// Height is the block of the read (getBalance) or of the committed
+	// transaction (faucet).
+	Height int64 `json:"height,omitempty"`
 }
 
 // FaucetParams is tenzro_ledger_faucet (only with --dev).
@@ -379,6 +413,8 @@ type SyncerCandidate struct {
 	// longer elected, and its stake returns at ReleaseMs (Unix ms).
 	Unbonding bool  `json:"unbonding,omitempty"`
 	ReleaseMs int64 `json:"release_ms,omitempty"`
+	// Height is the block in which a registration or unbonding was committed.
+	Height int64 `json:"height,omitempty"`
 }
 
 // NodeInfo answers tenzro_node_info.
@@ -390,6 +426,25 @@ type NodeInfo struct {
 	Engine  EngineSummary `json:"engine"`
 	PeerID  string        `json:"peer_id,omitempty"`
 	Listen  []string      `json:"listen_addrs,omitempty"`
+	// Chain says which chain the node follows and how another node joins
+	// it (tenzro-node init --peers <peer> --genesis …).
+	Chain *ChainInfo `json:"chain,omitempty"`
+}
+
+// ChainInfo identifies a node's chain and the node on it.
+type ChainInfo struct {
+	ChainID string `json:"chain_id"`
+	// NodeID is the CometBFT node id, P2PAddr and RPCAddr its listen
+	// addresses, Peer the persistent-peer form id@host:port.
+	NodeID  string `json:"node_id"`
+	P2PAddr string `json:"p2p_addr"`
+	RPCAddr string `json:"rpc_addr"`
+	Peer    string `json:"peer"`
+	// Height is the last committed height when the node answered.
+	Height int64 `json:"height"`
+	// Validator says whether this node votes (its key is in the genesis
+	// validator set).
+	Validator bool `json:"validator,omitempty"`
 }
 
 // EngineSummary names the aggregation engine in use.
@@ -470,6 +525,7 @@ type ElectionProofResult struct {
 	TaskID string   `json:"task_id"`
 	DID    string   `json:"did"`
 	Output HexBytes `json:"output"`
+	Height int64    `json:"height,omitempty"`
 }
 
 // RPC methods added for run cancellation and syncer unbonding (issue 8).
@@ -498,7 +554,8 @@ type CancelRunResult struct {
 	// Refunded is the escrow returned to the sponsor (attoTNZO).
 	Refunded string `json:"refunded"`
 	// StakesRefunded is the number of trainers whose stake was returned.
-	StakesRefunded int `json:"stakes_refunded"`
+	StakesRefunded int   `json:"stakes_refunded"`
+	Height         int64 `json:"height,omitempty"`
 }
 
 // UnbondParams is tenzro_syncer_unbond: a candidate withdraws its whole

@@ -5,62 +5,24 @@ package main
 // in execute.
 
 import (
-	"context"
+	"errors"
 	"fmt"
 	"io"
-	"net"
+	"io/fs"
+	"path/filepath"
 	"strings"
 	"time"
 
+	libp2pcrypto "github.com/libp2p/go-libp2p/core/crypto"
+	"github.com/libp2p/go-libp2p/core/peer"
 	"github.com/spf13/cobra"
 
 	"github.com/tenzro/train/chain"
-	"github.com/tenzro/train/rpc"
-	"github.com/tenzro/train/syncer"
-	"github.com/tenzro/train/wire"
+	"github.com/tenzro/train/wire/did"
 )
 
-// registerChain adds `tenzro-node testnet` and `tenzro-node --home DIR`.
-func registerChain(root *cobra.Command, stdout, stderr io.Writer) {
-	root.Flags().String("home", "", "start the chain node whose home `tenzro-node testnet` or `init` wrote (CometBFT embedded in-process); with --rpc-addr it also serves the JSON-RPC methods from the chain; other node flags except --log-level/--log-format do not apply")
-	inner := root.RunE
-	root.RunE = func(cmd *cobra.Command, args []string) error {
-		home, _ := cmd.Flags().GetString("home")
-		if home == "" {
-			return inner(cmd, args)
-		}
-		lvl, _ := cmd.Flags().GetString("log-level")
-		format, _ := cmd.Flags().GetString("log-format")
-		cfg := defaults()
-		cfg.LogLevel, cfg.LogFormat = lvl, format
-		log := newLogger(cfg, stderr)
-		opts := chain.NodeOptions{Log: log, Ready: func(rpc string) {
-			fmt.Fprintf(stdout, "chain node %s running: RPC http://%s\n", home, rpc)
-		}}
-		if cmd.Flags().Changed("rpc-addr") {
-			// The node's JSON-RPC methods, served from the chain.
-			addr, _ := cmd.Flags().GetString("rpc-addr")
-			opts.Serve = func(ctx context.Context, svc syncer.Service) error {
-				o := rpc.Options{Logger: log.With("component", "rpc")}
-				if a, ok := svc.(syncer.RunAnchor); ok { // receipts against the chain's run roots
-					o.VerifyReceipt = func(ctx context.Context, receipt, root []byte) *wire.VerifyReceiptResult {
-						return syncer.VerifyReceiptAgainst(ctx, a, receipt, root)
-					}
-				}
-				srv, err := rpc.New(svc, o)
-				if err != nil {
-					return err
-				}
-				ln, err := net.Listen("tcp", addr)
-				if err != nil {
-					return fmt.Errorf("rpc listen: %w", err)
-				}
-				fmt.Fprintf(stdout, "chain node %s: JSON-RPC http://%s\n", home, ln.Addr())
-				return srv.Serve(ctx, ln)
-			}
-		}
-		return chain.RunNode(cmd.Context(), home, opts)
-	}
+// registerChain adds `tenzro-node testnet` and `tenzro-node init`.
+func registerChain(root *cobra.Command, stdout, _ io.Writer) {
 	root.AddCommand(newTestnetCmd(stdout), newInitCmd(stdout))
 }
 
@@ -138,11 +100,18 @@ Ports: node i listens on BASE+2i (P2P) and BASE+2i+1 (CometBFT RPC);
 			if err != nil {
 				return usageError{err}
 			}
+			if err := linkLibp2p(nodes); err != nil {
+				return err
+			}
 			fmt.Fprintf(stdout, "wrote %d validator homes and one genesis (chain %s, %d allocations):\n", len(nodes), orDefault(opts.ChainID, "tenzro-testnet"), len(opts.Allocs))
 			for _, n := range nodes {
-				fmt.Fprintf(stdout, "  %s  rpc http://%s  p2p %s  id %s\n", n.Home, n.RPCAddr, n.P2PAddr, n.NodeID)
+				fmt.Fprintf(stdout, "  %s  chain rpc http://%s  p2p %s  id %s", n.Home, n.RPCAddr, n.P2PAddr, n.NodeID)
+				if n.NodeDID != "" {
+					fmt.Fprintf(stdout, "  syncer candidate %s", n.NodeDID)
+				}
+				fmt.Fprintln(stdout)
 			}
-			fmt.Fprintf(stdout, "start each with: tenzro-node --home <home>\n")
+			fmt.Fprintf(stdout, "start each with: tenzro-node --home <home> --rpc-addr HOST:PORT --listen-addr /ip4/HOST/tcp/PORT\n")
 			return nil
 		},
 	}
@@ -154,6 +123,7 @@ Ports: node i listens on BASE+2i (P2P) and BASE+2i+1 (CometBFT RPC);
 	f.StringVar(&opts.Host, "host", "127.0.0.1", "address every node listens on and dials")
 	f.IntVar(&opts.BasePort, "base-port", 26656, "first port (node i: BASE+2i P2P, BASE+2i+1 RPC); 0 = free ports")
 	f.DurationVar(&blockMs, "block-time", time.Second, "block interval (CometBFT timeout_commit)")
+	f.StringVar(&opts.CandidateStake, "candidate-stake", "1000000000000000000", "genesis syncer stake of each validator's node key (written to <home>/node/node.key); empty: no candidates at genesis")
 	_ = cmd.MarkFlagRequired("dir")
 	cmd.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
 	return cmd
@@ -164,4 +134,47 @@ func orDefault(s, d string) string {
 		return d
 	}
 	return s
+}
+
+// linkLibp2p makes every testnet node's libp2p boot nodes the others' (the
+// peer id is the node key's), so payloads and weights can be fetched by
+// hash between them from the first start.
+func linkLibp2p(nodes []chain.TestnetNode) error {
+	addrs := make([]string, len(nodes))
+	ncs := make([]*chain.NodeConfig, len(nodes))
+	for i, n := range nodes {
+		nc, err := chain.LoadNodeConfig(n.Home)
+		if err != nil {
+			return err
+		}
+		ncs[i] = nc
+		k, err := did.Load(filepath.Join(n.Home, chain.NodeKeyFile))
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil // no node keys (--candidate-stake ""): nothing to link
+		}
+		if err != nil {
+			return fmt.Errorf("testnet: %w", err)
+		}
+		pk, err := libp2pcrypto.UnmarshalEd25519PrivateKey(k.Priv)
+		if err != nil {
+			return fmt.Errorf("testnet: node key: %w", err)
+		}
+		id, err := peer.IDFromPrivateKey(pk)
+		if err != nil {
+			return fmt.Errorf("testnet: node key: %w", err)
+		}
+		addrs[i] = nc.ListenAddr + "/p2p/" + id.String()
+	}
+	for i, n := range nodes {
+		ncs[i].BootNodes = nil
+		for j, a := range addrs {
+			if j != i {
+				ncs[i].BootNodes = append(ncs[i].BootNodes, a)
+			}
+		}
+		if err := chain.SaveNodeConfig(n.Home, ncs[i]); err != nil {
+			return fmt.Errorf("testnet: %w", err)
+		}
+	}
+	return nil
 }

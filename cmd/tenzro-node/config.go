@@ -32,6 +32,7 @@ type Config struct {
 	RPCAddr         string   `koanf:"rpc-addr"`
 	BootNodes       []string `koanf:"boot-nodes"`
 	Dev             bool     `koanf:"dev"`
+	Home            string   `koanf:"home"`
 	NodeKey         string   `koanf:"node-key"`
 	Engine          string   `koanf:"engine"`
 	MaxRequestBytes int64    `koanf:"max-request-bytes"`
@@ -51,11 +52,15 @@ type Config struct {
 	// request bodies (rpc.Options.LargeMinRate, LargeGrace).
 	LargeMinRate int64 `koanf:"large-min-rate"`
 	LargeGraceMs int64 `koanf:"large-grace-ms"`
+
+	// rpcSet and listenSet say whether --rpc-addr and --listen-addr were
+	// given (else a home's own addresses apply).
+	rpcSet, listenSet, bootSet bool
 }
 
 // configKeys are the keys a config file may set (the flag names).
 var configKeys = map[string]bool{
-	"role": true, "data-dir": true, "listen-addr": true, "rpc-addr": true, "boot-nodes": true, "dev": true,
+	"role": true, "data-dir": true, "home": true, "listen-addr": true, "rpc-addr": true, "boot-nodes": true, "dev": true,
 	"node-key": true, "engine": true, "max-request-bytes": true, "metrics-addr": true, "log-level": true, "log-format": true,
 	"enclave": true, "tdx-collateral": true, "dashboard": true, "dataset-max-bytes": true, "ipfs-dht": true, "dataset-stall-timeout": true,
 	"large-min-rate": true, "large-grace-ms": true, "max-blob-bytes": true,
@@ -191,6 +196,11 @@ func loadConfig(fs *pflag.FlagSet, path string) (Config, error) {
 	}
 	if err := cfg.validate(); err != nil {
 		return cfg, err
+	}
+	cfg.rpcSet, cfg.listenSet, cfg.bootSet = k.Exists("rpc-addr"), k.Exists("listen-addr"), k.Exists("boot-nodes")
+	if cfg.Home != "" && !k.Exists("data-dir") {
+		// A home's node keeps its store, blobs and key beside the chain.
+		cfg.DataDir = filepath.Join(cfg.Home, "node")
 	}
 	if cfg.NodeKey == "" {
 		cfg.NodeKey = filepath.Join(cfg.DataDir, "node.key")

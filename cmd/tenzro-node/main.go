@@ -40,16 +40,24 @@ func newCmd(run func(ctx context.Context, cfg Config, log *slog.Logger) error, s
 	cmd := &cobra.Command{
 		Use:   "tenzro-node",
 		Short: "Run a Tenzro Train node (syncer, trainer or light client)",
-		Long: `tenzro-node runs a Tenzro Train node: a Pebble store in --data-dir, the run state
-machine, a JSON-RPC server on --rpc-addr and a libp2p gossip host on --listen-addr.
+		Long: `tenzro-node runs a Tenzro Train node: a chain node (CometBFT in this process with
+the run state machine), a Pebble store and blob store in --data-dir, a JSON-RPC
+server on --rpc-addr, a libp2p host on --listen-addr, and the syncer daemon (it
+sends this node's election proofs, commits the fragments of the runs it is the
+elected syncer of, and signs their receipts).
 
-With --dev the ledger faucet is on and the node registers itself as the only
-syncer candidate, so one process can carry a run from posting to receipt.
+With --dev the chain is a one-validator chain in <data-dir>/chain, created at the
+first start with the ledger faucet on and this node as the only syncer candidate,
+so one process carries a run from posting to receipt. With --home the chain is a
+home written by 'tenzro-node testnet' (a validator) or 'tenzro-node init' (a full
+node that follows its peers); its store and key live in <home>/node unless
+--data-dir says otherwise. There is no faucet without --dev: funds come from the
+genesis.
 
 Configuration is layered: defaults, then --config FILE (JSON or YAML whose keys
 are the flag names), then the flags given on the command line.`,
 		Example: `  tenzro-node --dev --data-dir /tmp/tenzro --rpc-addr 127.0.0.1:8545
-  tenzro-node --role syncer --boot-nodes /ip4/10.0.0.2/tcp/4001/p2p/12D3KooW... --metrics-addr 127.0.0.1:9100
+  tenzro-node --home /tmp/tn/node0 --rpc-addr 127.0.0.1:8545 --listen-addr /ip4/127.0.0.1/tcp/4001
   tenzro-node --config node.yaml --log-format json`,
 		Args: func(_ *cobra.Command, args []string) error {
 			if len(args) > 0 {
@@ -75,7 +83,8 @@ are the flag names), then the flags given on the command line.`,
 	f.String("listen-addr", d.ListenAddr, "libp2p listen multiaddr")
 	f.String("rpc-addr", d.RPCAddr, "JSON-RPC listen address (host:port)")
 	f.StringSlice("boot-nodes", nil, "comma-separated boot node multiaddrs (with /p2p/<peer id>)")
-	f.Bool("dev", false, "development mode: faucet on, this node is the only syncer candidate")
+	f.Bool("dev", false, "development mode: a one-validator chain in <data-dir>/chain with the faucet on and this node the only syncer candidate")
+	f.String("home", "", "run the chain home that 'tenzro-node testnet' or 'tenzro-node init' wrote (store and key in <home>/node unless --data-dir)")
 	f.String("node-key", "", "node key file (default <data-dir>/node.key, created on first start)")
 	f.String("engine", d.Engine, "aggregation engine: wasm (plugins) or native")
 	f.Int64("max-request-bytes", d.MaxRequestBytes, "largest JSON-RPC request body in bytes")

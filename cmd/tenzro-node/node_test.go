@@ -5,12 +5,16 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/tenzro/train/rpc"
 	"github.com/tenzro/train/rpc/client"
+	"github.com/tenzro/train/store"
+	"github.com/tenzro/train/syncer"
 	"github.com/tenzro/train/wire"
 	"github.com/tenzro/train/wire/did"
 )
@@ -101,5 +105,40 @@ func testNode(t *testing.T, engine string) {
 		}
 	case <-time.After(30 * time.Second):
 		t.Fatal("node did not shut down")
+	}
+}
+
+// TestOlderDataDirRefused: a data dir whose store holds a pre-chain node's
+// runs or balances is refused with a precise error, and no chain is created.
+func TestOlderDataDirRefused(t *testing.T) {
+	dir := t.TempDir()
+	db, err := store.Open(context.Background(), filepath.Join(dir, "db"), store.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b syncer.Batch
+	b.Set(syncer.KSRuns, []byte("old-run"), []byte(`{}`))
+	if err := db.Commit(context.Background(), &b); err != nil {
+		t.Fatal(err)
+	}
+	db.Close()
+	cfg := defaults()
+	cfg.DataDir, cfg.NodeKey, cfg.RPCAddr, cfg.ListenAddr, cfg.Dev, cfg.Engine = dir, filepath.Join(dir, "node.key"), "127.0.0.1:0", "/ip4/127.0.0.1/tcp/0", true, "native"
+	err = runNode(context.Background(), cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err == nil || !strings.Contains(err.Error(), "from an older version") {
+		t.Fatalf("older data dir: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "chain")); err == nil {
+		t.Fatal("a chain was created beside an older store")
+	}
+}
+
+// TestNoChainNoNode: without --dev or --home there is no chain to run.
+func TestNoChainNoNode(t *testing.T) {
+	cfg := defaults()
+	cfg.DataDir = t.TempDir()
+	err := runNode(context.Background(), cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err == nil || !strings.Contains(err.Error(), "no chain to run") {
+		t.Fatalf("no --dev, no --home: %v", err)
 	}
 }

@@ -41,7 +41,7 @@ type trust struct {
 //     enclave (non-production builds only; for development and tests).
 func setupTrust(ctx context.Context, cfg Config, key *did.Key, kv syncer.KV, log *slog.Logger) (*trust, error) {
 	t := &trust{}
-	t.checker = attest.NewChecker(attest.Options{CollateralDir: cfg.TDXCollateral, Logger: log.With("component", "attest")})
+	t.checker = attest.NewChecker(attest.Options{CollateralDir: cfg.TDXCollateral, Logger: log.With("component", "attest"), Replay: perRound{}})
 	t.nonces = attest.NewNonceStore(nil, 10*time.Minute, nil)
 	t.service = &attestRPC{svc: attest.NewService(t.nonces, attest.KVEvidence{KV: kv}, nil)}
 	sealed := filepath.Join(cfg.DataDir, "syncer-key.sealed")
@@ -102,6 +102,15 @@ func setupTrust(ctx context.Context, cfg Config, key *did.Key, kv syncer.KV, log
 	t.service.broker = t.broker
 	return t, nil
 }
+
+// perRound is the attestation checker's replay guard on a chain node:
+// evidence binds the round's deterministic nonce (PROTOCOL §8), so one
+// trainer's evidence is checked again for each fragment of the round and by
+// the syncer that aggregates it; its freshness is the round, which the
+// nonce already enforces.
+type perRound struct{}
+
+func (perRound) MarkUsed(context.Context, wire.Hash) (bool, error) { return true, nil }
 
 // attestRPC adapts attest.Service and the key broker to rpc.AttestService.
 type attestRPC struct {

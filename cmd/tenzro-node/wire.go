@@ -1,7 +1,7 @@
 package main
 
 // wire.go is the one place where the node's parts are put together:
-// store → engine → syncer.Node → rpc server → gossip. The lead adjusts it as
+// store → engine → trust → chain → gossip → syncer.Node → rpc server. The lead adjusts it as
 // parts land (enclave key custody, attestation, plugin registry over RPC).
 
 import (
@@ -20,6 +20,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/tenzro/train/chain"
 	"github.com/tenzro/train/plugins"
 	"github.com/tenzro/train/rpc"
 	"github.com/tenzro/train/rpc/gossip"
@@ -33,9 +34,33 @@ import (
 const defaultEngine = "wasm"
 
 // runNode runs the node until ctx ends (SIGINT/SIGTERM), then shuts down:
-// RPC first (in-flight requests finish), then gossip, the state machine,
-// the engine and the store.
+// RPC first (in-flight requests finish), then gossip, the syncer worker,
+// the chain, the engine and the store. Every node runs the same path: a
+// chain node (CometBFT in process with the state machine), its own store
+// and blobs, libp2p, the JSON-RPC service and the candidate/syncer daemon.
+// With --dev the chain is a one-validator chain in <data-dir>/chain
+// (created at the first start, with the faucet); with --home it is the home
+// that `tenzro-node testnet` or `init` wrote.
 func runNode(ctx context.Context, cfg Config, log *slog.Logger) (err error) {
+	home, err := chainHome(cfg)
+	if err != nil {
+		return err
+	}
+	if cfg.Home != "" {
+		// A testnet home names its node's JSON-RPC and libp2p addresses and
+		// its libp2p boot nodes (the other nodes).
+		if nc, err := chain.LoadNodeConfig(cfg.Home); err == nil {
+			if !cfg.rpcSet && nc.JSONRPCAddr != "" {
+				cfg.RPCAddr = nc.JSONRPCAddr
+			}
+			if !cfg.listenSet && nc.ListenAddr != "" {
+				cfg.ListenAddr = nc.ListenAddr
+			}
+			if !cfg.bootSet && len(nc.BootNodes) > 0 {
+				cfg.BootNodes = nc.BootNodes
+			}
+		}
+	}
 	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
 		return fmt.Errorf("data dir: %w", err)
 	}
@@ -50,6 +75,9 @@ func runNode(ctx context.Context, cfg Config, log *slog.Logger) (err error) {
 		return fmt.Errorf("open store: %w", err)
 	}
 	defer closeLogged(log, "store", db.Close)
+	if err := checkNodeStore(ctx, db, cfg.DataDir); err != nil {
+		return err
+	}
 	blobs, err := store.OpenBlobs(filepath.Join(cfg.DataDir, "blobs"), store.BlobOptions{MaxSize: syncer.MaxInitWeights, Logger: log.With("component", "blobs")})
 	if err != nil {
 		return fmt.Errorf("open blob store: %w", err)
@@ -85,31 +113,21 @@ func runNode(ctx context.Context, cfg Config, log *slog.Logger) (err error) {
 	if err != nil {
 		return err
 	}
-	var gn *gossip.Node // set below; round transitions are announced once it exists
-	node, err := syncer.NewNode(ctx, syncer.Config{
-		KV:          db,
-		Blobs:       blobs,
-		Engine:      engine,
-		Signer:      tr.signer,
-		Attestor:    tr.checker,
-		Nonces:      tr.nonces,
-		DatasetKeys: tr.datasetKeys(),
-		Dev:         cfg.Dev,
-		Role:        cfg.Role,
-		Logger:      log.With("component", "syncer"),
-		Observer:    nm,
-		Announce: func(ctx context.Context, ev syncer.Event) {
-			if gn != nil {
-				announce(ctx, gn, tr.signer, ev, log)
-			}
-		},
-	})
-	if err != nil {
-		return fmt.Errorf("start syncer: %w", err)
+	if cfg.Dev {
+		if err := initDevChain(home, tr.signer.DID(), log); err != nil {
+			return err
+		}
 	}
-	defer closeLogged(log, "syncer", node.Close)
-	if pr, ok := registry.(*pluginRegistry); ok {
-		pr.node = node // publications pay the burned fee, rate-limited per DID
+	cn, err := chain.Start(ctx, home, chain.NodeOptions{Log: log})
+	if err != nil {
+		return err
+	}
+	defer closeLogged(log, "chain", cn.Close)
+	if err := cn.WaitCommitted(ctx, 10*time.Second); err != nil {
+		if errors.Is(err, context.Canceled) {
+			return nil // stopped while starting
+		}
+		return fmt.Errorf("chain: %w", err)
 	}
 
 	ctx, cancel := context.WithCancel(ctx)
@@ -126,25 +144,23 @@ func runNode(ctx context.Context, cfg Config, log *slog.Logger) (err error) {
 			}
 		}()
 	}
-	goRun("syncer", node.Run)
 
-	// Gossip: the syncer role receives submissions announced by light nodes
-	// and serves their trainers' attestation nonces.
-	// Blobs (payloads, initial weights) are served from the blob store.
-	hd := gossip.Handlers{}
-	if cfg.Role == "syncer" {
-		hd.Nonce = func(ctx context.Context, p wire.NonceParams) (*wire.NonceResult, error) {
-			res, err := node.AttestNonce(ctx, p)
-			if k := syncer.KindOf(err); err != nil && k != syncer.KindInternal {
-				return nil, &gossip.Refusal{Kind: int(k), Message: err.Error()}
-			} else if err != nil {
-				log.Error("attestation nonce for a light node", "task", p.TaskID, "did", p.DID, "err", err)
-				return nil, &gossip.Refusal{Kind: int(syncer.KindInternal), Message: "internal error on the syncer's node (see its log)"}
-			}
-			return res, nil
+	// Blobs (payloads, weights, evidence) are served from the blob store.
+	var node *syncer.Node // set below
+	hd := gossip.Handlers{Nonce: func(ctx context.Context, p wire.NonceParams) (*wire.NonceResult, error) {
+		if node == nil {
+			return nil, &gossip.Refusal{Kind: int(syncer.KindInternal), Message: "node starting"}
 		}
-	}
-	gn, err = gossip.New(ctx, gossip.Config{
+		res, err := node.AttestNonce(ctx, p)
+		if k := syncer.KindOf(err); err != nil && k != syncer.KindInternal {
+			return nil, &gossip.Refusal{Kind: int(k), Message: err.Error()}
+		} else if err != nil {
+			log.Error("attestation nonce for a peer", "task", p.TaskID, "did", p.DID, "err", err)
+			return nil, &gossip.Refusal{Kind: int(syncer.KindInternal), Message: "internal error on this node (see its log)"}
+		}
+		return res, nil
+	}}
+	gn, err := gossip.New(ctx, gossip.Config{
 		ListenAddrs: []string{cfg.ListenAddr},
 		BootNodes:   cfg.BootNodes,
 		Identity:    key.Priv,
@@ -153,37 +169,58 @@ func runNode(ctx context.Context, cfg Config, log *slog.Logger) (err error) {
 		MaxBlob:     max(cfg.MaxRequestBytes, cfg.MaxBlobBytes),
 	}, hd)
 	if err != nil {
-		cancel()
-		wg.Wait()
 		return fmt.Errorf("gossip: %w", err)
 	}
 	defer closeLogged(log, "gossip", gn.Close)
 	log.Info("gossip listening", "peer_id", gn.PeerID(), "addrs", gn.Addrs())
-	if err := rpc.RegisterGauges(reg, nodeGauges(ctx, node, gn)); err != nil {
-		cancel()
-		wg.Wait()
-		return fmt.Errorf("metrics: %w", err)
+
+	node, err = syncer.NewNode(ctx, syncer.Config{
+		Chain:       cn.Local,
+		Blobs:       blobs,
+		Local:       db,
+		Engine:      engine,
+		Signer:      tr.signer,
+		Attestor:    tr.checker,
+		DatasetKeys: tr.datasetKeys(),
+		Fetcher:     gossipFetcher{gn: gn, blobs: blobs},
+		Provider:    gn.PeerID(),
+		Dev:         cfg.Dev,
+		Role:        cfg.Role,
+		Logger:      log.With("component", "syncer"),
+		Observer:    nm,
+		Announce: func(ctx context.Context, ev syncer.Event) {
+			announce(ctx, gn, tr.signer, ev, log)
+		},
+	})
+	if err != nil {
+		return fmt.Errorf("start syncer: %w", err)
 	}
-	if cfg.Role == "syncer" {
-		counted := rpc.InstrumentService(node, nm)
-		if _, err := gn.NewReceiver(func(ctx context.Context, g *wire.OuterGradient) error {
-			_, err := counted.Submit(ctx, g)
-			return err
-		}, gossip.ReceiverOptions{}); err != nil {
-			cancel()
-			wg.Wait()
-			return fmt.Errorf("gossip receiver: %w", err)
+	defer closeLogged(log, "syncer", node.Close)
+	if pr, ok := registry.(*pluginRegistry); ok {
+		pr.node = node // publications pay the burned fee, rate-limited per DID
+	}
+	if cands, err := node.ListSyncers(ctx); err == nil {
+		found := false
+		for _, c := range cands {
+			found = found || c.DID == tr.signer.DID()
+		}
+		if !found {
+			log.Warn("this node's syncer key is not a registered candidate: it enters no election (tenzro syncer register)", "did", tr.signer.DID())
 		}
 	}
+	goRun("syncer", node.Run)
+	defer func() { cancel(); wg.Wait() }()
 
+	if err := rpc.RegisterGauges(reg, nodeGauges(ctx, node, gn)); err != nil {
+		return fmt.Errorf("metrics: %w", err)
+	}
 	ds, dsRoutes, err := startDatasets(ctx, cfg, gn, db, log)
 	if err != nil {
-		cancel()
-		wg.Wait()
 		return fmt.Errorf("datasets: %w", err)
 	}
 	defer closeLogged(log, "datasets", ds.Close)
 
+	svc := nodeService{Node: node, gn: gn, chain: cn}
 	opts := rpc.Options{
 		Routes:          dsRoutes,
 		MaxRequestBytes: cfg.MaxRequestBytes,
@@ -203,16 +240,12 @@ func runNode(ctx context.Context, cfg Config, log *slog.Logger) (err error) {
 	}
 	opts.Attest = tr.service
 	if opts.Observer, err = rpc.NewMetrics(reg); err != nil {
-		cancel()
-		wg.Wait()
 		return fmt.Errorf("metrics: %w", err)
 	}
-	opts.Pages = pages(cfg, reg, nodeService{Node: node, gn: gn}, opts.VerifyReceipt, log)
+	opts.Pages = pages(cfg, reg, svc, opts.VerifyReceipt, log)
 	if cfg.MetricsAddr != "" {
 		mln, err := net.Listen("tcp", cfg.MetricsAddr)
 		if err != nil {
-			cancel()
-			wg.Wait()
 			return fmt.Errorf("metrics listen %s: %w", cfg.MetricsAddr, err)
 		}
 		mux := http.NewServeMux()
@@ -227,36 +260,122 @@ func runNode(ctx context.Context, cfg Config, log *slog.Logger) (err error) {
 		})
 		log.Info("metrics listening", "addr", mln.Addr().String())
 	}
-
-	svc := nodeService{Node: node, gn: gn}
-	if cfg.Role == "light" {
-		svc.fwd = gossip.NewForwarder(gn)
-		log.Info("light role: submissions and attestation nonce requests are relayed to the syncer over libp2p")
-	}
 	srv, err := rpc.New(rpc.InstrumentService(svc, nm), opts)
 	if err != nil {
-		cancel()
-		wg.Wait()
 		return err
 	}
 	defer closeLogged(log, "rpc dispatcher", srv.Close)
 	ln, err := net.Listen("tcp", cfg.RPCAddr)
 	if err != nil {
-		cancel()
-		wg.Wait()
 		return fmt.Errorf("rpc listen %s: %w", cfg.RPCAddr, err)
 	}
-	log.Info("json-rpc listening", "addr", ln.Addr().String(), "dev", cfg.Dev, "role", cfg.Role, "max_request_bytes", cfg.MaxRequestBytes)
+	ci := cn.Info()
+	log.Info("json-rpc listening", "addr", ln.Addr().String(), "dev", cfg.Dev, "role", cfg.Role, "max_request_bytes", cfg.MaxRequestBytes,
+		"chain_id", ci.ChainID, "chain_peer", ci.Peer)
 	goRun("rpc", func(ctx context.Context) error { return srv.Serve(ctx, ln) })
 
 	<-ctx.Done()
 	log.Info("shutting down")
+	cancel()
 	wg.Wait()
 	select {
 	case err = <-errc:
 	default:
 	}
 	return err
+}
+
+// chainHome is the chain home the node runs: <data-dir>/chain with --dev,
+// --home otherwise (and without either there is no chain to run).
+func chainHome(cfg Config) (string, error) {
+	switch {
+	case cfg.Dev && cfg.Home != "":
+		return "", usageError{errors.New("--dev and --home exclude each other: --dev runs its own one-validator chain in <data-dir>/chain")}
+	case cfg.Dev:
+		return filepath.Join(cfg.DataDir, "chain"), nil
+	case cfg.Home != "":
+		return cfg.Home, nil
+	}
+	return "", usageError{errors.New("no chain to run: start with --dev (a one-validator chain in this process, with a faucet) or --home DIR (a home written by 'tenzro-node testnet' or 'tenzro-node init')")}
+}
+
+// initDevChain writes the --dev chain's home at the first start; later
+// starts resume it.
+func initDevChain(home, syncerDID string, log *slog.Logger) error {
+	if _, err := os.Stat(filepath.Join(home, chain.NodeConfigFile)); err == nil {
+		return nil
+	} else if !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("dev chain: %w", err)
+	}
+	n, err := chain.InitDev(home, chain.DevOptions{Candidate: syncerDID})
+	if err != nil {
+		return fmt.Errorf("dev chain: %w", err)
+	}
+	log.Info("dev chain created: one validator, the faucet on, this node the only syncer candidate", "home", home, "node_id", n.NodeID,
+		"p2p", n.P2PAddr, "block_interval", chain.DevBlockInterval)
+	return nil
+}
+
+// nodeStoreFormat marks a node store written by this version (its runs and
+// ledger live on the chain, not in the store).
+var nodeStoreFormat = []byte("node/format-chain")
+
+// checkNodeStore refuses a data dir whose store holds the state of a node
+// from before the chain (runs and balances in the store itself) and marks a
+// new one.
+func checkNodeStore(ctx context.Context, db *store.DB, dataDir string) error {
+	if _, err := db.Get(ctx, syncer.KSMeta, nodeStoreFormat); err == nil {
+		return nil
+	}
+	old := false
+	for _, ks := range []syncer.Keyspace{syncer.KSRuns, syncer.KSLedger, syncer.KSTranscript} {
+		err := db.Scan(ctx, ks, nil, func(_, _ []byte) error { old = true; return errStopScan })
+		if err != nil && !errors.Is(err, errStopScan) {
+			return fmt.Errorf("store: %w", err)
+		}
+	}
+	if old {
+		return fmt.Errorf("data dir %s is from an older version of tenzro-node (runs and balances in the node's own store, before the chain): start with a new --data-dir", dataDir)
+	}
+	var b syncer.Batch
+	b.Set(syncer.KSMeta, nodeStoreFormat, []byte{1})
+	return db.Commit(ctx, &b)
+}
+
+var errStopScan = errors.New("stop")
+
+// gossipFetcher gets a blob this node does not hold over the libp2p blob
+// stream (/tenzro/blob/2.0.0) into the blob store: the record's provider
+// first, then the peers on the training topics; the bytes go to disk as they
+// arrive, a broken stream resumes from the first missing byte (same or
+// next peer), the hash is checked over the whole blob. It then reads the
+// stored blob back for the caller.
+type gossipFetcher struct {
+	gn    *gossip.Node
+	blobs *store.Blobs
+}
+
+func (f gossipFetcher) Fetch(ctx context.Context, h wire.Hash, maxSize uint64, provider string) ([]byte, error) {
+	var peers []string
+	if provider != "" && provider != f.gn.PeerID() {
+		peers = append(peers, provider)
+	}
+	seen := map[string]bool{provider: true}
+	for _, t := range []string{gossip.TopicTraining, gossip.TopicSyncer} {
+		for _, p := range f.gn.TopicPeers(t) {
+			if !seen[p] {
+				seen[p] = true
+				peers = append(peers, p)
+			}
+		}
+	}
+	if len(peers) == 0 {
+		return nil, fmt.Errorf("blob %s: no peer to ask: %w", h, syncer.ErrNotFound)
+	}
+	if _, err := f.gn.FetchBlobTo(ctx, h, int64(min(maxSize, 1<<62)), peers...); err != nil {
+		return nil, fmt.Errorf("blob %s: %w", h, err)
+	}
+	return f.blobs.Get(ctx, h)
 }
 
 // loadOrCreateNodeKey reads the node key, creating it (mode 0600) on first
@@ -304,7 +423,7 @@ func (r *pluginRegistry) Publish(ctx context.Context, p *wire.PublishPluginParam
 		return nil, syncer.Errf(syncer.KindUnauthorized, "publish signature by %q: %v", p.DID, err)
 	}
 	if r.node != nil {
-		return r.node.GatePublish(ctx, p.DID, func(ctx context.Context) (*wire.PluginInfo, error) { return r.publish(ctx, p) })
+		return r.node.GatePublish(ctx, p, func(ctx context.Context) (*wire.PluginInfo, error) { return r.publish(ctx, p) })
 	}
 	return r.publish(ctx, p)
 }

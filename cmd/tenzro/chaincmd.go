@@ -6,7 +6,6 @@ package main
 // run-root proofs against an app hash. Registered from init().
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -57,7 +56,7 @@ http://127.0.0.1:26657).`,
 	}
 	cmd.PersistentFlags().String("node", def, "chain node RPC address")
 	cmd.AddCommand(newChainStatusCmd(), newChainBalanceCmd(), newChainRunCmd(), newChainTransferCmd(),
-		newChainPostCmd(), newChainEnrollCmd(), newChainLeaveCmd(), newChainSubmitCmd(), newChainCommitRoundCmd(), newChainRegisterCmd(), newChainElectionProofCmd(), newChainSealCmd(),
+		newChainPostCmd(), newChainEnrollCmd(), newChainLeaveCmd(), newChainSubmitCmd(), newChainRegisterCmd(), newChainElectionProofCmd(),
 		newChainProveCmd(), newChainVerifyProofCmd(), newChainVerifyReceiptCmd())
 	return cmd
 }
@@ -235,12 +234,17 @@ func newChainTransferCmd() *cobra.Command {
 }
 
 func newChainPostCmd() *cobra.Command {
-	var specPath, weightsHash, keyPath string
+	var specPath, weightsPath, keyPath string
 	c := &cobra.Command{
-		Use:     "post-task --spec FILE --key FILE [--init-weights-hash HEX]",
-		Example: `  tenzro chain post-task --spec spec.json --key sponsor.key --init-weights-hash $(b3sum --no-names init.safetensors)`,
-		Short:   "Post a task spec and escrow its reward pool (signed by the sponsor)",
-		Args:    noArgs,
+		Use:     "post-task --spec FILE --key FILE [--init-weights FILE]",
+		Example: `  tenzro chain post-task --spec spec.json --key sponsor.key --init-weights init.safetensors`,
+		Short:   "Post a task spec and escrow its reward pool (signed by the sponsor; built-in Mean rule only)",
+		Long: `post-task sends a posting straight to the chain: the spec, the built-in Mean rule,
+Finite verifier and Nesterov outer step (a node's tenzro_training_postTask resolves
+any rule and keeps the weights' bytes), and with --init-weights the hash and layout
+of the initial weights, computed here (the bytes stay off chain: a node that
+serves them must hold them).`,
+		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			k, err := loadKeyFile(keyPath)
 			if err != nil {
@@ -250,18 +254,30 @@ func newChainPostCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			var wh wire.Hash
-			if weightsHash != "" {
-				if wh, err = wire.ParseHash(weightsHash); err != nil {
-					return usagef("--init-weights-hash: %v", err)
+			parsed, _, err := wire.ParseSpec(spec)
+			if err != nil {
+				return usagef("--spec: %v", err)
+			}
+			var layout *wire.InitLayout
+			if weightsPath != "" {
+				raw, err := readInputFile("init-weights", weightsPath, syncer.MaxInitWeights)
+				if err != nil {
+					return err
+				}
+				if layout, _, err = syncer.InitLayoutOf(raw, parsed.Architecture.FragmentCount); err != nil {
+					return usagef("--init-weights: %v", err)
 				}
 			}
-			tx, err := chain.PostTaskTx(k, spec, wh, newNonce())
+			rules, err := chain.MeanRules()
+			if err != nil {
+				return err
+			}
+			tx, err := chain.PostTaskTx(k, spec, layout, rules, newNonce())
 			return broadcastAndPrint(cmd, tx, err)
 		},
 	}
 	c.Flags().StringVar(&specPath, "spec", "", "task spec JSON file")
-	c.Flags().StringVar(&weightsHash, "init-weights-hash", "", "BLAKE3-256 (content hash) of the initial safetensors file, e.g. from b3sum (the bytes stay off chain)")
+	c.Flags().StringVar(&weightsPath, "init-weights", "", "initial safetensors file (hashed and laid out here, not sent)")
 	c.Flags().StringVar(&keyPath, "key", "", "sponsor's key file")
 	_ = c.MarkFlagRequired("spec")
 	_ = c.MarkFlagRequired("key")
@@ -517,27 +533,6 @@ candidate with a proof, weighted by stake.`,
 	return c
 }
 
-func newChainSealCmd() *cobra.Command {
-	var receiptPath string
-	c := &cobra.Command{
-		Use:     "seal --receipt FILE",
-		Example: `  tenzro chain seal --receipt receipt.json`,
-		Short:   "Seal a run on chain with its signed receipt (accepted only from the run's syncer; settles)",
-		Args:    noArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			rc, err := readInputFile("receipt", receiptPath, chain.MaxTxBytes)
-			if err != nil {
-				return err
-			}
-			tx, err := chain.SealTx(rc)
-			return broadcastAndPrint(cmd, tx, err)
-		},
-	}
-	c.Flags().StringVar(&receiptPath, "receipt", "", "receipt JSON file")
-	_ = c.MarkFlagRequired("receipt")
-	return c
-}
-
 func newChainVerifyReceiptCmd() *cobra.Command {
 	var receiptPath string
 	c := &cobra.Command{
@@ -614,12 +609,12 @@ func newChainSubmitCmd() *cobra.Command {
 			}
 			defer f.Close()
 			hsh := wire.NewContentHasher()
-			n, err := io.Copy(hsh, io.LimitReader(f, chain.MaxPayloadSize+1))
+			n, err := io.Copy(hsh, io.LimitReader(f, syncer.MaxPayloadBytes+1))
 			if err != nil {
 				return fmt.Errorf("--payload %s: %w", payloadPath, err)
 			}
-			if n > chain.MaxPayloadSize {
-				return usagef("--payload %s: larger than %d bytes", payloadPath, chain.MaxPayloadSize)
+			if n > syncer.MaxPayloadBytes {
+				return usagef("--payload %s: larger than %d bytes", payloadPath, syncer.MaxPayloadBytes)
 			}
 			tx, err := chain.SubmissionTx(k, task, round, fragment, hsh.Sum(), uint64(n))
 			return broadcastAndPrint(cmd, tx, err)
@@ -633,38 +628,5 @@ func newChainSubmitCmd() *cobra.Command {
 	for _, f := range []string{"task-id", "payload", "key"} {
 		_ = c.MarkFlagRequired(f)
 	}
-	return c
-}
-
-func newChainCommitRoundCmd() *cobra.Command {
-	var commitPath, keyPath string
-	c := &cobra.Command{
-		Use:     "commit-round --commit FILE --key FILE",
-		Example: `  tenzro chain commit-round --commit round-0.json --key syncer.key`,
-		Short:   "Commit a round (a wire.RoundCommit JSON) as the run's current syncer",
-		Args:    noArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			k, err := loadKeyFile(keyPath)
-			if err != nil {
-				return err
-			}
-			raw, err := readInputFile("commit", commitPath, chain.MaxTxBytes)
-			if err != nil {
-				return err
-			}
-			var rc wire.RoundCommit
-			dec := json.NewDecoder(bytes.NewReader(raw))
-			dec.DisallowUnknownFields()
-			if err := dec.Decode(&rc); err != nil {
-				return usagef("--commit: %v", err)
-			}
-			tx, err := chain.CommitRoundTx(k, rc, newNonce())
-			return broadcastAndPrint(cmd, tx, err)
-		},
-	}
-	c.Flags().StringVar(&commitPath, "commit", "", "round commit JSON file")
-	c.Flags().StringVar(&keyPath, "key", "", "syncer's key file")
-	_ = c.MarkFlagRequired("commit")
-	_ = c.MarkFlagRequired("key")
 	return c
 }

@@ -59,19 +59,52 @@ def go_bins() -> Path:
 
 
 class NodeProc:
-    def __init__(self, bins: Path, data_dir: Path, port: int, extra: list[str] | None = None, dev: bool = True) -> None:
-        """A real tenzro-node; ``dev`` adds ``--dev`` (the faucet), which a light node started with ``extra``
-        role flags leaves out."""
+    def __init__(
+        self,
+        bins: Path,
+        data_dir: Path,
+        port: int,
+        extra: list[str] | None = None,
+        dev: bool = True,
+        follow: NodeProc | None = None,
+    ) -> None:
+        """A real tenzro-node; ``dev`` adds ``--dev`` (its own one-validator chain with the faucet). A node
+        that ``follow``s a --dev node (a light or full node) is a home written by ``tenzro-node init`` from that
+        node's genesis, with that node as its chain peer."""
         self.bins, self.data_dir, self.port, self.extra = bins, data_dir, port, list(extra or [])
-        self.dev = dev
+        self.dev = dev and follow is None
+        self.follow = follow
         self.url = f"http://127.0.0.1:{port}"
         self.proc: subprocess.Popen | None = None
         self.log = open(data_dir.parent / f"node-{port}.log", "ab")  # noqa: SIM115
 
+    def _init_home(self) -> Path:
+        home = self.data_dir / "home"
+        if not (home / "config").exists():
+            peer = Client(self.follow.url).node_info()["chain"]["peer"]
+            genesis = self.follow.data_dir / "chain" / "config" / "genesis.json"
+            p = subprocess.run(
+                [
+                    str(self.bins / "tenzro-node"), "init", "--home", str(home), "--genesis", str(genesis), "--peers", peer,
+                    "--p2p-addr", f"127.0.0.1:{free_port()}", "--rpc-addr", f"127.0.0.1:{free_port()}",
+                ],
+                capture_output=True,
+                text=True,
+                timeout=60,
+            )  # fmt: skip
+            if p.returncode != 0:
+                raise RuntimeError(f"tenzro-node init: {p.stderr}")
+        return home
+
     def start(self) -> None:
+        where = (
+            ["--home", str(self._init_home())]
+            if self.follow
+            else [*(["--dev"] if self.dev else []), "--data-dir", str(self.data_dir)]
+        )
         self.proc = subprocess.Popen(
             [
-                str(self.bins / "tenzro-node"), *(["--dev"] if self.dev else []), "--data-dir", str(self.data_dir),
+                str(self.bins / "tenzro-node"), *where,
                 "--rpc-addr", f"127.0.0.1:{self.port}", "--listen-addr", "/ip4/127.0.0.1/tcp/0",
                 *self.extra,
             ],

@@ -66,7 +66,7 @@ def light_nodes(go_bins, node, tmp_path):
             d,
             free_port(),
             ["--role", "light", "--enclave", "none", "--boot-nodes", boot, "--dataset-stall-timeout", "3s"],
-            dev=False,
+            follow=node,
         )
         n.start()
         out.append(n)

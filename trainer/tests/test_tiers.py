@@ -93,7 +93,8 @@ def test_verified_run_with_reference_trainer(enclave_node, go_bins, tmp_path):
 
 class ViaLight(Client):
     """A trainer's client that reads from and enrols on the syncer's node but asks its light node for the
-    attestation nonces and submits through it (the light node relays both to the syncer over libp2p)."""
+    attestation nonces and submits through it (the light node answers from its own replica of the chain and
+    puts the submission's record on chain; the syncer's node fetches the payload from it by hash)."""
 
     RELAYED = ("tenzro_attest_getNonce", "tenzro_training_submitOuterGradient")
 
@@ -114,11 +115,15 @@ class ViaLight(Client):
 
 
 def test_verified_run_through_a_light_node(enclave_node, go_bins, tmp_path):
-    """Trainer 1 gets its attestation nonces from a light node (which asks the syncer's node over
-    /tenzro/attest-nonce/1.0.0) and submits through it; the syncer accepts its attested submissions."""
+    """Trainer 1 gets its attestation nonces from a light node (deterministic, from its replica of the chain)
+    and submits through it; the syncer re-checks and aggregates its attested submissions."""
     boot = Client(enclave_node.url).node_info()["listen_addrs"][0]
     light = NodeProc(
-        go_bins, tmp_path / "light", free_port(), ["--role", "light", "--enclave", "none", "--boot-nodes", boot]
+        go_bins,
+        tmp_path / "light",
+        free_port(),
+        ["--role", "light", "--enclave", "none", "--boot-nodes", boot],
+        follow=enclave_node,
     )
     light.data_dir.mkdir()
     light.start()
@@ -126,8 +131,7 @@ def test_verified_run_through_a_light_node(enclave_node, go_bins, tmp_path):
         ref = "statsmodels://co2,nile"
         h = data.corpus_hash(data.load_corpus(ref)).hex()
         c, keys, task, _ = post(enclave_node, tmp_path, "Verified", ref, h)
-        # The syncer's refusals reach the trainer through the light node word for word (the light node
-        # itself does not hold the run, so its own answer would be "not found").
+        # A light node answers as the syncer's node does: the same state, the same refusals.
         lc = Client(light.url)
         with pytest.raises(RpcError) as direct:
             c.call("tenzro_attest_getNonce", {"task_id": task, "did": "not-a-did"})

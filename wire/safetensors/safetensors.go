@@ -446,6 +446,21 @@ func byteSize(dtype string, shape []int64) (int64, error) {
 // Encode writes tensors and metadata (nil or empty: no __metadata__) in the
 // canonical form. Tensors may come in any order; names must be unique.
 func Encode(tensors []Tensor, metadata map[string]string) ([]byte, error) {
+	sorted, h, size, err := encodeHeader(tensors, metadata)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]byte, 0, len(h)+int(size))
+	out = append(out, h...)
+	for _, t := range sorted {
+		out = append(out, t.Data...)
+	}
+	return out, nil
+}
+
+// encodeHeader returns the tensors sorted as Encode writes their data, the
+// header (with its length prefix) and the size of the data.
+func encodeHeader(tensors []Tensor, metadata map[string]string) ([]Tensor, []byte, int64, error) {
 	sorted := slices.Clone(tensors)
 	slices.SortFunc(sorted, func(a, b Tensor) int { return cmpString(a.Name, b.Name) })
 	var h bytes.Buffer
@@ -454,7 +469,7 @@ func Encode(tensors []Tensor, metadata map[string]string) ([]byte, error) {
 		keys := make([]string, 0, len(metadata))
 		for k := range metadata {
 			if !utf8.ValidString(k) || !utf8.ValidString(metadata[k]) {
-				return nil, fmt.Errorf("%w: key %q: not valid UTF-8", ErrMetadata, k)
+				return nil, nil, 0, fmt.Errorf("%w: key %q: not valid UTF-8", ErrMetadata, k)
 			}
 			keys = append(keys, k)
 		}
@@ -474,17 +489,17 @@ func Encode(tensors []Tensor, metadata map[string]string) ([]byte, error) {
 	var off int64
 	for i, t := range sorted {
 		if err := checkName(t.Name); err != nil {
-			return nil, err
+			return nil, nil, 0, err
 		}
 		if i > 0 && sorted[i-1].Name == t.Name {
-			return nil, fmt.Errorf("%w: duplicate tensor name %q", ErrEntry, t.Name)
+			return nil, nil, 0, fmt.Errorf("%w: duplicate tensor name %q", ErrEntry, t.Name)
 		}
 		size, err := byteSize(t.Dtype, t.Shape)
 		if err != nil {
-			return nil, fmt.Errorf("%w: tensor %q: %w", ErrEntry, t.Name, err)
+			return nil, nil, 0, fmt.Errorf("%w: tensor %q: %w", ErrEntry, t.Name, err)
 		}
 		if size != int64(len(t.Data)) {
-			return nil, fmt.Errorf("%w: tensor %q: %s %v needs %d bytes, has %d", ErrLayout, t.Name, t.Dtype, t.Shape, size, len(t.Data))
+			return nil, nil, 0, fmt.Errorf("%w: tensor %q: %s %v needs %d bytes, has %d", ErrLayout, t.Name, t.Dtype, t.Shape, size, len(t.Data))
 		}
 		if h.Len() > 1 {
 			h.WriteByte(',')
@@ -503,7 +518,7 @@ func Encode(tensors []Tensor, metadata map[string]string) ([]byte, error) {
 		h.WriteString(strconv.FormatInt(off, 10))
 		h.WriteByte(',')
 		if off+size < off {
-			return nil, fmt.Errorf("%w: total data overflows", ErrLimit)
+			return nil, nil, 0, fmt.Errorf("%w: total data overflows", ErrLimit)
 		}
 		off += size
 		h.WriteString(strconv.FormatInt(off, 10))
@@ -513,13 +528,10 @@ func Encode(tensors []Tensor, metadata map[string]string) ([]byte, error) {
 	for h.Len()%8 != 0 {
 		h.WriteByte(' ')
 	}
-	out := make([]byte, 0, 8+h.Len()+int(off))
+	out := make([]byte, 0, 8+h.Len())
 	out = binary.LittleEndian.AppendUint64(out, uint64(h.Len()))
 	out = append(out, h.Bytes()...)
-	for _, t := range sorted {
-		out = append(out, t.Data...)
-	}
-	return out, nil
+	return sorted, out, off, nil
 }
 
 // writeString writes s as a JSON string: '"' and '\' escaped with a

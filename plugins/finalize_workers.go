@@ -1,0 +1,238 @@
+//go:build linux
+
+package plugins
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"math"
+	"os"
+	"time"
+
+	"github.com/tenzro/train/syncer"
+	"github.com/tenzro/train/wire"
+)
+
+// remoteFinalize runs a finalize on one worker: the worker opens the stored
+// files itself (values with a path) and reads them into its staging memory;
+// values without a path are copied into the arena here. The new weights and
+// momentum come back in the arena's output room, where in.Write reads them
+// before the worker is released.
+func (e *Engine) remoteFinalize(ctx context.Context, in syncer.FinalizeInput, span int64) (syncer.FinalizeOutput, error) {
+	// The modules: the worker is sent those it lacks. A plugin this node
+	// cannot find makes the separate steps the reference for whatever
+	// happens next (they may never need it: a fragment without quorum).
+	var hashes []wire.Hash
+	mods := map[wire.Hash]*plugin{}
+	need := func(ref syncer.RuleRef, kind string) bool {
+		p, err := e.pluginFor(ctx, ref, kind)
+		if err != nil {
+			return false
+		}
+		defer e.release(p)
+		if mods[ref.Hash] == nil {
+			hashes = append(hashes, ref.Hash)
+		}
+		mods[ref.Hash] = p
+		return true
+	}
+	calls := 2
+	for _, v := range in.Verifiers {
+		if v.RoundLevel && len(in.Inputs) > 0 {
+			if !need(v, KindVerify) {
+				return syncer.FinalizeBySteps(ctx, e, in)
+			}
+			calls += len(in.Inputs)
+		}
+	}
+	if !need(in.Rule, KindAggregate) || !need(in.Outer, KindOuter) {
+		return syncer.FinalizeBySteps(ctx, e, in)
+	}
+	n := int64(in.N)
+	fr := &finReq{Rule: in.Rule, Outer: in.Outer, Verifiers: in.Verifiers, Quorum: in.Quorum}
+	// Values without a path go through the arena.
+	type arenaCopy struct {
+		src     *source
+		off, to int64
+	}
+	var copies []arenaCopy
+	var inLen int64
+	place := func(v syncer.Values) workerValues {
+		if v.Path != "" {
+			return workerValues{Path: v.Path, Ranges: coalesce(v.Ranges)}
+		}
+		l := v.Len()
+		copies = append(copies, arenaCopy{src: readerSource(v.R, v.Ranges), off: inLen, to: inLen + l})
+		wv := workerValues{Ranges: []syncer.ByteRange{{Off: inLen, Len: l}}}
+		inLen += (l + 63) &^ 63
+		return wv
+	}
+	for _, v := range in.Inputs {
+		fr.Inputs = append(fr.Inputs, place(v))
+	}
+	fr.Weights = place(in.Weights)
+	if in.Momentum != nil {
+		m := place(*in.Momentum)
+		fr.Momentum = &m
+	}
+	// The output room: each output can start anywhere within a page of its
+	// part.
+	page := int64(pageSize)
+	fr.WeightsRoom = (span + page + 63) &^ 63
+	outLen := fr.WeightsRoom + n*4 + page
+	req := workerReq{Op: "finalize", Dtype: in.Dtype, N: in.N, LR: in.LR, Beta: in.Beta, Nesterov: in.Nesterov, Fin: fr, OutLen: outLen}
+	wall := e.wallFor(ctx)
+	if max := time.Duration(math.MaxInt64) / time.Duration(calls); wall < max {
+		wall *= time.Duration(calls)
+	} else {
+		wall = math.MaxInt64
+	}
+	out := syncer.FinalizeOutput{}
+	pc := &poolCall{
+		req:    req,
+		hashes: hashes,
+		module: func(h wire.Hash) ([]byte, error) { return e.moduleBytes(ctx, mods[h]) },
+		inLen:  inLen,
+		wall:   wall,
+		fill: func(dst []byte) error {
+			jobs := make([]copyJob, len(copies))
+			for i, c := range copies {
+				jobs[i] = copyJob{dst: dst[c.off:c.to], src: c.src}
+			}
+			return runCopies(jobs)
+		},
+		consume: func(resp *workerResp, arena []byte) error {
+			fin := resp.Fin
+			if fin == nil || len(fin.Rejected) != len(in.Inputs) || len(fin.Selected) != len(in.Inputs) {
+				return fmt.Errorf("plugins: worker finalize answered for another call")
+			}
+			out = syncer.FinalizeOutput{Status: fin.Status, Reason: fin.Reason, Rejected: fin.Rejected, Selected: fin.Selected,
+				Kept: fin.Kept, AggregateHash: fin.AggregateHash, Fuel: resp.Fuel}
+			if fin.Status != wire.FragAggregated {
+				return nil
+			}
+			room := resp.outOff
+			if fin.WeightsOff < room || fin.WeightsOff+span > room+fr.WeightsRoom ||
+				fin.MomentumOff < room+fr.WeightsRoom || fin.MomentumOff+n*4 > room+outLen {
+				return fmt.Errorf("plugins: worker finalize put its outputs outside their room")
+			}
+			w := arena[fin.WeightsOff : fin.WeightsOff+span : fin.WeightsOff+span]
+			m := arena[fin.MomentumOff : fin.MomentumOff+n*4 : fin.MomentumOff+n*4]
+			if in.Write != nil {
+				return in.Write(w, m)
+			}
+			out.Weights, out.Momentum = append([]byte(nil), w...), append([]byte(nil), m...)
+			return nil
+		},
+	}
+	resp, _, err := e.pool.call(ctx, pc)
+	if err != nil {
+		return out, err
+	}
+	if resp.Failure != nil {
+		return out, resp.Failure // a round verifier's failure: not recorded
+	}
+	if resp.Err != "" {
+		return out, fmt.Errorf("%s", resp.Err)
+	}
+	return out, nil
+}
+
+// coalesce merges adjacent ranges (a payload's tensors stored in the
+// fragment's order are one range).
+func coalesce(rs []syncer.ByteRange) []syncer.ByteRange {
+	var out []syncer.ByteRange
+	for _, r := range rs {
+		if l := len(out) - 1; l >= 0 && out[l].Off+out[l].Len == r.Off {
+			out[l].Len += r.Len
+			continue
+		}
+		out = append(out, r)
+	}
+	return out
+}
+
+// serveFinalize runs a finalize in a worker over the arena mapping mem.
+func serveFinalize(ctx context.Context, e *Engine, req *workerReq, mem []byte, arena *stage) (*finResp, uint64, error) {
+	fr := req.Fin
+	if fr == nil || arena == nil {
+		return nil, 0, fmt.Errorf("finalize without a plan or an arena")
+	}
+	n := int64(req.N)
+	es := int64(req.Dtype.Size())
+	if es == 0 || n <= 0 || n > math.MaxInt32 {
+		return nil, 0, fmt.Errorf("finalize: dtype %q, N=%d", req.Dtype, req.N)
+	}
+	span := n * es
+	if req.InOff < 0 || req.OutOff < req.InOff || req.OutLen < 0 || req.OutOff+req.OutLen > int64(len(mem)) ||
+		fr.WeightsRoom < span+int64(pageSize) || req.OutLen < fr.WeightsRoom+n*4+int64(pageSize) {
+		return nil, 0, fmt.Errorf("finalize: arena layout out of bounds")
+	}
+	inputs := bytes.NewReader(mem[req.InOff:req.OutOff])
+	var files []*os.File
+	defer func() {
+		for _, f := range files {
+			_ = f.Close()
+		}
+	}()
+	open := func(v workerValues) (*source, error) {
+		if v.Path == "" {
+			return readerSource(inputs, v.Ranges), nil
+		}
+		f, err := os.Open(v.Path)
+		if err != nil {
+			return nil, err
+		}
+		files = append(files, f)
+		return readerSource(f, v.Ranges), nil
+	}
+	in := syncer.FinalizeInput{Rule: fr.Rule, Outer: fr.Outer, Verifiers: fr.Verifiers, Dtype: req.Dtype, N: req.N, Quorum: fr.Quorum,
+		LR: req.LR, Beta: req.Beta, Nesterov: req.Nesterov}
+	srcs := make([]*source, len(fr.Inputs))
+	for i, v := range fr.Inputs {
+		s, err := open(v)
+		if err != nil {
+			return nil, 0, err
+		}
+		if s.size != span {
+			return nil, 0, fmt.Errorf("finalize: input %d spans %d bytes, want %d", i, s.size, span)
+		}
+		srcs[i] = s
+	}
+	w, err := open(fr.Weights)
+	if err != nil {
+		return nil, 0, err
+	}
+	if w.size != span {
+		return nil, 0, fmt.Errorf("finalize: weights span %d bytes, want %d", w.size, span)
+	}
+	var m *source
+	if fr.Momentum != nil {
+		if m, err = open(*fr.Momentum); err != nil {
+			return nil, 0, err
+		}
+		if m.size != n*4 {
+			return nil, 0, fmt.Errorf("finalize: momentum spans %d bytes, want %d", m.size, n*4)
+		}
+	}
+	f := e.newFeeder()
+	defer f.release()
+	wOut := roomDest(arena, req.OutOff, fr.WeightsRoom, span)
+	mOut := roomDest(arena, req.OutOff+fr.WeightsRoom, req.OutLen-fr.WeightsRoom, n*4)
+	res, err := e.finalizeLocal(ctx, in, srcs, w, m, wOut, mOut, f)
+	if err != nil {
+		return nil, res.Fuel, err
+	}
+	resp := &finResp{Status: res.Status, Reason: res.Reason, Rejected: res.Rejected, Selected: res.Selected, Kept: res.Kept,
+		AggregateHash: res.AggregateHash}
+	if res.Status == wire.FragAggregated {
+		wOut.bytes()
+		mOut.bytes()
+		if wOut.out.st == nil || mOut.out.st == nil {
+			return nil, res.Fuel, fmt.Errorf("finalize: outputs not in the arena")
+		}
+		resp.WeightsOff, resp.MomentumOff = wOut.out.off, mOut.out.off
+	}
+	return resp, res.Fuel, nil
+}

@@ -1,0 +1,557 @@
+package syncer
+
+import (
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/big"
+	"strings"
+
+	"github.com/tenzro/train/wire"
+	"github.com/tenzro/train/wire/did"
+)
+
+// Block is the context a transition runs in: the height, the block time in
+// Unix milliseconds and the block's hash. It is all the machine knows of the
+// world: no wall clock ever enters a transition.
+type Block struct {
+	Height int64
+	TimeMs int64
+	Hash   []byte
+}
+
+// MachineConfig configures a Machine. Every validator of a network must
+// run the same configuration (it is part of the binary, not of a node's
+// flags).
+type MachineConfig struct {
+	// Builtins maps the module hashes of the built-in plugins (and of the
+	// native engine's implementations) to their rule names: a posting's rule
+	// references must name one of these or a plugin published on chain.
+	Builtins map[wire.Hash]string
+	Logger   *slog.Logger
+}
+
+// Machine is the run state machine's deterministic transitions (post →
+// elect → enrol → submission records → fragment commits → round close →
+// seal, plus the ledger, syncer candidates, plugin records, cancellation,
+// expiry and fees) over a KV and a Block. It is the one place for
+// admission and settlement rules: it never reads a wall clock, never runs
+// a plugin, never sees payload bytes, never iterates a map into state and
+// never uses floats. Each Apply and each run's timers in BeginBlock are
+// all or nothing on their KV.
+type Machine struct {
+	builtins map[wire.Hash]string
+	log      *slog.Logger
+}
+
+// NewMachine returns a machine.
+func NewMachine(cfg MachineConfig) *Machine {
+	m := &Machine{builtins: map[wire.Hash]string{}, log: cfg.Logger}
+	for h, n := range cfg.Builtins {
+		m.builtins[h] = n
+	}
+	if m.log == nil {
+		m.log = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	return m
+}
+
+// Params are the chain's economic parameters, fixed at genesis (KSMeta
+// "params").
+type Params struct {
+	// PostingFee and PublishFee are burned per posting and per plugin
+	// publication (attoTNZO, decimal).
+	PostingFee string `json:"posting_fee"`
+	PublishFee string `json:"publish_fee"`
+	// UnbondingDelayMs is how long a withdrawn syncer stake stays locked.
+	UnbondingDelayMs int64 `json:"unbonding_delay_ms"`
+	// Faucet mints on request (the --dev chain only).
+	Faucet bool `json:"faucet"`
+}
+
+// DefaultParams are the parameters of a genesis that sets none.
+func DefaultParams() Params {
+	return Params{PostingFee: DefaultPostingFee.String(), PublishFee: DefaultPublishFee.String(),
+		UnbondingDelayMs: DefaultUnbondingDelay.Milliseconds()}
+}
+
+// Genesis is the application's part of a genesis file (app_state).
+type Genesis struct {
+	// Accounts are the genesis allocations: the only way funds exist on a
+	// chain without a faucet.
+	Accounts []GenesisAccount `json:"accounts"`
+	// Candidates are syncer candidates registered at genesis, their stake
+	// minted into their syncer-stake accounts.
+	Candidates []GenesisAccount `json:"candidates,omitempty"`
+	// Faucet enables tenzro_ledger_faucet (the --dev chain).
+	Faucet bool `json:"faucet,omitempty"`
+	// Params overrides the default fees and unbonding delay.
+	Params *GenesisParams `json:"params,omitempty"`
+}
+
+// GenesisParams are a genesis's optional parameters.
+type GenesisParams struct {
+	PostingFee       string `json:"posting_fee,omitempty"`
+	PublishFee       string `json:"publish_fee,omitempty"`
+	UnbondingDelayMs int64  `json:"unbonding_delay_ms,omitempty"`
+}
+
+// GenesisAccount is one allocation (or candidate stake): Balance attoTNZO
+// to DID.
+type GenesisAccount struct {
+	DID     string `json:"did"`
+	Balance string `json:"balance"`
+}
+
+// MaxGenesisAccounts bounds a genesis's allocations and candidates.
+const MaxGenesisAccounts = 100000
+
+// ParseGenesis decodes app_state strictly: known members only, no
+// duplicate members, valid DIDs and amounts, no DID allocated twice or a
+// candidate twice. Empty input is the empty genesis.
+func ParseGenesis(b []byte) (*Genesis, error) {
+	g := &Genesis{}
+	if len(strings.TrimSpace(string(b))) == 0 {
+		return g, nil
+	}
+	dec := json.NewDecoder(strings.NewReader(string(b)))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(g); err != nil {
+		return nil, fmt.Errorf("genesis app_state: %w", err)
+	}
+	if dec.More() {
+		return nil, errors.New("genesis app_state: trailing data after the JSON object")
+	}
+	if err := wire.CheckStrictJSON(b, wire.StrictJSONOptions{}); err != nil {
+		return nil, fmt.Errorf("genesis app_state: %w", err)
+	}
+	if len(g.Accounts) > MaxGenesisAccounts || len(g.Candidates) > MaxGenesisAccounts {
+		return nil, fmt.Errorf("genesis app_state: %d accounts and %d candidates, limit %d each", len(g.Accounts), len(g.Candidates), MaxGenesisAccounts)
+	}
+	for _, list := range []struct {
+		name string
+		v    []GenesisAccount
+	}{{"accounts", g.Accounts}, {"candidates", g.Candidates}} {
+		seen := map[string]bool{}
+		for i, acc := range list.v {
+			if _, err := did.Parse(acc.DID); err != nil {
+				return nil, fmt.Errorf("genesis app_state: %s[%d].did: %v", list.name, i, err)
+			}
+			amt, err := wire.ParseAmount(acc.Balance)
+			if err != nil {
+				return nil, fmt.Errorf("genesis app_state: %s[%d].balance: %w", list.name, i, err)
+			}
+			if list.name == "candidates" && amt.Sign() == 0 {
+				return nil, fmt.Errorf("genesis app_state: candidates[%d]: stake must be positive", i)
+			}
+			if seen[acc.DID] {
+				return nil, fmt.Errorf("genesis app_state: %s lists %s twice", list.name, acc.DID)
+			}
+			seen[acc.DID] = true
+		}
+	}
+	if p := g.Params; p != nil {
+		for name, v := range map[string]string{"posting_fee": p.PostingFee, "publish_fee": p.PublishFee} {
+			if v == "" {
+				continue
+			}
+			if _, err := wire.ParseAmount(v); err != nil {
+				return nil, fmt.Errorf("genesis app_state: params.%s: %w", name, err)
+			}
+		}
+		if p.UnbondingDelayMs < 0 {
+			return nil, fmt.Errorf("genesis app_state: params.unbonding_delay_ms %d", p.UnbondingDelayMs)
+		}
+	}
+	return g, nil
+}
+
+// InitGenesis writes the genesis state: the parameters, then each
+// allocation minted from the issuer account in the order listed, then each
+// candidate's stake, so the sum of every balance stays 0.
+func (m *Machine) InitGenesis(ctx context.Context, kv KV, blk Block, g *Genesis) error {
+	x := m.begin(ctx, kv, blk)
+	p := DefaultParams()
+	if gp := g.Params; gp != nil {
+		if gp.PostingFee != "" {
+			p.PostingFee = gp.PostingFee
+		}
+		if gp.PublishFee != "" {
+			p.PublishFee = gp.PublishFee
+		}
+		if gp.UnbondingDelayMs > 0 {
+			p.UnbondingDelayMs = gp.UnbondingDelayMs
+		}
+	}
+	p.Faucet = g.Faucet
+	if err := x.putJSON(KSMeta, keyParams, p); err != nil {
+		return err
+	}
+	for _, acc := range g.Accounts {
+		amt, err := wire.ParseAmount(acc.Balance)
+		if err != nil {
+			return err
+		}
+		if err := x.lt.transfer(acctIssuer, acctDID(acc.DID), amt, "genesis allocation"); err != nil {
+			return fmt.Errorf("genesis allocation to %s: %w", acc.DID, err)
+		}
+	}
+	for _, c := range g.Candidates {
+		amt, err := wire.ParseAmount(c.Balance)
+		if err != nil {
+			return err
+		}
+		if err := x.lt.transfer(acctIssuer, acctSyncerStake(c.DID), amt, "genesis syncer candidacy"); err != nil {
+			return err
+		}
+		if err := x.putJSON(KSMeta, candKey(c.DID), wire.SyncerCandidate{DID: c.DID, Stake: amt.String()}); err != nil {
+			return err
+		}
+	}
+	return x.finish()
+}
+
+// mtx is one transition in progress: its writes go to an overlay that
+// reaches the caller's KV only at finish.
+type mtx struct {
+	m   *Machine
+	ctx context.Context
+	kv  *Overlay
+	blk Block
+	lt  *ledgerTx
+	p   *Params
+}
+
+func (m *Machine) begin(ctx context.Context, kv KV, blk Block) *mtx {
+	o := NewOverlay(kv)
+	return &mtx{m: m, ctx: ctx, kv: o, blk: blk, lt: newLedgerTx(ctx, o)}
+}
+
+// finish stages the ledger's entries and writes everything to the caller's KV.
+func (x *mtx) finish() error {
+	var b Batch
+	if err := x.lt.flush(&b); err != nil {
+		return err
+	}
+	if err := x.kv.Commit(x.ctx, &b); err != nil {
+		return err
+	}
+	return x.kv.Flush(x.ctx)
+}
+
+func (x *mtx) set(ks Keyspace, key, val []byte) {
+	var b Batch
+	b.Set(ks, key, val)
+	_ = x.kv.Commit(x.ctx, &b) // an overlay buffers; it cannot fail
+}
+
+func (x *mtx) del(ks Keyspace, key []byte) {
+	var b Batch
+	b.Delete(ks, key)
+	_ = x.kv.Commit(x.ctx, &b)
+}
+
+func (x *mtx) putJSON(ks Keyspace, key []byte, v any) error {
+	raw, err := json.Marshal(v)
+	if err != nil {
+		return fmt.Errorf("encode %s/%q: %w", ks, key, err)
+	}
+	x.set(ks, key, raw)
+	return nil
+}
+
+func (x *mtx) putRun(r *runState) error { return x.putJSON(KSRuns, runKey(r.spec.TaskID), r) }
+
+func (x *mtx) getJSON(ks Keyspace, key []byte, v any) (bool, error) {
+	raw, err := x.kv.Get(x.ctx, ks, key)
+	if errors.Is(err, ErrNotFound) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	if err := json.Unmarshal(raw, v); err != nil {
+		return true, fmt.Errorf("state %s/%q is corrupt: %w", ks, key, err)
+	}
+	return true, nil
+}
+
+// params reads the chain's parameters (defaults when genesis wrote none).
+func (x *mtx) params() (*Params, error) {
+	if x.p != nil {
+		return x.p, nil
+	}
+	p := DefaultParams()
+	if _, err := x.getJSON(KSMeta, keyParams, &p); err != nil {
+		return nil, err
+	}
+	x.p = &p
+	return x.p, nil
+}
+
+func (x *mtx) fee(which string) (*big.Int, error) {
+	p, err := x.params()
+	if err != nil {
+		return nil, err
+	}
+	v := p.PostingFee
+	if which == "publish" {
+		v = p.PublishFee
+	}
+	return wire.ParseAmount(v)
+}
+
+// verifySig checks a signature by signer's DID key.
+func verifySig(signer string, pre, sig []byte) error {
+	if err := did.Verify(signer, pre, sig); err != nil {
+		if errors.Is(err, did.ErrBadSignature) {
+			return Errf(KindUnauthorized, "bad signature: does not verify against %s", signer)
+		}
+		return Errf(KindUnauthorized, "signer: %v", err)
+	}
+	return nil
+}
+
+// ErrStaleNonce marks the nonce refusal (the chain reports it with its own
+// result code).
+var ErrStaleNonce = errors.New("stale nonce")
+
+// nonceError is a KindUnauthorized refusal that also matches ErrStaleNonce.
+type nonceError struct{ e *Error }
+
+func (e nonceError) Error() string   { return e.e.Msg }
+func (e nonceError) Unwrap() []error { return []error{e.e, ErrStaleNonce} }
+
+// checkSigned verifies a signed request's signature and that its nonce is
+// above the signer's last one, and records the nonce.
+func (x *mtx) checkSigned(signer string, nonce uint64, sig []byte, pre []byte) error {
+	if err := verifySig(signer, pre, sig); err != nil {
+		return err
+	}
+	last, seen, err := LastNonce(x.ctx, x.kv, signer)
+	if err != nil {
+		return err
+	}
+	if seen && nonce <= last {
+		return nonceError{e: &Error{Kind: KindUnauthorized, Msg: fmt.Sprintf(
+			"nonce %d is not above the last one used by %s (%d): replayed or reordered request", nonce, signer, last)}}
+	}
+	x.set(KSLedger, nonceKey(signer), u64Bytes(nonce))
+	return nil
+}
+
+// LastNonce is the last nonce the chain accepted from d (0, false when none).
+func LastNonce(ctx context.Context, kv KV, d string) (uint64, bool, error) {
+	raw, err := kv.Get(ctx, KSLedger, nonceKey(d))
+	if errors.Is(err, ErrNotFound) {
+		return 0, false, nil
+	}
+	if err != nil || len(raw) != 8 {
+		return 0, false, fmt.Errorf("nonce of %s: %v (%d bytes)", d, err, len(raw))
+	}
+	return binary.BigEndian.Uint64(raw), true, nil
+}
+
+// Apply runs one transaction at blk, all or nothing on kv, and returns its
+// result (JSON) or a refusal (*Error; anything else is an internal fault).
+func (m *Machine) Apply(ctx context.Context, kv KV, blk Block, tx *wire.Tx) ([]byte, error) {
+	x := m.begin(ctx, kv, blk)
+	var out any
+	var err error
+	switch tx.Type {
+	case wire.TxTransfer:
+		out, err = x.transfer(tx.Transfer)
+	case wire.TxFaucet:
+		out, err = x.faucet(tx.Faucet)
+	case wire.TxRegisterCandidate:
+		out, err = x.registerCandidate(tx.RegisterCandidate)
+	case wire.TxUnbond:
+		out, err = x.unbond(tx.Unbond)
+	case wire.TxPublishPlugin:
+		out, err = x.publishPlugin(tx.PublishPlugin)
+	case wire.TxPostTask:
+		out, err = x.postTask(tx.PostTask)
+	case wire.TxSetInitWeights:
+		out, err = x.setInitWeights(tx.SetInitWeights)
+	case wire.TxCancelRun:
+		out, err = x.cancelRun(tx.CancelRun)
+	case wire.TxElectionProof:
+		out, err = x.electionProof(tx.ElectionProof)
+	case wire.TxEnroll:
+		out, err = x.enroll(tx.Enroll)
+	case wire.TxLeave:
+		out, err = x.leave(tx.Leave)
+	case wire.TxSubmission:
+		out, err = x.submission(tx.Submission)
+	case wire.TxCommitFragment:
+		out, err = x.commitFragment(tx.CommitFragment)
+	case wire.TxSignReceipt:
+		out, err = x.signReceipt(tx.SignReceipt)
+	default:
+		err = Errf(KindInvalid, "unknown transaction type %q", tx.Type)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if err := x.finish(); err != nil {
+		return nil, fmt.Errorf("apply %s: %w", tx.Type, err)
+	}
+	raw, err := json.Marshal(out)
+	if err != nil {
+		return nil, fmt.Errorf("encode the result of %s: %w", tx.Type, err)
+	}
+	return raw, nil
+}
+
+// Check does a transaction's cheap checks against kv (the committed
+// state): its signature and nonce, and for the faucet whether there is one.
+// It writes nothing. State rules wait for Apply.
+func (m *Machine) Check(ctx context.Context, kv KV, tx *wire.Tx) error {
+	x := m.begin(ctx, ReadOnly(kv), Block{})
+	switch tx.Type {
+	case wire.TxTransfer:
+		p := tx.Transfer
+		return x.checkSigned(p.From, p.Nonce, p.Signature, p.Preimage())
+	case wire.TxFaucet:
+		p, err := x.params()
+		if err != nil {
+			return err
+		}
+		if !p.Faucet {
+			return Errf(KindDisabled, noFaucet)
+		}
+	case wire.TxRegisterCandidate:
+		p := tx.RegisterCandidate
+		return x.checkSigned(p.DID, p.Nonce, p.Signature, p.Preimage())
+	case wire.TxUnbond:
+		p := tx.Unbond
+		return x.checkSigned(p.DID, p.Nonce, p.Signature, p.Preimage())
+	case wire.TxPublishPlugin:
+		p := tx.PublishPlugin
+		return x.checkSigned(p.DID, p.Nonce, p.Signature, p.Preimage())
+	case wire.TxPostTask:
+		spec, canon, err := wire.ParseSpec(tx.PostTask.Spec)
+		if err != nil {
+			return Errf(KindInvalid, "%v", err)
+		}
+		req := wire.PostTaskParams{Signed: tx.PostTask.Signed}
+		return x.checkSigned(spec.SponsorDID, req.Nonce, req.Signature, req.Preimage(spec.SponsorDID, wire.SpecHash(canon), tx.PostTask.InitWeightsHash))
+	case wire.TxElectionProof:
+		p := tx.ElectionProof
+		return x.checkSigned(p.DID, p.Nonce, p.Signature, p.Preimage())
+	case wire.TxEnroll:
+		p := tx.Enroll
+		return x.checkSigned(p.TrainerDID, p.Nonce, p.Signature, p.Preimage())
+	case wire.TxLeave:
+		p := tx.Leave
+		return x.checkSigned(p.TrainerDID, p.Nonce, p.Signature, p.Preimage())
+	case wire.TxSubmission:
+		s := tx.Submission
+		return verifySig(s.TrainerDID, s.Preimage(), s.Signature)
+	case wire.TxCommitFragment:
+		p := tx.CommitFragment
+		c, err := CommitJCS(&p.Commit)
+		if err != nil {
+			return Errf(KindInvalid, "commit: %v", err)
+		}
+		return x.checkSigned(p.SyncerDID, p.Nonce, p.Signature, p.Preimage(c))
+	case wire.TxSignReceipt, wire.TxSetInitWeights, wire.TxCancelRun:
+		// Their signer is found in state (the run's sponsor or syncer).
+	}
+	return nil
+}
+
+// BeginBlock runs the timers at blk: unstarted runs expire after their
+// enrolment window, the round deadline closes the fragments that have fewer
+// than K records (no quorum) and so maybe the round, and unbonded syncer
+// stakes whose delay has passed are released. Grace windows need no timer:
+// they are evaluated when transactions arrive. Each run's timers are all or
+// nothing; a run that cannot be read is logged and skipped (every validator
+// skips it alike).
+func (m *Machine) BeginBlock(ctx context.Context, kv KV, blk Block) error {
+	var tasks []string
+	err := kv.Scan(ctx, KSMeta, []byte("active/"), func(k, _ []byte) error {
+		tasks = append(tasks, strings.TrimPrefix(string(k), "active/"))
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("timers: %w", err)
+	}
+	for _, task := range tasks {
+		x := m.begin(ctx, kv, blk)
+		changed, err := x.timers(task)
+		if err == nil && changed {
+			err = x.finish()
+		}
+		if err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			m.log.Error("timers of a run failed; skipped at this block", "task", task, "height", blk.Height, "err", err)
+		}
+	}
+	x := m.begin(ctx, kv, blk)
+	if n, err := x.releaseUnbonded(); err != nil {
+		return fmt.Errorf("unbonding: %w", err)
+	} else if n > 0 {
+		return x.finish()
+	}
+	return nil
+}
+
+// timers applies the clock to one run; changed says whether it wrote.
+func (x *mtx) timers(task string) (bool, error) {
+	r, err := loadRun(x.ctx, x.kv, task)
+	if err != nil {
+		return false, err
+	}
+	now := x.blk.TimeMs
+	switch r.Status {
+	case wire.StatusAwaiting:
+		if now < r.PostedMs+r.spec.EnrollWindow() {
+			return false, nil
+		}
+		if _, err := x.endUnstarted(r, CancelExpired); err != nil {
+			return false, err
+		}
+		x.m.log.Info("run expired before it started", "task", task)
+		return true, nil
+	case wire.StatusRunning:
+		if now < r.RoundMs+r.spec.RoundDeadline() {
+			return false, nil
+		}
+		changed := false
+		for i, fs := range r.Fragments {
+			if fs.Closed || len(fs.Records) >= r.spec.Quorum {
+				continue
+			}
+			fc := baseCommit(r, i)
+			// The chain closes it; the commit names the syncer whose turn it
+			// was (a receipt lists every committer with its election entry).
+			who, k := r.syncerAt(now)
+			fc.Syncer, fc.Ticket = who, uint64(k)
+			fc.Status = wire.FragNoQuorum
+			fc.Reason = fmt.Sprintf("round deadline passed with %d of K=%d submissions accepted", len(fs.Records), r.spec.Quorum)
+			fc.Inputs = recordInputs(fs.Records)
+			if err := x.closeFragment(r, i, fc); err != nil {
+				return false, err
+			}
+			changed = true
+		}
+		if !changed {
+			return false, nil
+		}
+		if err := x.maybeCloseRound(r); err != nil {
+			return false, err
+		}
+		return true, x.putRun(r)
+	default:
+		// Not active any more: drop it from the index.
+		x.del(KSMeta, activeKey(task))
+		return true, nil
+	}
+}

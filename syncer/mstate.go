@@ -1,0 +1,383 @@
+package syncer
+
+import (
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sort"
+
+	"github.com/tenzro/train/wire"
+)
+
+// The machine's replicated state (docs/protocol/chain.md §2). Everything
+// here is written by Machine transitions only; node-local data (payloads,
+// weights, evidence bytes, plugin modules, dataset keys) lives elsewhere.
+
+// runState is one run on chain (KSRuns, key = task id). JSON with fixed field
+// order; no floats.
+type runState struct {
+	Spec     json.RawMessage `json:"spec"` // canonical JSON as posted
+	SpecHash wire.Hash       `json:"spec_hash"`
+	Status   string          `json:"status"`
+	Round    uint64          `json:"round"`
+	// RoundMs is the block time at which the current round started (before
+	// the start: the posting's block time).
+	RoundMs int64 `json:"round_started_ms"`
+	// RoundAnchor is the hash of the block in which the current round
+	// started (before the start: the posting's block); attestation nonces
+	// of the round derive from it (PROTOCOL §8).
+	RoundAnchor  wire.HexBytes `json:"round_anchor"`
+	PostedMs     int64         `json:"posted_ms"`
+	PostedHeight int64         `json:"posted_height"`
+	// Syncer is the elected syncer (ticket 0); Succession every entrant in
+	// ticket order (the winner first).
+	Syncer     string          `json:"syncer"`
+	Election   *wire.Election  `json:"election,omitempty"`
+	Succession []string        `json:"succession,omitempty"`
+	Trainers   []*trainerState `json:"trainers"` // sorted by DID
+	Fragments  []*fragState    `json:"fragments"`
+	HasInit    bool            `json:"has_init"`
+	InitModel  wire.Hash       `json:"init_model"`
+	InitFile   wire.Hash       `json:"init_file"`
+	// RoundModel is the model hash at the start of the current round (what
+	// Verified-tier evidence binds).
+	RoundModel wire.Hash   `json:"round_model"`
+	Rule       RuleRef     `json:"rule"`
+	Verifiers  []RuleRef   `json:"verifiers"`
+	Outer      RuleRef     `json:"outer"`
+	Codec      *RuleRef    `json:"codec,omitempty"`
+	Plugins    []wire.Hash `json:"plugins"`
+	Roots      []wire.Hash `json:"round_roots"` // round commit hashes
+	// Membership and evidence changes of the current round, recorded in its commit.
+	Joined        []string    `json:"joined"`
+	Left          []string    `json:"left"`
+	Equivocations []wire.Hash `json:"equivocations"`
+	Attestations  []wire.Hash `json:"attestations"`
+	CancelReason  string      `json:"cancel_reason,omitempty"`
+	// LastSyncer committed the run's latest fragment commit.
+	LastSyncer string `json:"last_syncer,omitempty"`
+	// Seal: settled, run root in the run log; Signed once signReceipt landed.
+	Seal *sealState `json:"seal,omitempty"`
+
+	spec *wire.TaskSpec
+}
+
+// sealState is what sealing decided.
+type sealState struct {
+	FinalModel    wire.Hash     `json:"final_model"`
+	RunRoot       wire.Hash     `json:"run_root"`
+	TimeMs        int64         `json:"time_ms"`
+	Height        int64         `json:"height"`
+	RunLogIndex   uint64        `json:"run_log_index"`
+	Payouts       []wire.Payout `json:"payouts"`
+	SponsorRefund string        `json:"sponsor_refund"`
+	Signed        bool          `json:"signed"`
+	SignedBy      string        `json:"signed_by,omitempty"`
+}
+
+type trainerState struct {
+	DID          string `json:"did"`
+	Status       string `json:"status"`
+	Stake        string `json:"stake"`
+	Slashed      string `json:"slashed"`
+	Shards       []int  `json:"shards"`
+	JoinedRound  uint64 `json:"joined_round"`
+	ConsecMissed uint64 `json:"consecutive_missed"`
+	Submitted    uint64 `json:"submitted"`
+	Accepted     uint64 `json:"accepted"`
+	MissedRounds uint64 `json:"missed_rounds"`
+	// Weight is Σ fragment sizes of accepted inputs (payout weight).
+	Weight string `json:"weight"`
+	Reward string `json:"reward"`
+	// RoundAccepted counts this round's accepted inputs.
+	RoundAccepted int `json:"round_accepted"`
+}
+
+// fragLayout is a fragment's tensors (in the fragment's order), element
+// type and value count.
+type fragLayout struct {
+	Tensors []wire.TensorInfo `json:"tensors"`
+	Dtype   Dtype             `json:"dtype"`
+	N       int64             `json:"n"`
+}
+
+type fragState struct {
+	fragLayout
+	WeightsHash  wire.Hash `json:"weights_hash"`
+	MomentumHash wire.Hash `json:"momentum_hash"` // zero before the first outer step
+	// Current round: the records in arrival order, when the K-th arrived
+	// (block time), whether the fragment is closed and its commit.
+	Records []recRef             `json:"records"`
+	KthMs   int64                `json:"kth_ms"`
+	Closed  bool                 `json:"closed"`
+	Commit  *wire.FragmentCommit `json:"commit,omitempty"`
+}
+
+type recRef struct {
+	DID         string    `json:"did"`
+	PayloadHash wire.Hash `json:"payload_hash"`
+}
+
+// Record is the chain's record of one submission (KSTranscript,
+// recordKey): the signed submission without its payload, where it landed
+// and where the bytes are.
+type Record struct {
+	wire.SubmissionTx
+	Height int64 `json:"height"`
+	TimeMs int64 `json:"time_ms"`
+}
+
+// Claim is an equivocation claim: a second record from one trainer for one
+// round and fragment with another payload hash (KSEvidence, claimKey). The
+// fragment's syncer gives the verdict in its commit.
+type Claim struct {
+	Digest wire.Hash `json:"digest"`
+	First  Record    `json:"first"`
+	Second Record    `json:"second"`
+}
+
+// PluginRecord is a published plugin on chain (KSMeta, pluginKey).
+type PluginRecord struct {
+	Hash      wire.Hash `json:"hash"`
+	Publisher string    `json:"publisher"`
+	Size      uint64    `json:"size"`
+	Height    int64     `json:"height"`
+}
+
+func recordPrefix(task string, round uint64, f int) []byte {
+	k := binary.BigEndian.AppendUint64([]byte("s/"+task+"/"), round)
+	return binary.BigEndian.AppendUint32(k, uint32(f))
+}
+func recordKey(task string, round uint64, f int, d string) []byte {
+	return append(recordPrefix(task, round, f), d...)
+}
+func claimPrefix(task string, round uint64, f int) []byte {
+	k := binary.BigEndian.AppendUint64([]byte("claim/"+task+"/"), round)
+	return binary.BigEndian.AppendUint32(k, uint32(f))
+}
+func claimKey(task string, round uint64, f int, d string) []byte {
+	return append(claimPrefix(task, round, f), d...)
+}
+func activeKey(task string) []byte { return []byte("active/" + task) }
+
+// unsignedKey indexes sealed runs whose receipt awaits its signature.
+func unsignedKey(task string) []byte { return []byte("unsigned/" + task) }
+func unbondKey(releaseMs int64, d string) []byte {
+	return []byte(fmt.Sprintf("unbond/%020d/%s", releaseMs, d))
+}
+func pluginKey(h wire.Hash) []byte { return []byte("plugin/" + h.String()) }
+
+var (
+	keyParams    = []byte("params")
+	keyRunLogN   = []byte("runlog/size")
+	runLogPrefix = []byte("runlog/leaf/")
+)
+
+func runLogKey(i uint64) []byte { return []byte(fmt.Sprintf("runlog/leaf/%020d", i)) }
+
+// loadRun reads a run.
+func loadRun(ctx context.Context, kv KV, task string) (*runState, error) {
+	if task == "" {
+		return nil, Errf(KindInvalid, "task_id is empty")
+	}
+	if len(task) > wire.MaxTaskIDLen {
+		return nil, Errf(KindInvalid, "task_id longer than %d bytes", wire.MaxTaskIDLen)
+	}
+	raw, err := kv.Get(ctx, KSRuns, runKey(task))
+	if errors.Is(err, ErrNotFound) {
+		return nil, Errf(KindNotFound, "no run with task_id %q", task)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("load run %s: %w", task, err)
+	}
+	return decodeRun(task, raw)
+}
+
+func decodeRun(task string, raw []byte) (*runState, error) {
+	var r runState
+	if err := json.Unmarshal(raw, &r); err != nil {
+		return nil, fmt.Errorf("load run %s: corrupt state: %w", task, err)
+	}
+	spec, _, err := wire.ParseSpec(r.Spec)
+	if err != nil {
+		return nil, fmt.Errorf("load run %s: %w", task, err)
+	}
+	r.spec = spec
+	return &r, nil
+}
+
+func (r *runState) trainer(did string) *trainerState {
+	i := sort.Search(len(r.Trainers), func(i int) bool { return r.Trainers[i].DID >= did })
+	if i < len(r.Trainers) && r.Trainers[i].DID == did {
+		return r.Trainers[i]
+	}
+	return nil
+}
+
+func (r *runState) addTrainer(t *trainerState) {
+	r.Trainers = append(r.Trainers, t)
+	sort.Slice(r.Trainers, func(i, j int) bool { return r.Trainers[i].DID < r.Trainers[j].DID })
+}
+
+func (r *runState) count(statuses ...string) int {
+	n := 0
+	for _, t := range r.Trainers {
+		for _, s := range statuses {
+			if t.Status == s {
+				n++
+			}
+		}
+	}
+	return n
+}
+
+func (r *runState) countActive() int { return r.count(wire.TrainerActive, wire.TrainerJoining) }
+
+// assignShards deals data shards to active trainers in DID order: shard s
+// goes to active trainer s mod n (PROTOCOL §5).
+func (r *runState) assignShards() {
+	var active []*trainerState
+	for _, t := range r.Trainers {
+		t.Shards = nil
+		if t.Status == wire.TrainerActive {
+			active = append(active, t)
+		}
+	}
+	if len(active) == 0 {
+		return
+	}
+	for s := 0; s < r.spec.Shards(); s++ {
+		t := active[s%len(active)]
+		t.Shards = append(t.Shards, s)
+	}
+}
+
+// allIn: at least K records and one from every active trainer.
+func (r *runState) allIn(fs *fragState) bool {
+	return len(fs.Records) >= r.spec.Quorum && len(fs.Records) >= r.count(wire.TrainerActive)
+}
+
+// due says whether fragment fs may be committed at block time t: K records
+// and every active trainer in, or the grace window after the K-th record
+// passed (PROTOCOL §6).
+func (r *runState) due(fs *fragState, t int64) bool {
+	if fs.Closed || len(fs.Records) < r.spec.Quorum {
+		return false
+	}
+	return r.allIn(fs) || t > fs.KthMs+r.spec.GraceWindowMs
+}
+
+// ticketAt is the index in the succession of who may commit the current
+// round at block time t: one more for every whole round deadline since the
+// round started, capped at the last entrant.
+func (r *runState) ticketAt(t int64) int {
+	if len(r.Succession) == 0 {
+		return 0
+	}
+	k := int64(0)
+	if el := t - r.RoundMs; el > 0 {
+		k = el / r.spec.RoundDeadline()
+	}
+	if k >= int64(len(r.Succession)) {
+		k = int64(len(r.Succession)) - 1
+	}
+	return int(k)
+}
+
+// syncerAt is the DID that may commit the current round at block time t
+// ("" when the run has no election).
+func (r *runState) syncerAt(t int64) (string, int) {
+	if len(r.Succession) == 0 {
+		return "", 0
+	}
+	k := r.ticketAt(t)
+	return r.Succession[k], k
+}
+
+// receiptSigners is who may sign the sealed run's receipt, in turn: the
+// syncer of the last fragment commit, then the succession; the k-th may
+// sign once k round deadlines have passed since the seal.
+func (r *runState) receiptSigners() []string {
+	out := []string{}
+	if r.LastSyncer != "" {
+		out = append(out, r.LastSyncer)
+	}
+	for _, d := range r.Succession {
+		if d != r.LastSyncer {
+			out = append(out, d)
+		}
+	}
+	return out
+}
+
+// receiptSignerAt is who may sign the receipt at block time t.
+func (r *runState) receiptSignerAt(t int64) string {
+	ss := r.receiptSigners()
+	if len(ss) == 0 || r.Seal == nil {
+		return ""
+	}
+	k := int64(0)
+	if el := t - r.Seal.TimeMs; el > 0 {
+		k = el / r.spec.RoundDeadline()
+	}
+	if k >= int64(len(ss)) {
+		k = int64(len(ss)) - 1
+	}
+	return ss[k]
+}
+
+// AttestNonce is the attestation nonce of a trainer for a run's round
+// (PROTOCOL §8): SHA-256(Str("tenzro/train/attest-nonce/v1") ‖ Str(task) ‖
+// Str(DID) ‖ U64(round) ‖ Bytes(anchor)), anchor the hash of the block in
+// which the round started (before the start: the posting's block). Anyone
+// can recompute it from chain state; it is fresh per round.
+func AttestNonce(task, trainer string, round uint64, anchor []byte) []byte {
+	h := wire.NewCanon(DomainAttestNonce).Str(task).Str(trainer).U64(round).Bytes(anchor).Sum()
+	return h[:]
+}
+
+// DomainAttestNonce tags attestation nonces.
+const DomainAttestNonce = "tenzro/train/attest-nonce/v1"
+
+// DomainRunLog tags run-log leaves.
+const DomainRunLog = "tenzro/train/run-log/v1"
+
+// RunLogLeaf is a sealed run's leaf in the run log:
+// Str(DomainRunLog) ‖ Str(task_id) ‖ Hash(run_root).
+func RunLogLeaf(taskID string, runRoot wire.Hash) []byte {
+	return wire.NewCanon(DomainRunLog).Str(taskID).Hash(runRoot).Out()
+}
+
+// RunLogLeaves returns the run log's leaves in order (the chain's app hash
+// commits to their RFC 6962 root).
+func RunLogLeaves(ctx context.Context, kv KV) ([][]byte, error) {
+	var out [][]byte
+	err := kv.Scan(ctx, KSMeta, runLogPrefix, func(_, v []byte) error {
+		out = append(out, append([]byte(nil), v...))
+		return nil
+	})
+	return out, err
+}
+
+// RunLogSize is the number of sealed runs in the run log.
+func RunLogSize(ctx context.Context, kv KV) (uint64, error) {
+	return getU64(ctx, kv, KSMeta, keyRunLogN)
+}
+
+func getU64(ctx context.Context, kv KV, ks Keyspace, key []byte) (uint64, error) {
+	raw, err := kv.Get(ctx, ks, key)
+	if errors.Is(err, ErrNotFound) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, err
+	}
+	if len(raw) != 8 {
+		return 0, fmt.Errorf("state %q: %d bytes, want 8", key, len(raw))
+	}
+	return binary.BigEndian.Uint64(raw), nil
+}
+
+func u64Bytes(v uint64) []byte { return binary.BigEndian.AppendUint64(nil, v) }

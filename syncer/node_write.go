@@ -1,0 +1,646 @@
+package syncer
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math/big"
+
+	"github.com/tenzro/train/wire"
+	"github.com/tenzro/train/wire/did"
+)
+
+// The writes of the Service: the receiving node runs every check that needs
+// the bytes (payload hash, layout, codec decode, verifiers, attestation,
+// rule resolution) and stores the bytes before it broadcasts the
+// transaction; the chain's machine then applies every state rule. A refusal
+// from either reaches the caller with its kind and message.
+
+// broadcast encodes a transaction, waits for its block, decodes its result
+// into out (when not nil) and returns the height.
+func (n *Node) broadcast(ctx context.Context, typ string, params, out any) (int64, error) {
+	raw, err := wire.EncodeTx(typ, params)
+	if err != nil {
+		return 0, Errf(KindInvalid, "%v", err)
+	}
+	res, err := Broadcast(ctx, n.chain, raw)
+	if err != nil {
+		return 0, err
+	}
+	if out != nil {
+		if err := json.Unmarshal(res.Data, out); err != nil {
+			return res.Height, fmt.Errorf("result of %s at height %d: %w", typ, res.Height, err)
+		}
+	}
+	return res.Height, nil
+}
+
+// submitSigned admits a transaction signed by this node's key with its
+// next nonce (build signs the params for a nonce). Nonces are assigned and
+// transactions admitted under one lock, so they enter blocks in nonce
+// order; a stale nonce (another transaction of this key landed first) is
+// retried with the next.
+func (n *Node) submitSigned(ctx context.Context, typ string, build func(nonce uint64) (any, error)) (Pending, error) {
+	for attempt := 0; ; attempt++ {
+		n.txMu.Lock()
+		nonce, err := n.nextNonce(ctx)
+		if err != nil {
+			n.txMu.Unlock()
+			return nil, err
+		}
+		params, err := build(nonce)
+		if err != nil {
+			n.txMu.Unlock()
+			return nil, err
+		}
+		raw, err := wire.EncodeTx(typ, params)
+		if err != nil {
+			n.txMu.Unlock()
+			return nil, fmt.Errorf("encode %s: %w", typ, err)
+		}
+		p, err := n.chain.Submit(ctx, raw)
+		if err == nil {
+			n.lastNonce = nonce
+		}
+		n.txMu.Unlock()
+		if errors.Is(err, ErrStaleNonce) && attempt < 3 {
+			continue
+		}
+		return p, err
+	}
+}
+
+// nextNonce is above both this node's last and the chain's last nonce of
+// its key, and at least the Unix time in nanoseconds (the clients'
+// convention, so a client signing with the same key stays ordered).
+func (n *Node) nextNonce(ctx context.Context) (uint64, error) {
+	var last uint64
+	err := n.view(ctx, func(v View) error {
+		var err error
+		last, _, err = LastNonce(ctx, v.KV, n.cfg.Signer.DID())
+		return err
+	})
+	if err != nil {
+		return 0, err
+	}
+	next := max(last, n.lastNonce) + 1
+	if t := uint64(n.now().UnixNano()); t > next {
+		next = t
+	}
+	return next, nil
+}
+
+// FiniteVerifier is the verifier every run has, whatever its spec lists
+// (DESIGN §4.2): a NaN or Inf coordinate would make every robust rule's
+// answer depend on where it sits, and a Mean of it poisons the weights.
+const FiniteVerifier = "Finite"
+
+// resolveVerifiers resolves the spec's verifiers and puts the finite-values
+// verifier first when the spec does not list it.
+func (n *Node) resolveVerifiers(ctx context.Context, refs []string) ([]RuleRef, error) {
+	verifiers := []RuleRef{}
+	hasFinite := false
+	for _, v := range refs {
+		ref, err := n.eng.ResolveVerifier(ctx, v)
+		if err != nil {
+			return nil, Errf(KindInvalid, "spec: verification %q: %v", v, err)
+		}
+		hasFinite = hasFinite || ref.Name == FiniteVerifier
+		verifiers = append(verifiers, ref)
+	}
+	if !hasFinite {
+		ref, err := n.eng.ResolveVerifier(ctx, FiniteVerifier)
+		if err != nil {
+			return nil, fmt.Errorf("resolve the mandatory %s verifier: %w", FiniteVerifier, err)
+		}
+		verifiers = append([]RuleRef{ref}, verifiers...)
+	}
+	return verifiers, nil
+}
+
+// storeLayout keeps an initial-weights file and its fragments' encodings
+// (synced) before the transaction that names them is broadcast.
+func (n *Node) storeLayout(ctx context.Context, raw []byte, l *wire.InitLayout, encs [][]byte) error {
+	if err := n.blobs.Put(ctx, l.File, raw); err != nil {
+		return fmt.Errorf("store initial weights: %w", err)
+	}
+	for i, e := range encs {
+		if err := n.blobs.Put(ctx, l.Fragments[i].WeightsHash, e); err != nil {
+			return fmt.Errorf("store fragment %d's initial weights: %w", i, err)
+		}
+	}
+	return nil
+}
+
+// PostTask implements Service: the spec, rules and weights are checked and
+// resolved here, the weights stored, and the posting broadcast.
+func (n *Node) PostTask(ctx context.Context, p *wire.PostTaskParams) (*wire.PostTaskResult, error) {
+	if len(p.Spec) == 0 {
+		return nil, Errf(KindInvalid, "spec is missing")
+	}
+	spec, canon, err := wire.ParseSpec(p.Spec)
+	if err != nil {
+		return nil, Errf(KindInvalid, "%v", err)
+	}
+	if err := spec.Validate(); err != nil {
+		return nil, Errf(KindInvalid, "%v", err)
+	}
+	if _, err := did.Parse(spec.SponsorDID); err != nil {
+		return nil, Errf(KindInvalid, "spec: sponsor_did must be a resolvable DID to sign the posting: %v", err)
+	}
+	if spec.Tier != wire.TierOpen && n.cfg.Attestor == nil {
+		return nil, Errf(KindInvalid, "spec: tier %s needs attestation, which this node is not configured for", spec.Tier)
+	}
+	if spec.Tier == wire.TierConfidential && n.cfg.DatasetKeys == nil {
+		return nil, Errf(KindInvalid, "spec: tier Confidential needs a key broker, which runs only in an enclave: start the node with --enclave (auto on TEE hardware, simulated-* for development)")
+	}
+	if spec.Tier != wire.TierOpen && len(spec.AttestationPolicy) == 0 {
+		return nil, Errf(KindInvalid, "spec: tier %s needs an attestation_policy", spec.Tier)
+	}
+	if p.DatasetKey != nil {
+		if spec.Tier != wire.TierConfidential {
+			return nil, Errf(KindInvalid, "dataset_key: only a Confidential run has a dataset key, tier is %s", spec.Tier)
+		}
+		if len(p.DatasetKey) != 32 {
+			return nil, Errf(KindInvalid, "dataset_key: %d bytes, want 32 (an AES-256 key)", len(p.DatasetKey))
+		}
+	}
+	reward, _ := wire.ParseAmount(spec.RewardPool)
+	specHash := wire.SpecHash(canon)
+	var layout *wire.InitLayout
+	var encs [][]byte
+	var wh wire.Hash
+	raw, release, err := n.initWeightsFrom(ctx, p.InitWeights, p.InitWeightsHash, "init_weights")
+	if err != nil {
+		return nil, err
+	}
+	defer release()
+	if raw != nil {
+		if layout, encs, err = InitLayoutOf(raw, spec.Architecture.FragmentCount); err != nil {
+			return nil, err
+		}
+		wh = layout.File
+	}
+	// Cheap gates before anything costly (resolving the rule runs its
+	// probe): the signature, the funds for the fee and the reward, and the
+	// sponsor's rate limit. The chain checks the nonce.
+	if err := did.Verify(spec.SponsorDID, p.Preimage(spec.SponsorDID, specHash, wh), p.Signature); err != nil {
+		return nil, Errf(KindUnauthorized, "bad signature: does not verify against %s", spec.SponsorDID)
+	}
+	fee, err := n.fee(ctx, "posting")
+	if err != nil {
+		return nil, err
+	}
+	if err := n.needFunds(ctx, spec.SponsorDID, new(big.Int).Add(fee, reward), "the posting fee plus the reward pool"); err != nil {
+		return nil, err
+	}
+	if err := n.limit(n.postLimit, "postTask", spec.SponsorDID); err != nil {
+		return nil, err
+	}
+	rule, err := n.eng.ResolveRule(ctx, spec.AggregationRef(), spec.AggregationParams, spec.Quorum, spec.TrainerCount)
+	if err != nil {
+		return nil, Errf(KindInvalid, "spec: aggregation: %v", err)
+	}
+	if spec.RobustRequiresVerified && rule.Name != "Mean" && spec.Tier == wire.TierOpen {
+		return nil, Errf(KindInvalid, "spec: robust rule %s is marked to require tier Verified or above, tier is Open", rule.Name)
+	}
+	verifiers, err := n.resolveVerifiers(ctx, spec.Verification)
+	if err != nil {
+		return nil, err
+	}
+	outer, err := n.eng.ResolveOuter(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("resolve outer step: %w", err)
+	}
+	codec, err := resolveCodec(ctx, n.eng, spec)
+	if err != nil {
+		return nil, Errf(KindInvalid, "%v", err)
+	}
+	if _, _, err := n.load(ctx, spec.TaskID); err == nil {
+		return nil, Errf(KindConflict, "a run with task_id %q already exists", spec.TaskID)
+	} else if KindOf(err) != KindNotFound {
+		return nil, err
+	}
+	if layout != nil {
+		if err := n.storeLayout(ctx, raw, layout, encs); err != nil {
+			return nil, err
+		}
+	}
+	var datasetKey []byte
+	if spec.Tier == wire.TierConfidential {
+		key, sealed, err := n.cfg.DatasetKeys.NewDatasetKey(spec.TaskID, spec.Tier, spec.AttestationPolicy, p.DatasetKey)
+		if err != nil {
+			return nil, fmt.Errorf("dataset key for %s: %w", spec.TaskID, err)
+		}
+		datasetKey = key
+		var b Batch
+		b.Set(KSMeta, datasetKeyKey(spec.TaskID), sealed)
+		if err := n.cfg.Local.Commit(ctx, &b); err != nil {
+			return nil, fmt.Errorf("store the dataset key record of %s: %w", spec.TaskID, err)
+		}
+	}
+	tx := wire.PostTaskTx{Spec: canon, InitWeightsHash: wh, Init: layout, Rule: rule, Verifiers: verifiers, Outer: outer, Codec: codec, Signed: p.Signed}
+	var res wire.PostTaskResult
+	h, err := n.broadcast(ctx, wire.TxPostTask, tx, &res)
+	if err != nil {
+		return nil, err
+	}
+	res.Height, res.DatasetKey = h, datasetKey
+	n.log.Info("task posted", "task", spec.TaskID, "height", h, "rule", rule.Name)
+	n.w.poke()
+	return &res, nil
+}
+
+// SetInitWeights implements Service: the sponsor supplies weights after posting.
+func (n *Node) SetInitWeights(ctx context.Context, p *wire.SetInitWeightsParams) (*wire.PostTaskResult, error) {
+	r, _, err := n.load(ctx, p.TaskID)
+	if err != nil {
+		return nil, err
+	}
+	if r.HasInit {
+		return nil, Errf(KindConflict, "run %s already has initial weights (model %s)", p.TaskID, r.InitModel)
+	}
+	if r.Status != wire.StatusAwaiting {
+		return nil, Errf(KindConflict, "run %s is %s: initial weights can only be set before it starts", p.TaskID, r.Status)
+	}
+	if err := did.Verify(r.spec.SponsorDID, p.Preimage(r.spec.SponsorDID), p.Signature); err != nil {
+		return nil, Errf(KindUnauthorized, "bad signature: does not verify against %s", r.spec.SponsorDID)
+	}
+	raw, release, err := n.initWeightsFrom(ctx, p.Weights, p.WeightsHash, "weights")
+	if err != nil {
+		return nil, err
+	}
+	defer release()
+	if raw == nil {
+		return nil, Errf(KindInvalid, "weights are missing: send weights (base64) or the weights_hash of an uploaded blob")
+	}
+	layout, encs, err := InitLayoutOf(raw, r.spec.Architecture.FragmentCount)
+	if err != nil {
+		return nil, err
+	}
+	if err := n.storeLayout(ctx, raw, layout, encs); err != nil {
+		return nil, err
+	}
+	var res wire.PostTaskResult
+	h, err := n.broadcast(ctx, wire.TxSetInitWeights, wire.SetInitWeightsTx{TaskID: p.TaskID, Init: *layout, Signed: p.Signed}, &res)
+	if err != nil {
+		return nil, err
+	}
+	res.Height = h
+	return &res, nil
+}
+
+// checkEvidence runs the attestor on a Verified/Confidential claim: its
+// nonce must be the round's (PROTOCOL §8) and its evidence must bind
+// AttestReportData of the claimed program, the trainer's shard, the
+// round's model and that nonce. It returns the digest and a reference to
+// the claim's bytes, which the caller stores as a blob.
+func (n *Node) checkEvidence(ctx context.Context, r *runState, raw json.RawMessage, trainer string, shard uint64, model wire.Hash) (*wire.EvidenceRef, error) {
+	if n.cfg.Attestor == nil {
+		return nil, Errf(KindAttestation, "tier %s needs attestation, which this node is not configured for", r.spec.Tier)
+	}
+	if len(raw) == 0 {
+		return nil, Errf(KindAttestation, "tier %s: attestation evidence is required", r.spec.Tier)
+	}
+	var claim wire.AttestationClaim
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&claim); err != nil {
+		return nil, Errf(KindInvalid, "attestation: %v", err)
+	}
+	if want := AttestNonce(r.spec.TaskID, trainer, r.Round, r.RoundAnchor); !bytes.Equal(claim.Nonce, want) {
+		return nil, Errf(KindAttestation, "attestation refused: check binding.nonce failed: the nonce is not round %d's for %s (get it from tenzro_attest_getNonce)", r.Round, trainer)
+	}
+	rd := wire.AttestReportData(claim.ProgramHash, shard, model, trainer, claim.Nonce)
+	dg, err := n.cfg.Attestor.CheckEvidence(ctx, r.spec.Tier, r.spec.AttestationPolicy, claim.Envelope, rd)
+	if err != nil {
+		if KindOf(err) == KindAttestation {
+			return nil, err
+		}
+		return nil, Errf(KindAttestation, "attestation refused: %v", err)
+	}
+	return &wire.EvidenceRef{Hash: contentHash(raw), Size: uint64(len(raw)), Digest: dg}, nil
+}
+
+// Enroll implements Service.
+func (n *Node) Enroll(ctx context.Context, p *wire.EnrollParams) (*wire.EnrollResult, error) {
+	if _, err := did.Parse(p.TrainerDID); err != nil {
+		return nil, Errf(KindInvalid, "trainer_did: %v", err)
+	}
+	stake, err := wire.ParseAmount(p.Stake)
+	if err != nil {
+		return nil, Errf(KindInvalid, "stake: %v", err)
+	}
+	if stake.Sign() == 0 {
+		return nil, Errf(KindInvalid, "stake is \"0\": a trainer must lock a positive stake (slashing is a fraction of it)")
+	}
+	r, _, err := n.load(ctx, p.TaskID)
+	if err != nil {
+		return nil, err
+	}
+	if r.Status == wire.StatusSealed || r.Status == wire.StatusCancelled {
+		return nil, Errf(KindConflict, "run %s is %s", p.TaskID, r.Status)
+	}
+	tx := wire.EnrollTx{TaskID: p.TaskID, TrainerDID: p.TrainerDID, Stake: p.Stake, Signed: p.Signed}
+	if r.spec.Tier != wire.TierOpen {
+		if err := did.Verify(p.TrainerDID, p.Preimage(), p.Signature); err != nil {
+			return nil, Errf(KindUnauthorized, "bad signature: does not verify against %s", p.TrainerDID)
+		}
+		if tx.Evidence, err = n.checkEvidence(ctx, r, p.Attestation, p.TrainerDID, 0, r.InitModel); err != nil {
+			return nil, err
+		}
+		if err := n.blobs.Put(ctx, tx.Evidence.Hash, p.Attestation); err != nil {
+			return nil, fmt.Errorf("store enrolment evidence: %w", err)
+		}
+	}
+	var res wire.EnrollResult
+	h, err := n.broadcast(ctx, wire.TxEnroll, tx, &res)
+	if err != nil {
+		return nil, err
+	}
+	res.Height = h
+	n.log.Info("trainer enrolled", "task", p.TaskID, "trainer", p.TrainerDID, "status", res.Status, "run", res.RunStatus, "height", h)
+	n.w.poke()
+	return &res, nil
+}
+
+// Leave implements Service: the stake is refunded (minus slashes) at once;
+// accepted work still earns its share at seal.
+func (n *Node) Leave(ctx context.Context, p *wire.LeaveParams) (*wire.EnrollResult, error) {
+	var res wire.EnrollResult
+	h, err := n.broadcast(ctx, wire.TxLeave, p, &res)
+	if err != nil {
+		return nil, err
+	}
+	res.Height = h
+	return &res, nil
+}
+
+// CancelRun implements Service.
+func (n *Node) CancelRun(ctx context.Context, p *wire.CancelRunParams) (*wire.CancelRunResult, error) {
+	var res wire.CancelRunResult
+	h, err := n.broadcast(ctx, wire.TxCancelRun, p, &res)
+	if err != nil {
+		return nil, err
+	}
+	res.Height = h
+	return &res, nil
+}
+
+// Faucet implements Service; the chain has one only when its genesis says
+// so (--dev).
+func (n *Node) Faucet(ctx context.Context, p wire.FaucetParams) (*wire.Balance, error) {
+	if _, err := did.Parse(p.DID); err != nil {
+		return nil, Errf(KindInvalid, "did: %v", err)
+	}
+	if _, err := wire.ParseAmount(p.Amount); err != nil {
+		return nil, Errf(KindInvalid, "amount: %v", err)
+	}
+	var salt [8]byte
+	if _, err := rand.Read(salt[:]); err != nil {
+		return nil, err
+	}
+	var res wire.Balance
+	h, err := n.broadcast(ctx, wire.TxFaucet, wire.FaucetTx{DID: p.DID, Amount: p.Amount, Salt: binary.BigEndian.Uint64(salt[:])}, &res)
+	if err != nil {
+		return nil, err
+	}
+	res.Height = h
+	return &res, nil
+}
+
+// RegisterSyncer implements Service: a candidate locks stake for elections.
+func (n *Node) RegisterSyncer(ctx context.Context, p *wire.RegisterSyncerParams) (*wire.SyncerCandidate, error) {
+	amt, err := wire.ParseAmount(p.Stake)
+	if err != nil {
+		return nil, Errf(KindInvalid, "stake: %v", err)
+	}
+	if amt.Sign() == 0 {
+		return nil, Errf(KindInvalid, "stake must be positive: the election weights candidates by stake")
+	}
+	var res wire.SyncerCandidate
+	h, err := n.broadcast(ctx, wire.TxRegisterCandidate, p, &res)
+	if err != nil {
+		return nil, err
+	}
+	res.Height = h
+	return &res, nil
+}
+
+// Unbond implements Service.
+func (n *Node) Unbond(ctx context.Context, p *wire.UnbondParams) (*wire.SyncerCandidate, error) {
+	if _, err := did.Parse(p.DID); err != nil {
+		return nil, Errf(KindInvalid, "did: %v", err)
+	}
+	var res wire.SyncerCandidate
+	h, err := n.broadcast(ctx, wire.TxUnbond, p, &res)
+	if err != nil {
+		return nil, err
+	}
+	res.Height = h
+	return &res, nil
+}
+
+// SubmitElectionProof implements Service: a registered candidate enters a
+// run's election by sending its VRF proof before the run starts.
+func (n *Node) SubmitElectionProof(ctx context.Context, p *wire.ElectionProofParams) (*wire.ElectionProofResult, error) {
+	if _, err := did.Parse(p.DID); err != nil {
+		return nil, Errf(KindInvalid, "did: %v", err)
+	}
+	var res wire.ElectionProofResult
+	h, err := n.broadcast(ctx, wire.TxElectionProof, p, &res)
+	if err != nil {
+		return nil, err
+	}
+	res.Height = h
+	return &res, nil
+}
+
+// Submit implements Service. The receiving node checks the submission
+// against the committed state (cheapest first), then the payload (hash,
+// signature, layout, codec decode, per-submission verifiers, attestation),
+// keeps the payload in its blob store (synced) and only then broadcasts
+// the record, so an acknowledged submission is never lost.
+//
+// A submission without gradient_payload refers to a payload already in the
+// blob store by its payload_hash (uploaded with PUT /blobs/<hash>, which
+// hashed it as it arrived): it is read from there (mapped, not copied) and
+// not hashed again.
+func (n *Node) Submit(ctx context.Context, g *wire.OuterGradient) (*wire.SubmitResult, error) {
+	if len(g.GradientPayload) > MaxPayloadBytes {
+		return nil, Errf(KindInvalid, "gradient_payload: %d bytes, limit %d", len(g.GradientPayload), MaxPayloadBytes)
+	}
+	r, blk, err := n.load(ctx, g.TaskID)
+	if err != nil {
+		return nil, err
+	}
+	fs, err := r.precheckRecord(g.TrainerDID, g.Round, g.FragmentIndex, blk.TimeMs)
+	if err != nil {
+		return nil, err
+	}
+	stored := false
+	if len(g.GradientPayload) == 0 {
+		payload, release, err := n.storedPayload(ctx, g.PayloadHash)
+		if err != nil {
+			return nil, err
+		}
+		defer release()
+		byRef := *g
+		byRef.GradientPayload = payload
+		byRef.MarkPayloadHashed() // the blob store hashed it when it was written
+		g, stored = &byRef, true
+	}
+	if got, ok := g.CheckPayloadHash(); !ok {
+		return nil, Errf(KindInvalid, "payload_hash mismatch: payload hashes to %s, request says %s", got, g.PayloadHash)
+	}
+	if err := g.Metrics.Validate(); err != nil {
+		return nil, Errf(KindInvalid, "%v", err)
+	}
+	if err := did.Verify(g.TrainerDID, g.Preimage(), g.Signature); err != nil {
+		return nil, Errf(KindUnauthorized, "submission signature: %v", err)
+	}
+	values, _, err := payloadValues(ctx, n.eng, r.Codec, &fs.fragLayout, g.GradientPayload)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, fmt.Errorf("decode gradient_payload: %w", err)
+		}
+		return nil, Errf(KindInvalid, "gradient_payload: %v", err)
+	}
+	if err := n.verifyPayload(ctx, r, fs, values); err != nil {
+		return nil, err
+	}
+	// A second submission of this round and fragment: the same payload is a
+	// duplicate; the same tensors in another encoding too (equivocation is
+	// about content, PROTOCOL §6), which this node can tell when it holds
+	// the first payload.
+	var first *Record
+	err = n.view(ctx, func(v View) error {
+		var rec Record
+		raw, err := v.KV.Get(ctx, KSTranscript, recordKey(g.TaskID, g.Round, int(g.FragmentIndex), g.TrainerDID))
+		if errors.Is(err, ErrNotFound) {
+			return nil
+		}
+		if err == nil {
+			err = json.Unmarshal(raw, &rec)
+		}
+		first = &rec
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	if first != nil {
+		if first.PayloadHash == g.PayloadHash {
+			return nil, Errf(KindConflict, "duplicate submission: %s already submitted payload %s for round %d fragment %d", g.TrainerDID, g.PayloadHash, g.Round, g.FragmentIndex)
+		}
+		if prev, release, err := loadBlob(ctx, n.blobs, first.PayloadHash); err == nil {
+			defer release()
+			if pv, _, err := payloadValues(ctx, n.eng, r.Codec, &fs.fragLayout, prev); err == nil && bytes.Equal(pv, values) {
+				return nil, Errf(KindConflict, "duplicate submission: %s already submitted the same tensors for round %d fragment %d (payload %s; this payload %s differs only in its encoding)",
+					g.TrainerDID, g.Round, g.FragmentIndex, first.PayloadHash, g.PayloadHash)
+			}
+		}
+	}
+	tx := wire.SubmissionTx{TaskID: g.TaskID, TrainerDID: g.TrainerDID, Round: g.Round, FragmentIndex: g.FragmentIndex, PayloadHash: g.PayloadHash,
+		PayloadSize: uint64(len(g.GradientPayload)), Signature: g.Signature, Metrics: g.Metrics, Provider: n.cfg.Provider}
+	if r.spec.Tier != wire.TierOpen {
+		shard := uint64(0)
+		if t := r.trainer(g.TrainerDID); t != nil && len(t.Shards) > 0 {
+			shard = uint64(t.Shards[0])
+		}
+		if tx.Evidence, err = n.checkEvidence(ctx, r, g.Attestation, g.TrainerDID, shard, r.RoundModel); err != nil {
+			return nil, err
+		}
+		if err := n.blobs.Put(ctx, tx.Evidence.Hash, g.Attestation); err != nil {
+			return nil, fmt.Errorf("store submission evidence: %w", err)
+		}
+	}
+	if !stored { // a payload sent by reference is in the store already
+		if err := n.blobs.Put(ctx, g.PayloadHash, g.GradientPayload); err != nil {
+			return nil, fmt.Errorf("store payload: %w", err)
+		}
+	}
+	var res wire.SubmitResult
+	h, err := n.broadcast(ctx, wire.TxSubmission, tx, &res)
+	if err != nil {
+		return nil, err
+	}
+	res.Height = h
+	if res.EquivocationClaim != nil {
+		return nil, Errf(KindConflict, "equivocation: %s already submitted a different payload (%s) for round %d fragment %d; claim %s recorded: the round's syncer compares the two and slashes equivocation_bps of the stake when they differ",
+			g.TrainerDID, first.PayloadHash, g.Round, g.FragmentIndex, *res.EquivocationClaim)
+	}
+	if res.Finalized {
+		n.w.poke()
+	}
+	return &res, nil
+}
+
+// verifyPayload runs the run's per-submission verifiers on a payload's
+// values.
+func (n *Node) verifyPayload(ctx context.Context, r *runState, fs *fragState, values []byte) error {
+	for _, v := range r.Verifiers {
+		if v.RoundLevel {
+			continue
+		}
+		out, err := n.eng.Verify(ctx, VerifyInput{Verifier: v, Dtype: fs.Dtype, N: int(fs.N), Input: values})
+		if err != nil {
+			var rf *RuleFailure
+			if errors.As(err, &rf) {
+				return Errf(KindInvalid, "verifier %s: %v", v.Name, rf)
+			}
+			return fmt.Errorf("verifier %s: %w", v.Name, err)
+		}
+		if !out.Accept {
+			return Errf(KindInvalid, "verifier %s rejected the payload (code %d): %s", v.Name, out.Code, out.Reason)
+		}
+	}
+	return nil
+}
+
+// storedPayload returns a payload submitted by reference from the blob
+// store, and the function that releases it.
+func (n *Node) storedPayload(ctx context.Context, h wire.Hash) ([]byte, func(), error) {
+	if h.IsZero() {
+		return nil, nil, Errf(KindInvalid, "gradient_payload is missing and payload_hash is zero: send the payload (base64) or upload it with PUT /blobs/<payload_hash> and name its hash")
+	}
+	payload, release, err := loadBlob(ctx, n.blobs, h)
+	if errors.Is(err, ErrNotFound) {
+		return nil, nil, Errf(KindNotFound, "payload %s is not stored on this node: upload it first (PUT /blobs/%s on the RPC port) or send gradient_payload", h, h)
+	}
+	if err != nil {
+		return nil, nil, fmt.Errorf("stored payload %s: %w", h, err)
+	}
+	if len(payload) > MaxPayloadBytes {
+		release()
+		return nil, nil, Errf(KindInvalid, "payload %s: %d bytes, limit %d", h, len(payload), MaxPayloadBytes)
+	}
+	return payload, release, nil
+}
+
+// initWeightsFrom resolves initial weights sent inline (raw) and/or named
+// by the hash of a blob uploaded before (h). It returns nil when there are
+// none, and the function that releases a stored blob's mapping.
+func (n *Node) initWeightsFrom(ctx context.Context, raw []byte, h wire.Hash, field string) ([]byte, func(), error) {
+	switch {
+	case len(raw) > 0:
+		if !h.IsZero() && contentHash(raw) != h {
+			return nil, nil, Errf(KindInvalid, "%s_hash %s is not the hash of %s (%s)", field, h, field, contentHash(raw))
+		}
+		return raw, func() {}, nil
+	case !h.IsZero():
+		b, release, err := loadBlob(ctx, n.blobs, h)
+		if errors.Is(err, ErrNotFound) {
+			return nil, nil, Errf(KindNotFound, "%s_hash %s: no such blob on this node: upload the weights first (PUT /blobs/%s on the RPC port) or send %s", field, h, h, field)
+		}
+		if err != nil {
+			return nil, nil, fmt.Errorf("stored %s %s: %w", field, h, err)
+		}
+		return b, release, nil
+	}
+	return nil, func() {}, nil
+}

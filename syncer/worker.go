@@ -1,0 +1,840 @@
+package syncer
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/tenzro/train/syncer/election"
+	"github.com/tenzro/train/wire"
+	"github.com/tenzro/train/wire/did"
+)
+
+// The syncer worker and the candidate daemon, driven by new blocks. For
+// every run whose current syncer (by the last block's time) is this node's
+// key, the worker computes each due fragment exactly as the protocol says
+// (verifiers, aggregation, outer step through the Engine), stores the new
+// weights and momentum as blobs and sends the fragment commit; a local
+// failure (a killed worker process, a missing blob, a store error) is never
+// recorded: the node abstains from that run and retries after a backoff.
+// After the seal, the receipt's designated signer signs it. The candidate
+// daemon sends this node's election proof for every run awaiting
+// enrolment while its key is a registered candidate.
+
+// Abstention backoff after a local failure: first retry after
+// abstainFirst, doubling up to abstainMax (wall clock: local, not a rule).
+const (
+	abstainFirst = time.Second
+	abstainMax   = 5 * time.Minute
+)
+
+type abstention struct {
+	until time.Time
+	delay time.Duration
+}
+
+type worker struct {
+	mu       sync.Mutex
+	runs     map[string]*sync.Mutex // one syncRun per run at a time
+	busy     map[string]bool        // runs whose background syncRun is in flight
+	abstain  map[string]abstention
+	proving  map[string]bool
+	signing  map[string]bool
+	wake     chan struct{}
+	lastLogs map[string]time.Time
+}
+
+func (w *worker) init() {
+	w.runs, w.busy, w.abstain = map[string]*sync.Mutex{}, map[string]bool{}, map[string]abstention{}
+	w.proving, w.signing, w.lastLogs = map[string]bool{}, map[string]bool{}, map[string]time.Time{}
+	w.wake = make(chan struct{}, 1)
+}
+
+// poke makes Run look at the chain now.
+func (w *worker) poke() {
+	select {
+	case w.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (w *worker) runLock(task string) *sync.Mutex {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	m := w.runs[task]
+	if m == nil {
+		m = &sync.Mutex{}
+		w.runs[task] = m
+	}
+	return m
+}
+
+// plan is what the last committed state asks of this node.
+type plan struct {
+	commit []string // running runs with a due fragment whose syncer is this node
+	prove  []string // awaiting runs this candidate has no proof for
+	sign   []string // sealed runs whose receipt this node is to sign
+	errs   []error  // runs that cannot be read (skipped)
+}
+
+// plan reads the committed state.
+func (n *Node) plan(ctx context.Context) (*plan, error) {
+	me := n.cfg.Signer.DID()
+	out := &plan{}
+	err := n.view(ctx, func(v View) error {
+		var cand wire.SyncerCandidate
+		isCand := false
+		if raw, err := v.KV.Get(ctx, KSMeta, candKey(me)); err == nil {
+			isCand = json.Unmarshal(raw, &cand) == nil && !cand.Unbonding
+		} else if !errors.Is(err, ErrNotFound) {
+			return err
+		}
+		var tasks []string
+		err := v.KV.Scan(ctx, KSMeta, []byte("active/"), func(k, _ []byte) error {
+			tasks = append(tasks, strings.TrimPrefix(string(k), "active/"))
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		for _, task := range tasks {
+			r, err := loadRun(ctx, v.KV, task)
+			if err != nil {
+				out.errs = append(out.errs, fmt.Errorf("run %s cannot be read, skipped: %w", task, err))
+				continue
+			}
+			switch r.Status {
+			case wire.StatusAwaiting:
+				if !isCand {
+					continue
+				}
+				if _, err := v.KV.Get(ctx, KSMeta, proofKey(task, me)); errors.Is(err, ErrNotFound) {
+					out.prove = append(out.prove, task)
+				}
+			case wire.StatusRunning:
+				if s, _ := r.syncerAt(v.Block.TimeMs); s != me {
+					continue
+				}
+				for _, fs := range r.Fragments {
+					if r.due(fs, v.Block.TimeMs) {
+						out.commit = append(out.commit, task)
+						break
+					}
+				}
+			}
+		}
+		return v.KV.Scan(ctx, KSMeta, []byte("unsigned/"), func(k, _ []byte) error {
+			task := strings.TrimPrefix(string(k), "unsigned/")
+			r, err := loadRun(ctx, v.KV, task)
+			if err == nil && r.receiptSignerAt(v.Block.TimeMs) == me {
+				out.sign = append(out.sign, task)
+			}
+			return nil
+		})
+	})
+	return out, err
+}
+
+// Run drives the worker and the daemon from new blocks until ctx ends.
+func (n *Node) Run(ctx context.Context) error {
+	t := time.NewTicker(time.Second) // a fallback: blocks wake it sooner
+	defer t.Stop()
+	var wg sync.WaitGroup
+	defer wg.Wait() // runs whose commit is computing stop with ctx
+	for {
+		changed := n.chain.Changed()
+		n.step(ctx, &wg)
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-changed:
+		case <-n.w.wake:
+		case <-t.C:
+		}
+	}
+}
+
+// step starts what the last committed state asks for: each in its own
+// goroutine, at most one per run and kind at a time, so a slow plugin call
+// never holds back another run.
+func (n *Node) step(ctx context.Context, wg *sync.WaitGroup) {
+	p, err := n.plan(ctx)
+	if err != nil {
+		if ctx.Err() == nil {
+			n.logOnce("plan", "syncer worker: reading the chain failed", "err", err)
+		}
+		return
+	}
+	start := func(kind string, set map[string]bool, task string, f func(context.Context, string) error) {
+		n.w.mu.Lock()
+		if set[task] {
+			n.w.mu.Unlock()
+			return
+		}
+		set[task] = true
+		n.w.mu.Unlock()
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := f(ctx, task); err != nil && ctx.Err() == nil {
+				n.logOnce(kind+" "+task, "syncer worker: "+kind, "task", task, "err", err)
+			}
+			n.w.mu.Lock()
+			delete(set, task)
+			n.w.mu.Unlock()
+		}()
+	}
+	for _, task := range p.prove {
+		start("election proof", n.w.proving, task, n.sendProof)
+	}
+	for _, task := range p.commit {
+		start("fragment commit", n.w.busy, task, func(ctx context.Context, task string) error {
+			_, err := n.syncRun(ctx, task, false)
+			return err
+		})
+	}
+	for _, task := range p.sign {
+		start("receipt signature", n.w.signing, task, n.signReceipt)
+	}
+}
+
+// Tick does, synchronously, what Run does at a block: election proofs,
+// the due fragments' commits and receipt signatures. It returns every
+// failure, joined.
+func (n *Node) Tick(ctx context.Context) error {
+	p, err := n.plan(ctx)
+	if err != nil {
+		return err
+	}
+	errs := append([]error(nil), p.errs...)
+	for _, task := range p.prove {
+		if err := n.sendProof(ctx, task); err != nil {
+			errs = append(errs, fmt.Errorf("election proof for %s: %w", task, err))
+		}
+	}
+	for _, task := range p.commit {
+		if _, err := n.syncRun(ctx, task, false); err != nil {
+			errs = append(errs, fmt.Errorf("run %s: %w", task, err))
+		}
+	}
+	// A commit may have sealed a run: its receipt is signed at once.
+	if p, err = n.plan(ctx); err != nil {
+		return errors.Join(append(errs, err)...)
+	}
+	for _, task := range p.sign {
+		if err := n.signReceipt(ctx, task); err != nil {
+			errs = append(errs, fmt.Errorf("receipt of %s: %w", task, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// logOnce logs a repeating failure at most once a minute per key.
+func (n *Node) logOnce(key, msg string, args ...any) {
+	n.w.mu.Lock()
+	last, seen := n.w.lastLogs[key]
+	doLog := !seen || n.now().Sub(last) > time.Minute
+	if doLog {
+		n.w.lastLogs[key] = n.now()
+	}
+	n.w.mu.Unlock()
+	if doLog {
+		n.log.Warn(msg, args...)
+	}
+}
+
+// sendProof enters this node's candidate into an awaiting run's election.
+func (n *Node) sendProof(ctx context.Context, task string) error {
+	r, _, err := n.load(ctx, task)
+	if err != nil {
+		return err
+	}
+	if r.Status != wire.StatusAwaiting {
+		return nil
+	}
+	me := n.cfg.Signer.DID()
+	proof, err := n.cfg.Signer.Prove(ctx, election.Alpha(task, r.SpecHash))
+	if err != nil {
+		return fmt.Errorf("election proof: %w", err)
+	}
+	p, err := n.submitSigned(ctx, wire.TxElectionProof, func(nonce uint64) (any, error) {
+		q := wire.ElectionProofParams{TaskID: task, DID: me, Proof: proof, Signed: wire.Signed{Nonce: nonce}}
+		sig, err := n.cfg.Signer.Sign(ctx, q.Preimage())
+		q.Signature = sig
+		return q, err
+	})
+	if err != nil {
+		return err
+	}
+	if _, err := p.Wait(ctx); err != nil {
+		if KindOf(err) == KindConflict { // the run started or ended meanwhile
+			return nil
+		}
+		return err
+	}
+	n.log.Info("entered a run's syncer election", "task", task, "candidate", me)
+	return nil
+}
+
+// signReceipt signs a sealed run's receipt as the chain builds it.
+func (n *Node) signReceipt(ctx context.Context, task string) error {
+	me := n.cfg.Signer.DID()
+	engine, err := json.Marshal(n.eng.Profile())
+	if err != nil {
+		return err
+	}
+	var ev *wire.Hash
+	if e := n.cfg.Signer.Evidence(); len(e) > 0 {
+		h := wire.SHA256(e)
+		ev = &h
+	}
+	var rc *wire.Receipt
+	var blob, list []byte
+	if err := n.view(ctx, func(v View) error {
+		var err error
+		rc, blob, list, err = ChainReceipt(ctx, v.KV, task, me, engine, ev)
+		return err
+	}); err != nil {
+		return err
+	}
+	// The receipt commits to its transcript and attestation list by hash:
+	// this node keeps both as blobs (getPayload serves them).
+	if err := n.blobs.Put(ctx, rc.TranscriptHash, blob); err != nil {
+		return fmt.Errorf("store the transcript blob: %w", err)
+	}
+	if err := n.blobs.Put(ctx, rc.AttestationsHash, list); err != nil {
+		return fmt.Errorf("store the attestation list: %w", err)
+	}
+	pre, err := ReceiptPreimage(rc)
+	if err != nil {
+		return err
+	}
+	sig, err := n.cfg.Signer.Sign(ctx, pre)
+	if err != nil {
+		return fmt.Errorf("sign receipt: %w", err)
+	}
+	tx := wire.SignReceiptTx{TaskID: task, SyncerDID: me, Engine: engine, EvidenceDigest: ev, Signature: sig}
+	if _, err := n.broadcast(ctx, wire.TxSignReceipt, tx, nil); err != nil {
+		if KindOf(err) == KindConflict { // signed meanwhile
+			return nil
+		}
+		return err
+	}
+	n.log.Info("receipt signed", "task", task, "run_root", rc.RunRoot)
+	n.announce(ctx, Event{TaskID: task, Kind: "sealed", Round: rc.Rounds, ModelHash: rc.FinalModelHash, Detail: rc.RunRoot})
+	return nil
+}
+
+func (n *Node) announce(ctx context.Context, ev Event) {
+	if n.cfg.Announce != nil {
+		n.cfg.Announce(ctx, ev)
+	}
+}
+
+// computed is one fragment's commit as this node decided it, with the
+// blobs to store before it is sent.
+type computed struct {
+	fragment int
+	commit   wire.FragmentCommit
+	verdicts []wire.Verdict
+	weights  []byte // canonical safetensors of the new weights (aggregated only)
+	momentum []byte
+}
+
+// snapshot is what computing a run's commits reads from one committed state.
+type snapshot struct {
+	r       *runState
+	blk     Block
+	ticket  int
+	records map[int]map[string]Record // fragment → DID → record
+	claims  map[int][]Claim
+	due     []int
+}
+
+// syncRun commits every fragment of task that is due at the last block,
+// when this node's key is the run's current syncer. It returns how many
+// commits the chain accepted. One call per run at a time: with wait false
+// it returns at once when another is in flight.
+func (n *Node) syncRun(ctx context.Context, task string, wait bool) (int, error) {
+	lock := n.w.runLock(task)
+	if wait {
+		lock.Lock()
+	} else if !lock.TryLock() {
+		return 0, nil
+	}
+	defer lock.Unlock()
+	n.w.mu.Lock()
+	a, abstaining := n.w.abstain[task]
+	n.w.mu.Unlock()
+	if abstaining && n.now().Before(a.until) {
+		return 0, nil
+	}
+	s, err := n.snapshot(ctx, task)
+	if err != nil || s == nil || len(s.due) == 0 {
+		return 0, err
+	}
+	var out []*computed
+	for _, i := range s.due {
+		c, err := n.computeCommit(ctx, s, i)
+		if err != nil {
+			if ctx.Err() != nil {
+				return 0, ctx.Err()
+			}
+			n.abstainFrom(task, a, fmt.Errorf("fragment %d: %w", i, err))
+			return 0, nil
+		}
+		out = append(out, c)
+	}
+	if abstaining {
+		n.w.mu.Lock()
+		delete(n.w.abstain, task)
+		n.w.mu.Unlock()
+	}
+	// The new weights and momentum are stored (synced) before the commits
+	// that name them are sent: any node may then fetch them by hash.
+	for _, c := range out {
+		if c.weights == nil {
+			continue
+		}
+		if err := n.blobs.Put(ctx, c.commit.WeightsAfter, c.weights); err != nil {
+			return 0, fmt.Errorf("store weights of fragment %d: %w", c.fragment, err)
+		}
+		if err := n.blobs.Put(ctx, c.commit.MomentumAfter, c.momentum); err != nil {
+			return 0, fmt.Errorf("store momentum of fragment %d: %w", c.fragment, err)
+		}
+	}
+	me := n.cfg.Signer.DID()
+	pend := make([]Pending, len(out))
+	for k, c := range out {
+		p, err := n.submitSigned(ctx, wire.TxCommitFragment, func(nonce uint64) (any, error) {
+			tx := wire.CommitFragmentTx{TaskID: task, Round: s.r.Round, Fragment: uint64(c.fragment), Commit: c.commit, Verdicts: c.verdicts,
+				SyncerDID: me, Signed: wire.Signed{Nonce: nonce}}
+			canon, err := CommitJCS(&tx.Commit)
+			if err != nil {
+				return nil, err
+			}
+			tx.Signature, err = n.cfg.Signer.Sign(ctx, tx.Preimage(canon))
+			return tx, err
+		})
+		if err != nil {
+			return k, fmt.Errorf("commit of fragment %d: %w", c.fragment, err)
+		}
+		pend[k] = p
+	}
+	ok := 0
+	var errs []error
+	for k, p := range pend {
+		c := out[k]
+		res, err := p.Wait(ctx)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("commit of fragment %d refused: %w", c.fragment, err))
+			continue
+		}
+		ok++
+		var cr wire.CommitFragmentResult
+		_ = json.Unmarshal(res.Data, &cr)
+		n.log.Info("fragment committed", "task", task, "round", s.r.Round, "fragment", c.fragment, "status", c.commit.Status,
+			"inputs", len(c.commit.Inputs), "weights", c.commit.WeightsAfter.String()[:12], "height", res.Height)
+		if o := n.cfg.Observer; o != nil {
+			o.FragmentCommitted(task, s.r.Round, c.fragment, c.commit.Status, time.Duration(s.blk.TimeMs-s.r.RoundMs)*time.Millisecond)
+			if cr.RoundClosed {
+				o.RoundCommitted(task, s.r.Round)
+			}
+		}
+		if cr.RoundClosed {
+			n.announce(ctx, Event{TaskID: task, Kind: "round_committed", Round: s.r.Round})
+		}
+	}
+	return ok, errors.Join(errs...)
+}
+
+// snapshot reads what syncRun needs (nil when this node has nothing to do).
+func (n *Node) snapshot(ctx context.Context, task string) (*snapshot, error) {
+	me := n.cfg.Signer.DID()
+	var s *snapshot
+	err := n.view(ctx, func(v View) error {
+		r, err := loadRun(ctx, v.KV, task)
+		if err != nil {
+			return err
+		}
+		if r.Status != wire.StatusRunning {
+			return nil
+		}
+		who, k := r.syncerAt(v.Block.TimeMs)
+		if who != me {
+			return nil
+		}
+		s = &snapshot{r: r, blk: v.Block, ticket: k, records: map[int]map[string]Record{}, claims: map[int][]Claim{}}
+		for i, fs := range r.Fragments {
+			if !r.due(fs, v.Block.TimeMs) {
+				continue
+			}
+			s.due = append(s.due, i)
+			recs := map[string]Record{}
+			err := v.KV.Scan(ctx, KSTranscript, recordPrefix(task, r.Round, i), func(_, raw []byte) error {
+				var rec Record
+				if err := json.Unmarshal(raw, &rec); err != nil {
+					return fmt.Errorf("record of %s fragment %d: %w", task, i, err)
+				}
+				recs[rec.TrainerDID] = rec
+				return nil
+			})
+			if err != nil {
+				return err
+			}
+			s.records[i] = recs
+			if s.claims[i], err = FragmentClaims(ctx, v.KV, task, r.Round, i); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	return s, err
+}
+
+// errLocal marks a failure of this node (a blob it cannot read, a plugin
+// host that died): the node abstains, the chain records nothing.
+type errLocal struct{ error }
+
+// computeCommit decides fragment i's commit. Every payload-dependent fact
+// is re-checked here (the receiving node's checks are not trusted): a
+// payload that cannot be had, does not hash, parse or decode, fails a
+// verifier, or whose evidence fails the run's policy is an input with
+// "rejected" set to why. Rules' deterministic failures are recorded; any
+// other failure is local and returned.
+func (n *Node) computeCommit(ctx context.Context, s *snapshot, i int) (*computed, error) {
+	r := s.r
+	fs := r.Fragments[i]
+	fc := baseCommit(r, i)
+	fc.Syncer, fc.Ticket = n.cfg.Signer.DID(), uint64(s.ticket)
+	fc.Inputs = recordInputs(fs.Records)
+	values := make([][]byte, len(fc.Inputs))
+	for j := range fc.Inputs {
+		in := &fc.Inputs[j]
+		rec, ok := s.records[i][in.TrainerDID]
+		if !ok {
+			return nil, fmt.Errorf("record of %s missing from the state", in.TrainerDID)
+		}
+		v, fuel, why, err := n.checkInput(ctx, r, fs, &rec)
+		if err != nil {
+			return nil, err
+		}
+		fc.Fuel += fuel
+		if why != "" {
+			in.Rejected = why
+			continue
+		}
+		values[j] = v
+	}
+	// Round-level verifiers judge each input against the others kept.
+	var round [][]byte
+	for j, v := range values {
+		if fc.Inputs[j].Rejected == "" {
+			round = append(round, v)
+		}
+	}
+	for _, vf := range r.Verifiers {
+		if !vf.RoundLevel {
+			continue
+		}
+		for j, v := range values {
+			if fc.Inputs[j].Rejected != "" {
+				continue
+			}
+			out, err := n.eng.Verify(ctx, VerifyInput{Verifier: vf, Dtype: fs.Dtype, N: int(fs.N), Input: v, Round: round})
+			if err != nil {
+				return nil, fmt.Errorf("round verifier %s: %w", vf.Name, err)
+			}
+			fc.Fuel += out.Fuel
+			if !out.Accept {
+				fc.Inputs[j].Rejected = fmt.Sprintf("%s: %s", vf.Name, out.Reason)
+			}
+		}
+	}
+	c := &computed{fragment: i}
+	var err error
+	if c.verdicts, err = n.verdicts(ctx, r, fs, s.claims[i]); err != nil {
+		return nil, err
+	}
+	var kept [][]byte
+	var keptIdx []int
+	for j, v := range values {
+		if fc.Inputs[j].Rejected == "" {
+			kept = append(kept, v)
+			keptIdx = append(keptIdx, j)
+		}
+	}
+	if len(kept) < r.spec.Quorum {
+		fc.Status = wire.FragNoQuorum
+		fc.Reason = fmt.Sprintf("%d of K=%d inputs left after verification", len(kept), r.spec.Quorum)
+		c.commit = *fc
+		return c, nil
+	}
+	agg, err := n.eng.Aggregate(ctx, AggregateInput{Rule: r.Rule, Dtype: fs.Dtype, N: int(fs.N), Inputs: kept})
+	var rf *RuleFailure
+	if errors.As(err, &rf) {
+		fc.Status, fc.Reason = wire.FragRuleFailed, rf.Error()
+		c.commit = *fc
+		return c, nil
+	} else if err != nil {
+		return nil, fmt.Errorf("aggregate: %w", err)
+	}
+	fc.Fuel += agg.Fuel
+	for j, k := range keptIdx {
+		fc.Inputs[k].Selected = j < len(agg.Selected) && agg.Selected[j]
+	}
+	fc.AggregateHash = contentHash(agg.Aggregate)
+	enc, err := n.blob(ctx, fs.WeightsHash, uint64(MaxInitWeights), "")
+	if err != nil {
+		return nil, fmt.Errorf("weights %s: %w", fs.WeightsHash, err)
+	}
+	weights, err := fragmentValues(&fs.fragLayout, enc)
+	if err != nil {
+		return nil, fmt.Errorf("weights %s: %w", fs.WeightsHash, err)
+	}
+	var mom []byte
+	if !fs.MomentumHash.IsZero() {
+		if mom, err = n.blob(ctx, fs.MomentumHash, uint64(MaxInitWeights), ""); err != nil {
+			return nil, fmt.Errorf("momentum %s: %w", fs.MomentumHash, err)
+		}
+	}
+	o := r.spec.Outer()
+	step, err := n.eng.OuterStep(ctx, OuterStepInput{Rule: r.Outer, Dtype: fs.Dtype, N: int(fs.N), Weights: weights, Momentum: mom,
+		Aggregate: agg.Aggregate, LR: o.LR, Beta: o.Momentum, Nesterov: o.Nesterov})
+	if errors.As(err, &rf) {
+		fc.Status, fc.Reason = wire.FragRuleFailed, rf.Error()
+		c.commit = *fc
+		return c, nil
+	} else if err != nil {
+		return nil, fmt.Errorf("outer step: %w", err)
+	}
+	fc.Fuel += step.Fuel
+	if c.weights, err = encodeFragment(&fs.fragLayout, step.Weights); err != nil {
+		return nil, err
+	}
+	c.momentum = step.Momentum
+	fc.Status = wire.FragAggregated
+	fc.WeightsAfter = contentHash(c.weights)
+	fc.MomentumAfter = contentHash(step.Momentum)
+	c.commit = *fc
+	return c, nil
+}
+
+// checkInput re-checks one record's payload: it returns the payload's
+// values, the decode fuel, or why the input is rejected; err is local.
+func (n *Node) checkInput(ctx context.Context, r *runState, fs *fragState, rec *Record) ([]byte, uint64, string, error) {
+	payload, err := n.blob(ctx, rec.PayloadHash, rec.PayloadSize, rec.Provider)
+	if err != nil {
+		var fe *fetchError
+		if ctx.Err() == nil && (errors.Is(err, ErrNotFound) || errors.As(err, &fe)) {
+			return nil, 0, fmt.Sprintf("payload unavailable: %v", err), nil
+		}
+		return nil, 0, "", err // this node's store: a local failure
+	}
+	if uint64(len(payload)) != rec.PayloadSize {
+		return nil, 0, fmt.Sprintf("payload is %d bytes, the record says %d", len(payload), rec.PayloadSize), nil
+	}
+	if got := contentHash(payload); got != rec.PayloadHash {
+		return nil, 0, fmt.Sprintf("payload hashes to %s, the record says %s", got, rec.PayloadHash), nil
+	}
+	v, fuel, err := payloadValues(ctx, n.eng, r.Codec, &fs.fragLayout, payload)
+	if err != nil {
+		var rf *RuleFailure
+		if ctx.Err() != nil || (!errors.As(err, &rf) && isHostFailure(err)) {
+			return nil, 0, "", err
+		}
+		return nil, fuel, fmt.Sprintf("gradient_payload: %v", err), nil
+	}
+	if err := n.verifyPayload(ctx, r, fs, v); err != nil {
+		if KindOf(err) == KindInvalid {
+			return nil, fuel, err.Error(), nil
+		}
+		return nil, 0, "", err
+	}
+	if r.spec.Tier != wire.TierOpen {
+		why, err := n.recheckEvidence(ctx, r, rec)
+		if err != nil {
+			return nil, 0, "", err
+		}
+		if why != "" {
+			return nil, fuel, why, nil
+		}
+	}
+	return v, fuel, "", nil
+}
+
+// isHostFailure tells a failure of the plugin host (local) from a payload
+// that does not parse or decode (the payload's fault).
+func isHostFailure(err error) bool {
+	s := err.Error()
+	return strings.Contains(s, "worker") || strings.Contains(s, "engine does not run")
+}
+
+// recheckEvidence checks a record's evidence as the receiving node did.
+func (n *Node) recheckEvidence(ctx context.Context, r *runState, rec *Record) (string, error) {
+	if rec.Evidence == nil {
+		return "evidence missing", nil
+	}
+	if n.cfg.Attestor == nil {
+		return "", fmt.Errorf("this node has no attestor to check %s's evidence", rec.TrainerDID)
+	}
+	raw, err := n.blob(ctx, rec.Evidence.Hash, rec.Evidence.Size, rec.Provider)
+	if err != nil {
+		return fmt.Sprintf("evidence unavailable: %v", err), nil
+	}
+	shard := uint64(0)
+	if t := r.trainer(rec.TrainerDID); t != nil && len(t.Shards) > 0 {
+		shard = uint64(t.Shards[0])
+	}
+	ref, err := n.checkEvidence(ctx, r, raw, rec.TrainerDID, shard, r.RoundModel)
+	if err != nil {
+		if KindOf(err) == KindInternal {
+			return "", err
+		}
+		return fmt.Sprintf("evidence: %v", err), nil
+	}
+	if ref.Digest != rec.Evidence.Digest {
+		return fmt.Sprintf("evidence digest %s, the record says %s", ref.Digest, rec.Evidence.Digest), nil
+	}
+	return "", nil
+}
+
+// verdicts judges a fragment's equivocation claims (in DID order): both
+// payloads decoding to the same values is a duplicate, different values
+// an equivocation; a payload that cannot be had leaves it unavailable.
+func (n *Node) verdicts(ctx context.Context, r *runState, fs *fragState, claims []Claim) ([]wire.Verdict, error) {
+	out := []wire.Verdict{}
+	for _, c := range claims {
+		v := wire.Verdict{TrainerDID: c.First.TrainerDID, Verdict: wire.VerdictUnavailable}
+		var vals [2][]byte
+		okBoth := true
+		for k, rec := range []Record{c.First, c.Second} {
+			p, err := n.blob(ctx, rec.PayloadHash, rec.PayloadSize, rec.Provider)
+			if err != nil || contentHash(p) != rec.PayloadHash {
+				okBoth = false
+				break
+			}
+			if vals[k], _, err = payloadValues(ctx, n.eng, r.Codec, &fs.fragLayout, p); err != nil {
+				if ctx.Err() != nil {
+					return nil, ctx.Err()
+				}
+				vals[k] = append([]byte("undecodable:"), p...)
+			}
+		}
+		if okBoth {
+			v.Verdict = wire.VerdictEquivocation
+			if bytes.Equal(vals[0], vals[1]) {
+				v.Verdict = wire.VerdictDuplicate
+			}
+		}
+		out = append(out, v)
+	}
+	sort.Slice(out, func(a, b int) bool { return out[a].TrainerDID < out[b].TrainerDID })
+	return out, nil
+}
+
+// abstainFrom records a local failure: the run is not finalized now, and
+// the node retries after a backoff. Nothing is recorded on chain.
+func (n *Node) abstainFrom(task string, prev abstention, err error) {
+	d := abstainFirst
+	if prev.delay > 0 {
+		d = min(2*prev.delay, abstainMax)
+	}
+	n.w.mu.Lock()
+	n.w.abstain[task] = abstention{until: n.now().Add(d), delay: d}
+	n.w.mu.Unlock()
+	n.log.Warn("abstaining from finalizing after a local failure; nothing recorded, retrying later", "task", task, "retry_in", d, "err", err)
+}
+
+// FinalizeRound implements Service: signed by the run's current syncer and
+// sent to the node that holds its key, it commits now what is due now (the
+// worker would at the next block) and says, per fragment, why the rest is
+// not: a fragment with K records waits for every active trainer or the end
+// of its grace window, which it cannot shorten.
+func (n *Node) FinalizeRound(ctx context.Context, p *wire.FinalizeParams) (*wire.FinalizeResult, error) {
+	if p.TaskID == "" {
+		return nil, Errf(KindInvalid, "task_id is empty")
+	}
+	if _, err := did.Parse(p.SyncerDID); err != nil {
+		return nil, Errf(KindInvalid, "syncer_did: %v", err)
+	}
+	r, blk, err := n.load(ctx, p.TaskID)
+	if err != nil {
+		return nil, err
+	}
+	if r.Status != wire.StatusRunning {
+		return nil, Errf(KindConflict, "run %s is %s, not running", p.TaskID, r.Status)
+	}
+	if want, _ := r.syncerAt(blk.TimeMs); p.SyncerDID != want {
+		return nil, Errf(KindUnauthorized, "finalizeRound must be signed by run %s's elected syncer %s, not %s", p.TaskID, want, p.SyncerDID)
+	}
+	if err := did.Verify(p.SyncerDID, p.Preimage(), p.Signature); err != nil {
+		return nil, Errf(KindUnauthorized, "bad signature: does not verify against %s", p.SyncerDID)
+	}
+	if p.Round != r.Round {
+		return nil, Errf(KindConflict, "wrong round: finalizeRound is for round %d, the current round of %s is %d", p.Round, p.TaskID, r.Round)
+	}
+	if me := n.cfg.Signer.DID(); p.SyncerDID != me {
+		return nil, Errf(KindConflict, "run %s's syncer %s does not run on this node (this node's key is %s): send finalizeRound to that syncer's node", p.TaskID, p.SyncerDID, me)
+	}
+	round := r.Round
+	_, syncErr := n.syncRun(ctx, p.TaskID, true)
+	r, blk, err = n.load(ctx, p.TaskID)
+	if err != nil {
+		return nil, err
+	}
+	res := &wire.FinalizeResult{TaskID: p.TaskID, Round: round, Status: r.Status, Height: blk.Height, Fragments: []wire.FragmentStatus{}}
+	res.Advanced = r.Round != round || r.Status != wire.StatusRunning
+	if r.Seal != nil && !r.Seal.Signed && r.receiptSignerAt(blk.TimeMs) == p.SyncerDID {
+		// The last round sealed the run: its receipt is signed now, so the
+		// caller can fetch it as soon as this answers.
+		if err := n.signReceipt(ctx, p.TaskID); err != nil {
+			n.log.Warn("receipt signature after finalizeRound", "task", p.TaskID, "err", err)
+		}
+	}
+	if res.Advanced {
+		for i := range r.Fragments {
+			res.Fragments = append(res.Fragments, wire.FragmentStatus{Index: i, Committed: true})
+		}
+		return res, nil
+	}
+	active := r.count(wire.TrainerActive)
+	for i, fs := range r.Fragments {
+		st := wire.FragmentStatus{Index: i, Accepted: len(fs.Records), Committed: fs.Closed}
+		switch {
+		case fs.Closed:
+		case r.due(fs, blk.TimeMs):
+			st.Reason = "is due, but this node could not commit it"
+			if syncErr != nil {
+				st.Reason += ": " + syncErr.Error()
+			}
+		case len(fs.Records) >= r.spec.Quorum:
+			st.WindowClosesMs = fs.KthMs + r.spec.GraceWindowMs
+			st.Reason = fmt.Sprintf("%d of K=%d accepted, %d active trainers have not submitted; its grace window closes in %d ms",
+				len(fs.Records), r.spec.Quorum, active-len(fs.Records), st.WindowClosesMs-blk.TimeMs)
+		default:
+			st.Reason = fmt.Sprintf("%d of K=%d submissions accepted", len(fs.Records), r.spec.Quorum)
+		}
+		res.Fragments = append(res.Fragments, st)
+	}
+	return res, Errf(KindConflict, "round %d of %s cannot be finalized yet: %s", round, p.TaskID, whyNot(res.Fragments))
+}
+
+func whyNot(fs []wire.FragmentStatus) string {
+	var parts []string
+	for _, f := range fs {
+		if !f.Committed {
+			parts = append(parts, fmt.Sprintf("fragment %d has %s", f.Index, f.Reason))
+		}
+	}
+	if len(parts) == 0 {
+		return "all fragments committed"
+	}
+	return fmt.Sprint(parts)
+}
