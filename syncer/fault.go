@@ -22,7 +22,9 @@ type FaultAt struct {
 	Fragment int
 }
 
-func (a *FaultAt) is(round uint64, f int) bool { return a != nil && a.Round == round && a.Fragment == f }
+func (a *FaultAt) is(round uint64, f int) bool {
+	return a != nil && a.Round == round && a.Fragment == f
+}
 
 // applyFault alters a computed commit as the node's Fault says.
 func (n *Node) applyFault(round uint64, c *computed) {

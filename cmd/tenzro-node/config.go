@@ -16,6 +16,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/tenzro/train/rpc"
+	"github.com/tenzro/train/syncer"
 )
 
 // maxConfigBytes bounds a --config file.
@@ -35,14 +36,16 @@ type Config struct {
 	NodeKey         string   `koanf:"node-key"`
 	Engine          string   `koanf:"engine"`
 	MaxRequestBytes int64    `koanf:"max-request-bytes"`
-	MetricsAddr     string   `koanf:"metrics-addr"`
-	LogLevel        string   `koanf:"log-level"`
-	LogFormat       string   `koanf:"log-format"`
-	Enclave         string   `koanf:"enclave"`
-	TDXCollateral   string   `koanf:"tdx-collateral"`
-	Dashboard       string   `koanf:"dashboard"`
-	DatasetMaxBytes int64    `koanf:"dataset-max-bytes"`
-	IPFSDHT         bool     `koanf:"ipfs-dht"`
+	// MaxBlobBytes caps one blob uploaded with PUT /blobs (0: MaxRequestBytes).
+	MaxBlobBytes    int64  `koanf:"max-blob-bytes"`
+	MetricsAddr     string `koanf:"metrics-addr"`
+	LogLevel        string `koanf:"log-level"`
+	LogFormat       string `koanf:"log-format"`
+	Enclave         string `koanf:"enclave"`
+	TDXCollateral   string `koanf:"tdx-collateral"`
+	Dashboard       string `koanf:"dashboard"`
+	DatasetMaxBytes int64  `koanf:"dataset-max-bytes"`
+	IPFSDHT         bool   `koanf:"ipfs-dht"`
 	// DatasetStall fails a dataset fetch when no block arrives for this long.
 	DatasetStall time.Duration `koanf:"dataset-stall-timeout"`
 	// LargeMinRate and LargeGraceMs set the minimum transfer rate of large
@@ -60,7 +63,7 @@ var configKeys = map[string]bool{
 	"role": true, "data-dir": true, "home": true, "listen-addr": true, "rpc-addr": true, "boot-nodes": true, "dev": true,
 	"node-key": true, "engine": true, "max-request-bytes": true, "metrics-addr": true, "log-level": true, "log-format": true,
 	"enclave": true, "tdx-collateral": true, "dashboard": true, "dataset-max-bytes": true, "ipfs-dht": true, "dataset-stall-timeout": true,
-	"large-min-rate": true, "large-grace-ms": true,
+	"large-min-rate": true, "large-grace-ms": true, "max-blob-bytes": true,
 }
 
 // fileProvider reads a config file with a size limit (koanf.Provider).
@@ -220,6 +223,8 @@ func (c *Config) validate() error {
 		return errors.New("rpc-addr is empty")
 	case c.MaxRequestBytes < 1<<20 || c.MaxRequestBytes > 4<<30:
 		return fmt.Errorf("max-request-bytes %d: want 1 MiB .. 4 GiB", c.MaxRequestBytes)
+	case c.MaxBlobBytes < 0 || c.MaxBlobBytes > syncer.MaxInitWeights:
+		return fmt.Errorf("max-blob-bytes %d: want 0 (same as max-request-bytes) .. %d", c.MaxBlobBytes, int64(syncer.MaxInitWeights))
 	case c.Dashboard != "auto" && c.Dashboard != "on" && c.Dashboard != "off":
 		return fmt.Errorf("dashboard %q: want auto, on or off", c.Dashboard)
 	case c.LargeMinRate < 1 || c.LargeGraceMs < 0:

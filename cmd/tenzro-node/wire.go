@@ -78,6 +78,14 @@ func runNode(ctx context.Context, cfg Config, log *slog.Logger) (err error) {
 	if err := checkNodeStore(ctx, db, cfg.DataDir); err != nil {
 		return err
 	}
+	blobs, err := store.OpenBlobs(filepath.Join(cfg.DataDir, "blobs"), store.BlobOptions{MaxSize: syncer.MaxInitWeights, Logger: log.With("component", "blobs")})
+	if err != nil {
+		return fmt.Errorf("open blob store: %w", err)
+	}
+	defer closeLogged(log, "blob store", blobs.Close)
+	if err := migrateKVBlobs(ctx, db, blobs, log); err != nil {
+		return err
+	}
 
 	var engine syncer.Engine
 	var registry rpc.PluginRegistry
@@ -137,14 +145,9 @@ func runNode(ctx context.Context, cfg Config, log *slog.Logger) (err error) {
 		}()
 	}
 
-	var node *syncer.Node // set below; gossip serves its blobs once it exists
-	hd := gossip.Handlers{Blob: func(h wire.Hash) ([]byte, bool) {
-		if node == nil {
-			return nil, false
-		}
-		b, err := node.GetPayload(ctx, h)
-		return b, err == nil
-	}, Nonce: func(ctx context.Context, p wire.NonceParams) (*wire.NonceResult, error) {
+	// Blobs (payloads, weights, evidence) are served from the blob store.
+	var node *syncer.Node // set below
+	hd := gossip.Handlers{Nonce: func(ctx context.Context, p wire.NonceParams) (*wire.NonceResult, error) {
 		if node == nil {
 			return nil, &gossip.Refusal{Kind: int(syncer.KindInternal), Message: "node starting"}
 		}
@@ -162,6 +165,8 @@ func runNode(ctx context.Context, cfg Config, log *slog.Logger) (err error) {
 		BootNodes:   cfg.BootNodes,
 		Identity:    key.Priv,
 		Logger:      log,
+		Blobs:       blobs,
+		MaxBlob:     max(cfg.MaxRequestBytes, cfg.MaxBlobBytes),
 	}, hd)
 	if err != nil {
 		return fmt.Errorf("gossip: %w", err)
@@ -171,13 +176,13 @@ func runNode(ctx context.Context, cfg Config, log *slog.Logger) (err error) {
 
 	node, err = syncer.NewNode(ctx, syncer.Config{
 		Chain:       cn.Local,
-		Blobs:       syncer.KVBlobs{KV: db},
+		Blobs:       blobs,
 		Local:       db,
 		Engine:      engine,
 		Signer:      tr.signer,
 		Attestor:    tr.checker,
 		DatasetKeys: tr.datasetKeys(),
-		Fetcher:     gossipFetcher{gn},
+		Fetcher:     gossipFetcher{gn: gn, blobs: blobs},
 		Provider:    gn.PeerID(),
 		Dev:         cfg.Dev,
 		Role:        cfg.Role,
@@ -219,6 +224,8 @@ func runNode(ctx context.Context, cfg Config, log *slog.Logger) (err error) {
 	opts := rpc.Options{
 		Routes:          dsRoutes,
 		MaxRequestBytes: cfg.MaxRequestBytes,
+		Blobs:           blobs,
+		MaxBlobBytes:    cfg.MaxBlobBytes,
 		LargeMinRate:    cfg.LargeMinRate,
 		LargeGrace:      time.Duration(cfg.LargeGraceMs) * time.Millisecond,
 		Logger:          log.With("component", "rpc"),
@@ -337,10 +344,16 @@ func checkNodeStore(ctx context.Context, db *store.DB, dataDir string) error {
 
 var errStopScan = errors.New("stop")
 
-// gossipFetcher gets a blob from a peer over the libp2p blob protocol: the
-// record's provider first, then the peers on the training topics. It is
-// the seam the payload transfer (resumable, size-capped streams) replaces.
-type gossipFetcher struct{ gn *gossip.Node }
+// gossipFetcher gets a blob this node does not hold over the libp2p blob
+// stream (/tenzro/blob/2.0.0) into the blob store: the record's provider
+// first, then the peers on the training topics; the bytes go to disk as they
+// arrive, a broken stream resumes from the first missing byte (same or
+// next peer), the hash is checked over the whole blob. It then reads the
+// stored blob back for the caller.
+type gossipFetcher struct {
+	gn    *gossip.Node
+	blobs *store.Blobs
+}
 
 func (f gossipFetcher) Fetch(ctx context.Context, h wire.Hash, maxSize uint64, provider string) ([]byte, error) {
 	var peers []string
@@ -356,21 +369,13 @@ func (f gossipFetcher) Fetch(ctx context.Context, h wire.Hash, maxSize uint64, p
 			}
 		}
 	}
-	var errs []error
-	for _, p := range peers {
-		b, err := f.gn.FetchBlob(ctx, p, h)
-		if err == nil && uint64(len(b)) <= maxSize {
-			return b, nil
-		}
-		if err == nil {
-			err = fmt.Errorf("%d bytes, more than %d", len(b), maxSize)
-		}
-		errs = append(errs, fmt.Errorf("peer %s: %w", p, err))
-	}
-	if len(errs) == 0 {
+	if len(peers) == 0 {
 		return nil, fmt.Errorf("blob %s: no peer to ask: %w", h, syncer.ErrNotFound)
 	}
-	return nil, fmt.Errorf("blob %s: %w", h, errors.Join(errs...))
+	if _, err := f.gn.FetchBlobTo(ctx, h, int64(min(maxSize, 1<<62)), peers...); err != nil {
+		return nil, fmt.Errorf("blob %s: %w", h, err)
+	}
+	return f.blobs.Get(ctx, h)
 }
 
 // loadOrCreateNodeKey reads the node key, creating it (mode 0600) on first
@@ -467,4 +472,45 @@ func announce(ctx context.Context, gn *gossip.Node, signer syncer.Signer, ev syn
 	if err := gn.PublishSyncerStatus(ctx, st); err != nil {
 		log.Debug("publish syncer status", "err", err)
 	}
+}
+
+// migrateKVBlobs moves blobs an older node kept in Pebble's KSBlobs
+// keyspace into the file blob store (each checked against its hash), then
+// deletes them from Pebble. It is idempotent: a crash half-way leaves
+// blobs in both places, and the next start moves the rest.
+func migrateKVBlobs(ctx context.Context, db *store.DB, blobs *store.Blobs, log *slog.Logger) error {
+	var keys [][]byte
+	err := db.Scan(ctx, syncer.KSBlobs, nil, func(k, v []byte) error {
+		var h wire.Hash
+		if len(k) != len(h) {
+			log.Warn("blob migration: skipping a key that is not a hash", "key", fmt.Sprintf("%x", k))
+			return nil
+		}
+		copy(h[:], k)
+		if err := blobs.Put(ctx, h, v); errors.Is(err, store.ErrBlobMismatch) {
+			// Keyed by another hash function (a store written before
+			// content hashes were BLAKE3): left where it is.
+			log.Warn("blob migration: a stored blob does not hash to its key; left in the database", "key", h)
+			return nil
+		} else if err != nil {
+			return fmt.Errorf("blob %s: %w", h, err)
+		}
+		keys = append(keys, append([]byte(nil), k...))
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("move blobs from the database to %s: %w", blobs.Dir(), err)
+	}
+	if len(keys) == 0 {
+		return nil
+	}
+	var b syncer.Batch
+	for _, k := range keys {
+		b.Delete(syncer.KSBlobs, k)
+	}
+	if err := db.Commit(ctx, &b); err != nil {
+		return fmt.Errorf("move blobs: delete from the database: %w", err)
+	}
+	log.Info("moved blobs from the database to the blob store", "blobs", len(keys), "dir", blobs.Dir())
+	return nil
 }
