@@ -448,6 +448,7 @@ func (n *Node) syncRun(ctx context.Context, task string, wait bool) (int, error)
 			continue
 		}
 		ok++
+		n.afterCommitFault(s.r.Round, c)
 		var cr wire.CommitFragmentResult
 		_ = json.Unmarshal(res.Data, &cr)
 		n.log.Info("fragment committed", "task", task, "round", s.r.Round, "fragment", c.fragment, "status", c.commit.Status,
