@@ -32,7 +32,9 @@ type FaultAt struct {
 	Fragment int
 }
 
-func (a *FaultAt) is(round uint64, f int) bool { return a != nil && a.Round == round && a.Fragment == f }
+func (a *FaultAt) is(round uint64, f int) bool {
+	return a != nil && a.Round == round && a.Fragment == f
+}
 
 // Withheld says whether h is withheld.
 func (f *Fault) Withheld(h wire.Hash) bool {
