@@ -258,7 +258,9 @@ func (fakeChallenges) SubmitChallenge(_ context.Context, p *wire.ChallengeTx) (*
 	return &wire.ChallengeResult{TaskID: p.TaskID, Round: p.Round, Fragment: p.Fragment}, nil
 }
 
-func (fakeChallenges) Challenges(context.Context, string) ([]wire.ChallengeRecord, error) { return nil, nil }
+func (fakeChallenges) Challenges(context.Context, string) ([]wire.ChallengeRecord, error) {
+	return nil, nil
+}
 
 func (fakeChallenges) ReplayFragment(_ context.Context, p *wire.ReplayFragmentParams) (*wire.ReplayFragmentResult, error) {
 	return &wire.ReplayFragmentResult{TaskID: p.TaskID, Round: p.Round, Fragment: p.Fragment}, nil
