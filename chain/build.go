@@ -198,11 +198,7 @@ func ChallengeTx(key *did.Key, task string, round, fragment uint64, result wire.
 }
 
 // VoteSigner signs challenge votes with a validator's consensus key.
-type VoteSigner interface {
-	// Address is the validator's 20-byte consensus address.
-	Address() []byte
-	Sign(msg []byte) ([]byte, error)
-}
+type VoteSigner = syncer.VoteSigner
 
 // ChallengeVoteTx is validator v's vote on challenge id: result (the
 // FragmentResultHash its node computed) or, with unavailable, that its node
