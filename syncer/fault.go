@@ -13,6 +13,11 @@ import (
 // the faultinject tag (cmd/tenzro-node/fault_inject.go); production builds
 // cannot set it. Other nodes with the same binary compute correctly (their
 // re-execution never applies it).
+//
+// A fault applies only to a commit this node makes as ticket 0 of the
+// run's succession (the first elected syncer): every node of a test network
+// can run with the same flags, and the next syncer, which re-does the
+// fragment after the rollback, is honest.
 type Fault struct {
 	// WrongAggregate: the commit of (Round, Fragment) of any run carries a
 	// wrong aggregate hash (and so a wrong result hash).
@@ -60,7 +65,7 @@ func (f *Fault) withhold(hs ...wire.Hash) {
 // applyFault alters a computed commit as the node's Fault says.
 func (n *Node) applyFault(round uint64, c *computed) {
 	f := n.cfg.Fault
-	if f == nil || !f.WrongAggregate.is(round, c.fragment) || c.commit.Status != wire.FragAggregated {
+	if f == nil || c.commit.Ticket != 0 || !f.WrongAggregate.is(round, c.fragment) || c.commit.Status != wire.FragAggregated {
 		return
 	}
 	c.commit.AggregateHash[0] ^= 0xff
@@ -70,7 +75,7 @@ func (n *Node) applyFault(round uint64, c *computed) {
 // afterCommitFault withholds a committed fragment's kept payloads.
 func (n *Node) afterCommitFault(round uint64, c *computed) {
 	f := n.cfg.Fault
-	if f == nil || !f.Withhold.is(round, c.fragment) {
+	if f == nil || c.commit.Ticket != 0 || !f.Withhold.is(round, c.fragment) {
 		return
 	}
 	var hs []wire.Hash
