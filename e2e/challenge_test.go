@@ -434,3 +434,70 @@ func logHas(n *chainNode, parts ...string) bool {
 	}
 	return false
 }
+
+// nodeOf is the index of the validator whose node key is d.
+func (c *challengeNet) nodeOf(d string) int {
+	c.t.Helper()
+	for i, n := range c.nodes {
+		k, err := did.Load(filepath.Join(n.home, "node", "node.key"))
+		if err == nil && k.DID.String() == d {
+			return i
+		}
+	}
+	c.t.Fatalf("no validator's node key is %s", d)
+	return -1
+}
+
+// TestChallengeWithholdingFourValidators: the run's first syncer receives
+// the trainer's payloads itself and, once it has computed round 0's
+// fragment 1, withholds them (fault build). Nobody else can fetch them: the
+// watcher challenges the commit as unavailable once half its window has
+// passed, the validators vote "unavailable" once half the vote window has,
+// and the syncer loses: slashed, excluded, the fragment re-done by the next
+// syncer (as no_quorum: the inputs are gone).
+func TestChallengeWithholdingFourValidators(t *testing.T) {
+	if testing.Short() {
+		t.Skip("multi-process chain test")
+	}
+	t0 := time.Now()
+	watcher, sponsor, trainer := chainKey(t, did.KindHuman, 51), chainKey(t, did.KindHuman, 52), chainKey(t, did.KindMachine, 53)
+	c := newChallengeNet(t, []string{"--fault-withhold", "0:1"}, watcher, sponsor, trainer)
+	const task = "withhold-run"
+	c.post(task, sponsor, trainer)
+	var view struct {
+		Syncer string `json:"syncer"`
+	}
+	if err := json.Unmarshal([]byte(c.mustCLI(0, "train", "get-run", "--task-id", task, "--format", "json")), &view); err != nil {
+		t.Fatal(err)
+	}
+	s := c.nodeOf(view.Syncer)
+	// The trainer submits through the syncer's own node: it alone holds the payloads.
+	for f := 0; f < F; f++ {
+		w := filepath.Join(c.dir, fmt.Sprintf("w%d.safetensors", f))
+		c.mustCLI(s, "train", "get-weights", "--task-id", task, "--fragment", fmt.Sprint(f), "--out", w)
+		p := filepath.Join(c.dir, fmt.Sprintf("g%d.safetensors", f))
+		if err := os.WriteFile(p, gradientFrom(t, w, 0, 0, f), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		c.mustCLI(s, "train", "submit-gradient", "--task-id", task, "--round", "0", "--fragment", fmt.Sprint(f), "--payload", p, "--key", c.keyFile(trainer))
+	}
+	var ch wire.ChallengeRecord
+	c.waitFor("the withheld commit is challenged and decided", 120*time.Second, func() bool {
+		chs := c.challenges(task)
+		if len(chs) > 0 && chs[0].Outcome != wire.ChallengeOpen {
+			ch = chs[0]
+			return true
+		}
+		return false
+	})
+	if ch.Outcome != wire.ChallengeUpheld || !ch.Unavailable || !ch.Claimed.IsZero() || ch.Fragment != 1 || ch.Syncer != view.Syncer {
+		t.Fatalf("withholding challenge: %+v", ch)
+	}
+	t.Logf("withheld commit (height %d) → slash (height %d): %s of block time; syncer %s slashed %s",
+		ch.CommitHeight, ch.Decided, c.blockTime(ch.Decided).Sub(c.blockTime(ch.CommitHeight)), ch.Syncer, ch.SyncerSlashed)
+	c.waitFor("round 0 re-done by the next syncer", 60*time.Second, func() bool { return c.run(task).Round == 1 })
+	if r := c.run(task); len(r.Excluded) != 1 || r.Excluded[0] != view.Syncer {
+		t.Fatalf("excluded %v", r.Excluded)
+	}
+	t.Logf("done after %s", time.Since(t0).Round(time.Millisecond))
+}

@@ -22,9 +22,10 @@ type Fault struct {
 	// WrongAggregate: the commit of (Round, Fragment) of any run carries a
 	// wrong aggregate hash (and so a wrong result hash).
 	WrongAggregate *FaultAt
-	// Withhold: once this node committed (Round, Fragment), the payloads
-	// its commit kept are withheld: WithholdingBlobs answers "not found"
-	// for them (to peers, getPayload and this node alike).
+	// Withhold: once this node computed its commit of (Round, Fragment),
+	// before it sends it, the payloads the commit keeps are withheld:
+	// WithholdingBlobs answers "not found" for them (to peers, getPayload
+	// and this node alike).
 	Withhold *FaultAt
 
 	mu       sync.Mutex
@@ -72,8 +73,8 @@ func (n *Node) applyFault(round uint64, c *computed) {
 	n.log.Warn("FAULT INJECTED: committing a wrong aggregate hash", "round", round, "fragment", c.fragment)
 }
 
-// afterCommitFault withholds a committed fragment's kept payloads.
-func (n *Node) afterCommitFault(round uint64, c *computed) {
+// withholdFault withholds a computed fragment's kept payloads.
+func (n *Node) withholdFault(round uint64, c *computed) {
 	f := n.cfg.Fault
 	if f == nil || c.commit.Ticket != 0 || !f.Withhold.is(round, c.fragment) {
 		return

@@ -400,6 +400,7 @@ func (n *Node) syncRun(ctx context.Context, task string, wait bool) (int, error)
 			return 0, nil
 		}
 		n.applyFault(s.r.Round, c)
+		n.withholdFault(s.r.Round, c)
 		out = append(out, c)
 	}
 	if abstaining {
@@ -448,7 +449,6 @@ func (n *Node) syncRun(ctx context.Context, task string, wait bool) (int, error)
 			continue
 		}
 		ok++
-		n.afterCommitFault(s.r.Round, c)
 		var cr wire.CommitFragmentResult
 		_ = json.Unmarshal(res.Data, &cr)
 		n.log.Info("fragment committed", "task", task, "round", s.r.Round, "fragment", c.fragment, "status", c.commit.Status,
