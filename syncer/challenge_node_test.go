@@ -347,6 +347,18 @@ func TestChallengeNodesWrongAggregate(t *testing.T) {
 	if rc.ChallengeCount != 1 || rc.SyncerDID == c.cands[bad].DID.String() {
 		t.Fatalf("receipt: %d challenges, signed by %s", rc.ChallengeCount, rc.SyncerDID)
 	}
+	// Replay skips nothing: the final transcript reproduces the model.
+	var nodes []*syncer.Node
+	nodes = append(append(nodes, c.syncers...), c.vals...)
+	src := anySource(nodes)
+	blob, err := src.GetPayload(c.ctx, rc.TranscriptHash)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep, err := syncer.Replay(c.ctx, raw, blob, src, syncer.NewNativeEngine(), nil)
+	if err != nil || !rep.Match || rep.Rounds != 2 {
+		t.Fatalf("replay of the receipt: %+v %v", rep, err)
+	}
 	// The transcript is the final one: round 0 fragment 0 by the next
 	// syncer (the slashed one's fragment 1 commit was right and stays).
 	tr, err := c.syncers[0].GetTranscript(c.ctx, c.task)
@@ -438,4 +450,19 @@ func scaledPayload(t *testing.T, weights []byte, scale float32) []byte {
 		t.Fatal(err)
 	}
 	return b
+}
+
+// anySource serves a payload from the first node that has it.
+type anySource []*syncer.Node
+
+func (s anySource) GetPayload(ctx context.Context, h wire.Hash) ([]byte, error) {
+	var last error
+	for _, n := range s {
+		b, err := n.GetPayload(ctx, h)
+		if err == nil {
+			return b, nil
+		}
+		last = err
+	}
+	return nil, last
 }
