@@ -373,6 +373,21 @@ func TestChallengeWrongAggregateFourValidators(t *testing.T) {
 		r := c.run(task)
 		return r.Status != wire.StatusRunning || r.Fragments[F-1].Closed && r.Fragments[0].Closed
 	})
+	// Any node recomputes a commit's result hash (here the watcher's):
+	// round 1 fragment 1 is right.
+	cmd := exec.Command(filepath.Join(binDir, "tenzro"), "receipt", "replay", "--task-id", task, "--round", "1", "--fragment", "1", "--rpc", "http://"+c.wRPC)
+	stdout, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("tenzro receipt replay --round 1 --fragment 1: %v", err)
+	}
+	res := strings.TrimSpace(string(stdout))
+	var rf wire.ReplayFragmentResult
+	if err := json.Unmarshal([]byte(c.mustCLI(-1, "receipt", "replay", "--task-id", task, "--round", "1", "--fragment", "1", "--format", "json")), &rf); err != nil {
+		t.Fatal(err)
+	}
+	if !rf.Agrees || res != rf.Result.String() || rf.Committed != rf.Result {
+		t.Fatalf("replay of round 1 fragment 1: %q, %+v", res, rf)
+	}
 	// A frivolous challenge of round 1 fragment 1 (a made-up hash).
 	made := wire.ContentHash([]byte("made up")).String()
 	out, err := c.cli(1, "train", "challenge", "--task-id", task, "--round", "1", "--fragment", "1", "--result-hash", made, "--bond", "100", "--key", c.keyFile(other))
