@@ -180,9 +180,11 @@ func runNode(ctx context.Context, cfg Config, log *slog.Logger) (err error) {
 
 	// The CometBFT validator key in the home signs challenge votes (a node
 	// that is not in the genesis validator set is never on a committee).
-	voter, err := chain.LoadVoteSigner(home)
-	if err != nil {
-		return fmt.Errorf("validator key: %w", err)
+	var voter syncer.VoteSigner
+	if vs, err := chain.LoadVoteSigner(home); err != nil {
+		log.Warn("no validator key in the chain home: this node votes on no challenge", "err", err)
+	} else {
+		voter = vs
 	}
 	node, err = syncer.NewNode(ctx, syncer.Config{
 		Chain:            cn.Local,
