@@ -319,6 +319,9 @@ func TestChallengeNodesWrongAggregate(t *testing.T) {
 	if len(chs) != 1 || chs[0].Round != 0 || chs[0].Fragment != 0 || chs[0].Challenger != c.watcher.DID.String() || chs[0].Syncer != c.cands[bad].DID.String() {
 		t.Fatalf("challenges after the watcher: %+v", chs)
 	}
+	if v := c.run(); v.OpenChallenges != 1 || v.ChallengeWindowBlocks != 12 || v.FinalRounds != 0 {
+		t.Fatalf("get-run: window %d, final rounds %d, open challenges %d", v.ChallengeWindowBlocks, v.FinalRounds, v.OpenChallenges)
+	}
 	re, err := c.vals[1].Reexecute(c.ctx, c.task, 0, 0)
 	if err != nil || re.Agrees() || re.Result != chs[0].Claimed {
 		t.Fatalf("validator's re-execution %+v (%v), claimed %s", re, err, chs[0].Claimed)
@@ -340,6 +343,9 @@ func TestChallengeNodesWrongAggregate(t *testing.T) {
 		t.Fatalf("round %d after the re-commit, want 1", r.Round)
 	}
 	rc := c.untilSealed()
+	if v := c.run(); v.FinalRounds != 2 || v.OpenChallenges != 0 {
+		t.Fatalf("sealed run: final rounds %d, open challenges %d", v.FinalRounds, v.OpenChallenges)
+	}
 	raw, _ := json.Marshal(rc)
 	if err := syncer.CheckReceipt(raw, nil); err != nil {
 		t.Fatalf("receipt: %v", err)

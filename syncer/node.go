@@ -267,6 +267,7 @@ func (r *runState) view(esc *big.Int, blk Block) *wire.RunView {
 	if r.Status == wire.StatusAwaiting {
 		v.EnrollDeadlineMs = r.PostedMs + r.spec.EnrollWindow()
 	}
+	v.ChallengeWindowBlocks, v.FinalRounds, v.OpenChallenges = r.Window, r.FinalRounds, len(r.Open)
 	if v.RoundRoots == nil {
 		v.RoundRoots = []wire.Hash{}
 	}

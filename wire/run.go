@@ -92,6 +92,13 @@ type RunView struct {
 	// CancelReason says why a cancelled run ended (sponsor cancelled, or the
 	// enrolment window passed before M trainers enrolled).
 	CancelReason string `json:"cancel_reason,omitempty"`
+	// Challenges (docs/protocol/challenges.md), absent on a run without a
+	// window: ChallengeWindowBlocks, how many rounds are final (their
+	// rewards and slashes applied; current_reward counts only those) and
+	// how many challenges are undecided.
+	ChallengeWindowBlocks int64  `json:"challenge_window_blocks,omitempty"`
+	FinalRounds           uint64 `json:"final_rounds,omitempty"`
+	OpenChallenges        int    `json:"open_challenges,omitempty"`
 	// EnrollDeadlineMs is when a run still awaiting enrolment expires (Unix ms).
 	EnrollDeadlineMs int64 `json:"enroll_deadline_ms,omitempty"`
 }
