@@ -386,6 +386,27 @@ func (n *Node) challengeStep(ctx context.Context, wg *sync.WaitGroup, inline boo
 			o.ChallengeDecided(ch.Outcome)
 		}
 	}
+	// Forget what the chain no longer asks about (final, decided, voted):
+	// the memory stays the size of the challengeable set.
+	live := map[string]bool{}
+	for _, j := range work.votes {
+		live["vote/"+j.ch.ID.String()] = true
+	}
+	for _, j := range work.watch {
+		live["watch/"+commitKeyText(j.task, j.round, j.fragment, j.rec.Result)] = true
+	}
+	n.cw.mu.Lock()
+	for k := range n.cw.done {
+		if !live[k] {
+			delete(n.cw.done, k)
+		}
+	}
+	for k := range n.cw.retry {
+		if !live[k] {
+			delete(n.cw.retry, k)
+		}
+	}
+	n.cw.mu.Unlock()
 	var errs []error
 	var mu sync.Mutex
 	run := func(key string, f func(context.Context) error) {
