@@ -119,7 +119,7 @@ func newChallengeNet(t *testing.T, faultFlags []string, allocs ...*did.Key) *cha
 			t.Fatal(err)
 		}
 		c.jsonRPC = append(c.jsonRPC, nc.JSONRPCAddr)
-		n := &chainNode{home: home, rpc: rc, extra: append([]string{"--enclave", "none", "--engine", "native"}, faultFlags...)}
+		n := &chainNode{home: home, rpc: rc, extra: append([]string{"--enclave", "none", "--engine", engineFlag()}, faultFlags...)}
 		n.cmd = nil
 		c.nodes = append(c.nodes, n)
 		boot = append(boot, nc.BootNodes...)
@@ -162,7 +162,7 @@ func newChallengeNet(t *testing.T, faultFlags []string, allocs ...*did.Key) *cha
 	if w.rpc, err = chainRPC(cmtRPC); err != nil {
 		t.Fatal(err)
 	}
-	w.extra = []string{"--enclave", "none", "--engine", "native", "--watch", "--node-key", c.keyFile(allocs[0]), "--rpc-addr", c.wRPC,
+	w.extra = []string{"--enclave", "none", "--engine", engineFlag(), "--watch", "--node-key", c.keyFile(allocs[0]), "--rpc-addr", c.wRPC,
 		"--listen-addr", "/ip4/127.0.0.1/tcp/0", "--boot-nodes", strings.Join(uniq, ",")}
 	startWith(t, w, bin)
 	c.watcher = w
@@ -515,4 +515,14 @@ func TestChallengeWithholdingFourValidators(t *testing.T) {
 		t.Fatalf("excluded %v", r.Excluded)
 	}
 	t.Logf("done after %s", time.Since(t0).Round(time.Millisecond))
+}
+
+// engineFlag is the challenge tests' engine: native (light on 2 cores), or
+// TENZRO_CHALLENGE_ENGINE=wasm for the plugin sandbox the syncer runs by
+// default.
+func engineFlag() string {
+	if e := os.Getenv("TENZRO_CHALLENGE_ENGINE"); e != "" {
+		return e
+	}
+	return "native"
 }
