@@ -48,6 +48,11 @@ const (
 )
 
 func newCWorld(t *testing.T, rounds int, extra string) *cworld {
+	return newCWorldSpec(t, rounds, `,"challenge_window_blocks":5,"vote_window_blocks":20,"challenge_bond":"`+cBond+`","syncer_slash":"5000bps"`+extra)
+}
+
+// newCWorldSpec is newCWorld with the spec's challenge fields given whole.
+func newCWorldSpec(t *testing.T, rounds int, challengeFields string) *cworld {
 	w := &cworld{t: t, sponsor: testKey(t, did.KindHuman, 31), t1: testKey(t, did.KindMachine, 32), t2: testKey(t, did.KindMachine, 33),
 		chal: testKey(t, did.KindHuman, 34), chal2: testKey(t, did.KindHuman, 35),
 		cands: []*did.Key{testKey(t, did.KindMachine, 36), testKey(t, did.KindMachine, 37)}, task: "ch-run", nonce: 100}
@@ -75,8 +80,7 @@ func newCWorld(t *testing.T, rounds int, extra string) *cworld {
 	if string(gh[0]) != string(gh[1]) {
 		t.Fatalf("genesis app hashes differ: %x vs %x", gh[0], gh[1])
 	}
-	w.spec = testSpec(w.task, w.sponsor.DID.String(), 2, 2, 2, rounds,
-		`,"challenge_window_blocks":5,"vote_window_blocks":20,"challenge_bond":"`+cBond+`","syncer_slash":"5000bps"`+extra)
+	w.spec = testSpec(w.task, w.sponsor.DID.String(), 2, 2, 2, rounds, challengeFields)
 	w.ok(must(PostTaskTx(w.sponsor, w.spec, testLayout(2, "ch"), meanRules(t), w.n())))
 	for _, c := range w.cands {
 		w.ok(must(ElectionProofTx(c, w.task, vrfProof(t, c, w.task, w.spec), w.n())))
@@ -632,5 +636,29 @@ func TestChallengePendingPenalty(t *testing.T) {
 	// 10% of 100 slashed for the missed round: 90 back.
 	if got := new(big.Int).Sub(w.bal(w.t2), before); got.String() != "90" {
 		t.Fatalf("refund %s, want 90 (100 less the missed-round slash)", got)
+	}
+}
+
+// TestChallengeNoWindow: a run whose spec sets challenge_window_blocks 0
+// is final at every commit (effects at once, sealed with its last round,
+// no challenge possible); on a chain with the faucet (--dev) that is the
+// default.
+func TestChallengeNoWindow(t *testing.T) {
+	for name, extra := range map[string]string{"spec 0": `,"challenge_window_blocks":0`, "dev default": ""} {
+		t.Run(name, func(t *testing.T) {
+			w := newCWorldSpec(t, 2, extra)
+			w.submitRound("a")
+			w.commitAll(0)
+			if acc, wt, _ := w.trainer(w.t1); acc != 2 || wt != "8" {
+				t.Fatalf("accepted %d weight %s at commit, want 2 and 8", acc, wt)
+			}
+			w.refused(w.challengeTx(w.chal, 0, 0, wire.ContentHash([]byte("x"))), "has no challenge window")
+			w.submitRound("b")
+			w.commitAll(0)
+			if r := w.h.run(w.task); r.Status != wire.StatusSealed {
+				t.Fatalf("run %s after its last round, want sealed at once", r.Status)
+			}
+			w.refused(w.challengeTx(w.chal, 0, 0, wire.ContentHash([]byte("x"))), "is sealed")
+		})
 	}
 }

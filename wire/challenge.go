@@ -314,7 +314,8 @@ func (s *TaskSpec) ChallengeWindow(def int64) int64 {
 	return def
 }
 
-func (s *TaskSpec) validateChallenges() error {
+// ValidateChallenges checks the spec's challenge fields (Validate calls it).
+func (s *TaskSpec) ValidateChallenges() error {
 	if w := s.ChallengeWindowBlocks; w != nil && (*w < 0 || *w > MaxChallengeWindowBlocks) {
 		return fmt.Errorf("spec: challenge_window_blocks is %d, want 0..%d", *w, MaxChallengeWindowBlocks)
 	}

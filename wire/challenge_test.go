@@ -5,6 +5,8 @@ import (
 	"crypto/ed25519"
 	"crypto/sha256"
 	"encoding/hex"
+	mathbig "math/big"
+	"strings"
 	"testing"
 
 	"github.com/tenzro/train/wire"
@@ -125,6 +127,38 @@ func TestChallengeVectors(t *testing.T) {
 		re, _ := wire.EncodeTx(tx.Type, tx.Params())
 		if string(re) != s {
 			t.Errorf("vector tx does not re-encode to itself:\n%s\n%s", re, s)
+		}
+	}
+}
+
+func TestChallengeSpecFields(t *testing.T) {
+	neg, big := int64(-1), int64(wire.MaxChallengeWindowBlocks+1)
+	for name, c := range map[string]struct {
+		s    wire.TaskSpec
+		want string
+	}{
+		"negative window": {wire.TaskSpec{ChallengeWindowBlocks: &neg}, "challenge_window_blocks"},
+		"window too long": {wire.TaskSpec{ChallengeWindowBlocks: &big}, "challenge_window_blocks"},
+		"vote window":     {wire.TaskSpec{VoteWindowBlocks: -3}, "vote_window_blocks"},
+		"free challenge":  {wire.TaskSpec{ChallengeBond: "0"}, "challenge_bond"},
+		"bad bond":        {wire.TaskSpec{ChallengeBond: "1.5"}, "challenge_bond"},
+		"bps over 10000":  {wire.TaskSpec{SyncerSlash: "10001bps"}, "syncer_slash"},
+		"bps not decimal": {wire.TaskSpec{SyncerSlash: "05bps"}, "syncer_slash"},
+		"committee":       {wire.TaskSpec{ChallengeCommittee: -1}, "challenge_committee"},
+	} {
+		if err := c.s.ValidateChallenges(); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: %v, want an error naming %s", name, err, c.want)
+		}
+	}
+	var s wire.TaskSpec
+	if err := s.ValidateChallenges(); err != nil || s.Bond() != wire.DefaultChallengeBond || s.VoteWindow() != wire.DefaultVoteWindowBlocks ||
+		s.ChallengeWindow(7) != 7 || s.SyncerSlashRule().Bps != 5000 {
+		t.Fatalf("defaults: %v", err)
+	}
+	for in, want := range map[string]string{"2500bps": "250", "10000bps": "1000", "300": "300", "5000": "1000"} {
+		r, err := wire.ParseSyncerSlash(in)
+		if err != nil || r.Of(new(mathbig.Int).SetInt64(1000)).String() != want {
+			t.Errorf("syncer_slash %s of 1000: %v %v, want %s", in, r, err, want)
 		}
 	}
 }

@@ -239,7 +239,7 @@ func (s *TaskSpec) Validate() error {
 	if _, err := s.CompressionRef(); err != nil {
 		return err
 	}
-	if err := s.validateChallenges(); err != nil {
+	if err := s.ValidateChallenges(); err != nil {
 		return err
 	}
 	if len(s.Verification) > 16 {
