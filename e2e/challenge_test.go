@@ -307,7 +307,7 @@ func (c *challengeNet) post(task string, sponsor, trainer *did.Key) {
  "architecture":{"family":"timesfm","param_count":%d,"modality":"Timeseries","fragment_count":%d,"dtype":"bf16"},
  "tier":"Open","aggregation":"Mean","trainer_count":1,"quorum":1,"inner_steps":4,"max_rounds":2,"grace_window_ms":0,
  "reward_pool":"1000","dataset_ref":"ipfs://QmTest","dataset_hash":"0xabab","min_throughput":null,"created_at":1761350400,
- "challenge_window_blocks":30,"vote_window_blocks":60,"challenge_bond":"100"}`, task, sponsor.DID, F*N, F))
+ "challenge_window_blocks":50,"vote_window_blocks":80,"challenge_bond":"100"}`, task, sponsor.DID, F*N, F))
 	specPath := filepath.Join(c.dir, task+".json")
 	if err := os.WriteFile(specPath, spec, 0o600); err != nil {
 		c.t.Fatal(err)
