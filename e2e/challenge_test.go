@@ -388,6 +388,13 @@ func TestChallengeWrongAggregateFourValidators(t *testing.T) {
 	if !rf.Agrees || res != rf.Result.String() || rf.Committed != rf.Result {
 		t.Fatalf("replay of round 1 fragment 1: %q, %+v", res, rf)
 	}
+	// The same, re-executed by the CLI itself from the state slice and the
+	// bytes of a node that holds them (the watcher fetched them all).
+	cmd = exec.Command(filepath.Join(binDir, "tenzro"), "receipt", "replay", "--task-id", task, "--round", "1", "--fragment", "1", "--local",
+		"--engine", engineFlag(), "--rpc", "http://"+c.wRPC)
+	if stdout, err = cmd.Output(); err != nil || strings.TrimSpace(string(stdout)) != res {
+		t.Fatalf("tenzro receipt replay --local: %v %q, want %s", err, stdout, res)
+	}
 	// A frivolous challenge of round 1 fragment 1 (a made-up hash).
 	made := wire.ContentHash([]byte("made up")).String()
 	out, err := c.cli(1, "train", "challenge", "--task-id", task, "--round", "1", "--fragment", "1", "--result-hash", made, "--bond", "100", "--key", c.keyFile(other))

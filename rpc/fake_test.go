@@ -265,3 +265,7 @@ func (fakeChallenges) Challenges(context.Context, string) ([]wire.ChallengeRecor
 func (fakeChallenges) ReplayFragment(_ context.Context, p *wire.ReplayFragmentParams) (*wire.ReplayFragmentResult, error) {
 	return &wire.ReplayFragmentResult{TaskID: p.TaskID, Round: p.Round, Fragment: p.Fragment}, nil
 }
+
+func (fakeChallenges) FragmentState(context.Context, *wire.ReplayFragmentParams) (*wire.FragmentState, error) {
+	return &wire.FragmentState{Entries: []wire.StateEntry{}}, nil
+}

@@ -368,6 +368,8 @@ func (s *Server) methods() handler.Map {
 			})
 		m[wire.MethodReplayFragment] = typed(s, wire.MethodReplayFragment, paramsRequired, func(p *wire.ReplayFragmentParams) string { return needTask(p.TaskID) },
 			func(ctx context.Context, p *wire.ReplayFragmentParams) (any, error) { return cs.ReplayFragment(ctx, p) })
+		m[wire.MethodGetFragmentState] = typed(s, wire.MethodGetFragmentState, paramsRequired, func(p *wire.ReplayFragmentParams) string { return needTask(p.TaskID) },
+			func(ctx context.Context, p *wire.ReplayFragmentParams) (any, error) { return cs.FragmentState(ctx, p) })
 	}
 	if pr := s.opts.Plugins; pr != nil {
 		m[wire.MethodPublishPlugin] = typed(s, wire.MethodPublishPlugin, paramsRequired, func(p *wire.PublishPluginParams) string {

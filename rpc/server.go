@@ -74,6 +74,7 @@ type ChallengeService interface {
 	SubmitChallenge(ctx context.Context, p *wire.ChallengeTx) (*wire.ChallengeResult, error)
 	Challenges(ctx context.Context, task string) ([]wire.ChallengeRecord, error)
 	ReplayFragment(ctx context.Context, p *wire.ReplayFragmentParams) (*wire.ReplayFragmentResult, error)
+	FragmentState(ctx context.Context, p *wire.ReplayFragmentParams) (*wire.FragmentState, error)
 }
 
 // VerifyFunc serves tenzro_training_verifyReceipt

@@ -326,6 +326,25 @@ func TestChallengeNodesWrongAggregate(t *testing.T) {
 	if err != nil || re.Agrees() || re.Result != chs[0].Claimed {
 		t.Fatalf("validator's re-execution %+v (%v), claimed %s", re, err, chs[0].Claimed)
 	}
+	// A client re-executes it from the state slice a node gives (the
+	// bytes fetched by hash): the same result.
+	st, err := c.vals[2].FragmentState(c.ctx, &wire.ReplayFragmentParams{TaskID: c.task, Round: 0, Fragment: 0})
+	if err != nil {
+		t.Fatal(err)
+	}
+	scratch, _ := store.OpenInMemory()
+	if err := syncer.LoadState(c.ctx, scratch, st.Entries); err != nil {
+		t.Fatal(err)
+	}
+	local, _ := store.OpenInMemory()
+	client, err := syncer.NewNode(c.ctx, syncer.Config{Chain: syncer.StaticChain{KV: scratch, Block: syncer.Block{Height: st.Height}}, Blobs: syncer.KVBlobs{KV: local},
+		Local: local, Engine: syncer.NewNativeEngine(), Signer: syncer.KeySigner{Key: key(t, did.KindMachine, 230)}, Fetcher: peerFetcher{&c.peers}, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cre, err := client.Reexecute(c.ctx, c.task, 0, 0); err != nil || cre.Result != re.Result {
+		t.Fatalf("client re-execution from the state slice: %+v %v, want %s", cre, err, re.Result)
+	}
 	c.tickVals()
 	ch := c.challenges()[0]
 	if ch.Outcome != wire.ChallengeUpheld || len(ch.Votes) < 3 {

@@ -61,6 +61,10 @@ const (
 	// still be challenged and returns its FragmentResultHash
 	// (ReplayFragmentParams, ReplayFragmentResult).
 	MethodReplayFragment = "tenzro_training_replayFragment"
+	// MethodGetFragmentState returns the committed state re-executing a
+	// challengeable commit reads (ReplayFragmentParams → FragmentState), so
+	// a client can re-execute it itself (tenzro receipt replay --local).
+	MethodGetFragmentState = "tenzro_training_getFragmentState"
 )
 
 // ChallengeTx disputes the fragment commit of (task, round, fragment) that
@@ -210,6 +214,22 @@ type ReplayFragmentResult struct {
 	Commit      *FragmentCommit `json:"commit,omitempty"`
 	ElapsedMs   int64           `json:"elapsed_ms"`
 	FinalAt     int64           `json:"final_at"`
+}
+
+// StateEntry is one key of the chain's committed state: its key space, key
+// and value (chain.md §2).
+type StateEntry struct {
+	Keyspace string   `json:"keyspace"`
+	Key      HexBytes `json:"key"`
+	Value    []byte   `json:"value"`
+}
+
+// FragmentState is what re-executing a commit reads from committed state
+// (the run, the commit record, the run as its round started, the
+// fragment's submission records) at Height.
+type FragmentState struct {
+	Height  int64        `json:"height"`
+	Entries []StateEntry `json:"entries"`
 }
 
 // ChallengeVoteResult answers a vote transaction.

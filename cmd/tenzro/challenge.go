@@ -1,17 +1,34 @@
 package main
 
 import (
+	"context"
+	"crypto/rand"
 	"fmt"
+	"io"
+	"log/slog"
+	"os"
 
 	"github.com/spf13/cobra"
 
+	"github.com/tenzro/train/plugins"
+	"github.com/tenzro/train/rpc/client"
+	"github.com/tenzro/train/store"
+	"github.com/tenzro/train/syncer"
 	"github.com/tenzro/train/wire"
+	"github.com/tenzro/train/wire/did"
 )
 
 // replayFragment is tenzro receipt replay --task-id T --round R --fragment F:
 // the node recomputes the commit and prints its FragmentResultHash.
-func replayFragment(cmd *cobra.Command, task string, round, fragment uint64) error {
-	res, err := nodeClient(cmd).ReplayFragment(cmd.Context(), &wire.ReplayFragmentParams{TaskID: task, Round: round, Fragment: fragment})
+func replayFragment(cmd *cobra.Command, task string, round, fragment uint64, local bool, engine string) error {
+	p := &wire.ReplayFragmentParams{TaskID: task, Round: round, Fragment: fragment}
+	var res *wire.ReplayFragmentResult
+	var err error
+	if local {
+		res, err = replayFragmentLocally(cmd.Context(), nodeClient(cmd), p, engine)
+	} else {
+		res, err = nodeClient(cmd).ReplayFragment(cmd.Context(), p)
+	}
 	if err != nil {
 		return err
 	}
@@ -120,4 +137,70 @@ func newGetChallengesCmd() *cobra.Command {
 	c.Flags().StringVar(&task, "task-id", "", "run's task id")
 	_ = c.MarkFlagRequired("task-id")
 	return c
+}
+
+// rpcFetcher fetches blobs by hash from a node (the caller checks the hash).
+type rpcFetcher struct{ cl *client.Client }
+
+func (f rpcFetcher) Fetch(ctx context.Context, h wire.Hash, _ uint64, _ string) ([]byte, error) {
+	return f.cl.GetPayload(ctx, h)
+}
+
+// replayFragmentLocally re-executes the commit in this process: the
+// committed state it reads comes from the node (getFragmentState), the
+// payloads, weights and momentum by hash (each checked), and the
+// computation is the syncer's own code (syncer.Node.Reexecute) with this
+// build's engine — the node is trusted for chain state only.
+func replayFragmentLocally(ctx context.Context, cl *client.Client, p *wire.ReplayFragmentParams, engine string) (*wire.ReplayFragmentResult, error) {
+	st, err := cl.FragmentState(ctx, p)
+	if err != nil {
+		return nil, err
+	}
+	kv, err := store.OpenInMemory()
+	if err != nil {
+		return nil, err
+	}
+	defer kv.Close()
+	if err := syncer.LoadState(ctx, kv, st.Entries); err != nil {
+		return nil, err
+	}
+	var eng syncer.Engine
+	switch engine {
+	case "native":
+		eng = syncer.NewNativeEngine()
+	case "wasm":
+		dir, err := os.MkdirTemp("", "tenzro-replay-cache-")
+		if err != nil {
+			return nil, err
+		}
+		defer os.RemoveAll(dir)
+		pe, err := plugins.NewEngine(ctx, plugins.Config{CacheDir: dir})
+		if err != nil {
+			return nil, err
+		}
+		defer pe.Close(context.WithoutCancel(ctx))
+		eng = pe
+	default:
+		return nil, fmt.Errorf("--engine %q: want wasm or native", engine)
+	}
+	key, err := did.Generate(did.KindMachine, rand.Reader) // signs nothing: Reexecute sends no transaction
+	if err != nil {
+		return nil, err
+	}
+	scratch, err := store.OpenInMemory()
+	if err != nil {
+		return nil, err
+	}
+	defer scratch.Close()
+	node, err := syncer.NewNode(ctx, syncer.Config{Chain: syncer.StaticChain{KV: kv, Block: syncer.Block{Height: st.Height}}, Blobs: syncer.KVBlobs{KV: scratch},
+		Local: scratch, Engine: eng, Signer: syncer.KeySigner{Key: key}, Fetcher: rpcFetcher{cl}, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		return nil, err
+	}
+	re, err := node.Reexecute(ctx, p.TaskID, p.Round, int(p.Fragment))
+	if err != nil {
+		return nil, err
+	}
+	return &wire.ReplayFragmentResult{TaskID: p.TaskID, Round: p.Round, Fragment: p.Fragment, Committed: re.Committed, Result: re.Result,
+		Unavailable: re.Unavailable, Why: re.Why, Agrees: re.Agrees(), Commit: re.Commit, ElapsedMs: re.Elapsed.Milliseconds(), FinalAt: re.FinalAt}, nil
 }

@@ -218,3 +218,9 @@ func (c *Client) ReplayFragment(ctx context.Context, p *wire.ReplayFragmentParam
 	var r wire.ReplayFragmentResult
 	return &r, c.Call(ctx, wire.MethodReplayFragment, p, &r)
 }
+
+// FragmentState is the committed state re-executing a commit reads.
+func (c *Client) FragmentState(ctx context.Context, p *wire.ReplayFragmentParams) (*wire.FragmentState, error) {
+	var r wire.FragmentState
+	return &r, c.Call(ctx, wire.MethodGetFragmentState, p, &r)
+}
