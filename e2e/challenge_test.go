@@ -301,13 +301,13 @@ func (c *challengeNet) submitRound(task string, trainer *did.Key, round int) {
 	}
 }
 
-func (c *challengeNet) post(task string, sponsor, trainer *did.Key) {
+func (c *challengeNet) post(task string, sponsor, trainer *did.Key, extra string) {
 	c.t.Helper()
 	spec := []byte(fmt.Sprintf(`{"task_id":%q,"sponsor_did":%q,"sponsor_address":"0x1111111111111111111111111111111111111111",
  "architecture":{"family":"timesfm","param_count":%d,"modality":"Timeseries","fragment_count":%d,"dtype":"bf16"},
  "tier":"Open","aggregation":"Mean","trainer_count":1,"quorum":1,"inner_steps":4,"max_rounds":2,"grace_window_ms":0,
  "reward_pool":"1000","dataset_ref":"ipfs://QmTest","dataset_hash":"0xabab","min_throughput":null,"created_at":1761350400,
- "challenge_window_blocks":50,"vote_window_blocks":80,"challenge_bond":"100"}`, task, sponsor.DID, F*N, F))
+ "challenge_window_blocks":50,"vote_window_blocks":80,"challenge_bond":"100"%s}`, task, sponsor.DID, F*N, F, extra))
 	specPath := filepath.Join(c.dir, task+".json")
 	if err := os.WriteFile(specPath, spec, 0o600); err != nil {
 		c.t.Fatal(err)
@@ -344,7 +344,7 @@ func TestChallengeWrongAggregateFourValidators(t *testing.T) {
 	c := newChallengeNet(t, []string{"--fault-wrong-aggregate", "0:0"}, watcher, sponsor, trainer, other)
 	t.Logf("4 validators and a watcher up after %s", time.Since(t0).Round(time.Millisecond))
 	const task = "challenge-run"
-	c.post(task, sponsor, trainer)
+	c.post(task, sponsor, trainer, "")
 	c.submitRound(task, trainer, 0)
 
 	// The watcher challenges round 0 fragment 0; the validators decide.
@@ -485,7 +485,9 @@ func TestChallengeWithholdingFourValidators(t *testing.T) {
 	watcher, sponsor, trainer := chainKey(t, did.KindHuman, 51), chainKey(t, did.KindHuman, 52), chainKey(t, did.KindMachine, 53)
 	c := newChallengeNet(t, []string{"--fault-withhold", "0:1"}, watcher, sponsor, trainer)
 	const task = "withhold-run"
-	c.post(task, sponsor, trainer)
+	// A 20 s round deadline: after the rollback the next syncer waits half
+	// its slot for the withheld payloads before it rejects them.
+	c.post(task, sponsor, trainer, `,"round_deadline_ms":20000`)
 	var view struct {
 		Syncer string `json:"syncer"`
 	}

@@ -454,6 +454,22 @@ func TestChallengeNodesWithholding(t *testing.T) {
 	if r := c.run(); r.Round != 0 || c.ticketOf[r.Syncer] == bad {
 		t.Fatalf("after the rollback: round %d, syncer %s", r.Round, r.Syncer)
 	}
+	// The next syncer (slot 0 of the live entrants) waits half its slot for
+	// the withheld payloads, then rejects them: fragment 1 is no_quorum.
+	c.tickSyncers()
+	if r := c.run(); r.Round != 0 {
+		t.Fatalf("round %d: the next syncer did not wait for the payloads", r.Round)
+	}
+	c.now = c.now.Add(301 * time.Second) // half of the 600 s default slot
+	c.block()
+	c.tickSyncers()
+	if r := c.run(); r.Round != 1 {
+		t.Fatalf("round %d after half the slot, want the fragment re-done (no_quorum) and round 1", r.Round)
+	}
+	tr, err := c.syncers[0].GetTranscript(c.ctx, c.task)
+	if err != nil || len(tr) != 1 || tr[0].Fragments[1].Status != wire.FragNoQuorum {
+		t.Fatalf("transcript after the re-do: %v %+v", err, tr)
+	}
 }
 
 // scaledPayload is a gradient shaped like the fragment's weights.

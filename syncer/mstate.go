@@ -330,6 +330,18 @@ func (r *runState) liveSuccession() []int {
 	return out
 }
 
+// slotOf is the slot of succession ticket k in the current round: its
+// position among the live entrants (ticket k itself when no challenge
+// excluded anyone before it).
+func (r *runState) slotOf(k int) int {
+	for pos, i := range r.liveSuccession() {
+		if i == k {
+			return pos
+		}
+	}
+	return k
+}
+
 func (r *runState) excluded(d string) bool {
 	for _, e := range r.Excluded {
 		if e == d {

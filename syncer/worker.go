@@ -371,8 +371,8 @@ type snapshot struct {
 	patient bool
 }
 
-// fetchPatient says whether, at block time t, the syncer at ticket k
-// still treats a payload it could not fetch as a transient failure: until
+// fetchPatient says whether, at block time t, the syncer in slot k (its
+// position among the live entrants, runState.slotOf) still treats a payload it could not fetch as a transient failure: until
 // half of its slot of the round (RoundMs + k·D … + (k+1)·D, D the round
 // deadline) has passed. A receiving node that restarts or a connection
 // that drops then costs a retry, not a trainer's input; a payload that
@@ -499,7 +499,7 @@ func (n *Node) snapshot(ctx context.Context, task string) (*snapshot, error) {
 			return nil
 		}
 		s = &snapshot{r: r, blk: v.Block, ticket: k, records: map[int]map[string]Record{}, claims: map[int][]Claim{},
-			patient: fetchPatient(r, k, v.Block.TimeMs)}
+			patient: fetchPatient(r, r.slotOf(k), v.Block.TimeMs)}
 		for i, fs := range r.Fragments {
 			if !r.due(fs, v.Block.TimeMs) {
 				continue
