@@ -11,6 +11,7 @@ import (
 	"sync"
 
 	abci "github.com/cometbft/cometbft/abci/types"
+	"github.com/cometbft/cometbft/crypto/ed25519"
 
 	"github.com/tenzro/train/plugins/abi"
 	"github.com/tenzro/train/plugins/builtin"
@@ -240,6 +241,9 @@ func (a *App) InitChain(ctx context.Context, req *abci.RequestInitChain) (*abci.
 	if err != nil {
 		return nil, err
 	}
+	if g.Validators, err = validatorSet(req.Validators); err != nil {
+		return nil, fmt.Errorf("genesis: %w", err)
+	}
 	h := req.InitialHeight - 1
 	o := syncer.NewOverlay(a.state)
 	blk := syncer.Block{Height: h, TimeMs: req.Time.UnixMilli(), Hash: []byte{}}
@@ -251,7 +255,7 @@ func (a *App) InitChain(ctx context.Context, req *abci.RequestInitChain) (*abci.
 		return nil, err
 	}
 	a.pending = p
-	a.log.Info("chain genesis", "chain_id", req.ChainId, "accounts", len(g.Accounts), "candidates", len(g.Candidates), "faucet", g.Faucet, "app_hash", p.appHash)
+	a.log.Info("chain genesis", "chain_id", req.ChainId, "accounts", len(g.Accounts), "candidates", len(g.Candidates), "validators", len(g.Validators), "faucet", g.Faucet, "app_hash", p.appHash)
 	return &abci.ResponseInitChain{AppHash: p.appHash[:]}, nil
 }
 
@@ -529,4 +533,26 @@ func get(ctx context.Context, kv syncer.KV, ks syncer.Keyspace, key []byte, what
 		return nil, errf(CodeNotFound, "no %s %q", what, key)
 	}
 	return v, err
+}
+
+// validatorSet is the machine's record of the genesis validators: each
+// Ed25519 key's CometBFT address (the first 20 bytes of its SHA-256) and
+// power. The application never changes the set, so these are the keys that
+// vote on challenges for the chain's life.
+func validatorSet(us []abci.ValidatorUpdate) ([]syncer.Validator, error) {
+	out := make([]syncer.Validator, 0, len(us))
+	for i, u := range us {
+		pk := u.PubKey.GetEd25519()
+		if len(pk) != ed25519.PubKeySize {
+			return nil, fmt.Errorf("validator %d: only Ed25519 consensus keys are supported", i)
+		}
+		out = append(out, syncer.Validator{Address: wire.HexBytes(ed25519.PubKey(pk).Address()), PubKey: append(wire.HexBytes{}, pk...), Power: u.Power})
+	}
+	return out, nil
+}
+
+// ValidatorUpdate is the ABCI form of an Ed25519 validator key with power
+// (for chain.Manual's genesis validators).
+func ValidatorUpdate(pub []byte, power int64) abci.ValidatorUpdate {
+	return abci.Ed25519ValidatorUpdate(pub, power)
 }

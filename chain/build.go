@@ -186,3 +186,32 @@ func SignReceiptTx(key *did.Key, rc *wire.Receipt, evidenceDigest *wire.Hash) ([
 	p := wire.SignReceiptTx{TaskID: rc.TaskID, SyncerDID: key.DID.String(), Engine: rc.Engine, EvidenceDigest: evidenceDigest, Signature: key.Sign(pre)}
 	return wire.EncodeTx(wire.TxSignReceipt, p)
 }
+
+// ChallengeTx disputes the commit of (task, round, fragment), claiming
+// result is its FragmentResultHash (zero: its inputs are unavailable), with
+// bond (the run's challenge_bond), signed by the challenger (key).
+func ChallengeTx(key *did.Key, task string, round, fragment uint64, result wire.Hash, bond string, nonce uint64) ([]byte, error) {
+	p := wire.ChallengeTx{TaskID: task, Round: round, Fragment: fragment, ChallengerDID: key.DID.String(), ResultHash: result, Bond: bond,
+		Signed: wire.Signed{Nonce: nonce}}
+	p.Signature = key.Sign(p.Preimage())
+	return wire.EncodeTx(wire.TxChallenge, p)
+}
+
+// VoteSigner signs challenge votes with a validator's consensus key.
+type VoteSigner = syncer.VoteSigner
+
+// ChallengeVoteTx is validator v's vote on challenge id: result (the
+// FragmentResultHash its node computed) or, with unavailable, that its node
+// could not fetch the commit's inputs.
+func ChallengeVoteTx(v VoteSigner, id, result wire.Hash, unavailable bool) ([]byte, error) {
+	p := wire.ChallengeVoteTx{Challenge: id, ResultHash: result, Unavailable: unavailable, Validator: append(wire.HexBytes{}, v.Address()...)}
+	if unavailable {
+		p.ResultHash = wire.Hash{}
+	}
+	sig, err := v.Sign(p.Preimage())
+	if err != nil {
+		return nil, err
+	}
+	p.Signature = sig
+	return wire.EncodeTx(wire.TxChallengeVote, p)
+}

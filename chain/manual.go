@@ -39,6 +39,10 @@ type ManualOptions struct {
 	// clock that stands still gives blocks at exactly its time).
 	Clock func() time.Time
 	App   AppOptions
+	// Validators are the genesis consensus validators (ValidatorUpdate):
+	// the keys that vote on challenges. The manual sequencer itself needs
+	// none.
+	Validators []abci.ValidatorUpdate
 }
 
 // NewManual opens an App over kv (resuming its chain, or writing the
@@ -66,7 +70,7 @@ func NewManual(ctx context.Context, kv syncer.KV, opts ManualOptions) (*Manual, 
 		return nil, err
 	}
 	now := m.clock()
-	if _, err := app.InitChain(ctx, &abci.RequestInitChain{ChainId: "tenzro-manual", Time: now, InitialHeight: 1, AppStateBytes: raw}); err != nil {
+	if _, err := app.InitChain(ctx, &abci.RequestInitChain{ChainId: "tenzro-manual", Time: now, InitialHeight: 1, AppStateBytes: raw, Validators: opts.Validators}); err != nil {
 		return nil, err
 	}
 	m.lastMs = now.UnixMilli()

@@ -6,11 +6,14 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"path/filepath"
 	"strings"
 	"time"
 
 	cmtcfg "github.com/cometbft/cometbft/config"
+	"github.com/cometbft/cometbft/crypto"
+	cmtjson "github.com/cometbft/cometbft/libs/json"
 	cmtlog "github.com/cometbft/cometbft/libs/log"
 	"github.com/cometbft/cometbft/node"
 	"github.com/cometbft/cometbft/p2p"
@@ -259,4 +262,40 @@ func (s slogAdapter) Info(msg string, kv ...any)  { s.l.Debug(msg, kv...) }
 func (s slogAdapter) Error(msg string, kv ...any) { s.l.Warn(msg, kv...) }
 func (s slogAdapter) With(kv ...any) cmtlog.Logger {
 	return slogAdapter{s.l.With(kv...)}
+}
+
+// FileVoteSigner is a home's CometBFT validator key as the signer of challenge
+// votes (syncer.VoteSigner): votes are domain-separated
+// (wire.DomainChallengeVote), so they can never be taken for a consensus
+// message.
+type FileVoteSigner struct {
+	addr []byte
+	priv crypto.PrivKey
+}
+
+// Address implements syncer.VoteSigner.
+func (v *FileVoteSigner) Address() []byte { return v.addr }
+
+// Sign implements syncer.VoteSigner.
+func (v *FileVoteSigner) Sign(msg []byte) ([]byte, error) { return v.priv.Sign(msg) }
+
+// LoadVoteSigner reads the validator key of the chain home.
+func LoadVoteSigner(home string) (*FileVoteSigner, error) {
+	nc, err := LoadNodeConfig(home)
+	if err != nil {
+		return nil, err
+	}
+	path := CometConfig(home, nc).PrivValidatorKeyFile()
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	var k privval.FilePVKey
+	if err := cmtjson.Unmarshal(raw, &k); err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	if k.PrivKey == nil {
+		return nil, fmt.Errorf("%s: no private key", path)
+	}
+	return &FileVoteSigner{addr: k.PrivKey.PubKey().Address(), priv: k.PrivKey}, nil
 }

@@ -205,7 +205,7 @@ func TestChainFourValidators(t *testing.T) {
 	sponsor, trainer, other := chainKey(t, did.KindHuman, 1), chainKey(t, did.KindMachine, 2), chainKey(t, did.KindHuman, 3)
 	dir := t.TempDir()
 	out, err := exec.Command(filepath.Join(binDir, "tenzro-node"), "testnet", "--validators", "4", "--dir", dir,
-		"--base-port", "0", "--block-time", "200ms",
+		"--base-port", "0", "--block-time", "200ms", "--challenge-window-blocks", "10",
 		"--alloc", sponsor.DID.String()+"=10000000000000000000", "--alloc", trainer.DID.String()+"=500", "--alloc", other.DID.String()+"=70").CombinedOutput()
 	if err != nil {
 		t.Fatalf("testnet: %v\n%s", err, out)

@@ -251,3 +251,21 @@ func fakeVerify(_ context.Context, receipt, root []byte) *wire.VerifyReceiptResu
 	}
 	return &wire.VerifyReceiptResult{Valid: 1}
 }
+
+type fakeChallenges struct{}
+
+func (fakeChallenges) SubmitChallenge(_ context.Context, p *wire.ChallengeTx) (*wire.ChallengeResult, error) {
+	return &wire.ChallengeResult{TaskID: p.TaskID, Round: p.Round, Fragment: p.Fragment}, nil
+}
+
+func (fakeChallenges) Challenges(context.Context, string) ([]wire.ChallengeRecord, error) {
+	return nil, nil
+}
+
+func (fakeChallenges) ReplayFragment(_ context.Context, p *wire.ReplayFragmentParams) (*wire.ReplayFragmentResult, error) {
+	return &wire.ReplayFragmentResult{TaskID: p.TaskID, Round: p.Round, Fragment: p.Fragment}, nil
+}
+
+func (fakeChallenges) FragmentState(context.Context, *wire.ReplayFragmentParams) (*wire.FragmentState, error) {
+	return &wire.FragmentState{Entries: []wire.StateEntry{}}, nil
+}

@@ -354,6 +354,23 @@ func (s *Server) methods() handler.Map {
 			return v(ctx, p.Receipt, root), nil
 		})
 	}
+	if cs := s.opts.Challenges; cs != nil {
+		m[wire.MethodChallenge] = typed(s, wire.MethodChallenge, paramsRequired, func(p *wire.ChallengeTx) string {
+			if m := first("task_id", p.TaskID, "challenger_did", p.ChallengerDID, "bond", p.Bond); m != "" {
+				return m
+			}
+			return signedMissing(p.Signed)
+		}, func(ctx context.Context, p *wire.ChallengeTx) (any, error) { return cs.SubmitChallenge(ctx, p) })
+		m[wire.MethodGetChallenges] = typed(s, wire.MethodGetChallenges, paramsRequired, func(p *wire.TaskIDParams) string { return needTask(p.TaskID) },
+			func(ctx context.Context, p *wire.TaskIDParams) (any, error) {
+				l, err := cs.Challenges(ctx, p.TaskID)
+				return nonNil(l), err
+			})
+		m[wire.MethodReplayFragment] = typed(s, wire.MethodReplayFragment, paramsRequired, func(p *wire.ReplayFragmentParams) string { return needTask(p.TaskID) },
+			func(ctx context.Context, p *wire.ReplayFragmentParams) (any, error) { return cs.ReplayFragment(ctx, p) })
+		m[wire.MethodGetFragmentState] = typed(s, wire.MethodGetFragmentState, paramsRequired, func(p *wire.ReplayFragmentParams) string { return needTask(p.TaskID) },
+			func(ctx context.Context, p *wire.ReplayFragmentParams) (any, error) { return cs.FragmentState(ctx, p) })
+	}
 	if pr := s.opts.Plugins; pr != nil {
 		m[wire.MethodPublishPlugin] = typed(s, wire.MethodPublishPlugin, paramsRequired, func(p *wire.PublishPluginParams) string {
 			if m := first("did", p.DID); m != "" {

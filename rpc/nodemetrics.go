@@ -22,6 +22,11 @@ import (
 //	tenzro_payload_bytes_total{direction}        in: submissions and initial weights; out: weights and payloads served
 //	tenzro_pending_submissions                   accepted, not yet aggregated (all running runs)
 //	tenzro_peers                                 libp2p peers connected
+//	tenzro_reexecutions_total{why,result}        commits re-executed (watch, vote) by result: agree, disagree, unavailable
+//	tenzro_reexecution_seconds{why}              time to re-execute one commit
+//	tenzro_challenges_sent_total                 challenges this node's watcher sent
+//	tenzro_challenge_outcomes_total{outcome}     decided challenges this node sent, by outcome
+//	tenzro_challenge_votes_total{vote}           votes this validator sent: result or unavailable
 //
 // It implements syncer.Observer; InstrumentService and InstrumentEngine feed
 // the rest.
@@ -32,6 +37,11 @@ type NodeMetrics struct {
 	pluginTime  *prometheus.HistogramVec
 	pluginFuel  *prometheus.CounterVec
 	payload     *prometheus.CounterVec
+	reexec      *prometheus.CounterVec
+	reexecTime  *prometheus.HistogramVec
+	chSent      prometheus.Counter
+	chOutcomes  *prometheus.CounterVec
+	votes       *prometheus.CounterVec
 }
 
 // NodeGauges are read at scrape time; either may be nil.
@@ -70,8 +80,19 @@ func NewNodeMetrics(reg prometheus.Registerer) (*NodeMetrics, error) {
 			Help: "Fuel spent by plugin calls, by rule (0 for the native engine)."}, []string{"op", "rule"}),
 		payload: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "tenzro", Name: "payload_bytes_total",
 			Help: "Payload bytes in (submissions, initial weights) and out (weights, payloads served)."}, []string{"direction"}),
+		reexec: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "tenzro", Name: "reexecutions_total",
+			Help: "Fragment commits this node re-executed (why: watch, vote) by result: agree, disagree, unavailable."}, []string{"why", "result"}),
+		reexecTime: prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: "tenzro", Name: "reexecution_seconds",
+			Help:    "Wall time to re-execute one fragment commit (fetching its inputs included).",
+			Buckets: prometheus.ExponentialBuckets(0.005, 2, 14)}, []string{"why"}),
+		chSent: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "tenzro", Name: "challenges_sent_total",
+			Help: "Challenges this node's watcher sent."}),
+		chOutcomes: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "tenzro", Name: "challenge_outcomes_total",
+			Help: "Decided challenges this node sent, by outcome (syncer_wrong, challenge_wrong, expired, void)."}, []string{"outcome"}),
+		votes: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "tenzro", Name: "challenge_votes_total",
+			Help: "Challenge votes this validator node sent: result or unavailable."}, []string{"vote"}),
 	}
-	for _, c := range []prometheus.Collector{m.rounds, m.submissions, m.finalize, m.pluginTime, m.pluginFuel, m.payload} {
+	for _, c := range []prometheus.Collector{m.rounds, m.submissions, m.finalize, m.pluginTime, m.pluginFuel, m.payload, m.reexec, m.reexecTime, m.chSent, m.chOutcomes, m.votes} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -108,6 +129,36 @@ func (m *NodeMetrics) FragmentCommitted(_ string, _ uint64, _ int, status string
 
 // RoundCommitted implements syncer.Observer.
 func (m *NodeMetrics) RoundCommitted(string, uint64) { m.rounds.Inc() }
+
+var _ syncer.ChallengeObserver = (*NodeMetrics)(nil)
+
+// Reexecuted implements syncer.ChallengeObserver.
+func (m *NodeMetrics) Reexecuted(why string, agree, unavailable bool, d time.Duration) {
+	res := "disagree"
+	switch {
+	case unavailable:
+		res = "unavailable"
+	case agree:
+		res = "agree"
+	}
+	m.reexec.WithLabelValues(why, res).Inc()
+	m.reexecTime.WithLabelValues(why).Observe(d.Seconds())
+}
+
+// ChallengeSent implements syncer.ChallengeObserver.
+func (m *NodeMetrics) ChallengeSent(string, uint64, int) { m.chSent.Inc() }
+
+// ChallengeDecided implements syncer.ChallengeObserver.
+func (m *NodeMetrics) ChallengeDecided(outcome string) { m.chOutcomes.WithLabelValues(outcome).Inc() }
+
+// VoteSent implements syncer.ChallengeObserver.
+func (m *NodeMetrics) VoteSent(unavailable bool) {
+	v := "result"
+	if unavailable {
+		v = "unavailable"
+	}
+	m.votes.WithLabelValues(v).Inc()
+}
 
 // InstrumentService counts submissions by outcome and payload bytes through svc.
 func InstrumentService(svc syncer.Service, m *NodeMetrics) syncer.Service {

@@ -67,6 +67,16 @@ type AttestService interface {
 	ReleaseKey(ctx context.Context, params json.RawMessage) (json.RawMessage, error)
 }
 
+// ChallengeService is the optional challenge service (syncer.Node) served
+// as tenzro_training_challenge, getChallenges and replayFragment
+// (docs/protocol/challenges.md).
+type ChallengeService interface {
+	SubmitChallenge(ctx context.Context, p *wire.ChallengeTx) (*wire.ChallengeResult, error)
+	Challenges(ctx context.Context, task string) ([]wire.ChallengeRecord, error)
+	ReplayFragment(ctx context.Context, p *wire.ReplayFragmentParams) (*wire.ReplayFragmentResult, error)
+	FragmentState(ctx context.Context, p *wire.ReplayFragmentParams) (*wire.FragmentState, error)
+}
+
 // VerifyFunc serves tenzro_training_verifyReceipt
 // (syncer.VerifyReceiptAgainst): with root nil, against the run root the
 // node's committed state holds for the receipt's task; with a root, the pure
@@ -114,6 +124,8 @@ type Options struct {
 	Plugins PluginRegistry
 	// Attest serves tenzro_attest_* when set.
 	Attest AttestService
+	// Challenges serves the challenge methods when set.
+	Challenges ChallengeService
 	// Observer receives per-method outcomes (see NewMetrics).
 	Observer Observer
 	// Pages, when set, serves the GET and HEAD requests of the RPC port

@@ -58,7 +58,7 @@ func newHarness(t testing.TB, opts rpc.Options) *harness {
 }
 
 func fullOptions() rpc.Options {
-	return rpc.Options{VerifyReceipt: fakeVerify, Plugins: fakePlugins{}, Attest: fakeAttest{}}
+	return rpc.Options{VerifyReceipt: fakeVerify, Plugins: fakePlugins{}, Attest: fakeAttest{}, Challenges: fakeChallenges{}}
 }
 
 func (h *harness) post(t testing.TB, body string, hdr ...string) (int, []byte) {

@@ -5,7 +5,8 @@
 # syncer daemon), prints each node's addresses and waits; Ctrl-C stops them all.
 # Env: TESTNET_DIR (default: a new temp dir, kept), TESTNET_VALIDATORS (4), TESTNET_BASE_PORT
 # (26656; node i: chain P2P BASE+2i, chain RPC BASE+2i+1, JSON-RPC 8545+i, libp2p 4001+i;
-# 0 = free ports for all), TESTNET_BLOCK_TIME (1s), TENZRO_BIN_DIR, GO.
+# 0 = free ports for all), TESTNET_BLOCK_TIME (1s), TESTNET_CHALLENGE_WINDOW (30 blocks:
+# how long a commit can be challenged before its round is final), TENZRO_BIN_DIR, GO.
 # TESTNET_EXIT_WHEN_READY=1 stops the validators and exits once all answer (for CI).
 # Extra arguments go to `tenzro-node testnet` (e.g. --alloc DID=AMOUNT).
 set -euo pipefail
@@ -38,7 +39,8 @@ fi
 sponsor="$("$bin/tenzro" key generate --kind human --out "$dir/sponsor.key" --format json | sed -n 's/.*"did": *"\([^"]*\)".*/\1/p')"
 echo "== genesis: $n validators, sponsor $sponsor funded with 1000 TNZO (key $dir/sponsor.key)"
 "$bin/tenzro-node" testnet --validators "$n" --dir "$dir/nodes" --base-port "${TESTNET_BASE_PORT:-26656}" \
-	--block-time "${TESTNET_BLOCK_TIME:-1s}" --alloc "$sponsor=1000000000000000000000" "$@"
+	--block-time "${TESTNET_BLOCK_TIME:-1s}" --challenge-window-blocks "${TESTNET_CHALLENGE_WINDOW:-30}" \
+	--alloc "$sponsor=1000000000000000000000" "$@"
 
 for ((i = 0; i < n; i++)); do
 	home="$dir/nodes/node$i"

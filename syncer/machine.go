@@ -71,6 +71,24 @@ type Params struct {
 	UnbondingDelayMs int64 `json:"unbonding_delay_ms"`
 	// Faucet mints on request (the --dev chain only).
 	Faucet bool `json:"faucet"`
+	// ChallengeWindowBlocks is the challenge window of runs whose spec sets
+	// none (absent: ChallengeWindow's default).
+	ChallengeWindowBlocks *int64 `json:"challenge_window_blocks,omitempty"`
+}
+
+// ChallengeWindow is the default challenge window of this chain's runs: the
+// genesis's, else 0 on a chain with a faucet (the one-validator --dev chain,
+// where its own node would decide any challenge: commits are final at once,
+// as before challenges existed) and wire.DefaultChallengeWindowBlocks on a
+// network.
+func (p *Params) ChallengeWindow() int64 {
+	switch {
+	case p.ChallengeWindowBlocks != nil:
+		return *p.ChallengeWindowBlocks
+	case p.Faucet:
+		return 0
+	}
+	return wire.DefaultChallengeWindowBlocks
 }
 
 // DefaultParams are the parameters of a genesis that sets none.
@@ -91,6 +109,19 @@ type Genesis struct {
 	Faucet bool `json:"faucet,omitempty"`
 	// Params overrides the default fees and unbonding delay.
 	Params *GenesisParams `json:"params,omitempty"`
+	// Validators is the consensus validator set (from CometBFT's
+	// InitChain, not app_state): the keys and voting power that decide
+	// challenges. The application never changes it.
+	Validators []Validator `json:"-"`
+}
+
+// Validator is a consensus validator as the machine keeps it (KSMeta
+// "val/<hex address>"): its 20-byte address, Ed25519 public key and voting
+// power.
+type Validator struct {
+	Address wire.HexBytes `json:"address"`
+	PubKey  wire.HexBytes `json:"pub_key"`
+	Power   int64         `json:"power"`
 }
 
 // GenesisParams are a genesis's optional parameters.
@@ -98,6 +129,8 @@ type GenesisParams struct {
 	PostingFee       string `json:"posting_fee,omitempty"`
 	PublishFee       string `json:"publish_fee,omitempty"`
 	UnbondingDelayMs int64  `json:"unbonding_delay_ms,omitempty"`
+	// ChallengeWindowBlocks sets Params.ChallengeWindowBlocks.
+	ChallengeWindowBlocks *int64 `json:"challenge_window_blocks,omitempty"`
 }
 
 // GenesisAccount is one allocation (or candidate stake): Balance attoTNZO
@@ -166,6 +199,9 @@ func ParseGenesis(b []byte) (*Genesis, error) {
 		if p.UnbondingDelayMs < 0 {
 			return nil, fmt.Errorf("genesis app_state: params.unbonding_delay_ms %d", p.UnbondingDelayMs)
 		}
+		if w := p.ChallengeWindowBlocks; w != nil && (*w < 0 || *w > wire.MaxChallengeWindowBlocks) {
+			return nil, fmt.Errorf("genesis app_state: params.challenge_window_blocks %d, want 0..%d", *w, wire.MaxChallengeWindowBlocks)
+		}
 	}
 	return g, nil
 }
@@ -186,6 +222,7 @@ func (m *Machine) InitGenesis(ctx context.Context, kv KV, blk Block, g *Genesis)
 		if gp.UnbondingDelayMs > 0 {
 			p.UnbondingDelayMs = gp.UnbondingDelayMs
 		}
+		p.ChallengeWindowBlocks = gp.ChallengeWindowBlocks
 	}
 	p.Faucet = g.Faucet
 	if err := x.putJSON(KSMeta, keyParams, p); err != nil {
@@ -199,6 +236,9 @@ func (m *Machine) InitGenesis(ctx context.Context, kv KV, blk Block, g *Genesis)
 		if err := x.lt.transfer(acctIssuer, acctDID(acc.DID), amt, "genesis allocation"); err != nil {
 			return fmt.Errorf("genesis allocation to %s: %w", acc.DID, err)
 		}
+	}
+	if err := x.putValidators(g.Validators); err != nil {
+		return err
 	}
 	for _, c := range g.Candidates {
 		amt, err := wire.ParseAmount(c.Balance)
@@ -391,6 +431,10 @@ func (m *Machine) Apply(ctx context.Context, kv KV, blk Block, tx *wire.Tx) ([]b
 		out, err = x.commitFragment(tx.CommitFragment)
 	case wire.TxSignReceipt:
 		out, err = x.signReceipt(tx.SignReceipt)
+	case wire.TxChallenge:
+		out, err = x.challenge(tx.Challenge)
+	case wire.TxChallengeVote:
+		out, err = x.challengeVote(tx.ChallengeVote)
 	default:
 		err = Errf(KindInvalid, "unknown transaction type %q", tx.Type)
 	}
@@ -459,6 +503,11 @@ func (m *Machine) Check(ctx context.Context, kv KV, tx *wire.Tx) error {
 			return Errf(KindInvalid, "commit: %v", err)
 		}
 		return x.checkSigned(p.SyncerDID, p.Nonce, p.Signature, p.Preimage(c))
+	case wire.TxChallenge:
+		p := tx.Challenge
+		return x.checkSigned(p.ChallengerDID, p.Nonce, p.Signature, p.Preimage())
+	case wire.TxChallengeVote:
+		return x.checkVoteSignature(tx.ChallengeVote)
 	case wire.TxSignReceipt, wire.TxSetInitWeights, wire.TxCancelRun:
 		// Their signer is found in state (the run's sponsor or syncer).
 	}
@@ -521,32 +570,48 @@ func (x *mtx) timers(task string) (bool, error) {
 		x.m.log.Info("run expired before it started", "task", task)
 		return true, nil
 	case wire.StatusRunning:
-		if now < r.RoundMs+r.spec.RoundDeadline() {
-			return false, nil
-		}
-		changed := false
-		for i, fs := range r.Fragments {
-			if fs.Closed || len(fs.Records) >= r.spec.Quorum {
-				continue
-			}
-			fc := baseCommit(r, i)
-			// The chain closes it; the commit names the syncer whose turn it
-			// was (a receipt lists every committer with its election entry).
-			who, k := r.syncerAt(now)
-			fc.Syncer, fc.Ticket = who, uint64(k)
-			fc.Status = wire.FragNoQuorum
-			fc.Reason = fmt.Sprintf("round deadline passed with %d of K=%d submissions accepted", len(fs.Records), r.spec.Quorum)
-			fc.Inputs = recordInputs(fs.Records)
-			if err := x.closeFragment(r, i, fc); err != nil {
-				return false, err
-			}
-			changed = true
-		}
-		if !changed {
-			return false, nil
-		}
-		if err := x.maybeCloseRound(r); err != nil {
+		// Challenges whose vote window passed end undecided.
+		changed, err := x.expireChallenges(r)
+		if err != nil {
 			return false, err
+		}
+		if now >= r.RoundMs+r.spec.RoundDeadline() && !r.AwaitingFinal {
+			closed := false
+			for i, fs := range r.Fragments {
+				if fs.Closed || len(fs.Records) >= r.spec.Quorum {
+					continue
+				}
+				fc := baseCommit(r, i)
+				// The chain closes it; the commit names the syncer whose turn it
+				// was (a receipt lists every committer with its election entry).
+				who, k := r.syncerAt(now)
+				fc.Syncer, fc.Ticket = who, uint64(k)
+				fc.Status = wire.FragNoQuorum
+				fc.Reason = fmt.Sprintf("round deadline passed with %d of K=%d submissions accepted", len(fs.Records), r.spec.Quorum)
+				fc.Inputs = recordInputs(fs.Records)
+				momentum := fs.MomentumHash
+				if err := x.closeFragment(r, i, fc); err != nil {
+					return false, err
+				}
+				if err := x.recordCommit(r, i, fc, momentum, true, nil, nil); err != nil {
+					return false, err
+				}
+				closed = true
+			}
+			if closed {
+				if err := x.maybeCloseRound(r); err != nil {
+					return false, err
+				}
+				changed = true
+			}
+		}
+		// Rounds past their window with no challenge open become final.
+		final, err := x.advanceFinality(r)
+		if err != nil {
+			return false, err
+		}
+		if !changed && !final {
+			return false, nil
 		}
 		return true, x.putRun(r)
 	default:

@@ -116,6 +116,9 @@ func (r *runState) precheckRecord(trainer string, round, fragment uint64, now in
 	if r.Status != wire.StatusRunning {
 		return nil, Errf(KindConflict, "run %s is %s, not running", task, r.Status)
 	}
+	if r.AwaitingFinal {
+		return nil, Errf(KindConflict, "run %s committed its last round; it seals once every round is final", task)
+	}
 	t := r.trainer(trainer)
 	if t == nil {
 		return nil, Errf(KindNotFound, "unknown DID: %s is not enrolled in %s", trainer, task)
@@ -262,9 +265,12 @@ func (x *mtx) commitFragment(p *wire.CommitFragmentTx) (*wire.CommitFragmentResu
 		return nil, err
 	}
 	round := r.Round
+	momentumBefore := fs.MomentumHash
 	if err := x.closeFragment(r, i, &c); err != nil {
 		return nil, err
 	}
+	var equivocators []string
+	var digests []wire.Hash
 	for j, v := range p.Verdicts {
 		if v.Verdict != wire.VerdictEquivocation {
 			continue
@@ -273,13 +279,23 @@ func (x *mtx) commitFragment(p *wire.CommitFragmentTx) (*wire.CommitFragmentResu
 		if t == nil {
 			continue
 		}
-		if err := x.slash(r, t, r.spec.Slash().EquivocationBps, "equivocation"); err != nil {
-			return nil, err
+		if !r.challengeable() { // final at once; else when the round is final
+			if err := x.slash(r, t, r.spec.Slash().EquivocationBps, "equivocation"); err != nil {
+				return nil, err
+			}
 		}
+		equivocators = append(equivocators, t.DID)
+		digests = append(digests, claims[j].Digest)
 		r.Equivocations = append(r.Equivocations, claims[j].Digest)
+	}
+	if err := x.recordCommit(r, i, &c, momentumBefore, false, equivocators, digests); err != nil {
+		return nil, err
 	}
 	r.LastSyncer = p.SyncerDID
 	if err := x.maybeCloseRound(r); err != nil {
+		return nil, err
+	}
+	if _, err := x.advanceFinality(r); err != nil {
 		return nil, err
 	}
 	if err := x.putRun(r); err != nil {
@@ -380,9 +396,11 @@ func (x *mtx) closeFragment(r *runState, i int, c *wire.FragmentCommit) error {
 		if t == nil {
 			continue
 		}
-		t.Accepted++
 		t.RoundAccepted++
-		t.Weight = new(big.Int).Add(bigOf(t.Weight), big.NewInt(fs.N)).String()
+		if !r.challengeable() { // final at once; else when the round is final
+			t.Accepted++
+			t.Weight = new(big.Int).Add(bigOf(t.Weight), big.NewInt(fs.N)).String()
+		}
 	}
 	return nil
 }
@@ -422,18 +440,23 @@ func (x *mtx) closeRound(r *runState) error {
 			t.ConsecMissed = 0
 			continue
 		}
-		t.MissedRounds++
 		t.ConsecMissed++
 		rc.Missed = append(rc.Missed, t.DID)
-		if err := x.slash(r, t, sl.MissedRoundBps, "missed round"); err != nil {
-			return err
-		}
-		if t.ConsecMissed >= uint64(sl.MaxMissedRounds) {
-			if err := x.slash(r, t, sl.EvictionBps, "eviction"); err != nil {
+		final := !r.challengeable() // else the slashes wait for the round to be final
+		if final {
+			t.MissedRounds++
+			if err := x.slash(r, t, sl.MissedRoundBps, "missed round"); err != nil {
 				return err
 			}
-			if err := x.refund(r, t, "stake refund"); err != nil {
-				return err
+		}
+		if t.ConsecMissed >= uint64(sl.MaxMissedRounds) {
+			if final {
+				if err := x.slash(r, t, sl.EvictionBps, "eviction"); err != nil {
+					return err
+				}
+				if err := x.refund(r, t, "stake refund"); err != nil {
+					return err
+				}
 			}
 			t.Status = wire.TrainerEvicted
 			t.Shards = nil
@@ -449,6 +472,15 @@ func (x *mtx) closeRound(r *runState) error {
 	}
 	r.Roots = append(r.Roots, ch)
 	x.m.log.Info("round committed", "task", task, "round", r.Round, "model", rc.ModelHash.String()[:12], "missed", len(rc.Missed), "evicted", len(rc.Evicted), "height", x.blk.Height)
+	if r.challengeable() {
+		r.Pending = append(r.Pending, pendingRound{Round: r.Round, FinalAt: x.blk.Height + r.Window})
+		if r.Round+1 >= uint64(r.spec.MaxRounds) {
+			// The last round: the run seals once every round is final
+			// (advanceFinality); its fragments stay as committed.
+			r.AwaitingFinal = true
+			return nil
+		}
+	}
 	var joinedNext []string
 	for _, t := range r.Trainers {
 		t.RoundAccepted = 0
@@ -470,7 +502,7 @@ func (x *mtx) closeRound(r *runState) error {
 	r.RoundModel = rc.ModelHash
 	r.Joined = joinedNext // recorded in the next round's commit
 	r.assignShards()
-	return nil
+	return x.snapshotRound(r)
 }
 
 // seal settles the run: each trainer gets its rewardShares share of the
@@ -619,16 +651,40 @@ func chainReceipt(ctx context.Context, kv KV, r *runState, signer string, engine
 		}
 		transcript = append(transcript, rc)
 	}
+	chs, err := RunChallenges(ctx, kv, task)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	var entries []wire.ReceiptChallenge
+	for i := range chs {
+		entries = append(entries, chs[i].ReceiptEntry())
+	}
 	atts := append([]wire.Hash{}, r.Attestations...)
 	if evidenceDigest != nil {
 		atts = append(atts, *evidenceDigest)
 	}
 	rc, blob, err := BuildReceipt(ReceiptInput{TaskSpec: r.Spec, InitModelHash: r.InitModel, InitWeightsHash: r.InitFile, FinalModelHash: r.Seal.FinalModel,
 		Rounds: transcript, RoundRoots: r.Roots, PluginHashes: r.Plugins, Engine: append(json.RawMessage(nil), engine...), AttestationDigests: atts,
-		Election: r.Election, Rewards: r.Seal.Payouts, SponsorRefund: r.Seal.SponsorRefund, SyncerDID: signer})
+		Election: r.Election, Rewards: r.Seal.Payouts, SponsorRefund: r.Seal.SponsorRefund, SyncerDID: signer, Challenges: entries})
 	if err != nil {
 		return nil, nil, nil, Errf(KindInvalid, "%v", err)
 	}
 	list, _ := AttestationList(atts)
 	return rc, blob, list, nil
+}
+
+// ChainChallengeList is the challenge list blob of a run's receipt (the
+// JCS array of its challenges' receipt entries), as the chain's state gives
+// it; the signing node keeps it as a blob (getPayload serves it).
+func ChainChallengeList(ctx context.Context, kv KV, task string) ([]byte, error) {
+	chs, err := RunChallenges(ctx, kv, task)
+	if err != nil {
+		return nil, err
+	}
+	entries := make([]wire.ReceiptChallenge, len(chs))
+	for i := range chs {
+		entries[i] = chs[i].ReceiptEntry()
+	}
+	list, _, _, err := ChallengeList(entries)
+	return list, err
 }

@@ -63,6 +63,11 @@ func (x *mtx) postTask(p *wire.PostTaskTx) (*wire.PostTaskResult, error) {
 		refs = append(refs, *p.Codec)
 	}
 	r.Plugins = refHashes(refs)
+	params, err := x.params()
+	if err != nil {
+		return nil, err
+	}
+	r.Window = spec.ChallengeWindow(params.ChallengeWindow())
 	switch {
 	case p.Init != nil:
 		if p.Init.File != p.InitWeightsHash {
@@ -386,6 +391,15 @@ func (x *mtx) leave(p *wire.LeaveParams) (*wire.EnrollResult, error) {
 	if r.Status == wire.StatusSealed || r.Status == wire.StatusCancelled {
 		return nil, Errf(KindConflict, "run %s is %s", p.TaskID, r.Status)
 	}
+	if r.Status == wire.StatusRunning {
+		why, err := x.pendingPenalty(r, t.DID)
+		if err != nil {
+			return nil, err
+		}
+		if why != "" {
+			return nil, Errf(KindConflict, "%s cannot leave %s yet: %s", t.DID, p.TaskID, why)
+		}
+	}
 	if err := x.checkSigned(p.TrainerDID, p.Nonce, p.Signature, p.Preimage()); err != nil {
 		return nil, err
 	}
@@ -577,6 +591,9 @@ func (x *mtx) maybeStart(r *runState) error {
 	r.RoundAnchor = append(wire.HexBytes{}, x.blk.Hash...)
 	r.RoundModel = r.InitModel
 	r.assignShards()
+	if err := x.snapshotRound(r); err != nil {
+		return err
+	}
 	x.m.log.Info("run started", "task", r.spec.TaskID, "syncer", r.Syncer, "entrants", len(es), "height", x.blk.Height)
 	return nil
 }

@@ -61,6 +61,22 @@ type runState struct {
 	// Seal: settled, run root in the run log; Signed once signReceipt landed.
 	Seal *sealState `json:"seal,omitempty"`
 
+	// Challenges (mchallenge.go). Window is the run's challenge window in
+	// blocks (0: every commit final at once). FinalRounds rounds are final
+	// (their payout weight, counters and slashes applied); Pending lists
+	// the closed rounds that are not, in order, each with the height from
+	// which it may be. AwaitingFinal: the last round closed and the run
+	// seals once every round is final. Open lists the run's undecided
+	// challenges, Excluded the syncers an upheld challenge slashed (never
+	// this run's syncer again), Challenges how many challenges it took.
+	Window        int64          `json:"challenge_window,omitempty"`
+	FinalRounds   uint64         `json:"final_rounds,omitempty"`
+	Pending       []pendingRound `json:"pending_rounds,omitempty"`
+	AwaitingFinal bool           `json:"awaiting_final,omitempty"`
+	Open          []openRef      `json:"open_challenges,omitempty"`
+	Excluded      []string       `json:"excluded_syncers,omitempty"`
+	Challenges    uint64         `json:"challenges,omitempty"`
+
 	spec *wire.TaskSpec
 }
 
@@ -287,13 +303,52 @@ func (r *runState) ticketAt(t int64) int {
 }
 
 // syncerAt is the DID that may commit the current round at block time t
-// ("" when the run has no election).
+// and its ticket, its index in the election's succession ("" when the run
+// has no election). Syncers an upheld challenge excluded are skipped: the
+// k-th after ⌊(t − round start)/D⌋ deadlines is the k-th of the others.
 func (r *runState) syncerAt(t int64) (string, int) {
-	if len(r.Succession) == 0 {
+	live := r.liveSuccession()
+	if len(live) == 0 {
 		return "", 0
 	}
 	k := r.ticketAt(t)
-	return r.Succession[k], k
+	if k >= len(live) {
+		k = len(live) - 1
+	}
+	return r.Succession[live[k]], live[k]
+}
+
+// liveSuccession is the indices of the succession's entrants that no upheld
+// challenge excluded, in ticket order.
+func (r *runState) liveSuccession() []int {
+	out := make([]int, 0, len(r.Succession))
+	for i, d := range r.Succession {
+		if !r.excluded(d) {
+			out = append(out, i)
+		}
+	}
+	return out
+}
+
+// slotOf is the slot of succession ticket k in the current round: its
+// position among the live entrants (ticket k itself when no challenge
+// excluded anyone before it).
+func (r *runState) slotOf(k int) int {
+	for pos, i := range r.liveSuccession() {
+		if i == k {
+			return pos
+		}
+	}
+	return k
+}
+
+func (r *runState) excluded(d string) bool {
+	for _, e := range r.Excluded {
+		if e == d {
+			return true
+		}
+	}
+	return false
 }
 
 // receiptSigners is who may sign the sealed run's receipt, in turn: the
@@ -301,11 +356,11 @@ func (r *runState) syncerAt(t int64) (string, int) {
 // sign once k round deadlines have passed since the seal.
 func (r *runState) receiptSigners() []string {
 	out := []string{}
-	if r.LastSyncer != "" {
+	if r.LastSyncer != "" && !r.excluded(r.LastSyncer) {
 		out = append(out, r.LastSyncer)
 	}
 	for _, d := range r.Succession {
-		if d != r.LastSyncer {
+		if d != r.LastSyncer && !r.excluded(d) {
 			out = append(out, d)
 		}
 	}

@@ -74,6 +74,18 @@ type Config struct {
 	Announce func(ctx context.Context, ev Event)
 	// Observer, when set, receives round and fragment measurements (metrics).
 	Observer Observer
+	// Validator, when set, is this node's CometBFT validator key: the node
+	// re-executes every challenged commit whose committee it is on and
+	// votes (reexec.go).
+	Validator VoteSigner
+	// Watch: re-execute every commit that can still be challenged and
+	// challenge (with Signer's key and the run's bond) those whose result
+	// differs; WatchConcurrency bounds the re-executions in flight (default 2).
+	Watch            bool
+	WatchConcurrency int
+	// Fault, in test builds only (faultinject), alters this node's own
+	// commits (fault.go).
+	Fault *Fault
 }
 
 // Event is a run transition worth telling peers about.
@@ -120,7 +132,8 @@ type Node struct {
 	txMu      sync.Mutex
 	lastNonce uint64
 
-	w worker
+	w  worker
+	cw watchState
 }
 
 var _ Service = (*Node)(nil)
@@ -140,6 +153,7 @@ func NewNode(ctx context.Context, cfg Config) (*Node, error) {
 		n.now = time.Now
 	}
 	n.w.init()
+	n.cw.init(cfg.WatchConcurrency)
 	return n, nil
 }
 
@@ -253,6 +267,7 @@ func (r *runState) view(esc *big.Int, blk Block) *wire.RunView {
 	if r.Status == wire.StatusAwaiting {
 		v.EnrollDeadlineMs = r.PostedMs + r.spec.EnrollWindow()
 	}
+	v.ChallengeWindowBlocks, v.FinalRounds, v.OpenChallenges = r.Window, r.FinalRounds, len(r.Open)
 	if v.RoundRoots == nil {
 		v.RoundRoots = []wire.Hash{}
 	}

@@ -74,6 +74,9 @@ type ReceiptInput struct {
 	SponsorRefund string
 	// SyncerDID is who signs the receipt: an entrant of the election.
 	SyncerDID string
+	// Challenges are the run's challenges in the order the chain took them
+	// (every one decided: a run seals only when every round is final).
+	Challenges []wire.ReceiptChallenge
 }
 
 // BuildReceipt builds a run's unsigned receipt and its transcript blob from
@@ -156,6 +159,18 @@ func BuildReceipt(in ReceiptInput) (*wire.Receipt, []byte, error) {
 		Rewards:          in.Rewards,
 		SponsorRefund:    in.SponsorRefund,
 		SyncerDID:        in.SyncerDID,
+	}
+	if len(in.Challenges) > 0 {
+		_, h, esc, err := ChallengeList(in.Challenges)
+		if err != nil {
+			return nil, nil, fmt.Errorf("build receipt: challenges: %w", err)
+		}
+		for i := range in.Challenges {
+			if err := checkChallengeEntry(&in.Challenges[i], uint64(len(in.Rounds))); err != nil {
+				return nil, nil, fmt.Errorf("build receipt: %w", err)
+			}
+		}
+		rc.ChallengesHash, rc.ChallengeCount, rc.ChallengeEscrow = &h, uint64(len(in.Challenges)), esc.String()
 	}
 	if rc.Rewards == nil {
 		rc.Rewards = []wire.Payout{}
@@ -530,6 +545,18 @@ func CheckSettlement(rc *wire.Receipt, spec *wire.TaskSpec) error {
 		return fmt.Errorf("slashed_total %s is not the sum of the lines' slashed, %s", slashedTotal, slashed)
 	}
 	escrow := new(big.Int).Add(pool, slashedTotal)
+	switch {
+	case rc.ChallengeCount == 0 && (rc.ChallengesHash != nil || rc.ChallengeEscrow != ""):
+		return errors.New("challenges_hash or challenge_escrow without challenge_count")
+	case rc.ChallengeCount > 0 && rc.ChallengesHash == nil:
+		return errors.New("challenge_count without challenges_hash")
+	case rc.ChallengeCount > 0:
+		ce, err := wire.ParseAmount(rc.ChallengeEscrow)
+		if err != nil {
+			return fmt.Errorf("challenge_escrow: %w", err)
+		}
+		escrow.Add(escrow, ce)
+	}
 	for i, l := range lines {
 		want := new(big.Int)
 		if weights.Sign() > 0 {
@@ -541,7 +568,7 @@ func CheckSettlement(rc *wire.Receipt, spec *wire.TaskSpec) error {
 		}
 	}
 	if got := new(big.Int).Add(rewards, refund); got.Cmp(escrow) != 0 {
-		return fmt.Errorf("settlement does not conserve the escrow: Σ reward %s + sponsor_refund %s = %s, reward_pool + slashed_total = %s",
+		return fmt.Errorf("settlement does not conserve the escrow: Σ reward %s + sponsor_refund %s = %s, reward_pool + slashed_total + challenge_escrow = %s",
 			rewards, refund, got, escrow)
 	}
 	return nil
@@ -697,4 +724,103 @@ func ParseRoot(s string) ([]byte, error) {
 		return nil, err
 	}
 	return h[:], nil
+}
+
+// checkChallengeEntry checks one entry of a receipt's challenge list on its
+// own: a decided outcome, a round of the transcript, and money that adds up
+// (an upheld challenge: slashed = reward + to_escrow, reward ≤ slashed; a
+// rejected one: to_escrow = bond, nothing slashed; expired or void:
+// nothing moved but the bond back).
+func checkChallengeEntry(c *wire.ReceiptChallenge, rounds uint64) error {
+	if c.Round >= rounds {
+		return fmt.Errorf("challenge %s: round %d, the transcript has %d", c.ID, c.Round, rounds)
+	}
+	var v [4]*big.Int
+	for k, s := range []string{c.Bond, c.SyncerSlashed, c.ChallengerReward, c.ToEscrow} {
+		x, err := wire.ParseAmount(s)
+		if err != nil {
+			return fmt.Errorf("challenge %s: %w", c.ID, err)
+		}
+		v[k] = x
+	}
+	bond, slashed, reward, esc := v[0], v[1], v[2], v[3]
+	zero := func(xs ...*big.Int) bool {
+		for _, x := range xs {
+			if x.Sign() != 0 {
+				return false
+			}
+		}
+		return true
+	}
+	switch c.Outcome {
+	case wire.ChallengeUpheld:
+		if new(big.Int).Add(reward, esc).Cmp(slashed) != 0 {
+			return fmt.Errorf("challenge %s: syncer_slashed %s is not challenger_reward %s + to_escrow %s", c.ID, slashed, reward, esc)
+		}
+		if !c.Unavailable && c.Result == c.Committed {
+			return fmt.Errorf("challenge %s: upheld, but the decided result is the committed one", c.ID)
+		}
+	case wire.ChallengeRejected:
+		if esc.Cmp(bond) != 0 || !zero(slashed, reward) || c.Unavailable || c.Result != c.Committed {
+			return fmt.Errorf("challenge %s: rejected, so the result is the committed one and exactly the bond goes to the escrow", c.ID)
+		}
+	case wire.ChallengeExpired, wire.ChallengeVoid:
+		if !zero(slashed, reward, esc) {
+			return fmt.Errorf("challenge %s: %s, so nothing is slashed or forfeited", c.ID, c.Outcome)
+		}
+	default:
+		return fmt.Errorf("challenge %s: outcome %q (want %s, %s, %s or %s)", c.ID, c.Outcome, wire.ChallengeUpheld, wire.ChallengeRejected, wire.ChallengeExpired, wire.ChallengeVoid)
+	}
+	return nil
+}
+
+// MaxChallengeListBytes bounds a challenge list blob.
+const MaxChallengeListBytes = 64 << 20
+
+// CheckChallenges checks a receipt's challenge list blob against a checked
+// receipt: its hash and count are the receipt's, it is the canonical array
+// of its entries (strictly decoded), each entry adds up
+// (checkChallengeEntry) and Σ to_escrow is challenge_escrow. It returns the
+// entries.
+func CheckChallenges(rc *wire.Receipt, list []byte) ([]wire.ReceiptChallenge, error) {
+	if rc.ChallengeCount == 0 {
+		if len(list) != 0 && string(list) != "[]" {
+			return nil, errors.New("the receipt records no challenge, the list has some")
+		}
+		return []wire.ReceiptChallenge{}, nil
+	}
+	if len(list) > MaxChallengeListBytes {
+		return nil, fmt.Errorf("challenge list: %d bytes, limit %d", len(list), MaxChallengeListBytes)
+	}
+	if got := BlobHash(list); got != *rc.ChallengesHash {
+		return nil, fmt.Errorf("challenge list hashes to %s, the receipt's challenges_hash is %s", got, *rc.ChallengesHash)
+	}
+	dec := json.NewDecoder(bytes.NewReader(list))
+	dec.DisallowUnknownFields()
+	var out []wire.ReceiptChallenge
+	if err := dec.Decode(&out); err != nil {
+		return nil, fmt.Errorf("challenge list: %w", err)
+	}
+	if dec.More() {
+		return nil, errors.New("challenge list: trailing data")
+	}
+	if uint64(len(out)) != rc.ChallengeCount {
+		return nil, fmt.Errorf("challenge list has %d entries, the receipt says %d", len(out), rc.ChallengeCount)
+	}
+	canon, _, esc, err := ChallengeList(out)
+	if err != nil {
+		return nil, err
+	}
+	if !bytes.Equal(canon, list) {
+		return nil, errors.New("challenge list is not in canonical (RFC 8785) form")
+	}
+	if esc.String() != rc.ChallengeEscrow {
+		return nil, fmt.Errorf("challenge list sends %s to the escrow, the receipt's challenge_escrow is %s", esc, rc.ChallengeEscrow)
+	}
+	for i := range out {
+		if err := checkChallengeEntry(&out[i], rc.Rounds); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
 }

@@ -19,6 +19,9 @@ type SealedRun struct {
 	Height int64 `json:"height"`
 	// Election is the run's election record (every entrant).
 	Election *wire.Election `json:"election,omitempty"`
+	// ChallengesHash is the hash of the run's challenge list (absent when
+	// the run had no challenge).
+	ChallengesHash *wire.Hash `json:"challenges_hash,omitempty"`
 }
 
 // RunAnchor reads sealed runs from a node's committed state: the seam
@@ -48,6 +51,9 @@ func CheckReceiptAgainst(ctx context.Context, a RunAnchor, receipt []byte) (*Sea
 	}
 	if run.Election == nil {
 		return run, fmt.Errorf("run %s has no election record on chain", rc.TaskID)
+	}
+	if (run.ChallengesHash == nil) != (rc.ChallengesHash == nil) || run.ChallengesHash != nil && *run.ChallengesHash != *rc.ChallengesHash {
+		return run, fmt.Errorf("the receipt's challenge list (%s) is not the one on chain for %s (%s)", hashText(rc.ChallengesHash), rc.TaskID, hashText(run.ChallengesHash))
 	}
 	order, err := election.Succession(*run.Election)
 	if err != nil {
@@ -100,7 +106,23 @@ func SealedRunOf(ctx context.Context, kv KV, task string) (*SealedRun, error) {
 	if r.Seal == nil {
 		return nil, Errf(KindConflict, "run %s is %s: it has no sealed run root", task, r.Status)
 	}
-	return &SealedRun{TaskID: task, RunRoot: r.Seal.RunRoot, Election: r.Election}, nil
+	out := &SealedRun{TaskID: task, RunRoot: r.Seal.RunRoot, Election: r.Election}
+	if r.Challenges > 0 {
+		list, err := ChainChallengeList(ctx, kv, task)
+		if err != nil {
+			return nil, err
+		}
+		h := BlobHash(list)
+		out.ChallengesHash = &h
+	}
+	return out, nil
+}
+
+func hashText(h *wire.Hash) string {
+	if h == nil {
+		return "none"
+	}
+	return h.String()
 }
 
 // SealedRun implements RunAnchor from the chain's committed state.

@@ -202,6 +202,7 @@ func (n *Node) step(ctx context.Context, wg *sync.WaitGroup) {
 	for _, task := range p.sign {
 		start("receipt signature", n.w.signing, task, n.signReceipt)
 	}
+	n.challengeStep(ctx, wg, false)
 }
 
 // Tick does, synchronously, what Run does at a block: election proofs,
@@ -223,6 +224,7 @@ func (n *Node) Tick(ctx context.Context) error {
 			errs = append(errs, fmt.Errorf("run %s: %w", task, err))
 		}
 	}
+	errs = append(errs, n.challengeStep(ctx, nil, true)...)
 	// A commit may have sealed a run: its receipt is signed at once.
 	if p, err = n.plan(ctx); err != nil {
 		return errors.Join(append(errs, err)...)
@@ -295,13 +297,21 @@ func (n *Node) signReceipt(ctx context.Context, task string) error {
 		ev = &h
 	}
 	var rc *wire.Receipt
-	var blob, list []byte
+	var blob, list, challenges []byte
 	if err := n.view(ctx, func(v View) error {
 		var err error
-		rc, blob, list, err = ChainReceipt(ctx, v.KV, task, me, engine, ev)
+		if rc, blob, list, err = ChainReceipt(ctx, v.KV, task, me, engine, ev); err != nil || rc.ChallengeCount == 0 {
+			return err
+		}
+		challenges, err = ChainChallengeList(ctx, v.KV, task)
 		return err
 	}); err != nil {
 		return err
+	}
+	if rc.ChallengesHash != nil {
+		if err := n.blobs.Put(ctx, *rc.ChallengesHash, challenges); err != nil {
+			return fmt.Errorf("store the challenge list: %w", err)
+		}
 	}
 	// The receipt commits to its transcript and attestation list by hash:
 	// this node keeps both as blobs (getPayload serves them).
@@ -361,8 +371,8 @@ type snapshot struct {
 	patient bool
 }
 
-// fetchPatient says whether, at block time t, the syncer at ticket k
-// still treats a payload it could not fetch as a transient failure: until
+// fetchPatient says whether, at block time t, the syncer in slot k (its
+// position among the live entrants, runState.slotOf) still treats a payload it could not fetch as a transient failure: until
 // half of its slot of the round (RoundMs + k·D … + (k+1)·D, D the round
 // deadline) has passed. A receiving node that restarts or a connection
 // that drops then costs a retry, not a trainer's input; a payload that
@@ -405,6 +415,8 @@ func (n *Node) syncRun(ctx context.Context, task string, wait bool) (int, error)
 			n.abstainFrom(task, a, fmt.Errorf("fragment %d: %w", i, err))
 			return 0, nil
 		}
+		n.applyFault(s.r.Round, c)
+		n.withholdFault(s.r.Round, c)
 		out = append(out, c)
 	}
 	if abstaining {
@@ -487,7 +499,7 @@ func (n *Node) snapshot(ctx context.Context, task string) (*snapshot, error) {
 			return nil
 		}
 		s = &snapshot{r: r, blk: v.Block, ticket: k, records: map[int]map[string]Record{}, claims: map[int][]Claim{},
-			patient: fetchPatient(r, k, v.Block.TimeMs)}
+			patient: fetchPatient(r, r.slotOf(k), v.Block.TimeMs)}
 		for i, fs := range r.Fragments {
 			if !r.due(fs, v.Block.TimeMs) {
 				continue

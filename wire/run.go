@@ -92,6 +92,13 @@ type RunView struct {
 	// CancelReason says why a cancelled run ended (sponsor cancelled, or the
 	// enrolment window passed before M trainers enrolled).
 	CancelReason string `json:"cancel_reason,omitempty"`
+	// Challenges (docs/protocol/challenges.md), absent on a run without a
+	// window: ChallengeWindowBlocks, how many rounds are final (their
+	// rewards and slashes applied; current_reward counts only those) and
+	// how many challenges are undecided.
+	ChallengeWindowBlocks int64  `json:"challenge_window_blocks,omitempty"`
+	FinalRounds           uint64 `json:"final_rounds,omitempty"`
+	OpenChallenges        int    `json:"open_challenges,omitempty"`
 	// EnrollDeadlineMs is when a run still awaiting enrolment expires (Unix ms).
 	EnrollDeadlineMs int64 `json:"enroll_deadline_ms,omitempty"`
 }
@@ -219,6 +226,14 @@ type Receipt struct {
 	// array of the evidence digests, in order) and AttestationCount its length.
 	AttestationsHash Hash   `json:"attestations_hash"`
 	AttestationCount uint64 `json:"attestation_count"`
+	// ChallengesHash is the content hash of the challenge list (the JCS
+	// array of the run's challenges, ReceiptChallenge, in the order the
+	// chain took them), ChallengeCount its length and ChallengeEscrow what
+	// they added to the escrow (Σ to_escrow: forfeited bonds and the rest of
+	// syncer slashes). All three are absent when the run had no challenge.
+	ChallengesHash  *Hash  `json:"challenges_hash,omitempty"`
+	ChallengeCount  uint64 `json:"challenge_count,omitempty"`
+	ChallengeEscrow string `json:"challenge_escrow,omitempty"`
 	// ElectionAlpha is the VRF input of the run's syncer election; Syncers
 	// every syncer that committed a fragment, and the signer, in ticket order.
 	ElectionAlpha HexBytes        `json:"election_alpha"`

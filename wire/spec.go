@@ -107,6 +107,20 @@ type TaskSpec struct {
 	// trainers (and its initial weights); past it the run expires and the
 	// escrow and stakes are refunded (default 7 days, at most 90 days).
 	EnrollWindowMs int64 `json:"enroll_window_ms,omitempty"`
+	// Challenges (docs/protocol/challenges.md). ChallengeWindowBlocks: a
+	// fragment commit is final this many blocks after its block (absent:
+	// the chain's default; 0: final at once, no challenge possible).
+	ChallengeWindowBlocks *int64 `json:"challenge_window_blocks,omitempty"`
+	// ChallengeBond is what a challenger escrows (default 1 TNZO).
+	ChallengeBond string `json:"challenge_bond,omitempty"`
+	// SyncerSlash is what a syncer whose commit a challenge proves wrong
+	// loses of its candidate stake: "<n>bps" or an amount (default 5000bps).
+	SyncerSlash string `json:"syncer_slash,omitempty"`
+	// VoteWindowBlocks is how long the validators have to vote (default 300).
+	VoteWindowBlocks int64 `json:"vote_window_blocks,omitempty"`
+	// ChallengeCommittee, when > 0, draws that many validators by the
+	// challenge block's hash to decide each challenge (default: all).
+	ChallengeCommittee int `json:"challenge_committee,omitempty"`
 }
 
 // Enrolment window bounds.
@@ -223,6 +237,9 @@ func (s *TaskSpec) Validate() error {
 		}
 	}
 	if _, err := s.CompressionRef(); err != nil {
+		return err
+	}
+	if err := s.ValidateChallenges(); err != nil {
 		return err
 	}
 	if len(s.Verification) > 16 {

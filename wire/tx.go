@@ -39,7 +39,7 @@ const (
 
 // TxTypes lists every transaction type.
 var TxTypes = []string{TxTransfer, TxFaucet, TxRegisterCandidate, TxUnbond, TxPublishPlugin, TxPostTask, TxSetInitWeights,
-	TxCancelRun, TxElectionProof, TxEnroll, TxLeave, TxSubmission, TxCommitFragment, TxSignReceipt}
+	TxCancelRun, TxElectionProof, TxEnroll, TxLeave, TxSubmission, TxCommitFragment, TxSignReceipt, TxChallenge, TxChallengeVote}
 
 // Envelope is a transaction on the wire.
 type Envelope struct {
@@ -232,6 +232,8 @@ type Tx struct {
 	Submission        *SubmissionTx
 	CommitFragment    *CommitFragmentTx
 	SignReceipt       *SignReceiptTx
+	Challenge         *ChallengeTx
+	ChallengeVote     *ChallengeVoteTx
 }
 
 // Params returns the transaction's params value (the set pointer).
@@ -265,6 +267,10 @@ func (t *Tx) Params() any {
 		return t.CommitFragment
 	case TxSignReceipt:
 		return t.SignReceipt
+	case TxChallenge:
+		return t.Challenge
+	case TxChallengeVote:
+		return t.ChallengeVote
 	}
 	return nil
 }
@@ -319,6 +325,10 @@ func DecodeTx(b []byte) (*Tx, error) {
 		tx.CommitFragment = new(CommitFragmentTx)
 	case TxSignReceipt:
 		tx.SignReceipt = new(SignReceiptTx)
+	case TxChallenge:
+		tx.Challenge = new(ChallengeTx)
+	case TxChallengeVote:
+		tx.ChallengeVote = new(ChallengeVoteTx)
 	default:
 		return nil, fmt.Errorf("%w: unknown type %q", ErrDecode, env.Type)
 	}

@@ -14,6 +14,8 @@ var txSeeds = []string{
 	`{"type":"tenzro_training_submitOuterGradient","params":{"task_id":"t","trainer_did":"did:a","round":0,"fragment_index":1,"payload_hash":"` + strings.Repeat("33", 32) + `","payload_size":4,"signature":"00","metrics":{"train_loss":0.5}}}`,
 	`{"type":"tenzro_training_commitFragment","params":{"task_id":"t","round":0,"fragment":0,"commit":{"fragment":0,"status":"no_quorum","inputs":[],"rule":"Mean","rule_hash":"` + strings.Repeat("11", 32) + `","rule_params":{},"outer_hash":"` + strings.Repeat("22", 32) + `","aggregate_hash":"` + strings.Repeat("00", 32) + `","weights_before":"` + strings.Repeat("44", 32) + `","weights_after":"` + strings.Repeat("44", 32) + `","momentum_after":"` + strings.Repeat("00", 32) + `","fuel":0},"verdicts":[],"syncer_did":"did:s","nonce":3,"signature":"00"}}`,
 	`{"type":"tenzro_training_signReceipt","params":{"task_id":"t","syncer_did":"did:s","engine":{},"signature":"00"}}`,
+	`{"type":"tenzro_training_challenge","params":{"task_id":"t","round":2,"fragment":1,"challenger_did":"did:a","result_hash":"` + strings.Repeat("55", 32) + `","bond":"100","nonce":4,"signature":"00"}}`,
+	`{"type":"tenzro_training_challengeVote","params":{"challenge":"` + strings.Repeat("66", 32) + `","result_hash":"` + strings.Repeat("00", 32) + `","unavailable":true,"validator":"` + strings.Repeat("77", 20) + `","signature":"00"}}`,
 	`{"type":"tenzro_ledger_transfer","params":null}`,
 }
 

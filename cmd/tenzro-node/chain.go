@@ -18,6 +18,8 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/tenzro/train/chain"
+	"github.com/tenzro/train/syncer"
+	"github.com/tenzro/train/wire"
 	"github.com/tenzro/train/wire/did"
 )
 
@@ -69,6 +71,7 @@ func newTestnetCmd(stdout io.Writer) *cobra.Command {
 		opts    chain.TestnetOptions
 		allocs  []string
 		blockMs time.Duration
+		window  int64
 	)
 	cmd := &cobra.Command{
 		Use:   "testnet --validators N --dir D [--alloc DID=AMOUNT]...",
@@ -96,6 +99,12 @@ Ports: node i listens on BASE+2i (P2P) and BASE+2i+1 (CometBFT RPC);
 				opts.Allocs = append(opts.Allocs, chain.GenesisAccount{DID: strings.TrimSpace(d), Balance: strings.TrimSpace(amt)})
 			}
 			opts.TimeoutCommit = blockMs
+			if window >= 0 {
+				if window > wire.MaxChallengeWindowBlocks {
+					return usageError{fmt.Errorf("--challenge-window-blocks %d: at most %d", window, int64(wire.MaxChallengeWindowBlocks))}
+				}
+				opts.Params = &syncer.GenesisParams{ChallengeWindowBlocks: &window}
+			}
 			nodes, err := chain.WriteTestnet(opts)
 			if err != nil {
 				return usageError{err}
@@ -124,6 +133,7 @@ Ports: node i listens on BASE+2i (P2P) and BASE+2i+1 (CometBFT RPC);
 	f.IntVar(&opts.BasePort, "base-port", 26656, "first port (node i: BASE+2i P2P, BASE+2i+1 RPC); 0 = free ports")
 	f.DurationVar(&blockMs, "block-time", time.Second, "block interval (CometBFT timeout_commit)")
 	f.StringVar(&opts.CandidateStake, "candidate-stake", "1000000000000000000", "genesis syncer stake of each validator's node key (written to <home>/node/node.key); empty: no candidates at genesis")
+	f.Int64Var(&window, "challenge-window-blocks", -1, "the chain's default challenge window for runs whose spec sets none (genesis params; -1: the protocol default, 600 blocks; 0: commits final at once)")
 	_ = cmd.MarkFlagRequired("dir")
 	cmd.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
 	return cmd

@@ -52,6 +52,13 @@ type Config struct {
 	// request bodies (rpc.Options.LargeMinRate, LargeGrace).
 	LargeMinRate int64 `koanf:"large-min-rate"`
 	LargeGraceMs int64 `koanf:"large-grace-ms"`
+	// Watch re-executes every challengeable commit and challenges those
+	// that differ (syncer.Config.Watch); WatchConcurrency bounds it.
+	Watch            bool `koanf:"watch"`
+	WatchConcurrency int  `koanf:"watch-concurrency"`
+
+	// fault is set by the faultinject build's flags only (fault_inject.go).
+	fault *syncer.Fault
 
 	// rpcSet and listenSet say whether --rpc-addr and --listen-addr were
 	// given (else a home's own addresses apply).
@@ -63,7 +70,7 @@ var configKeys = map[string]bool{
 	"role": true, "data-dir": true, "home": true, "listen-addr": true, "rpc-addr": true, "boot-nodes": true, "dev": true,
 	"node-key": true, "engine": true, "max-request-bytes": true, "metrics-addr": true, "log-level": true, "log-format": true,
 	"enclave": true, "tdx-collateral": true, "dashboard": true, "dataset-max-bytes": true, "ipfs-dht": true, "dataset-stall-timeout": true,
-	"large-min-rate": true, "large-grace-ms": true, "max-blob-bytes": true,
+	"large-min-rate": true, "large-grace-ms": true, "max-blob-bytes": true, "watch": true, "watch-concurrency": true,
 }
 
 // fileProvider reads a config file with a size limit (koanf.Provider).
@@ -198,6 +205,11 @@ func loadConfig(fs *pflag.FlagSet, path string) (Config, error) {
 		return cfg, err
 	}
 	cfg.rpcSet, cfg.listenSet, cfg.bootSet = k.Exists("rpc-addr"), k.Exists("listen-addr"), k.Exists("boot-nodes")
+	fault, err := faultFromFlags(fs)
+	if err != nil {
+		return cfg, err
+	}
+	cfg.fault = fault
 	if cfg.Home != "" && !k.Exists("data-dir") {
 		// A home's node keeps its store, blobs and key beside the chain.
 		cfg.DataDir = filepath.Join(cfg.Home, "node")

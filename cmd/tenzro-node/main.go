@@ -100,6 +100,9 @@ are the flag names), then the flags given on the command line.`,
 	f.Int64("dataset-max-bytes", 4<<30, "largest dataset (bytes of blocks) this node imports or fetches over IPFS")
 	f.Duration("dataset-stall-timeout", time.Minute, "fail a dataset fetch when no block arrives from any peer for this long")
 	f.Bool("ipfs-dht", false, "find dataset providers on the public IPFS DHT too (default: connected peers and --boot-nodes only)")
+	f.Bool("watch", false, "watcher: re-execute every fragment commit that can still be challenged and challenge (with the node key and the run's bond) those whose result differs")
+	f.Int("watch-concurrency", 2, "re-executions the watcher and the validator's voter run at once")
+	addFaultFlags(f)
 	cmd.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
 	return cmd
 }

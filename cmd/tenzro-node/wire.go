@@ -86,6 +86,10 @@ func runNode(ctx context.Context, cfg Config, log *slog.Logger) (err error) {
 	if err := migrateKVBlobs(ctx, db, blobs, log); err != nil {
 		return err
 	}
+	served := nodeBlobs(blobs, cfg.fault)
+	if cfg.fault != nil {
+		log.Warn("FAULT INJECTION BUILD: this node misbehaves on purpose (tests only)", "wrong_aggregate", cfg.fault.WrongAggregate, "withhold", cfg.fault.Withhold)
+	}
 
 	var engine syncer.Engine
 	var registry rpc.PluginRegistry
@@ -165,7 +169,7 @@ func runNode(ctx context.Context, cfg Config, log *slog.Logger) (err error) {
 		BootNodes:   cfg.BootNodes,
 		Identity:    key.Priv,
 		Logger:      log,
-		Blobs:       blobs,
+		Blobs:       served,
 		MaxBlob:     max(cfg.MaxRequestBytes, cfg.MaxBlobBytes),
 	}, hd)
 	if err != nil {
@@ -174,20 +178,32 @@ func runNode(ctx context.Context, cfg Config, log *slog.Logger) (err error) {
 	defer closeLogged(log, "gossip", gn.Close)
 	log.Info("gossip listening", "peer_id", gn.PeerID(), "addrs", gn.Addrs())
 
+	// The CometBFT validator key in the home signs challenge votes (a node
+	// that is not in the genesis validator set is never on a committee).
+	var voter syncer.VoteSigner
+	if vs, err := chain.LoadVoteSigner(home); err != nil {
+		log.Warn("no validator key in the chain home: this node votes on no challenge", "err", err)
+	} else {
+		voter = vs
+	}
 	node, err = syncer.NewNode(ctx, syncer.Config{
-		Chain:       cn.Local,
-		Blobs:       blobs,
-		Local:       db,
-		Engine:      engine,
-		Signer:      tr.signer,
-		Attestor:    tr.checker,
-		DatasetKeys: tr.datasetKeys(),
-		Fetcher:     gossipFetcher{gn: gn, blobs: blobs},
-		Provider:    gn.PeerID(),
-		Dev:         cfg.Dev,
-		Role:        cfg.Role,
-		Logger:      log.With("component", "syncer"),
-		Observer:    nm,
+		Chain:            cn.Local,
+		Blobs:            served,
+		Local:            db,
+		Engine:           engine,
+		Signer:           tr.signer,
+		Attestor:         tr.checker,
+		DatasetKeys:      tr.datasetKeys(),
+		Fetcher:          gossipFetcher{gn: gn, blobs: blobs},
+		Provider:         gn.PeerID(),
+		Dev:              cfg.Dev,
+		Role:             cfg.Role,
+		Logger:           log.With("component", "syncer"),
+		Observer:         nm,
+		Validator:        voter,
+		Watch:            cfg.Watch,
+		WatchConcurrency: cfg.WatchConcurrency,
+		Fault:            cfg.fault,
 		Announce: func(ctx context.Context, ev syncer.Event) {
 			announce(ctx, gn, tr.signer, ev, log)
 		},
@@ -224,7 +240,7 @@ func runNode(ctx context.Context, cfg Config, log *slog.Logger) (err error) {
 	opts := rpc.Options{
 		Routes:          dsRoutes,
 		MaxRequestBytes: cfg.MaxRequestBytes,
-		Blobs:           blobs,
+		Blobs:           served,
 		MaxBlobBytes:    cfg.MaxBlobBytes,
 		LargeMinRate:    cfg.LargeMinRate,
 		LargeGrace:      time.Duration(cfg.LargeGraceMs) * time.Millisecond,
@@ -239,6 +255,7 @@ func runNode(ctx context.Context, cfg Config, log *slog.Logger) (err error) {
 		opts.Plugins = registry
 	}
 	opts.Attest = tr.service
+	opts.Challenges = node
 	if opts.Observer, err = rpc.NewMetrics(reg); err != nil {
 		return fmt.Errorf("metrics: %w", err)
 	}

@@ -15,9 +15,11 @@ import (
 )
 
 func newReceiptReplayCmd() *cobra.Command {
-	var path, transcriptPath string
+	var path, transcriptPath, task, engine string
+	var round, fragment uint64
+	var local bool
 	c := &cobra.Command{
-		Use:   "replay --receipt FILE [--transcript FILE] [--rpc URL]",
+		Use:   "replay --receipt FILE [--transcript FILE] [--rpc URL] | --task-id T --round R --fragment F [--rpc URL]",
 		Short: "Re-execute a run from its transcript and stored payloads (exit 0 match, 1 divergence)",
 		Long: `Replay re-runs every round of a sealed run: it takes the transcript (--transcript
 FILE, else fetched from the node by the receipt's transcript_hash) and checks it
@@ -27,10 +29,31 @@ aggregation rule and the outer step with the engine the receipt names (the Wasm
 plugins by hash, fetched from the node when they are not built in, with the
 receipt's memory and fuel limits), and compares every aggregate, weights and
 momentum hash with the transcript. It reports the first divergence (round,
-fragment, what differs) or that the final model hash matches.`,
-		Example: `  tenzro receipt replay --receipt receipt.json --rpc http://127.0.0.1:8545`,
-		Args:    noArgs,
+fragment, what differs) or that the final model hash matches.
+
+With --task-id, --round and --fragment instead, the node (--rpc) re-executes that
+fragment commit of a running run while it can still be challenged — its inputs,
+weights and momentum fetched by hash, the verifiers, rule and outer step the
+syncer ran — and this prints its FragmentResultHash (the hash
+'tenzro train challenge --result-hash' takes; docs/protocol/challenges.md).
+With --local this process re-executes it instead (the same code, this build's
+--engine): the node gives only the committed state it reads and the bytes by
+hash, each checked, so the result does not depend on trusting its computation
+(the node serves only the blobs it holds: name your own node, or one that has
+re-executed the commit).`,
+		Example: `  tenzro receipt replay --receipt receipt.json --rpc http://127.0.0.1:8545
+  tenzro receipt replay --task-id train-1 --round 3 --fragment 1`,
+		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if cmd.Flags().Changed("round") || cmd.Flags().Changed("fragment") || task != "" {
+				if task == "" || !cmd.Flags().Changed("round") || !cmd.Flags().Changed("fragment") || path != "" {
+					return fmt.Errorf("replaying one fragment takes --task-id, --round and --fragment (and no --receipt)")
+				}
+				return replayFragment(cmd, task, round, fragment, local, engine)
+			}
+			if path == "" {
+				return fmt.Errorf("required flag(s) \"receipt\" not set (or --task-id, --round and --fragment)")
+			}
 			b, err := readInputFile("receipt", path, maxReceiptFile)
 			if err != nil {
 				return err
@@ -76,7 +99,11 @@ fragment, what differs) or that the final model hash matches.`,
 	}
 	c.Flags().StringVar(&path, "receipt", "", "receipt JSON file (from 'tenzro train get-receipt')")
 	c.Flags().StringVar(&transcriptPath, "transcript", "", "transcript blob ('tenzro train get-transcript --out'); default: fetched from --rpc")
-	_ = c.MarkFlagRequired("receipt")
+	c.Flags().StringVar(&task, "task-id", "", "with --round and --fragment: the run whose commit to re-execute")
+	c.Flags().Uint64Var(&round, "round", 0, "round of the commit to re-execute")
+	c.Flags().Uint64Var(&fragment, "fragment", 0, "fragment of the commit to re-execute")
+	c.Flags().BoolVar(&local, "local", false, "with --round/--fragment: re-execute in this process (the node gives state and bytes only)")
+	c.Flags().StringVar(&engine, "engine", "wasm", "with --local: wasm (the plugin sandbox) or native; the run's syncer ran the node default, wasm")
 	return c
 }
 

@@ -199,3 +199,28 @@ func (c *Client) SubmitElectionProof(ctx context.Context, p *wire.ElectionProofP
 	var r wire.ElectionProofResult
 	return &r, c.Call(ctx, wire.MethodElectionProof, p, &r)
 }
+
+// Challenge sends a challenge of a fragment commit (signed by the challenger).
+func (c *Client) Challenge(ctx context.Context, p *wire.ChallengeTx) (*wire.ChallengeResult, error) {
+	var r wire.ChallengeResult
+	return &r, c.Call(ctx, wire.MethodChallenge, p, &r)
+}
+
+// Challenges lists a run's challenges.
+func (c *Client) Challenges(ctx context.Context, task string) ([]wire.ChallengeRecord, error) {
+	var r []wire.ChallengeRecord
+	return r, c.Call(ctx, wire.MethodGetChallenges, wire.TaskIDParams{TaskID: task}, &r)
+}
+
+// ReplayFragment has the node re-execute a fragment commit that can still be
+// challenged and return its FragmentResultHash.
+func (c *Client) ReplayFragment(ctx context.Context, p *wire.ReplayFragmentParams) (*wire.ReplayFragmentResult, error) {
+	var r wire.ReplayFragmentResult
+	return &r, c.Call(ctx, wire.MethodReplayFragment, p, &r)
+}
+
+// FragmentState is the committed state re-executing a commit reads.
+func (c *Client) FragmentState(ctx context.Context, p *wire.ReplayFragmentParams) (*wire.FragmentState, error) {
+	var r wire.FragmentState
+	return &r, c.Call(ctx, wire.MethodGetFragmentState, p, &r)
+}

@@ -1,0 +1,55 @@
+//go:build faultinject && !production
+
+package main
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/spf13/pflag"
+
+	"github.com/tenzro/train/syncer"
+)
+
+// Fault injection for the challenge tests (build tag faultinject only: a
+// production or default build has neither these flags nor a way to set
+// syncer.Config.Fault).
+
+func addFaultFlags(f *pflag.FlagSet) {
+	f.String("fault-wrong-aggregate", "", "TEST BUILD ONLY: as syncer, commit a wrong aggregate hash for ROUND:FRAGMENT of every run")
+	f.String("fault-withhold", "", "TEST BUILD ONLY: as syncer, withhold the payloads of ROUND:FRAGMENT once committed")
+}
+
+func faultFromFlags(fs *pflag.FlagSet) (*syncer.Fault, error) {
+	var out *syncer.Fault
+	for _, name := range []string{"fault-wrong-aggregate", "fault-withhold"} {
+		v, _ := fs.GetString(name)
+		if v == "" {
+			continue
+		}
+		at, err := parseFaultAt(v)
+		if err != nil {
+			return nil, fmt.Errorf("--%s: %w", name, err)
+		}
+		if out == nil {
+			out = &syncer.Fault{}
+		}
+		if name == "fault-wrong-aggregate" {
+			out.WrongAggregate = at
+		} else {
+			out.Withhold = at
+		}
+	}
+	return out, nil
+}
+
+func parseFaultAt(s string) (*syncer.FaultAt, error) {
+	r, f, ok := strings.Cut(s, ":")
+	round, err1 := strconv.ParseUint(r, 10, 64)
+	frag, err2 := strconv.Atoi(f)
+	if !ok || err1 != nil || err2 != nil || frag < 0 {
+		return nil, fmt.Errorf("%q: want ROUND:FRAGMENT", s)
+	}
+	return &syncer.FaultAt{Round: round, Fragment: frag}, nil
+}

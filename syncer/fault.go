@@ -1,0 +1,121 @@
+package syncer
+
+import (
+	"context"
+	"io"
+	"sync"
+
+	"github.com/tenzro/train/wire"
+)
+
+// Fault makes this node's syncer misbehave on purpose, for the challenge
+// tests only: tenzro-node sets it from flags that exist only in builds with
+// the faultinject tag (cmd/tenzro-node/fault_inject.go); production builds
+// cannot set it. Other nodes with the same binary compute correctly (their
+// re-execution never applies it).
+//
+// A fault applies only to a commit this node makes as ticket 0 of the
+// run's succession (the first elected syncer): every node of a test network
+// can run with the same flags, and the next syncer, which re-does the
+// fragment after the rollback, is honest.
+type Fault struct {
+	// WrongAggregate: the commit of (Round, Fragment) of any run carries a
+	// wrong aggregate hash (and so a wrong result hash).
+	WrongAggregate *FaultAt
+	// Withhold: once this node computed its commit of (Round, Fragment),
+	// before it sends it, the payloads the commit keeps are withheld:
+	// WithholdingBlobs answers "not found" for them (to peers, getPayload
+	// and this node alike).
+	Withhold *FaultAt
+
+	mu       sync.Mutex
+	withheld map[wire.Hash]bool
+}
+
+// FaultAt names a round and fragment.
+type FaultAt struct {
+	Round    uint64
+	Fragment int
+}
+
+func (a *FaultAt) is(round uint64, f int) bool {
+	return a != nil && a.Round == round && a.Fragment == f
+}
+
+// Withheld says whether h is withheld.
+func (f *Fault) Withheld(h wire.Hash) bool {
+	if f == nil {
+		return false
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.withheld[h]
+}
+
+func (f *Fault) withhold(hs ...wire.Hash) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.withheld == nil {
+		f.withheld = map[wire.Hash]bool{}
+	}
+	for _, h := range hs {
+		f.withheld[h] = true
+	}
+}
+
+// applyFault alters a computed commit as the node's Fault says.
+func (n *Node) applyFault(round uint64, c *computed) {
+	f := n.cfg.Fault
+	if f == nil || c.commit.Ticket != 0 || !f.WrongAggregate.is(round, c.fragment) || c.commit.Status != wire.FragAggregated {
+		return
+	}
+	c.commit.AggregateHash[0] ^= 0xff
+	n.log.Warn("FAULT INJECTED: committing a wrong aggregate hash", "round", round, "fragment", c.fragment)
+}
+
+// withholdFault withholds a computed fragment's kept payloads.
+func (n *Node) withholdFault(round uint64, c *computed) {
+	f := n.cfg.Fault
+	if f == nil || c.commit.Ticket != 0 || !f.Withhold.is(round, c.fragment) {
+		return
+	}
+	var hs []wire.Hash
+	for _, in := range c.commit.Inputs {
+		if in.Rejected == "" {
+			hs = append(hs, in.PayloadHash)
+		}
+	}
+	f.withhold(hs...)
+	n.log.Warn("FAULT INJECTED: withholding the committed fragment's payloads", "round", round, "fragment", c.fragment, "payloads", len(hs))
+}
+
+// WithholdingBlobs is a blob store that answers "not found" for what its
+// Fault withholds (tests only: wired by faultinject builds).
+type WithholdingBlobs struct {
+	Blobs
+	Fault *Fault
+}
+
+// Has implements Blobs.
+func (b WithholdingBlobs) Has(ctx context.Context, h wire.Hash) (bool, error) {
+	if b.Fault.Withheld(h) {
+		return false, nil
+	}
+	return b.Blobs.Has(ctx, h)
+}
+
+// Get implements Blobs.
+func (b WithholdingBlobs) Get(ctx context.Context, h wire.Hash) ([]byte, error) {
+	if b.Fault.Withheld(h) {
+		return nil, ErrNotFound
+	}
+	return b.Blobs.Get(ctx, h)
+}
+
+// Open implements Blobs.
+func (b WithholdingBlobs) Open(ctx context.Context, h wire.Hash) (io.ReadCloser, int64, error) {
+	if b.Fault.Withheld(h) {
+		return nil, 0, ErrNotFound
+	}
+	return b.Blobs.Open(ctx, h)
+}

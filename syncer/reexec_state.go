@@ -1,0 +1,89 @@
+package syncer
+
+import (
+	"context"
+	"errors"
+
+	"github.com/tenzro/train/wire"
+)
+
+// FragmentState answers tenzro_training_getFragmentState: the committed
+// keys re-executing the commit of (task, round, fragment) reads — the run,
+// the commit record, the run as the round started and the fragment's
+// submission records. A client loads them into a StaticChain and runs
+// Reexecute itself, fetching the bytes by hash (tenzro receipt replay
+// --local); it trusts this node for chain state, not for the computation.
+func (n *Node) FragmentState(ctx context.Context, p *wire.ReplayFragmentParams) (*wire.FragmentState, error) {
+	if p.TaskID == "" {
+		return nil, Errf(KindInvalid, "task_id is empty")
+	}
+	out := &wire.FragmentState{Entries: []wire.StateEntry{}}
+	err := n.view(ctx, func(v View) error {
+		// The same reads as Reexecute, so a missing piece is the same refusal.
+		if _, err := loadReexecJob(ctx, v, p.TaskID, p.Round, int(p.Fragment)); err != nil {
+			return err
+		}
+		out.Height = v.Block.Height
+		get := func(ks Keyspace, key []byte) error {
+			val, err := v.KV.Get(ctx, ks, key)
+			if err != nil {
+				return err
+			}
+			out.Entries = append(out.Entries, wire.StateEntry{Keyspace: string(ks), Key: append(wire.HexBytes{}, key...), Value: val})
+			return nil
+		}
+		if err := get(KSRuns, runKey(p.TaskID)); err != nil {
+			return err
+		}
+		if err := get(KSTranscript, commitRecKey(p.TaskID, p.Round, int(p.Fragment))); err != nil {
+			return err
+		}
+		if err := get(KSTranscript, snapKey(p.TaskID, p.Round)); err != nil {
+			return err
+		}
+		return v.KV.Scan(ctx, KSTranscript, recordPrefix(p.TaskID, p.Round, int(p.Fragment)), func(k, val []byte) error {
+			out.Entries = append(out.Entries, wire.StateEntry{Keyspace: string(KSTranscript), Key: append(wire.HexBytes{}, k...), Value: append([]byte(nil), val...)})
+			return nil
+		})
+	})
+	return out, err
+}
+
+// LoadState writes state entries into kv (a client's scratch store).
+func LoadState(ctx context.Context, kv KV, entries []wire.StateEntry) error {
+	b := &Batch{}
+	for _, e := range entries {
+		ks := Keyspace(e.Keyspace)
+		known := false
+		for _, k := range AllKeyspaces {
+			known = known || k == ks
+		}
+		if !known {
+			return Errf(KindInvalid, "state entry in unknown key space %q", e.Keyspace)
+		}
+		b.Ops = append(b.Ops, Op{KS: ks, Key: e.Key, Value: e.Value})
+	}
+	return kv.Commit(ctx, b)
+}
+
+// StaticChain is a Chain over a fixed state: it reads, never writes (a
+// client re-executing a commit with a Node).
+type StaticChain struct {
+	KV    KV
+	Block Block
+}
+
+var _ Chain = StaticChain{}
+
+// View implements Chain.
+func (c StaticChain) View(_ context.Context, fn func(View) error) error {
+	return fn(View{KV: c.KV, Block: c.Block})
+}
+
+// Submit implements Chain: a static state takes no transactions.
+func (c StaticChain) Submit(context.Context, []byte) (Pending, error) {
+	return nil, errors.New("a static chain state takes no transactions")
+}
+
+// Changed implements Chain: a static state never changes.
+func (c StaticChain) Changed() <-chan struct{} { return make(chan struct{}) }
