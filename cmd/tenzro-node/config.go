@@ -16,6 +16,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/tenzro/train/rpc"
+	"github.com/tenzro/train/wire"
 )
 
 // maxConfigBytes bounds a --config file.
@@ -32,6 +33,10 @@ type Config struct {
 	BootNodes       []string `koanf:"boot-nodes"`
 	Dev             bool     `koanf:"dev"`
 	Home            string   `koanf:"home"`
+	// Genesis and GenesisHash pin the network a light client joins (a
+	// genesis file, or the hex GenesisHash of one).
+	Genesis     string `koanf:"genesis"`
+	GenesisHash string `koanf:"genesis-hash"`
 	NodeKey         string   `koanf:"node-key"`
 	Engine          string   `koanf:"engine"`
 	MaxRequestBytes int64    `koanf:"max-request-bytes"`
@@ -57,7 +62,7 @@ type Config struct {
 
 // configKeys are the keys a config file may set (the flag names).
 var configKeys = map[string]bool{
-	"role": true, "data-dir": true, "home": true, "listen-addr": true, "rpc-addr": true, "boot-nodes": true, "dev": true,
+	"role": true, "data-dir": true, "home": true, "genesis": true, "genesis-hash": true, "listen-addr": true, "rpc-addr": true, "boot-nodes": true, "dev": true,
 	"node-key": true, "engine": true, "max-request-bytes": true, "metrics-addr": true, "log-level": true, "log-format": true,
 	"enclave": true, "tdx-collateral": true, "dashboard": true, "dataset-max-bytes": true, "ipfs-dht": true, "dataset-stall-timeout": true,
 	"large-min-rate": true, "large-grace-ms": true,
@@ -230,6 +235,13 @@ func (c *Config) validate() error {
 		return fmt.Errorf("dataset-max-bytes %d: want a positive size (0: the default, 4 GiB)", c.DatasetMaxBytes)
 	case c.DatasetStall < 0:
 		return fmt.Errorf("dataset-stall-timeout %s: want a positive duration", c.DatasetStall)
+	case c.Dev && (c.Genesis != "" || c.GenesisHash != ""):
+		return errors.New("--genesis and --genesis-hash pin the network a node joins; --dev makes its own")
+	}
+	if c.GenesisHash != "" {
+		if _, err := wire.ParseHash(c.GenesisHash); err != nil {
+			return fmt.Errorf("genesis-hash %q: %w", c.GenesisHash, err)
+		}
 	}
 	var lvl slogLevel
 	if err := lvl.UnmarshalText([]byte(c.LogLevel)); err != nil {

@@ -16,6 +16,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -46,10 +47,14 @@ func runNode(ctx context.Context, cfg Config, log *slog.Logger) (err error) {
 	if err != nil {
 		return err
 	}
-	if cfg.Home != "" {
-		// A testnet home names its node's JSON-RPC and libp2p addresses and
-		// its libp2p boot nodes (the other nodes).
-		if nc, err := chain.LoadNodeConfig(cfg.Home); err == nil {
+	bootstrap := isLight(cfg) && !chain.HomeExists(home)
+	if !cfg.Dev && !bootstrap {
+		// A home names its node's JSON-RPC and libp2p addresses and its
+		// libp2p boot nodes (a testnet's other nodes; a light client's own).
+		if nc, err := chain.LoadNodeConfig(home); err == nil {
+			if isLight(cfg) && len(nc.PersistentPeers) == 0 {
+				return fmt.Errorf("%s is the home of a --dev chain, not of a light client: start the light client with another --data-dir", home)
+			}
 			if !cfg.rpcSet && nc.JSONRPCAddr != "" {
 				cfg.RPCAddr = nc.JSONRPCAddr
 			}
@@ -105,6 +110,62 @@ func runNode(ctx context.Context, cfg Config, log *slog.Logger) (err error) {
 	if err != nil {
 		return err
 	}
+	// libp2p comes up before the chain: a light client learns its chain
+	// from its boot nodes over it. Gossip serves the node's blobs and its
+	// chain once they exist.
+	var nodeP atomic.Pointer[syncer.Node]
+	var chainP atomic.Pointer[chain.Node]
+	hd := gossip.Handlers{Blob: func(h wire.Hash) ([]byte, bool) {
+		node := nodeP.Load()
+		if node == nil {
+			return nil, false
+		}
+		b, err := node.GetPayload(ctx, h)
+		return b, err == nil
+	}, Nonce: func(ctx context.Context, p wire.NonceParams) (*wire.NonceResult, error) {
+		node := nodeP.Load()
+		if node == nil {
+			return nil, &gossip.Refusal{Kind: int(syncer.KindInternal), Message: "node starting"}
+		}
+		res, err := node.AttestNonce(ctx, p)
+		if k := syncer.KindOf(err); err != nil && k != syncer.KindInternal {
+			return nil, &gossip.Refusal{Kind: int(k), Message: err.Error()}
+		} else if err != nil {
+			log.Error("attestation nonce for a peer", "task", p.TaskID, "did", p.DID, "err", err)
+			return nil, &gossip.Refusal{Kind: int(syncer.KindInternal), Message: "internal error on this node (see its log)"}
+		}
+		return res, nil
+	}, ChainInfo: func() (*gossip.ChainInfo, error) {
+		cn := chainP.Load()
+		if cn == nil {
+			return nil, errors.New("the chain is starting")
+		}
+		return &gossip.ChainInfo{ChainID: cn.ChainID, NodeID: cn.NodeID, P2PAddr: cn.Config.P2PAddr, Genesis: cn.Genesis}, nil
+	}}
+	gn, err := gossip.New(ctx, gossip.Config{
+		ListenAddrs: []string{cfg.ListenAddr},
+		BootNodes:   cfg.BootNodes,
+		Identity:    key.Priv,
+		Logger:      log,
+	}, hd)
+	if err != nil {
+		return fmt.Errorf("gossip: %w", err)
+	}
+	defer closeLogged(log, "gossip", gn.Close)
+	log.Info("gossip listening", "peer_id", gn.PeerID(), "addrs", gn.Addrs())
+
+	if bootstrap {
+		if err := bootstrapLight(ctx, gn, cfg, home, log); err != nil {
+			if errors.Is(err, context.Canceled) {
+				return nil
+			}
+			return err
+		}
+	} else if !cfg.Dev {
+		if err := checkPin(cfg, home); err != nil {
+			return err
+		}
+	}
 	if cfg.Dev {
 		if err := initDevChain(home, tr.signer.DID(), log); err != nil {
 			return err
@@ -115,6 +176,7 @@ func runNode(ctx context.Context, cfg Config, log *slog.Logger) (err error) {
 		return err
 	}
 	defer closeLogged(log, "chain", cn.Close)
+	chainP.Store(cn)
 	if err := cn.WaitCommitted(ctx, 10*time.Second); err != nil {
 		if errors.Is(err, context.Canceled) {
 			return nil // stopped while starting
@@ -137,39 +199,8 @@ func runNode(ctx context.Context, cfg Config, log *slog.Logger) (err error) {
 		}()
 	}
 
-	var node *syncer.Node // set below; gossip serves its blobs once it exists
-	hd := gossip.Handlers{Blob: func(h wire.Hash) ([]byte, bool) {
-		if node == nil {
-			return nil, false
-		}
-		b, err := node.GetPayload(ctx, h)
-		return b, err == nil
-	}, Nonce: func(ctx context.Context, p wire.NonceParams) (*wire.NonceResult, error) {
-		if node == nil {
-			return nil, &gossip.Refusal{Kind: int(syncer.KindInternal), Message: "node starting"}
-		}
-		res, err := node.AttestNonce(ctx, p)
-		if k := syncer.KindOf(err); err != nil && k != syncer.KindInternal {
-			return nil, &gossip.Refusal{Kind: int(k), Message: err.Error()}
-		} else if err != nil {
-			log.Error("attestation nonce for a peer", "task", p.TaskID, "did", p.DID, "err", err)
-			return nil, &gossip.Refusal{Kind: int(syncer.KindInternal), Message: "internal error on this node (see its log)"}
-		}
-		return res, nil
-	}}
-	gn, err := gossip.New(ctx, gossip.Config{
-		ListenAddrs: []string{cfg.ListenAddr},
-		BootNodes:   cfg.BootNodes,
-		Identity:    key.Priv,
-		Logger:      log,
-	}, hd)
-	if err != nil {
-		return fmt.Errorf("gossip: %w", err)
-	}
-	defer closeLogged(log, "gossip", gn.Close)
-	log.Info("gossip listening", "peer_id", gn.PeerID(), "addrs", gn.Addrs())
 
-	node, err = syncer.NewNode(ctx, syncer.Config{
+	node, err := syncer.NewNode(ctx, syncer.Config{
 		Chain:       cn.Local,
 		Blobs:       syncer.KVBlobs{KV: db},
 		Local:       db,
@@ -191,10 +222,11 @@ func runNode(ctx context.Context, cfg Config, log *slog.Logger) (err error) {
 		return fmt.Errorf("start syncer: %w", err)
 	}
 	defer closeLogged(log, "syncer", node.Close)
+	nodeP.Store(node)
 	if pr, ok := registry.(*pluginRegistry); ok {
 		pr.node = node // publications pay the burned fee, rate-limited per DID
 	}
-	if cands, err := node.ListSyncers(ctx); err == nil {
+	if cands, err := node.ListSyncers(ctx); err == nil && cfg.Role == "syncer" {
 		found := false
 		for _, c := range cands {
 			found = found || c.DID == tr.signer.DID()
@@ -288,15 +320,26 @@ func chainHome(cfg Config) (string, error) {
 		return filepath.Join(cfg.DataDir, "chain"), nil
 	case cfg.Home != "":
 		return cfg.Home, nil
+	case cfg.Role == "light":
+		home := lightHome(cfg)
+		if !chain.HomeExists(home) && len(cfg.BootNodes) == 0 {
+			return "", usageError{fmt.Errorf("a light client joins a network through --boot-nodes (a node's libp2p address, /ip4/…/tcp/…/p2p/<peer id>; 'tenzro node info' prints it): %s holds no chain home yet", cfg.DataDir)}
+		}
+		return home, nil
 	}
-	return "", usageError{errors.New("no chain to run: start with --dev (a one-validator chain in this process, with a faucet) or --home DIR (a home written by 'tenzro-node testnet' or 'tenzro-node init')")}
+	return "", usageError{errors.New("no chain to run: start with --dev (a one-validator chain in this process, with a faucet), --home DIR (a home written by 'tenzro-node testnet' or 'tenzro-node init'), or --role light-client --boot-nodes ADDR (join a network from a node)")}
 }
 
 // initDevChain writes the --dev chain's home at the first start; later
 // starts resume it.
 func initDevChain(home, syncerDID string, log *slog.Logger) error {
-	if _, err := os.Stat(filepath.Join(home, chain.NodeConfigFile)); err == nil {
+	if nc, err := chain.LoadNodeConfig(home); err == nil {
+		if len(nc.PersistentPeers) > 0 {
+			return fmt.Errorf("%s is the home of a node that follows a network, not of a --dev chain: start --dev with another --data-dir", home)
+		}
 		return nil
+	} else if _, err := os.Stat(filepath.Join(home, chain.NodeConfigFile)); err == nil {
+		return fmt.Errorf("dev chain: %w", err)
 	} else if !errors.Is(err, fs.ErrNotExist) {
 		return fmt.Errorf("dev chain: %w", err)
 	}

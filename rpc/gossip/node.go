@@ -66,6 +66,9 @@ type Handlers struct {
 	// (the syncer role). A refusal should be a *Refusal so that its kind
 	// reaches the asking node; any other error travels as kind 0.
 	Nonce func(ctx context.Context, p wire.NonceParams) (*wire.NonceResult, error)
+	// ChainInfo, when set, serves ChainInfoProtocol: this node's chain (its
+	// genesis and CometBFT peer address) for nodes that join it.
+	ChainInfo func() (*ChainInfo, error)
 }
 
 // Stats counts what the node saw. Rejected messages failed validation (bad
@@ -222,6 +225,9 @@ func (n *Node) start(ctx context.Context) error {
 	n.h.SetStreamHandler(protocol.ID(BlobProtocol), n.serveBlob)
 	if n.hd.Nonce != nil {
 		n.h.SetStreamHandler(protocol.ID(NonceProtocol), n.serveNonce)
+	}
+	if n.hd.ChainInfo != nil {
+		n.h.SetStreamHandler(protocol.ID(ChainInfoProtocol), n.serveChainInfo)
 	}
 	for _, ai := range n.boot {
 		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
