@@ -26,28 +26,28 @@ const maxConfigBytes = 1 << 20
 // (JSON or YAML, keys as the flag names), then flags given on the command
 // line.
 type Config struct {
-	Role            string   `koanf:"role"`
-	DataDir         string   `koanf:"data-dir"`
-	ListenAddr      string   `koanf:"listen-addr"`
-	RPCAddr         string   `koanf:"rpc-addr"`
-	BootNodes       []string `koanf:"boot-nodes"`
-	Dev             bool     `koanf:"dev"`
-	Home            string   `koanf:"home"`
+	Role       string   `koanf:"role"`
+	DataDir    string   `koanf:"data-dir"`
+	ListenAddr string   `koanf:"listen-addr"`
+	RPCAddr    string   `koanf:"rpc-addr"`
+	BootNodes  []string `koanf:"boot-nodes"`
+	Dev        bool     `koanf:"dev"`
+	Home       string   `koanf:"home"`
 	// Genesis and GenesisHash pin the network a light client joins (a
 	// genesis file, or the hex GenesisHash of one).
-	Genesis     string `koanf:"genesis"`
-	GenesisHash string `koanf:"genesis-hash"`
-	NodeKey         string   `koanf:"node-key"`
-	Engine          string   `koanf:"engine"`
-	MaxRequestBytes int64    `koanf:"max-request-bytes"`
-	MetricsAddr     string   `koanf:"metrics-addr"`
-	LogLevel        string   `koanf:"log-level"`
-	LogFormat       string   `koanf:"log-format"`
-	Enclave         string   `koanf:"enclave"`
-	TDXCollateral   string   `koanf:"tdx-collateral"`
-	Dashboard       string   `koanf:"dashboard"`
-	DatasetMaxBytes int64    `koanf:"dataset-max-bytes"`
-	IPFSDHT         bool     `koanf:"ipfs-dht"`
+	Genesis         string `koanf:"genesis"`
+	GenesisHash     string `koanf:"genesis-hash"`
+	NodeKey         string `koanf:"node-key"`
+	Engine          string `koanf:"engine"`
+	MaxRequestBytes int64  `koanf:"max-request-bytes"`
+	MetricsAddr     string `koanf:"metrics-addr"`
+	LogLevel        string `koanf:"log-level"`
+	LogFormat       string `koanf:"log-format"`
+	Enclave         string `koanf:"enclave"`
+	TDXCollateral   string `koanf:"tdx-collateral"`
+	Dashboard       string `koanf:"dashboard"`
+	DatasetMaxBytes int64  `koanf:"dataset-max-bytes"`
+	IPFSDHT         bool   `koanf:"ipfs-dht"`
 	// DatasetStall fails a dataset fetch when no block arrives for this long.
 	DatasetStall time.Duration `koanf:"dataset-stall-timeout"`
 	// LargeMinRate and LargeGraceMs set the minimum transfer rate of large

@@ -199,7 +199,6 @@ func runNode(ctx context.Context, cfg Config, log *slog.Logger) (err error) {
 		}()
 	}
 
-
 	node, err := syncer.NewNode(ctx, syncer.Config{
 		Chain:       cn.Local,
 		Blobs:       syncer.KVBlobs{KV: db},

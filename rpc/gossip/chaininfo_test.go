@@ -141,5 +141,3 @@ func FuzzParseChainInfo(f *testing.F) {
 		}
 	})
 }
-
-
