@@ -57,7 +57,8 @@ type Config struct {
 	// Fetcher gets payloads and weights this node does not hold (nil:
 	// local blobs only).
 	Fetcher PayloadFetcher
-	// Provider is this node's libp2p peer id, recorded with the
+	// Provider is this node's provider hint (its libp2p multiaddrs with
+	// /p2p/<peer id>, or its peer id), recorded with the
 	// submissions it receives as a hint of where their bytes are.
 	Provider string
 	// Dev marks a --dev node (reported in node info).

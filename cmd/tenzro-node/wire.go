@@ -208,7 +208,7 @@ func runNode(ctx context.Context, cfg Config, log *slog.Logger) (err error) {
 		Attestor:    tr.checker,
 		DatasetKeys: tr.datasetKeys(),
 		Fetcher:     gossipFetcher{gn},
-		Provider:    gn.PeerID(),
+		Provider:    gn.ProviderHint(),
 		Dev:         cfg.Dev,
 		Role:        cfg.Role,
 		Logger:      log.With("component", "syncer"),
@@ -380,22 +380,20 @@ func checkNodeStore(ctx context.Context, db *store.DB, dataDir string) error {
 var errStopScan = errors.New("stop")
 
 // gossipFetcher gets a blob from a peer over the libp2p blob protocol: the
-// record's provider first, then the peers on the training topics. It is
-// the seam the payload transfer (resumable, size-capped streams) replaces.
+// peers the record's provider hint names first (dialled from the addresses
+// in it), then every connected peer.
 type gossipFetcher struct{ gn *gossip.Node }
 
 func (f gossipFetcher) Fetch(ctx context.Context, h wire.Hash, maxSize uint64, provider string) ([]byte, error) {
-	var peers []string
-	if provider != "" && provider != f.gn.PeerID() {
-		peers = append(peers, provider)
+	peers := f.gn.ResolveProvider(provider)
+	seen := map[string]bool{f.gn.PeerID(): true}
+	for _, p := range peers {
+		seen[p] = true
 	}
-	seen := map[string]bool{provider: true}
-	for _, t := range []string{gossip.TopicTraining, gossip.TopicSyncer} {
-		for _, p := range f.gn.TopicPeers(t) {
-			if !seen[p] {
-				seen[p] = true
-				peers = append(peers, p)
-			}
+	for _, p := range f.gn.ConnectedPeerIDs() {
+		if !seen[p] {
+			seen[p] = true
+			peers = append(peers, p)
 		}
 	}
 	var errs []error
@@ -406,6 +404,9 @@ func (f gossipFetcher) Fetch(ctx context.Context, h wire.Hash, maxSize uint64, p
 		}
 		if err == nil {
 			err = fmt.Errorf("%d bytes, more than %d", len(b), maxSize)
+		}
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
 		}
 		errs = append(errs, fmt.Errorf("peer %s: %w", p, err))
 	}
