@@ -40,19 +40,19 @@ type abstention struct {
 }
 
 type worker struct {
-	mu       sync.Mutex
-	runs     map[string]*sync.Mutex // one syncRun per run at a time
-	busy     map[string]bool        // runs whose background syncRun is in flight
-	abstain  map[string]abstention
-	proving  map[string]bool
-	signing  map[string]bool
+	mu      sync.Mutex
+	runs    map[string]*sync.Mutex // one syncRun per run at a time
+	busy    map[string]bool        // runs whose background syncRun is in flight
+	abstain map[string]abstention
+	proving map[string]bool
+	signing map[string]bool
 	// replicating: runs whose replication is in flight; held: per run,
 	// the weights and momentum blobs this node is known to hold.
 	replicating map[string]bool
 	held        map[string]map[wire.Hash]bool
 	replicaWait map[string]time.Time // retry after a failed fetch
-	wake     chan struct{}
-	lastLogs map[string]time.Time
+	wake        chan struct{}
+	lastLogs    map[string]time.Time
 }
 
 func (w *worker) init() {
