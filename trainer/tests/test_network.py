@@ -50,7 +50,6 @@ def wait_for(what: str, cond, within: float = 120) -> None:
 
 
 def test_reference_trainer_through_a_light_client(go_bins, tmp_path):
-
     sp = Key.generate("human")
     keys = [Key.generate("machine") for _ in range(2)]
     for i, k in enumerate(keys):
