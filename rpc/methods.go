@@ -201,7 +201,7 @@ func (s *Server) methods() handler.Map {
 			if m := needTask(p.TaskID); m != "" {
 				return m
 			}
-			if len(p.Weights) == 0 {
+			if len(p.Weights) == 0 && p.WeightsHash.IsZero() {
 				return "weights"
 			}
 			return signedMissing(p.Signed)
@@ -257,9 +257,9 @@ func (s *Server) methods() handler.Map {
 			if m := first("task_id", g.TaskID, "trainer_did", g.TrainerDID); m != "" {
 				return m
 			}
+			// Without gradient_payload the submission refers to a blob
+			// uploaded with PUT /blobs/<payload_hash>.
 			switch {
-			case len(g.GradientPayload) == 0:
-				return "gradient_payload"
 			case g.PayloadHash.IsZero():
 				return "payload_hash"
 			case len(g.Signature) == 0:

@@ -47,16 +47,16 @@ type releaseKeyResult struct {
 }
 
 var catalog = []catalogEntry{
-	{wire.MethodPostTask, "Post a task spec (the seed's JSON verbatim plus DESIGN §3 fields), optionally with initial weights; escrows the reward pool. Signed by spec.sponsor_did.", wire.PostTaskParams{}, wire.PostTaskResult{}, false, "training"},
-	{wire.MethodSetInitWeights, "Supply a posted run's initial weights (safetensors, base64). Signed by the sponsor.", wire.SetInitWeightsParams{}, wire.PostTaskResult{}, false, "training"},
+	{wire.MethodPostTask, "Post a task spec (the seed's JSON verbatim plus DESIGN §3 fields), optionally with initial weights: inline (init_weights, base64) or by reference (init_weights_hash of a file uploaded first with PUT /blobs/<hash>); escrows the reward pool. Signed by spec.sponsor_did.", wire.PostTaskParams{}, wire.PostTaskResult{}, false, "training"},
+	{wire.MethodSetInitWeights, "Supply a posted run's initial weights (safetensors): inline (weights, base64) or by reference (weights_hash of a file uploaded first with PUT /blobs/<hash>). Signed by the sponsor.", wire.SetInitWeightsParams{}, wire.PostTaskResult{}, false, "training"},
 	{wire.MethodListRuns, "List runs, optionally filtered by status.", wire.ListRunsParams{}, []wire.RunSummary{}, true, "training"},
 	{wire.MethodGetRun, "One run: spec, status, round, trainers and their metrics, fragments, round roots.", wire.TaskIDParams{}, wire.RunView{}, false, "training"},
 	{wire.MethodGetReceipt, "The training receipt of a sealed run.", wire.TaskIDParams{}, wire.Receipt{}, false, "training"},
 	{wire.MethodGetTranscript, "The round commits of a run so far.", wire.TaskIDParams{}, []wire.RoundCommit{}, false, "training"},
-	{wire.MethodGetPayload, "A stored payload (submission or weights) by its content hash (BLAKE3-256).", rpc.GetPayloadParams{}, rpc.Payload{}, false, "training"},
+	{wire.MethodGetPayload, "A stored payload (submission or weights) by its content hash (BLAKE3-256), base64 in JSON. The same bytes raw, with Range support: HTTP GET /blobs/<hash> on this port.", rpc.GetPayloadParams{}, rpc.Payload{}, false, "training"},
 	{wire.MethodEnrollTrainer, "Enrol a trainer with a stake (joins the current round or the next). Signed by trainer_did.", wire.EnrollParams{}, wire.EnrollResult{}, false, "training"},
 	{wire.MethodLeaveRun, "Leave a run; shards are rebalanced from the next round. Signed by trainer_did.", wire.LeaveParams{}, wire.EnrollResult{}, false, "training"},
-	{wire.MethodSubmitGradient, "Submit one outer gradient (safetensors, base64) for a round and fragment, signed over the submission preimage (PROTOCOL §4).", wire.OuterGradient{}, wire.SubmitResult{}, false, "training"},
+	{wire.MethodSubmitGradient, "Submit one outer gradient (safetensors) for a round and fragment, signed over the submission preimage (PROTOCOL §4). Two forms: inline (gradient_payload, base64: the seed's form) or by reference: upload the payload first with HTTP PUT /blobs/<payload_hash> on this port (raw bytes, hashed and size-capped as they arrive; 201 stored, 200 already there) and send this request without gradient_payload. The preimage is the same for both.", wire.OuterGradient{}, wire.SubmitResult{}, false, "training"},
 	{wire.MethodFinalizeRound, "Commit the current round's fragments that the rules allow now (K accepted and every active trainer in, or the grace window closed; the round at its deadline); otherwise say per fragment why not. Signed by the run's elected syncer; never shortens the grace window.", wire.FinalizeParams{}, wire.FinalizeResult{}, false, "training"},
 	{wire.MethodCancelRun, "Cancel a run that has not started: the escrow goes back to the sponsor and every enrolled trainer's stake is refunded. Signed by the spec's sponsor_did.", wire.CancelRunParams{}, wire.CancelRunResult{}, false, "training"},
 	{wire.MethodGetWeights, "A fragment's current committed weights as safetensors (base64).", wire.GetWeightsParams{}, wire.Weights{}, false, "training"},
@@ -175,7 +175,7 @@ func fields(t reflect.Type) []field {
 		if name == "" {
 			name = f.Name
 		}
-		out = append(out, field{name: name, typ: f.Type, required: !strings.Contains(opts, "omitempty")})
+		out = append(out, field{name: name, typ: f.Type, required: !strings.Contains(opts, "omitempty") && !strings.Contains(opts, "omitzero")})
 	}
 	return out
 }
@@ -218,7 +218,7 @@ func buildDocument() []byte {
 		"info": map[string]any{
 			"title":       "Tenzro Train node JSON-RPC API",
 			"version":     "1.0.0",
-			"description": "JSON-RPC 2.0 over HTTP POST (default 127.0.0.1:8545). Params are by name (snake_case) and decoded strictly: unknown fields are refused. Byte strings are base64 (standard, padded) unless typed as hex. Batches are supported. Plugin and attestation methods are served only when the node wires those services. Error codes: rpc/ERRORS.md.",
+			"description": "JSON-RPC 2.0 over HTTP POST (default 127.0.0.1:8545). Params are by name (snake_case) and decoded strictly: unknown fields are refused. Byte strings are base64 (standard, padded) unless typed as hex. Batches are supported. Plugin and attestation methods are served only when the node wires those services. Error codes: rpc/ERRORS.md. Bulk bytes also travel raw on the same port: PUT /blobs/<64 hex> uploads a blob (payload, initial weights) that the by-reference forms of submitOuterGradient, postTask and setInitWeights then name by hash; GET and HEAD /blobs/<64 hex> serve stored blobs (Range supported); docs/PROTOCOL.md, \"Blobs over HTTP\".",
 		},
 		"servers":    []any{map[string]any{"name": "local node", "url": "http://127.0.0.1:8545"}},
 		"methods":    methods,

@@ -11,6 +11,7 @@ import (
 	"net"
 	"net/http"
 	"sort"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -121,6 +122,17 @@ type Options struct {
 	// Routes are more HTTP handlers served beside JSON-RPC on the same
 	// port, by http.ServeMux pattern (the dataset API and IPFS gateway).
 	Routes map[string]http.Handler
+
+	// Blobs, when set, serves PUT, GET and HEAD /blobs/<hash> (blobs.go);
+	// without it those answer 404 and clients send payloads inline.
+	Blobs BlobStore
+	// MaxBlobBytes caps one uploaded blob (default MaxRequestBytes).
+	MaxBlobBytes int64
+	// MaxBlobUploads bounds uploads received at once (DefaultMaxBlobUploads).
+	MaxBlobUploads int
+	// MaxBlobUploadsPerPeer bounds the uploads of one remote IP at once;
+	// its further uploads wait (DefaultMaxBlobUploadsPerPeer).
+	MaxBlobUploadsPerPeer int
 }
 
 func (o Options) withDefaults() Options {
@@ -152,6 +164,15 @@ func (o Options) withDefaults() Options {
 	if o.MaxBatch <= 0 {
 		o.MaxBatch = DefaultMaxBatch
 	}
+	if o.MaxBlobBytes <= 0 {
+		o.MaxBlobBytes = o.MaxRequestBytes
+	}
+	if o.MaxBlobUploads <= 0 {
+		o.MaxBlobUploads = DefaultMaxBlobUploads
+	}
+	if o.MaxBlobUploadsPerPeer <= 0 {
+		o.MaxBlobUploadsPerPeer = DefaultMaxBlobUploadsPerPeer
+	}
 	if o.Concurrency <= 0 {
 		o.Concurrency = DefaultConcurrency
 	}
@@ -173,6 +194,8 @@ type Server struct {
 
 	peerSlots     peerSlots
 	largeInFlight atomic.Int64
+	blobSlots     blobSlots
+	blobsInFlight atomic.Int64
 }
 
 type parsedKey struct{}
@@ -183,7 +206,8 @@ func New(svc syncer.Service, opts Options) (*Server, error) {
 		return nil, errors.New("rpc: nil Service")
 	}
 	opts = opts.withDefaults()
-	s := &Server{svc: svc, opts: opts, log: opts.Logger, large: semaphore.NewWeighted(int64(opts.MaxLargeInFlight))}
+	s := &Server{svc: svc, opts: opts, log: opts.Logger, large: semaphore.NewWeighted(int64(opts.MaxLargeInFlight)),
+		blobSlots: blobSlots{all: semaphore.NewWeighted(int64(opts.MaxBlobUploads))}}
 	s.mux = assigner{s.methods()}
 	s.bridge = jhttp.NewBridge(s.mux, &jhttp.BridgeOptions{
 		Server: &jrpc2.ServerOptions{
@@ -215,6 +239,10 @@ func (s *Server) Close() error { return s.bridge.Close() }
 // ServeHTTP implements http.Handler: POST application/json bodies holding
 // one request or a batch.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if strings.HasPrefix(r.URL.Path, BlobPath) {
+		s.serveBlob(w, r)
+		return
+	}
 	if (r.Method == http.MethodGet || r.Method == http.MethodHead) && s.opts.Pages != nil {
 		s.opts.Pages.ServeHTTP(w, r)
 		return

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/sync/semaphore"
@@ -121,38 +122,44 @@ var errTooSlow = errors.New("request body too slow")
 // rateReader enforces the minimum transfer rate through the connection's
 // read deadline: having read n bytes, the next byte must arrive before
 // start + grace + n/minRate. A client that keeps the rate never sees it.
+//
+// Read may run in another goroutine than disarm and count (a blob upload
+// reads ahead of its writer): the counters are atomic.
 type rateReader struct {
 	r       io.Reader
 	rc      *http.ResponseController
 	start   time.Time
 	grace   time.Duration
 	minRate int64
-	n       int64
-	armed   bool
+	n       atomic.Int64
+	armed   atomic.Bool
 }
 
 func (rr *rateReader) deadline() time.Time {
-	return rr.start.Add(rr.grace + time.Duration(float64(rr.n)/float64(rr.minRate)*float64(time.Second)))
+	return rr.start.Add(rr.grace + time.Duration(float64(rr.n.Load())/float64(rr.minRate)*float64(time.Second)))
 }
 
 func (rr *rateReader) Read(p []byte) (int, error) {
 	if err := rr.rc.SetReadDeadline(rr.deadline()); err == nil {
-		rr.armed = true
+		rr.armed.Store(true)
 	}
 	n, err := rr.r.Read(p)
-	rr.n += int64(n)
+	total := rr.n.Add(int64(n))
 	if err != nil && errors.Is(err, os.ErrDeadlineExceeded) {
 		return n, fmt.Errorf("%w: %d bytes in %s, below the minimum of %d bytes/s after a %s grace",
-			errTooSlow, rr.n, time.Since(rr.start).Round(time.Millisecond), rr.minRate, rr.grace)
+			errTooSlow, total, time.Since(rr.start).Round(time.Millisecond), rr.minRate, rr.grace)
 	}
 	return n, err
 }
+
+// count is the number of body bytes read so far.
+func (rr *rateReader) count() int64 { return rr.n.Load() }
 
 // disarm clears the deadline once the body is read: a deadline left on the
 // connection would fail the server's background read and cancel the
 // handler's context in the middle of its work.
 func (rr *rateReader) disarm() {
-	if rr.armed {
+	if rr.armed.Load() {
 		_ = rr.rc.SetReadDeadline(time.Time{})
 	}
 }

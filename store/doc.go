@@ -16,4 +16,9 @@
 //
 // No Pebble type appears in the exported API; callers see only syncer.KV
 // plus Open, OpenInMemory and Close.
+//
+// Bulk bytes (payloads, initial weights files, evidence) are not Pebble
+// values: Blobs (blobs.go) keeps them as content-addressed files under
+// <data-dir>/blobs, written through a hasher to a temporary file, fsynced and
+// renamed, read back with ReadAt or mmap. It implements syncer.Blobs.
 package store

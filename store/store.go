@@ -208,6 +208,13 @@ func open(ctx context.Context, dir string, opts Options, fs vfs.FS) (*DB, error)
 		FormatMajorVersion: pebbleFormat,
 		Logger:             slogLogger{opts.Logger},
 	}
+	// A block is finished before any entry that would take it past the
+	// target block size, however little it holds (Pebble's default keeps
+	// adding to a block below 90% of the target). So a large value (a
+	// fragment's weights) gets blocks of its own, and scans of the small
+	// keys sorted before it (the runs, every timer tick) never read and
+	// decompress it. Readers are unaffected: this is a writer choice.
+	po.Levels[0].BlockSizeThreshold = 1
 	pdb, err := pebble.Open(dir, po)
 	if err != nil {
 		return nil, fmt.Errorf("open store %s: %w", dir, err)

@@ -45,3 +45,27 @@ func (b KVBlobs) Open(ctx context.Context, h wire.Hash) (io.ReadCloser, int64, e
 	}
 	return io.NopCloser(bytes.NewReader(v)), int64(len(v)), nil
 }
+
+// BlobMapper is implemented by blob stores that can map a blob into memory
+// (store.Blobs: a read-only mmap of the file) instead of copying it.
+type BlobMapper interface {
+	Map(ctx context.Context, h wire.Hash) ([]byte, func() error, error)
+}
+
+// loadBlob returns a blob's bytes and the function that releases them:
+// mapped when the store can map (the bytes are then valid only until
+// release), else a copy. A missing blob is an error matching ErrNotFound.
+func loadBlob(ctx context.Context, bs Blobs, h wire.Hash) ([]byte, func(), error) {
+	if m, ok := bs.(BlobMapper); ok {
+		b, release, err := m.Map(ctx, h)
+		if err != nil {
+			return nil, nil, err
+		}
+		return b, func() { _ = release() }, nil
+	}
+	b, err := bs.Get(ctx, h)
+	if err != nil {
+		return nil, nil, err
+	}
+	return b, func() {}, nil
+}

@@ -1,6 +1,7 @@
 package syncer_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -543,5 +544,49 @@ func TestPostingAndPublishingCostAndAreRateLimited(t *testing.T) {
 	}
 	if _, err := h.node.GatePublish(h.ctx, req(), publish(true)); !strings.Contains(fmt.Sprint(err), "rate limited") {
 		t.Fatalf("11th publication in a minute: %v", err)
+	}
+}
+
+// A receipt holds one settlement line per trainer the run ever had, so M
+// is at most wire.MaxTrainers and, once that many trainers have lines
+// (enrolled or left), no new trainer can join; one who left may come back.
+func TestSettlementLinesAreBounded(t *testing.T) {
+	kv, _ := store.OpenInMemory()
+	h := newHarness(t, kv)
+	h.faucet(h.sponsor.DID.String(), "2000000000000000000000")
+	if err := h.post(spec(h.task, h.sponsor.DID.String(), wire.MaxTrainers+1, 1, 1, 2), initWeights(t, 1, 16)); err == nil ||
+		!strings.Contains(err.Error(), "trainer_count (M)") {
+		t.Fatalf("M = %d posted: %v", wire.MaxTrainers+1, err)
+	}
+	if err := h.post(spec(h.task, h.sponsor.DID.String(), 2, 1, 1, 2), initWeights(t, 1, 16)); err != nil {
+		t.Fatal(err)
+	}
+	h.tr = h.tr[:0]
+	for i := 0; i <= wire.MaxTrainers; i++ {
+		k, err := did.FromSeed(did.KindMachine, append(bytes.Repeat([]byte{7}, 30), byte(i>>8), byte(i)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		h.tr = append(h.tr, k)
+		h.faucet(k.DID.String(), "10")
+	}
+	for i := 0; i < wire.MaxTrainers; i++ {
+		if err := h.enroll(i, "1"); err != nil {
+			t.Fatalf("trainer %d: %v", i, err)
+		}
+		if err := h.leave(i); err != nil {
+			t.Fatalf("trainer %d leaves: %v", i, err)
+		}
+	}
+	before := h.run()
+	err := h.enroll(wire.MaxTrainers, "1")
+	if err == nil || !strings.Contains(err.Error(), "settlement lines for 256 trainers") {
+		t.Fatalf("trainer %d joined: %v", wire.MaxTrainers+1, err)
+	}
+	if after := h.run(); len(after.Trainers) != len(before.Trainers) {
+		t.Fatalf("a refused enrolment changed the run: %d -> %d trainers", len(before.Trainers), len(after.Trainers))
+	}
+	if err := h.enroll(0, "1"); err != nil {
+		t.Fatalf("a trainer with a line could not come back: %v", err)
 	}
 }

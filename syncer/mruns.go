@@ -284,6 +284,9 @@ func (x *mtx) enroll(p *wire.EnrollTx) (*wire.EnrollResult, error) {
 	if c := r.countActive(); c >= r.spec.TrainerCount {
 		return nil, Errf(KindConflict, "run %s is full: %d of M=%d trainers enrolled", p.TaskID, c, r.spec.TrainerCount)
 	}
+	if r.trainer(p.TrainerDID) == nil && len(r.Trainers) >= wire.MaxTrainers {
+		return nil, Errf(KindConflict, "run %s has settlement lines for %d trainers (those enrolled and those who left), the most a receipt holds: no new trainer can join", p.TaskID, len(r.Trainers))
+	}
 	if r.spec.MinStake != "" {
 		if ms, _ := wire.ParseAmount(r.spec.MinStake); stake.Cmp(ms) < 0 {
 			return nil, Errf(KindInvalid, "stake %s is below the run's min_stake %s", stake, ms)

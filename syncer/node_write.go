@@ -174,8 +174,13 @@ func (n *Node) PostTask(ctx context.Context, p *wire.PostTaskParams) (*wire.Post
 	var layout *wire.InitLayout
 	var encs [][]byte
 	var wh wire.Hash
-	if len(p.InitWeights) > 0 {
-		if layout, encs, err = InitLayoutOf(p.InitWeights, spec.Architecture.FragmentCount); err != nil {
+	raw, release, err := n.initWeightsFrom(ctx, p.InitWeights, p.InitWeightsHash, "init_weights")
+	if err != nil {
+		return nil, err
+	}
+	defer release()
+	if raw != nil {
+		if layout, encs, err = InitLayoutOf(raw, spec.Architecture.FragmentCount); err != nil {
 			return nil, err
 		}
 		wh = layout.File
@@ -221,7 +226,7 @@ func (n *Node) PostTask(ctx context.Context, p *wire.PostTaskParams) (*wire.Post
 		return nil, err
 	}
 	if layout != nil {
-		if err := n.storeLayout(ctx, p.InitWeights, layout, encs); err != nil {
+		if err := n.storeLayout(ctx, raw, layout, encs); err != nil {
 			return nil, err
 		}
 	}
@@ -265,11 +270,19 @@ func (n *Node) SetInitWeights(ctx context.Context, p *wire.SetInitWeightsParams)
 	if err := did.Verify(r.spec.SponsorDID, p.Preimage(r.spec.SponsorDID), p.Signature); err != nil {
 		return nil, Errf(KindUnauthorized, "bad signature: does not verify against %s", r.spec.SponsorDID)
 	}
-	layout, encs, err := InitLayoutOf(p.Weights, r.spec.Architecture.FragmentCount)
+	raw, release, err := n.initWeightsFrom(ctx, p.Weights, p.WeightsHash, "weights")
 	if err != nil {
 		return nil, err
 	}
-	if err := n.storeLayout(ctx, p.Weights, layout, encs); err != nil {
+	defer release()
+	if raw == nil {
+		return nil, Errf(KindInvalid, "weights are missing: send weights (base64) or the weights_hash of an uploaded blob")
+	}
+	layout, encs, err := InitLayoutOf(raw, r.spec.Architecture.FragmentCount)
+	if err != nil {
+		return nil, err
+	}
+	if err := n.storeLayout(ctx, raw, layout, encs); err != nil {
 		return nil, err
 	}
 	var res wire.PostTaskResult
@@ -452,6 +465,11 @@ func (n *Node) SubmitElectionProof(ctx context.Context, p *wire.ElectionProofPar
 // signature, layout, codec decode, per-submission verifiers, attestation),
 // keeps the payload in its blob store (synced) and only then broadcasts
 // the record, so an acknowledged submission is never lost.
+//
+// A submission without gradient_payload refers to a payload already in the
+// blob store by its payload_hash (uploaded with PUT /blobs/<hash>, which
+// hashed it as it arrived): it is read from there (mapped, not copied) and
+// not hashed again.
 func (n *Node) Submit(ctx context.Context, g *wire.OuterGradient) (*wire.SubmitResult, error) {
 	if len(g.GradientPayload) > MaxPayloadBytes {
 		return nil, Errf(KindInvalid, "gradient_payload: %d bytes, limit %d", len(g.GradientPayload), MaxPayloadBytes)
@@ -464,7 +482,19 @@ func (n *Node) Submit(ctx context.Context, g *wire.OuterGradient) (*wire.SubmitR
 	if err != nil {
 		return nil, err
 	}
-	if got := contentHash(g.GradientPayload); got != g.PayloadHash {
+	stored := false
+	if len(g.GradientPayload) == 0 {
+		payload, release, err := n.storedPayload(ctx, g.PayloadHash)
+		if err != nil {
+			return nil, err
+		}
+		defer release()
+		byRef := *g
+		byRef.GradientPayload = payload
+		byRef.MarkPayloadHashed() // the blob store hashed it when it was written
+		g, stored = &byRef, true
+	}
+	if got, ok := g.CheckPayloadHash(); !ok {
 		return nil, Errf(KindInvalid, "payload_hash mismatch: payload hashes to %s, request says %s", got, g.PayloadHash)
 	}
 	if err := g.Metrics.Validate(); err != nil {
@@ -507,7 +537,8 @@ func (n *Node) Submit(ctx context.Context, g *wire.OuterGradient) (*wire.SubmitR
 		if first.PayloadHash == g.PayloadHash {
 			return nil, Errf(KindConflict, "duplicate submission: %s already submitted payload %s for round %d fragment %d", g.TrainerDID, g.PayloadHash, g.Round, g.FragmentIndex)
 		}
-		if prev, err := n.blobs.Get(ctx, first.PayloadHash); err == nil {
+		if prev, release, err := loadBlob(ctx, n.blobs, first.PayloadHash); err == nil {
+			defer release()
 			if pv, _, err := payloadValues(ctx, n.eng, r.Codec, &fs.fragLayout, prev); err == nil && bytes.Equal(pv, values) {
 				return nil, Errf(KindConflict, "duplicate submission: %s already submitted the same tensors for round %d fragment %d (payload %s; this payload %s differs only in its encoding)",
 					g.TrainerDID, g.Round, g.FragmentIndex, first.PayloadHash, g.PayloadHash)
@@ -528,8 +559,10 @@ func (n *Node) Submit(ctx context.Context, g *wire.OuterGradient) (*wire.SubmitR
 			return nil, fmt.Errorf("store submission evidence: %w", err)
 		}
 	}
-	if err := n.blobs.Put(ctx, g.PayloadHash, g.GradientPayload); err != nil {
-		return nil, fmt.Errorf("store payload: %w", err)
+	if !stored { // a payload sent by reference is in the store already
+		if err := n.blobs.Put(ctx, g.PayloadHash, g.GradientPayload); err != nil {
+			return nil, fmt.Errorf("store payload: %w", err)
+		}
 	}
 	var res wire.SubmitResult
 	h, err := n.broadcast(ctx, wire.TxSubmission, tx, &res)
@@ -567,4 +600,47 @@ func (n *Node) verifyPayload(ctx context.Context, r *runState, fs *fragState, va
 		}
 	}
 	return nil
+}
+
+// storedPayload returns a payload submitted by reference from the blob
+// store, and the function that releases it.
+func (n *Node) storedPayload(ctx context.Context, h wire.Hash) ([]byte, func(), error) {
+	if h.IsZero() {
+		return nil, nil, Errf(KindInvalid, "gradient_payload is missing and payload_hash is zero: send the payload (base64) or upload it with PUT /blobs/<payload_hash> and name its hash")
+	}
+	payload, release, err := loadBlob(ctx, n.blobs, h)
+	if errors.Is(err, ErrNotFound) {
+		return nil, nil, Errf(KindNotFound, "payload %s is not stored on this node: upload it first (PUT /blobs/%s on the RPC port) or send gradient_payload", h, h)
+	}
+	if err != nil {
+		return nil, nil, fmt.Errorf("stored payload %s: %w", h, err)
+	}
+	if len(payload) > MaxPayloadBytes {
+		release()
+		return nil, nil, Errf(KindInvalid, "payload %s: %d bytes, limit %d", h, len(payload), MaxPayloadBytes)
+	}
+	return payload, release, nil
+}
+
+// initWeightsFrom resolves initial weights sent inline (raw) and/or named
+// by the hash of a blob uploaded before (h). It returns nil when there are
+// none, and the function that releases a stored blob's mapping.
+func (n *Node) initWeightsFrom(ctx context.Context, raw []byte, h wire.Hash, field string) ([]byte, func(), error) {
+	switch {
+	case len(raw) > 0:
+		if !h.IsZero() && contentHash(raw) != h {
+			return nil, nil, Errf(KindInvalid, "%s_hash %s is not the hash of %s (%s)", field, h, field, contentHash(raw))
+		}
+		return raw, func() {}, nil
+	case !h.IsZero():
+		b, release, err := loadBlob(ctx, n.blobs, h)
+		if errors.Is(err, ErrNotFound) {
+			return nil, nil, Errf(KindNotFound, "%s_hash %s: no such blob on this node: upload the weights first (PUT /blobs/%s on the RPC port) or send %s", field, h, h, field)
+		}
+		if err != nil {
+			return nil, nil, fmt.Errorf("stored %s %s: %w", field, h, err)
+		}
+		return b, release, nil
+	}
+	return nil, func() {}, nil
 }

@@ -374,6 +374,22 @@ type snapshot struct {
 	records map[int]map[string]Record // fragment → DID → record
 	claims  map[int][]Claim
 	due     []int
+	// patient: a payload that cannot be fetched now is a local failure
+	// (abstain and retry) rather than a rejected input, because the first
+	// half of this syncer's slot has not passed (fetchPatient).
+	patient bool
+}
+
+// fetchPatient says whether, at block time t, the syncer at ticket k
+// still treats a payload it could not fetch as a transient failure: until
+// half of its slot of the round (RoundMs + k·D … + (k+1)·D, D the round
+// deadline) has passed. A receiving node that restarts or a connection
+// that drops then costs a retry, not a trainer's input; a payload that
+// nobody gives for half a slot is rejected as unavailable, and the commit
+// still lands within the slot.
+func fetchPatient(r *runState, k int, t int64) bool {
+	d := r.spec.RoundDeadline()
+	return t < r.RoundMs+int64(k)*d+d/2
 }
 
 // syncRun commits every fragment of task that is due at the last block,
@@ -489,7 +505,8 @@ func (n *Node) snapshot(ctx context.Context, task string) (*snapshot, error) {
 		if who != me {
 			return nil
 		}
-		s = &snapshot{r: r, blk: v.Block, ticket: k, records: map[int]map[string]Record{}, claims: map[int][]Claim{}}
+		s = &snapshot{r: r, blk: v.Block, ticket: k, records: map[int]map[string]Record{}, claims: map[int][]Claim{},
+			patient: fetchPatient(r, k, v.Block.TimeMs)}
 		for i, fs := range r.Fragments {
 			if !r.due(fs, v.Block.TimeMs) {
 				continue
@@ -540,7 +557,7 @@ func (n *Node) computeCommit(ctx context.Context, s *snapshot, i int) (*computed
 		if !ok {
 			return nil, fmt.Errorf("record of %s missing from the state", in.TrainerDID)
 		}
-		v, fuel, why, err := n.checkInput(ctx, r, fs, &rec)
+		v, fuel, why, err := n.checkInput(ctx, r, fs, &rec, s.patient)
 		if err != nil {
 			return nil, err
 		}
@@ -647,11 +664,16 @@ func (n *Node) computeCommit(ctx context.Context, s *snapshot, i int) (*computed
 
 // checkInput re-checks one record's payload: it returns the payload's
 // values, the decode fuel, or why the input is rejected; err is local.
-func (n *Node) checkInput(ctx context.Context, r *runState, fs *fragState, rec *Record) ([]byte, uint64, string, error) {
+// With patient set, a payload the network did not give is a local failure
+// too (fetchPatient).
+func (n *Node) checkInput(ctx context.Context, r *runState, fs *fragState, rec *Record, patient bool) ([]byte, uint64, string, error) {
 	payload, err := n.blob(ctx, rec.PayloadHash, rec.PayloadSize, rec.Provider)
 	if err != nil {
 		var fe *fetchError
 		if ctx.Err() == nil && (errors.Is(err, ErrNotFound) || errors.As(err, &fe)) {
+			if patient {
+				return nil, 0, "", fmt.Errorf("payload %s of %s not fetched yet (retrying until half the slot has passed): %w", rec.PayloadHash, rec.TrainerDID, err)
+			}
 			return nil, 0, fmt.Sprintf("payload unavailable: %v", err), nil
 		}
 		return nil, 0, "", err // this node's store: a local failure

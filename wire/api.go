@@ -62,6 +62,11 @@ type PostTaskParams struct {
 	Spec json.RawMessage `json:"spec"`
 	// InitWeights is the optional safetensors file (base64 in JSON).
 	InitWeights []byte `json:"init_weights,omitempty"`
+	// InitWeightsHash names initial weights already uploaded to the node's
+	// blob store (PUT /blobs/<hash>) instead of sending InitWeights; with
+	// both, it must be InitWeights' ContentHash. It is the hash the
+	// preimage signs either way.
+	InitWeightsHash Hash `json:"init_weights_hash,omitzero"`
 	// DatasetKey is an optional Confidential-tier dataset key (32 bytes,
 	// base64 in JSON) chosen by the sponsor, so the dataset can be encrypted
 	// and content-addressed (ipfs://) before the spec that names it is posted.
@@ -91,12 +96,19 @@ type PostTaskResult struct {
 // SetInitWeightsParams is tenzro_training_setInitWeights.
 type SetInitWeightsParams struct {
 	TaskID  string `json:"task_id"`
-	Weights []byte `json:"weights"`
+	Weights []byte `json:"weights,omitempty"`
+	// WeightsHash names weights already uploaded to the node's blob store
+	// (PUT /blobs/<hash>) instead of sending Weights; with both, it must be
+	// Weights' ContentHash.
+	WeightsHash Hash `json:"weights_hash,omitzero"`
 	Signed
 }
 
 // Preimage is the signing preimage.
 func (p *SetInitWeightsParams) Preimage(sponsor string) []byte {
+	if len(p.Weights) == 0 && !p.WeightsHash.IsZero() {
+		return p.PreimageFor(sponsor, p.WeightsHash)
+	}
 	return p.PreimageFor(sponsor, ContentHash(p.Weights))
 }
 
@@ -176,11 +188,15 @@ type EnrollResult struct {
 
 // OuterGradient is tenzro_training_submitOuterGradient.
 type OuterGradient struct {
-	TaskID          string          `json:"task_id"`
-	TrainerDID      string          `json:"trainer_did"`
-	Round           uint64          `json:"round"`
-	FragmentIndex   uint64          `json:"fragment_index"`
-	GradientPayload []byte          `json:"gradient_payload"`
+	TaskID        string `json:"task_id"`
+	TrainerDID    string `json:"trainer_did"`
+	Round         uint64 `json:"round"`
+	FragmentIndex uint64 `json:"fragment_index"`
+	// GradientPayload is the safetensors payload (base64 in JSON). It may be
+	// omitted when the payload was uploaded to the node's blob store first
+	// (PUT /blobs/<payload_hash>): the submission then refers to it by
+	// PayloadHash, which the preimage signs either way.
+	GradientPayload []byte          `json:"gradient_payload,omitempty"`
 	PayloadHash     Hash            `json:"payload_hash"`
 	Signature       HexBytes        `json:"signature"`
 	Attestation     json.RawMessage `json:"attestation,omitempty"`

@@ -21,10 +21,12 @@ const (
 
 // Limits on posted specs.
 const (
-	MaxSpecBytes   = 64 << 10
-	MaxTaskIDLen   = 128
-	MaxFragments   = 4096
-	MaxTrainers    = 1024
+	MaxSpecBytes = 64 << 10
+	MaxTaskIDLen = 128
+	MaxFragments = 4096
+	// MaxTrainers bounds M so that a run's receipt, one settlement line per
+	// trainer, stays within its 64 KiB (RATIONALE "receipts: M is bounded").
+	MaxTrainers    = 256
 	MaxRounds      = 1 << 20
 	MaxInnerSteps  = 1 << 20
 	MaxGraceMillis = 24 * 3600 * 1000

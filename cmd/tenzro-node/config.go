@@ -16,6 +16,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/tenzro/train/rpc"
+	"github.com/tenzro/train/syncer"
 	"github.com/tenzro/train/wire"
 )
 
@@ -40,6 +41,8 @@ type Config struct {
 	NodeKey         string `koanf:"node-key"`
 	Engine          string `koanf:"engine"`
 	MaxRequestBytes int64  `koanf:"max-request-bytes"`
+	// MaxBlobBytes caps one blob uploaded with PUT /blobs (0: MaxRequestBytes).
+	MaxBlobBytes    int64  `koanf:"max-blob-bytes"`
 	MetricsAddr     string `koanf:"metrics-addr"`
 	LogLevel        string `koanf:"log-level"`
 	LogFormat       string `koanf:"log-format"`
@@ -65,7 +68,7 @@ var configKeys = map[string]bool{
 	"role": true, "data-dir": true, "home": true, "genesis": true, "genesis-hash": true, "listen-addr": true, "rpc-addr": true, "boot-nodes": true, "dev": true,
 	"node-key": true, "engine": true, "max-request-bytes": true, "metrics-addr": true, "log-level": true, "log-format": true,
 	"enclave": true, "tdx-collateral": true, "dashboard": true, "dataset-max-bytes": true, "ipfs-dht": true, "dataset-stall-timeout": true,
-	"large-min-rate": true, "large-grace-ms": true,
+	"large-min-rate": true, "large-grace-ms": true, "max-blob-bytes": true,
 }
 
 // fileProvider reads a config file with a size limit (koanf.Provider).
@@ -225,6 +228,8 @@ func (c *Config) validate() error {
 		return errors.New("rpc-addr is empty")
 	case c.MaxRequestBytes < 1<<20 || c.MaxRequestBytes > 4<<30:
 		return fmt.Errorf("max-request-bytes %d: want 1 MiB .. 4 GiB", c.MaxRequestBytes)
+	case c.MaxBlobBytes < 0 || c.MaxBlobBytes > syncer.MaxInitWeights:
+		return fmt.Errorf("max-blob-bytes %d: want 0 (same as max-request-bytes) .. %d", c.MaxBlobBytes, int64(syncer.MaxInitWeights))
 	case c.Dashboard != "auto" && c.Dashboard != "on" && c.Dashboard != "off":
 		return fmt.Errorf("dashboard %q: want auto, on or off", c.Dashboard)
 	case c.LargeMinRate < 1 || c.LargeGraceMs < 0:

@@ -83,6 +83,14 @@ func runNode(ctx context.Context, cfg Config, log *slog.Logger) (err error) {
 	if err := checkNodeStore(ctx, db, cfg.DataDir); err != nil {
 		return err
 	}
+	blobs, err := store.OpenBlobs(filepath.Join(cfg.DataDir, "blobs"), store.BlobOptions{MaxSize: syncer.MaxInitWeights, Logger: log.With("component", "blobs")})
+	if err != nil {
+		return fmt.Errorf("open blob store: %w", err)
+	}
+	defer closeLogged(log, "blob store", blobs.Close)
+	if err := migrateKVBlobs(ctx, db, blobs, log); err != nil {
+		return err
+	}
 
 	var engine syncer.Engine
 	var registry rpc.PluginRegistry
@@ -111,18 +119,12 @@ func runNode(ctx context.Context, cfg Config, log *slog.Logger) (err error) {
 		return err
 	}
 	// libp2p comes up before the chain: a light client learns its chain
-	// from its boot nodes over it. Gossip serves the node's blobs and its
-	// chain once they exist.
+	// from its boot nodes over it. Gossip serves the node's blobs (payloads,
+	// weights, momentum, evidence) from the blob store, and its chain once
+	// it exists.
 	var nodeP atomic.Pointer[syncer.Node]
 	var chainP atomic.Pointer[chain.Node]
-	hd := gossip.Handlers{Blob: func(h wire.Hash) ([]byte, bool) {
-		node := nodeP.Load()
-		if node == nil {
-			return nil, false
-		}
-		b, err := node.GetPayload(ctx, h)
-		return b, err == nil
-	}, Nonce: func(ctx context.Context, p wire.NonceParams) (*wire.NonceResult, error) {
+	hd := gossip.Handlers{Nonce: func(ctx context.Context, p wire.NonceParams) (*wire.NonceResult, error) {
 		node := nodeP.Load()
 		if node == nil {
 			return nil, &gossip.Refusal{Kind: int(syncer.KindInternal), Message: "node starting"}
@@ -147,6 +149,8 @@ func runNode(ctx context.Context, cfg Config, log *slog.Logger) (err error) {
 		BootNodes:   cfg.BootNodes,
 		Identity:    key.Priv,
 		Logger:      log,
+		Blobs:       blobs,
+		MaxBlob:     max(cfg.MaxRequestBytes, cfg.MaxBlobBytes),
 	}, hd)
 	if err != nil {
 		return fmt.Errorf("gossip: %w", err)
@@ -201,13 +205,13 @@ func runNode(ctx context.Context, cfg Config, log *slog.Logger) (err error) {
 
 	node, err := syncer.NewNode(ctx, syncer.Config{
 		Chain:       cn.Local,
-		Blobs:       syncer.KVBlobs{KV: db},
+		Blobs:       blobs,
 		Local:       db,
 		Engine:      engine,
 		Signer:      tr.signer,
 		Attestor:    tr.checker,
 		DatasetKeys: tr.datasetKeys(),
-		Fetcher:     gossipFetcher{gn},
+		Fetcher:     gn, // the blob stream into the blob store (gossip.Node.Fetch)
 		Provider:    gn.ProviderHint(),
 		Dev:         cfg.Dev,
 		Role:        cfg.Role,
@@ -250,6 +254,8 @@ func runNode(ctx context.Context, cfg Config, log *slog.Logger) (err error) {
 	opts := rpc.Options{
 		Routes:          dsRoutes,
 		MaxRequestBytes: cfg.MaxRequestBytes,
+		Blobs:           blobs,
+		MaxBlobBytes:    cfg.MaxBlobBytes,
 		LargeMinRate:    cfg.LargeMinRate,
 		LargeGrace:      time.Duration(cfg.LargeGraceMs) * time.Millisecond,
 		Logger:          log.With("component", "rpc"),
@@ -379,43 +385,6 @@ func checkNodeStore(ctx context.Context, db *store.DB, dataDir string) error {
 
 var errStopScan = errors.New("stop")
 
-// gossipFetcher gets a blob from a peer over the libp2p blob protocol: the
-// peers the record's provider hint names first (dialled from the addresses
-// in it), then every connected peer.
-type gossipFetcher struct{ gn *gossip.Node }
-
-func (f gossipFetcher) Fetch(ctx context.Context, h wire.Hash, maxSize uint64, provider string) ([]byte, error) {
-	peers := f.gn.ResolveProvider(provider)
-	seen := map[string]bool{f.gn.PeerID(): true}
-	for _, p := range peers {
-		seen[p] = true
-	}
-	for _, p := range f.gn.ConnectedPeerIDs() {
-		if !seen[p] {
-			seen[p] = true
-			peers = append(peers, p)
-		}
-	}
-	var errs []error
-	for _, p := range peers {
-		b, err := f.gn.FetchBlob(ctx, p, h)
-		if err == nil && uint64(len(b)) <= maxSize {
-			return b, nil
-		}
-		if err == nil {
-			err = fmt.Errorf("%d bytes, more than %d", len(b), maxSize)
-		}
-		if ctx.Err() != nil {
-			return nil, ctx.Err()
-		}
-		errs = append(errs, fmt.Errorf("peer %s: %w", p, err))
-	}
-	if len(errs) == 0 {
-		return nil, fmt.Errorf("blob %s: no peer to ask: %w", h, syncer.ErrNotFound)
-	}
-	return nil, fmt.Errorf("blob %s: %w", h, errors.Join(errs...))
-}
-
 // loadOrCreateNodeKey reads the node key, creating it (mode 0600) on first
 // start.
 func loadOrCreateNodeKey(path string) (*did.Key, bool, error) {
@@ -510,4 +479,45 @@ func announce(ctx context.Context, gn *gossip.Node, signer syncer.Signer, ev syn
 	if err := gn.PublishSyncerStatus(ctx, st); err != nil {
 		log.Debug("publish syncer status", "err", err)
 	}
+}
+
+// migrateKVBlobs moves blobs an older node kept in Pebble's KSBlobs
+// keyspace into the file blob store (each checked against its hash), then
+// deletes them from Pebble. It is idempotent: a crash half-way leaves
+// blobs in both places, and the next start moves the rest.
+func migrateKVBlobs(ctx context.Context, db *store.DB, blobs *store.Blobs, log *slog.Logger) error {
+	var keys [][]byte
+	err := db.Scan(ctx, syncer.KSBlobs, nil, func(k, v []byte) error {
+		var h wire.Hash
+		if len(k) != len(h) {
+			log.Warn("blob migration: skipping a key that is not a hash", "key", fmt.Sprintf("%x", k))
+			return nil
+		}
+		copy(h[:], k)
+		if err := blobs.Put(ctx, h, v); errors.Is(err, store.ErrBlobMismatch) {
+			// Keyed by another hash function (a store written before
+			// content hashes were BLAKE3): left where it is.
+			log.Warn("blob migration: a stored blob does not hash to its key; left in the database", "key", h)
+			return nil
+		} else if err != nil {
+			return fmt.Errorf("blob %s: %w", h, err)
+		}
+		keys = append(keys, append([]byte(nil), k...))
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("move blobs from the database to %s: %w", blobs.Dir(), err)
+	}
+	if len(keys) == 0 {
+		return nil
+	}
+	var b syncer.Batch
+	for _, k := range keys {
+		b.Delete(syncer.KSBlobs, k)
+	}
+	if err := db.Commit(ctx, &b); err != nil {
+		return fmt.Errorf("move blobs: delete from the database: %w", err)
+	}
+	log.Info("moved blobs from the database to the blob store", "blobs", len(keys), "dir", blobs.Dir())
+	return nil
 }

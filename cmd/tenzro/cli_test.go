@@ -15,6 +15,7 @@ import (
 	"testing"
 
 	"github.com/tenzro/train/rpc"
+	"github.com/tenzro/train/store"
 	"github.com/tenzro/train/syncer"
 	"github.com/tenzro/train/wire"
 	"github.com/tenzro/train/wire/did"
@@ -26,6 +27,23 @@ type cliFake struct {
 	mu    sync.Mutex
 	posts []*wire.PostTaskParams
 	subs  []*wire.OuterGradient
+	// blobs, when set, is the node's blob store: by-reference payloads are
+	// read from it, as a node does.
+	blobs *store.Blobs
+	// inline counts submissions that carried their payload inline.
+	inline int
+}
+
+// resolve returns a payload sent inline or by reference.
+func (f *cliFake) resolve(inline []byte, h wire.Hash) ([]byte, error) {
+	if len(inline) > 0 || f.blobs == nil {
+		return inline, nil
+	}
+	b, err := f.blobs.Get(context.Background(), h)
+	if err != nil {
+		return nil, syncer.Errf(syncer.KindNotFound, "payload %s is not stored on this node", h)
+	}
+	return b, nil
 }
 
 var errUnimplemented = errors.New("not used by these tests")
@@ -48,6 +66,11 @@ func (f *cliFake) PostTask(_ context.Context, p *wire.PostTaskParams) (*wire.Pos
 	var wh wire.Hash
 	if len(p.InitWeights) > 0 {
 		wh = wire.ContentHash(p.InitWeights)
+	} else if !p.InitWeightsHash.IsZero() {
+		if _, err := f.resolve(nil, p.InitWeightsHash); err != nil {
+			return nil, err
+		}
+		wh = p.InitWeightsHash
 	}
 	if err := verify(s.SponsorDID, p.Preimage(s.SponsorDID, wire.SpecHash(canon), wh), p.Signature); err != nil {
 		return nil, err
@@ -100,7 +123,14 @@ func (f *cliFake) Leave(_ context.Context, p *wire.LeaveParams) (*wire.EnrollRes
 	return &wire.EnrollResult{TaskID: p.TaskID, TrainerDID: p.TrainerDID, Status: wire.TrainerLeft}, nil
 }
 func (f *cliFake) Submit(_ context.Context, g *wire.OuterGradient) (*wire.SubmitResult, error) {
-	if wire.ContentHash(g.GradientPayload) != g.PayloadHash {
+	if len(g.GradientPayload) > 0 {
+		f.inline++
+	}
+	payload, err := f.resolve(g.GradientPayload, g.PayloadHash)
+	if err != nil {
+		return nil, err
+	}
+	if wire.ContentHash(payload) != g.PayloadHash {
 		return nil, syncer.Errf(syncer.KindInvalid, "payload_hash mismatch")
 	}
 	if err := verify(g.TrainerDID, g.Preimage(), g.Signature); err != nil {
@@ -160,9 +190,22 @@ type env struct {
 	fake *cliFake
 }
 
-func newEnv(t *testing.T) *env {
+func newEnv(t *testing.T) *env { return newEnvOpts(t, false) }
+
+// newEnvOpts starts the fake node, with a blob store (PUT/GET /blobs)
+// when withBlobs is set.
+func newEnvOpts(t *testing.T, withBlobs bool) *env {
 	fake := &cliFake{}
-	srv, err := rpc.New(fake, rpc.Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	opts := rpc.Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	if withBlobs {
+		bs, err := store.OpenBlobs(t.TempDir(), store.BlobOptions{Logger: slog.New(slog.DiscardHandler)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { bs.Close() })
+		fake.blobs, opts.Blobs = bs, bs
+	}
+	srv, err := rpc.New(fake, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -333,6 +376,51 @@ func TestSponsorAndTrainerFlow(t *testing.T) {
 	code, out, _ = e.run("train", "get-receipt", "--task-id", "t1", "--out", e.path("r.json"))
 	if b, _ := os.ReadFile(e.path("r.json")); code != 0 || !json.Valid(b) || !strings.Contains(out, "run_root") {
 		t.Fatalf("get-receipt: %d %q", code, out)
+	}
+}
+
+// TestStreamingUploads: against a node that serves /blobs, the CLI uploads
+// payloads and initial weights raw first and sends small signed requests
+// that name them by hash (TestSponsorAndTrainerFlow covers the fallback to
+// base64 against a node without /blobs).
+func TestStreamingUploads(t *testing.T) {
+	e := newEnvOpts(t, true)
+	sponsor := e.keygen("sponsor.key", "human")
+	e.keygen("t0.key", "machine")
+	weights := e.write("init.safetensors", "weights")
+	code, out, errOut := e.run("train", "post-task", "--spec", e.write("spec.json", specJSON("t1", sponsor, 6)), "--init-weights", weights, "--key", e.path("sponsor.key"))
+	if code != 0 || !strings.Contains(out, "posted t1") {
+		t.Fatalf("post-task: %d %q %q", code, out, errOut)
+	}
+	ctx := context.Background()
+	if p := e.fake.posts[0]; p.InitWeights != nil || p.InitWeightsHash != wire.ContentHash([]byte("weights")) {
+		t.Fatalf("postTask carried %d inline bytes, init_weights_hash %s", len(p.InitWeights), p.InitWeightsHash)
+	}
+	if ok, _ := e.fake.blobs.Has(ctx, wire.ContentHash([]byte("weights"))); !ok {
+		t.Fatal("initial weights were not uploaded")
+	}
+	grad := e.write("g.safetensors", "gradient-bytes")
+	for i := 0; i < 2; i++ { // the second time the node already holds the blob
+		code, out, errOut = e.run("train", "submit-gradient", "--task-id", "t1", "--round", "1", "--fragment", "1", "--payload", grad, "--key", e.path("t0.key"))
+		if code != 0 || !strings.Contains(out, "accepted: round 1 fragment 1") {
+			t.Fatalf("submit %d: %d %q %q", i, code, out, errOut)
+		}
+	}
+	if e.fake.inline != 0 || len(e.fake.subs) != 2 {
+		t.Fatalf("%d of %d submissions carried the payload inline", e.fake.inline, len(e.fake.subs))
+	}
+	if ok, _ := e.fake.blobs.Has(ctx, wire.ContentHash([]byte("gradient-bytes"))); !ok {
+		t.Fatal("payload was not uploaded")
+	}
+	// get-payload reads the raw blob (GET /blobs/<hash>).
+	code, out, errOut = e.run("train", "get-payload", "--hash", wire.ContentHash([]byte("gradient-bytes")).String(), "--out", e.path("back"))
+	if b, _ := os.ReadFile(e.path("back")); code != 0 || string(b) != "gradient-bytes" {
+		t.Fatalf("get-payload: %d %q %q", code, out, errOut)
+	}
+	// A payload file that is not there fails before anything is sent.
+	code, _, errOut = e.run("train", "submit-gradient", "--task-id", "t1", "--round", "1", "--fragment", "1", "--payload", e.path("nope"), "--key", e.path("t0.key"))
+	if code != 2 || !strings.Contains(errOut, "--payload") {
+		t.Fatalf("missing payload file: %d %q", code, errOut)
 	}
 }
 

@@ -69,20 +69,30 @@ ipfs:// CID.`,
 				return fmt.Errorf("--key is %s but the spec's sponsor_did is %q: the sponsor signs the posting", key.DID, spec.SponsorDID)
 			}
 			p := &wire.PostTaskParams{Spec: json.RawMessage(raw), Signed: wire.Signed{Nonce: newNonce()}}
-			var wh wire.Hash
+			var weights *blobFile
 			if weightsPath != "" {
-				if p.InitWeights, err = readInputFile("init-weights", weightsPath, maxPayloadFile); err != nil {
+				if weights, err = hashBlobFile("init-weights", weightsPath, maxPayloadFile); err != nil {
 					return err
 				}
-				wh = wire.ContentHash(p.InitWeights)
+				p.InitWeightsHash = weights.hash
 			}
 			if datasetKeyPath != "" {
 				if p.DatasetKey, err = readHexKeyFile("--dataset-key", datasetKeyPath); err != nil {
 					return err
 				}
 			}
-			p.Signature = key.Sign(p.Preimage(key.DID.String(), wire.SpecHash(canon), wh))
-			res, err := nodeClient(cmd).PostTask(cmd.Context(), p)
+			p.Signature = key.Sign(p.Preimage(key.DID.String(), wire.SpecHash(canon), p.InitWeightsHash))
+			c := nodeClient(cmd)
+			if weights != nil {
+				// Streamed with PUT /blobs first; inline against an older node.
+				if p.InitWeights, err = weights.send(cmd.Context(), c); err != nil {
+					return err
+				}
+				if p.InitWeights != nil {
+					p.InitWeightsHash = wire.Hash{}
+				}
+			}
+			res, err := c.PostTask(cmd.Context(), p)
 			if err != nil {
 				return err
 			}
@@ -112,7 +122,7 @@ func newSetInitWeightsCmd() *cobra.Command {
 		Example: `  tenzro train set-init-weights --task-id train-1 --weights init.safetensors --key sponsor.key`,
 		Args:    noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			w, err := readInputFile("weights", weightsPath, maxPayloadFile)
+			w, err := hashBlobFile("weights", weightsPath, maxPayloadFile)
 			if err != nil {
 				return err
 			}
@@ -120,9 +130,16 @@ func newSetInitWeightsCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			p := &wire.SetInitWeightsParams{TaskID: task, Weights: w, Signed: wire.Signed{Nonce: newNonce()}}
-			p.Signature = key.Sign(p.Preimage(key.DID.String()))
-			res, err := nodeClient(cmd).SetInitWeights(cmd.Context(), p)
+			p := &wire.SetInitWeightsParams{TaskID: task, WeightsHash: w.hash, Signed: wire.Signed{Nonce: newNonce()}}
+			p.Signature = key.Sign(p.PreimageFor(key.DID.String(), w.hash))
+			c := nodeClient(cmd)
+			if p.Weights, err = w.send(cmd.Context(), c); err != nil {
+				return err
+			}
+			if p.Weights != nil {
+				p.WeightsHash = wire.Hash{}
+			}
+			res, err := c.SetInitWeights(cmd.Context(), p)
 			if err != nil {
 				return err
 			}
@@ -418,7 +435,7 @@ node's dashboard plots it.`,
 			if !cmd.Flags().Changed("round") || !cmd.Flags().Changed("fragment") {
 				return usagef("--round and --fragment are required")
 			}
-			payload, err := readInputFile("payload", payloadPath, maxPayloadFile)
+			payload, err := hashBlobFile("payload", payloadPath, maxPayloadFile)
 			if err != nil {
 				return err
 			}
@@ -427,7 +444,7 @@ node's dashboard plots it.`,
 				return err
 			}
 			g := &wire.OuterGradient{TaskID: task, TrainerDID: key.DID.String(), Round: round, FragmentIndex: fragment,
-				GradientPayload: payload, PayloadHash: wire.ContentHash(payload)}
+				PayloadHash: payload.hash}
 			if g.Metrics, err = parseMetrics(metrics); err != nil {
 				return err
 			}
@@ -437,7 +454,14 @@ node's dashboard plots it.`,
 				}
 			}
 			g.Signature = key.Sign(g.Preimage())
-			res, err := nodeClient(cmd).Submit(cmd.Context(), g)
+			// The payload goes first, raw, with PUT /blobs/<payload_hash>;
+			// the signed submission then names it by hash (inline, base64,
+			// against a node without /blobs).
+			c := nodeClient(cmd)
+			if g.GradientPayload, err = payload.send(cmd.Context(), c); err != nil {
+				return err
+			}
+			res, err := c.Submit(cmd.Context(), g)
 			if err != nil {
 				return err
 			}
@@ -486,18 +510,16 @@ func newGetWeightsCmd() *cobra.Command {
 			if out == "" {
 				return usagef("--out is required")
 			}
-			w, err := nodeClient(cmd).GetWeights(cmd.Context(), wire.GetWeightsParams{TaskID: task, FragmentIndex: fragment})
+			c := nodeClient(cmd)
+			w, n, err := getWeightsFile(cmd.Context(), c, task, fragment, out)
 			if err != nil {
 				return err
 			}
-			if err := os.WriteFile(out, w.Payload, 0o644); err != nil {
-				return fmt.Errorf("--out: %w", err)
-			}
 			if jsonOutput(cmd) {
 				return emitJSON(cmd, map[string]any{"task_id": w.TaskID, "round": w.Round, "fragment_index": w.FragmentIndex,
-					"weights_hash": w.WeightsHash, "bytes": len(w.Payload), "out": out})
+					"weights_hash": w.WeightsHash, "bytes": n, "out": out})
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "wrote %s: fragment %d at round %d, %d bytes, weights_hash %s\n", out, w.FragmentIndex, w.Round, len(w.Payload), w.WeightsHash)
+			fmt.Fprintf(cmd.OutOrStdout(), "wrote %s: fragment %d at round %d, %d bytes, weights_hash %s\n", out, w.FragmentIndex, w.Round, n, w.WeightsHash)
 			return nil
 		},
 	}

@@ -1,12 +1,17 @@
 package client
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 
 	"github.com/tenzro/train/rpc"
 	"github.com/tenzro/train/wire"
 )
+
+// maxBlobDownload bounds a blob read into memory (the node's own limit on
+// initial weights files).
+const maxBlobDownload = 4 << 30
 
 // PostTask posts a task spec (signed by its sponsor).
 func (c *Client) PostTask(ctx context.Context, p *wire.PostTaskParams) (*wire.PostTaskResult, error) {
@@ -49,8 +54,18 @@ func (c *Client) GetTranscript(ctx context.Context, taskID string) ([]wire.Round
 	return r, c.Call(ctx, wire.MethodGetTranscript, wire.TaskIDParams{TaskID: taskID}, &r)
 }
 
-// GetPayload returns a stored payload by its content hash (wire.ContentHash).
+// GetPayload returns a stored payload by its content hash (wire.ContentHash):
+// raw over GET /blobs/<hash> (checked against the hash), or base64 over
+// tenzro_training_getPayload from a node without that endpoint.
 func (c *Client) GetPayload(ctx context.Context, h wire.Hash) ([]byte, error) {
+	var buf bytes.Buffer
+	_, err := c.GetBlob(ctx, h, &buf, maxBlobDownload)
+	if err == nil {
+		return buf.Bytes(), nil
+	}
+	if !noBlob(err) {
+		return nil, err
+	}
 	var r rpc.Payload
 	if err := c.Call(ctx, wire.MethodGetPayload, rpc.GetPayloadParams{Hash: h}, &r); err != nil {
 		return nil, err

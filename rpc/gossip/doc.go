@@ -9,8 +9,9 @@
 //     rejected and counted (Stats).
 //   - Payloads (outer gradients, fragment weights) never ride on gossip: they
 //     move by content hash (wire.ContentHash, BLAKE3-256) over BlobProtocol
-//     ("/tenzro/blob/1.0.0"), and the fetcher checks the size limit and the
-//     hash.
+//     ("/tenzro/blob/2.0.0": ranges, so a broken transfer resumes; served
+//     from and fetched into the node's blob store), and the fetcher checks the
+//     size limit and the hash.
 //   - Forwarder and Receiver let a trainer's light-client node forward its
 //     submissions to the syncer's node; RequestNonce asks the syncer's node
 //     for a trainer's attestation nonce over NonceProtocol

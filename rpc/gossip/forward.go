@@ -27,29 +27,45 @@ type Forwarder struct{ n *Node }
 // NewForwarder returns a Forwarder publishing through n.
 func NewForwarder(n *Node) *Forwarder { return &Forwarder{n: n} }
 
-// Forward checks g (payload hash, size, signature), keeps its payload in
-// the node's blob cache for serving over BlobProtocol, and publishes its
-// announcement. It returns the announcement published.
+// Forward checks g (payload hash, size), keeps its payload for serving
+// over BlobProtocol and publishes its announcement. The payload is g's
+// inline bytes, or, when g has none, the blob PayloadHash already in the
+// node's blob store (uploaded with PUT /blobs). With a blob store inline
+// bytes are stored there; without one they go to the memory cache. It
+// returns the announcement published.
 func (f *Forwarder) Forward(ctx context.Context, g *wire.OuterGradient) (SubmissionAnnouncement, error) {
 	if len(g.Attestation) > MaxAttestation {
 		return SubmissionAnnouncement{}, fmt.Errorf("gossip: forward: attestation of %d bytes, limit %d", len(g.Attestation), MaxAttestation)
 	}
-	if size := int64(len(g.GradientPayload)); size == 0 || size > f.n.maxBlob {
-		return SubmissionAnnouncement{}, fmt.Errorf("gossip: forward: payload of %d bytes, want 1..%d", size, f.n.maxBlob)
-	}
-	if got, ok := g.CheckPayloadHash(); !ok {
+	size := int64(len(g.GradientPayload))
+	if size == 0 {
+		if f.n.blobs == nil {
+			return SubmissionAnnouncement{}, fmt.Errorf("gossip: forward: no payload, and no blob store to hold one by reference: %w", ErrNoBlobStore)
+		}
+		sz, err := f.n.blobs.Size(ctx, g.PayloadHash)
+		if err != nil {
+			return SubmissionAnnouncement{}, fmt.Errorf("gossip: forward: payload %s: %w", g.PayloadHash, err)
+		}
+		size = sz
+	} else if got, ok := g.CheckPayloadHash(); !ok {
 		return SubmissionAnnouncement{}, fmt.Errorf("gossip: forward: payload_hash mismatch: payload hashes to %s, request says %s", got, g.PayloadHash)
 	}
+	if size == 0 || size > f.n.maxBlob {
+		return SubmissionAnnouncement{}, fmt.Errorf("gossip: forward: payload of %d bytes, want 1..%d", size, f.n.maxBlob)
+	}
 	a := AnnouncementFor(g)
+	a.PayloadSize = size
 	if err := a.Verify(f.n.maxBlob); err != nil {
 		return SubmissionAnnouncement{}, fmt.Errorf("gossip: forward: %w", err)
 	}
-	if err := f.n.cache.put(g.PayloadHash, bytes.Clone(g.GradientPayload)); err != nil {
-		return SubmissionAnnouncement{}, fmt.Errorf("gossip: forward: %w", err)
+	if len(g.GradientPayload) > 0 {
+		if err := f.n.keep(ctx, g.PayloadHash, g.GradientPayload); err != nil {
+			return SubmissionAnnouncement{}, fmt.Errorf("gossip: forward: %w", err)
+		}
 	}
 	if len(g.Attestation) > 0 {
 		// The evidence travels like the payload: by hash, over BlobProtocol.
-		if err := f.n.cache.put(a.AttestationHash, bytes.Clone([]byte(g.Attestation))); err != nil {
+		if err := f.n.keep(ctx, a.AttestationHash, []byte(g.Attestation)); err != nil {
 			return SubmissionAnnouncement{}, fmt.Errorf("gossip: forward: attestation: %w", err)
 		}
 	}
@@ -59,8 +75,19 @@ func (f *Forwarder) Forward(ctx context.Context, g *wire.OuterGradient) (Submiss
 	return a, nil
 }
 
+// keep holds b (whose hash h the caller checked) for serving: in the blob
+// store, else in the memory cache.
+func (n *Node) keep(ctx context.Context, h wire.Hash, b []byte) error {
+	if n.blobs != nil {
+		return n.blobs.Put(ctx, h, b)
+	}
+	return n.cache.put(h, bytes.Clone(b))
+}
+
 // SubmitFunc is the syncer node's submit path, e.g. the service's
-// submitOuterGradient. Its errors (duplicate, wrong round, …) are logged and
+// submitOuterGradient. On a node with a blob store the gradient comes by
+// reference (no GradientPayload: the payload is in the store under
+// PayloadHash); without one it carries the payload inline. Its errors (duplicate, wrong round, …) are logged and
 // counted; they do not stop the Receiver.
 type SubmitFunc func(ctx context.Context, g *wire.OuterGradient) error
 
@@ -178,12 +205,45 @@ func (r *Receiver) forget(a SubmissionAnnouncement) {
 func (r *Receiver) handle(a SubmissionAnnouncement, from, via string) {
 	ctx, cancel := context.WithTimeout(r.n.ctx, r.opts.Timeout)
 	defer cancel()
-	limit := min(a.PayloadSize, r.n.maxBlob)
-	payload, err := r.n.fetchBlob(ctx, from, a.PayloadHash, limit, a.PayloadSize)
-	if err != nil && via != from {
+	// Re-check the signature before fetching anything (the validator checked
+	// it against the announcement; the hash ties it to the payload).
+	if err := did.Verify(a.TrainerDID, a.Preimage(), a.Signature); err != nil {
+		r.n.c.receiverSubmitFails.Add(1)
+		return
+	}
+	peers := []string{from}
+	if via != from {
 		// The publisher may be unreachable from here; the peer that
 		// forwarded the announcement may have fetched it.
-		payload, err = r.n.fetchBlob(ctx, via, a.PayloadHash, limit, a.PayloadSize)
+		peers = append(peers, via)
+	}
+	g := &wire.OuterGradient{
+		TaskID: a.TaskID, TrainerDID: a.TrainerDID, Round: a.Round, FragmentIndex: a.FragmentIndex,
+		PayloadHash: a.PayloadHash, Signature: a.Signature, Metrics: a.Metrics,
+	}
+	limit := min(a.PayloadSize, r.n.maxBlob)
+	var err error
+	if r.n.blobs != nil {
+		// Into the blob store as it arrives, resuming across broken
+		// streams; the submission then refers to it by hash, and the
+		// stored blob is served on to peers that cannot reach the publisher.
+		var size int64
+		size, err = r.n.FetchBlobTo(ctx, a.PayloadHash, limit, peers...)
+		if err == nil && size != a.PayloadSize {
+			err = fmt.Errorf("payload %s is %d bytes, announced %d", a.PayloadHash, size, a.PayloadSize)
+		}
+	} else {
+		var payload []byte
+		for _, p := range peers {
+			if payload, err = r.n.fetchBlob(ctx, p, a.PayloadHash, limit, a.PayloadSize); err == nil {
+				break
+			}
+		}
+		if err == nil {
+			_ = r.n.cache.put(a.PayloadHash, payload)
+			g.GradientPayload = payload
+			g.MarkPayloadHashed() // fetchBlob checked it: the submit path does not hash it again
+		}
 	}
 	if err != nil {
 		r.forget(a)
@@ -192,24 +252,12 @@ func (r *Receiver) handle(a SubmissionAnnouncement, from, via string) {
 			"fragment", a.FragmentIndex, "err", err)
 		return
 	}
-	// Serve it on: peers that got the announcement through us can fetch
-	// from us when the publisher is out of their reach.
-	_ = r.n.cache.put(a.PayloadHash, payload)
-	// Re-check the signature against the payload we now hold (the validator
-	// checked it against the announcement; the hash ties the two).
-	if err := did.Verify(a.TrainerDID, a.Preimage(), a.Signature); err != nil {
-		r.n.c.receiverSubmitFails.Add(1)
-		return
-	}
-	g := &wire.OuterGradient{
-		TaskID: a.TaskID, TrainerDID: a.TrainerDID, Round: a.Round, FragmentIndex: a.FragmentIndex,
-		GradientPayload: payload, PayloadHash: a.PayloadHash, Signature: a.Signature, Metrics: a.Metrics,
-	}
-	g.MarkPayloadHashed() // fetchBlob checked it: the submit path does not hash it again
 	if !a.AttestationHash.IsZero() {
-		att, err := r.n.fetchBlob(ctx, from, a.AttestationHash, MaxAttestation, a.AttestationSize)
-		if err != nil && via != from {
-			att, err = r.n.fetchBlob(ctx, via, a.AttestationHash, MaxAttestation, a.AttestationSize)
+		var att []byte
+		for _, p := range peers {
+			if att, err = r.n.fetchBlob(ctx, p, a.AttestationHash, MaxAttestation, a.AttestationSize); err == nil {
+				break
+			}
 		}
 		if err != nil {
 			r.forget(a)
@@ -217,7 +265,7 @@ func (r *Receiver) handle(a SubmissionAnnouncement, from, via string) {
 			r.log.Warn("announced attestation unavailable", "task", a.TaskID, "trainer", a.TrainerDID, "round", a.Round, "err", err)
 			return
 		}
-		_ = r.n.cache.put(a.AttestationHash, att)
+		_ = r.n.keep(ctx, a.AttestationHash, att)
 		g.Attestation = att
 	}
 	if err := r.submit(ctx, g); err != nil {

@@ -18,8 +18,9 @@ const (
 	TopicTraining = "tenzro/training/1.0.0"
 	// TopicSyncer carries syncer status: round transitions and finality.
 	TopicSyncer = "tenzro/training/syncer/1.0.0"
-	// BlobProtocol is the stream protocol that moves payloads by hash.
-	BlobProtocol = "/tenzro/blob/1.0.0"
+	// BlobProtocol is the stream protocol that moves payloads by hash:
+	// ranges of a blob, so a broken transfer resumes (blob.go).
+	BlobProtocol = "/tenzro/blob/2.0.0"
 	// NonceProtocol is the request/response stream protocol by which a
 	// light node obtains a trainer's attestation nonce from the syncer's node.
 	NonceProtocol = "/tenzro/attest-nonce/1.0.0"

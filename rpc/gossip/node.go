@@ -42,9 +42,15 @@ type Config struct {
 	// MaxBlob bounds a payload fetched over BlobProtocol and the payload_size
 	// an announcement may claim (default DefaultMaxBlob).
 	MaxBlob int64
-	// BlobCacheBytes bounds the payloads a Forwarder keeps for serving
-	// (default 1 GiB); the oldest are evicted first.
+	// BlobCacheBytes bounds the payloads a Forwarder keeps in memory for
+	// serving when the node has no Blobs (default 1 GiB); the oldest are
+	// evicted first.
 	BlobCacheBytes int64
+	// Blobs is the node's blob store (store.Blobs): BlobProtocol serves
+	// from it, FetchBlobTo and the Receiver fetch into it, the Forwarder
+	// keeps announced payloads in it. Without it payloads are kept in a
+	// memory cache and fetched into memory.
+	Blobs BlobStore
 }
 
 // Handlers receive validated messages. Each may be nil. They are called from
@@ -79,6 +85,9 @@ type Stats struct {
 	BlobsServed, BlobServeErrors           uint64
 	BlobsFetched, BlobFetchErrors          uint64
 	ReceiverSubmitted, ReceiverSubmitFails uint64
+	// BlobBytesServed counts blob bytes sent; BlobResumes counts fetches
+	// that went on from a byte past 0 after a broken stream.
+	BlobBytesServed, BlobResumes uint64
 }
 
 type counters struct {
@@ -86,6 +95,7 @@ type counters struct {
 	blobsServed, blobServeErrors           atomic.Uint64
 	blobsFetched, blobFetchErrors          atomic.Uint64
 	receiverSubmitted, receiverSubmitFails atomic.Uint64
+	blobBytesServed, blobResumes           atomic.Uint64
 }
 
 // Node is a libp2p host with gossipsub on the two Tenzro topics and the
@@ -102,6 +112,13 @@ type Node struct {
 	boot     []peer.AddrInfo
 	serveSem chan struct{}
 	mesh     *meshTracer
+	blobs    BlobStore
+
+	servingMu sync.Mutex
+	serving   map[peer.ID]int // blob streams served per peer now
+	// cutServeAfter, when > 0, makes the next blob serve reset its stream
+	// after that many bytes (tests of resumption).
+	cutServeAfter atomic.Int64
 
 	ctx       context.Context
 	cancel    context.CancelFunc
@@ -109,9 +126,6 @@ type Node struct {
 	closeOnce sync.Once
 	c         counters
 }
-
-// maxConcurrentServes bounds blob streams served at once.
-const maxConcurrentServes = 8
 
 // New starts a node: it listens, joins both topics with validators, serves
 // blobs and dials the boot nodes. An unreachable boot node is logged, not
@@ -167,7 +181,7 @@ func New(ctx context.Context, cfg Config, h Handlers) (*Node, error) {
 	n := &Node{
 		h: hst, topics: map[string]*pubsub.Topic{}, log: log, hd: h, maxBlob: cfg.MaxBlob,
 		cache: newBlobCache(cfg.BlobCacheBytes), boot: boot, serveSem: make(chan struct{}, maxConcurrentServes),
-		ctx: nctx, cancel: cancel, mesh: newMeshTracer(),
+		ctx: nctx, cancel: cancel, mesh: newMeshTracer(), blobs: cfg.Blobs, serving: map[peer.ID]int{},
 	}
 	if err := n.start(ctx); err != nil {
 		n.Close()
@@ -442,6 +456,7 @@ func (n *Node) Stats() Stats {
 		BlobsServed: n.c.blobsServed.Load(), BlobServeErrors: n.c.blobServeErrors.Load(),
 		BlobsFetched: n.c.blobsFetched.Load(), BlobFetchErrors: n.c.blobFetchErrors.Load(),
 		ReceiverSubmitted: n.c.receiverSubmitted.Load(), ReceiverSubmitFails: n.c.receiverSubmitFails.Load(),
+		BlobBytesServed: n.c.blobBytesServed.Load(), BlobResumes: n.c.blobResumes.Load(),
 	}
 }
 

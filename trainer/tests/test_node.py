@@ -108,6 +108,8 @@ def test_loop_trains_to_a_sealed_verified_receipt(node, tmp_path):
         assert run["trainer_metrics"][key.did]["accepted"] == 2 * 2
         assert tr.metrics.accepted._value.get() == 4
         assert len(tr.history) == 2 and tr.history[0].bytes_sent > 0
+        assert tr.client.blob_uploads is True  # payloads went with PUT /blobs, submissions by reference
+    assert c.blob_uploads is True  # and the initial weights
     rc = c.get_receipt(task)
     assert rc["final_model_hash"] != rc["init_model_hash"]
     v = c.call("tenzro_training_verifyReceipt", {"receipt": rc, "root": rc["run_root"]})

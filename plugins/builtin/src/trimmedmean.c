@@ -19,11 +19,16 @@ int32_t tenzro_aggregate(uint32_t dtype, uint32_t k, uint32_t n, const void *inp
   const float *x = tz_inputs_f32(dtype, k, n, inputs);
   if (!x) return tz_fail(TZ_ERR_NOMEM, "out of memory converting bf16");
   v128_t cnt = wasm_f64x2_splat((double)(k - 2 * t));
+  /* Values outside [t, K-t) add +0.0, which leaves the sum's bits unchanged
+   * (it starts at +0.0 and so is never -0.0): the same sum as adding only the
+   * kept values, in the same order, with v indexed by constants. */
+  v128_t zero = wasm_f64x2_splat(0.0);
   TZ_SORTED_LOOP(x, k, n, out, {
-    v128_t s0 = wasm_f64x2_splat(0.0), s1 = s0;
-    for (uint32_t i = t; i < k - t; i++) {
-      s0 = wasm_f64x2_add(s0, tz_lo64(v[i]));
-      s1 = wasm_f64x2_add(s1, tz_hi64(v[i]));
+    v128_t s0 = zero, s1 = zero;
+    for (uint32_t i = 0; i < k; i++) {
+      int keep = i >= t && i < k - t;
+      s0 = wasm_f64x2_add(s0, keep ? tz_lo64(v[i]) : zero);
+      s1 = wasm_f64x2_add(s1, keep ? tz_hi64(v[i]) : zero);
     }
     r = tz_join32(wasm_f64x2_div(s0, cnt), wasm_f64x2_div(s1, cnt));
   });

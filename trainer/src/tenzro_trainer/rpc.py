@@ -8,6 +8,7 @@ import json
 import threading
 import time
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 import requests
 
@@ -36,6 +37,11 @@ class RpcError(Exception):
         return any(w in m for w in words)
 
 
+class NoBlobEndpoint(Exception):
+    """The node does not serve ``PUT /blobs/<hash>`` (HTTP 404/405: an older node, or one without a blob
+    store): send payloads inline (base64) in the JSON-RPC request instead."""
+
+
 class _Nonces:
     """Unix-nanosecond nonces, strictly increasing per process (PROTOCOL §3)."""
 
@@ -59,6 +65,61 @@ class Client:
         self._ids = itertools.count(1)
         self._session = requests.Session()
         self.bytes_sent = 0
+        # None: not tried yet; False: the node answered PUT /blobs with 404/405 (payloads go inline).
+        self.blob_uploads: bool | None = None
+
+    def blob_url(self, h: bytes) -> str:
+        """``<endpoint path>/blobs/<64 hex>`` on the node's RPC port."""
+        u = urlsplit(self.url)
+        return urlunsplit((u.scheme, u.netloc, u.path.rstrip("/") + "/blobs/" + h.hex(), "", ""))
+
+    def put_blob(self, data: bytes, h: bytes | None = None) -> dict:
+        """Upload ``data`` raw with ``PUT /blobs/<content hash>``: the node hashes it as it arrives and keeps it
+        only if it matches. Returns ``{"hash", "size", "created"}``; raises NoBlobEndpoint against a node without
+        the endpoint and RpcError for a refusal (413 too large, 422 hash mismatch)."""
+        h = h if h is not None else content_hash(data)
+        op = f"PUT /blobs/{h.hex()}"
+        try:
+            r = self._session.put(
+                self.blob_url(h),
+                data=data,
+                headers={"Content-Type": "application/octet-stream"},
+                timeout=self.timeout,
+            )
+        except requests.RequestException as e:
+            raise NodeUnavailable(f"{op}: {e}") from e
+        self.bytes_sent += len(data)
+        if r.status_code in (404, 405):
+            try:
+                msg = r.json().get("error", {}).get("message", "")
+            except ValueError:
+                msg = ""
+            if r.status_code == 405 or not msg or "no blob store" in msg:
+                raise NoBlobEndpoint(f"{op}: HTTP {r.status_code} {msg}".strip())
+        if r.status_code in (200, 201):
+            res = r.json()
+            if res.get("hash") != h.hex() or res.get("size") != len(data):
+                raise NodeUnavailable(f"{op}: node stored {res!r}")
+            return res
+        if r.status_code >= 500:
+            raise NodeUnavailable(f"{op}: HTTP {r.status_code}")
+        try:
+            err = r.json()["error"]
+        except (ValueError, KeyError, TypeError) as e:
+            raise NodeUnavailable(f"{op}: HTTP {r.status_code}, body is not a JSON error") from e
+        raise RpcError(op, int(err.get("code", 0)), str(err.get("message", "")), err.get("data"))
+
+    def _by_reference(self, data: bytes, h: bytes) -> bool:
+        """Upload ``data`` for a by-reference request; False when the node takes payloads inline only."""
+        if self.blob_uploads is False:
+            return False
+        try:
+            self.put_blob(data, h)
+        except NoBlobEndpoint:
+            self.blob_uploads = False
+            return False
+        self.blob_uploads = True
+        return True
 
     def call(self, method: str, params: Any = None) -> Any:
         body = {"jsonrpc": "2.0", "id": next(self._ids), "method": method}
@@ -161,7 +222,11 @@ class Client:
             "signature": key.sign(pre).hex(),
         }
         if init_weights:
-            params["init_weights"] = base64.b64encode(init_weights).decode()
+            # Raw with PUT /blobs first, then named by hash; inline (base64) against an older node.
+            if self._by_reference(init_weights, wh):
+                params["init_weights_hash"] = wh.hex()
+            else:
+                params["init_weights"] = base64.b64encode(init_weights).decode()
         if dataset_key is not None:
             params["dataset_key"] = base64.b64encode(dataset_key).decode()
         return self.call("tenzro_training_postTask", params)
@@ -176,7 +241,8 @@ class Client:
         attestation: dict | None = None,
         metrics: dict[str, float] | None = None,
     ) -> dict:
-        """Submit one outer gradient; attestation is the claim of Verified/Confidential tiers; metrics
+        """Submit one outer gradient (uploaded first with ``PUT /blobs``, then referenced by hash; inline base64
+        against a node without that endpoint); attestation is the claim of Verified/Confidential tiers; metrics
         (train_loss, eval_loss, samples, step_time_ms, ...) are signed with it and plotted by the node's
         dashboard."""
         ph = content_hash(payload)
@@ -187,10 +253,13 @@ class Client:
             "trainer_did": key.did,
             "round": round_,
             "fragment_index": fragment,
-            "gradient_payload": base64.b64encode(payload).decode(),
             "payload_hash": ph.hex(),
             "signature": sig.hex(),
         }
+        # The payload goes raw with PUT /blobs/<payload_hash> and the submission names it by hash (the signed
+        # preimage is the same); against a node without /blobs it goes inline, base64, as in the seed's form.
+        if not self._by_reference(payload, ph):
+            params["gradient_payload"] = base64.b64encode(payload).decode()
         if attestation is not None:
             params["attestation"] = attestation
         if metrics:

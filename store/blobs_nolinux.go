@@ -1,0 +1,7 @@
+//go:build !linux
+
+package store
+
+import "os"
+
+func startWriteBackOS(*os.File, int64, int64) {}

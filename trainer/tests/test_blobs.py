@@ -1,0 +1,79 @@
+"""The upload path: payloads and initial weights go raw with ``PUT /blobs/<hash>`` and the signed requests name them
+by hash; against a node without that endpoint the client falls back to the seed's inline base64 form."""
+
+from __future__ import annotations
+
+import base64
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+from tenzro_trainer.canon import content_hash
+from tenzro_trainer.identity import Key
+from tenzro_trainer.rpc import Client, RpcError
+
+
+def test_put_blob_against_a_real_node(node):
+    c = Client(node.url)
+    data = b"\x01\x02" * 50_000
+    h = content_hash(data)
+    assert c.put_blob(data) == {"hash": h.hex(), "size": len(data), "created": True}
+    assert c.put_blob(data)["created"] is False  # already stored: 200
+    with pytest.raises(RpcError) as e:
+        c.put_blob(data[1:], content_hash(b"other"))  # bytes that do not hash to the path's hash: 422
+    assert "do not match the hash" in e.value.message
+    with c._session.head(c.blob_url(content_hash(b"other")), timeout=30) as r:
+        assert r.status_code == 404  # nothing kept
+    with c._session.get(c.blob_url(h), headers={"Range": "bytes=10-19"}, timeout=30) as r:
+        assert r.status_code == 206 and r.content == data[10:20]
+
+
+class _OldNode(BaseHTTPRequestHandler):
+    """A node that predates /blobs: PUT answers 405, JSON-RPC is recorded and accepted."""
+
+    posts: list[dict] = []
+    puts = 0
+
+    def do_PUT(self):  # noqa: N802
+        type(self).puts += 1
+        self.rfile.read(int(self.headers.get("Content-Length", 0)))
+        body = b'{"jsonrpc":"2.0","id":null,"error":{"code":-32600,"message":"HTTP method PUT not allowed"}}'
+        self.send_response(405)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def do_POST(self):  # noqa: N802
+        req = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        type(self).posts.append(req)
+        body = json.dumps({"jsonrpc": "2.0", "id": req["id"], "result": {"accepted": True}}).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *a):
+        pass
+
+
+def test_submit_falls_back_to_base64_against_an_older_node():
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), _OldNode)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    try:
+        c = Client(f"http://127.0.0.1:{srv.server_address[1]}")
+        key = Key.generate("machine")
+        payload = b"safetensors bytes"
+        for _ in range(2):
+            assert c.submit(key, "t", 0, 0, payload)["accepted"]
+        assert c.blob_uploads is False
+        assert _OldNode.puts == 1  # the node said no once; later submissions go inline straight away
+        for req in _OldNode.posts:
+            p = req["params"]
+            assert base64.b64decode(p["gradient_payload"]) == payload
+            assert p["payload_hash"] == content_hash(payload).hex()
+    finally:
+        srv.shutdown()
