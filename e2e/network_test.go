@@ -316,6 +316,11 @@ func TestNetworkRun(t *testing.T) {
 		nTrainers, K, F, N, R = 8, 6, 2, 64, 3
 		task                  = "net-run"
 		deadlineMs            = 10000
+		// graceMs is long: every trainer submits in every round, so a
+		// fragment closes when the last one is in; a short grace window
+		// closed round 1's fragments while light client A restarted on
+		// a loaded machine (a trainer's late record was refused).
+		graceMs = 120000
 	)
 	sponsor := chainKey(t, did.KindHuman, 41)
 	trainers := make([]*did.Key, nTrainers)
@@ -335,7 +340,7 @@ func TestNetworkRun(t *testing.T) {
  "architecture":{"family":"timesfm","param_count":%d,"modality":"Timeseries","fragment_count":%d,"dtype":"bf16"},
  "tier":"Open","aggregation":"Mean","trainer_count":%d,"quorum":%d,"inner_steps":4,"max_rounds":%d,"grace_window_ms":%d,
  "round_deadline_ms":%d,"reward_pool":"1000000000000000000000","dataset_ref":"ipfs://QmTest","dataset_hash":"0xabab",
- "min_throughput":null,"created_at":1761350400}`, task, sponsor.DID, F*N, F, nTrainers, K, R, deadlineMs, deadlineMs)
+ "min_throughput":null,"created_at":1761350400}`, task, sponsor.DID, F*N, F, nTrainers, K, R, graceMs, deadlineMs)
 	specPath := filepath.Join(n.dir, "spec.json")
 	keyPath := filepath.Join(n.dir, "sponsor.key")
 	if err := os.WriteFile(specPath, []byte(spec), 0o600); err != nil {
