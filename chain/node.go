@@ -80,6 +80,10 @@ type Node struct {
 	NodeID string
 	// ChainID is the genesis chain id.
 	ChainID string
+	// GenesisHash is GenesisHash of the home's genesis file, and Genesis
+	// its bytes (served to joining nodes).
+	GenesisHash wire.Hash
+	Genesis     []byte
 
 	home string
 	db   *store.DB
@@ -117,10 +121,20 @@ func Start(ctx context.Context, home string, opts NodeOptions) (*Node, error) {
 		db.Close()
 		return nil, fmt.Errorf("chain node %s: node key: %w", home, err)
 	}
-	gen, err := cmttypes.GenesisDocFromFile(c.GenesisFile())
+	genRaw, err := readCapped(c.GenesisFile(), maxGenesisFile)
 	if err != nil {
 		db.Close()
 		return nil, fmt.Errorf("chain node %s: genesis: %w", home, err)
+	}
+	gen, err := cmttypes.GenesisDocFromJSON(genRaw)
+	if err != nil {
+		db.Close()
+		return nil, fmt.Errorf("chain node %s: genesis: %w", home, err)
+	}
+	genHash, err := GenesisHash(genRaw)
+	if err != nil {
+		db.Close()
+		return nil, fmt.Errorf("chain node %s: %w", home, err)
 	}
 	pv := privval.LoadFilePV(c.PrivValidatorKeyFile(), c.PrivValidatorStateFile())
 	n, err := node.NewNodeWithContext(ctx, c, pv, nk, proxy.NewLocalClientCreator(app),
@@ -139,10 +153,10 @@ func Start(ctx context.Context, home string, opts NodeOptions) (*Node, error) {
 		timeout = 2 * time.Minute
 	}
 	h, hash := app.LastCommit()
-	log.Info("chain node running", "home", home, "chain_id", gen.ChainID, "moniker", nc.Moniker, "node_id", nk.ID(), "rpc", "http://"+nc.RPCAddr,
+	log.Info("chain node running", "home", home, "chain_id", gen.ChainID, "genesis_hash", genHash, "moniker", nc.Moniker, "node_id", nk.ID(), "rpc", "http://"+nc.RPCAddr,
 		"p2p", nc.P2PAddr, "app_height", h, "app_hash", hash)
 	return &Node{App: app, Local: &Local{app: app, mp: local.New(n), timeout: timeout}, Config: nc, NodeID: string(nk.ID()), ChainID: gen.ChainID,
-		home: home, db: db, cmt: n, log: log}, nil
+		GenesisHash: genHash, Genesis: genRaw, home: home, db: db, cmt: n, log: log}, nil
 }
 
 // WaitCommitted waits until the application has committed a block (the
@@ -184,8 +198,9 @@ func (n *Node) Close() error {
 // CometBFT node id and P2P address (a persistent peer: id@host:port).
 func (n *Node) Info() wire.ChainInfo {
 	h, _ := n.App.LastCommit()
+	gh := n.GenesisHash
 	return wire.ChainInfo{ChainID: n.ChainID, NodeID: n.NodeID, P2PAddr: n.Config.P2PAddr, RPCAddr: n.Config.RPCAddr, Height: h,
-		Peer: n.NodeID + "@" + n.Config.P2PAddr}
+		Peer: n.NodeID + "@" + n.Config.P2PAddr, GenesisHash: &gh}
 }
 
 // Local is syncer.Chain over an App and a CometBFT node in this process:

@@ -50,7 +50,7 @@ func benchSubmissions(b *testing.B, validators, n int) float64 {
 	sponsor := chainKey(t, did.KindHuman, 1)
 	dir := b.TempDir()
 	out, err := exec.Command(filepath.Join(binDir, "tenzro-node"), "testnet", "--validators", fmt.Sprint(validators), "--dir", dir,
-		"--base-port", "0", "--block-time", "200ms", "--alloc", sponsor.DID.String()+"=10000").CombinedOutput()
+		"--base-port", "0", "--block-time", "200ms", "--alloc", sponsor.DID.String()+"=1000000000000000000000000").CombinedOutput()
 	if err != nil {
 		b.Fatalf("testnet: %v\n%s", err, out)
 	}
@@ -100,18 +100,22 @@ func benchSubmissions(b *testing.B, validators, n int) float64 {
 	if err != nil {
 		b.Fatal(err)
 	}
-	setup := [][]byte{mustTx(b)(chain.TransferTx(sponsor, cand.DID.String(), "100", 1)), mustTx(b)(chain.PostTaskTx(sponsor, spec, layout, rules, 2))}
+	setup := [][]byte{mustTx(b)(chain.TransferTx(sponsor, cand.DID.String(), "100000000000000000000", 1)), mustTx(b)(chain.PostTaskTx(sponsor, spec, layout, rules, 2))}
 	for i := range keys {
 		keys[i] = chainKey(t, did.KindMachine, byte(10+i))
-		setup = append(setup, mustTx(b)(chain.TransferTx(sponsor, keys[i].DID.String(), "10", uint64(3+i))))
+		setup = append(setup, mustTx(b)(chain.TransferTx(sponsor, keys[i].DID.String(), "100000000000000000000", uint64(3+i))))
 	}
 	setup = append(setup, mustTx(b)(chain.RegisterSyncerTx(cand, "50", 1)), mustTx(b)(chain.ElectionProofTx(cand, "bench", proof, 2)))
 	for i := range keys {
 		setup = append(setup, mustTx(b)(chain.EnrollTx(keys[i], "bench", "1", 1)))
 	}
-	for _, tx := range setup {
-		if _, err := nodes[0].rpc.BroadcastTxCommit(ctx, tx); err != nil {
+	for i, tx := range setup {
+		res, err := nodes[0].rpc.BroadcastTxCommit(ctx, tx)
+		if err != nil {
 			b.Fatal(err)
+		}
+		if res.CheckTx.Code != 0 || res.TxResult.Code != 0 {
+			b.Fatalf("setup tx %d refused: %s%s", i, res.CheckTx.Log, res.TxResult.Log)
 		}
 	}
 	for {

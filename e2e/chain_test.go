@@ -15,6 +15,7 @@ import (
 	rpchttp "github.com/cometbft/cometbft/rpc/client/http"
 
 	"github.com/tenzro/train/chain"
+	"github.com/tenzro/train/rpc/client"
 	"github.com/tenzro/train/syncer"
 	"github.com/tenzro/train/syncer/election"
 	"github.com/tenzro/train/syncer/vrf"
@@ -22,24 +23,40 @@ import (
 	"github.com/tenzro/train/wire/did"
 )
 
-// chainNode is one validator process.
+// chainNode is one node process: a validator (args nil: --home home and
+// extra) or a light client (args).
 type chainNode struct {
+	name  string
 	home  string
 	extra []string // more tenzro-node flags
-	rpc   *rpchttp.HTTP
-	cmd   *exec.Cmd
-	log   *os.File
-	done  chan struct{}
+	args  []string // the whole command line (else --home home extra)
+	// logPath is the node's log (default <home>/node.log).
+	logPath string
+	// jsonRPC is the node's JSON-RPC address (host:port), did its node
+	// key's DID, p2p its libp2p multiaddr with /p2p/.
+	jsonRPC, did, p2p string
+	rpc               *rpchttp.HTTP
+	rc                *client.Client
+	cmd               *exec.Cmd
+	log               *os.File
+	done              chan struct{}
 }
 
 func (n *chainNode) start(t testing.TB) {
 	t.Helper()
-	f, err := os.OpenFile(filepath.Join(n.home, "node.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if n.logPath == "" {
+		n.logPath = filepath.Join(n.home, "node.log")
+	}
+	f, err := os.OpenFile(n.logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
 		t.Fatal(err)
 	}
 	n.log = f
-	n.cmd = exec.Command(filepath.Join(binDir, "tenzro-node"), append([]string{"--home", n.home}, n.extra...)...)
+	args := n.args
+	if args == nil {
+		args = append([]string{"--home", n.home}, n.extra...)
+	}
+	n.cmd = exec.Command(filepath.Join(binDir, "tenzro-node"), args...)
 	n.cmd.Stdout, n.cmd.Stderr = f, f
 	if err := n.cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -60,11 +77,66 @@ func (n *chainNode) kill() {
 }
 
 func (n *chainNode) logTail() string {
-	b, _ := os.ReadFile(filepath.Join(n.home, "node.log"))
+	p := n.logPath
+	if p == "" {
+		p = filepath.Join(n.home, "node.log")
+	}
+	b, _ := os.ReadFile(p)
 	if len(b) > 3000 {
 		b = b[len(b)-3000:]
 	}
 	return string(b)
+}
+
+// connect sets the node's CometBFT RPC client (addr host:port).
+func (n *chainNode) connect(t testing.TB, addr string) {
+	c, err := chainRPC(addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n.rpc = c
+}
+
+// client is a JSON-RPC client of the node.
+func (n *chainNode) client() *client.Client {
+	if n.rc == nil {
+		n.rc = client.New("http://"+n.jsonRPC, client.WithTimeout(90*time.Second))
+	}
+	return n.rc
+}
+
+// waitJSONRPC polls the node's JSON-RPC until it answers.
+func (n *chainNode) waitJSONRPC(t testing.TB) {
+	t.Helper()
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		_, err := n.client().Info(ctx)
+		cancel()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s's JSON-RPC does not answer: %v\n%s", n.name, err, n.logTail())
+		}
+		select {
+		case <-n.done:
+			t.Fatalf("%s exited\n%s", n.name, n.logTail())
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// height is the node's last committed height.
+func (n *chainNode) height(t testing.TB) int64 {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	info, err := n.rpc.ABCIInfo(ctx)
+	if err != nil {
+		t.Fatalf("%s: %v", n.name, err)
+	}
+	return info.Response.LastBlockHeight
 }
 
 // waitHeight polls the node's RPC until its app has committed height h.

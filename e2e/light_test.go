@@ -13,34 +13,58 @@ import (
 	"github.com/tenzro/train/wire"
 )
 
-// startLight starts a light-client node that follows syncerEnv's chain: a
-// home written by `tenzro-node init` (the dev chain's genesis, the dev node
-// as its persistent peer), its libp2p host booted from the dev node.
-func startLight(t *testing.T, syncerEnv *env, keys string) *env {
-	t.Helper()
-	var info struct {
-		Listen []string        `json:"listen_addrs"`
-		Chain  *wire.ChainInfo `json:"chain"`
+// nodeInfo is what `tenzro node info` says about a node's libp2p addresses
+// and chain.
+type nodeInfo struct {
+	Listen []string        `json:"listen_addrs"`
+	Chain  *wire.ChainInfo `json:"chain"`
+}
+
+func (e *env) nodeInfo() nodeInfo {
+	e.t.Helper()
+	var info nodeInfo
+	if err := json.Unmarshal([]byte(e.must("node", "info", "--format", "json")), &info); err != nil || len(info.Listen) == 0 || info.Chain == nil || info.Chain.GenesisHash == nil {
+		e.t.Fatalf("node info has no listen addresses or chain: %v %+v", err, info)
 	}
-	if err := json.Unmarshal([]byte(syncerEnv.must("node", "info", "--format", "json")), &info); err != nil || len(info.Listen) == 0 || info.Chain == nil {
-		t.Fatalf("node info has no listen addresses or chain: %v %+v", err, info)
+	return info
+}
+
+// lightArgs are the flags of a light client that joins the network of the
+// node at boot by itself (extra: --genesis-hash, or nothing for trust on
+// first use).
+func (e *env) lightArgs(boot string, extra ...string) []string {
+	args := []string{"--role", "light-client", "--data-dir", filepath.Join(e.dir, "data"), "--rpc-addr", e.addr,
+		"--listen-addr", "/ip4/127.0.0.1/tcp/0", "--enclave", "none"}
+	if boot != "" {
+		args = append(args, "--boot-nodes", boot)
 	}
-	light := newEnv(t, keys)
-	home := filepath.Join(light.dir, "home")
-	if out, err := exec.Command(filepath.Join(binDir, "tenzro-node"), "init", "--home", home,
-		"--genesis", filepath.Join(syncerEnv.dir, "data", "chain", "config", "genesis.json"), "--peers", info.Chain.Peer,
-		"--p2p-addr", freeAddr(t), "--rpc-addr", freeAddr(t)).CombinedOutput(); err != nil {
-		t.Fatalf("init: %v\n%s", err, out)
+	return append(args, extra...)
+}
+
+// startNode starts tenzro-node with args, logging to e's node.log.
+func (e *env) startNode(args ...string) {
+	e.t.Helper()
+	log, err := os.OpenFile(filepath.Join(e.dir, "node.log"), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
+	if err != nil {
+		e.t.Fatal(err)
 	}
-	log, _ := os.Create(filepath.Join(light.dir, "node.log"))
-	cmd := exec.Command(filepath.Join(binDir, "tenzro-node"), "--home", home, "--role", "light-client", "--rpc-addr", light.addr,
-		"--listen-addr", "/ip4/127.0.0.1/tcp/0", "--enclave", "none", "--boot-nodes", info.Listen[0])
+	cmd := exec.Command(filepath.Join(binDir, "tenzro-node"), args...)
 	cmd.Stdout, cmd.Stderr = log, log
 	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
+		e.t.Fatal(err)
 	}
-	light.node, light.nodeLog = cmd, log
-	waitListen(t, light)
+	e.node, e.nodeLog = cmd, log
+	waitListen(e.t, e)
+}
+
+// startLight starts a light client that joins syncerEnv's chain through
+// its libp2p address alone (`--role light-client --boot-nodes`): it fetches
+// the genesis and the CometBFT peer over /tenzro/chain-info/1.0.0 and
+// writes its own non-validator home.
+func startLight(t *testing.T, syncerEnv *env, keys string, extra ...string) *env {
+	t.Helper()
+	light := newEnv(t, keys)
+	light.startNode(light.lightArgs(syncerEnv.nodeInfo().Listen[0], extra...)...)
 	return light
 }
 
@@ -59,8 +83,24 @@ func TestLightNodeSubmitsThroughTheChain(t *testing.T) {
 	syncerEnv := newEnv(t, keys)
 	syncerEnv.start()
 	defer syncerEnv.stop()
+	info := syncerEnv.nodeInfo()
+	pin := info.Chain.GenesisHash.String()
+	// Another network's hash pinned: refused, and nothing is written.
+	wrong := newEnv(t, keys)
+	out, err := exec.Command(filepath.Join(binDir, "tenzro-node"), wrong.lightArgs(info.Listen[0], "--genesis-hash", wire.SHA256([]byte("other")).String())...).CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "not the pinned") {
+		t.Fatalf("light client with another network's genesis hash: %v\n%s", err, out)
+	}
+	if _, err := os.Stat(filepath.Join(wrong.dir, "data", "chain")); !os.IsNotExist(err) {
+		t.Fatalf("a refused bootstrap left a home behind: %v", err)
+	}
+	// Not pinned: the boot node's genesis is trusted on first use, with a
+	// warning that prints its hash.
 	light := startLight(t, syncerEnv, keys)
 	defer light.stop()
+	if l := light.log(); !strings.Contains(l, "trusting the boot node's genesis on first use") || !strings.Contains(l, pin) {
+		t.Fatalf("no trust-on-first-use warning with the genesis hash %s:\n%s", pin, tail(l))
+	}
 
 	specPath := filepath.Join(syncerEnv.dir, "spec.json")
 	os.WriteFile(specPath, []byte(seedSpec(sponsor)), 0o644)
@@ -93,8 +133,31 @@ func TestLightNodeSubmitsThroughTheChain(t *testing.T) {
 	}
 	before := syncerEnv.fragmentHash(0)
 	// Every trainer submits fragment 0 through the light node (get-weights
-	// there fetches the weights from the syncer's node by hash).
+	// there fetches the weights from the syncer's node by hash). Halfway,
+	// the light node is killed with SIGKILL and restarted: it resumes its
+	// home (pinned now, boot nodes from the home), and the submissions it
+	// acknowledged before are on chain with their payloads still served.
 	for i := 0; i < M; i++ {
+		if i == M/2 {
+			light.kill9()
+			// A wrong pin is refused against the home as well.
+			out, err := exec.Command(filepath.Join(binDir, "tenzro-node"), light.lightArgs("", "--genesis-hash", wire.SHA256([]byte("other")).String())...).CombinedOutput()
+			if err == nil || !strings.Contains(string(out), "follows the network whose genesis hash is "+pin) {
+				t.Fatalf("restart with another network's genesis hash: %v\n%s", err, out)
+			}
+			light.startNode(light.lightArgs("", "--genesis-hash", pin)...)
+			if n := strings.Count(light.log(), "light client home written"); n != 1 {
+				t.Fatalf("the restarted light client wrote its home %d times", n)
+			}
+			var run struct {
+				Fragments []struct {
+					Accepted int `json:"accepted"`
+				} `json:"fragments"`
+			}
+			if err := json.Unmarshal([]byte(light.must("train", "get-run", "--task-id", task, "--format", "json")), &run); err != nil || run.Fragments[0].Accepted != M/2 {
+				t.Fatalf("after the restart the light node's replica has %+v records of fragment 0, want %d (%v)", run, M/2, err)
+			}
+		}
 		if err := light.submit(i, 0, 0); err != nil {
 			t.Fatalf("trainer %d through the light node: %v\nlight log:\n%s", i, err, tail(light.log()))
 		}

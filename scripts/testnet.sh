@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
-# scripts/testnet.sh (make testnet): a 4-validator Tenzro chain on loopback for a newcomer.
-# Writes a genesis that funds a fresh sponsor key and makes every validator's node a syncer
-# candidate, starts 4 `tenzro-node --home` full nodes (CometBFT embedded, JSON-RPC, libp2p, the
-# syncer daemon), prints each node's addresses and waits; Ctrl-C stops them all.
+# scripts/testnet.sh (make testnet): a 4-validator Tenzro network on loopback for a newcomer.
+# Writes a genesis that funds a fresh sponsor key and a fresh trainer key and makes every
+# validator's node key a syncer candidate (stake from genesis); starts 4 `tenzro-node --home` full
+# nodes (CometBFT embedded, JSON-RPC, libp2p, blobs, the candidate/syncer daemon); prints every
+# node's JSON-RPC, CometBFT RPC and libp2p address, a light-client command line and a ready-to-paste
+# block of sponsor and trainer commands (a one-round run posted on node 0, trained through the last
+# node, sealed by whichever node the election picks); then waits. Ctrl-C stops them all.
 # Env: TESTNET_DIR (default: a new temp dir, kept), TESTNET_VALIDATORS (4), TESTNET_BASE_PORT
 # (26656; node i: chain P2P BASE+2i, chain RPC BASE+2i+1, JSON-RPC 8545+i, libp2p 4001+i;
 # 0 = free ports for all), TESTNET_BLOCK_TIME (1s), TESTNET_CHALLENGE_WINDOW (30 blocks:
@@ -36,11 +39,32 @@ if [[ -e "$dir/sponsor.key" ]]; then
 	echo "error: $dir already holds a testnet (choose a new TESTNET_DIR)" >&2
 	exit 2
 fi
-sponsor="$("$bin/tenzro" key generate --kind human --out "$dir/sponsor.key" --format json | sed -n 's/.*"did": *"\([^"]*\)".*/\1/p')"
-echo "== genesis: $n validators, sponsor $sponsor funded with 1000 TNZO (key $dir/sponsor.key)"
+didof() { sed -n 's/.*"did": *"\([^"]*\)".*/\1/p'; }
+sponsor="$("$bin/tenzro" key generate --kind human --out "$dir/sponsor.key" --format json | didof)"
+trainer="$("$bin/tenzro" key generate --kind machine --out "$dir/trainer.key" --format json | didof)"
+echo "== genesis: $n validators (each a syncer candidate), sponsor $sponsor with 1000 TNZO, trainer $trainer with 200 TNZO"
 "$bin/tenzro-node" testnet --validators "$n" --dir "$dir/nodes" --base-port "${TESTNET_BASE_PORT:-26656}" \
 	--block-time "${TESTNET_BLOCK_TIME:-1s}" --challenge-window-blocks "${TESTNET_CHALLENGE_WINDOW:-30}" \
-	--alloc "$sponsor=1000000000000000000000" "$@"
+	--alloc "$sponsor=1000000000000000000000" \
+	--alloc "$trainer=200000000000000000000" "$@" >"$dir/testnet.txt"
+genesis_hash="$(sed -n 's/^genesis hash \([0-9a-f]*\).*/\1/p' "$dir/testnet.txt")"
+
+# A one-round example run: one trainer, two fragments of four float32 values each. The initial
+# weights are a safetensors file written here (8-byte little-endian header length, the JSON header,
+# the values: 0.01 each).
+cat >"$dir/spec.json" <<EOF
+{"task_id":"testnet-run","sponsor_did":"$sponsor","sponsor_address":"0x1111111111111111111111111111111111111111",
+ "architecture":{"family":"timesfm","param_count":8,"modality":"Timeseries","fragment_count":2,"dtype":"bf16"},
+ "tier":"Open","aggregation":"Mean","trainer_count":1,"quorum":1,"inner_steps":4,"max_rounds":1,"grace_window_ms":0,
+ "reward_pool":"100000000000000000000","dataset_ref":"ipfs://QmTestnet","dataset_hash":"0xabab",
+ "min_throughput":null,"created_at":1761350400}
+EOF
+header='{"layer0.w":{"dtype":"F32","shape":[4],"data_offsets":[0,16]},"layer1.w":{"dtype":"F32","shape":[4],"data_offsets":[16,32]}}'
+{
+	printf "$(printf '\\x%02x' "${#header}")\\x00\\x00\\x00\\x00\\x00\\x00\\x00"
+	printf '%s' "$header"
+	for _ in 1 2 3 4 5 6 7 8; do printf '\x0a\xd7\x23\x3c'; done
+} >"$dir/init.safetensors"
 
 for ((i = 0; i < n; i++)); do
 	home="$dir/nodes/node$i"
@@ -49,10 +73,12 @@ for ((i = 0; i < n; i++)); do
 	pids+=($!)
 done
 
-echo "== waiting for every validator to commit a block"
+conf() { sed -n "s/.*\"$2\": *\"\\([^\"]*\\)\".*/\\1/p" "$dir/nodes/node$1/config/tenzro-chain.json"; }
+echo "== waiting for every validator to commit a block and answer JSON-RPC"
 for ((i = 0; i < n; i++)); do
 	home="$dir/nodes/node$i"
-	rpc="$(sed -n 's/.*"rpc_addr": *"\([^"]*\)".*/\1/p' "$home/config/tenzro-chain.json")"
+	rpc="$(conf "$i" rpc_addr)"
+	jr="$(conf "$i" json_rpc_addr)"
 	ok=""
 	for _ in $(seq 1 600); do
 		if ! kill -0 "${pids[$i]}" 2>/dev/null; then
@@ -61,21 +87,37 @@ for ((i = 0; i < n; i++)); do
 			exit 1
 		fi
 		h="$("$bin/tenzro" chain status --node "http://$rpc" --format json 2>/dev/null | sed -n 's/.*"height": *\([0-9]*\).*/\1/p' || true)"
-		if [[ -n "$h" && "$h" -ge 1 ]]; then ok=1; break; fi
+		if [[ -n "$h" && "$h" -ge 1 ]] && "$bin/tenzro" node info --rpc "http://$jr" >/dev/null 2>&1; then ok=1; break; fi
 		sleep 0.2
 	done
 	[[ -n "$ok" ]] || { echo "error: node$i did not commit a block within 120 s; see $home/node.log" >&2; exit 1; }
-	jr="$(sed -n 's/.*"json_rpc_addr": *"\([^"]*\)".*/\1/p' "$home/config/tenzro-chain.json")"
-	echo "node$i  RPC http://$rpc  JSON-RPC http://$jr  (home $home, log $home/node.log)"
+	p2p="$("$bin/tenzro" node info --rpc "http://$jr" --format json | tr -d ' \n' | sed -n 's/.*"listen_addrs":\["\([^"]*\)".*/\1/p')"
+	echo "node$i  JSON-RPC http://$jr  CometBFT RPC http://$rpc  libp2p $p2p  (home $home, log $home/node.log)"
+	[[ $i == 0 ]] && boot0="$p2p"
 done
-echo "== all $n validators are committing. Try (every node answers the same):"
-rpc0="$(sed -n 's/.*"rpc_addr": *"\([^"]*\)".*/\1/p' "$dir/nodes/node0/config/tenzro-chain.json")"
-rpcl="$(sed -n 's/.*"rpc_addr": *"\([^"]*\)".*/\1/p' "$dir/nodes/node$((n - 1))/config/tenzro-chain.json")"
-echo "   $bin/tenzro chain balance --did $sponsor --node http://$rpc0"
-echo "   $bin/tenzro chain balance --did $sponsor --node http://$rpcl"
-echo "   $bin/tenzro chain post-task --spec spec.json --key $dir/sponsor.key --node http://$rpc0"
-jr0="$(sed -n 's/.*"json_rpc_addr": *"\([^"]*\)".*/\1/p' "$dir/nodes/node0/config/tenzro-chain.json")"
-echo "   $bin/tenzro ledger balance --did $sponsor --rpc http://$jr0   # node 0's JSON-RPC, served from its replica"
+last=$((n - 1))
+jr0="http://$(conf 0 json_rpc_addr)"
+jrl="http://$(conf "$last" json_rpc_addr)"
+echo "== all $n validators are committing (genesis hash $genesis_hash). Every node answers the same."
+echo "== a light client that joins by itself (pinned to this network):"
+echo "   $bin/tenzro-node --role light-client --data-dir $dir/light --rpc-addr 127.0.0.1:8600 --listen-addr /ip4/127.0.0.1/tcp/0 --boot-nodes $boot0 --genesis-hash $genesis_hash"
+echo "== sponsor and trainer (paste it; the run is posted on node 0 and trained through node $last):"
+cat <<EOF
+# --- begin
+export PATH="$bin:\$PATH"
+tenzro train post-task --spec $dir/spec.json --init-weights $dir/init.safetensors --key $dir/sponsor.key --rpc $jr0
+tenzro train enroll-trainer --task-id testnet-run --stake 100000000000000000000 --key $dir/trainer.key --rpc $jrl
+until tenzro train get-run --task-id testnet-run --format json --rpc $jrl | grep -q '"status": "running"'; do sleep 0.5; done
+for f in 0 1; do
+  tenzro train get-weights --task-id testnet-run --fragment \$f --out $dir/w\$f.safetensors --rpc $jrl
+  tenzro train submit-gradient --task-id testnet-run --round 0 --fragment \$f --payload $dir/w\$f.safetensors --key $dir/trainer.key --rpc $jrl
+done
+until tenzro train get-receipt --task-id testnet-run --format json --rpc $jr0 >$dir/receipt.json 2>/dev/null; do sleep 0.5; done
+tenzro receipt verify --receipt $dir/receipt.json --full --rpc $jrl
+tenzro ledger balance --did $sponsor --rpc $jr0
+tenzro ledger balance --did $sponsor --rpc $jrl
+# --- end
+EOF
 if [[ "${TESTNET_EXIT_WHEN_READY:-0}" == 1 ]]; then exit 0; fi
 echo "== Ctrl-C stops the network"
 wait

@@ -384,6 +384,7 @@ func (x *mtx) closeFragment(r *runState, i int, c *wire.FragmentCommit) error {
 	c.RuleParams = orJSON(c.RuleParams)
 	fs.Closed = true
 	fs.Commit = c
+	r.noteCommitTicket(c.Ticket)
 	if c.Status == wire.FragAggregated {
 		fs.WeightsHash = c.WeightsAfter
 		fs.MomentumHash = c.MomentumAfter

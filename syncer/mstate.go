@@ -58,6 +58,11 @@ type runState struct {
 	CancelReason  string      `json:"cancel_reason,omitempty"`
 	// LastSyncer committed the run's latest fragment commit.
 	LastSyncer string `json:"last_syncer,omitempty"`
+	// CommitTickets are the tickets (indices in Succession) named by the
+	// run's fragment commits, the chain's own no-quorum closures included,
+	// in increasing order, each once: who may sign the receipt follows
+	// from them (receiptSigners).
+	CommitTickets []uint64 `json:"commit_tickets,omitempty"`
 	// Seal: settled, run root in the run log; Signed once signReceipt landed.
 	Seal *sealState `json:"seal,omitempty"`
 
@@ -352,19 +357,42 @@ func (r *runState) excluded(d string) bool {
 }
 
 // receiptSigners is who may sign the sealed run's receipt, in turn: the
-// syncer of the last fragment commit, then the succession; the k-th may
-// sign once k round deadlines have passed since the seal.
+// syncer of the last fragment commit, then every other syncer that
+// committed a fragment, in ticket order, then the entrants whose tickets
+// are above every committer's, in ticket order; the k-th may sign once k
+// round deadlines have passed since the seal. An entrant that committed
+// nothing signs only from above every committer: that is what a verifier
+// of the transcript can check offline (CheckTranscript), since an entrant
+// below a committer would have been that round's syncer before it.
 func (r *runState) receiptSigners() []string {
 	out := []string{}
 	if r.LastSyncer != "" && !r.excluded(r.LastSyncer) {
 		out = append(out, r.LastSyncer)
 	}
-	for _, d := range r.Succession {
-		if d != r.LastSyncer && !r.excluded(d) {
-			out = append(out, d)
+	next := 0
+	for _, k := range r.CommitTickets {
+		if k < uint64(len(r.Succession)) && r.Succession[k] != r.LastSyncer && !r.excluded(r.Succession[k]) {
+			out = append(out, r.Succession[k])
+		}
+		next = int(k) + 1
+	}
+	for k := next; k < len(r.Succession); k++ {
+		if r.Succession[k] != r.LastSyncer && !r.excluded(r.Succession[k]) {
+			out = append(out, r.Succession[k])
 		}
 	}
 	return out
+}
+
+// noteCommitTicket adds a fragment commit's ticket to CommitTickets.
+func (r *runState) noteCommitTicket(k uint64) {
+	i := sort.Search(len(r.CommitTickets), func(i int) bool { return r.CommitTickets[i] >= k })
+	if i < len(r.CommitTickets) && r.CommitTickets[i] == k {
+		return
+	}
+	r.CommitTickets = append(r.CommitTickets, 0)
+	copy(r.CommitTickets[i+1:], r.CommitTickets[i:])
+	r.CommitTickets[i] = k
 }
 
 // receiptSignerAt is who may sign the receipt at block time t.

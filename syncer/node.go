@@ -57,7 +57,8 @@ type Config struct {
 	// Fetcher gets payloads and weights this node does not hold (nil:
 	// local blobs only).
 	Fetcher PayloadFetcher
-	// Provider is this node's libp2p peer id, recorded with the
+	// Provider is this node's provider hint (its libp2p multiaddrs with
+	// /p2p/<peer id>, or its peer id), recorded with the
 	// submissions it receives as a hint of where their bytes are.
 	Provider string
 	// Dev marks a --dev node (reported in node info).
@@ -504,7 +505,10 @@ func (n *Node) GetWeights(ctx context.Context, p wire.GetWeightsParams) (*wire.W
 	}
 	fs := r.Fragments[p.FragmentIndex]
 	enc, err := n.blob(ctx, fs.WeightsHash, uint64(MaxInitWeights), "")
-	if err != nil {
+	var fe *fetchError
+	if errors.As(err, &fe) {
+		return nil, Errf(KindNotFound, "weights of fragment %d (%s) are not on this node and no peer gave them: %v", p.FragmentIndex, fs.WeightsHash, err)
+	} else if err != nil {
 		return nil, fmt.Errorf("weights of fragment %d (%s): %w", p.FragmentIndex, fs.WeightsHash, err)
 	}
 	return &wire.Weights{TaskID: p.TaskID, Round: r.Round, FragmentIndex: p.FragmentIndex, WeightsHash: fs.WeightsHash, Payload: enc}, nil

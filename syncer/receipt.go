@@ -580,12 +580,14 @@ func CheckSettlement(rc *wire.Receipt, spec *wire.TaskSpec) error {
 // task and numbered in order; the run root recomputed from the spec hash,
 // the hash of every element and the final model hash is the receipt's; the
 // last round's model hash is the final one; and every fragment commit's
-// syncer is the receipt's syncer at that ticket, every listed syncer (the
-// signer included) having committed at least one fragment. The transcript
-// is bound by the run root, so this is what ties the signer to the run
-// offline: CheckReceipt alone cannot tell a listed syncer from a key that
-// appended itself with a VRF proof of its own (the chain's election record
-// can: VerifyReceiptAgainst).
+// syncer is the receipt's syncer at that ticket, every listed syncer having
+// committed at least one fragment except a signer ranked above every
+// committer (the chain lets the next tickets sign when the committers do
+// not). The transcript is bound by the run root, so this ties the signer to
+// the run offline as far as the transcript can: a key that appended itself
+// with a VRF proof of its own at a ticket below a committer is refused; one
+// that appended itself above every committer looks like a late signer, and
+// only the chain's election record tells them apart (VerifyReceiptAgainst).
 func CheckReceiptFull(receipt, transcript []byte) error {
 	_, _, _, err := checkReceiptFull(receipt, transcript)
 	return err
@@ -668,13 +670,25 @@ func CheckTranscript(rc *wire.Receipt, transcript []byte) ([]wire.RoundCommit, [
 	if pos != len(transcript)-1 || transcript[pos] != ']' {
 		return nil, nil, errors.New("transcript is not a canonical JSON array")
 	}
+	// Every listed syncer committed a fragment, except a signer whose
+	// ticket is above every committer's: the chain lets the next tickets
+	// sign, one round deadline after another, when the syncers that
+	// committed do not (receiptSigners), never an entrant ranked below a
+	// committer.
+	var maxTicket uint64
 	for _, s := range rc.Syncers {
-		if !committed[s.DID] {
-			what := "syncer"
-			if s.DID == rc.SyncerDID {
-				what = "the signer"
-			}
-			return nil, nil, fmt.Errorf("%s %s is listed but committed no fragment", what, s.DID)
+		if committed[s.DID] {
+			maxTicket = max(maxTicket, s.Ticket)
+		}
+	}
+	for _, s := range rc.Syncers {
+		switch {
+		case committed[s.DID]:
+		case s.DID == rc.SyncerDID && (len(committed) == 0 || s.Ticket > maxTicket):
+		case s.DID == rc.SyncerDID:
+			return nil, nil, fmt.Errorf("the signer %s committed no fragment and its ticket %d is not above every committer's (%d)", s.DID, s.Ticket, maxTicket)
+		default:
+			return nil, nil, fmt.Errorf("syncer %s is listed but committed no fragment", s.DID)
 		}
 	}
 	if n := len(rounds); n > 0 && rounds[n-1].ModelHash != rc.FinalModelHash {

@@ -230,14 +230,50 @@ func TestReceiptResignedByOtherKeyRefused(t *testing.T) {
 		t.Fatal("receipt signed by an unlisted entrant verified")
 	}
 	// An outsider that lists itself, with a valid VRF proof of its own, at a
-	// ticket after the real syncers: offline, nothing but the transcript
-	// (bound by the run root) can show it was never elected, and --full
-	// refuses a signer that committed no fragment. Against the chain the
-	// election record refuses it (TestVerifyReceiptAgainstAnchor).
+	// ticket after the real syncers looks, offline, like an entrant that
+	// signed late because the committers did not (the chain allows the
+	// tickets above every committer to sign, one deadline after another):
+	// --full accepts it, the chain's election record refuses it
+	// (TestVerifyReceiptAgainstAnchor).
 	s = newSynthRun(t, 8, 3)
 	forged := appendOutsider(t, s, outsider)
-	if err := syncer.CheckReceiptFull(forged, s.blob); err == nil || !strings.Contains(err.Error(), "committed no fragment") {
-		t.Fatalf("receipt of an outsider listing itself: %v", err)
+	if err := syncer.CheckReceiptFull(forged, s.blob); err != nil {
+		t.Fatalf("receipt of a signer listed above every committer: %v", err)
+	}
+}
+
+// TestReceiptNonCommittingSigner: the chain lets the entrants above every
+// committer sign a receipt whose committers did not (receiptSigners), and
+// --full agrees: such a signer is accepted, one ranked below a committer
+// (who would have been that round's syncer first) is refused.
+func TestReceiptNonCommittingSigner(t *testing.T) {
+	// One round, committed wholly by ticket 1 (ticket 0 missed it).
+	s := newSynthRun(t, 1, 2)
+	if len(s.rc.Syncers) != 1 || s.rc.Syncers[0].Ticket != 1 {
+		t.Fatalf("syncers %+v", s.rc.Syncers)
+	}
+	for _, c := range []struct {
+		ticket int
+		ok     bool
+	}{{2, true}, {0, false}} {
+		in := s.in
+		in.SyncerDID = s.order[c.ticket].DID
+		rc, blob, err := syncer.BuildReceipt(in)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.rc, s.blob = rc, blob
+		s.sign(t, s.keys[in.SyncerDID])
+		if err := syncer.CheckReceipt(s.raw, nil); err != nil {
+			t.Fatalf("ticket %d: compact check: %v", c.ticket, err)
+		}
+		err = syncer.CheckReceiptFull(s.raw, s.blob)
+		if c.ok && err != nil {
+			t.Fatalf("signer at ticket %d above the committer: %v", c.ticket, err)
+		}
+		if !c.ok && (err == nil || !strings.Contains(err.Error(), "not above every committer")) {
+			t.Fatalf("signer at ticket %d below the committer: %v", c.ticket, err)
+		}
 	}
 }
 

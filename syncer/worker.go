@@ -40,19 +40,25 @@ type abstention struct {
 }
 
 type worker struct {
-	mu       sync.Mutex
-	runs     map[string]*sync.Mutex // one syncRun per run at a time
-	busy     map[string]bool        // runs whose background syncRun is in flight
-	abstain  map[string]abstention
-	proving  map[string]bool
-	signing  map[string]bool
-	wake     chan struct{}
-	lastLogs map[string]time.Time
+	mu      sync.Mutex
+	runs    map[string]*sync.Mutex // one syncRun per run at a time
+	busy    map[string]bool        // runs whose background syncRun is in flight
+	abstain map[string]abstention
+	proving map[string]bool
+	signing map[string]bool
+	// replicating: runs whose replication is in flight; held: per run,
+	// the weights and momentum blobs this node is known to hold.
+	replicating map[string]bool
+	held        map[string]map[wire.Hash]bool
+	replicaWait map[string]time.Time // retry after a failed fetch
+	wake        chan struct{}
+	lastLogs    map[string]time.Time
 }
 
 func (w *worker) init() {
 	w.runs, w.busy, w.abstain = map[string]*sync.Mutex{}, map[string]bool{}, map[string]abstention{}
 	w.proving, w.signing, w.lastLogs = map[string]bool{}, map[string]bool{}, map[string]time.Time{}
+	w.replicating, w.held, w.replicaWait = map[string]bool{}, map[string]map[wire.Hash]bool{}, map[string]time.Time{}
 	w.wake = make(chan struct{}, 1)
 }
 
@@ -81,6 +87,9 @@ type plan struct {
 	prove  []string // awaiting runs this candidate has no proof for
 	sign   []string // sealed runs whose receipt this node is to sign
 	errs   []error  // runs that cannot be read (skipped)
+	// replicate: running runs whose succession names this node, with their
+	// fragments' current weights and momentum hashes (replicate.go).
+	replicate map[string][]wire.Hash
 }
 
 // plan reads the committed state.
@@ -118,6 +127,12 @@ func (n *Node) plan(ctx context.Context) (*plan, error) {
 					out.prove = append(out.prove, task)
 				}
 			case wire.StatusRunning:
+				if hs := r.replicaHashes(me); len(hs) > 0 {
+					if out.replicate == nil {
+						out.replicate = map[string][]wire.Hash{}
+					}
+					out.replicate[task] = hs
+				}
 				if s, _ := r.syncerAt(v.Block.TimeMs); s != me {
 					continue
 				}
@@ -201,6 +216,10 @@ func (n *Node) step(ctx context.Context, wg *sync.WaitGroup) {
 	}
 	for _, task := range p.sign {
 		start("receipt signature", n.w.signing, task, n.signReceipt)
+	}
+	n.forgetReplicas(p.replicate)
+	for task, hs := range p.replicate {
+		start("replicate weights", n.w.replicating, task, func(ctx context.Context, task string) error { return n.replicate(ctx, task, hs) })
 	}
 	n.challengeStep(ctx, wg, false)
 }

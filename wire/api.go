@@ -445,6 +445,10 @@ type ChainInfo struct {
 	// Validator says whether this node votes (its key is in the genesis
 	// validator set).
 	Validator bool `json:"validator,omitempty"`
+	// GenesisHash identifies the network: SHA-256 of its genesis document
+	// in canonical JSON (chain.GenesisHash), what a light client pins with
+	// --genesis-hash.
+	GenesisHash *Hash `json:"genesis_hash,omitempty"`
 }
 
 // EngineSummary names the aggregation engine in use.

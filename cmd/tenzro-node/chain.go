@@ -120,7 +120,12 @@ Ports: node i listens on BASE+2i (P2P) and BASE+2i+1 (CometBFT RPC);
 				}
 				fmt.Fprintln(stdout)
 			}
-			fmt.Fprintf(stdout, "start each with: tenzro-node --home <home> --rpc-addr HOST:PORT --listen-addr /ip4/HOST/tcp/PORT\n")
+			if len(nodes) > 0 {
+				if gh, err := chain.HomeGenesisHash(nodes[0].Home); err == nil {
+					fmt.Fprintf(stdout, "genesis hash %s (light clients pin it: tenzro-node --role light-client --boot-nodes <a node's libp2p address> --genesis-hash %s)\n", gh, gh)
+				}
+			}
+			fmt.Fprintf(stdout, "start each with: tenzro-node --home <home> (its JSON-RPC and libp2p addresses are in <home>/%s)\n", chain.NodeConfigFile)
 			return nil
 		},
 	}

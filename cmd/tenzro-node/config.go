@@ -17,6 +17,7 @@ import (
 
 	"github.com/tenzro/train/rpc"
 	"github.com/tenzro/train/syncer"
+	"github.com/tenzro/train/wire"
 )
 
 // maxConfigBytes bounds a --config file.
@@ -26,16 +27,20 @@ const maxConfigBytes = 1 << 20
 // (JSON or YAML, keys as the flag names), then flags given on the command
 // line.
 type Config struct {
-	Role            string   `koanf:"role"`
-	DataDir         string   `koanf:"data-dir"`
-	ListenAddr      string   `koanf:"listen-addr"`
-	RPCAddr         string   `koanf:"rpc-addr"`
-	BootNodes       []string `koanf:"boot-nodes"`
-	Dev             bool     `koanf:"dev"`
-	Home            string   `koanf:"home"`
-	NodeKey         string   `koanf:"node-key"`
-	Engine          string   `koanf:"engine"`
-	MaxRequestBytes int64    `koanf:"max-request-bytes"`
+	Role       string   `koanf:"role"`
+	DataDir    string   `koanf:"data-dir"`
+	ListenAddr string   `koanf:"listen-addr"`
+	RPCAddr    string   `koanf:"rpc-addr"`
+	BootNodes  []string `koanf:"boot-nodes"`
+	Dev        bool     `koanf:"dev"`
+	Home       string   `koanf:"home"`
+	// Genesis and GenesisHash pin the network a light client joins (a
+	// genesis file, or the hex GenesisHash of one).
+	Genesis         string `koanf:"genesis"`
+	GenesisHash     string `koanf:"genesis-hash"`
+	NodeKey         string `koanf:"node-key"`
+	Engine          string `koanf:"engine"`
+	MaxRequestBytes int64  `koanf:"max-request-bytes"`
 	// MaxBlobBytes caps one blob uploaded with PUT /blobs (0: MaxRequestBytes).
 	MaxBlobBytes    int64  `koanf:"max-blob-bytes"`
 	MetricsAddr     string `koanf:"metrics-addr"`
@@ -67,7 +72,7 @@ type Config struct {
 
 // configKeys are the keys a config file may set (the flag names).
 var configKeys = map[string]bool{
-	"role": true, "data-dir": true, "home": true, "listen-addr": true, "rpc-addr": true, "boot-nodes": true, "dev": true,
+	"role": true, "data-dir": true, "home": true, "genesis": true, "genesis-hash": true, "listen-addr": true, "rpc-addr": true, "boot-nodes": true, "dev": true,
 	"node-key": true, "engine": true, "max-request-bytes": true, "metrics-addr": true, "log-level": true, "log-format": true,
 	"enclave": true, "tdx-collateral": true, "dashboard": true, "dataset-max-bytes": true, "ipfs-dht": true, "dataset-stall-timeout": true,
 	"large-min-rate": true, "large-grace-ms": true, "max-blob-bytes": true, "watch": true, "watch-concurrency": true,
@@ -247,6 +252,13 @@ func (c *Config) validate() error {
 		return fmt.Errorf("dataset-max-bytes %d: want a positive size (0: the default, 4 GiB)", c.DatasetMaxBytes)
 	case c.DatasetStall < 0:
 		return fmt.Errorf("dataset-stall-timeout %s: want a positive duration", c.DatasetStall)
+	case c.Dev && (c.Genesis != "" || c.GenesisHash != ""):
+		return errors.New("--genesis and --genesis-hash pin the network a node joins; --dev makes its own")
+	}
+	if c.GenesisHash != "" {
+		if _, err := wire.ParseHash(c.GenesisHash); err != nil {
+			return fmt.Errorf("genesis-hash %q: %w", c.GenesisHash, err)
+		}
 	}
 	var lvl slogLevel
 	if err := lvl.UnmarshalText([]byte(c.LogLevel)); err != nil {

@@ -54,10 +54,20 @@ node that follows its peers); its store and key live in <home>/node unless
 --data-dir says otherwise. There is no faucet without --dev: funds come from the
 genesis.
 
+With --role light-client (alias light) and --boot-nodes, the node joins a network
+by itself: at the first start it asks a boot node over libp2p for the network's
+genesis and CometBFT address (/tenzro/chain-info/1.0.0), writes a non-validator
+home in <data-dir>/chain, and follows the chain without voting; later starts
+resume that home. --genesis FILE or --genesis-hash HEX pins the network (the boot
+node's genesis must be that one); without either the genesis is trusted on first
+use and its hash printed.
+
 Configuration is layered: defaults, then --config FILE (JSON or YAML whose keys
 are the flag names), then the flags given on the command line.`,
 		Example: `  tenzro-node --dev --data-dir /tmp/tenzro --rpc-addr 127.0.0.1:8545
   tenzro-node --home /tmp/tn/node0 --rpc-addr 127.0.0.1:8545 --listen-addr /ip4/127.0.0.1/tcp/4001
+  tenzro-node --role light-client --data-dir /tmp/light --rpc-addr 127.0.0.1:8600 \
+    --boot-nodes /ip4/127.0.0.1/tcp/4001/p2p/12D3KooW... --genesis-hash 5b0c...
   tenzro-node --config node.yaml --log-format json`,
 		Args: func(_ *cobra.Command, args []string) error {
 			if len(args) > 0 {
@@ -85,6 +95,8 @@ are the flag names), then the flags given on the command line.`,
 	f.StringSlice("boot-nodes", nil, "comma-separated boot node multiaddrs (with /p2p/<peer id>)")
 	f.Bool("dev", false, "development mode: a one-validator chain in <data-dir>/chain with the faucet on and this node the only syncer candidate")
 	f.String("home", "", "run the chain home that 'tenzro-node testnet' or 'tenzro-node init' wrote (store and key in <home>/node unless --data-dir)")
+	f.String("genesis", "", "light client: the network's genesis.json; the boot node's genesis must be this one (else it is trusted on first use)")
+	f.String("genesis-hash", "", "light client: the network's genesis hash (hex, as 'tenzro node info' or 'tenzro-node testnet' print it); the boot node's genesis must have it")
 	f.String("node-key", "", "node key file (default <data-dir>/node.key, created on first start)")
 	f.String("engine", d.Engine, "aggregation engine: wasm (plugins) or native")
 	f.Int64("max-request-bytes", d.MaxRequestBytes, "largest JSON-RPC request body in bytes")

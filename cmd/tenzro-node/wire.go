@@ -16,6 +16,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -46,10 +47,14 @@ func runNode(ctx context.Context, cfg Config, log *slog.Logger) (err error) {
 	if err != nil {
 		return err
 	}
-	if cfg.Home != "" {
-		// A testnet home names its node's JSON-RPC and libp2p addresses and
-		// its libp2p boot nodes (the other nodes).
-		if nc, err := chain.LoadNodeConfig(cfg.Home); err == nil {
+	bootstrap := isLight(cfg) && !chain.HomeExists(home)
+	if !cfg.Dev && !bootstrap {
+		// A home names its node's JSON-RPC and libp2p addresses and its
+		// libp2p boot nodes (a testnet's other nodes; a light client's own).
+		if nc, err := chain.LoadNodeConfig(home); err == nil {
+			if isLight(cfg) && len(nc.PersistentPeers) == 0 {
+				return fmt.Errorf("%s is the home of a --dev chain, not of a light client: start the light client with another --data-dir", home)
+			}
 			if !cfg.rpcSet && nc.JSONRPCAddr != "" {
 				cfg.RPCAddr = nc.JSONRPCAddr
 			}
@@ -117,6 +122,58 @@ func runNode(ctx context.Context, cfg Config, log *slog.Logger) (err error) {
 	if err != nil {
 		return err
 	}
+	// libp2p comes up before the chain: a light client learns its chain
+	// from its boot nodes over it. Gossip serves the node's blobs (payloads,
+	// weights, momentum, evidence) from the blob store, and its chain once
+	// it exists.
+	var nodeP atomic.Pointer[syncer.Node]
+	var chainP atomic.Pointer[chain.Node]
+	hd := gossip.Handlers{Nonce: func(ctx context.Context, p wire.NonceParams) (*wire.NonceResult, error) {
+		node := nodeP.Load()
+		if node == nil {
+			return nil, &gossip.Refusal{Kind: int(syncer.KindInternal), Message: "node starting"}
+		}
+		res, err := node.AttestNonce(ctx, p)
+		if k := syncer.KindOf(err); err != nil && k != syncer.KindInternal {
+			return nil, &gossip.Refusal{Kind: int(k), Message: err.Error()}
+		} else if err != nil {
+			log.Error("attestation nonce for a peer", "task", p.TaskID, "did", p.DID, "err", err)
+			return nil, &gossip.Refusal{Kind: int(syncer.KindInternal), Message: "internal error on this node (see its log)"}
+		}
+		return res, nil
+	}, ChainInfo: func() (*gossip.ChainInfo, error) {
+		cn := chainP.Load()
+		if cn == nil {
+			return nil, errors.New("the chain is starting")
+		}
+		return &gossip.ChainInfo{ChainID: cn.ChainID, NodeID: cn.NodeID, P2PAddr: cn.Config.P2PAddr, Genesis: cn.Genesis}, nil
+	}}
+	gn, err := gossip.New(ctx, gossip.Config{
+		ListenAddrs: []string{cfg.ListenAddr},
+		BootNodes:   cfg.BootNodes,
+		Identity:    key.Priv,
+		Logger:      log,
+		Blobs:       served,
+		MaxBlob:     max(cfg.MaxRequestBytes, cfg.MaxBlobBytes),
+	}, hd)
+	if err != nil {
+		return fmt.Errorf("gossip: %w", err)
+	}
+	defer closeLogged(log, "gossip", gn.Close)
+	log.Info("gossip listening", "peer_id", gn.PeerID(), "addrs", gn.Addrs())
+
+	if bootstrap {
+		if err := bootstrapLight(ctx, gn, cfg, home, log); err != nil {
+			if errors.Is(err, context.Canceled) {
+				return nil
+			}
+			return err
+		}
+	} else if !cfg.Dev {
+		if err := checkPin(cfg, home); err != nil {
+			return err
+		}
+	}
 	if cfg.Dev {
 		if err := initDevChain(home, tr.signer.DID(), log); err != nil {
 			return err
@@ -127,6 +184,7 @@ func runNode(ctx context.Context, cfg Config, log *slog.Logger) (err error) {
 		return err
 	}
 	defer closeLogged(log, "chain", cn.Close)
+	chainP.Store(cn)
 	if err := cn.WaitCommitted(ctx, 10*time.Second); err != nil {
 		if errors.Is(err, context.Canceled) {
 			return nil // stopped while starting
@@ -149,35 +207,6 @@ func runNode(ctx context.Context, cfg Config, log *slog.Logger) (err error) {
 		}()
 	}
 
-	// Blobs (payloads, weights, evidence) are served from the blob store.
-	var node *syncer.Node // set below
-	hd := gossip.Handlers{Nonce: func(ctx context.Context, p wire.NonceParams) (*wire.NonceResult, error) {
-		if node == nil {
-			return nil, &gossip.Refusal{Kind: int(syncer.KindInternal), Message: "node starting"}
-		}
-		res, err := node.AttestNonce(ctx, p)
-		if k := syncer.KindOf(err); err != nil && k != syncer.KindInternal {
-			return nil, &gossip.Refusal{Kind: int(k), Message: err.Error()}
-		} else if err != nil {
-			log.Error("attestation nonce for a peer", "task", p.TaskID, "did", p.DID, "err", err)
-			return nil, &gossip.Refusal{Kind: int(syncer.KindInternal), Message: "internal error on this node (see its log)"}
-		}
-		return res, nil
-	}}
-	gn, err := gossip.New(ctx, gossip.Config{
-		ListenAddrs: []string{cfg.ListenAddr},
-		BootNodes:   cfg.BootNodes,
-		Identity:    key.Priv,
-		Logger:      log,
-		Blobs:       served,
-		MaxBlob:     max(cfg.MaxRequestBytes, cfg.MaxBlobBytes),
-	}, hd)
-	if err != nil {
-		return fmt.Errorf("gossip: %w", err)
-	}
-	defer closeLogged(log, "gossip", gn.Close)
-	log.Info("gossip listening", "peer_id", gn.PeerID(), "addrs", gn.Addrs())
-
 	// The CometBFT validator key in the home signs challenge votes (a node
 	// that is not in the genesis validator set is never on a committee).
 	var voter syncer.VoteSigner
@@ -186,7 +215,7 @@ func runNode(ctx context.Context, cfg Config, log *slog.Logger) (err error) {
 	} else {
 		voter = vs
 	}
-	node, err = syncer.NewNode(ctx, syncer.Config{
+	node, err := syncer.NewNode(ctx, syncer.Config{
 		Chain:            cn.Local,
 		Blobs:            served,
 		Local:            db,
@@ -194,8 +223,8 @@ func runNode(ctx context.Context, cfg Config, log *slog.Logger) (err error) {
 		Signer:           tr.signer,
 		Attestor:         tr.checker,
 		DatasetKeys:      tr.datasetKeys(),
-		Fetcher:          gossipFetcher{gn: gn, blobs: blobs},
-		Provider:         gn.PeerID(),
+		Fetcher:          gn, // the blob stream into the blob store (gossip.Node.Fetch)
+		Provider:         gn.ProviderHint(),
 		Dev:              cfg.Dev,
 		Role:             cfg.Role,
 		Logger:           log.With("component", "syncer"),
@@ -212,10 +241,11 @@ func runNode(ctx context.Context, cfg Config, log *slog.Logger) (err error) {
 		return fmt.Errorf("start syncer: %w", err)
 	}
 	defer closeLogged(log, "syncer", node.Close)
+	nodeP.Store(node)
 	if pr, ok := registry.(*pluginRegistry); ok {
 		pr.node = node // publications pay the burned fee, rate-limited per DID
 	}
-	if cands, err := node.ListSyncers(ctx); err == nil {
+	if cands, err := node.ListSyncers(ctx); err == nil && cfg.Role == "syncer" {
 		found := false
 		for _, c := range cands {
 			found = found || c.DID == tr.signer.DID()
@@ -312,15 +342,26 @@ func chainHome(cfg Config) (string, error) {
 		return filepath.Join(cfg.DataDir, "chain"), nil
 	case cfg.Home != "":
 		return cfg.Home, nil
+	case cfg.Role == "light":
+		home := lightHome(cfg)
+		if !chain.HomeExists(home) && len(cfg.BootNodes) == 0 {
+			return "", usageError{fmt.Errorf("a light client joins a network through --boot-nodes (a node's libp2p address, /ip4/…/tcp/…/p2p/<peer id>; 'tenzro node info' prints it): %s holds no chain home yet", cfg.DataDir)}
+		}
+		return home, nil
 	}
-	return "", usageError{errors.New("no chain to run: start with --dev (a one-validator chain in this process, with a faucet) or --home DIR (a home written by 'tenzro-node testnet' or 'tenzro-node init')")}
+	return "", usageError{errors.New("no chain to run: start with --dev (a one-validator chain in this process, with a faucet), --home DIR (a home written by 'tenzro-node testnet' or 'tenzro-node init'), or --role light-client --boot-nodes ADDR (join a network from a node)")}
 }
 
 // initDevChain writes the --dev chain's home at the first start; later
 // starts resume it.
 func initDevChain(home, syncerDID string, log *slog.Logger) error {
-	if _, err := os.Stat(filepath.Join(home, chain.NodeConfigFile)); err == nil {
+	if nc, err := chain.LoadNodeConfig(home); err == nil {
+		if len(nc.PersistentPeers) > 0 {
+			return fmt.Errorf("%s is the home of a node that follows a network, not of a --dev chain: start --dev with another --data-dir", home)
+		}
 		return nil
+	} else if _, err := os.Stat(filepath.Join(home, chain.NodeConfigFile)); err == nil {
+		return fmt.Errorf("dev chain: %w", err)
 	} else if !errors.Is(err, fs.ErrNotExist) {
 		return fmt.Errorf("dev chain: %w", err)
 	}
@@ -360,40 +401,6 @@ func checkNodeStore(ctx context.Context, db *store.DB, dataDir string) error {
 }
 
 var errStopScan = errors.New("stop")
-
-// gossipFetcher gets a blob this node does not hold over the libp2p blob
-// stream (/tenzro/blob/2.0.0) into the blob store: the record's provider
-// first, then the peers on the training topics; the bytes go to disk as they
-// arrive, a broken stream resumes from the first missing byte (same or
-// next peer), the hash is checked over the whole blob. It then reads the
-// stored blob back for the caller.
-type gossipFetcher struct {
-	gn    *gossip.Node
-	blobs *store.Blobs
-}
-
-func (f gossipFetcher) Fetch(ctx context.Context, h wire.Hash, maxSize uint64, provider string) ([]byte, error) {
-	var peers []string
-	if provider != "" && provider != f.gn.PeerID() {
-		peers = append(peers, provider)
-	}
-	seen := map[string]bool{provider: true}
-	for _, t := range []string{gossip.TopicTraining, gossip.TopicSyncer} {
-		for _, p := range f.gn.TopicPeers(t) {
-			if !seen[p] {
-				seen[p] = true
-				peers = append(peers, p)
-			}
-		}
-	}
-	if len(peers) == 0 {
-		return nil, fmt.Errorf("blob %s: no peer to ask: %w", h, syncer.ErrNotFound)
-	}
-	if _, err := f.gn.FetchBlobTo(ctx, h, int64(min(maxSize, 1<<62)), peers...); err != nil {
-		return nil, fmt.Errorf("blob %s: %w", h, err)
-	}
-	return f.blobs.Get(ctx, h)
-}
 
 // loadOrCreateNodeKey reads the node key, creating it (mode 0600) on first
 // start.

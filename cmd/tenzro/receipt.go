@@ -57,8 +57,9 @@ sponsor refund = pool + slashes). --root checks against a claimed run root.
 transcript_hash): from --transcript FILE ('tenzro train get-transcript --out'),
 else fetched from the node at --rpc. It recomputes every round commit hash and
 the run root, and checks that every fragment was committed by the syncer the
-receipt names at that ticket and that every named syncer, the signer included,
-committed a fragment.
+receipt names at that ticket and that every named syncer committed a fragment,
+except a signer ranked above every committer (the chain lets the next tickets
+sign when the committers do not).
 
 --rpc URL (given explicitly) also asks that node (tenzro_training_verifyReceipt,
 no root) whether the run root is the one committed on chain for the task and

@@ -6,6 +6,9 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
+	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"sort"
@@ -49,13 +52,31 @@ func TestBlobStreamBench(t *testing.T) {
 	}
 	server := newNode(t, ctx, Config{Blobs: bs, MaxBlob: int64(len(data))}, Handlers{})
 	addr := server.Addrs()[0]
+	// The baseline of the same run: a loopback HTTP GET of the same stored
+	// file (net/http, sendfile where the kernel offers it), written by the
+	// child into its blob store as the stream is.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, err := bs.OpenBlob(r.Context(), h)
+		if err != nil {
+			http.Error(w, err.Error(), 404)
+			return
+		}
+		defer b.Close()
+		http.ServeContent(w, r, "", time.Time{}, io.NewSectionReader(b, 0, b.Size()))
+	})}
+	go srv.Serve(ln)
+	defer srv.Close()
 	type res struct {
 		Secs  float64 `json:"secs"`
 		HWMKB int64   `json:"hwm_kb"`
 		Base  int64   `json:"base_kb"`
 	}
 	results := map[string][]res{}
-	modes := []string{"store", "memory", "store, cut at 40% and resumed"}
+	modes := []string{"store", "memory", "store, cut at 40% and resumed", "http GET baseline (loopback, into the blob store)"}
 	for rep := 0; rep < reps; rep++ {
 		for _, mode := range modes {
 			if strings.HasPrefix(mode, "store, cut") {
@@ -63,7 +84,7 @@ func TestBlobStreamBench(t *testing.T) {
 			}
 			cmd := exec.Command(os.Args[0], "-test.run=^TestBlobStreamBenchChild$", "-test.v")
 			cmd.Env = append(os.Environ(), "TENZRO_BLOB_CHILD="+strings.SplitN(mode, ",", 2)[0], "TENZRO_BLOB_ADDR="+addr,
-				"TENZRO_BLOB_HASH="+h.String(), "TENZRO_BLOB_SIZE="+strconv.Itoa(len(data)))
+				"TENZRO_BLOB_HASH="+h.String(), "TENZRO_BLOB_SIZE="+strconv.Itoa(len(data)), "TENZRO_BLOB_HTTP=http://"+ln.Addr().String()+"/")
 			out, err := cmd.CombinedOutput()
 			if err != nil {
 				t.Fatalf("%s: %v\n%s", mode, err, out)
@@ -129,6 +150,22 @@ func TestBlobStreamBenchChild(t *testing.T) {
 		got, err := n.FetchBlobTo(ctx, h, int64(size), ai.ID.String())
 		if err != nil || got != int64(size) {
 			t.Fatalf("FetchBlobTo: %d, %v", got, err)
+		}
+	case "http GET baseline (loopback":
+		resp, err := http.Get(os.Getenv("TENZRO_BLOB_HTTP"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		w, err := bs.Create(h, int64(size))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := io.Copy(w, resp.Body); err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if _, err := w.Commit(ctx); err != nil {
+			t.Fatal(err)
 		}
 	case "memory":
 		b, err := n.FetchBlob(ctx, ai.ID.String(), h)

@@ -425,25 +425,33 @@ func (n *Node) fetchTo(ctx context.Context, hash wire.Hash, limit int64, peers [
 	return total, nil
 }
 
-// Fetch fetches the blob h, at most maxSize bytes, into the blob store
-// (provider first, then every connected peer) and returns its bytes.
+// Fetch fetches the blob h, at most maxSize bytes (a record's
+// payload_size), into the blob store and returns its bytes: the peers the
+// provider hint names first (ProviderHint's form, dialled from the
+// addresses in it, or a bare peer id), then every connected peer. It is the
+// syncer's PayloadFetcher.
 func (n *Node) Fetch(ctx context.Context, h wire.Hash, maxSize uint64, provider string) ([]byte, error) {
+	if n.blobs == nil {
+		return nil, ErrNoBlobStore
+	}
 	if _, err := n.FetchFromAny(ctx, h, int64(min(maxSize, 1<<62)), provider); err != nil {
 		return nil, err
 	}
 	return n.blobs.Get(ctx, h)
 }
 
-// FetchFromAny is FetchBlobTo from provider (when not empty) and then every
-// connected peer.
+// FetchFromAny is FetchBlobTo from the peers the provider hint names (when
+// not empty) and then every connected peer.
 func (n *Node) FetchFromAny(ctx context.Context, h wire.Hash, limit int64, provider string) (int64, error) {
-	var peers []string
-	if provider != "" {
-		peers = append(peers, provider)
+	peers := n.ResolveProvider(provider)
+	seen := map[string]bool{n.PeerID(): true}
+	for _, p := range peers {
+		seen[p] = true
 	}
-	for _, p := range n.h.Network().Peers() {
-		if s := p.String(); s != provider {
-			peers = append(peers, s)
+	for _, p := range n.ConnectedPeerIDs() {
+		if !seen[p] {
+			seen[p] = true
+			peers = append(peers, p)
 		}
 	}
 	return n.FetchBlobTo(ctx, h, limit, peers...)

@@ -72,6 +72,9 @@ type Handlers struct {
 	// (the syncer role). A refusal should be a *Refusal so that its kind
 	// reaches the asking node; any other error travels as kind 0.
 	Nonce func(ctx context.Context, p wire.NonceParams) (*wire.NonceResult, error)
+	// ChainInfo, when set, serves ChainInfoProtocol: this node's chain (its
+	// genesis and CometBFT peer address) for nodes that join it.
+	ChainInfo func() (*ChainInfo, error)
 }
 
 // Stats counts what the node saw. Rejected messages failed validation (bad
@@ -237,6 +240,9 @@ func (n *Node) start(ctx context.Context) error {
 	if n.hd.Nonce != nil {
 		n.h.SetStreamHandler(protocol.ID(NonceProtocol), n.serveNonce)
 	}
+	if n.hd.ChainInfo != nil {
+		n.h.SetStreamHandler(protocol.ID(ChainInfoProtocol), n.serveChainInfo)
+	}
 	for _, ai := range n.boot {
 		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		if err := n.h.Connect(cctx, ai); err != nil {
@@ -252,26 +258,49 @@ func (n *Node) start(ctx context.Context) error {
 	return nil
 }
 
+// Boot node redial: a boot node that dropped is dialled again after
+// redialFirst, then after twice as long each time it stays unreachable, up
+// to redialMax; a restarted boot node does not dial us back, so this is
+// how a light client finds its way back to the network.
+const (
+	redialCheck = time.Second
+	redialFirst = time.Second
+	redialMax   = 30 * time.Second
+)
+
 // redialBoot reconnects to boot nodes that dropped.
 func (n *Node) redialBoot() {
 	defer n.wg.Done()
-	t := time.NewTicker(30 * time.Second)
+	t := time.NewTicker(redialCheck)
 	defer t.Stop()
+	next := make([]time.Time, len(n.boot))
+	wait := make([]time.Duration, len(n.boot))
 	for {
 		select {
 		case <-n.ctx.Done():
 			return
 		case <-t.C:
 		}
-		for _, ai := range n.boot {
+		now := time.Now()
+		for i, ai := range n.boot {
 			if n.h.Network().Connectedness(ai.ID) == network.Connected {
+				wait[i] = 0
+				continue
+			}
+			if now.Before(next[i]) {
 				continue
 			}
 			cctx, cancel := context.WithTimeout(n.ctx, 10*time.Second)
-			if err := n.h.Connect(cctx, ai); err != nil {
-				n.log.Debug("boot node still unreachable", "peer", ai.ID, "err", err)
-			}
+			err := n.h.Connect(cctx, ai)
 			cancel()
+			if err == nil {
+				n.log.Info("boot node reconnected", "peer", ai.ID)
+				wait[i] = 0
+				continue
+			}
+			wait[i] = min(max(2*wait[i], redialFirst), redialMax)
+			next[i] = time.Now().Add(wait[i])
+			n.log.Debug("boot node still unreachable", "peer", ai.ID, "retry_in", wait[i], "err", err)
 		}
 	}
 }

@@ -111,6 +111,11 @@ class NodeProc:
             stdout=self.log,
             stderr=subprocess.STDOUT,
         )  # fmt: skip
+        self._wait()
+
+    def _wait(self) -> None:
+        """Waits (60 s at most) until the started process answers JSON-RPC."""
+        assert self.proc is not None
         c = Client(self.url, timeout=5)
         deadline = time.monotonic() + 60
         while True:

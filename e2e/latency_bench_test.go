@@ -1,0 +1,106 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"testing"
+	"time"
+
+	"github.com/tenzro/train/syncer/election"
+	"github.com/tenzro/train/wire"
+	"github.com/tenzro/train/wire/did"
+)
+
+// TestSubmitLatencyBench measures submission-to-commit latency (the
+// JSON-RPC submit call, which answers once the record is committed) on 4
+// local validators through a light client vs through the elected syncer's
+// own node, alternating one submission at a time in the same run. Nothing
+// is asserted about speed.
+//
+//	TENZRO_NET_BENCH=1 nice go test ./e2e -run TestSubmitLatencyBench -v
+func TestSubmitLatencyBench(t *testing.T) {
+	if os.Getenv("TENZRO_NET_BENCH") != "1" {
+		t.Skip("a benchmark: set TENZRO_NET_BENCH=1")
+	}
+	const (
+		nTrainers, F, N = 16, 8, 64
+		task            = "lat-run"
+	)
+	sponsor := chainKey(t, did.KindHuman, 71)
+	trainers := make([]*did.Key, nTrainers)
+	allocs := map[string]string{sponsor.DID.String(): "10000000000000000000000"}
+	for i := range trainers {
+		trainers[i] = chainKey(t, did.KindMachine, byte(80+i))
+		allocs[trainers[i].DID.String()] = "200000000000000000000"
+	}
+	n := startNet(t, netOptions{validators: 4, allocs: allocs})
+	light := n.startLight("light", 0)
+	spec := fmt.Sprintf(`{"task_id":%q,"sponsor_did":%q,"sponsor_address":"0x1111111111111111111111111111111111111111",
+ "architecture":{"family":"timesfm","param_count":%d,"modality":"Timeseries","fragment_count":%d,"dtype":"bf16"},
+ "tier":"Open","aggregation":"Mean","trainer_count":%d,"quorum":%d,"inner_steps":4,"max_rounds":1,"grace_window_ms":600000,
+ "round_deadline_ms":600000,"reward_pool":"1000000000000000000000","dataset_ref":"ipfs://QmTest","dataset_hash":"0xabab",
+ "min_throughput":null,"created_at":1761350400}`, task, sponsor.DID, F*N, F, nTrainers, nTrainers)
+	specPath, keyPath := filepath.Join(n.dir, "spec.json"), filepath.Join(n.dir, "sponsor.key")
+	if err := os.WriteFile(specPath, []byte(spec), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := sponsor.Save(keyPath); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command(filepath.Join(binDir, "tenzro"), "train", "post-task", "--spec", specPath, "--init-weights", writeInitN(t, n.dir, F, N),
+		"--key", keyPath, "--rpc", "http://"+n.vals[0].jsonRPC).CombinedOutput(); err != nil {
+		t.Fatalf("post-task: %v\n%s", err, out)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
+	defer cancel()
+	waitRun(t, n, n.vals[1], task, time.Minute, "node 1 sees the run", func(r *wire.RunView) bool { return true })
+	for _, k := range trainers {
+		p := &wire.EnrollParams{TaskID: task, TrainerDID: k.DID.String(), Stake: "100000000000000000000", Signed: wire.Signed{Nonce: 1}}
+		p.Signature = k.Sign(p.Preimage())
+		if _, err := n.vals[1].client().Enroll(ctx, p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	run := waitRun(t, n, light, task, 2*time.Minute, "the run starts", func(r *wire.RunView) bool { return r.Status == wire.StatusRunning })
+	succ, err := election.Succession(*run.Election)
+	if err != nil {
+		t.Fatal(err)
+	}
+	syncerNode := n.byDID(succ[0].DID)
+	lat := map[string][]time.Duration{}
+	for f := 0; f < F; f++ {
+		w, err := syncerNode.client().GetWeights(ctx, wire.GetWeightsParams{TaskID: task, FragmentIndex: uint64(f)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, k := range trainers {
+			via, name := syncerNode, "the syncer's node"
+			if (i+f)%2 == 0 {
+				via, name = light, "a light client"
+			}
+			payload, err := gradientBytes(w.Payload, i, 0, f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			g := &wire.OuterGradient{TaskID: task, TrainerDID: k.DID.String(), Round: 0, FragmentIndex: uint64(f),
+				GradientPayload: payload, PayloadHash: wire.ContentHash(payload)}
+			g.Signature = k.Sign(g.Preimage())
+			start := time.Now()
+			if _, err := via.client().Submit(ctx, g); err != nil {
+				t.Fatalf("trainer %d fragment %d via %s: %v", i, f, name, err)
+			}
+			lat[name] = append(lat[name], time.Since(start))
+		}
+	}
+	fmt.Printf("| submitted through | n | p50 ms | p99 ms | min–max ms |\n|---|---|---|---|---|\n")
+	for _, name := range []string{"the syncer's node", "a light client"} {
+		d := lat[name]
+		sort.Slice(d, func(i, j int) bool { return d[i] < d[j] })
+		ms := func(x time.Duration) float64 { return float64(x.Microseconds()) / 1000 }
+		fmt.Printf("| %s | %d | %.0f | %.0f | %.0f–%.0f |\n", name, len(d), ms(d[len(d)/2]), ms(d[len(d)*99/100]), ms(d[0]), ms(d[len(d)-1]))
+	}
+}
