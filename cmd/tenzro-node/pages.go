@@ -80,3 +80,26 @@ func pages(cfg Config, reg *prometheus.Registry, src dashboard.Source, verify rp
 func (c Config) dashboardOn() bool {
 	return c.Dashboard == "on" || (c.Dashboard == "auto" || c.Dashboard == "") && c.Dev
 }
+
+// p2pBytes exports the libp2p bandwidth counter: bytes carried by this
+// node's streams per protocol and direction (only protocols this node
+// registered are ever negotiated, so the label set is bounded).
+type p2pBytes struct {
+	gn   *gossip.Node
+	desc *prometheus.Desc
+}
+
+func newP2PBytes(gn *gossip.Node) p2pBytes {
+	return p2pBytes{gn: gn, desc: prometheus.NewDesc("tenzro_p2p_stream_bytes_total",
+		"Bytes carried by this node's libp2p streams since it started, by protocol (pubsub = the gossip topics, /tenzro/blob = payloads and weights) and direction.",
+		[]string{"protocol", "direction"}, nil)}
+}
+
+func (c p2pBytes) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
+
+func (c p2pBytes) Collect(ch chan<- prometheus.Metric) {
+	for proto, v := range c.gn.BytesByProtocol() {
+		ch <- prometheus.MustNewConstMetric(c.desc, prometheus.CounterValue, float64(v[0]), proto, "in")
+		ch <- prometheus.MustNewConstMetric(c.desc, prometheus.CounterValue, float64(v[1]), proto, "out")
+	}
+}

@@ -161,6 +161,9 @@ func runNode(ctx context.Context, cfg Config, log *slog.Logger) (err error) {
 	}
 	defer closeLogged(log, "gossip", gn.Close)
 	log.Info("gossip listening", "peer_id", gn.PeerID(), "addrs", gn.Addrs())
+	if err := reg.Register(newP2PBytes(gn)); err != nil {
+		return fmt.Errorf("metrics: %w", err)
+	}
 
 	if bootstrap {
 		if err := bootstrapLight(ctx, gn, cfg, home, log); err != nil {

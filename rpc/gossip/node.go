@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"github.com/libp2p/go-libp2p/core/metrics"
 	"log/slog"
 	"sync"
 	"sync/atomic"
@@ -102,6 +103,7 @@ type counters struct {
 // blob stream protocol.
 type Node struct {
 	h        host.Host
+	bw       *metrics.BandwidthCounter // every byte of every libp2p stream, by protocol
 	ps       *pubsub.PubSub
 	topics   map[string]*pubsub.Topic
 	subs     []*pubsub.Subscription
@@ -169,17 +171,19 @@ func New(ctx context.Context, cfg Config, h Handlers) (*Node, error) {
 		boot = append(boot, *ai)
 	}
 
+	bw := metrics.NewBandwidthCounter()
 	hst, err := libp2p.New(
 		libp2p.Identity(key),
 		libp2p.ListenAddrStrings(cfg.ListenAddrs...),
 		libp2p.UserAgent("tenzro-node"),
+		libp2p.BandwidthReporter(bw),
 	)
 	if err != nil {
 		return nil, fmt.Errorf("gossip: start libp2p host on %v: %w", cfg.ListenAddrs, err)
 	}
 	nctx, cancel := context.WithCancel(context.Background())
 	n := &Node{
-		h: hst, topics: map[string]*pubsub.Topic{}, log: log, hd: h, maxBlob: cfg.MaxBlob,
+		h: hst, bw: bw, topics: map[string]*pubsub.Topic{}, log: log, hd: h, maxBlob: cfg.MaxBlob,
 		cache: newBlobCache(cfg.BlobCacheBytes), boot: boot, serveSem: make(chan struct{}, maxConcurrentServes),
 		ctx: nctx, cancel: cancel, mesh: newMeshTracer(), blobs: cfg.Blobs, serving: map[peer.ID]int{},
 	}
@@ -498,4 +502,15 @@ func (n *Node) PublishSyncerStatus(ctx context.Context, s SyncerStatus) error {
 		return fmt.Errorf("gossip: publish: %w", err)
 	}
 	return n.publish(ctx, TopicSyncer, &s)
+}
+
+// BytesByProtocol is what this node's libp2p streams carried since it
+// started, per protocol (gossip topics travel under the pubsub protocol,
+// blobs under BlobProtocol): total bytes in and out.
+func (n *Node) BytesByProtocol() map[string][2]int64 {
+	out := map[string][2]int64{}
+	for p, st := range n.bw.GetBandwidthByProtocol() {
+		out[string(p)] = [2]int64{st.TotalIn, st.TotalOut}
+	}
+	return out
 }
