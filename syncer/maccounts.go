@@ -171,11 +171,11 @@ func (x *mtx) unbond(p *wire.UnbondParams) (*wire.SyncerCandidate, error) {
 // runSyncedBy returns an active run whose elected syncer is d ("" if none).
 func (x *mtx) runSyncedBy(d string) (string, error) {
 	var found string
-	err := x.kv.Scan(x.ctx, KSMeta, []byte("active/"), func(k, _ []byte) error {
+	err := x.kv.Scan(x.ctx, KSMeta, []byte(activePrefix), func(k, _ []byte) error {
 		if found != "" {
 			return nil
 		}
-		task := strings.TrimPrefix(string(k), "active/")
+		task := strings.TrimPrefix(string(k), activePrefix)
 		r, err := loadRun(x.ctx, x.kv, task)
 		if err != nil {
 			return nil // an unreadable run holds no one

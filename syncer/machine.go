@@ -522,11 +522,7 @@ func (m *Machine) Check(ctx context.Context, kv KV, tx *wire.Tx) error {
 // nothing; a run that cannot be read is logged and skipped (every validator
 // skips it alike).
 func (m *Machine) BeginBlock(ctx context.Context, kv KV, blk Block) error {
-	var tasks []string
-	err := kv.Scan(ctx, KSMeta, []byte("active/"), func(k, _ []byte) error {
-		tasks = append(tasks, strings.TrimPrefix(string(k), "active/"))
-		return nil
-	})
+	tasks, err := activeTasks(ctx, kv)
 	if err != nil {
 		return fmt.Errorf("timers: %w", err)
 	}

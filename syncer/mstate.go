@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"strings"
 
 	"github.com/tenzro/train/wire"
 )
@@ -181,7 +182,21 @@ func claimPrefix(task string, round uint64, f int) []byte {
 func claimKey(task string, round uint64, f int, d string) []byte {
 	return append(claimPrefix(task, round, f), d...)
 }
-func activeKey(task string) []byte { return []byte("active/" + task) }
+
+const activePrefix = "active/"
+
+func activeKey(task string) []byte { return []byte(activePrefix + task) }
+
+// activeTasks lists the runs that are not yet sealed, cancelled or expired,
+// in key order.
+func activeTasks(ctx context.Context, kv KV) ([]string, error) {
+	var tasks []string
+	err := kv.Scan(ctx, KSMeta, []byte(activePrefix), func(k, _ []byte) error {
+		tasks = append(tasks, strings.TrimPrefix(string(k), activePrefix))
+		return nil
+	})
+	return tasks, err
+}
 
 // unsignedKey indexes sealed runs whose receipt awaits its signature.
 func unsignedKey(task string) []byte { return []byte("unsigned/" + task) }

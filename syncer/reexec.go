@@ -309,11 +309,7 @@ func (n *Node) challengePlan(ctx context.Context) (*challengeWork, error) {
 				out.decided = append(out.decided, *ch)
 			}
 		}
-		var tasks []string
-		err := v.KV.Scan(ctx, KSMeta, []byte("active/"), func(k, _ []byte) error {
-			tasks = append(tasks, strings.TrimPrefix(string(k), "active/"))
-			return nil
-		})
+		tasks, err := activeTasks(ctx, v.KV)
 		if err != nil {
 			return err
 		}

@@ -104,11 +104,7 @@ func (n *Node) plan(ctx context.Context) (*plan, error) {
 		} else if !errors.Is(err, ErrNotFound) {
 			return err
 		}
-		var tasks []string
-		err := v.KV.Scan(ctx, KSMeta, []byte("active/"), func(k, _ []byte) error {
-			tasks = append(tasks, strings.TrimPrefix(string(k), "active/"))
-			return nil
-		})
+		tasks, err := activeTasks(ctx, v.KV)
 		if err != nil {
 			return err
 		}
