@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"net/http"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
@@ -15,7 +13,6 @@ import (
 	"time"
 
 	"github.com/tenzro/train/wire"
-	"github.com/tenzro/train/wire/did"
 )
 
 // p2pBytesOut sums tenzro_p2p_stream_bytes_total{direction="out"} per
@@ -59,42 +56,9 @@ func TestGossipBytesBench(t *testing.T) {
 		nTrainers, F, N = 4, 2, 1 << 20
 		task            = "bytes-run"
 	)
-	sponsor := chainKey(t, did.KindHuman, 71)
-	trainers := make([]*did.Key, nTrainers)
-	allocs := map[string]string{sponsor.DID.String(): "10000000000000000000000"}
-	for i := range trainers {
-		trainers[i] = chainKey(t, did.KindMachine, byte(80+i))
-		allocs[trainers[i].DID.String()] = "200000000000000000000"
-	}
-	n := startNet(t, netOptions{validators: 4, allocs: allocs})
-	light := n.startLight("light", 0)
-	spec := fmt.Sprintf(`{"task_id":%q,"sponsor_did":%q,"sponsor_address":"0x1111111111111111111111111111111111111111",
- "architecture":{"family":"timesfm","param_count":%d,"modality":"Timeseries","fragment_count":%d,"dtype":"bf16"},
- "tier":"Open","aggregation":"Mean","trainer_count":%d,"quorum":%d,"inner_steps":4,"max_rounds":2,"grace_window_ms":600000,
- "round_deadline_ms":600000,"reward_pool":"1000000000000000000000","dataset_ref":"ipfs://QmTest","dataset_hash":"0xabab",
- "min_throughput":null,"created_at":1761350400}`, task, sponsor.DID, F*N, F, nTrainers, nTrainers)
-	specPath, keyPath := filepath.Join(n.dir, "spec.json"), filepath.Join(n.dir, "sponsor.key")
-	if err := os.WriteFile(specPath, []byte(spec), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if err := sponsor.Save(keyPath); err != nil {
-		t.Fatal(err)
-	}
-	if out, err := exec.Command(filepath.Join(binDir, "tenzro"), "train", "post-task", "--spec", specPath, "--init-weights", writeInitN(t, n.dir, F, N),
-		"--key", keyPath, "--rpc", "http://"+n.vals[0].jsonRPC).CombinedOutput(); err != nil {
-		t.Fatalf("post-task: %v\n%s", err, out)
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
-	waitRun(t, n, light, task, time.Minute, "the light client sees the run", func(r *wire.RunView) bool { return true })
-	for _, k := range trainers {
-		p := &wire.EnrollParams{TaskID: task, TrainerDID: k.DID.String(), Stake: "100000000000000000000", Signed: wire.Signed{Nonce: 1}}
-		p.Signature = k.Sign(p.Preimage())
-		if _, err := light.client().Enroll(ctx, p); err != nil {
-			t.Fatal(err)
-		}
-	}
-	waitRun(t, n, light, task, 2*time.Minute, "the run starts", func(r *wire.RunView) bool { return r.Status == wire.StatusRunning })
+	n, light, trainers, _ := benchRun(ctx, t, task, nTrainers, F, N, 2, func(_ *testNet, light *chainNode) *chainNode { return light })
 	nodes := append(append([]*chainNode{}, n.vals...), light)
 	sum := func() map[string]float64 {
 		tot := map[string]float64{}
