@@ -154,7 +154,7 @@ func asGolden(out syncer.FinalizeOutput) goldenResult {
 
 // TestFinalizeMatchesGolden: Engine.Finalize gives what the separate calls
 // gave before it existed (the golden) and what they give now
-// (syncer.FinalizeBySteps on the same engine, the aggregate's hash
+// (syncer.FinalizeInMemory on the same engine, the aggregate's hash
 // included), in process and in workers, whole and chunked, with blocks
 // mapped from stages or copied, for every built-in aggregation rule, F32
 // and BF16, with and without momentum, round-level verification, no
@@ -184,7 +184,7 @@ func TestFinalizeMatchesGolden(t *testing.T) {
 				if err != nil {
 					t.Fatalf("%s: %v", c.Name, err)
 				}
-				ref, err := syncer.FinalizeBySteps(ctx, e, in)
+				ref, err := syncer.FinalizeInMemory(ctx, e, in)
 				if err != nil {
 					t.Fatalf("%s: steps: %v", c.Name, err)
 				}
@@ -302,7 +302,7 @@ func TestFinalizeWorkerHostile(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want, err := syncer.FinalizeBySteps(ctx, e, grow)
+	want, err := syncer.FinalizeInMemory(ctx, e, grow)
 	if err != nil || got.Status != wire.FragRuleFailed || !reflect.DeepEqual(got, want) {
 		t.Fatalf("memory.grow loop: %+v (%v), separate steps %+v", got, err, want)
 	}

@@ -41,13 +41,13 @@ func (e *Engine) remoteFinalize(ctx context.Context, in syncer.FinalizeInput, sp
 	for _, v := range in.Verifiers {
 		if v.RoundLevel && len(in.Inputs) > 0 {
 			if !need(v, KindVerify) {
-				return syncer.FinalizeBySteps(ctx, e, in)
+				return e.finalizeInProcess(ctx, in)
 			}
 			calls += len(in.Inputs)
 		}
 	}
 	if !need(in.Rule, KindAggregate) || !need(in.Outer, KindOuter) {
-		return syncer.FinalizeBySteps(ctx, e, in)
+		return e.finalizeInProcess(ctx, in)
 	}
 	n := int64(in.N)
 	fr := &finReq{Rule: in.Rule, Outer: in.Outer, Verifiers: in.Verifiers, Quorum: in.Quorum}
@@ -188,7 +188,8 @@ func serveFinalize(ctx context.Context, e *Engine, req *workerReq, mem []byte, a
 		return readerSource(f, v.Ranges), nil
 	}
 	in := syncer.FinalizeInput{Rule: fr.Rule, Outer: fr.Outer, Verifiers: fr.Verifiers, Dtype: req.Dtype, N: req.N, Quorum: fr.Quorum,
-		LR: req.LR, Beta: req.Beta, Nesterov: req.Nesterov}
+		LR: req.LR, Beta: req.Beta, Nesterov: req.Nesterov,
+		Inputs: make([]syncer.Values, len(fr.Inputs))} // counted by RunFinalize; the sources are srcs
 	srcs := make([]*source, len(fr.Inputs))
 	for i, v := range fr.Inputs {
 		s, err := open(v)
