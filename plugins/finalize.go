@@ -74,15 +74,18 @@ func (e *Engine) finalizeInProcess(ctx context.Context, in syncer.FinalizeInput)
 			return out, err
 		}
 	}
-	w, err := open(in.Weights)
-	if err != nil {
-		return out, err
-	}
-	var m *source
-	if in.Momentum != nil {
-		if m, err = open(*in.Momentum); err != nil {
+	var w, m *source
+	if !in.AggregateOnly {
+		if w, err = open(in.Weights); err != nil {
 			return out, err
 		}
+		if in.Momentum != nil {
+			if m, err = open(*in.Momentum); err != nil {
+				return out, err
+			}
+		}
+	} else {
+		span = int64(in.N) * 4 // the aggregate takes the weights' place
 	}
 	f := e.newFeeder()
 	defer f.release()
@@ -91,11 +94,18 @@ func (e *Engine) finalizeInProcess(ctx context.Context, in syncer.FinalizeInput)
 	if err != nil || res.Status != wire.FragAggregated {
 		return res, err
 	}
+	var mb []byte
+	if !in.AggregateOnly {
+		mb = mOut.bytes()
+	}
 	if in.Write != nil {
-		return res, in.Write(wOut.bytes(), mOut.bytes())
+		return res, in.Write(wOut.bytes(), mb)
 	}
 	res.Weights = append([]byte(nil), wOut.bytes()...)
-	res.Momentum = append([]byte(nil), mOut.bytes()...)
+	res.Momentum = append([]byte(nil), mb...)
+	if mb == nil {
+		res.Momentum = nil
+	}
 	return res, nil
 }
 
@@ -114,6 +124,9 @@ func finalizeShape(in syncer.FinalizeInput) (int64, error) {
 		if v.R == nil && v.Path == "" {
 			return 0, fmt.Errorf("plugins: finalize: input %d has neither a reader nor a path", i)
 		}
+	}
+	if in.AggregateOnly {
+		return span, nil
 	}
 	if in.Weights.Len() != span || (in.Weights.R == nil && in.Weights.Path == "") {
 		return 0, fmt.Errorf("plugins: finalize: weights span %d bytes, want %d", in.Weights.Len(), span)
@@ -159,11 +172,16 @@ func (s *pluginSteps) Aggregate(ctx context.Context, kept []int) (syncer.Aggrega
 	for j, k := range kept {
 		srcs[j] = s.srcs[k]
 	}
+	var err error
+	if s.in.AggregateOnly {
+		// The aggregate lands where the new weights would.
+		s.agg, err = s.e.finalizeAggregate(ctx, s.in, srcs, s.f, s.wOut)
+		return s.agg.AggregateOutput, err
+	}
 	// A native outer step reads the weights and momentum on the other core
 	// while the aggregator's guest runs.
 	s.e.readAhead(ctx, s.in, s.w, s.m, s.wOut, s.mOut, s.f, &s.ahead)
-	var err error
-	s.agg, err = s.e.finalizeAggregate(ctx, s.in, srcs, s.f)
+	s.agg, err = s.e.finalizeAggregate(ctx, s.in, srcs, s.f, stagedDest(s.f, int64(s.in.N)*4))
 	return s.agg.AggregateOutput, err
 }
 
@@ -218,8 +236,8 @@ type finalizeAgg struct {
 }
 
 // finalizeAggregate is Engine.Aggregate on the kept inputs, the aggregate
-// landing in a stage (NaN canonicalised).
-func (e *Engine) finalizeAggregate(ctx context.Context, in syncer.FinalizeInput, kept []*source, f *feeder) (finalizeAgg, error) {
+// landing in to (N f32, NaN canonicalised).
+func (e *Engine) finalizeAggregate(ctx context.Context, in syncer.FinalizeInput, kept []*source, f *feeder, to dest) (finalizeAgg, error) {
 	var out finalizeAgg
 	p, err := e.pluginFor(ctx, in.Rule, KindAggregate)
 	if err != nil {
@@ -234,7 +252,7 @@ func (e *Engine) finalizeAggregate(ctx context.Context, in syncer.FinalizeInput,
 	if err != nil {
 		return out, err
 	}
-	out.dest = stagedDest(f, int64(in.N)*4)
+	out.dest = to
 	out.AggregateOutput, err = e.aggregateSrc(ctx, p, params, in.Dtype, in.N, es, kept, out.dest, f)
 	if err != nil {
 		return out, err

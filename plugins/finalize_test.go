@@ -312,3 +312,43 @@ func TestFinalizeWorkerHostile(t *testing.T) {
 		t.Fatalf("Mean after the kill: %+v %v", out, err)
 	}
 }
+
+// TestFinalizeAggregateOnly: the aggregation-only finalize (`tenzro plugin
+// run`) gives Engine.Aggregate's bytes, selection and fuel, in process and
+// in workers, without weights, and hands the aggregate to Write.
+func TestFinalizeAggregateOnly(t *testing.T) {
+	ctx := context.Background()
+	fe := &finalizeEngines{t: t, es: map[string]*Engine{}}
+	for _, ci := range []int{0, 12, 6} { // Mean F32, Krum{f=1} F32, TrimmedMean BF16 (goldenCases order)
+		c := goldenCases()[ci]
+		for _, m := range []finalizeMode{finalizeModes[1], finalizeModes[5], finalizeModes[6]} {
+			e := fe.get(m, "")
+			d := c.data()
+			in := finalizeInput(t, e, c, d, t.TempDir())
+			in.AggregateOnly, in.Weights, in.Momentum, in.Verifiers, in.Quorum = true, syncer.Values{}, nil, nil, 0
+			got, err := e.Finalize(ctx, in)
+			if err != nil {
+				t.Fatalf("%s %s: %v", c.Name, m.name, err)
+			}
+			agg, err := e.Aggregate(ctx, syncer.AggregateInput{Rule: in.Rule, Dtype: c.Dtype, N: c.N, Inputs: d.inputs})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got.Status != wire.FragAggregated || !bytes.Equal(got.Weights, agg.Aggregate) || got.Momentum != nil ||
+				got.Fuel != agg.Fuel || got.AggregateHash != wire.ContentHash(agg.Aggregate) || !reflect.DeepEqual(got.Selected, agg.Selected) {
+				t.Errorf("%s %s: got %s fuel %d, Aggregate fuel %d (same bytes %v)", c.Name, m.name, got.Status, got.Fuel, agg.Fuel, bytes.Equal(got.Weights, agg.Aggregate))
+			}
+			var handed []byte
+			in.Write = func(w, mo []byte) error {
+				if mo != nil {
+					return errors.New("momentum handed over")
+				}
+				handed = bytes.Clone(w)
+				return nil
+			}
+			if _, err := e.Finalize(ctx, in); err != nil || !bytes.Equal(handed, agg.Aggregate) {
+				t.Errorf("%s %s: Write got other bytes (%v)", c.Name, m.name, err)
+			}
+		}
+	}
+}

@@ -281,6 +281,11 @@ type FinalizeInput struct {
 	LR       float32
 	Beta     float32
 	Nesterov bool
+	// AggregateOnly stops after the aggregation (the rule author's tool,
+	// tenzro plugin run): the outer step does not run, Weights and
+	// Momentum are not read, and the aggregate (N f32) takes the new
+	// weights' place in Write and FinalizeOutput.Weights (momentum nil).
+	AggregateOnly bool
 	// Write, when set, receives the new weights (N values of Dtype) and
 	// momentum (N f32) when the step succeeds, as views valid only during
 	// the call, so that they are written once, where the caller keeps them
@@ -395,6 +400,11 @@ func RunFinalize(ctx context.Context, in FinalizeInput, s FinalizeSteps) (Finali
 	for j, k := range kept {
 		out.Selected[k] = j < len(agg.Selected) && agg.Selected[j]
 	}
+	if in.AggregateOnly {
+		out.AggregateHash = wire.ContentHash(agg.Aggregate)
+		out.Status = wire.FragAggregated
+		return out, nil
+	}
 	// The aggregate is hashed while the outer step runs (the step reads it,
 	// never writes it).
 	hashed := make(chan wire.Hash, 1)
@@ -433,6 +443,9 @@ func FinalizeInMemory(ctx context.Context, eng Engine, in FinalizeInput) (Finali
 	if err != nil || out.Status != wire.FragAggregated {
 		return out, err
 	}
+	if in.AggregateOnly {
+		s.step = OuterStepOutput{Weights: s.agg}
+	}
 	if in.Write != nil {
 		return out, in.Write(s.step.Weights, s.step.Momentum)
 	}
@@ -446,6 +459,7 @@ type memorySteps struct {
 	in     FinalizeInput
 	span   int64
 	inputs [][]byte
+	agg    []byte
 	step   OuterStepOutput
 }
 
@@ -466,7 +480,9 @@ func (s *memorySteps) Aggregate(ctx context.Context, kept []int) (AggregateOutpu
 	for j, k := range kept {
 		in[j] = s.inputs[k]
 	}
-	return s.eng.Aggregate(ctx, AggregateInput{Rule: s.in.Rule, Dtype: s.in.Dtype, N: s.in.N, Inputs: in})
+	out, err := s.eng.Aggregate(ctx, AggregateInput{Rule: s.in.Rule, Dtype: s.in.Dtype, N: s.in.N, Inputs: in})
+	s.agg = out.Aggregate
+	return out, err
 }
 
 func (s *memorySteps) Outer(ctx context.Context, aggregate []byte) (uint64, error) {
