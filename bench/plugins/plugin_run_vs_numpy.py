@@ -24,7 +24,6 @@ import struct
 import subprocess
 import sys
 import tempfile
-import time
 
 import numpy as np
 
@@ -69,6 +68,18 @@ print(json.dumps({"rc": p.returncode, "s": dt, "maxrss_kb": resource.getrusage(r
 """
 
 
+def ms(rs: list[dict]) -> list[int]:
+    return [
+        round(1e3 * statistics.median(r["s"] for r in rs)),
+        round(1e3 * min(r["s"] for r in rs)),
+        round(1e3 * max(r["s"] for r in rs)),
+    ]
+
+
+def mb(rs: list[dict]) -> int:
+    return round(max(r["maxrss_kb"] for r in rs) / 1024)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--k", type=int, default=6)
@@ -83,38 +94,74 @@ def main() -> None:
         paths = []
         for i in range(a.k):
             y = rng.standard_normal(a.n, dtype=np.float32)
-            h = json.dumps({"w": {"dtype": "F32", "shape": [a.n], "data_offsets": [0, 4 * a.n]}}, separators=(",", ":")).encode()
+            h = json.dumps(
+                {"w": {"dtype": "F32", "shape": [a.n], "data_offsets": [0, 4 * a.n]}}, separators=(",", ":")
+            ).encode()
             h += b" " * ((8 - len(h) % 8) % 8)
-            p = os.path.join(t, "in%d.safetensors" % i)
+            p = os.path.join(t, f"in{i}.safetensors")
             with open(p, "wb") as f:
                 f.write(struct.pack("<Q", len(h)))
                 f.write(h)
                 f.write(y.tobytes())
             paths.append(p)
         np_script = os.path.join(t, "np_side.py")
-        open(np_script, "w").write(NUMPY_SIDE)
+        with open(np_script, "w") as f:
+            f.write(NUMPY_SIDE)
 
         def measure(cmd: list[str]) -> dict:
-            out = subprocess.run([sys.executable, "-c", MEASURE, *cmd], capture_output=True, text=True, check=True).stdout
+            out = subprocess.run(
+                [sys.executable, "-c", MEASURE, *cmd], capture_output=True, text=True, check=True
+            ).stdout
             r = json.loads(out)
             if r["rc"] != 0:
-                raise RuntimeError("%s: %s" % (cmd[:3], r["err"]))
+                raise RuntimeError("{}: {}".format(cmd[:3], r["err"]))
             return r
 
         tenzro = os.path.join(a.bin, "tenzro")
         # One run first: it fills the compilation cache on disk, as any
         # earlier run of the tool would have.
-        measure([tenzro, "plugin", "run", "--rule", "Mean", "--inputs", ",".join(paths), "--out", os.path.join(t, "warm.safetensors")])
+        measure(
+            [
+                tenzro,
+                "plugin",
+                "run",
+                "--rule",
+                "Mean",
+                "--inputs",
+                ",".join(paths),
+                "--out",
+                os.path.join(t, "warm.safetensors"),
+            ]
+        )
         res = {"k": a.k, "n": a.n, "input_bytes": a.k * 4 * a.n, "load_avg_start": os.getloadavg(), "rules": {}}
         for rule in a.rules.split(","):
             tz, npy = [], []
             for _ in range(a.reps):
-                tz.append(measure([tenzro, "plugin", "run", "--rule", rule, "--inputs", ",".join(paths), "--out", os.path.join(t, "o1.safetensors")]))
+                tz.append(
+                    measure(
+                        [
+                            tenzro,
+                            "plugin",
+                            "run",
+                            "--rule",
+                            rule,
+                            "--inputs",
+                            ",".join(paths),
+                            "--out",
+                            os.path.join(t, "o1.safetensors"),
+                        ]
+                    )
+                )
                 npy.append(measure([sys.executable, np_script, rule, os.path.join(t, "o2.safetensors"), *paths]))
-            ms = lambda rs: [round(1e3 * statistics.median(r["s"] for r in rs)), round(1e3 * min(r["s"] for r in rs)), round(1e3 * max(r["s"] for r in rs))]  # noqa: E731
-            mb = lambda rs: round(max(r["maxrss_kb"] for r in rs) / 1024)  # noqa: E731
-            res["rules"][rule] = {"tenzro_ms": ms(tz), "numpy_ms": ms(npy), "tenzro_peak_mb": mb(tz), "numpy_peak_mb": mb(npy),
-                                  "speed_ratio_numpy_over_tenzro": round(statistics.median(r["s"] for r in npy) / statistics.median(r["s"] for r in tz), 2)}
+            res["rules"][rule] = {
+                "tenzro_ms": ms(tz),
+                "numpy_ms": ms(npy),
+                "tenzro_peak_mb": mb(tz),
+                "numpy_peak_mb": mb(npy),
+                "speed_ratio_numpy_over_tenzro": round(
+                    statistics.median(r["s"] for r in npy) / statistics.median(r["s"] for r in tz), 2
+                ),
+            }
         res["load_avg_end"] = os.getloadavg()
         print(json.dumps(res, indent=1))
     finally:
