@@ -24,7 +24,8 @@ cleanup() {
 	[[ ${#pids[@]} -gt 0 ]] && echo "== stopped ${#pids[@]} validators; homes and logs kept in $dir"
 }
 trap cleanup EXIT
-trap 'exit 130' INT TERM
+# Ctrl-C (or a TERM) is how a newcomer stops the network: a clean stop, exit 0.
+trap 'exit 0' INT TERM
 
 if [[ -n "${TENZRO_BIN_DIR:-}" ]]; then
 	bin="$TENZRO_BIN_DIR"
@@ -86,7 +87,7 @@ for ((i = 0; i < n; i++)); do
 			tail -20 "$home/node.log" >&2
 			exit 1
 		fi
-		h="$("$bin/tenzro" chain status --node "http://$rpc" --format json 2>/dev/null | sed -n 's/.*"height": *\([0-9]*\).*/\1/p' || true)"
+		h="$("$bin/tenzro" chain status --comet-rpc "http://$rpc" --format json 2>/dev/null | sed -n 's/.*"height": *\([0-9]*\).*/\1/p' || true)"
 		if [[ -n "$h" && "$h" -ge 1 ]] && "$bin/tenzro" node info --rpc "http://$jr" >/dev/null 2>&1; then ok=1; break; fi
 		sleep 0.2
 	done
@@ -120,4 +121,13 @@ tenzro ledger balance --did $sponsor --rpc $jrl
 EOF
 if [[ "${TESTNET_EXIT_WHEN_READY:-0}" == 1 ]]; then exit 0; fi
 echo "== Ctrl-C stops the network"
-wait
+if [[ -t 0 ]]; then
+	# On a terminal, wait in a foreground job of its own process group (job control on): Ctrl-C then
+	# reaches only that job, not `make` above this script, which would otherwise die of the signal and
+	# report "Error 130"; the script goes on to stop every node and exits 0.
+	set -m
+	sleep infinity || true
+	set +m
+else
+	wait
+fi
