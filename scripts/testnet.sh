@@ -121,13 +121,16 @@ tenzro ledger balance --did $sponsor --rpc $jrl
 EOF
 if [[ "${TESTNET_EXIT_WHEN_READY:-0}" == 1 ]]; then exit 0; fi
 echo "== Ctrl-C stops the network"
-if [[ -t 0 ]]; then
-	# On a terminal, wait in a foreground job of its own process group (job control on): Ctrl-C then
-	# reaches only that job, not `make` above this script, which would otherwise die of the signal and
-	# report "Error 130"; the script goes on to stop every node and exits 0.
-	set -m
-	sleep infinity || true
-	set +m
+if [[ -t 0 && -t 2 ]]; then
+	# On a terminal (bash takes job control through stderr), wait in a foreground job of its own
+	# process group (job control on): Ctrl-C then reaches only that job, not `make` above this
+	# script, which would otherwise die of the signal and report "Error 130". With job control on,
+	# bash abandons this whole `if` when the job dies of SIGINT and goes on after `fi`, to the exit
+	# below (the EXIT trap stops every node). -e/-u/pipefail are off for that wait: with them bash
+	# would end the script with the job's 130 first.
+	set +eu +o pipefail -m
+	sleep infinity
 else
 	wait
 fi
+exit 0
