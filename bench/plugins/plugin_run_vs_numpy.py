@@ -162,6 +162,7 @@ def main() -> None:
                     statistics.median(r["s"] for r in npy) / statistics.median(r["s"] for r in tz), 2
                 ),
             }
+            print(rule, json.dumps(res["rules"][rule]), file=sys.stderr, flush=True)
         res["load_avg_end"] = os.getloadavg()
         print(json.dumps(res, indent=1))
     finally:
