@@ -18,7 +18,7 @@ import (
 //	tenzro_rounds_committed_total
 //	tenzro_submissions_total{outcome}            accepted, forwarded, or the refusal kind
 //	tenzro_fragment_finalize_seconds{status}     round start → fragment commit
-//	tenzro_plugin_call_seconds{op,rule}          aggregate / verify / outer_step
+//	tenzro_plugin_call_seconds{op,rule}          aggregate / verify / outer_step / finalize
 //	tenzro_plugin_fuel_total{op,rule}
 //	tenzro_payload_bytes_total{direction}        in: submissions and initial weights; out: weights and payloads served
 //	tenzro_pending_submissions                   accepted, not yet aggregated (all running runs)
@@ -264,6 +264,16 @@ func (e engineMetrics) Verify(ctx context.Context, in syncer.VerifyInput) (synce
 	t := time.Now()
 	out, err := e.Engine.Verify(ctx, in)
 	e.observe("verify", in.Verifier.Name, t, out.Fuel)
+	return out, err
+}
+
+// Finalize is one fragment's fused finalize (round-level verifiers,
+// aggregation and outer step): op "finalize", labelled with the
+// aggregation rule, its fuel the three steps'.
+func (e engineMetrics) Finalize(ctx context.Context, in syncer.FinalizeInput) (syncer.FinalizeOutput, error) {
+	t := time.Now()
+	out, err := e.Engine.Finalize(ctx, in)
+	e.observe("finalize", in.Rule.Name, t, out.Fuel)
 	return out, err
 }
 

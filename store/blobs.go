@@ -226,6 +226,28 @@ func (s *Blobs) Put(ctx context.Context, h wire.Hash, b []byte) error {
 	return err
 }
 
+// WriteBlob stores the bytes write produces, whose hash is not known
+// before they are written (a syncer's new weights): they are hashed as
+// they are written, once, and the blob is named by that hash, synced like
+// Put. At most limit bytes (≤ 0: MaxSize). An error from write or the
+// store keeps nothing.
+func (s *Blobs) WriteBlob(ctx context.Context, limit int64, write func(io.Writer) error) (wire.Hash, error) {
+	w, err := s.Create(wire.Hash{}, limit)
+	if err != nil {
+		return wire.Hash{}, err
+	}
+	if err := write(w); err != nil {
+		w.Abort()
+		return wire.Hash{}, err
+	}
+	w.h = w.hasher.Sum()
+	w.final = s.Path(w.h) // the temporary file moves across fan-out directories of one store
+	if _, err := w.Commit(ctx); err != nil {
+		return wire.Hash{}, err
+	}
+	return w.h, nil
+}
+
 // PutResult says what PutStream did.
 type PutResult struct {
 	// Size is the blob's size.
