@@ -29,12 +29,26 @@ func (s *Service) Routes() (map[string]http.Handler, error) {
 	}
 	gw := gateway.NewHandler(gateway.Config{DeserializedResponses: true}, be)
 	return map[string]http.Handler{
-		"/ipfs/":                   gw,
+		"/ipfs/":                   sandboxed(gw),
 		"POST /api/dataset/import": http.HandlerFunc(s.serveImport),
 		"POST /api/dataset/fetch":  http.HandlerFunc(s.serveFetch),
 		"GET /api/dataset/list":    http.HandlerFunc(s.serveList),
 		"POST /api/dataset/remove": http.HandlerFunc(s.serveRemove),
 	}, nil
+}
+
+// sandboxed marks every gateway answer so that a browser never runs what a
+// stranger imported with this node's origin: CSP sandbox gives the page an
+// opaque origin (no cookies, no same-origin requests to JSON-RPC or the
+// dataset API, no scripts), nosniff stops type guessing, and the page may
+// not be framed.
+func sandboxed(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Security-Policy", "sandbox; default-src 'none'; img-src 'self' data:; style-src 'unsafe-inline'; frame-ancestors 'none'")
+		w.Header().Set("X-Content-Type-Options", "nosniff")
+		w.Header().Set("X-Frame-Options", "DENY")
+		h.ServeHTTP(w, r)
+	})
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {

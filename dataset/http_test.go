@@ -105,3 +105,32 @@ func TestHTTPAddGatewayCAR(t *testing.T) {
 		t.Fatalf("non-CAR import: %s", resp.Status)
 	}
 }
+
+// Finding 10 of issue 22: HTML a stranger imported was served as text/html
+// with no CSP on the origin of JSON-RPC. Gateway answers now sandbox it.
+func TestGatewaySandboxesImportedHTML(t *testing.T) {
+	ctx := context.Background()
+	a := newTestNode(t, Options{}, nil)
+	ca := serve(t, a)
+	dir := t.TempDir()
+	_ = os.WriteFile(filepath.Join(dir, "index.html"), []byte("<html><script>fetch('/',{method:'POST'})</script></html>"), 0o600)
+	rec, err := ca.Add(ctx, dir, AddOptions{Layout: DefaultLayout})
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.Get(ca.Base + "/ipfs/" + rec.CID + "/index.html")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("gateway: %s", resp.Status)
+	}
+	csp := resp.Header.Get("Content-Security-Policy")
+	if !strings.HasPrefix(csp, "sandbox") || !strings.Contains(csp, "frame-ancestors 'none'") {
+		t.Errorf("Content-Security-Policy %q: want sandbox and frame-ancestors 'none'", csp)
+	}
+	if got := resp.Header.Get("X-Content-Type-Options"); got != "nosniff" {
+		t.Errorf("X-Content-Type-Options %q", got)
+	}
+}

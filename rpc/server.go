@@ -145,6 +145,11 @@ type Options struct {
 	// MaxBlobUploadsPerPeer bounds the uploads of one remote IP at once;
 	// its further uploads wait (DefaultMaxBlobUploadsPerPeer).
 	MaxBlobUploadsPerPeer int
+
+	// AllowedOrigins are browser origins (scheme://host[:port], or "*")
+	// allowed to make state-changing requests besides the port's own
+	// origin (browser.go).
+	AllowedOrigins []string
 }
 
 func (o Options) withDefaults() Options {
@@ -251,6 +256,9 @@ func (s *Server) Close() error { return s.bridge.Close() }
 // ServeHTTP implements http.Handler: POST application/json bodies holding
 // one request or a batch.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if refuseCrossOrigin(w, r, s.opts.AllowedOrigins) {
+		return
+	}
 	if strings.HasPrefix(r.URL.Path, BlobPath) {
 		s.serveBlob(w, r)
 		return
@@ -264,7 +272,12 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeRaw(w, http.StatusMethodNotAllowed, rawError(nil, newError(CodeInvalidRequest, nil, "HTTP method %s not allowed: send JSON-RPC requests with POST", r.Method)))
 		return
 	}
-	if ct := r.Header.Get("Content-Type"); ct != "" {
+	// Content-Type is required: without it (or with a form type) a browser
+	// page on any origin could POST here without a CORS preflight.
+	if ct := r.Header.Get("Content-Type"); ct == "" {
+		writeRaw(w, http.StatusUnsupportedMediaType, rawError(nil, newError(CodeInvalidRequest, nil, "Content-Type missing: send JSON-RPC requests with Content-Type: application/json")))
+		return
+	} else {
 		mt, params, err := mime.ParseMediaType(ct)
 		if err != nil || mt != "application/json" || (params["charset"] != "" && params["charset"] != "utf-8" && params["charset"] != "utf8") {
 			writeRaw(w, http.StatusUnsupportedMediaType, rawError(nil, newError(CodeInvalidRequest, nil, "Content-Type %q not supported: use application/json", ct)))
@@ -420,7 +433,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	mux := http.NewServeMux()
 	mux.Handle("/", s)
 	for pattern, h := range s.opts.Routes {
-		mux.Handle(pattern, h)
+		mux.Handle(pattern, SameOrigin(h, s.opts.AllowedOrigins))
 	}
 	hs := &http.Server{
 		Handler:           mux,

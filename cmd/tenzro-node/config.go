@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -61,6 +62,9 @@ type Config struct {
 	// that differ (syncer.Config.Watch); WatchConcurrency bounds it.
 	Watch            bool `koanf:"watch"`
 	WatchConcurrency int  `koanf:"watch-concurrency"`
+	// RPCAllowOrigins are browser origins allowed to make state-changing
+	// requests to the RPC port besides its own (rpc.Options.AllowedOrigins).
+	RPCAllowOrigins []string `koanf:"rpc-allow-origin"`
 
 	// fault is set by the faultinject build's flags only (fault_inject.go).
 	fault *syncer.Fault
@@ -76,6 +80,7 @@ var configKeys = map[string]bool{
 	"node-key": true, "engine": true, "max-request-bytes": true, "metrics-addr": true, "log-level": true, "log-format": true,
 	"enclave": true, "tdx-collateral": true, "dashboard": true, "dataset-max-bytes": true, "ipfs-dht": true, "dataset-stall-timeout": true,
 	"large-min-rate": true, "large-grace-ms": true, "max-blob-bytes": true, "watch": true, "watch-concurrency": true,
+	"rpc-allow-origin": true,
 }
 
 // fileProvider reads a config file with a size limit (koanf.Provider).
@@ -263,6 +268,14 @@ func (c *Config) validate() error {
 	var lvl slogLevel
 	if err := lvl.UnmarshalText([]byte(c.LogLevel)); err != nil {
 		return fmt.Errorf("log-level %q: %w", c.LogLevel, err)
+	}
+	for _, o := range c.RPCAllowOrigins {
+		if o == "*" {
+			continue
+		}
+		if u, err := url.Parse(o); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.Path != "" || u.RawQuery != "" {
+			return fmt.Errorf("rpc-allow-origin %q: want scheme://host[:port] (http or https) or *", o)
+		}
 	}
 	cleaned := c.BootNodes[:0]
 	for _, b := range c.BootNodes {

@@ -103,6 +103,7 @@ are the flag names), then the flags given on the command line.`,
 	f.Int64("max-blob-bytes", d.MaxBlobBytes, "largest blob accepted by PUT /blobs/<hash> (payloads, initial weights) in bytes; 0: --max-request-bytes")
 	f.Int64("large-min-rate", d.LargeMinRate, "slowest accepted large request body (over 1 MiB), bytes/s, after --large-grace-ms")
 	f.Int64("large-grace-ms", d.LargeGraceMs, "how long a large request body may lag behind --large-min-rate at its start (ms)")
+	f.StringSlice("rpc-allow-origin", nil, "browser origins (scheme://host:port) allowed to POST to the RPC port besides its own; cross-origin browser requests are refused otherwise")
 	f.String("metrics-addr", "", "serve Prometheus metrics on this address at /metrics (default off)")
 	f.String("log-level", d.LogLevel, "log level: debug, info, warn or error")
 	f.String("log-format", d.LogFormat, "log format: text or json")

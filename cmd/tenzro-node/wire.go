@@ -272,6 +272,7 @@ func runNode(ctx context.Context, cfg Config, log *slog.Logger) (err error) {
 	svc := nodeService{Node: node, gn: gn, chain: cn}
 	opts := rpc.Options{
 		Routes:          dsRoutes,
+		AllowedOrigins:  cfg.RPCAllowOrigins,
 		MaxRequestBytes: cfg.MaxRequestBytes,
 		Blobs:           served,
 		MaxBlobBytes:    cfg.MaxBlobBytes,
