@@ -146,6 +146,12 @@ type Options struct {
 	// its further uploads wait (DefaultMaxBlobUploadsPerPeer).
 	MaxBlobUploadsPerPeer int
 
+	// HeavyMemoryBytes is the memory heavy reads (replayFragment,
+	// getPayload, getWeights) may hold at once (DefaultHeavyMemoryBytes);
+	// ReplayBytes what one replay is assumed to hold (DefaultReplayBytes).
+	HeavyMemoryBytes int64
+	ReplayBytes      int64
+
 	// AllowedOrigins are browser origins (scheme://host[:port], or "*")
 	// allowed to make state-changing requests besides the port's own
 	// origin (browser.go).
@@ -190,6 +196,12 @@ func (o Options) withDefaults() Options {
 	if o.MaxBlobUploadsPerPeer <= 0 {
 		o.MaxBlobUploadsPerPeer = DefaultMaxBlobUploadsPerPeer
 	}
+	if o.HeavyMemoryBytes <= 0 {
+		o.HeavyMemoryBytes = DefaultHeavyMemoryBytes
+	}
+	if o.ReplayBytes <= 0 {
+		o.ReplayBytes = DefaultReplayBytes
+	}
 	if o.Concurrency <= 0 {
 		o.Concurrency = DefaultConcurrency
 	}
@@ -213,6 +225,7 @@ type Server struct {
 	largeInFlight atomic.Int64
 	blobSlots     blobSlots
 	blobsInFlight atomic.Int64
+	heavy         *heavy
 }
 
 type parsedKey struct{}
@@ -224,7 +237,8 @@ func New(svc syncer.Service, opts Options) (*Server, error) {
 	}
 	opts = opts.withDefaults()
 	s := &Server{svc: svc, opts: opts, log: opts.Logger, large: semaphore.NewWeighted(int64(opts.MaxLargeInFlight)),
-		blobSlots: blobSlots{all: semaphore.NewWeighted(int64(opts.MaxBlobUploads))}}
+		blobSlots: blobSlots{all: semaphore.NewWeighted(int64(opts.MaxBlobUploads))},
+		heavy:     newHeavy(opts.HeavyMemoryBytes, opts.ReplayBytes, DefaultReplayCacheEntries)}
 	s.mux = assigner{s.methods()}
 	s.bridge = jhttp.NewBridge(s.mux, &jhttp.BridgeOptions{
 		Server: &jrpc2.ServerOptions{
@@ -351,6 +365,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		reqs = parsed
 	}
+	refuseHeavyInBatch(reqs)
 	body = nil // the parsed requests (or the stash) hold what is needed
 	s.bridge.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), parsedKey{}, reqs)))
 }
