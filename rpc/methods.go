@@ -381,7 +381,9 @@ func (s *Server) methods() handler.Map {
 				return nonNil(l), err
 			})
 		m[wire.MethodReplayFragment] = typed(s, wire.MethodReplayFragment, paramsRequired, func(p *wire.ReplayFragmentParams) string { return needTask(p.TaskID) },
-			func(ctx context.Context, p *wire.ReplayFragmentParams) (any, error) { return s.replayOnce(ctx, p, cs.ReplayFragment) })
+			func(ctx context.Context, p *wire.ReplayFragmentParams) (any, error) {
+				return s.replayOnce(ctx, p, cs.ReplayFragment)
+			})
 		m[wire.MethodGetFragmentState] = typed(s, wire.MethodGetFragmentState, paramsRequired, func(p *wire.ReplayFragmentParams) string { return needTask(p.TaskID) },
 			func(ctx context.Context, p *wire.ReplayFragmentParams) (any, error) { return cs.FragmentState(ctx, p) })
 	}
