@@ -146,6 +146,13 @@ type Options struct {
 	// its further uploads wait (DefaultMaxBlobUploadsPerPeer).
 	MaxBlobUploadsPerPeer int
 
+	// BlobAuth, when set, admits PUT /blobs only with a signed, funded
+	// upload intent (blobs.go); without it uploads are open (tests, tools).
+	BlobAuth BlobAuthorizer
+	// BlobPeerBytesPerHour bounds the upload bytes one remote IP is admitted
+	// per hour under BlobAuth (DefaultBlobPeerBytesPerHour).
+	BlobPeerBytesPerHour int64
+
 	// HeavyMemoryBytes is the memory heavy reads (replayFragment,
 	// getPayload, getWeights) may hold at once (DefaultHeavyMemoryBytes);
 	// ReplayBytes what one replay is assumed to hold (DefaultReplayBytes).
@@ -195,6 +202,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.MaxBlobUploadsPerPeer <= 0 {
 		o.MaxBlobUploadsPerPeer = DefaultMaxBlobUploadsPerPeer
+	}
+	if o.BlobPeerBytesPerHour <= 0 {
+		o.BlobPeerBytesPerHour = DefaultBlobPeerBytesPerHour
 	}
 	if o.HeavyMemoryBytes <= 0 {
 		o.HeavyMemoryBytes = DefaultHeavyMemoryBytes
