@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 func serve(t *testing.T, n *testNode) *Client {
@@ -132,5 +133,40 @@ func TestGatewaySandboxesImportedHTML(t *testing.T) {
 	}
 	if got := resp.Header.Get("X-Content-Type-Options"); got != "nosniff" {
 		t.Errorf("X-Content-Type-Options %q", got)
+	}
+}
+
+// Finding 6 of issue 22: an import that sent one byte held the dataset lock
+// for the server's 10-minute read timeout. A body below the minimum rate is
+// now cut after the grace, nothing is kept, and the next import proceeds.
+func TestImportTricklerIsCut(t *testing.T) {
+	ctx := context.Background()
+	a := newTestNode(t, Options{MinImportRate: 64 << 10, ImportGrace: time.Second}, nil)
+	ca := serve(t, a)
+	pr, pw := io.Pipe()
+	go func() {
+		_, _ = pw.Write([]byte{0x3a}) // one byte of a CAR header, then nothing
+		<-ctx.Done()
+	}()
+	t.Cleanup(func() { pw.Close() })
+	start := time.Now()
+	resp, err := http.Post(ca.Base+"/api/dataset/import", "application/vnd.ipld.car", pr)
+	if err == nil {
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusRequestTimeout || !strings.Contains(string(b), "slower than") {
+			t.Fatalf("trickled import: %s %s", resp.Status, b)
+		}
+	}
+	if d := time.Since(start); d > 2*time.Minute {
+		t.Fatalf("trickled import held for %s", d)
+	}
+	dir := t.TempDir()
+	_ = os.WriteFile(filepath.Join(dir, "x.csv"), []byte("x\n1\n"), 0o600)
+	if _, err := ca.Add(ctx, dir, AddOptions{Layout: DefaultLayout}); err != nil {
+		t.Fatalf("import after the trickler: %v", err)
+	}
+	if l, err := ca.List(ctx); err != nil || len(l) != 1 {
+		t.Fatalf("held %+v, %v", l, err)
 	}
 }

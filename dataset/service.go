@@ -58,6 +58,12 @@ type Options struct {
 	// StallTimeout fails a fetch when no wanted block arrives for this long
 	// (default 60 s).
 	StallTimeout time.Duration
+	// MinImportRate is the slowest import body accepted, in bytes per
+	// second averaged from the start after ImportGrace (defaults
+	// DefaultMinImportRate, DefaultImportGrace): a client that trickles is
+	// cut instead of holding an import for the server's read timeout.
+	MinImportRate int64
+	ImportGrace   time.Duration
 	// Routing finds providers beyond the connected peers (the public DHT
 	// when the node runs with --ipfs-dht); nil asks connected peers only.
 	Routing routing.ContentDiscovery
@@ -67,6 +73,12 @@ type Options struct {
 
 // servePerPeerBytes bounds the block bytes queued for one peer.
 const servePerPeerBytes = 8 << 20
+
+// Import rate defaults: 64 KiB/s on average after a 10 s grace.
+const (
+	DefaultMinImportRate = 64 << 10
+	DefaultImportGrace   = 10 * time.Second
+)
 
 // DefaultMaxBytes is the default dataset size limit.
 const DefaultMaxBytes = 4 << 30
@@ -83,6 +95,12 @@ func (o Options) withDefaults() Options {
 	}
 	if o.StallTimeout <= 0 {
 		o.StallTimeout = time.Minute
+	}
+	if o.MinImportRate <= 0 {
+		o.MinImportRate = DefaultMinImportRate
+	}
+	if o.ImportGrace <= 0 {
+		o.ImportGrace = DefaultImportGrace
 	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()
