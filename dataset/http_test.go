@@ -170,3 +170,48 @@ func TestImportTricklerIsCut(t *testing.T) {
 		t.Fatalf("held %+v, %v", l, err)
 	}
 }
+
+// Finding 6 of issue 22: one import in flight (here a client that stalls,
+// within a long grace) no longer blocks every other import: transfers
+// share the lock, only removal takes it alone.
+func TestStalledImportBlocksNoOther(t *testing.T) {
+	ctx := context.Background()
+	a := newTestNode(t, Options{ImportGrace: 10 * time.Minute}, nil)
+	ca := serve(t, a)
+	pr, pw := io.Pipe()
+	t.Cleanup(func() { pw.Close() })
+	go func() { _, _ = pw.Write([]byte{0x3a}) }()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		resp, err := http.Post(ca.Base+"/api/dataset/import", "application/vnd.ipld.car", pr)
+		if err == nil {
+			resp.Body.Close()
+		}
+	}()
+	// Wait until the stalled import holds the transfer lock.
+	for deadline := time.Now().Add(time.Minute); ; {
+		if !a.svc.gc.TryLock() {
+			break
+		}
+		a.svc.gc.Unlock()
+		if time.Now().After(deadline) {
+			t.Fatal("the stalled import never started")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	dir := t.TempDir()
+	_ = os.WriteFile(filepath.Join(dir, "y.csv"), []byte("y\n2\n"), 0o600)
+	cctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	if _, err := ca.Add(cctx, dir, AddOptions{Layout: DefaultLayout}); err != nil {
+		t.Fatalf("import while another is stalled: %v", err)
+	}
+	select {
+	case <-done:
+		t.Fatal("the stalled import ended before the other one; the test proves nothing")
+	default:
+	}
+	pw.CloseWithError(io.ErrUnexpectedEOF)
+	<-done
+}
