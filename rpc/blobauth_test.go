@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tenzro/train/machine"
 	"github.com/tenzro/train/rpc"
-	"github.com/tenzro/train/syncer"
 	"github.com/tenzro/train/wire"
 	"github.com/tenzro/train/wire/did"
 )
@@ -29,7 +29,7 @@ func (a *quotaAuth) Reserve(_ context.Context, d, _ string, h wire.Hash, size in
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.held[d]+size > a.quota[d] {
-		return nil, syncer.Errf(syncer.KindFunds, "%s: %d held, %d more would pass its allowance of %d", d, a.held[d], size, a.quota[d])
+		return nil, machine.Errf(machine.KindFunds, "%s: %d held, %d more would pass its allowance of %d", d, a.held[d], size, a.quota[d])
 	}
 	a.held[d] += size
 	return func(created bool) {

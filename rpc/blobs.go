@@ -14,8 +14,8 @@ import (
 
 	"golang.org/x/sync/semaphore"
 
+	"github.com/tenzro/train/machine"
 	"github.com/tenzro/train/store"
-	"github.com/tenzro/train/syncer"
 	"github.com/tenzro/train/wire"
 	"github.com/tenzro/train/wire/did"
 )
@@ -41,7 +41,7 @@ type BlobAuthorizer interface {
 	ChainID(ctx context.Context) (string, error)
 	// Reserve admits an upload of size bytes of the blob h by did (for the
 	// run task, "" for none) against its funding and quota, or refuses it
-	// with a syncer.Error (KindFunds when unfunded or over quota). done
+	// with a machine.Error (KindFunds when unfunded or over quota). done
 	// is called once the upload ended: stored says whether this upload
 	// created the blob (then it is the uploader's until a record takes it
 	// up), and returns the reservation.
@@ -150,7 +150,7 @@ func (s *Server) authorizeBlob(w http.ResponseWriter, r *http.Request, h wire.Ha
 	done, err = s.opts.BlobAuth.Reserve(r.Context(), in.DID, in.Task, h, int64(in.Size))
 	if err != nil {
 		status := http.StatusForbidden
-		if syncer.KindOf(err) == syncer.KindFunds {
+		if machine.KindOf(err) == machine.KindFunds {
 			status = http.StatusPaymentRequired
 		}
 		e := mapError(r.Context(), s.log, "PUT "+BlobPath, err)

@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/tenzro/train/machine"
 	"github.com/tenzro/train/store"
 	"github.com/tenzro/train/syncer"
 	"github.com/tenzro/train/wire"
@@ -68,13 +69,13 @@ func (p *blobPolicy) allowance(ctx context.Context, did, task string) (int64, st
 			if json.Unmarshal(run.TaskSpec, &spec) == nil && spec.SponsorDID == did {
 				return p.quota, "sponsor of run " + task, nil
 			}
-		} else if err != nil && syncer.KindOf(err) != syncer.KindNotFound {
+		} else if err != nil && machine.KindOf(err) != machine.KindNotFound {
 			return 0, "", err
 		}
 	}
 	bal, err := p.svc.Balance(ctx, did)
 	if err != nil {
-		if syncer.KindOf(err) == syncer.KindNotFound {
+		if machine.KindOf(err) == machine.KindNotFound {
 			return 0, "no balance", nil
 		}
 		return 0, "", err
@@ -101,10 +102,10 @@ func (p *blobPolicy) Reserve(ctx context.Context, did, task string, h wire.Hash,
 	if held+size > allow {
 		p.mu.Unlock()
 		if allow == 0 {
-			return nil, syncer.Errf(syncer.KindFunds, "upload refused: %s funds no upload (%s; each unreferenced byte needs %s attoTNZO of balance, or an enrolment in the active run the intent names); send the payload inline instead",
+			return nil, machine.Errf(machine.KindFunds, "upload refused: %s funds no upload (%s; each unreferenced byte needs %s attoTNZO of balance, or an enrolment in the active run the intent names); send the payload inline instead",
 				did, basis, p.price)
 		}
-		return nil, syncer.Errf(syncer.KindFunds, "upload refused: %s holds %d unreferenced bytes; %d more would pass its allowance of %d bytes (%s; at most %d per DID, node flag --blob-did-quota); uploads count until a record references them or they are collected after %s",
+		return nil, machine.Errf(machine.KindFunds, "upload refused: %s holds %d unreferenced bytes; %d more would pass its allowance of %d bytes (%s; at most %d per DID, node flag --blob-did-quota); uploads count until a record references them or they are collected after %s",
 			did, held, size, allow, basis, p.quota, p.ttl)
 	}
 	p.pending[did] = held + size

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tenzro/train/machine"
 	"github.com/tenzro/train/store"
 	"github.com/tenzro/train/syncer"
 	"github.com/tenzro/train/wire"
@@ -26,14 +27,14 @@ type policyChain struct {
 func (c *policyChain) Balance(_ context.Context, d string) (*wire.Balance, error) {
 	b, ok := c.balances[d]
 	if !ok {
-		return nil, syncer.Errf(syncer.KindNotFound, "no account %s", d)
+		return nil, machine.Errf(machine.KindNotFound, "no account %s", d)
 	}
 	return &wire.Balance{DID: d, Balance: b}, nil
 }
 
 func (c *policyChain) GetRun(_ context.Context, task string) (*wire.RunView, error) {
 	if c.run == nil || task != c.run.TaskID {
-		return nil, syncer.Errf(syncer.KindNotFound, "no run %s", task)
+		return nil, machine.Errf(machine.KindNotFound, "no run %s", task)
 	}
 	return c.run, nil
 }
@@ -84,22 +85,22 @@ func TestBlobPolicyFundingAndCollection(t *testing.T) {
 		return err
 	}
 	blob := func(i byte, n int) []byte { return bytes.Repeat([]byte{i}, n) }
-	if err := upload(poor, "", blob(1, 10)); syncer.KindOf(err) != syncer.KindFunds {
+	if err := upload(poor, "", blob(1, 10)); machine.KindOf(err) != machine.KindFunds {
 		t.Fatalf("balance below the price of one byte: %v", err)
 	}
 	if err := upload(rich, "", blob(2, 3000)); err != nil {
 		t.Fatal(err)
 	}
-	if err := upload(rich, "", blob(3, 3000)); syncer.KindOf(err) != syncer.KindFunds {
+	if err := upload(rich, "", blob(3, 3000)); machine.KindOf(err) != machine.KindFunds {
 		t.Fatalf("past the balance's 5000 bytes: %v", err)
 	}
 	if err := upload(trainer, "run-1", blob(4, 8000)); err != nil {
 		t.Fatalf("enrolled trainer, up to the quota: %v", err)
 	}
-	if err := upload(trainer, "run-1", blob(5, 1)); syncer.KindOf(err) != syncer.KindFunds {
+	if err := upload(trainer, "run-1", blob(5, 1)); machine.KindOf(err) != machine.KindFunds {
 		t.Fatalf("enrolled trainer past the quota: %v", err)
 	}
-	if err := upload(trainer, "", blob(5, 1)); syncer.KindOf(err) != syncer.KindFunds {
+	if err := upload(trainer, "", blob(5, 1)); machine.KindOf(err) != machine.KindFunds {
 		t.Fatalf("trainer without a run and without balance: %v", err)
 	}
 	if got := p.pendingBytes(); got != 11000 {
