@@ -51,6 +51,10 @@ type NodeGauges struct {
 	Pending func() float64
 	// Peers returns the number of connected libp2p peers.
 	Peers func() float64
+	// BlobBytes, BlobCount and BlobCap return the blob store's disk use,
+	// number of blobs and cap (0: none); BlobUploadBytes the bytes of
+	// uploads no record references yet.
+	BlobBytes, BlobCount, BlobCap, BlobUploadBytes func() float64
 }
 
 // refusalOutcomes are the outcome label values besides accepted/forwarded:
@@ -114,6 +118,19 @@ func RegisterGauges(reg prometheus.Registerer, g NodeGauges) error {
 	if g.Peers != nil {
 		cs = append(cs, prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: "tenzro", Name: "peers",
 			Help: "libp2p peers connected."}, g.Peers))
+	}
+	for _, g := range []struct {
+		name, help string
+		f          func() float64
+	}{
+		{"blob_store_bytes", "Bytes of blobs on this node's disk (payloads, weights, uploads).", g.BlobBytes},
+		{"blob_store_blobs", "Blobs on this node's disk.", g.BlobCount},
+		{"blob_store_cap_bytes", "The blob store's disk cap (node flag --blob-disk-cap; 0: none).", g.BlobCap},
+		{"blob_upload_unreferenced_bytes", "Bytes of PUT /blobs uploads no record references yet (collected after --blob-ttl).", g.BlobUploadBytes},
+	} {
+		if g.f != nil {
+			cs = append(cs, prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: "tenzro", Name: g.name, Help: g.help}, g.f))
+		}
 	}
 	for _, c := range cs {
 		if err := reg.Register(c); err != nil {
