@@ -57,9 +57,26 @@ func CometConfig(home string, nc *NodeConfig) *cmtcfg.Config {
 	// Peer connections flush their buffered messages at most this often
 	// (CometBFT's 100 ms): each consensus step waited for it.
 	c.P2P.FlushThrottleTimeout = 10 * time.Millisecond
+	// Mempool limits (issue 22): one transaction at most wire.MaxTxBytes,
+	// at most MempoolSize transactions and MempoolBytes in all (each
+	// admitted by CheckTx only if its sender can pay its fee on top of
+	// what it already queued), a cache of recently seen transactions so
+	// the same bytes are not checked twice, and a recheck of what remains
+	// after each block (the check state is rebuilt from it).
 	c.Mempool.MaxTxBytes = wire.MaxTxBytes
+	c.Mempool.Size = MempoolSize
+	c.Mempool.MaxTxsBytes = MempoolBytes
+	c.Mempool.CacheSize = MempoolCache
+	c.Mempool.Recheck = true
 	return c
 }
+
+// Mempool limits of every chain node (config.toml's [mempool]).
+const (
+	MempoolSize  = 5000
+	MempoolBytes = 64 << 20
+	MempoolCache = 20000
+)
 
 // NodeOptions configure Start.
 type NodeOptions struct {

@@ -220,7 +220,11 @@ func newChainTransferCmd() *cobra.Command {
 			if _, err := wire.ParseAmount(amount); err != nil {
 				return usagef("--amount: %v", err)
 			}
-			tx, err := chain.TransferTx(k, to, amount, newNonce())
+			cid, err := cometChainID(cmd)
+			if err != nil {
+				return err
+			}
+			tx, err := chain.TransferTx(cid, k, to, amount, newNonce())
 			return broadcastAndPrint(cmd, tx, err)
 		},
 	}
@@ -272,7 +276,11 @@ serves them must hold them).`,
 			if err != nil {
 				return err
 			}
-			tx, err := chain.PostTaskTx(k, spec, layout, rules, newNonce())
+			cid, err := cometChainID(cmd)
+			if err != nil {
+				return err
+			}
+			tx, err := chain.PostTaskTx(cid, k, spec, layout, rules, newNonce())
 			return broadcastAndPrint(cmd, tx, err)
 		},
 	}
@@ -296,7 +304,11 @@ func newChainEnrollCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			tx, err := chain.EnrollTx(k, task, stake, newNonce())
+			cid, err := cometChainID(cmd)
+			if err != nil {
+				return err
+			}
+			tx, err := chain.EnrollTx(cid, k, task, stake, newNonce())
 			return broadcastAndPrint(cmd, tx, err)
 		},
 	}
@@ -477,7 +489,11 @@ func newChainRegisterCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			tx, err := chain.RegisterSyncerTx(k, stake, newNonce())
+			cid, err := cometChainID(cmd)
+			if err != nil {
+				return err
+			}
+			tx, err := chain.RegisterSyncerTx(cid, k, stake, newNonce())
 			return broadcastAndPrint(cmd, tx, err)
 		},
 	}
@@ -522,7 +538,11 @@ candidate with a proof, weighted by stake.`,
 			if err != nil {
 				return err
 			}
-			tx, err := chain.ElectionProofTx(k, task, pi, newNonce())
+			cid, err := cometChainID(cmd)
+			if err != nil {
+				return err
+			}
+			tx, err := chain.ElectionProofTx(cid, k, task, pi, newNonce())
 			return broadcastAndPrint(cmd, tx, err)
 		},
 	}
@@ -579,7 +599,11 @@ func newChainLeaveCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			tx, err := chain.LeaveTx(k, task, newNonce())
+			cid, err := cometChainID(cmd)
+			if err != nil {
+				return err
+			}
+			tx, err := chain.LeaveTx(cid, k, task, newNonce())
 			return broadcastAndPrint(cmd, tx, err)
 		},
 	}
@@ -616,7 +640,11 @@ func newChainSubmitCmd() *cobra.Command {
 			if n > syncer.MaxPayloadBytes {
 				return usagef("--payload %s: larger than %d bytes", payloadPath, syncer.MaxPayloadBytes)
 			}
-			tx, err := chain.SubmissionTx(k, task, round, fragment, hsh.Sum(), uint64(n))
+			cid, err := cometChainID(cmd)
+			if err != nil {
+				return err
+			}
+			tx, err := chain.SubmissionTx(cid, k, task, round, fragment, hsh.Sum(), uint64(n))
 			return broadcastAndPrint(cmd, tx, err)
 		},
 	}
