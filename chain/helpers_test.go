@@ -281,7 +281,7 @@ func (h *harness) commit(task string, f int, key *did.Key, ticket uint64, status
 	if err != nil {
 		h.t.Fatal(err)
 	}
-	return must(CommitFragmentTx(key, wire.CommitFragmentTx{TaskID: task, Round: r.Round, Fragment: uint64(f), Commit: c, Verdicts: verdicts,
+	return must(CommitFragmentTx(ManualChainID, key, wire.CommitFragmentTx{TaskID: task, Round: r.Round, Fragment: uint64(f), Commit: c, Verdicts: verdicts,
 		Signed: wire.Signed{Nonce: nonce}}))
 }
 

@@ -369,7 +369,7 @@ func TestChainFourValidators(t *testing.T) {
 		}
 		return p
 	}
-	broadcast(t, nodes[0], tx(chain.TransferTx(sponsor, other.DID.String(), "25", 1)))
+	broadcast(t, nodes[0], tx(chain.TransferTx(testnetChainID, sponsor, other.DID.String(), "25", 1)))
 
 	// The run: posted on node 0, enrolled on node 2, submitted through node 3.
 	spec := []byte(fmt.Sprintf(`{"task_id":"chain-run","sponsor_did":%q,"sponsor_address":"0x1111111111111111111111111111111111111111",
@@ -445,7 +445,7 @@ func TestChainFourValidators(t *testing.T) {
 	if out, err := refused.CombinedOutput(); err == nil || refused.ProcessState.ExitCode() != 1 || !strings.Contains(string(out), "refused by the chain (code 4)") {
 		t.Fatalf("transfer beyond the balance: %v %s", err, out)
 	}
-	h := broadcast(t, nodes[1], tx(chain.TransferTx(sponsor, other.DID.String(), "25", uint64(time.Now().UnixNano()))))
+	h := broadcast(t, nodes[1], tx(chain.TransferTx(testnetChainID, sponsor, other.DID.String(), "25", uint64(time.Now().UnixNano()))))
 
 	balances := func(n *chainNode) string {
 		var s string
@@ -598,7 +598,7 @@ func TestChainFourValidators(t *testing.T) {
 
 	// kill -9 one validator: the other three (30 of 40 voting power) go on.
 	nodes[3].kill()
-	h = broadcast(t, nodes[1], tx(chain.TransferTx(sponsor, other.DID.String(), "50", uint64(time.Now().UnixNano()))))
+	h = broadcast(t, nodes[1], tx(chain.TransferTx(testnetChainID, sponsor, other.DID.String(), "50", uint64(time.Now().UnixNano()))))
 	check(nodes[:3], h)
 	t.Logf("3 of 4 committed after %s", time.Since(t0).Round(time.Millisecond))
 	// Restart it: it replays what it missed from its peers and agrees.
@@ -606,3 +606,6 @@ func TestChainFourValidators(t *testing.T) {
 	check(append(nodes[:4:4], full), h)
 	t.Logf("restarted validator caught up after %s", time.Since(t0).Round(time.Millisecond))
 }
+
+// testnetChainID is the chain id `tenzro-node testnet` writes by default.
+const testnetChainID = "tenzro-testnet"

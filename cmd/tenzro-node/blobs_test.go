@@ -121,8 +121,8 @@ func TestSubmitForms(t *testing.T) {
 	// The seed's form, verbatim: curl -X POST -H 'Content-Type: application/json' -d '…'.
 	p0 := payload(0)
 	h0 := wire.ContentHash(p0)
-	sig0 := tr[0].Sign(wire.SubmissionPreimage("forms", tr[0].DID.String(), 0, 0, h0))
-	body := fmt.Sprintf(`{"jsonrpc":"2.0","id":1,"method":"tenzro_training_submitOuterGradient","params":{"task_id":"forms","trainer_did":"%s","round":0,"fragment_index":0,"gradient_payload":"%s","payload_hash":"0x%s","signature":"0x%x"}}`,
+	sig0 := tr[0].Sign(wire.SubmissionPreimage("tenzro-dev", "forms", tr[0].DID.String(), 0, 0, h0))
+	body := fmt.Sprintf(`{"jsonrpc":"2.0","id":1,"method":"tenzro_training_submitOuterGradient","params":{"chain_id":"tenzro-dev","task_id":"forms","trainer_did":"%s","round":0,"fragment_index":0,"gradient_payload":"%s","payload_hash":"0x%s","signature":"0x%x"}}`,
 		tr[0].DID, base64.StdEncoding.EncodeToString(p0), h0, sig0)
 	resp, err := http.Post(url, "application/json", strings.NewReader(body))
 	must(err)
