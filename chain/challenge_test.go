@@ -67,11 +67,11 @@ func newCWorldSpec(t *testing.T, rounds int, challengeFields string) *cworld {
 	w.h, w.twin = newHarness(t, ""), newHarness(t, t.TempDir())
 	acc := func(k *did.Key, v string) GenesisAccount { return GenesisAccount{DID: k.DID.String(), Balance: v} }
 	g := GenesisState{Accounts: []GenesisAccount{acc(w.sponsor, "100000000000000"), acc(w.t1, "500"), acc(w.t2, "500"), acc(w.chal, "1000"), acc(w.chal2, "1000")},
-		Candidates: []GenesisAccount{acc(w.cands[0], cCandFund), acc(w.cands[1], cCandFund)}, Faucet: true}
+		Candidates: []GenesisAccount{acc(w.cands[0], cCandFund), acc(w.cands[1], cCandFund)}, Faucet: true, Params: freeParams(0)}
 	st, _ := json.Marshal(g)
 	var gh [2][]byte
 	for i, h := range []*harness{w.h, w.twin} {
-		res, err := h.app.InitChain(context.Background(), &abci.RequestInitChain{ChainId: "test", InitialHeight: 1, Time: genesisTime, AppStateBytes: st, Validators: ups})
+		res, err := h.app.InitChain(context.Background(), &abci.RequestInitChain{ChainId: ManualChainID, InitialHeight: 1, Time: genesisTime, AppStateBytes: st, Validators: ups})
 		if err != nil {
 			t.Fatal(err)
 		}
