@@ -315,7 +315,11 @@ func (a *App) precheck(ctx context.Context, b []byte) error {
 	a.cmu.Lock()
 	defer a.cmu.Unlock()
 	if a.check == nil {
-		a.check = syncer.NewOverlay(syncer.ReadOnly(a.state))
+		var base syncer.KV = a.state
+		if p := a.pending; a.height == 0 && p != nil && p.genesis {
+			base = p.o // before the first block: the genesis not committed yet
+		}
+		a.check = syncer.NewOverlay(syncer.ReadOnly(base))
 	}
 	return a.m.Ante(ctx, a.check, a.block, tx)
 }
