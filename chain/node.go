@@ -15,6 +15,7 @@ import (
 	"github.com/cometbft/cometbft/crypto"
 	cmtjson "github.com/cometbft/cometbft/libs/json"
 	cmtlog "github.com/cometbft/cometbft/libs/log"
+	"github.com/cometbft/cometbft/mempool"
 	"github.com/cometbft/cometbft/node"
 	"github.com/cometbft/cometbft/p2p"
 	"github.com/cometbft/cometbft/privval"
@@ -249,6 +250,11 @@ func (l *Local) Submit(ctx context.Context, tx []byte) (syncer.Pending, error) {
 	res, err := l.mp.BroadcastTxSync(ctx, tx)
 	if err != nil {
 		l.app.unwatch(h, ch)
+		if isTxInCache(err) {
+			// The same bytes again (issue 22, finding 11: a replayed
+			// enrolment answered "internal error"): a precise refusal.
+			return nil, Refusal(CodeNonce, fmt.Sprintf("replayed transaction %X: these exact bytes were already submitted to this node (they are in a block or waiting in the mempool); sign a new request with a new nonce", h[:8]))
+		}
 		return nil, fmt.Errorf("broadcast to the chain: %w", err)
 	}
 	if res.Code != CodeOK {
@@ -330,4 +336,11 @@ func LoadVoteSigner(home string) (*FileVoteSigner, error) {
 		return nil, fmt.Errorf("%s: no private key", path)
 	}
 	return &FileVoteSigner{addr: k.PrivKey.PubKey().Address(), priv: k.PrivKey}, nil
+}
+
+// isTxInCache says whether err is CometBFT's refusal of a transaction its
+// mempool cache has seen (the local client passes the error through;
+// compare its text too, in case a layer wrapped it as a string).
+func isTxInCache(err error) bool {
+	return errors.Is(err, mempool.ErrTxInCache) || strings.Contains(err.Error(), mempool.ErrTxInCache.Error())
 }
