@@ -137,6 +137,9 @@ func (a *SubmissionAnnouncement) Verify(maxBlob int64) error {
 	if a.PayloadHash.IsZero() {
 		return errors.New("submission announcement: payload_hash missing")
 	}
+	if len(a.ChainID) > wire.MaxChainIDLen {
+		return fmt.Errorf("submission announcement: chain_id of %d bytes, limit %d", len(a.ChainID), wire.MaxChainIDLen)
+	}
 	if err := a.Metrics.Validate(); err != nil {
 		return fmt.Errorf("submission announcement: %w", err)
 	}
