@@ -79,7 +79,7 @@ func TestSubmitForms(t *testing.T) {
 		}
 	}
 	sponsor, _ := did.Generate(did.KindHuman, nil)
-	_, err := c.Faucet(ctx, wire.FaucetParams{DID: sponsor.DID.String(), Amount: "100000000000"})
+	_, err := c.Faucet(ctx, wire.FaucetParams{DID: sponsor.DID.String(), Amount: "100000000000000000000"})
 	must(err)
 	const n = 1000
 	w := make([]float32, n)
@@ -88,22 +88,22 @@ func TestSubmitForms(t *testing.T) {
 	spec, _ := json.Marshal(map[string]any{"task_id": "forms", "sponsor_did": sponsor.DID.String(), "sponsor_address": "0x11",
 		"architecture": map[string]any{"family": "timesfm", "param_count": n, "modality": "Timeseries", "fragment_count": 1, "dtype": "f32"},
 		"tier":         "Open", "aggregation": "Mean", "trainer_count": 2, "quorum": 2, "inner_steps": 1, "max_rounds": 1, "grace_window_ms": 600000,
-		"reward_pool": "1000", "dataset_ref": "x", "dataset_hash": "0x00", "min_throughput": nil, "created_at": 1})
+		"reward_pool": "1000000000000000000", "dataset_ref": "x", "dataset_hash": "0x00", "min_throughput": nil, "created_at": 1})
 	_, canon, err := wire.ParseSpec(spec)
 	must(err)
 	wh := wire.ContentHash(init)
 	_, err = c.PutBlob(ctx, wh, bytes.NewReader(init), int64(len(init)))
 	must(err)
-	pp := &wire.PostTaskParams{Spec: spec, InitWeightsHash: wh, Signed: wire.Signed{Nonce: uint64(time.Now().UnixNano())}}
+	pp := &wire.PostTaskParams{Spec: spec, InitWeightsHash: wh, Signed: wire.Signed{ChainID: "tenzro-dev", Nonce: uint64(time.Now().UnixNano())}}
 	pp.Signature = sponsor.Sign(pp.Preimage(sponsor.DID.String(), wire.SpecHash(canon), wh))
 	_, err = c.PostTask(ctx, pp)
 	must(err)
 	var tr [2]*did.Key
 	for i := range tr {
 		tr[i], _ = did.Generate(did.KindMachine, nil)
-		_, err = c.Faucet(ctx, wire.FaucetParams{DID: tr[i].DID.String(), Amount: "100"})
+		_, err = c.Faucet(ctx, wire.FaucetParams{DID: tr[i].DID.String(), Amount: "1000000000000000000"})
 		must(err)
-		ep := &wire.EnrollParams{TaskID: "forms", TrainerDID: tr[i].DID.String(), Stake: "10", Signed: wire.Signed{Nonce: uint64(time.Now().UnixNano())}}
+		ep := &wire.EnrollParams{TaskID: "forms", TrainerDID: tr[i].DID.String(), Stake: "100000000000000000", Signed: wire.Signed{ChainID: "tenzro-dev", Nonce: uint64(time.Now().UnixNano())}}
 		ep.Signature = tr[i].Sign(ep.Preimage())
 		_, err = c.Enroll(ctx, ep)
 		must(err)
@@ -139,7 +139,7 @@ func TestSubmitForms(t *testing.T) {
 
 	// PUT, then the small submission by reference.
 	p1 := payload(1)
-	g := &wire.OuterGradient{TaskID: "forms", TrainerDID: tr[1].DID.String(), PayloadHash: wire.ContentHash(p1)}
+	g := &wire.OuterGradient{ChainID: "tenzro-dev", TaskID: "forms", TrainerDID: tr[1].DID.String(), PayloadHash: wire.ContentHash(p1)}
 	g.Signature = tr[1].Sign(g.Preimage())
 	if _, err := c.Submit(ctx, g); client.CodeOf(err) != -32001 || !strings.Contains(err.Error(), "PUT /blobs/") {
 		t.Fatalf("by reference before the upload: %v", err)
