@@ -9,7 +9,7 @@ import (
 
 	abci "github.com/cometbft/cometbft/abci/types"
 
-	"github.com/tenzro/train/syncer"
+	"github.com/tenzro/train/machine"
 	"github.com/tenzro/train/wire"
 	"github.com/tenzro/train/wire/did"
 )
@@ -27,7 +27,7 @@ func feeOf(t *testing.T, tx []byte) *big.Int {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := syncer.DefaultParams()
+	p := machine.DefaultParams()
 	f, err := p.TxFee(d.Type, len(tx))
 	if err != nil {
 		t.Fatal(err)
@@ -212,7 +212,7 @@ func TestEconomicFloors(t *testing.T) {
 	l := testLayout(1, "big")
 	l.Fragments[0].N = 1_000_000_000
 	res, _ := h.block(must(PostTaskTx(ManualChainID, sponsor, spec("r3", ok, ""), l, rules, 3)))
-	need := syncer.ReexecBond(syncer.DefaultReexecBondByte, 1, 1_000_000_000, "F32")
+	need := machine.ReexecBond(machine.DefaultReexecBondByte, 1, 1_000_000_000, "F32")
 	if res[0].Code != CodeInvalid || !strings.Contains(res[0].Log, "does not cover re-executing a fragment") || !strings.Contains(res[0].Log, need.String()) {
 		t.Fatalf("bond below re-execution: code %d %q (need %s)", res[0].Code, res[0].Log, need)
 	}
@@ -224,7 +224,7 @@ func TestEconomicFloors(t *testing.T) {
 	if res[0].Code != CodeInvalid || !strings.Contains(res[0].Log, "below this chain's min_stake") {
 		t.Fatalf("stake of 1 atto: code %d %q", res[0].Code, res[0].Log)
 	}
-	if res, _ := h.block(must(EnrollTx(ManualChainID, tr, "r4", syncer.DefaultMinStake.String(), 2))); res[0].Code != CodeOK {
+	if res, _ := h.block(must(EnrollTx(ManualChainID, tr, "r4", machine.DefaultMinStake.String(), 2))); res[0].Code != CodeOK {
 		t.Fatalf("stake at the floor: code %d %s", res[0].Code, res[0].Log)
 	}
 	h.conservation()

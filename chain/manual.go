@@ -11,7 +11,7 @@ import (
 
 	abci "github.com/cometbft/cometbft/abci/types"
 
-	"github.com/tenzro/train/syncer"
+	"github.com/tenzro/train/machine"
 	"github.com/tenzro/train/wire"
 )
 
@@ -31,8 +31,6 @@ type Manual struct {
 	lastMs int64
 }
 
-var _ syncer.Chain = (*Manual)(nil)
-
 // ManualOptions configure NewManual.
 type ManualOptions struct {
 	// Genesis is written when kv holds no chain yet.
@@ -50,7 +48,7 @@ type ManualOptions struct {
 
 // NewManual opens an App over kv (resuming its chain, or writing the
 // genesis at height 0) driven by a manual sequencer.
-func NewManual(ctx context.Context, kv syncer.KV, opts ManualOptions) (*Manual, error) {
+func NewManual(ctx context.Context, kv machine.KV, opts ManualOptions) (*Manual, error) {
 	app, err := NewApp(ctx, kv, opts.App)
 	if err != nil {
 		return nil, err
@@ -88,7 +86,7 @@ func NewManual(ctx context.Context, kv syncer.KV, opts ManualOptions) (*Manual, 
 func (m *Manual) App() *App { return m.app }
 
 // View implements syncer.Chain.
-func (m *Manual) View(ctx context.Context, fn func(syncer.View) error) error {
+func (m *Manual) View(ctx context.Context, fn func(machine.View) error) error {
 	return m.app.View(ctx, fn)
 }
 
@@ -96,7 +94,7 @@ func (m *Manual) View(ctx context.Context, fn func(syncer.View) error) error {
 func (m *Manual) Changed() <-chan struct{} { return m.app.Changed() }
 
 // Submit implements syncer.Chain: CheckTx, then a block holding only tx.
-func (m *Manual) Submit(ctx context.Context, tx []byte) (syncer.Pending, error) {
+func (m *Manual) Submit(ctx context.Context, tx []byte) (machine.Pending, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	res, err := m.app.CheckTx(ctx, &abci.RequestCheckTx{Tx: tx, Type: abci.CheckTxType_New})
@@ -116,11 +114,11 @@ func (m *Manual) Submit(ctx context.Context, tx []byte) (syncer.Pending, error) 
 // done is a Pending whose block has committed.
 type done TxOutcome
 
-func (d done) Wait(context.Context) (*syncer.TxResult, error) {
+func (d done) Wait(context.Context) (*machine.TxResult, error) {
 	if d.Code != CodeOK {
 		return nil, Refusal(d.Code, d.Log)
 	}
-	return &syncer.TxResult{Height: d.Height, Data: d.Data}, nil
+	return &machine.TxResult{Height: d.Height, Data: d.Data}, nil
 }
 
 // Block commits a block of txs (none: an empty block, which runs the

@@ -4,7 +4,7 @@ import (
 	"math/big"
 	"testing"
 
-	"github.com/tenzro/train/syncer"
+	"github.com/tenzro/train/machine"
 	"github.com/tenzro/train/wire"
 	"github.com/tenzro/train/wire/did"
 )
@@ -15,7 +15,7 @@ import (
 // caps allow. It fails if a MB costs less than its bytes' share.
 func TestPricingFigures(t *testing.T) {
 	a, b := testKey(t, did.KindHuman, 1), testKey(t, did.KindHuman, 2)
-	p := syncer.DefaultParams()
+	p := machine.DefaultParams()
 	fee := func(tx []byte) *big.Int {
 		d, err := wire.DecodeTx(tx)
 		if err != nil {
@@ -38,10 +38,10 @@ func TestPricingFigures(t *testing.T) {
 	one := must(TransferTx(ManualChainID, a, b.DID.String(), "1000000000000000000", 1761350400000000000))
 	t.Logf("transfer: %d bytes, fee %s attoTNZO", len(one), fee(one))
 	t.Logf("1 MiB of transfers: %d transactions, fees %s attoTNZO (%s per MiB)", n, total, perMB)
-	if floor := new(big.Int).Mul(syncer.DefaultTxFeeByte, big.NewInt(1<<20)); perMB.Cmp(floor) < 0 {
+	if floor := new(big.Int).Mul(machine.DefaultTxFeeByte, big.NewInt(1<<20)); perMB.Cmp(floor) < 0 {
 		t.Fatalf("a MiB costs %s, less than its bytes (%s)", perMB, floor)
 	}
 	// Re-execution: the bond floor per payload byte each validator decodes.
-	bond := syncer.ReexecBond(syncer.DefaultReexecBondByte, 4, 32<<20, "F32") // 4 inputs of 128 MiB
+	bond := machine.ReexecBond(machine.DefaultReexecBondByte, 4, 32<<20, "F32") // 4 inputs of 128 MiB
 	t.Logf("challenge of a fragment with K=4 inputs of 128 MiB: bond floor %s attoTNZO", bond)
 }

@@ -96,7 +96,7 @@ func BenchmarkReexecuteVsFinalize(b *testing.B) {
 			b.Fatal(err)
 		}
 		e := &wire.EnrollParams{TaskID: "bench", TrainerDID: tk.DID.String(), Stake: "1"}
-		e.Nonce, e.ChainID = uint64(10 + i), chain.ManualChainID
+		e.Nonce, e.ChainID = uint64(10+i), chain.ManualChainID
 		e.Signature = tk.Sign(e.Preimage())
 		if _, err := sn.Enroll(ctx, e); err != nil {
 			b.Fatal(err)

@@ -3,6 +3,7 @@ package syncer
 import (
 	"context"
 
+	"github.com/tenzro/train/machine"
 	"github.com/tenzro/train/wire"
 )
 
@@ -11,9 +12,9 @@ import (
 // reports it to clients).
 func (n *Node) ChainID(ctx context.Context) (string, error) {
 	var id string
-	err := n.view(ctx, func(v View) error {
+	err := n.view(ctx, func(v machine.View) error {
 		var err error
-		id, err = ChainID(ctx, v.KV)
+		id, err = machine.ChainID(ctx, v.KV)
 		return err
 	})
 	return id, err

@@ -1,4 +1,4 @@
-package syncer
+package machine
 
 import (
 	"context"
@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"math/big"
 
+	"github.com/tenzro/train/audit"
 	"github.com/tenzro/train/wire"
 )
 
@@ -159,7 +160,7 @@ func (x *mtx) ante(tx *wire.Tx) (*anteInfo, error) {
 		} else {
 			task = tx.CancelRun.TaskID
 		}
-		r, err := loadRun(x.ctx, x.kv, task)
+		r, err := LoadRun(x.ctx, x.kv, task)
 		if err != nil {
 			return nil, err
 		}
@@ -207,7 +208,7 @@ func (x *mtx) ante(tx *wire.Tx) (*anteInfo, error) {
 		// The signature is over the receipt the chain builds from its
 		// state: only a sealed run's unsigned receipt can be signed.
 		p := tx.SignReceipt
-		r, err := loadRun(x.ctx, x.kv, p.TaskID)
+		r, err := LoadRun(x.ctx, x.kv, p.TaskID)
 		if err != nil {
 			return nil, err
 		}
@@ -224,7 +225,7 @@ func (x *mtx) ante(tx *wire.Tx) (*anteInfo, error) {
 		if err != nil {
 			return nil, err
 		}
-		if pre, err = ReceiptPreimage(rc); err != nil {
+		if pre, err = audit.ReceiptPreimage(rc); err != nil {
 			return nil, err
 		}
 		a.signer, chainID, sig = p.SyncerDID, own, p.Signature // the receipt names the chain's run
@@ -252,7 +253,7 @@ func (x *mtx) ante(tx *wire.Tx) (*anteInfo, error) {
 	if a.fee, err = p.TxFee(tx.Type, tx.Size); err != nil {
 		return nil, err
 	}
-	if err := x.lt.transfer(acctDID(a.signer), acctIssuer, a.fee, "transaction fee (burned): "+tx.Type); err != nil {
+	if err := x.lt.transfer(AcctDID(a.signer), acctIssuer, a.fee, "transaction fee (burned): "+tx.Type); err != nil {
 		if KindOf(err) == KindFunds {
 			return nil, Errf(KindFunds, "cannot pay the transaction fee: %s has %s attoTNZO, %s costs %s (%d bytes)",
 				a.signer, x.balanceOr0(a.signer), tx.Type, a.fee, tx.Size)
@@ -264,7 +265,7 @@ func (x *mtx) ante(tx *wire.Tx) (*anteInfo, error) {
 }
 
 func (x *mtx) balanceOr0(d string) *big.Int {
-	b, err := x.lt.balance(acctDID(d))
+	b, err := x.lt.balance(AcctDID(d))
 	if err != nil {
 		return new(big.Int)
 	}

@@ -1,4 +1,4 @@
-package syncer
+package machine
 
 import (
 	"fmt"
@@ -126,7 +126,7 @@ func ReexecBond(reexecByte *big.Int, k int, n int64, dtype string) *big.Int {
 
 // checkBondCoversReexec refuses initial weights whose fragments make the
 // run's challenge bond smaller than the re-execution it would buy.
-func (x *mtx) checkBondCoversReexec(r *runState, l *wire.InitLayout) error {
+func (x *mtx) checkBondCoversReexec(r *Run, l *wire.InitLayout) error {
 	p, err := x.params()
 	if err != nil {
 		return err
