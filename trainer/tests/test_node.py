@@ -149,7 +149,7 @@ def test_resume_after_node_restart(node, tmp_path):
 def test_rejected_submissions_change_nothing_and_the_trainer_goes_on(node, tmp_path):
     c, keys, task = post_task(node, tmp_path, m=1, k=1, f=2, h=1, rounds=2)
     tr = make_trainer(node, task, keys[0], 0, tmp_path)
-    c.enroll(keys[0], task, "100")
+    c.enroll(keys[0], task, str(10**17))
     run = c.get_run(task)
     assert run["status"] == "running"
     tr._ensure_task(run)
