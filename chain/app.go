@@ -82,6 +82,13 @@ type App struct {
 	// pending is the finalized block (or InitChain) not committed yet.
 	pending *pendingBlock
 
+	// check is CheckTx's state: the committed state plus the ante effects
+	// (nonces used, fees charged) of the transactions admitted to the
+	// mempool since the last commit; Commit drops it and CometBFT's
+	// recheck of the remaining mempool rebuilds it.
+	cmu   sync.Mutex
+	check *machine.Overlay
+
 	// waiters and commit notification (Local).
 	wmu     sync.Mutex
 	waiters map[[32]byte][]chan TxOutcome
@@ -244,6 +251,7 @@ func (a *App) InitChain(ctx context.Context, req *abci.RequestInitChain) (*abci.
 	if g.Validators, err = validatorSet(req.Validators); err != nil {
 		return nil, fmt.Errorf("genesis: %w", err)
 	}
+	g.ChainID = req.ChainId
 	h := req.InitialHeight - 1
 	o := machine.NewOverlay(a.state)
 	blk := machine.Block{Height: h, TimeMs: req.Time.UnixMilli(), Hash: []byte{}}
@@ -276,9 +284,12 @@ func (a *App) fillRunLog(ctx context.Context, p *pendingBlock, prev runLog) erro
 	return nil
 }
 
-// CheckTx does the cheap checks against the committed state: size,
-// decoding, signature, nonce. State rules run in FinalizeBlock. A recheck
-// that fails tells the transaction's waiter (Local): the mempool drops it.
+// CheckTx does the cheap checks: size and field caps, decoding, then the
+// machine's ante (chain id, signature, nonce, fee) against the check state,
+// so that a sender whose queued transactions already spend its balance is
+// refused here, before any block. State rules run in FinalizeBlock. A
+// recheck that fails tells the transaction's waiter (Local): the mempool
+// drops it.
 func (a *App) CheckTx(ctx context.Context, req *abci.RequestCheckTx) (*abci.ResponseCheckTx, error) {
 	err := a.precheck(ctx, req.Tx)
 	if err == nil {
@@ -301,7 +312,16 @@ func (a *App) precheck(ctx context.Context, b []byte) error {
 	}
 	a.mu.RLock()
 	defer a.mu.RUnlock()
-	return a.m.Check(ctx, machine.ReadOnly(a.state), tx)
+	a.cmu.Lock()
+	defer a.cmu.Unlock()
+	if a.check == nil {
+		var base machine.KV = a.state
+		if p := a.pending; a.height == 0 && p != nil && p.genesis {
+			base = p.o // before the first block: the genesis not committed yet
+		}
+		a.check = machine.NewOverlay(machine.ReadOnly(base))
+	}
+	return a.m.Ante(ctx, a.check, a.block, tx)
 }
 
 // FinalizeBlock runs the block's timers (Machine.BeginBlock), then each
@@ -392,6 +412,9 @@ func (a *App) Commit(ctx context.Context, _ *abci.RequestCommit) (*abci.Response
 	}
 	a.height, a.appHash, a.stateHash, a.block, a.runLog = p.height, p.appHash, p.stateHash, p.block, p.runLog
 	a.pending = nil
+	a.cmu.Lock()
+	a.check = nil
+	a.cmu.Unlock()
 	a.mu.Unlock()
 	a.notify(p.outcomes)
 	a.wmu.Lock()

@@ -14,11 +14,12 @@ import (
 )
 
 // Transaction builders for clients and tests: each signs the method's
-// preimage with key (PROTOCOL §3/§4) and returns the encoded transaction.
+// preimage with key for chain chainID (PROTOCOL §3/§4) and returns the
+// encoded transaction.
 
 // TransferTx sends amount attoTNZO from key's DID to to.
-func TransferTx(key *did.Key, to, amount string, nonce uint64) ([]byte, error) {
-	p := wire.TransferParams{From: key.DID.String(), To: to, Amount: amount, Signed: wire.Signed{Nonce: nonce}}
+func TransferTx(chainID string, key *did.Key, to, amount string, nonce uint64) ([]byte, error) {
+	p := wire.TransferParams{From: key.DID.String(), To: to, Amount: amount, Signed: wire.Signed{ChainID: chainID, Nonce: nonce}}
 	p.Signature = key.Sign(p.Preimage())
 	return wire.EncodeTx(wire.TxTransfer, p)
 }
@@ -29,23 +30,23 @@ func FaucetTx(d, amount string, salt uint64) ([]byte, error) {
 }
 
 // RegisterSyncerTx locks stake as a syncer candidate.
-func RegisterSyncerTx(key *did.Key, stake string, nonce uint64) ([]byte, error) {
-	p := wire.RegisterSyncerParams{DID: key.DID.String(), Stake: stake, Signed: wire.Signed{Nonce: nonce}}
+func RegisterSyncerTx(chainID string, key *did.Key, stake string, nonce uint64) ([]byte, error) {
+	p := wire.RegisterSyncerParams{DID: key.DID.String(), Stake: stake, Signed: wire.Signed{ChainID: chainID, Nonce: nonce}}
 	p.Signature = key.Sign(p.Preimage())
 	return wire.EncodeTx(wire.TxRegisterCandidate, p)
 }
 
 // UnbondTx withdraws key's candidacy and stake.
-func UnbondTx(key *did.Key, nonce uint64) ([]byte, error) {
-	p := wire.UnbondParams{DID: key.DID.String(), Signed: wire.Signed{Nonce: nonce}}
+func UnbondTx(chainID string, key *did.Key, nonce uint64) ([]byte, error) {
+	p := wire.UnbondParams{DID: key.DID.String(), Signed: wire.Signed{ChainID: chainID, Nonce: nonce}}
 	p.Signature = key.Sign(p.Preimage())
 	return wire.EncodeTx(wire.TxUnbond, p)
 }
 
 // PublishPluginTx records the publication of a module with the given
 // SHA-256 and size.
-func PublishPluginTx(key *did.Key, hash wire.Hash, size uint64, nonce uint64) ([]byte, error) {
-	p := wire.PublishPluginTx{DID: key.DID.String(), Hash: hash, Size: size, Signed: wire.Signed{Nonce: nonce}}
+func PublishPluginTx(chainID string, key *did.Key, hash wire.Hash, size uint64, nonce uint64) ([]byte, error) {
+	p := wire.PublishPluginTx{DID: key.DID.String(), Hash: hash, Size: size, Signed: wire.Signed{ChainID: chainID, Nonce: nonce}}
 	p.Signature = key.Sign(p.Preimage())
 	return wire.EncodeTx(wire.TxPublishPlugin, p)
 }
@@ -98,7 +99,7 @@ func MeanRules() (Rules, error) {
 
 // PostTaskTx posts spec (signed by its sponsor, key) with the initial
 // weights' layout (nil when none) and the resolved rules.
-func PostTaskTx(key *did.Key, spec []byte, init *wire.InitLayout, rules Rules, nonce uint64) ([]byte, error) {
+func PostTaskTx(chainID string, key *did.Key, spec []byte, init *wire.InitLayout, rules Rules, nonce uint64) ([]byte, error) {
 	s, canon, err := wire.ParseSpec(spec)
 	if err != nil {
 		return nil, err
@@ -107,7 +108,7 @@ func PostTaskTx(key *did.Key, spec []byte, init *wire.InitLayout, rules Rules, n
 		return nil, fmt.Errorf("spec sponsor_did %s is not the signing key's %s", s.SponsorDID, key.DID)
 	}
 	p := wire.PostTaskTx{Spec: json.RawMessage(canon), Init: init, Rule: rules.Rule, Verifiers: rules.Verifiers, Outer: rules.Outer,
-		Codec: rules.Codec, Signed: wire.Signed{Nonce: nonce}}
+		Codec: rules.Codec, Signed: wire.Signed{ChainID: chainID, Nonce: nonce}}
 	if p.Verifiers == nil {
 		p.Verifiers = []wire.RuleRef{}
 	}
@@ -120,52 +121,52 @@ func PostTaskTx(key *did.Key, spec []byte, init *wire.InitLayout, rules Rules, n
 }
 
 // SetInitWeightsTx supplies a run's initial weights (their layout and file hash).
-func SetInitWeightsTx(key *did.Key, task string, init wire.InitLayout, nonce uint64) ([]byte, error) {
-	p := wire.SetInitWeightsTx{TaskID: task, Init: init, Signed: wire.Signed{Nonce: nonce}}
+func SetInitWeightsTx(chainID string, key *did.Key, task string, init wire.InitLayout, nonce uint64) ([]byte, error) {
+	p := wire.SetInitWeightsTx{TaskID: task, Init: init, Signed: wire.Signed{ChainID: chainID, Nonce: nonce}}
 	p.Signature = key.Sign(p.Preimage(key.DID.String()))
 	return wire.EncodeTx(wire.TxSetInitWeights, p)
 }
 
 // CancelRunTx cancels key's unstarted run.
-func CancelRunTx(key *did.Key, task string, nonce uint64) ([]byte, error) {
-	p := wire.CancelRunParams{TaskID: task, Signed: wire.Signed{Nonce: nonce}}
+func CancelRunTx(chainID string, key *did.Key, task string, nonce uint64) ([]byte, error) {
+	p := wire.CancelRunParams{TaskID: task, Signed: wire.Signed{ChainID: chainID, Nonce: nonce}}
 	p.Signature = key.Sign(p.Preimage(key.DID.String()))
 	return wire.EncodeTx(wire.TxCancelRun, p)
 }
 
 // EnrollTx enrols key's DID as a trainer of task with stake.
-func EnrollTx(key *did.Key, task, stake string, nonce uint64) ([]byte, error) {
-	p := wire.EnrollTx{TaskID: task, TrainerDID: key.DID.String(), Stake: stake, Signed: wire.Signed{Nonce: nonce}}
+func EnrollTx(chainID string, key *did.Key, task, stake string, nonce uint64) ([]byte, error) {
+	p := wire.EnrollTx{TaskID: task, TrainerDID: key.DID.String(), Stake: stake, Signed: wire.Signed{ChainID: chainID, Nonce: nonce}}
 	p.Signature = key.Sign(p.Preimage())
 	return wire.EncodeTx(wire.TxEnroll, p)
 }
 
 // ElectionProofTx enters key's DID (a registered candidate) into task's
 // election with its VRF proof over the run's alpha.
-func ElectionProofTx(key *did.Key, task string, proof []byte, nonce uint64) ([]byte, error) {
-	p := wire.ElectionProofParams{TaskID: task, DID: key.DID.String(), Proof: proof, Signed: wire.Signed{Nonce: nonce}}
+func ElectionProofTx(chainID string, key *did.Key, task string, proof []byte, nonce uint64) ([]byte, error) {
+	p := wire.ElectionProofParams{TaskID: task, DID: key.DID.String(), Proof: proof, Signed: wire.Signed{ChainID: chainID, Nonce: nonce}}
 	p.Signature = key.Sign(p.Preimage())
 	return wire.EncodeTx(wire.TxElectionProof, p)
 }
 
 // SubmissionTx is the record of a submission of a payload with the given
 // hash and size, signed by the trainer (key).
-func SubmissionTx(key *did.Key, task string, round, fragment uint64, payloadHash wire.Hash, size uint64) ([]byte, error) {
-	s := wire.SubmissionTx{TaskID: task, TrainerDID: key.DID.String(), Round: round, FragmentIndex: fragment, PayloadHash: payloadHash, PayloadSize: size}
+func SubmissionTx(chainID string, key *did.Key, task string, round, fragment uint64, payloadHash wire.Hash, size uint64) ([]byte, error) {
+	s := wire.SubmissionTx{TaskID: task, TrainerDID: key.DID.String(), Round: round, FragmentIndex: fragment, PayloadHash: payloadHash, PayloadSize: size, ChainID: chainID}
 	s.Signature = key.Sign(s.Preimage())
 	return wire.EncodeTx(wire.TxSubmission, s)
 }
 
 // LeaveTx withdraws key's DID from task (its stake is refunded at once).
-func LeaveTx(key *did.Key, task string, nonce uint64) ([]byte, error) {
-	p := wire.LeaveParams{TaskID: task, TrainerDID: key.DID.String(), Signed: wire.Signed{Nonce: nonce}}
+func LeaveTx(chainID string, key *did.Key, task string, nonce uint64) ([]byte, error) {
+	p := wire.LeaveParams{TaskID: task, TrainerDID: key.DID.String(), Signed: wire.Signed{ChainID: chainID, Nonce: nonce}}
 	p.Signature = key.Sign(p.Preimage())
 	return wire.EncodeTx(wire.TxLeave, p)
 }
 
 // CommitFragmentTx signs p (its syncer is key's DID) and encodes it.
-func CommitFragmentTx(key *did.Key, p wire.CommitFragmentTx) ([]byte, error) {
-	p.SyncerDID = key.DID.String()
+func CommitFragmentTx(chainID string, key *did.Key, p wire.CommitFragmentTx) ([]byte, error) {
+	p.SyncerDID, p.ChainID = key.DID.String(), chainID
 	if p.Verdicts == nil {
 		p.Verdicts = []wire.Verdict{}
 	}
@@ -191,9 +192,9 @@ func SignReceiptTx(key *did.Key, rc *wire.Receipt, evidenceDigest *wire.Hash) ([
 // ChallengeTx disputes the commit of (task, round, fragment), claiming
 // result is its FragmentResultHash (zero: its inputs are unavailable), with
 // bond (the run's challenge_bond), signed by the challenger (key).
-func ChallengeTx(key *did.Key, task string, round, fragment uint64, result wire.Hash, bond string, nonce uint64) ([]byte, error) {
+func ChallengeTx(chainID string, key *did.Key, task string, round, fragment uint64, result wire.Hash, bond string, nonce uint64) ([]byte, error) {
 	p := wire.ChallengeTx{TaskID: task, Round: round, Fragment: fragment, ChallengerDID: key.DID.String(), ResultHash: result, Bond: bond,
-		Signed: wire.Signed{Nonce: nonce}}
+		Signed: wire.Signed{ChainID: chainID, Nonce: nonce}}
 	p.Signature = key.Sign(p.Preimage())
 	return wire.EncodeTx(wire.TxChallenge, p)
 }

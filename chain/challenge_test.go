@@ -68,11 +68,11 @@ func newCWorldSpec(t *testing.T, rounds int, challengeFields string) *cworld {
 	w.h, w.twin = newHarness(t, ""), newHarness(t, t.TempDir())
 	acc := func(k *did.Key, v string) GenesisAccount { return GenesisAccount{DID: k.DID.String(), Balance: v} }
 	g := GenesisState{Accounts: []GenesisAccount{acc(w.sponsor, "100000000000000"), acc(w.t1, "500"), acc(w.t2, "500"), acc(w.chal, "1000"), acc(w.chal2, "1000")},
-		Candidates: []GenesisAccount{acc(w.cands[0], cCandFund), acc(w.cands[1], cCandFund)}, Faucet: true}
+		Candidates: []GenesisAccount{acc(w.cands[0], cCandFund), acc(w.cands[1], cCandFund)}, Faucet: true, Params: freeParams(0)}
 	st, _ := json.Marshal(g)
 	var gh [2][]byte
 	for i, h := range []*harness{w.h, w.twin} {
-		res, err := h.app.InitChain(context.Background(), &abci.RequestInitChain{ChainId: "test", InitialHeight: 1, Time: genesisTime, AppStateBytes: st, Validators: ups})
+		res, err := h.app.InitChain(context.Background(), &abci.RequestInitChain{ChainId: ManualChainID, InitialHeight: 1, Time: genesisTime, AppStateBytes: st, Validators: ups})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -82,11 +82,11 @@ func newCWorldSpec(t *testing.T, rounds int, challengeFields string) *cworld {
 		t.Fatalf("genesis app hashes differ: %x vs %x", gh[0], gh[1])
 	}
 	w.spec = testSpec(w.task, w.sponsor.DID.String(), 2, 2, 2, rounds, challengeFields)
-	w.ok(must(PostTaskTx(w.sponsor, w.spec, testLayout(2, "ch"), meanRules(t), w.n())))
+	w.ok(must(PostTaskTx(ManualChainID, w.sponsor, w.spec, testLayout(2, "ch"), meanRules(t), w.n())))
 	for _, c := range w.cands {
-		w.ok(must(ElectionProofTx(c, w.task, vrfProof(t, c, w.task, w.spec), w.n())))
+		w.ok(must(ElectionProofTx(ManualChainID, c, w.task, vrfProof(t, c, w.task, w.spec), w.n())))
 	}
-	w.ok(must(EnrollTx(w.t1, w.task, "100", w.n())), must(EnrollTx(w.t2, w.task, "100", w.n())))
+	w.ok(must(EnrollTx(ManualChainID, w.t1, w.task, "100", w.n())), must(EnrollTx(ManualChainID, w.t2, w.task, "100", w.n())))
 	r := w.h.run(w.task)
 	if r.Status != wire.StatusRunning || len(r.Succession) != 2 {
 		t.Fatalf("run %s with %d entrants, want running with 2", r.Status, len(r.Succession))
@@ -160,7 +160,7 @@ func (w *cworld) submitRound(salt string) {
 	for f := 0; f < 2; f++ {
 		for _, k := range []*did.Key{w.t1, w.t2} {
 			h := wire.ContentHash([]byte(fmt.Sprintf("%s-%d-%d-%s-%s", w.task, r.Round, f, k.DID, salt)))
-			txs = append(txs, must(SubmissionTx(k, w.task, r.Round, uint64(f), h, 64)))
+			txs = append(txs, must(SubmissionTx(ManualChainID, k, w.task, r.Round, uint64(f), h, 64)))
 		}
 	}
 	w.ok(txs...)
@@ -216,7 +216,7 @@ func (w *cworld) account(name string) *big.Int {
 func (w *cworld) bal(k *did.Key) *big.Int { return w.account("did:" + k.DID.String()) }
 
 func (w *cworld) challengeTx(k *did.Key, round uint64, f uint64, claim wire.Hash) []byte {
-	return must(ChallengeTx(k, w.task, round, f, claim, cBond, w.n()))
+	return must(ChallengeTx(ManualChainID, k, w.task, round, f, claim, cBond, w.n()))
 }
 
 func (w *cworld) vote(v int, id, result wire.Hash, unavailable bool) []byte {
@@ -254,11 +254,11 @@ func TestChallengeWindow(t *testing.T) {
 		tx   []byte
 		want string
 	}{
-		{must(ChallengeTx(w.chal, w.task, 0, 1, other, "99", w.n())), "challenge_bond is 100"},
+		{must(ChallengeTx(ManualChainID, w.chal, w.task, 0, 1, other, "99", w.n())), "challenge_bond is 100"},
 		{w.challengeTx(w.chal, 1, 0, other), "unknown commit"},
 		{w.challengeTx(w.chal, 0, 7, other), "wrong fragment"},
 		{w.challengeTx(w.chal, 0, 1, rec.Result), "is the committed one"},
-		{must(ChallengeTx(w.chal, "no-such-run", 0, 1, other, cBond, w.n())), "no run"},
+		{must(ChallengeTx(ManualChainID, w.chal, "no-such-run", 0, 1, other, cBond, w.n())), "no run"},
 	}
 	var txs [][]byte
 	for _, r := range refusals {
@@ -614,7 +614,7 @@ func TestChallengePendingPenalty(t *testing.T) {
 	r := w.h.run(w.task)
 	var txs [][]byte
 	for f := 0; f < 2; f++ {
-		txs = append(txs, must(SubmissionTx(w.t1, w.task, r.Round, uint64(f), wire.ContentHash([]byte(fmt.Sprint("p", f))), 64)))
+		txs = append(txs, must(SubmissionTx(ManualChainID, w.t1, w.task, r.Round, uint64(f), wire.ContentHash([]byte(fmt.Sprint("p", f))), 64)))
 	}
 	w.ok(txs...)
 	w.h.now = w.h.now.Add(61e9) // past the round deadline: both fragments close no_quorum
@@ -626,14 +626,14 @@ func TestChallengePendingPenalty(t *testing.T) {
 		t.Fatalf("a deadline close: by chain %v, final at %d (height %d)", rec.ByChain, rec.FinalAt, rec.Height)
 	}
 	w.refused(w.challengeTx(w.chal, 0, 0, wire.ContentHash([]byte("q"))), "closed by the round deadline")
-	w.refused(must(LeaveTx(w.t2, w.task, w.n())), "cannot leave")
+	w.refused(must(LeaveTx(ManualChainID, w.t2, w.task, w.n())), "cannot leave")
 	w.empty(6)
 	_, _, st := w.trainer(w.t2)
 	if st != wire.TrainerActive {
 		t.Fatalf("t2 %s", st)
 	}
 	before := w.bal(w.t2)
-	w.ok(must(LeaveTx(w.t2, w.task, w.n())))
+	w.ok(must(LeaveTx(ManualChainID, w.t2, w.task, w.n())))
 	// 10% of 100 slashed for the missed round: 90 back.
 	if got := new(big.Int).Sub(w.bal(w.t2), before); got.String() != "90" {
 		t.Fatalf("refund %s, want 90 (100 less the missed-round slash)", got)

@@ -26,11 +26,11 @@ func Example() {
 	bobSeed[0] = 1
 	bob, _ := did.FromSeed(did.KindHuman, bobSeed)
 
-	st, _ := json.Marshal(chain.GenesisState{Accounts: []chain.GenesisAccount{{DID: alice.DID.String(), Balance: "1000"}}})
+	st, _ := json.Marshal(chain.GenesisState{Accounts: []chain.GenesisAccount{{DID: alice.DID.String(), Balance: "1000000000000000000"}}})
 	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	_, _ = app.InitChain(ctx, &abci.RequestInitChain{ChainId: "example", InitialHeight: 1, Time: t0, AppStateBytes: st})
 
-	tx, _ := chain.TransferTx(alice, bob.DID.String(), "250", 1)
+	tx, _ := chain.TransferTx("example", alice, bob.DID.String(), "250", 1)
 	res, _ := app.FinalizeBlock(ctx, &abci.RequestFinalizeBlock{Height: 1, Time: t0.Add(time.Second), Txs: [][]byte{tx}})
 	_, _ = app.Commit(ctx, &abci.RequestCommit{})
 	fmt.Println("code", res.TxResults[0].Code)

@@ -131,10 +131,19 @@ func (h *harness) open() {
 	h.t.Cleanup(func() { db.Close() })
 }
 
+// freeParams are chain parameters without transaction fees or economic
+// floors (and the given unbonding delay): the tests of run, settlement and
+// challenge rules keep their small exact amounts; fees and floors have their
+// own tests on the default parameters.
+func freeParams(unbondingMs int64) *machine.GenesisParams {
+	return &machine.GenesisParams{UnbondingDelayMs: unbondingMs, TxFeeBase: "0", TxFeeByte: "0", MinRewardPool: "0", MinStake: "0",
+		MinChallengeBond: "0", ReexecBondByte: "0"}
+}
+
 func (h *harness) genesis(g GenesisState) wire.Hash {
 	h.t.Helper()
 	st, _ := json.Marshal(g)
-	res, err := h.app.InitChain(context.Background(), &abci.RequestInitChain{ChainId: "test", InitialHeight: 1, Time: genesisTime, AppStateBytes: st})
+	res, err := h.app.InitChain(context.Background(), &abci.RequestInitChain{ChainId: ManualChainID, InitialHeight: 1, Time: genesisTime, AppStateBytes: st})
 	if err != nil {
 		h.t.Fatal(err)
 	}
@@ -281,7 +290,7 @@ func (h *harness) commit(task string, f int, key *did.Key, ticket uint64, status
 	if err != nil {
 		h.t.Fatal(err)
 	}
-	return must(CommitFragmentTx(key, wire.CommitFragmentTx{TaskID: task, Round: r.Round, Fragment: uint64(f), Commit: c, Verdicts: verdicts,
+	return must(CommitFragmentTx(ManualChainID, key, wire.CommitFragmentTx{TaskID: task, Round: r.Round, Fragment: uint64(f), Commit: c, Verdicts: verdicts,
 		Signed: wire.Signed{Nonce: nonce}}))
 }
 

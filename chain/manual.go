@@ -15,6 +15,9 @@ import (
 	"github.com/tenzro/train/wire"
 )
 
+// ManualChainID is the chain id of a Manual chain.
+const ManualChainID = "tenzro-manual"
+
 // Manual is a syncer.Chain that drives an App directly, without CometBFT:
 // every Broadcast is checked and committed in a block of its own, and
 // Block makes a block when the caller says so, at the time its clock gives.
@@ -68,7 +71,7 @@ func NewManual(ctx context.Context, kv machine.KV, opts ManualOptions) (*Manual,
 		return nil, err
 	}
 	now := m.clock()
-	if _, err := app.InitChain(ctx, &abci.RequestInitChain{ChainId: "tenzro-manual", Time: now, InitialHeight: 1, AppStateBytes: raw, Validators: opts.Validators}); err != nil {
+	if _, err := app.InitChain(ctx, &abci.RequestInitChain{ChainId: ManualChainID, Time: now, InitialHeight: 1, AppStateBytes: raw, Validators: opts.Validators}); err != nil {
 		return nil, err
 	}
 	m.lastMs = now.UnixMilli()

@@ -15,6 +15,7 @@ import (
 	"github.com/cometbft/cometbft/crypto"
 	cmtjson "github.com/cometbft/cometbft/libs/json"
 	cmtlog "github.com/cometbft/cometbft/libs/log"
+	"github.com/cometbft/cometbft/mempool"
 	"github.com/cometbft/cometbft/node"
 	"github.com/cometbft/cometbft/p2p"
 	"github.com/cometbft/cometbft/privval"
@@ -57,9 +58,26 @@ func CometConfig(home string, nc *NodeConfig) *cmtcfg.Config {
 	// Peer connections flush their buffered messages at most this often
 	// (CometBFT's 100 ms): each consensus step waited for it.
 	c.P2P.FlushThrottleTimeout = 10 * time.Millisecond
+	// Mempool limits (issue 22): one transaction at most wire.MaxTxBytes,
+	// at most MempoolSize transactions and MempoolBytes in all (each
+	// admitted by CheckTx only if its sender can pay its fee on top of
+	// what it already queued), a cache of recently seen transactions so
+	// the same bytes are not checked twice, and a recheck of what remains
+	// after each block (the check state is rebuilt from it).
 	c.Mempool.MaxTxBytes = wire.MaxTxBytes
+	c.Mempool.Size = MempoolSize
+	c.Mempool.MaxTxsBytes = MempoolBytes
+	c.Mempool.CacheSize = MempoolCache
+	c.Mempool.Recheck = true
 	return c
 }
+
+// Mempool limits of every chain node (config.toml's [mempool]).
+const (
+	MempoolSize  = 5000
+	MempoolBytes = 64 << 20
+	MempoolCache = 20000
+)
 
 // NodeOptions configure Start.
 type NodeOptions struct {
@@ -230,6 +248,11 @@ func (l *Local) Submit(ctx context.Context, tx []byte) (machine.Pending, error) 
 	res, err := l.mp.BroadcastTxSync(ctx, tx)
 	if err != nil {
 		l.app.unwatch(h, ch)
+		if isTxInCache(err) {
+			// The same bytes again (issue 22, finding 11: a replayed
+			// enrolment answered "internal error"): a precise refusal.
+			return nil, Refusal(CodeNonce, fmt.Sprintf("replayed transaction %X: these exact bytes were already submitted to this node (they are in a block or waiting in the mempool); sign a new request with a new nonce", h[:8]))
+		}
 		return nil, fmt.Errorf("broadcast to the chain: %w", err)
 	}
 	if res.Code != CodeOK {
@@ -311,4 +334,11 @@ func LoadVoteSigner(home string) (*FileVoteSigner, error) {
 		return nil, fmt.Errorf("%s: no private key", path)
 	}
 	return &FileVoteSigner{addr: k.PrivKey.PubKey().Address(), priv: k.PrivKey}, nil
+}
+
+// isTxInCache says whether err is CometBFT's refusal of a transaction its
+// mempool cache has seen (the local client passes the error through;
+// compare its text too, in case a layer wrapped it as a string).
+func isTxInCache(err error) bool {
+	return errors.Is(err, mempool.ErrTxInCache) || strings.Contains(err.Error(), mempool.ErrTxInCache.Error())
 }

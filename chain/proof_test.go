@@ -40,17 +40,17 @@ func TestRunRootProof(t *testing.T) {
 	w := newWorld(t)
 	h := newHarness(t, "")
 	h.genesis(w.genesis)
-	runBlock(t, h, []txCase{{"register", must(RegisterSyncerTx(w.candA, "10", 1)), CodeOK}})
+	runBlock(t, h, []txCase{{"register", must(RegisterSyncerTx(ManualChainID, w.candA, "10", 1)), CodeOK}})
 	var roots []wire.Hash
 	for i := 0; i < 5; i++ {
 		task := fmt.Sprintf("p-%d", i)
 		spec := testSpec(task, w.sponsor.DID.String(), 1, 1, 1, 1, "")
 		n := uint64(2 + i)
 		runBlock(t, h, []txCase{
-			{"post", must(PostTaskTx(w.sponsor, spec, testLayout(1, task), meanRules(t), n)), CodeOK},
-			{"proof", must(ElectionProofTx(w.candA, task, vrfProof(t, w.candA, task, spec), 10*n)), CodeOK},
-			{"enrol", must(EnrollTx(w.t1, task, "1", 10*n)), CodeOK},
-			{"record", must(SubmissionTx(w.t1, task, 0, 0, wire.ContentHash([]byte(task)), 4)), CodeOK},
+			{"post", must(PostTaskTx(ManualChainID, w.sponsor, spec, testLayout(1, task), meanRules(t), n)), CodeOK},
+			{"proof", must(ElectionProofTx(ManualChainID, w.candA, task, vrfProof(t, w.candA, task, spec), 10*n)), CodeOK},
+			{"enrol", must(EnrollTx(ManualChainID, w.t1, task, "1", 10*n)), CodeOK},
+			{"record", must(SubmissionTx(ManualChainID, w.t1, task, 0, 0, wire.ContentHash([]byte(task)), 4)), CodeOK},
 		})
 		runBlock(t, h, []txCase{{"commit", h.commit(task, 0, w.candA, 0, wire.FragAggregated, "", 10*n+1), CodeOK}})
 		runBlock(t, h, []txCase{{"sign", h.signReceipt(task, w.candA), CodeOK}})

@@ -29,16 +29,16 @@ func TestLateReceiptSigner(t *testing.T) {
 	spec := testSpec(task, w.sponsor.DID.String(), 2, 2, 2, 1, "")
 	var cases []txCase
 	for i, c := range cands {
-		cases = append(cases, txCase{fmt.Sprintf("register %d", i), must(RegisterSyncerTx(c, fmt.Sprint(100*(i+1)), 1)), CodeOK})
+		cases = append(cases, txCase{fmt.Sprintf("register %d", i), must(RegisterSyncerTx(ManualChainID, c, fmt.Sprint(100*(i+1)), 1)), CodeOK})
 	}
-	cases = append(cases, txCase{"post", must(PostTaskTx(w.sponsor, spec, testLayout(2, task), meanRules(t), 1)), CodeOK})
+	cases = append(cases, txCase{"post", must(PostTaskTx(ManualChainID, w.sponsor, spec, testLayout(2, task), meanRules(t), 1)), CodeOK})
 	runBlock(t, h, cases)
 	cases = nil
 	for i, c := range cands {
-		cases = append(cases, txCase{fmt.Sprintf("proof %d", i), must(ElectionProofTx(c, task, vrfProof(t, c, task, spec), 2)), CodeOK})
+		cases = append(cases, txCase{fmt.Sprintf("proof %d", i), must(ElectionProofTx(ManualChainID, c, task, vrfProof(t, c, task, spec), 2)), CodeOK})
 	}
 	for i, tr := range []*did.Key{w.t1, w.t2} {
-		cases = append(cases, txCase{fmt.Sprintf("enrol %d", i), must(EnrollTx(tr, task, "100", 1)), CodeOK})
+		cases = append(cases, txCase{fmt.Sprintf("enrol %d", i), must(EnrollTx(ManualChainID, tr, task, "100", 1)), CodeOK})
 	}
 	runBlock(t, h, cases)
 	succ := h.run(task).Succession
@@ -47,10 +47,10 @@ func TestLateReceiptSigner(t *testing.T) {
 	}
 	ticket := func(k int) *did.Key { return keyOf(cands, succ[k]) }
 	runBlock(t, h, []txCase{
-		{"t1 f0", must(SubmissionTx(w.t1, task, 0, 0, wire.ContentHash([]byte("a")), 4)), CodeOK},
-		{"t2 f0", must(SubmissionTx(w.t2, task, 0, 0, wire.ContentHash([]byte("b")), 4)), CodeOK},
-		{"t1 f1", must(SubmissionTx(w.t1, task, 0, 1, wire.ContentHash([]byte("c")), 4)), CodeOK},
-		{"t2 f1", must(SubmissionTx(w.t2, task, 0, 1, wire.ContentHash([]byte("d")), 4)), CodeOK},
+		{"t1 f0", must(SubmissionTx(ManualChainID, w.t1, task, 0, 0, wire.ContentHash([]byte("a")), 4)), CodeOK},
+		{"t2 f0", must(SubmissionTx(ManualChainID, w.t2, task, 0, 0, wire.ContentHash([]byte("b")), 4)), CodeOK},
+		{"t1 f1", must(SubmissionTx(ManualChainID, w.t1, task, 0, 1, wire.ContentHash([]byte("c")), 4)), CodeOK},
+		{"t2 f1", must(SubmissionTx(ManualChainID, w.t2, task, 0, 1, wire.ContentHash([]byte("d")), 4)), CodeOK},
 	})
 	// Ticket 0 misses the round: past one deadline (60 s) ticket 1 commits
 	// both fragments and the run seals.

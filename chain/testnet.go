@@ -80,6 +80,11 @@ type TestnetOptions struct {
 	// candidate: a node key is written at <home>/node/node.key and its DID
 	// registered at genesis with this stake (attoTNZO).
 	CandidateStake string
+	// CandidateFunds is allocated at genesis to every syncer candidate's
+	// DID that has no allocation of its own: the balance its node pays its
+	// transaction fees from (election proofs, fragment commits, receipt
+	// signatures). Empty: DefaultCandidateFunds; "0": none.
+	CandidateFunds string
 	// Candidates are more syncer candidates registered at genesis.
 	Candidates []GenesisAccount
 	// Faucet enables the faucet (the --dev chain only).
@@ -167,6 +172,7 @@ func WriteTestnet(opts TestnetOptions) ([]TestnetNode, error) {
 			st.Candidates = append(st.Candidates, GenesisAccount{DID: nodeDIDs[i], Balance: opts.CandidateStake})
 		}
 	}
+	fundCandidates(&st, opts.CandidateFunds)
 	appState, err := json.Marshal(st)
 	if err != nil {
 		return nil, err
@@ -422,4 +428,29 @@ func InitDev(home string, o DevOptions) (*TestnetNode, error) {
 		return nil, err
 	}
 	return &nodes[0], nil
+}
+
+// DefaultCandidateFunds is TestnetOptions.CandidateFunds's default: 100
+// TNZO, some 10,000 fragment commits at the default fees.
+const DefaultCandidateFunds = "100000000000000000000"
+
+// fundCandidates allocates funds to every candidate DID without an
+// allocation (see TestnetOptions.CandidateFunds).
+func fundCandidates(st *GenesisState, funds string) {
+	if funds == "" {
+		funds = DefaultCandidateFunds
+	}
+	if funds == "0" {
+		return
+	}
+	has := map[string]bool{}
+	for _, a := range st.Accounts {
+		has[a.DID] = true
+	}
+	for _, c := range st.Candidates {
+		if !has[c.DID] {
+			has[c.DID] = true
+			st.Accounts = append(st.Accounts, GenesisAccount{DID: c.DID, Balance: funds})
+		}
+	}
 }

@@ -14,7 +14,7 @@ const (
 	vecAppHash     = "1c857cf1378c047ac1760615f3f559442e1273c9a0cf4f512e0090a598c3a320"
 	vecRunLogLeaf  = "544cccf517b33433d84f6e720ace50e055725c8e6b8b542263ae980eb05a6451"
 	vecStateHash   = "cfe0b5c2f800bc60f6bb8bd5f52acf8b9d7df88a3d3aca6bc7e6cdd00d486d96"
-	vecGenesisHash = "65a1287172f44857efd26b632d640a68596737138a29252a4db1b0c732cb4fe9"
+	vecGenesisHash = "17021bdcdefe73896cbe6c6e6124c8d1342839b496c0d29ab6e0706190cce372"
 )
 
 func TestVectors(t *testing.T) {

@@ -100,14 +100,14 @@ func benchSubmissions(b *testing.B, validators, n int) float64 {
 	if err != nil {
 		b.Fatal(err)
 	}
-	setup := [][]byte{mustTx(b)(chain.TransferTx(sponsor, cand.DID.String(), "100000000000000000000", 1)), mustTx(b)(chain.PostTaskTx(sponsor, spec, layout, rules, 2))}
+	setup := [][]byte{mustTx(b)(chain.TransferTx(testnetChainID, sponsor, cand.DID.String(), "100000000000000000000", 1)), mustTx(b)(chain.PostTaskTx(testnetChainID, sponsor, spec, layout, rules, 2))}
 	for i := range keys {
 		keys[i] = chainKey(t, did.KindMachine, byte(10+i))
-		setup = append(setup, mustTx(b)(chain.TransferTx(sponsor, keys[i].DID.String(), "100000000000000000000", uint64(3+i))))
+		setup = append(setup, mustTx(b)(chain.TransferTx(testnetChainID, sponsor, keys[i].DID.String(), "100000000000000000000", uint64(3+i))))
 	}
-	setup = append(setup, mustTx(b)(chain.RegisterSyncerTx(cand, "50", 1)), mustTx(b)(chain.ElectionProofTx(cand, "bench", proof, 2)))
+	setup = append(setup, mustTx(b)(chain.RegisterSyncerTx(testnetChainID, cand, "50", 1)), mustTx(b)(chain.ElectionProofTx(testnetChainID, cand, "bench", proof, 2)))
 	for i := range keys {
-		setup = append(setup, mustTx(b)(chain.EnrollTx(keys[i], "bench", "1", 1)))
+		setup = append(setup, mustTx(b)(chain.EnrollTx(testnetChainID, keys[i], "bench", "1", 1)))
 	}
 	for i, tx := range setup {
 		res, err := nodes[0].rpc.BroadcastTxCommit(ctx, tx)
@@ -132,7 +132,7 @@ func benchSubmissions(b *testing.B, validators, n int) float64 {
 	txs := make([][]byte, n)
 	for i := range txs {
 		k, f := keys[i%trainers], uint64(i/trainers)
-		txs[i] = mustTx(b)(chain.SubmissionTx(k, "bench", 0, f, wire.ContentHash([]byte(fmt.Sprint(i))), 33<<20))
+		txs[i] = mustTx(b)(chain.SubmissionTx(testnetChainID, k, "bench", 0, f, wire.ContentHash([]byte(fmt.Sprint(i))), 33<<20))
 	}
 	b.ResetTimer()
 	sent := make([]time.Time, n)

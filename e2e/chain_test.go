@@ -278,7 +278,7 @@ func TestChainFourValidators(t *testing.T) {
 	dir := t.TempDir()
 	out, err := exec.Command(filepath.Join(binDir, "tenzro-node"), "testnet", "--validators", "4", "--dir", dir,
 		"--base-port", "0", "--block-time", "200ms", "--challenge-window-blocks", "10",
-		"--alloc", sponsor.DID.String()+"=10000000000000000000", "--alloc", trainer.DID.String()+"=500", "--alloc", other.DID.String()+"=70").CombinedOutput()
+		"--alloc", sponsor.DID.String()+"=10000000000000000000", "--alloc", trainer.DID.String()+"=10000000000000000000", "--alloc", other.DID.String()+"=2000000000000000000").CombinedOutput()
 	if err != nil {
 		t.Fatalf("testnet: %v\n%s", err, out)
 	}
@@ -369,13 +369,13 @@ func TestChainFourValidators(t *testing.T) {
 		}
 		return p
 	}
-	broadcast(t, nodes[0], tx(chain.TransferTx(sponsor, other.DID.String(), "25", 1)))
+	broadcast(t, nodes[0], tx(chain.TransferTx(testnetChainID, sponsor, other.DID.String(), "25", 1)))
 
 	// The run: posted on node 0, enrolled on node 2, submitted through node 3.
 	spec := []byte(fmt.Sprintf(`{"task_id":"chain-run","sponsor_did":%q,"sponsor_address":"0x1111111111111111111111111111111111111111",
  "architecture":{"family":"timesfm","param_count":%d,"modality":"Timeseries","fragment_count":%d,"dtype":"bf16"},
  "tier":"Open","aggregation":"Mean","trainer_count":1,"quorum":1,"inner_steps":4,"max_rounds":1,"grace_window_ms":0,
- "reward_pool":"1000","dataset_ref":"ipfs://QmTest","dataset_hash":"0xabab","min_throughput":null,"created_at":1761350400}`, sponsor.DID, F*N, F))
+ "reward_pool":"1000000000000000000","dataset_ref":"ipfs://QmTest","dataset_hash":"0xabab","min_throughput":null,"created_at":1761350400}`, sponsor.DID, F*N, F))
 	specPath := filepath.Join(dir, "spec.json")
 	if err := os.WriteFile(specPath, spec, 0o600); err != nil {
 		t.Fatal(err)
@@ -390,7 +390,7 @@ func TestChainFourValidators(t *testing.T) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	mustRPC(2, "train", "enroll-trainer", "--task-id", "chain-run", "--did", trainer.DID.String(), "--stake", "100", "--key", keyFile(trainer))
+	mustRPC(2, "train", "enroll-trainer", "--task-id", "chain-run", "--did", trainer.DID.String(), "--stake", "100000000000000000", "--key", keyFile(trainer))
 	for !strings.Contains(mustRPC(3, "train", "get-run", "--task-id", "chain-run", "--format", "json"), `"status": "running"`) {
 		if time.Now().After(deadline) {
 			t.Fatal("the run did not start on node 3's replica")
@@ -440,12 +440,12 @@ func TestChainFourValidators(t *testing.T) {
 	t.Logf("run sealed by %s and its receipt the same on 4 nodes after %s", rc.SyncerDID, time.Since(t0).Round(time.Millisecond))
 
 	// A refusal reaches the CLI with the chain's code and reason (exit 1).
-	refused := exec.Command(filepath.Join(binDir, "tenzro"), "chain", "transfer", "--to", sponsor.DID.String(), "--amount", "999999",
+	refused := exec.Command(filepath.Join(binDir, "tenzro"), "chain", "transfer", "--to", sponsor.DID.String(), "--amount", "999999000000000000000000",
 		"--key", keyFile(other), "--comet-rpc", "http://"+mustNodeConfig(t, nodes[3].home).RPCAddr)
 	if out, err := refused.CombinedOutput(); err == nil || refused.ProcessState.ExitCode() != 1 || !strings.Contains(string(out), "refused by the chain (code 4)") {
 		t.Fatalf("transfer beyond the balance: %v %s", err, out)
 	}
-	h := broadcast(t, nodes[1], tx(chain.TransferTx(sponsor, other.DID.String(), "25", uint64(time.Now().UnixNano()))))
+	h := broadcast(t, nodes[1], tx(chain.TransferTx(testnetChainID, sponsor, other.DID.String(), "25", uint64(time.Now().UnixNano()))))
 
 	balances := func(n *chainNode) string {
 		var s string
@@ -476,8 +476,9 @@ func TestChainFourValidators(t *testing.T) {
 		}
 	}
 	check(append(nodes[:4:4], full), h)
-	if got, _ := query(t, nodes[0], chain.QueryBalance, other.DID.String()); got != "120" {
-		t.Fatalf("balance of the other key: %s, want 120", got)
+	// 2 TNZO + 25 + 25, less the fee its refused transfer paid (issue 22).
+	if got, _ := query(t, nodes[0], chain.QueryBalance, other.DID.String()); !(got < "2000000000000000050" && got > "1990000000000000000" && len(got) == 19) {
+		t.Fatalf("balance of the other key: %s, want 2 TNZO + 50 less one transfer's fee", got)
 	}
 	t.Logf("balances, run and app hashes equal on 4 validators and a full node after %s", time.Since(t0).Round(time.Millisecond))
 
@@ -598,7 +599,7 @@ func TestChainFourValidators(t *testing.T) {
 
 	// kill -9 one validator: the other three (30 of 40 voting power) go on.
 	nodes[3].kill()
-	h = broadcast(t, nodes[1], tx(chain.TransferTx(sponsor, other.DID.String(), "50", uint64(time.Now().UnixNano()))))
+	h = broadcast(t, nodes[1], tx(chain.TransferTx(testnetChainID, sponsor, other.DID.String(), "50", uint64(time.Now().UnixNano()))))
 	check(nodes[:3], h)
 	t.Logf("3 of 4 committed after %s", time.Since(t0).Round(time.Millisecond))
 	// Restart it: it replays what it missed from its peers and agrees.
@@ -606,3 +607,6 @@ func TestChainFourValidators(t *testing.T) {
 	check(append(nodes[:4:4], full), h)
 	t.Logf("restarted validator caught up after %s", time.Since(t0).Round(time.Millisecond))
 }
+
+// testnetChainID is the chain id `tenzro-node testnet` writes by default.
+const testnetChainID = "tenzro-testnet"

@@ -81,7 +81,7 @@ func newTierRun(t *testing.T, vendor string) *tierRun {
 	}
 	// A dev chain (the real application, sequenced by hand at the pinned
 	// clock) whose only syncer candidate is the enclave-held key.
-	mc, err := chain.NewManual(ctx, kv, chain.ManualOptions{Clock: r.clock, Genesis: &chain.GenesisState{Accounts: []chain.GenesisAccount{}, Faucet: true,
+	mc, err := chain.NewManual(ctx, kv, chain.ManualOptions{Clock: r.clock, Genesis: &chain.GenesisState{Accounts: []chain.GenesisAccount{{DID: r.syncer.DID(), Balance: chain.DefaultCandidateFunds}}, Faucet: true,
 		Candidates: []chain.GenesisAccount{{DID: r.syncer.DID(), Balance: "1000000000000000000"}}}})
 	if err != nil {
 		t.Fatal(err)
@@ -142,7 +142,7 @@ func (r *tierRun) claim(task string, i int, wrongModel bool) json.RawMessage {
 func (r *tierRun) post(task, tier string, allow bool) *wire.PostTaskResult {
 	s := fmt.Sprintf(`{"task_id":%q,"sponsor_did":%q,"sponsor_address":"0x00","architecture":{"family":"timesfm","param_count":32,
  "modality":"Timeseries","fragment_count":2,"dtype":"bf16","metadata":{}},"tier":%q,"aggregation":"Mean","trainer_count":4,"quorum":3,
- "inner_steps":24,"max_rounds":2,"grace_window_ms":30000,"reward_pool":"1000","dataset_ref":"file:///data.enc","dataset_hash":"0x00",
+ "inner_steps":24,"max_rounds":2,"grace_window_ms":30000,"reward_pool":"1000000000000000000","dataset_ref":"file:///data.enc","dataset_hash":"0x00",
  "min_throughput":null,"created_at":1761350400,"attestation_policy":%s}`, task, r.sponsor.DID.String(), tier, r.policyFor(tier, allow))
 	_, canon, err := wire.ParseSpec([]byte(s))
 	if err != nil {
@@ -153,11 +153,11 @@ func (r *tierRun) post(task, tier string, allow bool) *wire.PostTaskResult {
 		ts = append(ts, safetensors.FromF32(fmt.Sprintf("w%d", f), []int64{16}, make([]float32, 16)))
 	}
 	w, _ := safetensors.Encode(ts, nil)
-	if _, err := r.node.Faucet(r.ctx, wire.FaucetParams{DID: r.sponsor.DID.String(), Amount: "1000001000"}); err != nil {
+	if _, err := r.node.Faucet(r.ctx, wire.FaucetParams{DID: r.sponsor.DID.String(), Amount: "10000000000000000000"}); err != nil {
 		r.t.Fatal(err)
 	}
 	p := &wire.PostTaskParams{Spec: []byte(s), InitWeights: w}
-	p.Nonce = r.next()
+	p.Nonce, p.ChainID = r.next(), chain.ManualChainID
 	p.Signature = r.sponsor.Sign(p.Preimage(r.sponsor.DID.String(), wire.SpecHash(canon), wire.ContentHash(w)))
 	res, err := r.node.PostTask(r.ctx, p)
 	if err != nil {
@@ -170,11 +170,11 @@ func (r *tierRun) post(task, tier string, allow bool) *wire.PostTaskResult {
 }
 
 func (r *tierRun) enroll(task string, i int, att json.RawMessage) error {
-	if _, err := r.node.Faucet(r.ctx, wire.FaucetParams{DID: r.tr[i].DID.String(), Amount: "10"}); err != nil {
+	if _, err := r.node.Faucet(r.ctx, wire.FaucetParams{DID: r.tr[i].DID.String(), Amount: "1000000000000000000"}); err != nil {
 		r.t.Fatal(err)
 	}
-	p := &wire.EnrollParams{TaskID: task, TrainerDID: r.tr[i].DID.String(), Stake: "10", Attestation: att}
-	p.Nonce = r.next()
+	p := &wire.EnrollParams{TaskID: task, TrainerDID: r.tr[i].DID.String(), Stake: "100000000000000000", Attestation: att}
+	p.Nonce, p.ChainID = r.next(), chain.ManualChainID
 	p.Signature = r.tr[i].Sign(p.Preimage())
 	_, err := r.node.Enroll(r.ctx, p)
 	return err
@@ -187,7 +187,7 @@ func (r *tierRun) submit(task string, i int, round, f uint64, att json.RawMessag
 	}
 	payload, _ := safetensors.Encode([]safetensors.Tensor{safetensors.FromF32(fmt.Sprintf("w%d", f), []int64{16}, v)}, nil)
 	g := &wire.OuterGradient{TaskID: task, TrainerDID: r.tr[i].DID.String(), Round: round, FragmentIndex: f, GradientPayload: payload,
-		PayloadHash: wire.ContentHash(payload), Attestation: att}
+		PayloadHash: wire.ContentHash(payload), Attestation: att, ChainID: chain.ManualChainID}
 	g.Signature = r.tr[i].Sign(g.Preimage())
 	res, err := r.node.Submit(r.ctx, g)
 	if err == nil && res.Finalized {

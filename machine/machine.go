@@ -74,6 +74,20 @@ type Params struct {
 	// ChallengeWindowBlocks is the challenge window of runs whose spec sets
 	// none (absent: ChallengeWindow's default).
 	ChallengeWindowBlocks *int64 `json:"challenge_window_blocks,omitempty"`
+	// Transaction fees (mante.go), burned: every transaction but the
+	// faucet and validators' challenge votes pays TxFeeBase + TxFeeKind[type]
+	// + TxFeeByte × its size in bytes, whether or not it then succeeds.
+	TxFeeBase string            `json:"tx_fee_base,omitempty"`
+	TxFeeByte string            `json:"tx_fee_byte,omitempty"`
+	TxFeeKind map[string]string `json:"tx_fee_kind,omitempty"`
+	// Economic floors (mfloors.go): the smallest reward pool a posting
+	// escrows, stake a trainer locks and challenge bond a spec sets, and
+	// the bond per payload byte of a fragment's K inputs that pays the
+	// validators' re-execution when a challenge is wrong.
+	MinRewardPool    string `json:"min_reward_pool,omitempty"`
+	MinStake         string `json:"min_stake,omitempty"`
+	MinChallengeBond string `json:"min_challenge_bond,omitempty"`
+	ReexecBondByte   string `json:"reexec_bond_byte,omitempty"`
 }
 
 // ChallengeWindow is the default challenge window of this chain's runs: the
@@ -94,7 +108,10 @@ func (p *Params) ChallengeWindow() int64 {
 // DefaultParams are the parameters of a genesis that sets none.
 func DefaultParams() Params {
 	return Params{PostingFee: DefaultPostingFee.String(), PublishFee: DefaultPublishFee.String(),
-		UnbondingDelayMs: DefaultUnbondingDelay.Milliseconds()}
+		UnbondingDelayMs: DefaultUnbondingDelay.Milliseconds(),
+		TxFeeBase:        DefaultTxFeeBase.String(), TxFeeByte: DefaultTxFeeByte.String(),
+		MinRewardPool: DefaultMinRewardPool.String(), MinStake: DefaultMinStake.String(),
+		MinChallengeBond: DefaultMinChallengeBond.String(), ReexecBondByte: DefaultReexecBondByte.String()}
 }
 
 // Genesis is the application's part of a genesis file (app_state).
@@ -113,6 +130,9 @@ type Genesis struct {
 	// InitChain, not app_state): the keys and voting power that decide
 	// challenges. The application never changes it.
 	Validators []Validator `json:"-"`
+	// ChainID is the genesis chain id (from InitChain): every signed
+	// transaction must be signed for it.
+	ChainID string `json:"-"`
 }
 
 // Validator is a consensus validator as the machine keeps it (KSMeta
@@ -131,6 +151,15 @@ type GenesisParams struct {
 	UnbondingDelayMs int64  `json:"unbonding_delay_ms,omitempty"`
 	// ChallengeWindowBlocks sets Params.ChallengeWindowBlocks.
 	ChallengeWindowBlocks *int64 `json:"challenge_window_blocks,omitempty"`
+	// Fees and floors set the Params of the same names (decimal attoTNZO;
+	// empty: the default). TxFeeKind replaces the default per-kind table.
+	TxFeeBase        string            `json:"tx_fee_base,omitempty"`
+	TxFeeByte        string            `json:"tx_fee_byte,omitempty"`
+	TxFeeKind        map[string]string `json:"tx_fee_kind,omitempty"`
+	MinRewardPool    string            `json:"min_reward_pool,omitempty"`
+	MinStake         string            `json:"min_stake,omitempty"`
+	MinChallengeBond string            `json:"min_challenge_bond,omitempty"`
+	ReexecBondByte   string            `json:"reexec_bond_byte,omitempty"`
 }
 
 // GenesisAccount is one allocation (or candidate stake): Balance attoTNZO
@@ -188,7 +217,12 @@ func ParseGenesis(b []byte) (*Genesis, error) {
 		}
 	}
 	if p := g.Params; p != nil {
-		for name, v := range map[string]string{"posting_fee": p.PostingFee, "publish_fee": p.PublishFee} {
+		if err := checkFeeKinds(p.TxFeeKind); err != nil {
+			return nil, fmt.Errorf("genesis app_state: %w", err)
+		}
+		for name, v := range map[string]string{"posting_fee": p.PostingFee, "publish_fee": p.PublishFee,
+			"tx_fee_base": p.TxFeeBase, "tx_fee_byte": p.TxFeeByte, "min_reward_pool": p.MinRewardPool,
+			"min_stake": p.MinStake, "min_challenge_bond": p.MinChallengeBond, "reexec_bond_byte": p.ReexecBondByte} {
 			if v == "" {
 				continue
 			}
@@ -223,10 +257,14 @@ func (m *Machine) InitGenesis(ctx context.Context, kv KV, blk Block, g *Genesis)
 			p.UnbondingDelayMs = gp.UnbondingDelayMs
 		}
 		p.ChallengeWindowBlocks = gp.ChallengeWindowBlocks
+		gp.applyFees(&p)
 	}
 	p.Faucet = g.Faucet
 	if err := x.putJSON(KSMeta, keyParams, p); err != nil {
 		return err
+	}
+	if g.ChainID != "" {
+		x.set(KSMeta, keyChainID, []byte(g.ChainID))
 	}
 	for _, acc := range g.Accounts {
 		amt, err := wire.ParseAmount(acc.Balance)
@@ -264,6 +302,10 @@ type mtx struct {
 	blk Block
 	lt  *ledgerTx
 	p   *Params
+	cid *string
+	// anted is the ante's result when the transaction passed it: its
+	// signature is verified and its nonce used (checkSigned knows).
+	anted *anteInfo
 }
 
 func (m *Machine) begin(ctx context.Context, kv KV, blk Block) *mtx {
@@ -382,6 +424,9 @@ func (e nonceError) Unwrap() []error { return []error{e.e, ErrStaleNonce} }
 // checkSigned verifies a signed request's signature and that its nonce is
 // above the signer's last one, and records the nonce.
 func (x *mtx) checkSigned(signer string, nonce uint64, sig []byte, pre []byte) error {
+	if a := x.anted; a != nil && a.nonced && a.signer == signer && a.nonce == nonce {
+		return nil // the ante verified this signature and used this nonce
+	}
 	if err := verifySig(signer, pre, sig); err != nil {
 		return err
 	}
@@ -411,10 +456,22 @@ func LastNonce(ctx context.Context, kv KV, d string) (uint64, bool, error) {
 
 // Apply runs one transaction at blk, all or nothing on kv, and returns its
 // result (JSON) or a refusal (*Error; anything else is an internal fault).
+//
+// The ante (chain id, signature, nonce, fee) runs first as its own step:
+// when it passes, its writes stay even if the transaction's own rules then
+// refuse it (the nonce is used up and the fee paid).
 func (m *Machine) Apply(ctx context.Context, kv KV, blk Block, tx *wire.Tx) ([]byte, error) {
+	a := m.begin(ctx, kv, blk)
+	info, err := a.ante(tx)
+	if err != nil {
+		return nil, err
+	}
+	if err := a.finish(); err != nil {
+		return nil, fmt.Errorf("apply %s: ante: %w", tx.Type, err)
+	}
 	x := m.begin(ctx, kv, blk)
+	x.anted = info
 	var out any
-	var err error
 	switch tx.Type {
 	case wire.TxTransfer:
 		out, err = x.transfer(tx.Transfer)
@@ -464,67 +521,12 @@ func (m *Machine) Apply(ctx context.Context, kv KV, blk Block, tx *wire.Tx) ([]b
 	return raw, nil
 }
 
-// Check does a transaction's cheap checks against kv (the committed
-// state): its signature and nonce, and for the faucet whether there is one.
-// It writes nothing. State rules wait for Apply.
+// Check does a transaction's ante checks (Ante) against kv (the committed
+// state) and writes nothing. State rules wait for Apply.
 func (m *Machine) Check(ctx context.Context, kv KV, tx *wire.Tx) error {
 	x := m.begin(ctx, ReadOnly(kv), Block{})
-	switch tx.Type {
-	case wire.TxTransfer:
-		p := tx.Transfer
-		return x.checkSigned(p.From, p.Nonce, p.Signature, p.Preimage())
-	case wire.TxFaucet:
-		p, err := x.params()
-		if err != nil {
-			return err
-		}
-		if !p.Faucet {
-			return Errf(KindDisabled, noFaucet)
-		}
-	case wire.TxRegisterCandidate:
-		p := tx.RegisterCandidate
-		return x.checkSigned(p.DID, p.Nonce, p.Signature, p.Preimage())
-	case wire.TxUnbond:
-		p := tx.Unbond
-		return x.checkSigned(p.DID, p.Nonce, p.Signature, p.Preimage())
-	case wire.TxPublishPlugin:
-		p := tx.PublishPlugin
-		return x.checkSigned(p.DID, p.Nonce, p.Signature, p.Preimage())
-	case wire.TxPostTask:
-		spec, canon, err := wire.ParseSpec(tx.PostTask.Spec)
-		if err != nil {
-			return Errf(KindInvalid, "%v", err)
-		}
-		req := wire.PostTaskParams{Signed: tx.PostTask.Signed}
-		return x.checkSigned(spec.SponsorDID, req.Nonce, req.Signature, req.Preimage(spec.SponsorDID, wire.SpecHash(canon), tx.PostTask.InitWeightsHash))
-	case wire.TxElectionProof:
-		p := tx.ElectionProof
-		return x.checkSigned(p.DID, p.Nonce, p.Signature, p.Preimage())
-	case wire.TxEnroll:
-		p := tx.Enroll
-		return x.checkSigned(p.TrainerDID, p.Nonce, p.Signature, p.Preimage())
-	case wire.TxLeave:
-		p := tx.Leave
-		return x.checkSigned(p.TrainerDID, p.Nonce, p.Signature, p.Preimage())
-	case wire.TxSubmission:
-		s := tx.Submission
-		return verifySig(s.TrainerDID, s.Preimage(), s.Signature)
-	case wire.TxCommitFragment:
-		p := tx.CommitFragment
-		c, err := CommitJCS(&p.Commit)
-		if err != nil {
-			return Errf(KindInvalid, "commit: %v", err)
-		}
-		return x.checkSigned(p.SyncerDID, p.Nonce, p.Signature, p.Preimage(c))
-	case wire.TxChallenge:
-		p := tx.Challenge
-		return x.checkSigned(p.ChallengerDID, p.Nonce, p.Signature, p.Preimage())
-	case wire.TxChallengeVote:
-		return x.checkVoteSignature(tx.ChallengeVote)
-	case wire.TxSignReceipt, wire.TxSetInitWeights, wire.TxCancelRun:
-		// Their signer is found in state (the run's sponsor or syncer).
-	}
-	return nil
+	_, err := x.ante(tx)
+	return err
 }
 
 // BeginBlock runs the timers at blk: unstarted runs expire after their

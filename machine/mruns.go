@@ -54,6 +54,9 @@ func (x *mtx) postTask(p *wire.PostTaskTx) (*wire.PostTaskResult, error) {
 	if err := x.checkRules(spec, p); err != nil {
 		return nil, err
 	}
+	if err := x.checkPostingFloors(spec); err != nil {
+		return nil, err
+	}
 	r := &Run{Spec: canon, SpecHash: specHash, Status: wire.StatusAwaiting, Rule: p.Rule, Verifiers: p.Verifiers, Outer: p.Outer,
 		Codec: p.Codec, spec: spec, PostedMs: x.blk.TimeMs, PostedHeight: x.blk.Height, RoundMs: x.blk.TimeMs,
 		RoundAnchor: append(wire.HexBytes{}, x.blk.Hash...), Trainers: []*RunTrainer{}, Roots: []wire.Hash{}}
@@ -72,6 +75,9 @@ func (x *mtx) postTask(p *wire.PostTaskTx) (*wire.PostTaskResult, error) {
 	case p.Init != nil:
 		if p.Init.File != p.InitWeightsHash {
 			return nil, Errf(KindInvalid, "init.file %s is not the signed init_weights_hash %s", p.Init.File, p.InitWeightsHash)
+		}
+		if err := x.checkBondCoversReexec(r, p.Init); err != nil {
+			return nil, err
 		}
 		if err := r.setInit(p.Init); err != nil {
 			return nil, err
@@ -251,6 +257,9 @@ func (x *mtx) setInitWeights(p *wire.SetInitWeightsTx) (*wire.PostTaskResult, er
 	if err := x.checkSigned(r.spec.SponsorDID, p.Nonce, p.Signature, p.Preimage(r.spec.SponsorDID)); err != nil {
 		return nil, err
 	}
+	if err := x.checkBondCoversReexec(r, &p.Init); err != nil {
+		return nil, err
+	}
 	if err := r.setInit(&p.Init); err != nil {
 		return nil, err
 	}
@@ -291,6 +300,9 @@ func (x *mtx) enroll(p *wire.EnrollTx) (*wire.EnrollResult, error) {
 	}
 	if r.Trainer(p.TrainerDID) == nil && len(r.Trainers) >= wire.MaxTrainers {
 		return nil, Errf(KindConflict, "run %s has settlement lines for %d trainers (those enrolled and those who left), the most a receipt holds: no new trainer can join", p.TaskID, len(r.Trainers))
+	}
+	if err := x.checkStakeFloor(stake); err != nil {
+		return nil, err
 	}
 	if r.spec.MinStake != "" {
 		if ms, _ := wire.ParseAmount(r.spec.MinStake); stake.Cmp(ms) < 0 {

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/tenzro/train/audit"
+	"github.com/tenzro/train/chain"
 	"github.com/tenzro/train/store"
 	"github.com/tenzro/train/syncer"
 	"github.com/tenzro/train/syncer/election"
@@ -99,7 +100,7 @@ func BenchmarkSubmit33MB(b *testing.B) {
 	for i := 0; i < 63 && i < b.N+1; i++ {
 		payload, _ := safetensors.Encode([]safetensors.Tensor{safetensors.FromF32("w", []int64{n}, vals)}, nil)
 		payload[len(payload)-1] = byte(i)
-		g := &wire.OuterGradient{TaskID: h.task, TrainerDID: h.tr[i].DID.String(), GradientPayload: payload, PayloadHash: wire.ContentHash(payload)}
+		g := &wire.OuterGradient{ChainID: chain.ManualChainID, TaskID: h.task, TrainerDID: h.tr[i].DID.String(), GradientPayload: payload, PayloadHash: wire.ContentHash(payload)}
 		g.Signature = h.tr[i].Sign(g.Preimage())
 		subs = append(subs, g)
 	}

@@ -82,7 +82,7 @@ func BenchmarkReexecuteVsFinalize(b *testing.B) {
 		b.Fatal(err)
 	}
 	p := &wire.PostTaskParams{Spec: raw, InitWeights: weights}
-	p.Nonce = 1
+	p.Nonce, p.ChainID = 1, chain.ManualChainID
 	p.Signature = sponsor.Sign(p.Preimage(sponsor.DID.String(), wire.SpecHash(canon), wire.ContentHash(weights)))
 	if _, err := sn.PostTask(ctx, p); err != nil {
 		b.Fatal(err)
@@ -96,7 +96,7 @@ func BenchmarkReexecuteVsFinalize(b *testing.B) {
 			b.Fatal(err)
 		}
 		e := &wire.EnrollParams{TaskID: "bench", TrainerDID: tk.DID.String(), Stake: "1"}
-		e.Nonce = uint64(10 + i)
+		e.Nonce, e.ChainID = uint64(10+i), chain.ManualChainID
 		e.Signature = tk.Sign(e.Preimage())
 		if _, err := sn.Enroll(ctx, e); err != nil {
 			b.Fatal(err)
@@ -108,7 +108,7 @@ func BenchmarkReexecuteVsFinalize(b *testing.B) {
 			w[j] = float32((j+i)%13) * 1e-3
 		}
 		payload, _ := safetensors.Encode([]safetensors.Tensor{safetensors.FromF32("w", []int64{n}, w)}, nil)
-		g := &wire.OuterGradient{TaskID: "bench", TrainerDID: tk.DID.String(), GradientPayload: payload, PayloadHash: wire.ContentHash(payload)}
+		g := &wire.OuterGradient{ChainID: chain.ManualChainID, TaskID: "bench", TrainerDID: tk.DID.String(), GradientPayload: payload, PayloadHash: wire.ContentHash(payload)}
 		g.Signature = tk.Sign(g.Preimage())
 		if _, err := sn.Submit(ctx, g); err != nil {
 			b.Fatal(err)

@@ -78,7 +78,7 @@ func newCNet(t *testing.T, extra string) *cnet {
 		vkeys = append(vkeys, v)
 		ups = append(ups, chain.ValidatorUpdate(v.priv.PubKey().Bytes(), 10))
 	}
-	g := &chain.GenesisState{Accounts: []chain.GenesisAccount{}, Faucet: true,
+	g := &chain.GenesisState{Accounts: []chain.GenesisAccount{}, Faucet: true, Params: freeParams(),
 		Candidates: []chain.GenesisAccount{{DID: c.cands[0].DID.String(), Balance: "1000000000000000000"}, {DID: c.cands[1].DID.String(), Balance: "1000000000000000000"}}}
 	mc, err := chain.NewManual(ctx, kv, chain.ManualOptions{Genesis: g, Validators: ups, Clock: func() time.Time { return c.now }, App: chain.AppOptions{Log: quiet}})
 	if err != nil {
@@ -134,7 +134,7 @@ func newCNet(t *testing.T, extra string) *cnet {
 	}
 	weights := initWeights(t, 2, 16)
 	p := &wire.PostTaskParams{Spec: raw, InitWeights: weights}
-	p.Nonce = c.n()
+	p.Nonce, p.ChainID = c.n(), chain.ManualChainID
 	p.Signature = c.sponsor.Sign(p.Preimage(c.sponsor.DID.String(), wire.SpecHash(canon), wire.ContentHash(weights)))
 	if _, err := c.syncers[0].PostTask(ctx, p); err != nil {
 		t.Fatal(err)
@@ -142,7 +142,7 @@ func newCNet(t *testing.T, extra string) *cnet {
 	c.tickSyncers() // election proofs
 	for i, k := range c.tr {
 		e := &wire.EnrollParams{TaskID: c.task, TrainerDID: k.DID.String(), Stake: "100000000000000000000"}
-		e.Nonce = c.n()
+		e.Nonce, e.ChainID = c.n(), chain.ManualChainID
 		e.Signature = c.tr[i].Sign(e.Preimage())
 		if _, err := c.syncers[0].Enroll(ctx, e); err != nil {
 			t.Fatal(err)
@@ -226,7 +226,7 @@ func (c *cnet) submitRound() {
 		}
 		for i, k := range c.tr {
 			payload := scaledPayload(c.t, w.Payload, float32(i+1)+float32(r.Round))
-			g := &wire.OuterGradient{TaskID: c.task, TrainerDID: k.DID.String(), Round: r.Round, FragmentIndex: uint64(f),
+			g := &wire.OuterGradient{ChainID: chain.ManualChainID, TaskID: c.task, TrainerDID: k.DID.String(), Round: r.Round, FragmentIndex: uint64(f),
 				GradientPayload: payload, PayloadHash: wire.ContentHash(payload)}
 			g.Signature = k.Sign(g.Preimage())
 			if _, err := n.Submit(c.ctx, g); err != nil {
@@ -406,7 +406,7 @@ func TestChallengeNodesFrivolous(t *testing.T) {
 	chal := key(t, did.KindHuman, 202)
 	c.faucet(chal.DID.String(), "1000")
 	p := wire.ChallengeTx{TaskID: c.task, Round: 0, Fragment: 1, ChallengerDID: chal.DID.String(), ResultHash: wire.ContentHash([]byte("made up")), Bond: "100",
-		Signed: wire.Signed{Nonce: c.n()}}
+		Signed: wire.Signed{ChainID: chain.ManualChainID, Nonce: c.n()}}
 	p.Signature = chal.Sign(p.Preimage())
 	if _, err := c.vals[2].SubmitChallenge(c.ctx, &p); err != nil {
 		t.Fatal(err)
@@ -424,7 +424,7 @@ func TestChallengeNodesFrivolous(t *testing.T) {
 	for i := 0; i < 13; i++ {
 		c.block()
 	}
-	p.Fragment, p.Nonce = 0, c.n()
+	p.Fragment, p.Nonce, p.ChainID = 0, c.n(), chain.ManualChainID
 	p.Signature = chal.Sign(p.Preimage())
 	if _, err := c.vals[2].SubmitChallenge(c.ctx, &p); err == nil || !strings.Contains(err.Error(), "after the challenge window") {
 		t.Fatalf("late challenge: %v", err)

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tenzro/train/chain"
 	"github.com/tenzro/train/store"
 	"github.com/tenzro/train/syncer"
 	"github.com/tenzro/train/wire"
@@ -161,7 +162,7 @@ func TestFinalizeRoundRunsPluginsOutsideTheLock(t *testing.T) {
 	// No worker runs here, so only the elected syncer's signed
 	// finalizeRound commits.
 	p := &wire.FinalizeParams{TaskID: h.task, SyncerDID: h.syncerKey().DID.String(), Round: 0}
-	p.Nonce = h.nextNonce()
+	p.Nonce, p.ChainID = h.nextNonce(), chain.ManualChainID
 	p.Signature = h.syncerKey().Sign(p.Preimage())
 	done := make(chan error, 1)
 	go func() {

@@ -63,7 +63,7 @@ func TestFinalizeRoundIsSignedAndKeepsTheGraceWindow(t *testing.T) {
 		t.Fatalf("finalize by a trainer: %v", err)
 	}
 	p := &wire.FinalizeParams{TaskID: h.task, SyncerDID: h.syncerKey().DID.String(), Round: 0}
-	p.Nonce = h.nextNonce()
+	p.Nonce, p.ChainID = h.nextNonce(), chain.ManualChainID
 	p.Signature = h.tr[0].Sign(p.Preimage()) // right DID, wrong key
 	if _, err := h.node.FinalizeRound(h.ctx, p); machine.KindOf(err) != machine.KindUnauthorized {
 		t.Fatalf("forged syncer signature: %v", err)
@@ -329,7 +329,7 @@ func TestCancelAndExpiryRefundEscrowAndStakes(t *testing.T) {
 			}
 			cancel := func(k int) error {
 				p := &wire.CancelRunParams{TaskID: h.task}
-				p.Nonce = h.nextNonce()
+				p.Nonce, p.ChainID = h.nextNonce(), chain.ManualChainID
 				p.Signature = []*did.Key{h.sponsor, h.tr[0]}[k].Sign(p.Preimage(sp))
 				_, err := h.node.CancelRun(h.ctx, p)
 				h.conserve("cancel")
@@ -379,7 +379,7 @@ func TestCancelAndExpiryRefundEscrowAndStakes(t *testing.T) {
 	// A started run cannot be cancelled.
 	h := startedRun(t, 1)
 	p := &wire.CancelRunParams{TaskID: h.task}
-	p.Nonce = h.nextNonce()
+	p.Nonce, p.ChainID = h.nextNonce(), chain.ManualChainID
 	p.Signature = h.sponsor.Sign(p.Preimage(h.sponsor.DID.String()))
 	if _, err := h.node.CancelRun(h.ctx, p); machine.KindOf(err) != machine.KindConflict {
 		t.Fatalf("cancel a running run: %v", err)
@@ -394,14 +394,14 @@ func TestSyncerUnbondingWithDelay(t *testing.T) {
 	rd := remote.DID.String()
 	h.faucet(rd, "5000")
 	rp := &wire.RegisterSyncerParams{DID: rd, Stake: "3000"}
-	rp.Nonce = h.nextNonce()
+	rp.Nonce, rp.ChainID = h.nextNonce(), chain.ManualChainID
 	rp.Signature = remote.Sign(rp.Preimage())
 	if _, err := h.node.RegisterSyncer(h.ctx, rp); err != nil {
 		t.Fatal(err)
 	}
 	unbond := func(k *did.Key) (*wire.SyncerCandidate, error) {
 		p := &wire.UnbondParams{DID: rd}
-		p.Nonce = h.nextNonce()
+		p.Nonce, p.ChainID = h.nextNonce(), chain.ManualChainID
 		p.Signature = k.Sign(p.Preimage())
 		c, err := h.node.Unbond(h.ctx, p)
 		h.conserve("unbond")
@@ -427,7 +427,7 @@ func TestSyncerUnbondingWithDelay(t *testing.T) {
 	}
 	proof, _ := vrf.Prove(remote.Priv, election.Alpha(h.task, h.run().SpecHash))
 	pp := &wire.ElectionProofParams{TaskID: h.task, DID: rd, Proof: proof}
-	pp.Nonce = h.nextNonce()
+	pp.Nonce, pp.ChainID = h.nextNonce(), chain.ManualChainID
 	pp.Signature = remote.Sign(pp.Preimage())
 	if _, err := h.node.SubmitElectionProof(h.ctx, pp); err != nil {
 		t.Fatal(err)
@@ -443,7 +443,7 @@ func TestSyncerUnbondingWithDelay(t *testing.T) {
 	}
 	// The elected syncer of a running run cannot unbond.
 	p := &wire.UnbondParams{DID: h.syncerKey().DID.String()}
-	p.Nonce = uint64(time.Now().UnixNano()) // above the node's own (Unix-ns) nonces of this key
+	p.Nonce, p.ChainID = uint64(time.Now().UnixNano()), chain.ManualChainID // above the node's own (Unix-ns) nonces of this key
 	p.Signature = h.syncerKey().Sign(p.Preimage())
 	if _, err := h.node.Unbond(h.ctx, p); machine.KindOf(err) != machine.KindConflict || !strings.Contains(err.Error(), "elected syncer") {
 		t.Fatalf("unbond while elected: %v", err)
@@ -518,7 +518,7 @@ func TestPostingAndPublishingCostAndAreRateLimited(t *testing.T) {
 	poor := h.tr[0].DID.String()
 	req := func() *wire.PublishPluginParams {
 		p := &wire.PublishPluginParams{DID: poor, Module: module}
-		p.Nonce = h.nextNonce()
+		p.Nonce, p.ChainID = h.nextNonce(), chain.ManualChainID
 		p.Signature = h.tr[0].Sign(p.Preimage())
 		return p
 	}

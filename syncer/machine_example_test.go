@@ -24,7 +24,8 @@ func ExampleMachine() {
 	bobSeed[0] = 1
 	bob, _ := did.FromSeed(did.KindHuman, bobSeed)
 
-	_ = m.InitGenesis(ctx, kv, machine.Block{}, &machine.Genesis{Faucet: true})
+	_ = m.InitGenesis(ctx, kv, machine.Block{}, &machine.Genesis{Faucet: true, ChainID: "example",
+		Params: &machine.GenesisParams{TxFeeBase: "10", TxFeeByte: "0"}})
 	blk := machine.Block{Height: 1, TimeMs: 1_761_350_400_000, Hash: []byte{1}}
 	apply := func(typ string, params any) {
 		raw, _ := wire.EncodeTx(typ, params)
@@ -37,17 +38,18 @@ func ExampleMachine() {
 	}
 	apply(wire.TxFaucet, wire.FaucetTx{DID: alice.DID.String(), Amount: "1000", Salt: 1})
 	send := func(amount string, nonce uint64) wire.TransferParams {
-		p := wire.TransferParams{From: alice.DID.String(), To: bob.DID.String(), Amount: amount, Signed: wire.Signed{Nonce: nonce}}
+		p := wire.TransferParams{From: alice.DID.String(), To: bob.DID.String(), Amount: amount, Signed: wire.Signed{ChainID: "example", Nonce: nonce}}
 		p.Signature = alice.Sign(p.Preimage())
 		return p
 	}
 	apply(wire.TxTransfer, send("250", 1))
 	apply(wire.TxTransfer, send("5000", 2))
 	b, _ := machine.Balance(ctx, kv, bob.DID.String())
-	fmt.Println("bob", b.Balance)
+	a, _ := machine.Balance(ctx, kv, alice.DID.String())
+	fmt.Println("bob", b.Balance, "alice", a.Balance)
 	// Output:
 	// {"did":"did:tenzro:human:z6MkiTBz1ymuepAQ4HEHYSF1H8quG5GLVVQR3djdX3mDooWp","balance":"1000"}
-	// {"did":"did:tenzro:human:z6MkiTBz1ymuepAQ4HEHYSF1H8quG5GLVVQR3djdX3mDooWp","balance":"750"}
-	// refused: balance of did:tenzro:human:z6MkiTBz1ymuepAQ4HEHYSF1H8quG5GLVVQR3djdX3mDooWp is 750 attoTNZO, needs 5000
-	// bob 250
+	// {"did":"did:tenzro:human:z6MkiTBz1ymuepAQ4HEHYSF1H8quG5GLVVQR3djdX3mDooWp","balance":"740"}
+	// refused: balance of did:tenzro:human:z6MkiTBz1ymuepAQ4HEHYSF1H8quG5GLVVQR3djdX3mDooWp is 730 attoTNZO, needs 5000
+	// bob 250 alice 730
 }

@@ -156,9 +156,13 @@ func (n *Node) load(ctx context.Context, task string) (*machine.Run, machine.Blo
 }
 
 // Info implements Service.
-func (n *Node) Info(context.Context) wire.NodeInfo {
+func (n *Node) Info(ctx context.Context) wire.NodeInfo {
 	p := n.eng.Profile()
-	return wire.NodeInfo{Version: machine.Version, NodeDID: n.cfg.Signer.DID(), Dev: n.cfg.Dev, Role: n.cfg.Role,
+	id, err := n.ChainID(ctx)
+	if err != nil {
+		n.log.Warn("node info: chain id unreadable", "err", err)
+	}
+	return wire.NodeInfo{Version: machine.Version, NodeDID: n.cfg.Signer.DID(), Dev: n.cfg.Dev, Role: n.cfg.Role, ChainID: id,
 		Engine: wire.EngineSummary{Engine: p.Engine, Hash: p.Hash}}
 }
 

@@ -64,10 +64,18 @@ func newHarnessWith(t *testing.T, kv machine.KV, eng syncer.Engine) *harness {
 	return h
 }
 
+// freeParams are chain parameters without transaction fees or economic
+// floors: the tests of run, settlement and receipt rules keep their small
+// exact amounts; fees and floors have their own tests (ante_test.go) on the
+// default parameters.
+func freeParams() *machine.GenesisParams {
+	return &machine.GenesisParams{TxFeeBase: "0", TxFeeByte: "0", MinRewardPool: "0", MinStake: "0", MinChallengeBond: "0", ReexecBondByte: "0"}
+}
+
 // devGenesis is what a --dev node's chain starts from: the faucet, and the
 // node's key registered as the only syncer candidate.
 func devGenesis(syncerDID string) *chain.GenesisState {
-	return &chain.GenesisState{Accounts: []chain.GenesisAccount{}, Faucet: true,
+	return &chain.GenesisState{Accounts: []chain.GenesisAccount{}, Faucet: true, Params: freeParams(),
 		Candidates: []chain.GenesisAccount{{DID: syncerDID, Balance: "1000000000000000000"}}}
 }
 
@@ -172,7 +180,7 @@ func (h *harness) post(raw, weights []byte) error {
 		return err
 	}
 	p := &wire.PostTaskParams{Spec: raw, InitWeights: weights}
-	p.Nonce = h.nextNonce()
+	p.Nonce, p.ChainID = h.nextNonce(), chain.ManualChainID
 	var wh wire.Hash
 	if len(weights) > 0 {
 		wh = wire.ContentHash(weights)
@@ -203,7 +211,7 @@ func (h *harness) faucet(d string, amt string) {
 
 func (h *harness) enroll(i int, stake string) error {
 	p := &wire.EnrollParams{TaskID: h.task, TrainerDID: h.tr[i].DID.String(), Stake: stake}
-	p.Nonce = h.nextNonce()
+	p.Nonce, p.ChainID = h.nextNonce(), chain.ManualChainID
 	p.Signature = h.tr[i].Sign(p.Preimage())
 	_, err := h.node.Enroll(h.ctx, p)
 	h.conserve("enroll")
@@ -212,7 +220,7 @@ func (h *harness) enroll(i int, stake string) error {
 
 func (h *harness) leave(i int) error {
 	p := &wire.LeaveParams{TaskID: h.task, TrainerDID: h.tr[i].DID.String()}
-	p.Nonce = h.nextNonce()
+	p.Nonce, p.ChainID = h.nextNonce(), chain.ManualChainID
 	p.Signature = h.tr[i].Sign(p.Preimage())
 	_, err := h.node.Leave(h.ctx, p)
 	h.conserve("leave")
@@ -229,7 +237,7 @@ func (h *harness) finalize(round int) (*wire.FinalizeResult, error) {
 
 func (h *harness) finalizeAs(k *did.Key, round int) (*wire.FinalizeResult, error) {
 	p := &wire.FinalizeParams{TaskID: h.task, SyncerDID: k.DID.String(), Round: uint64(round)}
-	p.Nonce = h.nextNonce()
+	p.Nonce, p.ChainID = h.nextNonce(), chain.ManualChainID
 	p.Signature = k.Sign(p.Preimage())
 	res, err := h.node.FinalizeRound(h.ctx, p)
 	h.conserve("finalize")
@@ -261,7 +269,7 @@ func (h *harness) gradient(i, round, f int, scale float32) *wire.OuterGradient {
 		out = append(out, safetensors.FromF32(t.Name, t.Shape, v))
 	}
 	payload, _ := safetensors.Encode(out, nil)
-	g := &wire.OuterGradient{TaskID: h.task, TrainerDID: h.tr[i].DID.String(), Round: uint64(round), FragmentIndex: uint64(f),
+	g := &wire.OuterGradient{ChainID: chain.ManualChainID, TaskID: h.task, TrainerDID: h.tr[i].DID.String(), Round: uint64(round), FragmentIndex: uint64(f),
 		GradientPayload: payload, PayloadHash: wire.ContentHash(payload)}
 	g.Signature = h.tr[i].Sign(g.Preimage())
 	return g
@@ -602,7 +610,7 @@ func TestElectionWithRemoteCandidate(t *testing.T) {
 	remote := key(t, did.KindMachine, 99)
 	h.faucet(remote.DID.String(), "5000000000000000000")
 	rp := &wire.RegisterSyncerParams{DID: remote.DID.String(), Stake: "3000000000000000000"}
-	rp.Nonce = h.nextNonce()
+	rp.Nonce, rp.ChainID = h.nextNonce(), chain.ManualChainID
 	rp.Signature = remote.Sign(rp.Preimage())
 	if _, err := h.node.RegisterSyncer(h.ctx, rp); err != nil {
 		t.Fatal(err)
@@ -615,7 +623,7 @@ func TestElectionWithRemoteCandidate(t *testing.T) {
 	run := h.run()
 	send := func(proof []byte) error {
 		p := &wire.ElectionProofParams{TaskID: h.task, DID: remote.DID.String(), Proof: proof}
-		p.Nonce = h.nextNonce()
+		p.Nonce, p.ChainID = h.nextNonce(), chain.ManualChainID
 		p.Signature = remote.Sign(p.Preimage())
 		_, err := h.node.SubmitElectionProof(h.ctx, p)
 		return err

@@ -554,7 +554,7 @@ func (n *Node) Submit(ctx context.Context, g *wire.OuterGradient) (*wire.SubmitR
 		}
 	}
 	tx := wire.SubmissionTx{TaskID: g.TaskID, TrainerDID: g.TrainerDID, Round: g.Round, FragmentIndex: g.FragmentIndex, PayloadHash: g.PayloadHash,
-		PayloadSize: uint64(len(g.GradientPayload)), Signature: g.Signature, Metrics: g.Metrics, Provider: n.cfg.Provider}
+		PayloadSize: uint64(len(g.GradientPayload)), ChainID: g.ChainID, Signature: g.Signature, Metrics: g.Metrics, Provider: n.cfg.Provider}
 	if r.TaskSpec().Tier != wire.TierOpen {
 		shard := uint64(0)
 		if t := r.Trainer(g.TrainerDID); t != nil && len(t.Shards) > 0 {

@@ -202,7 +202,11 @@ func (n *Node) Challenges(ctx context.Context, task string) ([]wire.ChallengeRec
 func (n *Node) challengeCommit(ctx context.Context, task string, round uint64, f int, claim wire.Hash, bond string) (*wire.ChallengeResult, error) {
 	me := n.cfg.Signer.DID()
 	p, err := n.submitSigned(ctx, wire.TxChallenge, func(nonce uint64) (any, error) {
-		q := wire.ChallengeTx{TaskID: task, Round: round, Fragment: uint64(f), ChallengerDID: me, ResultHash: claim, Bond: bond, Signed: wire.Signed{Nonce: nonce}}
+		sd, err := n.signedFor(ctx, nonce)
+		if err != nil {
+			return nil, err
+		}
+		q := wire.ChallengeTx{TaskID: task, Round: round, Fragment: uint64(f), ChallengerDID: me, ResultHash: claim, Bond: bond, Signed: sd}
 		sig, err := n.cfg.Signer.Sign(ctx, q.Preimage())
 		q.Signature = sig
 		return q, err

@@ -284,7 +284,11 @@ func (n *Node) sendProof(ctx context.Context, task string) error {
 		return fmt.Errorf("election proof: %w", err)
 	}
 	p, err := n.submitSigned(ctx, wire.TxElectionProof, func(nonce uint64) (any, error) {
-		q := wire.ElectionProofParams{TaskID: task, DID: me, Proof: proof, Signed: wire.Signed{Nonce: nonce}}
+		sd, err := n.signedFor(ctx, nonce)
+		if err != nil {
+			return nil, err
+		}
+		q := wire.ElectionProofParams{TaskID: task, DID: me, Proof: proof, Signed: sd}
 		sig, err := n.cfg.Signer.Sign(ctx, q.Preimage())
 		q.Signature = sig
 		return q, err
@@ -449,8 +453,12 @@ func (n *Node) syncRun(ctx context.Context, task string, wait bool) (int, error)
 	pend := make([]machine.Pending, len(out))
 	for k, c := range out {
 		p, err := n.submitSigned(ctx, wire.TxCommitFragment, func(nonce uint64) (any, error) {
+			sd, err := n.signedFor(ctx, nonce)
+			if err != nil {
+				return nil, err
+			}
 			tx := wire.CommitFragmentTx{TaskID: task, Round: s.r.Round, Fragment: uint64(c.fragment), Commit: c.commit, Verdicts: c.verdicts,
-				SyncerDID: me, Signed: wire.Signed{Nonce: nonce}}
+				SyncerDID: me, Signed: sd}
 			canon, err := machine.CommitJCS(&tx.Commit)
 			if err != nil {
 				return nil, err

@@ -43,14 +43,20 @@ const (
 
 // Signed is embedded in every signed request.
 type Signed struct {
+	// ChainID is the chain the request is signed for (the genesis chain
+	// id, tenzro_node_info's chain_id): it is the first field of every
+	// request preimage, so a signature made for one chain is refused on any
+	// other (PROTOCOL §3).
+	ChainID   string   `json:"chain_id"`
 	Nonce     uint64   `json:"nonce"`
 	Signature HexBytes `json:"signature"`
 }
 
-// RequestPreimage builds the signing preimage of a signed request (PROTOCOL §3).
-// fields appends the method-specific fields.
-func RequestPreimage(method, signer string, nonce uint64, fields func(c *Canon)) []byte {
-	c := NewCanon(DomainRequest).Str(method).Str(signer).U64(nonce)
+// RequestPreimage builds the signing preimage of a signed request (PROTOCOL §3):
+// Str(DomainRequest) ‖ Str(chain_id) ‖ Str(method) ‖ Str(signer) ‖ U64(nonce)
+// ‖ method fields. fields appends the method-specific fields.
+func RequestPreimage(chainID, method, signer string, nonce uint64, fields func(c *Canon)) []byte {
+	c := NewCanon(DomainRequest).Str(chainID).Str(method).Str(signer).U64(nonce)
 	if fields != nil {
 		fields(c)
 	}
@@ -78,7 +84,7 @@ type PostTaskParams struct {
 
 // Preimage is the signing preimage; spec must be canonical JSON.
 func (p *PostTaskParams) Preimage(sponsor string, specHash, weightsHash Hash) []byte {
-	return RequestPreimage(MethodPostTask, sponsor, p.Nonce, func(c *Canon) { c.Hash(specHash).Hash(weightsHash) })
+	return RequestPreimage(p.ChainID, MethodPostTask, sponsor, p.Nonce, func(c *Canon) { c.Hash(specHash).Hash(weightsHash) })
 }
 
 // PostTaskResult answers postTask.
@@ -115,7 +121,7 @@ func (p *SetInitWeightsParams) Preimage(sponsor string) []byte {
 // PreimageFor is Preimage with the weights' ContentHash already computed
 // (weightsHash), so that a node hashes the weights once.
 func (p *SetInitWeightsParams) PreimageFor(sponsor string, weightsHash Hash) []byte {
-	return RequestPreimage(MethodSetInitWeights, sponsor, p.Nonce, func(c *Canon) { c.Str(p.TaskID).Hash(weightsHash) })
+	return RequestPreimage(p.ChainID, MethodSetInitWeights, sponsor, p.Nonce, func(c *Canon) { c.Str(p.TaskID).Hash(weightsHash) })
 }
 
 // TaskIDParams is for methods that take only a task id.
@@ -152,7 +158,7 @@ type EnrollParams struct {
 
 // Preimage is the signing preimage.
 func (p *EnrollParams) Preimage() []byte {
-	return RequestPreimage(MethodEnrollTrainer, p.TrainerDID, p.Nonce, func(c *Canon) { c.Str(p.TaskID).Str(p.Stake) })
+	return RequestPreimage(p.ChainID, MethodEnrollTrainer, p.TrainerDID, p.Nonce, func(c *Canon) { c.Str(p.TaskID).Str(p.Stake) })
 }
 
 // LeaveParams is tenzro_training_leaveRun.
@@ -164,7 +170,7 @@ type LeaveParams struct {
 
 // Preimage is the signing preimage.
 func (p *LeaveParams) Preimage() []byte {
-	return RequestPreimage(MethodLeaveRun, p.TrainerDID, p.Nonce, func(c *Canon) { c.Str(p.TaskID) })
+	return RequestPreimage(p.ChainID, MethodLeaveRun, p.TrainerDID, p.Nonce, func(c *Canon) { c.Str(p.TaskID) })
 }
 
 // EnrollResult answers enrol and leave.
@@ -196,10 +202,12 @@ type OuterGradient struct {
 	// omitted when the payload was uploaded to the node's blob store first
 	// (PUT /blobs/<payload_hash>): the submission then refers to it by
 	// PayloadHash, which the preimage signs either way.
-	GradientPayload []byte          `json:"gradient_payload,omitempty"`
-	PayloadHash     Hash            `json:"payload_hash"`
-	Signature       HexBytes        `json:"signature"`
-	Attestation     json.RawMessage `json:"attestation,omitempty"`
+	GradientPayload []byte `json:"gradient_payload,omitempty"`
+	PayloadHash     Hash   `json:"payload_hash"`
+	// ChainID is the chain the submission is signed for (PROTOCOL §4).
+	ChainID     string          `json:"chain_id"`
+	Signature   HexBytes        `json:"signature"`
+	Attestation json.RawMessage `json:"attestation,omitempty"`
 	// Metrics is the optional, signed map of what the trainer measured
 	// (train_loss, eval_loss, samples, step_time_ms, ...); see SubmissionMetrics.
 	Metrics SubmissionMetrics `json:"metrics,omitempty"`
@@ -243,20 +251,22 @@ func (g *OuterGradient) MarkPayloadHashed() {
 // Preimage is the submission's signing preimage (PROTOCOL §4): the v1
 // fields, then the metrics when there are any.
 func (g *OuterGradient) Preimage() []byte {
-	return SubmissionPreimageWithMetrics(g.TaskID, g.TrainerDID, g.Round, g.FragmentIndex, g.PayloadHash, g.Metrics)
+	return SubmissionPreimageWithMetrics(g.ChainID, g.TaskID, g.TrainerDID, g.Round, g.FragmentIndex, g.PayloadHash, g.Metrics)
 }
 
 // SubmissionPreimageWithMetrics is SubmissionPreimage followed by the
 // metrics' canonical encoding (nothing when m is empty).
-func SubmissionPreimageWithMetrics(taskID, trainer string, round, fragment uint64, payloadHash Hash, m SubmissionMetrics) []byte {
-	c := NewCanon(DomainSubmission).Str(taskID).Str(trainer).U64(round).U64(fragment).Hash(payloadHash)
+func SubmissionPreimageWithMetrics(chainID, taskID, trainer string, round, fragment uint64, payloadHash Hash, m SubmissionMetrics) []byte {
+	c := NewCanon(DomainSubmission).Str(chainID).Str(taskID).Str(trainer).U64(round).U64(fragment).Hash(payloadHash)
 	m.appendCanon(c)
 	return c.Out()
 }
 
-// SubmissionPreimage is PROTOCOL §4.
-func SubmissionPreimage(taskID, trainer string, round, fragment uint64, payloadHash Hash) []byte {
-	return NewCanon(DomainSubmission).Str(taskID).Str(trainer).U64(round).U64(fragment).Hash(payloadHash).Out()
+// SubmissionPreimage is PROTOCOL §4: Str(DomainSubmission) ‖ Str(chain_id) ‖
+// Str(task_id) ‖ Str(trainer_did) ‖ U64(round) ‖ U64(fragment) ‖
+// Hash(payload_hash).
+func SubmissionPreimage(chainID, taskID, trainer string, round, fragment uint64, payloadHash Hash) []byte {
+	return NewCanon(DomainSubmission).Str(chainID).Str(taskID).Str(trainer).U64(round).U64(fragment).Hash(payloadHash).Out()
 }
 
 // SubmitResult answers a submission.
@@ -312,7 +322,7 @@ type FinalizeParams struct {
 
 // Preimage is the signing preimage (PROTOCOL §3).
 func (p *FinalizeParams) Preimage() []byte {
-	return RequestPreimage(MethodFinalizeRound, p.SyncerDID, p.Nonce, func(c *Canon) { c.Str(p.TaskID).U64(p.Round) })
+	return RequestPreimage(p.ChainID, MethodFinalizeRound, p.SyncerDID, p.Nonce, func(c *Canon) { c.Str(p.TaskID).U64(p.Round) })
 }
 
 // FinalizeResult answers finalizeRound.
@@ -402,7 +412,7 @@ type RegisterSyncerParams struct {
 
 // Preimage is the signing preimage.
 func (p *RegisterSyncerParams) Preimage() []byte {
-	return RequestPreimage(MethodRegisterSyncer, p.DID, p.Nonce, func(c *Canon) { c.Str(p.Stake) })
+	return RequestPreimage(p.ChainID, MethodRegisterSyncer, p.DID, p.Nonce, func(c *Canon) { c.Str(p.Stake) })
 }
 
 // SyncerCandidate is one registered candidate.
@@ -419,8 +429,11 @@ type SyncerCandidate struct {
 
 // NodeInfo answers tenzro_node_info.
 type NodeInfo struct {
-	Version string        `json:"version"`
-	NodeDID string        `json:"node_did"`
+	Version string `json:"version"`
+	NodeDID string `json:"node_did"`
+	// ChainID is the chain every request and submission through this node
+	// must be signed for (Signed.ChainID, OuterGradient.ChainID).
+	ChainID string        `json:"chain_id"`
 	Dev     bool          `json:"dev"`
 	Role    string        `json:"role"`
 	Engine  EngineSummary `json:"engine"`
@@ -479,7 +492,7 @@ type PublishPluginParams struct {
 
 // Preimage is the signing preimage.
 func (p *PublishPluginParams) Preimage() []byte {
-	return RequestPreimage(MethodPublishPlugin, p.DID, p.Nonce, func(c *Canon) { c.Hash(SHA256(p.Module)) })
+	return RequestPreimage(p.ChainID, MethodPublishPlugin, p.DID, p.Nonce, func(c *Canon) { c.Hash(SHA256(p.Module)) })
 }
 
 // AttestationClaim is the `attestation` member of enrolments and submissions
@@ -521,7 +534,7 @@ type ElectionProofParams struct {
 
 // Preimage is the signing preimage.
 func (p *ElectionProofParams) Preimage() []byte {
-	return RequestPreimage(MethodElectionProof, p.DID, p.Nonce, func(c *Canon) { c.Str(p.TaskID).Bytes(p.Proof) })
+	return RequestPreimage(p.ChainID, MethodElectionProof, p.DID, p.Nonce, func(c *Canon) { c.Str(p.TaskID).Bytes(p.Proof) })
 }
 
 // ElectionProofResult answers submitElectionProof.
@@ -548,7 +561,7 @@ type CancelRunParams struct {
 
 // Preimage is the signing preimage (signer: the spec's sponsor_did).
 func (p *CancelRunParams) Preimage(sponsor string) []byte {
-	return RequestPreimage(MethodCancelRun, sponsor, p.Nonce, func(c *Canon) { c.Str(p.TaskID) })
+	return RequestPreimage(p.ChainID, MethodCancelRun, sponsor, p.Nonce, func(c *Canon) { c.Str(p.TaskID) })
 }
 
 // CancelRunResult answers cancelRun.
@@ -573,5 +586,5 @@ type UnbondParams struct {
 
 // Preimage is the signing preimage.
 func (p *UnbondParams) Preimage() []byte {
-	return RequestPreimage(MethodUnbondSyncer, p.DID, p.Nonce, nil)
+	return RequestPreimage(p.ChainID, MethodUnbondSyncer, p.DID, p.Nonce, nil)
 }

@@ -6,8 +6,8 @@ import "encoding/binary"
 // length-prefixed, so a signature for one purpose can never be replayed for
 // another. docs/PROTOCOL.md lists them with test vectors.
 const (
-	DomainRequest     = "tenzro/train/request/v1"      // signed RPC requests
-	DomainSubmission  = "tenzro/train/submission/v1"   // outer-gradient submissions
+	DomainRequest     = "tenzro/train/request/v2"      // signed RPC requests (v2: the chain id follows the tag)
+	DomainSubmission  = "tenzro/train/submission/v2"   // outer-gradient submissions (v2: the chain id follows the tag)
 	DomainSpec        = "tenzro/train/spec/v1"         // task-spec hash
 	DomainRoundCommit = "tenzro/train/round-commit/v1" // round commit hash
 	DomainModel       = "tenzro/train/model/v1"        // model hash over fragment hashes

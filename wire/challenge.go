@@ -86,7 +86,7 @@ type ChallengeTx struct {
 
 // Preimage is the challenger's signing preimage.
 func (p *ChallengeTx) Preimage() []byte {
-	return RequestPreimage(TxChallenge, p.ChallengerDID, p.Nonce, func(c *Canon) {
+	return RequestPreimage(p.ChainID, TxChallenge, p.ChallengerDID, p.Nonce, func(c *Canon) {
 		c.Str(p.TaskID).U64(p.Round).U64(p.Fragment).Hash(p.ResultHash).Str(p.Bond)
 	})
 }

@@ -18,9 +18,9 @@ import (
 const (
 	vecResultHash    = "36cafa6ec3b4e5d30d62bc631381190b743d8151b8d6bbc83e34f6eeb12fbe10"
 	vecChallengeID   = "1fc87012fc1aa7b2bc95ab51723c4ef53ff4dad1f583c8379bd4b9debbce42d4"
-	vecChallengePre  = "298ef25c60fc7f38694a4e2292cd2592273441c1ffcf39110f878b12bf8110e5"
-	vecChallengeSig  = "e4b64890687af43befaab37f201f7e27e2e0fb977bc2c4fa96e797c6b36f0e851253e9fc66f4d755ebbba6f04a45a71195ffc287a9fb7df7c2f6206ec9b4590b"
-	vecChallengeTx   = `{"type":"tenzro_training_challenge","params":{"task_id":"run-1","round":2,"fragment":1,"challenger_did":"did:tenzro:human:z6MkvDqGT54cXesYGvABpF1UapVNwjCqRcafi4Px6Thv5T3Z","result_hash":"36cafa6ec3b4e5d30d62bc631381190b743d8151b8d6bbc83e34f6eeb12fbe10","bond":"1000000000000000000","nonce":9,"signature":"e4b64890687af43befaab37f201f7e27e2e0fb977bc2c4fa96e797c6b36f0e851253e9fc66f4d755ebbba6f04a45a71195ffc287a9fb7df7c2f6206ec9b4590b"}}`
+	vecChallengePre  = "190cb0219e3d16cb9754ab70ec9def1b71479eeb0abfd7b4c07527780d88facc"
+	vecChallengeSig  = "b98e720513228da3b4735e9b7da296a4a09151275305f38ee928fb0c0a4e7a32e8997e38f8da06bbaab8ce8e1461e26bf7ed8652bbcd4c0a3c678f3766a7800f"
+	vecChallengeTx   = `{"type":"tenzro_training_challenge","params":{"task_id":"run-1","round":2,"fragment":1,"challenger_did":"did:tenzro:human:z6MkvDqGT54cXesYGvABpF1UapVNwjCqRcafi4Px6Thv5T3Z","result_hash":"36cafa6ec3b4e5d30d62bc631381190b743d8151b8d6bbc83e34f6eeb12fbe10","bond":"1000000000000000000","chain_id":"tenzro-testnet","nonce":9,"signature":"b98e720513228da3b4735e9b7da296a4a09151275305f38ee928fb0c0a4e7a32e8997e38f8da06bbaab8ce8e1461e26bf7ed8652bbcd4c0a3c678f3766a7800f"}}`
 	vecVoteAddress   = "5c29b78f10a35a49a6231d08ee840a04bcc3a37a"
 	vecVotePre       = "b32be6222753ba375de6e0a07aeb44d6bf1dccc67939579c729a6db5bff2ae5a"
 	vecVoteSig       = "5b0a1cf133b1f1dd9c2d69b1656b3e6477485640c2608f1cced7fab310b87148d03bfec77802343ecf832f12ceed1f56227c4a0328bd55e075b49d922bc84c07"
@@ -95,7 +95,7 @@ func TestChallengeVectors(t *testing.T) {
 	id := wire.ChallengeID("run-1", 2, 1, k.DID.String(), 9, block[:])
 	check("ChallengeID", id.String(), vecChallengeID)
 
-	ct := wire.ChallengeTx{TaskID: "run-1", Round: 2, Fragment: 1, ChallengerDID: k.DID.String(), ResultHash: res, Bond: wire.DefaultChallengeBond, Signed: wire.Signed{Nonce: 9}}
+	ct := wire.ChallengeTx{TaskID: "run-1", Round: 2, Fragment: 1, ChallengerDID: k.DID.String(), ResultHash: res, Bond: wire.DefaultChallengeBond, Signed: wire.Signed{ChainID: "tenzro-testnet", Nonce: 9}}
 	check("SHA-256(challenge preimage)", sha(ct.Preimage()), vecChallengePre)
 	ct.Signature = k.Sign(ct.Preimage())
 	check("challenge signature", hex.EncodeToString(ct.Signature), vecChallengeSig)

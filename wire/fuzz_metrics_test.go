@@ -23,9 +23,9 @@ func FuzzSubmissionMetrics(f *testing.F) {
 		if json.Unmarshal(b, &m) != nil || m.Validate() != nil {
 			return
 		}
-		plain := wire.SubmissionPreimage("t", "d", 1, 2, wire.Hash{})
-		a := wire.SubmissionPreimageWithMetrics("t", "d", 1, 2, wire.Hash{}, m)
-		c := wire.SubmissionPreimageWithMetrics("t", "d", 1, 2, wire.Hash{}, m)
+		plain := wire.SubmissionPreimage("c", "t", "d", 1, 2, wire.Hash{})
+		a := wire.SubmissionPreimageWithMetrics("c", "t", "d", 1, 2, wire.Hash{}, m)
+		c := wire.SubmissionPreimageWithMetrics("c", "t", "d", 1, 2, wire.Hash{}, m)
 		if string(a) != string(c) || string(a[:len(plain)]) != string(plain) || (len(m) == 0) != (len(a) == len(plain)) {
 			t.Fatalf("metrics %v: preimage not deterministic or not an extension", m)
 		}

@@ -16,5 +16,5 @@ type TransferParams struct {
 
 // Preimage is the signing preimage (PROTOCOL §3).
 func (p *TransferParams) Preimage() []byte {
-	return RequestPreimage(MethodTransfer, p.From, p.Nonce, func(c *Canon) { c.Str(p.To).Str(p.Amount) })
+	return RequestPreimage(p.ChainID, MethodTransfer, p.From, p.Nonce, func(c *Canon) { c.Str(p.To).Str(p.Amount) })
 }

@@ -68,7 +68,7 @@ type PublishPluginTx struct {
 
 // Preimage is tenzro_plugin_publish's signing preimage over the module hash.
 func (p *PublishPluginTx) Preimage() []byte {
-	return RequestPreimage(MethodPublishPlugin, p.DID, p.Nonce, func(c *Canon) { c.Hash(p.Hash) })
+	return RequestPreimage(p.ChainID, MethodPublishPlugin, p.DID, p.Nonce, func(c *Canon) { c.Hash(p.Hash) })
 }
 
 // FragmentLayout is one fragment of a model as the chain keeps it: its
@@ -115,7 +115,7 @@ type SetInitWeightsTx struct {
 
 // Preimage is setInitWeights's signing preimage over the file hash.
 func (p *SetInitWeightsTx) Preimage(sponsor string) []byte {
-	return RequestPreimage(MethodSetInitWeights, sponsor, p.Nonce, func(c *Canon) { c.Str(p.TaskID).Hash(p.Init.File) })
+	return RequestPreimage(p.ChainID, MethodSetInitWeights, sponsor, p.Nonce, func(c *Canon) { c.Str(p.TaskID).Hash(p.Init.File) })
 }
 
 // EvidenceRef points at attestation evidence kept off chain: the content
@@ -154,6 +154,7 @@ type SubmissionTx struct {
 	FragmentIndex uint64            `json:"fragment_index"`
 	PayloadHash   Hash              `json:"payload_hash"`
 	PayloadSize   uint64            `json:"payload_size"`
+	ChainID       string            `json:"chain_id"`
 	Signature     HexBytes          `json:"signature"`
 	Metrics       SubmissionMetrics `json:"metrics,omitempty"`
 	Evidence      *EvidenceRef      `json:"evidence,omitempty"`
@@ -162,7 +163,7 @@ type SubmissionTx struct {
 
 // Preimage is the trainer's submission preimage (PROTOCOL §4).
 func (s *SubmissionTx) Preimage() []byte {
-	return SubmissionPreimageWithMetrics(s.TaskID, s.TrainerDID, s.Round, s.FragmentIndex, s.PayloadHash, s.Metrics)
+	return SubmissionPreimageWithMetrics(s.ChainID, s.TaskID, s.TrainerDID, s.Round, s.FragmentIndex, s.PayloadHash, s.Metrics)
 }
 
 // Equivocation verdicts a fragment commit gives on a claim (PROTOCOL §6).
@@ -195,7 +196,7 @@ type CommitFragmentTx struct {
 // Str(task_id) ‖ U64(round) ‖ U64(fragment) ‖ Bytes(JCS(commit)) ‖
 // U64(len(verdicts)) ‖ for each Str(trainer_did) ‖ Str(verdict).
 func (p *CommitFragmentTx) Preimage(commitJCS []byte) []byte {
-	return RequestPreimage(TxCommitFragment, p.SyncerDID, p.Nonce, func(c *Canon) {
+	return RequestPreimage(p.ChainID, TxCommitFragment, p.SyncerDID, p.Nonce, func(c *Canon) {
 		c.Str(p.TaskID).U64(p.Round).U64(p.Fragment).Bytes(commitJCS).U64(uint64(len(p.Verdicts)))
 		for _, v := range p.Verdicts {
 			c.Str(v.TrainerDID).Str(v.Verdict)
@@ -217,7 +218,10 @@ type SignReceiptTx struct {
 
 // Tx is a decoded transaction: Type and exactly one of the pointers.
 type Tx struct {
-	Type              string
+	Type string
+	// Size is the encoded transaction's length in bytes (DecodeTx sets
+	// it): what its per-byte fee is charged on.
+	Size              int
 	Transfer          *TransferParams
 	Faucet            *FaucetTx
 	RegisterCandidate *RegisterSyncerParams
@@ -335,6 +339,10 @@ func DecodeTx(b []byte) (*Tx, error) {
 	if err := decodeStrictTx(env.Params, tx.Params()); err != nil {
 		return nil, fmt.Errorf("%w: %s params: %v", ErrDecode, env.Type, err)
 	}
+	if err := tx.CheckLimits(); err != nil {
+		return nil, err
+	}
+	tx.Size = len(b)
 	return tx, nil
 }
 

@@ -77,7 +77,11 @@ type canonVec struct {
 	SHA256 string  `json:"sha256"`
 }
 
+// vecChainID is the chain the request and submission vectors are signed for.
+const vecChainID = "tenzro-testnet"
+
 type requestVec struct {
+	ChainID      string  `json:"chain_id"`
 	Method       string  `json:"method"`
 	SignerSeed   string  `json:"signer_seed"`
 	SignerKind   string  `json:"signer_kind"`
@@ -89,6 +93,7 @@ type requestVec struct {
 }
 
 type subVec struct {
+	ChainID       string `json:"chain_id"`
 	Seed          string `json:"seed"`
 	TaskID        string `json:"task_id"`
 	TrainerDID    string `json:"trainer_did"`
@@ -148,8 +153,8 @@ func build(t *testing.T) vectorFile {
 	}
 	h1 := sha256.Sum256([]byte("payload"))
 	canons := []canonVec{
-		{Domain: "tenzro/train/request/v1", Fields: nil},
-		{Domain: "tenzro/train/submission/v1", Fields: []field{{Str: sp("task-1")}, {U64: up(7)}, {Hash: hex.EncodeToString(h1[:])}, {Bytes: sp("00ff")}}},
+		{Domain: wire.DomainRequest, Fields: nil},
+		{Domain: wire.DomainSubmission, Fields: []field{{Str: sp("task-1")}, {U64: up(7)}, {Hash: hex.EncodeToString(h1[:])}, {Bytes: sp("00ff")}}},
 		{Domain: "x", Fields: []field{{Str: sp("")}, {U64: up(0)}, {U64: up(1<<64 - 1)}, {Str: sp("é")}}},
 	}
 	for _, cv := range canons {
@@ -179,22 +184,22 @@ func build(t *testing.T) vectorFile {
 	}
 	for _, r := range reqs {
 		k, _ := did.FromSeed(r.kind, seed(r.seed))
-		pre := wire.RequestPreimage(r.method, k.DID.String(), r.nonce, func(c *wire.Canon) { apply(c, r.fields) })
-		v.Requests = append(v.Requests, requestVec{r.method, hex.EncodeToString(seed(r.seed)), r.kind, k.DID.String(), r.nonce, r.fields,
+		pre := wire.RequestPreimage(vecChainID, r.method, k.DID.String(), r.nonce, func(c *wire.Canon) { apply(c, r.fields) })
+		v.Requests = append(v.Requests, requestVec{vecChainID, r.method, hex.EncodeToString(seed(r.seed)), r.kind, k.DID.String(), r.nonce, r.fields,
 			hex.EncodeToString(pre), hex.EncodeToString(k.Sign(pre))})
 	}
 	k, _ := did.FromSeed(did.KindMachine, seed(2))
 	payload := []byte("\x38\x00\x00\x00\x00\x00\x00\x00{\"w\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}  \x00\x00\x80\x3f")
 	ph := wire.ContentHash(payload)
-	g := wire.OuterGradient{TaskID: "train-2026-04-25-timesfm-200m", TrainerDID: k.DID.String(), Round: 3, FragmentIndex: 11, PayloadHash: ph}
+	g := wire.OuterGradient{TaskID: "train-2026-04-25-timesfm-200m", TrainerDID: k.DID.String(), Round: 3, FragmentIndex: 11, PayloadHash: ph, ChainID: vecChainID}
 	pre := g.Preimage()
-	v.Submissions = append(v.Submissions, subVec{hex.EncodeToString(seed(2)), g.TaskID, g.TrainerDID, g.Round, g.FragmentIndex,
+	v.Submissions = append(v.Submissions, subVec{vecChainID, hex.EncodeToString(seed(2)), g.TaskID, g.TrainerDID, g.Round, g.FragmentIndex,
 		hex.EncodeToString(payload), ph.String(), hex.EncodeToString(pre), hex.EncodeToString(k.Sign(pre)), nil})
 	// The same submission with a metrics map: the preimage gains the
 	// metrics fields; without one it is byte-identical to the v1 preimage.
 	g.Metrics = wire.SubmissionMetrics{wire.MetricTrainLoss: 1.2345, wire.MetricEvalLoss: 0.1, wire.MetricSamples: 768, wire.MetricStepTimeMs: 41.5, "tokens": 196608}
 	pre = g.Preimage()
-	v.Submissions = append(v.Submissions, subVec{hex.EncodeToString(seed(2)), g.TaskID, g.TrainerDID, g.Round, g.FragmentIndex,
+	v.Submissions = append(v.Submissions, subVec{vecChainID, hex.EncodeToString(seed(2)), g.TaskID, g.TrainerDID, g.Round, g.FragmentIndex,
 		hex.EncodeToString(payload), ph.String(), hex.EncodeToString(pre), hex.EncodeToString(k.Sign(pre)), g.Metrics})
 
 	before := []float32{1.0, -2.0, 0.5, 3.25}

@@ -81,9 +81,9 @@ func TestSubmitForms(t *testing.T) {
 		}
 	}
 	sponsor, _ := did.Generate(did.KindHuman, nil)
-	// 10^14 attoTNZO: at the default 10^9 per unreferenced byte, 100 kB of
-	// uploads before the run exists.
-	_, err := c.Faucet(ctx, wire.FaucetParams{DID: sponsor.DID.String(), Amount: "100000000000000"})
+	// 100 TNZO: fees, the floors, and (at the default 10^9 per unreferenced
+	// byte) uploads before the run exists.
+	_, err := c.Faucet(ctx, wire.FaucetParams{DID: sponsor.DID.String(), Amount: "100000000000000000000"})
 	must(err)
 	const n = 1000
 	w := make([]float32, n)
@@ -92,7 +92,7 @@ func TestSubmitForms(t *testing.T) {
 	spec, _ := json.Marshal(map[string]any{"task_id": "forms", "sponsor_did": sponsor.DID.String(), "sponsor_address": "0x11",
 		"architecture": map[string]any{"family": "timesfm", "param_count": n, "modality": "Timeseries", "fragment_count": 1, "dtype": "f32"},
 		"tier":         "Open", "aggregation": "Mean", "trainer_count": 2, "quorum": 2, "inner_steps": 1, "max_rounds": 1, "grace_window_ms": 600000,
-		"reward_pool": "1000", "dataset_ref": "x", "dataset_hash": "0x00", "min_throughput": nil, "created_at": 1})
+		"reward_pool": "1000000000000000000", "dataset_ref": "x", "dataset_hash": "0x00", "min_throughput": nil, "created_at": 1})
 	_, canon, err := wire.ParseSpec(spec)
 	must(err)
 	wh := wire.ContentHash(init)
@@ -103,16 +103,16 @@ func TestSubmitForms(t *testing.T) {
 	}
 	_, err = c.PutBlobSigned(ctx, client.BlobSigner{Key: sponsor}, wh, bytes.NewReader(init), int64(len(init)))
 	must(err)
-	pp := &wire.PostTaskParams{Spec: spec, InitWeightsHash: wh, Signed: wire.Signed{Nonce: uint64(time.Now().UnixNano())}}
+	pp := &wire.PostTaskParams{Spec: spec, InitWeightsHash: wh, Signed: wire.Signed{ChainID: "tenzro-dev", Nonce: uint64(time.Now().UnixNano())}}
 	pp.Signature = sponsor.Sign(pp.Preimage(sponsor.DID.String(), wire.SpecHash(canon), wh))
 	_, err = c.PostTask(ctx, pp)
 	must(err)
 	var tr [2]*did.Key
 	for i := range tr {
 		tr[i], _ = did.Generate(did.KindMachine, nil)
-		_, err = c.Faucet(ctx, wire.FaucetParams{DID: tr[i].DID.String(), Amount: "100"})
+		_, err = c.Faucet(ctx, wire.FaucetParams{DID: tr[i].DID.String(), Amount: "1000000000000000000"})
 		must(err)
-		ep := &wire.EnrollParams{TaskID: "forms", TrainerDID: tr[i].DID.String(), Stake: "10", Signed: wire.Signed{Nonce: uint64(time.Now().UnixNano())}}
+		ep := &wire.EnrollParams{TaskID: "forms", TrainerDID: tr[i].DID.String(), Stake: "100000000000000000", Signed: wire.Signed{ChainID: "tenzro-dev", Nonce: uint64(time.Now().UnixNano())}}
 		ep.Signature = tr[i].Sign(ep.Preimage())
 		_, err = c.Enroll(ctx, ep)
 		must(err)
@@ -130,8 +130,8 @@ func TestSubmitForms(t *testing.T) {
 	// The seed's form, verbatim: curl -X POST -H 'Content-Type: application/json' -d '…'.
 	p0 := payload(0)
 	h0 := wire.ContentHash(p0)
-	sig0 := tr[0].Sign(wire.SubmissionPreimage("forms", tr[0].DID.String(), 0, 0, h0))
-	body := fmt.Sprintf(`{"jsonrpc":"2.0","id":1,"method":"tenzro_training_submitOuterGradient","params":{"task_id":"forms","trainer_did":"%s","round":0,"fragment_index":0,"gradient_payload":"%s","payload_hash":"0x%s","signature":"0x%x"}}`,
+	sig0 := tr[0].Sign(wire.SubmissionPreimage("tenzro-dev", "forms", tr[0].DID.String(), 0, 0, h0))
+	body := fmt.Sprintf(`{"jsonrpc":"2.0","id":1,"method":"tenzro_training_submitOuterGradient","params":{"chain_id":"tenzro-dev","task_id":"forms","trainer_did":"%s","round":0,"fragment_index":0,"gradient_payload":"%s","payload_hash":"0x%s","signature":"0x%x"}}`,
 		tr[0].DID, base64.StdEncoding.EncodeToString(p0), h0, sig0)
 	resp, err := http.Post(url, "application/json", strings.NewReader(body))
 	must(err)
@@ -148,7 +148,7 @@ func TestSubmitForms(t *testing.T) {
 
 	// PUT, then the small submission by reference.
 	p1 := payload(1)
-	g := &wire.OuterGradient{TaskID: "forms", TrainerDID: tr[1].DID.String(), PayloadHash: wire.ContentHash(p1)}
+	g := &wire.OuterGradient{ChainID: "tenzro-dev", TaskID: "forms", TrainerDID: tr[1].DID.String(), PayloadHash: wire.ContentHash(p1)}
 	g.Signature = tr[1].Sign(g.Preimage())
 	if _, err := c.Submit(ctx, g); client.CodeOf(err) != -32001 || !strings.Contains(err.Error(), "PUT /blobs/") {
 		t.Fatalf("by reference before the upload: %v", err)

@@ -107,7 +107,7 @@ func whileResponsive(t *testing.T, c *client.Client, op func() error) error {
 }
 
 func publish(ctx context.Context, c *client.Client, key *did.Key, nonce uint64, mod []byte) (*wire.PluginInfo, error) {
-	p := &wire.PublishPluginParams{DID: key.DID.String(), Module: mod, Signed: wire.Signed{Nonce: nonce}}
+	p := &wire.PublishPluginParams{DID: key.DID.String(), Module: mod, Signed: wire.Signed{ChainID: "tenzro-dev", Nonce: nonce}}
 	p.Signature = key.Sign(p.Preimage())
 	return c.PublishPlugin(ctx, p)
 }
@@ -133,7 +133,7 @@ func postRun(ctx context.Context, c *client.Client, sponsor *did.Key, nonce uint
 	if err != nil {
 		return err
 	}
-	p := &wire.PostTaskParams{Spec: raw, InitWeights: weights, Signed: wire.Signed{Nonce: nonce}}
+	p := &wire.PostTaskParams{Spec: raw, InitWeights: weights, Signed: wire.Signed{ChainID: "tenzro-dev", Nonce: nonce}}
 	var wh wire.Hash // zero when no weights (PROTOCOL §3)
 	if len(weights) > 0 {
 		wh = wire.ContentHash(weights)
@@ -218,7 +218,7 @@ func TestHostilePluginsAgainstTheNode(t *testing.T) {
 		if _, err := c.Faucet(ctx, wire.FaucetParams{DID: tk.DID.String(), Amount: "1000000000000000000000"}); err != nil {
 			t.Fatal(err)
 		}
-		p := &wire.EnrollParams{TaskID: "looping", TrainerDID: tk.DID.String(), Stake: "100000000000000000000", Signed: wire.Signed{Nonce: 1}}
+		p := &wire.EnrollParams{TaskID: "looping", TrainerDID: tk.DID.String(), Stake: "100000000000000000000", Signed: wire.Signed{ChainID: "tenzro-dev", Nonce: 1}}
 		p.Signature = tk.Sign(p.Preimage())
 		if _, err := c.Enroll(ctx, p); err != nil {
 			t.Fatalf("enroll: %v", err)
@@ -232,7 +232,7 @@ func TestHostilePluginsAgainstTheNode(t *testing.T) {
 	submitted := make(chan error, 2)
 	for _, tk := range trainers {
 		go func() {
-			og := &wire.OuterGradient{TaskID: "looping", TrainerDID: tk.DID.String(), Round: 0, FragmentIndex: 0, GradientPayload: payload, PayloadHash: wire.ContentHash(payload)}
+			og := &wire.OuterGradient{ChainID: "tenzro-dev", TaskID: "looping", TrainerDID: tk.DID.String(), Round: 0, FragmentIndex: 0, GradientPayload: payload, PayloadHash: wire.ContentHash(payload)}
 			og.Signature = tk.Sign(og.Preimage())
 			_, err := c.Submit(ctx, og)
 			submitted <- err

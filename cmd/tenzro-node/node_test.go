@@ -78,7 +78,7 @@ func testNode(t *testing.T, engine string) {
 			t.Fatalf("plugin get: %v", err)
 		}
 		key, _ := did.Generate(did.KindHuman, nil)
-		p := &wire.PublishPluginParams{DID: key.DID.String(), Module: []byte("not wasm"), Signed: wire.Signed{Nonce: 1}}
+		p := &wire.PublishPluginParams{DID: key.DID.String(), Module: []byte("not wasm"), Signed: wire.Signed{ChainID: "tenzro-dev", Nonce: 1}}
 		p.Signature = key.Sign(p.Preimage())
 		// Publishing costs a burned fee: an unfunded DID is refused before
 		// its module is looked at.

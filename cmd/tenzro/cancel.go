@@ -29,7 +29,11 @@ same refunds (get-run shows enroll_deadline_ms and, after, cancel_reason).`,
 			if err != nil {
 				return err
 			}
-			p := &wire.CancelRunParams{TaskID: task, Signed: wire.Signed{Nonce: newNonce()}}
+			cid, err := nodeChainID(cmd)
+			if err != nil {
+				return err
+			}
+			p := &wire.CancelRunParams{TaskID: task, Signed: wire.Signed{ChainID: cid, Nonce: newNonce()}}
 			p.Signature = key.Sign(p.Preimage(key.DID.String()))
 			res, err := nodeClient(cmd).CancelRun(cmd.Context(), p)
 			if err != nil {
@@ -68,7 +72,11 @@ syncer of a running run must wait until that run ends.`,
 			if err != nil {
 				return err
 			}
-			p := &wire.UnbondParams{DID: key.DID.String(), Signed: wire.Signed{Nonce: newNonce()}}
+			cid, err := nodeChainID(cmd)
+			if err != nil {
+				return err
+			}
+			p := &wire.UnbondParams{DID: key.DID.String(), Signed: wire.Signed{ChainID: cid, Nonce: newNonce()}}
 			p.Signature = key.Sign(p.Preimage())
 			res, err := nodeClient(cmd).Unbond(cmd.Context(), p)
 			if err != nil {

@@ -257,7 +257,11 @@ func newChainTransferCmd() *cobra.Command {
 			if _, err := wire.ParseAmount(amount); err != nil {
 				return usagef("--amount: %v", err)
 			}
-			tx, err := chain.TransferTx(k, to, amount, newNonce())
+			cid, err := cometChainID(cmd)
+			if err != nil {
+				return err
+			}
+			tx, err := chain.TransferTx(cid, k, to, amount, newNonce())
 			return broadcastAndPrint(cmd, tx, err)
 		},
 	}
@@ -309,7 +313,11 @@ serves them must hold them).`,
 			if err != nil {
 				return err
 			}
-			tx, err := chain.PostTaskTx(k, spec, layout, rules, newNonce())
+			cid, err := cometChainID(cmd)
+			if err != nil {
+				return err
+			}
+			tx, err := chain.PostTaskTx(cid, k, spec, layout, rules, newNonce())
 			return broadcastAndPrint(cmd, tx, err)
 		},
 	}
@@ -333,7 +341,11 @@ func newChainEnrollCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			tx, err := chain.EnrollTx(k, task, stake, newNonce())
+			cid, err := cometChainID(cmd)
+			if err != nil {
+				return err
+			}
+			tx, err := chain.EnrollTx(cid, k, task, stake, newNonce())
 			return broadcastAndPrint(cmd, tx, err)
 		},
 	}
@@ -514,7 +526,11 @@ func newChainRegisterCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			tx, err := chain.RegisterSyncerTx(k, stake, newNonce())
+			cid, err := cometChainID(cmd)
+			if err != nil {
+				return err
+			}
+			tx, err := chain.RegisterSyncerTx(cid, k, stake, newNonce())
 			return broadcastAndPrint(cmd, tx, err)
 		},
 	}
@@ -559,7 +575,11 @@ candidate with a proof, weighted by stake.`,
 			if err != nil {
 				return err
 			}
-			tx, err := chain.ElectionProofTx(k, task, pi, newNonce())
+			cid, err := cometChainID(cmd)
+			if err != nil {
+				return err
+			}
+			tx, err := chain.ElectionProofTx(cid, k, task, pi, newNonce())
 			return broadcastAndPrint(cmd, tx, err)
 		},
 	}
@@ -616,7 +636,11 @@ func newChainLeaveCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			tx, err := chain.LeaveTx(k, task, newNonce())
+			cid, err := cometChainID(cmd)
+			if err != nil {
+				return err
+			}
+			tx, err := chain.LeaveTx(cid, k, task, newNonce())
 			return broadcastAndPrint(cmd, tx, err)
 		},
 	}
@@ -653,7 +677,11 @@ func newChainSubmitCmd() *cobra.Command {
 			if n > machine.MaxPayloadBytes {
 				return usagef("--payload %s: larger than %d bytes", payloadPath, machine.MaxPayloadBytes)
 			}
-			tx, err := chain.SubmissionTx(k, task, round, fragment, hsh.Sum(), uint64(n))
+			cid, err := cometChainID(cmd)
+			if err != nil {
+				return err
+			}
+			tx, err := chain.SubmissionTx(cid, k, task, round, fragment, hsh.Sum(), uint64(n))
 			return broadcastAndPrint(cmd, tx, err)
 		},
 	}

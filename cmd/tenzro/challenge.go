@@ -82,8 +82,12 @@ commit's inputs are unavailable. The validators re-execute the commit and vote;
 			if err != nil {
 				return fmt.Errorf("--result-hash: %w", err)
 			}
+			cid, err := nodeChainID(cmd)
+			if err != nil {
+				return err
+			}
 			p := &wire.ChallengeTx{TaskID: task, Round: round, Fragment: fragment, ChallengerDID: key.DID.String(), ResultHash: h, Bond: bond,
-				Signed: wire.Signed{Nonce: newNonce()}}
+				Signed: wire.Signed{ChainID: cid, Nonce: newNonce()}}
 			p.Signature = key.Sign(p.Preimage())
 			res, err := nodeClient(cmd).Challenge(cmd.Context(), p)
 			if err != nil {

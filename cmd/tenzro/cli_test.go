@@ -184,7 +184,9 @@ func (f *cliFake) ListSyncers(context.Context) ([]wire.SyncerCandidate, error) {
 func (f *cliFake) SubmitElectionProof(_ context.Context, p *wire.ElectionProofParams) (*wire.ElectionProofResult, error) {
 	return &wire.ElectionProofResult{TaskID: p.TaskID, DID: p.DID}, nil
 }
-func (f *cliFake) Info(context.Context) wire.NodeInfo { return wire.NodeInfo{Role: "syncer"} }
+func (f *cliFake) Info(context.Context) wire.NodeInfo {
+	return wire.NodeInfo{Role: "syncer", ChainID: "tenzro-cli-test"}
+}
 func (f *cliFake) AttestNonce(context.Context, wire.NonceParams) (*wire.NonceResult, error) {
 	return nil, errUnimplemented
 }

@@ -64,7 +64,11 @@ printing progress on stderr; --wait 0 tries once. Exit 0 when the round closed
 				return usagef("--key is %s, but run %s's elected syncer is %s: only it may finalize rounds", key.DID, task, run.Syncer)
 			}
 			for attempt := 0; ; attempt++ {
-				p := &wire.FinalizeParams{TaskID: task, SyncerDID: key.DID.String(), Round: round, Signed: wire.Signed{Nonce: newNonce()}}
+				cid, err := nodeChainID(cmd)
+				if err != nil {
+					return err
+				}
+				p := &wire.FinalizeParams{TaskID: task, SyncerDID: key.DID.String(), Round: round, Signed: wire.Signed{ChainID: cid, Nonce: newNonce()}}
 				p.Signature = key.Sign(p.Preimage())
 				res, err := cl.FinalizeRound(ctx, p)
 				if err == nil {

@@ -48,7 +48,11 @@ func newTransferCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			p := &wire.TransferParams{From: k.DID.String(), To: to, Amount: amount, Signed: wire.Signed{Nonce: newNonce()}}
+			cid, err := nodeChainID(cmd)
+			if err != nil {
+				return err
+			}
+			p := &wire.TransferParams{From: k.DID.String(), To: to, Amount: amount, Signed: wire.Signed{ChainID: cid, Nonce: newNonce()}}
 			p.Signature = k.Sign(p.Preimage())
 			b, err := nodeClient(cmd).Transfer(cmd.Context(), p)
 			if err != nil {

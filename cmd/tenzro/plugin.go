@@ -164,7 +164,11 @@ func newPluginPublishCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			p := &wire.PublishPluginParams{DID: key.DID.String(), Module: mod, Signed: wire.Signed{Nonce: newNonce()}}
+			cid, err := nodeChainID(cmd)
+			if err != nil {
+				return err
+			}
+			p := &wire.PublishPluginParams{DID: key.DID.String(), Module: mod, Signed: wire.Signed{ChainID: cid, Nonce: newNonce()}}
 			p.Signature = key.Sign(p.Preimage())
 			var info wire.PluginInfo
 			if err := nodeClient(cmd).Call(cmd.Context(), wire.MethodPublishPlugin, p, &info); err != nil {

@@ -35,7 +35,11 @@ candidate.`,
 			if err != nil {
 				return err
 			}
-			p := &wire.RegisterSyncerParams{DID: key.DID.String(), Stake: stake, Signed: wire.Signed{Nonce: newNonce()}}
+			cid, err := nodeChainID(cmd)
+			if err != nil {
+				return err
+			}
+			p := &wire.RegisterSyncerParams{DID: key.DID.String(), Stake: stake, Signed: wire.Signed{ChainID: cid, Nonce: newNonce()}}
 			p.Signature = key.Sign(p.Preimage())
 			res, err := nodeClient(cmd).RegisterSyncer(cmd.Context(), p)
 			if err != nil {
@@ -131,7 +135,11 @@ ticket wins, and stores all proofs in the run for anyone to re-check.`,
 			if err != nil {
 				return err
 			}
-			p := &wire.ElectionProofParams{TaskID: task, DID: key.DID.String(), Proof: proof, Signed: wire.Signed{Nonce: newNonce()}}
+			cid, err := nodeChainID(cmd)
+			if err != nil {
+				return err
+			}
+			p := &wire.ElectionProofParams{TaskID: task, DID: key.DID.String(), Proof: proof, Signed: wire.Signed{ChainID: cid, Nonce: newNonce()}}
 			p.Signature = key.Sign(p.Preimage())
 			res, err := cl.SubmitElectionProof(cmd.Context(), p)
 			if err != nil {

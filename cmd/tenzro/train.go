@@ -68,7 +68,11 @@ ipfs:// CID.`,
 			if spec.SponsorDID != key.DID.String() {
 				return fmt.Errorf("--key is %s but the spec's sponsor_did is %q: the sponsor signs the posting", key.DID, spec.SponsorDID)
 			}
-			p := &wire.PostTaskParams{Spec: json.RawMessage(raw), Signed: wire.Signed{Nonce: newNonce()}}
+			cid, err := nodeChainID(cmd)
+			if err != nil {
+				return err
+			}
+			p := &wire.PostTaskParams{Spec: json.RawMessage(raw), Signed: wire.Signed{ChainID: cid, Nonce: newNonce()}}
 			var weights *blobFile
 			if weightsPath != "" {
 				if weights, err = hashBlobFile("init-weights", weightsPath, maxPayloadFile); err != nil {
@@ -130,7 +134,11 @@ func newSetInitWeightsCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			p := &wire.SetInitWeightsParams{TaskID: task, WeightsHash: w.hash, Signed: wire.Signed{Nonce: newNonce()}}
+			cid, err := nodeChainID(cmd)
+			if err != nil {
+				return err
+			}
+			p := &wire.SetInitWeightsParams{TaskID: task, WeightsHash: w.hash, Signed: wire.Signed{ChainID: cid, Nonce: newNonce()}}
 			p.Signature = key.Sign(p.PreimageFor(key.DID.String(), w.hash))
 			c := nodeClient(cmd)
 			if p.Weights, err = w.send(cmd.Context(), c, key, task); err != nil {
@@ -338,7 +346,11 @@ Verified/Confidential tiers need --attestation (an attestation claim JSON file).
 			if _, err := wire.ParseAmount(stake); err != nil {
 				return usagef("--stake: %v", err)
 			}
-			p := &wire.EnrollParams{TaskID: task, TrainerDID: didStr, Stake: stake, Signed: wire.Signed{Nonce: newNonce()}}
+			cid, err := nodeChainID(cmd)
+			if err != nil {
+				return err
+			}
+			p := &wire.EnrollParams{TaskID: task, TrainerDID: didStr, Stake: stake, Signed: wire.Signed{ChainID: cid, Nonce: newNonce()}}
 			if attPath != "" {
 				if p.Attestation, err = readJSONFile("attestation", attPath); err != nil {
 					return err
@@ -397,7 +409,11 @@ func newLeaveCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			p := &wire.LeaveParams{TaskID: task, TrainerDID: key.DID.String(), Signed: wire.Signed{Nonce: newNonce()}}
+			cid, err := nodeChainID(cmd)
+			if err != nil {
+				return err
+			}
+			p := &wire.LeaveParams{TaskID: task, TrainerDID: key.DID.String(), Signed: wire.Signed{ChainID: cid, Nonce: newNonce()}}
 			p.Signature = key.Sign(p.Preimage())
 			res, err := nodeClient(cmd).Leave(cmd.Context(), p)
 			if err != nil {
@@ -452,6 +468,9 @@ node's dashboard plots it.`,
 				if g.Attestation, err = readJSONFile("attestation", attPath); err != nil {
 					return err
 				}
+			}
+			if g.ChainID, err = nodeChainID(cmd); err != nil {
+				return err
 			}
 			g.Signature = key.Sign(g.Preimage())
 			// The payload goes first, raw, with PUT /blobs/<payload_hash>;

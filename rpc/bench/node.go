@@ -261,9 +261,12 @@ func (b ingestBench) setup(c *client.Client, n, conc int) *ingestCase {
 		}
 	}
 	task := fmt.Sprintf("ingest-%d", taskSeq.Add(1))
+	info, err := c.Info(ctx)
+	must(err)
+	cid := info.ChainID
 	sponsor, err := did.Generate(did.KindHuman, nil)
 	must(err)
-	_, err = c.Faucet(ctx, wire.FaucetParams{DID: sponsor.DID.String(), Amount: "1000000000000"})
+	_, err = c.Faucet(ctx, wire.FaucetParams{DID: sponsor.DID.String(), Amount: "10000000000000000000"})
 	must(err)
 	init, err := safetensors.Encode([]safetensors.Tensor{safetensors.FromF32("w", []int64{int64(n)}, make([]float32, n))}, nil)
 	must(err)
@@ -271,10 +274,10 @@ func (b ingestBench) setup(c *client.Client, n, conc int) *ingestCase {
 	spec, _ := json.Marshal(map[string]any{"task_id": task, "sponsor_did": sponsor.DID.String(), "sponsor_address": "0x11",
 		"architecture": map[string]any{"family": "timesfm", "param_count": n, "modality": "Timeseries", "fragment_count": 1, "dtype": "f32"},
 		"tier":         "Open", "aggregation": "Mean", "trainer_count": m, "quorum": m, "inner_steps": 1, "max_rounds": 2, "grace_window_ms": 3600000,
-		"reward_pool": "1000", "dataset_ref": "x", "dataset_hash": "0x00", "min_throughput": nil, "created_at": 1})
+		"reward_pool": "1000000000000000000", "dataset_ref": "x", "dataset_hash": "0x00", "min_throughput": nil, "created_at": 1})
 	_, canon, err := wire.ParseSpec(spec)
 	must(err)
-	pp := &wire.PostTaskParams{Spec: spec, InitWeights: init, Signed: wire.Signed{Nonce: uint64(time.Now().UnixNano())}}
+	pp := &wire.PostTaskParams{Spec: spec, InitWeights: init, Signed: wire.Signed{ChainID: cid, Nonce: uint64(time.Now().UnixNano())}}
 	pp.Signature = sponsor.Sign(pp.Preimage(sponsor.DID.String(), wire.SpecHash(canon), wire.ContentHash(init)))
 	_, err = c.PostTask(ctx, pp)
 	must(err)
@@ -282,9 +285,9 @@ func (b ingestBench) setup(c *client.Client, n, conc int) *ingestCase {
 	for i := range trainers {
 		trainers[i], err = did.Generate(did.KindMachine, nil)
 		must(err)
-		_, err = c.Faucet(ctx, wire.FaucetParams{DID: trainers[i].DID.String(), Amount: "100"})
+		_, err = c.Faucet(ctx, wire.FaucetParams{DID: trainers[i].DID.String(), Amount: "1000000000000000000"})
 		must(err)
-		ep := &wire.EnrollParams{TaskID: task, TrainerDID: trainers[i].DID.String(), Stake: "10", Signed: wire.Signed{Nonce: uint64(time.Now().UnixNano())}}
+		ep := &wire.EnrollParams{TaskID: task, TrainerDID: trainers[i].DID.String(), Stake: "100000000000000000", Signed: wire.Signed{ChainID: cid, Nonce: uint64(time.Now().UnixNano())}}
 		ep.Signature = trainers[i].Sign(ep.Preimage())
 		_, err = c.Enroll(ctx, ep)
 		must(err)
@@ -294,7 +297,7 @@ func (b ingestBench) setup(c *client.Client, n, conc int) *ingestCase {
 	ps := payloads(n, b.subs)
 	subs := make([]*wire.OuterGradient, b.subs)
 	for i := range subs {
-		s := &wire.OuterGradient{TaskID: task, TrainerDID: trainers[i].DID.String(), Round: run.Round, PayloadHash: wire.ContentHash(ps[i])}
+		s := &wire.OuterGradient{TaskID: task, TrainerDID: trainers[i].DID.String(), Round: run.Round, PayloadHash: wire.ContentHash(ps[i]), ChainID: cid}
 		s.Signature = trainers[i].Sign(s.Preimage())
 		subs[i] = s
 	}

@@ -219,7 +219,7 @@ func (r *Receiver) handle(a SubmissionAnnouncement, from, via string) {
 	}
 	g := &wire.OuterGradient{
 		TaskID: a.TaskID, TrainerDID: a.TrainerDID, Round: a.Round, FragmentIndex: a.FragmentIndex,
-		PayloadHash: a.PayloadHash, Signature: a.Signature, Metrics: a.Metrics,
+		PayloadHash: a.PayloadHash, ChainID: a.ChainID, Signature: a.Signature, Metrics: a.Metrics,
 	}
 	limit := min(a.PayloadSize, r.n.maxBlob)
 	var err error

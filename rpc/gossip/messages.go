@@ -78,6 +78,7 @@ type SubmissionAnnouncement struct {
 	FragmentIndex uint64        `json:"fragment_index"`
 	PayloadHash   wire.Hash     `json:"payload_hash"`
 	PayloadSize   int64         `json:"payload_size"`
+	ChainID       string        `json:"chain_id"`
 	Signature     wire.HexBytes `json:"signature"`
 	// Metrics are the submission's signed metrics (covered by Signature).
 	Metrics wire.SubmissionMetrics `json:"metrics,omitempty"`
@@ -103,6 +104,7 @@ func AnnouncementFor(g *wire.OuterGradient) SubmissionAnnouncement {
 		FragmentIndex: g.FragmentIndex,
 		PayloadHash:   g.PayloadHash,
 		PayloadSize:   int64(len(g.GradientPayload)),
+		ChainID:       g.ChainID,
 		Signature:     append(wire.HexBytes(nil), g.Signature...),
 		Metrics:       g.Metrics,
 	}
@@ -114,7 +116,7 @@ func AnnouncementFor(g *wire.OuterGradient) SubmissionAnnouncement {
 
 // Preimage is the submission's signing preimage (PROTOCOL §4).
 func (a *SubmissionAnnouncement) Preimage() []byte {
-	return wire.SubmissionPreimageWithMetrics(a.TaskID, a.TrainerDID, a.Round, a.FragmentIndex, a.PayloadHash, a.Metrics)
+	return wire.SubmissionPreimageWithMetrics(a.ChainID, a.TaskID, a.TrainerDID, a.Round, a.FragmentIndex, a.PayloadHash, a.Metrics)
 }
 
 // Verify checks the announcement's shape and signature. maxBlob bounds
@@ -134,6 +136,9 @@ func (a *SubmissionAnnouncement) Verify(maxBlob int64) error {
 	}
 	if a.PayloadHash.IsZero() {
 		return errors.New("submission announcement: payload_hash missing")
+	}
+	if len(a.ChainID) > wire.MaxChainIDLen {
+		return fmt.Errorf("submission announcement: chain_id of %d bytes, limit %d", len(a.ChainID), wire.MaxChainIDLen)
 	}
 	if err := a.Metrics.Validate(); err != nil {
 		return fmt.Errorf("submission announcement: %w", err)

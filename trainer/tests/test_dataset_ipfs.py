@@ -86,19 +86,19 @@ def test_ipfs_dataset_multi_node_run(go_bins, node, light_nodes, tmp_path):
 
     c = Client(node.url)
     sp = Key.generate("human")
-    c.faucet(sp.did, 10**12)
+    c.faucet(sp.did, 10**21)
     keys = []
     for i in range(2):
         key = Key.generate("machine")
         key.save(tmp_path / f"trainer{i}.json")
-        c.faucet(key.did, 10**6)
+        c.faucet(key.did, 10**19)
         keys.append(key)
     md = dict(models.tiny_metadata("timesfm"), stride=4)
     init = weights.model_to_safetensors(models.build("timesfm", md, seed=0))
     task = f"ipfs-{time.time_ns()}"
     spec = sponsor.make_spec(
         task, sp, metadata=md, fragments=2, trainers=2, quorum=2, inner_steps=2, max_rounds=2,
-        dataset_ref=ref, dataset_hash=want_hash, reward_pool="1000",
+        dataset_ref=ref, dataset_hash=want_hash, reward_pool=str(10**18),
     )  # fmt: skip
     sponsor.post(c, sp, spec, init)
 

@@ -55,7 +55,7 @@ def test_reference_trainer_through_a_light_client(go_bins, tmp_path):
     for i, k in enumerate(keys):
         k.save(tmp_path / f"trainer{i}.json")
     net = tmp_path / "net"
-    allocs = [f"{sp.did}=1000000000000"] + [f"{k.did}=1000000" for k in keys]
+    allocs = [f"{sp.did}={10**21}"] + [f"{k.did}={10**19}" for k in keys]
     p = subprocess.run(
         [
             str(go_bins / "tenzro-node"), "testnet", "--validators", "2", "--dir", str(net), "--base-port", "0",
@@ -98,7 +98,7 @@ def test_reference_trainer_through_a_light_client(go_bins, tmp_path):
         task = f"net-{time.time_ns()}"
         spec = sponsor.make_spec(
             task, sp, metadata=md, fragments=2, trainers=2, quorum=2, inner_steps=2, max_rounds=2,
-            reward_pool="1000", dataset_ref=REF, dataset_hash=data.corpus_hash(data.load_corpus(REF)).hex(),
+            reward_pool=str(10**18), dataset_ref=REF, dataset_hash=data.corpus_hash(data.load_corpus(REF)).hex(),
         )  # fmt: skip
         sponsor.post(lc, sp, spec, init)
         # The reference trainer, unchanged: its node_rpc is the light client.

@@ -41,12 +41,12 @@ def post_run(node, tmp_path: Path, *, m=2, k=2, f=2, h=2, rounds=2, task=None, d
     postTask result."""
     c = Client(node.url)
     sp = Key.generate("human")
-    c.faucet(sp.did, 10**12)
+    c.faucet(sp.did, 10**21)
     keys = []
     for i in range(m):
         key = Key.generate("machine")
         key.save(tmp_path / f"trainer{i}.json")
-        c.faucet(key.did, 10**6)
+        c.faucet(key.did, 10**19)
         keys.append(key)
     md = dict(models.tiny_metadata("timesfm"), stride=4)
     init = weights.model_to_safetensors(models.build("timesfm", md, seed=0))
@@ -54,7 +54,7 @@ def post_run(node, tmp_path: Path, *, m=2, k=2, f=2, h=2, rounds=2, task=None, d
     kw.setdefault("dataset_hash", dataset_hash())
     spec = sponsor.make_spec(
         task, sp, metadata=md, fragments=f, trainers=m, quorum=k, inner_steps=h, max_rounds=rounds,
-        reward_pool="1000", **kw,
+        reward_pool=str(10**18), **kw,
     )  # fmt: skip
     res = sponsor.post(c, sp, spec, init, dataset_key)
     return c, keys, task, res
@@ -67,7 +67,7 @@ def trainer_cfg(node, task, i, tmp_path: Path, **over) -> dict:
         "task_id": task,
         "inner": {"lr": 1e-3, "batch_size": 8},
         "metrics": {"port": 0},
-        "stake": "100",
+        "stake": str(10**17),
         "threads": 1,
         "eval": False,
         "poll_interval": 0.05,
@@ -149,7 +149,7 @@ def test_resume_after_node_restart(node, tmp_path):
 def test_rejected_submissions_change_nothing_and_the_trainer_goes_on(node, tmp_path):
     c, keys, task = post_task(node, tmp_path, m=1, k=1, f=2, h=1, rounds=2)
     tr = make_trainer(node, task, keys[0], 0, tmp_path)
-    c.enroll(keys[0], task, "100")
+    c.enroll(keys[0], task, str(10**17))
     run = c.get_run(task)
     assert run["status"] == "running"
     tr._ensure_task(run)

@@ -161,7 +161,7 @@ def test_verified_run_with_gpu_evidence(enclave_node, go_bins, tmp_path):
     c, keys, task, _ = post(enclave_node, tmp_path, "Verified", ref, h, gpu=True)
     att = config.parse(trainer_cfg(enclave_node, task, 0, tmp_path, **attest_cfg(go_bins))).attestation
     with pytest.raises(RpcError) as e:
-        c.enroll(keys[0], task, "100", attestation=Attester(att, enclave_node.url).claim(c, task, keys[0].did))
+        c.enroll(keys[0], task, str(10**17), attestation=Attester(att, enclave_node.url).claim(c, task, keys[0].did))
     assert "nvidia.missing" in e.value.message
     trs = [
         make_trainer(enclave_node, task, k, i, tmp_path, **attest_cfg(go_bins, "simulated")) for i, k in enumerate(keys)

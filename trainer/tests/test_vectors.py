@@ -61,7 +61,9 @@ def test_request_preimages_and_signatures(vectors):
     for v in vectors["requests"]:
         key = Key.from_seed(v["signer_kind"], bytes.fromhex(v["signer_seed"]))
         assert key.did == v["signer"]
-        pre = request_preimage(v["method"], v["signer"], int(v["nonce"]), _fields(method_fields(), v["fields"]))
+        pre = request_preimage(
+            v["chain_id"], v["method"], v["signer"], int(v["nonce"]), _fields(method_fields(), v["fields"])
+        )
         assert pre.hex() == v["preimage_hex"], v["method"]
         assert key.sign(pre).hex() == v["signature_hex"], v["method"]
         assert verify(v["signer"], pre, bytes.fromhex(v["signature_hex"]))
@@ -73,6 +75,7 @@ def test_submissions(vectors):
         payload = bytes.fromhex(v["payload_hex"])
         assert content_hash(payload).hex() == v["payload_hash"]
         pre = submission_preimage(
+            v["chain_id"],
             v["task_id"],
             v["trainer_did"],
             int(v["round"]),
@@ -135,12 +138,17 @@ def test_submission_metrics_vector_and_rules(vectors):
     assert with_metrics, "the vectors carry a submission with a metrics map"
     v = with_metrics[0]
     plain = submission_preimage(
-        v["task_id"], v["trainer_did"], int(v["round"]), int(v["fragment_index"]), bytes.fromhex(v["payload_hash"])
+        v["chain_id"],
+        v["task_id"],
+        v["trainer_did"],
+        int(v["round"]),
+        int(v["fragment_index"]),
+        bytes.fromhex(v["payload_hash"]),
     )
     assert bytes.fromhex(v["preimage_hex"]).startswith(plain) and len(bytes.fromhex(v["preimage_hex"])) > len(plain)
     for bad in ({"Bad": 1.0}, {"x": float("nan")}, {f"m{i}": 1.0 for i in range(17)}):
         with pytest.raises(ValueError, match="metrics"):
-            submission_preimage("t", v["trainer_did"], 0, 0, bytes(32), bad)
+            submission_preimage(v["chain_id"], "t", v["trainer_did"], 0, 0, bytes(32), bad)
 
 
 def test_outer_step_sign_convention(vectors):
@@ -175,3 +183,17 @@ def test_did_parse_is_strict():
         parse_did(k.did[:-1])
     with pytest.raises(ValueError):
         parse_did("did:tenzro:machine:" + "z" + "1" * 60)
+
+
+def test_preimages_name_the_chain(vectors):
+    """Issue 22: the chain id is the first field after the domain, so a signature for one chain does not verify
+    for another (the node refuses it as signed for another chain)."""
+    v = vectors["requests"][0]
+    fields = _fields(method_fields(), v["fields"])
+    here = request_preimage(v["chain_id"], v["method"], v["signer"], int(v["nonce"]), fields)
+    other = request_preimage(v["chain_id"] + "-other", v["method"], v["signer"], int(v["nonce"]), fields)
+    assert here == bytes.fromhex(v["preimage_hex"]) and other != here
+    s = vectors["submissions"][0]
+    args = (s["task_id"], s["trainer_did"], int(s["round"]), int(s["fragment_index"]), bytes.fromhex(s["payload_hash"]))
+    assert submission_preimage(s["chain_id"], *args) == bytes.fromhex(s["preimage_hex"])
+    assert submission_preimage("another-chain", *args) != bytes.fromhex(s["preimage_hex"])

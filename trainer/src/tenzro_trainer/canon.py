@@ -16,8 +16,8 @@ import struct
 
 import blake3
 
-DOMAIN_REQUEST = "tenzro/train/request/v1"
-DOMAIN_SUBMISSION = "tenzro/train/submission/v1"
+DOMAIN_REQUEST = "tenzro/train/request/v2"
+DOMAIN_SUBMISSION = "tenzro/train/submission/v2"
 DOMAIN_SPEC = "tenzro/train/spec/v1"
 DOMAIN_DATASET = "tenzro/train/dataset/v1"
 DOMAIN_MODEL = "tenzro/train/model/v1"
@@ -76,12 +76,13 @@ def model_hash(fragment_hashes: list[bytes]) -> bytes:
     return c.sum_content()
 
 
-def request_preimage(method: str, signer: str, nonce: int, fields: Canon | None = None) -> bytes:
-    """PROTOCOL §3: Str(domain) ‖ Str(method) ‖ Str(signer) ‖ U64(nonce) ‖ method fields.
+def request_preimage(chain_id: str, method: str, signer: str, nonce: int, fields: Canon | None = None) -> bytes:
+    """PROTOCOL §3: Str(domain) ‖ Str(chain_id) ‖ Str(method) ‖ Str(signer) ‖ U64(nonce) ‖ method fields.
 
-    ``fields`` is a Canon whose domain field is dropped (build it with ``method_fields()``).
+    ``chain_id`` is the chain the request is signed for (``tenzro_node_info``'s ``chain_id``); ``fields`` is a
+    Canon whose domain field is dropped (build it with ``method_fields()``).
     """
-    c = Canon(DOMAIN_REQUEST).str(method).str(signer).u64(nonce)
+    c = Canon(DOMAIN_REQUEST).str(chain_id).str(method).str(signer).u64(nonce)
     head = c.out()
     return head + (fields.out() if fields is not None else b"")
 
@@ -114,6 +115,7 @@ def check_metrics(metrics: dict[str, float]) -> None:
 
 
 def submission_preimage(
+    chain_id: str,
     task_id: str,
     trainer_did: str,
     round_: int,
@@ -121,9 +123,18 @@ def submission_preimage(
     payload_hash: bytes,
     metrics: dict[str, float] | None = None,
 ) -> bytes:
-    """PROTOCOL §4; with metrics, docs/protocol/metrics.md: Str("metrics") ‖ U64(n) ‖ per name in bytewise
-    order Str(name) ‖ U64(IEEE-754 binary64 bits). No metrics: the v1 preimage, unchanged."""
-    c = Canon(DOMAIN_SUBMISSION).str(task_id).str(trainer_did).u64(round_).u64(fragment).hash(payload_hash)
+    """PROTOCOL §4: Str(domain) ‖ Str(chain_id) ‖ Str(task_id) ‖ Str(trainer_did) ‖ U64(round) ‖ U64(fragment) ‖
+    Hash(payload_hash); with metrics, docs/protocol/metrics.md: Str("metrics") ‖ U64(n) ‖ per name in bytewise
+    order Str(name) ‖ U64(IEEE-754 binary64 bits). No metrics: nothing more."""
+    c = (
+        Canon(DOMAIN_SUBMISSION)
+        .str(chain_id)
+        .str(task_id)
+        .str(trainer_did)
+        .u64(round_)
+        .u64(fragment)
+        .hash(payload_hash)
+    )
     if metrics:
         check_metrics(metrics)
         c.str("metrics").u64(len(metrics))

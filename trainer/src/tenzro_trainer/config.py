@@ -11,7 +11,7 @@ dtype: auto             # autocast dtype: auto (bf16 on CUDA, none on CPU) | bf1
 gradient_checkpointing: false
 metrics: {port: 9101}   # 0 turns the Prometheus endpoint off (also accepted: metrics_port)
 # optional
-stake: "1000"           # enrol with this stake when not enrolled yet
+stake: "100000000000000000"  # enrol with this stake (0.1 TNZO) when not enrolled yet
 threads: 0              # torch CPU threads (0: torch's default)
 eval: true              # log held-out loss of the pulled weights each round
 max_rounds: 0           # leave after this many rounds (0: until the run seals)

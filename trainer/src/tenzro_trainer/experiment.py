@@ -69,12 +69,12 @@ def start(e: Experiment) -> tuple[Client, str, list[subprocess.Popen], list[Key]
     c = Client(e.rpc)
     sp = Key.generate("human")
     sp.save(e.workdir / "sponsor.json")
-    c.faucet(sp.did, 10**15)
+    c.faucet(sp.did, 10**21)
     keys = []
     for i in range(e.m):
         k = Key.generate("machine")
         k.save(e.workdir / f"trainer{i}.json")
-        c.faucet(k.did, 10**9)
+        c.faucet(k.did, 10**19)
         keys.append(k)
     init_model = models.build(e.family, e.metadata, seed=0)
     init = weights.model_to_safetensors(init_model)
@@ -87,7 +87,7 @@ def start(e: Experiment) -> tuple[Client, str, list[subprocess.Popen], list[Key]
         fragments=e.f, trainers=e.m, quorum=e.k, inner_steps=e.h, max_rounds=e.rounds,
         aggregation=e.aggregation, aggregation_params=e.aggregation_params,
         dataset_ref=ref, dataset_hash=dhash,
-        reward_pool=str(10**12), grace_window_ms=e.grace_window_ms,
+        reward_pool=str(10**18), grace_window_ms=e.grace_window_ms,
         **({"compression": e.compression} if e.compression else {}),
     )  # fmt: skip
     (e.workdir / "spec.json").write_text(json.dumps(spec, indent=2))
@@ -115,7 +115,7 @@ def start(e: Experiment) -> tuple[Client, str, list[subprocess.Popen], list[Key]
             "task_id": task, "inner": {"optimizer": "adamw", "lr": e.lr, "weight_decay": 0.1, "beta1": 0.9,
                                        "beta2": 0.95, "inner_steps": e.h, "batch_size": e.batch},
             "device": "auto", "dtype": "auto", "gradient_checkpointing": False, "metrics": {"port": 0},
-            "stake": "1000", "threads": 1, "eval": False, "poll_interval": 0.1, "log_format": "json",
+            "stake": str(10**17), "threads": 1, "eval": False, "poll_interval": 0.1, "log_format": "json",
         }  # fmt: skip
         if i in e.attackers:
             cfg["attack"] = e.attackers[i]

@@ -85,13 +85,6 @@ class Client:
         self.blob_uploads: bool | None = None
         self._chain_id: str | None = None
 
-    def chain_id(self) -> str:
-        """The node's chain id (cached): upload intents are signed for it ("" for a node without a chain)."""
-        if self._chain_id is None:
-            info = self.call("tenzro_node_info")
-            self._chain_id = str((info.get("chain") or {}).get("chain_id", ""))
-        return self._chain_id
-
     def blob_intent(self, key: Key, h: bytes, size: int, task: str = "") -> str:
         """The ``Tenzro-Blob-Intent`` header value: ``v1 <did> <size> <expires> <task or -> <signature hex>``."""
         expires = int(time.time()) + INTENT_LIFETIME_S
@@ -187,6 +180,15 @@ class Client:
     def node_info(self) -> dict:
         return self.call("tenzro_node_info")
 
+    def chain_id(self) -> str:
+        """The chain this node follows, which every request and submission is signed for (asked once)."""
+        if self._chain_id is None:
+            cid = self.node_info().get("chain_id")
+            if not isinstance(cid, str) or not cid:
+                raise RpcError("tenzro_node_info", 0, "the node did not say which chain it follows (no chain_id)")
+            self._chain_id = cid
+        return self._chain_id
+
     def get_run(self, task_id: str) -> dict:
         return self.call("tenzro_training_getRun", {"task_id": task_id})
 
@@ -215,8 +217,9 @@ class Client:
 
     def enroll(self, key: Key, task_id: str, stake: int | str, attestation: dict | None = None) -> dict:
         nonce = NONCES.next()
+        cid = self.chain_id()
         pre = request_preimage(
-            "tenzro_training_enrollTrainer", key.did, nonce, method_fields().str(task_id).str(str(stake))
+            cid, "tenzro_training_enrollTrainer", key.did, nonce, method_fields().str(task_id).str(str(stake))
         )
         return self.call(
             "tenzro_training_enrollTrainer",
@@ -224,6 +227,7 @@ class Client:
                 "task_id": task_id,
                 "trainer_did": key.did,
                 "stake": str(stake),
+                "chain_id": cid,
                 "nonce": nonce,
                 "signature": key.sign(pre).hex(),
                 **({"attestation": attestation} if attestation is not None else {}),
@@ -232,10 +236,17 @@ class Client:
 
     def leave(self, key: Key, task_id: str) -> dict:
         nonce = NONCES.next()
-        pre = request_preimage("tenzro_training_leaveRun", key.did, nonce, method_fields().str(task_id))
+        cid = self.chain_id()
+        pre = request_preimage(cid, "tenzro_training_leaveRun", key.did, nonce, method_fields().str(task_id))
         return self.call(
             "tenzro_training_leaveRun",
-            {"task_id": task_id, "trainer_did": key.did, "nonce": nonce, "signature": key.sign(pre).hex()},
+            {
+                "task_id": task_id,
+                "trainer_did": key.did,
+                "chain_id": cid,
+                "nonce": nonce,
+                "signature": key.sign(pre).hex(),
+            },
         )
 
     def post_task(
@@ -250,9 +261,13 @@ class Client:
         Confidential sponsor's own 32-byte dataset key (the broker makes one when it is absent)."""
         nonce = NONCES.next()
         wh = content_hash(init_weights) if init_weights else ZERO_HASH
-        pre = request_preimage("tenzro_training_postTask", key.did, nonce, method_fields().hash(spec_hash).hash(wh))
+        cid = self.chain_id()
+        pre = request_preimage(
+            cid, "tenzro_training_postTask", key.did, nonce, method_fields().hash(spec_hash).hash(wh)
+        )
         params: dict[str, Any] = {
             "spec": json.loads(spec_canonical),
+            "chain_id": cid,
             "nonce": nonce,
             "signature": key.sign(pre).hex(),
         }
@@ -282,8 +297,10 @@ class Client:
         dashboard."""
         ph = content_hash(payload)
         metrics = {k: float(v) for k, v in (metrics or {}).items()}
-        sig = key.sign(submission_preimage(task_id, key.did, round_, fragment, ph, metrics))
+        cid = self.chain_id()
+        sig = key.sign(submission_preimage(cid, task_id, key.did, round_, fragment, ph, metrics))
         params = {
+            "chain_id": cid,
             "task_id": task_id,
             "trainer_did": key.did,
             "round": round_,
@@ -305,8 +322,9 @@ class Client:
         """Signed by the run's elected syncer (``key``); the node commits only what the round's rules allow
         now and never closes a grace window early (PROTOCOL §3, §6)."""
         nonce = NONCES.next()
+        cid = self.chain_id()
         pre = request_preimage(
-            "tenzro_training_finalizeRound", key.did, nonce, method_fields().str(task_id).u64(round_)
+            cid, "tenzro_training_finalizeRound", key.did, nonce, method_fields().str(task_id).u64(round_)
         )
         return self.call(
             "tenzro_training_finalizeRound",
@@ -314,6 +332,7 @@ class Client:
                 "task_id": task_id,
                 "syncer_did": key.did,
                 "round": round_,
+                "chain_id": cid,
                 "nonce": nonce,
                 "signature": key.sign(pre).hex(),
             },

@@ -66,7 +66,7 @@ def make_spec(
     aggregation_params: dict | None = None,
     dataset_ref: str = "statsmodels://co2,sunspots,elnino,nile,macrodata",
     dataset_hash: str = "",
-    reward_pool: str = "1000000",
+    reward_pool: str = "1000000000000000000",  # 1 TNZO: the default min_reward_pool
     grace_window_ms: int = 2000,
     round_deadline_ms: int = 0,
     dtype: str = "f32",

@@ -1,0 +1,303 @@
+package machine
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"math/big"
+
+	"github.com/tenzro/train/audit"
+	"github.com/tenzro/train/wire"
+)
+
+// The ante handler (anchor: the Cosmos SDK's): what every transaction
+// goes through before its own rules, in CheckTx (against the check state,
+// so an account cannot queue more than it can pay) and again at the head
+// of its delivery in a block. It checks the chain id the signer signed
+// for, the signature, the nonce (above the signer's last) and the fee, and
+// then — in a block — uses up the nonce and charges the fee in their own
+// all-or-nothing step, before and apart from the transaction's own
+// transition. A transaction that passes the ante and then fails its own
+// rules therefore still pays and still uses up its nonce (issue 22,
+// findings 2 and 3); one that fails the ante changes nothing and, refused
+// at CheckTx, never reaches a block.
+
+// Fee defaults (attoTNZO; 1 TNZO = 1e18). See docs/RATIONALE.md "fees:
+// every transaction pays per byte and per kind".
+var (
+	// DefaultTxFeeBase is charged once per transaction.
+	DefaultTxFeeBase = big.NewInt(1_000_000_000_000_000) // 0.001 TNZO
+	// DefaultTxFeeByte is charged per byte of the encoded transaction:
+	// 1 TNZO per MB of block space.
+	DefaultTxFeeByte = big.NewInt(1_000_000_000_000) // 1e-6 TNZO
+)
+
+// keyChainID is the chain id the machine was created with (KSMeta).
+var keyChainID = []byte("chain-id")
+
+// anteInfo is what the ante found: the signer that pays and its nonce.
+type anteInfo struct {
+	signer string // the DID whose signature was verified ("" for none)
+	nonce  uint64
+	nonced bool     // the transaction carries a nonce
+	fee    *big.Int // charged to signer (nil: exempt)
+}
+
+// ChainID returns the chain id the chain's genesis recorded ("" for a
+// machine created without one, as in unit tests).
+func ChainID(ctx context.Context, kv KV) (string, error) {
+	raw, err := kv.Get(ctx, KSMeta, keyChainID)
+	if errors.Is(err, ErrNotFound) {
+		return "", nil
+	}
+	if err != nil {
+		return "", fmt.Errorf("chain id: %w", err)
+	}
+	return string(raw), nil
+}
+
+func (x *mtx) chainID() (string, error) {
+	if x.cid != nil {
+		return *x.cid, nil
+	}
+	id, err := ChainID(x.ctx, x.kv)
+	if err != nil {
+		return "", err
+	}
+	x.cid = &id
+	return id, nil
+}
+
+// TxFee is the fee of a transaction of type typ and size bytes under p:
+// tx_fee_base + tx_fee_kind[typ] + size × tx_fee_byte.
+func (p *Params) TxFee(typ string, size int) (*big.Int, error) {
+	base, err := wire.ParseAmount(or0(p.TxFeeBase))
+	if err != nil {
+		return nil, fmt.Errorf("params.tx_fee_base: %w", err)
+	}
+	per, err := wire.ParseAmount(or0(p.TxFeeByte))
+	if err != nil {
+		return nil, fmt.Errorf("params.tx_fee_byte: %w", err)
+	}
+	fee := new(big.Int).Add(base, new(big.Int).Mul(per, big.NewInt(int64(size))))
+	if k, ok := p.TxFeeKind[typ]; ok {
+		v, err := wire.ParseAmount(k)
+		if err != nil {
+			return nil, fmt.Errorf("params.tx_fee_kind[%s]: %w", typ, err)
+		}
+		fee.Add(fee, v)
+	}
+	return fee, nil
+}
+
+func or0(s string) string {
+	if s == "" {
+		return "0"
+	}
+	return s
+}
+
+// ante runs the ante checks of tx and writes their effects (the nonce,
+// the submission's replay mark, the fee) into x. Its refusals are *Error.
+func (x *mtx) ante(tx *wire.Tx) (*anteInfo, error) {
+	own, err := x.chainID()
+	if err != nil {
+		return nil, err
+	}
+	var (
+		a       = &anteInfo{}
+		chainID string
+		pre     []byte
+		sig     []byte
+		subMark []byte
+	)
+	signed := func(s wire.Signed, signer string, preimage func() []byte) {
+		a.signer, a.nonce, a.nonced, chainID, sig = signer, s.Nonce, true, s.ChainID, s.Signature
+		pre = preimage()
+	}
+	switch tx.Type {
+	case wire.TxFaucet:
+		p, err := x.params()
+		if err != nil {
+			return nil, err
+		}
+		if !p.Faucet {
+			return nil, Errf(KindDisabled, noFaucet)
+		}
+		return a, nil // the --dev chain's unsigned faucet pays nothing
+	case wire.TxChallengeVote:
+		// A validator's vote, signed by its consensus key over a challenge
+		// id that names the block that took the challenge (so unique to
+		// this chain). Validators do not pay to decide challenges.
+		return a, x.checkVoteSignature(tx.ChallengeVote)
+	case wire.TxTransfer:
+		p := tx.Transfer
+		signed(p.Signed, p.From, p.Preimage)
+	case wire.TxRegisterCandidate:
+		p := tx.RegisterCandidate
+		signed(p.Signed, p.DID, p.Preimage)
+	case wire.TxUnbond:
+		p := tx.Unbond
+		signed(p.Signed, p.DID, p.Preimage)
+	case wire.TxPublishPlugin:
+		p := tx.PublishPlugin
+		signed(p.Signed, p.DID, p.Preimage)
+	case wire.TxPostTask:
+		spec, canon, err := wire.ParseSpec(tx.PostTask.Spec)
+		if err != nil {
+			return nil, Errf(KindInvalid, "%v", err)
+		}
+		req := wire.PostTaskParams{Signed: tx.PostTask.Signed}
+		signed(req.Signed, spec.SponsorDID, func() []byte {
+			return req.Preimage(spec.SponsorDID, wire.SpecHash(canon), tx.PostTask.InitWeightsHash)
+		})
+	case wire.TxSetInitWeights, wire.TxCancelRun:
+		task := ""
+		if tx.SetInitWeights != nil {
+			task = tx.SetInitWeights.TaskID
+		} else {
+			task = tx.CancelRun.TaskID
+		}
+		r, err := LoadRun(x.ctx, x.kv, task)
+		if err != nil {
+			return nil, err
+		}
+		sponsor := r.spec.SponsorDID
+		if p := tx.SetInitWeights; p != nil {
+			signed(p.Signed, sponsor, func() []byte { return p.Preimage(sponsor) })
+		} else {
+			p := tx.CancelRun
+			signed(p.Signed, sponsor, func() []byte { return p.Preimage(sponsor) })
+		}
+	case wire.TxElectionProof:
+		p := tx.ElectionProof
+		signed(p.Signed, p.DID, p.Preimage)
+	case wire.TxEnroll:
+		p := tx.Enroll
+		signed(p.Signed, p.TrainerDID, p.Preimage)
+	case wire.TxLeave:
+		p := tx.Leave
+		signed(p.Signed, p.TrainerDID, p.Preimage)
+	case wire.TxChallenge:
+		p := tx.Challenge
+		signed(p.Signed, p.ChallengerDID, p.Preimage)
+	case wire.TxCommitFragment:
+		p := tx.CommitFragment
+		c, err := CommitJCS(&p.Commit)
+		if err != nil {
+			return nil, Errf(KindInvalid, "commit: %v", err)
+		}
+		signed(p.Signed, p.SyncerDID, func() []byte { return p.Preimage(c) })
+	case wire.TxSubmission:
+		// No nonce: a submission is unique by its preimage, which the ante
+		// marks as used when it enters a block, so its bytes are not
+		// accepted (nor charged) twice.
+		s := tx.Submission
+		a.signer, chainID, sig, pre = s.TrainerDID, s.ChainID, s.Signature, s.Preimage()
+		h := sha256.Sum256(pre)
+		subMark = subMarkKey(h)
+		if _, err := x.kv.Get(x.ctx, KSLedger, subMark); err == nil {
+			return nil, Errf(KindConflict, "duplicate submission: this signed submission of %s (round %d fragment %d, payload %s) is already in a block",
+				s.TrainerDID, s.Round, s.FragmentIndex, s.PayloadHash)
+		} else if !errors.Is(err, ErrNotFound) {
+			return nil, err
+		}
+	case wire.TxSignReceipt:
+		// The signature is over the receipt the chain builds from its
+		// state: only a sealed run's unsigned receipt can be signed.
+		p := tx.SignReceipt
+		r, err := LoadRun(x.ctx, x.kv, p.TaskID)
+		if err != nil {
+			return nil, err
+		}
+		if r.Status != wire.StatusSealed || r.Seal == nil {
+			return nil, Errf(KindConflict, "run %s is %s: only a sealed run's receipt is signed", p.TaskID, r.Status)
+		}
+		if r.Seal.Signed {
+			return nil, Errf(KindConflict, "the receipt of %s is already signed by %s", p.TaskID, r.Seal.SignedBy)
+		}
+		if err := parseDIDField("syncer_did", p.SyncerDID); err != nil {
+			return nil, err
+		}
+		rc, _, _, err := chainReceipt(x.ctx, x.kv, r, p.SyncerDID, p.Engine, p.EvidenceDigest)
+		if err != nil {
+			return nil, err
+		}
+		if pre, err = audit.ReceiptPreimage(rc); err != nil {
+			return nil, err
+		}
+		a.signer, chainID, sig = p.SyncerDID, own, p.Signature // the receipt names the chain's run
+	default:
+		return nil, Errf(KindInvalid, "unknown transaction type %q", tx.Type)
+	}
+	if chainID != own {
+		return nil, Errf(KindUnauthorized, "wrong chain: %s is signed for chain %q, this chain is %q (ask tenzro_node_info for chain_id)", tx.Type, chainID, own)
+	}
+	if err := verifySig(a.signer, pre, sig); err != nil {
+		return nil, err
+	}
+	if a.nonced {
+		if err := x.useNonce(a.signer, a.nonce); err != nil {
+			return nil, err
+		}
+	}
+	if subMark != nil {
+		x.set(KSLedger, subMark, u64Bytes(uint64(x.blk.Height)))
+	}
+	p, err := x.params()
+	if err != nil {
+		return nil, err
+	}
+	if a.fee, err = p.TxFee(tx.Type, tx.Size); err != nil {
+		return nil, err
+	}
+	if err := x.lt.transfer(AcctDID(a.signer), acctIssuer, a.fee, "transaction fee (burned): "+tx.Type); err != nil {
+		if KindOf(err) == KindFunds {
+			return nil, Errf(KindFunds, "cannot pay the transaction fee: %s has %s attoTNZO, %s costs %s (%d bytes)",
+				a.signer, x.balanceOr0(a.signer), tx.Type, a.fee, tx.Size)
+		}
+		return nil, err
+	}
+	x.anted = a
+	return a, nil
+}
+
+func (x *mtx) balanceOr0(d string) *big.Int {
+	b, err := x.lt.balance(AcctDID(d))
+	if err != nil {
+		return new(big.Int)
+	}
+	return b
+}
+
+// subMarkKey marks a submission preimage (by its SHA-256) as used.
+func subMarkKey(h [32]byte) []byte { return []byte("sub-used/" + hex.EncodeToString(h[:])) }
+
+// useNonce refuses a nonce not above signer's last and records it.
+func (x *mtx) useNonce(signer string, nonce uint64) error {
+	last, seen, err := LastNonce(x.ctx, x.kv, signer)
+	if err != nil {
+		return err
+	}
+	if seen && nonce <= last {
+		return nonceError{e: &Error{Kind: KindUnauthorized, Msg: fmt.Sprintf(
+			"nonce %d is not above the last one used by %s (%d): replayed or reordered request", nonce, signer, last)}}
+	}
+	x.set(KSLedger, nonceKey(signer), u64Bytes(nonce))
+	return nil
+}
+
+// Ante runs the ante checks of tx at blk against kv and writes their
+// effects (nonce, fee) into kv: the chain's CheckTx runs it on its check
+// state (committed state plus the transactions admitted to the mempool
+// since), so a sender's queued transactions are charged one after the
+// other. Its refusals are *Error.
+func (m *Machine) Ante(ctx context.Context, kv KV, blk Block, tx *wire.Tx) error {
+	x := m.begin(ctx, kv, blk)
+	if _, err := x.ante(tx); err != nil {
+		return err
+	}
+	return x.finish()
+}
