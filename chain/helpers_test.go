@@ -122,13 +122,23 @@ func (h *harness) open() {
 	if err != nil {
 		h.t.Fatal(err)
 	}
-	h.app, err = NewApp(context.Background(), h.db, AppOptions{Log: quiet})
+	opts := AppOptions{Log: quiet}
+	if h.dir != "" {
+		opts.StateDir = h.dir + "-state"
+	}
+	h.app, err = NewApp(context.Background(), h.db, opts)
 	if err != nil {
 		h.t.Fatal(err)
 	}
 	h.height, _ = h.app.LastCommit()
-	db := h.db
-	h.t.Cleanup(func() { db.Close() })
+	app, db := h.app, h.db
+	h.t.Cleanup(func() { app.Close(); db.Close() })
+}
+
+// close closes the app's state tree and the store (a crash or a stop).
+func (h *harness) close() {
+	h.app.Close()
+	h.db.Close()
 }
 
 func (h *harness) genesis(g GenesisState) wire.Hash {
