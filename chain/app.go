@@ -75,9 +75,9 @@ type App struct {
 	log   *slog.Logger
 
 	mu        sync.RWMutex
-	height    int64     // last committed height
-	appHash   wire.Hash // last committed app hash
-	stateHash wire.Hash // the state tree's root at height
+	height    int64        // last committed height
+	appHash   wire.Hash    // last committed app hash
+	stateHash wire.Hash    // the state tree's root at height
 	block     syncer.Block // the last committed block
 	runLog    runLog
 	// committed is the state tree at height (nil before the first
@@ -96,7 +96,7 @@ type App struct {
 	pending *pendingBlock
 
 	// waiters and commit notification (Local).
-	wmu     sync.Mutex
+	wmu        sync.Mutex
 	waiters    map[[32]byte][]chan TxOutcome
 	changed    chan struct{}
 	restoreErr error

@@ -63,8 +63,8 @@ type SnapshotOptions struct {
 // time and hash are not covered by the app hash; a restored node uses them
 // only until its next block.
 type snapshotMeta struct {
-	ChunkHashes []wire.Hash `json:"chunk_hashes"`
-	BlockTimeMs int64       `json:"block_time_ms"`
+	ChunkHashes []wire.Hash   `json:"chunk_hashes"`
+	BlockTimeMs int64         `json:"block_time_ms"`
 	BlockHash   wire.HexBytes `json:"block_hash"`
 }
 
