@@ -574,6 +574,9 @@ func (a *App) Query(ctx context.Context, req *abci.RequestQuery) (*abci.Response
 	if req.Height != 0 && req.Height != a.height {
 		return &abci.ResponseQuery{Code: CodeInvalid, Log: fmt.Sprintf("height %d: only the last committed height %d is served", req.Height, a.height), Height: a.height}, nil
 	}
+	if req.Prove {
+		return a.proveQuery(req), nil
+	}
 	v, err := a.query(ctx, req.Path, string(req.Data))
 	if err != nil {
 		return &abci.ResponseQuery{Code: codeOf(err), Log: err.Error(), Height: a.height}, nil
@@ -619,9 +622,19 @@ func (a *App) query(ctx context.Context, path, arg string) ([]byte, error) {
 		return json.Marshal(r)
 	case QueryRunLog:
 		return json.Marshal(RunLogInfo{Size: a.runLog.size, Root: a.runLog.root})
+	case QueryCommit, QueryRunLogLeaf, QueryState:
+		key, err := ProvableKey(path, arg)
+		if err != nil {
+			return nil, err
+		}
+		v, err := a.kv.Get(ctx, ksState, key)
+		if errNotFound(err) {
+			return nil, errf(CodeNotFound, "no state at %q", key)
+		}
+		return v, err
 	}
-	return nil, errf(CodeNotFound, "unknown query path %q (want %s, %s, %s, %s, %s, %s, %s, %s or %s)", path, QueryBalance, QueryBalanceAcct, QueryRun,
-		QueryCandidate, QueryReceipt, QuerySealed, QueryRunLog, QueryRunProof, QueryNonce)
+	return nil, errf(CodeNotFound, "unknown query path %q (want %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s or %s)", path, QueryBalance, QueryBalanceAcct, QueryRun,
+		QueryCandidate, QueryReceipt, QuerySealed, QueryRunLog, QueryRunProof, QueryNonce, QueryCommit, QueryRunLogLeaf, QueryState)
 }
 
 func get(ctx context.Context, kv syncer.KV, ks syncer.Keyspace, key []byte, what string) ([]byte, error) {

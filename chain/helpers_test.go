@@ -102,6 +102,7 @@ type harness struct {
 	height int64
 	now    time.Time     // time of the next block
 	step   time.Duration // how far the clock moves after a block (default 1 s)
+	snaps  SnapshotOptions
 }
 
 func newHarness(t testing.TB, dir string) *harness {
@@ -122,7 +123,7 @@ func (h *harness) open() {
 	if err != nil {
 		h.t.Fatal(err)
 	}
-	opts := AppOptions{Log: quiet}
+	opts := AppOptions{Log: quiet, Snapshots: h.snaps}
 	if h.dir != "" {
 		opts.StateDir = h.dir + "-state"
 	}
