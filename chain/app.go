@@ -87,7 +87,8 @@ type App struct {
 	snap *snapshotter
 	// restoring is the state-sync restore in progress (CometBFT's
 	// connection calls, one at a time).
-	restoring *restore
+	restoring  *restore
+	restoredAt int64
 
 	closeOnce sync.Once
 	closeErr  error

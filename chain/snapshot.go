@@ -134,6 +134,9 @@ func readExportNode(b []byte) (*iavl.ExportNode, int, error) {
 		if n < 0 || v > max {
 			return 0, fmt.Errorf("node %s out of range", what)
 		}
+		if n != len(binary.AppendUvarint(nil, v)) {
+			return 0, fmt.Errorf("node %s: non-minimal varint", what)
+		}
 		off += n
 		return v, nil
 	}
@@ -529,6 +532,7 @@ func (a *App) finishRestore(ctx context.Context, r *restore) error {
 	}
 	a.mu.Lock()
 	a.height, a.appHash, a.stateHash, a.runLog, a.committed = r.height, app, root, rl, it
+	a.restoredAt = r.height
 	a.block = syncer.Block{Height: r.height, TimeMs: r.meta.BlockTimeMs, Hash: append([]byte{}, r.meta.BlockHash...)}
 	a.mu.Unlock()
 	a.log.Info("snapshot restored", "height", r.height, "app_hash", app)
@@ -573,6 +577,14 @@ func (a *App) setRestoreErr(err error) {
 	a.wmu.Lock()
 	a.restoreErr = err
 	a.wmu.Unlock()
+}
+
+// RestoredHeight is the height of the snapshot this process restored the
+// state from (0: none).
+func (a *App) RestoredHeight() int64 {
+	a.mu.RLock()
+	defer a.mu.RUnlock()
+	return a.restoredAt
 }
 
 // RestoreError is the last refusal of an offered snapshot or chunk (nil

@@ -89,7 +89,9 @@ func TestStateProofs(t *testing.T) {
 		{"other key", res.ProofOps, StateKey(syncer.KSLedger, []byte("bal/issuer")), res.Value, height, app, "proves key"},
 		{"wrong header", res.ProofOps, res.Key, res.Value, height, other, "recomputes app hash"},
 		{"other height", res.ProofOps, res.Key, res.Value, height + 1, other, "for height"},
-		{"forged run log", tamper(func(o *cmtcrypto.ProofOps) { o.Ops[1].Data = []byte(`{"height":` + itoa(height) + `,"log_size":2,"log_root":"` + wire.Hash{}.String() + `"}`) }), res.Key, res.Value, height, app, "recomputes app hash"},
+		{"forged run log", tamper(func(o *cmtcrypto.ProofOps) {
+			o.Ops[1].Data = []byte(`{"height":` + itoa(height) + `,"log_size":2,"log_root":"` + wire.Hash{}.String() + `"}`)
+		}), res.Key, res.Value, height, app, "recomputes app hash"},
 		{"one op", &cmtcrypto.ProofOps{Ops: res.ProofOps.Ops[:1]}, res.Key, res.Value, height, app, "want 2 proof operations"},
 	} {
 		err := VerifyStateProof(c.ops, c.key, c.value, c.h, c.app)
