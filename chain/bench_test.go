@@ -71,6 +71,16 @@ func BenchmarkStateRoot(b *testing.B) {
 				}
 			}
 			b.ReportMetric(float64(b.Elapsed().Microseconds())/float64(b.N), "µs/block")
+			it, err := t.at(int64(b.N + 1))
+			if err != nil {
+				b.Fatal(err)
+			}
+			_, p, err := proveKey(it, ws[n/2].key)
+			if err != nil {
+				b.Fatal(err)
+			}
+			pb, _ := p.Marshal()
+			b.ReportMetric(float64(len(pb)), "proof-bytes")
 		})
 		b.Run(fmt.Sprintf("hashchain/entries=%d", n), func(b *testing.B) {
 			var prev wire.Hash

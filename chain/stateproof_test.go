@@ -55,6 +55,11 @@ func TestStateProofs(t *testing.T) {
 	present(QueryReceipt, w.task)
 	present(QueryState, string(StateKey(syncer.KSMeta, []byte("params"))))
 	_, res, app := present(QueryBalance, w.t1.DID.String())
+	size := 0
+	for _, o := range res.ProofOps.Ops {
+		size += len(o.Type) + len(o.Key) + len(o.Data)
+	}
+	t.Logf("balance proof: %d bytes of proof operations over %d state keys", size, h.app.committed.Size())
 
 	// An account that does not exist: non-existence.
 	abs, _ := h.proven(QueryBalance, "did:tenzro:human:z6MknoSuchKey")
