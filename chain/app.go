@@ -85,6 +85,7 @@ type App struct {
 	committed *iavl.ImmutableTree
 
 	snap *snapshotter
+	keep int64 // AppOptions.KeepHeights
 	// restoring is the state-sync restore in progress (CometBFT's
 	// connection calls, one at a time).
 	restoring  *restore
@@ -139,6 +140,9 @@ type AppOptions struct {
 	StateDir string
 	// Snapshots configures state-sync snapshots (none when Dir is "").
 	Snapshots SnapshotOptions
+	// KeepHeights is how many of the newest state tree versions are kept
+	// (older ones are pruned at each commit); 0 keeps every version.
+	KeepHeights int64
 }
 
 // NewApp opens the application over kv (the chain's own store), resuming
@@ -159,7 +163,7 @@ func NewApp(ctx context.Context, kv syncer.KV, opts AppOptions) (*App, error) {
 	if err != nil {
 		return nil, fmt.Errorf("chain: %w", err)
 	}
-	a := &App{kv: kv, state: stateKV{kv}, tree: tree, log: log, m: syncer.NewMachine(syncer.MachineConfig{Builtins: bi, Logger: log}),
+	a := &App{kv: kv, state: stateKV{kv}, tree: tree, log: log, keep: opts.KeepHeights, m: syncer.NewMachine(syncer.MachineConfig{Builtins: bi, Logger: log}),
 		waiters: map[[32]byte][]chan TxOutcome{}, changed: make(chan struct{}), runLog: emptyRunLog}
 	if err := a.open(ctx); err != nil {
 		tree.close()
@@ -488,6 +492,9 @@ func (a *App) Commit(ctx context.Context, _ *abci.RequestCommit) (*abci.Response
 	a.height, a.appHash, a.stateHash, a.block, a.runLog, a.committed = p.height, p.appHash, p.stateHash, p.block, p.runLog, committed
 	a.pending = nil
 	a.mu.Unlock()
+	if err := a.tree.prune(p.height, a.keep); err != nil {
+		a.log.Warn("state tree versions not pruned yet", "height", p.height, "err", err)
+	}
 	if a.snap != nil {
 		a.snap.maybeTake(a, p.height)
 	}

@@ -103,6 +103,7 @@ type harness struct {
 	now    time.Time     // time of the next block
 	step   time.Duration // how far the clock moves after a block (default 1 s)
 	snaps  SnapshotOptions
+	keep   int64
 }
 
 func newHarness(t testing.TB, dir string) *harness {
@@ -123,7 +124,7 @@ func (h *harness) open() {
 	if err != nil {
 		h.t.Fatal(err)
 	}
-	opts := AppOptions{Log: quiet, Snapshots: h.snaps}
+	opts := AppOptions{Log: quiet, Snapshots: h.snaps, KeepHeights: h.keep}
 	if h.dir != "" {
 		opts.StateDir = h.dir + "-state"
 	}

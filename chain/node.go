@@ -85,7 +85,15 @@ type NodeOptions struct {
 	// when > 0.
 	SnapshotInterval int64
 	SnapshotKeep     int
+	// KeepHeights overrides the home's state_keep_heights when not 0
+	// (-1: keep every version).
+	KeepHeights int64
 }
+
+// DefaultKeepHeights is how many state tree versions a node keeps when its
+// home and flags do not say: proofs are served at the last height only,
+// and a snapshot being written holds its own version.
+const DefaultKeepHeights = 1000
 
 // SnapshotDir is where a home keeps its state-sync snapshots.
 const SnapshotDir = "data/tenzro-snapshots"
@@ -137,8 +145,18 @@ func Start(ctx context.Context, home string, opts NodeOptions) (*Node, error) {
 	if opts.SnapshotKeep > 0 {
 		snaps.Keep = opts.SnapshotKeep
 	}
+	keep := nc.StateKeepHeights
+	if opts.KeepHeights != 0 {
+		keep = opts.KeepHeights
+	}
+	switch {
+	case keep == 0:
+		keep = DefaultKeepHeights
+	case keep < 0:
+		keep = 0
+	}
 	app, err := NewApp(ctx, db, AppOptions{Log: log.With("component", "chain-app"), Builtins: opts.Builtins,
-		StateDir: filepath.Join(home, StateDBDir), Snapshots: snaps})
+		StateDir: filepath.Join(home, StateDBDir), Snapshots: snaps, KeepHeights: keep})
 	if err != nil {
 		db.Close()
 		return nil, err

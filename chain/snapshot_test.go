@@ -246,3 +246,34 @@ func TestTreeAheadAfterCrash(t *testing.T) {
 		t.Fatalf("replayed block: %s vs %s", got, want)
 	}
 }
+
+// TestPruningWindow: with a window of 3 heights the tree keeps only the 3
+// newest versions, the app hashes equal an unpruned twin's, and the pruned
+// app restarts and proves reads at its last height.
+func TestPruningWindow(t *testing.T) {
+	w := newWorld(t)
+	ref := newHarness(t, "")
+	ref.genesis(w.genesis)
+	dir := t.TempDir()
+	a := &harness{t: t, dir: dir, now: ref.now, keep: 3}
+	a.open()
+	a.genesis(w.genesis)
+	w.play(t, ref, a)
+	if got := a.app.tree.t.AvailableVersions(); len(got) != 3 || int64(got[2]) != a.height {
+		t.Fatalf("versions kept %v at height %d", got, a.height)
+	}
+	if got := ref.app.tree.t.AvailableVersions(); len(got) != int(ref.height) {
+		t.Fatalf("the unpruned twin keeps %d versions at height %d", len(got), ref.height)
+	}
+	a.close()
+	a = &harness{t: t, dir: dir, now: ref.now, keep: 3}
+	a.open()
+	_, want := ref.block()
+	if _, got := a.block(); got != want {
+		t.Fatalf("after restart: %s vs %s", got, want)
+	}
+	res, app := a.proven(QueryBalance, w.t2.DID.String())
+	if err := VerifyStateProof(res.ProofOps, res.Key, res.Value, res.Height, app); err != nil {
+		t.Fatal(err)
+	}
+}

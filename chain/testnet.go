@@ -54,6 +54,9 @@ type NodeConfig struct {
 	// (0: none); SnapshotKeep is how many are kept (default 2).
 	SnapshotInterval int64 `json:"snapshot_interval,omitempty"`
 	SnapshotKeep     int   `json:"snapshot_keep,omitempty"`
+	// StateKeepHeights is how many state tree versions are kept (0:
+	// DefaultKeepHeights, -1: all): the pruning window.
+	StateKeepHeights int64 `json:"state_keep_heights,omitempty"`
 	// StateSync, when set, makes a node with no state join from a snapshot
 	// (CometBFT state sync) instead of replaying every block.
 	StateSync *StateSyncConfig `json:"state_sync,omitempty"`

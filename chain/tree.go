@@ -29,6 +29,8 @@ const treeCacheNodes = 100_000
 type stateTree struct {
 	db idb.DB
 	t  *iavl.MutableTree
+	// prunedTo: versions up to it are deleted.
+	prunedTo int64
 }
 
 // openStateTree opens the tree in dir ("" = in memory, for tests and
@@ -128,6 +130,21 @@ func (s *stateTree) save(h int64) (wire.Hash, error) {
 		return wire.Hash{}, fmt.Errorf("state tree: saved version %d, want height %d", v, h)
 	}
 	return wire.Hash(root), nil
+}
+
+// prune deletes the versions older than the keep newest (keep ≤ 0: keeps
+// all). A version a snapshot is still exporting is not deleted: the next
+// call tries again.
+func (s *stateTree) prune(h, keep int64) error {
+	to := h - keep
+	if keep <= 0 || to < 1 || to <= s.prunedTo {
+		return nil
+	}
+	if err := s.t.DeleteVersionsTo(to); err != nil {
+		return fmt.Errorf("state tree: prune to %d: %w", to, err)
+	}
+	s.prunedTo = to
+	return nil
 }
 
 // at is the saved version h, read-only (safe for concurrent readers while

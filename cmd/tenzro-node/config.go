@@ -65,6 +65,8 @@ type Config struct {
 	// many heights, this many kept (0: the home's tenzro-chain.json).
 	SnapshotInterval int64 `koanf:"snapshot-interval"`
 	SnapshotKeep     int   `koanf:"snapshot-keep"`
+	// StateKeepHeights: state tree versions kept (0: the home's, -1: all).
+	StateKeepHeights int64 `koanf:"state-keep-heights"`
 
 	// fault is set by the faultinject build's flags only (fault_inject.go).
 	fault *syncer.Fault
@@ -80,7 +82,7 @@ var configKeys = map[string]bool{
 	"node-key": true, "engine": true, "max-request-bytes": true, "metrics-addr": true, "log-level": true, "log-format": true,
 	"enclave": true, "tdx-collateral": true, "dashboard": true, "dataset-max-bytes": true, "ipfs-dht": true, "dataset-stall-timeout": true,
 	"large-min-rate": true, "large-grace-ms": true, "max-blob-bytes": true, "watch": true, "watch-concurrency": true,
-	"snapshot-interval": true, "snapshot-keep": true,
+	"snapshot-interval": true, "snapshot-keep": true, "state-keep-heights": true,
 }
 
 // fileProvider reads a config file with a size limit (koanf.Provider).
