@@ -5,8 +5,8 @@ import (
 	"fmt"
 	"testing"
 
+	"github.com/tenzro/train/machine"
 	"github.com/tenzro/train/store"
-	"github.com/tenzro/train/syncer"
 	"github.com/tenzro/train/wire"
 )
 
@@ -25,11 +25,11 @@ func BenchmarkStateRoot(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		var batch syncer.Batch
+		var batch machine.Batch
 		val := make([]byte, 300)
 		var ws []write
 		for i := 0; i < n; i++ {
-			k := StateKey(syncer.KSTranscript, []byte(fmt.Sprintf("s/bench/%010d", i)))
+			k := StateKey(machine.KSTranscript, []byte(fmt.Sprintf("s/bench/%010d", i)))
 			batch.Set(ksState, k, val)
 			ws = append(ws, write{key: k, value: val})
 		}
@@ -37,10 +37,10 @@ func BenchmarkStateRoot(b *testing.B) {
 			b.Fatal(err)
 		}
 		block := func(i int) []write {
-			o := syncer.NewOverlay(stateKV{db})
-			var blk syncer.Batch
+			o := machine.NewOverlay(stateKV{db})
+			var blk machine.Batch
 			for j := 0; j < 100; j++ {
-				blk.Set(syncer.KSTranscript, []byte(fmt.Sprintf("s/bench/%010d", (i*100+j)%n)), val)
+				blk.Set(machine.KSTranscript, []byte(fmt.Sprintf("s/bench/%010d", (i*100+j)%n)), val)
 			}
 			_ = o.Commit(ctx, &blk)
 			return blockWrites(o)

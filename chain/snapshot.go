@@ -19,7 +19,7 @@ import (
 	abci "github.com/cometbft/cometbft/abci/types"
 	"github.com/cosmos/iavl"
 
-	"github.com/tenzro/train/syncer"
+	"github.com/tenzro/train/machine"
 	"github.com/tenzro/train/wire"
 )
 
@@ -234,7 +234,7 @@ func (s *snapshotter) dir(h int64) string {
 
 // take writes the export of it (the tree at blk.Height) as chunk files and
 // a metadata file, into a temporary directory renamed into place.
-func (s *snapshotter) take(it *iavl.ImmutableTree, blk syncer.Block) error {
+func (s *snapshotter) take(it *iavl.ImmutableTree, blk machine.Block) error {
 	tmp := filepath.Join(s.o.Dir, fmt.Sprintf("tmp-%d", blk.Height))
 	_ = os.RemoveAll(tmp)
 	if err := os.MkdirAll(tmp, 0o700); err != nil {
@@ -457,7 +457,7 @@ func (a *App) ApplySnapshotChunk(ctx context.Context, req *abci.RequestApplySnap
 		return &abci.ResponseApplySnapshotChunk{Result: abci.ResponseApplySnapshotChunk_REJECT_SNAPSHOT}, nil
 	}
 	r.buf = append(r.buf, req.Chunk...)
-	var b syncer.Batch
+	var b machine.Batch
 	for len(r.buf) > 0 {
 		n, used, err := readExportNode(r.buf)
 		if errors.Is(err, errShortNode) {
@@ -520,7 +520,7 @@ func (a *App) finishRestore(ctx context.Context, r *restore) error {
 	if app != r.appHash {
 		return fmt.Errorf("snapshot %d: the restored state gives app hash %s, the light-client-verified header says %s", r.height, app, r.appHash)
 	}
-	var b syncer.Batch
+	var b machine.Batch
 	b.Set(ksMeta, metaHeight, binary.BigEndian.AppendUint64(nil, uint64(r.height)))
 	b.Set(ksMeta, metaAppHash, append([]byte(nil), app[:]...))
 	b.Set(ksMeta, metaStateHash, append([]byte(nil), root[:]...))
@@ -533,7 +533,7 @@ func (a *App) finishRestore(ctx context.Context, r *restore) error {
 	a.mu.Lock()
 	a.height, a.appHash, a.stateHash, a.runLog, a.committed = r.height, app, root, rl, it
 	a.restoredAt = r.height
-	a.block = syncer.Block{Height: r.height, TimeMs: r.meta.BlockTimeMs, Hash: append([]byte{}, r.meta.BlockHash...)}
+	a.block = machine.Block{Height: r.height, TimeMs: r.meta.BlockTimeMs, Hash: append([]byte{}, r.meta.BlockHash...)}
 	a.mu.Unlock()
 	a.log.Info("snapshot restored", "height", r.height, "app_hash", app)
 	a.wmu.Lock()
@@ -561,7 +561,7 @@ func (a *App) abortRestore(ctx context.Context) error {
 	if err := a.kv.Scan(ctx, ksState, nil, func(k, _ []byte) error { keys = append(keys, append([]byte(nil), k...)); return nil }); err != nil {
 		return fmt.Errorf("chain: clear a rejected snapshot: %w", err)
 	}
-	var b syncer.Batch
+	var b machine.Batch
 	for _, k := range keys {
 		b.Delete(ksState, k)
 	}

@@ -16,7 +16,7 @@ import (
 	"github.com/cometbft/cometbft/types"
 	ics23 "github.com/cosmos/ics23/go"
 
-	"github.com/tenzro/train/syncer"
+	"github.com/tenzro/train/machine"
 	"github.com/tenzro/train/wire"
 )
 
@@ -57,30 +57,30 @@ type AppHashStep struct {
 func ProvableKey(path, arg string) ([]byte, error) {
 	switch path {
 	case QueryBalance:
-		return StateKey(syncer.KSLedger, []byte("bal/did:"+arg)), nil
+		return StateKey(machine.KSLedger, []byte("bal/did:"+arg)), nil
 	case QueryBalanceAcct:
-		return StateKey(syncer.KSLedger, []byte("bal/"+arg)), nil
+		return StateKey(machine.KSLedger, []byte("bal/"+arg)), nil
 	case QueryNonce:
-		return StateKey(syncer.KSLedger, []byte("nonce/"+arg)), nil
+		return StateKey(machine.KSLedger, []byte("nonce/"+arg)), nil
 	case QueryRun:
-		return StateKey(syncer.KSRuns, []byte(arg)), nil
+		return StateKey(machine.KSRuns, []byte(arg)), nil
 	case QueryCandidate:
-		return StateKey(syncer.KSMeta, []byte("cand/"+arg)), nil
+		return StateKey(machine.KSMeta, []byte("cand/"+arg)), nil
 	case QueryReceipt:
-		return StateKey(syncer.KSReceipts, []byte(arg)), nil
+		return StateKey(machine.KSReceipts, []byte(arg)), nil
 	case QueryCommit:
 		task, round, ok := strings.Cut(arg, "/")
 		r, err := strconv.ParseUint(round, 10, 64)
 		if !ok || task == "" || err != nil {
 			return nil, errf(CodeInvalid, "commit query %q: want <task_id>/<round>", arg)
 		}
-		return StateKey(syncer.KSTranscript, append([]byte("c/"+task+"/"), bigEndian(r)...)), nil
+		return StateKey(machine.KSTranscript, append([]byte("c/"+task+"/"), bigEndian(r)...)), nil
 	case QueryRunLogLeaf:
 		i, err := strconv.ParseUint(arg, 10, 64)
 		if err != nil {
 			return nil, errf(CodeInvalid, "run log leaf query %q: want an index", arg)
 		}
-		return StateKey(syncer.KSMeta, []byte(fmt.Sprintf("runlog/leaf/%020d", i))), nil
+		return StateKey(machine.KSMeta, []byte(fmt.Sprintf("runlog/leaf/%020d", i))), nil
 	case QueryState:
 		if arg == "" || len(arg) > maxExportKey {
 			return nil, errf(CodeInvalid, "state query: key of %d bytes", len(arg))

@@ -12,7 +12,7 @@ import (
 	abci "github.com/cometbft/cometbft/abci/types"
 	cmtcrypto "github.com/cometbft/cometbft/proto/tendermint/crypto"
 
-	"github.com/tenzro/train/syncer"
+	"github.com/tenzro/train/machine"
 	"github.com/tenzro/train/wire"
 )
 
@@ -56,7 +56,7 @@ func TestStateProofs(t *testing.T) {
 	present(QueryCommit, w.task+"/0")
 	present(QueryRunLogLeaf, "0")
 	present(QueryReceipt, w.task)
-	present(QueryState, string(StateKey(syncer.KSMeta, []byte("params"))))
+	present(QueryState, string(StateKey(machine.KSMeta, []byte("params"))))
 	_, res, app := present(QueryBalance, w.t1.DID.String())
 	size := 0
 	for _, o := range res.ProofOps.Ops {
@@ -94,7 +94,7 @@ func TestStateProofs(t *testing.T) {
 		{"flipped proof byte", tamper(func(o *cmtcrypto.ProofOps) { o.Ops[0].Data[len(o.Ops[0].Data)-3] ^= 1 }), res.Key, res.Value, height, app, "state proof"},
 		{"other value", res.ProofOps, res.Key, []byte("1000000"), height, app, "does not prove"},
 		{"claimed absent", res.ProofOps, res.Key, nil, height, app, "not a non-existence proof"},
-		{"other key", res.ProofOps, StateKey(syncer.KSLedger, []byte("bal/issuer")), res.Value, height, app, "proves key"},
+		{"other key", res.ProofOps, StateKey(machine.KSLedger, []byte("bal/issuer")), res.Value, height, app, "proves key"},
 		{"wrong header", res.ProofOps, res.Key, res.Value, height, other, "recomputes app hash"},
 		{"other height", res.ProofOps, res.Key, res.Value, height + 1, other, "for height"},
 		{"forged run log", tamper(func(o *cmtcrypto.ProofOps) {

@@ -3,7 +3,7 @@ package chain
 import (
 	"testing"
 
-	"github.com/tenzro/train/syncer"
+	"github.com/tenzro/train/machine"
 	"github.com/tenzro/train/wire"
 	"github.com/tenzro/train/wire/did"
 )
@@ -35,14 +35,14 @@ func TestVectors(t *testing.T) {
 	}
 	defer tr.close()
 	tr.begin(6)
-	if err := tr.apply([]write{{key: StateKey(syncer.KSLedger, []byte("bal/issuer")), value: []byte("-1000")}, {key: StateKey(syncer.KSMeta, []byte("cand/x")), value: []byte("y")}}); err != nil {
+	if err := tr.apply([]write{{key: StateKey(machine.KSLedger, []byte("bal/issuer")), value: []byte("-1000")}, {key: StateKey(machine.KSMeta, []byte("cand/x")), value: []byte("y")}}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := tr.save(6); err != nil {
 		t.Fatal(err)
 	}
 	tr.begin(7)
-	if err := tr.apply([]write{{key: StateKey(syncer.KSLedger, []byte("bal/did:a")), value: []byte("5")}, {key: StateKey(syncer.KSMeta, []byte("cand/x"))}}); err != nil {
+	if err := tr.apply([]write{{key: StateKey(machine.KSLedger, []byte("bal/did:a")), value: []byte("5")}, {key: StateKey(machine.KSMeta, []byte("cand/x"))}}); err != nil {
 		t.Fatal(err)
 	}
 	if sr, _ := tr.save(7); sr.String() != vecStateRoot {
