@@ -7,6 +7,8 @@ require (
 	github.com/beevik/etree v1.7.0
 	github.com/cockroachdb/pebble/v2 v2.1.7
 	github.com/cometbft/cometbft v0.38.19
+	github.com/cosmos/iavl v1.3.5
+	github.com/cosmos/ics23/go v0.10.0
 	github.com/creachadair/jrpc2 v1.3.6
 	github.com/fxamacker/cbor/v2 v2.2.0
 	github.com/google/go-sev-guest v0.15.0
@@ -25,6 +27,7 @@ require (
 	github.com/libp2p/go-libp2p-kad-dht v0.42.2
 	github.com/libp2p/go-libp2p-pubsub v0.17.0
 	github.com/mr-tron/base58 v1.3.0
+	github.com/multiformats/go-multiaddr v0.16.1
 	github.com/multiformats/go-multihash v0.2.3
 	github.com/prometheus/client_golang v1.25.0
 	github.com/russellhaering/goxmldsig v1.6.1
@@ -61,8 +64,6 @@ require (
 	github.com/cockroachdb/tokenbucket v0.0.0-20230807174530-cc333fc44b06 // indirect
 	github.com/cometbft/cometbft-db v0.14.1 // indirect
 	github.com/cosmos/gogoproto v1.7.0 // indirect
-	github.com/cosmos/iavl v1.3.5 // indirect
-	github.com/cosmos/ics23/go v0.10.0 // indirect
 	github.com/crackcomm/go-gitignore v0.0.0-20241020182519-7843d2ba8fdf // indirect
 	github.com/creachadair/mds v0.31.0 // indirect
 	github.com/cskr/pubsub v1.0.2 // indirect
@@ -154,7 +155,6 @@ require (
 	github.com/mitchellh/reflectwalk v1.0.2 // indirect
 	github.com/multiformats/go-base32 v0.1.0 // indirect
 	github.com/multiformats/go-base36 v0.2.0 // indirect
-	github.com/multiformats/go-multiaddr v0.16.1 // indirect
 	github.com/multiformats/go-multiaddr-dns v0.6.0 // indirect
 	github.com/multiformats/go-multiaddr-fmt v0.1.0 // indirect
 	github.com/multiformats/go-multibase v0.3.0 // indirect
