@@ -12,6 +12,7 @@ import (
 
 	abci "github.com/cometbft/cometbft/abci/types"
 	"github.com/cometbft/cometbft/crypto/ed25519"
+	"github.com/cosmos/iavl"
 
 	"github.com/tenzro/train/machine"
 	"github.com/tenzro/train/plugins/abi"
@@ -27,16 +28,16 @@ const AppVersion uint64 = 2
 var (
 	metaHeight    = []byte("chain/height")
 	metaAppHash   = []byte("chain/app-hash")
-	metaStateHash = []byte("chain/state-hash")
+	metaStateHash = []byte("chain/state-hash") // the state tree's root
 	metaBlockTime = []byte("chain/block-time")
 	metaBlockHash = []byte("chain/block-hash")
 	metaFormat    = []byte("chain/format")
 )
 
 // stateFormat is the version of the state layout (the machine's key spaces
-// under StateKey, the incremental app hash). A store written by another
-// layout is refused at start.
-const stateFormat = 2
+// under StateKey, the app hash over the IAVL state tree). A store written
+// by another layout is refused at start.
+const stateFormat = 3
 
 // Builtins maps the SHA-256 of every built-in plugin module embedded in
 // this binary (and of the native engine's implementations) to its rule
@@ -61,7 +62,7 @@ func Builtins() (map[wire.Hash]string, error) {
 	return out, nil
 }
 
-// App is the ABCI 2.0 application hosting syncer.Machine. CometBFT calls
+// App is the ABCI 2.0 application hosting machine.Machine. CometBFT calls
 // it on one connection at a time (the local client serializes them); mu
 // guards the committed state against the node's concurrent reads (View).
 type App struct {
@@ -69,15 +70,29 @@ type App struct {
 
 	kv    machine.KV
 	state stateKV
+	tree  *stateTree
 	m     *machine.Machine
 	log   *slog.Logger
 
 	mu        sync.RWMutex
-	height    int64     // last committed height
-	appHash   wire.Hash // last committed app hash
-	stateHash wire.Hash
+	height    int64         // last committed height
+	appHash   wire.Hash     // last committed app hash
+	stateHash wire.Hash     // the state tree's root at height
 	block     machine.Block // the last committed block
 	runLog    runLog
+	// committed is the state tree at height (nil before the first
+	// commit): proofs are built from it.
+	committed *iavl.ImmutableTree
+
+	snap *snapshotter
+	keep int64 // AppOptions.KeepHeights
+	// restoring is the state-sync restore in progress (CometBFT's
+	// connection calls, one at a time).
+	restoring  *restore
+	restoredAt int64
+
+	closeOnce sync.Once
+	closeErr  error
 
 	// pending is the finalized block (or InitChain) not committed yet.
 	pending *pendingBlock
@@ -90,9 +105,10 @@ type App struct {
 	check *machine.Overlay
 
 	// waiters and commit notification (Local).
-	wmu     sync.Mutex
-	waiters map[[32]byte][]chan TxOutcome
-	changed chan struct{}
+	wmu        sync.Mutex
+	waiters    map[[32]byte][]chan TxOutcome
+	changed    chan struct{}
+	restoreErr error
 }
 
 type pendingBlock struct {
@@ -126,6 +142,14 @@ type AppOptions struct {
 	Log *slog.Logger
 	// Builtins overrides Builtins() (tests with a fake engine).
 	Builtins map[wire.Hash]string
+	// StateDir is the state tree's directory (StateDBDir of a home); ""
+	// keeps it in memory (only with a store that is in memory too).
+	StateDir string
+	// Snapshots configures state-sync snapshots (none when Dir is "").
+	Snapshots SnapshotOptions
+	// KeepHeights is how many of the newest state tree versions are kept
+	// (older ones are pruned at each commit); 0 keeps every version.
+	KeepHeights int64
 }
 
 // NewApp opens the application over kv (the chain's own store), resuming
@@ -142,23 +166,57 @@ func NewApp(ctx context.Context, kv machine.KV, opts AppOptions) (*App, error) {
 			return nil, fmt.Errorf("chain: %w", err)
 		}
 	}
-	a := &App{kv: kv, state: stateKV{kv}, log: log, m: machine.NewMachine(machine.MachineConfig{Builtins: bi, Logger: log}),
+	tree, err := openStateTree(opts.StateDir)
+	if err != nil {
+		return nil, fmt.Errorf("chain: %w", err)
+	}
+	a := &App{kv: kv, state: stateKV{kv}, tree: tree, log: log, keep: opts.KeepHeights, m: machine.NewMachine(machine.MachineConfig{Builtins: bi, Logger: log}),
 		waiters: map[[32]byte][]chan TxOutcome{}, changed: make(chan struct{}), runLog: emptyRunLog}
+	if err := a.open(ctx); err != nil {
+		tree.close()
+		return nil, err
+	}
+	if opts.Snapshots.Dir != "" {
+		if a.snap, err = newSnapshotter(opts.Snapshots, log); err != nil {
+			tree.close()
+			return nil, err
+		}
+	}
+	return a, nil
+}
+
+// Close closes the state tree (the caller closes the flat store) after any
+// snapshot being written.
+func (a *App) Close() error {
+	a.closeOnce.Do(func() {
+		if a.snap != nil {
+			a.snap.wait()
+		}
+		a.closeErr = a.tree.close()
+	})
+	return a.closeErr
+}
+
+// open resumes from the last committed height: the flat store's commit
+// record, and the state tree at that height (a tree one height ahead, from
+// a crash between the two commits, is rewound).
+func (a *App) open(ctx context.Context) error {
+	kv := a.kv
 	raw, err := kv.Get(ctx, ksMeta, metaHeight)
 	switch {
 	case errNotFound(err):
 		if err := a.checkEmpty(ctx); err != nil {
-			return nil, err
+			return err
 		}
-		return a, nil
+		return a.tree.rewind(0)
 	case err != nil:
-		return nil, fmt.Errorf("chain: read last height: %w", err)
+		return fmt.Errorf("chain: read last height: %w", err)
 	case len(raw) != 8:
-		return nil, fmt.Errorf("chain: last height record is %d bytes, want 8", len(raw))
+		return fmt.Errorf("chain: last height record is %d bytes, want 8", len(raw))
 	}
 	f, err := kv.Get(ctx, ksMeta, metaFormat)
 	if err != nil || len(f) != 8 || binary.BigEndian.Uint64(f) != stateFormat {
-		return nil, fmt.Errorf("chain: this chain store was written by an older version of tenzro-node (state format %x, want %d): start from a new home", f, stateFormat)
+		return fmt.Errorf("chain: this chain store was written by an older version of tenzro-node (state format %x, want %d): start from a new home", f, stateFormat)
 	}
 	a.height = int64(binary.BigEndian.Uint64(raw))
 	for _, m := range []struct {
@@ -167,23 +225,38 @@ func NewApp(ctx context.Context, kv machine.KV, opts AppOptions) (*App, error) {
 	}{{metaAppHash, a.appHash[:]}, {metaStateHash, a.stateHash[:]}} {
 		h, err := kv.Get(ctx, ksMeta, m.key)
 		if err != nil || len(h) != 32 {
-			return nil, fmt.Errorf("chain: read %s (height %d): %v (%d bytes)", m.key, a.height, err, len(h))
+			return fmt.Errorf("chain: read %s (height %d): %v (%d bytes)", m.key, a.height, err, len(h))
 		}
 		copy(m.dst, h)
 	}
 	bt, err := kv.Get(ctx, ksMeta, metaBlockTime)
 	if err != nil || len(bt) != 8 {
-		return nil, fmt.Errorf("chain: read last block time: %v", err)
+		return fmt.Errorf("chain: read last block time: %v", err)
 	}
 	bh, err := kv.Get(ctx, ksMeta, metaBlockHash)
 	if err != nil {
-		return nil, fmt.Errorf("chain: read last block hash: %w", err)
+		return fmt.Errorf("chain: read last block hash: %w", err)
 	}
 	a.block = machine.Block{Height: a.height, TimeMs: int64(binary.BigEndian.Uint64(bt)), Hash: bh}
 	if a.runLog, err = readRunLog(ctx, a.state); err != nil {
-		return nil, err
+		return err
 	}
-	return a, nil
+	switch v := a.tree.version(); {
+	case v > a.height:
+		a.log.Warn("state tree ahead of the chain store (a crash between the two commits): rewinding it", "tree", v, "height", a.height)
+		if err := a.tree.rewind(a.height); err != nil {
+			return err
+		}
+	case v < a.height:
+		return fmt.Errorf("%w: tree at version %d, chain at height %d (start from a new home, or state-sync)", errTreeMissing, v, a.height)
+	}
+	if a.committed, err = a.tree.at(a.height); err != nil {
+		return err
+	}
+	if root := immutableRoot(a.committed); root != a.stateHash {
+		return fmt.Errorf("chain: state tree root %s at height %d, the chain store says %s", root, a.height, a.stateHash)
+	}
+	return nil
 }
 
 // checkEmpty refuses a store that holds state but no commit record (a
@@ -238,7 +311,7 @@ type GenesisState = machine.Genesis
 // GenesisAccount allocates Balance attoTNZO to DID.
 type GenesisAccount = machine.GenesisAccount
 
-// ParseGenesisState decodes app_state strictly (syncer.ParseGenesis).
+// ParseGenesisState decodes app_state strictly (machine.ParseGenesis).
 func ParseGenesisState(b []byte) (*GenesisState, error) { return machine.ParseGenesis(b) }
 
 // InitChain writes the genesis state and returns the genesis app hash. The
@@ -258,7 +331,11 @@ func (a *App) InitChain(ctx context.Context, req *abci.RequestInitChain) (*abci.
 	if err := a.m.InitGenesis(ctx, o, blk, g); err != nil {
 		return nil, fmt.Errorf("genesis: %w", err)
 	}
-	p := &pendingBlock{o: o, genesis: true, height: h, block: blk, stateHash: StateHash(wire.Hash{}, h, blockWrites(o))}
+	a.tree.begin(h + 1)
+	if err := a.tree.apply(blockWrites(o)); err != nil {
+		return nil, fmt.Errorf("genesis: %w", err)
+	}
+	p := &pendingBlock{o: o, genesis: true, height: h, block: blk, stateHash: a.tree.workingRoot()}
 	if err := a.fillRunLog(ctx, p, emptyRunLog); err != nil {
 		return nil, err
 	}
@@ -331,11 +408,11 @@ func (a *App) precheck(ctx context.Context, b []byte) error {
 func (a *App) FinalizeBlock(ctx context.Context, req *abci.RequestFinalizeBlock) (*abci.ResponseFinalizeBlock, error) {
 	var base machine.KV = a.state
 	a.mu.RLock()
-	prevState, prevLog := a.stateHash, a.runLog
+	prevLog := a.runLog
 	a.mu.RUnlock()
 	var gen *pendingBlock
 	if p := a.pending; p != nil && p.genesis && p.height == req.Height-1 {
-		gen, base, prevState, prevLog = p, p.o, p.stateHash, p.runLog
+		gen, base, prevLog = p, p.o, p.runLog
 	}
 	// A pending block of this height that was never committed is dropped:
 	// CometBFT finalizes the block again from scratch.
@@ -351,7 +428,16 @@ func (a *App) FinalizeBlock(ctx context.Context, req *abci.RequestFinalizeBlock)
 		res.TxResults[i] = r
 		outcomes[i] = TxOutcome{Hash: sha256.Sum256(raw), Height: req.Height, Code: r.Code, Log: r.Log, Data: r.Data}
 	}
-	p := &pendingBlock{o: o, parent: gen, height: req.Height, block: blk, outcomes: outcomes, stateHash: StateHash(prevState, req.Height, blockWrites(o))}
+	a.tree.begin(req.Height)
+	if gen != nil {
+		if err := a.tree.apply(blockWrites(gen.o)); err != nil {
+			return nil, fmt.Errorf("finalize block %d: %w", req.Height, err)
+		}
+	}
+	if err := a.tree.apply(blockWrites(o)); err != nil {
+		return nil, fmt.Errorf("finalize block %d: %w", req.Height, err)
+	}
+	p := &pendingBlock{o: o, parent: gen, height: req.Height, block: blk, outcomes: outcomes, stateHash: a.tree.workingRoot()}
 	if err := a.fillRunLog(ctx, p, prevLog); err != nil {
 		return nil, fmt.Errorf("finalize block %d: %w", req.Height, err)
 	}
@@ -376,9 +462,11 @@ func (a *App) deliver(ctx context.Context, o *machine.Overlay, blk machine.Block
 	return &abci.ExecTxResult{Code: CodeOK, Data: data, Events: []abci.Event{{Type: "tenzro", Attributes: []abci.EventAttribute{{Key: "type", Value: tx.Type, Index: true}}}}}
 }
 
-// Commit makes the finalized block's writes (with the genesis writes before
-// the first block) and the new height, block and hashes durable in one
-// atomic store batch, then tells the waiters.
+// Commit saves the state tree's version of the finalized block, then makes
+// the block's writes (with the genesis writes before the first block) and
+// the new height, block and hashes durable in one atomic batch of the flat
+// store (a crash between the two leaves the tree one version ahead: open
+// rewinds it), then tells the waiters.
 func (a *App) Commit(ctx context.Context, _ *abci.RequestCommit) (*abci.ResponseCommit, error) {
 	p := a.pending
 	if p == nil || p.genesis {
@@ -390,6 +478,17 @@ func (a *App) Commit(ctx context.Context, _ *abci.RequestCommit) (*abci.Response
 			return nil, err
 		}
 		writes = p.parent.o
+	}
+	root, err := a.tree.save(p.height)
+	if err != nil {
+		return nil, fmt.Errorf("chain: commit height %d: %w", p.height, err)
+	}
+	if root != p.stateHash {
+		return nil, fmt.Errorf("chain: commit height %d: state tree saved root %s, finalized %s", p.height, root, p.stateHash)
+	}
+	committed, err := a.tree.at(p.height)
+	if err != nil {
+		return nil, fmt.Errorf("chain: commit height %d: %w", p.height, err)
 	}
 	var b machine.Batch
 	for _, w := range blockWrites(writes) {
@@ -410,12 +509,18 @@ func (a *App) Commit(ctx context.Context, _ *abci.RequestCommit) (*abci.Response
 		a.mu.Unlock()
 		return nil, fmt.Errorf("chain: commit height %d: %w", p.height, err)
 	}
-	a.height, a.appHash, a.stateHash, a.block, a.runLog = p.height, p.appHash, p.stateHash, p.block, p.runLog
+	a.height, a.appHash, a.stateHash, a.block, a.runLog, a.committed = p.height, p.appHash, p.stateHash, p.block, p.runLog, committed
 	a.pending = nil
 	a.cmu.Lock()
 	a.check = nil
 	a.cmu.Unlock()
 	a.mu.Unlock()
+	if err := a.tree.prune(p.height, a.keep); err != nil {
+		a.log.Warn("state tree versions not pruned yet", "height", p.height, "err", err)
+	}
+	if a.snap != nil {
+		a.snap.maybeTake(a, p.height)
+	}
 	a.notify(p.outcomes)
 	a.wmu.Lock()
 	close(a.changed)
@@ -481,7 +586,7 @@ const (
 	QueryRunLog    = "/runlog"    // → RunLogInfo JSON
 	QueryNonce     = "/nonce"     // data: DID → last nonce (decimal), "" when none
 	QueryReceipt   = "/receipt"   // data: task_id → the signed receipt (wire.Receipt JSON)
-	QuerySealed    = "/sealed"    // data: task_id → syncer.SealedRun JSON (run root, election)
+	QuerySealed    = "/sealed"    // data: task_id → machine.SealedRun JSON (run root, election)
 	// QueryBalanceAcct: data account name (did:…, escrow:…, stake:…,
 	// syncer-stake:…, issuer) → decimal attoTNZO.
 	QueryBalanceAcct = "/account"
@@ -499,6 +604,9 @@ func (a *App) Query(ctx context.Context, req *abci.RequestQuery) (*abci.Response
 	defer a.mu.RUnlock()
 	if req.Height != 0 && req.Height != a.height {
 		return &abci.ResponseQuery{Code: CodeInvalid, Log: fmt.Sprintf("height %d: only the last committed height %d is served", req.Height, a.height), Height: a.height}, nil
+	}
+	if req.Prove {
+		return a.proveQuery(req), nil
 	}
 	v, err := a.query(ctx, req.Path, string(req.Data))
 	if err != nil {
@@ -545,9 +653,19 @@ func (a *App) query(ctx context.Context, path, arg string) ([]byte, error) {
 		return json.Marshal(r)
 	case QueryRunLog:
 		return json.Marshal(RunLogInfo{Size: a.runLog.size, Root: a.runLog.root})
+	case QueryCommit, QueryRunLogLeaf, QueryState:
+		key, err := ProvableKey(path, arg)
+		if err != nil {
+			return nil, err
+		}
+		v, err := a.kv.Get(ctx, ksState, key)
+		if errNotFound(err) {
+			return nil, errf(CodeNotFound, "no state at %q", key)
+		}
+		return v, err
 	}
-	return nil, errf(CodeNotFound, "unknown query path %q (want %s, %s, %s, %s, %s, %s, %s, %s or %s)", path, QueryBalance, QueryBalanceAcct, QueryRun,
-		QueryCandidate, QueryReceipt, QuerySealed, QueryRunLog, QueryRunProof, QueryNonce)
+	return nil, errf(CodeNotFound, "unknown query path %q (want %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s or %s)", path, QueryBalance, QueryBalanceAcct, QueryRun,
+		QueryCandidate, QueryReceipt, QuerySealed, QueryRunLog, QueryRunProof, QueryNonce, QueryCommit, QueryRunLogLeaf, QueryState)
 }
 
 func get(ctx context.Context, kv machine.KV, ks machine.Keyspace, key []byte, what string) ([]byte, error) {

@@ -380,7 +380,7 @@ func TestRestart(t *testing.T) {
 				txs[j] = c.tx
 			}
 			a.finalize(txs...)
-			a.db.Close()
+			a.close()
 			now := a.now
 			a = &harness{t: t, dir: dir, now: now}
 			a.open()
@@ -397,7 +397,7 @@ func TestRestart(t *testing.T) {
 			t.Fatalf("block %d: %s vs %s", i+1, got, want)
 		}
 		if i == 6 {
-			a.db.Close()
+			a.close()
 			now := a.now
 			a = &harness{t: t, dir: dir, now: now}
 			a.open()
@@ -417,7 +417,7 @@ func TestGenesisBeforeFirstCommit(t *testing.T) {
 	a := newHarness(t, dir)
 	g := a.genesis(w.genesis)
 	a.finalize()
-	a.db.Close()
+	a.close()
 	a.open()
 	if h, _ := a.app.LastCommit(); h != 0 {
 		t.Fatalf("height %d after a crash before the first commit", h)

@@ -102,6 +102,8 @@ type harness struct {
 	height int64
 	now    time.Time     // time of the next block
 	step   time.Duration // how far the clock moves after a block (default 1 s)
+	snaps  SnapshotOptions
+	keep   int64
 }
 
 func newHarness(t testing.TB, dir string) *harness {
@@ -122,13 +124,23 @@ func (h *harness) open() {
 	if err != nil {
 		h.t.Fatal(err)
 	}
-	h.app, err = NewApp(context.Background(), h.db, AppOptions{Log: quiet})
+	opts := AppOptions{Log: quiet, Snapshots: h.snaps, KeepHeights: h.keep}
+	if h.dir != "" {
+		opts.StateDir = h.dir + "-state"
+	}
+	h.app, err = NewApp(context.Background(), h.db, opts)
 	if err != nil {
 		h.t.Fatal(err)
 	}
 	h.height, _ = h.app.LastCommit()
-	db := h.db
-	h.t.Cleanup(func() { db.Close() })
+	app, db := h.app, h.db
+	h.t.Cleanup(func() { app.Close(); db.Close() })
+}
+
+// close closes the app's state tree and the store (a crash or a stop).
+func (h *harness) close() {
+	h.app.Close()
+	h.db.Close()
 }
 
 // freeParams are chain parameters without transaction fees or economic

@@ -69,6 +69,19 @@ func CometConfig(home string, nc *NodeConfig) *cmtcfg.Config {
 	c.Mempool.MaxTxsBytes = MempoolBytes
 	c.Mempool.CacheSize = MempoolCache
 	c.Mempool.Recheck = true
+
+	if ss := nc.StateSync; ss != nil {
+		c.StateSync.Enable = true
+		c.StateSync.RPCServers = ss.RPCServers
+		c.StateSync.TrustHeight = ss.TrustHeight
+		c.StateSync.TrustHash = ss.TrustHash
+		if ss.TrustPeriodMs > 0 {
+			c.StateSync.TrustPeriod = time.Duration(ss.TrustPeriodMs) * time.Millisecond
+		}
+		// Snapshots are listed by peers as they connect; a loopback network
+		// needs no 15 s of discovery.
+		c.StateSync.DiscoveryTime = 5 * time.Second
+	}
 	return c
 }
 
@@ -87,7 +100,22 @@ type NodeOptions struct {
 	// CommitTimeout bounds how long Local.Broadcast waits for a block
 	// (default 2 minutes).
 	CommitTimeout time.Duration
+	// SnapshotInterval and SnapshotKeep override the home's NodeConfig
+	// when > 0.
+	SnapshotInterval int64
+	SnapshotKeep     int
+	// KeepHeights overrides the home's state_keep_heights when not 0
+	// (-1: keep every version).
+	KeepHeights int64
 }
+
+// DefaultKeepHeights is how many state tree versions a node keeps when its
+// home and flags do not say: proofs are served at the last height only,
+// and a snapshot being written holds its own version.
+const DefaultKeepHeights = 1000
+
+// SnapshotDir is where a home keeps its state-sync snapshots.
+const SnapshotDir = "data/tenzro-snapshots"
 
 // Node is a running chain node: the application over its own store and
 // CometBFT in the same process with a local ABCI client.
@@ -129,28 +157,50 @@ func Start(ctx context.Context, home string, opts NodeOptions) (*Node, error) {
 	if err != nil {
 		return nil, fmt.Errorf("chain node %s: %w", home, err)
 	}
-	app, err := NewApp(ctx, db, AppOptions{Log: log.With("component", "chain-app"), Builtins: opts.Builtins})
+	snaps := SnapshotOptions{Dir: filepath.Join(home, SnapshotDir), Interval: nc.SnapshotInterval, Keep: nc.SnapshotKeep}
+	if opts.SnapshotInterval > 0 {
+		snaps.Interval = opts.SnapshotInterval
+	}
+	if opts.SnapshotKeep > 0 {
+		snaps.Keep = opts.SnapshotKeep
+	}
+	keep := nc.StateKeepHeights
+	if opts.KeepHeights != 0 {
+		keep = opts.KeepHeights
+	}
+	switch {
+	case keep == 0:
+		keep = DefaultKeepHeights
+	case keep < 0:
+		keep = 0
+	}
+	app, err := NewApp(ctx, db, AppOptions{Log: log.With("component", "chain-app"), Builtins: opts.Builtins,
+		StateDir: filepath.Join(home, StateDBDir), Snapshots: snaps, KeepHeights: keep})
 	if err != nil {
 		db.Close()
 		return nil, err
 	}
 	nk, err := p2p.LoadNodeKey(c.NodeKeyFile())
 	if err != nil {
+		app.Close()
 		db.Close()
 		return nil, fmt.Errorf("chain node %s: node key: %w", home, err)
 	}
 	genRaw, err := readCapped(c.GenesisFile(), maxGenesisFile)
 	if err != nil {
+		app.Close()
 		db.Close()
 		return nil, fmt.Errorf("chain node %s: genesis: %w", home, err)
 	}
 	gen, err := cmttypes.GenesisDocFromJSON(genRaw)
 	if err != nil {
+		app.Close()
 		db.Close()
 		return nil, fmt.Errorf("chain node %s: genesis: %w", home, err)
 	}
 	genHash, err := GenesisHash(genRaw)
 	if err != nil {
+		app.Close()
 		db.Close()
 		return nil, fmt.Errorf("chain node %s: %w", home, err)
 	}
@@ -159,10 +209,12 @@ func Start(ctx context.Context, home string, opts NodeOptions) (*Node, error) {
 		node.DefaultGenesisDocProviderFunc(c), cmtcfg.DefaultDBProvider,
 		node.DefaultMetricsProvider(c.Instrumentation), slogAdapter{log.With("component", "cometbft")})
 	if err != nil {
+		app.Close()
 		db.Close()
 		return nil, fmt.Errorf("chain node %s: %w", home, err)
 	}
 	if err := n.Start(); err != nil {
+		app.Close()
 		db.Close()
 		return nil, fmt.Errorf("chain node %s: start: %w", home, err)
 	}
@@ -206,6 +258,9 @@ func (n *Node) Close() error {
 		errs = append(errs, fmt.Errorf("stop cometbft: %w", err))
 	}
 	n.cmt.Wait()
+	if err := n.App.Close(); err != nil {
+		errs = append(errs, err)
+	}
 	if err := n.db.Close(); err != nil {
 		errs = append(errs, err)
 	}

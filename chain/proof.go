@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 
+	"github.com/cometbft/cometbft/types"
 	"github.com/transparency-dev/merkle/proof"
 	"github.com/transparency-dev/merkle/rfc6962"
 
@@ -109,4 +110,27 @@ func (a *App) runProof(ctx context.Context, task string) ([]byte, error) {
 		p.Path = append(p.Path, wire.Hash(h))
 	}
 	return json.Marshal(p)
+}
+
+// TrustedHeader fetches the header of height (0: the node's latest but
+// two) and verifies it against gen's validators as VerifySignedHeader
+// does: its height and hash are a state-sync trust root
+// (StateSyncConfig.TrustHeight, TrustHash) that needs no trust in the node
+// asked.
+func (c *Client) TrustedHeader(ctx context.Context, gen *types.GenesisDoc, height int64) (int64, string, error) {
+	if height <= 0 {
+		st, err := c.Status(ctx)
+		if err != nil {
+			return 0, "", err
+		}
+		height = max(st.Height-2, 1)
+	}
+	sh, err := c.SignedHeaderAfter(ctx, height-1)
+	if err != nil {
+		return 0, "", err
+	}
+	if _, err := VerifySignedHeader(gen, sh, height-1); err != nil {
+		return 0, "", err
+	}
+	return height, sh.Hash().String(), nil
 }

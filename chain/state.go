@@ -16,7 +16,8 @@ import (
 
 // The chain keeps its replicated state in a store of its own, in two of the
 // store's key spaces: ksState is the replicated state (the machine's key
-// spaces mapped to key prefixes; every write enters the app hash), ksMeta
+// spaces mapped to key prefixes; every key is also in the state tree,
+// whose root enters the app hash), ksMeta
 // the last commit's height, block and hashes (derived, not hashed).
 const (
 	ksState = machine.KSLedger
@@ -25,9 +26,8 @@ const (
 
 // Domain tags of the chain (docs/protocol/chain.md).
 const (
-	DomainAppHash    = "tenzro/train/app-hash/v1"
-	DomainStateDelta = "tenzro/train/state-delta/v1"
-	DomainRunLog     = machine.DomainRunLog
+	DomainAppHash = "tenzro/train/app-hash/v1"
+	DomainRunLog  = machine.DomainRunLog
 )
 
 // StateKey is where the machine's (key space, key) lives in the chain's
@@ -42,7 +42,7 @@ func StateKey(ks machine.Keyspace, key []byte) []byte {
 }
 
 // stateKV is the machine's view of the chain's committed state: a
-// syncer.KV that maps key spaces to prefixes of ksState. Writes reach it
+// machine.KV that maps key spaces to prefixes of ksState. Writes reach it
 // only through App.Commit.
 type stateKV struct{ kv machine.KV }
 
@@ -88,28 +88,9 @@ func blockWrites(o *machine.Overlay) []write {
 	return out
 }
 
-// StateHash is the incremental commitment to the whole state after block
-// h (docs/protocol/chain.md §3): SHA-256(Str(DomainStateDelta) ‖
-// Hash(previous state hash) ‖ U64(h) ‖ for each key written in the block in
-// bytewise order: Str(key) ‖ U64(1) ‖ Bytes(value), or for a deletion
-// Str(key) ‖ U64(0) ‖ Bytes("")). The state before genesis has the zero
-// hash. It is a deterministic function of the write history, so it commits
-// to the state without rescanning it.
-func StateHash(prev wire.Hash, height int64, ws []write) wire.Hash {
-	c := wire.NewCanon(DomainStateDelta).Hash(prev).U64(uint64(height))
-	for _, w := range ws {
-		c.Bytes(w.key)
-		if w.value == nil {
-			c.U64(0).Bytes(nil)
-		} else {
-			c.U64(1).Bytes(w.value)
-		}
-	}
-	return c.Sum()
-}
-
-// AppHash is SHA-256(Str(DomainAppHash) ‖ U64(height) ‖ Hash(state hash) ‖
-// U64(run log size) ‖ Hash(run log root)) (docs/protocol/chain.md).
+// AppHash is SHA-256(Str(DomainAppHash) ‖ U64(height) ‖ Hash(state root) ‖
+// U64(run log size) ‖ Hash(run log root)) (docs/protocol/chain.md §6), the
+// state root being the IAVL state tree's root after height.
 func AppHash(height int64, state wire.Hash, logSize uint64, logRoot wire.Hash) wire.Hash {
 	return wire.NewCanon(DomainAppHash).U64(uint64(height)).Hash(state).U64(logSize).Hash(logRoot).Sum()
 }

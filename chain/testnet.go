@@ -50,6 +50,28 @@ type NodeConfig struct {
 	// BootNodes are the libp2p multiaddrs (with /p2p/<peer id>) the node
 	// dials when its flags name none: the other nodes of a testnet.
 	BootNodes []string `json:"boot_nodes,omitempty"`
+	// SnapshotInterval takes a state-sync snapshot every this many heights
+	// (0: none); SnapshotKeep is how many are kept (default 2).
+	SnapshotInterval int64 `json:"snapshot_interval,omitempty"`
+	SnapshotKeep     int   `json:"snapshot_keep,omitempty"`
+	// StateKeepHeights is how many state tree versions are kept (0:
+	// DefaultKeepHeights, -1: all): the pruning window.
+	StateKeepHeights int64 `json:"state_keep_heights,omitempty"`
+	// StateSync, when set, makes a node with no state join from a snapshot
+	// (CometBFT state sync) instead of replaying every block.
+	StateSync *StateSyncConfig `json:"state_sync,omitempty"`
+}
+
+// StateSyncConfig is CometBFT's state sync of a joining node: its light
+// client verifies headers from RPCServers (at least two, may repeat one)
+// starting from the trusted header (TrustHeight, TrustHash: the hash of a
+// header the operator verified, e.g. with VerifySignedHeader against the
+// genesis validators), within TrustPeriodMs.
+type StateSyncConfig struct {
+	RPCServers    []string `json:"rpc_servers"`
+	TrustHeight   int64    `json:"trust_height"`
+	TrustHash     string   `json:"trust_hash"`
+	TrustPeriodMs int64    `json:"trust_period_ms,omitempty"`
 }
 
 // SaveNodeConfig writes a home's NodeConfigFile.

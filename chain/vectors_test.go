@@ -13,8 +13,8 @@ import (
 const (
 	vecAppHash     = "1c857cf1378c047ac1760615f3f559442e1273c9a0cf4f512e0090a598c3a320"
 	vecRunLogLeaf  = "544cccf517b33433d84f6e720ace50e055725c8e6b8b542263ae980eb05a6451"
-	vecStateHash   = "cfe0b5c2f800bc60f6bb8bd5f52acf8b9d7df88a3d3aca6bc7e6cdd00d486d96"
-	vecGenesisHash = "17021bdcdefe73896cbe6c6e6124c8d1342839b496c0d29ab6e0706190cce372"
+	vecStateRoot   = "064b9203d341585b35081c8ec42c3ee1436023879f77acf3606bccf9ebed6b54"
+	vecGenesisHash = "59d7f0951c48a97ad9a4a623770fe955025088ad2435d1bae557b2fd64b8304f"
 )
 
 func TestVectors(t *testing.T) {
@@ -26,12 +26,27 @@ func TestVectors(t *testing.T) {
 	if leaf.String() != vecRunLogLeaf {
 		t.Errorf("SHA-256(RunLogLeaf(run-1, SHA-256(\"root\"))) = %s, want %s", leaf, vecRunLogLeaf)
 	}
-	sh := StateHash(wire.SHA256([]byte("prev")), 7, []write{
-		{key: StateKey(machine.KSLedger, []byte("bal/issuer")), value: []byte("-1000")},
-		{key: StateKey(machine.KSMeta, []byte("cand/x")), value: nil},
-	})
-	if sh.String() != vecStateHash {
-		t.Errorf("StateHash(SHA-256(\"prev\"), 7, [ledger/bal/issuer=-1000, meta/cand/x deleted]) = %s, want %s", sh, vecStateHash)
+	// The state tree at version 7 after [ledger/bal/issuer = "-1000",
+	// meta/cand/x = "y"] saved at version 6, then meta/cand/x deleted and
+	// ledger/bal/did:a = "5" set at version 7.
+	tr, err := openStateTree("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tr.close()
+	tr.begin(6)
+	if err := tr.apply([]write{{key: StateKey(machine.KSLedger, []byte("bal/issuer")), value: []byte("-1000")}, {key: StateKey(machine.KSMeta, []byte("cand/x")), value: []byte("y")}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tr.save(6); err != nil {
+		t.Fatal(err)
+	}
+	tr.begin(7)
+	if err := tr.apply([]write{{key: StateKey(machine.KSLedger, []byte("bal/did:a")), value: []byte("5")}, {key: StateKey(machine.KSMeta, []byte("cand/x"))}}); err != nil {
+		t.Fatal(err)
+	}
+	if sr, _ := tr.save(7); sr.String() != vecStateRoot {
+		t.Errorf("state root = %s, want %s", sr, vecStateRoot)
 	}
 	k := testKey(t, did.KindHuman, 1)
 	h := newHarness(t, "")

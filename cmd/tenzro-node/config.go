@@ -76,6 +76,13 @@ type Config struct {
 	// HeavyMemoryBytes bounds heavy reads (rpc.Options.HeavyMemoryBytes).
 	HeavyMemoryBytes int64 `koanf:"heavy-memory-bytes"`
 
+	// SnapshotInterval and SnapshotKeep: state-sync snapshots every this
+	// many heights, this many kept (0: the home's tenzro-chain.json).
+	SnapshotInterval int64 `koanf:"snapshot-interval"`
+	SnapshotKeep     int   `koanf:"snapshot-keep"`
+	// StateKeepHeights: state tree versions kept (0: the home's, -1: all).
+	StateKeepHeights int64 `koanf:"state-keep-heights"`
+
 	// fault is set by the faultinject build's flags only (fault_inject.go).
 	fault *syncer.Fault
 
@@ -92,6 +99,8 @@ var configKeys = map[string]bool{
 	"large-min-rate": true, "large-grace-ms": true, "max-blob-bytes": true, "watch": true, "watch-concurrency": true,
 	"rpc-allow-origin": true, "blob-disk-cap": true, "blob-did-quota": true, "blob-price": true, "blob-ttl": true,
 	"blob-peer-bytes-per-hour": true, "heavy-memory-bytes": true,
+
+	"snapshot-interval": true, "snapshot-keep": true, "state-keep-heights": true,
 }
 
 // fileProvider reads a config file with a size limit (koanf.Provider).

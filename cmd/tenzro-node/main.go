@@ -121,6 +121,9 @@ are the flag names), then the flags given on the command line.`,
 	f.Bool("ipfs-dht", false, "find dataset providers on the public IPFS DHT too (default: connected peers and --boot-nodes only)")
 	f.Bool("watch", false, "watcher: re-execute every fragment commit that can still be challenged and challenge (with the node key and the run's bond) those whose result differs")
 	f.Int("watch-concurrency", 2, "re-executions the watcher and the validator's voter run at once")
+	f.Int64("snapshot-interval", 0, "take a state-sync snapshot every this many heights (0: the home's tenzro-chain.json snapshot_interval, else none)")
+	f.Int("snapshot-keep", 0, "state-sync snapshots kept, newest first (0: the home's snapshot_keep, else 2)")
+	f.Int64("state-keep-heights", 0, "pruning window: state tree versions kept (0: the home's state_keep_heights, else 1000; -1: all)")
 	addFaultFlags(f)
 	cmd.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
 	return cmd

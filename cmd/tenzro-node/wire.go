@@ -185,7 +185,11 @@ func runNode(ctx context.Context, cfg Config, log *slog.Logger) (err error) {
 			return err
 		}
 	}
-	cn, err := chain.Start(ctx, home, chain.NodeOptions{Log: log})
+	if cfg.SnapshotInterval < 0 || cfg.SnapshotKeep < 0 {
+		return usageError{fmt.Errorf("--snapshot-interval %d, --snapshot-keep %d: want 0 or more", cfg.SnapshotInterval, cfg.SnapshotKeep)}
+	}
+	cn, err := chain.Start(ctx, home, chain.NodeOptions{Log: log, SnapshotInterval: cfg.SnapshotInterval, SnapshotKeep: cfg.SnapshotKeep,
+		KeepHeights: cfg.StateKeepHeights})
 	if err != nil {
 		return err
 	}
