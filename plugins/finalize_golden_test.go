@@ -185,7 +185,7 @@ func stepsResult(t testing.TB, e *Engine, c goldenCase, d goldenData) goldenResu
 	res.Kept = len(kept)
 	if len(kept) < c.Quorum {
 		res.Status = "no_quorum"
-		res.Reason = fmt.Sprintf("%d of K=%d inputs left after round-level verification", len(kept), c.Quorum)
+		res.Reason = fmt.Sprintf("%d of K=%d inputs left after verification", len(kept), c.Quorum)
 		return res
 	}
 	rr, err := e.ResolveRule(ctx, c.Rule, nil, c.Quorum, c.K)

@@ -128,6 +128,9 @@ type finReq struct {
 	// (finResp says where) at the alignment of the guest block that
 	// writes it, so that the block can map it.
 	WeightsRoom int64 `json:"weights_room"`
+	// AggregateOnly: no outer step; the aggregate (N f32) is placed where
+	// the new weights would be (syncer.FinalizeInput.AggregateOnly).
+	AggregateOnly bool `json:"aggregate_only,omitempty"`
 }
 
 // workerValues locates values: ranges of the file at Path, which the worker

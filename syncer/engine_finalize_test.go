@@ -87,7 +87,7 @@ func TestNativeFinalize(t *testing.T) {
 	}
 	in.Quorum = 3
 	out, err = e.Finalize(ctx, in)
-	if err != nil || out.Status != wire.FragNoQuorum || out.Reason != "2 of K=3 inputs left after round-level verification" {
+	if err != nil || out.Status != wire.FragNoQuorum || out.Reason != "2 of K=3 inputs left after verification" {
 		t.Fatalf("%+v %v", out, err)
 	}
 }

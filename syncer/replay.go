@@ -136,33 +136,41 @@ func Replay(ctx context.Context, receipt, transcript []byte, src PayloadSource, 
 				inputs = append(inputs, v)
 				idx = append(idx, k)
 			}
-			rule := RuleRef{Name: fc.Rule, Hash: fc.RuleHash, Params: fc.RuleParams}
-			agg, err := eng.Aggregate(ctx, AggregateInput{Rule: rule, Dtype: frags[i].Dtype, N: int(frags[i].N), Inputs: inputs})
-			if err != nil {
-				return div("aggregation failed: %v", err)
+			// The transcript's verdicts stand (no verifier runs again): the
+			// kept inputs go through the engine's one Finalize.
+			fin := FinalizeInput{Rule: RuleRef{Name: fc.Rule, Hash: fc.RuleHash, Params: fc.RuleParams}, Outer: RuleRef{Name: "Nesterov", Hash: fc.OuterHash},
+				Dtype: frags[i].Dtype, N: int(frags[i].N), Weights: BytesValues(weights[i]), LR: o.LR, Beta: o.Momentum, Nesterov: o.Nesterov}
+			for _, v := range inputs {
+				fin.Inputs = append(fin.Inputs, BytesValues(v))
 			}
-			if h := wire.ContentHash(agg.Aggregate); h != fc.AggregateHash {
-				return div("aggregate hash %s, transcript says %s", h, fc.AggregateHash)
+			if moms[i] != nil {
+				m := BytesValues(moms[i])
+				fin.Momentum = &m
+			}
+			res, err := eng.Finalize(ctx, fin)
+			if err != nil {
+				return div("finalize failed: %v", err)
+			}
+			if res.Status != wire.FragAggregated {
+				return div("finalize gave %s (%s), transcript says %s", res.Status, res.Reason, fc.Status)
+			}
+			if res.AggregateHash != fc.AggregateHash {
+				return div("aggregate hash %s, transcript says %s", res.AggregateHash, fc.AggregateHash)
 			}
 			for j, k := range idx {
-				if sel := j < len(agg.Selected) && agg.Selected[j]; sel != fc.Inputs[k].Selected {
+				if sel := res.Selected[j]; sel != fc.Inputs[k].Selected {
 					return div("input %s selected=%v, transcript says %v", fc.Inputs[k].TrainerDID, sel, fc.Inputs[k].Selected)
 				}
 			}
-			step, err := eng.OuterStep(ctx, OuterStepInput{Rule: RuleRef{Name: "Nesterov", Hash: fc.OuterHash}, Dtype: frags[i].Dtype, N: int(frags[i].N),
-				Weights: weights[i], Momentum: moms[i], Aggregate: agg.Aggregate, LR: o.LR, Beta: o.Momentum, Nesterov: o.Nesterov})
-			if err != nil {
-				return div("outer step failed: %v", err)
-			}
-			enc, err := machine.EncodeFragment(frags[i], step.Weights)
+			enc, err := machine.EncodeFragment(frags[i], res.Weights)
 			if err != nil {
 				return nil, err
 			}
-			weights[i], moms[i], hashes[i] = step.Weights, step.Momentum, wire.ContentHash(enc)
+			weights[i], moms[i], hashes[i] = res.Weights, res.Momentum, wire.ContentHash(enc)
 			if hashes[i] != fc.WeightsAfter {
 				return div("weights after are %s, transcript says %s", hashes[i], fc.WeightsAfter)
 			}
-			if h := wire.ContentHash(step.Momentum); h != fc.MomentumAfter {
+			if h := wire.ContentHash(res.Momentum); h != fc.MomentumAfter {
 				return div("momentum after is %s, transcript says %s", h, fc.MomentumAfter)
 			}
 			rep.Aggregations++

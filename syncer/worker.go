@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"sort"
 	"strings"
 	"sync"
@@ -364,14 +365,11 @@ func (n *Node) announce(ctx context.Context, ev Event) {
 	}
 }
 
-// computed is one fragment's commit as this node decided it, with the
-// blobs to store before it is sent.
+// computed is one fragment's commit as this node decided it.
 type computed struct {
 	fragment int
 	commit   wire.FragmentCommit
 	verdicts []wire.Verdict
-	weights  []byte // canonical safetensors of the new weights (aggregated only)
-	momentum []byte
 }
 
 // snapshot is what computing a run's commits reads from one committed state.
@@ -386,6 +384,9 @@ type snapshot struct {
 	// (abstain and retry) rather than a rejected input, because the first
 	// half of this syncer's slot has not passed (fetchPatient).
 	patient bool
+	// store: the new weights and momentum go to the blob store as they
+	// are hashed (the syncer's commits; a re-execution only hashes them).
+	store bool
 }
 
 // fetchPatient says whether, at block time t, the syncer in slot k (its
@@ -441,19 +442,9 @@ func (n *Node) syncRun(ctx context.Context, task string, wait bool) (int, error)
 		delete(n.w.abstain, task)
 		n.w.mu.Unlock()
 	}
-	// The new weights and momentum are stored (synced) before the commits
-	// that name them are sent: any node may then fetch them by hash.
-	for _, c := range out {
-		if c.weights == nil {
-			continue
-		}
-		if err := n.blobs.Put(ctx, c.commit.WeightsAfter, c.weights); err != nil {
-			return 0, fmt.Errorf("store weights of fragment %d: %w", c.fragment, err)
-		}
-		if err := n.blobs.Put(ctx, c.commit.MomentumAfter, c.momentum); err != nil {
-			return 0, fmt.Errorf("store momentum of fragment %d: %w", c.fragment, err)
-		}
-	}
+	// The new weights and momentum were stored (synced) as computeCommit
+	// hashed them, before the commits that name them are sent: any node may
+	// then fetch them by hash.
 	me := n.cfg.Signer.DID()
 	pend := make([]machine.Pending, len(out))
 	for k, c := range out {
@@ -516,7 +507,7 @@ func (n *Node) snapshot(ctx context.Context, task string) (*snapshot, error) {
 			return nil
 		}
 		s = &snapshot{r: r, blk: v.Block, ticket: k, records: map[int]map[string]machine.Record{}, claims: map[int][]machine.Claim{},
-			patient: fetchPatient(r, r.SlotOf(k), v.Block.TimeMs)}
+			patient: fetchPatient(r, r.SlotOf(k), v.Block.TimeMs), store: true}
 		for i, fs := range r.Fragments {
 			if !r.Due(fs, v.Block.TimeMs) {
 				continue
@@ -552,172 +543,298 @@ type errLocal struct{ error }
 // is re-checked here (the receiving node's checks are not trusted): a
 // payload that cannot be had, does not hash, parse or decode, fails a
 // verifier, or whose evidence fails the run's policy is an input with
-// "rejected" set to why. Rules' deterministic failures are recorded; any
-// other failure is local and returned.
+// "rejected" set to why. The kept inputs, the weights and the momentum go
+// to the engine's one Finalize (syncer.RunFinalize's rules), read in place
+// from the blob store; the new weights and momentum are hashed once, as
+// they are written: into the blob store when s.store is set (the syncer),
+// else only hashed (re-execution). Rules' deterministic failures are
+// recorded; any other failure is local and returned.
 func (n *Node) computeCommit(ctx context.Context, s *snapshot, i int) (*computed, error) {
 	r := s.r
 	fs := r.Fragments[i]
 	fc := machine.BaseCommit(r, i)
 	fc.Syncer, fc.Ticket = n.cfg.Signer.DID(), uint64(s.ticket)
 	fc.Inputs = machine.RecordInputs(fs.Records)
-	values := make([][]byte, len(fc.Inputs))
+	var releases []func()
+	defer func() {
+		for _, rel := range releases {
+			rel()
+		}
+	}()
+	var values []Values
+	var idx []int // fc.Inputs index of each of values
 	for j := range fc.Inputs {
 		in := &fc.Inputs[j]
 		rec, ok := s.records[i][in.TrainerDID]
 		if !ok {
 			return nil, fmt.Errorf("record of %s missing from the state", in.TrainerDID)
 		}
-		v, fuel, why, err := n.checkInput(ctx, r, fs, &rec, s.patient)
+		v, release, fuel, why, err := n.checkInput(ctx, r, fs, &rec, s.patient)
 		if err != nil {
 			return nil, err
+		}
+		if release != nil {
+			releases = append(releases, release)
 		}
 		fc.Fuel += fuel
 		if why != "" {
 			in.Rejected = why
 			continue
 		}
-		values[j] = v
-	}
-	// Round-level verifiers judge each input against the others kept.
-	var round [][]byte
-	for j, v := range values {
-		if fc.Inputs[j].Rejected == "" {
-			round = append(round, v)
-		}
-	}
-	for _, vf := range r.Verifiers {
-		if !vf.RoundLevel {
-			continue
-		}
-		for j, v := range values {
-			if fc.Inputs[j].Rejected != "" {
-				continue
-			}
-			out, err := n.eng.Verify(ctx, VerifyInput{Verifier: vf, Dtype: fs.Dtype, N: int(fs.N), Input: v, Round: round})
-			if err != nil {
-				return nil, fmt.Errorf("round verifier %s: %w", vf.Name, err)
-			}
-			fc.Fuel += out.Fuel
-			if !out.Accept {
-				fc.Inputs[j].Rejected = fmt.Sprintf("%s: %s", vf.Name, out.Reason)
-			}
-		}
+		values = append(values, v)
+		idx = append(idx, j)
 	}
 	c := &computed{fragment: i}
 	var err error
 	if c.verdicts, err = n.verdicts(ctx, r, fs, s.claims[i]); err != nil {
 		return nil, err
 	}
-	var kept [][]byte
-	var keptIdx []int
-	for j, v := range values {
-		if fc.Inputs[j].Rejected == "" {
-			kept = append(kept, v)
-			keptIdx = append(keptIdx, j)
+	o := r.TaskSpec().Outer()
+	fin := FinalizeInput{Rule: r.Rule, Outer: r.Outer, Verifiers: r.Verifiers, Dtype: fs.Dtype, N: int(fs.N), Quorum: r.TaskSpec().Quorum,
+		Inputs: values, LR: o.LR, Beta: o.Momentum, Nesterov: o.Nesterov}
+	if len(values) < r.TaskSpec().Quorum && (len(values) == 0 || !hasRoundVerifiers(r)) {
+		// No quorum, and no verifier to run: the weights are not needed
+		// (nor fetched), and no step runs.
+		out, err := RunFinalize(ctx, fin, nil)
+		if err != nil {
+			return nil, err
 		}
-	}
-	if len(kept) < r.TaskSpec().Quorum {
-		fc.Status = wire.FragNoQuorum
-		fc.Reason = fmt.Sprintf("%d of K=%d inputs left after verification", len(kept), r.TaskSpec().Quorum)
+		fc.Status, fc.Reason = out.Status, out.Reason
 		c.commit = *fc
 		return c, nil
 	}
-	agg, err := n.eng.Aggregate(ctx, AggregateInput{Rule: r.Rule, Dtype: fs.Dtype, N: int(fs.N), Inputs: kept})
-	var rf *RuleFailure
-	if errors.As(err, &rf) {
-		fc.Status, fc.Reason = wire.FragRuleFailed, rf.Error()
-		c.commit = *fc
-		return c, nil
-	} else if err != nil {
-		return nil, fmt.Errorf("aggregate: %w", err)
-	}
-	fc.Fuel += agg.Fuel
-	for j, k := range keptIdx {
-		fc.Inputs[k].Selected = j < len(agg.Selected) && agg.Selected[j]
-	}
-	fc.AggregateHash = wire.ContentHash(agg.Aggregate)
-	enc, err := n.blob(ctx, fs.WeightsHash, uint64(machine.MaxInitWeights), "")
+	w, release, err := n.storedValues(ctx, fs.WeightsHash, fs.Tensors)
 	if err != nil {
 		return nil, fmt.Errorf("weights %s: %w", fs.WeightsHash, err)
 	}
-	weights, err := machine.FragmentValues(&fs.FragLayout, enc)
-	if err != nil {
-		return nil, fmt.Errorf("weights %s: %w", fs.WeightsHash, err)
-	}
-	var mom []byte
+	releases = append(releases, release)
+	fin.Weights = w
 	if !fs.MomentumHash.IsZero() {
-		if mom, err = n.blob(ctx, fs.MomentumHash, uint64(machine.MaxInitWeights), ""); err != nil {
+		m, release, err := n.storedValues(ctx, fs.MomentumHash, nil)
+		if err != nil {
 			return nil, fmt.Errorf("momentum %s: %w", fs.MomentumHash, err)
 		}
+		releases = append(releases, release)
+		fin.Momentum = &m
 	}
-	o := r.TaskSpec().Outer()
-	step, err := n.eng.OuterStep(ctx, OuterStepInput{Rule: r.Outer, Dtype: fs.Dtype, N: int(fs.N), Weights: weights, Momentum: mom,
-		Aggregate: agg.Aggregate, LR: o.LR, Beta: o.Momentum, Nesterov: o.Nesterov})
-	if errors.As(err, &rf) {
-		fc.Status, fc.Reason = wire.FragRuleFailed, rf.Error()
-		c.commit = *fc
-		return c, nil
-	} else if err != nil {
-		return nil, fmt.Errorf("outer step: %w", err)
+	fin.Write = func(weights, momentum []byte) error {
+		return n.writeState(ctx, s.store, &fs.FragLayout, weights, momentum, fc)
 	}
-	fc.Fuel += step.Fuel
-	if c.weights, err = machine.EncodeFragment(&fs.FragLayout, step.Weights); err != nil {
+	out, err := n.eng.Finalize(ctx, fin)
+	if err != nil {
 		return nil, err
 	}
-	c.momentum = step.Momentum
-	fc.Status = wire.FragAggregated
-	fc.WeightsAfter = wire.ContentHash(c.weights)
-	fc.MomentumAfter = wire.ContentHash(step.Momentum)
+	fc.Fuel += out.Fuel
+	for j, k := range idx {
+		if out.Rejected[j] != "" {
+			fc.Inputs[k].Rejected = out.Rejected[j]
+		}
+		fc.Inputs[k].Selected = out.Selected[j]
+	}
+	fc.Status, fc.Reason, fc.AggregateHash = out.Status, out.Reason, out.AggregateHash
 	c.commit = *fc
 	return c, nil
 }
 
+// writeState hashes a fragment's new weights (their canonical safetensors
+// file) and momentum as they are written — to the blob store when store is
+// set — each once, the two at the same time, and sets fc's hashes.
+func (n *Node) writeState(ctx context.Context, store bool, fl *machine.FragLayout, weights, momentum []byte, fc *wire.FragmentCommit) error {
+	write := func(put func(io.Writer) error) (wire.Hash, error) {
+		if !store {
+			h := wire.NewContentHasher()
+			if err := put(h); err != nil {
+				return wire.Hash{}, err
+			}
+			return h.Sum(), nil
+		}
+		if bw, ok := n.blobs.(blobWriter); ok {
+			return bw.WriteBlob(ctx, int64(machine.MaxInitWeights), put)
+		}
+		var buf bytes.Buffer
+		if err := put(&buf); err != nil {
+			return wire.Hash{}, err
+		}
+		h := wire.ContentHash(buf.Bytes())
+		return h, n.blobs.Put(ctx, h, buf.Bytes())
+	}
+	var wg sync.WaitGroup
+	var mErr error
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		fc.MomentumAfter, mErr = write(func(w io.Writer) error { _, err := w.Write(momentum); return err })
+	}()
+	var wErr error
+	fc.WeightsAfter, wErr = write(func(w io.Writer) error { _, err := WriteFragment(w, fl.Tensors, weights); return err })
+	wg.Wait()
+	if wErr != nil {
+		return fmt.Errorf("store new weights: %w", wErr)
+	}
+	if mErr != nil {
+		return fmt.Errorf("store new momentum: %w", mErr)
+	}
+	return nil
+}
+
+// blobFiles is a blob store of files that checks every blob's hash as it
+// is written and never changes a stored file (store.Blobs): its blobs are
+// read mapped and in place, not hashed again, and the engine's worker opens
+// them by path.
+type blobFiles interface {
+	BlobMapper
+	Path(h wire.Hash) string
+}
+
+// blobWriter stores a blob whose hash is known only once it is written
+// (store.Blobs.WriteBlob).
+type blobWriter interface {
+	WriteBlob(ctx context.Context, limit int64, write func(io.Writer) error) (wire.Hash, error)
+}
+
+// storedBlob returns the blob h (fetched when this node lacks it) and the
+// function that releases it; checked says its hash was checked already
+// (this node's file store checked it as it was written, or it was fetched
+// and checked now); path is its file when the store has files.
+func (n *Node) storedBlob(ctx context.Context, h wire.Hash, maxSize uint64, provider string) (b []byte, release func(), checked bool, path string, err error) {
+	bf, files := n.blobs.(blobFiles)
+	if files {
+		b, release, err := loadBlob(ctx, n.blobs, h)
+		if err == nil {
+			return b, release, true, bf.Path(h), nil
+		}
+		if !errors.Is(err, machine.ErrNotFound) {
+			return nil, nil, false, "", err
+		}
+	} else if b, err = n.blobs.Get(ctx, h); err == nil {
+		return b, func() {}, false, "", nil
+	} else if !errors.Is(err, machine.ErrNotFound) {
+		return nil, nil, false, "", err
+	}
+	// Not stored here: fetched, checked and stored by n.blob.
+	if b, err = n.blob(ctx, h, maxSize, provider); err != nil {
+		return nil, nil, false, "", err
+	}
+	if files {
+		path = bf.Path(h)
+	}
+	return b, func() {}, true, path, nil
+}
+
+// storedValues is a stored blob's values read in place: the fragment's
+// tensors of a safetensors file (the weights), or the whole blob (tensors
+// nil: the momentum, raw f32).
+func (n *Node) storedValues(ctx context.Context, h wire.Hash, tensors []wire.TensorInfo) (Values, func(), error) {
+	b, release, _, path, err := n.storedBlob(ctx, h, uint64(machine.MaxInitWeights), "")
+	if err != nil {
+		return Values{}, nil, err
+	}
+	if tensors == nil {
+		return Values{R: bytes.NewReader(b), Path: path, Ranges: []ByteRange{{Off: 0, Len: int64(len(b))}}}, release, nil
+	}
+	v, err := TensorValues(bytes.NewReader(b), int64(len(b)), path, tensors)
+	if err != nil {
+		release()
+		return Values{}, nil, err
+	}
+	return v, release, nil
+}
+
 // checkInput re-checks one record's payload: it returns the payload's
-// values, the decode fuel, or why the input is rejected; err is local.
-// With patient set, a payload the network did not give is a local failure
-// too (fetchPatient).
-func (n *Node) checkInput(ctx context.Context, r *machine.Run, fs *machine.RunFragment, rec *machine.Record, patient bool) ([]byte, uint64, string, error) {
-	payload, err := n.blob(ctx, rec.PayloadHash, rec.PayloadSize, rec.Provider)
+// values (read in place, valid until release), the decode fuel, or why the
+// input is rejected; err is local. With patient set, a payload the network
+// did not give is a local failure too (fetchPatient).
+func (n *Node) checkInput(ctx context.Context, r *machine.Run, fs *machine.RunFragment, rec *machine.Record, patient bool) (Values, func(), uint64, string, error) {
+	payload, release, checked, path, err := n.storedBlob(ctx, rec.PayloadHash, rec.PayloadSize, rec.Provider)
 	if err != nil {
 		var fe *fetchError
 		if ctx.Err() == nil && (errors.Is(err, machine.ErrNotFound) || errors.As(err, &fe)) {
 			if patient {
-				return nil, 0, "", fmt.Errorf("payload %s of %s not fetched yet (retrying until half the slot has passed): %w", rec.PayloadHash, rec.TrainerDID, err)
+				return Values{}, nil, 0, "", fmt.Errorf("payload %s of %s not fetched yet (retrying until half the slot has passed): %w", rec.PayloadHash, rec.TrainerDID, err)
 			}
-			return nil, 0, fmt.Sprintf("payload unavailable: %v", err), nil
+			return Values{}, nil, 0, fmt.Sprintf("payload unavailable: %v", err), nil
 		}
-		return nil, 0, "", err // this node's store: a local failure
+		return Values{}, nil, 0, "", err // this node's store: a local failure
+	}
+	reject := func(fuel uint64, why string) (Values, func(), uint64, string, error) {
+		release()
+		return Values{}, nil, fuel, why, nil
+	}
+	fail := func(err error) (Values, func(), uint64, string, error) {
+		release()
+		return Values{}, nil, 0, "", err
 	}
 	if uint64(len(payload)) != rec.PayloadSize {
-		return nil, 0, fmt.Sprintf("payload is %d bytes, the record says %d", len(payload), rec.PayloadSize), nil
+		return reject(0, fmt.Sprintf("payload is %d bytes, the record says %d", len(payload), rec.PayloadSize))
 	}
-	if got := wire.ContentHash(payload); got != rec.PayloadHash {
-		return nil, 0, fmt.Sprintf("payload hashes to %s, the record says %s", got, rec.PayloadHash), nil
+	if !checked {
+		if got := wire.ContentHash(payload); got != rec.PayloadHash {
+			return reject(0, fmt.Sprintf("payload hashes to %s, the record says %s", got, rec.PayloadHash))
+		}
 	}
-	v, fuel, err := payloadValues(ctx, n.eng, r.Codec, &fs.FragLayout, payload)
+	var v Values
+	var flat []byte // the values in one slice, for per-submission verifiers
+	var fuel uint64
+	if r.Codec == nil {
+		v, err = TensorValues(bytes.NewReader(payload), int64(len(payload)), path, fs.Tensors)
+		if err == nil && len(v.Ranges) == 1 {
+			flat = payload[v.Ranges[0].Off : v.Ranges[0].Off+v.Ranges[0].Len]
+		}
+	} else {
+		flat, fuel, err = payloadValues(ctx, n.eng, r.Codec, &fs.FragLayout, payload)
+		v = BytesValues(flat)
+	}
 	if err != nil {
 		var rf *RuleFailure
 		if ctx.Err() != nil || (!errors.As(err, &rf) && isHostFailure(err)) {
-			return nil, 0, "", err
+			return fail(err)
 		}
-		return nil, fuel, fmt.Sprintf("gradient_payload: %v", err), nil
+		return reject(fuel, fmt.Sprintf("gradient_payload: %v", err))
 	}
-	if err := n.verifyPayload(ctx, r, fs, v); err != nil {
-		if machine.KindOf(err) == machine.KindInvalid {
-			return nil, fuel, err.Error(), nil
+	if hasSubmissionVerifiers(r) {
+		if flat == nil {
+			if flat, err = v.Bytes(fs.N * int64(fs.Dtype.Size())); err != nil {
+				return fail(err)
+			}
 		}
-		return nil, 0, "", err
+		if err := n.verifyPayload(ctx, r, fs, flat); err != nil {
+			if machine.KindOf(err) == machine.KindInvalid {
+				return reject(fuel, err.Error())
+			}
+			return fail(err)
+		}
 	}
 	if r.TaskSpec().Tier != wire.TierOpen {
 		why, err := n.recheckEvidence(ctx, r, rec)
 		if err != nil {
-			return nil, 0, "", err
+			return fail(err)
 		}
 		if why != "" {
-			return nil, fuel, why, nil
+			return reject(fuel, why)
 		}
 	}
-	return v, fuel, "", nil
+	return v, release, fuel, "", nil
+}
+
+// hasRoundVerifiers says whether the run has round-level verifiers.
+func hasRoundVerifiers(r *machine.Run) bool {
+	for _, v := range r.Verifiers {
+		if v.RoundLevel {
+			return true
+		}
+	}
+	return false
+}
+
+// hasSubmissionVerifiers says whether the run has verifiers that judge
+// each submission alone.
+func hasSubmissionVerifiers(r *machine.Run) bool {
+	for _, v := range r.Verifiers {
+		if !v.RoundLevel {
+			return true
+		}
+	}
+	return false
 }
 
 // isHostFailure tells a failure of the plugin host (local) from a payload

@@ -81,7 +81,9 @@ func TestSubmitForms(t *testing.T) {
 		}
 	}
 	sponsor, _ := did.Generate(did.KindHuman, nil)
-	_, err := c.Faucet(ctx, wire.FaucetParams{DID: sponsor.DID.String(), Amount: "100000000000"})
+	// 10^14 attoTNZO: at the default 10^9 per unreferenced byte, 100 kB of
+	// uploads before the run exists.
+	_, err := c.Faucet(ctx, wire.FaucetParams{DID: sponsor.DID.String(), Amount: "100000000000000"})
 	must(err)
 	const n = 1000
 	w := make([]float32, n)
@@ -94,7 +96,12 @@ func TestSubmitForms(t *testing.T) {
 	_, canon, err := wire.ParseSpec(spec)
 	must(err)
 	wh := wire.ContentHash(init)
-	_, err = c.PutBlob(ctx, wh, bytes.NewReader(init), int64(len(init)))
+	// An upload without a signed intent is refused; the sponsor's is funded
+	// by its balance.
+	if _, err := c.PutBlob(ctx, wh, bytes.NewReader(init), int64(len(init))); client.CodeOf(err) != -32002 {
+		t.Fatalf("unsigned upload: %v", err)
+	}
+	_, err = c.PutBlobSigned(ctx, client.BlobSigner{Key: sponsor}, wh, bytes.NewReader(init), int64(len(init)))
 	must(err)
 	pp := &wire.PostTaskParams{Spec: spec, InitWeightsHash: wh, Signed: wire.Signed{Nonce: uint64(time.Now().UnixNano())}}
 	pp.Signature = sponsor.Sign(pp.Preimage(sponsor.DID.String(), wire.SpecHash(canon), wh))
@@ -146,7 +153,8 @@ func TestSubmitForms(t *testing.T) {
 	if _, err := c.Submit(ctx, g); client.CodeOf(err) != -32001 || !strings.Contains(err.Error(), "PUT /blobs/") {
 		t.Fatalf("by reference before the upload: %v", err)
 	}
-	res, err := c.PutBlob(ctx, g.PayloadHash, bytes.NewReader(p1), int64(len(p1)))
+	// The trainer's balance is its stake; its enrolment in the run funds it.
+	res, err := c.PutBlobSigned(ctx, client.BlobSigner{Key: tr[1], Task: "forms"}, g.PayloadHash, bytes.NewReader(p1), int64(len(p1)))
 	if err != nil || !res.Created {
 		t.Fatalf("PUT: %+v %v", res, err)
 	}

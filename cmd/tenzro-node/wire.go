@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io/fs"
 	"log/slog"
+	"math/big"
 	"net"
 	"net/http"
 	"os"
@@ -272,11 +273,32 @@ func runNode(ctx context.Context, cfg Config, log *slog.Logger) (err error) {
 	defer closeLogged(log, "datasets", ds.Close)
 
 	svc := nodeService{Node: node, gn: gn, chain: cn}
+	blobs.SetCap(cfg.BlobDiskCap)
+	price, _ := new(big.Int).SetString(cfg.BlobPrice, 10) // validated
+	policy, err := newBlobPolicy(ctx, svc, blobs, func(context.Context) string { return cn.ChainID }, price, cfg.BlobDIDQuota, cfg.BlobTTL, log.With("component", "blobs"))
+	if err != nil {
+		return err
+	}
+	goRun("blob collector", func(ctx context.Context) error {
+		return policy.runCollector(ctx, min(max(cfg.BlobTTL/4, time.Second), 10*time.Minute))
+	})
+	if err := rpc.RegisterGauges(reg, rpc.NodeGauges{
+		BlobBytes:       func() float64 { return float64(blobs.Usage().Bytes) },
+		BlobCount:       func() float64 { return float64(blobs.Usage().Blobs) },
+		BlobCap:         func() float64 { return float64(blobs.Usage().Cap) },
+		BlobUploadBytes: func() float64 { return float64(policy.pendingBytes()) },
+	}); err != nil {
+		return fmt.Errorf("metrics: %w", err)
+	}
 	opts := rpc.Options{
-		Routes:          dsRoutes,
-		MaxRequestBytes: cfg.MaxRequestBytes,
-		Blobs:           served,
-		MaxBlobBytes:    cfg.MaxBlobBytes,
+		BlobAuth:             policy,
+		BlobPeerBytesPerHour: cfg.BlobPeerBytesPerHour,
+		HeavyMemoryBytes:     cfg.HeavyMemoryBytes,
+		Routes:               dsRoutes,
+		AllowedOrigins:       cfg.RPCAllowOrigins,
+		MaxRequestBytes:      cfg.MaxRequestBytes,
+		Blobs:                served,
+		MaxBlobBytes:         cfg.MaxBlobBytes,
 		// A blob this node lacks is asked of its peers (the blob stream,
 		// hash-checked, at most --max-blob-bytes), so an auditor can replay
 		// any run through any node.

@@ -95,3 +95,16 @@ func TestEmptyAndEarlyStates(t *testing.T) {
 		}
 	}
 }
+
+// Finding 10 of issue 22: the dashboard may not be framed by another page
+// (clickjacking of the verify button).
+func TestDashboardRefusesFraming(t *testing.T) {
+	rec := httptest.NewRecorder()
+	dashboard.Handler(fakeSource{}, dashboard.Options{}).ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/", nil))
+	if csp := rec.Header().Get("Content-Security-Policy"); !strings.Contains(csp, "frame-ancestors 'none'") {
+		t.Errorf("Content-Security-Policy %q lacks frame-ancestors 'none'", csp)
+	}
+	if xfo := rec.Header().Get("X-Frame-Options"); xfo != "DENY" {
+		t.Errorf("X-Frame-Options %q", xfo)
+	}
+}
