@@ -840,3 +840,20 @@ func CheckChallenges(rc *wire.Receipt, list []byte) ([]wire.ReceiptChallenge, er
 	}
 	return out, nil
 }
+
+// SignerCommitted says whether the receipt's signer committed a fragment in
+// rounds (the transcript CheckFull returned). A signer that committed none
+// is either a genuine later ticket (the committers did not sign) or a key
+// that listed itself with a VRF proof of its own above every committer:
+// the transcript cannot tell them apart, only the chain's election record
+// can (CheckReceiptAgainst), so an offline check must not accept it.
+func SignerCommitted(rc *wire.Receipt, rounds []wire.RoundCommit) bool {
+	for _, r := range rounds {
+		for _, fc := range r.Fragments {
+			if fc.Syncer == rc.SyncerDID {
+				return true
+			}
+		}
+	}
+	return false
+}

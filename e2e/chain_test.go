@@ -554,7 +554,7 @@ func TestChainFourValidators(t *testing.T) {
 	// (tenzro_training_verifyReceipt without a root: the chain's run root and
 	// election), and the run-root proof with its signed header, checked
 	// offline against the genesis validators or a header file.
-	if out, err := rpcCLI(0, "receipt", "verify", "--receipt", receiptPath); err != nil || !strings.Contains(out, "(compact, chain)") || !strings.Contains(out, "committed on chain at height") {
+	if out, err := rpcCLI(0, "receipt", "verify", "--receipt", receiptPath); err != nil || !strings.Contains(out, "checked: compact, chain)") || !strings.Contains(out, "committed on chain at height") {
 		t.Fatalf("receipt verify --rpc: %v %s", err, out)
 	}
 	if out, err := rpcCLI(0, "receipt", "verify", "--receipt", forgedPath); err == nil || !strings.Contains(out, "against the chain") {
@@ -573,7 +573,7 @@ func TestChainFourValidators(t *testing.T) {
 		out, err := exec.Command(filepath.Join(binDir, "tenzro"), append([]string{"receipt", "verify", "--receipt", receiptPath, "--proof", proof2}, args...)...).CombinedOutput()
 		return string(out), err
 	}
-	if out, err := offline("--genesis", genesis); err != nil || !strings.Contains(out, "(compact, proof)") {
+	if out, err := offline("--genesis", genesis); err != nil || !strings.Contains(out, "checked: compact, proof)") {
 		t.Fatalf("receipt verify --proof --genesis: %v %s", err, out)
 	}
 	if out, err := offline("--genesis", filepath.Join(otherNet, "node0", "config", "genesis.json")); err == nil || !strings.Contains(out, "not the genesis validator set") {

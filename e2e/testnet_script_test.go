@@ -107,7 +107,7 @@ func TestTestnetScript(t *testing.T) {
 		<-done
 		t.Fatalf("the printed block did not finish:\n%s", pasteOut)
 	}
-	if pasteErr != nil || !strings.Contains(string(pasteOut), "(compact, full, chain)") {
+	if pasteErr != nil || !strings.Contains(string(pasteOut), "checked: compact, full, chain)") {
 		t.Fatalf("the printed block: %v\n%s\n%s", pasteErr, pasteOut, tailLogs(dir))
 	}
 	// The newcomer's walk, as printed: waits that say what they wait for, a

@@ -233,12 +233,17 @@ func TestReceiptResignedByOtherKeyRefused(t *testing.T) {
 	// ticket after the real syncers looks, offline, like an entrant that
 	// signed late because the committers did not (the chain allows the
 	// tickets above every committer to sign, one deadline after another):
-	// --full accepts it, the chain's election record refuses it
-	// (TestVerifyReceiptAgainstAnchor).
+	// the transcript check accepts it, audit.SignerCommitted flags it (so
+	// 'tenzro receipt verify --full' without --rpc refuses it), and the
+	// chain's election record refuses it (TestVerifyReceiptAgainstAnchor).
 	s = newSynthRun(t, 8, 3)
 	forged := appendOutsider(t, s, outsider)
-	if err := audit.CheckReceiptFull(forged, s.blob); err != nil {
+	rc, rounds, _, err := audit.CheckFull(forged, s.blob)
+	if err != nil {
 		t.Fatalf("receipt of a signer listed above every committer: %v", err)
+	}
+	if audit.SignerCommitted(rc, rounds) {
+		t.Fatal("a self-listed signer that committed nothing counts as a committer")
 	}
 }
 

@@ -533,12 +533,14 @@ func TestReceiptVerifyAndProveRealReceipt(t *testing.T) {
 		code int
 		want string
 	}{
-		{[]string{"receipt", "verify", "--receipt", good}, 0, "valid: receipt of"},
+		{[]string{"receipt", "verify", "--receipt", good}, 0, "valid as far as checked: receipt of"},
+		{[]string{"receipt", "verify", "--receipt", good}, 0, "not checked: that this run root is the one committed on chain"},
+		{[]string{"receipt", "verify", "--receipt", good, "--format", "json"}, 0, `"unchecked": [`},
 		{[]string{"receipt", "verify", "--receipt", good, "--root", "0x" + head.RunRoot}, 0, "valid"},
 		{[]string{"receipt", "verify", "--receipt", good, "--root", other}, 1, "invalid: run root mismatch"},
 		{[]string{"receipt", "verify", "--receipt", bad}, 1, "invalid: syncer signature"}, // the run root is signed
 		{[]string{"receipt", "verify", "--receipt", good, "--format", "json"}, 0, `"valid": 1`},
-		{[]string{"receipt", "verify", "--receipt", good, "--transcript", transcript}, 0, "(compact, full)"},
+		{[]string{"receipt", "verify", "--receipt", good, "--transcript", transcript}, 0, "(checked: compact, full)"},
 		{[]string{"receipt", "verify", "--receipt", good, "--transcript", badTranscript}, 1, "invalid: transcript hashes to"},
 		{[]string{"receipt", "verify", "--receipt", v1}, 1, "receipt version 1 is not accepted"},
 		{[]string{"receipt", "prove", "--receipt", good, "--round", "0", "--transcript", transcript, "--format", "json"}, 0, `"leaf_index": 1`},

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -38,6 +39,9 @@ type receiptVerifyResult struct {
 	wire.VerifyReceiptResult
 	// Checks lists what was checked: compact, full, chain, proof.
 	Checks []string `json:"checks"`
+	// Unchecked says what a valid result did not establish, for want of an
+	// anchor (the chain at --rpc, or a run-log proof with --proof).
+	Unchecked []string `json:"unchecked,omitempty"`
 }
 
 func newReceiptVerifyCmd() *cobra.Command {
@@ -108,11 +112,17 @@ Exit 0 valid, 1 invalid (the reason is printed), 2 usage.`,
 				if transcript == nil {
 					transcript, err = fetchTranscript(cmd.Context(), nodeClient(cmd), rc)
 				}
+				var rounds []wire.RoundCommit
 				if err == nil {
-					err = audit.CheckReceiptFull(b, transcript)
+					_, rounds, _, err = audit.CheckFull(b, transcript)
 				}
-				if err != nil {
+				switch {
+				case err != nil:
 					fail(err)
+				case !audit.SignerCommitted(rc, rounds) && !cmd.Flags().Changed("rpc"):
+					// A self-listed later ticket and a genuine one look alike
+					// in the transcript: only the chain's election decides.
+					fail(fmt.Errorf("the signer %s committed no fragment: only the chain's election record tells a genuine later-ticket signer from a key that listed itself; verify with --rpc", rc.SyncerDID))
 				}
 			}
 			if res.Valid == 1 && cmd.Flags().Changed("rpc") {
@@ -133,13 +143,23 @@ Exit 0 valid, 1 invalid (the reason is printed), 2 usage.`,
 					fail(err)
 				}
 			}
+			if res.Valid == 1 {
+				res.Unchecked = unanchored(res.Checks)
+			}
 			if jsonOutput(cmd) {
 				if err := emitJSON(cmd, res); err != nil {
 					return err
 				}
 			} else if res.Valid == 1 {
 				w := cmd.OutOrStdout()
-				fmt.Fprintf(w, "valid: receipt of %s, run root %s, %d rounds, signed by %s (%s)\n", rc.TaskID, rc.RunRoot, rc.Rounds, rc.SyncerDID, strings.Join(res.Checks, ", "))
+				what := "valid"
+				if len(res.Unchecked) > 0 {
+					what = "valid as far as checked"
+				}
+				fmt.Fprintf(w, "%s: receipt of %s, run root %s, %d rounds, signed by %s (checked: %s)\n", what, rc.TaskID, rc.RunRoot, rc.Rounds, rc.SyncerDID, strings.Join(res.Checks, ", "))
+				for _, u := range res.Unchecked {
+					fmt.Fprintf(w, "not checked: %s\n", u)
+				}
 				switch {
 				case res.Root != nil && res.Height > 0:
 					fmt.Fprintf(w, "committed on chain at height %d: run root %s\n", res.Height, res.Root)
@@ -160,6 +180,26 @@ Exit 0 valid, 1 invalid (the reason is printed), 2 usage.`,
 	pv.register(c, true)
 	_ = c.MarkFlagRequired("receipt")
 	return c
+}
+
+// unanchored lists what a verification with checks did not establish:
+// without the chain (--rpc) or a run-log proof (--proof) nothing ties the
+// receipt's run root to a run on chain, and without the chain nothing ties
+// its syncers to the run's election record; without --full the transcript
+// behind the run root was not recomputed.
+func unanchored(checks []string) []string {
+	has := func(c string) bool { return slices.Contains(checks, c) }
+	var out []string
+	if !has("chain") && !has("proof") {
+		out = append(out, "that this run root is the one committed on chain for the task (no anchor: give --rpc, or --proof with --genesis, --header or --app-hash)")
+	}
+	if !has("chain") {
+		out = append(out, "that the syncers are the entrants of the run's election on chain (give --rpc)")
+	}
+	if !has("full") {
+		out = append(out, "the transcript behind the run root (give --full)")
+	}
+	return out
 }
 
 // fetchTranscript gets rc's transcript blob from a node: its round commits

@@ -1,0 +1,345 @@
+package chain
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/tenzro/train/machine"
+	"github.com/tenzro/train/wire"
+	"github.com/tenzro/train/wire/did"
+)
+
+// TestMetamorphic applies seeded random sequences of valid and invalid
+// transactions (every transaction type, stale nonces, tampered and garbage
+// bytes, clock jumps past deadlines) to two applications on disk, one of
+// which restarts at random (after a Commit, or after FinalizeBlock and before
+// its Commit, as a crash would). After every block both must give the same
+// result codes and app hash, and every ledger's balances must sum to zero.
+// TENZRO_META_SEED=n replays one seed; a failure names its seed.
+func TestMetamorphic(t *testing.T) {
+	seeds := []uint64{1, 2, 3}
+	if s := os.Getenv("TENZRO_META_SEED"); s != "" {
+		n, err := strconv.ParseUint(s, 10, 64)
+		if err != nil {
+			t.Fatalf("TENZRO_META_SEED: %v", err)
+		}
+		seeds = []uint64{n}
+	}
+	for _, seed := range seeds {
+		t.Run(fmt.Sprint("seed=", seed), func(t *testing.T) { metamorphic(t, seed, 80) })
+	}
+}
+
+// metaWorld is the keys and the runs a random sequence draws from.
+type metaWorld struct {
+	rng      *rand.Rand
+	sponsor  *did.Key
+	trainers []*did.Key
+	cands    []*did.Key
+	others   []*did.Key
+	nonce    map[string]uint64
+	tasks    []string
+	specs    map[string][]byte
+	rules    Rules
+	posted   int
+}
+
+func (w *metaWorld) all() []*did.Key {
+	out := append([]*did.Key{w.sponsor}, w.trainers...)
+	out = append(out, w.cands...)
+	return append(out, w.others...)
+}
+
+func (w *metaWorld) pick(ks []*did.Key) *did.Key { return ks[w.rng.IntN(len(ks))] }
+
+// next is key's next nonce; one in ten transactions reuses a stale one.
+func (w *metaWorld) next(k *did.Key) uint64 {
+	if w.rng.IntN(10) == 0 {
+		return 1
+	}
+	w.nonce[k.DID.String()]++
+	return w.nonce[k.DID.String()]
+}
+
+func (w *metaWorld) amount() string {
+	return []string{"0", "1", "7", "100", "250", "100000000000000000"}[w.rng.IntN(6)]
+}
+
+func metamorphic(t *testing.T, seed uint64, blocks int) {
+	fail := func(format string, a ...any) {
+		t.Helper()
+		t.Fatalf("seed %d (replay with TENZRO_META_SEED=%d): %s", seed, seed, fmt.Sprintf(format, a...))
+	}
+	rng := rand.New(rand.NewPCG(seed, 0x7e2a))
+	w := &metaWorld{rng: rng, sponsor: testKey(t, did.KindHuman, 1), nonce: map[string]uint64{}, specs: map[string][]byte{}, rules: meanRules(t)}
+	for i := range 4 {
+		w.trainers = append(w.trainers, testKey(t, did.KindMachine, byte(20+i)))
+	}
+	for i := range 3 {
+		w.cands = append(w.cands, testKey(t, did.KindMachine, byte(30+i)))
+	}
+	w.others = []*did.Key{testKey(t, did.KindHuman, 40), testKey(t, did.KindHuman, 41)}
+	g := GenesisState{Faucet: rng.IntN(2) == 0, Params: &machine.GenesisParams{UnbondingDelayMs: 30000}}
+	if rng.IntN(2) == 0 {
+		win := int64(1 + rng.IntN(3))
+		g.Params.ChallengeWindowBlocks = &win
+	}
+	for _, k := range w.all() {
+		g.Accounts = append(g.Accounts, GenesisAccount{DID: k.DID.String(), Balance: "100000000000"})
+	}
+	g.Candidates = []GenesisAccount{{DID: w.cands[0].DID.String(), Balance: "100"}}
+
+	a, b := newHarness(t, t.TempDir()), newHarness(t, t.TempDir())
+	if ha, hb := a.genesis(g), b.genesis(g); ha != hb {
+		fail("genesis app hash %s vs %s", ha, hb)
+	}
+	restart := func(crash [][]byte) {
+		if crash != nil {
+			b.finalize(crash...) // FinalizeBlock without Commit: lost at restart
+		}
+		b.db.Close()
+		b = &harness{t: t, dir: b.dir, now: b.now, step: b.step}
+		b.open()
+	}
+	accepted, refused := 0, 0
+	for blk := range blocks {
+		adv := time.Duration(0)
+		switch rng.IntN(8) {
+		case 0:
+			adv = time.Duration(5+rng.IntN(70)) * time.Second
+		case 1:
+			adv = 6 * time.Second
+		}
+		a.now, b.now = a.now.Add(adv), b.now.Add(adv)
+		txs := w.block(t, a)
+		switch rng.IntN(10) {
+		case 0:
+			restart(nil)
+		case 1:
+			restart(txs)
+		}
+		ra, ha := a.block(txs...)
+		rb, hb := b.block(txs...)
+		for i := range ra {
+			if ra[i].Code == CodeOK {
+				accepted++
+			} else {
+				refused++
+			}
+			if ra[i].Code != rb[i].Code || string(ra[i].Data) != string(rb[i].Data) {
+				fail("block %d tx %d: code %d (%s) vs %d (%s)", a.height, i, ra[i].Code, ra[i].Log, rb[i].Code, rb[i].Log)
+			}
+		}
+		if ha != hb {
+			fail("block %d (step %d): app hash %s vs %s", a.height, blk, ha, hb)
+		}
+		for _, h := range []*harness{a, b} {
+			if err := ledgerZero(h); err != nil {
+				fail("block %d: %v", h.height, err)
+			}
+		}
+	}
+	sealed := 0
+	for _, task := range w.tasks {
+		if r := runOf(a, task); r != nil && r.Seal != nil {
+			sealed++
+		}
+	}
+	t.Logf("seed %d: %d blocks, %d transactions accepted, %d refused, %d of %d runs sealed", seed, blocks, accepted, refused, sealed, len(w.tasks))
+	if accepted == 0 || refused == 0 {
+		fail("a sequence must mix accepted and refused transactions (%d accepted, %d refused)", accepted, refused)
+	}
+}
+
+// ledgerZero checks conservation: every ledger account (balances, escrow,
+// stakes, challenge escrow, the issuer's negative balance) sums to zero.
+func ledgerZero(h *harness) error {
+	return h.app.View(context.Background(), func(v machine.View) error {
+		total, n, err := machine.LedgerTotal(context.Background(), v.KV)
+		if err != nil {
+			return err
+		}
+		if total.Sign() != 0 {
+			return fmt.Errorf("the ledger's %d accounts sum to %s, not zero", n, total)
+		}
+		return nil
+	})
+}
+
+// runOf reads a run's state from h (nil when it does not exist).
+func runOf(h *harness, task string) *testRun {
+	code, raw := h.query(QueryRun, task)
+	if code != 0 {
+		return nil
+	}
+	var r testRun
+	if err := json.Unmarshal([]byte(raw), &r); err != nil {
+		h.t.Fatal(err)
+	}
+	return &r
+}
+
+// block draws one block's transactions from ref's committed state.
+func (w *metaWorld) block(t *testing.T, ref *harness) [][]byte {
+	var txs [][]byte
+	n := 1 + w.rng.IntN(5)
+	for range n {
+		if tx := w.tx(t, ref); tx != nil {
+			switch w.rng.IntN(25) {
+			case 0: // tampered: one byte flipped
+				tx = append([]byte{}, tx...)
+				tx[w.rng.IntN(len(tx))] ^= 1 << w.rng.IntN(8)
+			case 1: // garbage
+				tx = make([]byte, 1+w.rng.IntN(64))
+				for i := range tx {
+					tx[i] = byte(w.rng.IntN(256))
+				}
+			}
+			txs = append(txs, tx)
+		}
+	}
+	return txs
+}
+
+func (w *metaWorld) task() (string, bool) {
+	if len(w.tasks) == 0 {
+		return "", false
+	}
+	return w.tasks[w.rng.IntN(len(w.tasks))], true
+}
+
+// tx draws one transaction (nil: none this time).
+func (w *metaWorld) tx(t *testing.T, ref *harness) []byte {
+	r := w.rng
+	switch r.IntN(14) {
+	case 0:
+		k := w.pick(w.all())
+		return must(TransferTx(k, w.pick(w.all()).DID.String(), w.amount(), w.next(k)))
+	case 1:
+		return must(FaucetTx(w.pick(w.all()).DID.String(), w.amount(), r.Uint64()))
+	case 2:
+		k := w.pick(w.cands)
+		return must(RegisterSyncerTx(k, w.amount(), w.next(k)))
+	case 3:
+		k := w.pick(w.cands)
+		return must(UnbondTx(k, w.next(k)))
+	case 4:
+		if len(w.tasks) >= 3+w.posted/8 {
+			w.posted++ // few runs at a time, so that some get far
+			return nil
+		}
+		w.posted++
+		task := fmt.Sprintf("mt-%d", w.posted)
+		m := 1 + r.IntN(3)
+		k := 1 + r.IntN(m)
+		if r.IntN(8) == 0 {
+			k = m + 1 // invalid: a quorum above the trainer count
+		}
+		f := 1 + r.IntN(2)
+		spec := testSpec(task, w.sponsor.DID.String(), m, k, f, 1+r.IntN(2), "")
+		w.tasks = append(w.tasks, task)
+		w.specs[task] = spec
+		var init *wire.InitLayout
+		if r.IntN(3) > 0 {
+			init = testLayout(f, task)
+		}
+		tx, err := PostTaskTx(w.sponsor, spec, init, w.rules, w.next(w.sponsor))
+		if err != nil {
+			return nil // the builder refuses what the chain would
+		}
+		return tx
+	case 5:
+		task, ok := w.task()
+		if !ok {
+			return nil
+		}
+		k := w.pick(w.cands)
+		return must(ElectionProofTx(k, task, vrfProof(t, k, task, w.specs[task]), w.next(k)))
+	case 6, 7:
+		task, ok := w.task()
+		if !ok {
+			return nil
+		}
+		k := w.pick(w.trainers)
+		return must(EnrollTx(k, task, []string{"100", "100", "100", "0"}[r.IntN(4)], w.next(k)))
+	case 8, 9:
+		task, ok := w.task()
+		if !ok {
+			return nil
+		}
+		run := runOf(ref, task)
+		round := uint64(r.IntN(2))
+		if run != nil && r.IntN(4) > 0 {
+			round = run.Round
+		}
+		payload := wire.ContentHash([]byte{byte(r.IntN(3))})
+		return must(SubmissionTx(w.pick(w.trainers), task, round, uint64(r.IntN(2)), payload, 10))
+	case 10, 11:
+		task, ok := w.task()
+		if !ok {
+			return nil
+		}
+		run := runOf(ref, task)
+		if run == nil || len(run.Fragments) == 0 || run.Status != wire.StatusRunning {
+			return nil
+		}
+		key := w.pick(w.cands)
+		for _, c := range w.cands {
+			if c.DID.String() == run.Syncer && r.IntN(4) > 0 {
+				key = c
+			}
+		}
+		status := wire.FragAggregated
+		if r.IntN(4) == 0 {
+			status = wire.FragRuleFailed
+		}
+		verdict := ""
+		if r.IntN(2) == 0 {
+			verdict = wire.VerdictEquivocation
+		}
+		return ref.commit(task, r.IntN(len(run.Fragments)), key, 0, status, verdict, w.next(key))
+	case 12:
+		task, ok := w.task()
+		if !ok {
+			return nil
+		}
+		switch r.IntN(4) {
+		case 0:
+			return must(CancelRunTx(w.sponsor, task, w.next(w.sponsor)))
+		case 1:
+			k := w.pick(w.trainers)
+			return must(LeaveTx(k, task, w.next(k)))
+		case 2:
+			return must(SetInitWeightsTx(w.sponsor, task, *testLayout(1+r.IntN(2), task), w.next(w.sponsor)))
+		default:
+			k := w.pick(w.others)
+			run := runOf(ref, task)
+			if run == nil {
+				return nil
+			}
+			return must(ChallengeTx(k, task, run.Round, 0, wire.ContentHash([]byte("other")), w.amount(), w.next(k)))
+		}
+	default:
+		task, ok := w.task()
+		if !ok {
+			return nil
+		}
+		k := w.pick(w.cands)
+		var rc *wire.Receipt
+		err := ref.app.View(context.Background(), func(v machine.View) error {
+			var err error
+			rc, _, _, err = machine.ChainReceipt(context.Background(), v.KV, task, k.DID.String(), json.RawMessage(`{"engine":"test"}`), nil)
+			return err
+		})
+		if err != nil {
+			return nil // not sealed: nothing to sign
+		}
+		return must(SignReceiptTx(k, rc, nil))
+	}
+}
