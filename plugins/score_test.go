@@ -326,4 +326,3 @@ func TestScoreOutOfFuel(t *testing.T) {
 		t.Fatalf("err = %v, want out of fuel", err)
 	}
 }
-

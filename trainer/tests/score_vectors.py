@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
+from unittest import mock
 
 import numpy as np
 import torch
@@ -74,7 +75,9 @@ def build(name: str, cfg: TimesFMConfig, dtype: str, prefix: str, seed: int) -> 
     for n in frag:
         w = weights[n].float()
         rms = float(w.pow(2).mean().sqrt()) or 1.0
-        grad[n] = (torch.randn(w.shape, generator=torch.Generator().manual_seed(seed * 1000 + len(grad))) * 0.01 * rms).to(st)
+        grad[n] = (
+            torch.randn(w.shape, generator=torch.Generator().manual_seed(seed * 1000 + len(grad))) * 0.01 * rms
+        ).to(st)
     raw = _windows(rng, cfg, BATCHES * BATCH_SIZE)
     res: dict = {"name": name, "config": cfg.metadata(), "dtype": dtype, "fragment": frag, "lr": LR, "beta": BETA,
                  "nesterov": True, "batches": BATCHES, "batch_size": BATCH_SIZE}  # fmt: skip
@@ -100,7 +103,23 @@ def build(name: str, cfg: TimesFMConfig, dtype: str, prefix: str, seed: int) -> 
     return {"case": res, "files": files}
 
 
+# window enumeration: series lengths around the edges (shorter than a window, exactly one, holdout cuts)
+WINDOW_LENS = [0, 5, 79, 80, 99, 100, 101, 104, 105, 250, 1000, 3]
+WINDOW_LEN, STRIDE = 80, 2
+
+
+def windows_vector() -> dict:
+    """Which (series, start) every training window of data.make_windows is, for the Go WindowIndex: the
+    loader runs with normalization off, on series whose values encode (series, position)."""
+    series = [data.Series(f"s{i}", np.arange(n, dtype=np.float64) + 10_000.0 * i) for i, n in enumerate(WINDOW_LENS)]
+    with mock.patch.object(data, "_normalize", lambda c, t: (c, t)):
+        tr, _ = data.make_windows(series, WINDOW_LEN - 16, 16, stride=STRIDE)
+    starts = [[int(x0 // 10_000), int(x0 % 10_000)] for x0 in tr.x[:, 0]]
+    return {"lengths": WINDOW_LENS, "window_len": WINDOW_LEN, "stride": STRIDE, "windows": starts}
+
+
 def main() -> None:
+    (OUT / "windows.json").write_text(json.dumps(windows_vector()) + "\n")
     for name, cfg, dtype, prefix, seed in CASES:
         d = OUT / name
         d.mkdir(parents=True, exist_ok=True)
@@ -109,7 +128,15 @@ def main() -> None:
             (d / fn).write_bytes(blob)
         (d / "case.json").write_text(json.dumps(b["case"], indent=1, sort_keys=True) + "\n")
         t = b["case"]["torch_f64"]
-        print(name, "before", t["before"], "after", t["after"], "Δ", [a - c for a, c in zip(t["before"], t["after"], strict=True)])
+        print(
+            name,
+            "before",
+            t["before"],
+            "after",
+            t["after"],
+            "Δ",
+            [a - c for a, c in zip(t["before"], t["after"], strict=True)],
+        )
         assert all(math.isfinite(v) for v in t["before"] + t["after"])
 
 
