@@ -326,3 +326,52 @@ func TestScoreOutOfFuel(t *testing.T) {
 		t.Fatalf("err = %v, want out of fuel", err)
 	}
 }
+
+// FuzzScoreInput mutates a valid score call (the fragment, the batch shape,
+// a tensor's shape and name, the gradient's length): the host refuses or the
+// guest answers — with an error naming the problem, or losses for every
+// batch — and nothing panics or traps.
+func FuzzScoreInput(f *testing.F) {
+	f.Add(int8(0), int8(0), uint8(2), uint8(4), int8(0), uint8(0), int32(0), uint8(0), uint16(0))
+	f.Add(int8(-1), int8(3), uint8(1), uint8(1), int8(1), uint8(3), int32(5), uint8(2), uint16(4))
+	f.Add(int8(0), int8(0), uint8(1), uint8(8), int8(0), uint8(7), int32(-1), uint8(1), uint16(0))
+	base := loadScoreCase(f, "odd")
+	e := testEngine(f)
+	f.Fuzz(func(t *testing.T, dFirst, dCount int8, batches, bsize uint8, dWin int8, ti uint8, dim int32, cut uint8, gcut uint16) {
+		in := base.in
+		in.FragFirst += int(dFirst)
+		in.FragCount += int(dCount)
+		in.Batches, in.BatchSize = int(batches%4), int(bsize%9)
+		in.WindowLen += int(dWin % 3)
+		if n := in.Batches * in.BatchSize * in.WindowLen * 4; n >= 0 && n <= len(base.in.Windows) {
+			in.Windows = base.in.Windows[:n]
+		}
+		in.Tensors = slices.Clone(in.Tensors)
+		tt := &in.Tensors[int(ti)%len(in.Tensors)]
+		if dim != 0 { // reshape (same size when dim divides it, else a size change the host refuses)
+			n := int64(1)
+			for _, d := range tt.Shape {
+				n *= d
+			}
+			if dim > 0 && n%int64(dim) == 0 {
+				tt.Shape = []int64{int64(dim), n / int64(dim)}
+			} else {
+				tt.Shape = []int64{n + int64(dim%7)}
+			}
+		}
+		if cut%4 == 1 && len(tt.Name) > 1 {
+			tt.Name = tt.Name[:len(tt.Name)-1]
+		}
+		if int(gcut) < len(in.Gradient) {
+			in.Gradient = in.Gradient[:len(in.Gradient)-int(gcut)]
+		}
+		out, err := e.Score(context.Background(), in)
+		var rf *syncer.RuleFailure
+		if errors.As(err, &rf) && (rf.Code == CodeTrap || rf.Code == CodeOutOfFuel) {
+			t.Fatalf("the evaluator trapped or ran out of fuel: %v", err)
+		}
+		if err == nil && (len(out.Before) != in.Batches || len(out.After) != in.Batches) {
+			t.Fatalf("%d/%d losses for %d batches", len(out.Before), len(out.After), in.Batches)
+		}
+	})
+}
