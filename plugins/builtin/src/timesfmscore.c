@@ -203,9 +203,19 @@ static inline float fold4(v128_t a) {
   return wasm_f32x4_extract_lane(s, 0) + wasm_f32x4_extract_lane(s, 1);
 }
 
+/* One output's dot with one row, accumulated in four lanes (the reference
+ * order every blocking below reproduces exactly). */
+static inline v128_t dot1(const float *w, const float *x, uint32_t body, uint32_t tail) {
+  v128_t a = wasm_f32x4_splat(0);
+  for (uint32_t c = 0; c < body; c += 4) a = wasm_f32x4_add(a, wasm_f32x4_mul(wasm_v128_load(w + c), wasm_v128_load(x + c)));
+  if (tail) a = wasm_f32x4_add(a, wasm_f32x4_mul(tz_load4(w + body, tail), tz_load4(x + body, tail)));
+  return a;
+}
+
 /* y[r][o] = b[o] + dot(W[o], x[r]) for rows r < R (x rows of l->in, y rows of
- * l->out). Four rows share each weight load; the arithmetic of every output
- * is the same whatever the blocking. */
+ * l->out). Blocks of four rows × two outputs share their loads (eight
+ * accumulators); the arithmetic of every output is dot1's whatever the
+ * blocking, so the bits do not depend on it. */
 static void linear(const float *x, uint32_t R, const lin_t *l, float *y) {
   const uint32_t in = l->in, out = l->out, body = in & ~3u, tail = in - body;
   const v128_t z = wasm_f32x4_splat(0);
@@ -213,41 +223,54 @@ static void linear(const float *x, uint32_t R, const lin_t *l, float *y) {
   for (; r + 4 <= R; r += 4) {
     const float *x0 = x + (size_t)r * in, *x1 = x0 + in, *x2 = x1 + in, *x3 = x2 + in;
     float *y0 = y + (size_t)r * out;
-    for (uint32_t o = 0; o < out; o++) {
-      const float *w = l->w + (size_t)o * in;
-      v128_t a0 = z, a1 = z, a2 = z, a3 = z;
+    uint32_t o = 0;
+    for (; o + 2 <= out; o += 2) {
+      const float *w = l->w + (size_t)o * in, *u = w + in;
+      v128_t a0 = z, a1 = z, a2 = z, a3 = z, b0 = z, b1 = z, b2 = z, b3 = z;
       for (uint32_t c = 0; c < body; c += 4) {
-        v128_t wv = wasm_v128_load(w + c);
-        a0 = wasm_f32x4_add(a0, wasm_f32x4_mul(wv, wasm_v128_load(x0 + c)));
-        a1 = wasm_f32x4_add(a1, wasm_f32x4_mul(wv, wasm_v128_load(x1 + c)));
-        a2 = wasm_f32x4_add(a2, wasm_f32x4_mul(wv, wasm_v128_load(x2 + c)));
-        a3 = wasm_f32x4_add(a3, wasm_f32x4_mul(wv, wasm_v128_load(x3 + c)));
+        v128_t wv = wasm_v128_load(w + c), uv = wasm_v128_load(u + c);
+        v128_t v0 = wasm_v128_load(x0 + c), v1 = wasm_v128_load(x1 + c);
+        v128_t v2 = wasm_v128_load(x2 + c), v3 = wasm_v128_load(x3 + c);
+        a0 = wasm_f32x4_add(a0, wasm_f32x4_mul(wv, v0));
+        a1 = wasm_f32x4_add(a1, wasm_f32x4_mul(wv, v1));
+        a2 = wasm_f32x4_add(a2, wasm_f32x4_mul(wv, v2));
+        a3 = wasm_f32x4_add(a3, wasm_f32x4_mul(wv, v3));
+        b0 = wasm_f32x4_add(b0, wasm_f32x4_mul(uv, v0));
+        b1 = wasm_f32x4_add(b1, wasm_f32x4_mul(uv, v1));
+        b2 = wasm_f32x4_add(b2, wasm_f32x4_mul(uv, v2));
+        b3 = wasm_f32x4_add(b3, wasm_f32x4_mul(uv, v3));
       }
       if (tail) {
-        v128_t wv = tz_load4(w + body, tail);
-        a0 = wasm_f32x4_add(a0, wasm_f32x4_mul(wv, tz_load4(x0 + body, tail)));
-        a1 = wasm_f32x4_add(a1, wasm_f32x4_mul(wv, tz_load4(x1 + body, tail)));
-        a2 = wasm_f32x4_add(a2, wasm_f32x4_mul(wv, tz_load4(x2 + body, tail)));
-        a3 = wasm_f32x4_add(a3, wasm_f32x4_mul(wv, tz_load4(x3 + body, tail)));
+        v128_t wv = tz_load4(w + body, tail), uv = tz_load4(u + body, tail);
+        v128_t v0 = tz_load4(x0 + body, tail), v1 = tz_load4(x1 + body, tail);
+        v128_t v2 = tz_load4(x2 + body, tail), v3 = tz_load4(x3 + body, tail);
+        a0 = wasm_f32x4_add(a0, wasm_f32x4_mul(wv, v0));
+        a1 = wasm_f32x4_add(a1, wasm_f32x4_mul(wv, v1));
+        a2 = wasm_f32x4_add(a2, wasm_f32x4_mul(wv, v2));
+        a3 = wasm_f32x4_add(a3, wasm_f32x4_mul(wv, v3));
+        b0 = wasm_f32x4_add(b0, wasm_f32x4_mul(uv, v0));
+        b1 = wasm_f32x4_add(b1, wasm_f32x4_mul(uv, v1));
+        b2 = wasm_f32x4_add(b2, wasm_f32x4_mul(uv, v2));
+        b3 = wasm_f32x4_add(b3, wasm_f32x4_mul(uv, v3));
       }
-      float b = l->b[o];
-      y0[o] = b + fold4(a0);
-      y0[out + o] = b + fold4(a1);
-      y0[2 * out + o] = b + fold4(a2);
-      y0[3 * out + o] = b + fold4(a3);
+      float bw = l->b[o], bu = l->b[o + 1];
+      y0[o] = bw + fold4(a0), y0[o + 1] = bu + fold4(b0);
+      y0[out + o] = bw + fold4(a1), y0[out + o + 1] = bu + fold4(b1);
+      y0[2 * out + o] = bw + fold4(a2), y0[2 * out + o + 1] = bu + fold4(b2);
+      y0[3 * out + o] = bw + fold4(a3), y0[3 * out + o + 1] = bu + fold4(b3);
+    }
+    for (; o < out; o++) {
+      const float *w = l->w + (size_t)o * in;
+      y0[o] = l->b[o] + fold4(dot1(w, x0, body, tail));
+      y0[out + o] = l->b[o] + fold4(dot1(w, x1, body, tail));
+      y0[2 * out + o] = l->b[o] + fold4(dot1(w, x2, body, tail));
+      y0[3 * out + o] = l->b[o] + fold4(dot1(w, x3, body, tail));
     }
   }
   for (; r < R; r++) {
     const float *x0 = x + (size_t)r * in;
     float *y0 = y + (size_t)r * out;
-    for (uint32_t o = 0; o < out; o++) {
-      const float *w = l->w + (size_t)o * in;
-      v128_t a0 = z;
-      for (uint32_t c = 0; c < body; c += 4)
-        a0 = wasm_f32x4_add(a0, wasm_f32x4_mul(wasm_v128_load(w + c), wasm_v128_load(x0 + c)));
-      if (tail) a0 = wasm_f32x4_add(a0, wasm_f32x4_mul(tz_load4(w + body, tail), tz_load4(x0 + body, tail)));
-      y0[o] = l->b[o] + fold4(a0);
-    }
+    for (uint32_t o = 0; o < out; o++) y0[o] = l->b[o] + fold4(dot1(l->w + (size_t)o * in, x0, body, tail));
   }
 }
 
