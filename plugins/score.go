@@ -49,8 +49,9 @@ type ScoreInput struct {
 	Tensors []wire.TensorInfo
 	// Weights are the start weights of the round: the values of the
 	// fragments in order (one syncer.Values per fragment, e.g. the data
-	// section of each fragment's weights blob, WeightsFileValues), which
-	// together span every tensor of Tensors.
+	// section of each fragment's weights blob, WeightsFileValues — a file
+	// is always named with its byte ranges), which together span every
+	// tensor of Tensors.
 	Weights []syncer.Values
 	// FragFirst and FragCount are the scored fragment's tensors within
 	// Tensors.
@@ -238,15 +239,7 @@ func (e *Engine) Score(ctx context.Context, in ScoreInput) (out ScoreOutput, err
 			return out, fmt.Errorf("plugins: score: %w", err)
 		}
 		files = append(files, f)
-		ranges := v.Ranges
-		if len(ranges) == 0 {
-			st, err := f.Stat()
-			if err != nil {
-				return out, fmt.Errorf("plugins: score: %w", err)
-			}
-			ranges = []syncer.ByteRange{{Off: 0, Len: st.Size()}}
-		}
-		srcs[i] = readerSource(f, ranges)
+		srcs[i] = readerSource(f, v.Ranges)
 	}
 	f := e.newFeeder()
 	defer f.release()

@@ -268,6 +268,9 @@ func TestScoreBadInput(t *testing.T) {
 	}{
 		{"short gradient", func(in *ScoreInput) { in.Gradient = in.Gradient[4:] }, "gradient of", false},
 		{"short weights", func(in *ScoreInput) { in.Weights = in.Weights[:2] }, "weights span", false},
+		{"file without ranges", func(in *ScoreInput) {
+			in.Weights = []syncer.Values{syncer.FileValues(filepath.Join("testdata", "score", "odd", "model.safetensors"))}
+		}, "weights span 0 bytes", false},
 		{"windows", func(in *ScoreInput) { in.Windows = in.Windows[:len(in.Windows)-4] }, "windows of", false},
 		{"no batches", func(in *ScoreInput) { in.Batches = 0 }, "batches of", false},
 		{"nan window", func(in *ScoreInput) {
@@ -377,4 +380,23 @@ func FuzzScoreInput(f *testing.F) {
 			t.Fatalf("%d/%d losses for %d batches", len(out.Before), len(out.After), in.Batches)
 		}
 	})
+}
+
+// TestResolveScorer: the built-in evaluator resolves by name, with inline
+// parameters and defaults filled, to the embedded module's hash (recorded
+// in docs/protocol/scoring.md).
+func TestResolveScorer(t *testing.T) {
+	rr, err := testEngine(t).ResolveScorer(context.Background(), "TimesFMScore{n_layers=3, d_ff=256}", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rr.Name != "TimesFMScore" || rr.Hash.String() != "b9752bdfcc14e7b5bb9e8a118aabef67ec9db2dd8464fc0f0dee1d3c06d82027" {
+		t.Errorf("resolved %s %s", rr.Name, rr.Hash)
+	}
+	if want := `{"context_len":64,"d_ff":256,"d_model":64,"horizon":16,"n_heads":4,"n_layers":3,"patch_len":8}`; string(rr.Params) != want {
+		t.Errorf("params %s, want %s", rr.Params, want)
+	}
+	if _, err := testEngine(t).ResolveScorer(context.Background(), "TimesFMScore{n_heads=0}", nil); err == nil {
+		t.Error("n_heads=0 accepted")
+	}
 }

@@ -25,11 +25,7 @@ func (e *Engine) remoteScore(ctx context.Context, p *plugin, in ScoreInput, _ *s
 	var mem []syncer.Values
 	for _, v := range in.Weights {
 		if v.Path != "" && v.R == nil {
-			ranges := v.Ranges
-			if len(ranges) == 0 {
-				return out, fmt.Errorf("plugins: score: weights file %s without byte ranges", v.Path)
-			}
-			sr.Weights = append(sr.Weights, workerValues{Path: v.Path, Ranges: ranges})
+			sr.Weights = append(sr.Weights, workerValues{Path: v.Path, Ranges: v.Ranges})
 			continue
 		}
 		sr.Weights = append(sr.Weights, workerValues{Ranges: []syncer.ByteRange{{Off: inLen, Len: v.Len()}}})
