@@ -8,6 +8,7 @@ import (
 	"math"
 	"os"
 
+	"github.com/tenzro/train/machine"
 	"github.com/tenzro/train/plugins/abi"
 	"github.com/tenzro/train/syncer"
 	"github.com/tenzro/train/wire"
@@ -42,10 +43,10 @@ type ScoreInput struct {
 	// Evaluator is a resolved score plugin (ResolveScorer).
 	Evaluator syncer.RuleRef
 	// Dtype is the model's element type (every fragment shares it).
-	Dtype syncer.Dtype
+	Dtype machine.Dtype
 	// Tensors is the whole model in canonical order: every fragment's
 	// tensors, fragment after fragment (the tensors sorted by name, as
-	// syncer.SplitFragments lays them out).
+	// machine.SplitFragments lays them out).
 	Tensors []wire.TensorInfo
 	// Weights are the start weights of the round: the values of the
 	// fragments in order (one syncer.Values per fragment, e.g. the data
@@ -101,7 +102,7 @@ type scoreLayout struct {
 // error that names the field; nothing runs).
 func checkScore(in *ScoreInput) (*scoreLayout, error) {
 	es := int64(in.Dtype.Size())
-	if in.Dtype != syncer.F32 && in.Dtype != syncer.BF16 {
+	if in.Dtype != machine.F32 && in.Dtype != machine.BF16 {
 		return nil, fmt.Errorf("dtype %q: want F32 or BF16", in.Dtype)
 	}
 	if len(in.Tensors) == 0 || len(in.Tensors) > MaxScoreTensors {
@@ -120,7 +121,7 @@ func checkScore(in *ScoreInput) (*scoreLayout, error) {
 		if i > 0 && in.Tensors[i-1].Name >= t.Name {
 			return nil, fmt.Errorf("tensor %q after %q: tensors must be in canonical (bytewise name) order", t.Name, in.Tensors[i-1].Name)
 		}
-		if syncer.Dtype(t.Dtype) != in.Dtype {
+		if machine.Dtype(t.Dtype) != in.Dtype {
 			return nil, fmt.Errorf("tensor %q is %s, the model is %s", t.Name, t.Dtype, in.Dtype)
 		}
 		if len(t.Shape) == 0 || len(t.Shape) > 4 {

@@ -16,6 +16,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/tenzro/train/machine"
 	"github.com/tenzro/train/syncer"
 	"github.com/tenzro/train/wire"
 	"github.com/tenzro/train/wire/safetensors"
@@ -96,7 +97,7 @@ func loadScoreCase(t testing.TB, name string) *scoreCase {
 	// The start weights in three parts (before, the fragment, after), as
 	// fragment blobs would give them.
 	lo, hi := c.offs[first], c.offs[first+len(gs)]
-	c.in = ScoreInput{Evaluator: ev, Dtype: syncer.Dtype(c.Dtype), Tensors: c.tensors,
+	c.in = ScoreInput{Evaluator: ev, Dtype: machine.Dtype(c.Dtype), Tensors: c.tensors,
 		Weights:   []syncer.Values{syncer.BytesValues(c.values[:lo]), syncer.BytesValues(c.values[lo:hi]), syncer.BytesValues(c.values[hi:])},
 		FragFirst: first, FragCount: len(gs), Gradient: grad, LR: float32(c.LR), Beta: float32(c.Beta), Nesterov: c.Nesterov,
 		Windows: win, Batches: c.Batches, BatchSize: c.BatchSize, WindowLen: c.Config["context_len"] + c.Config["horizon"]}
@@ -282,7 +283,7 @@ func TestScoreBadInput(t *testing.T) {
 			in.Tensors = slices.Clone(in.Tensors)
 			in.Tensors[0], in.Tensors[1] = in.Tensors[1], in.Tensors[0]
 		}, "canonical", false},
-		{"dtype", func(in *ScoreInput) { in.Dtype = syncer.BF16 }, "is F32, the model is BF16", false},
+		{"dtype", func(in *ScoreInput) { in.Dtype = machine.BF16 }, "is F32, the model is BF16", false},
 		{"nan lr", func(in *ScoreInput) { in.LR = float32(math.NaN()) }, "must be finite", false},
 		{"window length", func(in *ScoreInput) {
 			in.WindowLen--

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tenzro/train/machine"
 	wasm "github.com/tenzro/train/plugins"
 	"github.com/tenzro/train/syncer"
 	"github.com/tenzro/train/wire/safetensors"
@@ -25,7 +26,7 @@ import (
 // measured in the same iteration with the same engine. Both run as the node
 // runs them: in worker processes, the start weights read from the fragments'
 // weights blobs (canonical safetensors files) and the inputs from memory.
-// The model is split into F=4 fragments (syncer.SplitFragments); the scored
+// The model is split into F=4 fragments (machine.SplitFragments); the scored
 // and aggregated fragment is the largest. Random weights: the cost does not
 // depend on the values.
 //
@@ -151,12 +152,12 @@ func scoreFixture(b *testing.B, e *wasm.Engine, m scoreModel, batch int) (wasm.S
 		tensors = append(tensors, safetensors.Tensor{Name: name, Dtype: "F32", Shape: shape, Data: randF32(r, n, scale)})
 		total += n
 	}
-	frags, err := syncer.SplitFragments(tensors, 4)
+	frags, err := machine.SplitFragments(tensors, 4)
 	if err != nil {
 		b.Fatal(err)
 	}
 	dir := b.TempDir()
-	in := wasm.ScoreInput{Dtype: syncer.F32, LR: 0.7, Beta: 0.9, Nesterov: true, Batches: 2, BatchSize: batch,
+	in := wasm.ScoreInput{Dtype: machine.F32, LR: 0.7, Beta: 0.9, Nesterov: true, Batches: 2, BatchSize: batch,
 		WindowLen: m.cfg["context_len"] + m.cfg["horizon"]}
 	largest, first := -1, 0
 	var fragN int64
@@ -194,7 +195,7 @@ func scoreFixture(b *testing.B, e *wasm.Engine, m scoreModel, batch int) (wasm.S
 	if err != nil {
 		b.Fatal(err)
 	}
-	agg := syncer.AggregateInput{Rule: mean, Dtype: syncer.F32, N: int(fragN)}
+	agg := syncer.AggregateInput{Rule: mean, Dtype: machine.F32, N: int(fragN)}
 	for k := 0; k < 6; k++ {
 		agg.Inputs = append(agg.Inputs, randF32(r, fragN, 1e-3))
 	}
