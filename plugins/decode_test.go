@@ -507,13 +507,19 @@ func TestDecodeIsBoundedByFuel(t *testing.T) {
 }
 
 // TestManifestABIVersions: ABI 1 manifests still parse (old plugins load);
-// the decode kind needs ABI 2, lists its tensors, and only decoders list any.
+// the decode kind needs ABI 2, lists its tensors, and only decoders list any;
+// the score kind needs ABI 3 and does not chunk.
 func TestManifestABIVersions(t *testing.T) {
 	for _, tc := range []struct{ manifest, err string }{
 		{`{"abi":1,"id":"Old","version":"1.0.0","kind":"aggregate","dtypes":["F32"],"params":[]}`, ""},
 		{`{"abi":2,"id":"New","version":"1.0.0","kind":"aggregate","dtypes":["F32"],"params":[]}`, ""},
 		{`{"abi":2,"id":"Dec","version":"1.0.0","kind":"decode","dtypes":["F32"],"params":[],"tensors":[{"name":"q","dtypes":["I8"]}]}`, ""},
-		{`{"abi":3,"id":"Future","version":"1.0.0","kind":"aggregate","dtypes":["F32"],"params":[]}`, "implements ABI 1..2"},
+		{`{"abi":3,"id":"Now","version":"1.0.0","kind":"aggregate","dtypes":["F32"],"params":[]}`, ""},
+		{`{"abi":4,"id":"Future","version":"1.0.0","kind":"aggregate","dtypes":["F32"],"params":[]}`, "implements ABI 1..3"},
+		{`{"abi":3,"id":"Sc","version":"1.0.0","kind":"score","dtypes":["F32"],"params":[]}`, ""},
+		{`{"abi":2,"id":"Sc","version":"1.0.0","kind":"score","dtypes":["F32"],"params":[]}`, "kind score needs abi >= 3"},
+		{`{"abi":3,"id":"Sc","version":"1.0.0","kind":"score","dtypes":["F32"],"params":[],"chunking":"coordinate"}`, "score plugins do not chunk"},
+		{`{"abi":3,"id":"Sc","version":"1.0.0","kind":"scores","dtypes":["F32"],"params":[]}`, "want aggregate, verify, outer, decode or score"},
 		{`{"abi":1,"id":"Dec","version":"1.0.0","kind":"decode","dtypes":["F32"],"params":[],"tensors":[{"name":"q","dtypes":["I8"]}]}`, "kind decode needs abi >= 2"},
 		{`{"abi":2,"id":"Dec","version":"1.0.0","kind":"decode","dtypes":["F32"],"params":[]}`, "tensors: 0 entries"},
 		{`{"abi":2,"id":"Dec","version":"1.0.0","kind":"decode","dtypes":["F32"],"params":[],"tensors":[{"name":"q","dtypes":["U16"]}]}`, `dtype "U16"`},

@@ -15,7 +15,12 @@
 // step in one call on blob files read in place (finalize*.go) — with the
 // staging memory whose pages are mapped over large guest blocks instead of
 // copying into fresh ones (feed.go, stage_linux.go), and the native fast
-// path of the built-in Nesterov step, fuel for fuel (nesterov_native.go).
+// path of the built-in Nesterov step, fuel for fuel (nesterov_native.go),
+// and evaluators: Engine.Score runs a score plugin (ABI v3) on the round's
+// start weights, one submission's gradient and batches of windows, and
+// score_batches.go enumerates a corpus's training windows and draws the
+// own-shard and control batches from chain randomness (score*.go,
+// docs/protocol/scoring.md).
 // The ABI is in ABI.md; package abi holds its manifest definitions,
 // conformance the suite any plugin can be run against, buildtool the
 // builder behind `tenzro plugin build`, sdk/ the C header and Go SDK.

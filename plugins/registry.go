@@ -189,7 +189,7 @@ func (e *Engine) pluginFor(ctx context.Context, ref syncer.RuleRef, kind string)
 	}
 }
 
-// entrySignatures are the ABI v1 exports (ABI.md §4).
+// entrySignatures are the exports of every ABI version (ABI.md §4).
 var entrySignatures = map[string][2][]api.ValueType{
 	"tenzro_abi_version": {{}, {i32}},
 	"tenzro_alloc":       {{i32}, {i32}},
@@ -199,7 +199,9 @@ var entrySignatures = map[string][2][]api.ValueType{
 	"tenzro_outer_step":  {{i32, i32, i32, i32, i32, i32, api.ValueTypeF32, api.ValueTypeF32, i32}, {i32}},
 	// ABI v2 (ABI.md §4.1)
 	"tenzro_decode": {{i32, i32, i32, i32, i32, i32, i32}, {i32}},
-	"_initialize":   {{}, {}},
+	// ABI v3 (ABI.md §4.2)
+	"tenzro_score": {{i32, i32, i32, i32, i32, i32, i32, api.ValueTypeF32, api.ValueTypeF32, i32, i32, i32, i32, i32, i32, i32, i32}, {i32}},
+	"_initialize":  {{}, {}},
 	// chunked passes (ABI.md §6)
 	"tenzro_chunk_plan":   {{i32, i32, i32, i32, i32}, {i32}},
 	"tenzro_chunk_pass":   {{i32, i32, i32, i32, i32, i32, i32, i32, i32, i32, i32, i32, i32}, {i32}},
@@ -210,9 +212,9 @@ var entrySignatures = map[string][2][]api.ValueType{
 // export besides tenzro_chunk_plan.
 var passEntry = map[string]string{abi.KindAggregate: "tenzro_chunk_pass", abi.KindVerify: "tenzro_verify_chunk"}
 
-var kindEntry = map[string]string{abi.KindAggregate: "tenzro_aggregate", abi.KindVerify: "tenzro_verify", abi.KindOuter: "tenzro_outer_step", abi.KindDecode: "tenzro_decode"}
+var kindEntry = map[string]string{abi.KindAggregate: "tenzro_aggregate", abi.KindVerify: "tenzro_verify", abi.KindOuter: "tenzro_outer_step", abi.KindDecode: "tenzro_decode", abi.KindScore: "tenzro_score"}
 
-// prepare validates a module against ABI v1, instruments and compiles it.
+// prepare validates a module against the ABI, instruments and compiles it.
 func (e *Engine) prepare(ctx context.Context, module []byte) (*plugin, error) {
 	if len(module) > e.cfg.MaxModuleBytes {
 		return nil, fmt.Errorf("plugins: module is %d bytes, limit %d", len(module), e.cfg.MaxModuleBytes)

@@ -43,6 +43,10 @@ func (e *Engine) remoteDecode(context.Context, *plugin, syncer.DecodeInput) (syn
 	return syncer.DecodeOutput{}, errNoWorkers
 }
 
+func (e *Engine) remoteScore(context.Context, *plugin, ScoreInput, *scoreLayout) (ScoreOutput, error) {
+	return ScoreOutput{}, errNoWorkers
+}
+
 func (e *Engine) remoteFinalize(ctx context.Context, in syncer.FinalizeInput, _ int64) (syncer.FinalizeOutput, error) {
 	return e.finalizeInProcess(ctx, in)
 }

@@ -59,7 +59,7 @@ type workerConfig struct {
 // back to back from offset 0, loaded before the call), then the call's
 // inputs from InOff, then OutLen bytes of room for its outputs from OutOff.
 type workerReq struct {
-	Op string `json:"op"` // ready, publish, aggregate, verify, outer, decode, finalize, drop
+	Op string `json:"op"` // ready, publish, aggregate, verify, outer, decode, finalize, score, drop
 	// Arena numbers the node's shared buffer for this worker: the worker
 	// keeps its mapping while the number stays the same (the memfd rides
 	// with every request; a new number means a new, larger buffer).
@@ -79,13 +79,34 @@ type workerReq struct {
 	Tensors []workerTensor `json:"tensors,omitempty"`
 	// Fin is a finalize call's plan (its Dtype, N, LR, Beta and Nesterov
 	// are the fields above).
-	Fin    *finReq `json:"fin,omitempty"`
-	InOff  int64   `json:"in_off"`
-	OutOff int64   `json:"out_off"`
-	OutLen int64   `json:"out_len"`
+	Fin *finReq `json:"fin,omitempty"`
+	// Score is a score call's plan (score_workers.go).
+	Score  *scoreReq `json:"score,omitempty"`
+	InOff  int64     `json:"in_off"`
+	OutOff int64     `json:"out_off"`
+	OutLen int64     `json:"out_len"`
 }
 
-// workerTensor is one payload tensor of a decode call.
+// scoreReq is a score call's plan (ABI.md §4.2, §12): the model's tensors
+// and fragment, where each fragment's start weights are (a blob file the
+// worker opens read-only, or ranges of the call's input bytes), and where
+// the gradient and the windows lie in the input bytes (offsets from InOff).
+type scoreReq struct {
+	Tensors   []workerTensor `json:"tensors"`
+	FragFirst int            `json:"frag_first"`
+	FragCount int            `json:"frag_count"`
+	Weights   []workerValues `json:"weights"`
+	GradOff   int64          `json:"grad_off"`
+	GradLen   int64          `json:"grad_len"`
+	WinOff    int64          `json:"win_off"`
+	WinLen    int64          `json:"win_len"`
+	Batches   int            `json:"batches"`
+	BatchSize int            `json:"batch_size"`
+	WindowLen int            `json:"window_len"`
+}
+
+// workerTensor is one payload tensor of a decode call (and one model
+// tensor of a score call, Len unused).
 type workerTensor struct {
 	Name  string  `json:"name"`
 	Dtype string  `json:"dtype"`
@@ -102,7 +123,9 @@ type workerResp struct {
 	Info       *wire.PluginInfo    `json:"info,omitempty"`
 	Fuel       uint64              `json:"fuel,omitempty"`
 	Selected   []bool              `json:"selected,omitempty"`
-	// ScoreBits holds the scores' IEEE-754 bits (JSON has no NaN).
+	// ScoreBits holds the scores' IEEE-754 bits (JSON has no NaN): an
+	// aggregation's per-input scores, or a score call's (before, after)
+	// loss per batch.
 	ScoreBits []uint64 `json:"score_bits,omitempty"`
 	HasScores bool     `json:"has_scores,omitempty"`
 	Accept    bool     `json:"accept,omitempty"`

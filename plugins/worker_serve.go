@@ -315,6 +315,13 @@ func serveCall(ctx context.Context, e *Engine, req *workerReq, mem []byte, arena
 				err = putOutput(span, req, out.Values)
 			}
 		}
+	case "score":
+		var out ScoreOutput
+		out, err = serveScore(ctx, e, req, span)
+		resp.Fuel = out.Fuel
+		for i := range out.Before {
+			resp.ScoreBits = append(resp.ScoreBits, math.Float64bits(out.Before[i]), math.Float64bits(out.After[i]))
+		}
 	default:
 		err = fmt.Errorf("unknown op %q", req.Op)
 	}

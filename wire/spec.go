@@ -103,6 +103,11 @@ type TaskSpec struct {
 	// Compression names the codec outer gradients travel in, e.g.
 	// {"codec":"int4-block","block":64} (docs/protocol/compression.md).
 	Compression json.RawMessage `json:"compression,omitempty"`
+	// Scoring names the evaluator that scores submissions, its parameters,
+	// the sampling rate and the batch size, e.g.
+	// {"evaluator":"TimesFMScore","rate_bps":10000,"batch":8}
+	// (docs/protocol/scoring.md §5).
+	Scoring json.RawMessage `json:"scoring,omitempty"`
 	// EnrollWindowMs is how long after posting a run may wait for M
 	// trainers (and its initial weights); past it the run expires and the
 	// escrow and stakes are refunded (default 7 days, at most 90 days).
@@ -237,6 +242,9 @@ func (s *TaskSpec) Validate() error {
 		}
 	}
 	if _, err := s.CompressionRef(); err != nil {
+		return err
+	}
+	if _, err := s.ScoringRef(); err != nil {
 		return err
 	}
 	if err := s.ValidateChallenges(); err != nil {

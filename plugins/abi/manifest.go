@@ -13,14 +13,18 @@ import (
 )
 
 // ABIVersion is the newest plugin ABI this host implements (ABI.md). Version
-// 2 adds the decode kind (§4.1); version 1 plugins load unchanged.
-const ABIVersion = 2
+// 2 adds the decode kind (§4.1), version 3 the score kind (§4.2); older
+// plugins load unchanged.
+const ABIVersion = 3
 
 // MinABIVersion is the oldest plugin ABI this host still loads.
 const MinABIVersion = 1
 
 // DecodeMinABI is the first ABI version with the decode kind.
 const DecodeMinABI = 2
+
+// ScoreMinABI is the first ABI version with the score kind.
+const ScoreMinABI = 3
 
 // MaxDecodeTensors bounds a decode manifest's tensor list.
 const MaxDecodeTensors = 8
@@ -39,6 +43,10 @@ const (
 	// KindDecode turns a compressed submission payload into the fragment's
 	// values (ABI v2, §4.1).
 	KindDecode = "decode"
+	// KindScore evaluates one submitted gradient: the loss on batches of
+	// data before and after applying it to the start weights (ABI v3,
+	// §4.2).
+	KindScore = "score"
 )
 
 // Chunking modes (ABI.md §6).
@@ -152,8 +160,12 @@ func (m *Manifest) validate() error {
 		if m.ABI < DecodeMinABI {
 			return fmt.Errorf("kind decode needs abi >= %d, manifest says %d", DecodeMinABI, m.ABI)
 		}
+	case KindScore:
+		if m.ABI < ScoreMinABI {
+			return fmt.Errorf("kind score needs abi >= %d, manifest says %d", ScoreMinABI, m.ABI)
+		}
 	default:
-		return fmt.Errorf("kind %q: want aggregate, verify, outer or decode", m.Kind)
+		return fmt.Errorf("kind %q: want aggregate, verify, outer, decode or score", m.Kind)
 	}
 	if err := m.validateTensors(); err != nil {
 		return err
@@ -212,6 +224,9 @@ func (m *Manifest) validate() error {
 	}
 	if m.Kind == KindDecode && m.Chunking != "" && m.Chunking != ChunkNone {
 		return errors.New("decode plugins do not chunk (chunking must be none)")
+	}
+	if m.Kind == KindScore && m.Chunking != "" && m.Chunking != ChunkNone {
+		return errors.New("score plugins do not chunk (chunking must be none)")
 	}
 	return nil
 }

@@ -1,6 +1,6 @@
-// Package builtin holds the built-in rule plugins: C sources under src/,
-// built reproducibly by build.sh into the committed .wasm files embedded
-// here.
+// Package builtin holds the built-in plugins — rules, codecs and the
+// TimesFM-class evaluator (timesfmscore.c) —: C sources under src/, built
+// reproducibly by build.sh into the committed .wasm files embedded here.
 package builtin
 
 import (

@@ -16,25 +16,7 @@
  * to f32, which avoids double rounding. BF16 weights are updated in f32 and
  * rounded to nearest even. */
 #include "common.h"
-
-static inline float tz_fmaf(float a, float b, float c) {
-  double p = (double)a * (double)b; /* exact: 24+24 bits <= 53 */
-  double cc = (double)c;
-  double s = p + cc;
-  if (!(s - s == 0)) return (float)s; /* inf or NaN */
-  double bb = s - p;
-  double e = (p - (s - bb)) + (cc - bb); /* s + e == p + c exactly */
-  if (e != 0) {
-    uint64_t bits;
-    __builtin_memcpy(&bits, &s, 8);
-    if ((bits & 1u) == 0) { /* make s the odd neighbour on e's side */
-      if ((e > 0) == (s > 0)) bits++;
-      else bits--;
-      __builtin_memcpy(&s, &bits, 8);
-    }
-  }
-  return (float)s;
-}
+#include "fmaf.h"
 
 TZ_EXPORT(tenzro_fmaf) float tenzro_fmaf(float a, float b, float c) { return tz_fmaf(a, b, c); }
 

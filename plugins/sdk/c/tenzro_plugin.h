@@ -1,5 +1,5 @@
 /*
- * tenzro_plugin.h — C SDK for Tenzro Train Wasm plugins, ABI v1 and v2 (see plugins/ABI.md).
+ * tenzro_plugin.h — C SDK for Tenzro Train Wasm plugins, ABI v1 to v3 (see plugins/ABI.md).
  *
  * Build with clang (no libc):
  *   clang --target=wasm32 -O3 -msimd128 -mbulk-memory -ffreestanding -nostdlib \
@@ -36,9 +36,10 @@
 #define TZ_REASON_NORM 2
 #define TZ_REASON_NORM_RATIO 3
 
-/* The ABI version the plugin was written for: 1 (aggregate, verify, outer)
- * or 2 (adds the decode kind, ABI.md §4.1). Define TZ_ABI_VERSION before
- * including this header to declare 2; it must equal the manifest's "abi". */
+/* The ABI version the plugin was written for: 1 (aggregate, verify, outer),
+ * 2 (adds the decode kind, ABI.md §4.1) or 3 (adds the score kind, §4.2).
+ * Define TZ_ABI_VERSION before including this header to declare 2 or 3; it
+ * must equal the manifest's "abi". */
 #ifndef TZ_ABI_VERSION
 #define TZ_ABI_VERSION 1
 #endif

@@ -1,0 +1,171 @@
+package wire
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"regexp"
+	"sort"
+
+	"github.com/gowebpki/jcs"
+)
+
+// MaxScoringBytes bounds the spec's scoring object.
+const MaxScoringBytes = 2048
+
+// EvaluatorNone turns scoring off.
+const EvaluatorNone = "none"
+
+// Scoring defaults and bounds (docs/protocol/scoring.md §5).
+const (
+	// DefaultScoringRateBps scores every (trainer, round, fragment): rate 1.
+	DefaultScoringRateBps = 10000
+	// DefaultScoringBatch is the windows of each of the two batches.
+	DefaultScoringBatch = 8
+	// MaxScoringBatch bounds a batch (plugins.MaxScoreBatchSize).
+	MaxScoringBatch = 4096
+)
+
+// Scoring is the parsed `scoring` field of a task spec: which evaluator
+// scores submissions, with which parameters, how often and on how many
+// windows (docs/protocol/scoring.md §5).
+type Scoring struct {
+	// Evaluator is a score plugin: a built-in id ("TimesFMScore") or a
+	// plugin hash ("sha256:<hex>").
+	Evaluator string
+	// Params is the canonical (RFC 8785) JSON object of the evaluator's
+	// numeric parameters; "{}" when there are none (the plugin's schema
+	// checks them and fills defaults at posting).
+	Params json.RawMessage
+	// RateBps is the sampling rate in basis points: the share of
+	// (trainer, round, fragment) triples that are scored, 1..10000.
+	RateBps int
+	// Batch is the windows of the own-shard batch and of the control batch.
+	Batch int
+}
+
+type scoringJSON struct {
+	Evaluator *string         `json:"evaluator"`
+	Params    json.RawMessage `json:"params"`
+	RateBps   *int            `json:"rate_bps"`
+	Batch     *int            `json:"batch"`
+}
+
+var (
+	evaluatorRe = regexp.MustCompile(`^([A-Z][A-Za-z0-9_]{0,63}|sha256:[0-9a-f]{64})$`)
+	scoreKeyRe  = regexp.MustCompile(`^[a-z][a-z0-9_]{0,31}$`)
+)
+
+// ScoringRef parses the spec's scoring field strictly. It returns nil when
+// the field is absent, null, or names the evaluator "none".
+func (s *TaskSpec) ScoringRef() (*Scoring, error) {
+	raw := bytes.TrimSpace(s.Scoring)
+	if len(raw) == 0 || string(raw) == "null" {
+		return nil, nil
+	}
+	c, err := ParseScoring(raw)
+	if err != nil {
+		return nil, fmt.Errorf("spec: scoring: %w", err)
+	}
+	return c, nil
+}
+
+// ParseScoring parses {"evaluator": NAME, "params": {name: number, …},
+// "rate_bps": int, "batch": int}: no other keys, no duplicates, evaluator
+// required, the rest optional (defaults: no parameters, rate 10000 bps,
+// batch 8).
+func ParseScoring(raw []byte) (*Scoring, error) {
+	if len(raw) > MaxScoringBytes {
+		return nil, fmt.Errorf("%d bytes, limit %d", len(raw), MaxScoringBytes)
+	}
+	if err := CheckStrictJSON(raw, StrictJSONOptions{ExactIntegers: true}); err != nil {
+		return nil, err
+	}
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.DisallowUnknownFields()
+	var j scoringJSON
+	if err := dec.Decode(&j); err != nil {
+		return nil, fmt.Errorf(`want an object such as {"evaluator":"TimesFMScore","rate_bps":10000,"batch":8}: %w`, err)
+	}
+	if dec.More() {
+		return nil, errors.New("trailing data")
+	}
+	if j.Evaluator == nil {
+		return nil, errors.New(`"evaluator" is required`)
+	}
+	if *j.Evaluator == EvaluatorNone {
+		if j.Params != nil || j.RateBps != nil || j.Batch != nil {
+			return nil, errors.New(`evaluator "none" takes no other keys`)
+		}
+		return nil, nil
+	}
+	if !evaluatorRe.MatchString(*j.Evaluator) {
+		return nil, fmt.Errorf("evaluator %q: want a score plugin id (TimesFMScore), sha256:<64 hex> or none", trunc(*j.Evaluator))
+	}
+	c := &Scoring{Evaluator: *j.Evaluator, RateBps: DefaultScoringRateBps, Batch: DefaultScoringBatch}
+	if j.RateBps != nil {
+		if *j.RateBps < 1 || *j.RateBps > 10000 {
+			return nil, fmt.Errorf("rate_bps is %d, want 1..10000 (basis points of the triples scored)", *j.RateBps)
+		}
+		c.RateBps = *j.RateBps
+	}
+	if j.Batch != nil {
+		if *j.Batch < 1 || *j.Batch > MaxScoringBatch {
+			return nil, fmt.Errorf("batch is %d, want 1..%d windows", *j.Batch, MaxScoringBatch)
+		}
+		c.Batch = *j.Batch
+	}
+	params, err := scoringParams(j.Params)
+	if err != nil {
+		return nil, fmt.Errorf("params: %w", err)
+	}
+	c.Params = params
+	return c, nil
+}
+
+// scoringParams checks an object of at most 16 numbers with lower-case
+// names and returns it canonical.
+func scoringParams(raw json.RawMessage) (json.RawMessage, error) {
+	if len(bytes.TrimSpace(raw)) == 0 || string(bytes.TrimSpace(raw)) == "null" {
+		return json.RawMessage(`{}`), nil
+	}
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &m); err != nil {
+		return nil, errors.New("want an object of numbers")
+	}
+	if len(m) > 16 {
+		return nil, fmt.Errorf("%d parameters, limit 16", len(m))
+	}
+	keys := make([]string, 0, len(m))
+	for k, v := range m {
+		if !scoreKeyRe.MatchString(k) {
+			return nil, fmt.Errorf("parameter %q: want a lower-case name", trunc(k))
+		}
+		var x any
+		d := json.NewDecoder(bytes.NewReader(v))
+		d.UseNumber()
+		n, ok := x.(json.Number)
+		if err := d.Decode(&x); err == nil {
+			n, ok = x.(json.Number)
+		}
+		if !ok {
+			return nil, fmt.Errorf("parameter %s: want a number", k)
+		}
+		if _, err := n.Float64(); err != nil {
+			return nil, fmt.Errorf("parameter %s: %w", k, err)
+		}
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	var b bytes.Buffer
+	b.WriteByte('{')
+	for i, k := range keys {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		fmt.Fprintf(&b, "%q:%s", k, bytes.TrimSpace(m[k]))
+	}
+	b.WriteByte('}')
+	return jcs.Transform(b.Bytes())
+}

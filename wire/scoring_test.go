@@ -1,0 +1,94 @@
+package wire
+
+import (
+	"strings"
+	"testing"
+)
+
+func TestParseScoring(t *testing.T) {
+	h := "sha256:" + strings.Repeat("ab", 32)
+	for _, tc := range []struct {
+		in, eval, params string
+		rate, batch      int
+		err              string
+	}{
+		{`{"evaluator":"TimesFMScore"}`, "TimesFMScore", `{}`, 10000, 8, ""},
+		{`{"evaluator":"TimesFMScore","params":{"n_layers":2,"d_model":64.0},"rate_bps":2500,"batch":16}`, "TimesFMScore", `{"d_model":64,"n_layers":2}`, 2500, 16, ""},
+		{`{"batch":1,"evaluator":"` + h + `","params":null}`, h, `{}`, 10000, 1, ""},
+		{`{"evaluator":"none"}`, "", "", 0, 0, ""},
+		{`{"evaluator":"none","rate_bps":5}`, "", "", 0, 0, `evaluator "none" takes no other keys`},
+		{`{"rate_bps":100}`, "", "", 0, 0, `"evaluator" is required`},
+		{`{"evaluator":"timesfm"}`, "", "", 0, 0, "want a score plugin id"},
+		{`{"evaluator":7}`, "", "", 0, 0, "want an object such as"},
+		{`{"evaluator":"TimesFMScore","rate_bps":0}`, "", "", 0, 0, "rate_bps is 0, want 1..10000"},
+		{`{"evaluator":"TimesFMScore","rate_bps":10001}`, "", "", 0, 0, "rate_bps is 10001"},
+		{`{"evaluator":"TimesFMScore","rate_bps":0.5}`, "", "", 0, 0, "want an object such as"},
+		{`{"evaluator":"TimesFMScore","batch":4097}`, "", "", 0, 0, "batch is 4097, want 1..4096"},
+		{`{"evaluator":"TimesFMScore","extra":1}`, "", "", 0, 0, `unknown field "extra"`},
+		{`{"evaluator":"TimesFMScore","evaluator":"X"}`, "", "", 0, 0, "duplicate member"},
+		{`{"evaluator":"TimesFMScore","params":{"D":1}}`, "", "", 0, 0, `parameter "D"`},
+		{`{"evaluator":"TimesFMScore","params":{"d":"1"}}`, "", "", 0, 0, "parameter d: want a number"},
+		{`{"evaluator":"TimesFMScore","params":[1]}`, "", "", 0, 0, "want an object of numbers"},
+		{`{"evaluator":"TimesFMScore","batch":9007199254740993}`, "", "", 0, 0, "batch"},
+		{`{"evaluator":"TimesFMScore"} {}`, "", "", 0, 0, "trailing data"},
+		{`["TimesFMScore"]`, "", "", 0, 0, "want an object such as"},
+		{`{"evaluator":"TimesFMScore","params":{` + strings.Repeat(`"a":1,`, 0) + manyParams(17) + `}}`, "", "", 0, 0, "17 parameters, limit 16"},
+	} {
+		c, err := ParseScoring([]byte(tc.in))
+		if tc.err != "" {
+			if err == nil || !strings.Contains(err.Error(), tc.err) {
+				t.Errorf("%s: err = %v, want %q", tc.in, err, tc.err)
+			}
+			continue
+		}
+		if err != nil {
+			t.Errorf("%s: %v", tc.in, err)
+			continue
+		}
+		if tc.eval == "" {
+			if c != nil {
+				t.Errorf("%s: got %+v, want none", tc.in, c)
+			}
+			continue
+		}
+		if c.Evaluator != tc.eval || string(c.Params) != tc.params || c.RateBps != tc.rate || c.Batch != tc.batch {
+			t.Errorf("%s: got %+v (params %s)", tc.in, c, c.Params)
+		}
+	}
+}
+
+func manyParams(n int) string {
+	var parts []string
+	for i := 0; i < n; i++ {
+		parts = append(parts, `"p`+string(rune('a'+i))+`":1`)
+	}
+	return strings.Join(parts, ",")
+}
+
+func TestSpecScoringValidated(t *testing.T) {
+	s := TaskSpec{Scoring: []byte(`{"evaluator":"TimesFMScore","rate_bps":-1}`)}
+	if _, err := s.ScoringRef(); err == nil || !strings.Contains(err.Error(), "spec: scoring: rate_bps") {
+		t.Fatalf("err = %v", err)
+	}
+	s.Scoring = nil
+	if c, err := s.ScoringRef(); c != nil || err != nil {
+		t.Fatalf("absent field: %v %v", c, err)
+	}
+}
+
+func FuzzParseScoring(f *testing.F) {
+	f.Add([]byte(`{"evaluator":"TimesFMScore","params":{"d_model":64},"rate_bps":2500,"batch":16}`))
+	f.Add([]byte(`{"evaluator":"none"}`))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		c, err := ParseScoring(b)
+		if err != nil || c == nil {
+			return
+		}
+		if c.RateBps < 1 || c.RateBps > 10000 || c.Batch < 1 || c.Batch > MaxScoringBatch || !evaluatorRe.MatchString(c.Evaluator) {
+			t.Fatalf("accepted %+v", c)
+		}
+		if _, err := ParseScoring([]byte(`{"evaluator":"X","params":` + string(c.Params) + `}`)); err != nil {
+			t.Fatalf("canonical params %s do not parse again: %v", c.Params, err)
+		}
+	})
+}
