@@ -510,6 +510,9 @@ func (n *Node) Submit(ctx context.Context, g *wire.OuterGradient) (*wire.SubmitR
 		}
 		return nil, Errf(KindInvalid, "gradient_payload: %v", err)
 	}
+	if err := checkPayloadBinding(g.GradientPayload, g.TaskID, g.TrainerDID, g.Round, g.FragmentIndex); err != nil {
+		return nil, Errf(KindInvalid, "%v", err)
+	}
 	if err := n.verifyPayload(ctx, r, fs, values); err != nil {
 		return nil, err
 	}

@@ -700,6 +700,9 @@ func (n *Node) checkInput(ctx context.Context, r *runState, fs *fragState, rec *
 		}
 		return nil, fuel, fmt.Sprintf("gradient_payload: %v", err), nil
 	}
+	if err := checkPayloadBinding(payload, rec.TaskID, rec.TrainerDID, rec.Round, rec.FragmentIndex); err != nil {
+		return nil, fuel, err.Error(), nil
+	}
 	if err := n.verifyPayload(ctx, r, fs, v); err != nil {
 		if KindOf(err) == KindInvalid {
 			return nil, fuel, err.Error(), nil
