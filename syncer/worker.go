@@ -576,6 +576,14 @@ func (n *Node) computeCommit(ctx context.Context, s *snapshot, i int) (*computed
 		}
 		values[j] = v
 	}
+	// The copy rule (copies.go): a later input pointing the way of an
+	// earlier one is rejected as its copy, before round-level verifiers
+	// see the inputs kept.
+	heights := make([]int64, len(fc.Inputs))
+	for j, in := range fc.Inputs {
+		heights[j] = s.records[i][in.TrainerDID].Height
+	}
+	markCopies(fc.Inputs, values, heights, fs.Dtype, int(fs.N), r.spec.CopyThresholdPpm())
 	// Round-level verifiers judge each input against the others kept.
 	var round [][]byte
 	for j, v := range values {
