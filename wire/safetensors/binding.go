@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"io"
 	"strconv"
 	"unicode/utf8"
 )
@@ -155,6 +156,51 @@ func Bind(payload []byte, b Binding, lim Limits) ([]byte, error) {
 		}
 	}
 	return Encode(tensors, b.Metadata())
+}
+
+// BindTo writes the safetensors file of size bytes read through r, bound to
+// b, to w, streaming the tensor data (a payload of any size is stamped
+// without holding it in memory). It returns whether it wrote anything: a
+// file already bound to b is left as it is (false, nil: use the original);
+// an unbound one is written as Bind would return it; one bound to anything
+// else is refused with ErrBinding.
+func BindTo(w io.Writer, r io.ReaderAt, size int64, b Binding, lim Limits) (bool, error) {
+	tensors, md, err := ParseHeaderAt(r, size, lim)
+	if err != nil {
+		return false, err
+	}
+	have, err := ParseBinding(md)
+	switch {
+	case err == nil:
+		return false, have.Check(b)
+	case !errors.Is(err, ErrUnbound):
+		return false, err
+	}
+	for _, k := range []string{MetaTrainer, MetaTask} {
+		if v := b.Metadata()[k]; len(v) == 0 || len(v) > maxBindingField || !utf8.ValidString(v) {
+			return false, fmt.Errorf("%w: %s is %d bytes, want 1..%d of UTF-8", ErrBinding, k, len(v), maxBindingField)
+		}
+	}
+	ts := make([]Tensor, len(tensors))
+	at := make(map[string]TensorAt, len(tensors))
+	for i, t := range tensors {
+		ts[i] = Tensor{Name: t.Name, Dtype: t.Dtype, Shape: t.Shape}
+		at[t.Name] = t
+	}
+	sorted, h, _, err := encodeHeaderOf(ts, b.Metadata(), false)
+	if err != nil {
+		return false, err
+	}
+	if _, err := w.Write(h); err != nil {
+		return false, err
+	}
+	for _, t := range sorted {
+		src := at[t.Name]
+		if _, err := io.Copy(w, io.NewSectionReader(r, src.Offset, src.Len)); err != nil {
+			return false, fmt.Errorf("tensor %q: %w", t.Name, err)
+		}
+	}
+	return true, nil
 }
 
 // parseDecimal parses a uint64 in shortest decimal: digits only, no sign,

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/hex"
 	"errors"
+	"io"
 	"strings"
 	"testing"
 )
@@ -35,6 +36,14 @@ func TestBindingVector(t *testing.T) {
 	again, err := Bind(bound, vecBinding, DefaultLimits)
 	if err != nil || !bytes.Equal(again, bound) {
 		t.Fatalf("re-bind: %v", err)
+	}
+	// BindTo streams the same bytes, and leaves a bound file alone.
+	var buf bytes.Buffer
+	if wrote, err := BindTo(&buf, bytes.NewReader(plain), int64(len(plain)), vecBinding, DefaultLimits); err != nil || !wrote || !bytes.Equal(buf.Bytes(), bound) {
+		t.Fatalf("BindTo: wrote %v, %v", wrote, err)
+	}
+	if wrote, err := BindTo(io.Discard, bytes.NewReader(bound), int64(len(bound)), vecBinding, DefaultLimits); err != nil || wrote {
+		t.Fatalf("BindTo of a bound file: wrote %v, %v", wrote, err)
 	}
 	// Metadata that is not a binding ({"format":"pt"}) is replaced.
 	pt, _ := Encode([]Tensor{FromF32("w", []int64{2}, []float32{0.5, -1})}, map[string]string{"format": "pt"})
@@ -142,6 +151,10 @@ func FuzzParseBinding(f *testing.F) {
 		again, err := Bind(bound, b, DefaultLimits)
 		if err != nil || !bytes.Equal(again, bound) {
 			t.Fatalf("Bind is not idempotent: %v", err)
+		}
+		var buf bytes.Buffer
+		if wrote, err := BindTo(&buf, bytes.NewReader(plain), int64(len(plain)), b, DefaultLimits); err != nil || !wrote || !bytes.Equal(buf.Bytes(), bound) {
+			t.Fatalf("BindTo differs from Bind: %v", err)
 		}
 	})
 }
