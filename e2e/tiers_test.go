@@ -181,9 +181,10 @@ func (r *tierRun) enroll(task string, i int, att json.RawMessage) error {
 func (r *tierRun) submit(task string, i int, round, f uint64, att json.RawMessage) error {
 	v := make([]float32, 16)
 	for j := range v {
-		v[j] = float32(i+j) * 1e-3
+		v[j] = 1e-3 * trainerValue(i, int(round), int(f), j)
 	}
-	payload, _ := safetensors.Encode([]safetensors.Tensor{safetensors.FromF32(fmt.Sprintf("w%d", f), []int64{16}, v)}, nil)
+	payload, _ := safetensors.Encode([]safetensors.Tensor{safetensors.FromF32(fmt.Sprintf("w%d", f), []int64{16}, v)},
+		safetensors.Binding{Trainer: r.tr[i].DID.String(), Task: task, Round: round, Fragment: f}.Metadata())
 	g := &wire.OuterGradient{TaskID: task, TrainerDID: r.tr[i].DID.String(), Round: round, FragmentIndex: f, GradientPayload: payload,
 		PayloadHash: wire.ContentHash(payload), Attestation: att}
 	g.Signature = r.tr[i].Sign(g.Preimage())
