@@ -175,3 +175,19 @@ def test_did_parse_is_strict():
         parse_did(k.did[:-1])
     with pytest.raises(ValueError):
         parse_did("did:tenzro:machine:" + "z" + "1" * 60)
+
+
+def test_bindings(vectors):
+    """A plain payload stamped with its binding is the same bytes in Go and Python (safetensors.md §6)."""
+    from tenzro_trainer.binding import BindingError, bind
+
+    assert vectors["bindings"]
+    for v in vectors["bindings"]:
+        plain, want = bytes.fromhex(v["plain_hex"]), bytes.fromhex(v["bound_hex"])
+        got = bind(plain, v["trainer"], v["task_id"], v["round"], v["fragment"])
+        assert got.hex() == want.hex()
+        assert content_hash(got).hex() == v["payload_hash"]
+        assert bind(got, v["trainer"], v["task_id"], v["round"], v["fragment"]) == got  # already bound: unchanged
+        with pytest.raises(BindingError, match="another trainer's or another round's"):
+            bind(got, v["trainer"], v["task_id"], v["round"] + 1, v["fragment"])  # a replay in a later round
+        assert st_load(got)  # the safetensors library reads it
