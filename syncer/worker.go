@@ -752,7 +752,7 @@ func (n *Node) recheckEvidence(ctx context.Context, r *runState, rec *Record) (s
 	if t := r.trainer(rec.TrainerDID); t != nil && len(t.Shards) > 0 {
 		shard = uint64(t.Shards[0])
 	}
-	ref, err := n.checkEvidence(ctx, r, raw, rec.TrainerDID, shard, r.RoundModel)
+	ref, err := n.checkEvidence(ctx, r, raw, rec.TrainerDID, shard, r.RoundModel, rec.PayloadHash)
 	if err != nil {
 		if KindOf(err) == KindInternal {
 			return "", err

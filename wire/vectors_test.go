@@ -32,6 +32,20 @@ type vectorFile struct {
 	// Bindings: a plain payload stamped with its binding
 	// (docs/protocol/safetensors.md §6): the bound bytes and their hash.
 	Bindings []bindingVec `json:"bindings"`
+	// AttestReportData: the Verified-tier evidence binding (PROTOCOL §11),
+	// which names the payload the evidence accompanies.
+	AttestReportData []attestVec `json:"attest_report_data"`
+}
+
+type attestVec struct {
+	Domain      string `json:"domain"`
+	ProgramHash string `json:"program_hash"`
+	Shard       uint64 `json:"shard"`
+	ModelHash   string `json:"model_hash"`
+	TrainerDID  string `json:"trainer_did"`
+	NonceHex    string `json:"nonce_hex"`
+	PayloadHash string `json:"payload_hash"`
+	ReportData  string `json:"report_data"`
 }
 
 type bindingVec struct {
@@ -258,6 +272,13 @@ func build(t *testing.T) vectorFile {
 		}
 		v.Bindings = append(v.Bindings, bindingVec{b.bind.Trainer, b.bind.Task, b.bind.Round, b.bind.Fragment,
 			hex.EncodeToString(b.plain), hex.EncodeToString(bound), wire.ContentHash(bound).String()})
+	}
+	nonce := bytes.Repeat([]byte{0x5a}, 32)
+	for _, ph := range []wire.Hash{wire.ContentHash(payload), {}} { // a submission's, an enrolment's (zero)
+		prog, model := wire.SHA256([]byte("program")), wire.ContentHash([]byte("model"))
+		rd := wire.AttestReportData(prog, 2, model, k.DID.String(), nonce, ph)
+		v.AttestReportData = append(v.AttestReportData, attestVec{wire.DomainAttest, prog.String(), 2, model.String(), k.DID.String(),
+			hex.EncodeToString(nonce), ph.String(), rd.String()})
 	}
 	return v
 }

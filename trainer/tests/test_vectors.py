@@ -191,3 +191,13 @@ def test_bindings(vectors):
         with pytest.raises(BindingError, match="another trainer's or another round's"):
             bind(got, v["trainer"], v["task_id"], v["round"] + 1, v["fragment"])  # a replay in a later round
         assert st_load(got)  # the safetensors library reads it
+
+
+def test_attest_report_data(vectors):
+    """The Verified-tier binding names the payload the evidence goes with (PROTOCOL §11)."""
+    assert vectors["attest_report_data"]
+    for v in vectors["attest_report_data"]:
+        assert v["domain"] == "tenzro/train/attest/v2"
+        c = Canon(v["domain"]).hash(parse_hash(v["program_hash"])).u64(v["shard"]).hash(parse_hash(v["model_hash"]))
+        c = c.str(v["trainer_did"]).bytes(bytes.fromhex(v["nonce_hex"])).hash(parse_hash(v["payload_hash"]))
+        assert c.sum().hex() == v["report_data"]
