@@ -15,6 +15,11 @@
 //     in Blobs; a PayloadFetcher gets what this node does not hold.
 //   - Receipts (receipt*.go), the run root, replay, the Engine seam to the
 //     plugin host and the native engine.
+//   - Pay for work (issue 23): binding.go checks that a payload names its
+//     signer, task, round and fragment; copies.go is the copy rule (exact
+//     integer cosine, earliest block is the original), called by the
+//     worker's computeCommit; mpay.go settles a final commit's inputs (kept
+//     inputs earn N whether or not selected, copies are slashed).
 //
 // It must not know about HTTP, Pebble, CometBFT or wazero types: chain
 // imports syncer, never the reverse.
