@@ -2,6 +2,7 @@ package syncer_test
 
 import (
 	"context"
+	"encoding/json"
 	"strings"
 	"testing"
 
@@ -169,5 +170,20 @@ func TestCopiesArePaidNothing(t *testing.T) {
 	}
 	if slashed[did(6)] != "500" || slashed[did(7)] != "0" || slashed[did(8)] != "0" {
 		t.Fatalf("slashed: copier of an earlier record %s (want 500 of 1000), same-block pair %s and %s (want 0)", slashed[did(6)], slashed[did(7)], slashed[did(8)])
+	}
+	// The receipt verifies offline, and its transcript carries the verdicts.
+	rc, err := h.node.GetReceipt(h.ctx, h.task)
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, _ := json.Marshal(rc)
+	if syncer.VerifyReceipt(raw, nil) != 1 {
+		t.Fatalf("receipt: %v", syncer.CheckReceipt(raw, nil))
+	}
+	if err := syncer.CheckReceiptFull(raw, h.transcript()); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(h.transcript()), `"copy_of":"`+did(0)+`"`) {
+		t.Fatal("the transcript blob does not carry copy_of")
 	}
 }
