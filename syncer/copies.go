@@ -4,7 +4,6 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math/big"
-	"math/bits"
 
 	"github.com/tenzro/train/wire"
 )
@@ -54,8 +53,7 @@ func quantize(vals []byte, dtype Dtype, n int) (quantized, bool) {
 		maxExp = max(maxExp, e)
 	}
 	maxExp = max(maxExp, 1)
-	out := quantized{q: make([]int32, n), norm: new(big.Int)}
-	var hi, lo uint64
+	out := quantized{q: make([]int32, n)}
 	for k := 0; k < n; k++ {
 		b := f32Bits(vals, dtype, k)
 		e, m := b>>23&0xff, uint64(b&0x7fffff)
@@ -70,12 +68,8 @@ func quantize(vals []byte, dtype Dtype, n int) (quantized, bool) {
 			q = -q
 		}
 		out.q[k] = int32(q)
-		sh, sl := bits.Mul64(uint64(q*q), 1)
-		var c uint64
-		lo, c = bits.Add64(lo, sl, 0)
-		hi += sh + c
 	}
-	out.norm.SetUint64(hi).Lsh(out.norm, 64).Or(out.norm, new(big.Int).SetUint64(lo))
+	out.norm = dot(out.q, out.q)
 	return out, true
 }
 
@@ -92,24 +86,22 @@ func roundShift(m uint64, s uint) int64 {
 	return int64(q)
 }
 
-// dot is Σ a[k]·b[k], exact.
+// dotChunk bounds a run of products summed in an int64: each |product| <
+// 2^40, so 2^22 of them stay below 2^62.
+const dotChunk = 1 << 22
+
+// dot is Σ a[k]·b[k], exact: int64 sums over chunks, added as big integers.
 func dot(a, b []int32) *big.Int {
-	var pos, neg [2]uint64 // 128-bit sums of the positive and negative products
-	for k := range a {
-		p := int64(a[k]) * int64(b[k])
-		acc := &pos
-		if p < 0 {
-			acc, p = &neg, -p
+	total := new(big.Int)
+	for lo := 0; lo < len(a); lo += dotChunk {
+		hi := min(lo+dotChunk, len(a))
+		var acc int64
+		for k, x := range a[lo:hi] {
+			acc += int64(x) * int64(b[lo+k])
 		}
-		var c uint64
-		acc[1], c = bits.Add64(acc[1], uint64(p), 0)
-		acc[0] += c
+		total.Add(total, big.NewInt(acc))
 	}
-	u128 := func(x [2]uint64) *big.Int {
-		v := new(big.Int).SetUint64(x[0])
-		return v.Lsh(v, 64).Or(v, new(big.Int).SetUint64(x[1]))
-	}
-	return new(big.Int).Sub(u128(pos), u128(neg))
+	return total
 }
 
 // similar says whether cos(a, b) ≥ ppm / 10^6, exactly:
@@ -149,6 +141,17 @@ func markCopies(inputs []wire.CommitInput, values [][]byte, heights []int64, dty
 			qs[j] = &q
 		}
 	}
+	// Similarity is symmetric: each unordered pair is computed once.
+	sim := make(map[[2]int]bool)
+	similarPair := func(j, k int) bool {
+		key := [2]int{min(j, k), max(j, k)}
+		v, ok := sim[key]
+		if !ok {
+			v = similar(qs[key[0]], qs[key[1]], ppm)
+			sim[key] = v
+		}
+		return v
+	}
 	copyOf := make([]int, len(inputs))
 	for j := range copyOf {
 		copyOf[j] = -1
@@ -164,7 +167,7 @@ func markCopies(inputs []wire.CommitInput, values [][]byte, heights []int64, dty
 			if c := copyOf[j]; c >= 0 && (heights[c] < heights[k] || (heights[c] == heights[k] && c < k)) {
 				continue // already names an earlier one
 			}
-			if similar(qs[j], qs[k], ppm) {
+			if similarPair(j, k) {
 				copyOf[j] = k
 			}
 		}
