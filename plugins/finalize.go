@@ -8,6 +8,7 @@ import (
 	"os"
 	"sync"
 
+	"github.com/tenzro/train/machine"
 	"github.com/tenzro/train/syncer"
 	"github.com/tenzro/train/wire"
 )
@@ -289,7 +290,7 @@ func (e *Engine) finalizeOuter(ctx context.Context, in syncer.FinalizeInput, w, 
 
 // checkShape is checkInputs for k inputs of n values of d whose sizes the
 // caller has checked.
-func checkShape(p *plugin, d syncer.Dtype, n, k int) (int, error) {
+func checkShape(p *plugin, d machine.Dtype, n, k int) (int, error) {
 	if _, err := dtypeCode(d); err != nil {
 		return 0, fmt.Errorf("plugins: %w", err)
 	}

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tenzro/train/machine"
 	"github.com/tenzro/train/syncer"
 	"github.com/tenzro/train/wire"
 	"github.com/tenzro/train/wire/safetensors"
@@ -277,7 +278,7 @@ func TestFinalizeWorkerHostile(t *testing.T) {
 	e := workerEngine(t, Config{Fuel: maxFuel, WallClock: 2 * time.Second})
 	outer, _ := e.ResolveOuter(ctx)
 	in := func(rule syncer.RuleRef) syncer.FinalizeInput {
-		return syncer.FinalizeInput{Rule: rule, Outer: outer, Dtype: syncer.F32, N: 4, Quorum: 2, LR: 1, Beta: 0.9,
+		return syncer.FinalizeInput{Rule: rule, Outer: outer, Dtype: machine.F32, N: 4, Quorum: 2, LR: 1, Beta: 0.9,
 			Inputs:  []syncer.Values{syncer.BytesValues(f32s(1, 2, 3, 4)), syncer.BytesValues(f32s(3, 4, 5, 6))},
 			Weights: syncer.BytesValues(f32s(0, 0, 0, 0))}
 	}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/tenzro/train/machine"
 	"github.com/tenzro/train/syncer"
 	"github.com/tenzro/train/wire"
 )
@@ -66,7 +67,7 @@ type workerReq struct {
 	Probe    bool           `json:"probe,omitempty"`
 	Modules  []int64        `json:"modules,omitempty"`
 	Rule     syncer.RuleRef `json:"rule"`
-	Dtype    syncer.Dtype   `json:"dtype,omitempty"`
+	Dtype    machine.Dtype  `json:"dtype,omitempty"`
 	N        int            `json:"n,omitempty"`
 	K        int            `json:"k,omitempty"` // aggregate: inputs; verify: round inputs
 	Momentum bool           `json:"momentum,omitempty"`

@@ -7,6 +7,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/tenzro/train/machine"
 	"github.com/tenzro/train/syncer"
 	"github.com/tenzro/train/wire"
 )
@@ -55,7 +56,7 @@ type NodeGauges struct {
 // refusalOutcomes are the outcome label values besides accepted/forwarded:
 // the stable kind names of ERRORS.md.
 func refusalOutcome(err error) string {
-	if kc, ok := kindCodes[syncer.KindOf(err)]; ok {
+	if kc, ok := kindCodes[machine.KindOf(err)]; ok {
 		return kc.Name
 	}
 	return "internal"

@@ -14,7 +14,7 @@ import (
 	"strings"
 	"sync"
 
-	"github.com/tenzro/train/syncer"
+	"github.com/tenzro/train/machine"
 	"github.com/tenzro/train/wire"
 )
 
@@ -64,7 +64,7 @@ type BlobOptions struct {
 var (
 	// ErrBlobNotFound: no blob with that hash. It matches
 	// syncer.ErrNotFound too.
-	ErrBlobNotFound = fmt.Errorf("blob %w", syncer.ErrNotFound)
+	ErrBlobNotFound = fmt.Errorf("blob %w", machine.ErrNotFound)
 	// ErrBlobMismatch: the bytes written do not hash to the expected hash.
 	ErrBlobMismatch = errors.New("blob bytes do not hash to the expected hash")
 	// ErrBlobTooLarge: more bytes than the limit were offered.

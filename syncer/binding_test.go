@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tenzro/train/syncer"
+	"github.com/tenzro/train/machine"
 	"github.com/tenzro/train/wire"
 	"github.com/tenzro/train/wire/safetensors"
 )
@@ -44,7 +44,7 @@ func TestPayloadBinding(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			before := snapshot(t, h)
 			err := h.submit(tc.g)
-			if syncer.KindOf(err) != syncer.KindInvalid || !strings.Contains(err.Error(), tc.want) {
+			if machine.KindOf(err) != machine.KindInvalid || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("err = %v, want invalid containing %q", err, tc.want)
 			}
 			if snapshot(t, h) != before {
@@ -73,7 +73,7 @@ func TestPayloadBinding(t *testing.T) {
 		t.Fatal("round 0 did not close")
 	}
 	replay := &wire.OuterGradient{TaskID: h.task, Round: 1, FragmentIndex: 0, GradientPayload: g0.GradientPayload, PayloadHash: g0.PayloadHash}
-	if err := h.submit(sign(0, replay)); syncer.KindOf(err) != syncer.KindInvalid || !strings.Contains(err.Error(), "names round 0, the submission is for round 1") {
+	if err := h.submit(sign(0, replay)); machine.KindOf(err) != machine.KindInvalid || !strings.Contains(err.Error(), "names round 0, the submission is for round 1") {
 		t.Fatalf("replayed round-0 payload: %v", err)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/big"
 
+	"github.com/tenzro/train/machine"
 	"github.com/tenzro/train/wire"
 )
 
@@ -32,8 +33,8 @@ type quantized struct {
 
 // f32Bits returns value k of vals (F32 or BF16, little-endian) as float32
 // bits.
-func f32Bits(vals []byte, dtype Dtype, k int) uint32 {
-	if dtype == BF16 {
+func f32Bits(vals []byte, dtype machine.Dtype, k int) uint32 {
+	if dtype == machine.BF16 {
 		return uint32(binary.LittleEndian.Uint16(vals[2*k:])) << 16
 	}
 	return binary.LittleEndian.Uint32(vals[4*k:])
@@ -43,7 +44,7 @@ func f32Bits(vals []byte, dtype Dtype, k int) uint32 {
 // 2^E ≤ max|v| < 2^(E+1) (E from the largest value's biased exponent, so
 // subnormals count with exponent field 1): |q| < 2^20. ok is false when a
 // value is not finite (the finite verifier rejects those before).
-func quantize(vals []byte, dtype Dtype, n int) (quantized, bool) {
+func quantize(vals []byte, dtype machine.Dtype, n int) (quantized, bool) {
 	maxExp := uint32(0)
 	for k := 0; k < n; k++ {
 		e := f32Bits(vals, dtype, k) >> 23 & 0xff
@@ -128,7 +129,7 @@ func similar(a, b *quantized, ppm int64) bool {
 // (lowest height, then commit order) input it is similar to — in an
 // earlier block, or in its own block when that one was first in commit
 // order too (then they name each other).
-func markCopies(inputs []wire.CommitInput, values [][]byte, heights []int64, dtype Dtype, n int, ppm int64) {
+func markCopies(inputs []wire.CommitInput, values [][]byte, heights []int64, dtype machine.Dtype, n int, ppm int64) {
 	if ppm >= wire.CopyRuleOff {
 		return
 	}

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tenzro/train/machine"
 	"github.com/tenzro/train/wire"
 )
 
@@ -31,10 +32,10 @@ func TestCopyRuleCost(t *testing.T) {
 		for r := 0; r < 5; r++ {
 			in := append([]wire.CommitInput(nil), inputs...)
 			t0 := time.Now()
-			markCopies(in, values, heights, F32, c.n, wire.DefaultCopyMinCosinePpm)
+			markCopies(in, values, heights, machine.F32, c.n, wire.DefaultCopyMinCosinePpm)
 			rule = append(rule, time.Since(t0))
 			t0 = time.Now()
-			if _, err := eng.Aggregate(context.Background(), AggregateInput{Rule: RuleRef{Name: "Mean"}, Dtype: F32, N: c.n, Inputs: values}); err != nil {
+			if _, err := eng.Aggregate(context.Background(), AggregateInput{Rule: RuleRef{Name: "Mean"}, Dtype: machine.F32, N: c.n, Inputs: values}); err != nil {
 				t.Fatal(err)
 			}
 			mean = append(mean, time.Since(t0))

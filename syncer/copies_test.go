@@ -1,7 +1,6 @@
 package syncer
 
 import (
-	"context"
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
@@ -10,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/tenzro/train/machine"
 	"github.com/tenzro/train/wire"
 	"github.com/tenzro/train/wire/safetensors"
 )
@@ -33,7 +33,7 @@ func gauss(seed uint64, n int, scale float32) []float32 {
 
 func TestQuantize(t *testing.T) {
 	sub := math.Float32frombits(1) // the smallest subnormal
-	q, ok := quantize(f32le([]float32{1, -0.5, 0.25, 1.9999999, sub, 0, 3e-7}), F32, 7)
+	q, ok := quantize(f32le([]float32{1, -0.5, 0.25, 1.9999999, sub, 0, 3e-7}), machine.F32, 7)
 	if !ok {
 		t.Fatal("finite values refused")
 	}
@@ -45,17 +45,17 @@ func TestQuantize(t *testing.T) {
 			t.Errorf("q[%d] = %d, want %d", k, q.q[k], want[k])
 		}
 	}
-	if _, ok := quantize(f32le([]float32{1, float32(math.Inf(1))}), F32, 2); ok {
+	if _, ok := quantize(f32le([]float32{1, float32(math.Inf(1))}), machine.F32, 2); ok {
 		t.Error("an infinite value was quantized")
 	}
-	if _, ok := quantize(f32le([]float32{float32(math.NaN())}), F32, 1); ok {
+	if _, ok := quantize(f32le([]float32{float32(math.NaN())}), machine.F32, 1); ok {
 		t.Error("NaN was quantized")
 	}
-	// BF16 values quantize as their f32 widening.
+	// machine.BF16 values quantize as their f32 widening.
 	bf := safetensors.FromF32AsBF16("x", []int64{3}, []float32{1, -0.5, 0.25}).Data
-	qb, _ := quantize(bf, BF16, 3)
+	qb, _ := quantize(bf, machine.BF16, 3)
 	if qb.q[0] != 1<<19 || qb.q[1] != -(1<<18) || qb.q[2] != 1<<17 {
-		t.Errorf("BF16: %v", qb.q)
+		t.Errorf("machine.BF16: %v", qb.q)
 	}
 }
 
@@ -68,7 +68,7 @@ func TestQuantizeGolden(t *testing.T) {
 	for i := range v { // exact: a 24-bit integer times a power of two
 		v[i] = float32(int32(r.Uint32()>>8)-1<<23) * (1.0 / (1 << 30))
 	}
-	q, _ := quantize(f32le(v), F32, len(v))
+	q, _ := quantize(f32le(v), machine.F32, len(v))
 	h := sha256.New()
 	for _, x := range q.q {
 		_ = binary.Write(h, binary.LittleEndian, x)
@@ -123,8 +123,8 @@ func TestSimilar(t *testing.T) {
 		{"zeros", make([]float32, n), false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			a, _ := quantize(f32le(base), F32, n)
-			b, _ := quantize(f32le(tc.v), F32, n)
+			a, _ := quantize(f32le(base), machine.F32, n)
+			b, _ := quantize(f32le(tc.v), machine.F32, n)
 			if got := similar(&a, &b, wire.DefaultCopyMinCosinePpm); got != tc.want {
 				t.Fatalf("similar = %v, want %v", got, tc.want)
 			}
@@ -176,7 +176,7 @@ func TestMarkCopies(t *testing.T) {
 				}
 				heights[j] = x.height
 			}
-			markCopies(inputs, values, heights, F32, n, wire.DefaultCopyMinCosinePpm)
+			markCopies(inputs, values, heights, machine.F32, n, wire.DefaultCopyMinCosinePpm)
 			for j, w := range tc.want {
 				if inputs[j].CopyOf != w {
 					t.Fatalf("input %s: copy_of %q, want %q", inputs[j].TrainerDID, inputs[j].CopyOf, w)
@@ -184,67 +184,6 @@ func TestMarkCopies(t *testing.T) {
 				if w != "" && !strings.HasPrefix(inputs[j].Rejected, "copy of "+w) {
 					t.Fatalf("input %s: rejected %q", inputs[j].TrainerDID, inputs[j].Rejected)
 				}
-			}
-		})
-	}
-}
-
-// emptyKV is a KV with nothing in it (the overlay above it holds the test's
-// writes).
-type emptyKV struct{}
-
-func (emptyKV) Get(context.Context, Keyspace, []byte) ([]byte, error) { return nil, ErrNotFound }
-func (emptyKV) Scan(context.Context, Keyspace, []byte, func(k, v []byte) error) error {
-	return nil
-}
-func (emptyKV) Commit(context.Context, *Batch) error { return nil }
-func (emptyKV) Close() error                         { return nil }
-
-// TestCheckCopyVerdicts: what the chain checks of a commit's copy verdicts
-// without the payloads, and which copiers settlement slashes.
-func TestCheckCopyVerdicts(t *testing.T) {
-	x := NewMachine(MachineConfig{}).begin(context.Background(), emptyKV{}, Block{Height: 10})
-	for d, h := range map[string]int64{"A": 3, "B": 5, "C": 5, "D": 7} {
-		if err := x.putJSON(KSTranscript, recordKey("t", 0, 0, d), Record{SubmissionTx: wire.SubmissionTx{TrainerDID: d}, Height: h}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	in := func(d, copyOf string) wire.CommitInput {
-		c := wire.CommitInput{TrainerDID: d, CopyOf: copyOf}
-		if copyOf != "" {
-			c.Rejected = "copy of " + copyOf
-		}
-		return c
-	}
-	for _, tc := range []struct {
-		name    string
-		inputs  []wire.CommitInput
-		err     string
-		copiers []string
-	}{
-		{"no copies", []wire.CommitInput{in("A", ""), in("B", "")}, "", nil},
-		{"later copies an earlier record", []wire.CommitInput{in("A", ""), in("B", "A"), in("D", "A")}, "", []string{"B", "D"}},
-		{"same block pair", []wire.CommitInput{in("A", ""), in("B", "C"), in("C", "B")}, "", nil},
-		{"names a later record", []wire.CommitInput{in("A", "B"), in("B", "")}, "copy of B's later record", nil},
-		{"names itself", []wire.CommitInput{in("A", "A")}, "copy of itself", nil},
-		{"names no input", []wire.CommitInput{in("B", "Z")}, "not an input of this fragment", nil},
-		{"kept copy", []wire.CommitInput{in("A", ""), {TrainerDID: "B", CopyOf: "A"}}, "but not rejected", nil},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			fc := &wire.FragmentCommit{Fragment: 0, Inputs: tc.inputs}
-			err := x.checkCopyVerdicts("t", 0, fc)
-			if tc.err != "" {
-				if err == nil || !strings.Contains(err.Error(), tc.err) {
-					t.Fatalf("err = %v, want %q", err, tc.err)
-				}
-				return
-			}
-			if err != nil {
-				t.Fatal(err)
-			}
-			got, err := x.copiers("t", 0, fc)
-			if err != nil || strings.Join(got, ",") != strings.Join(tc.copiers, ",") {
-				t.Fatalf("copiers %v (%v), want %v", got, err, tc.copiers)
 			}
 		})
 	}

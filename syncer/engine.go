@@ -9,30 +9,10 @@ import (
 	"io"
 	"os"
 
+	"github.com/tenzro/train/machine"
 	"github.com/tenzro/train/wire"
 	"github.com/tenzro/train/wire/safetensors"
 )
-
-// Dtype names the element type of fragment weights and payloads, as spelled
-// in safetensors headers.
-type Dtype string
-
-// Element types the protocol accepts.
-const (
-	F32  Dtype = "F32"
-	BF16 Dtype = "BF16"
-)
-
-// Size is the width of one element in bytes.
-func (d Dtype) Size() int {
-	switch d {
-	case F32:
-		return 4
-	case BF16:
-		return 2
-	}
-	return 0
-}
 
 // RuleRef is a resolved reference to a rule (wire.RuleRef): which code runs
 // (by hash) and with which canonical parameters.
@@ -41,7 +21,7 @@ type RuleRef = wire.RuleRef
 // AggregateInput is one fragment's aggregation call.
 type AggregateInput struct {
 	Rule  RuleRef
-	Dtype Dtype
+	Dtype machine.Dtype
 	// N is the number of values per input.
 	N int
 	// Inputs holds K little-endian buffers of N values each, in canonical
@@ -65,7 +45,7 @@ type AggregateOutput struct {
 // Round holds every accepted input of the fragment (Input is one of them).
 type VerifyInput struct {
 	Verifier RuleRef
-	Dtype    Dtype
+	Dtype    machine.Dtype
 	N        int
 	Input    []byte
 	Round    [][]byte
@@ -89,7 +69,7 @@ type VerifyOutput struct {
 //	w   = w - lr*d
 type OuterStepInput struct {
 	Rule     RuleRef
-	Dtype    Dtype
+	Dtype    machine.Dtype
 	N        int
 	Weights  []byte // N values of Dtype
 	Momentum []byte // N float32 values; nil before the first step
@@ -250,7 +230,7 @@ func TensorValues(r io.ReaderAt, size int64, path string, tensors []wire.TensorI
 		if t.Dtype != want.Dtype {
 			return Values{}, fmt.Errorf("tensor %q has dtype %s, the fragment's is %s", want.Name, t.Dtype, want.Dtype)
 		}
-		if !equalShape(t.Shape, want.Shape) {
+		if !machine.EqualShape(t.Shape, want.Shape) {
 			return Values{}, fmt.Errorf("tensor %q has shape %v, the fragment's is %v", want.Name, t.Shape, want.Shape)
 		}
 		v.Ranges = append(v.Ranges, ByteRange{Off: t.Offset, Len: t.Len})
@@ -268,7 +248,7 @@ type FinalizeInput struct {
 	// this order, on every input against all of them (the others judged
 	// each submission when it arrived).
 	Verifiers []RuleRef
-	Dtype     Dtype
+	Dtype     machine.Dtype
 	N         int
 	// Quorum is K: with fewer inputs left after round-level verification
 	// the fragment has no quorum.
@@ -444,7 +424,7 @@ func WriteFragment(w io.Writer, tensors []wire.TensorInfo, values []byte) (int64
 	var off int64
 	for i, t := range tensors {
 		sz := int64(safetensors.DtypeSize(t.Dtype))
-		n := elems(t.Shape) * sz
+		n := machine.Elems(t.Shape) * sz
 		if sz == 0 || off+n > int64(len(values)) {
 			return 0, fmt.Errorf("fragment data shorter than its layout")
 		}

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/tenzro/train/audit"
 	"github.com/tenzro/train/plugins"
 	"github.com/tenzro/train/store"
 	"github.com/tenzro/train/syncer"
@@ -177,10 +178,10 @@ func TestCopiesArePaidNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	raw, _ := json.Marshal(rc)
-	if syncer.VerifyReceipt(raw, nil) != 1 {
-		t.Fatalf("receipt: %v", syncer.CheckReceipt(raw, nil))
+	if audit.VerifyReceipt(raw, nil) != 1 {
+		t.Fatalf("receipt: %v", audit.CheckReceipt(raw, nil))
 	}
-	if err := syncer.CheckReceiptFull(raw, h.transcript()); err != nil {
+	if err := audit.CheckReceiptFull(raw, h.transcript()); err != nil {
 		t.Fatal(err)
 	}
 	if !strings.Contains(string(h.transcript()), `"copy_of":"`+did(0)+`"`) {

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/tenzro/train/audit"
+	"github.com/tenzro/train/machine"
 	"github.com/tenzro/train/wire"
 	"github.com/tenzro/train/wire/safetensors"
 )
@@ -41,7 +43,7 @@ type ReplayReport struct {
 // model hash matches. The receipt and transcript are checked first
 // (CheckReceiptFull). progress, when set, is called after each round.
 func Replay(ctx context.Context, receipt, transcript []byte, src PayloadSource, eng Engine, progress func(round uint64, of int)) (*ReplayReport, error) {
-	rc, rounds, _, err := checkReceiptFull(receipt, transcript)
+	rc, rounds, _, err := audit.CheckFull(receipt, transcript)
 	if err != nil {
 		return nil, fmt.Errorf("receipt does not verify, nothing to replay: %w", err)
 	}
@@ -60,22 +62,22 @@ func Replay(ctx context.Context, receipt, transcript []byte, src PayloadSource, 
 	if err != nil {
 		return nil, fmt.Errorf("initial weights: %w", err)
 	}
-	parts, err := SplitFragments(tensors, spec.Architecture.FragmentCount)
+	parts, err := machine.SplitFragments(tensors, spec.Architecture.FragmentCount)
 	if err != nil {
 		return nil, err
 	}
-	frags := make([]*fragLayout, len(parts))
+	frags := make([]*machine.FragLayout, len(parts))
 	weights := make([][]byte, len(parts))
 	moms := make([][]byte, len(parts))
 	hashes := make([]wire.Hash, len(parts))
 	for i, ts := range parts {
-		if frags[i], hashes[i], weights[i], err = buildFragment(ts); err != nil {
+		if frags[i], hashes[i], weights[i], err = machine.BuildFragment(ts); err != nil {
 			return nil, err
 		}
 	}
 	rep := &ReplayReport{}
-	if ModelHash(hashes) != rc.InitModelHash {
-		rep.Divergence = &Divergence{What: "initial weights give model hash " + ModelHash(hashes).String() + ", receipt says " + rc.InitModelHash.String()}
+	if machine.ModelHash(hashes) != rc.InitModelHash {
+		rep.Divergence = &Divergence{What: "initial weights give model hash " + machine.ModelHash(hashes).String() + ", receipt says " + rc.InitModelHash.String()}
 		return rep, nil
 	}
 	o := spec.Outer()
@@ -101,8 +103,8 @@ func Replay(ctx context.Context, receipt, transcript []byte, src PayloadSource, 
 			if fc.WeightsBefore != hashes[i] {
 				return div("weights before are %s, transcript says %s", hashes[i], fc.WeightsBefore)
 			}
-			if w, got := codecRef(wantCodec), fc.Codec; (w == nil) != (got == nil) || w != nil && (w.Hash != got.Hash || !sameJSON(w.Params, got.Params)) {
-				return div("the transcript's codec %s is not the spec's compression %s", codecText(got), codecText(w))
+			if w, got := machine.CodecRefOf(wantCodec), fc.Codec; (w == nil) != (got == nil) || w != nil && (w.Hash != got.Hash || !sameJSON(w.Params, got.Params)) {
+				return div("the transcript's codec %s is not the spec's compression %s", machine.CodecText(got), machine.CodecText(w))
 			}
 			if fc.Status != wire.FragAggregated {
 				if fc.WeightsAfter != hashes[i] {
@@ -152,7 +154,7 @@ func Replay(ctx context.Context, receipt, transcript []byte, src PayloadSource, 
 			if err != nil {
 				return div("outer step failed: %v", err)
 			}
-			enc, err := encodeFragment(frags[i], step.Weights)
+			enc, err := machine.EncodeFragment(frags[i], step.Weights)
 			if err != nil {
 				return nil, err
 			}
@@ -165,7 +167,7 @@ func Replay(ctx context.Context, receipt, transcript []byte, src PayloadSource, 
 			}
 			rep.Aggregations++
 		}
-		if m := ModelHash(hashes); m != round.ModelHash {
+		if m := machine.ModelHash(hashes); m != round.ModelHash {
 			rep.Divergence = &Divergence{Round: round.Round, Fragment: -1, What: fmt.Sprintf("model hash %s, transcript says %s", m, round.ModelHash)}
 			return rep, nil
 		}
@@ -174,7 +176,7 @@ func Replay(ctx context.Context, receipt, transcript []byte, src PayloadSource, 
 			progress(round.Round, len(rounds))
 		}
 	}
-	rep.FinalModelHash = ModelHash(hashes)
+	rep.FinalModelHash = machine.ModelHash(hashes)
 	rep.Match = rep.FinalModelHash == rc.FinalModelHash
 	if !rep.Match {
 		rep.Divergence = &Divergence{Round: uint64(len(rounds)), Fragment: -1, What: "final model hash " + rep.FinalModelHash.String() + ", receipt says " + rc.FinalModelHash.String()}

@@ -11,6 +11,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/tenzro/train/audit"
+	"github.com/tenzro/train/machine"
 	"github.com/tenzro/train/syncer/election"
 	"github.com/tenzro/train/wire"
 	"github.com/tenzro/train/wire/did"
@@ -96,20 +98,20 @@ type plan struct {
 func (n *Node) plan(ctx context.Context) (*plan, error) {
 	me := n.cfg.Signer.DID()
 	out := &plan{}
-	err := n.view(ctx, func(v View) error {
+	err := n.view(ctx, func(v machine.View) error {
 		var cand wire.SyncerCandidate
 		isCand := false
-		if raw, err := v.KV.Get(ctx, KSMeta, candKey(me)); err == nil {
+		if raw, err := v.KV.Get(ctx, machine.KSMeta, machine.CandKey(me)); err == nil {
 			isCand = json.Unmarshal(raw, &cand) == nil && !cand.Unbonding
-		} else if !errors.Is(err, ErrNotFound) {
+		} else if !errors.Is(err, machine.ErrNotFound) {
 			return err
 		}
-		tasks, err := activeTasks(ctx, v.KV)
+		tasks, err := machine.ActiveTasks(ctx, v.KV)
 		if err != nil {
 			return err
 		}
 		for _, task := range tasks {
-			r, err := loadRun(ctx, v.KV, task)
+			r, err := machine.LoadRun(ctx, v.KV, task)
 			if err != nil {
 				out.errs = append(out.errs, fmt.Errorf("run %s cannot be read, skipped: %w", task, err))
 				continue
@@ -119,31 +121,31 @@ func (n *Node) plan(ctx context.Context) (*plan, error) {
 				if !isCand {
 					continue
 				}
-				if _, err := v.KV.Get(ctx, KSMeta, proofKey(task, me)); errors.Is(err, ErrNotFound) {
+				if _, err := v.KV.Get(ctx, machine.KSMeta, machine.ProofKey(task, me)); errors.Is(err, machine.ErrNotFound) {
 					out.prove = append(out.prove, task)
 				}
 			case wire.StatusRunning:
-				if hs := r.replicaHashes(me); len(hs) > 0 {
+				if hs := replicaHashes(r, me); len(hs) > 0 {
 					if out.replicate == nil {
 						out.replicate = map[string][]wire.Hash{}
 					}
 					out.replicate[task] = hs
 				}
-				if s, _ := r.syncerAt(v.Block.TimeMs); s != me {
+				if s, _ := r.SyncerAt(v.Block.TimeMs); s != me {
 					continue
 				}
 				for _, fs := range r.Fragments {
-					if r.due(fs, v.Block.TimeMs) {
+					if r.Due(fs, v.Block.TimeMs) {
 						out.commit = append(out.commit, task)
 						break
 					}
 				}
 			}
 		}
-		return v.KV.Scan(ctx, KSMeta, []byte("unsigned/"), func(k, _ []byte) error {
+		return v.KV.Scan(ctx, machine.KSMeta, []byte("unsigned/"), func(k, _ []byte) error {
 			task := strings.TrimPrefix(string(k), "unsigned/")
-			r, err := loadRun(ctx, v.KV, task)
-			if err == nil && r.receiptSignerAt(v.Block.TimeMs) == me {
+			r, err := machine.LoadRun(ctx, v.KV, task)
+			if err == nil && r.ReceiptSignerAt(v.Block.TimeMs) == me {
 				out.sign = append(out.sign, task)
 			}
 			return nil
@@ -290,7 +292,7 @@ func (n *Node) sendProof(ctx context.Context, task string) error {
 		return err
 	}
 	if _, err := p.Wait(ctx); err != nil {
-		if KindOf(err) == KindConflict { // the run started or ended meanwhile
+		if machine.KindOf(err) == machine.KindConflict { // the run started or ended meanwhile
 			return nil
 		}
 		return err
@@ -313,12 +315,12 @@ func (n *Node) signReceipt(ctx context.Context, task string) error {
 	}
 	var rc *wire.Receipt
 	var blob, list, challenges []byte
-	if err := n.view(ctx, func(v View) error {
+	if err := n.view(ctx, func(v machine.View) error {
 		var err error
-		if rc, blob, list, err = ChainReceipt(ctx, v.KV, task, me, engine, ev); err != nil || rc.ChallengeCount == 0 {
+		if rc, blob, list, err = machine.ChainReceipt(ctx, v.KV, task, me, engine, ev); err != nil || rc.ChallengeCount == 0 {
 			return err
 		}
-		challenges, err = ChainChallengeList(ctx, v.KV, task)
+		challenges, err = machine.ChainChallengeList(ctx, v.KV, task)
 		return err
 	}); err != nil {
 		return err
@@ -336,7 +338,7 @@ func (n *Node) signReceipt(ctx context.Context, task string) error {
 	if err := n.blobs.Put(ctx, rc.AttestationsHash, list); err != nil {
 		return fmt.Errorf("store the attestation list: %w", err)
 	}
-	pre, err := ReceiptPreimage(rc)
+	pre, err := audit.ReceiptPreimage(rc)
 	if err != nil {
 		return err
 	}
@@ -346,7 +348,7 @@ func (n *Node) signReceipt(ctx context.Context, task string) error {
 	}
 	tx := wire.SignReceiptTx{TaskID: task, SyncerDID: me, Engine: engine, EvidenceDigest: ev, Signature: sig}
 	if _, err := n.broadcast(ctx, wire.TxSignReceipt, tx, nil); err != nil {
-		if KindOf(err) == KindConflict { // signed meanwhile
+		if machine.KindOf(err) == machine.KindConflict { // signed meanwhile
 			return nil
 		}
 		return err
@@ -374,11 +376,11 @@ type computed struct {
 
 // snapshot is what computing a run's commits reads from one committed state.
 type snapshot struct {
-	r       *runState
-	blk     Block
+	r       *machine.Run
+	blk     machine.Block
 	ticket  int
-	records map[int]map[string]Record // fragment → DID → record
-	claims  map[int][]Claim
+	records map[int]map[string]machine.Record // fragment → DID → record
+	claims  map[int][]machine.Claim
 	due     []int
 	// patient: a payload that cannot be fetched now is a local failure
 	// (abstain and retry) rather than a rejected input, because the first
@@ -387,14 +389,14 @@ type snapshot struct {
 }
 
 // fetchPatient says whether, at block time t, the syncer in slot k (its
-// position among the live entrants, runState.slotOf) still treats a payload it could not fetch as a transient failure: until
+// position among the live entrants, Run.slotOf) still treats a payload it could not fetch as a transient failure: until
 // half of its slot of the round (RoundMs + k·D … + (k+1)·D, D the round
 // deadline) has passed. A receiving node that restarts or a connection
 // that drops then costs a retry, not a trainer's input; a payload that
 // nobody gives for half a slot is rejected as unavailable, and the commit
 // still lands within the slot.
-func fetchPatient(r *runState, k int, t int64) bool {
-	d := r.spec.RoundDeadline()
+func fetchPatient(r *machine.Run, k int, t int64) bool {
+	d := r.TaskSpec().RoundDeadline()
 	return t < r.RoundMs+int64(k)*d+d/2
 }
 
@@ -453,12 +455,12 @@ func (n *Node) syncRun(ctx context.Context, task string, wait bool) (int, error)
 		}
 	}
 	me := n.cfg.Signer.DID()
-	pend := make([]Pending, len(out))
+	pend := make([]machine.Pending, len(out))
 	for k, c := range out {
 		p, err := n.submitSigned(ctx, wire.TxCommitFragment, func(nonce uint64) (any, error) {
 			tx := wire.CommitFragmentTx{TaskID: task, Round: s.r.Round, Fragment: uint64(c.fragment), Commit: c.commit, Verdicts: c.verdicts,
 				SyncerDID: me, Signed: wire.Signed{Nonce: nonce}}
-			canon, err := CommitJCS(&tx.Commit)
+			canon, err := machine.CommitJCS(&tx.Commit)
 			if err != nil {
 				return nil, err
 			}
@@ -501,28 +503,28 @@ func (n *Node) syncRun(ctx context.Context, task string, wait bool) (int, error)
 func (n *Node) snapshot(ctx context.Context, task string) (*snapshot, error) {
 	me := n.cfg.Signer.DID()
 	var s *snapshot
-	err := n.view(ctx, func(v View) error {
-		r, err := loadRun(ctx, v.KV, task)
+	err := n.view(ctx, func(v machine.View) error {
+		r, err := machine.LoadRun(ctx, v.KV, task)
 		if err != nil {
 			return err
 		}
 		if r.Status != wire.StatusRunning {
 			return nil
 		}
-		who, k := r.syncerAt(v.Block.TimeMs)
+		who, k := r.SyncerAt(v.Block.TimeMs)
 		if who != me {
 			return nil
 		}
-		s = &snapshot{r: r, blk: v.Block, ticket: k, records: map[int]map[string]Record{}, claims: map[int][]Claim{},
-			patient: fetchPatient(r, r.slotOf(k), v.Block.TimeMs)}
+		s = &snapshot{r: r, blk: v.Block, ticket: k, records: map[int]map[string]machine.Record{}, claims: map[int][]machine.Claim{},
+			patient: fetchPatient(r, r.SlotOf(k), v.Block.TimeMs)}
 		for i, fs := range r.Fragments {
-			if !r.due(fs, v.Block.TimeMs) {
+			if !r.Due(fs, v.Block.TimeMs) {
 				continue
 			}
 			s.due = append(s.due, i)
-			recs := map[string]Record{}
-			err := v.KV.Scan(ctx, KSTranscript, recordPrefix(task, r.Round, i), func(_, raw []byte) error {
-				var rec Record
+			recs := map[string]machine.Record{}
+			err := v.KV.Scan(ctx, machine.KSTranscript, machine.RecordPrefix(task, r.Round, i), func(_, raw []byte) error {
+				var rec machine.Record
 				if err := json.Unmarshal(raw, &rec); err != nil {
 					return fmt.Errorf("record of %s fragment %d: %w", task, i, err)
 				}
@@ -533,7 +535,7 @@ func (n *Node) snapshot(ctx context.Context, task string) (*snapshot, error) {
 				return err
 			}
 			s.records[i] = recs
-			if s.claims[i], err = FragmentClaims(ctx, v.KV, task, r.Round, i); err != nil {
+			if s.claims[i], err = machine.FragmentClaims(ctx, v.KV, task, r.Round, i); err != nil {
 				return err
 			}
 		}
@@ -555,9 +557,9 @@ type errLocal struct{ error }
 func (n *Node) computeCommit(ctx context.Context, s *snapshot, i int) (*computed, error) {
 	r := s.r
 	fs := r.Fragments[i]
-	fc := baseCommit(r, i)
+	fc := machine.BaseCommit(r, i)
 	fc.Syncer, fc.Ticket = n.cfg.Signer.DID(), uint64(s.ticket)
-	fc.Inputs = recordInputs(fs.Records)
+	fc.Inputs = machine.RecordInputs(fs.Records)
 	values := make([][]byte, len(fc.Inputs))
 	for j := range fc.Inputs {
 		in := &fc.Inputs[j]
@@ -583,7 +585,7 @@ func (n *Node) computeCommit(ctx context.Context, s *snapshot, i int) (*computed
 	for j, in := range fc.Inputs {
 		heights[j] = s.records[i][in.TrainerDID].Height
 	}
-	markCopies(fc.Inputs, values, heights, fs.Dtype, int(fs.N), r.spec.CopyThresholdPpm())
+	markCopies(fc.Inputs, values, heights, fs.Dtype, int(fs.N), r.TaskSpec().CopyThresholdPpm())
 	// Round-level verifiers judge each input against the others kept.
 	var round [][]byte
 	for j, v := range values {
@@ -622,9 +624,9 @@ func (n *Node) computeCommit(ctx context.Context, s *snapshot, i int) (*computed
 			keptIdx = append(keptIdx, j)
 		}
 	}
-	if len(kept) < r.spec.Quorum {
+	if len(kept) < r.TaskSpec().Quorum {
 		fc.Status = wire.FragNoQuorum
-		fc.Reason = fmt.Sprintf("%d of K=%d inputs left after verification", len(kept), r.spec.Quorum)
+		fc.Reason = fmt.Sprintf("%d of K=%d inputs left after verification", len(kept), r.TaskSpec().Quorum)
 		c.commit = *fc
 		return c, nil
 	}
@@ -641,22 +643,22 @@ func (n *Node) computeCommit(ctx context.Context, s *snapshot, i int) (*computed
 	for j, k := range keptIdx {
 		fc.Inputs[k].Selected = j < len(agg.Selected) && agg.Selected[j]
 	}
-	fc.AggregateHash = contentHash(agg.Aggregate)
-	enc, err := n.blob(ctx, fs.WeightsHash, uint64(MaxInitWeights), "")
+	fc.AggregateHash = wire.ContentHash(agg.Aggregate)
+	enc, err := n.blob(ctx, fs.WeightsHash, uint64(machine.MaxInitWeights), "")
 	if err != nil {
 		return nil, fmt.Errorf("weights %s: %w", fs.WeightsHash, err)
 	}
-	weights, err := fragmentValues(&fs.fragLayout, enc)
+	weights, err := machine.FragmentValues(&fs.FragLayout, enc)
 	if err != nil {
 		return nil, fmt.Errorf("weights %s: %w", fs.WeightsHash, err)
 	}
 	var mom []byte
 	if !fs.MomentumHash.IsZero() {
-		if mom, err = n.blob(ctx, fs.MomentumHash, uint64(MaxInitWeights), ""); err != nil {
+		if mom, err = n.blob(ctx, fs.MomentumHash, uint64(machine.MaxInitWeights), ""); err != nil {
 			return nil, fmt.Errorf("momentum %s: %w", fs.MomentumHash, err)
 		}
 	}
-	o := r.spec.Outer()
+	o := r.TaskSpec().Outer()
 	step, err := n.eng.OuterStep(ctx, OuterStepInput{Rule: r.Outer, Dtype: fs.Dtype, N: int(fs.N), Weights: weights, Momentum: mom,
 		Aggregate: agg.Aggregate, LR: o.LR, Beta: o.Momentum, Nesterov: o.Nesterov})
 	if errors.As(err, &rf) {
@@ -667,13 +669,13 @@ func (n *Node) computeCommit(ctx context.Context, s *snapshot, i int) (*computed
 		return nil, fmt.Errorf("outer step: %w", err)
 	}
 	fc.Fuel += step.Fuel
-	if c.weights, err = encodeFragment(&fs.fragLayout, step.Weights); err != nil {
+	if c.weights, err = machine.EncodeFragment(&fs.FragLayout, step.Weights); err != nil {
 		return nil, err
 	}
 	c.momentum = step.Momentum
 	fc.Status = wire.FragAggregated
-	fc.WeightsAfter = contentHash(c.weights)
-	fc.MomentumAfter = contentHash(step.Momentum)
+	fc.WeightsAfter = wire.ContentHash(c.weights)
+	fc.MomentumAfter = wire.ContentHash(step.Momentum)
 	c.commit = *fc
 	return c, nil
 }
@@ -682,11 +684,11 @@ func (n *Node) computeCommit(ctx context.Context, s *snapshot, i int) (*computed
 // values, the decode fuel, or why the input is rejected; err is local.
 // With patient set, a payload the network did not give is a local failure
 // too (fetchPatient).
-func (n *Node) checkInput(ctx context.Context, r *runState, fs *fragState, rec *Record, patient bool) ([]byte, uint64, string, error) {
+func (n *Node) checkInput(ctx context.Context, r *machine.Run, fs *machine.RunFragment, rec *machine.Record, patient bool) ([]byte, uint64, string, error) {
 	payload, err := n.blob(ctx, rec.PayloadHash, rec.PayloadSize, rec.Provider)
 	if err != nil {
 		var fe *fetchError
-		if ctx.Err() == nil && (errors.Is(err, ErrNotFound) || errors.As(err, &fe)) {
+		if ctx.Err() == nil && (errors.Is(err, machine.ErrNotFound) || errors.As(err, &fe)) {
 			if patient {
 				return nil, 0, "", fmt.Errorf("payload %s of %s not fetched yet (retrying until half the slot has passed): %w", rec.PayloadHash, rec.TrainerDID, err)
 			}
@@ -697,10 +699,10 @@ func (n *Node) checkInput(ctx context.Context, r *runState, fs *fragState, rec *
 	if uint64(len(payload)) != rec.PayloadSize {
 		return nil, 0, fmt.Sprintf("payload is %d bytes, the record says %d", len(payload), rec.PayloadSize), nil
 	}
-	if got := contentHash(payload); got != rec.PayloadHash {
+	if got := wire.ContentHash(payload); got != rec.PayloadHash {
 		return nil, 0, fmt.Sprintf("payload hashes to %s, the record says %s", got, rec.PayloadHash), nil
 	}
-	v, fuel, err := payloadValues(ctx, n.eng, r.Codec, &fs.fragLayout, payload)
+	v, fuel, err := payloadValues(ctx, n.eng, r.Codec, &fs.FragLayout, payload)
 	if err != nil {
 		var rf *RuleFailure
 		if ctx.Err() != nil || (!errors.As(err, &rf) && isHostFailure(err)) {
@@ -712,12 +714,12 @@ func (n *Node) checkInput(ctx context.Context, r *runState, fs *fragState, rec *
 		return nil, fuel, err.Error(), nil
 	}
 	if err := n.verifyPayload(ctx, r, fs, v); err != nil {
-		if KindOf(err) == KindInvalid {
+		if machine.KindOf(err) == machine.KindInvalid {
 			return nil, fuel, err.Error(), nil
 		}
 		return nil, 0, "", err
 	}
-	if r.spec.Tier != wire.TierOpen {
+	if r.TaskSpec().Tier != wire.TierOpen {
 		why, err := n.recheckEvidence(ctx, r, rec)
 		if err != nil {
 			return nil, 0, "", err
@@ -737,7 +739,7 @@ func isHostFailure(err error) bool {
 }
 
 // recheckEvidence checks a record's evidence as the receiving node did.
-func (n *Node) recheckEvidence(ctx context.Context, r *runState, rec *Record) (string, error) {
+func (n *Node) recheckEvidence(ctx context.Context, r *machine.Run, rec *machine.Record) (string, error) {
 	if rec.Evidence == nil {
 		return "evidence missing", nil
 	}
@@ -749,12 +751,12 @@ func (n *Node) recheckEvidence(ctx context.Context, r *runState, rec *Record) (s
 		return fmt.Sprintf("evidence unavailable: %v", err), nil
 	}
 	shard := uint64(0)
-	if t := r.trainer(rec.TrainerDID); t != nil && len(t.Shards) > 0 {
+	if t := r.Trainer(rec.TrainerDID); t != nil && len(t.Shards) > 0 {
 		shard = uint64(t.Shards[0])
 	}
 	ref, err := n.checkEvidence(ctx, r, raw, rec.TrainerDID, shard, r.RoundModel, rec.PayloadHash)
 	if err != nil {
-		if KindOf(err) == KindInternal {
+		if machine.KindOf(err) == machine.KindInternal {
 			return "", err
 		}
 		return fmt.Sprintf("evidence: %v", err), nil
@@ -768,19 +770,19 @@ func (n *Node) recheckEvidence(ctx context.Context, r *runState, rec *Record) (s
 // verdicts judges a fragment's equivocation claims (in DID order): both
 // payloads decoding to the same values is a duplicate, different values
 // an equivocation; a payload that cannot be had leaves it unavailable.
-func (n *Node) verdicts(ctx context.Context, r *runState, fs *fragState, claims []Claim) ([]wire.Verdict, error) {
+func (n *Node) verdicts(ctx context.Context, r *machine.Run, fs *machine.RunFragment, claims []machine.Claim) ([]wire.Verdict, error) {
 	out := []wire.Verdict{}
 	for _, c := range claims {
 		v := wire.Verdict{TrainerDID: c.First.TrainerDID, Verdict: wire.VerdictUnavailable}
 		var vals [2][]byte
 		okBoth := true
-		for k, rec := range []Record{c.First, c.Second} {
+		for k, rec := range []machine.Record{c.First, c.Second} {
 			p, err := n.blob(ctx, rec.PayloadHash, rec.PayloadSize, rec.Provider)
-			if err != nil || contentHash(p) != rec.PayloadHash {
+			if err != nil || wire.ContentHash(p) != rec.PayloadHash {
 				okBoth = false
 				break
 			}
-			if vals[k], _, err = payloadValues(ctx, n.eng, r.Codec, &fs.fragLayout, p); err != nil {
+			if vals[k], _, err = payloadValues(ctx, n.eng, r.Codec, &fs.FragLayout, p); err != nil {
 				if ctx.Err() != nil {
 					return nil, ctx.Err()
 				}
@@ -819,29 +821,29 @@ func (n *Node) abstainFrom(task string, prev abstention, err error) {
 // of its grace window, which it cannot shorten.
 func (n *Node) FinalizeRound(ctx context.Context, p *wire.FinalizeParams) (*wire.FinalizeResult, error) {
 	if p.TaskID == "" {
-		return nil, Errf(KindInvalid, "task_id is empty")
+		return nil, machine.Errf(machine.KindInvalid, "task_id is empty")
 	}
 	if _, err := did.Parse(p.SyncerDID); err != nil {
-		return nil, Errf(KindInvalid, "syncer_did: %v", err)
+		return nil, machine.Errf(machine.KindInvalid, "syncer_did: %v", err)
 	}
 	r, blk, err := n.load(ctx, p.TaskID)
 	if err != nil {
 		return nil, err
 	}
 	if r.Status != wire.StatusRunning {
-		return nil, Errf(KindConflict, "run %s is %s, not running", p.TaskID, r.Status)
+		return nil, machine.Errf(machine.KindConflict, "run %s is %s, not running", p.TaskID, r.Status)
 	}
-	if want, _ := r.syncerAt(blk.TimeMs); p.SyncerDID != want {
-		return nil, Errf(KindUnauthorized, "finalizeRound must be signed by run %s's elected syncer %s, not %s", p.TaskID, want, p.SyncerDID)
+	if want, _ := r.SyncerAt(blk.TimeMs); p.SyncerDID != want {
+		return nil, machine.Errf(machine.KindUnauthorized, "finalizeRound must be signed by run %s's elected syncer %s, not %s", p.TaskID, want, p.SyncerDID)
 	}
 	if err := did.Verify(p.SyncerDID, p.Preimage(), p.Signature); err != nil {
-		return nil, Errf(KindUnauthorized, "bad signature: does not verify against %s", p.SyncerDID)
+		return nil, machine.Errf(machine.KindUnauthorized, "bad signature: does not verify against %s", p.SyncerDID)
 	}
 	if p.Round != r.Round {
-		return nil, Errf(KindConflict, "wrong round: finalizeRound is for round %d, the current round of %s is %d", p.Round, p.TaskID, r.Round)
+		return nil, machine.Errf(machine.KindConflict, "wrong round: finalizeRound is for round %d, the current round of %s is %d", p.Round, p.TaskID, r.Round)
 	}
 	if me := n.cfg.Signer.DID(); p.SyncerDID != me {
-		return nil, Errf(KindConflict, "run %s's syncer %s does not run on this node (this node's key is %s): send finalizeRound to that syncer's node", p.TaskID, p.SyncerDID, me)
+		return nil, machine.Errf(machine.KindConflict, "run %s's syncer %s does not run on this node (this node's key is %s): send finalizeRound to that syncer's node", p.TaskID, p.SyncerDID, me)
 	}
 	round := r.Round
 	_, syncErr := n.syncRun(ctx, p.TaskID, true)
@@ -851,7 +853,7 @@ func (n *Node) FinalizeRound(ctx context.Context, p *wire.FinalizeParams) (*wire
 	}
 	res := &wire.FinalizeResult{TaskID: p.TaskID, Round: round, Status: r.Status, Height: blk.Height, Fragments: []wire.FragmentStatus{}}
 	res.Advanced = r.Round != round || r.Status != wire.StatusRunning
-	if r.Seal != nil && !r.Seal.Signed && r.receiptSignerAt(blk.TimeMs) == p.SyncerDID {
+	if r.Seal != nil && !r.Seal.Signed && r.ReceiptSignerAt(blk.TimeMs) == p.SyncerDID {
 		// The last round sealed the run: its receipt is signed now, so the
 		// caller can fetch it as soon as this answers.
 		if err := n.signReceipt(ctx, p.TaskID); err != nil {
@@ -864,26 +866,26 @@ func (n *Node) FinalizeRound(ctx context.Context, p *wire.FinalizeParams) (*wire
 		}
 		return res, nil
 	}
-	active := r.count(wire.TrainerActive)
+	active := r.Count(wire.TrainerActive)
 	for i, fs := range r.Fragments {
 		st := wire.FragmentStatus{Index: i, Accepted: len(fs.Records), Committed: fs.Closed}
 		switch {
 		case fs.Closed:
-		case r.due(fs, blk.TimeMs):
+		case r.Due(fs, blk.TimeMs):
 			st.Reason = "is due, but this node could not commit it"
 			if syncErr != nil {
 				st.Reason += ": " + syncErr.Error()
 			}
-		case len(fs.Records) >= r.spec.Quorum:
-			st.WindowClosesMs = fs.KthMs + r.spec.GraceWindowMs
+		case len(fs.Records) >= r.TaskSpec().Quorum:
+			st.WindowClosesMs = fs.KthMs + r.TaskSpec().GraceWindowMs
 			st.Reason = fmt.Sprintf("%d of K=%d accepted, %d active trainers have not submitted; its grace window closes in %d ms",
-				len(fs.Records), r.spec.Quorum, active-len(fs.Records), st.WindowClosesMs-blk.TimeMs)
+				len(fs.Records), r.TaskSpec().Quorum, active-len(fs.Records), st.WindowClosesMs-blk.TimeMs)
 		default:
-			st.Reason = fmt.Sprintf("%d of K=%d submissions accepted", len(fs.Records), r.spec.Quorum)
+			st.Reason = fmt.Sprintf("%d of K=%d submissions accepted", len(fs.Records), r.TaskSpec().Quorum)
 		}
 		res.Fragments = append(res.Fragments, st)
 	}
-	return res, Errf(KindConflict, "round %d of %s cannot be finalized yet: %s", round, p.TaskID, whyNot(res.Fragments))
+	return res, machine.Errf(machine.KindConflict, "round %d of %s cannot be finalized yet: %s", round, p.TaskID, whyNot(res.Fragments))
 }
 
 func whyNot(fs []wire.FragmentStatus) string {

@@ -15,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tenzro/train/audit"
+	"github.com/tenzro/train/machine"
 	"github.com/tenzro/train/rpc/client"
 	"github.com/tenzro/train/store"
 	"github.com/tenzro/train/syncer"
@@ -169,7 +171,7 @@ func TestSubmitForms(t *testing.T) {
 	must(err)
 	rounds, err := c.GetTranscript(ctx, "forms")
 	must(err)
-	transcript, _, err := syncer.TranscriptBlob(rounds)
+	transcript, _, err := audit.TranscriptBlob(rounds)
 	must(err)
 	rep, err := syncer.Replay(ctx, raw, transcript, c, syncer.NewNativeEngine(), nil)
 	if err != nil || !rep.Match {
@@ -193,9 +195,9 @@ func TestMigrateKVBlobs(t *testing.T) {
 	defer bs.Close()
 	good, odd := []byte("payload"), []byte("keyed by another hash")
 	gh, oh := wire.ContentHash(good), wire.SHA256(odd)
-	var b syncer.Batch
-	b.Set(syncer.KSBlobs, gh[:], good)
-	b.Set(syncer.KSBlobs, oh[:], odd)
+	var b machine.Batch
+	b.Set(machine.KSBlobs, gh[:], good)
+	b.Set(machine.KSBlobs, oh[:], odd)
 	if err := db.Commit(ctx, &b); err != nil {
 		t.Fatal(err)
 	}
@@ -207,10 +209,10 @@ func TestMigrateKVBlobs(t *testing.T) {
 	if got, err := bs.Get(ctx, gh); err != nil || !bytes.Equal(got, good) {
 		t.Fatalf("migrated blob: %q %v", got, err)
 	}
-	if _, err := db.Get(ctx, syncer.KSBlobs, gh[:]); err != syncer.ErrNotFound {
+	if _, err := db.Get(ctx, machine.KSBlobs, gh[:]); err != machine.ErrNotFound {
 		t.Fatalf("migrated blob still in the database: %v", err)
 	}
-	if got, err := db.Get(ctx, syncer.KSBlobs, oh[:]); err != nil || !bytes.Equal(got, odd) {
+	if got, err := db.Get(ctx, machine.KSBlobs, oh[:]); err != nil || !bytes.Equal(got, odd) {
 		t.Fatalf("mismatching value: %q %v", got, err)
 	}
 }

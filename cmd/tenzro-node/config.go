@@ -15,6 +15,7 @@ import (
 	"github.com/spf13/pflag"
 	"go.yaml.in/yaml/v3"
 
+	"github.com/tenzro/train/machine"
 	"github.com/tenzro/train/rpc"
 	"github.com/tenzro/train/syncer"
 	"github.com/tenzro/train/wire"
@@ -240,8 +241,8 @@ func (c *Config) validate() error {
 		return errors.New("rpc-addr is empty")
 	case c.MaxRequestBytes < 1<<20 || c.MaxRequestBytes > 4<<30:
 		return fmt.Errorf("max-request-bytes %d: want 1 MiB .. 4 GiB", c.MaxRequestBytes)
-	case c.MaxBlobBytes < 0 || c.MaxBlobBytes > syncer.MaxInitWeights:
-		return fmt.Errorf("max-blob-bytes %d: want 0 (same as max-request-bytes) .. %d", c.MaxBlobBytes, int64(syncer.MaxInitWeights))
+	case c.MaxBlobBytes < 0 || c.MaxBlobBytes > machine.MaxInitWeights:
+		return fmt.Errorf("max-blob-bytes %d: want 0 (same as max-request-bytes) .. %d", c.MaxBlobBytes, int64(machine.MaxInitWeights))
 	case c.Dashboard != "auto" && c.Dashboard != "on" && c.Dashboard != "off":
 		return fmt.Errorf("dashboard %q: want auto, on or off", c.Dashboard)
 	case c.LargeMinRate < 1 || c.LargeGraceMs < 0:

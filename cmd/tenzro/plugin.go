@@ -10,6 +10,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/tenzro/train/machine"
 	"github.com/tenzro/train/plugins"
 	"github.com/tenzro/train/plugins/buildtool"
 	"github.com/tenzro/train/plugins/conformance"
@@ -321,7 +322,7 @@ func runPlugin(cmd *cobra.Command, f runFlags) error {
 	var out []safetensors.Tensor
 	var fuel uint64
 	for _, t := range first {
-		in := syncer.AggregateInput{Rule: rule, Dtype: syncer.Dtype(t.Dtype), N: numel(t.Shape)}
+		in := syncer.AggregateInput{Rule: rule, Dtype: machine.Dtype(t.Dtype), N: numel(t.Shape)}
 		for i, s := range sets {
 			u, ok := s[t.Name]
 			if !ok || u.Dtype != t.Dtype || fmt.Sprint(u.Shape) != fmt.Sprint(t.Shape) {
@@ -387,7 +388,7 @@ func runOuter(cmd *cobra.Command, e *plugins.Engine, f runFlags) error {
 		if !ok || gt.Dtype != "F32" || numel(gt.Shape) != numel(w.Shape) {
 			return fmt.Errorf("--grad: tensor %q missing, not F32, or of another size", w.Name)
 		}
-		in := syncer.OuterStepInput{Rule: rule, Dtype: syncer.Dtype(w.Dtype), N: numel(w.Shape), Weights: w.Data, Aggregate: gt.Data,
+		in := syncer.OuterStepInput{Rule: rule, Dtype: machine.Dtype(w.Dtype), N: numel(w.Shape), Weights: w.Data, Aggregate: gt.Data,
 			LR: f.lr, Beta: f.beta, Nesterov: !f.noNesterov}
 		if ms != nil {
 			m, ok := ms[w.Name]

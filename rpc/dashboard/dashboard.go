@@ -16,7 +16,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/tenzro/train/syncer"
+	"github.com/tenzro/train/machine"
 	"github.com/tenzro/train/wire"
 )
 
@@ -97,10 +97,10 @@ func (h *handler) css(w http.ResponseWriter, _ *http.Request) {
 func (h *handler) fail(w http.ResponseWriter, err error) {
 	status := http.StatusInternalServerError
 	msg := "dashboard: internal error"
-	switch syncer.KindOf(err) {
-	case syncer.KindNotFound:
+	switch machine.KindOf(err) {
+	case machine.KindNotFound:
 		status, msg = http.StatusNotFound, err.Error()
-	case syncer.KindInvalid:
+	case machine.KindInvalid:
 		status, msg = http.StatusBadRequest, err.Error()
 	default:
 		h.opts.Logger.Warn("dashboard", "err", err)
@@ -252,7 +252,7 @@ func (h *handler) run(w http.ResponseWriter, r *http.Request, verify bool) {
 			p.Verified, p.VerifyOK, p.VerifyMessage = true, ok == 1, why
 		}
 	} else if verify {
-		h.fail(w, syncer.Errf(syncer.KindInvalid, "run %s is %s: there is no receipt to verify before it seals", task, v.Status))
+		h.fail(w, machine.Errf(machine.KindInvalid, "run %s is %s: there is no receipt to verify before it seals", task, v.Status))
 		return
 	}
 	h.render(w, "run.html", p)

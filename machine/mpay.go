@@ -1,4 +1,4 @@
-package syncer
+package machine
 
 import (
 	"math/big"
@@ -25,10 +25,10 @@ import (
 
 // settleInputs applies fragment commit fc of round to the trainers' pay and
 // stakes.
-func (x *mtx) settleInputs(r *runState, round uint64, fc *wire.FragmentCommit) error {
+func (x *mtx) settleInputs(r *Run, round uint64, fc *wire.FragmentCommit) error {
 	n := r.Fragments[fc.Fragment].N
 	for _, in := range fc.Inputs {
-		if t := r.trainer(in.TrainerDID); t != nil && in.Rejected == "" {
+		if t := r.Trainer(in.TrainerDID); t != nil && in.Rejected == "" {
 			t.Accepted++
 			t.Weight = new(big.Int).Add(bigOf(t.Weight), big.NewInt(n)).String()
 		}
@@ -38,7 +38,7 @@ func (x *mtx) settleInputs(r *runState, round uint64, fc *wire.FragmentCommit) e
 		return err
 	}
 	for _, d := range copiers {
-		if t := r.trainer(d); t != nil {
+		if t := r.Trainer(d); t != nil {
 			if err := x.slash(r, t, r.spec.CopySlashBps(), "copy"); err != nil {
 				return err
 			}
@@ -59,7 +59,7 @@ func (x *mtx) recordHeights(task string, round uint64, fc *wire.FragmentCommit) 
 				continue
 			}
 			var rec Record
-			ok, err := x.getJSON(KSTranscript, recordKey(task, round, fc.Fragment, d), &rec)
+			ok, err := x.getJSON(KSTranscript, RecordKey(task, round, fc.Fragment, d), &rec)
 			if err != nil {
 				return nil, err
 			}
