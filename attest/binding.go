@@ -18,12 +18,13 @@ const (
 )
 
 // ReportData is the Verified-tier binding: SHA-256 of the canonical
-// length-prefixed encoding of the domain "tenzro/train/attest/v1", the
-// program hash, the shard, the model hash, the trainer DID and the round
-// nonce. TDX and SNP carry it in the first 32 bytes of the 64-byte
+// length-prefixed encoding of the domain "tenzro/train/attest/v2", the
+// program hash, the shard, the model hash, the trainer DID, the round nonce
+// and the payload hash (the gradient the evidence accompanies; zero for an
+// enrolment). TDX and SNP carry it in the first 32 bytes of the 64-byte
 // REPORTDATA (the rest zero); Nitro carries it as user_data (and nonce).
-func ReportData(programHash wire.Hash, shard uint64, modelHash wire.Hash, trainerDID string, roundNonce []byte) wire.Hash {
-	return wire.AttestReportData(programHash, shard, modelHash, trainerDID, roundNonce)
+func ReportData(programHash wire.Hash, shard uint64, modelHash wire.Hash, trainerDID string, roundNonce []byte, payload wire.Hash) wire.Hash {
+	return wire.AttestReportData(programHash, shard, modelHash, trainerDID, roundNonce, payload)
 }
 
 // KeyReportData binds a public key to evidence: SHA-256 of the canonical

@@ -238,7 +238,13 @@ func (e *canonEnc) fragment(fc *wire.FragmentCommit) {
 				e.b = append(e.b, ',')
 			}
 			in := &fc.Inputs[i]
-			e.raw(`{"payload_hash":`)
+			e.b = append(e.b, '{')
+			if in.CopyOf != "" {
+				e.raw(`"copy_of":`)
+				e.str(in.CopyOf)
+				e.b = append(e.b, ',')
+			}
+			e.raw(`"payload_hash":`)
 			e.hash(in.PayloadHash)
 			if in.Rejected != "" {
 				e.raw(`,"rejected":`)

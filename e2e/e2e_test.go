@@ -142,11 +142,11 @@ func gradientFrom(t *testing.T, w string, i, round, f int) []byte {
 	for _, tn := range ts {
 		v, _ := safetensors.F32Values(tn)
 		for j := range v {
-			v[j] = float32(1+i) * 0.001 * float32((j+round+f)%7)
+			v[j] = float32(1+i) * 0.001 * trainerValue(i, round, f, j)
 		}
 		out = append(out, safetensors.FromF32(tn.Name, tn.Shape, v))
 	}
-	payload, _ := safetensors.Encode(out, nil)
+	payload, _ := safetensors.Encode(out, nil) // unbound: tenzro train submit-gradient stamps it
 	return payload
 }
 

@@ -83,7 +83,7 @@ func TestGossipBytesBench(t *testing.T) {
 	var payloadBytes float64
 	for f := 0; f < F; f++ {
 		for i, k := range trainers {
-			payload, err := gradientBytes(ws[f], i, 0, f)
+			payload, err := gradientBytes(ws[f], task, k.DID.String(), i, 0, f)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -16,13 +16,13 @@ import (
 // gpuClaim is trainer i's composite evidence (simulated CPU + simulated
 // GPU) for its current binding; other, when set, takes the GPU part from
 // evidence bound to another binding (another CPU quote).
-func (r *tierRun) gpuClaim(task string, i int, gpu bool, other bool) json.RawMessage {
+func (r *tierRun) gpuClaim(task string, i int, payload wire.Hash, gpu bool, other bool) json.RawMessage {
 	n, err := r.node.AttestNonce(r.ctx, wire.NonceParams{TaskID: task, DID: r.tr[i].DID.String()})
 	if err != nil {
 		r.t.Fatal(err)
 	}
 	prog := wire.SHA256([]byte(program))
-	rd := wire.AttestReportData(prog, n.Shard, n.ModelHash, r.tr[i].DID.String(), n.Nonce)
+	rd := wire.AttestReportData(prog, n.Shard, n.ModelHash, r.tr[i].DID.String(), n.Nonce, payload)
 	var ev []byte
 	g := enclave.NewSimulatedGPU(r.clock)
 	dp := r.encl[i].(enclave.DataProvider)
@@ -64,28 +64,28 @@ func TestVerifiedRunWithGPUEvidence(t *testing.T) {
 	r.policy = string(b)
 	const task = "verified-gpu-run"
 	r.post(task, wire.TierVerified, true)
-	if err := r.enroll(task, 0, r.gpuClaim(task, 0, false, false)); err == nil || !strings.Contains(err.Error(), "nvidia.missing") {
+	if err := r.enroll(task, 0, r.gpuClaim(task, 0, wire.Hash{}, false, false)); err == nil || !strings.Contains(err.Error(), "nvidia.missing") {
 		t.Fatalf("enrolment without GPU evidence: %v", err)
 	}
-	if err := r.enroll(task, 0, r.gpuClaim(task, 0, true, true)); err == nil || !strings.Contains(err.Error(), "binding.gpu_report") {
+	if err := r.enroll(task, 0, r.gpuClaim(task, 0, wire.Hash{}, true, true)); err == nil || !strings.Contains(err.Error(), "binding.gpu_report") {
 		t.Fatalf("enrolment with another quote's GPU evidence: %v", err)
 	}
 	for i := 0; i < 4; i++ {
-		if err := r.enroll(task, i, r.gpuClaim(task, i, true, false)); err != nil {
+		if err := r.enroll(task, i, r.gpuClaim(task, i, wire.Hash{}, true, false)); err != nil {
 			t.Fatalf("enrol %d: %v", i, err)
 		}
 	}
 	var gpuDigests []wire.Hash
 	for round := uint64(0); round < 2; round++ {
 		for f := uint64(0); f < 2; f++ {
-			if err := r.submit(task, 0, round, f, r.gpuClaim(task, 0, false, false)); err == nil || !strings.Contains(err.Error(), "nvidia.missing") {
+			if err := r.submit(task, 0, round, f, r.gpuClaim(task, 0, r.payloadHash(task, 0, round, f), false, false)); err == nil || !strings.Contains(err.Error(), "nvidia.missing") {
 				t.Fatalf("submission without GPU evidence: %v", err)
 			}
-			if err := r.submit(task, 1, round, f, r.gpuClaim(task, 1, true, true)); err == nil || !strings.Contains(err.Error(), "binding.gpu_report") {
+			if err := r.submit(task, 1, round, f, r.gpuClaim(task, 1, r.payloadHash(task, 1, round, f), true, true)); err == nil || !strings.Contains(err.Error(), "binding.gpu_report") {
 				t.Fatalf("submission with another quote's GPU evidence: %v", err)
 			}
 			for i := 0; i < 4; i++ {
-				c := r.gpuClaim(task, i, true, false)
+				c := r.gpuClaim(task, i, r.payloadHash(task, i, round, f), true, false)
 				if err := r.submit(task, i, round, f, c); err != nil {
 					t.Fatalf("round %d fragment %d trainer %d: %v", round, f, i, err)
 				}

@@ -49,7 +49,7 @@ func TestSubmitLatencyBench(t *testing.T) {
 			if (i+f)%2 == 0 {
 				via, name = light, "a light client"
 			}
-			payload, err := gradientBytes(w.Payload, i, 0, f)
+			payload, err := gradientBytes(w.Payload, task, k.DID.String(), i, 0, f)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -223,7 +223,7 @@ func (tr *netTrainer) submit(ctx context.Context, task string, i, round, f int) 
 		}
 		time.Sleep(500 * time.Millisecond)
 	}
-	payload, err := gradientBytes(w.Payload, i, round, f)
+	payload, err := gradientBytes(w.Payload, task, tr.key.DID.String(), i, round, f)
 	if err != nil {
 		return err
 	}
@@ -237,8 +237,9 @@ func (tr *netTrainer) submit(ctx context.Context, task string, i, round, f int) 
 }
 
 // gradientBytes is trainer i's deterministic pseudo-gradient for the
-// fragment whose canonical safetensors weights are w.
-func gradientBytes(w []byte, i, round, f int) ([]byte, error) {
+// fragment whose canonical safetensors weights are w, bound to (task,
+// trainer, round, f).
+func gradientBytes(w []byte, task, trainer string, i, round, f int) ([]byte, error) {
 	ts, _, err := safetensors.Parse(w, safetensors.DefaultLimits)
 	if err != nil {
 		return nil, err
@@ -247,11 +248,11 @@ func gradientBytes(w []byte, i, round, f int) ([]byte, error) {
 	for _, tn := range ts {
 		v, _ := safetensors.F32Values(tn)
 		for j := range v {
-			v[j] = float32(1+i) * 0.001 * float32((j+round+f)%7)
+			v[j] = float32(1+i) * 0.001 * trainerValue(i, round, f, j)
 		}
 		out = append(out, safetensors.FromF32(tn.Name, tn.Shape, v))
 	}
-	return safetensors.Encode(out, nil)
+	return safetensors.Encode(out, safetensors.Binding{Trainer: trainer, Task: task, Round: uint64(round), Fragment: uint64(f)}.Metadata())
 }
 
 // submitAll submits, concurrently, every (trainer, fragment) of the round

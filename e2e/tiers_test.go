@@ -121,7 +121,7 @@ func (r *tierRun) next() uint64 { r.nonce++; return r.nonce }
 
 // claim makes trainer i's evidence for its current binding. mutate may
 // alter the binding's model hash to produce wrong evidence.
-func (r *tierRun) claim(task string, i int, wrongModel bool) json.RawMessage {
+func (r *tierRun) claim(task string, i int, payload wire.Hash, wrongModel bool) json.RawMessage {
 	n, err := r.node.AttestNonce(r.ctx, wire.NonceParams{TaskID: task, DID: r.tr[i].DID.String()})
 	if err != nil {
 		r.t.Fatal(err)
@@ -131,7 +131,7 @@ func (r *tierRun) claim(task string, i int, wrongModel bool) json.RawMessage {
 		model[0] ^= 1
 	}
 	prog := wire.SHA256([]byte(program))
-	ev, err := r.encl[i].Evidence(r.ctx, wire.AttestReportData(prog, n.Shard, model, r.tr[i].DID.String(), n.Nonce))
+	ev, err := r.encl[i].Evidence(r.ctx, wire.AttestReportData(prog, n.Shard, model, r.tr[i].DID.String(), n.Nonce, payload))
 	if err != nil {
 		r.t.Fatal(err)
 	}
@@ -180,12 +180,25 @@ func (r *tierRun) enroll(task string, i int, att json.RawMessage) error {
 	return err
 }
 
-func (r *tierRun) submit(task string, i int, round, f uint64, att json.RawMessage) error {
+// gradient is trainer i's payload for (round, f), bound to it.
+func (r *tierRun) gradient(task string, i int, round, f uint64) []byte {
 	v := make([]float32, 16)
 	for j := range v {
-		v[j] = float32(i+j) * 1e-3
+		v[j] = 1e-3 * trainerValue(i, int(round), int(f), j)
 	}
-	payload, _ := safetensors.Encode([]safetensors.Tensor{safetensors.FromF32(fmt.Sprintf("w%d", f), []int64{16}, v)}, nil)
+	payload, _ := safetensors.Encode([]safetensors.Tensor{safetensors.FromF32(fmt.Sprintf("w%d", f), []int64{16}, v)},
+		safetensors.Binding{Trainer: r.tr[i].DID.String(), Task: task, Round: round, Fragment: f}.Metadata())
+	return payload
+}
+
+// payloadHash is the hash of trainer i's payload for (round, f): what its
+// submission's evidence binds.
+func (r *tierRun) payloadHash(task string, i int, round, f uint64) wire.Hash {
+	return wire.ContentHash(r.gradient(task, i, round, f))
+}
+
+func (r *tierRun) submit(task string, i int, round, f uint64, att json.RawMessage) error {
+	payload := r.gradient(task, i, round, f)
 	g := &wire.OuterGradient{TaskID: task, TrainerDID: r.tr[i].DID.String(), Round: round, FragmentIndex: f, GradientPayload: payload,
 		PayloadHash: wire.ContentHash(payload), Attestation: att, ChainID: chain.ManualChainID}
 	g.Signature = r.tr[i].Sign(g.Preimage())
@@ -208,7 +221,7 @@ func TestVerifiedTierRun(t *testing.T) {
 		t.Fatalf("enrolment without evidence: %v", err)
 	}
 	for i := 0; i < 4; i++ {
-		if err := r.enroll(task, i, r.claim(task, i, false)); err != nil {
+		if err := r.enroll(task, i, r.claim(task, i, wire.Hash{}, false)); err != nil {
 			t.Fatalf("enrol %d: %v", i, err)
 		}
 	}
@@ -216,8 +229,13 @@ func TestVerifiedTierRun(t *testing.T) {
 	for round := uint64(0); round < 2; round++ {
 		for f := uint64(0); f < 2; f++ {
 			// Evidence bound to the wrong model: refused, naming the binding check.
-			if err := r.submit(task, 0, round, f, r.claim(task, 0, true)); err == nil || !strings.Contains(err.Error(), "binding") {
+			if err := r.submit(task, 0, round, f, r.claim(task, 0, r.payloadHash(task, 0, round, f), true)); err == nil || !strings.Contains(err.Error(), "binding") {
 				t.Fatalf("wrong binding: %v", err)
+			}
+			// Evidence bound to another payload (trainer 2's gradient):
+			// the evidence covers only the gradient it was made for.
+			if err := r.submit(task, 0, round, f, r.claim(task, 0, r.payloadHash(task, 2, round, f), false)); err == nil || !strings.Contains(err.Error(), "binding.report_data") {
+				t.Fatalf("evidence for another payload: %v", err)
 			}
 			// A claim replayed from the previous round (its nonce is that
 			// round's, PROTOCOL §8): refused.
@@ -226,13 +244,13 @@ func TestVerifiedTierRun(t *testing.T) {
 					t.Fatalf("replayed nonce: %v", err)
 				}
 			}
-			c := r.claim(task, 1, false)
+			c := r.claim(task, 1, r.payloadHash(task, 1, round, f), false)
 			if err := r.submit(task, 1, round, f, c); err != nil {
 				t.Fatalf("round %d fragment %d: %v", round, f, err)
 			}
 			stale = c
 			for _, i := range []int{0, 2, 3} {
-				if err := r.submit(task, i, round, f, r.claim(task, i, false)); err != nil {
+				if err := r.submit(task, i, round, f, r.claim(task, i, r.payloadHash(task, i, round, f), false)); err != nil {
 					t.Fatalf("round %d fragment %d trainer %d: %v", round, f, i, err)
 				}
 			}
@@ -271,7 +289,7 @@ func TestVerifiedTierRun(t *testing.T) {
 func TestVerifiedTierRefusesSimulatedUnderProductionPolicy(t *testing.T) {
 	r := newTierRun(t, "snp")
 	r.post("prod-policy", wire.TierVerified, false)
-	err := r.enroll("prod-policy", 0, r.claim("prod-policy", 0, false))
+	err := r.enroll("prod-policy", 0, r.claim("prod-policy", 0, wire.Hash{}, false))
 	if err == nil || !strings.Contains(err.Error(), "simulated") {
 		t.Fatalf("simulated evidence under a production policy: %v", err)
 	}
@@ -336,7 +354,7 @@ func TestConfidentialTierRun(t *testing.T) {
 		t.Fatalf("after restart: %v", err)
 	}
 	// Enrolment in a Confidential run also needs passing evidence.
-	if err := r.enroll(task, 2, r.claim(task, 2, false)); err != nil {
+	if err := r.enroll(task, 2, r.claim(task, 2, wire.Hash{}, false)); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -42,7 +42,8 @@ func TestVerifiedTierEndToEnd(t *testing.T) {
 			trainer, _ := did.Generate(did.KindMachine, nil)
 			prog, model := wire.SHA256([]byte("prog")), wire.ContentHash([]byte("model"))
 			nonce, _ := nonces.Issue(ctx, "round-1")
-			rd := attest.ReportData(prog, 3, model, trainer.DID.String(), nonce)
+			payload := wire.ContentHash([]byte("the gradient this evidence goes with"))
+			rd := attest.ReportData(prog, 3, model, trainer.DID.String(), nonce, payload)
 			ev, err := prov.Evidence(ctx, rd)
 			if err != nil {
 				t.Fatal(err)
@@ -65,10 +66,16 @@ func TestVerifiedTierEndToEnd(t *testing.T) {
 				t.Fatal("replayed nonce consumed twice")
 			}
 			// Wrong binding (other shard).
-			other := attest.ReportData(prog, 4, model, trainer.DID.String(), nonce)
+			other := attest.ReportData(prog, 4, model, trainer.DID.String(), nonce, payload)
 			if _, err := attest.NewChecker(attest.Options{Clock: clock}).CheckEvidence(ctx, wire.TierVerified, simPolicy(true), ev, other); err == nil ||
 				!strings.Contains(err.Error(), "check binding.report_data failed") {
 				t.Fatalf("wrong binding: %v", err)
+			}
+			// Wrong binding (the evidence offered with another gradient).
+			another := attest.ReportData(prog, 3, model, trainer.DID.String(), nonce, wire.ContentHash([]byte("a copied gradient")))
+			if _, err := attest.NewChecker(attest.Options{Clock: clock}).CheckEvidence(ctx, wire.TierVerified, simPolicy(true), ev, another); err == nil ||
+				!strings.Contains(err.Error(), "check binding.report_data failed") {
+				t.Fatalf("evidence for another payload: %v", err)
 			}
 			// Production policy (no allow_simulated).
 			if _, err := attest.NewChecker(attest.Options{Clock: clock}).CheckEvidence(ctx, wire.TierVerified, simPolicy(false), ev, rd); err == nil ||

@@ -79,7 +79,7 @@ func TestSEVGuestProviderEvidence(t *testing.T) {
 		t.Run(line, func(t *testing.T) {
 			f := newFakeSEVGuest(t, line, true)
 			p := f.provider()
-			rd := attest.ReportData(wire.SHA256([]byte("prog")), 1, wire.ContentHash([]byte("model")), "did:tenzro:machine:x", []byte("nonce"))
+			rd := attest.ReportData(wire.SHA256([]byte("prog")), 1, wire.ContentHash([]byte("model")), "did:tenzro:machine:x", []byte("nonce"), wire.ContentHash([]byte("payload")))
 			f.answer(padded(rd), padded(rd)) // answered only for rd ‖ 32 zero bytes
 			ev, err := p.Evidence(ctx, rd)
 			if err != nil {

@@ -596,13 +596,9 @@ func (x *mtx) finalizeRound(r *Run, round uint64) error {
 	if !ok {
 		return fmt.Errorf("round %d of %s is pending without its round commit", round, task)
 	}
-	for _, fc := range rc.Fragments {
-		n := r.Fragments[fc.Fragment].N
-		for _, in := range fc.Inputs {
-			if t := r.Trainer(in.TrainerDID); t != nil && in.Rejected == "" {
-				t.Accepted++
-				t.Weight = new(big.Int).Add(bigOf(t.Weight), big.NewInt(n)).String()
-			}
+	for k := range rc.Fragments {
+		if err := x.settleInputs(r, round, &rc.Fragments[k]); err != nil {
+			return err
 		}
 	}
 	sl := r.spec.Slash()
@@ -683,6 +679,11 @@ func (x *mtx) pendingPenalty(r *Run, d string) (string, error) {
 		for _, e := range c.Equivocators {
 			if e == d && why == "" {
 				why = fmt.Sprintf("its equivocation in fragment %d (committed at height %d) is slashed when that round is final", c.Commit.Fragment, c.Height)
+			}
+		}
+		for _, in := range c.Commit.Inputs {
+			if in.TrainerDID == d && in.CopyOf != "" && why == "" {
+				why = fmt.Sprintf("its input to fragment %d (committed at height %d) is judged a copy of %s's, settled when that round is final", c.Commit.Fragment, c.Height, in.CopyOf)
 			}
 		}
 		return nil

@@ -241,6 +241,9 @@ func (x *mtx) commitFragment(p *wire.CommitFragmentTx) (*wire.CommitFragmentResu
 	if err := r.checkCommit(i, &c, p.SyncerDID, uint64(k)); err != nil {
 		return nil, err
 	}
+	if err := x.checkCopyVerdicts(task, r.Round, &c); err != nil {
+		return nil, err
+	}
 	claims, err := FragmentClaims(x.ctx, x.kv, task, r.Round, i)
 	if err != nil {
 		return nil, err
@@ -376,7 +379,7 @@ func sameCodec(a, b *wire.CodecRef) bool {
 
 // closeFragment records fragment i's commit: the fragment is closed, its
 // weights move on when aggregated, and every input that was not rejected
-// counts as accepted (payout weight: the fragment's size).
+// counts for the round; pay and copy slashes follow settleInputs (mpay.go).
 func (x *mtx) closeFragment(r *Run, i int, c *wire.FragmentCommit) error {
 	fs := r.Fragments[i]
 	if c.Inputs == nil {
@@ -399,10 +402,9 @@ func (x *mtx) closeFragment(r *Run, i int, c *wire.FragmentCommit) error {
 			continue
 		}
 		t.RoundAccepted++
-		if !r.Challengeable() { // final at once; else when the round is final
-			t.Accepted++
-			t.Weight = new(big.Int).Add(bigOf(t.Weight), big.NewInt(fs.N)).String()
-		}
+	}
+	if !r.Challengeable() { // final at once; else when the round is final
+		return x.settleInputs(r, r.Round, c)
 	}
 	return nil
 }

@@ -178,7 +178,7 @@ func runCompressed(t *testing.T, compression string, hook func(h *codecRun, roun
 }
 
 func (h *codecRun) submit(i, round, f int, ts []safetensors.Tensor) error {
-	payload, err := safetensors.Encode(ts, nil)
+	payload, err := safetensors.Encode(ts, safetensors.Binding{Trainer: h.tr[i].DID.String(), Task: h.task, Round: uint64(round), Fragment: uint64(f)}.Metadata())
 	if err != nil {
 		return err
 	}
@@ -285,6 +285,14 @@ func TestCompressedSubmissionRefusals(t *testing.T) {
 			if err == nil || !strings.Contains(err.Error(), tc.err) {
 				t.Errorf("%s: err = %v, want %q", tc.name, err, tc.err)
 			}
+		}
+		// A compressed payload carries its binding like any other: one
+		// bound to trainer 1, signed by trainer 0, is refused.
+		p, _ := safetensors.Encode(good(), safetensors.Binding{Trainer: h.tr[1].DID.String(), Task: h.task, Round: 1}.Metadata())
+		g := &wire.OuterGradient{TaskID: h.task, TrainerDID: h.tr[0].DID.String(), Round: 1, GradientPayload: p, PayloadHash: wire.ContentHash(p)}
+		g.Signature = h.tr[0].Sign(g.Preimage())
+		if _, err := h.node.Submit(h.ctx, g); err == nil || !strings.Contains(err.Error(), "the payload names trainer "+h.tr[1].DID.String()) {
+			t.Errorf("compressed payload bound to another trainer: %v", err)
 		}
 		after, _ := h.node.GetRun(h.ctx, h.task)
 		a, _ := json.Marshal(before)

@@ -98,7 +98,7 @@ func BenchmarkSubmit33MB(b *testing.B) {
 	}
 	subs := make([]*wire.OuterGradient, 0, 63)
 	for i := 0; i < 63 && i < b.N+1; i++ {
-		payload, _ := safetensors.Encode([]safetensors.Tensor{safetensors.FromF32("w", []int64{n}, vals)}, nil)
+		payload, _ := safetensors.Encode([]safetensors.Tensor{safetensors.FromF32("w", []int64{n}, vals)}, bound(h.task, h.tr[i].DID.String(), 0, 0))
 		payload[len(payload)-1] = byte(i)
 		g := &wire.OuterGradient{ChainID: chain.ManualChainID, TaskID: h.task, TrainerDID: h.tr[i].DID.String(), GradientPayload: payload, PayloadHash: wire.ContentHash(payload)}
 		g.Signature = h.tr[i].Sign(g.Preimage())

@@ -107,7 +107,7 @@ func BenchmarkReexecuteVsFinalize(b *testing.B) {
 		for j := range w {
 			w[j] = float32((j+i)%13) * 1e-3
 		}
-		payload, _ := safetensors.Encode([]safetensors.Tensor{safetensors.FromF32("w", []int64{n}, w)}, nil)
+		payload, _ := safetensors.Encode([]safetensors.Tensor{safetensors.FromF32("w", []int64{n}, w)}, bound("bench", tk.DID.String(), 0, 0))
 		g := &wire.OuterGradient{ChainID: chain.ManualChainID, TaskID: "bench", TrainerDID: tk.DID.String(), GradientPayload: payload, PayloadHash: wire.ContentHash(payload)}
 		g.Signature = tk.Sign(g.Preimage())
 		if _, err := sn.Submit(ctx, g); err != nil {

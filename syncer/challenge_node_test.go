@@ -225,7 +225,7 @@ func (c *cnet) submitRound() {
 			c.t.Fatal(err)
 		}
 		for i, k := range c.tr {
-			payload := scaledPayload(c.t, w.Payload, float32(i+1)+float32(r.Round))
+			payload := bindTo(c.t, scaledPayload(c.t, w.Payload, float32(i+1)+float32(r.Round)), c.task, k.DID.String(), r.Round, uint64(f))
 			g := &wire.OuterGradient{ChainID: chain.ManualChainID, TaskID: c.task, TrainerDID: k.DID.String(), Round: r.Round, FragmentIndex: uint64(f),
 				GradientPayload: payload, PayloadHash: wire.ContentHash(payload)}
 			g.Signature = k.Sign(g.Preimage())
@@ -484,7 +484,7 @@ func scaledPayload(t *testing.T, weights []byte, scale float32) []byte {
 	for _, x := range ts {
 		v, _ := safetensors.F32Values(x)
 		for j := range v {
-			v[j] = scale * 0.001 * float32(j%7)
+			v[j] = scale * 0.001 * float32((j+int(scale))%7) // its own direction per scale: no copies
 		}
 		out = append(out, safetensors.FromF32(x.Name, x.Shape, v))
 	}

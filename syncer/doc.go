@@ -10,4 +10,10 @@
 // node reads through its exported view and pre-checks. Receipts are
 // package audit. It must not know about HTTP, Pebble, CometBFT or wazero
 // types: chain serves it (structurally, through Chain) without importing it.
+//
+// Pay for work (issue 23): binding.go checks that a payload names its signer,
+// task, round and fragment (at Submit and in the worker's re-check);
+// copies.go is the copy rule (exact integer cosine, the earliest block is
+// the original), called by the worker's computeCommit; the machine's
+// mpay.go settles a final commit's inputs.
 package syncer

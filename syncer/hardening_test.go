@@ -183,7 +183,7 @@ func TestFiniteVerifierIsAlwaysOn(t *testing.T) {
 		ts, _, _ := safetensors.Parse(g.GradientPayload, safetensors.DefaultLimits)
 		v, _ := safetensors.F32Values(ts[0])
 		v[3] = bad
-		p, _ := safetensors.Encode([]safetensors.Tensor{safetensors.FromF32(ts[0].Name, ts[0].Shape, v)}, nil)
+		p, _ := safetensors.Encode([]safetensors.Tensor{safetensors.FromF32(ts[0].Name, ts[0].Shape, v)}, bound(h.task, g.TrainerDID, 0, 0))
 		resign(h, g, p)
 		before := snapshot(t, h)
 		if err := h.submit(g); machine.KindOf(err) != machine.KindInvalid || !strings.Contains(err.Error(), machine.FiniteVerifier) {
@@ -208,11 +208,7 @@ func TestEquivocationIsAboutContent(t *testing.T) {
 	if err := h.submit(g); err != nil {
 		t.Fatal(err)
 	}
-	ts, _, _ := safetensors.Parse(g.GradientPayload, safetensors.DefaultLimits)
-	again, err := safetensors.Encode(ts, map[string]string{"writer": "another library"}) // other header bytes, same tensors
-	if err != nil {
-		t.Fatal(err)
-	}
+	again := repadded(g.GradientPayload) // other header bytes, same binding and tensors
 	g2 := *g
 	resign(h, &g2, again)
 	if g2.PayloadHash == g.PayloadHash {

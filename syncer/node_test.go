@@ -3,6 +3,7 @@ package syncer_test
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -264,11 +265,11 @@ func (h *harness) gradient(i, round, f int, scale float32) *wire.OuterGradient {
 	for _, t := range h.weights(f) {
 		v, _ := safetensors.F32Values(t)
 		for j := range v {
-			v[j] = scale * 0.001 * float32((j+i+round)%7)
+			v[j] = scale * 0.001 * pattern(i, round, f, j)
 		}
 		out = append(out, safetensors.FromF32(t.Name, t.Shape, v))
 	}
-	payload, _ := safetensors.Encode(out, nil)
+	payload, _ := safetensors.Encode(out, bound(h.task, h.tr[i].DID.String(), round, f))
 	g := &wire.OuterGradient{ChainID: chain.ManualChainID, TaskID: h.task, TrainerDID: h.tr[i].DID.String(), Round: uint64(round), FragmentIndex: uint64(f),
 		GradientPayload: payload, PayloadHash: wire.ContentHash(payload)}
 	g.Signature = h.tr[i].Sign(g.Preimage())
@@ -471,11 +472,11 @@ func TestRefusalsChangeNothing(t *testing.T) {
 		{"payload hash mismatch", func(g *wire.OuterGradient) { g.PayloadHash[0] ^= 1 }, "payload_hash mismatch"},
 		{"truncated safetensors", func(g *wire.OuterGradient) { resign(h, g, g.GradientPayload[:len(g.GradientPayload)-4]) }, "gradient_payload"},
 		{"wrong shape", func(g *wire.OuterGradient) {
-			p, _ := safetensors.Encode([]safetensors.Tensor{safetensors.FromF32("layer0.w", []int64{4, 4}, make([]float32, 16))}, nil)
+			p, _ := safetensors.Encode([]safetensors.Tensor{safetensors.FromF32("layer0.w", []int64{4, 4}, make([]float32, 16))}, bound(h.task, g.TrainerDID, 0, 0))
 			resign(h, g, p)
 		}, "shape"},
 		{"wrong dtype", func(g *wire.OuterGradient) {
-			p, _ := safetensors.Encode([]safetensors.Tensor{{Name: "layer0.w", Dtype: "BF16", Shape: []int64{16}, Data: make([]byte, 32)}}, nil)
+			p, _ := safetensors.Encode([]safetensors.Tensor{{Name: "layer0.w", Dtype: "BF16", Shape: []int64{16}, Data: make([]byte, 32)}}, bound(h.task, g.TrainerDID, 0, 0))
 			resign(h, g, p)
 		}, "dtype"},
 	}
@@ -541,6 +542,45 @@ func indexOf(v *wire.RunView, d string) int {
 		}
 	}
 	return -1
+}
+
+// pattern is a deterministic pseudo-random value in [−1, 1) per trainer,
+// round, fragment and element: every trainer's gradient points its own way,
+// so the copy rule (copies.go) never mistakes two test trainers for copies.
+func pattern(i, round, f, j int) float32 {
+	x := uint64(i)<<48 ^ uint64(round)<<32 ^ uint64(f)<<24 ^ uint64(j)
+	x += 0x9e3779b97f4a7c15
+	x = (x ^ x>>30) * 0xbf58476d1ce4e5b9
+	x = (x ^ x>>27) * 0x94d049bb133111eb
+	x ^= x >> 31
+	return float32(int64(x>>40)%1000) / 1000
+}
+
+// bound is the __metadata__ that binds a test payload to its trainer, task,
+// round and fragment (safetensors.md §6).
+func bound(task, trainer string, round, f int) map[string]string {
+	return safetensors.Binding{Trainer: trainer, Task: task, Round: uint64(round), Fragment: uint64(f)}.Metadata()
+}
+
+// bindTo returns payload bound to (task, trainer, round, f).
+func bindTo(t testing.TB, payload []byte, task, trainer string, round, f uint64) []byte {
+	t.Helper()
+	b, err := safetensors.Bind(payload, safetensors.Binding{Trainer: trainer, Task: task, Round: round, Fragment: f}, safetensors.DefaultLimits)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// repadded is payload with 8 more spaces of header padding: another
+// encoding of the same header (parsers accept any padding).
+func repadded(payload []byte) []byte {
+	n := binary.LittleEndian.Uint64(payload)
+	out := make([]byte, 0, len(payload)+8)
+	out = binary.LittleEndian.AppendUint64(out, n+8)
+	out = append(out, payload[8:8+n]...)
+	out = append(out, "        "...)
+	return append(out, payload[8+n:]...)
 }
 
 func resign(h *harness, g *wire.OuterGradient, payload []byte) {

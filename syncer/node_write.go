@@ -293,9 +293,10 @@ func (n *Node) SetInitWeights(ctx context.Context, p *wire.SetInitWeightsParams)
 // checkEvidence runs the attestor on a Verified/Confidential claim: its
 // nonce must be the round's (PROTOCOL §8) and its evidence must bind
 // AttestReportData of the claimed program, the trainer's shard, the
-// round's model and that nonce. It returns the digest and a reference to
-// the claim's bytes, which the caller stores as a blob.
-func (n *Node) checkEvidence(ctx context.Context, r *machine.Run, raw json.RawMessage, trainer string, shard uint64, model wire.Hash) (*wire.EvidenceRef, error) {
+// round's model, that nonce and the payload it accompanies (zero for an
+// enrolment). It returns the digest and a reference to the claim's bytes,
+// which the caller stores as a blob.
+func (n *Node) checkEvidence(ctx context.Context, r *machine.Run, raw json.RawMessage, trainer string, shard uint64, model, payload wire.Hash) (*wire.EvidenceRef, error) {
 	if n.cfg.Attestor == nil {
 		return nil, machine.Errf(machine.KindAttestation, "tier %s needs attestation, which this node is not configured for", r.TaskSpec().Tier)
 	}
@@ -311,7 +312,7 @@ func (n *Node) checkEvidence(ctx context.Context, r *machine.Run, raw json.RawMe
 	if want := machine.AttestNonce(r.TaskSpec().TaskID, trainer, r.Round, r.RoundAnchor); !bytes.Equal(claim.Nonce, want) {
 		return nil, machine.Errf(machine.KindAttestation, "attestation refused: check binding.nonce failed: the nonce is not round %d's for %s (get it from tenzro_attest_getNonce)", r.Round, trainer)
 	}
-	rd := wire.AttestReportData(claim.ProgramHash, shard, model, trainer, claim.Nonce)
+	rd := wire.AttestReportData(claim.ProgramHash, shard, model, trainer, claim.Nonce, payload)
 	dg, err := n.cfg.Attestor.CheckEvidence(ctx, r.TaskSpec().Tier, r.TaskSpec().AttestationPolicy, claim.Envelope, rd)
 	if err != nil {
 		if machine.KindOf(err) == machine.KindAttestation {
@@ -346,7 +347,7 @@ func (n *Node) Enroll(ctx context.Context, p *wire.EnrollParams) (*wire.EnrollRe
 		if err := did.Verify(p.TrainerDID, p.Preimage(), p.Signature); err != nil {
 			return nil, machine.Errf(machine.KindUnauthorized, "bad signature: does not verify against %s", p.TrainerDID)
 		}
-		if tx.Evidence, err = n.checkEvidence(ctx, r, p.Attestation, p.TrainerDID, 0, r.InitModel); err != nil {
+		if tx.Evidence, err = n.checkEvidence(ctx, r, p.Attestation, p.TrainerDID, 0, r.InitModel, wire.Hash{}); err != nil {
 			return nil, err
 		}
 		if err := n.blobs.Put(ctx, tx.Evidence.Hash, p.Attestation); err != nil {
@@ -518,6 +519,9 @@ func (n *Node) Submit(ctx context.Context, g *wire.OuterGradient) (*wire.SubmitR
 		}
 		return nil, machine.Errf(machine.KindInvalid, "gradient_payload: %v", err)
 	}
+	if err := checkPayloadBinding(g.GradientPayload, g.TaskID, g.TrainerDID, g.Round, g.FragmentIndex); err != nil {
+		return nil, machine.Errf(machine.KindInvalid, "%v", err)
+	}
 	if err := n.verifyPayload(ctx, r, fs, values); err != nil {
 		return nil, err
 	}
@@ -560,7 +564,7 @@ func (n *Node) Submit(ctx context.Context, g *wire.OuterGradient) (*wire.SubmitR
 		if t := r.Trainer(g.TrainerDID); t != nil && len(t.Shards) > 0 {
 			shard = uint64(t.Shards[0])
 		}
-		if tx.Evidence, err = n.checkEvidence(ctx, r, g.Attestation, g.TrainerDID, shard, r.RoundModel); err != nil {
+		if tx.Evidence, err = n.checkEvidence(ctx, r, g.Attestation, g.TrainerDID, shard, r.RoundModel, g.PayloadHash); err != nil {
 			return nil, err
 		}
 		if err := n.blobs.Put(ctx, tx.Evidence.Hash, g.Attestation); err != nil {

@@ -592,8 +592,14 @@ func (n *Node) computeCommit(ctx context.Context, s *snapshot, i int) (*computed
 		values = append(values, v)
 		idx = append(idx, j)
 	}
+	// The copy rule (copies.go): a later input pointing the way of an
+	// earlier one is rejected as its copy, before round-level verifiers
+	// (inside Finalize) see the inputs kept.
+	values, idx, err := n.applyCopyRule(s, i, fc, values, idx)
+	if err != nil {
+		return nil, err
+	}
 	c := &computed{fragment: i}
-	var err error
 	if c.verdicts, err = n.verdicts(ctx, r, fs, s.claims[i]); err != nil {
 		return nil, err
 	}
@@ -642,6 +648,38 @@ func (n *Node) computeCommit(ctx context.Context, s *snapshot, i int) (*computed
 	fc.Status, fc.Reason, fc.AggregateHash = out.Status, out.Reason, out.AggregateHash
 	c.commit = *fc
 	return c, nil
+}
+
+// applyCopyRule runs the copy rule (markCopies) over fragment i's kept
+// inputs, values[k] being fc.Inputs[idx[k]]'s, and returns the values and
+// indices of the inputs it left kept.
+func (n *Node) applyCopyRule(s *snapshot, i int, fc *wire.FragmentCommit, values []Values, idx []int) ([]Values, []int, error) {
+	fs := s.r.Fragments[i]
+	ppm := s.r.TaskSpec().CopyThresholdPpm()
+	if ppm >= wire.CopyRuleOff || len(values) < 2 {
+		return values, idx, nil
+	}
+	all := make([][]byte, len(fc.Inputs))
+	for k, v := range values {
+		b, err := v.Bytes(fs.N * int64(fs.Dtype.Size()))
+		if err != nil {
+			return nil, nil, errLocal{fmt.Errorf("copy rule: input %d: %w", idx[k], err)}
+		}
+		all[idx[k]] = b
+	}
+	heights := make([]int64, len(fc.Inputs))
+	for j, in := range fc.Inputs {
+		heights[j] = s.records[i][in.TrainerDID].Height
+	}
+	markCopies(fc.Inputs, all, heights, fs.Dtype, int(fs.N), ppm)
+	var keptV []Values
+	var keptIdx []int
+	for k, j := range idx {
+		if fc.Inputs[j].Rejected == "" {
+			keptV, keptIdx = append(keptV, values[k]), append(keptIdx, j)
+		}
+	}
+	return keptV, keptIdx, nil
 }
 
 // writeState hashes a fragment's new weights (their canonical safetensors
@@ -799,6 +837,9 @@ func (n *Node) checkInput(ctx context.Context, r *machine.Run, fs *machine.RunFr
 		}
 		return reject(fuel, fmt.Sprintf("gradient_payload: %v", err))
 	}
+	if err := checkPayloadBinding(payload, rec.TaskID, rec.TrainerDID, rec.Round, rec.FragmentIndex); err != nil {
+		return reject(fuel, err.Error())
+	}
 	if hasSubmissionVerifiers(r) {
 		if flat == nil {
 			if flat, err = v.Bytes(fs.N * int64(fs.Dtype.Size())); err != nil {
@@ -868,7 +909,7 @@ func (n *Node) recheckEvidence(ctx context.Context, r *machine.Run, rec *machine
 	if t := r.Trainer(rec.TrainerDID); t != nil && len(t.Shards) > 0 {
 		shard = uint64(t.Shards[0])
 	}
-	ref, err := n.checkEvidence(ctx, r, raw, rec.TrainerDID, shard, r.RoundModel)
+	ref, err := n.checkEvidence(ctx, r, raw, rec.TrainerDID, shard, r.RoundModel, rec.PayloadHash)
 	if err != nil {
 		if machine.KindOf(err) == machine.KindInternal {
 			return "", err

@@ -497,10 +497,11 @@ func (p *PublishPluginParams) Preimage() []byte {
 
 // AttestationClaim is the `attestation` member of enrolments and submissions
 // in Verified and Confidential tiers. The evidence's report data must equal
-// AttestReportData(ProgramHash, shard, model, trainer DID, Nonce), where the
-// shard is the trainer's first shard this round (0 at enrolment), the model
-// is the model hash at the start of the round (the initial model at
-// enrolment) and Nonce is single-use, from tenzro_attest_getNonce.
+// AttestReportData(ProgramHash, shard, model, trainer DID, Nonce, payload),
+// where the shard is the trainer's first shard this round (0 at enrolment),
+// the model is the model hash at the start of the round (the initial model
+// at enrolment), Nonce is from tenzro_attest_getNonce and payload is the
+// payload_hash of the submission the claim goes with (zero at enrolment).
 type AttestationClaim struct {
 	Envelope    json.RawMessage `json:"envelope"`
 	Nonce       []byte          `json:"nonce"`

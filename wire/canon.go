@@ -77,12 +77,16 @@ func ModelHash(frags []Hash) Hash {
 	return c.SumContent()
 }
 
-// DomainAttest tags the Verified-tier evidence binding.
-const DomainAttest = "tenzro/train/attest/v1"
+// DomainAttest tags the Verified-tier evidence binding (v2: the payload
+// hash is part of it; v1 evidence, without it, is not accepted).
+const DomainAttest = "tenzro/train/attest/v2"
 
 // AttestReportData is the Verified-tier binding carried in evidence report
 // data (DESIGN §6): SHA-256(Str(DomainAttest) ‖ Hash(program) ‖ U64(shard) ‖
-// Hash(model) ‖ Str(trainer DID) ‖ Bytes(round nonce)).
-func AttestReportData(programHash Hash, shard uint64, modelHash Hash, trainerDID string, roundNonce []byte) Hash {
-	return NewCanon(DomainAttest).Hash(programHash).U64(shard).Hash(modelHash).Str(trainerDID).Bytes(roundNonce).Sum()
+// Hash(model) ‖ Str(trainer DID) ‖ Bytes(round nonce) ‖ Hash(payload)).
+// payload is the ContentHash of the outer-gradient payload the evidence
+// accompanies (so the evidence covers that gradient, issue 23), the zero
+// hash for an enrolment, which carries no payload.
+func AttestReportData(programHash Hash, shard uint64, modelHash Hash, trainerDID string, roundNonce []byte, payload Hash) Hash {
+	return NewCanon(DomainAttest).Hash(programHash).U64(shard).Hash(modelHash).Str(trainerDID).Bytes(roundNonce).Hash(payload).Sum()
 }

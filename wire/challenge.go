@@ -26,9 +26,11 @@ const (
 // it determines —
 //
 //	Str(DomainFragmentResult) ‖ Str(status) ‖ U64(len(inputs)) ‖
-//	for each input in commit order: U64(selected ? 1 : 0) ‖ U64(rejected ? 1 : 0) ‖
+//	for each input in commit order: U64(selected ? 1 : 0) ‖
+//	  (copy_of set ? U64(2) ‖ Str(copy_of) : U64(rejected ? 1 : 0)) ‖
 //	Hash(aggregate_hash) ‖ Hash(weights_after) ‖ Hash(momentum_after) ‖ U64(fuel)
 //
+// (A commit without copy verdicts hashes as before the copy rule existed.)
 // A rejection counts as a flag, not by its reason (a reason names the
 // node's own error text); the inputs themselves (DIDs, payload hashes), the
 // rule, the weights before and the syncer are fixed by the chain, not
@@ -36,7 +38,12 @@ const (
 func FragmentResultHash(fc *FragmentCommit) Hash {
 	c := NewCanon(DomainFragmentResult).Str(fc.Status).U64(uint64(len(fc.Inputs)))
 	for _, in := range fc.Inputs {
-		c.U64(b2u(in.Selected)).U64(b2u(in.Rejected != ""))
+		c.U64(b2u(in.Selected))
+		if in.CopyOf != "" { // the copy verdict: 2 and whose input it copies
+			c.U64(2).Str(in.CopyOf)
+			continue
+		}
+		c.U64(b2u(in.Rejected != ""))
 	}
 	return c.Hash(fc.AggregateHash).Hash(fc.WeightsAfter).Hash(fc.MomentumAfter).U64(fc.Fuel).Sum()
 }

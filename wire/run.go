@@ -118,6 +118,12 @@ type CommitInput struct {
 	Selected    bool `json:"selected"`
 	// Rejected carries a round-level verifier's reason, if it rejected the input.
 	Rejected string `json:"rejected,omitempty"`
+	// CopyOf names the trainer whose input of the same round and fragment
+	// this one copies (the copy rule, docs/protocol/copies.md): set only on
+	// a rejected input. Two inputs naming each other were recorded in the
+	// same block: neither is paid, neither is slashed. One naming an input
+	// recorded in an earlier block is slashed copies.slash_bps.
+	CopyOf string `json:"copy_of,omitempty"`
 }
 
 // FragmentCommit is the transcript entry of one fragment in one round.

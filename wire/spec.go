@@ -126,6 +126,46 @@ type TaskSpec struct {
 	// ChallengeCommittee, when > 0, draws that many validators by the
 	// challenge block's hash to decide each challenge (default: all).
 	ChallengeCommittee int `json:"challenge_committee,omitempty"`
+	// Copies tunes the copy rule (docs/protocol/copies.md): which inputs
+	// of one round and fragment count as copies of an earlier one, and
+	// what a copier is slashed (default CopyRule defaults).
+	Copies *CopyRule `json:"copies,omitempty"`
+}
+
+// CopyRule is the spec's copy rule. Two inputs of one round and fragment
+// are copies when the cosine similarity of their decoded values, computed
+// exactly on integers (copies.md §2), is at least MinCosinePpm / 10^6.
+type CopyRule struct {
+	// MinCosinePpm: the similarity threshold in millionths (default
+	// 999900, cos ≥ 0.9999); 1000001 turns the rule off.
+	MinCosinePpm *int64 `json:"min_cosine_ppm,omitempty"`
+	// SlashBps is slashed from a copier whose original was recorded in an
+	// earlier block (default 5000, like an equivocation).
+	SlashBps *int `json:"slash_bps,omitempty"`
+}
+
+// Copy rule defaults and bounds.
+const (
+	DefaultCopyMinCosinePpm = 999_900
+	DefaultCopySlashBps     = 5000
+	// CopyRuleOff is the min_cosine_ppm that no pair reaches.
+	CopyRuleOff = 1_000_001
+)
+
+// CopyThresholdPpm returns the copy rule's similarity threshold in ppm.
+func (s *TaskSpec) CopyThresholdPpm() int64 {
+	if s.Copies != nil && s.Copies.MinCosinePpm != nil {
+		return *s.Copies.MinCosinePpm
+	}
+	return DefaultCopyMinCosinePpm
+}
+
+// CopySlashBps returns what a copier is slashed, in basis points.
+func (s *TaskSpec) CopySlashBps() int {
+	if s.Copies != nil && s.Copies.SlashBps != nil {
+		return *s.Copies.SlashBps
+	}
+	return DefaultCopySlashBps
 }
 
 // Enrolment window bounds.
@@ -239,6 +279,14 @@ func (s *TaskSpec) Validate() error {
 		}
 		if sl.MaxMissedRounds < 1 {
 			return fmt.Errorf("spec: slashing.max_missed_rounds is %d, want ≥ 1", sl.MaxMissedRounds)
+		}
+	}
+	if c := s.Copies; c != nil {
+		if p := c.MinCosinePpm; p != nil && (*p < 500_000 || *p > CopyRuleOff) {
+			return fmt.Errorf("spec: copies.min_cosine_ppm is %d, want 500000..%d (%d turns the rule off)", *p, CopyRuleOff, CopyRuleOff)
+		}
+		if b := c.SlashBps; b != nil && (*b < 0 || *b > 10000) {
+			return fmt.Errorf("spec: copies.slash_bps is %d, want 0..10000 basis points of the stake", *b)
 		}
 	}
 	if _, err := s.CompressionRef(); err != nil {

@@ -3,6 +3,7 @@ package wire_test
 import (
 	"bytes"
 	"crypto/sha256"
+	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
 	"flag"
@@ -28,6 +29,33 @@ type vectorFile struct {
 	// payloads, weights, momentum, aggregates and blob keys.
 	ContentHash []contentVec `json:"content_hash"`
 	ModelHash   modelVec     `json:"model_hash"`
+	// Bindings: a plain payload stamped with its binding
+	// (docs/protocol/safetensors.md §6): the bound bytes and their hash.
+	Bindings []bindingVec `json:"bindings"`
+	// AttestReportData: the Verified-tier evidence binding (PROTOCOL §11),
+	// which names the payload the evidence accompanies.
+	AttestReportData []attestVec `json:"attest_report_data"`
+}
+
+type attestVec struct {
+	Domain      string `json:"domain"`
+	ProgramHash string `json:"program_hash"`
+	Shard       uint64 `json:"shard"`
+	ModelHash   string `json:"model_hash"`
+	TrainerDID  string `json:"trainer_did"`
+	NonceHex    string `json:"nonce_hex"`
+	PayloadHash string `json:"payload_hash"`
+	ReportData  string `json:"report_data"`
+}
+
+type bindingVec struct {
+	Trainer     string `json:"trainer"`
+	TaskID      string `json:"task_id"`
+	Round       uint64 `json:"round"`
+	Fragment    uint64 `json:"fragment"`
+	PlainHex    string `json:"plain_hex"`
+	BoundHex    string `json:"bound_hex"`
+	PayloadHash string `json:"payload_hash"`
 }
 
 // contentVec is one wire.ContentHash vector. The input is input_hex, or,
@@ -230,6 +258,33 @@ func build(t *testing.T) vectorFile {
 	}
 	v.ModelHash.Hex = hex.EncodeToString(c.Out())
 	v.ModelHash.ModelHash = wire.ModelHash(frags).String()
+
+	// Two plain payloads: the one above (non-canonical padding) and a
+	// two-tensor file written out of name order with {"format":"pt"}.
+	two := []byte(`{"__metadata__":{"format":"pt"},"z":{"dtype":"BF16","shape":[2],"data_offsets":[0,4]},"a.b":{"dtype":"F32","shape":[1,1],"data_offsets":[4,8]}}`)
+	twoFile := binary.LittleEndian.AppendUint64(nil, uint64(len(two)))
+	twoFile = append(append(twoFile, two...), 0x80, 0x3f, 0x49, 0xc0, 0x00, 0x00, 0xc0, 0x3f)
+	for _, b := range []struct {
+		plain []byte
+		bind  safetensors.Binding
+	}{
+		{payload, safetensors.Binding{Trainer: k.DID.String(), Task: "train-2026-04-25-timesfm-200m", Round: 3, Fragment: 11}},
+		{twoFile, safetensors.Binding{Trainer: k.DID.String(), Task: "t1", Round: 0, Fragment: 0}},
+	} {
+		bound, err := safetensors.Bind(b.plain, b.bind, safetensors.DefaultLimits)
+		if err != nil {
+			t.Fatal(err)
+		}
+		v.Bindings = append(v.Bindings, bindingVec{b.bind.Trainer, b.bind.Task, b.bind.Round, b.bind.Fragment,
+			hex.EncodeToString(b.plain), hex.EncodeToString(bound), wire.ContentHash(bound).String()})
+	}
+	nonce := bytes.Repeat([]byte{0x5a}, 32)
+	for _, ph := range []wire.Hash{wire.ContentHash(payload), {}} { // a submission's, an enrolment's (zero)
+		prog, model := wire.SHA256([]byte("program")), wire.ContentHash([]byte("model"))
+		rd := wire.AttestReportData(prog, 2, model, k.DID.String(), nonce, ph)
+		v.AttestReportData = append(v.AttestReportData, attestVec{wire.DomainAttest, prog.String(), 2, model.String(), k.DID.String(),
+			hex.EncodeToString(nonce), ph.String(), rd.String()})
+	}
 	return v
 }
 

@@ -120,9 +120,10 @@ func TestSubmitForms(t *testing.T) {
 	payload := func(i int) []byte {
 		g := make([]float32, n)
 		for j := range g {
-			g[j] = float32(i+1) * 1e-3
+			g[j] = float32((j*(i+2))%11+1) * 1e-3 // its own direction
 		}
-		b, err := safetensors.Encode([]safetensors.Tensor{safetensors.FromF32("w", []int64{n}, g)}, nil)
+		b, err := safetensors.Encode([]safetensors.Tensor{safetensors.FromF32("w", []int64{n}, g)},
+			safetensors.Binding{Trainer: tr[i].DID.String(), Task: "forms"}.Metadata())
 		must(err)
 		return b
 	}

@@ -224,13 +224,16 @@ func TestHostilePluginsAgainstTheNode(t *testing.T) {
 			t.Fatalf("enroll: %v", err)
 		}
 	}
-	g := make([]float32, 1024)
-	for i := range g {
-		g[i] = 0.001
-	}
-	payload, _ := safetensors.Encode([]safetensors.Tensor{safetensors.FromF32("w", []int64{1024}, g)}, nil)
 	submitted := make(chan error, 2)
-	for _, tk := range trainers {
+	for k, tk := range trainers {
+		// Each trainer's own direction (the copy rule would reject a
+		// second identical gradient) and its binding.
+		g := make([]float32, 1024)
+		for i := range g {
+			g[i] = 0.001 * float32((i*(k+2))%11+1)
+		}
+		payload, _ := safetensors.Encode([]safetensors.Tensor{safetensors.FromF32("w", []int64{1024}, g)},
+			safetensors.Binding{Trainer: tk.DID.String(), Task: "looping"}.Metadata())
 		go func() {
 			og := &wire.OuterGradient{ChainID: "tenzro-dev", TaskID: "looping", TrainerDID: tk.DID.String(), Round: 0, FragmentIndex: 0, GradientPayload: payload, PayloadHash: wire.ContentHash(payload)}
 			og.Signature = tk.Sign(og.Preimage())

@@ -104,7 +104,8 @@ func TestAttestQuoteSimulatedComposite(t *testing.T) {
 	nonce := strings.Repeat("ab", 32)
 	prog, model := wire.SHA256([]byte("p")), wire.ContentHash([]byte("m"))
 	did := "did:tenzro:machine:test"
-	bind := "program=" + prog.String() + ",shard=2,model=" + model.String() + ",did=" + did
+	payload := wire.ContentHash([]byte("gradient"))
+	bind := "program=" + prog.String() + ",shard=2,model=" + model.String() + ",did=" + did + ",payload=" + payload.String()
 	code, out, errOut := runCLI("attest", "quote", "--enclave", "simulated-snp", "--gpu", "simulated", "--nonce", nonce, "--bind", bind, "--format", "claim")
 	if code != 0 || !strings.Contains(errOut, "SIMULATED") {
 		t.Fatalf("quote: %d %q", code, errOut)
@@ -114,7 +115,7 @@ func TestAttestQuoteSimulatedComposite(t *testing.T) {
 		t.Fatal(err)
 	}
 	n, _ := hex.DecodeString(nonce)
-	rd := attest.ReportData(prog, 2, model, did, n)
+	rd := attest.ReportData(prog, 2, model, did, n, payload)
 	pol := `{"version":1,"allow_simulated":true,"snp":{"smt_allowed":true},"nvidia_cc":{"cc_mode":"on"}}`
 	if _, err := attest.NewChecker(attest.Options{Clock: time.Now}).CheckEvidence(context.Background(), wire.TierVerified, []byte(pol), claim.Envelope, rd); err != nil {
 		t.Fatalf("composite evidence from the CLI refused: %v", err)

@@ -26,8 +26,10 @@ type quoteBinding struct {
 }
 
 // parseBinding reads --bind: either the 32-byte report data itself (64 hex
-// digits), or "program=HEX,shard=N,model=HEX,did=DID" which, with the round
-// nonce, gives attest.ReportData (the Verified-tier binding).
+// digits), or "program=HEX,shard=N,model=HEX,did=DID[,payload=HEX]" which,
+// with the round nonce, gives attest.ReportData (the Verified-tier binding;
+// payload is the hash of the gradient the evidence goes with, absent for an
+// enrolment).
 func parseBinding(bind, nonceHex string) (*quoteBinding, error) {
 	var qb quoteBinding
 	if nonceHex != "" {
@@ -47,7 +49,7 @@ func parseBinding(bind, nonceHex string) (*quoteBinding, error) {
 	if qb.nonce == nil {
 		return nil, fmt.Errorf("--bind program=…,shard=…,model=…,did=… needs --nonce (the round nonce from tenzro_attest_getNonce)")
 	}
-	var model wire.Hash
+	var model, payload wire.Hash
 	var shard uint64
 	var did string
 	seen := map[string]bool{}
@@ -67,8 +69,10 @@ func parseBinding(bind, nonceHex string) (*quoteBinding, error) {
 			shard, err = strconv.ParseUint(v, 10, 64)
 		case "did":
 			did = v
+		case "payload":
+			payload, err = wire.ParseHash(v)
 		default:
-			err = fmt.Errorf("unknown key (want program, shard, model, did)")
+			err = fmt.Errorf("unknown key (want program, shard, model, did, payload)")
 		}
 		if err != nil {
 			return nil, fmt.Errorf("--bind %s: %v", k, err)
@@ -79,7 +83,7 @@ func parseBinding(bind, nonceHex string) (*quoteBinding, error) {
 			return nil, fmt.Errorf("--bind: missing %s=", k)
 		}
 	}
-	qb.rd = attest.ReportData(qb.program, shard, model, did, qb.nonce)
+	qb.rd = attest.ReportData(qb.program, shard, model, did, qb.nonce, payload)
 	return &qb, nil
 }
 
@@ -107,7 +111,8 @@ func newAttestQuoteCmd() *cobra.Command {
 		Use:   "quote --nonce HEX --bind program=…,shard=…,model=…,did=…",
 		Short: "Produce attestation evidence from this machine's TEE (and GPU) and print the envelope",
 		Long: "Asks the TEE named by --enclave for evidence whose report data is the Verified-tier binding\n" +
-			"(attest.ReportData of program, shard, model, trainer DID and the round nonce; or --bind HEX32 given\n" +
+			"(attest.ReportData of program, shard, model, trainer DID, the round nonce and, for a submission, the\n" +
+			"payload hash (payload=HEX in --bind); or --bind HEX32 given\n" +
 			"directly) and prints the evidence envelope (attest/EVIDENCE.md). With --gpu the evidence is composite:\n" +
 			"the GPU report carries attest.GPUNonce(binding) and the CPU report data's second half commits to the GPU\n" +
 			"report (docs/protocol/attestation-gpu.md). On a CC-mode NVIDIA GPU, print the GPU nonce with\n" +

@@ -19,6 +19,7 @@ import (
 	"github.com/tenzro/train/store"
 	"github.com/tenzro/train/wire"
 	"github.com/tenzro/train/wire/did"
+	"github.com/tenzro/train/wire/safetensors"
 )
 
 // cliFake is an in-test syncer.Service that checks the signatures the CLI
@@ -321,13 +322,26 @@ func TestSponsorAndTrainerFlow(t *testing.T) {
 		t.Fatalf("get-weights: %d %q", code, out)
 	}
 
-	grad := e.write("g.safetensors", "gradient-bytes")
+	plain, bound := gradientFiles(t, trainer, "t1", 1, 1)
+	grad := e.write("g.safetensors", string(plain))
 	code, out, errOut = e.run("train", "submit-gradient", "--task-id", "t1", "--round", "1", "--fragment", "1", "--payload", grad, "--key", e.path("t0.key"))
 	if code != 0 || !strings.Contains(out, "accepted: round 1 fragment 1") {
 		t.Fatalf("submit: %d %q %q", code, out, errOut)
 	}
-	if s := e.fake.subs[0]; s.TrainerDID != trainer || s.PayloadHash != wire.ContentHash([]byte("gradient-bytes")) {
+	// The CLI stamped the plain payload with its binding before hashing it.
+	if s := e.fake.subs[0]; s.TrainerDID != trainer || s.PayloadHash != wire.ContentHash(bound) {
 		t.Fatalf("submission %+v", s)
+	}
+	// A payload bound to someone else is refused before anything is sent.
+	_, theirs := gradientFiles(t, sponsor, "t1", 1, 1)
+	code, _, errOut = e.run("train", "submit-gradient", "--task-id", "t1", "--round", "1", "--fragment", "1", "--payload", e.write("theirs.safetensors", string(theirs)), "--key", e.path("t0.key"))
+	if code != 1 || !strings.Contains(errOut, "the payload names trainer "+sponsor) || len(e.fake.subs) != 1 {
+		t.Fatalf("someone else's payload: %d %q", code, errOut)
+	}
+	// A payload already bound to the submitter goes as it is.
+	code, _, errOut = e.run("train", "submit-gradient", "--task-id", "t1", "--round", "1", "--fragment", "1", "--payload", e.write("mine.safetensors", string(bound)), "--key", e.path("t0.key"))
+	if code != 0 || e.fake.subs[len(e.fake.subs)-1].PayloadHash != wire.ContentHash(bound) {
+		t.Fatalf("bound payload: %d %q", code, errOut)
 	}
 	code, _, errOut = e.run("train", "submit-gradient", "--task-id", "t1", "--round", "6", "--fragment", "1", "--payload", grad, "--key", e.path("t0.key"))
 	if code != 1 || !strings.Contains(errOut, "not the current round") {
@@ -403,7 +417,7 @@ func TestSponsorAndTrainerFlow(t *testing.T) {
 func TestStreamingUploads(t *testing.T) {
 	e := newEnvOpts(t, true)
 	sponsor := e.keygen("sponsor.key", "human")
-	e.keygen("t0.key", "machine")
+	trainer := e.keygen("t0.key", "machine")
 	weights := e.write("init.safetensors", "weights")
 	code, out, errOut := e.run("train", "post-task", "--spec", e.write("spec.json", specJSON("t1", sponsor, 6)), "--init-weights", weights, "--key", e.path("sponsor.key"))
 	if code != 0 || !strings.Contains(out, "posted t1") {
@@ -416,7 +430,8 @@ func TestStreamingUploads(t *testing.T) {
 	if ok, _ := e.fake.blobs.Has(ctx, wire.ContentHash([]byte("weights"))); !ok {
 		t.Fatal("initial weights were not uploaded")
 	}
-	grad := e.write("g.safetensors", "gradient-bytes")
+	plain, bound := gradientFiles(t, trainer, "t1", 1, 1)
+	grad := e.write("g.safetensors", string(plain))
 	for i := 0; i < 2; i++ { // the second time the node already holds the blob
 		code, out, errOut = e.run("train", "submit-gradient", "--task-id", "t1", "--round", "1", "--fragment", "1", "--payload", grad, "--key", e.path("t0.key"))
 		if code != 0 || !strings.Contains(out, "accepted: round 1 fragment 1") {
@@ -426,12 +441,12 @@ func TestStreamingUploads(t *testing.T) {
 	if e.fake.inline != 0 || len(e.fake.subs) != 2 {
 		t.Fatalf("%d of %d submissions carried the payload inline", e.fake.inline, len(e.fake.subs))
 	}
-	if ok, _ := e.fake.blobs.Has(ctx, wire.ContentHash([]byte("gradient-bytes"))); !ok {
+	if ok, _ := e.fake.blobs.Has(ctx, wire.ContentHash(bound)); !ok {
 		t.Fatal("payload was not uploaded")
 	}
 	// get-payload reads the raw blob (GET /blobs/<hash>).
-	code, out, errOut = e.run("train", "get-payload", "--hash", wire.ContentHash([]byte("gradient-bytes")).String(), "--out", e.path("back"))
-	if b, _ := os.ReadFile(e.path("back")); code != 0 || string(b) != "gradient-bytes" {
+	code, out, errOut = e.run("train", "get-payload", "--hash", wire.ContentHash(bound).String(), "--out", e.path("back"))
+	if b, _ := os.ReadFile(e.path("back")); code != 0 || !bytes.Equal(b, bound) {
 		t.Fatalf("get-payload: %d %q %q", code, out, errOut)
 	}
 	// A payload file that is not there fails before anything is sent.
@@ -439,6 +454,21 @@ func TestStreamingUploads(t *testing.T) {
 	if code != 2 || !strings.Contains(errOut, "--payload") {
 		t.Fatalf("missing payload file: %d %q", code, errOut)
 	}
+}
+
+// gradientFiles is a plain safetensors gradient and the same bound to
+// (trainer, task, round, fragment), as submit-gradient stamps it.
+func gradientFiles(t *testing.T, trainer, task string, round, fragment uint64) (plain, bound []byte) {
+	t.Helper()
+	plain, err := safetensors.Encode([]safetensors.Tensor{safetensors.FromF32("w", []int64{2}, []float32{0.5, -1})}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bound, err = safetensors.Bind(plain, safetensors.Binding{Trainer: trainer, Task: task, Round: round, Fragment: fragment}, safetensors.DefaultLimits)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return plain, bound
 }
 
 func TestUsageErrors(t *testing.T) {

@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/tenzro/train/wire"
+	"github.com/tenzro/train/wire/safetensors"
 )
 
 // maxPayloadFile bounds weights and gradient files read by the CLI; the
@@ -437,7 +438,11 @@ func newSubmitCmd() *cobra.Command {
 		Short: "Submit one outer gradient (safetensors) for a round and fragment",
 		Long: `Submit the pseudo-gradient θ_before − θ_after of one fragment as safetensors
 (same tensor names, dtype and shapes as the fragment's weights from get-weights).
-The CLI computes payload_hash (BLAKE3-256 of the file) and signs the submission
+The payload must name its trainer, task, round and fragment in its
+__metadata__ (docs/protocol/safetensors.md §6): a file without them is
+stamped (re-encoded to a temporary file with the binding of --key, --task-id,
+--round and --fragment); one that names anything else is refused. The CLI
+computes payload_hash (BLAKE3-256 of the bound file) and signs the submission
 preimage (docs/PROTOCOL.md §4) with --key. The node refuses wrong rounds or
 fragments, duplicates, bad shapes and late submissions with a precise error.
 --metrics attaches what you measured (train_loss, eval_loss, samples,
@@ -451,11 +456,16 @@ node's dashboard plots it.`,
 			if !cmd.Flags().Changed("round") || !cmd.Flags().Changed("fragment") {
 				return usagef("--round and --fragment are required")
 			}
-			payload, err := hashBlobFile("payload", payloadPath, maxPayloadFile)
+			key, err := loadKeyFile(keyPath)
 			if err != nil {
 				return err
 			}
-			key, err := loadKeyFile(keyPath)
+			path, cleanup, err := bindPayloadFile(payloadPath, safetensors.Binding{Trainer: key.DID.String(), Task: task, Round: round, Fragment: fragment})
+			if err != nil {
+				return err
+			}
+			defer cleanup()
+			payload, err := hashBlobFile("payload", path, maxPayloadFile)
 			if err != nil {
 				return err
 			}

@@ -88,7 +88,7 @@ var payloadSeq atomic.Int64
 // payloads builds count safetensors payloads of N f32 values, distinct
 // from each other and from every payload built before in this process (a
 // blob a node already holds would not be sent again).
-func payloads(n, count int) [][]byte {
+func payloads(n, count int, meta func(i int) map[string]string) [][]byte {
 	out := make([][]byte, count)
 	for i := range out {
 		g := make([]float32, n)
@@ -96,7 +96,11 @@ func payloads(n, count int) [][]byte {
 			g[j] = float32((j+i)%13) * 1e-4
 		}
 		g[0] = float32(payloadSeq.Add(1))
-		b, err := safetensors.Encode([]safetensors.Tensor{safetensors.FromF32("w", []int64{int64(n)}, g)}, nil)
+		var md map[string]string
+		if meta != nil {
+			md = meta(i)
+		}
+		b, err := safetensors.Encode([]safetensors.Tensor{safetensors.FromF32("w", []int64{int64(n)}, g)}, md)
 		if err != nil {
 			log.Fatal(err)
 		}
@@ -161,7 +165,7 @@ func (b ingestBench) loopback() []ingestResult {
 	waitHTTP("http://" + addr)
 	var out []ingestResult
 	for _, n := range b.sizes {
-		ps := payloads(n, b.subs)
+		ps := payloads(n, b.subs, nil)
 		for _, c := range b.concs {
 			secs := drive(b.subs, c, func(i int) error {
 				resp, err := http.DefaultClient.Do(mustReq(http.MethodPut, "http://"+addr+"/x", ps[i]))
@@ -294,7 +298,9 @@ func (b ingestBench) setup(c *client.Client, n, conc int) *ingestCase {
 	}
 	run, err := c.GetRun(ctx, task)
 	must(err)
-	ps := payloads(n, b.subs)
+	ps := payloads(n, b.subs, func(i int) map[string]string { // bound to its trainer (safetensors.md §6)
+		return safetensors.Binding{Trainer: trainers[i].DID.String(), Task: task, Round: run.Round}.Metadata()
+	})
 	subs := make([]*wire.OuterGradient, b.subs)
 	for i := range subs {
 		s := &wire.OuterGradient{TaskID: task, TrainerDID: trainers[i].DID.String(), Round: run.Round, PayloadHash: wire.ContentHash(ps[i]), ChainID: cid}

@@ -11,6 +11,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
+from tenzro_trainer.binding import bind, canonical_safetensors
 from tenzro_trainer.canon import blob_intent_preimage, content_hash
 from tenzro_trainer.identity import Key
 from tenzro_trainer.rpc import Client, RpcError, UploadNotFunded
@@ -81,9 +82,10 @@ def test_submit_falls_back_to_base64_against_an_older_node():
     try:
         c = Client(f"http://127.0.0.1:{srv.server_address[1]}")
         key = Key.generate("machine")
-        payload = b"safetensors bytes"
+        plain = canonical_safetensors([("w", "F32", [1], b"\x00\x00\x80\x3f")], None)
+        payload = bind(plain, key.did, "t", 0, 0)  # what submit stamps and sends
         for _ in range(2):
-            assert c.submit(key, "t", 0, 0, payload)["accepted"]
+            assert c.submit(key, "t", 0, 0, plain)["accepted"]
         assert c.blob_uploads is False
         assert _OldNode.puts == 1  # the node said no once; later submissions go inline straight away
         subs = [r for r in _OldNode.posts if r["method"] == "tenzro_training_submitOuterGradient"]

@@ -197,3 +197,29 @@ def test_preimages_name_the_chain(vectors):
     args = (s["task_id"], s["trainer_did"], int(s["round"]), int(s["fragment_index"]), bytes.fromhex(s["payload_hash"]))
     assert submission_preimage(s["chain_id"], *args) == bytes.fromhex(s["preimage_hex"])
     assert submission_preimage("another-chain", *args) != bytes.fromhex(s["preimage_hex"])
+
+
+def test_bindings(vectors):
+    """A plain payload stamped with its binding is the same bytes in Go and Python (safetensors.md §6)."""
+    from tenzro_trainer.binding import BindingError, bind
+
+    assert vectors["bindings"]
+    for v in vectors["bindings"]:
+        plain, want = bytes.fromhex(v["plain_hex"]), bytes.fromhex(v["bound_hex"])
+        got = bind(plain, v["trainer"], v["task_id"], v["round"], v["fragment"])
+        assert got.hex() == want.hex()
+        assert content_hash(got).hex() == v["payload_hash"]
+        assert bind(got, v["trainer"], v["task_id"], v["round"], v["fragment"]) == got  # already bound: unchanged
+        with pytest.raises(BindingError, match="another trainer's or another round's"):
+            bind(got, v["trainer"], v["task_id"], v["round"] + 1, v["fragment"])  # a replay in a later round
+        assert st_load(got)  # the safetensors library reads it
+
+
+def test_attest_report_data(vectors):
+    """The Verified-tier binding names the payload the evidence goes with (PROTOCOL §11)."""
+    assert vectors["attest_report_data"]
+    for v in vectors["attest_report_data"]:
+        assert v["domain"] == "tenzro/train/attest/v2"
+        c = Canon(v["domain"]).hash(parse_hash(v["program_hash"])).u64(v["shard"]).hash(parse_hash(v["model_hash"]))
+        c = c.str(v["trainer_did"]).bytes(bytes.fromhex(v["nonce_hex"])).hash(parse_hash(v["payload_hash"]))
+        assert c.sum().hex() == v["report_data"]

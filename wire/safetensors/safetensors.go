@@ -461,6 +461,12 @@ func Encode(tensors []Tensor, metadata map[string]string) ([]byte, error) {
 // encodeHeader returns the tensors sorted as Encode writes their data, the
 // header (with its length prefix) and the size of the data.
 func encodeHeader(tensors []Tensor, metadata map[string]string) ([]Tensor, []byte, int64, error) {
+	return encodeHeaderOf(tensors, metadata, true)
+}
+
+// encodeHeaderOf is encodeHeader; withData false skips the check that each
+// tensor's Data has its byte size (the data is written from elsewhere).
+func encodeHeaderOf(tensors []Tensor, metadata map[string]string, withData bool) ([]Tensor, []byte, int64, error) {
 	sorted := slices.Clone(tensors)
 	slices.SortFunc(sorted, func(a, b Tensor) int { return cmpString(a.Name, b.Name) })
 	var h bytes.Buffer
@@ -498,7 +504,7 @@ func encodeHeader(tensors []Tensor, metadata map[string]string) ([]Tensor, []byt
 		if err != nil {
 			return nil, nil, 0, fmt.Errorf("%w: tensor %q: %w", ErrEntry, t.Name, err)
 		}
-		if size != int64(len(t.Data)) {
+		if withData && size != int64(len(t.Data)) {
 			return nil, nil, 0, fmt.Errorf("%w: tensor %q: %s %v needs %d bytes, has %d", ErrLayout, t.Name, t.Dtype, t.Shape, size, len(t.Data))
 		}
 		if h.Len() > 1 {

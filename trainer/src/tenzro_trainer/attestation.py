@@ -214,12 +214,16 @@ class Attester:
             raise AttestationError(f"{' '.join(cmd[:3])} failed ({p.returncode}): {p.stderr.strip()[-500:]}")
         return p.stdout
 
-    def claim(self, client: Any, task_id: str, did: str) -> dict:
-        """A fresh attestation claim for ``did``'s next enrolment or submission on ``task_id``."""
+    def claim(self, client: Any, task_id: str, did: str, payload_hash: bytes | None = None) -> dict:
+        """A fresh attestation claim for ``did``'s next enrolment (``payload_hash`` None) or for its submission of
+        the payload whose content hash is ``payload_hash`` on ``task_id``: the report data binds that hash, so
+        the evidence covers exactly the gradient it goes with (docs/PROTOCOL.md §11)."""
         n = client.call("tenzro_attest_getNonce", {"task_id": task_id, "did": did})
         nonce = base64.b64decode(n["nonce"])
         model = str(n["model_hash"]).removeprefix("0x")
         bind = f"program={self.program_hash.hex()},shard={int(n['shard'])},model={model},did={did}"
+        if payload_hash is not None:
+            bind += f",payload={payload_hash.hex()}"
         args = [
             "attest",
             "quote",

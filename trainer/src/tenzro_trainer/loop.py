@@ -22,6 +22,7 @@ import torch
 
 from . import data, models, weights
 from .attestation import AttestationError, Attester, load_encrypted_corpus
+from .canon import content_hash
 from .codec import Codec, Compressor
 from .config import Config
 from .evaluate import heldout_mse, metadata_of, spec_of, task_data
@@ -141,14 +142,16 @@ class Trainer:
         self.attester = Attester(cfg.attestation, cfg.node_rpc) if cfg.attestation else None
 
     # ------------------------------------------------------------------ attestation
-    def _claim(self, run: dict) -> dict | None:
-        """Fresh evidence for the next enrolment or submission when the run's tier needs it."""
+    def _claim(self, run: dict, payload: bytes | None = None) -> dict | None:
+        """Fresh evidence for the next enrolment (``payload`` None) or for the submission of ``payload`` (its hash
+        is in the evidence's binding) when the run's tier needs it."""
         tier = spec_of(run).get("tier", "Open")
         if tier == "Open":
             return None
         if self.attester is None:
             raise AttestationError(f"the run's tier is {tier}: set attestation: (enclave, gpu) in the config")
-        return self.attester.claim(self.client, self.cfg.task_id, self.key.did)
+        ph = None if payload is None else content_hash(payload)
+        return self.attester.claim(self.client, self.cfg.task_id, self.key.did, ph)
 
     # ------------------------------------------------------------------ local state
     def _submitted_round(self) -> int | None:
@@ -340,7 +343,9 @@ class Trainer:
                     p = weights.outer_gradient(frags[fr["index"]], after, fr["tensors"])
                     if self.cfg.attack:
                         p = self._attack(p, fr["tensors"])
-                self.pending[fr["index"]] = p
+                # Bound to this trainer, task, round and fragment (safetensors.md §6) before anything hashes it:
+                # the evidence of Verified runs binds the hash of exactly these bytes.
+                self.pending[fr["index"]] = weights.bind(p, self.key.did, self.cfg.task_id, r, fr["index"])
             self.pending_round = r
             self.pending_metrics = self._reported(st, steps)
             fresh = True
@@ -359,7 +364,7 @@ class Trainer:
             self.metrics.submitted.inc()
             try:
                 res = self.client.submit(
-                    self.key, self.cfg.task_id, r, f, p, attestation=self._claim(run), metrics=self.pending_metrics
+                    self.key, self.cfg.task_id, r, f, p, attestation=self._claim(run, p), metrics=self.pending_metrics
                 )
             except RpcError as e:
                 self.metrics.rejected.inc()

@@ -12,6 +12,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 import requests
 
+from .binding import bind
 from .canon import (
     ZERO_HASH,
     blob_intent_preimage,
@@ -295,6 +296,9 @@ class Client:
         against a node without that endpoint); attestation is the claim of Verified/Confidential tiers; metrics
         (train_loss, eval_loss, samples, step_time_ms, ...) are signed with it and plotted by the node's
         dashboard."""
+        # The payload names its trainer, task, round and fragment (docs/protocol/safetensors.md §6); one without
+        # is stamped here, one bound to anything else is refused (as ``tenzro train submit-gradient`` does).
+        payload = bind(payload, key.did, task_id, round_, fragment)
         ph = content_hash(payload)
         metrics = {k: float(v) for k, v in (metrics or {}).items()}
         cid = self.chain_id()

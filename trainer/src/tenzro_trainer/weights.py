@@ -18,6 +18,9 @@ DTYPES = {
 }  # fmt: skip
 MAX_HEADER = 100 << 20
 
+# Payload binding (docs/protocol/safetensors.md §6) lives in .binding (no torch); re-exported here.
+from .binding import BINDING_KEYS, bind, binding_metadata, canonical_safetensors  # noqa: E402,F401
+
 
 class FragmentError(Exception):
     pass

@@ -1,0 +1,122 @@
+package machine
+
+import (
+	"math/big"
+
+	"github.com/tenzro/train/wire"
+)
+
+// Pay for work (issue 23; docs/protocol/copies.md §4): what a fragment
+// commit's inputs earn and what they cost.
+//
+//   - An input the commit kept (rejected empty) earns the fragment's size N
+//     of payout weight, whether or not the robust rule selected it: Krum
+//     selecting one input of M is not evidence against the others, so
+//     "selected" is reported, never paid on.
+//   - A rejected input earns nothing: a payload that does not parse, decode
+//     or bind to its signer, or that a verifier refused.
+//   - A copy (copy_of set) earns nothing, and is slashed the spec's
+//     copies.slash_bps when the input it names was recorded in a strictly
+//     earlier block. Within one block the proposer chose the order, so no
+//     one is slashed there.
+//
+// These apply when the commit is final: at once for runs without a
+// challenge window, else when its round is final (finalizeRound).
+
+// settleInputs applies fragment commit fc of round to the trainers' pay and
+// stakes.
+func (x *mtx) settleInputs(r *Run, round uint64, fc *wire.FragmentCommit) error {
+	n := r.Fragments[fc.Fragment].N
+	for _, in := range fc.Inputs {
+		if t := r.Trainer(in.TrainerDID); t != nil && in.Rejected == "" {
+			t.Accepted++
+			t.Weight = new(big.Int).Add(bigOf(t.Weight), big.NewInt(n)).String()
+		}
+	}
+	copiers, err := x.copiers(r.spec.TaskID, round, fc)
+	if err != nil {
+		return err
+	}
+	for _, d := range copiers {
+		if t := r.Trainer(d); t != nil {
+			if err := x.slash(r, t, r.spec.CopySlashBps(), "copy"); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// recordHeights returns the block height of each input's submission record.
+func (x *mtx) recordHeights(task string, round uint64, fc *wire.FragmentCommit) (map[string]int64, error) {
+	out := make(map[string]int64, len(fc.Inputs))
+	for _, in := range fc.Inputs {
+		if in.CopyOf == "" {
+			continue
+		}
+		for _, d := range []string{in.TrainerDID, in.CopyOf} {
+			if _, ok := out[d]; ok {
+				continue
+			}
+			var rec Record
+			ok, err := x.getJSON(KSTranscript, RecordKey(task, round, fc.Fragment, d), &rec)
+			if err != nil {
+				return nil, err
+			}
+			if !ok {
+				return nil, Errf(KindInvalid, "commit: copy verdict names %s, which has no record in round %d fragment %d", d, round, fc.Fragment)
+			}
+			out[d] = rec.Height
+		}
+	}
+	return out, nil
+}
+
+// copiers lists the inputs of fc slashed as copies: copy_of names an input
+// recorded in a strictly earlier block.
+func (x *mtx) copiers(task string, round uint64, fc *wire.FragmentCommit) ([]string, error) {
+	h, err := x.recordHeights(task, round, fc)
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, in := range fc.Inputs {
+		if in.CopyOf != "" && h[in.CopyOf] < h[in.TrainerDID] {
+			out = append(out, in.TrainerDID)
+		}
+	}
+	return out, nil
+}
+
+// checkCopyVerdicts checks the copy verdicts of a commit against the chain:
+// each names another input of the same commit, is on a rejected input, and
+// never names an input recorded after its own (the original is the earlier
+// record). Whether the two are similar is for re-execution to judge.
+func (x *mtx) checkCopyVerdicts(task string, round uint64, fc *wire.FragmentCommit) error {
+	in := make(map[string]bool, len(fc.Inputs))
+	for _, c := range fc.Inputs {
+		in[c.TrainerDID] = true
+	}
+	for j, c := range fc.Inputs {
+		switch {
+		case c.CopyOf == "":
+			continue
+		case c.CopyOf == c.TrainerDID:
+			return Errf(KindInvalid, "commit: input %d (%s) is named a copy of itself", j, c.TrainerDID)
+		case !in[c.CopyOf]:
+			return Errf(KindInvalid, "commit: input %d is named a copy of %s, which is not an input of this fragment", j, c.CopyOf)
+		case c.Rejected == "":
+			return Errf(KindInvalid, "commit: input %d is a copy of %s but not rejected", j, c.CopyOf)
+		}
+	}
+	h, err := x.recordHeights(task, round, fc)
+	if err != nil {
+		return err
+	}
+	for j, c := range fc.Inputs {
+		if c.CopyOf != "" && h[c.CopyOf] > h[c.TrainerDID] {
+			return Errf(KindInvalid, "commit: input %d (%s, height %d) is named a copy of %s's later record (height %d)", j, c.TrainerDID, h[c.TrainerDID], c.CopyOf, h[c.CopyOf])
+		}
+	}
+	return nil
+}
