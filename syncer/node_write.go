@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"math/big"
 
+	"github.com/tenzro/train/dataset/synth"
 	"github.com/tenzro/train/wire"
 	"github.com/tenzro/train/wire/did"
 )
@@ -148,6 +149,9 @@ func (n *Node) PostTask(ctx context.Context, p *wire.PostTaskParams) (*wire.Post
 	}
 	if err := spec.Validate(); err != nil {
 		return nil, Errf(KindInvalid, "%v", err)
+	}
+	if err := synth.CheckRef(spec.DatasetRef, spec.DatasetHash); err != nil {
+		return nil, Errf(KindInvalid, "spec: dataset: %v", err)
 	}
 	if _, err := did.Parse(spec.SponsorDID); err != nil {
 		return nil, Errf(KindInvalid, "spec: sponsor_did must be a resolvable DID to sign the posting: %v", err)

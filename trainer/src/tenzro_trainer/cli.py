@@ -95,7 +95,7 @@ def _dataset_hash(a: argparse.Namespace) -> int:
     from . import data
 
     src = data.Sources(node_url=a.node, ipfs_gateway=a.ipfs_gateway)
-    print(data.corpus_hash(data.load_corpus(a.ref, src)).hex())
+    print(data.dataset_hash(a.ref, src).hex())
     return 0
 
 

@@ -128,8 +128,8 @@ class Trainer:
             torch.set_num_threads(cfg.threads)
         self.model: models.ForecastModel | None = None
         self.opt: torch.optim.Optimizer | None = None
-        self.train_w: data.Windows | None = None
-        self.eval_w: data.Windows | None = None
+        self.train_w: data.WindowSet | None = None
+        self.eval_w: data.WindowSet | None = None
         self.spec: dict = {}
         self.pending: dict[int, bytes] = {}
         self.pending_round: int | None = None
@@ -206,7 +206,7 @@ class Trainer:
         self.train_w, self.eval_w = task_data(spec, corpus, sources)  # raises DatasetError on a hash mismatch
         self.log.info(
             "task ready", family=fam, params=sum(p.numel() for p in params_of(self.model)),
-            train_windows=len(self.train_w), heldout_windows=len(self.eval_w),
+            train_windows=self.train_w.n or "unbounded", heldout_windows=self.eval_w.n,
             dataset_hash_checked=bool(spec.get("dataset_hash")), device=str(self.device),
             amp=str(self.amp), world=self.dist.world, load_s=round(time.monotonic() - t0, 3),
         )  # fmt: skip
@@ -260,7 +260,7 @@ class Trainer:
         assert self.model is not None and self.opt is not None and self.train_w is not None
         shard_count = int(self.spec.get("shard_count") or 0) or int(self.spec["trainer_count"])
         batches = data.round_batches(
-            len(self.train_w), shards, shard_count, self.cfg.task_id, r, steps, self.cfg.inner.batch_size
+            self.train_w.n, shards, shard_count, self.cfg.task_id, r, steps, self.cfg.inner.batch_size
         )
         self.model.train()
         last = float("nan")
@@ -269,8 +269,9 @@ class Trainer:
                 raise KeyboardInterrupt
             if self.dist.world > 1:
                 idx = idx[self.dist.rank :: self.dist.world]
-            x = torch.from_numpy(self.train_w.x[idx]).to(self.device, non_blocking=True)
-            y = torch.from_numpy(self.train_w.y[idx]).to(self.device, non_blocking=True)
+            xs, ys = self.train_w.get(idx)
+            x = torch.from_numpy(xs).to(self.device, non_blocking=True)
+            y = torch.from_numpy(ys).to(self.device, non_blocking=True)
             with torch.autocast(self.device.type, dtype=self.amp or torch.float32, enabled=self.amp is not None):
                 loss = self.model.loss(x, y)
             self.opt.zero_grad(set_to_none=True)
