@@ -42,6 +42,10 @@ def _run(a: argparse.Namespace) -> int:
     except (OSError, ValueError, config.ConfigError) as e:
         print(f"tenzro-trainer run: {e}", file=sys.stderr)
         return 2
+    problem = device_problem(cfg.device)
+    if problem:
+        print(f"tenzro-trainer run: {problem}", file=sys.stderr)
+        return 2
     log.setup(cfg.log_format)
     for w in cfg.warnings:
         logging.getLogger("tenzro_trainer").warning("config: %s", w)
@@ -57,9 +61,9 @@ def _run(a: argparse.Namespace) -> int:
     m = Metrics()
     try:
         if int(os.environ.get("RANK", "0")) == 0:  # under torchrun only rank 0 serves metrics
-            m.serve(cfg.metrics_port)
+            m.serve(cfg.metrics_port, cfg.metrics_host)
     except OSError as e:
-        print(f"tenzro-trainer run: metrics port {cfg.metrics_port}: {e}", file=sys.stderr)
+        print(f"tenzro-trainer run: metrics {cfg.metrics_host}:{cfg.metrics_port}: {e}", file=sys.stderr)
         return 2
     try:
         t = Trainer(cfg, key, metrics=m, stop=stop)
@@ -78,6 +82,33 @@ def _run(a: argparse.Namespace) -> int:
         sys.stderr.flush()
         os._exit(code)
     return code
+
+
+def device_problem(device: str) -> str | None:
+    """Why ``device`` cannot be used here, in one line naming the fix (None when it can)."""
+    import torch
+
+    d = device.strip().lower()
+    if d in ("auto", "cpu"):
+        return None
+    if d.startswith("cuda"):
+        idx = d.removeprefix("cuda").removeprefix(":")
+        if idx and not idx.isdigit():
+            return f"device {device!r}: want auto, cpu, cuda or cuda:N"
+        if not torch.cuda.is_available():
+            why = "this torch build has no CUDA" if torch.version.cuda is None else "no CUDA GPU is visible"
+            return f"device {device!r}: {why}; set device: cpu (or auto) in the config"
+        n = torch.cuda.device_count()
+        if idx and int(idx) >= n:
+            return (
+                f"device {device!r}: this machine has {n} CUDA GPU(s) (cuda:0..cuda:{n - 1}); fix device: in the config"
+            )
+        return None
+    if d == "mps":
+        return (
+            None if torch.backends.mps.is_available() else f"device {device!r}: MPS is not available; set device: cpu"
+        )
+    return f"device {device!r}: want auto, cpu, cuda or cuda:N"
 
 
 def _init_weights(a: argparse.Namespace) -> int:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import torch
 
-from .base import ForecastModel
+from .base import ForecastModel, MissingExtra
 from .timesfm import DEMO, REFERENCE_200M, TINY, TimesFMClass, TimesFMConfig
 
 FAMILIES = ("timesfm", "chronos-bolt", "granite-ttm")
@@ -50,4 +50,14 @@ def build(family: str, metadata: dict | None = None, seed: int = 0) -> ForecastM
     raise ValueError(f"model family {family!r} unknown (have {', '.join(FAMILIES)})")
 
 
-__all__ = ["DEMO", "FAMILIES", "REFERENCE_200M", "TINY", "ForecastModel", "TimesFMConfig", "build", "tiny_metadata"]
+__all__ = [
+    "DEMO",
+    "FAMILIES",
+    "REFERENCE_200M",
+    "TINY",
+    "ForecastModel",
+    "MissingExtra",
+    "TimesFMConfig",
+    "build",
+    "tiny_metadata",
+]
