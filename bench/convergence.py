@@ -302,12 +302,13 @@ def main() -> None:
     t0 = time.monotonic()
 
     def load() -> dict:
+        """Every saved run: <state>*-<seed>.json (processes running setup groups side by side use
+        --state <state>-<group>)."""
         res: dict = {}
-        for seed in range(a.seeds):
-            f = Path(f"{a.state}-{seed}.json")
-            if f.exists():
-                for name, runs in json.loads(f.read_text()).items():
-                    res.setdefault(name, {}).update(runs)
+        st = Path(a.state)
+        for f in sorted(st.parent.glob(f"{st.name}*.json")):
+            for name, runs in json.loads(f.read_text()).items():
+                res.setdefault(name, {}).update({s: r for s, r in runs.items() if int(s) < a.seeds})
         return res
 
     if not a.from_json:

@@ -140,6 +140,9 @@ type Options struct {
 	Blobs BlobStore
 	// MaxBlobBytes caps one uploaded blob (default MaxRequestBytes).
 	MaxBlobBytes int64
+	// OnBlobIn, when set, is told the size of every blob PUT /blobs stored
+	// (the node's tenzro_payload_bytes_total{in}).
+	OnBlobIn func(n int64)
 	// MaxBlobUploads bounds uploads received at once (DefaultMaxBlobUploads).
 	MaxBlobUploads int
 	// MaxBlobUploadsPerPeer bounds the uploads of one remote IP at once;

@@ -187,6 +187,9 @@ func (n *Node) PostTask(ctx context.Context, p *wire.PostTaskParams) (*wire.Post
 		if layout, encs, err = InitLayoutOf(raw, spec.Architecture.FragmentCount); err != nil {
 			return nil, err
 		}
+		if err := checkParamCount(spec, layout); err != nil {
+			return nil, err
+		}
 		wh = layout.File
 	}
 	// Cheap gates before anything costly (resolving the rule runs its
@@ -259,6 +262,21 @@ func (n *Node) PostTask(ctx context.Context, p *wire.PostTaskParams) (*wire.Post
 	return &res, nil
 }
 
+// checkParamCount refuses initial weights whose element count is not the
+// spec's architecture.param_count: the count a spec states is the model it
+// trains (the trainer picks its preset by it), never a label.
+func checkParamCount(spec *wire.TaskSpec, l *wire.InitLayout) error {
+	var n, tensors int64
+	for _, f := range l.Fragments {
+		n += f.N
+		tensors += int64(len(f.Tensors))
+	}
+	if spec.Architecture.ParamCount != n {
+		return Errf(KindInvalid, "spec: architecture.param_count is %d but the initial weights hold %d parameters (%d tensors)", spec.Architecture.ParamCount, n, tensors)
+	}
+	return nil
+}
+
 // SetInitWeights implements Service: the sponsor supplies weights after posting.
 func (n *Node) SetInitWeights(ctx context.Context, p *wire.SetInitWeightsParams) (*wire.PostTaskResult, error) {
 	r, _, err := n.load(ctx, p.TaskID)
@@ -284,6 +302,9 @@ func (n *Node) SetInitWeights(ctx context.Context, p *wire.SetInitWeightsParams)
 	}
 	layout, encs, err := InitLayoutOf(raw, r.spec.Architecture.FragmentCount)
 	if err != nil {
+		return nil, err
+	}
+	if err := checkParamCount(r.spec, layout); err != nil {
 		return nil, err
 	}
 	if err := n.storeLayout(ctx, raw, layout, encs); err != nil {

@@ -155,6 +155,7 @@ func runNode(ctx context.Context, cfg Config, log *slog.Logger) (err error) {
 		Logger:      log,
 		Blobs:       served,
 		MaxBlob:     max(cfg.MaxRequestBytes, cfg.MaxBlobBytes),
+		OnBlobIn:    nm.PayloadIn,
 	}, hd)
 	if err != nil {
 		return fmt.Errorf("gossip: %w", err)
@@ -275,6 +276,7 @@ func runNode(ctx context.Context, cfg Config, log *slog.Logger) (err error) {
 		MaxRequestBytes: cfg.MaxRequestBytes,
 		Blobs:           served,
 		MaxBlobBytes:    cfg.MaxBlobBytes,
+		OnBlobIn:        nm.PayloadIn,
 		LargeMinRate:    cfg.LargeMinRate,
 		LargeGrace:      time.Duration(cfg.LargeGraceMs) * time.Millisecond,
 		Logger:          log.With("component", "rpc"),

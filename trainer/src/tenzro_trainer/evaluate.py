@@ -83,7 +83,8 @@ def pull_model(client: Client, run: dict, model: models.ForecastModel | None = N
     when not given)."""
     spec = spec_of(run)
     if model is None:
-        model = models.build(spec["architecture"]["family"], metadata_of(spec))
+        arch = spec["architecture"]
+        model = models.build(arch["family"], metadata_of(spec), param_count=int(arch.get("param_count") or 0))
     for fr in run["fragments"]:
         w = client.get_weights(run["task_id"], fr["index"])
         weights.assign(model, weights.load_fragment(w["payload"], fr["tensors"], f"fragment {fr['index']}"))

@@ -196,7 +196,7 @@ class Trainer:
             return
         spec = self.spec = spec_of(run)
         fam = spec["architecture"]["family"]
-        self.model = models.build(fam, metadata_of(spec))
+        self.model = models.build(fam, metadata_of(spec), param_count=int(spec["architecture"].get("param_count") or 0))
         names = {t["name"] for fr in run["fragments"] for t in fr["tensors"]}
         params = set(weights.parameters(self.model))
         if names != params:
@@ -204,6 +204,11 @@ class Trainer:
                 f"the run's fragments do not cover the model: missing {sorted(params - names)[:5]}, "
                 f"unknown {sorted(names - params)[:5]}"
             )
+        want = str(spec["architecture"].get("dtype", "")).upper().replace("FP32", "F32").replace("BFLOAT16", "BF16")
+        have = {t["dtype"] for fr in run["fragments"] for t in fr["tensors"]}
+        if want in ("F32", "BF16") and have != {want}:
+            self.log.warning("the run's weights are not in the spec's dtype; payloads follow the weights",
+                             spec_dtype=want, weights_dtype=sorted(have))  # fmt: skip
         self.model.set_gradient_checkpointing(self.cfg.gradient_checkpointing)
         self.model.to(self.device)
         # torch.compile (config compile: true): the training objective is compiled once per task; the
