@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 import torch
 
+from conftest import NodeProc, free_port
 from tenzro_trainer import config, data, models, sponsor, weights
 from tenzro_trainer.identity import Key
 from tenzro_trainer.loop import Trainer
@@ -63,7 +64,19 @@ def test_node_refuses_a_param_count_the_weights_do_not_hold(node):
     assert sponsor.post(c, sp, spec, init)["status"] == "awaiting_enrollment"
 
 
-def test_seed_spec_as_posted_builds_200m_and_trains_on_cpu(node, tmp_path):
+@pytest.fixture
+def big_node(go_bins, tmp_path):
+    """A --dev node that takes the 200M model's 400 MB of bf16 initial weights in one PUT /blobs (the default
+    --max-blob-bytes is 256 MiB, the largest payload request; initial weights may be up to 4 GiB)."""
+    n = NodeProc(go_bins, tmp_path / "node", free_port(), extra=["--max-blob-bytes", str(1 << 30)])
+    n.data_dir.mkdir()
+    n.start()
+    yield n
+    n.stop()
+
+
+def test_seed_spec_as_posted_builds_200m_and_trains_on_cpu(big_node, tmp_path):
+    node = big_node
     try:
         import psutil
 
