@@ -139,6 +139,37 @@ def _eval(a: argparse.Namespace) -> int:
     return 0
 
 
+def _export(a: argparse.Namespace) -> int:
+    from .onnx_export import ExportError, export
+    from .rpc import Client, RpcError
+
+    if not a.onnx:
+        print("tenzro-trainer export: name the format: --onnx", file=sys.stderr)
+        return 2
+    try:
+        e = export(Client(a.rpc, timeout=600), a.task_id, a.dir)
+    except (ExportError, RpcError) as err:
+        print(f"tenzro-trainer export: {err}", file=sys.stderr)
+        return 1
+    print(json.dumps({k: e[k] for k in ("final_model_hash", "task_id", "family", "param_count", "onnx", "check")}))
+    return 0
+
+
+def _catalog(a: argparse.Namespace) -> int:
+    from .onnx_export import catalog
+
+    entries = catalog(a.dir)
+    if a.json:
+        print(json.dumps(entries, indent=1))
+        return 0
+    print(f"{'FINAL MODEL HASH':<66} {'FAMILY':<13} {'PARAMS':>12} {'C/H':>10}  TASK  (ok: ONNX file matches)")
+    for e in entries:
+        ch = f"{e['context_len']}/{e['horizon']}"
+        print(f"{e['final_model_hash']:<66} {e['family']:<13} {e['param_count']:>12,} {ch:>10}  {e['task_id']}"
+              f"{'' if e['ok'] else '  (ONNX FILE MISSING OR CHANGED)'}")  # fmt: skip
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="tenzro-trainer", description=__doc__)
     p.add_argument("--version", action="version", version=f"tenzro-trainer {__version__}")
@@ -171,6 +202,18 @@ def main(argv: list[str] | None = None) -> int:
     e.add_argument("--rpc", default="http://127.0.0.1:8545")
     e.add_argument("--task-id", required=True)
     e.set_defaults(fn=_eval)
+
+    x = sub.add_parser("export", help="export a sealed run's final model to the ONNX forecast catalog")
+    x.add_argument("--onnx", action="store_true", help="ONNX (the only format)")
+    x.add_argument("--rpc", default="http://127.0.0.1:8545")
+    x.add_argument("--task-id", required=True)
+    x.add_argument("--dir", default="catalog", help="catalog directory (default ./catalog)")
+    x.set_defaults(fn=_export)
+
+    g = sub.add_parser("catalog", help="list the ONNX forecast catalog's models")
+    g.add_argument("--dir", default="catalog")
+    g.add_argument("--json", action="store_true")
+    g.set_defaults(fn=_catalog)
 
     a = p.parse_args(argv)
     return a.fn(a)
