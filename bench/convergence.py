@@ -235,20 +235,21 @@ def report(res: dict, a: argparse.Namespace, md: dict, params: int, wall: float)
         "Ratios are paired per seed (same data, same initial weights) and summarized as mean (95% Student-t "
         "interval over seeds); a goal counts as met only when the whole interval is at or below the threshold.",
         f"Command: `nice -n 19 $(scripts/venv.sh)/bin/python bench/convergence.py --seeds {a.seeds} --steps {T} "
-        f"--batch {B}` (wall {wall / 60:.0f} min for the runs recorded here). Curves: convergence.png.",
+        f"--batch {B} --d-model {a.d_model} --eval {a.eval} --eval-every {a.eval_every} --name {a.name}` "
+        f"(wall {wall / 60:.0f} min for the runs recorded here). Curves: {a.name}.png.",
     ]
     common.write(
-        "convergence",
+        a.name,
         "Convergence with error bars: DiLoCo vs synchronous DP vs one worker at equal compute; codecs",
         ["setup / ratio", "seeds", "final held-out MSE or ratio: mean (95% interval)", "threshold", "goal", "verdict"],
         [*goal_rows, ["", "", "", "", "", ""], *rows],
         notes,
         {"results": res, "args": vars(a), "metadata": md, "params": params, "wall_s": wall},
     )
-    plot(res, seeds)
+    plot(res, seeds, a.name)
 
 
-def plot(res: dict, seeds: list[int]) -> None:
+def plot(res: dict, seeds: list[int], name: str) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -275,14 +276,14 @@ def plot(res: dict, seeds: list[int]) -> None:
     axes[0].set_title("DiLoCo M=8 vs sync DP vs single worker")
     axes[1].set_title("outer-gradient codecs, DiLoCo M=8 H=24")
     fig.tight_layout()
-    fig.savefig(common.RESULTS / "convergence.png", dpi=110)
+    fig.savefig(common.RESULTS / f"{name}.png", dpi=110)
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--seeds", type=int, default=3)
     ap.add_argument("--only-seed", type=int, default=-1, help="run one seed (to run seeds as parallel processes)")
-    ap.add_argument("--steps", type=int, default=500, help="T: inner steps per worker (a multiple of 500)")
+    ap.add_argument("--steps", type=int, default=500, help="T: inner steps per worker (a multiple of every H run)")
     ap.add_argument("--batch", type=int, default=4)
     ap.add_argument("--lr", type=float, default=1e-3)
     ap.add_argument("--eval", type=int, default=256)
@@ -294,6 +295,7 @@ def main() -> None:
         "--state", default=str(common.RESULTS / "convergence-state"), help="per-seed results: <state>-<seed>.json"
     )
     ap.add_argument("--from-json", action="store_true", help="re-render the table from the saved per-seed results")
+    ap.add_argument("--name", default="convergence", help="result files bench/results/<name>.{md,json,png}")
     a = ap.parse_args()
     torch.set_num_threads(1)
     md = {"context_len": 64, "horizon": 16, "patch_len": 8, "d_model": a.d_model, "n_layers": a.layers,
