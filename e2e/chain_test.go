@@ -340,7 +340,7 @@ func TestChainFourValidators(t *testing.T) {
 	cli := func(n *chainNode, args ...string) string {
 		t.Helper()
 		nc, _ := chain.LoadNodeConfig(n.home)
-		out, err := exec.Command(filepath.Join(binDir, "tenzro"), append(args, "--node", "http://"+nc.RPCAddr)...).Output()
+		out, err := exec.Command(filepath.Join(binDir, "tenzro"), append(args, "--comet-rpc", "http://"+nc.RPCAddr)...).Output()
 		if err != nil {
 			t.Fatalf("tenzro %v: %v\n%s", args, err, out)
 		}
@@ -441,7 +441,7 @@ func TestChainFourValidators(t *testing.T) {
 
 	// A refusal reaches the CLI with the chain's code and reason (exit 1).
 	refused := exec.Command(filepath.Join(binDir, "tenzro"), "chain", "transfer", "--to", sponsor.DID.String(), "--amount", "999999",
-		"--key", keyFile(other), "--node", "http://"+mustNodeConfig(t, nodes[3].home).RPCAddr)
+		"--key", keyFile(other), "--comet-rpc", "http://"+mustNodeConfig(t, nodes[3].home).RPCAddr)
 	if out, err := refused.CombinedOutput(); err == nil || refused.ProcessState.ExitCode() != 1 || !strings.Contains(string(out), "refused by the chain (code 4)") {
 		t.Fatalf("transfer beyond the balance: %v %s", err, out)
 	}
@@ -526,7 +526,7 @@ func TestChainFourValidators(t *testing.T) {
 	if err := os.WriteFile(forgedPath, signedReceipt(t, spec, other, "5"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	forged := exec.Command(filepath.Join(binDir, "tenzro"), "chain", "verify-receipt", "--receipt", forgedPath, "--node", "http://"+mustNodeConfig(t, nodes[3].home).RPCAddr)
+	forged := exec.Command(filepath.Join(binDir, "tenzro"), "chain", "verify-receipt", "--receipt", forgedPath, "--comet-rpc", "http://"+mustNodeConfig(t, nodes[3].home).RPCAddr)
 	if out, err := forged.Output(); err == nil || string(out) != "0\n" {
 		t.Fatalf("re-signed receipt: %v %q", err, out)
 	}
@@ -538,7 +538,7 @@ func TestChainFourValidators(t *testing.T) {
 		t.Fatalf("testnet: %v\n%s", err, out)
 	}
 	wrong := exec.Command(filepath.Join(binDir, "tenzro"), "chain", "prove", "--task-id", "chain-run", "--genesis", filepath.Join(otherNet, "node0", "config", "genesis.json"),
-		"--node", "http://"+mustNodeConfig(t, nodes[3].home).RPCAddr)
+		"--comet-rpc", "http://"+mustNodeConfig(t, nodes[3].home).RPCAddr)
 	if out, err := wrong.CombinedOutput(); err == nil || !strings.Contains(string(out), "not the genesis validator set") {
 		t.Fatalf("prove with another network's genesis: %v %s", err, out)
 	}
@@ -563,7 +563,7 @@ func TestChainFourValidators(t *testing.T) {
 	if err := os.WriteFile(proof2, []byte(cli(nodes[3], "receipt", "prove", "--task-id", "chain-run")), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	past := exec.Command(filepath.Join(binDir, "tenzro"), "receipt", "prove", "--task-id", "chain-run", "--height", "1", "--node", "http://"+mustNodeConfig(t, nodes[3].home).RPCAddr)
+	past := exec.Command(filepath.Join(binDir, "tenzro"), "receipt", "prove", "--task-id", "chain-run", "--height", "1", "--comet-rpc", "http://"+mustNodeConfig(t, nodes[3].home).RPCAddr)
 	if out, err := past.CombinedOutput(); err == nil || !strings.Contains(string(out), "last committed height") {
 		t.Fatalf("receipt prove at a past height: %v %s", err, out)
 	}

@@ -4,8 +4,10 @@ import (
 	"bufio"
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"net"
 	"os"
 	"os/exec"
@@ -108,6 +110,18 @@ func TestTestnetScript(t *testing.T) {
 	if pasteErr != nil || !strings.Contains(string(pasteOut), "(compact, full, chain)") {
 		t.Fatalf("the printed block: %v\n%s\n%s", pasteErr, pasteOut, tailLogs(dir))
 	}
+	// The newcomer's walk, as printed: waits that say what they wait for, a
+	// replay through node 1 (neither the posting node nor the one the trainer
+	// used), and a second trainer funded by a transfer.
+	for _, want := range []string{"testnet-run: round ", "receipt signed", "receipt written to", "sent 150000000000000000000 attoTNZO to"} {
+		if !strings.Contains(string(pasteOut), want) {
+			t.Fatalf("the printed block's output lacks %q:\n%s", want, pasteOut)
+		}
+	}
+	trainer2 := regexp.MustCompile(`trainer2 (did:tenzro:\S+)`).FindStringSubmatch(printed)
+	if trainer2 == nil || !strings.Contains(string(pasteOut), trainer2[1]+": 150000000000000000000 attoTNZO") {
+		t.Fatalf("second trainer not funded as printed:\n%s", pasteOut)
+	}
 	// The CLI against node 0 and node 3: the same run, balances and receipt.
 	rpc0, rpc3 := "http://"+nodes[0][2], "http://"+nodes[3][2]
 	sponsor := regexp.MustCompile(`sponsor (did:tenzro:\S+)`).FindStringSubmatch(printed)
@@ -143,6 +157,42 @@ func TestTestnetScript(t *testing.T) {
 	}
 	if !strings.Contains(cli(rpc3, "train", "get-run", "--task-id", "testnet-run", "--format", "json"), `"status": "sealed"`) {
 		t.Fatal("the run is not sealed")
+	}
+	// Replay through a node that never held the run's payloads: not node 3
+	// (the trainer submitted there), not node 1 (the block replayed through
+	// it), not the elected syncer (it fetched them). Its blob store lacks them
+	// until the replay asks its peers.
+	var rc struct {
+		SyncerDID string `json:"syncer_did"`
+	}
+	json.Unmarshal([]byte(cli(rpc0, "train", "get-receipt", "--task-id", "testnet-run", "--format", "json")), &rc)
+	auditor, auditorHome := "", ""
+	for _, i := range []int{0, 2} {
+		var info struct {
+			NodeDID string `json:"node_did"`
+		}
+		json.Unmarshal([]byte(cli("http://"+nodes[i][2], "node", "info", "--format", "json")), &info)
+		if info.NodeDID != "" && info.NodeDID != rc.SyncerDID {
+			auditor, auditorHome = "http://"+nodes[i][2], filepath.Join(dir, "nodes", "node"+nodes[i][1])
+			break
+		}
+	}
+	if auditor == "" {
+		t.Fatalf("no node other than the syncer %s among nodes 0 and 2", rc.SyncerDID)
+	}
+	payload := regexp.MustCompile(`"payload_hash":\s*"(?:0x)?([0-9a-f]{64})"`).FindStringSubmatch(cli(rpc0, "train", "get-transcript", "--task-id", "testnet-run", "--format", "json"))
+	if payload == nil {
+		t.Fatal("no payload hash in the transcript")
+	}
+	blobFile := filepath.Join(auditorHome, "node", "blobs", payload[1][:2], payload[1])
+	if _, err := os.Stat(blobFile); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("%s already holds payload %s (%v): pick a node that never held it", auditorHome, payload[1], err)
+	}
+	if out := cli(auditor, "receipt", "replay", "--receipt", filepath.Join(dir, "receipt.json")); !strings.Contains(out, "match") {
+		t.Fatalf("replay through %s (not the posting node, never held the payloads): %s", auditor, out)
+	}
+	if _, err := os.Stat(blobFile); err != nil {
+		t.Fatalf("the replay through %s did not fetch payload %s from its peers: %v", auditor, payload[1], err)
 	}
 	stop()
 	for _, nd := range nodes {

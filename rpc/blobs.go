@@ -103,6 +103,13 @@ func (s *Server) serveBlob(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	b, err := s.opts.Blobs.OpenBlob(r.Context(), h)
+	if errors.Is(err, store.ErrBlobNotFound) && s.opts.FetchBlob != nil {
+		if ferr := s.fetchMissingBlob(r.Context(), h); ferr != nil {
+			blobError(w, http.StatusNotFound, CodeNotFound, nil, "no blob %s on this node, and no peer gave it: %v", h, ferr)
+			return
+		}
+		b, err = s.opts.Blobs.OpenBlob(r.Context(), h)
+	}
 	if errors.Is(err, store.ErrBlobNotFound) {
 		blobError(w, http.StatusNotFound, CodeNotFound, nil, "no blob %s on this node", h)
 		return
@@ -240,3 +247,25 @@ func (s *Server) acquireBlobSlot(w http.ResponseWriter, r *http.Request) (releas
 
 // BlobUploadsInFlight is the number of blob uploads being received now.
 func (s *Server) BlobUploadsInFlight() int { return int(s.blobsInFlight.Load()) }
+
+// Network fetches on a blob miss (Options.FetchBlob): at most
+// blobFetchSlots at once, each at most blobFetchTimeout, so requests for
+// hashes nobody holds cost a node a bounded share of its peers' time.
+const (
+	blobFetchSlots   = 2
+	blobFetchTimeout = 2 * time.Minute
+)
+
+// fetchMissingBlob asks the network for h through Options.FetchBlob, in one
+// of the server's fetch slots.
+func (s *Server) fetchMissingBlob(ctx context.Context, h wire.Hash) error {
+	select {
+	case s.blobFetch <- struct{}{}:
+		defer func() { <-s.blobFetch }()
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	ctx, cancel := context.WithTimeout(ctx, blobFetchTimeout)
+	defer cancel()
+	return s.opts.FetchBlob(ctx, h)
+}

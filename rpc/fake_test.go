@@ -177,6 +177,11 @@ func (f *fakeService) Faucet(_ context.Context, p wire.FaucetParams) (*wire.Bala
 	return &wire.Balance{DID: p.DID, Balance: p.Amount}, nil
 }
 
+func (f *fakeService) Transfer(_ context.Context, p *wire.TransferParams) (*wire.Balance, error) {
+	f.record("Transfer")
+	return &wire.Balance{DID: p.From, Balance: "1"}, nil
+}
+
 func (f *fakeService) RegisterSyncer(_ context.Context, p *wire.RegisterSyncerParams) (*wire.SyncerCandidate, error) {
 	f.record("RegisterSyncer")
 	if p.Nonce == 1 {

@@ -284,6 +284,15 @@ func (s *Server) methods() handler.Map {
 		wire.MethodFaucet: typed(s, wire.MethodFaucet, paramsRequired, func(p *wire.FaucetParams) string { return first("did", p.DID, "amount", p.Amount) },
 			func(ctx context.Context, p *wire.FaucetParams) (any, error) { return svc.Faucet(ctx, *p) }),
 
+		wire.MethodTransfer: typed(s, wire.MethodTransfer, paramsRequired, func(p *wire.TransferParams) string {
+			if m := first("from", p.From, "to", p.To, "amount", p.Amount); m != "" {
+				return m
+			}
+			return signedMissing(p.Signed)
+		}, func(ctx context.Context, p *wire.TransferParams) (any, error) {
+			return svc.Transfer(ctx, p)
+		}),
+
 		wire.MethodRegisterSyncer: typed(s, wire.MethodRegisterSyncer, paramsRequired, func(p *wire.RegisterSyncerParams) string {
 			if m := first("did", p.DID, "stake", p.Stake); m != "" {
 				return m

@@ -67,6 +67,7 @@ var catalog = []catalogEntry{
 	{wire.MethodGetFragmentState, "The committed state re-executing a fragment commit that can still be challenged reads (the run, the commit record, the run as the round started, the fragment's records), so a client can re-execute it itself (tenzro receipt replay --local).", wire.ReplayFragmentParams{}, wire.FragmentState{}, false, "training"},
 	{wire.MethodGetBalance, "A DID's balance in attoTNZO.", wire.BalanceParams{}, wire.Balance{}, false, "ledger"},
 	{wire.MethodFaucet, "Mint attoTNZO to a DID (only on a node started with --dev).", wire.FaucetParams{}, wire.Balance{}, false, "ledger"},
+	{wire.MethodTransfer, "Send attoTNZO from one DID to another (signed by the sender; answered once committed with the sender's balance).", wire.TransferParams{}, wire.Balance{}, false, "ledger"},
 	{wire.MethodRegisterSyncer, "Register as a syncer candidate with a stake. Signed by did.", wire.RegisterSyncerParams{}, wire.SyncerCandidate{}, false, "syncer"},
 	{wire.MethodUnbondSyncer, "Withdraw a candidate's whole syncer stake: it moves to an unbonding account, the candidate is no longer elected, and the stake returns after the node's unbonding delay. Signed by did.", wire.UnbondParams{}, wire.SyncerCandidate{}, false, "syncer"},
 	{wire.MethodListSyncers, "List syncer candidates.", nil, []wire.SyncerCandidate{}, false, "syncer"},

@@ -143,6 +143,12 @@ type Options struct {
 	// OnBlobIn, when set, is told the size of every blob PUT /blobs stored
 	// (the node's tenzro_payload_bytes_total{in}).
 	OnBlobIn func(n int64)
+	// FetchBlob, when set, is asked on a GET or HEAD /blobs/<hash> miss to
+	// bring the blob from the network into Blobs (hash-checked), so any node
+	// serves an audit of any run (replay, receipt verify --full). The
+	// server bounds how many such fetches run at once and how long each may
+	// take (blobFetchSlots, blobFetchTimeout).
+	FetchBlob func(ctx context.Context, h wire.Hash) error
 	// MaxBlobUploads bounds uploads received at once (DefaultMaxBlobUploads).
 	MaxBlobUploads int
 	// MaxBlobUploadsPerPeer bounds the uploads of one remote IP at once;
@@ -211,6 +217,7 @@ type Server struct {
 	largeInFlight atomic.Int64
 	blobSlots     blobSlots
 	blobsInFlight atomic.Int64
+	blobFetch     chan struct{} // network fetches on a blob miss (fetchMissingBlob)
 }
 
 type parsedKey struct{}
@@ -221,7 +228,7 @@ func New(svc syncer.Service, opts Options) (*Server, error) {
 		return nil, errors.New("rpc: nil Service")
 	}
 	opts = opts.withDefaults()
-	s := &Server{svc: svc, opts: opts, log: opts.Logger, large: semaphore.NewWeighted(int64(opts.MaxLargeInFlight)),
+	s := &Server{svc: svc, opts: opts, log: opts.Logger, large: semaphore.NewWeighted(int64(opts.MaxLargeInFlight)), blobFetch: make(chan struct{}, blobFetchSlots),
 		blobSlots: blobSlots{all: semaphore.NewWeighted(int64(opts.MaxBlobUploads))}}
 	s.mux = assigner{s.methods()}
 	s.bridge = jhttp.NewBridge(s.mux, &jhttp.BridgeOptions{

@@ -24,7 +24,8 @@ cleanup() {
 	[[ ${#pids[@]} -gt 0 ]] && echo "== stopped ${#pids[@]} validators; homes and logs kept in $dir"
 }
 trap cleanup EXIT
-trap 'exit 130' INT TERM
+# Ctrl-C (or a TERM) is how a newcomer stops the network: a clean stop, exit 0.
+trap 'exit 0' INT TERM
 
 if [[ -n "${TENZRO_BIN_DIR:-}" ]]; then
 	bin="$TENZRO_BIN_DIR"
@@ -42,7 +43,9 @@ fi
 didof() { sed -n 's/.*"did": *"\([^"]*\)".*/\1/p'; }
 sponsor="$("$bin/tenzro" key generate --kind human --out "$dir/sponsor.key" --format json | didof)"
 trainer="$("$bin/tenzro" key generate --kind machine --out "$dir/trainer.key" --format json | didof)"
-echo "== genesis: $n validators (each a syncer candidate), sponsor $sponsor with 1000 TNZO, trainer $trainer with 200 TNZO"
+# A second trainer with no genesis funds: the block below funds it from the sponsor.
+trainer2="$("$bin/tenzro" key generate --kind machine --out "$dir/trainer2.key" --format json | didof)"
+echo "== genesis: $n validators (each a syncer candidate), sponsor $sponsor with 1000 TNZO, trainer $trainer with 200 TNZO; trainer2 $trainer2 (key $dir/trainer2.key) with nothing"
 "$bin/tenzro-node" testnet --validators "$n" --dir "$dir/nodes" --base-port "${TESTNET_BASE_PORT:-26656}" \
 	--block-time "${TESTNET_BLOCK_TIME:-1s}" --challenge-window-blocks "${TESTNET_CHALLENGE_WINDOW:-30}" \
 	--alloc "$sponsor=1000000000000000000000" \
@@ -65,6 +68,15 @@ header='{"layer0.w":{"dtype":"F32","shape":[4],"data_offsets":[0,16]},"layer1.w"
 	printf '%s' "$header"
 	for _ in 1 2 3 4 5 6 7 8; do printf '\x0a\xd7\x23\x3c'; done
 } >"$dir/init.safetensors"
+# The trainer's outer gradient of each fragment: the fragment's tensor, 0.001 each.
+for f in 0 1; do
+	g_header="{\"layer$f.w\":{\"dtype\":\"F32\",\"shape\":[4],\"data_offsets\":[0,16]}}"
+	{
+		printf "$(printf '\\x%02x' "${#g_header}")\\x00\\x00\\x00\\x00\\x00\\x00\\x00"
+		printf '%s' "$g_header"
+		for _ in 1 2 3 4; do printf '\x6f\x12\x83\x3a'; done
+	} >"$dir/grad$f.safetensors"
+done
 
 for ((i = 0; i < n; i++)); do
 	home="$dir/nodes/node$i"
@@ -86,7 +98,7 @@ for ((i = 0; i < n; i++)); do
 			tail -20 "$home/node.log" >&2
 			exit 1
 		fi
-		h="$("$bin/tenzro" chain status --node "http://$rpc" --format json 2>/dev/null | sed -n 's/.*"height": *\([0-9]*\).*/\1/p' || true)"
+		h="$("$bin/tenzro" chain status --comet-rpc "http://$rpc" --format json 2>/dev/null | sed -n 's/.*"height": *\([0-9]*\).*/\1/p' || true)"
 		if [[ -n "$h" && "$h" -ge 1 ]] && "$bin/tenzro" node info --rpc "http://$jr" >/dev/null 2>&1; then ok=1; break; fi
 		sleep 0.2
 	done
@@ -98,26 +110,43 @@ done
 last=$((n - 1))
 jr0="http://$(conf 0 json_rpc_addr)"
 jrl="http://$(conf "$last" json_rpc_addr)"
+jr1="http://$(conf 1 json_rpc_addr)"
 echo "== all $n validators are committing (genesis hash $genesis_hash). Every node answers the same."
 echo "== a light client that joins by itself (pinned to this network):"
 echo "   $bin/tenzro-node --role light-client --data-dir $dir/light --rpc-addr 127.0.0.1:8600 --listen-addr /ip4/127.0.0.1/tcp/0 --boot-nodes $boot0 --genesis-hash $genesis_hash"
-echo "== sponsor and trainer (paste it; the run is posted on node 0 and trained through node $last):"
+echo "== sponsor and trainer (paste it; the run is posted on node 0, trained through node $last and replayed through node 1):"
 cat <<EOF
 # --- begin
 export PATH="$bin:\$PATH"
 tenzro train post-task --spec $dir/spec.json --init-weights $dir/init.safetensors --key $dir/sponsor.key --rpc $jr0
 tenzro train enroll-trainer --task-id testnet-run --stake 100000000000000000000 --key $dir/trainer.key --rpc $jrl
-until tenzro train get-run --task-id testnet-run --format json --rpc $jrl | grep -q '"status": "running"'; do sleep 0.5; done
+tenzro train wait --task-id testnet-run --for running --rpc $jrl
 for f in 0 1; do
   tenzro train get-weights --task-id testnet-run --fragment \$f --out $dir/w\$f.safetensors --rpc $jrl
-  tenzro train submit-gradient --task-id testnet-run --round 0 --fragment \$f --payload $dir/w\$f.safetensors --key $dir/trainer.key --rpc $jrl
+  tenzro train submit-gradient --task-id testnet-run --round 0 --fragment \$f --payload $dir/grad\$f.safetensors --key $dir/trainer.key --rpc $jrl
 done
-until tenzro train get-receipt --task-id testnet-run --format json --rpc $jr0 >$dir/receipt.json 2>/dev/null; do sleep 0.5; done
+tenzro train wait --task-id testnet-run --for receipt --out $dir/receipt.json --rpc $jr0
 tenzro receipt verify --receipt $dir/receipt.json --full --rpc $jrl
+tenzro receipt replay --receipt $dir/receipt.json --rpc $jr1
 tenzro ledger balance --did $sponsor --rpc $jr0
 tenzro ledger balance --did $sponsor --rpc $jrl
+# a second trainer has no funds on this network until someone sends some:
+tenzro ledger transfer --to $trainer2 --amount 150000000000000000000 --key $dir/sponsor.key --rpc $jr0
+tenzro ledger balance --did $trainer2 --rpc $jrl
 # --- end
 EOF
 if [[ "${TESTNET_EXIT_WHEN_READY:-0}" == 1 ]]; then exit 0; fi
 echo "== Ctrl-C stops the network"
-wait
+if [[ -t 0 && -t 2 ]]; then
+	# On a terminal (bash takes job control through stderr), wait in a foreground job of its own
+	# process group (job control on): Ctrl-C then reaches only that job, not `make` above this
+	# script, which would otherwise die of the signal and report "Error 130". With job control on,
+	# bash abandons this whole `if` when the job dies of SIGINT and goes on after `fi`, to the exit
+	# below (the EXIT trap stops every node). -e/-u/pipefail are off for that wait: with them bash
+	# would end the script with the job's 130 first.
+	set +eu +o pipefail -m
+	sleep infinity
+else
+	wait
+fi
+exit 0

@@ -430,9 +430,13 @@ func (n *Node) ReportedMetrics(ctx context.Context, task string) ([]wire.Metrics
 // GetPayload implements Service: a blob this node holds (payload, initial
 // weights, fragment weights, momentum, evidence) by its content hash.
 func (n *Node) GetPayload(ctx context.Context, h wire.Hash) ([]byte, error) {
-	v, err := n.blobs.Get(ctx, h)
-	if errors.Is(err, ErrNotFound) {
+	v, err := n.blob(ctx, h, uint64(MaxInitWeights), "")
+	var fe *fetchError
+	switch {
+	case errors.Is(err, ErrNotFound):
 		return nil, Errf(KindNotFound, "no blob %s", h)
+	case errors.As(err, &fe):
+		return nil, Errf(KindNotFound, "no blob %s on this node, and no peer gave it: %v", h, err)
 	}
 	return v, err
 }

@@ -438,6 +438,18 @@ func (n *Node) Faucet(ctx context.Context, p wire.FaucetParams) (*wire.Balance, 
 	return &res, nil
 }
 
+// Transfer implements Service: a signed transfer, answered once committed
+// with the sender's balance after it. Every check is the machine's.
+func (n *Node) Transfer(ctx context.Context, p *wire.TransferParams) (*wire.Balance, error) {
+	var res wire.Balance
+	h, err := n.broadcast(ctx, wire.TxTransfer, p, &res)
+	if err != nil {
+		return nil, err
+	}
+	res.Height = h
+	return &res, nil
+}
+
 // RegisterSyncer implements Service: a candidate locks stake for elections.
 func (n *Node) RegisterSyncer(ctx context.Context, p *wire.RegisterSyncerParams) (*wire.SyncerCandidate, error) {
 	amt, err := wire.ParseAmount(p.Stake)

@@ -27,6 +27,7 @@ type Service interface {
 	GetWeights(ctx context.Context, p wire.GetWeightsParams) (*wire.Weights, error)
 	Balance(ctx context.Context, did string) (*wire.Balance, error)
 	Faucet(ctx context.Context, p wire.FaucetParams) (*wire.Balance, error)
+	Transfer(ctx context.Context, p *wire.TransferParams) (*wire.Balance, error)
 	RegisterSyncer(ctx context.Context, p *wire.RegisterSyncerParams) (*wire.SyncerCandidate, error)
 	ListSyncers(ctx context.Context) ([]wire.SyncerCandidate, error)
 	// SubmitElectionProof records a remote candidate's VRF proof for a run

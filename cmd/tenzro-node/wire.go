@@ -277,9 +277,20 @@ func runNode(ctx context.Context, cfg Config, log *slog.Logger) (err error) {
 		Blobs:           served,
 		MaxBlobBytes:    cfg.MaxBlobBytes,
 		OnBlobIn:        nm.PayloadIn,
-		LargeMinRate:    cfg.LargeMinRate,
-		LargeGrace:      time.Duration(cfg.LargeGraceMs) * time.Millisecond,
-		Logger:          log.With("component", "rpc"),
+		// A blob this node lacks is asked of its peers (the blob stream,
+		// hash-checked, at most --max-blob-bytes), so an auditor can replay
+		// any run through any node.
+		FetchBlob: func(ctx context.Context, h wire.Hash) error {
+			limit := cfg.MaxBlobBytes
+			if limit <= 0 {
+				limit = syncer.MaxInitWeights
+			}
+			_, err := gn.FetchFromAny(ctx, h, limit, "")
+			return err
+		},
+		LargeMinRate: cfg.LargeMinRate,
+		LargeGrace:   time.Duration(cfg.LargeGraceMs) * time.Millisecond,
+		Logger:       log.With("component", "rpc"),
 		// Without a claimed root, receipts are checked against this node's
 		// committed state (syncer.RunAnchor).
 		VerifyReceipt: func(ctx context.Context, receipt, root []byte) *wire.VerifyReceiptResult {

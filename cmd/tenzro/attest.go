@@ -186,34 +186,55 @@ func printResult(w io.Writer, r *attest.Result) {
 func newAttestPolicyCmd() *cobra.Command {
 	p := &cobra.Command{Use: "policy", Short: "Attestation policies"}
 	var tier, vendor, out string
+	var simulated bool
 	initCmd := &cobra.Command{
-		Use:          "init --tier verified --vendor snp",
-		Short:        "Write a documented policy template (see attest/EVIDENCE.md)",
+		Use:   "init --tier verified --vendor snp [--simulated]",
+		Short: "Write a documented policy template (see attest/EVIDENCE.md)",
+		Long: `init writes a policy for a tier and a TEE vendor. The template's measurements are all
+zeros: replace them with your image's (attest/EVIDENCE.md documents every field).
+
+--simulated writes a DEVELOPMENT policy instead: "allow_simulated": true and the measurements
+of the simulated enclave (tenzro-node --enclave simulated-snp|simulated-tdx|simulated-nitro),
+so a Verified or Confidential run can be tried on a machine without a TEE. Simulated evidence
+proves nothing; production builds refuse this flag and such evidence.`,
+		Example: `  tenzro attest policy init --tier verified --vendor snp --out policy.json
+  tenzro attest policy init --tier verified --vendor snp --simulated --out dev-policy.json`,
 		SilenceUsage: true,
+		Args:         noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			t := map[string]string{"verified": "Verified", "confidential": "Confidential", "Verified": "Verified", "Confidential": "Confidential"}[tier]
 			if t == "" {
-				fmt.Fprintln(cmd.ErrOrStderr(), "usage: --tier verified|confidential")
-				os.Exit(2)
+				return usagef("--tier %q: want verified or confidential", tier)
 			}
 			pol, err := attest.Template(t, vendor)
 			if err != nil {
-				fmt.Fprintln(cmd.ErrOrStderr(), "usage:", err)
-				os.Exit(2)
+				return usagef("--vendor: %v", err)
+			}
+			note := "# template: replace the all-zero measurements with your image's; fields are documented in attest/EVIDENCE.md"
+			if simulated {
+				if err := simulatedPolicy(pol); err != nil {
+					return err
+				}
+				note = "# DEVELOPMENT ONLY: this policy accepts the SIMULATED enclave (allow_simulated), which proves nothing; never use it for a real run"
 			}
 			b, _ := json.MarshalIndent(pol, "", "  ")
 			b = append(b, '\n')
 			if out == "" || out == "-" {
 				_, err = cmd.OutOrStdout().Write(b)
-				fmt.Fprintln(cmd.ErrOrStderr(), "# template: replace the all-zero measurements with your image's; fields are documented in attest/EVIDENCE.md")
+				fmt.Fprintln(cmd.ErrOrStderr(), note)
 				return err
 			}
-			return os.WriteFile(out, b, 0o644)
+			if err := os.WriteFile(out, b, 0o644); err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.ErrOrStderr(), "wrote %s\n%s\n", out, note)
+			return nil
 		},
 	}
 	initCmd.Flags().StringVar(&tier, "tier", "verified", "verified or confidential")
 	initCmd.Flags().StringVar(&vendor, "vendor", "snp", "tdx, snp, nitro, or nvidia (SEV-SNP + nvidia_cc, composite)")
 	initCmd.Flags().StringVarP(&out, "out", "o", "", "output file (default stdout)")
+	initCmd.Flags().BoolVar(&simulated, "simulated", false, "development policy that accepts the simulated enclave (allow_simulated + its measurements)")
 	p.AddCommand(initCmd)
 	return p
 }

@@ -5,12 +5,14 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/tenzro/train/attest"
 	"github.com/tenzro/train/attest/simroots"
+	"github.com/tenzro/train/enclave"
 	"github.com/tenzro/train/wire"
 )
 
@@ -124,5 +126,49 @@ func TestAttestQuoteSimulatedComposite(t *testing.T) {
 	}
 	if code, _, _ := runCLI("attest", "quote", "--enclave", "simulated-snp", "--bind", "program=zz"); code != exitUsage {
 		t.Fatalf("bad bind: exit %d", code)
+	}
+}
+
+// `attest policy init --simulated` writes a development policy that accepts
+// the simulated enclave's evidence as `attest verify` checks it, for every
+// CPU vendor; the plain template (all-zero measurements) refuses the same
+// evidence on its measurement.
+func TestAttestPolicyInitSimulated(t *testing.T) {
+	if !simroots.Available() {
+		t.Skip("a production build has no simulated providers")
+	}
+	dir := t.TempDir()
+	for _, vendor := range []string{"snp", "tdx", "nitro"} {
+		t.Run(vendor, func(t *testing.T) {
+			ev := filepath.Join(dir, vendor+".json")
+			code, out, errOut := runCLI("attest", "quote", "--enclave", "simulated-"+vendor, "--bind", strings.Repeat("5a", 32))
+			if code != 0 {
+				t.Fatalf("quote: %d %q", code, errOut)
+			}
+			if err := os.WriteFile(ev, []byte(out), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			dev, tmpl := filepath.Join(dir, vendor+"-dev.json"), filepath.Join(dir, vendor+"-tmpl.json")
+			code, _, errOut = runCLI("attest", "policy", "init", "--tier", "verified", "--vendor", vendor, "--simulated", "--out", dev)
+			if code != 0 || !strings.Contains(errOut, "DEVELOPMENT ONLY") {
+				t.Fatalf("policy init --simulated: %d %q", code, errOut)
+			}
+			b, err := os.ReadFile(dev)
+			if err != nil || !strings.Contains(string(b), `"allow_simulated": true`) || !strings.Contains(string(b), hex.EncodeToString(enclave.SimulatedMeasurement)) {
+				t.Fatalf("dev policy: %v\n%s", err, b)
+			}
+			if code, out, errOut = runCLI("attest", "verify", "--evidence", ev, "--policy", dev); code != 0 {
+				t.Fatalf("simulated evidence refused under the --simulated policy: %d\n%s\n%s", code, out, errOut)
+			}
+			if code, _, _ = runCLI("attest", "policy", "init", "--tier", "verified", "--vendor", vendor, "--out", tmpl); code != 0 {
+				t.Fatalf("policy init: %d", code)
+			}
+			if code, out, _ = runCLI("attest", "verify", "--evidence", ev, "--policy", tmpl); code != 1 {
+				t.Fatalf("simulated evidence accepted by the plain template: %d\n%s", code, out)
+			}
+		})
+	}
+	if code, _, _ := runCLI("attest", "policy", "init", "--tier", "open"); code != exitUsage {
+		t.Fatalf("--tier open: exit %d", code)
 	}
 }

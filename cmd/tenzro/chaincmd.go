@@ -12,9 +12,11 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/tenzro/train/chain"
 	"github.com/tenzro/train/syncer"
@@ -25,17 +27,48 @@ import (
 
 func init() { registerCommand(newChainCmd) }
 
-// chainNodeDefault is --node's default: $TENZRO_CHAIN, else CometBFT's
-// default RPC address.
-func chainNodeDefault() string {
-	if env := os.Getenv("TENZRO_CHAIN"); env != "" {
-		return env
+// chainNodeURL is the CometBFT RPC address the chain commands talk to:
+// --comet-rpc (or its old name --node) when given, else $TENZRO_CHAIN, else
+// the address the JSON-RPC node at --rpc reports for its own CometBFT RPC
+// (tenzro_node_info's chain.rpc_addr) — so every command takes the same --rpc
+// as the rest of the CLI.
+// addCometFlags adds --comet-rpc and its deprecated old name --node.
+func addCometFlags(fs *pflag.FlagSet, why string) {
+	usage := "the node's CometBFT RPC address (default: $TENZRO_CHAIN, else what the node at --rpc reports)"
+	if why != "" {
+		usage = why + ": " + usage
 	}
-	return chain.DefaultNodeURL
+	fs.String("comet-rpc", "", usage)
+	fs.String("node", "", "old name of --comet-rpc")
+	_ = fs.MarkDeprecated("node", "use --comet-rpc, or --rpc with the node's JSON-RPC address")
+}
+
+func chainNodeURL(cmd *cobra.Command) (string, error) {
+	for _, name := range []string{"comet-rpc", "node"} {
+		if f := cmd.Flags().Lookup(name); f != nil && f.Changed {
+			return f.Value.String(), nil
+		}
+	}
+	if env := os.Getenv("TENZRO_CHAIN"); env != "" {
+		return env, nil
+	}
+	info, err := nodeClient(cmd).Info(cmd.Context())
+	if err != nil {
+		return "", fmt.Errorf("finding the node's CometBFT RPC address through --rpc (or pass --comet-rpc): %w", err)
+	}
+	if info.Chain == nil || info.Chain.RPCAddr == "" {
+		return "", fmt.Errorf("the node at --rpc does not report a CometBFT RPC address: pass --comet-rpc")
+	}
+	addr := info.Chain.RPCAddr
+	if !strings.Contains(addr, "://") {
+		addr = "http://" + strings.TrimPrefix(addr, "tcp://")
+	} else if strings.HasPrefix(addr, "tcp://") {
+		addr = "http://" + strings.TrimPrefix(addr, "tcp://")
+	}
+	return addr, nil
 }
 
 func newChainCmd() *cobra.Command {
-	def := chainNodeDefault()
 	cmd := &cobra.Command{
 		Use:   "chain",
 		Short: "Transactions and reads against a chain node (CometBFT RPC)",
@@ -45,16 +78,16 @@ that the command broadcasts and answers once committed, with the block height;
 a refusal prints the chain's reason. Reads come from the node's committed state,
 so every node of the network gives the same answer at the same height.
 
---node is the node's CometBFT RPC address (default $TENZRO_CHAIN, else
-http://127.0.0.1:26657).`,
-		Example: `  tenzro chain status --node http://127.0.0.1:26657
-  tenzro chain balance --did did:tenzro:human:z6Mk... --node http://127.0.0.1:26663
-  tenzro chain transfer --to did:tenzro:machine:z6Mk... --amount 1000 --key sponsor.key
+Like every other command it takes --rpc, a node's JSON-RPC address, and asks
+that node for its CometBFT RPC address; --comet-rpc (or $TENZRO_CHAIN) names
+the CometBFT RPC address directly. Money moves with 'tenzro ledger transfer'.`,
+		Example: `  tenzro chain status --rpc http://127.0.0.1:8545
+  tenzro chain balance --did did:tenzro:human:z6Mk... --comet-rpc http://127.0.0.1:26663
   tenzro chain prove --task-id my-run > proof.json
   tenzro chain verify-proof --proof proof.json --app-hash <hex> --receipt receipt.json`,
 		RunE: groupRunE,
 	}
-	cmd.PersistentFlags().String("node", def, "chain node RPC address")
+	addCometFlags(cmd.PersistentFlags(), "")
 	cmd.AddCommand(newChainStatusCmd(), newChainBalanceCmd(), newChainRunCmd(), newChainTransferCmd(),
 		newChainPostCmd(), newChainEnrollCmd(), newChainLeaveCmd(), newChainSubmitCmd(), newChainRegisterCmd(), newChainElectionProofCmd(),
 		newChainProveCmd(), newChainVerifyProofCmd(), newChainVerifyReceiptCmd())
@@ -62,7 +95,10 @@ http://127.0.0.1:26657).`,
 }
 
 func chainClient(cmd *cobra.Command) (*chain.Client, error) {
-	url, _ := cmd.Flags().GetString("node")
+	url, err := chainNodeURL(cmd)
+	if err != nil {
+		return nil, err
+	}
 	c, err := chain.NewClient(url)
 	if err != nil {
 		return nil, usageError{err}

@@ -167,6 +167,12 @@ func (f *cliFake) Balance(_ context.Context, d string) (*wire.Balance, error) {
 func (f *cliFake) Faucet(_ context.Context, p wire.FaucetParams) (*wire.Balance, error) {
 	return &wire.Balance{DID: p.DID, Balance: p.Amount}, nil
 }
+func (f *cliFake) Transfer(_ context.Context, p *wire.TransferParams) (*wire.Balance, error) {
+	if err := verify(p.From, p.Preimage(), p.Signature); err != nil {
+		return nil, err
+	}
+	return &wire.Balance{DID: p.From, Balance: "3", Height: 9}, nil
+}
 func (f *cliFake) RegisterSyncer(_ context.Context, p *wire.RegisterSyncerParams) (*wire.SyncerCandidate, error) {
 	if err := verify(p.DID, p.Preimage(), p.Signature); err != nil {
 		return nil, err
@@ -356,6 +362,15 @@ func TestSponsorAndTrainerFlow(t *testing.T) {
 	code, out, _ = e.run("ledger", "faucet", "--did", sponsor, "--amount", "2000")
 	if code != 0 || !strings.Contains(out, "2000 attoTNZO") {
 		t.Fatalf("faucet: %d %q", code, out)
+	}
+	// A signed transfer through JSON-RPC (the fake checks the signature).
+	code, out, errOut = e.run("ledger", "transfer", "--to", sponsor, "--amount", "2", "--key", e.path("t0.key"))
+	if code != 0 || !strings.Contains(out, "sent 2 attoTNZO to "+sponsor+" (committed at height 9); "+trainer+" now holds 3 attoTNZO") {
+		t.Fatalf("ledger transfer: %d %q %q", code, out, errOut)
+	}
+	code, _, errOut = e.run("ledger", "transfer", "--to", sponsor, "--amount", "-2", "--key", e.path("t0.key"))
+	if code != 2 || !strings.Contains(errOut, "--amount") {
+		t.Fatalf("ledger transfer with a bad amount: %d %q", code, errOut)
 	}
 	code, out, _ = e.run("ledger", "balance", "--did", sponsor, "--format", "json")
 	if code != 0 || !strings.Contains(out, `"balance": "7"`) {

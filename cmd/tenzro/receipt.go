@@ -69,7 +69,7 @@ the syncers are the chain's election entrants at their tickets.
 in the chain's run log committed by a block's app hash: --app-hash HEX, or
 --header FILE (a signed header of block height+1; light-verified offline when
 --genesis FILE is given too), or --genesis FILE alone (the header in the proof
-file, or fetched from --node, light-verified against the genesis validators).
+file, or fetched from the chain node (--rpc, or --comet-rpc), light-verified against the genesis validators).
 Exit 0 valid, 1 invalid (the reason is printed), 2 usage.`,
 		Example: `  tenzro receipt verify --receipt receipt.json
   tenzro receipt verify --receipt receipt.json --full --transcript transcript.json
@@ -200,14 +200,14 @@ type proofVerifyFlags struct {
 	proof, appHash, header, genesis string
 }
 
-// register adds the flags to c, and --node unless c inherits it (tenzro chain).
+// register adds the flags to c, and --comet-rpc unless c inherits it (tenzro chain).
 func (p *proofVerifyFlags) register(c *cobra.Command, withNode bool) {
 	c.Flags().StringVar(&p.proof, "proof", "", "run-root proof file (from 'tenzro receipt prove --task-id' or 'tenzro chain prove')")
 	c.Flags().StringVar(&p.appHash, "app-hash", "", "with --proof: the app hash (hex) of the state after the proof's height, from a header you trust")
 	c.Flags().StringVar(&p.header, "header", "", "with --proof: signed header of block height+1 (CometBFT JSON, e.g. a node's /commit)")
 	c.Flags().StringVar(&p.genesis, "genesis", "", "with --proof: the network's genesis.json; light-verify the header against its validators")
 	if withNode {
-		c.Flags().String("node", chainNodeDefault(), "chain node RPC address (CometBFT), to fetch a header for --genesis")
+		addCometFlags(c.Flags(), "to fetch a header for --genesis")
 	}
 }
 
@@ -255,7 +255,10 @@ func (p *proofVerifyFlags) check(cmd *cobra.Command, runRoot wire.Hash) error {
 			shRaw = pf.SignedHeader
 		}
 		if shRaw == nil { // --genesis alone, the proof without a header: fetch it
-			url, _ := cmd.Flags().GetString("node")
+			url, err := chainNodeURL(cmd)
+			if err != nil {
+				return err
+			}
 			c, err := chain.NewClient(url)
 			if err != nil {
 				return usageError{err}
@@ -313,13 +316,13 @@ are checked against the receipt first.
 
 With --task-id: the proof (JSON) that the run's sealed run root is in the chain's
 run log, committed by the app hash of the proof's height, with the signed header
-of block height+1 that carries that app hash, from the chain node at --node (as
+of block height+1 that carries that app hash, from the chain node at --rpc (or --comet-rpc) (as
 'tenzro chain prove'). --height H proves at that height (the node serves its last
 committed height: it waits for H, and refuses a height it has passed). Check the
 file offline with 'tenzro receipt verify --receipt R --proof FILE --genesis G' (or
 --header / --app-hash). With --genesis the header is light-verified here too.`,
 		Example: `  tenzro receipt prove --receipt receipt.json --round 2 --transcript transcript.json --format json
-  tenzro receipt prove --task-id my-run --node http://127.0.0.1:26657 > proof.json`,
+  tenzro receipt prove --task-id my-run --rpc http://127.0.0.1:8545 > proof.json`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if task != "" {
@@ -372,6 +375,6 @@ file offline with 'tenzro receipt verify --receipt R --proof FILE --genesis G' (
 	c.Flags().StringVar(&task, "task-id", "", "prove this run's sealed run root on chain")
 	c.Flags().Int64Var(&height, "height", 0, "with --task-id: the height to prove at (default: the node's last committed height)")
 	c.Flags().StringVar(&genesis, "genesis", "", "with --task-id: the network's genesis.json; light-verify the header against its validators")
-	c.Flags().String("node", chainNodeDefault(), "with --task-id: the chain node's RPC address (CometBFT)")
+	addCometFlags(c.Flags(), "with --task-id")
 	return c
 }

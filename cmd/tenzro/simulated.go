@@ -3,10 +3,12 @@
 package main
 
 import (
+	"encoding/hex"
 	"fmt"
 	"os"
 	"strings"
 
+	"github.com/tenzro/train/attest"
 	"github.com/tenzro/train/enclave"
 )
 
@@ -29,3 +31,26 @@ func simulatedCPU(mode, dir string) (enclave.Provider, error) {
 
 // simulatedGPU makes the labelled simulated GPU provider.
 func simulatedGPU() (enclave.GPUProvider, error) { return enclave.NewSimulatedGPU(nil), nil }
+
+// simulatedPolicy turns a policy template into one that accepts the
+// simulated enclave (development only): allow_simulated on, and the
+// simulated evidence's measurements (enclave.SimulatedMeasurement and, for
+// TDX, its RTMRs and MRSEAM) in place of the template's zeros.
+func simulatedPolicy(p *attest.Policy) error {
+	m := hex.EncodeToString(enclave.SimulatedMeasurement)
+	p.AllowSimulated = true
+	if p.SNP != nil {
+		p.SNP.Measurements = []string{m}
+	}
+	if p.Nitro != nil {
+		p.Nitro.PCR0, p.Nitro.PCR1, p.Nitro.PCR2 = []string{m}, []string{m}, []string{m}
+	}
+	if p.TDX != nil {
+		p.TDX.MRTD = []string{m}
+		p.TDX.RTMR0 = []string{hex.EncodeToString(enclave.SimulatedRTMR(0))}
+		p.TDX.RTMR1 = []string{hex.EncodeToString(enclave.SimulatedRTMR(1))}
+		p.TDX.RTMR2 = []string{hex.EncodeToString(enclave.SimulatedRTMR(2))}
+		p.TDX.MRSEAM = []string{hex.EncodeToString(enclave.SimulatedMRSEAM())}
+	}
+	return nil
+}

@@ -3,6 +3,7 @@
 package main
 
 import (
+	"github.com/tenzro/train/attest"
 	"github.com/tenzro/train/enclave"
 )
 
@@ -14,4 +15,9 @@ func simulatedCPU(mode, _ string) (enclave.Provider, error) {
 // simulatedGPU: a production build has no simulated GPU.
 func simulatedGPU() (enclave.GPUProvider, error) {
 	return nil, usagef("--gpu simulated: this is a production build; it has no simulated GPU")
+}
+
+// simulatedPolicy: a production build accepts no simulated evidence.
+func simulatedPolicy(*attest.Policy) error {
+	return usagef("--simulated: this is a production build; it never accepts simulated evidence")
 }

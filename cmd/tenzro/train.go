@@ -26,7 +26,7 @@ watching a run (get-run, finalize-round).`,
 		RunE: groupRunE,
 	}
 	cmd.AddCommand(newPostTaskCmd(), newSetInitWeightsCmd(), newListRunsCmd(), newGetRunCmd(), newGetReceiptCmd(),
-		newEnrollCmd(), newLeaveCmd(), newSubmitCmd(), newFinalizeCmd(), newGetWeightsCmd(), newCancelRunCmd(), newChallengeCmd(), newGetChallengesCmd())
+		newEnrollCmd(), newLeaveCmd(), newSubmitCmd(), newFinalizeCmd(), newGetWeightsCmd(), newCancelRunCmd(), newChallengeCmd(), newGetChallengesCmd(), newWaitCmd())
 	for _, f := range auditCommands {
 		cmd.AddCommand(f())
 	}

@@ -135,6 +135,12 @@ func (c *Client) Faucet(ctx context.Context, p wire.FaucetParams) (*wire.Balance
 	return &r, c.Call(ctx, wire.MethodFaucet, p, &r)
 }
 
+// Transfer sends attoTNZO between two DIDs (signed by the sender).
+func (c *Client) Transfer(ctx context.Context, p *wire.TransferParams) (*wire.Balance, error) {
+	var r wire.Balance
+	return &r, c.Call(ctx, wire.MethodTransfer, p, &r)
+}
+
 // RegisterSyncer registers a syncer candidate (signed by it).
 func (c *Client) RegisterSyncer(ctx context.Context, p *wire.RegisterSyncerParams) (*wire.SyncerCandidate, error) {
 	var r wire.SyncerCandidate
