@@ -249,7 +249,7 @@ def report(res: dict, a: argparse.Namespace, md: dict, params: int, wall: float)
     plot(res, seeds, a.name)
 
 
-def plot(res: dict, seeds: list[int], name: str) -> None:
+def plot(res: dict, seeds: list[int], out: str) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -276,7 +276,7 @@ def plot(res: dict, seeds: list[int], name: str) -> None:
     axes[0].set_title("DiLoCo M=8 vs sync DP vs single worker")
     axes[1].set_title("outer-gradient codecs, DiLoCo M=8 H=24")
     fig.tight_layout()
-    fig.savefig(common.RESULTS / f"{name}.png", dpi=110)
+    fig.savefig(common.RESULTS / f"{out}.png", dpi=110)
 
 
 def main() -> None:
