@@ -18,6 +18,7 @@ import (
 	"github.com/tenzro/train/attest/snp"
 	"github.com/tenzro/train/attest/tdx"
 	"github.com/tenzro/train/attest/verdict"
+	"github.com/tenzro/train/machine"
 	"github.com/tenzro/train/syncer"
 	"github.com/tenzro/train/wire"
 )
@@ -146,21 +147,21 @@ type VerifyParams struct {
 func (c *Checker) CheckEvidence(ctx context.Context, tier string, policy []byte, evidence []byte, reportData wire.Hash) (wire.Hash, error) {
 	p, err := ParsePolicy(policy, tier)
 	if err != nil {
-		return wire.Hash{}, syncer.Errf(syncer.KindAttestation, "attestation: check policy failed: %v", err)
+		return wire.Hash{}, machine.Errf(machine.KindAttestation, "attestation: check policy failed: %v", err)
 	}
 	res, err := c.Verify(ctx, evidence, p, c.opts.Clock(), &reportData)
 	if err != nil {
-		return wire.Hash{}, &syncer.Error{Kind: syncer.KindAttestation, Msg: err.Error()}
+		return wire.Hash{}, &machine.Error{Kind: machine.KindAttestation, Msg: err.Error()}
 	}
 	if res.Vendor == VendorNvidia {
-		return wire.Hash{}, &syncer.Error{Kind: syncer.KindAttestation, Msg: (&Refusal{Check: "binding.composite", Err: fmt.Errorf("a GPU report alone does not attest a trainer: send it as the gpu part of TDX or SEV-SNP evidence")}).Error()}
+		return wire.Hash{}, &machine.Error{Kind: machine.KindAttestation, Msg: (&Refusal{Check: "binding.composite", Err: fmt.Errorf("a GPU report alone does not attest a trainer: send it as the gpu part of TDX or SEV-SNP evidence")}).Error()}
 	}
 	fresh, err := c.opts.Replay.MarkUsed(ctx, reportData)
 	if err != nil {
 		return wire.Hash{}, fmt.Errorf("attestation replay guard: %w", err)
 	}
 	if !fresh {
-		return wire.Hash{}, &syncer.Error{Kind: syncer.KindAttestation, Msg: (&Refusal{Check: "binding.replay", Err: fmt.Errorf("report data %s was already used (replayed nonce)", reportData)}).Error()}
+		return wire.Hash{}, &machine.Error{Kind: machine.KindAttestation, Msg: (&Refusal{Check: "binding.replay", Err: fmt.Errorf("report data %s was already used (replayed nonce)", reportData)}).Error()}
 	}
 	c.opts.Logger.Debug("attestation accepted", "vendor", res.Vendor, "digest", res.Digest, "simulated", res.Simulated)
 	return res.Digest, nil

@@ -7,7 +7,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/tenzro/train/syncer"
+	"github.com/tenzro/train/machine"
 	"github.com/tenzro/train/wire"
 )
 
@@ -33,7 +33,7 @@ const kvPrefix = "attest/"
 
 // KVEvidence is an EvidenceStore on a syncer.KV, keyspace KSEvidence, key
 // "attest/" ‖ digest, value the record as JSON.
-type KVEvidence struct{ KV syncer.KV }
+type KVEvidence struct{ KV machine.KV }
 
 // PutEvidence implements EvidenceStore (one synced batch).
 func (s KVEvidence) PutEvidence(ctx context.Context, digest wire.Hash, rec *EvidenceRecord) error {
@@ -41,8 +41,8 @@ func (s KVEvidence) PutEvidence(ctx context.Context, digest wire.Hash, rec *Evid
 	if err != nil {
 		return fmt.Errorf("evidence store: %w", err)
 	}
-	var b syncer.Batch
-	b.Set(syncer.KSEvidence, append([]byte(kvPrefix), digest[:]...), v)
+	var b machine.Batch
+	b.Set(machine.KSEvidence, append([]byte(kvPrefix), digest[:]...), v)
 	if err := s.KV.Commit(ctx, &b); err != nil {
 		return fmt.Errorf("evidence store: %w", err)
 	}
@@ -51,7 +51,7 @@ func (s KVEvidence) PutEvidence(ctx context.Context, digest wire.Hash, rec *Evid
 
 // GetEvidence implements EvidenceStore.
 func (s KVEvidence) GetEvidence(ctx context.Context, digest wire.Hash) (*EvidenceRecord, error) {
-	v, err := s.KV.Get(ctx, syncer.KSEvidence, append([]byte(kvPrefix), digest[:]...))
+	v, err := s.KV.Get(ctx, machine.KSEvidence, append([]byte(kvPrefix), digest[:]...))
 	if err != nil {
 		return nil, fmt.Errorf("evidence %s: %w", digest, err)
 	}
@@ -97,10 +97,10 @@ const (
 
 func checkIDs(taskID, did string) error {
 	if taskID == "" || len(taskID) > maxTaskID {
-		return syncer.Errf(syncer.KindInvalid, "task_id must be 1..%d bytes", maxTaskID)
+		return machine.Errf(machine.KindInvalid, "task_id must be 1..%d bytes", maxTaskID)
 	}
 	if did == "" || len(did) > maxDID {
-		return syncer.Errf(syncer.KindInvalid, "did must be 1..%d bytes", maxDID)
+		return machine.Errf(machine.KindInvalid, "did must be 1..%d bytes", maxDID)
 	}
 	return nil
 }
@@ -122,7 +122,7 @@ func (s *Service) SubmitEvidence(ctx context.Context, taskID, did string, envelo
 	}
 	env, err := ParseEnvelope(envelope)
 	if err != nil {
-		return wire.Hash{}, syncer.Errf(syncer.KindInvalid, "%v", err)
+		return wire.Hash{}, machine.Errf(machine.KindInvalid, "%v", err)
 	}
 	d := EnvelopeDigest(env)
 	rec := &EvidenceRecord{TaskID: taskID, DID: did, Vendor: env.Vendor, Envelope: env.Marshal(), StoredAt: s.clock().Unix()}
@@ -136,8 +136,8 @@ func (s *Service) SubmitEvidence(ctx context.Context, taskID, did string, envelo
 // of KindNotFound when there is none).
 func (s *Service) GetEvidence(ctx context.Context, digest wire.Hash) ([]byte, error) {
 	rec, err := s.store.GetEvidence(ctx, digest)
-	if errors.Is(err, syncer.ErrNotFound) {
-		return nil, syncer.Errf(syncer.KindNotFound, "no evidence with digest %s", digest)
+	if errors.Is(err, machine.ErrNotFound) {
+		return nil, machine.Errf(machine.KindNotFound, "no evidence with digest %s", digest)
 	}
 	if err != nil {
 		return nil, err
@@ -149,11 +149,11 @@ func (s *Service) GetEvidence(ctx context.Context, digest wire.Hash) ([]byte, er
 // "Confidential") and vendor ("tdx", "snp", "nitro") as JSON.
 func (s *Service) Policy(_ context.Context, tier, vendor string) ([]byte, error) {
 	if tier != wire.TierVerified && tier != wire.TierConfidential {
-		return nil, syncer.Errf(syncer.KindInvalid, "tier %q (want %s or %s)", tier, wire.TierVerified, wire.TierConfidential)
+		return nil, machine.Errf(machine.KindInvalid, "tier %q (want %s or %s)", tier, wire.TierVerified, wire.TierConfidential)
 	}
 	p, err := Template(tier, vendor)
 	if err != nil {
-		return nil, syncer.Errf(syncer.KindInvalid, "%v", err)
+		return nil, machine.Errf(machine.KindInvalid, "%v", err)
 	}
 	return json.MarshalIndent(p, "", "  ")
 }

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tenzro/train/syncer"
+	"github.com/tenzro/train/machine"
 	"github.com/tenzro/train/wire"
 )
 
@@ -17,21 +17,21 @@ type memKV struct {
 	m  map[string][]byte
 }
 
-func (k *memKV) Get(_ context.Context, ks syncer.Keyspace, key []byte) ([]byte, error) {
+func (k *memKV) Get(_ context.Context, ks machine.Keyspace, key []byte) ([]byte, error) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	v, ok := k.m[string(ks)+"\x00"+string(key)]
 	if !ok {
-		return nil, syncer.ErrNotFound
+		return nil, machine.ErrNotFound
 	}
 	return append([]byte(nil), v...), nil
 }
 
-func (k *memKV) Scan(context.Context, syncer.Keyspace, []byte, func(k, v []byte) error) error {
+func (k *memKV) Scan(context.Context, machine.Keyspace, []byte, func(k, v []byte) error) error {
 	return nil
 }
 
-func (k *memKV) Commit(_ context.Context, b *syncer.Batch) error {
+func (k *memKV) Commit(_ context.Context, b *machine.Batch) error {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	for _, op := range b.Ops {
@@ -62,7 +62,7 @@ func TestService(t *testing.T) {
 	if err := nonces.Consume(ctx, NonceScope("task-1", "did:tenzro:machine:x"), n); err != nil {
 		t.Fatalf("consume: %v", err)
 	}
-	if _, err := s.Nonce(ctx, "", "d"); syncer.KindOf(err) != syncer.KindInvalid {
+	if _, err := s.Nonce(ctx, "", "d"); machine.KindOf(err) != machine.KindInvalid {
 		t.Fatalf("empty task id: %v", err)
 	}
 
@@ -85,11 +85,11 @@ func TestService(t *testing.T) {
 	if g, err := ParseEnvelope(got); err != nil || Digest(g.Vendor, g.Evidence) != d {
 		t.Fatalf("stored envelope: %v", err)
 	}
-	if _, err := s.GetEvidence(ctx, wire.SHA256([]byte("none"))); syncer.KindOf(err) != syncer.KindNotFound {
+	if _, err := s.GetEvidence(ctx, wire.SHA256([]byte("none"))); machine.KindOf(err) != machine.KindNotFound {
 		t.Fatalf("missing evidence: %v", err)
 	}
 	for _, bad := range [][]byte{nil, []byte(`{"vendor":"sgx","evidence":"AA=="}`), []byte(`{"vendor":"tdx","evidence":"AA==","x":1}`), make([]byte, MaxEnvelope+1)} {
-		if _, err := s.SubmitEvidence(ctx, "t", "d", bad); syncer.KindOf(err) != syncer.KindInvalid {
+		if _, err := s.SubmitEvidence(ctx, "t", "d", bad); machine.KindOf(err) != machine.KindInvalid {
 			t.Fatalf("bad envelope %.40q: %v", bad, err)
 		}
 	}
@@ -103,10 +103,10 @@ func TestService(t *testing.T) {
 			t.Fatalf("%s template does not parse: %v", vendor, err)
 		}
 	}
-	if _, err := s.Policy(ctx, wire.TierOpen, "tdx"); syncer.KindOf(err) != syncer.KindInvalid {
+	if _, err := s.Policy(ctx, wire.TierOpen, "tdx"); machine.KindOf(err) != machine.KindInvalid {
 		t.Fatalf("Open tier: %v", err)
 	}
-	if _, err := s.Policy(ctx, wire.TierVerified, "sgx"); syncer.KindOf(err) != syncer.KindInvalid {
+	if _, err := s.Policy(ctx, wire.TierVerified, "sgx"); machine.KindOf(err) != machine.KindInvalid {
 		t.Fatalf("unknown vendor: %v", err)
 	}
 }

@@ -13,9 +13,9 @@ import (
 	abci "github.com/cometbft/cometbft/abci/types"
 	"github.com/cometbft/cometbft/crypto/ed25519"
 
+	"github.com/tenzro/train/machine"
 	"github.com/tenzro/train/plugins/abi"
 	"github.com/tenzro/train/plugins/builtin"
-	"github.com/tenzro/train/syncer"
 	"github.com/tenzro/train/wire"
 )
 
@@ -42,7 +42,7 @@ const stateFormat = 2
 // this binary (and of the native engine's implementations) to its rule
 // name: what a posting's built-in rule references must match.
 func Builtins() (map[wire.Hash]string, error) {
-	out := syncer.NativeBuiltins()
+	out := machine.NativeBuiltins()
 	for _, stem := range builtin.Names() {
 		mod, err := builtin.Module(stem)
 		if err != nil {
@@ -67,16 +67,16 @@ func Builtins() (map[wire.Hash]string, error) {
 type App struct {
 	abci.BaseApplication
 
-	kv    syncer.KV
+	kv    machine.KV
 	state stateKV
-	m     *syncer.Machine
+	m     *machine.Machine
 	log   *slog.Logger
 
 	mu        sync.RWMutex
 	height    int64     // last committed height
 	appHash   wire.Hash // last committed app hash
 	stateHash wire.Hash
-	block     syncer.Block // the last committed block
+	block     machine.Block // the last committed block
 	runLog    runLog
 
 	// pending is the finalized block (or InitChain) not committed yet.
@@ -89,13 +89,13 @@ type App struct {
 }
 
 type pendingBlock struct {
-	o *syncer.Overlay
+	o *machine.Overlay
 	// genesis: InitChain's writes, committed with the first block;
 	// parent: a block's genesis, when it is the first.
 	genesis   bool
 	parent    *pendingBlock
 	height    int64
-	block     syncer.Block
+	block     machine.Block
 	stateHash wire.Hash
 	appHash   wire.Hash
 	runLog    runLog
@@ -123,7 +123,7 @@ type AppOptions struct {
 
 // NewApp opens the application over kv (the chain's own store), resuming
 // from the last committed height.
-func NewApp(ctx context.Context, kv syncer.KV, opts AppOptions) (*App, error) {
+func NewApp(ctx context.Context, kv machine.KV, opts AppOptions) (*App, error) {
 	log := opts.Log
 	if log == nil {
 		log = slog.Default()
@@ -135,7 +135,7 @@ func NewApp(ctx context.Context, kv syncer.KV, opts AppOptions) (*App, error) {
 			return nil, fmt.Errorf("chain: %w", err)
 		}
 	}
-	a := &App{kv: kv, state: stateKV{kv}, log: log, m: syncer.NewMachine(syncer.MachineConfig{Builtins: bi, Logger: log}),
+	a := &App{kv: kv, state: stateKV{kv}, log: log, m: machine.NewMachine(machine.MachineConfig{Builtins: bi, Logger: log}),
 		waiters: map[[32]byte][]chan TxOutcome{}, changed: make(chan struct{}), runLog: emptyRunLog}
 	raw, err := kv.Get(ctx, ksMeta, metaHeight)
 	switch {
@@ -172,7 +172,7 @@ func NewApp(ctx context.Context, kv syncer.KV, opts AppOptions) (*App, error) {
 	if err != nil {
 		return nil, fmt.Errorf("chain: read last block hash: %w", err)
 	}
-	a.block = syncer.Block{Height: a.height, TimeMs: int64(binary.BigEndian.Uint64(bt)), Hash: bh}
+	a.block = machine.Block{Height: a.height, TimeMs: int64(binary.BigEndian.Uint64(bt)), Hash: bh}
 	if a.runLog, err = readRunLog(ctx, a.state); err != nil {
 		return nil, err
 	}
@@ -196,7 +196,7 @@ func (a *App) checkEmpty(ctx context.Context) error {
 var errStop = errors.New("stop")
 
 // Machine is the state machine the app hosts.
-func (a *App) Machine() *syncer.Machine { return a.m }
+func (a *App) Machine() *machine.Machine { return a.m }
 
 // LastCommit returns the last committed height and app hash.
 func (a *App) LastCommit() (int64, wire.Hash) {
@@ -207,10 +207,10 @@ func (a *App) LastCommit() (int64, wire.Hash) {
 
 // View runs fn over the last committed state (read-only) and block. Commit
 // waits for it, so fn must be quick.
-func (a *App) View(ctx context.Context, fn func(syncer.View) error) error {
+func (a *App) View(ctx context.Context, fn func(machine.View) error) error {
 	a.mu.RLock()
 	defer a.mu.RUnlock()
-	return fn(syncer.View{KV: syncer.ReadOnly(a.state), Block: a.block})
+	return fn(machine.View{KV: machine.ReadOnly(a.state), Block: a.block})
 }
 
 // Info reports the last committed height and app hash, so CometBFT replays
@@ -218,7 +218,7 @@ func (a *App) View(ctx context.Context, fn func(syncer.View) error) error {
 func (a *App) Info(context.Context, *abci.RequestInfo) (*abci.ResponseInfo, error) {
 	a.mu.RLock()
 	defer a.mu.RUnlock()
-	res := &abci.ResponseInfo{Data: "tenzro-train", Version: syncer.Version, AppVersion: AppVersion, LastBlockHeight: a.height}
+	res := &abci.ResponseInfo{Data: "tenzro-train", Version: machine.Version, AppVersion: AppVersion, LastBlockHeight: a.height}
 	if a.height > 0 {
 		res.LastBlockAppHash = append([]byte(nil), a.appHash[:]...)
 	}
@@ -226,13 +226,13 @@ func (a *App) Info(context.Context, *abci.RequestInfo) (*abci.ResponseInfo, erro
 }
 
 // GenesisState is the application's part of the genesis file (app_state).
-type GenesisState = syncer.Genesis
+type GenesisState = machine.Genesis
 
 // GenesisAccount allocates Balance attoTNZO to DID.
-type GenesisAccount = syncer.GenesisAccount
+type GenesisAccount = machine.GenesisAccount
 
 // ParseGenesisState decodes app_state strictly (syncer.ParseGenesis).
-func ParseGenesisState(b []byte) (*GenesisState, error) { return syncer.ParseGenesis(b) }
+func ParseGenesisState(b []byte) (*GenesisState, error) { return machine.ParseGenesis(b) }
 
 // InitChain writes the genesis state and returns the genesis app hash. The
 // genesis writes become durable with the first block's Commit.
@@ -245,8 +245,8 @@ func (a *App) InitChain(ctx context.Context, req *abci.RequestInitChain) (*abci.
 		return nil, fmt.Errorf("genesis: %w", err)
 	}
 	h := req.InitialHeight - 1
-	o := syncer.NewOverlay(a.state)
-	blk := syncer.Block{Height: h, TimeMs: req.Time.UnixMilli(), Hash: []byte{}}
+	o := machine.NewOverlay(a.state)
+	blk := machine.Block{Height: h, TimeMs: req.Time.UnixMilli(), Hash: []byte{}}
 	if err := a.m.InitGenesis(ctx, o, blk, g); err != nil {
 		return nil, fmt.Errorf("genesis: %w", err)
 	}
@@ -262,7 +262,7 @@ func (a *App) InitChain(ctx context.Context, req *abci.RequestInitChain) (*abci.
 // fillRunLog recomputes the run log when the block appended to it and sets
 // the app hash.
 func (a *App) fillRunLog(ctx context.Context, p *pendingBlock, prev runLog) error {
-	n, err := syncer.RunLogSize(ctx, p.o)
+	n, err := machine.RunLogSize(ctx, p.o)
 	if err != nil {
 		return err
 	}
@@ -301,7 +301,7 @@ func (a *App) precheck(ctx context.Context, b []byte) error {
 	}
 	a.mu.RLock()
 	defer a.mu.RUnlock()
-	return a.m.Check(ctx, syncer.ReadOnly(a.state), tx)
+	return a.m.Check(ctx, machine.ReadOnly(a.state), tx)
 }
 
 // FinalizeBlock runs the block's timers (Machine.BeginBlock), then each
@@ -309,7 +309,7 @@ func (a *App) precheck(ctx context.Context, b []byte) error {
 // and hash (never a wall clock), and returns the new app hash. Nothing is
 // durable until Commit.
 func (a *App) FinalizeBlock(ctx context.Context, req *abci.RequestFinalizeBlock) (*abci.ResponseFinalizeBlock, error) {
-	var base syncer.KV = a.state
+	var base machine.KV = a.state
 	a.mu.RLock()
 	prevState, prevLog := a.stateHash, a.runLog
 	a.mu.RUnlock()
@@ -319,8 +319,8 @@ func (a *App) FinalizeBlock(ctx context.Context, req *abci.RequestFinalizeBlock)
 	}
 	// A pending block of this height that was never committed is dropped:
 	// CometBFT finalizes the block again from scratch.
-	o := syncer.NewOverlay(base)
-	blk := syncer.Block{Height: req.Height, TimeMs: req.Time.UnixMilli(), Hash: append([]byte(nil), req.Hash...)}
+	o := machine.NewOverlay(base)
+	blk := machine.Block{Height: req.Height, TimeMs: req.Time.UnixMilli(), Hash: append([]byte(nil), req.Hash...)}
 	if err := a.m.BeginBlock(ctx, o, blk); err != nil {
 		return nil, fmt.Errorf("finalize block %d: %w", req.Height, err)
 	}
@@ -340,7 +340,7 @@ func (a *App) FinalizeBlock(ctx context.Context, req *abci.RequestFinalizeBlock)
 	return res, nil
 }
 
-func (a *App) deliver(ctx context.Context, o *syncer.Overlay, blk syncer.Block, raw []byte) *abci.ExecTxResult {
+func (a *App) deliver(ctx context.Context, o *machine.Overlay, blk machine.Block, raw []byte) *abci.ExecTxResult {
 	tx, err := wire.DecodeTx(raw)
 	if err != nil {
 		return &abci.ExecTxResult{Code: codeOf(err), Log: err.Error()}
@@ -371,7 +371,7 @@ func (a *App) Commit(ctx context.Context, _ *abci.RequestCommit) (*abci.Response
 		}
 		writes = p.parent.o
 	}
-	var b syncer.Batch
+	var b machine.Batch
 	for _, w := range blockWrites(writes) {
 		if w.value == nil {
 			b.Delete(ksState, w.key)
@@ -485,28 +485,28 @@ func (a *App) Query(ctx context.Context, req *abci.RequestQuery) (*abci.Response
 }
 
 func (a *App) query(ctx context.Context, path, arg string) ([]byte, error) {
-	kv := syncer.ReadOnly(a.state)
+	kv := machine.ReadOnly(a.state)
 	switch path {
 	case QueryBalance:
-		b, err := syncer.Balance(ctx, kv, arg)
+		b, err := machine.Balance(ctx, kv, arg)
 		if err != nil {
 			return nil, err
 		}
 		return []byte(b.Balance), nil
 	case QueryBalanceAcct:
-		b, err := syncer.AccountBalance(ctx, kv, arg)
+		b, err := machine.AccountBalance(ctx, kv, arg)
 		if err != nil {
 			return nil, err
 		}
 		return []byte(b.String()), nil
 	case QueryRun:
-		return get(ctx, kv, syncer.KSRuns, []byte(arg), "run")
+		return get(ctx, kv, machine.KSRuns, []byte(arg), "run")
 	case QueryCandidate:
-		return get(ctx, kv, syncer.KSMeta, []byte("cand/"+arg), "syncer candidate")
+		return get(ctx, kv, machine.KSMeta, []byte("cand/"+arg), "syncer candidate")
 	case QueryReceipt:
-		return get(ctx, kv, syncer.KSReceipts, []byte(arg), "signed receipt for run")
+		return get(ctx, kv, machine.KSReceipts, []byte(arg), "signed receipt for run")
 	case QueryNonce:
-		n, ok, err := syncer.LastNonce(ctx, kv, arg)
+		n, ok, err := machine.LastNonce(ctx, kv, arg)
 		if err != nil || !ok {
 			return []byte{}, err
 		}
@@ -514,7 +514,7 @@ func (a *App) query(ctx context.Context, path, arg string) ([]byte, error) {
 	case QueryRunProof:
 		return a.runProof(ctx, arg)
 	case QuerySealed:
-		r, err := syncer.SealedRunOf(ctx, kv, arg)
+		r, err := machine.SealedRunOf(ctx, kv, arg)
 		if err != nil {
 			return nil, err
 		}
@@ -527,7 +527,7 @@ func (a *App) query(ctx context.Context, path, arg string) ([]byte, error) {
 		QueryCandidate, QueryReceipt, QuerySealed, QueryRunLog, QueryRunProof, QueryNonce)
 }
 
-func get(ctx context.Context, kv syncer.KV, ks syncer.Keyspace, key []byte, what string) ([]byte, error) {
+func get(ctx context.Context, kv machine.KV, ks machine.Keyspace, key []byte, what string) ([]byte, error) {
 	v, err := kv.Get(ctx, ks, key)
 	if errNotFound(err) {
 		return nil, errf(CodeNotFound, "no %s %q", what, key)
@@ -539,14 +539,14 @@ func get(ctx context.Context, kv syncer.KV, ks syncer.Keyspace, key []byte, what
 // Ed25519 key's CometBFT address (the first 20 bytes of its SHA-256) and
 // power. The application never changes the set, so these are the keys that
 // vote on challenges for the chain's life.
-func validatorSet(us []abci.ValidatorUpdate) ([]syncer.Validator, error) {
-	out := make([]syncer.Validator, 0, len(us))
+func validatorSet(us []abci.ValidatorUpdate) ([]machine.Validator, error) {
+	out := make([]machine.Validator, 0, len(us))
 	for i, u := range us {
 		pk := u.PubKey.GetEd25519()
 		if len(pk) != ed25519.PubKeySize {
 			return nil, fmt.Errorf("validator %d: only Ed25519 consensus keys are supported", i)
 		}
-		out = append(out, syncer.Validator{Address: wire.HexBytes(ed25519.PubKey(pk).Address()), PubKey: append(wire.HexBytes{}, pk...), Power: u.Power})
+		out = append(out, machine.Validator{Address: wire.HexBytes(ed25519.PubKey(pk).Address()), PubKey: append(wire.HexBytes{}, pk...), Power: u.Power})
 	}
 	return out, nil
 }

@@ -10,7 +10,8 @@ import (
 
 	abci "github.com/cometbft/cometbft/abci/types"
 
-	"github.com/tenzro/train/syncer"
+	"github.com/tenzro/train/audit"
+	"github.com/tenzro/train/machine"
 	"github.com/tenzro/train/wire"
 	"github.com/tenzro/train/wire/did"
 )
@@ -39,7 +40,7 @@ func newWorld(t testing.TB) *world {
 		Accounts: []GenesisAccount{acc(w.sponsor, "100000000000000"), acc(w.t1, "500"), acc(w.t2, "500"), acc(w.t3, "500"),
 			acc(w.candA, "300"), acc(w.candB, "300"), acc(w.candC, "300"), acc(w.publisher, "5000000000")},
 		Faucet: true,
-		Params: &syncer.GenesisParams{UnbondingDelayMs: 60000},
+		Params: &machine.GenesisParams{UnbondingDelayMs: 60000},
 	}
 	return w
 }
@@ -210,7 +211,7 @@ func TestDeterminism(t *testing.T) {
 		if r2 := h.run(w.task2); r2.Status != wire.StatusCancelled || !strings.Contains(r2.Cancel, "expired") {
 			t.Fatalf("run-2 did not expire: %+v", r2)
 		}
-		if r3 := h.run(w.task3); r3.Status != wire.StatusCancelled || r3.Cancel != syncer.CancelBySponsor {
+		if r3 := h.run(w.task3); r3.Status != wire.StatusCancelled || r3.Cancel != machine.CancelBySponsor {
 			t.Fatalf("run-3: %+v", r3)
 		}
 		if got := h.balance(w.candC); got != "300" {
@@ -220,7 +221,7 @@ func TestDeterminism(t *testing.T) {
 			t.Fatalf("candidate C still registered (%d)", code)
 		}
 		_, raw := h.query(QueryReceipt, w.task)
-		if err := syncer.CheckReceipt([]byte(raw), r.Seal.RunRoot[:]); err != nil {
+		if err := audit.CheckReceipt([]byte(raw), r.Seal.RunRoot[:]); err != nil {
 			t.Fatalf("receipt on chain: %v", err)
 		}
 		_, logRaw := h.query(QueryRunLog, "")
@@ -341,7 +342,7 @@ func TestRefusals(t *testing.T) {
 // signReceiptUnchecked signs a receipt-shaped preimage for a run that is
 // not sealed (the chain must refuse it before looking at the signature).
 func (h *harness) signReceiptUnchecked(task string, key *did.Key) []byte {
-	rc := &wire.Receipt{Version: syncer.ReceiptVersion, TaskID: task, SyncerDID: key.DID.String(), Engine: json.RawMessage(`{}`)}
+	rc := &wire.Receipt{Version: audit.ReceiptVersion, TaskID: task, SyncerDID: key.DID.String(), Engine: json.RawMessage(`{}`)}
 	return must(SignReceiptTx(key, rc, nil))
 }
 
@@ -520,8 +521,8 @@ func TestFailover(t *testing.T) {
 		t.Fatalf("round did not close: %+v", r)
 	}
 	var rc wire.RoundCommit
-	err := h.app.View(context.Background(), func(v syncer.View) error {
-		raw, err := v.KV.Get(context.Background(), syncer.KSTranscript, append([]byte("c/fo/"), make([]byte, 8)...))
+	err := h.app.View(context.Background(), func(v machine.View) error {
+		raw, err := v.KV.Get(context.Background(), machine.KSTranscript, append([]byte("c/fo/"), make([]byte, 8)...))
 		if err == nil {
 			err = json.Unmarshal(raw, &rc)
 		}

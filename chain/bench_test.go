@@ -5,8 +5,8 @@ import (
 	"fmt"
 	"testing"
 
+	"github.com/tenzro/train/machine"
 	"github.com/tenzro/train/store"
-	"github.com/tenzro/train/syncer"
 	"github.com/tenzro/train/wire"
 )
 
@@ -25,10 +25,10 @@ func BenchmarkStateHash(b *testing.B) {
 				b.Fatal(err)
 			}
 			defer db.Close()
-			var batch syncer.Batch
+			var batch machine.Batch
 			val := make([]byte, 300)
 			for i := 0; i < n; i++ {
-				batch.Set(ksState, StateKey(syncer.KSTranscript, []byte(fmt.Sprintf("s/bench/%010d", i))), val)
+				batch.Set(ksState, StateKey(machine.KSTranscript, []byte(fmt.Sprintf("s/bench/%010d", i))), val)
 			}
 			if err := db.Commit(ctx, &batch); err != nil {
 				b.Fatal(err)
@@ -36,10 +36,10 @@ func BenchmarkStateHash(b *testing.B) {
 			var prev wire.Hash
 			b.ResetTimer()
 			for i := 0; i < b.N; i++ {
-				o := syncer.NewOverlay(stateKV{db})
-				var blk syncer.Batch
+				o := machine.NewOverlay(stateKV{db})
+				var blk machine.Batch
 				for j := 0; j < 100; j++ {
-					blk.Set(syncer.KSTranscript, []byte(fmt.Sprintf("s/bench/%010d", (i*100+j)%n)), val)
+					blk.Set(machine.KSTranscript, []byte(fmt.Sprintf("s/bench/%010d", (i*100+j)%n)), val)
 				}
 				_ = o.Commit(ctx, &blk)
 				prev = StateHash(prev, int64(i), blockWrites(o))

@@ -5,9 +5,10 @@ import (
 	"encoding/json"
 	"fmt"
 
+	"github.com/tenzro/train/audit"
+	"github.com/tenzro/train/machine"
 	"github.com/tenzro/train/plugins/abi"
 	"github.com/tenzro/train/plugins/builtin"
-	"github.com/tenzro/train/syncer"
 	"github.com/tenzro/train/wire"
 	"github.com/tenzro/train/wire/did"
 )
@@ -86,7 +87,7 @@ func MeanRules() (Rules, error) {
 	if r.Rule, err = BuiltinRef("Mean"); err != nil {
 		return r, err
 	}
-	fin, err := BuiltinRef(syncer.FiniteVerifier)
+	fin, err := BuiltinRef(machine.FiniteVerifier)
 	if err != nil {
 		return r, err
 	}
@@ -168,7 +169,7 @@ func CommitFragmentTx(key *did.Key, p wire.CommitFragmentTx) ([]byte, error) {
 	if p.Verdicts == nil {
 		p.Verdicts = []wire.Verdict{}
 	}
-	canon, err := syncer.CommitJCS(&p.Commit)
+	canon, err := machine.CommitJCS(&p.Commit)
 	if err != nil {
 		return nil, err
 	}
@@ -179,7 +180,7 @@ func CommitFragmentTx(key *did.Key, p wire.CommitFragmentTx) ([]byte, error) {
 // SignReceiptTx signs rc (built by syncer.BuildReceipt for key's DID with
 // engine) and encodes the signature transaction.
 func SignReceiptTx(key *did.Key, rc *wire.Receipt, evidenceDigest *wire.Hash) ([]byte, error) {
-	pre, err := syncer.ReceiptPreimage(rc)
+	pre, err := audit.ReceiptPreimage(rc)
 	if err != nil {
 		return nil, err
 	}
@@ -198,7 +199,11 @@ func ChallengeTx(key *did.Key, task string, round, fragment uint64, result wire.
 }
 
 // VoteSigner signs challenge votes with a validator's consensus key.
-type VoteSigner = syncer.VoteSigner
+type VoteSigner interface {
+	// Address is the validator's 20-byte consensus address.
+	Address() []byte
+	Sign(msg []byte) ([]byte, error)
+}
 
 // ChallengeVoteTx is validator v's vote on challenge id: result (the
 // FragmentResultHash its node computed) or, with unavailable, that its node

@@ -11,7 +11,8 @@ import (
 	abci "github.com/cometbft/cometbft/abci/types"
 	"github.com/cometbft/cometbft/crypto/ed25519"
 
-	"github.com/tenzro/train/syncer"
+	"github.com/tenzro/train/audit"
+	"github.com/tenzro/train/machine"
 	"github.com/tenzro/train/wire"
 	"github.com/tenzro/train/wire/did"
 )
@@ -174,12 +175,12 @@ func (w *cworld) commitAll(ticket int) {
 	}
 }
 
-func (w *cworld) record(round uint64, f int) *syncer.CommitRecord {
+func (w *cworld) record(round uint64, f int) *machine.CommitRecord {
 	w.t.Helper()
-	var rec *syncer.CommitRecord
-	err := w.h.app.View(context.Background(), func(v syncer.View) error {
+	var rec *machine.CommitRecord
+	err := w.h.app.View(context.Background(), func(v machine.View) error {
 		var err error
-		rec, err = syncer.FragmentCommitRecord(context.Background(), v.KV, w.task, round, f)
+		rec, err = machine.FragmentCommitRecord(context.Background(), v.KV, w.task, round, f)
 		return err
 	})
 	if err != nil {
@@ -191,9 +192,9 @@ func (w *cworld) record(round uint64, f int) *syncer.CommitRecord {
 func (w *cworld) challenges() []wire.ChallengeRecord {
 	w.t.Helper()
 	var out []wire.ChallengeRecord
-	err := w.h.app.View(context.Background(), func(v syncer.View) error {
+	err := w.h.app.View(context.Background(), func(v machine.View) error {
 		var err error
-		out, err = syncer.RunChallenges(context.Background(), v.KV, w.task)
+		out, err = machine.RunChallenges(context.Background(), v.KV, w.task)
 		return err
 	})
 	if err != nil {
@@ -394,7 +395,7 @@ func (w *cworld) checkReceipt(n int, outcome string) *wire.Receipt {
 	if code != 0 {
 		w.t.Fatal(raw)
 	}
-	if err := syncer.CheckReceipt([]byte(raw), nil); err != nil {
+	if err := audit.CheckReceipt([]byte(raw), nil); err != nil {
 		w.t.Fatalf("receipt does not verify: %v", err)
 	}
 	var rc wire.Receipt
@@ -403,38 +404,38 @@ func (w *cworld) checkReceipt(n int, outcome string) *wire.Receipt {
 		w.t.Fatalf("receipt records %d challenges, want %d", rc.ChallengeCount, n)
 	}
 	var list []byte
-	var sealed *syncer.SealedRun
-	err := w.h.app.View(context.Background(), func(v syncer.View) error {
+	var sealed *audit.SealedRun
+	err := w.h.app.View(context.Background(), func(v machine.View) error {
 		var err error
-		if list, err = syncer.ChainChallengeList(context.Background(), v.KV, w.task); err != nil {
+		if list, err = machine.ChainChallengeList(context.Background(), v.KV, w.task); err != nil {
 			return err
 		}
-		sealed, err = syncer.SealedRunOf(context.Background(), v.KV, w.task)
+		sealed, err = machine.SealedRunOf(context.Background(), v.KV, w.task)
 		return err
 	})
 	if err != nil {
 		w.t.Fatal(err)
 	}
-	entries, err := syncer.CheckChallenges(&rc, list)
+	entries, err := audit.CheckChallenges(&rc, list)
 	if err != nil {
 		w.t.Fatalf("challenge list: %v", err)
 	}
 	if entries[len(entries)-1].Outcome != outcome {
 		w.t.Fatalf("last challenge %s, want %s", entries[len(entries)-1].Outcome, outcome)
 	}
-	if _, err := syncer.CheckReceiptAgainst(context.Background(), staticAnchor{sealed}, []byte(raw)); err != nil {
+	if _, err := audit.CheckReceiptAgainst(context.Background(), staticAnchor{sealed}, []byte(raw)); err != nil {
 		w.t.Fatalf("receipt against the chain: %v", err)
 	}
 	// A list that is not the receipt's is refused.
-	if _, err := syncer.CheckChallenges(&rc, []byte("[]")); err == nil {
+	if _, err := audit.CheckChallenges(&rc, []byte("[]")); err == nil {
 		w.t.Fatal("an empty challenge list passed for a receipt with challenges")
 	}
 	return &rc
 }
 
-type staticAnchor struct{ s *syncer.SealedRun }
+type staticAnchor struct{ s *audit.SealedRun }
 
-func (a staticAnchor) SealedRun(context.Context, string) (*syncer.SealedRun, error) { return a.s, nil }
+func (a staticAnchor) SealedRun(context.Context, string) (*audit.SealedRun, error) { return a.s, nil }
 
 // TestChallengeUpheldRollsBack: rounds 0 and 1 committed; a challenge of
 // round 0 fragment 1 with 2/3 on another hash slashes the syncer (half its
@@ -499,12 +500,12 @@ func TestChallengeUpheldRollsBack(t *testing.T) {
 	if f1.Closed || f1.WeightsHash != bad.Commit.WeightsBefore || len(f1.Records) != 2 {
 		t.Fatalf("fragment 1 after rollback: closed %v, weights %s (want %s), %d records", f1.Closed, f1.WeightsHash, bad.Commit.WeightsBefore, len(f1.Records))
 	}
-	if err := w.h.app.View(context.Background(), func(v syncer.View) error {
-		if _, err := syncer.FragmentCommitRecord(context.Background(), v.KV, w.task, 1, 0); syncer.KindOf(err) != syncer.KindNotFound {
+	if err := w.h.app.View(context.Background(), func(v machine.View) error {
+		if _, err := machine.FragmentCommitRecord(context.Background(), v.KV, w.task, 1, 0); machine.KindOf(err) != machine.KindNotFound {
 			return fmt.Errorf("round 1's commit record survived the rollback: %v", err)
 		}
 		n := 0
-		err := v.KV.Scan(context.Background(), syncer.KSTranscript, []byte("s/"+w.task+"/"), func(k, _ []byte) error { n++; return nil })
+		err := v.KV.Scan(context.Background(), machine.KSTranscript, []byte("s/"+w.task+"/"), func(k, _ []byte) error { n++; return nil })
 		if n != 4 {
 			return fmt.Errorf("%d submission records, want round 0's 4", n)
 		}

@@ -8,7 +8,7 @@ import (
 
 	rpchttp "github.com/cometbft/cometbft/rpc/client/http"
 
-	"github.com/tenzro/train/syncer"
+	"github.com/tenzro/train/audit"
 	"github.com/tenzro/train/wire"
 )
 
@@ -135,11 +135,11 @@ func (c *Client) AppHashAfter(ctx context.Context, h int64) (wire.Hash, error) {
 // signed by the syncer whose signature the chain took (signReceipt). It says
 // why not; nil means valid (1).
 func (c *Client) CheckReceipt(ctx context.Context, receipt []byte) error {
-	run, err := syncer.CheckReceiptAgainst(ctx, c, receipt)
+	run, err := audit.CheckReceiptAgainst(ctx, c, receipt)
 	if err != nil {
 		return err
 	}
-	rc, err := syncer.ParseReceipt(receipt)
+	rc, err := audit.ParseReceipt(receipt)
 	if err != nil {
 		return err
 	}

@@ -4,7 +4,7 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/tenzro/train/syncer"
+	"github.com/tenzro/train/machine"
 	"github.com/tenzro/train/wire"
 )
 
@@ -47,58 +47,58 @@ func codeOf(err error) uint32 {
 		return te.Code
 	case errors.Is(err, wire.ErrDecode):
 		return CodeDecode
-	case errors.Is(err, syncer.ErrStaleNonce):
+	case errors.Is(err, machine.ErrStaleNonce):
 		return CodeNonce
 	}
-	var se *syncer.Error
+	var se *machine.Error
 	if !errors.As(err, &se) {
 		return CodeInternal
 	}
 	switch se.Kind {
-	case syncer.KindInvalid:
+	case machine.KindInvalid:
 		return CodeInvalid
-	case syncer.KindNotFound:
+	case machine.KindNotFound:
 		return CodeNotFound
-	case syncer.KindUnauthorized:
+	case machine.KindUnauthorized:
 		return CodeUnauthorized
-	case syncer.KindConflict:
+	case machine.KindConflict:
 		return CodeConflict
-	case syncer.KindFunds:
+	case machine.KindFunds:
 		return CodeFunds
-	case syncer.KindDisabled:
+	case machine.KindDisabled:
 		return CodeDisabled
-	case syncer.KindAttestation:
+	case machine.KindAttestation:
 		return CodeAttestation
 	}
 	return CodeInternal
 }
 
 // KindOf maps a result code back to the machine's refusal kind.
-func KindOf(code uint32) syncer.Kind {
+func KindOf(code uint32) machine.Kind {
 	switch code {
 	case CodeDecode, CodeInvalid:
-		return syncer.KindInvalid
+		return machine.KindInvalid
 	case CodeUnauthorized, CodeNonce:
-		return syncer.KindUnauthorized
+		return machine.KindUnauthorized
 	case CodeFunds:
-		return syncer.KindFunds
+		return machine.KindFunds
 	case CodeNotFound:
-		return syncer.KindNotFound
+		return machine.KindNotFound
 	case CodeConflict:
-		return syncer.KindConflict
+		return machine.KindConflict
 	case CodeDisabled:
-		return syncer.KindDisabled
+		return machine.KindDisabled
 	case CodeAttestation:
-		return syncer.KindAttestation
+		return machine.KindAttestation
 	}
-	return syncer.KindInternal
+	return machine.KindInternal
 }
 
 // Refusal turns a refused transaction's code and log into the machine's
 // error, so a caller of the node sees the kind and the precise message.
 func Refusal(code uint32, log string) error {
 	if code == CodeNonce {
-		return syncer.StaleNonce(log)
+		return machine.StaleNonce(log)
 	}
-	return &syncer.Error{Kind: KindOf(code), Msg: log}
+	return &machine.Error{Kind: KindOf(code), Msg: log}
 }

@@ -13,8 +13,8 @@ import (
 
 	abci "github.com/cometbft/cometbft/abci/types"
 
+	"github.com/tenzro/train/machine"
 	"github.com/tenzro/train/store"
-	"github.com/tenzro/train/syncer"
 	"github.com/tenzro/train/syncer/election"
 	"github.com/tenzro/train/syncer/vrf"
 	"github.com/tenzro/train/wire"
@@ -60,7 +60,7 @@ func testLayout(f int, seed string) *wire.InitLayout {
 		l.Fragments = append(l.Fragments, wire.FragmentLayout{Tensors: []wire.TensorInfo{{Name: fmt.Sprintf("layer%d.w", i), Dtype: "F32", Shape: []int64{4}}},
 			Dtype: "F32", N: 4, WeightsHash: h})
 	}
-	l.Model = syncer.ModelHash(hs)
+	l.Model = machine.ModelHash(hs)
 	return l
 }
 
@@ -192,9 +192,9 @@ func (h *harness) balance(d *did.Key) string {
 func (h *harness) conservation() {
 	h.t.Helper()
 	var total *big.Int
-	err := h.app.View(context.Background(), func(v syncer.View) error {
+	err := h.app.View(context.Background(), func(v machine.View) error {
 		var err error
-		total, _, err = syncer.LedgerTotal(context.Background(), v.KV)
+		total, _, err = machine.LedgerTotal(context.Background(), v.KV)
 		return err
 	})
 	if err != nil || total.Sign() != 0 {
@@ -271,8 +271,8 @@ func (h *harness) commit(task string, f int, key *did.Key, ticket uint64, status
 		c.AggregateHash = wire.ContentHash([]byte(fmt.Sprintf("%s-%d-%d-aggregate", task, r.Round, f)))
 	}
 	var verdicts []wire.Verdict
-	err := h.app.View(context.Background(), func(v syncer.View) error {
-		cl, err := syncer.FragmentClaims(context.Background(), v.KV, task, r.Round, f)
+	err := h.app.View(context.Background(), func(v machine.View) error {
+		cl, err := machine.FragmentClaims(context.Background(), v.KV, task, r.Round, f)
 		for _, x := range cl {
 			verdicts = append(verdicts, wire.Verdict{TrainerDID: x.First.TrainerDID, Verdict: verdict})
 		}
@@ -289,9 +289,9 @@ func (h *harness) commit(task string, f int, key *did.Key, ticket uint64, status
 func (h *harness) signReceipt(task string, key *did.Key) []byte {
 	h.t.Helper()
 	var rc *wire.Receipt
-	err := h.app.View(context.Background(), func(v syncer.View) error {
+	err := h.app.View(context.Background(), func(v machine.View) error {
 		var err error
-		rc, _, _, err = syncer.ChainReceipt(context.Background(), v.KV, task, key.DID.String(), json.RawMessage(`{"engine":"test"}`), nil)
+		rc, _, _, err = machine.ChainReceipt(context.Background(), v.KV, task, key.DID.String(), json.RawMessage(`{"engine":"test"}`), nil)
 		return err
 	})
 	if err != nil {

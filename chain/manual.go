@@ -11,7 +11,7 @@ import (
 
 	abci "github.com/cometbft/cometbft/abci/types"
 
-	"github.com/tenzro/train/syncer"
+	"github.com/tenzro/train/machine"
 	"github.com/tenzro/train/wire"
 )
 
@@ -27,8 +27,6 @@ type Manual struct {
 	height int64
 	lastMs int64
 }
-
-var _ syncer.Chain = (*Manual)(nil)
 
 // ManualOptions configure NewManual.
 type ManualOptions struct {
@@ -47,7 +45,7 @@ type ManualOptions struct {
 
 // NewManual opens an App over kv (resuming its chain, or writing the
 // genesis at height 0) driven by a manual sequencer.
-func NewManual(ctx context.Context, kv syncer.KV, opts ManualOptions) (*Manual, error) {
+func NewManual(ctx context.Context, kv machine.KV, opts ManualOptions) (*Manual, error) {
 	app, err := NewApp(ctx, kv, opts.App)
 	if err != nil {
 		return nil, err
@@ -85,7 +83,7 @@ func NewManual(ctx context.Context, kv syncer.KV, opts ManualOptions) (*Manual, 
 func (m *Manual) App() *App { return m.app }
 
 // View implements syncer.Chain.
-func (m *Manual) View(ctx context.Context, fn func(syncer.View) error) error {
+func (m *Manual) View(ctx context.Context, fn func(machine.View) error) error {
 	return m.app.View(ctx, fn)
 }
 
@@ -93,7 +91,7 @@ func (m *Manual) View(ctx context.Context, fn func(syncer.View) error) error {
 func (m *Manual) Changed() <-chan struct{} { return m.app.Changed() }
 
 // Submit implements syncer.Chain: CheckTx, then a block holding only tx.
-func (m *Manual) Submit(ctx context.Context, tx []byte) (syncer.Pending, error) {
+func (m *Manual) Submit(ctx context.Context, tx []byte) (machine.Pending, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	res, err := m.app.CheckTx(ctx, &abci.RequestCheckTx{Tx: tx, Type: abci.CheckTxType_New})
@@ -113,11 +111,11 @@ func (m *Manual) Submit(ctx context.Context, tx []byte) (syncer.Pending, error) 
 // done is a Pending whose block has committed.
 type done TxOutcome
 
-func (d done) Wait(context.Context) (*syncer.TxResult, error) {
+func (d done) Wait(context.Context) (*machine.TxResult, error) {
 	if d.Code != CodeOK {
 		return nil, Refusal(d.Code, d.Log)
 	}
-	return &syncer.TxResult{Height: d.Height, Data: d.Data}, nil
+	return &machine.TxResult{Height: d.Height, Data: d.Data}, nil
 }
 
 // Block commits a block of txs (none: an empty block, which runs the

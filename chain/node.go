@@ -22,8 +22,8 @@ import (
 	"github.com/cometbft/cometbft/rpc/client/local"
 	cmttypes "github.com/cometbft/cometbft/types"
 
+	"github.com/tenzro/train/machine"
 	"github.com/tenzro/train/store"
-	"github.com/tenzro/train/syncer"
 	"github.com/tenzro/train/wire"
 )
 
@@ -213,10 +213,8 @@ type Local struct {
 	timeout time.Duration
 }
 
-var _ syncer.Chain = (*Local)(nil)
-
 // View implements syncer.Chain.
-func (l *Local) View(ctx context.Context, fn func(syncer.View) error) error {
+func (l *Local) View(ctx context.Context, fn func(machine.View) error) error {
 	return l.app.View(ctx, fn)
 }
 
@@ -226,7 +224,7 @@ func (l *Local) Changed() <-chan struct{} { return l.app.Changed() }
 // Submit implements syncer.Chain: the transaction enters the node's
 // mempool (CheckTx) and its result comes from the App when its block
 // commits (or when a recheck drops it).
-func (l *Local) Submit(ctx context.Context, tx []byte) (syncer.Pending, error) {
+func (l *Local) Submit(ctx context.Context, tx []byte) (machine.Pending, error) {
 	h := sha256.Sum256(tx)
 	ch := l.app.watch(h)
 	res, err := l.mp.BroadcastTxSync(ctx, tx)
@@ -248,12 +246,12 @@ type pending struct {
 	timeout time.Duration
 }
 
-func (p *pending) Wait(ctx context.Context) (*syncer.TxResult, error) {
+func (p *pending) Wait(ctx context.Context) (*machine.TxResult, error) {
 	defer p.app.unwatch(p.h, p.ch)
 	return waitOutcome(ctx, p.ch, p.timeout)
 }
 
-func waitOutcome(ctx context.Context, ch chan TxOutcome, timeout time.Duration) (*syncer.TxResult, error) {
+func waitOutcome(ctx context.Context, ch chan TxOutcome, timeout time.Duration) (*machine.TxResult, error) {
 	t := time.NewTimer(timeout)
 	defer t.Stop()
 	select {
@@ -261,7 +259,7 @@ func waitOutcome(ctx context.Context, ch chan TxOutcome, timeout time.Duration) 
 		if o.Code != CodeOK {
 			return nil, Refusal(o.Code, o.Log)
 		}
-		return &syncer.TxResult{Height: o.Height, Data: o.Data}, nil
+		return &machine.TxResult{Height: o.Height, Data: o.Data}, nil
 	case <-ctx.Done():
 		return nil, fmt.Errorf("waiting for the transaction's block: %w", ctx.Err())
 	case <-t.C:

@@ -8,7 +8,7 @@ import (
 	"github.com/transparency-dev/merkle/proof"
 	"github.com/transparency-dev/merkle/rfc6962"
 
-	"github.com/tenzro/train/syncer"
+	"github.com/tenzro/train/machine"
 	"github.com/tenzro/train/wire"
 )
 
@@ -87,12 +87,12 @@ func subtreeHash(leaves [][]byte) []byte {
 // runProof builds the proof for task from the last committed state
 // (called with the read lock held).
 func (a *App) runProof(ctx context.Context, task string) ([]byte, error) {
-	kv := syncer.ReadOnly(a.state)
-	si, err := syncer.RunSeal(ctx, kv, task)
+	kv := machine.ReadOnly(a.state)
+	si, err := machine.RunSeal(ctx, kv, task)
 	if err != nil {
 		return nil, err
 	}
-	raw, err := syncer.RunLogLeaves(ctx, kv)
+	raw, err := machine.RunLogLeaves(ctx, kv)
 	if err != nil {
 		return nil, err
 	}

@@ -5,20 +5,20 @@ import (
 	"encoding/json"
 	"fmt"
 
-	"github.com/tenzro/train/syncer"
+	"github.com/tenzro/train/audit"
 )
 
-var _ syncer.RunAnchor = (*Client)(nil)
+var _ audit.RunAnchor = (*Client)(nil)
 
 // SealedRun implements syncer.RunAnchor over a node's CometBFT RPC: the
 // sealed run's root and election (/sealed) at the node's last committed
 // height.
-func (c *Client) SealedRun(ctx context.Context, task string) (*syncer.SealedRun, error) {
+func (c *Client) SealedRun(ctx context.Context, task string) (*audit.SealedRun, error) {
 	v, h, err := c.Query(ctx, QuerySealed, task)
 	if err != nil {
 		return nil, err
 	}
-	var r syncer.SealedRun
+	var r audit.SealedRun
 	if err := json.Unmarshal(v, &r); err != nil {
 		return nil, fmt.Errorf("sealed run %s: %w", task, err)
 	}

@@ -8,7 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tenzro/train/syncer"
+	"github.com/tenzro/train/audit"
+	"github.com/tenzro/train/machine"
 	"github.com/tenzro/train/wire"
 	"github.com/tenzro/train/wire/did"
 )
@@ -78,12 +79,12 @@ func TestLateReceiptSigner(t *testing.T) {
 	// transcript check accepts it.
 	ctx := context.Background()
 	var raw, blob []byte
-	err := h.app.View(ctx, func(v syncer.View) error {
+	err := h.app.View(ctx, func(v machine.View) error {
 		var err error
-		if raw, err = v.KV.Get(ctx, syncer.KSReceipts, []byte(task)); err != nil {
+		if raw, err = v.KV.Get(ctx, machine.KSReceipts, []byte(task)); err != nil {
 			return err
 		}
-		_, blob, _, err = syncer.ChainReceipt(ctx, v.KV, task, ticket(2).DID.String(), json.RawMessage(`{"engine":"test"}`), nil)
+		_, blob, _, err = machine.ChainReceipt(ctx, v.KV, task, ticket(2).DID.String(), json.RawMessage(`{"engine":"test"}`), nil)
 		return err
 	})
 	if err != nil {
@@ -96,27 +97,27 @@ func TestLateReceiptSigner(t *testing.T) {
 	if len(rc.Syncers) != 2 || rc.Syncers[0].Ticket != 1 || rc.Syncers[1].Ticket != 2 || rc.SyncerDID != succ[2] {
 		t.Fatalf("receipt syncers %+v signed by %s", rc.Syncers, rc.SyncerDID)
 	}
-	if err := syncer.CheckReceiptFull(raw, blob); err != nil {
+	if err := audit.CheckReceiptFull(raw, blob); err != nil {
 		t.Fatalf("--full refuses the chain's late signer: %v", err)
 	}
 	// The same receipt signed by ticket 0 (which the chain refused) is
 	// refused offline too.
 	var rc0 *wire.Receipt
-	err = h.app.View(ctx, func(v syncer.View) error {
+	err = h.app.View(ctx, func(v machine.View) error {
 		var err error
-		rc0, _, _, err = syncer.ChainReceipt(ctx, v.KV, task, ticket(0).DID.String(), json.RawMessage(`{"engine":"test"}`), nil)
+		rc0, _, _, err = machine.ChainReceipt(ctx, v.KV, task, ticket(0).DID.String(), json.RawMessage(`{"engine":"test"}`), nil)
 		return err
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	pre, err := syncer.ReceiptPreimage(rc0)
+	pre, err := audit.ReceiptPreimage(rc0)
 	if err != nil {
 		t.Fatal(err)
 	}
 	rc0.Signature = ticket(0).Sign(pre)
 	raw0, _ := json.Marshal(rc0)
-	if err := syncer.CheckReceiptFull(raw0, blob); err == nil || !strings.Contains(err.Error(), "not above every committer") {
+	if err := audit.CheckReceiptFull(raw0, blob); err == nil || !strings.Contains(err.Error(), "not above every committer") {
 		t.Fatalf("receipt signed by ticket 0: %v", err)
 	}
 	h.conservation()

@@ -10,7 +10,7 @@ import (
 	"github.com/transparency-dev/merkle/compact"
 	"github.com/transparency-dev/merkle/rfc6962"
 
-	"github.com/tenzro/train/syncer"
+	"github.com/tenzro/train/machine"
 	"github.com/tenzro/train/wire"
 )
 
@@ -19,22 +19,22 @@ import (
 // spaces mapped to key prefixes; every write enters the app hash), ksMeta
 // the last commit's height, block and hashes (derived, not hashed).
 const (
-	ksState = syncer.KSLedger
-	ksMeta  = syncer.KSMeta
+	ksState = machine.KSLedger
+	ksMeta  = machine.KSMeta
 )
 
 // Domain tags of the chain (docs/protocol/chain.md).
 const (
 	DomainAppHash    = "tenzro/train/app-hash/v1"
 	DomainStateDelta = "tenzro/train/state-delta/v1"
-	DomainRunLog     = syncer.DomainRunLog
+	DomainRunLog     = machine.DomainRunLog
 )
 
 // StateKey is where the machine's (key space, key) lives in the chain's
 // state: the key space's name, "/", the key. No key space's name is a
 // prefix of another's, so the bytewise order of state keys is the order of
 // (key space name, key).
-func StateKey(ks syncer.Keyspace, key []byte) []byte {
+func StateKey(ks machine.Keyspace, key []byte) []byte {
 	out := make([]byte, 0, len(ks)+1+len(key))
 	out = append(out, ks...)
 	out = append(out, '/')
@@ -44,20 +44,20 @@ func StateKey(ks syncer.Keyspace, key []byte) []byte {
 // stateKV is the machine's view of the chain's committed state: a
 // syncer.KV that maps key spaces to prefixes of ksState. Writes reach it
 // only through App.Commit.
-type stateKV struct{ kv syncer.KV }
+type stateKV struct{ kv machine.KV }
 
-func (s stateKV) Get(ctx context.Context, ks syncer.Keyspace, key []byte) ([]byte, error) {
+func (s stateKV) Get(ctx context.Context, ks machine.Keyspace, key []byte) ([]byte, error) {
 	return s.kv.Get(ctx, ksState, StateKey(ks, key))
 }
 
-func (s stateKV) Scan(ctx context.Context, ks syncer.Keyspace, prefix []byte, fn func(k, v []byte) error) error {
+func (s stateKV) Scan(ctx context.Context, ks machine.Keyspace, prefix []byte, fn func(k, v []byte) error) error {
 	p := StateKey(ks, prefix)
 	n := len(ks) + 1
 	return s.kv.Scan(ctx, ksState, p, func(k, v []byte) error { return fn(k[n:], v) })
 }
 
-func (s stateKV) Commit(ctx context.Context, b *syncer.Batch) error {
-	var out syncer.Batch
+func (s stateKV) Commit(ctx context.Context, b *machine.Batch) error {
+	var out machine.Batch
 	for _, op := range b.Ops {
 		if op.Value == nil {
 			out.Delete(ksState, StateKey(op.KS, op.Key))
@@ -78,7 +78,7 @@ type write struct {
 }
 
 // blockWrites lists an overlay's writes as state keys in bytewise order.
-func blockWrites(o *syncer.Overlay) []write {
+func blockWrites(o *machine.Overlay) []write {
 	b := o.Batch()
 	out := make([]write, len(b.Ops))
 	for i, op := range b.Ops {
@@ -116,7 +116,7 @@ func AppHash(height int64, state wire.Hash, logSize uint64, logRoot wire.Hash) w
 
 // RunLogLeaf is a sealed run's leaf in the run log:
 // Str(DomainRunLog) ‖ Str(task_id) ‖ Hash(run_root).
-func RunLogLeaf(taskID string, runRoot wire.Hash) []byte { return syncer.RunLogLeaf(taskID, runRoot) }
+func RunLogLeaf(taskID string, runRoot wire.Hash) []byte { return machine.RunLogLeaf(taskID, runRoot) }
 
 var rf = compact.RangeFactory{Hash: rfc6962.DefaultHasher.HashChildren}
 
@@ -155,8 +155,8 @@ type runLog struct {
 var emptyRunLog = runLog{root: wire.Hash(rfc6962.DefaultHasher.EmptyRoot())}
 
 // readRunLog computes the run log's root from its leaves in kv.
-func readRunLog(ctx context.Context, kv syncer.KV) (runLog, error) {
-	leaves, err := syncer.RunLogLeaves(ctx, kv)
+func readRunLog(ctx context.Context, kv machine.KV) (runLog, error) {
+	leaves, err := machine.RunLogLeaves(ctx, kv)
 	if err != nil {
 		return runLog{}, fmt.Errorf("run log: %w", err)
 	}
@@ -171,4 +171,4 @@ func readRunLog(ctx context.Context, kv syncer.KV) (runLog, error) {
 }
 
 // errNotFound reports whether err is the store's not-found.
-func errNotFound(err error) bool { return errors.Is(err, syncer.ErrNotFound) }
+func errNotFound(err error) bool { return errors.Is(err, machine.ErrNotFound) }

@@ -17,7 +17,7 @@ import (
 	"github.com/cometbft/cometbft/types"
 	cmttime "github.com/cometbft/cometbft/types/time"
 
-	"github.com/tenzro/train/syncer"
+	"github.com/tenzro/train/machine"
 	"github.com/tenzro/train/wire"
 	"github.com/tenzro/train/wire/did"
 )
@@ -85,7 +85,7 @@ type TestnetOptions struct {
 	// Faucet enables the faucet (the --dev chain only).
 	Faucet bool
 	// Params overrides the default fees and unbonding delay.
-	Params *syncer.GenesisParams
+	Params *machine.GenesisParams
 	// Homes, when set, are the homes to write (one per validator) instead
 	// of <Dir>/node<i>.
 	Homes []string
@@ -394,7 +394,7 @@ type DevOptions struct {
 	// BlockInterval is the pace of blocks (DevBlockInterval when 0).
 	BlockInterval time.Duration
 	// Params overrides the default fees and unbonding delay.
-	Params *syncer.GenesisParams
+	Params *machine.GenesisParams
 }
 
 // DevBlockInterval is the --dev chain's block interval. The app hash

@@ -3,7 +3,7 @@ package chain
 import (
 	"testing"
 
-	"github.com/tenzro/train/syncer"
+	"github.com/tenzro/train/machine"
 	"github.com/tenzro/train/wire"
 	"github.com/tenzro/train/wire/did"
 )
@@ -27,8 +27,8 @@ func TestVectors(t *testing.T) {
 		t.Errorf("SHA-256(RunLogLeaf(run-1, SHA-256(\"root\"))) = %s, want %s", leaf, vecRunLogLeaf)
 	}
 	sh := StateHash(wire.SHA256([]byte("prev")), 7, []write{
-		{key: StateKey(syncer.KSLedger, []byte("bal/issuer")), value: []byte("-1000")},
-		{key: StateKey(syncer.KSMeta, []byte("cand/x")), value: nil},
+		{key: StateKey(machine.KSLedger, []byte("bal/issuer")), value: []byte("-1000")},
+		{key: StateKey(machine.KSMeta, []byte("cand/x")), value: nil},
 	})
 	if sh.String() != vecStateHash {
 		t.Errorf("StateHash(SHA-256(\"prev\"), 7, [ledger/bal/issuer=-1000, meta/cand/x deleted]) = %s, want %s", sh, vecStateHash)

@@ -2,9 +2,13 @@ package dataset
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
 	"net/http"
+	"os"
 	"strconv"
+	"time"
 
 	"github.com/ipfs/boxo/gateway"
 	"github.com/ipfs/go-cid"
@@ -29,12 +33,26 @@ func (s *Service) Routes() (map[string]http.Handler, error) {
 	}
 	gw := gateway.NewHandler(gateway.Config{DeserializedResponses: true}, be)
 	return map[string]http.Handler{
-		"/ipfs/":                   gw,
+		"/ipfs/":                   sandboxed(gw),
 		"POST /api/dataset/import": http.HandlerFunc(s.serveImport),
 		"POST /api/dataset/fetch":  http.HandlerFunc(s.serveFetch),
 		"GET /api/dataset/list":    http.HandlerFunc(s.serveList),
 		"POST /api/dataset/remove": http.HandlerFunc(s.serveRemove),
 	}, nil
+}
+
+// sandboxed marks every gateway answer so that a browser never runs what a
+// stranger imported with this node's origin: CSP sandbox gives the page an
+// opaque origin (no cookies, no same-origin requests to JSON-RPC or the
+// dataset API, no scripts), nosniff stops type guessing, and the page may
+// not be framed.
+func sandboxed(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Security-Policy", "sandbox; default-src 'none'; img-src 'self' data:; style-src 'unsafe-inline'; frame-ancestors 'none'")
+		w.Header().Set("X-Content-Type-Options", "nosniff")
+		w.Header().Set("X-Frame-Options", "DENY")
+		h.ServeHTTP(w, r)
+	})
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {
@@ -54,9 +72,18 @@ func (s *Service) serveImport(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	meta := ImportMeta{Name: q.Get("name"), Layout: q.Get("layout"), Encrypted: q.Get("encrypted") == "1", DatasetHash: q.Get("dataset_hash")}
-	body := http.MaxBytesReader(w, r.Body, s.o.MaxBytes*2+(1<<20))
+	body := &rateBody{r: http.MaxBytesReader(w, r.Body, s.o.MaxBytes*2+(1<<20)), rc: http.NewResponseController(w),
+		start: time.Now(), grace: s.o.ImportGrace, rate: s.o.MinImportRate}
+	defer func() { _ = body.rc.SetReadDeadline(time.Time{}) }()
 	rec, err := s.Import(r.Context(), body, meta)
 	if err != nil {
+		if body.slow() {
+			w.Header().Set("Connection", "close")
+			writeJSON(w, http.StatusRequestTimeout, map[string]string{"error": fmt.Sprintf(
+				"import body slower than %d bytes/s on average after %s (%d bytes in %s); nothing was kept",
+				s.o.MinImportRate, s.o.ImportGrace, body.n, time.Since(body.start).Round(time.Millisecond))})
+			return
+		}
 		writeErr(w, err)
 		return
 	}
@@ -106,6 +133,36 @@ func (s *Service) serveRemove(w http.ResponseWriter, r *http.Request) {
 	}
 	writeJSON(w, http.StatusOK, map[string]string{"removed": c.String()})
 }
+
+// rateBody enforces a minimum average rate on an import body: before each
+// read the connection's read deadline is set to when the bytes received so
+// far plus one more chunk are due (start + grace + (n+chunk)/rate), so a
+// client that trickles, or stops, is cut at that deadline.
+type rateBody struct {
+	r     io.Reader
+	rc    *http.ResponseController
+	start time.Time
+	grace time.Duration
+	rate  int64
+	n     int64
+	cut   bool
+}
+
+const rateChunk = 64 << 10
+
+func (b *rateBody) Read(p []byte) (int, error) {
+	due := b.start.Add(b.grace + time.Duration(float64(b.n+rateChunk)/float64(b.rate)*float64(time.Second)))
+	_ = b.rc.SetReadDeadline(due)
+	k, err := b.r.Read(p)
+	b.n += int64(k)
+	if err != nil && (errors.Is(err, os.ErrDeadlineExceeded) || !time.Now().Before(due)) {
+		b.cut = true
+	}
+	return k, err
+}
+
+// slow reports whether the body was cut for its rate.
+func (b *rateBody) slow() bool { return b.cut }
 
 // ParseCID parses a CID string strictly (see ParseRef).
 func ParseCID(s string) (cid.Cid, error) {

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 func serve(t *testing.T, n *testNode) *Client {
@@ -104,4 +105,113 @@ func TestHTTPAddGatewayCAR(t *testing.T) {
 	if resp.StatusCode != http.StatusBadRequest {
 		t.Fatalf("non-CAR import: %s", resp.Status)
 	}
+}
+
+// Finding 10 of issue 22: HTML a stranger imported was served as text/html
+// with no CSP on the origin of JSON-RPC. Gateway answers now sandbox it.
+func TestGatewaySandboxesImportedHTML(t *testing.T) {
+	ctx := context.Background()
+	a := newTestNode(t, Options{}, nil)
+	ca := serve(t, a)
+	dir := t.TempDir()
+	_ = os.WriteFile(filepath.Join(dir, "index.html"), []byte("<html><script>fetch('/',{method:'POST'})</script></html>"), 0o600)
+	rec, err := ca.Add(ctx, dir, AddOptions{Layout: DefaultLayout})
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.Get(ca.Base + "/ipfs/" + rec.CID + "/index.html")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("gateway: %s", resp.Status)
+	}
+	csp := resp.Header.Get("Content-Security-Policy")
+	if !strings.HasPrefix(csp, "sandbox") || !strings.Contains(csp, "frame-ancestors 'none'") {
+		t.Errorf("Content-Security-Policy %q: want sandbox and frame-ancestors 'none'", csp)
+	}
+	if got := resp.Header.Get("X-Content-Type-Options"); got != "nosniff" {
+		t.Errorf("X-Content-Type-Options %q", got)
+	}
+}
+
+// Finding 6 of issue 22: an import that sent one byte held the dataset lock
+// for the server's 10-minute read timeout. A body below the minimum rate is
+// now cut after the grace, nothing is kept, and the next import proceeds.
+func TestImportTricklerIsCut(t *testing.T) {
+	ctx := context.Background()
+	a := newTestNode(t, Options{MinImportRate: 64 << 10, ImportGrace: time.Second}, nil)
+	ca := serve(t, a)
+	pr, pw := io.Pipe()
+	go func() {
+		_, _ = pw.Write([]byte{0x3a}) // one byte of a CAR header, then nothing
+		<-ctx.Done()
+	}()
+	t.Cleanup(func() { pw.Close() })
+	start := time.Now()
+	resp, err := http.Post(ca.Base+"/api/dataset/import", "application/vnd.ipld.car", pr)
+	if err == nil {
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusRequestTimeout || !strings.Contains(string(b), "slower than") {
+			t.Fatalf("trickled import: %s %s", resp.Status, b)
+		}
+	}
+	if d := time.Since(start); d > 2*time.Minute {
+		t.Fatalf("trickled import held for %s", d)
+	}
+	dir := t.TempDir()
+	_ = os.WriteFile(filepath.Join(dir, "x.csv"), []byte("x\n1\n"), 0o600)
+	if _, err := ca.Add(ctx, dir, AddOptions{Layout: DefaultLayout}); err != nil {
+		t.Fatalf("import after the trickler: %v", err)
+	}
+	if l, err := ca.List(ctx); err != nil || len(l) != 1 {
+		t.Fatalf("held %+v, %v", l, err)
+	}
+}
+
+// Finding 6 of issue 22: one import in flight (here a client that stalls,
+// within a long grace) no longer blocks every other import: transfers
+// share the lock, only removal takes it alone.
+func TestStalledImportBlocksNoOther(t *testing.T) {
+	ctx := context.Background()
+	a := newTestNode(t, Options{ImportGrace: 10 * time.Minute}, nil)
+	ca := serve(t, a)
+	pr, pw := io.Pipe()
+	t.Cleanup(func() { pw.Close() })
+	go func() { _, _ = pw.Write([]byte{0x3a}) }()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		resp, err := http.Post(ca.Base+"/api/dataset/import", "application/vnd.ipld.car", pr)
+		if err == nil {
+			resp.Body.Close()
+		}
+	}()
+	// Wait until the stalled import holds the transfer lock.
+	for deadline := time.Now().Add(time.Minute); ; {
+		if !a.svc.gc.TryLock() {
+			break
+		}
+		a.svc.gc.Unlock()
+		if time.Now().After(deadline) {
+			t.Fatal("the stalled import never started")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	dir := t.TempDir()
+	_ = os.WriteFile(filepath.Join(dir, "y.csv"), []byte("y\n2\n"), 0o600)
+	cctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	if _, err := ca.Add(cctx, dir, AddOptions{Layout: DefaultLayout}); err != nil {
+		t.Fatalf("import while another is stalled: %v", err)
+	}
+	select {
+	case <-done:
+		t.Fatal("the stalled import ended before the other one; the test proves nothing")
+	default:
+	}
+	pw.CloseWithError(io.ErrUnexpectedEOF)
+	<-done
 }

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/ipfs/boxo/bitswap"
@@ -58,6 +59,12 @@ type Options struct {
 	// StallTimeout fails a fetch when no wanted block arrives for this long
 	// (default 60 s).
 	StallTimeout time.Duration
+	// MinImportRate is the slowest import body accepted, in bytes per
+	// second averaged from the start after ImportGrace (defaults
+	// DefaultMinImportRate, DefaultImportGrace): a client that trickles is
+	// cut instead of holding an import for the server's read timeout.
+	MinImportRate int64
+	ImportGrace   time.Duration
 	// Routing finds providers beyond the connected peers (the public DHT
 	// when the node runs with --ipfs-dht); nil asks connected peers only.
 	Routing routing.ContentDiscovery
@@ -67,6 +74,12 @@ type Options struct {
 
 // servePerPeerBytes bounds the block bytes queued for one peer.
 const servePerPeerBytes = 8 << 20
+
+// Import rate defaults: 64 KiB/s on average after a 10 s grace.
+const (
+	DefaultMinImportRate = 64 << 10
+	DefaultImportGrace   = 10 * time.Second
+)
 
 // DefaultMaxBytes is the default dataset size limit.
 const DefaultMaxBytes = 4 << 30
@@ -83,6 +96,12 @@ func (o Options) withDefaults() Options {
 	}
 	if o.StallTimeout <= 0 {
 		o.StallTimeout = time.Minute
+	}
+	if o.MinImportRate <= 0 {
+		o.MinImportRate = DefaultMinImportRate
+	}
+	if o.ImportGrace <= 0 {
+		o.ImportGrace = DefaultImportGrace
 	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()
@@ -124,7 +143,18 @@ type Service struct {
 	local blockservice.BlockService
 	o     Options
 	log   *slog.Logger
-	mu    sync.Mutex // one import, fetch or removal at a time
+	// gc orders transfers and deletions: imports and fetches hold it shared
+	// for their whole transfer (any number at once: a slow one delays no
+	// other), Remove and the orphan sweep hold it exclusively, and only
+	// they delete blocks. A failed import or fetch leaves the blocks it
+	// wrote as orphans (another transfer may be relying on them) for the
+	// next sweep, which runs once orphans pass MaxBytes and at every
+	// Remove, and deletes those no held dataset reaches.
+	gc          sync.RWMutex
+	orphanMu    sync.Mutex
+	orphans     map[string]cid.Cid // multihash key → block
+	orphanBytes int64
+	pins        atomic.Int64 // datasets pinned so far (see reclaim)
 }
 
 // New starts bitswap on h over bs. Close stops it (not the host).
@@ -338,15 +368,23 @@ type ImportMeta struct {
 // pins the root once its whole DAG is present within the limits. A refused
 // import deletes the blocks it wrote.
 func (s *Service) Import(ctx context.Context, r io.Reader, meta ImportMeta) (*Record, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
+	var written []cid.Cid
+	var total int64
+	pins := s.pins.Load()
+	failed := false
+	defer func() {
+		if failed {
+			s.reclaim(ctx, written, pins)
+		}
+		s.sweepIfDue(ctx)
+	}()
+	s.gc.RLock()
+	defer s.gc.RUnlock()
 	cr, err := NewCARReader(io.LimitReader(r, s.o.MaxBytes*2+(1<<20)))
 	if err != nil {
 		return nil, err
 	}
-	var written []cid.Cid
-	cleanup := func() { s.deleteBlocks(ctx, written, nil) }
-	var total int64
+	cleanup := func() { failed = true; s.orphan(written, nil, total) }
 	for {
 		b, err := cr.Next()
 		if err == io.EOF {
@@ -382,7 +420,7 @@ func (s *Service) Import(ctx context.Context, r io.Reader, meta ImportMeta) (*Re
 		return nil, err
 	}
 	// Blocks in the CAR that the DAG does not reach are not kept.
-	s.deleteBlocks(ctx, written, res.visited)
+	s.orphan(written, res.visited, total-res.bytes)
 	rec := s.record(cr.Root, res, "added")
 	rec.Name, rec.Layout, rec.Encrypted, rec.DatasetHash = meta.Name, meta.Layout, meta.Encrypted, meta.DatasetHash
 	if err := s.put(ctx, cr.Root, rec); err != nil {
@@ -418,7 +456,28 @@ func (s *Service) put(ctx context.Context, root cid.Cid, rec *Record) error {
 	if err != nil {
 		return err
 	}
+	s.pins.Add(1)
 	return s.bs.PutDataset(ctx, root, b)
+}
+
+// reclaim deletes at once the blocks a failed transfer wrote when that is
+// safe without a sweep: no other transfer is in flight (gc free) and no
+// dataset was pinned since the transfer started (so none relies on a block
+// it wrote). Otherwise they stay orphans for the sweep.
+func (s *Service) reclaim(ctx context.Context, written []cid.Cid, pinsAtStart int64) {
+	if len(written) == 0 || !s.gc.TryLock() {
+		return
+	}
+	defer s.gc.Unlock()
+	if s.pins.Load() != pinsAtStart {
+		return
+	}
+	s.deleteBlocks(ctx, written, nil)
+	s.orphanMu.Lock()
+	for _, c := range written {
+		delete(s.orphans, string(c.Hash()))
+	}
+	s.orphanMu.Unlock()
 }
 
 // Get returns the record of a held dataset, or ErrNotHeld.
@@ -456,19 +515,29 @@ func (s *Service) Fetch(ctx context.Context, root cid.Cid, maxBytes int64) (*Rec
 		}
 		return rec, nil
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	start := time.Now()
+	pins := s.pins.Load()
 	var fresh []cid.Cid
+	failed := false
+	defer func() {
+		if failed {
+			s.reclaim(ctx, fresh, pins)
+		}
+		s.sweepIfDue(ctx)
+	}()
+	s.gc.RLock()
+	defer s.gc.RUnlock()
+	start := time.Now()
 	sess := blockservice.NewSession(ctx, s.net)
 	res, err := s.walk(ctx, root, sess.GetBlocks, maxBytes, func(c cid.Cid) { fresh = append(fresh, c) })
 	if err != nil {
-		s.deleteBlocks(ctx, fresh, nil)
+		failed = true
+		s.orphan(fresh, nil, int64(len(fresh))*avgBlockGuess)
 		return nil, err
 	}
 	rec := s.record(root, res, "fetched")
 	if err := s.put(ctx, root, rec); err != nil {
-		s.deleteBlocks(ctx, fresh, nil)
+		failed = true
+		s.orphan(fresh, nil, res.bytes)
 		return nil, err
 	}
 	s.log.Info("dataset fetched", "cid", rec.CID, "bytes", rec.DAGBytes, "blocks", rec.Blocks, "seconds", time.Since(start).Seconds())
@@ -492,33 +561,19 @@ func (s *Service) List(ctx context.Context) ([]Record, error) {
 // Remove unpins root and deletes its blocks that no other held dataset
 // reaches.
 func (s *Service) Remove(ctx context.Context, root cid.Cid) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
+	s.gc.Lock()
+	defer s.gc.Unlock()
 	if _, err := s.Get(ctx, root); err != nil {
 		return err
 	}
 	if err := s.bs.DeleteDataset(ctx, root); err != nil {
 		return err
 	}
-	keep := map[string]struct{}{}
-	others, err := s.List(ctx)
+	keep, err := s.held(ctx)
 	if err != nil {
 		return err
 	}
-	for _, o := range others {
-		c, err := cid.Decode(o.CID)
-		if err != nil {
-			continue
-		}
-		res, err := s.walk(ctx, c, s.local.GetBlocks, 1<<62, nil)
-		if err != nil {
-			s.log.Warn("walk held dataset", "cid", o.CID, "err", err)
-			continue
-		}
-		for k := range res.visited {
-			keep[mhKey(k)] = struct{}{}
-		}
-	}
+	s.sweepLocked(ctx, keep)
 	res, err := s.walk(ctx, root, s.local.GetBlocks, 1<<62, nil)
 	if err != nil && res == nil {
 		return err
@@ -534,6 +589,94 @@ func (s *Service) Remove(ctx context.Context, root cid.Cid) error {
 	}
 	s.log.Info("dataset removed", "cid", root.String())
 	return nil
+}
+
+// avgBlockGuess sizes the orphans of a failed fetch for the sweep's
+// trigger (their exact sizes are not kept).
+const avgBlockGuess = 256 << 10
+
+// held returns the multihash keys of every block a held dataset reaches.
+// The caller holds gc exclusively.
+func (s *Service) held(ctx context.Context) (map[string]struct{}, error) {
+	keep := map[string]struct{}{}
+	others, err := s.List(ctx)
+	if err != nil {
+		return nil, err
+	}
+	for _, o := range others {
+		c, err := cid.Decode(o.CID)
+		if err != nil {
+			continue
+		}
+		res, err := s.walk(ctx, c, s.local.GetBlocks, 1<<62, nil)
+		if err != nil {
+			s.log.Warn("walk held dataset", "cid", o.CID, "err", err)
+			continue
+		}
+		for k := range res.visited {
+			keep[mhKey(k)] = struct{}{}
+		}
+	}
+	return keep, nil
+}
+
+// orphan records blocks a transfer wrote and does not keep (except those
+// in reached) for the next sweep.
+func (s *Service) orphan(cs []cid.Cid, reached map[string]struct{}, bytes int64) {
+	s.orphanMu.Lock()
+	defer s.orphanMu.Unlock()
+	if s.orphans == nil {
+		s.orphans = map[string]cid.Cid{}
+	}
+	for _, c := range cs {
+		if _, ok := reached[c.KeyString()]; ok {
+			continue
+		}
+		s.orphans[string(c.Hash())] = c
+	}
+	s.orphanBytes += bytes
+}
+
+// sweepIfDue sweeps orphans once they pass MaxBytes (bytes of failed
+// transfers), so failed imports cannot fill the disk.
+func (s *Service) sweepIfDue(ctx context.Context) {
+	s.orphanMu.Lock()
+	due := s.orphanBytes > s.o.MaxBytes
+	s.orphanMu.Unlock()
+	if !due {
+		return
+	}
+	s.gc.Lock()
+	defer s.gc.Unlock()
+	keep, err := s.held(context.WithoutCancel(ctx))
+	if err != nil {
+		s.log.Warn("dataset orphan sweep", "err", err)
+		return
+	}
+	s.sweepLocked(ctx, keep)
+}
+
+// sweepLocked deletes the orphans no held dataset reaches; the caller
+// holds gc exclusively.
+func (s *Service) sweepLocked(ctx context.Context, keep map[string]struct{}) {
+	s.orphanMu.Lock()
+	orphans := s.orphans
+	s.orphans, s.orphanBytes = nil, 0
+	s.orphanMu.Unlock()
+	var del []cid.Cid
+	for k, c := range orphans {
+		if _, ok := keep[k]; !ok {
+			del = append(del, c)
+		}
+	}
+	s.deleteBlocks(ctx, del, nil)
+}
+
+// Orphans is the number of blocks failed transfers left for the next sweep.
+func (s *Service) Orphans() int {
+	s.orphanMu.Lock()
+	defer s.orphanMu.Unlock()
+	return len(s.orphans)
 }
 
 func mhKey(k string) string {

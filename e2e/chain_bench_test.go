@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/tenzro/train/chain"
-	"github.com/tenzro/train/syncer"
+	"github.com/tenzro/train/machine"
 	"github.com/tenzro/train/syncer/election"
 	"github.com/tenzro/train/syncer/vrf"
 	"github.com/tenzro/train/wire"
@@ -93,7 +93,7 @@ func benchSubmissions(b *testing.B, validators, n int) float64 {
 		layout.Fragments = append(layout.Fragments, wire.FragmentLayout{Tensors: []wire.TensorInfo{{Name: fmt.Sprintf("t%04d", f), Dtype: "F32", Shape: []int64{1}}},
 			Dtype: "F32", N: 1, WeightsHash: h})
 	}
-	layout.Model = syncer.ModelHash(fh)
+	layout.Model = machine.ModelHash(fh)
 	cand := chainKey(t, did.KindMachine, 9)
 	_, canon, _ := wire.ParseSpec(spec)
 	proof, err := vrf.Prove(cand.Priv, election.Alpha("bench", wire.SpecHash(canon)))

@@ -14,9 +14,9 @@ import (
 	"github.com/cometbft/cometbft/p2p"
 	rpchttp "github.com/cometbft/cometbft/rpc/client/http"
 
+	"github.com/tenzro/train/audit"
 	"github.com/tenzro/train/chain"
 	"github.com/tenzro/train/rpc/client"
-	"github.com/tenzro/train/syncer"
 	"github.com/tenzro/train/syncer/election"
 	"github.com/tenzro/train/syncer/vrf"
 	"github.com/tenzro/train/wire"
@@ -219,21 +219,21 @@ func signedReceipt(t *testing.T, spec []byte, k *did.Key, stake string) []byte {
 	if err != nil {
 		t.Fatal(err)
 	}
-	blob, _, _ := syncer.TranscriptBlob(nil)
-	_, attHash := syncer.AttestationList(nil)
+	blob, _, _ := audit.TranscriptBlob(nil)
+	_, attHash := audit.AttestationList(nil)
 	alpha := election.Alpha(s.TaskID, wire.SpecHash(canon))
 	pi, err := vrf.Prove(k.Priv, alpha)
 	if err != nil {
 		t.Fatal(err)
 	}
 	beta, _ := vrf.ProofToHash(pi)
-	rc := &wire.Receipt{Version: syncer.ReceiptVersion, TaskID: s.TaskID, TaskSpec: canon, SpecHash: wire.SpecHash(canon),
-		FinalModelHash: wire.ContentHash([]byte("final")), TranscriptHash: syncer.BlobHash(blob), TranscriptSize: uint64(len(blob)),
+	rc := &wire.Receipt{Version: audit.ReceiptVersion, TaskID: s.TaskID, TaskSpec: canon, SpecHash: wire.SpecHash(canon),
+		FinalModelHash: wire.ContentHash([]byte("final")), TranscriptHash: audit.BlobHash(blob), TranscriptSize: uint64(len(blob)),
 		PluginHashes: []wire.Hash{}, Engine: json.RawMessage(`{}`), AttestationsHash: attHash, ElectionAlpha: alpha,
 		Syncers:    []wire.ReceiptSyncer{{DID: k.DID.String(), Stake: stake, Proof: pi, Output: beta}},
 		RewardPool: s.RewardPool, SlashedTotal: "0", Rewards: []wire.Payout{}, SponsorRefund: s.RewardPool, SyncerDID: k.DID.String()}
-	rc.RunRoot = syncer.RunRoot(rc.SpecHash, nil, rc.FinalModelHash)
-	pre, err := syncer.ReceiptPreimage(rc)
+	rc.RunRoot = audit.RunRoot(rc.SpecHash, nil, rc.FinalModelHash)
+	pre, err := audit.ReceiptPreimage(rc)
 	if err != nil {
 		t.Fatal(err)
 	}

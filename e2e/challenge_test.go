@@ -15,8 +15,8 @@ import (
 
 	"github.com/cometbft/cometbft/p2p"
 
+	"github.com/tenzro/train/audit"
 	"github.com/tenzro/train/chain"
-	"github.com/tenzro/train/syncer"
 	"github.com/tenzro/train/wire"
 	"github.com/tenzro/train/wire/did"
 )
@@ -428,7 +428,7 @@ func TestChallengeWrongAggregateFourValidators(t *testing.T) {
 	if rc.ChallengeCount != 2 || rc.SyncerDID == ch.Syncer {
 		t.Fatalf("receipt: %d challenges, signed by %s (slashed: %s)", rc.ChallengeCount, rc.SyncerDID, ch.Syncer)
 	}
-	if err := syncer.CheckReceipt([]byte(receipt), nil); err != nil {
+	if err := audit.CheckReceipt([]byte(receipt), nil); err != nil {
 		t.Fatalf("receipt: %v", err)
 	}
 	path := filepath.Join(c.dir, "receipt.json")

@@ -262,8 +262,8 @@ func TestDashboardAndMetrics(t *testing.T) {
 			t.Errorf("%s moved by %v, want %v", s.series, got, s.want)
 		}
 	}
-	for _, s := range []string{`tenzro_plugin_fuel_total{op="aggregate",rule="Mean"}`, `tenzro_payload_bytes_total{direction="in"}`,
-		`tenzro_payload_bytes_total{direction="out"}`, `tenzro_plugin_call_seconds_count{op="outer_step",rule="Nesterov"}`} {
+	for _, s := range []string{`tenzro_plugin_fuel_total{op="finalize",rule="Mean"}`, `tenzro_payload_bytes_total{direction="in"}`,
+		`tenzro_payload_bytes_total{direction="out"}`, `tenzro_plugin_call_seconds_count{op="finalize",rule="Mean"}`} {
 		if metricValue(after, s) <= metricValue(before, s) {
 			t.Errorf("%s did not move: %v -> %v", s, metricValue(before, s), metricValue(after, s))
 		}

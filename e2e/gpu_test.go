@@ -8,8 +8,8 @@ import (
 	"testing"
 
 	"github.com/tenzro/train/attest"
+	"github.com/tenzro/train/audit"
 	"github.com/tenzro/train/enclave"
-	"github.com/tenzro/train/syncer"
 	"github.com/tenzro/train/wire"
 )
 
@@ -104,14 +104,14 @@ func TestVerifiedRunWithGPUEvidence(t *testing.T) {
 		t.Fatal(err)
 	}
 	raw, _ := json.Marshal(rc)
-	if syncer.VerifyReceipt(raw, nil) != 1 {
-		t.Fatal(syncer.CheckReceipt(raw, nil))
+	if audit.VerifyReceipt(raw, nil) != 1 {
+		t.Fatal(audit.CheckReceipt(raw, nil))
 	}
 	list, err := r.node.GetPayload(r.ctx, rc.AttestationsHash) // the list is a blob, by its hash
 	if err != nil {
 		t.Fatal(err)
 	}
-	digests, err := syncer.CheckAttestations(rc, list)
+	digests, err := audit.CheckAttestations(rc, list)
 	if err != nil {
 		t.Fatal(err)
 	}

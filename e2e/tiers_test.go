@@ -15,8 +15,10 @@ import (
 	"time"
 
 	"github.com/tenzro/train/attest"
+	"github.com/tenzro/train/audit"
 	"github.com/tenzro/train/chain"
 	"github.com/tenzro/train/enclave"
+	"github.com/tenzro/train/machine"
 	"github.com/tenzro/train/store"
 	"github.com/tenzro/train/syncer"
 	"github.com/tenzro/train/wire"
@@ -30,7 +32,7 @@ type tierRun struct {
 	t       *testing.T
 	ctx     context.Context
 	node    *syncer.Node
-	kv      syncer.KV
+	kv      machine.KV
 	broker  *enclave.Broker
 	sponsor *did.Key
 	tr      []*did.Key
@@ -241,8 +243,8 @@ func TestVerifiedTierRun(t *testing.T) {
 		t.Fatal(err)
 	}
 	raw, _ := json.Marshal(rc)
-	if syncer.VerifyReceipt(raw, nil) != 1 {
-		t.Fatal(syncer.CheckReceipt(raw, nil))
+	if audit.VerifyReceipt(raw, nil) != 1 {
+		t.Fatal(audit.CheckReceipt(raw, nil))
 	}
 	if rc.SyncerDID != r.syncer.DID() {
 		t.Fatalf("receipt signed by %s, not the enclave key %s", rc.SyncerDID, r.syncer.DID())
@@ -252,7 +254,7 @@ func TestVerifiedTierRun(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	digests, err := syncer.CheckAttestations(rc, list)
+	digests, err := audit.CheckAttestations(rc, list)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -13,6 +13,7 @@ import (
 	"golang.org/x/crypto/hkdf"
 
 	"github.com/tenzro/train/attest"
+	"github.com/tenzro/train/machine"
 	"github.com/tenzro/train/syncer"
 )
 
@@ -105,8 +106,8 @@ func (b *Broker) NewDatasetKey(taskID, tier string, policy, key []byte) (k, seal
 
 func (b *Broker) load(ctx context.Context, taskID string) (*brokerKey, error) {
 	sealed, err := b.records(ctx, taskID)
-	if errors.Is(err, syncer.ErrNotFound) {
-		return nil, syncer.Errf(syncer.KindNotFound, "key broker: no dataset key for task %q", taskID)
+	if errors.Is(err, machine.ErrNotFound) {
+		return nil, machine.Errf(machine.KindNotFound, "key broker: no dataset key for task %q", taskID)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("key broker: read record of %q: %w", taskID, err)
@@ -135,11 +136,11 @@ func (b *Broker) Release(ctx context.Context, req *KeyRequest) (*WrappedKey, err
 		return nil, err
 	}
 	if err := b.nonces.Consume(ctx, "broker/"+req.TaskID, req.Nonce); err != nil {
-		return nil, syncer.Errf(syncer.KindAttestation, "attestation refused: check broker.nonce failed: %v", err)
+		return nil, machine.Errf(machine.KindAttestation, "attestation refused: check broker.nonce failed: %v", err)
 	}
 	rpub, err := ecdh.X25519().NewPublicKey(req.RecipientKey)
 	if err != nil {
-		return nil, syncer.Errf(syncer.KindInvalid, "key broker: recipient key: %v", err)
+		return nil, machine.Errf(machine.KindInvalid, "key broker: recipient key: %v", err)
 	}
 	rd := attest.KeyReportData(PurposeDatasetKey, req.RecipientKey, req.Nonce)
 	digest, err := b.checker.CheckEvidence(ctx, bk.Tier, bk.Policy, req.Evidence, rd)

@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"github.com/tenzro/train/attest"
-	"github.com/tenzro/train/syncer"
+	"github.com/tenzro/train/machine"
 	"github.com/tenzro/train/wire"
 	"github.com/tenzro/train/wire/did"
 )
@@ -58,7 +58,7 @@ func TestVerifiedTierEndToEnd(t *testing.T) {
 				t.Fatal("zero digest")
 			}
 			// Replay: same evidence, same binding.
-			if _, err := checker.CheckEvidence(ctx, wire.TierVerified, simPolicy(true), ev, rd); err == nil || syncer.KindOf(err) != syncer.KindAttestation {
+			if _, err := checker.CheckEvidence(ctx, wire.TierVerified, simPolicy(true), ev, rd); err == nil || machine.KindOf(err) != machine.KindAttestation {
 				t.Fatalf("replay accepted: %v", err)
 			}
 			if err := nonces.Consume(ctx, "round-1", nonce); err == nil {
@@ -120,7 +120,7 @@ func TestConfidentialTier(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if _, err := b.Release(ctx, &KeyRequest{TaskID: "task"}); syncer.KindOf(err) != syncer.KindNotFound {
+			if _, err := b.Release(ctx, &KeyRequest{TaskID: "task"}); machine.KindOf(err) != machine.KindNotFound {
 				t.Fatalf("release before the record is stored: %v", err)
 			}
 			recs.m["task"] = sealed
@@ -185,5 +185,5 @@ func (r *memRecords) get(_ context.Context, task string) ([]byte, error) {
 	if v, ok := r.m[task]; ok {
 		return v, nil
 	}
-	return nil, syncer.ErrNotFound
+	return nil, machine.ErrNotFound
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 
+	"github.com/tenzro/train/machine"
 	"github.com/tenzro/train/plugins/abi"
 	"github.com/tenzro/train/syncer"
 )
@@ -134,7 +135,7 @@ func (e *Engine) chunkPlan(ctx context.Context, p *plugin, k, n int, params []fl
 // every pass visits the chunks in ascending order; the carried state goes
 // from each call to the next untouched, and so does each chunk's output
 // from one pass to the next.
-func (e *Engine) aggregatePasses(ctx context.Context, p *plugin, d syncer.Dtype, n, es int, srcs []*source, params []float64, agg dest, f *feeder) (syncer.AggregateOutput, error) {
+func (e *Engine) aggregatePasses(ctx context.Context, p *plugin, d machine.Dtype, n, es int, srcs []*source, params []float64, agg dest, f *feeder) (syncer.AggregateOutput, error) {
 	var out syncer.AggregateOutput
 	k := len(srcs)
 	meter := e.newMeter(ctx)
@@ -177,7 +178,7 @@ func (e *Engine) aggregatePasses(ctx context.Context, p *plugin, d syncer.Dtype,
 
 // passOnce is one tenzro_chunk_pass call on coordinates [c0, c1). carry and
 // out are read back in place.
-func (e *Engine) passOnce(ctx context.Context, p *plugin, budget uint64, d syncer.Dtype, ntotal int, srcs []*source, c0, c1, es int, params []float64,
+func (e *Engine) passOnce(ctx context.Context, p *plugin, budget uint64, d machine.Dtype, ntotal int, srcs []*source, c0, c1, es int, params []float64,
 	pass int, carry []byte, out dest, last bool, f *feeder) (res syncer.AggregateOutput, err error) {
 	c, err := e.newCall(ctx, p, budget, f)
 	if err != nil {
@@ -286,7 +287,7 @@ func (c *call) readSelection(selPtr, scPtr uint32, k int) ([]bool, []float64, er
 
 // verifyPasses runs a verifier in chunked passes (ABI.md §6); the verdict is
 // the last call's.
-func (e *Engine) verifyPasses(ctx context.Context, p *plugin, d syncer.Dtype, n int, input *source, round []*source, es int, params []float64, f *feeder) (out syncer.VerifyOutput, err error) {
+func (e *Engine) verifyPasses(ctx context.Context, p *plugin, d machine.Dtype, n int, input *source, round []*source, es int, params []float64, f *feeder) (out syncer.VerifyOutput, err error) {
 	k := len(round)
 	meter := e.newMeter(ctx)
 	passes, carryBytes, fuel, err := e.chunkPlan(ctx, p, k, n, params)
@@ -319,7 +320,7 @@ func (e *Engine) verifyPasses(ctx context.Context, p *plugin, d syncer.Dtype, n 
 	}
 	return out, nil
 }
-func (e *Engine) verifyPassOnce(ctx context.Context, p *plugin, budget uint64, d syncer.Dtype, ntotal int, input *source, round []*source, c0, c1, es int, params []float64,
+func (e *Engine) verifyPassOnce(ctx context.Context, p *plugin, budget uint64, d machine.Dtype, ntotal int, input *source, round []*source, c0, c1, es int, params []float64,
 	pass int, carry []byte, f *feeder) (verdict []byte, fuel uint64, err error) {
 	c, err := e.newCall(ctx, p, budget, f)
 	if err != nil {

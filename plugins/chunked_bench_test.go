@@ -10,6 +10,7 @@ import (
 	"time"
 
 	bench "github.com/tenzro/train/bench/plugins"
+	"github.com/tenzro/train/machine"
 	"github.com/tenzro/train/plugins"
 	"github.com/tenzro/train/syncer"
 )
@@ -61,7 +62,7 @@ func BenchmarkChunkedPasses(b *testing.B) {
 			b.Fatal(err)
 		}
 		t := time.Now()
-		res, err := e.Aggregate(ctx, syncer.AggregateInput{Rule: rr, Dtype: syncer.F32, N: n, Inputs: in})
+		res, err := e.Aggregate(ctx, syncer.AggregateInput{Rule: rr, Dtype: machine.F32, N: n, Inputs: in})
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -13,6 +13,7 @@ import (
 	wabin "github.com/tetratelabs/wabin/binary"
 	"github.com/tetratelabs/wabin/wasm"
 
+	"github.com/tenzro/train/machine"
 	"github.com/tenzro/train/plugins/abi"
 	"github.com/tenzro/train/syncer"
 )
@@ -25,7 +26,7 @@ var chunkedRules = []string{
 	"Mean", "TrimmedMean{alpha_bps=2000}", "CoordinateMedian",
 }
 
-func encodeAs(dt syncer.Dtype, in [][]float32) [][]byte {
+func encodeAs(dt machine.Dtype, in [][]float32) [][]byte {
 	out := make([][]byte, len(in))
 	for i, v := range in {
 		out[i] = syncer.EncodeValues(dt, v)
@@ -71,7 +72,7 @@ func TestChunkedEqualsWholeForcedChunks(t *testing.T) {
 	for j := range in[5] { // one outlier, so selections are not trivial
 		in[5][j] += 3
 	}
-	for _, dt := range []syncer.Dtype{syncer.F32, syncer.BF16} {
+	for _, dt := range []machine.Dtype{machine.F32, machine.BF16} {
 		inputs := encodeAs(dt, in)
 		for _, ref := range chunkedRules {
 			whole, err := e.Aggregate(ctx, syncer.AggregateInput{Rule: mustResolve(t, e, ref, 7), Dtype: dt, N: len(in[0]), Inputs: inputs})
@@ -120,7 +121,7 @@ func TestChunkedEqualsWholeAtPageLimits(t *testing.T) {
 	refs := []string{"Krum{f=1}", "MultiKrum{f=1}", "Bulyan{f=1}", "GeometricMedian{iterations=2}", "CenteredClipping{tau=100,iterations=2}"}
 	for _, pages := range []uint32{64, 96, 112} {
 		small := hostileEngine(t, Config{Fuel: 20_000_000_000, MemoryPages: pages})
-		for _, dt := range []syncer.Dtype{syncer.F32, syncer.BF16} {
+		for _, dt := range []machine.Dtype{machine.F32, machine.BF16} {
 			inputs := encodeAs(dt, in)
 			for _, ref := range refs {
 				if aggregateBytes(7, len(in[0]), dt.Size(), 2) <= small.memBudget() {
@@ -167,7 +168,7 @@ func TestChunkedVerifiers(t *testing.T) {
 		{"NormRatio", `{"max_ratio":1.2}`},
 		{"Finite", `{}`},
 	}
-	for _, dt := range []syncer.Dtype{syncer.F32, syncer.BF16} {
+	for _, dt := range []machine.Dtype{machine.F32, machine.BF16} {
 		inputs := encodeAs(dt, round)
 		for _, c := range cases {
 			for i := range inputs {
@@ -200,7 +201,7 @@ func TestChunkedVerifiers(t *testing.T) {
 	}
 	// The cases above must exercise both verdicts.
 	ref, _, _, _ := e.resolve(ctx, "L2NormBound", []byte(fmt.Sprintf(`{"max":%v}`, norm*0.9999)), KindVerify)
-	v, err := small.Verify(ctx, syncer.VerifyInput{Verifier: ref, Dtype: syncer.F32, N: len(round[0]), Input: syncer.EncodeF32(round[0])})
+	v, err := small.Verify(ctx, syncer.VerifyInput{Verifier: ref, Dtype: machine.F32, N: len(round[0]), Input: syncer.EncodeF32(round[0])})
 	if err != nil || v.Accept || v.Code != 2 {
 		t.Fatalf("L2NormBound below the norm: %+v, %v", v, err)
 	}
@@ -292,7 +293,7 @@ func TestChunkedContract(t *testing.T) {
 		t.Fatal(err)
 	}
 	big := make([]byte, 4<<20)
-	_, err = small.Aggregate(ctx, syncer.AggregateInput{Rule: ref, Dtype: syncer.F32, N: len(big) / 4, Inputs: [][]byte{big}})
+	_, err = small.Aggregate(ctx, syncer.AggregateInput{Rule: ref, Dtype: machine.F32, N: len(big) / 4, Inputs: [][]byte{big}})
 	wantFailure(t, err, CodeTooLarge, "chunked mode")
 }
 
@@ -349,7 +350,7 @@ func TestResultsUnchangedByChunkedMode(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			dt := syncer.Dtype(g.dtype)
+			dt := machine.Dtype(g.dtype)
 			out, err := e.Aggregate(ctx, syncer.AggregateInput{Rule: rr, Dtype: dt, N: len(in[0]), Inputs: encodeAs(dt, in)})
 			if err != nil {
 				t.Fatal(err)
@@ -371,7 +372,7 @@ func TestChunkedFuelIsOneBudget(t *testing.T) {
 		e := hostileEngine(t, Config{Fuel: fuel})
 		e.chunkOverride = 1024
 		rr := mustResolve(t, e, "GeometricMedian{iterations=2}", 5)
-		return e.Aggregate(ctx, syncer.AggregateInput{Rule: rr, Dtype: syncer.F32, N: 5000, Inputs: in})
+		return e.Aggregate(ctx, syncer.AggregateInput{Rule: rr, Dtype: machine.F32, N: 5000, Inputs: in})
 	}
 	ref, err := run(20_000_000_000)
 	if err != nil {

@@ -8,6 +8,7 @@ import (
 	"os"
 	"testing"
 
+	"github.com/tenzro/train/machine"
 	"github.com/tenzro/train/syncer"
 	"github.com/tenzro/train/wire/safetensors"
 )
@@ -46,7 +47,7 @@ func TestCodecVectors(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s: %v", v.Codec, err)
 		}
-		in := syncer.DecodeInput{Codec: resolveCodec(t, e, v.Codec, string(v.Params)), Dtype: syncer.Dtype(v.Dtype), N: v.N}
+		in := syncer.DecodeInput{Codec: resolveCodec(t, e, v.Codec, string(v.Params)), Dtype: machine.Dtype(v.Dtype), N: v.N}
 		for _, x := range ts {
 			in.Tensors = append(in.Tensors, syncer.DecodeTensor{Name: x.Name, Dtype: x.Dtype, Shape: x.Shape, Data: x.Data})
 		}

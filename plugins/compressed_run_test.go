@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tenzro/train/audit"
 	"github.com/tenzro/train/chain"
 	"github.com/tenzro/train/store"
 	"github.com/tenzro/train/syncer"
@@ -193,7 +194,7 @@ func (h *codecRun) submit(i, round, f int, ts []safetensors.Tensor) error {
 // bytes twice, and a replay with a fresh engine reproduces the final model.
 func TestCompressedRunSealsVerifiesReplays(t *testing.T) {
 	h, raw := runCompressed(t, `{"codec":"int4-block","block":64}`, nil)
-	if err := syncer.CheckReceipt(raw, nil); err != nil {
+	if err := audit.CheckReceipt(raw, nil); err != nil {
 		t.Fatalf("receipt invalid: %v", err)
 	}
 	var rc wire.Receipt
@@ -215,7 +216,7 @@ func TestCompressedRunSealsVerifiesReplays(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	blob, _, err := syncer.TranscriptBlob(transcript)
+	blob, _, err := audit.TranscriptBlob(transcript)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"testing"
 
+	"github.com/tenzro/train/machine"
 	"github.com/tenzro/train/syncer"
 )
 
@@ -73,7 +74,7 @@ func BenchmarkDecode(b *testing.B) {
 		rr := resolveCodec(b, e, codec.name, mapJSON(codec.params))
 		b.Run(codec.name+"/wasm", func(b *testing.B) {
 			for i := 0; i < b.N; i++ {
-				if _, err := e.Decode(context.Background(), syncer.DecodeInput{Codec: rr, Dtype: syncer.F32, N: n, Tensors: ts}); err != nil {
+				if _, err := e.Decode(context.Background(), syncer.DecodeInput{Codec: rr, Dtype: machine.F32, N: n, Tensors: ts}); err != nil {
 					b.Fatal(err)
 				}
 			}

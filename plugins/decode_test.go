@@ -11,6 +11,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/tenzro/train/machine"
 	"github.com/tenzro/train/plugins/abi"
 	"github.com/tenzro/train/syncer"
 )
@@ -196,7 +197,7 @@ func resolveCodec(t testing.TB, e *Engine, name, params string) syncer.RuleRef {
 }
 
 func decode(e *Engine, rr syncer.RuleRef, n int, ts ...syncer.DecodeTensor) ([]byte, error) {
-	out, err := e.Decode(context.Background(), syncer.DecodeInput{Codec: rr, Dtype: syncer.F32, N: n, Tensors: ts})
+	out, err := e.Decode(context.Background(), syncer.DecodeInput{Codec: rr, Dtype: machine.F32, N: n, Tensors: ts})
 	return out.Values, err
 }
 
@@ -492,7 +493,7 @@ func TestDecodeIsBoundedByFuel(t *testing.T) {
 	n := 1 << 16
 	var fuel []uint64
 	for i := 0; i < 2; i++ {
-		out, err := e.Decode(context.Background(), syncer.DecodeInput{Codec: rr, Dtype: syncer.F32, N: n,
+		out, err := e.Decode(context.Background(), syncer.DecodeInput{Codec: rr, Dtype: machine.F32, N: n,
 			Tensors: []syncer.DecodeTensor{tensor("q", "I8", make([]byte, n)), tensor("scale", "F32", make([]byte, 4*n/64))}})
 		var rf *syncer.RuleFailure
 		if !errors.As(err, &rf) || rf.Code != CodeOutOfFuel {

@@ -7,6 +7,7 @@ import (
 	"context"
 	"testing"
 
+	"github.com/tenzro/train/machine"
 	"github.com/tenzro/train/syncer"
 )
 
@@ -24,7 +25,7 @@ func TestDecodeInWorkers(t *testing.T) {
 		{"topk", `{"k":0.5}`, 4, []syncer.DecodeTensor{tensor("indices", "I32", i32s(1, 3)), tensor("values", "BF16", []byte{0, 0x3f, 0, 0xc0})}},
 		{"topk", `{"k":0.5}`, 4, []syncer.DecodeTensor{tensor("indices", "I32", i32s(3, 1)), tensor("values", "BF16", []byte{0, 0x3f, 0, 0xc0})}},
 	} {
-		in := syncer.DecodeInput{Codec: resolveCodec(t, w, tc.codec, tc.params), Dtype: syncer.F32, N: tc.n, Tensors: tc.ts}
+		in := syncer.DecodeInput{Codec: resolveCodec(t, w, tc.codec, tc.params), Dtype: machine.F32, N: tc.n, Tensors: tc.ts}
 		a, errA := w.Decode(context.Background(), in)
 		b, errB := e.Decode(context.Background(), in)
 		if (errA == nil) != (errB == nil) || errA != nil && errA.Error() != errB.Error() {

@@ -10,6 +10,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/tenzro/train/machine"
 	"github.com/tenzro/train/plugins/builtin"
 	"github.com/tenzro/train/syncer"
 )
@@ -99,7 +100,7 @@ func TestVerifiers(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			in := syncer.VerifyInput{Verifier: rr, Dtype: syncer.F32, N: len(tc.input) / 4, Input: tc.input}
+			in := syncer.VerifyInput{Verifier: rr, Dtype: machine.F32, N: len(tc.input) / 4, Input: tc.input}
 			if rr.RoundLevel {
 				in.Round = round
 			}
@@ -128,7 +129,7 @@ func TestBF16(t *testing.T) {
 		return out
 	}
 	rr := mustResolve(t, e, "Mean", 2)
-	out, err := e.Aggregate(context.Background(), syncer.AggregateInput{Rule: rr, Dtype: syncer.BF16, N: 2, Inputs: [][]byte{bf(1, 2), bf(3, 4)}})
+	out, err := e.Aggregate(context.Background(), syncer.AggregateInput{Rule: rr, Dtype: machine.BF16, N: 2, Inputs: [][]byte{bf(1, 2), bf(3, 4)}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -143,17 +144,17 @@ type memKV struct {
 	m  map[string][]byte
 }
 
-func (k *memKV) Get(_ context.Context, ks syncer.Keyspace, key []byte) ([]byte, error) {
+func (k *memKV) Get(_ context.Context, ks machine.Keyspace, key []byte) ([]byte, error) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	v, ok := k.m[string(ks)+"|"+string(key)]
 	if !ok {
-		return nil, syncer.ErrNotFound
+		return nil, machine.ErrNotFound
 	}
 	return append([]byte(nil), v...), nil
 }
 
-func (k *memKV) Scan(_ context.Context, ks syncer.Keyspace, prefix []byte, fn func(key, value []byte) error) error {
+func (k *memKV) Scan(_ context.Context, ks machine.Keyspace, prefix []byte, fn func(key, value []byte) error) error {
 	k.mu.Lock()
 	var keys []string
 	for key := range k.m {
@@ -171,7 +172,7 @@ func (k *memKV) Scan(_ context.Context, ks syncer.Keyspace, prefix []byte, fn fu
 	return nil
 }
 
-func (k *memKV) Commit(_ context.Context, b *syncer.Batch) error {
+func (k *memKV) Commit(_ context.Context, b *machine.Batch) error {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	for _, op := range b.Ops {
@@ -238,7 +239,7 @@ func TestChunkedAggregateEqualsWhole(t *testing.T) {
 	in := randInputs(newRand(), 5, 300_000, 1) // 6 MB of inputs
 	for _, ref := range []string{"Mean", "TrimmedMean{alpha_bps=2000}", "CoordinateMedian"} {
 		whole := aggregate(t, e, mustResolve(t, e, ref, 5), in)
-		part, err := small.Aggregate(ctx, syncer.AggregateInput{Rule: mustResolve(t, small, ref, 5), Dtype: syncer.F32, N: len(in[0]), Inputs: asBytes(in)})
+		part, err := small.Aggregate(ctx, syncer.AggregateInput{Rule: mustResolve(t, small, ref, 5), Dtype: machine.F32, N: len(in[0]), Inputs: asBytes(in)})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -248,7 +249,7 @@ func TestChunkedAggregateEqualsWhole(t *testing.T) {
 	}
 	// Distance-based rules run in chunked passes (chunked_test.go has the
 	// byte-for-byte comparisons).
-	if _, err := small.Aggregate(ctx, syncer.AggregateInput{Rule: mustResolve(t, small, "Krum{f=1}", 5), Dtype: syncer.F32, N: len(in[0]), Inputs: asBytes(in)}); err != nil {
+	if _, err := small.Aggregate(ctx, syncer.AggregateInput{Rule: mustResolve(t, small, "Krum{f=1}", 5), Dtype: machine.F32, N: len(in[0]), Inputs: asBytes(in)}); err != nil {
 		t.Fatalf("Krum on a fragment larger than the page limit: %v", err)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 
+	"github.com/tenzro/train/machine"
 	"github.com/tenzro/train/plugins"
 	"github.com/tenzro/train/syncer"
 )
@@ -30,7 +31,7 @@ func ExampleEngine_Aggregate() {
 	if err != nil {
 		panic(err)
 	}
-	out, err := e.Aggregate(ctx, syncer.AggregateInput{Rule: rule, Dtype: syncer.F32, N: 1,
+	out, err := e.Aggregate(ctx, syncer.AggregateInput{Rule: rule, Dtype: machine.F32, N: 1,
 		Inputs: [][]byte{f32(0.5), f32(1), f32(2), f32(100)}})
 	if err != nil {
 		panic(err)

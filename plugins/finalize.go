@@ -2,12 +2,12 @@ package plugins
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"math"
 	"os"
 	"sync"
 
+	"github.com/tenzro/train/machine"
 	"github.com/tenzro/train/syncer"
 	"github.com/tenzro/train/wire"
 )
@@ -15,11 +15,12 @@ import (
 // Finalize implements syncer.Engine: a fragment's round-level verifiers,
 // aggregation and outer step in one call — in one worker process when the
 // engine runs calls out of process — on values read straight from their
-// stored files into the plugins' memory. The results are those of
-// syncer.FinalizeBySteps over Verify, Aggregate and OuterStep, byte for
-// byte and fuel for fuel: every plugin call is the same call (same
-// instance lifecycle, allocations, budget and entry points); what changes
-// is how the bytes get there and where they go.
+// stored files into the plugins' memory. The order and rules are
+// syncer.RunFinalize's; the results equal syncer.FinalizeInMemory's over
+// Verify, Aggregate and OuterStep, byte for byte and fuel for fuel: every
+// plugin call is the same call (same instance lifecycle, allocations,
+// budget and entry points); what changes is how the bytes get there and
+// where they go.
 //
 //   - Inputs are read once from their files (or the caller's readers) into
 //     a stage (stage_linux.go), and the stage's pages are mapped over the
@@ -35,14 +36,22 @@ import (
 //     the new state is written in place and handed to the caller's Write
 //     without a copy.
 func (e *Engine) Finalize(ctx context.Context, in syncer.FinalizeInput) (syncer.FinalizeOutput, error) {
-	out := syncer.FinalizeOutput{Rejected: make([]string, len(in.Inputs)), Selected: make([]bool, len(in.Inputs))}
 	span, err := finalizeShape(in)
 	if err != nil {
-		return out, err
+		return syncer.FinalizeOutput{}, err
 	}
 	if e.pool != nil {
 		return e.remoteFinalize(ctx, in, span)
 	}
+	return e.finalizeInProcess(ctx, in)
+}
+
+// finalizeInProcess is Finalize in this process, on values finalizeShape
+// has checked.
+func (e *Engine) finalizeInProcess(ctx context.Context, in syncer.FinalizeInput) (syncer.FinalizeOutput, error) {
+	var out syncer.FinalizeOutput
+	span := int64(in.N) * int64(in.Dtype.Size())
+	var err error
 	srcs := make([]*source, len(in.Inputs))
 	var files []*os.File
 	defer func() {
@@ -66,15 +75,18 @@ func (e *Engine) Finalize(ctx context.Context, in syncer.FinalizeInput) (syncer.
 			return out, err
 		}
 	}
-	w, err := open(in.Weights)
-	if err != nil {
-		return out, err
-	}
-	var m *source
-	if in.Momentum != nil {
-		if m, err = open(*in.Momentum); err != nil {
+	var w, m *source
+	if !in.AggregateOnly {
+		if w, err = open(in.Weights); err != nil {
 			return out, err
 		}
+		if in.Momentum != nil {
+			if m, err = open(*in.Momentum); err != nil {
+				return out, err
+			}
+		}
+	} else {
+		span = int64(in.N) * 4 // the aggregate takes the weights' place
 	}
 	f := e.newFeeder()
 	defer f.release()
@@ -83,11 +95,18 @@ func (e *Engine) Finalize(ctx context.Context, in syncer.FinalizeInput) (syncer.
 	if err != nil || res.Status != wire.FragAggregated {
 		return res, err
 	}
+	var mb []byte
+	if !in.AggregateOnly {
+		mb = mOut.bytes()
+	}
 	if in.Write != nil {
-		return res, in.Write(wOut.bytes(), mOut.bytes())
+		return res, in.Write(wOut.bytes(), mb)
 	}
 	res.Weights = append([]byte(nil), wOut.bytes()...)
-	res.Momentum = append([]byte(nil), mOut.bytes()...)
+	res.Momentum = append([]byte(nil), mb...)
+	if mb == nil {
+		res.Momentum = nil
+	}
 	return res, nil
 }
 
@@ -107,6 +126,9 @@ func finalizeShape(in syncer.FinalizeInput) (int64, error) {
 			return 0, fmt.Errorf("plugins: finalize: input %d has neither a reader nor a path", i)
 		}
 	}
+	if in.AggregateOnly {
+		return span, nil
+	}
 	if in.Weights.Len() != span || (in.Weights.R == nil && in.Weights.Path == "") {
 		return 0, fmt.Errorf("plugins: finalize: weights span %d bytes, want %d", in.Weights.Len(), span)
 	}
@@ -116,123 +138,97 @@ func finalizeShape(in syncer.FinalizeInput) (int64, error) {
 	return span, nil
 }
 
-// finalizeLocal runs a finalize in this process: exactly the steps of
-// syncer.FinalizeBySteps, with Verify, Aggregate and OuterStep's checks in
-// the same order. The new weights and momentum land in wOut and mOut, NaN
-// canonicalised; the caller hands them on.
+// finalizeLocal runs a finalize in this process: syncer.RunFinalize over
+// the plugins' steps on values placed from srcs (pluginSteps). The new
+// weights and momentum land in wOut and mOut, NaN canonicalised; the
+// caller hands them on.
 func (e *Engine) finalizeLocal(ctx context.Context, in syncer.FinalizeInput, srcs []*source, w, m *source, wOut, mOut dest, f *feeder) (syncer.FinalizeOutput, error) {
-	out := syncer.FinalizeOutput{Rejected: make([]string, len(srcs)), Selected: make([]bool, len(srcs))}
 	f.ids(srcs...)
-	n := in.N
-	// Round-level verifiers (Engine.Verify per input, against all inputs).
-	keep := make([]bool, len(srcs))
-	for k := range keep {
-		keep[k] = true
+	s := &pluginSteps{e: e, in: in, srcs: srcs, w: w, m: m, wOut: wOut, mOut: mOut, f: f}
+	defer s.ahead.Wait()
+	return syncer.RunFinalize(ctx, in, s)
+}
+
+// pluginSteps are syncer.FinalizeSteps on staged sources: inputs mapped
+// into the guests' memory, the aggregate staged where the outer step's
+// gradient block maps it, the weights and momentum read ahead into their
+// outputs while the aggregator runs (a native outer step).
+type pluginSteps struct {
+	e          *Engine
+	in         syncer.FinalizeInput
+	srcs       []*source
+	w, m       *source
+	wOut, mOut dest
+	f          *feeder
+	ahead      sync.WaitGroup
+	agg        finalizeAgg
+}
+
+func (s *pluginSteps) Verify(ctx context.Context, v syncer.RuleRef, ks []int) ([]syncer.VerifyOutput, error) {
+	return s.e.finalizeVerifier(ctx, s.in, v, s.srcs, ks, s.f)
+}
+
+func (s *pluginSteps) Aggregate(ctx context.Context, kept []int) (syncer.AggregateOutput, error) {
+	srcs := make([]*source, len(kept))
+	for j, k := range kept {
+		srcs[j] = s.srcs[k]
 	}
-	for _, v := range in.Verifiers {
-		if !v.RoundLevel || len(srcs) == 0 {
-			continue
-		}
-		if err := e.finalizeVerifier(ctx, in, v, srcs, keep, &out, f); err != nil {
-			return out, fmt.Errorf("round verifier %s: %w", v.Name, err)
-		}
-	}
-	var kept []*source
-	var keptIdx []int
-	for k, ok := range keep {
-		if ok {
-			kept = append(kept, srcs[k])
-			keptIdx = append(keptIdx, k)
-		}
-	}
-	out.Kept = len(kept)
-	if len(kept) < in.Quorum {
-		out.Status = wire.FragNoQuorum
-		out.Reason = syncer.NoQuorumReason(len(kept), in.Quorum)
-		return out, nil
+	var err error
+	if s.in.AggregateOnly {
+		// The aggregate lands where the new weights would.
+		s.agg, err = s.e.finalizeAggregate(ctx, s.in, srcs, s.f, s.wOut)
+		return s.agg.AggregateOutput, err
 	}
 	// A native outer step reads the weights and momentum on the other core
 	// while the aggregator's guest runs.
-	ahead := e.readAhead(ctx, in, w, m, wOut, mOut, f)
-	defer ahead.Wait()
-	// Aggregation (Engine.Aggregate).
-	agg, err := e.finalizeAggregate(ctx, in, kept, f)
-	var rf *syncer.RuleFailure
-	if errors.As(err, &rf) {
-		out.Status, out.Reason = wire.FragRuleFailed, rf.Error()
-		return out, nil
-	} else if err != nil {
-		return out, fmt.Errorf("aggregate: %w", err)
-	}
-	out.Fuel += agg.Fuel
-	for j, k := range keptIdx {
-		out.Selected[k] = j < len(agg.Selected) && agg.Selected[j]
-	}
-	// The aggregate's hash is computed while the outer step runs (the
-	// step's gradient block maps the aggregate private, or copies it: the
-	// aggregate does not change).
-	var hashed sync.WaitGroup
-	hashed.Add(1)
-	go func() {
-		defer hashed.Done()
-		out.AggregateHash = wire.ContentHash(agg.Aggregate)
-	}()
-	g := bytesSource(agg.Aggregate)
-	f.ids(g)
-	if agg.dest.out.st != nil {
-		f.remember([]*source{g}, 0, int64(n)*4, agg.dest.out.st, agg.dest.out.off)
-	}
-	ahead.Wait()
-	fuel, err := e.finalizeOuter(ctx, in, w, m, g, wOut, mOut, f)
-	hashed.Wait()
-	if errors.As(err, &rf) {
-		out.Status, out.Reason = wire.FragRuleFailed, rf.Error()
-		return out, nil
-	} else if err != nil {
-		return out, fmt.Errorf("outer step: %w", err)
-	}
-	out.Fuel += fuel
-	out.Status = wire.FragAggregated
-	return out, nil
+	s.e.readAhead(ctx, s.in, s.w, s.m, s.wOut, s.mOut, s.f, &s.ahead)
+	s.agg, err = s.e.finalizeAggregate(ctx, s.in, srcs, s.f, stagedDest(s.f, int64(s.in.N)*4))
+	return s.agg.AggregateOutput, err
 }
 
-// finalizeVerifier runs one round-level verifier on every input, as
-// Engine.Verify would, clearing keep and recording the reason for inputs it
-// rejects.
-func (e *Engine) finalizeVerifier(ctx context.Context, in syncer.FinalizeInput, v syncer.RuleRef, srcs []*source, keep []bool, out *syncer.FinalizeOutput, f *feeder) error {
+func (s *pluginSteps) Outer(ctx context.Context, aggregate []byte) (uint64, error) {
+	// The step's gradient block maps the staged aggregate private, or
+	// copies it: the aggregate does not change.
+	g := bytesSource(aggregate)
+	s.f.ids(g)
+	if st := s.agg.dest.out.st; st != nil {
+		s.f.remember([]*source{g}, 0, int64(s.in.N)*4, st, s.agg.dest.out.off)
+	}
+	s.ahead.Wait()
+	return s.e.finalizeOuter(ctx, s.in, s.w, s.m, g, s.wOut, s.mOut, s.f)
+}
+
+// finalizeVerifier runs one round-level verifier on the inputs ks names,
+// as Engine.Verify would, each against every input.
+func (e *Engine) finalizeVerifier(ctx context.Context, in syncer.FinalizeInput, v syncer.RuleRef, srcs []*source, ks []int, f *feeder) ([]syncer.VerifyOutput, error) {
 	p, err := e.pluginFor(ctx, v, KindVerify)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	defer e.release(p)
 	params, err := paramVector(p.manifest, v.Params)
 	if err != nil {
-		return fmt.Errorf("plugins: %s: %w", p.info.Name, err)
+		return nil, fmt.Errorf("plugins: %s: %w", p.info.Name, err)
 	}
 	es, err := checkShape(p, in.Dtype, in.N, 1)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	round := srcs
 	if p.manifest.RoundLevel {
 		if _, err := checkShape(p, in.Dtype, in.N, len(srcs)); err != nil {
-			return err
+			return nil, err
 		}
 	} else {
 		round = nil // per-submission verifiers never see the round
 	}
-	for k := range srcs {
-		vo, err := e.verifySrc(ctx, p, params, in.Dtype, in.N, es, srcs[k], round, f)
-		if err != nil {
-			return err
-		}
-		out.Fuel += vo.Fuel
-		if !vo.Accept && keep[k] {
-			keep[k] = false
-			out.Rejected[k] = fmt.Sprintf("%s: %s", v.Name, vo.Reason)
+	out := make([]syncer.VerifyOutput, len(ks))
+	for j, k := range ks {
+		if out[j], err = e.verifySrc(ctx, p, params, in.Dtype, in.N, es, srcs[k], round, f); err != nil {
+			return nil, err
 		}
 	}
-	return nil
+	return out, nil
 }
 
 type finalizeAgg struct {
@@ -241,8 +237,8 @@ type finalizeAgg struct {
 }
 
 // finalizeAggregate is Engine.Aggregate on the kept inputs, the aggregate
-// landing in a stage (NaN canonicalised).
-func (e *Engine) finalizeAggregate(ctx context.Context, in syncer.FinalizeInput, kept []*source, f *feeder) (finalizeAgg, error) {
+// landing in to (N f32, NaN canonicalised).
+func (e *Engine) finalizeAggregate(ctx context.Context, in syncer.FinalizeInput, kept []*source, f *feeder, to dest) (finalizeAgg, error) {
 	var out finalizeAgg
 	p, err := e.pluginFor(ctx, in.Rule, KindAggregate)
 	if err != nil {
@@ -257,7 +253,7 @@ func (e *Engine) finalizeAggregate(ctx context.Context, in syncer.FinalizeInput,
 	if err != nil {
 		return out, err
 	}
-	out.dest = stagedDest(f, int64(in.N)*4)
+	out.dest = to
 	out.AggregateOutput, err = e.aggregateSrc(ctx, p, params, in.Dtype, in.N, es, kept, out.dest, f)
 	if err != nil {
 		return out, err
@@ -289,7 +285,7 @@ func (e *Engine) finalizeOuter(ctx context.Context, in syncer.FinalizeInput, w, 
 
 // checkShape is checkInputs for k inputs of n values of d whose sizes the
 // caller has checked.
-func checkShape(p *plugin, d syncer.Dtype, n, k int) (int, error) {
+func checkShape(p *plugin, d machine.Dtype, n, k int) (int, error) {
 	if _, err := dtypeCode(d); err != nil {
 		return 0, fmt.Errorf("plugins: %w", err)
 	}
@@ -308,16 +304,15 @@ func checkShape(p *plugin, d syncer.Dtype, n, k int) (int, error) {
 // readAhead has the weights and momentum read into their output buffers in
 // the background, from when the aggregator's guest starts (f.onRun), when
 // the outer step will run natively (its blocks then need no particular
-// alignment): the caller waits before the step.
-func (e *Engine) readAhead(ctx context.Context, in syncer.FinalizeInput, w, m *source, wOut, mOut dest, f *feeder) *sync.WaitGroup {
-	var wg sync.WaitGroup
+// alignment): the caller waits on wg before the step.
+func (e *Engine) readAhead(ctx context.Context, in syncer.FinalizeInput, w, m *source, wOut, mOut dest, f *feeder, wg *sync.WaitGroup) {
 	p, err := e.pluginFor(ctx, in.Outer, KindOuter)
 	if err != nil {
-		return &wg
+		return
 	}
 	defer e.release(p)
 	if _, ok := e.nativeOuter(ctx, p, outerVariant{in.Dtype, m != nil, in.Nesterov}); !ok {
-		return &wg
+		return
 	}
 	wb, mb := wOut.bytes(), mOut.bytes()
 	read := func() {
@@ -340,5 +335,4 @@ func (e *Engine) readAhead(ctx context.Context, in syncer.FinalizeInput, w, m *s
 	} else {
 		f.onRun = read
 	}
-	return &wg
 }

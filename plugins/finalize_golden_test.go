@@ -14,6 +14,7 @@ import (
 	"sort"
 	"testing"
 
+	"github.com/tenzro/train/machine"
 	"github.com/tenzro/train/syncer"
 )
 
@@ -42,7 +43,7 @@ var goldenRules = []string{"Mean", "TrimmedMean{alpha_bps=2000}", "CoordinateMed
 type goldenCase struct {
 	Name     string
 	Rule     string
-	Dtype    syncer.Dtype
+	Dtype    machine.Dtype
 	K, N     int
 	Momentum bool
 	Verifier string // a round-level verifier, or ""
@@ -55,7 +56,7 @@ type goldenCase struct {
 func goldenCases() []goldenCase {
 	var cs []goldenCase
 	for i, r := range goldenRules {
-		for _, d := range []syncer.Dtype{syncer.F32, syncer.BF16} {
+		for _, d := range []machine.Dtype{machine.F32, machine.BF16} {
 			for _, m := range []bool{false, true} {
 				cs = append(cs, goldenCase{Name: fmt.Sprintf("%s/%s/momentum=%v", r, d, m), Rule: r, Dtype: d, K: goldenK, N: goldenN, Momentum: m, Quorum: goldenK,
 					Outlier: i%2 == 1})
@@ -63,15 +64,15 @@ func goldenCases() []goldenCase {
 		}
 	}
 	cs = append(cs,
-		goldenCase{Name: "Mean/NaN", Rule: "Mean", Dtype: syncer.F32, K: goldenK, N: goldenN, Momentum: true, Quorum: goldenK, NaN: true},
-		goldenCase{Name: "Mean/NormRatio", Rule: "Mean", Dtype: syncer.F32, K: goldenK, N: goldenN, Momentum: true, Verifier: "NormRatio", Quorum: goldenK - 1, Outlier: true},
-		goldenCase{Name: "Krum/NormRatio/BF16", Rule: "Krum{f=1}", Dtype: syncer.BF16, K: goldenK, N: goldenN, Verifier: "NormRatio", Quorum: goldenK - 2, Outlier: true},
-		goldenCase{Name: "Mean/NormRatio/no-quorum", Rule: "Mean", Dtype: syncer.F32, K: goldenK, N: goldenN, Verifier: "NormRatio", Quorum: goldenK, Outlier: true},
-		goldenCase{Name: "Mean/large", Rule: "Mean", Dtype: syncer.F32, K: 4, N: 1<<19 + 3, Momentum: true, Quorum: 4},
-		goldenCase{Name: "Krum/large/BF16", Rule: "Krum{f=0}", Dtype: syncer.BF16, K: 4, N: 1<<20 + 5, Momentum: true, Quorum: 4},
+		goldenCase{Name: "Mean/NaN", Rule: "Mean", Dtype: machine.F32, K: goldenK, N: goldenN, Momentum: true, Quorum: goldenK, NaN: true},
+		goldenCase{Name: "Mean/NormRatio", Rule: "Mean", Dtype: machine.F32, K: goldenK, N: goldenN, Momentum: true, Verifier: "NormRatio", Quorum: goldenK - 1, Outlier: true},
+		goldenCase{Name: "Krum/NormRatio/BF16", Rule: "Krum{f=1}", Dtype: machine.BF16, K: goldenK, N: goldenN, Verifier: "NormRatio", Quorum: goldenK - 2, Outlier: true},
+		goldenCase{Name: "Mean/NormRatio/no-quorum", Rule: "Mean", Dtype: machine.F32, K: goldenK, N: goldenN, Verifier: "NormRatio", Quorum: goldenK, Outlier: true},
+		goldenCase{Name: "Mean/large", Rule: "Mean", Dtype: machine.F32, K: 4, N: 1<<19 + 3, Momentum: true, Quorum: 4},
+		goldenCase{Name: "Krum/large/BF16", Rule: "Krum{f=0}", Dtype: machine.BF16, K: 4, N: 1<<20 + 5, Momentum: true, Quorum: 4},
 		// fuel budgets: the aggregation runs out; the outer step runs out
-		goldenCase{Name: "Mean/agg-out-of-fuel", Rule: "Mean", Dtype: syncer.F32, K: goldenK, N: goldenN, Momentum: true, Quorum: goldenK, Fuel: "agg"},
-		goldenCase{Name: "Mean/outer-out-of-fuel", Rule: "Mean", Dtype: syncer.F32, K: goldenK, N: goldenN, Momentum: true, Quorum: goldenK, Fuel: "outer"},
+		goldenCase{Name: "Mean/agg-out-of-fuel", Rule: "Mean", Dtype: machine.F32, K: goldenK, N: goldenN, Momentum: true, Quorum: goldenK, Fuel: "agg"},
+		goldenCase{Name: "Mean/outer-out-of-fuel", Rule: "Mean", Dtype: machine.F32, K: goldenK, N: goldenN, Momentum: true, Quorum: goldenK, Fuel: "outer"},
 	)
 	return cs
 }
@@ -184,7 +185,7 @@ func stepsResult(t testing.TB, e *Engine, c goldenCase, d goldenData) goldenResu
 	res.Kept = len(kept)
 	if len(kept) < c.Quorum {
 		res.Status = "no_quorum"
-		res.Reason = fmt.Sprintf("%d of K=%d inputs left after round-level verification", len(kept), c.Quorum)
+		res.Reason = fmt.Sprintf("%d of K=%d inputs left after verification", len(kept), c.Quorum)
 		return res
 	}
 	rr, err := e.ResolveRule(ctx, c.Rule, nil, c.Quorum, c.K)

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tenzro/train/machine"
 	"github.com/tenzro/train/syncer"
 	"github.com/tenzro/train/wire"
 	"github.com/tenzro/train/wire/safetensors"
@@ -154,7 +155,7 @@ func asGolden(out syncer.FinalizeOutput) goldenResult {
 
 // TestFinalizeMatchesGolden: Engine.Finalize gives what the separate calls
 // gave before it existed (the golden) and what they give now
-// (syncer.FinalizeBySteps on the same engine, the aggregate's hash
+// (syncer.FinalizeInMemory on the same engine, the aggregate's hash
 // included), in process and in workers, whole and chunked, with blocks
 // mapped from stages or copied, for every built-in aggregation rule, F32
 // and BF16, with and without momentum, round-level verification, no
@@ -184,7 +185,7 @@ func TestFinalizeMatchesGolden(t *testing.T) {
 				if err != nil {
 					t.Fatalf("%s: %v", c.Name, err)
 				}
-				ref, err := syncer.FinalizeBySteps(ctx, e, in)
+				ref, err := syncer.FinalizeInMemory(ctx, e, in)
 				if err != nil {
 					t.Fatalf("%s: steps: %v", c.Name, err)
 				}
@@ -277,7 +278,7 @@ func TestFinalizeWorkerHostile(t *testing.T) {
 	e := workerEngine(t, Config{Fuel: maxFuel, WallClock: 2 * time.Second})
 	outer, _ := e.ResolveOuter(ctx)
 	in := func(rule syncer.RuleRef) syncer.FinalizeInput {
-		return syncer.FinalizeInput{Rule: rule, Outer: outer, Dtype: syncer.F32, N: 4, Quorum: 2, LR: 1, Beta: 0.9,
+		return syncer.FinalizeInput{Rule: rule, Outer: outer, Dtype: machine.F32, N: 4, Quorum: 2, LR: 1, Beta: 0.9,
 			Inputs:  []syncer.Values{syncer.BytesValues(f32s(1, 2, 3, 4)), syncer.BytesValues(f32s(3, 4, 5, 6))},
 			Weights: syncer.BytesValues(f32s(0, 0, 0, 0))}
 	}
@@ -302,7 +303,7 @@ func TestFinalizeWorkerHostile(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want, err := syncer.FinalizeBySteps(ctx, e, grow)
+	want, err := syncer.FinalizeInMemory(ctx, e, grow)
 	if err != nil || got.Status != wire.FragRuleFailed || !reflect.DeepEqual(got, want) {
 		t.Fatalf("memory.grow loop: %+v (%v), separate steps %+v", got, err, want)
 	}
@@ -310,5 +311,45 @@ func TestFinalizeWorkerHostile(t *testing.T) {
 	out, err := e.Finalize(ctx, mean)
 	if err != nil || out.Status != wire.FragAggregated || !bytes.Equal(out.Weights, f32s(-2, -3, -4, -5)) {
 		t.Fatalf("Mean after the kill: %+v %v", out, err)
+	}
+}
+
+// TestFinalizeAggregateOnly: the aggregation-only finalize (`tenzro plugin
+// run`) gives Engine.Aggregate's bytes, selection and fuel, in process and
+// in workers, without weights, and hands the aggregate to Write.
+func TestFinalizeAggregateOnly(t *testing.T) {
+	ctx := context.Background()
+	fe := &finalizeEngines{t: t, es: map[string]*Engine{}}
+	for _, ci := range []int{0, 12, 6} { // Mean F32, Krum{f=1} F32, TrimmedMean BF16 (goldenCases order)
+		c := goldenCases()[ci]
+		for _, m := range []finalizeMode{finalizeModes[1], finalizeModes[5], finalizeModes[6]} {
+			e := fe.get(m, "")
+			d := c.data()
+			in := finalizeInput(t, e, c, d, t.TempDir())
+			in.AggregateOnly, in.Weights, in.Momentum, in.Verifiers, in.Quorum = true, syncer.Values{}, nil, nil, 0
+			got, err := e.Finalize(ctx, in)
+			if err != nil {
+				t.Fatalf("%s %s: %v", c.Name, m.name, err)
+			}
+			agg, err := e.Aggregate(ctx, syncer.AggregateInput{Rule: in.Rule, Dtype: c.Dtype, N: c.N, Inputs: d.inputs})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got.Status != wire.FragAggregated || !bytes.Equal(got.Weights, agg.Aggregate) || got.Momentum != nil ||
+				got.Fuel != agg.Fuel || got.AggregateHash != wire.ContentHash(agg.Aggregate) || !reflect.DeepEqual(got.Selected, agg.Selected) {
+				t.Errorf("%s %s: got %s fuel %d, Aggregate fuel %d (same bytes %v)", c.Name, m.name, got.Status, got.Fuel, agg.Fuel, bytes.Equal(got.Weights, agg.Aggregate))
+			}
+			var handed []byte
+			in.Write = func(w, mo []byte) error {
+				if mo != nil {
+					return errors.New("momentum handed over")
+				}
+				handed = bytes.Clone(w)
+				return nil
+			}
+			if _, err := e.Finalize(ctx, in); err != nil || !bytes.Equal(handed, agg.Aggregate) {
+				t.Errorf("%s %s: Write got other bytes (%v)", c.Name, m.name, err)
+			}
+		}
 	}
 }

@@ -41,16 +41,19 @@ func (e *Engine) remoteFinalize(ctx context.Context, in syncer.FinalizeInput, sp
 	for _, v := range in.Verifiers {
 		if v.RoundLevel && len(in.Inputs) > 0 {
 			if !need(v, KindVerify) {
-				return syncer.FinalizeBySteps(ctx, e, in)
+				return e.finalizeInProcess(ctx, in)
 			}
 			calls += len(in.Inputs)
 		}
 	}
-	if !need(in.Rule, KindAggregate) || !need(in.Outer, KindOuter) {
-		return syncer.FinalizeBySteps(ctx, e, in)
+	if !need(in.Rule, KindAggregate) || (!in.AggregateOnly && !need(in.Outer, KindOuter)) {
+		return e.finalizeInProcess(ctx, in)
 	}
 	n := int64(in.N)
-	fr := &finReq{Rule: in.Rule, Outer: in.Outer, Verifiers: in.Verifiers, Quorum: in.Quorum}
+	if in.AggregateOnly {
+		span = n * 4 // the aggregate takes the new weights' place
+	}
+	fr := &finReq{Rule: in.Rule, Outer: in.Outer, Verifiers: in.Verifiers, Quorum: in.Quorum, AggregateOnly: in.AggregateOnly}
 	// Values without a path go through the arena.
 	type arenaCopy struct {
 		src     *source
@@ -71,8 +74,10 @@ func (e *Engine) remoteFinalize(ctx context.Context, in syncer.FinalizeInput, sp
 	for _, v := range in.Inputs {
 		fr.Inputs = append(fr.Inputs, place(v))
 	}
-	fr.Weights = place(in.Weights)
-	if in.Momentum != nil {
+	if !in.AggregateOnly {
+		fr.Weights = place(in.Weights)
+	}
+	if in.Momentum != nil && !in.AggregateOnly {
 		m := place(*in.Momentum)
 		fr.Momentum = &m
 	}
@@ -114,15 +119,21 @@ func (e *Engine) remoteFinalize(ctx context.Context, in syncer.FinalizeInput, sp
 			}
 			room := resp.outOff
 			if fin.WeightsOff < room || fin.WeightsOff+span > room+fr.WeightsRoom ||
-				fin.MomentumOff < room+fr.WeightsRoom || fin.MomentumOff+n*4 > room+outLen {
+				!in.AggregateOnly && (fin.MomentumOff < room+fr.WeightsRoom || fin.MomentumOff+n*4 > room+outLen) {
 				return fmt.Errorf("plugins: worker finalize put its outputs outside their room")
 			}
 			w := arena[fin.WeightsOff : fin.WeightsOff+span : fin.WeightsOff+span]
-			m := arena[fin.MomentumOff : fin.MomentumOff+n*4 : fin.MomentumOff+n*4]
+			var m []byte
+			if !in.AggregateOnly {
+				m = arena[fin.MomentumOff : fin.MomentumOff+n*4 : fin.MomentumOff+n*4]
+			}
 			if in.Write != nil {
 				return in.Write(w, m)
 			}
-			out.Weights, out.Momentum = append([]byte(nil), w...), append([]byte(nil), m...)
+			out.Weights = append([]byte(nil), w...)
+			if m != nil {
+				out.Momentum = append([]byte(nil), m...)
+			}
 			return nil
 		},
 	}
@@ -165,6 +176,9 @@ func serveFinalize(ctx context.Context, e *Engine, req *workerReq, mem []byte, a
 		return nil, 0, fmt.Errorf("finalize: dtype %q, N=%d", req.Dtype, req.N)
 	}
 	span := n * es
+	if fr.AggregateOnly {
+		span = n * 4 // the aggregate takes the new weights' place
+	}
 	if req.InOff < 0 || req.OutOff < req.InOff || req.OutLen < 0 || req.OutOff+req.OutLen > int64(len(mem)) ||
 		fr.WeightsRoom < span+int64(pageSize) || req.OutLen < fr.WeightsRoom+n*4+int64(pageSize) {
 		return nil, 0, fmt.Errorf("finalize: arena layout out of bounds")
@@ -188,27 +202,31 @@ func serveFinalize(ctx context.Context, e *Engine, req *workerReq, mem []byte, a
 		return readerSource(f, v.Ranges), nil
 	}
 	in := syncer.FinalizeInput{Rule: fr.Rule, Outer: fr.Outer, Verifiers: fr.Verifiers, Dtype: req.Dtype, N: req.N, Quorum: fr.Quorum,
-		LR: req.LR, Beta: req.Beta, Nesterov: req.Nesterov}
+		LR: req.LR, Beta: req.Beta, Nesterov: req.Nesterov, AggregateOnly: fr.AggregateOnly,
+		Inputs: make([]syncer.Values, len(fr.Inputs))} // counted by RunFinalize; the sources are srcs
 	srcs := make([]*source, len(fr.Inputs))
 	for i, v := range fr.Inputs {
 		s, err := open(v)
 		if err != nil {
 			return nil, 0, err
 		}
-		if s.size != span {
+		if s.size != n*es {
 			return nil, 0, fmt.Errorf("finalize: input %d spans %d bytes, want %d", i, s.size, span)
 		}
 		srcs[i] = s
 	}
-	w, err := open(fr.Weights)
-	if err != nil {
-		return nil, 0, err
+	var w, m *source
+	if !fr.AggregateOnly {
+		var err error
+		if w, err = open(fr.Weights); err != nil {
+			return nil, 0, err
+		}
+		if w.size != span {
+			return nil, 0, fmt.Errorf("finalize: weights span %d bytes, want %d", w.size, span)
+		}
 	}
-	if w.size != span {
-		return nil, 0, fmt.Errorf("finalize: weights span %d bytes, want %d", w.size, span)
-	}
-	var m *source
-	if fr.Momentum != nil {
+	if fr.Momentum != nil && !fr.AggregateOnly {
+		var err error
 		if m, err = open(*fr.Momentum); err != nil {
 			return nil, 0, err
 		}
@@ -228,8 +246,10 @@ func serveFinalize(ctx context.Context, e *Engine, req *workerReq, mem []byte, a
 		AggregateHash: res.AggregateHash}
 	if res.Status == wire.FragAggregated {
 		wOut.bytes()
-		mOut.bytes()
-		if wOut.out.st == nil || mOut.out.st == nil {
+		if !fr.AggregateOnly {
+			mOut.bytes()
+		}
+		if wOut.out.st == nil || (!fr.AggregateOnly && mOut.out.st == nil) {
 			return nil, res.Fuel, fmt.Errorf("finalize: outputs not in the arena")
 		}
 		resp.WeightsOff, resp.MomentumOff = wOut.out.off, mOut.out.off

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/tenzro/train/machine"
 	"github.com/tenzro/train/syncer"
 )
 
@@ -76,7 +77,7 @@ func mustResolve(t testing.TB, e *Engine, ref string, k int) syncer.RuleRef {
 
 func aggregate(t testing.TB, e *Engine, rr syncer.RuleRef, in [][]float32) syncer.AggregateOutput {
 	t.Helper()
-	out, err := e.Aggregate(context.Background(), syncer.AggregateInput{Rule: rr, Dtype: syncer.F32, N: len(in[0]), Inputs: asBytes(in)})
+	out, err := e.Aggregate(context.Background(), syncer.AggregateInput{Rule: rr, Dtype: machine.F32, N: len(in[0]), Inputs: asBytes(in)})
 	if err != nil {
 		t.Fatalf("aggregate %s: %v", rr.Name, err)
 	}

@@ -19,6 +19,7 @@ import (
 	"github.com/tetratelabs/wazero/api"
 	"github.com/tetratelabs/wazero/sys"
 
+	"github.com/tenzro/train/machine"
 	"github.com/tenzro/train/syncer"
 	"github.com/tenzro/train/wire"
 )
@@ -59,7 +60,7 @@ const (
 // Config configures an Engine.
 type Config struct {
 	// KV stores the registry (keyspace syncer.KSPlugins); nil keeps it in memory.
-	KV syncer.KV
+	KV machine.KV
 	// CacheDir is a private directory for wazero's compilation cache; empty
 	// keeps the cache in memory.
 	CacheDir string
@@ -502,11 +503,11 @@ func stdReason(code uint32) string {
 	return fmt.Sprintf("rule error %d", code)
 }
 
-func dtypeCode(d syncer.Dtype) (uint64, error) {
+func dtypeCode(d machine.Dtype) (uint64, error) {
 	switch d {
-	case syncer.F32:
+	case machine.F32:
 		return 0, nil
-	case syncer.BF16:
+	case machine.BF16:
 		return 1, nil
 	}
 	return 0, fmt.Errorf("dtype %q: want F32 or BF16", d)
@@ -548,7 +549,7 @@ func (e *Engine) aggregate(ctx context.Context, in syncer.AggregateInput) (synce
 
 // aggregateSrc runs an aggregation plugin on K inputs of n values, read from
 // srcs, the aggregate landing in out (n f32).
-func (e *Engine) aggregateSrc(ctx context.Context, p *plugin, params []float64, d syncer.Dtype, n, es int, srcs []*source, out dest, f *feeder) (syncer.AggregateOutput, error) {
+func (e *Engine) aggregateSrc(ctx context.Context, p *plugin, params []float64, d machine.Dtype, n, es int, srcs []*source, out dest, f *feeder) (syncer.AggregateOutput, error) {
 	var res syncer.AggregateOutput
 	k := len(srcs)
 	chunk := n
@@ -605,7 +606,7 @@ func aggregateBytes(k, n, es, nparams int) uint64 {
 
 func (e *Engine) memBudget() uint64 { return uint64(e.cfg.MemoryPages) * 65536 }
 
-func checkInputs(p *plugin, d syncer.Dtype, n int, inputs [][]byte) (int, error) {
+func checkInputs(p *plugin, d machine.Dtype, n int, inputs [][]byte) (int, error) {
 	if _, err := dtypeCode(d); err != nil {
 		return 0, fmt.Errorf("plugins: %w", err)
 	}
@@ -629,7 +630,7 @@ func checkInputs(p *plugin, d syncer.Dtype, n int, inputs [][]byte) (int, error)
 
 // aggregateOnce runs one call on coordinates [c0, c1) and reads the
 // aggregate straight into dst (4 bytes per coordinate).
-func (e *Engine) aggregateOnce(ctx context.Context, p *plugin, budget uint64, d syncer.Dtype, srcs []*source, c0, c1, es int, params []float64, dst dest, f *feeder) (out syncer.AggregateOutput, err error) {
+func (e *Engine) aggregateOnce(ctx context.Context, p *plugin, budget uint64, d machine.Dtype, srcs []*source, c0, c1, es int, params []float64, dst dest, f *feeder) (out syncer.AggregateOutput, err error) {
 	c, err := e.newCall(ctx, p, budget, f)
 	if err != nil {
 		return out, err
@@ -733,7 +734,7 @@ func (e *Engine) Verify(ctx context.Context, in syncer.VerifyInput) (out syncer.
 
 // verifySrc runs a verifier on one input and, for round-level verifiers,
 // the round, read from sources.
-func (e *Engine) verifySrc(ctx context.Context, p *plugin, params []float64, d syncer.Dtype, n, es int, input *source, round []*source, f *feeder) (out syncer.VerifyOutput, err error) {
+func (e *Engine) verifySrc(ctx context.Context, p *plugin, params []float64, d machine.Dtype, n, es int, input *source, round []*source, f *feeder) (out syncer.VerifyOutput, err error) {
 	need := uint64(len(round)+1)*uint64(n)*uint64(es) + guestSlack
 	if !e.wantChunks(p, need) {
 		return e.verifyOnce(ctx, p, e.fuelFor(ctx), d, input, round, 0, n, es, params, f)
@@ -768,7 +769,7 @@ func (e *Engine) verifySrc(ctx context.Context, p *plugin, params []float64, d s
 
 // verifyOnce runs tenzro_verify on coordinates [c0, c1) of the input (and
 // of the round).
-func (e *Engine) verifyOnce(ctx context.Context, p *plugin, budget uint64, d syncer.Dtype, input *source, round []*source, c0, c1, es int, params []float64, f *feeder) (out syncer.VerifyOutput, err error) {
+func (e *Engine) verifyOnce(ctx context.Context, p *plugin, budget uint64, d machine.Dtype, input *source, round []*source, c0, c1, es int, params []float64, f *feeder) (out syncer.VerifyOutput, err error) {
 	c, err := e.newCall(ctx, p, budget, f)
 	if err != nil {
 		return out, err
@@ -888,7 +889,7 @@ func (e *Engine) outerStep(ctx context.Context, in syncer.OuterStepInput) (synce
 // outerSrc runs the outer step on n coordinates: weights w (n of d),
 // momentum m (n f32; nil before the first step), aggregate g (n f32); the
 // new weights and momentum land in wOut and mOut. It returns the fuel.
-func (e *Engine) outerSrc(ctx context.Context, p *plugin, d syncer.Dtype, n, es int, w, m, g *source, wOut, mOut dest,
+func (e *Engine) outerSrc(ctx context.Context, p *plugin, d machine.Dtype, n, es int, w, m, g *source, wOut, mOut dest,
 	lr, beta float32, nesterov bool, f *feeder) (uint64, error) {
 	per := uint64(es) + 8
 	chunk := n
@@ -909,7 +910,7 @@ func (e *Engine) outerSrc(ctx context.Context, p *plugin, d syncer.Dtype, n, es 
 	}
 	return fuel, nil
 }
-func (e *Engine) outerOnce(ctx context.Context, p *plugin, budget uint64, d syncer.Dtype, w, m, g *source, c0, c1, es int, wOut, mOut dest,
+func (e *Engine) outerOnce(ctx context.Context, p *plugin, budget uint64, d machine.Dtype, w, m, g *source, c0, c1, es int, wOut, mOut dest,
 	lr, beta float32, nesterov bool, f *feeder) (fuel uint64, err error) {
 	c, err := e.newCall(ctx, p, budget, f)
 	if err != nil {

@@ -11,6 +11,7 @@ import (
 	"github.com/tetratelabs/wabin/leb128"
 	"github.com/tetratelabs/wabin/wasm"
 
+	"github.com/tenzro/train/machine"
 	"github.com/tenzro/train/plugins/abi"
 	"github.com/tenzro/train/syncer"
 )
@@ -112,7 +113,7 @@ func runHostile(t *testing.T, e *Engine, mod []byte) error {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, err = e.Aggregate(ctx, syncer.AggregateInput{Rule: ref, Dtype: syncer.F32, N: 4, Inputs: [][]byte{make([]byte, 16), make([]byte, 16)}})
+	_, err = e.Aggregate(ctx, syncer.AggregateInput{Rule: ref, Dtype: machine.F32, N: 4, Inputs: [][]byte{make([]byte, 16), make([]byte, 16)}})
 	return err
 }
 

@@ -4,8 +4,8 @@ import (
 	"context"
 	"testing"
 
+	"github.com/tenzro/train/machine"
 	"github.com/tenzro/train/store"
-	"github.com/tenzro/train/syncer"
 	"github.com/tenzro/train/wire"
 )
 
@@ -54,5 +54,5 @@ func TestCompiledModuleLRU(t *testing.T) {
 	if out := aggregate(t, e, mustResolve(t, e, "Mean", 2), [][]float32{{1}, {3}}); toF32(out.Aggregate)[0] != 2 {
 		t.Fatal("built-ins affected by eviction")
 	}
-	var _ syncer.KV = kv
+	var _ machine.KV = kv
 }

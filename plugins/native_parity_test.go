@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"testing"
 
+	"github.com/tenzro/train/machine"
 	"github.com/tenzro/train/plugins"
 	"github.com/tenzro/train/syncer"
 )
@@ -39,11 +40,11 @@ func TestNativeEngineMatchesPlugins(t *testing.T) {
 		t.Fatal(err)
 	}
 	nrule, _ := ne.ResolveRule(ctx, "Mean", nil, k, 8)
-	pa, err := pe.Aggregate(ctx, syncer.AggregateInput{Rule: prule, Dtype: syncer.F32, N: n, Inputs: inputs})
+	pa, err := pe.Aggregate(ctx, syncer.AggregateInput{Rule: prule, Dtype: machine.F32, N: n, Inputs: inputs})
 	if err != nil {
 		t.Fatal(err)
 	}
-	na, err := ne.Aggregate(ctx, syncer.AggregateInput{Rule: nrule, Dtype: syncer.F32, N: n, Inputs: inputs})
+	na, err := ne.Aggregate(ctx, syncer.AggregateInput{Rule: nrule, Dtype: machine.F32, N: n, Inputs: inputs})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -52,7 +53,7 @@ func TestNativeEngineMatchesPlugins(t *testing.T) {
 	}
 	pouter, _ := pe.ResolveOuter(ctx)
 	nouter, _ := ne.ResolveOuter(ctx)
-	for _, dt := range []syncer.Dtype{syncer.F32, syncer.BF16} {
+	for _, dt := range []machine.Dtype{machine.F32, machine.BF16} {
 		w := syncer.EncodeValues(dt, vals(1))
 		var pm, nm []byte
 		pw, nw := w, w

@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"unsafe"
 
+	"github.com/tenzro/train/machine"
 	"github.com/tenzro/train/plugins/builtin"
 	"github.com/tenzro/train/syncer"
 	"github.com/tenzro/train/wire"
@@ -56,7 +57,7 @@ type outerLine struct {
 }
 
 type outerVariant struct {
-	d             syncer.Dtype
+	d             machine.Dtype
 	has, nesterov bool
 }
 
@@ -132,7 +133,7 @@ func (e *Engine) calibrateOuter(ctx context.Context, p *plugin, v outerVariant) 
 
 // outerNative computes the outer step on coordinates [c0, c1) natively:
 // the new state lands in wOut and mOut, as the module would leave it.
-func outerNative(d syncer.Dtype, w, m, g *source, c0, c1, es int, wOut, mOut dest, lr, beta float32, nesterov bool) error {
+func outerNative(d machine.Dtype, w, m, g *source, c0, c1, es int, wOut, mOut dest, lr, beta float32, nesterov bool) error {
 	n := c1 - c0
 	wb, mb := wOut.bytes(), mOut.bytes()
 	var jobs []copyJob
@@ -158,7 +159,7 @@ func outerNative(d syncer.Dtype, w, m, g *source, c0, c1, es int, wOut, mOut des
 
 // canonicalOut canonicalises the NaNs of an outer step's new state, unless
 // the native step wrote them canonical already.
-func canonicalOut(d syncer.Dtype, wOut, mOut dest) {
+func canonicalOut(d machine.Dtype, wOut, mOut dest) {
 	if wOut.out.canonical && mOut.out.canonical {
 		return
 	}
@@ -168,7 +169,7 @@ func canonicalOut(d syncer.Dtype, wOut, mOut dest) {
 		defer wg.Done()
 		canonicalF32(mOut.bytes())
 	}()
-	if d == syncer.BF16 {
+	if d == machine.BF16 {
 		canonicalBF16(wOut.bytes())
 	} else {
 		canonicalF32(wOut.bytes())
@@ -199,7 +200,7 @@ var canonF32 = math.Float32frombits(canonNaN32)
 // coordinates [lo, hi) of little-endian buffers, its NaN results written
 // canonical (as the host rewrites the module's: nonfinite.go). fma32 is
 // written out in the loop (the compiler does not inline it).
-func nesterovRange(d syncer.Dtype, w, m, g []byte, lo, hi int, has bool, lr, beta float32, nesterov bool) {
+func nesterovRange(d machine.Dtype, w, m, g []byte, lo, hi int, has bool, lr, beta float32, nesterov bool) {
 	if hi <= lo {
 		return
 	}
@@ -207,7 +208,7 @@ func nesterovRange(d syncer.Dtype, w, m, g []byte, lo, hi int, has bool, lr, bet
 	nlr, b64, nlr64 := -lr, float64(beta), float64(-lr)
 	var wf []float32
 	var wh []byte
-	if d == syncer.BF16 {
+	if d == machine.BF16 {
 		wh = w[2*lo : 2*hi]
 	} else {
 		wf = f32View(w)[lo:hi]

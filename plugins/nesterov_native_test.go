@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"testing"
 
+	"github.com/tenzro/train/machine"
 	"github.com/tenzro/train/syncer"
 )
 
@@ -66,7 +67,7 @@ func TestNativeOuterMatchesWasm(t *testing.T) {
 	for _, pr := range pairs {
 		outer, _ := pr.native.ResolveOuter(ctx)
 		for _, n := range pr.sizes {
-			for _, d := range []syncer.Dtype{syncer.F32, syncer.BF16} {
+			for _, d := range []machine.Dtype{machine.F32, machine.BF16} {
 				for _, has := range []bool{false, true} {
 					for _, nest := range []bool{false, true} {
 						cases++
@@ -109,7 +110,7 @@ func TestNativeOuterMatchesWasm(t *testing.T) {
 func TestNativeOuterBudget(t *testing.T) {
 	ctx := context.Background()
 	const n = 5000
-	in := syncer.OuterStepInput{Dtype: syncer.F32, N: n, Weights: syncer.EncodeF32(make([]float32, n)), Aggregate: syncer.EncodeF32(make([]float32, n)),
+	in := syncer.OuterStepInput{Dtype: machine.F32, N: n, Weights: syncer.EncodeF32(make([]float32, n)), Aggregate: syncer.EncodeF32(make([]float32, n)),
 		LR: 0.7, Beta: 0.9, Nesterov: true}
 	ref := testEngine(t)
 	in.Rule, _ = ref.ResolveOuter(ctx)

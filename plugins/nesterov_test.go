@@ -14,6 +14,7 @@ import (
 
 	"github.com/tetratelabs/wazero/api"
 
+	"github.com/tenzro/train/machine"
 	"github.com/tenzro/train/syncer"
 )
 
@@ -118,7 +119,7 @@ func outerSteps(t *testing.T, e *Engine, w []float32, grads [][]float32, lr, bet
 	wb := f32s(w...)
 	var mom []byte
 	for _, g := range grads {
-		out, err := e.OuterStep(ctx, syncer.OuterStepInput{Rule: rr, Dtype: syncer.F32, N: len(w), Weights: wb, Momentum: mom,
+		out, err := e.OuterStep(ctx, syncer.OuterStepInput{Rule: rr, Dtype: machine.F32, N: len(w), Weights: wb, Momentum: mom,
 			Aggregate: f32s(g...), LR: lr, Beta: beta, Nesterov: true})
 		if err != nil {
 			t.Fatal(err)

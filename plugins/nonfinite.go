@@ -6,6 +6,7 @@ import (
 	"math"
 	"unsafe"
 
+	"github.com/tenzro/train/machine"
 	"github.com/tenzro/train/syncer"
 )
 
@@ -41,7 +42,7 @@ func (e *Engine) Aggregate(ctx context.Context, in syncer.AggregateInput) (synce
 func (e *Engine) OuterStep(ctx context.Context, in syncer.OuterStepInput) (syncer.OuterStepOutput, error) {
 	out, err := e.outerStep(ctx, in)
 	if err == nil && e.pool == nil {
-		if in.Dtype == syncer.BF16 {
+		if in.Dtype == machine.BF16 {
 			canonicalBF16(out.Weights)
 		} else {
 			canonicalF32(out.Weights)

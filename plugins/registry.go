@@ -12,6 +12,7 @@ import (
 	"github.com/tetratelabs/wabin/wasm"
 	"github.com/tetratelabs/wazero/api"
 
+	"github.com/tenzro/train/machine"
 	"github.com/tenzro/train/plugins/abi"
 	"github.com/tenzro/train/plugins/builtin"
 	"github.com/tenzro/train/syncer"
@@ -65,9 +66,9 @@ func (e *Engine) Publish(ctx context.Context, module []byte) (*wire.PluginInfo, 
 		if err != nil {
 			return nil, fmt.Errorf("plugins: encode info: %w", err)
 		}
-		var b syncer.Batch
-		b.Set(syncer.KSPlugins, []byte(keyModule+h.String()), append([]byte(nil), module...))
-		b.Set(syncer.KSPlugins, []byte(keyInfo+h.String()), raw)
+		var b machine.Batch
+		b.Set(machine.KSPlugins, []byte(keyModule+h.String()), append([]byte(nil), module...))
+		b.Set(machine.KSPlugins, []byte(keyInfo+h.String()), raw)
 		if err := e.cfg.KV.Commit(ctx, &b); err != nil {
 			return nil, fmt.Errorf("plugins: store %s: %w", h, err)
 		}
@@ -92,7 +93,7 @@ func (e *Engine) List(ctx context.Context) ([]wire.PluginInfo, error) {
 	}
 	e.mu.RUnlock()
 	if e.cfg.KV != nil {
-		err := e.cfg.KV.Scan(ctx, syncer.KSPlugins, []byte(keyInfo), func(_, v []byte) error {
+		err := e.cfg.KV.Scan(ctx, machine.KSPlugins, []byte(keyInfo), func(_, v []byte) error {
 			var info wire.PluginInfo
 			if err := json.Unmarshal(v, &info); err != nil {
 				return fmt.Errorf("plugins: stored info: %w", err)
@@ -141,7 +142,7 @@ func (e *Engine) Module(ctx context.Context, h wire.Hash) ([]byte, error) {
 	if e.cfg.KV == nil {
 		return nil, fmt.Errorf("plugins: %s: module bytes not kept without a store", h)
 	}
-	return e.cfg.KV.Get(ctx, syncer.KSPlugins, []byte(keyModule+h.String()))
+	return e.cfg.KV.Get(ctx, machine.KSPlugins, []byte(keyModule+h.String()))
 }
 
 // lookup finds a loaded plugin or loads it from the store.
@@ -155,8 +156,8 @@ func (e *Engine) lookup(ctx context.Context, h wire.Hash) (*plugin, error) {
 	if e.cfg.KV == nil {
 		return nil, fmt.Errorf("plugins: sha256:%s: %w", h, ErrUnknownPlugin)
 	}
-	mod, err := e.cfg.KV.Get(ctx, syncer.KSPlugins, []byte(keyModule+h.String()))
-	if errors.Is(err, syncer.ErrNotFound) {
+	mod, err := e.cfg.KV.Get(ctx, machine.KSPlugins, []byte(keyModule+h.String()))
+	if errors.Is(err, machine.ErrNotFound) {
 		return nil, fmt.Errorf("plugins: sha256:%s: %w", h, ErrUnknownPlugin)
 	} else if err != nil {
 		return nil, fmt.Errorf("plugins: load %s: %w", h, err)

@@ -14,6 +14,7 @@ import (
 
 	"github.com/gowebpki/jcs"
 
+	"github.com/tenzro/train/machine"
 	"github.com/tenzro/train/plugins/abi"
 	"github.com/tenzro/train/syncer"
 	"github.com/tenzro/train/wire"
@@ -308,9 +309,9 @@ func (e *Engine) ResolveRule(ctx context.Context, ref string, params json.RawMes
 				rr.Name, mk.Param, vals[mk.Param], mk.Mul, mk.Param, mk.Add, need, k)
 		}
 	}
-	dt := syncer.F32
+	dt := machine.F32
 	if !p.manifest.SupportsDtype("F32") {
-		dt = syncer.BF16
+		dt = machine.BF16
 	}
 	in := syncer.AggregateInput{Rule: rr, Dtype: dt, N: 8, Inputs: make([][]byte, k)}
 	for i := range in.Inputs {

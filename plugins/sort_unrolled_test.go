@@ -10,6 +10,7 @@ import (
 	"os"
 	"testing"
 
+	"github.com/tenzro/train/machine"
 	"github.com/tenzro/train/plugins"
 	"github.com/tenzro/train/syncer"
 )
@@ -75,11 +76,11 @@ func TestSortUnrolledMatchesPrevious(t *testing.T) {
 				if err != nil {
 					t.Fatalf("%s: the previous module refuses what the new one takes: %v", name, err)
 				}
-				a, err := e.Aggregate(ctx, syncer.AggregateInput{Rule: newRef, Dtype: syncer.F32, N: n, Inputs: inputs})
+				a, err := e.Aggregate(ctx, syncer.AggregateInput{Rule: newRef, Dtype: machine.F32, N: n, Inputs: inputs})
 				if err != nil {
 					t.Fatalf("%s: %v", name, err)
 				}
-				b, err := e.Aggregate(ctx, syncer.AggregateInput{Rule: oldRef, Dtype: syncer.F32, N: n, Inputs: inputs})
+				b, err := e.Aggregate(ctx, syncer.AggregateInput{Rule: oldRef, Dtype: machine.F32, N: n, Inputs: inputs})
 				if err != nil {
 					t.Fatalf("%s (previous): %v", name, err)
 				}

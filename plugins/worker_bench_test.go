@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tenzro/train/machine"
 	"github.com/tenzro/train/syncer"
 )
 
@@ -40,7 +41,7 @@ func BenchmarkWorkerOverhead(b *testing.B) {
 			b.Fatal(err)
 		}
 		start := time.Now()
-		out, err := e.Aggregate(ctx, syncer.AggregateInput{Rule: rr, Dtype: syncer.F32, N: n, Inputs: in})
+		out, err := e.Aggregate(ctx, syncer.AggregateInput{Rule: rr, Dtype: machine.F32, N: n, Inputs: in})
 		if err != nil {
 			b.Fatal(err)
 		}

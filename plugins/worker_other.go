@@ -44,5 +44,5 @@ func (e *Engine) remoteDecode(context.Context, *plugin, syncer.DecodeInput) (syn
 }
 
 func (e *Engine) remoteFinalize(ctx context.Context, in syncer.FinalizeInput, _ int64) (syncer.FinalizeOutput, error) {
-	return syncer.FinalizeBySteps(ctx, e, in)
+	return e.finalizeInProcess(ctx, in)
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/tenzro/train/machine"
 	"github.com/tenzro/train/syncer"
 	"github.com/tenzro/train/wire"
 )
@@ -66,7 +67,7 @@ type workerReq struct {
 	Probe    bool           `json:"probe,omitempty"`
 	Modules  []int64        `json:"modules,omitempty"`
 	Rule     syncer.RuleRef `json:"rule"`
-	Dtype    syncer.Dtype   `json:"dtype,omitempty"`
+	Dtype    machine.Dtype  `json:"dtype,omitempty"`
 	N        int            `json:"n,omitempty"`
 	K        int            `json:"k,omitempty"` // aggregate: inputs; verify: round inputs
 	Momentum bool           `json:"momentum,omitempty"`
@@ -127,6 +128,9 @@ type finReq struct {
 	// (finResp says where) at the alignment of the guest block that
 	// writes it, so that the block can map it.
 	WeightsRoom int64 `json:"weights_room"`
+	// AggregateOnly: no outer step; the aggregate (N f32) is placed where
+	// the new weights would be (syncer.FinalizeInput.AggregateOnly).
+	AggregateOnly bool `json:"aggregate_only,omitempty"`
 }
 
 // workerValues locates values: ranges of the file at Path, which the worker

@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tenzro/train/machine"
 	"github.com/tenzro/train/syncer"
 )
 
@@ -90,7 +91,7 @@ func TestWorkerMatchesInProcess(t *testing.T) {
 				t.Fatal(err)
 			}
 			for k := range in {
-				vin := syncer.VerifyInput{Verifier: rl, Dtype: syncer.F32, N: len(in[0]), Input: f32s(in[k]...)}
+				vin := syncer.VerifyInput{Verifier: rl, Dtype: machine.F32, N: len(in[0]), Input: f32s(in[k]...)}
 				if rl.RoundLevel {
 					vin.Round = asBytes(in)
 				}
@@ -108,7 +109,7 @@ func TestWorkerMatchesInProcess(t *testing.T) {
 		rr, _ := remote.ResolveOuter(ctx)
 		w, g, m := f32s(in[0]...), f32s(in[1]...), f32s(in[2]...)
 		for _, mom := range [][]byte{nil, m} {
-			oin := syncer.OuterStepInput{Rule: rl, Dtype: syncer.F32, N: len(in[0]), Weights: w, Aggregate: g, Momentum: mom, LR: 0.7, Beta: 0.9, Nesterov: true}
+			oin := syncer.OuterStepInput{Rule: rl, Dtype: machine.F32, N: len(in[0]), Weights: w, Aggregate: g, Momentum: mom, LR: 0.7, Beta: 0.9, Nesterov: true}
 			a, err1 := local.OuterStep(ctx, oin)
 			oin.Rule = rr
 			b, err2 := remote.OuterStep(ctx, oin)
@@ -287,7 +288,7 @@ func TestWorkerArenaTrimmed(t *testing.T) {
 	const n = 9 << 20 // 2 inputs of 36 MiB + 36 MiB out: over arenaKeepBytes
 	ctx := context.Background()
 	rr := mustResolve(t, e, "Mean", 2)
-	in := syncer.AggregateInput{Rule: rr, Dtype: syncer.F32, N: n, Inputs: [][]byte{make([]byte, 4*n), make([]byte, 4*n)}}
+	in := syncer.AggregateInput{Rule: rr, Dtype: machine.F32, N: n, Inputs: [][]byte{make([]byte, 4*n), make([]byte, 4*n)}}
 	if _, err := e.Aggregate(ctx, in); err != nil {
 		t.Fatal(err)
 	}

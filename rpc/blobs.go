@@ -9,12 +9,15 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"golang.org/x/sync/semaphore"
 
+	"github.com/tenzro/train/machine"
 	"github.com/tenzro/train/store"
 	"github.com/tenzro/train/wire"
+	"github.com/tenzro/train/wire/did"
 )
 
 // Blobs over HTTP (docs/PROTOCOL.md, "Blobs over HTTP"): bulk bytes travel
@@ -30,6 +33,28 @@ import (
 // hash to the hash in the path (nothing is kept), 408 for a body slower
 // than the minimum rate, 503 when no upload slot freed in time. Error
 // bodies are JSON-RPC error objects (id null) like the rest of the port.
+
+// BlobAuthorizer decides who may upload (docs/protocol/blobs.md): the node
+// wires it to its chain state (balances, enrolments) and its upload ledger.
+type BlobAuthorizer interface {
+	// ChainID is the chain id intents are signed for.
+	ChainID(ctx context.Context) (string, error)
+	// Reserve admits an upload of size bytes of the blob h by did (for the
+	// run task, "" for none) against its funding and quota, or refuses it
+	// with a machine.Error (KindFunds when unfunded or over quota). done
+	// is called once the upload ended: stored says whether this upload
+	// created the blob (then it is the uploader's until a record takes it
+	// up), and returns the reservation.
+	Reserve(ctx context.Context, did, task string, h wire.Hash, size int64) (done func(stored bool), err error)
+}
+
+// Defaults of the upload intent rules.
+const (
+	// MaxIntentLifetime is how far in the future an intent may expire.
+	MaxIntentLifetime = 15 * time.Minute
+	// DefaultBlobPeerBytesPerHour bounds what one remote IP uploads per hour.
+	DefaultBlobPeerBytesPerHour = 16 << 30
+)
 
 // BlobStore is the node's blob store as served here (store.Blobs).
 type BlobStore interface {
@@ -58,6 +83,81 @@ type BlobResult struct {
 type blobSlots struct {
 	all  *semaphore.Weighted
 	peer peerSlots
+
+	mu     sync.Mutex
+	window time.Time        // start of the current hour of per-peer accounting
+	bytes  map[string]int64 // bytes admitted per remote IP in this hour
+}
+
+// admitPeer counts n bytes against ip's hourly upload budget.
+func (b *blobSlots) admitPeer(ip string, n, limit int64, now time.Time) (ok bool, used int64) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if now.Sub(b.window) >= time.Hour || b.bytes == nil {
+		b.window, b.bytes = now, map[string]int64{}
+	}
+	if b.bytes[ip]+n > limit {
+		return false, b.bytes[ip]
+	}
+	b.bytes[ip] += n
+	return true, b.bytes[ip]
+}
+
+// authorizeBlob checks the upload's signed intent and admits it against
+// the uploader's funding and quota and the peer's budget. It writes the
+// refusal itself when it fails.
+func (s *Server) authorizeBlob(w http.ResponseWriter, r *http.Request, h wire.Hash) (done func(bool), ok bool) {
+	deny := func(status, code int, format string, a ...any) (func(bool), bool) {
+		blobError(w, status, code, nil, format, a...)
+		return nil, false
+	}
+	hv := r.Header.Values(wire.BlobIntentHeader)
+	if len(hv) != 1 {
+		return deny(http.StatusUnauthorized, CodeUnauthorized,
+			"upload refused: PUT %s needs exactly one %s header, a signed upload intent (docs/protocol/blobs.md); got %d; or send the payload inline (base64) in the JSON-RPC request", BlobPath, wire.BlobIntentHeader, len(hv))
+	}
+	in, err := wire.ParseBlobIntent(hv[0])
+	if err != nil {
+		return deny(http.StatusBadRequest, CodeInvalidParams, "upload refused: %v", err)
+	}
+	if r.ContentLength < 0 || uint64(r.ContentLength) != in.Size {
+		return deny(http.StatusBadRequest, CodeInvalidParams,
+			"upload refused: the intent signs a size of %d bytes; the request's Content-Length is %d (required, and equal)", in.Size, r.ContentLength)
+	}
+	now := time.Now()
+	switch exp := time.Unix(int64(min(in.Expires, 1<<62)), 0); {
+	case !exp.After(now):
+		return deny(http.StatusUnauthorized, CodeUnauthorized, "upload refused: the intent expired at %s (now %s)", exp.UTC().Format(time.RFC3339), now.UTC().Format(time.RFC3339))
+	case exp.After(now.Add(MaxIntentLifetime)):
+		return deny(http.StatusUnauthorized, CodeUnauthorized, "upload refused: the intent expires at %s, more than %s from now", exp.UTC().Format(time.RFC3339), MaxIntentLifetime)
+	}
+	chainID, err := s.opts.BlobAuth.ChainID(r.Context())
+	if err != nil {
+		ref := newRef()
+		s.log.ErrorContext(r.Context(), "rpc: blob intent: chain id", "ref", ref, "err", err)
+		blobError(w, http.StatusInternalServerError, CodeInternal, &errData{Kind: "internal", Ref: ref}, "internal error (node log ref %s)", ref)
+		return nil, false
+	}
+	if err := did.Verify(in.DID, in.Preimage(chainID, h), in.Sig); err != nil {
+		return deny(http.StatusUnauthorized, CodeUnauthorized,
+			"upload refused: the intent's signature does not verify for %s over blob %s, %d bytes, chain %q: %v", in.DID, h, in.Size, chainID, err)
+	}
+	ip := peerIP(r)
+	if ok, used := s.blobSlots.admitPeer(ip, int64(in.Size), s.opts.BlobPeerBytesPerHour, now); !ok {
+		return deny(http.StatusTooManyRequests, CodeBusy,
+			"upload refused: %s uploaded %d bytes this hour; %d more would pass the per-peer limit of %d bytes per hour", ip, used, in.Size, s.opts.BlobPeerBytesPerHour)
+	}
+	done, err = s.opts.BlobAuth.Reserve(r.Context(), in.DID, in.Task, h, int64(in.Size))
+	if err != nil {
+		status := http.StatusForbidden
+		if machine.KindOf(err) == machine.KindFunds {
+			status = http.StatusPaymentRequired
+		}
+		e := mapError(r.Context(), s.log, "PUT "+BlobPath, err)
+		writeRaw(w, status, rawError(nil, e))
+		return nil, false
+	}
+	return done, true
 }
 
 // parseBlobPath returns the hash named by a /blobs/<hash> path.
@@ -140,6 +240,16 @@ func (s *Server) putBlob(w http.ResponseWriter, r *http.Request, h wire.Hash) {
 			"blob of %d bytes exceeds the limit of %d bytes (node flag --max-blob-bytes)", r.ContentLength, limit)
 		return
 	}
+	stored := false
+	if s.opts.BlobAuth != nil {
+		done, ok := s.authorizeBlob(w, r, h)
+		if !ok {
+			return
+		}
+		defer func() { done(stored) }()
+		// The intent signs the exact size: nothing past it is read.
+		limit = r.ContentLength
+	}
 	release, ok := s.acquireBlobSlot(w, r)
 	if !ok {
 		return
@@ -164,6 +274,7 @@ func (s *Server) putBlob(w http.ResponseWriter, r *http.Request, h wire.Hash) {
 			err = store.ErrBlobTooLarge
 		}
 	}
+	stored = err == nil && res.Created
 	switch {
 	case err == nil:
 		st := http.StatusOK
@@ -183,6 +294,10 @@ func (s *Server) putBlob(w http.ResponseWriter, r *http.Request, h wire.Hash) {
 		w.Header().Set("Connection", "close")
 		blobError(w, http.StatusRequestEntityTooLarge, CodeInvalidRequest, &errData{Limit: limit},
 			"blob body exceeds the limit of %d bytes (node flag --max-blob-bytes); nothing was stored", limit)
+	case errors.Is(err, store.ErrBlobStoreFull):
+		w.Header().Set("Connection", "close")
+		blobError(w, http.StatusInsufficientStorage, CodeBusy, nil,
+			"upload refused: %v (node flag --blob-disk-cap); nothing was stored", err)
 	case errors.Is(err, store.ErrBlobMismatch):
 		blobError(w, http.StatusUnprocessableEntity, CodeInvalidParams, nil,
 			"blob bytes do not match the hash in the path: %d bytes hash to %s (BLAKE3-256), the path says %s; nothing was stored", res.Size, res.Hash, h)

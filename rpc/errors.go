@@ -11,7 +11,7 @@ import (
 
 	"github.com/creachadair/jrpc2"
 
-	"github.com/tenzro/train/syncer"
+	"github.com/tenzro/train/machine"
 )
 
 // JSON-RPC error codes served by this package. The standard codes are the
@@ -37,22 +37,22 @@ const (
 
 // kindCodes maps every syncer.Kind to its code and the stable name carried
 // in the error's data ({"kind": name}).
-var kindCodes = map[syncer.Kind]struct {
+var kindCodes = map[machine.Kind]struct {
 	Code int
 	Name string
 }{
-	syncer.KindInternal:     {CodeInternal, "internal"},
-	syncer.KindInvalid:      {CodeInvalidParams, "invalid"},
-	syncer.KindNotFound:     {CodeNotFound, "not_found"},
-	syncer.KindUnauthorized: {CodeUnauthorized, "unauthorized"},
-	syncer.KindConflict:     {CodeConflict, "conflict"},
-	syncer.KindFunds:        {CodeFunds, "funds"},
-	syncer.KindDisabled:     {CodeDisabled, "disabled"},
-	syncer.KindAttestation:  {CodeAttestation, "attestation"},
+	machine.KindInternal:     {CodeInternal, "internal"},
+	machine.KindInvalid:      {CodeInvalidParams, "invalid"},
+	machine.KindNotFound:     {CodeNotFound, "not_found"},
+	machine.KindUnauthorized: {CodeUnauthorized, "unauthorized"},
+	machine.KindConflict:     {CodeConflict, "conflict"},
+	machine.KindFunds:        {CodeFunds, "funds"},
+	machine.KindDisabled:     {CodeDisabled, "disabled"},
+	machine.KindAttestation:  {CodeAttestation, "attestation"},
 }
 
 // CodeForKind returns the JSON-RPC code for a refusal kind.
-func CodeForKind(k syncer.Kind) int {
+func CodeForKind(k machine.Kind) int {
 	if c, ok := kindCodes[k]; ok {
 		return c.Code
 	}
@@ -84,9 +84,9 @@ func invalidParams(method string, format string, a ...any) *jrpc2.Error {
 // is logged with a reference and answered with a bare "internal error".
 func mapError(ctx context.Context, log *slog.Logger, method string, err error) *jrpc2.Error {
 	var je *jrpc2.Error
-	var se *syncer.Error
+	var se *machine.Error
 	switch {
-	case errors.As(err, &se) && se.Kind != syncer.KindInternal:
+	case errors.As(err, &se) && se.Kind != machine.KindInternal:
 		kc, ok := kindCodes[se.Kind]
 		if !ok {
 			break

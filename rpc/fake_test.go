@@ -6,6 +6,7 @@ import (
 	"errors"
 	"sync"
 
+	"github.com/tenzro/train/machine"
 	"github.com/tenzro/train/syncer"
 	"github.com/tenzro/train/wire"
 )
@@ -29,9 +30,9 @@ func (f *fakeService) record(m string) {
 func steer(task string) error {
 	switch task {
 	case "missing":
-		return syncer.Errf(syncer.KindNotFound, "run %q not found", task)
+		return machine.Errf(machine.KindNotFound, "run %q not found", task)
 	case "taken":
-		return syncer.Errf(syncer.KindConflict, "round 3 is closed")
+		return machine.Errf(machine.KindConflict, "round 3 is closed")
 	case "boom":
 		return errors.New("pebble: disk on fire at /secret/path")
 	case "panic":
@@ -47,10 +48,10 @@ func (f *fakeService) PostTask(_ context.Context, p *wire.PostTaskParams) (*wire
 	f.mu.Unlock()
 	s, canon, err := wire.ParseSpec(p.Spec)
 	if err != nil {
-		return nil, syncer.Errf(syncer.KindInvalid, "%v", err)
+		return nil, machine.Errf(machine.KindInvalid, "%v", err)
 	}
 	if err := s.Validate(); err != nil {
-		return nil, syncer.Errf(syncer.KindInvalid, "%v", err)
+		return nil, machine.Errf(machine.KindInvalid, "%v", err)
 	}
 	return &wire.PostTaskResult{TaskID: s.TaskID, SpecHash: wire.SpecHash(canon), Status: wire.StatusAwaiting}, nil
 }
@@ -98,7 +99,7 @@ func (f *fakeService) GetPayload(_ context.Context, h wire.Hash) ([]byte, error)
 	if h == wire.ContentHash([]byte("payload")) {
 		return []byte("payload"), nil
 	}
-	return nil, syncer.Errf(syncer.KindNotFound, "payload %s not stored", h)
+	return nil, machine.Errf(machine.KindNotFound, "payload %s not stored", h)
 }
 
 func (f *fakeService) Enroll(_ context.Context, p *wire.EnrollParams) (*wire.EnrollResult, error) {
@@ -107,7 +108,7 @@ func (f *fakeService) Enroll(_ context.Context, p *wire.EnrollParams) (*wire.Enr
 		return nil, err
 	}
 	if p.Stake == "999999" {
-		return nil, syncer.Errf(syncer.KindFunds, "stake 999999 above balance 0")
+		return nil, machine.Errf(machine.KindFunds, "stake 999999 above balance 0")
 	}
 	return &wire.EnrollResult{TaskID: p.TaskID, TrainerDID: p.TrainerDID, Status: wire.TrainerActive, Shards: []int{0}, RunStatus: wire.StatusAwaiting}, nil
 }
@@ -129,7 +130,7 @@ func (f *fakeService) Submit(_ context.Context, g *wire.OuterGradient) (*wire.Su
 		return nil, err
 	}
 	if wire.ContentHash(g.GradientPayload) != g.PayloadHash {
-		return nil, syncer.Errf(syncer.KindInvalid, "payload_hash does not match the payload")
+		return nil, machine.Errf(machine.KindInvalid, "payload_hash does not match the payload")
 	}
 	return &wire.SubmitResult{Accepted: true, Round: g.Round, FragmentIndex: g.FragmentIndex, PayloadHash: g.PayloadHash, AcceptedCount: 1}, nil
 }
@@ -172,7 +173,7 @@ func (f *fakeService) Balance(_ context.Context, did string) (*wire.Balance, err
 func (f *fakeService) Faucet(_ context.Context, p wire.FaucetParams) (*wire.Balance, error) {
 	f.record("Faucet")
 	if p.Amount == "0" {
-		return nil, syncer.Errf(syncer.KindDisabled, "faucet is off: start the node with --dev")
+		return nil, machine.Errf(machine.KindDisabled, "faucet is off: start the node with --dev")
 	}
 	return &wire.Balance{DID: p.DID, Balance: p.Amount}, nil
 }
@@ -185,7 +186,7 @@ func (f *fakeService) Transfer(_ context.Context, p *wire.TransferParams) (*wire
 func (f *fakeService) RegisterSyncer(_ context.Context, p *wire.RegisterSyncerParams) (*wire.SyncerCandidate, error) {
 	f.record("RegisterSyncer")
 	if p.Nonce == 1 {
-		return nil, syncer.Errf(syncer.KindUnauthorized, "nonce 1 is not above the last accepted nonce 5")
+		return nil, machine.Errf(machine.KindUnauthorized, "nonce 1 is not above the last accepted nonce 5")
 	}
 	return &wire.SyncerCandidate{DID: p.DID, Stake: p.Stake}, nil
 }
@@ -234,7 +235,7 @@ func echo(_ context.Context, p json.RawMessage) (json.RawMessage, error) {
 	return json.RawMessage(`{"params":` + string(p) + `}`), nil
 }
 func (fakeAttest) SubmitEvidence(context.Context, json.RawMessage) (json.RawMessage, error) {
-	return nil, syncer.Errf(syncer.KindAttestation, "TDX quote: debug attribute set")
+	return nil, machine.Errf(machine.KindAttestation, "TDX quote: debug attribute set")
 }
 func (fakeAttest) GetEvidence(ctx context.Context, p json.RawMessage) (json.RawMessage, error) {
 	return echo(ctx, p)

@@ -232,6 +232,11 @@ func (s *Server) methods() handler.Map {
 			}
 			return ""
 		}, func(ctx context.Context, p *GetPayloadParams) (any, error) {
+			release, err := s.acquireHeavy(ctx, wire.MethodGetPayload, s.payloadWeight(ctx, p.Hash))
+			if err != nil {
+				return nil, err
+			}
+			defer release()
 			b, err := svc.GetPayload(ctx, p.Hash)
 			if err != nil {
 				return nil, err
@@ -276,7 +281,16 @@ func (s *Server) methods() handler.Map {
 		}, func(ctx context.Context, p *wire.FinalizeParams) (any, error) { return svc.FinalizeRound(ctx, p) }),
 
 		wire.MethodGetWeights: typed(s, wire.MethodGetWeights, paramsRequired, func(p *wire.GetWeightsParams) string { return needTask(p.TaskID) },
-			func(ctx context.Context, p *wire.GetWeightsParams) (any, error) { return svc.GetWeights(ctx, *p) }),
+			func(ctx context.Context, p *wire.GetWeightsParams) (any, error) {
+				// Weights of one fragment (or all of them), bounded by the
+				// blob cap.
+				release, err := s.acquireHeavy(ctx, wire.MethodGetWeights, s.opts.MaxBlobBytes)
+				if err != nil {
+					return nil, err
+				}
+				defer release()
+				return svc.GetWeights(ctx, *p)
+			}),
 
 		wire.MethodGetBalance: typed(s, wire.MethodGetBalance, paramsRequired, func(p *wire.BalanceParams) string { return first("did", p.DID) },
 			func(ctx context.Context, p *wire.BalanceParams) (any, error) { return svc.Balance(ctx, p.DID) }),
@@ -376,7 +390,9 @@ func (s *Server) methods() handler.Map {
 				return nonNil(l), err
 			})
 		m[wire.MethodReplayFragment] = typed(s, wire.MethodReplayFragment, paramsRequired, func(p *wire.ReplayFragmentParams) string { return needTask(p.TaskID) },
-			func(ctx context.Context, p *wire.ReplayFragmentParams) (any, error) { return cs.ReplayFragment(ctx, p) })
+			func(ctx context.Context, p *wire.ReplayFragmentParams) (any, error) {
+				return s.replayOnce(ctx, p, cs.ReplayFragment)
+			})
 		m[wire.MethodGetFragmentState] = typed(s, wire.MethodGetFragmentState, paramsRequired, func(p *wire.ReplayFragmentParams) string { return needTask(p.TaskID) },
 			func(ctx context.Context, p *wire.ReplayFragmentParams) (any, error) { return cs.FragmentState(ctx, p) })
 	}

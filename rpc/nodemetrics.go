@@ -7,6 +7,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/tenzro/train/machine"
 	"github.com/tenzro/train/syncer"
 	"github.com/tenzro/train/wire"
 )
@@ -17,7 +18,7 @@ import (
 //	tenzro_rounds_committed_total
 //	tenzro_submissions_total{outcome}            accepted, forwarded, or the refusal kind
 //	tenzro_fragment_finalize_seconds{status}     round start → fragment commit
-//	tenzro_plugin_call_seconds{op,rule}          aggregate / verify / outer_step
+//	tenzro_plugin_call_seconds{op,rule}          aggregate / verify / outer_step / finalize
 //	tenzro_plugin_fuel_total{op,rule}
 //	tenzro_payload_bytes_total{direction}        in: every payload and initial weights received, by any path
 //	                                             (inline base64, PUT /blobs, the libp2p blob stream); out:
@@ -52,12 +53,16 @@ type NodeGauges struct {
 	Pending func() float64
 	// Peers returns the number of connected libp2p peers.
 	Peers func() float64
+	// BlobBytes, BlobCount and BlobCap return the blob store's disk use,
+	// number of blobs and cap (0: none); BlobUploadBytes the bytes of
+	// uploads no record references yet.
+	BlobBytes, BlobCount, BlobCap, BlobUploadBytes func() float64
 }
 
 // refusalOutcomes are the outcome label values besides accepted/forwarded:
 // the stable kind names of ERRORS.md.
 func refusalOutcome(err error) string {
-	if kc, ok := kindCodes[syncer.KindOf(err)]; ok {
+	if kc, ok := kindCodes[machine.KindOf(err)]; ok {
 		return kc.Name
 	}
 	return "internal"
@@ -115,6 +120,19 @@ func RegisterGauges(reg prometheus.Registerer, g NodeGauges) error {
 	if g.Peers != nil {
 		cs = append(cs, prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: "tenzro", Name: "peers",
 			Help: "libp2p peers connected."}, g.Peers))
+	}
+	for _, g := range []struct {
+		name, help string
+		f          func() float64
+	}{
+		{"blob_store_bytes", "Bytes of blobs on this node's disk (payloads, weights, uploads).", g.BlobBytes},
+		{"blob_store_blobs", "Blobs on this node's disk.", g.BlobCount},
+		{"blob_store_cap_bytes", "The blob store's disk cap (node flag --blob-disk-cap; 0: none).", g.BlobCap},
+		{"blob_upload_unreferenced_bytes", "Bytes of PUT /blobs uploads no record references yet (collected after --blob-ttl).", g.BlobUploadBytes},
+	} {
+		if g.f != nil {
+			cs = append(cs, prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: "tenzro", Name: g.name, Help: g.help}, g.f))
+		}
 	}
 	for _, c := range cs {
 		if err := reg.Register(c); err != nil {
@@ -273,6 +291,16 @@ func (e engineMetrics) Verify(ctx context.Context, in syncer.VerifyInput) (synce
 	t := time.Now()
 	out, err := e.Engine.Verify(ctx, in)
 	e.observe("verify", in.Verifier.Name, t, out.Fuel)
+	return out, err
+}
+
+// Finalize is one fragment's fused finalize (round-level verifiers,
+// aggregation and outer step): op "finalize", labelled with the
+// aggregation rule, its fuel the three steps'.
+func (e engineMetrics) Finalize(ctx context.Context, in syncer.FinalizeInput) (syncer.FinalizeOutput, error) {
+	t := time.Now()
+	out, err := e.Engine.Finalize(ctx, in)
+	e.observe("finalize", in.Rule.Name, t, out.Fuel)
 	return out, err
 }
 

@@ -154,6 +154,24 @@ type Options struct {
 	// MaxBlobUploadsPerPeer bounds the uploads of one remote IP at once;
 	// its further uploads wait (DefaultMaxBlobUploadsPerPeer).
 	MaxBlobUploadsPerPeer int
+
+	// BlobAuth, when set, admits PUT /blobs only with a signed, funded
+	// upload intent (blobs.go); without it uploads are open (tests, tools).
+	BlobAuth BlobAuthorizer
+	// BlobPeerBytesPerHour bounds the upload bytes one remote IP is admitted
+	// per hour under BlobAuth (DefaultBlobPeerBytesPerHour).
+	BlobPeerBytesPerHour int64
+
+	// HeavyMemoryBytes is the memory heavy reads (replayFragment,
+	// getPayload, getWeights) may hold at once (DefaultHeavyMemoryBytes);
+	// ReplayBytes what one replay is assumed to hold (DefaultReplayBytes).
+	HeavyMemoryBytes int64
+	ReplayBytes      int64
+
+	// AllowedOrigins are browser origins (scheme://host[:port], or "*")
+	// allowed to make state-changing requests besides the port's own
+	// origin (browser.go).
+	AllowedOrigins []string
 }
 
 func (o Options) withDefaults() Options {
@@ -194,6 +212,15 @@ func (o Options) withDefaults() Options {
 	if o.MaxBlobUploadsPerPeer <= 0 {
 		o.MaxBlobUploadsPerPeer = DefaultMaxBlobUploadsPerPeer
 	}
+	if o.BlobPeerBytesPerHour <= 0 {
+		o.BlobPeerBytesPerHour = DefaultBlobPeerBytesPerHour
+	}
+	if o.HeavyMemoryBytes <= 0 {
+		o.HeavyMemoryBytes = DefaultHeavyMemoryBytes
+	}
+	if o.ReplayBytes <= 0 {
+		o.ReplayBytes = DefaultReplayBytes
+	}
 	if o.Concurrency <= 0 {
 		o.Concurrency = DefaultConcurrency
 	}
@@ -217,6 +244,7 @@ type Server struct {
 	largeInFlight atomic.Int64
 	blobSlots     blobSlots
 	blobsInFlight atomic.Int64
+	heavy         *heavy
 	blobFetch     chan struct{} // network fetches on a blob miss (fetchMissingBlob)
 }
 
@@ -229,7 +257,8 @@ func New(svc syncer.Service, opts Options) (*Server, error) {
 	}
 	opts = opts.withDefaults()
 	s := &Server{svc: svc, opts: opts, log: opts.Logger, large: semaphore.NewWeighted(int64(opts.MaxLargeInFlight)), blobFetch: make(chan struct{}, blobFetchSlots),
-		blobSlots: blobSlots{all: semaphore.NewWeighted(int64(opts.MaxBlobUploads))}}
+		blobSlots: blobSlots{all: semaphore.NewWeighted(int64(opts.MaxBlobUploads))},
+		heavy:     newHeavy(opts.HeavyMemoryBytes, opts.ReplayBytes, DefaultReplayCacheEntries)}
 	s.mux = assigner{s.methods()}
 	s.bridge = jhttp.NewBridge(s.mux, &jhttp.BridgeOptions{
 		Server: &jrpc2.ServerOptions{
@@ -261,6 +290,9 @@ func (s *Server) Close() error { return s.bridge.Close() }
 // ServeHTTP implements http.Handler: POST application/json bodies holding
 // one request or a batch.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if refuseCrossOrigin(w, r, s.opts.AllowedOrigins) {
+		return
+	}
 	if strings.HasPrefix(r.URL.Path, BlobPath) {
 		s.serveBlob(w, r)
 		return
@@ -274,7 +306,12 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeRaw(w, http.StatusMethodNotAllowed, rawError(nil, newError(CodeInvalidRequest, nil, "HTTP method %s not allowed: send JSON-RPC requests with POST", r.Method)))
 		return
 	}
-	if ct := r.Header.Get("Content-Type"); ct != "" {
+	// Content-Type is required: without it (or with a form type) a browser
+	// page on any origin could POST here without a CORS preflight.
+	if ct := r.Header.Get("Content-Type"); ct == "" {
+		writeRaw(w, http.StatusUnsupportedMediaType, rawError(nil, newError(CodeInvalidRequest, nil, "Content-Type missing: send JSON-RPC requests with Content-Type: application/json")))
+		return
+	} else {
 		mt, params, err := mime.ParseMediaType(ct)
 		if err != nil || mt != "application/json" || (params["charset"] != "" && params["charset"] != "utf-8" && params["charset"] != "utf8") {
 			writeRaw(w, http.StatusUnsupportedMediaType, rawError(nil, newError(CodeInvalidRequest, nil, "Content-Type %q not supported: use application/json", ct)))
@@ -348,6 +385,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		reqs = parsed
 	}
+	refuseHeavyInBatch(reqs)
 	body = nil // the parsed requests (or the stash) hold what is needed
 	s.bridge.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), parsedKey{}, reqs)))
 }
@@ -430,7 +468,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	mux := http.NewServeMux()
 	mux.Handle("/", s)
 	for pattern, h := range s.opts.Routes {
-		mux.Handle(pattern, h)
+		mux.Handle(pattern, SameOrigin(h, s.opts.AllowedOrigins))
 	}
 	hs := &http.Server{
 		Handler:           mux,

@@ -6,7 +6,7 @@ import (
 	"log/slog"
 	"testing"
 
-	"github.com/tenzro/train/syncer"
+	"github.com/tenzro/train/machine"
 )
 
 func benchDB(b *testing.B) *DB {
@@ -31,9 +31,9 @@ func BenchmarkCommit33MB(b *testing.B) {
 	b.SetBytes(int64(len(payload)))
 	b.ResetTimer()
 	for i := 0; b.Loop(); i++ {
-		var batch syncer.Batch
-		batch.Set(syncer.KSBlobs, binary.BigEndian.AppendUint64(nil, uint64(i)), payload)
-		batch.Set(syncer.KSTranscript, binary.BigEndian.AppendUint64(nil, uint64(i)), []byte("entry"))
+		var batch machine.Batch
+		batch.Set(machine.KSBlobs, binary.BigEndian.AppendUint64(nil, uint64(i)), payload)
+		batch.Set(machine.KSTranscript, binary.BigEndian.AppendUint64(nil, uint64(i)), []byte("entry"))
 		if err := db.Commit(ctx, &batch); err != nil {
 			b.Fatal(err)
 		}
@@ -49,10 +49,10 @@ func BenchmarkCommitSmall(b *testing.B) {
 	val := make([]byte, 200)
 	for i := 0; b.Loop(); i++ {
 		k := binary.BigEndian.AppendUint64(nil, uint64(i))
-		var batch syncer.Batch
-		batch.Set(syncer.KSRuns, []byte("run-1"), val)
-		batch.Set(syncer.KSLedger, k, val)
-		batch.Set(syncer.KSTranscript, k, val)
+		var batch machine.Batch
+		batch.Set(machine.KSRuns, []byte("run-1"), val)
+		batch.Set(machine.KSLedger, k, val)
+		batch.Set(machine.KSTranscript, k, val)
 		if err := db.Commit(ctx, &batch); err != nil {
 			b.Fatal(err)
 		}

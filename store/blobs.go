@@ -14,7 +14,7 @@ import (
 	"strings"
 	"sync"
 
-	"github.com/tenzro/train/syncer"
+	"github.com/tenzro/train/machine"
 	"github.com/tenzro/train/wire"
 )
 
@@ -46,6 +46,14 @@ type Blobs struct {
 	hooks   *blobHooks // failure injection (tests)
 
 	commitMu sync.Mutex // stat+rename of one commit, so Created is exact
+
+	// Disk accounting (blobcap.go): bytes and blobs named, bytes reserved
+	// by writes in progress, and the cap (0: none).
+	capMu    sync.Mutex
+	used     int64
+	count    int64
+	reserved int64
+	cap      int64
 }
 
 // BlobOptions tune a blob store. The zero value is usable.
@@ -64,7 +72,7 @@ type BlobOptions struct {
 var (
 	// ErrBlobNotFound: no blob with that hash. It matches
 	// syncer.ErrNotFound too.
-	ErrBlobNotFound = fmt.Errorf("blob %w", syncer.ErrNotFound)
+	ErrBlobNotFound = fmt.Errorf("blob %w", machine.ErrNotFound)
 	// ErrBlobMismatch: the bytes written do not hash to the expected hash.
 	ErrBlobMismatch = errors.New("blob bytes do not hash to the expected hash")
 	// ErrBlobTooLarge: more bytes than the limit were offered.
@@ -141,6 +149,18 @@ func OpenBlobs(dir string, opts BlobOptions) (*Blobs, error) {
 	}
 	if removed > 0 {
 		s.log.Info("blob store: removed temporary files of interrupted writes", "dir", dir, "files", removed)
+	}
+	if err := s.Walk(context.Background(), func(_ wire.Hash, size int64) error {
+		s.used += size
+		s.count++
+		return nil
+	}); err != nil {
+		s.Close()
+		return nil, fmt.Errorf("open blob store %s: %w", dir, err)
+	}
+	if err := os.MkdirAll(filepath.Join(dir, uploadsDir), 0o755); err != nil {
+		s.Close()
+		return nil, fmt.Errorf("open blob store %s: %w", dir, err)
 	}
 	return s, nil
 }
@@ -226,6 +246,28 @@ func (s *Blobs) Put(ctx context.Context, h wire.Hash, b []byte) error {
 	return err
 }
 
+// WriteBlob stores the bytes write produces, whose hash is not known
+// before they are written (a syncer's new weights): they are hashed as
+// they are written, once, and the blob is named by that hash, synced like
+// Put. At most limit bytes (≤ 0: MaxSize). An error from write or the
+// store keeps nothing.
+func (s *Blobs) WriteBlob(ctx context.Context, limit int64, write func(io.Writer) error) (wire.Hash, error) {
+	w, err := s.Create(wire.Hash{}, limit)
+	if err != nil {
+		return wire.Hash{}, err
+	}
+	if err := write(w); err != nil {
+		w.Abort()
+		return wire.Hash{}, err
+	}
+	w.h = w.hasher.Sum()
+	w.final = s.Path(w.h) // the temporary file moves across fan-out directories of one store
+	if _, err := w.Commit(ctx); err != nil {
+		return wire.Hash{}, err
+	}
+	return w.h, nil
+}
+
 // PutResult says what PutStream did.
 type PutResult struct {
 	// Size is the blob's size.
@@ -281,11 +323,19 @@ func (s *Blobs) Delete(ctx context.Context, h wire.Hash) error {
 		return err
 	}
 	p := s.Path(h)
-	if err := os.Remove(p); err != nil {
+	_ = os.Remove(s.uploadPath(h))
+	s.commitMu.Lock()
+	fi, serr := os.Lstat(p)
+	err := os.Remove(p)
+	s.commitMu.Unlock()
+	if err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
 			return nil
 		}
 		return fmt.Errorf("blob store: delete %s: %w", h, err)
+	}
+	if serr == nil {
+		s.account(-fi.Size(), -1)
 	}
 	return s.syncDir(filepath.Dir(p))
 }
@@ -444,15 +494,19 @@ func (s *Blobs) Create(h wire.Hash, limit int64) (*BlobWriter, error) {
 	if err := s.hooks.err(hookCreate); err != nil {
 		return nil, fmt.Errorf("blob store: create %s: %w", h, err)
 	}
+	if err := s.reserve(h, limit); err != nil {
+		return nil, err
+	}
 	final := s.Path(h)
 	var rnd [8]byte
 	_, _ = rand.Read(rnd[:])
 	tmp := filepath.Join(filepath.Dir(final), tmpPrefix+filepath.Base(final)+"-"+hex.EncodeToString(rnd[:]))
 	f, err := os.OpenFile(tmp, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o444)
 	if err != nil {
+		s.unreserve(limit)
 		return nil, fmt.Errorf("blob store: create %s: %w", h, err)
 	}
-	return &BlobWriter{s: s, h: h, f: f, tmp: tmp, final: final, limit: limit, hasher: wire.NewContentHasher()}, nil
+	return &BlobWriter{s: s, h: h, f: f, tmp: tmp, final: final, limit: limit, held: limit, hasher: wire.NewContentHasher()}, nil
 }
 
 // BlobWriter writes one blob (see Create). It is not safe for concurrent use.
@@ -469,6 +523,8 @@ type BlobWriter struct {
 	hasher  *wire.ContentHasher
 	err     error // sticky write error
 	done    bool
+	// held is the disk reservation this write still holds.
+	held int64
 }
 
 // Write appends p. It refuses (writing nothing of p) when p would take the
@@ -628,15 +684,20 @@ func (w *BlobWriter) Commit(ctx context.Context) (created bool, err error) {
 	if serr == nil {
 		w.s.commitMu.Unlock()
 		w.done = true
+		w.release()
 		_ = os.Remove(w.tmp) // identical bytes are already named
 		return false, nil
 	}
 	rerr := os.Rename(w.tmp, w.final)
+	if rerr == nil {
+		w.s.account(w.n, 1)
+	}
 	w.s.commitMu.Unlock()
 	if rerr != nil {
 		return false, fmt.Errorf("blob store: rename %s: %w", w.h, rerr)
 	}
 	w.done = true
+	w.release()
 	if err := w.s.hooks.err(hookSyncDir); err != nil {
 		// The blob is named but its name may not survive a crash; the
 		// bytes are right either way, so keep it and report the failure.
@@ -655,6 +716,7 @@ func (w *BlobWriter) Abort() {
 		return
 	}
 	w.done = true
+	w.release()
 	if w.f != nil {
 		_ = w.f.Close()
 		w.f = nil

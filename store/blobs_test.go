@@ -16,7 +16,7 @@ import (
 	"testing"
 	"testing/iotest"
 
-	"github.com/tenzro/train/syncer"
+	"github.com/tenzro/train/machine"
 	"github.com/tenzro/train/wire"
 )
 
@@ -89,7 +89,7 @@ func TestBlobsRoundTrip(t *testing.T) {
 			if ok, err := s.Has(ctx, h); err != nil || ok {
 				t.Fatalf("Has before Put = %v, %v", ok, err)
 			}
-			if _, err := s.Get(ctx, h); !errors.Is(err, ErrBlobNotFound) || !errors.Is(err, syncer.ErrNotFound) {
+			if _, err := s.Get(ctx, h); !errors.Is(err, ErrBlobNotFound) || !errors.Is(err, machine.ErrNotFound) {
 				t.Fatalf("Get before Put: %v, want ErrBlobNotFound matching syncer.ErrNotFound", err)
 			}
 			res, err := s.PutStream(ctx, h, iotest.HalfReader(bytes.NewReader(data)), int64(n))

@@ -16,7 +16,7 @@ import (
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 
-	"github.com/tenzro/train/syncer"
+	"github.com/tenzro/train/machine"
 )
 
 // The crash tests follow Pebble's own style: run the store on a crashable
@@ -28,25 +28,25 @@ import (
 // testBatch builds batch i of writer w. Batches of one writer are committed
 // in order, so after any crash the writer's batches present must be exactly
 // 0..head, where head is the index recorded in the batch itself.
-func testBatch(w, i int, large bool) *syncer.Batch {
-	var b syncer.Batch
+func testBatch(w, i int, large bool) *machine.Batch {
+	var b machine.Batch
 	for j, ks := range batchKeyspaces(i) {
 		b.Set(ks, batchKey(w, i, j), batchValue(w, i, j, large && j == 0))
 	}
-	b.Set(syncer.KSMeta, []byte(fmt.Sprintf("head/w%d", w)), binary.BigEndian.AppendUint64(nil, uint64(i)))
+	b.Set(machine.KSMeta, []byte(fmt.Sprintf("head/w%d", w)), binary.BigEndian.AppendUint64(nil, uint64(i)))
 	if i > 0 {
-		b.Delete(syncer.KSRuns, []byte(fmt.Sprintf("pending/w%d/%06d", w, i-1)))
+		b.Delete(machine.KSRuns, []byte(fmt.Sprintf("pending/w%d/%06d", w, i-1)))
 	}
-	b.Set(syncer.KSRuns, []byte(fmt.Sprintf("pending/w%d/%06d", w, i)), []byte{})
+	b.Set(machine.KSRuns, []byte(fmt.Sprintf("pending/w%d/%06d", w, i)), []byte{})
 	return &b
 }
 
 // batchKeyspaces varies which and how many keyspaces a batch touches.
-func batchKeyspaces(i int) []syncer.Keyspace {
+func batchKeyspaces(i int) []machine.Keyspace {
 	n := 2 + i%4
-	out := make([]syncer.Keyspace, n)
+	out := make([]machine.Keyspace, n)
 	for j := range out {
-		out[j] = syncer.AllKeyspaces[(i+j)%len(syncer.AllKeyspaces)]
+		out[j] = machine.AllKeyspaces[(i+j)%len(machine.AllKeyspaces)]
 	}
 	return out
 }
@@ -70,9 +70,9 @@ func checkWriters(t *testing.T, db *DB, nw int, returned []int64, large func(int
 	ctx := context.Background()
 	for w := 0; w < nw; w++ {
 		head := int64(-1)
-		if v, err := db.Get(ctx, syncer.KSMeta, []byte(fmt.Sprintf("head/w%d", w))); err == nil {
+		if v, err := db.Get(ctx, machine.KSMeta, []byte(fmt.Sprintf("head/w%d", w))); err == nil {
 			head = int64(binary.BigEndian.Uint64(v))
-		} else if err != syncer.ErrNotFound {
+		} else if err != machine.ErrNotFound {
 			t.Fatal(err)
 		}
 		if head < returned[w] {
@@ -80,7 +80,7 @@ func checkWriters(t *testing.T, db *DB, nw int, returned []int64, large func(int
 		}
 		// Every batch 0..head fully present, nothing beyond.
 		counts := map[int]int{}
-		for _, ks := range syncer.AllKeyspaces {
+		for _, ks := range machine.AllKeyspaces {
 			err := db.Scan(ctx, ks, []byte(fmt.Sprintf("w%d/b", w)), func(k, v []byte) error {
 				parts := strings.Split(string(k), "/")
 				i, _ := strconv.Atoi(strings.TrimPrefix(parts[1], "b"))
@@ -109,7 +109,7 @@ func checkWriters(t *testing.T, db *DB, nw int, returned []int64, large func(int
 			}
 		}
 		var pending []string
-		err := db.Scan(ctx, syncer.KSRuns, []byte(fmt.Sprintf("pending/w%d/", w)), func(k, v []byte) error {
+		err := db.Scan(ctx, machine.KSRuns, []byte(fmt.Sprintf("pending/w%d/", w)), func(k, v []byte) error {
 			pending = append(pending, string(k))
 			return nil
 		})

@@ -5,8 +5,8 @@ import (
 	"fmt"
 	"os"
 
+	"github.com/tenzro/train/machine"
 	"github.com/tenzro/train/store"
-	"github.com/tenzro/train/syncer"
 )
 
 func Example() {
@@ -22,17 +22,17 @@ func Example() {
 	defer db.Close()
 
 	// One state transition, one synced batch.
-	var b syncer.Batch
-	b.Set(syncer.KSRuns, []byte("task-1"), []byte(`{"status":"running"}`))
-	b.Set(syncer.KSLedger, []byte("escrow/task-1"), []byte("1000"))
+	var b machine.Batch
+	b.Set(machine.KSRuns, []byte("task-1"), []byte(`{"status":"running"}`))
+	b.Set(machine.KSLedger, []byte("escrow/task-1"), []byte("1000"))
 	if err := db.Commit(ctx, &b); err != nil {
 		fmt.Println(err)
 		return
 	}
-	v, _ := db.Get(ctx, syncer.KSRuns, []byte("task-1"))
+	v, _ := db.Get(ctx, machine.KSRuns, []byte("task-1"))
 	fmt.Println(string(v))
-	_, err = db.Get(ctx, syncer.KSRuns, []byte("task-2"))
-	fmt.Println(err == syncer.ErrNotFound)
+	_, err = db.Get(ctx, machine.KSRuns, []byte("task-2"))
+	fmt.Println(err == machine.ErrNotFound)
 	// Output:
 	// {"status":"running"}
 	// true

@@ -14,7 +14,7 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/tenzro/train/syncer"
+	"github.com/tenzro/train/machine"
 )
 
 // The kill -9 test re-executes the test binary as a child that commits
@@ -109,7 +109,7 @@ func killChild(dir string) {
 		os.Exit(2)
 	}
 	next := 0
-	if v, err := db.Get(ctx, syncer.KSMeta, []byte("head/w0")); err == nil {
+	if v, err := db.Get(ctx, machine.KSMeta, []byte("head/w0")); err == nil {
 		next = int(binary.BigEndian.Uint64(v)) + 1
 	}
 	for i := next; ; i++ {

@@ -6,7 +6,7 @@ import (
 
 	"github.com/cockroachdb/pebble/v2"
 
-	"github.com/tenzro/train/syncer"
+	"github.com/tenzro/train/machine"
 )
 
 // largeValueDB holds what a node's database holds after a run is posted: in
@@ -19,15 +19,15 @@ func largeValueDB(t testing.TB) *DB {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { db.Close() })
-	var b syncer.Batch
-	b.Set(syncer.KSRuns, []byte("run-1"), []byte(`{"status":"running"}`))
-	b.Set(syncer.KSLedger, []byte("acct/1"), []byte("100"))
+	var b machine.Batch
+	b.Set(machine.KSRuns, []byte("run-1"), []byte(`{"status":"running"}`))
+	b.Set(machine.KSLedger, []byte("acct/1"), []byte("100"))
 	w := make([]byte, 67<<20)
 	for i := range w {
 		w[i] = byte(i * 7)
 	}
-	b.Set(syncer.KSWeights, []byte("w/run-1/0"), w)
-	b.Set(syncer.KSMeta, []byte("cand/x"), []byte("{}"))
+	b.Set(machine.KSWeights, []byte("w/run-1/0"), w)
+	b.Set(machine.KSMeta, []byte("cand/x"), []byte("{}"))
 	if err := db.Commit(context.Background(), &b); err != nil {
 		t.Fatal(err)
 	}
@@ -43,7 +43,7 @@ func largeValueDB(t testing.TB) *DB {
 // and the 67 MB value shared one block, and every scan decompressed it.
 func TestScanSkipsLargeValues(t *testing.T) {
 	db := largeValueDB(t)
-	lower := []byte{keyspacePrefix[syncer.KSRuns]}
+	lower := []byte{keyspacePrefix[machine.KSRuns]}
 	it, err := db.db.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: upperBound(lower)})
 	if err != nil {
 		t.Fatal(err)
@@ -63,7 +63,7 @@ func TestScanSkipsLargeValues(t *testing.T) {
 		t.Fatalf("scanning one small run read %d bytes of blocks", read)
 	}
 	// The large value itself still reads back.
-	v, err := db.Get(context.Background(), syncer.KSWeights, []byte("w/run-1/0"))
+	v, err := db.Get(context.Background(), machine.KSWeights, []byte("w/run-1/0"))
 	if err != nil || len(v) != 67<<20 {
 		t.Fatalf("large value: %d bytes, %v", len(v), err)
 	}
@@ -73,7 +73,7 @@ func BenchmarkScanBesideLargeValue(b *testing.B) {
 	db := largeValueDB(b)
 	ctx := context.Background()
 	for b.Loop() {
-		if err := db.Scan(ctx, syncer.KSRuns, nil, func(k, v []byte) error { return nil }); err != nil {
+		if err := db.Scan(ctx, machine.KSRuns, nil, func(k, v []byte) error { return nil }); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -14,7 +14,7 @@ import (
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/vfs"
 
-	"github.com/tenzro/train/syncer"
+	"github.com/tenzro/train/machine"
 )
 
 // FormatVersion is the on-disk format this package reads and writes. It is
@@ -108,20 +108,20 @@ type DB struct {
 	inflight sync.WaitGroup
 }
 
-var _ syncer.KV = (*DB)(nil)
+var _ machine.KV = (*DB)(nil)
 
 // keyspacePrefix is part of the on-disk format: never renumber within a
 // FormatVersion. 0x00 is reserved for the store's own keys.
-var keyspacePrefix = map[syncer.Keyspace]byte{
-	syncer.KSRuns:       0x01,
-	syncer.KSReceipts:   0x02,
-	syncer.KSLedger:     0x03,
-	syncer.KSTranscript: 0x04,
-	syncer.KSWeights:    0x05,
-	syncer.KSBlobs:      0x06,
-	syncer.KSMeta:       0x07,
-	syncer.KSPlugins:    0x08,
-	syncer.KSEvidence:   0x09,
+var keyspacePrefix = map[machine.Keyspace]byte{
+	machine.KSRuns:       0x01,
+	machine.KSReceipts:   0x02,
+	machine.KSLedger:     0x03,
+	machine.KSTranscript: 0x04,
+	machine.KSWeights:    0x05,
+	machine.KSBlobs:      0x06,
+	machine.KSMeta:       0x07,
+	machine.KSPlugins:    0x08,
+	machine.KSEvidence:   0x09,
 }
 
 const internalPrefix = 0x00
@@ -298,7 +298,7 @@ func (d *DB) Close() error {
 }
 
 // encodeKey returns the keyspace prefix followed by key.
-func encodeKey(ks syncer.Keyspace, key []byte) ([]byte, error) {
+func encodeKey(ks machine.Keyspace, key []byte) ([]byte, error) {
 	p, ok := keyspacePrefix[ks]
 	if !ok {
 		return nil, fmt.Errorf("keyspace %q: %w", ks, ErrUnknownKeyspace)
@@ -313,7 +313,7 @@ func encodeKey(ks syncer.Keyspace, key []byte) ([]byte, error) {
 }
 
 // Get returns a copy of the value stored under key, or syncer.ErrNotFound.
-func (d *DB) Get(ctx context.Context, ks syncer.Keyspace, key []byte) ([]byte, error) {
+func (d *DB) Get(ctx context.Context, ks machine.Keyspace, key []byte) ([]byte, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("store get: %w", err)
 	}
@@ -330,7 +330,7 @@ func (d *DB) Get(ctx context.Context, ks syncer.Keyspace, key []byte) ([]byte, e
 	defer d.release()
 	v, closer, err := d.db.Get(k)
 	if errors.Is(err, pebble.ErrNotFound) {
-		return nil, syncer.ErrNotFound
+		return nil, machine.ErrNotFound
 	}
 	if err != nil {
 		return nil, fmt.Errorf("store get %s/%x: %w", ks, key, err)
@@ -363,7 +363,7 @@ func upperBound(p []byte) []byte {
 // order. The slices passed to fn are valid only during the call. An error
 // from fn stops the scan and is returned as is. ctx is checked before each
 // key.
-func (d *DB) Scan(ctx context.Context, ks syncer.Keyspace, prefix []byte, fn func(key, value []byte) error) error {
+func (d *DB) Scan(ctx context.Context, ks machine.Keyspace, prefix []byte, fn func(key, value []byte) error) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("store scan: %w", err)
 	}
@@ -406,7 +406,7 @@ func (d *DB) Scan(ctx context.Context, ks syncer.Keyspace, prefix []byte, fn fun
 // that of a failed fsync, which Pebble treats as fatal. ctx is checked before
 // the write starts; a started write is not interrupted. An empty batch is a
 // no-op.
-func (d *DB) Commit(ctx context.Context, b *syncer.Batch) error {
+func (d *DB) Commit(ctx context.Context, b *machine.Batch) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("store commit: %w", err)
 	}

@@ -12,7 +12,7 @@ import (
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/vfs"
 
-	"github.com/tenzro/train/syncer"
+	"github.com/tenzro/train/machine"
 )
 
 func mustOpenMem(t *testing.T) *DB {
@@ -26,8 +26,8 @@ func mustOpenMem(t *testing.T) *DB {
 }
 
 func TestKeyspacePrefixesDistinct(t *testing.T) {
-	seen := map[byte]syncer.Keyspace{}
-	for _, ks := range syncer.AllKeyspaces {
+	seen := map[byte]machine.Keyspace{}
+	for _, ks := range machine.AllKeyspaces {
 		p, ok := keyspacePrefix[ks]
 		if !ok {
 			t.Fatalf("keyspace %q has no prefix: add one (and bump FormatVersion if needed)", ks)
@@ -40,47 +40,47 @@ func TestKeyspacePrefixesDistinct(t *testing.T) {
 		}
 		seen[p] = ks
 	}
-	if len(keyspacePrefix) != len(syncer.AllKeyspaces) {
-		t.Fatalf("%d prefixes for %d keyspaces", len(keyspacePrefix), len(syncer.AllKeyspaces))
+	if len(keyspacePrefix) != len(machine.AllKeyspaces) {
+		t.Fatalf("%d prefixes for %d keyspaces", len(keyspacePrefix), len(machine.AllKeyspaces))
 	}
 }
 
 func TestGetSetDeleteIsolation(t *testing.T) {
 	ctx := context.Background()
 	db := mustOpenMem(t)
-	var b syncer.Batch
-	for _, ks := range syncer.AllKeyspaces {
+	var b machine.Batch
+	for _, ks := range machine.AllKeyspaces {
 		b.Set(ks, []byte("k"), []byte("v-"+string(ks)))
 	}
-	b.Set(syncer.KSRuns, []byte("empty"), nil)
+	b.Set(machine.KSRuns, []byte("empty"), nil)
 	if err := db.Commit(ctx, &b); err != nil {
 		t.Fatal(err)
 	}
-	for _, ks := range syncer.AllKeyspaces {
+	for _, ks := range machine.AllKeyspaces {
 		v, err := db.Get(ctx, ks, []byte("k"))
 		if err != nil || string(v) != "v-"+string(ks) {
 			t.Fatalf("%s: got %q, %v", ks, v, err)
 		}
 	}
-	v, err := db.Get(ctx, syncer.KSRuns, []byte("empty"))
+	v, err := db.Get(ctx, machine.KSRuns, []byte("empty"))
 	if err != nil || v == nil || len(v) != 0 {
 		t.Fatalf("empty value: got %#v, %v", v, err)
 	}
 	// Get returns a copy.
-	v, _ = db.Get(ctx, syncer.KSLedger, []byte("k"))
+	v, _ = db.Get(ctx, machine.KSLedger, []byte("k"))
 	v[0] = 'X'
-	if w, _ := db.Get(ctx, syncer.KSLedger, []byte("k")); w[0] != 'v' {
+	if w, _ := db.Get(ctx, machine.KSLedger, []byte("k")); w[0] != 'v' {
 		t.Fatal("Get did not return a copy")
 	}
-	var d syncer.Batch
-	d.Delete(syncer.KSRuns, []byte("k"))
+	var d machine.Batch
+	d.Delete(machine.KSRuns, []byte("k"))
 	if err := db.Commit(ctx, &d); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := db.Get(ctx, syncer.KSRuns, []byte("k")); !errors.Is(err, syncer.ErrNotFound) {
+	if _, err := db.Get(ctx, machine.KSRuns, []byte("k")); !errors.Is(err, machine.ErrNotFound) {
 		t.Fatalf("deleted key: %v", err)
 	}
-	if _, err := db.Get(ctx, syncer.KSReceipts, []byte("k")); err != nil {
+	if _, err := db.Get(ctx, machine.KSReceipts, []byte("k")); err != nil {
 		t.Fatalf("delete leaked into another keyspace: %v", err)
 	}
 }
@@ -92,10 +92,10 @@ func TestScan(t *testing.T) {
 		[]byte("a"), []byte("ab"), []byte("ab\x00"), []byte("ab\xff"), []byte("ac"), []byte("b"),
 		{0xff}, {0xff, 0xff}, {0xff, 0xff, 0x01},
 	}
-	var b syncer.Batch
+	var b machine.Batch
 	for _, k := range keys {
-		b.Set(syncer.KSTranscript, k, append([]byte("v"), k...))
-		b.Set(syncer.KSWeights, k, []byte("other")) // neighbouring keyspace must not show up
+		b.Set(machine.KSTranscript, k, append([]byte("v"), k...))
+		b.Set(machine.KSWeights, k, []byte("other")) // neighbouring keyspace must not show up
 	}
 	if err := db.Commit(ctx, &b); err != nil {
 		t.Fatal(err)
@@ -115,7 +115,7 @@ func TestScan(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(fmt.Sprintf("%q", tc.prefix), func(t *testing.T) {
 			var got []string
-			err := db.Scan(ctx, syncer.KSTranscript, []byte(tc.prefix), func(k, v []byte) error {
+			err := db.Scan(ctx, machine.KSTranscript, []byte(tc.prefix), func(k, v []byte) error {
 				if !bytes.Equal(v, append([]byte("v"), k...)) {
 					t.Errorf("key %q: value %q", k, v)
 				}
@@ -132,12 +132,12 @@ func TestScan(t *testing.T) {
 	}
 	stop := errors.New("stop")
 	n := 0
-	if err := db.Scan(ctx, syncer.KSTranscript, nil, func(k, v []byte) error { n++; return stop }); err != stop || n != 1 {
+	if err := db.Scan(ctx, machine.KSTranscript, nil, func(k, v []byte) error { n++; return stop }); err != stop || n != 1 {
 		t.Fatalf("callback error: got %v after %d keys", err, n)
 	}
 	cctx, cancel := context.WithCancel(ctx)
 	n = 0
-	err := db.Scan(cctx, syncer.KSTranscript, nil, func(k, v []byte) error { n++; cancel(); return nil })
+	err := db.Scan(cctx, machine.KSTranscript, nil, func(k, v []byte) error { n++; cancel(); return nil })
 	if !errors.Is(err, context.Canceled) || n != 1 {
 		t.Fatalf("cancelled scan: got %v after %d keys", err, n)
 	}
@@ -152,25 +152,25 @@ func TestRefusals(t *testing.T) {
 	tests := []struct {
 		name string
 		ctx  context.Context
-		ops  []syncer.Op
+		ops  []machine.Op
 		want error
 	}{
-		{"unknown keyspace", ctx, []syncer.Op{{KS: "nope", Key: []byte("k"), Value: []byte{}}}, ErrUnknownKeyspace},
-		{"empty key", ctx, []syncer.Op{{KS: syncer.KSRuns, Key: nil, Value: []byte{}}}, ErrLimit},
-		{"key too large", ctx, []syncer.Op{{KS: syncer.KSRuns, Key: big, Value: []byte{}}}, ErrLimit},
-		{"cancelled", cancelled, []syncer.Op{{KS: syncer.KSRuns, Key: []byte("k"), Value: []byte{}}}, context.Canceled},
+		{"unknown keyspace", ctx, []machine.Op{{KS: "nope", Key: []byte("k"), Value: []byte{}}}, ErrUnknownKeyspace},
+		{"empty key", ctx, []machine.Op{{KS: machine.KSRuns, Key: nil, Value: []byte{}}}, ErrLimit},
+		{"key too large", ctx, []machine.Op{{KS: machine.KSRuns, Key: big, Value: []byte{}}}, ErrLimit},
+		{"cancelled", cancelled, []machine.Op{{KS: machine.KSRuns, Key: []byte("k"), Value: []byte{}}}, context.Canceled},
 		// One bad op refuses the whole batch: the good op before it must not land.
-		{"partial", ctx, []syncer.Op{{KS: syncer.KSRuns, Key: []byte("good"), Value: []byte{}}, {KS: "nope", Key: []byte("k")}}, ErrUnknownKeyspace},
+		{"partial", ctx, []machine.Op{{KS: machine.KSRuns, Key: []byte("good"), Value: []byte{}}, {KS: "nope", Key: []byte("k")}}, ErrUnknownKeyspace},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			err := db.Commit(tc.ctx, &syncer.Batch{Ops: tc.ops})
+			err := db.Commit(tc.ctx, &machine.Batch{Ops: tc.ops})
 			if !errors.Is(err, tc.want) {
 				t.Fatalf("got %v, want %v", err, tc.want)
 			}
 		})
 	}
-	if _, err := db.Get(ctx, syncer.KSRuns, []byte("good")); !errors.Is(err, syncer.ErrNotFound) {
+	if _, err := db.Get(ctx, machine.KSRuns, []byte("good")); !errors.Is(err, machine.ErrNotFound) {
 		t.Fatalf("refused batch left a write: %v", err)
 	}
 	if _, err := db.Get(ctx, "nope", []byte("k")); !errors.Is(err, ErrUnknownKeyspace) {
@@ -185,8 +185,8 @@ func TestRefusals(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer small.Close()
-	var b syncer.Batch
-	b.Set(syncer.KSBlobs, []byte("k"), make([]byte, 11))
+	var b machine.Batch
+	b.Set(machine.KSBlobs, []byte("k"), make([]byte, 11))
 	if err := small.Commit(ctx, &b); !errors.Is(err, ErrLimit) {
 		t.Fatalf("oversized value: %v", err)
 	}
@@ -204,15 +204,15 @@ func TestClosed(t *testing.T) {
 	if err := db.Close(); err != nil {
 		t.Fatalf("second close: %v", err)
 	}
-	var b syncer.Batch
-	b.Set(syncer.KSRuns, []byte("k"), []byte("v"))
+	var b machine.Batch
+	b.Set(machine.KSRuns, []byte("k"), []byte("v"))
 	if err := db.Commit(ctx, &b); !errors.Is(err, ErrClosed) {
 		t.Fatalf("commit after close: %v", err)
 	}
-	if _, err := db.Get(ctx, syncer.KSRuns, []byte("k")); !errors.Is(err, ErrClosed) {
+	if _, err := db.Get(ctx, machine.KSRuns, []byte("k")); !errors.Is(err, ErrClosed) {
 		t.Fatalf("get after close: %v", err)
 	}
-	if err := db.Scan(ctx, syncer.KSRuns, nil, nil); !errors.Is(err, ErrClosed) {
+	if err := db.Scan(ctx, machine.KSRuns, nil, nil); !errors.Is(err, ErrClosed) {
 		t.Fatalf("scan after close: %v", err)
 	}
 }
@@ -224,8 +224,8 @@ func TestReopenPersists(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var b syncer.Batch
-	b.Set(syncer.KSReceipts, []byte("r1"), []byte("receipt"))
+	var b machine.Batch
+	b.Set(machine.KSReceipts, []byte("r1"), []byte("receipt"))
 	if err := db.Commit(ctx, &b); err != nil {
 		t.Fatal(err)
 	}
@@ -237,7 +237,7 @@ func TestReopenPersists(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer db.Close()
-	if v, err := db.Get(ctx, syncer.KSReceipts, []byte("r1")); err != nil || string(v) != "receipt" {
+	if v, err := db.Get(ctx, machine.KSReceipts, []byte("r1")); err != nil || string(v) != "receipt" {
 		t.Fatalf("after reopen: %q, %v", v, err)
 	}
 }
@@ -323,8 +323,8 @@ func TestConcurrentCloseDoesNotPanic(t *testing.T) {
 	go func() {
 		defer close(done)
 		for i := 0; ; i++ {
-			var b syncer.Batch
-			b.Set(syncer.KSRuns, []byte(fmt.Sprint(i)), []byte("v"))
+			var b machine.Batch
+			b.Set(machine.KSRuns, []byte(fmt.Sprint(i)), []byte("v"))
 			if err := db.Commit(ctx, &b); err != nil {
 				if !errors.Is(err, ErrClosed) {
 					t.Errorf("commit %d: %v", i, err)
@@ -332,8 +332,8 @@ func TestConcurrentCloseDoesNotPanic(t *testing.T) {
 				return
 			}
 			// A nested call from inside Scan must not deadlock against Close.
-			_ = db.Scan(ctx, syncer.KSRuns, []byte("1"), func(k, v []byte) error {
-				_, err := db.Get(ctx, syncer.KSRuns, k)
+			_ = db.Scan(ctx, machine.KSRuns, []byte("1"), func(k, v []byte) error {
+				_, err := db.Get(ctx, machine.KSRuns, k)
 				if err != nil && !errors.Is(err, ErrClosed) {
 					return err
 				}
@@ -341,8 +341,8 @@ func TestConcurrentCloseDoesNotPanic(t *testing.T) {
 			})
 		}
 	}()
-	var b syncer.Batch
-	b.Set(syncer.KSRuns, []byte("x"), []byte("v"))
+	var b machine.Batch
+	b.Set(machine.KSRuns, []byte("x"), []byte("v"))
 	for i := 0; i < 50; i++ {
 		if err := db.Commit(ctx, &b); err != nil {
 			t.Fatal(err)
@@ -373,7 +373,7 @@ func FuzzEncodeKey(f *testing.F) {
 	f.Add("runs", []byte("k"))
 	f.Add("blobs", []byte{0xff, 0xff})
 	f.Fuzz(func(t *testing.T, ks string, key []byte) {
-		k, err := encodeKey(syncer.Keyspace(ks), key)
+		k, err := encodeKey(machine.Keyspace(ks), key)
 		if err != nil {
 			return
 		}

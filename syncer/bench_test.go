@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tenzro/train/audit"
 	"github.com/tenzro/train/store"
 	"github.com/tenzro/train/syncer"
 	"github.com/tenzro/train/syncer/election"
@@ -40,8 +41,8 @@ func BenchmarkVerifyReceipt(b *testing.B) {
 			})
 		}
 		run("v1", len(v1), func() error { return v1Check(v1) })
-		run("v2", len(s.raw), func() error { return syncer.CheckReceipt(s.raw, nil) })
-		run("v2full", len(s.raw)+len(s.blob), func() error { return syncer.CheckReceiptFull(s.raw, s.blob) })
+		run("v2", len(s.raw), func() error { return audit.CheckReceipt(s.raw, nil) })
+		run("v2full", len(s.raw)+len(s.blob), func() error { return audit.CheckReceiptFull(s.raw, s.blob) })
 	}
 }
 
@@ -53,7 +54,7 @@ func BenchmarkBuildReceipt(b *testing.B) {
 		s := newSynthRun(b, rounds, 12)
 		b.Run(fmt.Sprintf("rounds=%d", rounds), func(b *testing.B) {
 			for i := 0; i < b.N; i++ {
-				if _, _, err := syncer.BuildReceipt(s.in); err != nil {
+				if _, _, err := audit.BuildReceipt(s.in); err != nil {
 					b.Fatal(err)
 				}
 			}
@@ -125,7 +126,7 @@ func BenchmarkVerifyReceiptWorstCase(b *testing.B) {
 	s := newSynthRun(b, 64, 2)
 	var es []election.Entrant
 	keys := map[string]*did.Key{}
-	for i := 0; i < syncer.MaxReceiptSyncers; i++ {
+	for i := 0; i < audit.MaxReceiptSyncers; i++ {
 		k := key(t, did.KindMachine, byte(100+i))
 		keys[k.DID.String()] = k
 		e, err := election.Enter(k.Priv, k.DID.String(), big.NewInt(int64(1000+i)), s.in.Election.Alpha)
@@ -148,7 +149,7 @@ func BenchmarkVerifyReceiptWorstCase(b *testing.B) {
 	}
 	sortPayouts(lines)
 	s.in.Rewards, s.in.SponsorRefund = lines, "1000000000000000000000"
-	rc, _, err := syncer.BuildReceipt(s.in)
+	rc, _, err := audit.BuildReceipt(s.in)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -156,7 +157,7 @@ func BenchmarkVerifyReceiptWorstCase(b *testing.B) {
 	s.sign(b, keys[s.in.SyncerDID])
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
-		if err := syncer.CheckReceipt(s.raw, nil); err != nil {
+		if err := audit.CheckReceipt(s.raw, nil); err != nil {
 			b.Fatal(err)
 		}
 	}

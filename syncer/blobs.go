@@ -6,20 +6,21 @@ import (
 	"errors"
 	"io"
 
+	"github.com/tenzro/train/machine"
 	"github.com/tenzro/train/wire"
 )
 
 // KVBlobs is Blobs over a KV's KSBlobs key space (one value per blob,
 // keyed by its 32-byte hash). The blob store of files that the node uses
 // for large blobs replaces it behind the same interface.
-type KVBlobs struct{ KV KV }
+type KVBlobs struct{ KV machine.KV }
 
 var _ Blobs = KVBlobs{}
 
 // Has implements Blobs.
 func (b KVBlobs) Has(ctx context.Context, h wire.Hash) (bool, error) {
-	_, err := b.KV.Get(ctx, KSBlobs, h[:])
-	if errors.Is(err, ErrNotFound) {
+	_, err := b.KV.Get(ctx, machine.KSBlobs, h[:])
+	if errors.Is(err, machine.ErrNotFound) {
 		return false, nil
 	}
 	return err == nil, err
@@ -27,13 +28,13 @@ func (b KVBlobs) Has(ctx context.Context, h wire.Hash) (bool, error) {
 
 // Get implements Blobs.
 func (b KVBlobs) Get(ctx context.Context, h wire.Hash) ([]byte, error) {
-	return b.KV.Get(ctx, KSBlobs, h[:])
+	return b.KV.Get(ctx, machine.KSBlobs, h[:])
 }
 
 // Put implements Blobs (one synced batch).
 func (b KVBlobs) Put(ctx context.Context, h wire.Hash, v []byte) error {
-	var batch Batch
-	batch.Set(KSBlobs, h[:], v)
+	var batch machine.Batch
+	batch.Set(machine.KSBlobs, h[:], v)
 	return b.KV.Commit(ctx, &batch)
 }
 

@@ -13,7 +13,9 @@ import (
 
 	abci "github.com/cometbft/cometbft/abci/types"
 
+	"github.com/tenzro/train/audit"
 	"github.com/tenzro/train/chain"
+	"github.com/tenzro/train/machine"
 	"github.com/tenzro/train/store"
 	"github.com/tenzro/train/syncer"
 	"github.com/tenzro/train/wire"
@@ -183,8 +185,8 @@ func (c *cnet) block() {
 		c.t.Fatal(err)
 	}
 	var total *big.Int
-	_ = c.chain.View(c.ctx, func(v syncer.View) error {
-		total, _, _ = syncer.LedgerTotal(c.ctx, v.KV)
+	_ = c.chain.View(c.ctx, func(v machine.View) error {
+		total, _, _ = machine.LedgerTotal(c.ctx, v.KV)
 		return nil
 	})
 	if total.Sign() != 0 {
@@ -244,9 +246,9 @@ func (c *cnet) challenges() []wire.ChallengeRecord {
 
 func (c *cnet) stake(i int) *big.Int {
 	var v *big.Int
-	_ = c.chain.View(c.ctx, func(x syncer.View) error {
+	_ = c.chain.View(c.ctx, func(x machine.View) error {
 		var err error
-		v, err = syncer.AccountBalance(c.ctx, x.KV, "syncer-stake:"+c.cands[i].DID.String())
+		v, err = machine.AccountBalance(c.ctx, x.KV, "syncer-stake:"+c.cands[i].DID.String())
 		return err
 	})
 	return v
@@ -337,7 +339,7 @@ func TestChallengeNodesWrongAggregate(t *testing.T) {
 		t.Fatal(err)
 	}
 	local, _ := store.OpenInMemory()
-	client, err := syncer.NewNode(c.ctx, syncer.Config{Chain: syncer.StaticChain{KV: scratch, Block: syncer.Block{Height: st.Height}}, Blobs: syncer.KVBlobs{KV: local},
+	client, err := syncer.NewNode(c.ctx, syncer.Config{Chain: syncer.StaticChain{KV: scratch, Block: machine.Block{Height: st.Height}}, Blobs: syncer.KVBlobs{KV: local},
 		Local: local, Engine: syncer.NewNativeEngine(), Signer: syncer.KeySigner{Key: key(t, did.KindMachine, 230)}, Fetcher: peerFetcher{&c.peers}, Logger: quiet})
 	if err != nil {
 		t.Fatal(err)
@@ -366,7 +368,7 @@ func TestChallengeNodesWrongAggregate(t *testing.T) {
 		t.Fatalf("sealed run: final rounds %d, open challenges %d", v.FinalRounds, v.OpenChallenges)
 	}
 	raw, _ := json.Marshal(rc)
-	if err := syncer.CheckReceipt(raw, nil); err != nil {
+	if err := audit.CheckReceipt(raw, nil); err != nil {
 		t.Fatalf("receipt: %v", err)
 	}
 	if rc.ChallengeCount != 1 || rc.SyncerDID == c.cands[bad].DID.String() {

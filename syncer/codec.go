@@ -7,6 +7,7 @@ import (
 	"fmt"
 
 	"github.com/gowebpki/jcs"
+	"github.com/tenzro/train/machine"
 	"github.com/tenzro/train/wire"
 	"github.com/tenzro/train/wire/safetensors"
 )
@@ -24,7 +25,7 @@ type DecodeTensor struct {
 type DecodeInput struct {
 	Codec RuleRef
 	// Dtype is the fragment's element type: the output holds N values of it.
-	Dtype   Dtype
+	Dtype   machine.Dtype
 	N       int
 	Tensors []DecodeTensor
 }
@@ -66,21 +67,13 @@ func resolveCodec(ctx context.Context, eng Engine, spec *wire.TaskSpec) (*RuleRe
 	return &ref, nil
 }
 
-// codecRef is the transcript's record of a codec.
-func codecRef(r *RuleRef) *wire.CodecRef {
-	if r == nil {
-		return nil
-	}
-	return &wire.CodecRef{Name: r.Name, Hash: r.Hash, Params: r.Params}
-}
-
 // payloadValues returns a payload's values in the fragment's tensor order:
 // the fragment's own tensors when codec is nil, else the codec plugin's
 // decoding of the encoded tensors (docs/protocol/compression.md). The bytes
 // hashed and signed are always the payload as sent; only the values differ.
-func payloadValues(ctx context.Context, eng Engine, codec *RuleRef, fs *fragLayout, payload []byte) ([]byte, uint64, error) {
+func payloadValues(ctx context.Context, eng Engine, codec *RuleRef, fs *machine.FragLayout, payload []byte) ([]byte, uint64, error) {
 	if codec == nil {
-		v, err := fragmentValues(fs, payload)
+		v, err := machine.FragmentValues(fs, payload)
 		return v, 0, err
 	}
 	dec, ok := eng.(Decoder)
@@ -103,13 +96,6 @@ func payloadValues(ctx context.Context, eng Engine, codec *RuleRef, fs *fragLayo
 		return nil, out.Fuel, fmt.Errorf("codec %s returned %d bytes, want %d", codec.Name, len(out.Values), int(fs.N)*fs.Dtype.Size())
 	}
 	return out.Values, out.Fuel, nil
-}
-
-func codecText(c *wire.CodecRef) string {
-	if c == nil {
-		return "none"
-	}
-	return fmt.Sprintf("%s (sha256:%s) %s", c.Name, c.Hash, c.Params)
 }
 
 // sameJSON compares two JSON values by their RFC 8785 forms (a receipt may

@@ -1,21 +1,13 @@
-// Package syncer owns the run: its rules and the node's service over them.
+// Package syncer is the node: its Service over a Chain (reads from the last
+// committed state, writes as transactions after the checks that need the
+// bytes), the syncer worker that commits the fragments of the runs this
+// node's key is the current syncer of, validator re-execution of challenged
+// commits, replication, the candidate daemon, replay, the Engine seam to the
+// plugin host and the native engine. Payloads, weights and evidence live in
+// Blobs; a PayloadFetcher gets what this node does not hold.
 //
-//   - Machine (machine.go, m*.go) is the run state machine's deterministic
-//     transitions — post → elect → enrol → submission records → fragment
-//     commits → round close → seal, plus the ledger, syncer candidates,
-//     plugin records, cancellation, expiry and fees — over a KV and a Block
-//     (height, time, hash). It is the one place for admission and settlement
-//     rules: no wall clock, no plugin, no payload bytes, no floats, every
-//     transition all or nothing. chain.App hosts it.
-//   - Node (node*.go, worker.go) is the node's Service over a Chain (reads
-//     from the last committed state, writes as transactions after the checks
-//     that need the bytes), the syncer worker that commits the fragments of
-//     the runs this node's key is the current syncer of, and the candidate
-//     daemon that enters its elections. Payloads, weights and evidence live
-//     in Blobs; a PayloadFetcher gets what this node does not hold.
-//   - Receipts (receipt*.go), the run root, replay, the Engine seam to the
-//     plugin host and the native engine.
-//
-// It must not know about HTTP, Pebble, CometBFT or wazero types: chain
-// imports syncer, never the reverse.
+// The consensus rules are not here: they are package machine, which the
+// node reads through its exported view and pre-checks. Receipts are
+// package audit. It must not know about HTTP, Pebble, CometBFT or wazero
+// types: chain serves it (structurally, through Chain) without importing it.
 package syncer

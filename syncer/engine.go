@@ -9,30 +9,10 @@ import (
 	"io"
 	"os"
 
+	"github.com/tenzro/train/machine"
 	"github.com/tenzro/train/wire"
 	"github.com/tenzro/train/wire/safetensors"
 )
-
-// Dtype names the element type of fragment weights and payloads, as spelled
-// in safetensors headers.
-type Dtype string
-
-// Element types the protocol accepts.
-const (
-	F32  Dtype = "F32"
-	BF16 Dtype = "BF16"
-)
-
-// Size is the width of one element in bytes.
-func (d Dtype) Size() int {
-	switch d {
-	case F32:
-		return 4
-	case BF16:
-		return 2
-	}
-	return 0
-}
 
 // RuleRef is a resolved reference to a rule (wire.RuleRef): which code runs
 // (by hash) and with which canonical parameters.
@@ -41,7 +21,7 @@ type RuleRef = wire.RuleRef
 // AggregateInput is one fragment's aggregation call.
 type AggregateInput struct {
 	Rule  RuleRef
-	Dtype Dtype
+	Dtype machine.Dtype
 	// N is the number of values per input.
 	N int
 	// Inputs holds K little-endian buffers of N values each, in canonical
@@ -65,7 +45,7 @@ type AggregateOutput struct {
 // Round holds every accepted input of the fragment (Input is one of them).
 type VerifyInput struct {
 	Verifier RuleRef
-	Dtype    Dtype
+	Dtype    machine.Dtype
 	N        int
 	Input    []byte
 	Round    [][]byte
@@ -89,7 +69,7 @@ type VerifyOutput struct {
 //	w   = w - lr*d
 type OuterStepInput struct {
 	Rule     RuleRef
-	Dtype    Dtype
+	Dtype    machine.Dtype
 	N        int
 	Weights  []byte // N values of Dtype
 	Momentum []byte // N float32 values; nil before the first step
@@ -143,8 +123,7 @@ type Engine interface {
 	OuterStep(ctx context.Context, in OuterStepInput) (OuterStepOutput, error)
 	// Finalize runs one fragment's round-level verifiers, aggregation and
 	// outer step as one call, on inputs read in place from stored content,
-	// with exactly the results of those three steps made separately
-	// (FinalizeBySteps is that definition).
+	// with the results RunFinalize defines for those three steps.
 	Finalize(ctx context.Context, in FinalizeInput) (FinalizeOutput, error)
 
 	Profile() EngineProfile
@@ -250,7 +229,7 @@ func TensorValues(r io.ReaderAt, size int64, path string, tensors []wire.TensorI
 		if t.Dtype != want.Dtype {
 			return Values{}, fmt.Errorf("tensor %q has dtype %s, the fragment's is %s", want.Name, t.Dtype, want.Dtype)
 		}
-		if !equalShape(t.Shape, want.Shape) {
+		if !machine.EqualShape(t.Shape, want.Shape) {
 			return Values{}, fmt.Errorf("tensor %q has shape %v, the fragment's is %v", want.Name, t.Shape, want.Shape)
 		}
 		v.Ranges = append(v.Ranges, ByteRange{Off: t.Offset, Len: t.Len})
@@ -268,7 +247,7 @@ type FinalizeInput struct {
 	// this order, on every input against all of them (the others judged
 	// each submission when it arrived).
 	Verifiers []RuleRef
-	Dtype     Dtype
+	Dtype     machine.Dtype
 	N         int
 	// Quorum is K: with fewer inputs left after round-level verification
 	// the fragment has no quorum.
@@ -282,6 +261,11 @@ type FinalizeInput struct {
 	LR       float32
 	Beta     float32
 	Nesterov bool
+	// AggregateOnly stops after the aggregation (the rule author's tool,
+	// tenzro plugin run): the outer step does not run, Weights and
+	// Momentum are not read, and the aggregate (N f32) takes the new
+	// weights' place in Write and FinalizeOutput.Weights (momentum nil).
+	AggregateOnly bool
 	// Write, when set, receives the new weights (N values of Dtype) and
 	// momentum (N f32) when the step succeeds, as views valid only during
 	// the call, so that they are written once, where the caller keeps them
@@ -317,52 +301,65 @@ type FinalizeOutput struct {
 	Fuel uint64
 }
 
-// FinalizeBySteps finalizes through eng's separate Verify, Aggregate and
-// OuterStep calls, on values read into memory. It defines Finalize's
-// results: every implementation must give exactly these. Errors are local
-// failures (the caller records nothing), including a round-level verifier's
-// RuleFailure, as the round engine has always treated them.
-func FinalizeBySteps(ctx context.Context, eng Engine, in FinalizeInput) (FinalizeOutput, error) {
+// FinalizeSteps are an engine's three finalize steps on the values of one
+// FinalizeInput, placed however the engine places them (mapped into a
+// plugin's memory, read into the heap). RunFinalize is the one order in
+// which they run and the one set of rules (what is kept, quorum, fuel,
+// reasons) that every engine's Finalize follows: the syncer's commit,
+// validators' re-execution, replay and `tenzro plugin run` all reach it.
+type FinalizeSteps interface {
+	// Verify runs round-level verifier v on each input ks names (indices
+	// into FinalizeInput.Inputs), each judged against all the inputs.
+	Verify(ctx context.Context, v RuleRef, ks []int) ([]VerifyOutput, error)
+	// Aggregate runs the rule on the kept inputs (ascending indices): the
+	// aggregate is N f32, NaN canonicalised, valid until the finalize ends.
+	Aggregate(ctx context.Context, kept []int) (AggregateOutput, error)
+	// Outer applies the outer step with the aggregate; the engine keeps the
+	// new state (NaN canonicalised) for the caller. It returns the fuel.
+	Outer(ctx context.Context, aggregate []byte) (uint64, error)
+}
+
+// RunFinalize finalizes a fragment through s: each round-level verifier,
+// in order, on the inputs no earlier one rejected; no quorum when fewer
+// than in.Quorum are left; the aggregation; the outer step, while the
+// aggregate is hashed. A rule's *RuleFailure in the aggregation or the
+// outer step is recorded (FragRuleFailed; the failing step adds no fuel);
+// any other error, a round-level verifier's RuleFailure included, is a
+// local failure and the caller records nothing. The new state stays with
+// the engine's steps.
+func RunFinalize(ctx context.Context, in FinalizeInput, s FinalizeSteps) (FinalizeOutput, error) {
 	out := FinalizeOutput{Rejected: make([]string, len(in.Inputs)), Selected: make([]bool, len(in.Inputs))}
-	es := int64(in.Dtype.Size())
-	if es == 0 || in.N <= 0 {
-		return out, fmt.Errorf("finalize: dtype %q, N=%d", in.Dtype, in.N)
-	}
-	span := int64(in.N) * es
-	inputs := make([][]byte, len(in.Inputs))
-	for k, v := range in.Inputs {
-		b, err := v.Bytes(span)
-		if err != nil {
-			return out, fmt.Errorf("finalize: input %d: %w", k, err)
-		}
-		inputs[k] = b
-	}
-	keep := make([]bool, len(inputs))
-	for k := range keep {
-		keep[k] = true
-	}
 	for _, v := range in.Verifiers {
 		if !v.RoundLevel {
 			continue
 		}
-		for k := range inputs {
-			vo, err := eng.Verify(ctx, VerifyInput{Verifier: v, Dtype: in.Dtype, N: in.N, Input: inputs[k], Round: inputs})
-			if err != nil {
-				return out, fmt.Errorf("round verifier %s: %w", v.Name, err)
+		var ks []int
+		for k, why := range out.Rejected {
+			if why == "" {
+				ks = append(ks, k)
 			}
-			out.Fuel += vo.Fuel
-			if !vo.Accept && keep[k] {
-				keep[k] = false
-				out.Rejected[k] = fmt.Sprintf("%s: %s", v.Name, vo.Reason)
+		}
+		if len(ks) == 0 {
+			break
+		}
+		vo, err := s.Verify(ctx, v, ks)
+		if err != nil {
+			return out, fmt.Errorf("round verifier %s: %w", v.Name, err)
+		}
+		if len(vo) != len(ks) {
+			return out, fmt.Errorf("round verifier %s: %d verdicts for %d inputs", v.Name, len(vo), len(ks))
+		}
+		for j, k := range ks {
+			out.Fuel += vo[j].Fuel
+			if !vo[j].Accept {
+				out.Rejected[k] = fmt.Sprintf("%s: %s", v.Name, vo[j].Reason)
 			}
 		}
 	}
-	var kept [][]byte
-	var keptIdx []int
-	for k, ok := range keep {
-		if ok {
-			kept = append(kept, inputs[k])
-			keptIdx = append(keptIdx, k)
+	var kept []int
+	for k, why := range out.Rejected {
+		if why == "" {
+			kept = append(kept, k)
 		}
 	}
 	out.Kept = len(kept)
@@ -371,7 +368,7 @@ func FinalizeBySteps(ctx context.Context, eng Engine, in FinalizeInput) (Finaliz
 		out.Reason = NoQuorumReason(len(kept), in.Quorum)
 		return out, nil
 	}
-	agg, err := eng.Aggregate(ctx, AggregateInput{Rule: in.Rule, Dtype: in.Dtype, N: in.N, Inputs: kept})
+	agg, err := s.Aggregate(ctx, kept)
 	var rf *RuleFailure
 	if errors.As(err, &rf) {
 		out.Status, out.Reason = wire.FragRuleFailed, rf.Error()
@@ -380,46 +377,120 @@ func FinalizeBySteps(ctx context.Context, eng Engine, in FinalizeInput) (Finaliz
 		return out, fmt.Errorf("aggregate: %w", err)
 	}
 	out.Fuel += agg.Fuel
-	for j, k := range keptIdx {
+	for j, k := range kept {
 		out.Selected[k] = j < len(agg.Selected) && agg.Selected[j]
 	}
-	out.AggregateHash = wire.ContentHash(agg.Aggregate)
-	weights, err := in.Weights.Bytes(span)
-	if err != nil {
-		return out, fmt.Errorf("finalize: weights: %w", err)
+	if in.AggregateOnly {
+		out.AggregateHash = wire.ContentHash(agg.Aggregate)
+		out.Status = wire.FragAggregated
+		return out, nil
 	}
-	var mom []byte
-	if in.Momentum != nil {
-		if mom, err = in.Momentum.Bytes(int64(in.N) * 4); err != nil {
-			return out, fmt.Errorf("finalize: momentum: %w", err)
-		}
-	}
-	step, err := eng.OuterStep(ctx, OuterStepInput{Rule: in.Outer, Dtype: in.Dtype, N: in.N, Weights: weights, Momentum: mom,
-		Aggregate: agg.Aggregate, LR: in.LR, Beta: in.Beta, Nesterov: in.Nesterov})
+	// The aggregate is hashed while the outer step runs (the step reads it,
+	// never writes it).
+	hashed := make(chan wire.Hash, 1)
+	go func() { hashed <- wire.ContentHash(agg.Aggregate) }()
+	fuel, err := s.Outer(ctx, agg.Aggregate)
+	out.AggregateHash = <-hashed
 	if errors.As(err, &rf) {
 		out.Status, out.Reason = wire.FragRuleFailed, rf.Error()
 		return out, nil
 	} else if err != nil {
 		return out, fmt.Errorf("outer step: %w", err)
 	}
-	out.Fuel += step.Fuel
+	out.Fuel += fuel
 	out.Status = wire.FragAggregated
-	if in.Write != nil {
-		return out, in.Write(step.Weights, step.Momentum)
-	}
-	out.Weights, out.Momentum = step.Weights, step.Momentum
 	return out, nil
 }
 
-// NoQuorumReason is the transcript's reason for a fragment left with fewer
-// than K inputs after round-level verification.
-func NoQuorumReason(kept, quorum int) string {
-	return fmt.Sprintf("%d of K=%d inputs left after round-level verification", kept, quorum)
+// FinalizeInMemory is RunFinalize through eng's separate Verify, Aggregate
+// and OuterStep calls on values read into the heap: the native engine's
+// Finalize, and the reference the plugin host's mapped placement is tested
+// against.
+func FinalizeInMemory(ctx context.Context, eng Engine, in FinalizeInput) (FinalizeOutput, error) {
+	es := int64(in.Dtype.Size())
+	if es == 0 || in.N <= 0 {
+		return FinalizeOutput{}, fmt.Errorf("finalize: dtype %q, N=%d", in.Dtype, in.N)
+	}
+	s := &memorySteps{eng: eng, in: in, span: int64(in.N) * es, inputs: make([][]byte, len(in.Inputs))}
+	for k, v := range in.Inputs {
+		b, err := v.Bytes(s.span)
+		if err != nil {
+			return FinalizeOutput{}, fmt.Errorf("finalize: input %d: %w", k, err)
+		}
+		s.inputs[k] = b
+	}
+	out, err := RunFinalize(ctx, in, s)
+	if err != nil || out.Status != wire.FragAggregated {
+		return out, err
+	}
+	if in.AggregateOnly {
+		s.step = OuterStepOutput{Weights: s.agg}
+	}
+	if in.Write != nil {
+		return out, in.Write(s.step.Weights, s.step.Momentum)
+	}
+	out.Weights, out.Momentum = s.step.Weights, s.step.Momentum
+	return out, nil
 }
 
-// Finalize implements Engine through the separate steps.
+// memorySteps are FinalizeSteps over values in the heap.
+type memorySteps struct {
+	eng    Engine
+	in     FinalizeInput
+	span   int64
+	inputs [][]byte
+	agg    []byte
+	step   OuterStepOutput
+}
+
+func (s *memorySteps) Verify(ctx context.Context, v RuleRef, ks []int) ([]VerifyOutput, error) {
+	out := make([]VerifyOutput, len(ks))
+	for j, k := range ks {
+		vo, err := s.eng.Verify(ctx, VerifyInput{Verifier: v, Dtype: s.in.Dtype, N: s.in.N, Input: s.inputs[k], Round: s.inputs})
+		if err != nil {
+			return nil, err
+		}
+		out[j] = vo
+	}
+	return out, nil
+}
+
+func (s *memorySteps) Aggregate(ctx context.Context, kept []int) (AggregateOutput, error) {
+	in := make([][]byte, len(kept))
+	for j, k := range kept {
+		in[j] = s.inputs[k]
+	}
+	out, err := s.eng.Aggregate(ctx, AggregateInput{Rule: s.in.Rule, Dtype: s.in.Dtype, N: s.in.N, Inputs: in})
+	s.agg = out.Aggregate
+	return out, err
+}
+
+func (s *memorySteps) Outer(ctx context.Context, aggregate []byte) (uint64, error) {
+	weights, err := s.in.Weights.Bytes(s.span)
+	if err != nil {
+		return 0, fmt.Errorf("finalize: weights: %w", err)
+	}
+	var mom []byte
+	if s.in.Momentum != nil {
+		if mom, err = s.in.Momentum.Bytes(int64(s.in.N) * 4); err != nil {
+			return 0, fmt.Errorf("finalize: momentum: %w", err)
+		}
+	}
+	s.step, err = s.eng.OuterStep(ctx, OuterStepInput{Rule: s.in.Outer, Dtype: s.in.Dtype, N: s.in.N, Weights: weights, Momentum: mom,
+		Aggregate: aggregate, LR: s.in.LR, Beta: s.in.Beta, Nesterov: s.in.Nesterov})
+	return s.step.Fuel, err
+}
+
+// NoQuorumReason is the transcript's reason for a fragment left with fewer
+// than K inputs after verification (the syncer's re-checks of each payload
+// and the round-level verifiers).
+func NoQuorumReason(kept, quorum int) string {
+	return fmt.Sprintf("%d of K=%d inputs left after verification", kept, quorum)
+}
+
+// Finalize implements Engine in memory (FinalizeInMemory).
 func (e *NativeEngine) Finalize(ctx context.Context, in FinalizeInput) (FinalizeOutput, error) {
-	return FinalizeBySteps(ctx, e, in)
+	return FinalizeInMemory(ctx, e, in)
 }
 
 func safetensorsHeader(r io.ReaderAt, size int64) (map[string]safetensors.TensorAt, error) {
@@ -444,7 +515,7 @@ func WriteFragment(w io.Writer, tensors []wire.TensorInfo, values []byte) (int64
 	var off int64
 	for i, t := range tensors {
 		sz := int64(safetensors.DtypeSize(t.Dtype))
-		n := elems(t.Shape) * sz
+		n := machine.Elems(t.Shape) * sz
 		if sz == 0 || off+n > int64(len(values)) {
 			return 0, fmt.Errorf("fragment data shorter than its layout")
 		}

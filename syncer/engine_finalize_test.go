@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/tenzro/train/machine"
 	"github.com/tenzro/train/wire"
 	"github.com/tenzro/train/wire/safetensors"
 )
@@ -36,8 +37,8 @@ func TestTensorValues(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	fs := &fragLayout{Tensors: layout, Dtype: F32, N: 5}
-	want, err := fragmentValues(fs, raw)
+	fs := &machine.FragLayout{Tensors: layout, Dtype: machine.F32, N: 5}
+	want, err := machine.FragmentValues(fs, raw)
 	if err != nil || !bytes.Equal(got, want) || !bytes.Equal(got, append(append([]byte(nil), b...), a...)) {
 		t.Fatalf("values %v, fragmentValues %v (%v)", got, want, err)
 	}
@@ -52,7 +53,7 @@ func TestTensorValues(t *testing.T) {
 		{{Name: "b", Dtype: "F32", Shape: []int64{1, 3}}, {Name: "a", Dtype: "F32", Shape: []int64{2}}},
 	} {
 		_, err1 := TensorValues(bytes.NewReader(raw), int64(len(raw)), "", bad)
-		_, err2 := fragmentValues(&fragLayout{Tensors: bad, Dtype: F32, N: 5}, raw)
+		_, err2 := machine.FragmentValues(&machine.FragLayout{Tensors: bad, Dtype: machine.F32, N: 5}, raw)
 		if err1 == nil || err2 == nil || err1.Error() != err2.Error() {
 			t.Fatalf("layout %v: %v vs fragmentValues %v", bad, err1, err2)
 		}
@@ -69,24 +70,24 @@ func TestNativeFinalize(t *testing.T) {
 	e := NewNativeEngine()
 	rule, _ := e.ResolveRule(ctx, "Mean", nil, 2, 2)
 	outer, _ := e.ResolveOuter(ctx)
-	in := FinalizeInput{Rule: rule, Outer: outer, Dtype: F32, N: 2, Quorum: 2, LR: 0.5, Beta: 0.9, Nesterov: true,
+	in := FinalizeInput{Rule: rule, Outer: outer, Dtype: machine.F32, N: 2, Quorum: 2, LR: 0.5, Beta: 0.9, Nesterov: true,
 		Inputs:  []Values{BytesValues(EncodeF32([]float32{1, 2})), BytesValues(EncodeF32([]float32{3, 4}))},
 		Weights: BytesValues(EncodeF32([]float32{10, 20}))}
 	out, err := e.Finalize(ctx, in)
 	if err != nil || out.Status != wire.FragAggregated || out.Kept != 2 || !out.Selected[0] || !out.Selected[1] {
 		t.Fatalf("%+v %v", out, err)
 	}
-	agg, _ := e.Aggregate(ctx, AggregateInput{Rule: rule, Dtype: F32, N: 2, Inputs: [][]byte{EncodeF32([]float32{1, 2}), EncodeF32([]float32{3, 4})}})
+	agg, _ := e.Aggregate(ctx, AggregateInput{Rule: rule, Dtype: machine.F32, N: 2, Inputs: [][]byte{EncodeF32([]float32{1, 2}), EncodeF32([]float32{3, 4})}})
 	if out.AggregateHash != wire.ContentHash(agg.Aggregate) {
 		t.Fatal("aggregate hash")
 	}
-	step, _ := e.OuterStep(ctx, OuterStepInput{Rule: outer, Dtype: F32, N: 2, Weights: EncodeF32([]float32{10, 20}), Aggregate: agg.Aggregate, LR: 0.5, Beta: 0.9, Nesterov: true})
+	step, _ := e.OuterStep(ctx, OuterStepInput{Rule: outer, Dtype: machine.F32, N: 2, Weights: EncodeF32([]float32{10, 20}), Aggregate: agg.Aggregate, LR: 0.5, Beta: 0.9, Nesterov: true})
 	if !bytes.Equal(out.Weights, step.Weights) || !bytes.Equal(out.Momentum, step.Momentum) {
 		t.Fatal("outer step")
 	}
 	in.Quorum = 3
 	out, err = e.Finalize(ctx, in)
-	if err != nil || out.Status != wire.FragNoQuorum || out.Reason != "2 of K=3 inputs left after round-level verification" {
+	if err != nil || out.Status != wire.FragNoQuorum || out.Reason != "2 of K=3 inputs left after verification" {
 		t.Fatalf("%+v %v", out, err)
 	}
 }
@@ -94,8 +95,8 @@ func TestNativeFinalize(t *testing.T) {
 // TestWriteFragment: the streamed weights file is encodeFragment's.
 func TestWriteFragment(t *testing.T) {
 	layout := []wire.TensorInfo{{Name: "z", Dtype: "BF16", Shape: []int64{2, 3}}, {Name: "a", Dtype: "BF16", Shape: []int64{4}}}
-	values := EncodeValues(BF16, []float32{1, 2, 3, 4, 5, 6, 7, 8, 9, 10})
-	want, err := encodeFragment(&fragLayout{Tensors: layout, Dtype: BF16, N: 10}, values)
+	values := EncodeValues(machine.BF16, []float32{1, 2, 3, 4, 5, 6, 7, 8, 9, 10})
+	want, err := machine.EncodeFragment(&machine.FragLayout{Tensors: layout, Dtype: machine.BF16, N: 10}, values)
 	if err != nil {
 		t.Fatal(err)
 	}

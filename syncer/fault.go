@@ -5,6 +5,7 @@ import (
 	"io"
 	"sync"
 
+	"github.com/tenzro/train/machine"
 	"github.com/tenzro/train/wire"
 )
 
@@ -107,7 +108,7 @@ func (b WithholdingBlobs) Has(ctx context.Context, h wire.Hash) (bool, error) {
 // Get implements Blobs.
 func (b WithholdingBlobs) Get(ctx context.Context, h wire.Hash) ([]byte, error) {
 	if b.Fault.Withheld(h) {
-		return nil, ErrNotFound
+		return nil, machine.ErrNotFound
 	}
 	return b.Blobs.Get(ctx, h)
 }
@@ -115,7 +116,7 @@ func (b WithholdingBlobs) Get(ctx context.Context, h wire.Hash) ([]byte, error) 
 // Open implements Blobs.
 func (b WithholdingBlobs) Open(ctx context.Context, h wire.Hash) (io.ReadCloser, int64, error) {
 	if b.Fault.Withheld(h) {
-		return nil, 0, ErrNotFound
+		return nil, 0, machine.ErrNotFound
 	}
 	return b.Blobs.Open(ctx, h)
 }

@@ -6,19 +6,9 @@ import (
 	"sync"
 	"time"
 
+	"github.com/tenzro/train/machine"
 	"github.com/tenzro/train/wire"
 	"github.com/tenzro/train/wire/did"
-)
-
-// Posting a run and publishing a plugin each cost a flat fee that is burned
-// (moved to the issuer account, out of circulation), and each is limited
-// per DID (see RATIONALE "core: posting and publishing cost a burned fee").
-// A refused request pays nothing.
-var (
-	// DefaultPostingFee is burned at each accepted postTask (attoTNZO).
-	DefaultPostingFee = big.NewInt(1_000_000_000)
-	// DefaultPublishFee is burned at each accepted plugin publication.
-	DefaultPublishFee = big.NewInt(1_000_000_000)
 )
 
 // Rate-limit defaults: per DID, at most RateBurst requests of one kind in
@@ -81,7 +71,7 @@ func (l *rateLimiter) allow(key string, now time.Time) (bool, time.Duration) {
 
 func (n *Node) limit(l *rateLimiter, what, d string) error {
 	if ok, wait := l.allow(d, n.now()); !ok {
-		return Errf(KindConflict, "rate limited: %s made %d %s requests in the last %s; the next is allowed in %s",
+		return machine.Errf(machine.KindConflict, "rate limited: %s made %d %s requests in the last %s; the next is allowed in %s",
 			d, l.burst, what, l.window, wait.Round(time.Millisecond))
 	}
 	return nil
@@ -92,42 +82,30 @@ func (n *Node) limit(l *rateLimiter, what, d string) error {
 // work and the round trip).
 func (n *Node) needFunds(ctx context.Context, d string, amount *big.Int, what string) error {
 	var bal *big.Int
-	err := n.view(ctx, func(v View) error {
+	err := n.view(ctx, func(v machine.View) error {
 		var err error
-		bal, err = AccountBalance(ctx, v.KV, acctDID(d))
+		bal, err = machine.AccountBalance(ctx, v.KV, machine.AcctDID(d))
 		return err
 	})
 	if err != nil {
 		return err
 	}
 	if bal.Cmp(amount) < 0 {
-		return Errf(KindFunds, "balance of %s is %s attoTNZO, needs %s for %s", d, bal, amount, what)
+		return machine.Errf(machine.KindFunds, "balance of %s is %s attoTNZO, needs %s for %s", d, bal, amount, what)
 	}
 	return nil
 }
 
-// chainParams reads the chain's parameters from the committed state.
-func (n *Node) chainParams(ctx context.Context) (*Params, error) {
-	var p *Params
-	err := n.view(ctx, func(v View) error {
-		x := &mtx{ctx: ctx, kv: NewOverlay(v.KV)}
+// fee is the chain's current fee for which ("posting" or "publish"), read
+// from the committed state by the machine's own lookup.
+func (n *Node) fee(ctx context.Context, which string) (*big.Int, error) {
+	var out *big.Int
+	err := n.view(ctx, func(v machine.View) error {
 		var err error
-		p, err = x.params()
+		out, err = machine.Fee(ctx, v.KV, which)
 		return err
 	})
-	return p, err
-}
-
-func (n *Node) fee(ctx context.Context, which string) (*big.Int, error) {
-	p, err := n.chainParams(ctx)
-	if err != nil {
-		return nil, err
-	}
-	v := p.PostingFee
-	if which == "publish" {
-		v = p.PublishFee
-	}
-	return wire.ParseAmount(v)
+	return out, err
 }
 
 // PublishFee returns the fee the chain burns per plugin publication.
@@ -143,7 +121,7 @@ func (n *Node) PostingFee(ctx context.Context) (*big.Int, error) { return n.fee(
 // burns the fee when it records the publication.
 func (n *Node) GatePublish(ctx context.Context, p *wire.PublishPluginParams, publish func(context.Context) (*wire.PluginInfo, error)) (*wire.PluginInfo, error) {
 	if _, err := did.Parse(p.DID); err != nil {
-		return nil, Errf(KindInvalid, "did: %v", err)
+		return nil, machine.Errf(machine.KindInvalid, "did: %v", err)
 	}
 	fee, err := n.fee(ctx, "publish")
 	if err != nil {
@@ -161,10 +139,10 @@ func (n *Node) GatePublish(ctx context.Context, p *wire.PublishPluginParams, pub
 	}
 	tx := wire.PublishPluginTx{DID: p.DID, Hash: info.Hash, Size: uint64(len(p.Module)), Signed: p.Signed}
 	if _, err := n.broadcast(ctx, wire.TxPublishPlugin, tx, nil); err != nil {
-		if KindOf(err) == KindFunds {
+		if machine.KindOf(err) == machine.KindFunds {
 			// Spent elsewhere while the module was checked: it stays
 			// registered here (content-addressed), the publisher is told.
-			return nil, Errf(KindFunds, "plugin %s was registered but its fee could not be charged: %v", info.Hash, err)
+			return nil, machine.Errf(machine.KindFunds, "plugin %s was registered but its fee could not be charged: %v", info.Hash, err)
 		}
 		return nil, err
 	}

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tenzro/train/machine"
 	"github.com/tenzro/train/syncer"
 	"github.com/tenzro/train/wire"
 )
@@ -36,14 +37,14 @@ func (b *hidingBlobs) Has(ctx context.Context, h wire.Hash) (bool, error) {
 
 func (b *hidingBlobs) Get(ctx context.Context, h wire.Hash) ([]byte, error) {
 	if b.isHidden(h) {
-		return nil, syncer.ErrNotFound
+		return nil, machine.ErrNotFound
 	}
 	return b.Blobs.Get(ctx, h)
 }
 
 func (b *hidingBlobs) Open(ctx context.Context, h wire.Hash) (io.ReadCloser, int64, error) {
 	if b.isHidden(h) {
-		return nil, 0, syncer.ErrNotFound
+		return nil, 0, machine.ErrNotFound
 	}
 	return b.Blobs.Open(ctx, h)
 }

@@ -22,6 +22,12 @@ type gateEngine struct {
 	failN   int32         // the first failN calls fail locally
 }
 
+// Finalize runs the steps through this engine's Aggregate (the embedded
+// engine's Finalize would call its own).
+func (g *gateEngine) Finalize(ctx context.Context, in syncer.FinalizeInput) (syncer.FinalizeOutput, error) {
+	return syncer.FinalizeInMemory(ctx, g, in)
+}
+
 func (g *gateEngine) Aggregate(ctx context.Context, in syncer.AggregateInput) (syncer.AggregateOutput, error) {
 	c := g.calls.Add(1)
 	if g.entered != nil {
@@ -188,6 +194,12 @@ type holdFirst struct {
 	calls   atomic.Int32
 	entered chan struct{}
 	release chan struct{}
+}
+
+// Finalize runs the steps through this engine's Aggregate (the embedded
+// engine's Finalize would call its own).
+func (g *holdFirst) Finalize(ctx context.Context, in syncer.FinalizeInput) (syncer.FinalizeOutput, error) {
+	return syncer.FinalizeInMemory(ctx, g, in)
 }
 
 func (g *holdFirst) Aggregate(ctx context.Context, in syncer.AggregateInput) (syncer.AggregateOutput, error) {

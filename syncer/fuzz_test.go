@@ -6,7 +6,7 @@ import (
 	"os"
 	"testing"
 
-	"github.com/tenzro/train/syncer"
+	"github.com/tenzro/train/audit"
 )
 
 // FuzzReceipt: version-2 receipt parsing and verification (compact and with
@@ -32,13 +32,13 @@ func FuzzReceipt(f *testing.F) {
 	f.Add([]byte(`{"run_root":"00","run_root":"11"}`), []byte(`[null]`))
 	f.Add([]byte(`{}`), []byte(``))
 	f.Fuzz(func(t *testing.T, b, transcript []byte) {
-		_, _ = syncer.ParseReceipt(b)
-		got := syncer.VerifyReceipt(b, nil)
-		err := syncer.CheckReceipt(b, nil)
+		_, _ = audit.ParseReceipt(b)
+		got := audit.VerifyReceipt(b, nil)
+		err := audit.CheckReceipt(b, nil)
 		if (got == 1) != (err == nil) || got > 1 {
 			t.Fatalf("VerifyReceipt %d, CheckReceipt %v", got, err)
 		}
-		if syncer.CheckReceiptFull(b, transcript) == nil && err != nil {
+		if audit.CheckReceiptFull(b, transcript) == nil && err != nil {
 			t.Fatalf("full check accepted what the compact check refused: %v", err)
 		}
 	})
@@ -59,7 +59,7 @@ func FuzzTranscript(f *testing.F) {
 	if err := json.Unmarshal(raw, &v); err != nil {
 		f.Fatal(err)
 	}
-	rc, err := syncer.ParseReceipt(v.Receipt)
+	rc, err := audit.ParseReceipt(v.Receipt)
 	if err != nil {
 		f.Fatal(err)
 	}
@@ -67,7 +67,7 @@ func FuzzTranscript(f *testing.F) {
 	f.Add([]byte(`[]`))
 	f.Add([]byte(`[{"round":0},{"round":0}]`))
 	f.Fuzz(func(t *testing.T, blob []byte) {
-		if _, _, err := syncer.CheckTranscript(rc, blob); err == nil && string(blob) != v.Transcript {
+		if _, _, err := audit.CheckTranscript(rc, blob); err == nil && string(blob) != v.Transcript {
 			t.Fatalf("accepted a transcript that is not the receipt's: %q", blob)
 		}
 	})

@@ -12,8 +12,8 @@ import (
 	"time"
 
 	"github.com/tenzro/train/chain"
+	"github.com/tenzro/train/machine"
 	"github.com/tenzro/train/store"
-	"github.com/tenzro/train/syncer"
 	"github.com/tenzro/train/syncer/election"
 	"github.com/tenzro/train/syncer/vrf"
 	"github.com/tenzro/train/wire"
@@ -59,19 +59,19 @@ func TestFinalizeRoundIsSignedAndKeepsTheGraceWindow(t *testing.T) {
 	}
 	before := snapshot(t, h)
 	// Anyone but the elected syncer is refused.
-	if _, err := h.finalizeAs(h.tr[0], 0); syncer.KindOf(err) != syncer.KindUnauthorized || !strings.Contains(err.Error(), "elected syncer") {
+	if _, err := h.finalizeAs(h.tr[0], 0); machine.KindOf(err) != machine.KindUnauthorized || !strings.Contains(err.Error(), "elected syncer") {
 		t.Fatalf("finalize by a trainer: %v", err)
 	}
 	p := &wire.FinalizeParams{TaskID: h.task, SyncerDID: h.syncerKey().DID.String(), Round: 0}
 	p.Nonce = h.nextNonce()
 	p.Signature = h.tr[0].Sign(p.Preimage()) // right DID, wrong key
-	if _, err := h.node.FinalizeRound(h.ctx, p); syncer.KindOf(err) != syncer.KindUnauthorized {
+	if _, err := h.node.FinalizeRound(h.ctx, p); machine.KindOf(err) != machine.KindUnauthorized {
 		t.Fatalf("forged syncer signature: %v", err)
 	}
 	// The syncer itself cannot shorten τ for trainers 6 and 7.
 	h.advance(5 * time.Second)
 	before = snapshot(t, h)
-	if _, err := h.finalize(0); syncer.KindOf(err) != syncer.KindConflict || !strings.Contains(err.Error(), "grace window closes in") {
+	if _, err := h.finalize(0); machine.KindOf(err) != machine.KindConflict || !strings.Contains(err.Error(), "grace window closes in") {
 		t.Fatalf("finalize inside τ: %v", err)
 	}
 	if _, err := h.finalize(1); err == nil || !strings.Contains(err.Error(), "wrong round") {
@@ -101,7 +101,7 @@ func TestFinalizeRoundIsSignedAndKeepsTheGraceWindow(t *testing.T) {
 // Finding 4: "created_at": 9223372036854775807 passed validation, was stored
 // as 9223372036854776000 and broke listRuns for every run, for good.
 func TestSpecIntegersMustRoundTrip(t *testing.T) {
-	h := newHarness(t, func() syncer.KV { kv, _ := store.OpenInMemory(); return kv }())
+	h := newHarness(t, func() machine.KV { kv, _ := store.OpenInMemory(); return kv }())
 	sp := string(spec(h.task, h.sponsor.DID.String(), 8, 6, 2, 2))
 	for _, tc := range []struct{ from, to, want string }{
 		{`"created_at":1761350400`, `"created_at":9223372036854775807`, "created_at: integer 9223372036854775807 is outside ±2^53"},
@@ -126,10 +126,10 @@ func TestSpecIntegersMustRoundTrip(t *testing.T) {
 	bad := []byte(`{"spec":` + strings.Replace(strings.Replace(sp, `"created_at":1761350400`, `"created_at":9223372036854776000`, 1), h.task, "bad-run", 1) + `,"status":"running"}`)
 	// Written straight into the chain's state under the key spaces the
 	// machine reads (and the bad run into the index of active runs).
-	var b syncer.Batch
-	b.Set(syncer.KSLedger, chain.StateKey(syncer.KSRuns, []byte("bad-run")), bad)
-	b.Set(syncer.KSLedger, chain.StateKey(syncer.KSMeta, []byte("active/bad-run")), []byte{})
-	b.Set(syncer.KSLedger, chain.StateKey(syncer.KSRuns, []byte("garbage-run")), []byte("{not json"))
+	var b machine.Batch
+	b.Set(machine.KSLedger, chain.StateKey(machine.KSRuns, []byte("bad-run")), bad)
+	b.Set(machine.KSLedger, chain.StateKey(machine.KSMeta, []byte("active/bad-run")), []byte{})
+	b.Set(machine.KSLedger, chain.StateKey(machine.KSRuns, []byte("garbage-run")), []byte("{not json"))
 	if err := h.kv.Commit(h.ctx, &b); err != nil {
 		t.Fatal(err)
 	}
@@ -154,8 +154,8 @@ func TestCorruptRunSurvivesRestart(t *testing.T) {
 	if err := h.post(spec(h.task, h.sponsor.DID.String(), 8, 6, 2, 2), initWeights(t, 2, 16)); err != nil {
 		t.Fatal(err)
 	}
-	var b syncer.Batch
-	b.Set(syncer.KSLedger, chain.StateKey(syncer.KSRuns, []byte("bad-run")), []byte(`{"spec":{"created_at":9223372036854776000},"status":"awaiting_enrollment"}`))
+	var b machine.Batch
+	b.Set(machine.KSLedger, chain.StateKey(machine.KSRuns, []byte("bad-run")), []byte(`{"spec":{"created_at":9223372036854776000},"status":"awaiting_enrollment"}`))
 	if err := db.Commit(h.ctx, &b); err != nil {
 		t.Fatal(err)
 	}
@@ -186,7 +186,7 @@ func TestFiniteVerifierIsAlwaysOn(t *testing.T) {
 		p, _ := safetensors.Encode([]safetensors.Tensor{safetensors.FromF32(ts[0].Name, ts[0].Shape, v)}, nil)
 		resign(h, g, p)
 		before := snapshot(t, h)
-		if err := h.submit(g); syncer.KindOf(err) != syncer.KindInvalid || !strings.Contains(err.Error(), syncer.FiniteVerifier) {
+		if err := h.submit(g); machine.KindOf(err) != machine.KindInvalid || !strings.Contains(err.Error(), machine.FiniteVerifier) {
 			t.Fatalf("%v submission: %v", bad, err)
 		}
 		if snapshot(t, h) != before {
@@ -219,7 +219,7 @@ func TestEquivocationIsAboutContent(t *testing.T) {
 		t.Fatal("test needs a different encoding")
 	}
 	before := snapshot(t, h)
-	if err := h.submit(&g2); syncer.KindOf(err) != syncer.KindConflict || !strings.Contains(err.Error(), "same tensors") {
+	if err := h.submit(&g2); machine.KindOf(err) != machine.KindConflict || !strings.Contains(err.Error(), "same tensors") {
 		t.Fatalf("re-encoded identical gradient: %v", err)
 	}
 	if snapshot(t, h) != before {
@@ -300,7 +300,7 @@ func TestZeroAmountsAndDuplicateMembersRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	h.faucet(h.tr[0].DID.String(), "10")
-	if err := h.enroll(0, "0"); syncer.KindOf(err) != syncer.KindInvalid || !strings.Contains(err.Error(), `stake is "0"`) {
+	if err := h.enroll(0, "0"); machine.KindOf(err) != machine.KindInvalid || !strings.Contains(err.Error(), `stake is "0"`) {
 		t.Fatalf("stake 0: %v", err)
 	}
 	var raw json.RawMessage = []byte(`{"a":1,"b":{"c":[1,{"d":2,"d":3}]}}`)
@@ -335,7 +335,7 @@ func TestCancelAndExpiryRefundEscrowAndStakes(t *testing.T) {
 				h.conserve("cancel")
 				return err
 			}
-			if err := cancel(1); syncer.KindOf(err) != syncer.KindUnauthorized {
+			if err := cancel(1); machine.KindOf(err) != machine.KindUnauthorized {
 				t.Fatalf("cancel signed by a trainer: %v", err)
 			}
 			if how == "sponsor" {
@@ -367,11 +367,11 @@ func TestCancelAndExpiryRefundEscrowAndStakes(t *testing.T) {
 					t.Fatalf("trainer %d balance %s", i, b.Balance)
 				}
 			}
-			if err := cancel(0); syncer.KindOf(err) != syncer.KindConflict {
+			if err := cancel(0); machine.KindOf(err) != machine.KindConflict {
 				t.Fatalf("second cancel: %v", err)
 			}
 			h.faucet(h.tr[4].DID.String(), "10")
-			if err := h.enroll(4, "1"); syncer.KindOf(err) != syncer.KindConflict {
+			if err := h.enroll(4, "1"); machine.KindOf(err) != machine.KindConflict {
 				t.Fatalf("enrol in a cancelled run: %v", err)
 			}
 		})
@@ -381,7 +381,7 @@ func TestCancelAndExpiryRefundEscrowAndStakes(t *testing.T) {
 	p := &wire.CancelRunParams{TaskID: h.task}
 	p.Nonce = h.nextNonce()
 	p.Signature = h.sponsor.Sign(p.Preimage(h.sponsor.DID.String()))
-	if _, err := h.node.CancelRun(h.ctx, p); syncer.KindOf(err) != syncer.KindConflict {
+	if _, err := h.node.CancelRun(h.ctx, p); machine.KindOf(err) != machine.KindConflict {
 		t.Fatalf("cancel a running run: %v", err)
 	}
 }
@@ -407,17 +407,17 @@ func TestSyncerUnbondingWithDelay(t *testing.T) {
 		h.conserve("unbond")
 		return c, err
 	}
-	if _, err := unbond(h.tr[0]); syncer.KindOf(err) != syncer.KindUnauthorized {
+	if _, err := unbond(h.tr[0]); machine.KindOf(err) != machine.KindUnauthorized {
 		t.Fatalf("unbond signed by another key: %v", err)
 	}
 	c, err := unbond(remote)
-	if err != nil || !c.Unbonding || c.ReleaseMs != h.now.Add(syncer.DefaultUnbondingDelay).UnixMilli() {
+	if err != nil || !c.Unbonding || c.ReleaseMs != h.now.Add(machine.DefaultUnbondingDelay).UnixMilli() {
 		t.Fatalf("unbond: %+v %v", c, err)
 	}
 	if b, _ := h.node.Balance(h.ctx, rd); b.Balance != "2000" {
 		t.Fatalf("balance during unbonding %s (the stake must stay locked)", b.Balance)
 	}
-	if _, err := unbond(remote); syncer.KindOf(err) != syncer.KindConflict {
+	if _, err := unbond(remote); machine.KindOf(err) != machine.KindConflict {
 		t.Fatalf("second unbond: %v", err)
 	}
 	// An unbonding candidate with a valid proof is not elected.
@@ -445,11 +445,11 @@ func TestSyncerUnbondingWithDelay(t *testing.T) {
 	p := &wire.UnbondParams{DID: h.syncerKey().DID.String()}
 	p.Nonce = uint64(time.Now().UnixNano()) // above the node's own (Unix-ns) nonces of this key
 	p.Signature = h.syncerKey().Sign(p.Preimage())
-	if _, err := h.node.Unbond(h.ctx, p); syncer.KindOf(err) != syncer.KindConflict || !strings.Contains(err.Error(), "elected syncer") {
+	if _, err := h.node.Unbond(h.ctx, p); machine.KindOf(err) != machine.KindConflict || !strings.Contains(err.Error(), "elected syncer") {
 		t.Fatalf("unbond while elected: %v", err)
 	}
 	// Released after the delay, not before.
-	h.advance(syncer.DefaultUnbondingDelay - time.Millisecond)
+	h.advance(machine.DefaultUnbondingDelay - time.Millisecond)
 	if b, _ := h.node.Balance(h.ctx, rd); b.Balance != "2000" {
 		t.Fatalf("released early: %s", b.Balance)
 	}
@@ -471,7 +471,7 @@ func TestPostingAndPublishingCostAndAreRateLimited(t *testing.T) {
 	sp := h.sponsor.DID.String()
 	// No funds: refused before the rule is resolved, nothing stored.
 	before := snapshot(t, h)
-	if err := h.post(spec(h.task, sp, 8, 6, 2, 2), nil); syncer.KindOf(err) != syncer.KindFunds || !strings.Contains(err.Error(), "posting fee") {
+	if err := h.post(spec(h.task, sp, 8, 6, 2, 2), nil); machine.KindOf(err) != machine.KindFunds || !strings.Contains(err.Error(), "posting fee") {
 		t.Fatalf("post without funds: %v", err)
 	}
 	if snapshot(t, h) != before {
@@ -495,7 +495,7 @@ func TestPostingAndPublishingCostAndAreRateLimited(t *testing.T) {
 			t.Fatalf("post %d: %v", i, err)
 		}
 	}
-	if err := h.post(small(9), nil); syncer.KindOf(err) != syncer.KindConflict || !strings.Contains(err.Error(), "rate limited") {
+	if err := h.post(small(9), nil); machine.KindOf(err) != machine.KindConflict || !strings.Contains(err.Error(), "rate limited") {
 		t.Fatalf("11th post in a minute: %v", err)
 	}
 	h.now = h.now.Add(time.Minute) // the node's rate limit reads its wall clock
@@ -510,7 +510,7 @@ func TestPostingAndPublishingCostAndAreRateLimited(t *testing.T) {
 		return func(context.Context) (*wire.PluginInfo, error) {
 			calls++
 			if !ok {
-				return nil, syncer.Errf(syncer.KindInvalid, "module refused")
+				return nil, machine.Errf(machine.KindInvalid, "module refused")
 			}
 			return &wire.PluginInfo{Name: "x", Hash: wire.SHA256(module)}, nil
 		}
@@ -522,7 +522,7 @@ func TestPostingAndPublishingCostAndAreRateLimited(t *testing.T) {
 		p.Signature = h.tr[0].Sign(p.Preimage())
 		return p
 	}
-	if _, err := h.node.GatePublish(h.ctx, req(), publish(true)); syncer.KindOf(err) != syncer.KindFunds || calls != 0 {
+	if _, err := h.node.GatePublish(h.ctx, req(), publish(true)); machine.KindOf(err) != machine.KindFunds || calls != 0 {
 		t.Fatalf("unfunded publish: %v (module checked %d times)", err, calls)
 	}
 	h.faucet(poor, "5000000000")

@@ -4,8 +4,8 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/tenzro/train/machine"
 	"github.com/tenzro/train/store"
-	"github.com/tenzro/train/syncer"
 	"github.com/tenzro/train/wire"
 	"github.com/tenzro/train/wire/did"
 )
@@ -17,15 +17,15 @@ func ExampleMachine() {
 	ctx := context.Background()
 	kv, _ := store.OpenInMemory()
 	defer kv.Close()
-	m := syncer.NewMachine(syncer.MachineConfig{Builtins: syncer.NativeBuiltins()})
+	m := machine.NewMachine(machine.MachineConfig{Builtins: machine.NativeBuiltins()})
 
 	alice, _ := did.FromSeed(did.KindHuman, make([]byte, 32))
 	bobSeed := make([]byte, 32)
 	bobSeed[0] = 1
 	bob, _ := did.FromSeed(did.KindHuman, bobSeed)
 
-	_ = m.InitGenesis(ctx, kv, syncer.Block{}, &syncer.Genesis{Faucet: true})
-	blk := syncer.Block{Height: 1, TimeMs: 1_761_350_400_000, Hash: []byte{1}}
+	_ = m.InitGenesis(ctx, kv, machine.Block{}, &machine.Genesis{Faucet: true})
+	blk := machine.Block{Height: 1, TimeMs: 1_761_350_400_000, Hash: []byte{1}}
 	apply := func(typ string, params any) {
 		raw, _ := wire.EncodeTx(typ, params)
 		tx, _ := wire.DecodeTx(raw)
@@ -43,7 +43,7 @@ func ExampleMachine() {
 	}
 	apply(wire.TxTransfer, send("250", 1))
 	apply(wire.TxTransfer, send("5000", 2))
-	b, _ := syncer.Balance(ctx, kv, bob.DID.String())
+	b, _ := machine.Balance(ctx, kv, bob.DID.String())
 	fmt.Println("bob", b.Balance)
 	// Output:
 	// {"did":"did:tenzro:human:z6MkiTBz1ymuepAQ4HEHYSF1H8quG5GLVVQR3djdX3mDooWp","balance":"1000"}

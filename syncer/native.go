@@ -8,12 +8,9 @@ import (
 	"math"
 	"strings"
 
+	"github.com/tenzro/train/machine"
 	"github.com/tenzro/train/wire"
 )
-
-// nativeID names the built-in Go implementation; its hash is what receipts
-// record when it ran.
-const nativeID = "tenzro/native-engine/v2: Mean(f64 sum in canonical order, /K in f64, rounded to f32), Finite, Nesterov(PyTorch SGD fused semantics)"
 
 // NativeEngine is the built-in Go implementation of the Engine seam: Mean
 // aggregation, a finiteness verifier and the Nesterov outer step. The Wasm
@@ -24,11 +21,9 @@ type NativeEngine struct{}
 // NewNativeEngine returns the native engine.
 func NewNativeEngine() *NativeEngine { return &NativeEngine{} }
 
-func nativeHash(part string) wire.Hash { return wire.SHA256([]byte(nativeID + "#" + part)) }
-
 // Profile implements Engine.
 func (*NativeEngine) Profile() EngineProfile {
-	return EngineProfile{Engine: "native-go/v1", Hash: wire.SHA256([]byte(nativeID)), Details: json.RawMessage(`{}`)}
+	return EngineProfile{Engine: "native-go/v1", Hash: wire.SHA256([]byte(machine.NativeEngineID)), Details: json.RawMessage(`{}`)}
 }
 
 // ResolveRule implements Engine: only Mean is native.
@@ -38,25 +33,25 @@ func (*NativeEngine) ResolveRule(_ context.Context, ref string, params json.RawM
 		name = "Mean"
 	}
 	if name != "Mean" && name != "Mean{}" {
-		return RuleRef{}, Errf(KindInvalid, "aggregation %q is not available in the native engine (only Mean); start the node with the wasm engine", ref)
+		return RuleRef{}, machine.Errf(machine.KindInvalid, "aggregation %q is not available in the native engine (only Mean); start the node with the wasm engine", ref)
 	}
 	if len(params) > 0 && string(params) != "{}" && string(params) != "null" {
-		return RuleRef{}, Errf(KindInvalid, "aggregation Mean takes no parameters, got %s", params)
+		return RuleRef{}, machine.Errf(machine.KindInvalid, "aggregation Mean takes no parameters, got %s", params)
 	}
-	return RuleRef{Name: "Mean", Hash: nativeHash("Mean"), Params: json.RawMessage(`{}`)}, nil
+	return RuleRef{Name: "Mean", Hash: machine.NativeHash("Mean"), Params: json.RawMessage(`{}`)}, nil
 }
 
 // ResolveVerifier implements Engine: only Finite is native.
 func (*NativeEngine) ResolveVerifier(_ context.Context, ref string) (RuleRef, error) {
 	if ref != "Finite" {
-		return RuleRef{}, Errf(KindInvalid, "verifier %q is not available in the native engine (only Finite)", ref)
+		return RuleRef{}, machine.Errf(machine.KindInvalid, "verifier %q is not available in the native engine (only Finite)", ref)
 	}
-	return RuleRef{Name: "Finite", Hash: nativeHash("Finite"), Params: json.RawMessage(`{}`)}, nil
+	return RuleRef{Name: "Finite", Hash: machine.NativeHash("Finite"), Params: json.RawMessage(`{}`)}, nil
 }
 
 // ResolveOuter implements Engine.
 func (*NativeEngine) ResolveOuter(context.Context) (RuleRef, error) {
-	return RuleRef{Name: "Nesterov", Hash: nativeHash("Nesterov"), Params: json.RawMessage(`{}`)}, nil
+	return RuleRef{Name: "Nesterov", Hash: machine.NativeHash("Nesterov"), Params: json.RawMessage(`{}`)}, nil
 }
 
 // Aggregate implements Engine (Mean).
@@ -113,13 +108,13 @@ func (*NativeEngine) Verify(_ context.Context, in VerifyInput) (VerifyOutput, er
 	for i := 0; i < in.N; i++ {
 		var x float32
 		switch in.Dtype {
-		case F32:
+		case machine.F32:
 			u := binary.LittleEndian.Uint32(b[4*i:])
 			if u&0x7f800000 != 0x7f800000 {
 				continue
 			}
 			x = math.Float32frombits(u)
-		case BF16:
+		case machine.BF16:
 			u := binary.LittleEndian.Uint16(b[2*i:])
 			if u&0x7f80 != 0x7f80 {
 				continue
@@ -140,13 +135,13 @@ func (*NativeEngine) OuterStep(_ context.Context, in OuterStepInput) (OuterStepO
 	if err != nil {
 		return OuterStepOutput{}, fmt.Errorf("outer step weights: %w", err)
 	}
-	g, err := DecodeValues(F32, in.Aggregate, in.N)
+	g, err := DecodeValues(machine.F32, in.Aggregate, in.N)
 	if err != nil {
 		return OuterStepOutput{}, fmt.Errorf("outer step aggregate: %w", err)
 	}
 	var buf []float32
 	if in.Momentum != nil {
-		if buf, err = DecodeValues(F32, in.Momentum, in.N); err != nil {
+		if buf, err = DecodeValues(machine.F32, in.Momentum, in.N); err != nil {
 			return OuterStepOutput{}, fmt.Errorf("outer step momentum: %w", err)
 		}
 	}
@@ -202,7 +197,7 @@ func FMA32(a, b, c float32) float32 {
 }
 
 // DecodeValues converts n little-endian values of dtype to float32.
-func DecodeValues(dt Dtype, b []byte, n int) ([]float32, error) {
+func DecodeValues(dt machine.Dtype, b []byte, n int) ([]float32, error) {
 	if dt.Size() == 0 {
 		return nil, fmt.Errorf("dtype %q unsupported", dt)
 	}
@@ -211,11 +206,11 @@ func DecodeValues(dt Dtype, b []byte, n int) ([]float32, error) {
 	}
 	out := make([]float32, n)
 	switch dt {
-	case F32:
+	case machine.F32:
 		for i := range out {
 			out[i] = math.Float32frombits(binary.LittleEndian.Uint32(b[4*i:]))
 		}
-	case BF16:
+	case machine.BF16:
 		for i := range out {
 			out[i] = math.Float32frombits(uint32(binary.LittleEndian.Uint16(b[2*i:])) << 16)
 		}
@@ -224,8 +219,8 @@ func DecodeValues(dt Dtype, b []byte, n int) ([]float32, error) {
 }
 
 // EncodeValues converts float32 values to dtype (bf16 rounds to nearest even).
-func EncodeValues(dt Dtype, v []float32) []byte {
-	if dt == BF16 {
+func EncodeValues(dt machine.Dtype, v []float32) []byte {
+	if dt == machine.BF16 {
 		out := make([]byte, 2*len(v))
 		for i, x := range v {
 			binary.LittleEndian.PutUint16(out[2*i:], F32ToBF16(x))

@@ -6,36 +6,15 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math/big"
 	"sort"
 	"strings"
 	"sync"
 	"time"
 
+	"github.com/tenzro/train/machine"
 	"github.com/tenzro/train/wire"
 	"github.com/tenzro/train/wire/did"
 )
-
-// Version of the node software.
-const Version = "0.2.0"
-
-// Limits on external inputs handled by the node.
-const (
-	MaxPayloadBytes = 1 << 30 // one submission's safetensors payload
-	MaxInitWeights  = 4 << 30
-)
-
-// Cancellation reasons recorded in the run.
-const (
-	CancelBySponsor = "cancelled by the sponsor before the run started"
-	CancelExpired   = "expired: the enrolment window passed before the run could start"
-)
-
-// DefaultUnbondingDelay is how long a withdrawn syncer stake stays locked
-// when the genesis sets no delay: long enough that a syncer cannot
-// misbehave in a round and take its stake out before a challenge could
-// reach it.
-const DefaultUnbondingDelay = 7 * 24 * time.Hour
 
 // Config wires a Node.
 type Config struct {
@@ -46,7 +25,7 @@ type Config struct {
 	Blobs Blobs
 	// Local is the node's own store for what is not replicated (sealed
 	// Confidential dataset keys).
-	Local  KV
+	Local  machine.KV
 	Engine Engine
 	Signer Signer
 	// Attestor checks Verified/Confidential evidence (nil: such runs are
@@ -111,8 +90,8 @@ func datasetKeyKey(task string) []byte { return []byte("dskey/" + task) }
 // DatasetKeyRecord returns the sealed dataset-key record of a Confidential
 // run from the broker node's local store (the key broker's
 // enclave.KeyRecords).
-func DatasetKeyRecord(ctx context.Context, kv KV, taskID string) ([]byte, error) {
-	return kv.Get(ctx, KSMeta, datasetKeyKey(taskID))
+func DatasetKeyRecord(ctx context.Context, kv machine.KV, taskID string) ([]byte, error) {
+	return kv.Get(ctx, machine.KSMeta, datasetKeyKey(taskID))
 }
 
 // Node is the node's Service over the chain: reads from the last
@@ -158,23 +137,18 @@ func NewNode(ctx context.Context, cfg Config) (*Node, error) {
 	return n, nil
 }
 
-func candKey(did string) []byte { return []byte("cand/" + did) }
-func runKey(task string) []byte { return []byte(task) }
-func commitKey(task string, round uint64) []byte {
-	return append([]byte("c/"+task+"/"), u64Bytes(round)...)
-}
-func proofKey(task, did string) []byte { return []byte("proof/" + task + "/" + did) }
-
 // view runs fn over the last committed state.
-func (n *Node) view(ctx context.Context, fn func(v View) error) error { return n.chain.View(ctx, fn) }
+func (n *Node) view(ctx context.Context, fn func(v machine.View) error) error {
+	return n.chain.View(ctx, fn)
+}
 
 // load reads a run from the last committed state, with that state's block.
-func (n *Node) load(ctx context.Context, task string) (*runState, Block, error) {
-	var r *runState
-	var blk Block
-	err := n.view(ctx, func(v View) error {
+func (n *Node) load(ctx context.Context, task string) (*machine.Run, machine.Block, error) {
+	var r *machine.Run
+	var blk machine.Block
+	err := n.view(ctx, func(v machine.View) error {
 		var err error
-		r, err = loadRun(ctx, v.KV, task)
+		r, err = machine.LoadRun(ctx, v.KV, task)
 		blk = v.Block
 		return err
 	})
@@ -184,16 +158,16 @@ func (n *Node) load(ctx context.Context, task string) (*runState, Block, error) 
 // Info implements Service.
 func (n *Node) Info(context.Context) wire.NodeInfo {
 	p := n.eng.Profile()
-	return wire.NodeInfo{Version: Version, NodeDID: n.cfg.Signer.DID(), Dev: n.cfg.Dev, Role: n.cfg.Role,
+	return wire.NodeInfo{Version: machine.Version, NodeDID: n.cfg.Signer.DID(), Dev: n.cfg.Dev, Role: n.cfg.Role,
 		Engine: wire.EngineSummary{Engine: p.Engine, Hash: p.Hash}}
 }
 
 // Balance implements Service.
 func (n *Node) Balance(ctx context.Context, d string) (*wire.Balance, error) {
 	var b *wire.Balance
-	err := n.view(ctx, func(v View) error {
+	err := n.view(ctx, func(v machine.View) error {
 		var err error
-		if b, err = Balance(ctx, v.KV, d); err == nil {
+		if b, err = machine.Balance(ctx, v.KV, d); err == nil {
 			b.Height = v.Block.Height
 		}
 		return err
@@ -204,8 +178,8 @@ func (n *Node) Balance(ctx context.Context, d string) (*wire.Balance, error) {
 // ListSyncers implements Service.
 func (n *Node) ListSyncers(ctx context.Context) ([]wire.SyncerCandidate, error) {
 	var out []wire.SyncerCandidate
-	err := n.view(ctx, func(v View) error {
-		return v.KV.Scan(ctx, KSMeta, []byte("cand/"), func(_, raw []byte) error {
+	err := n.view(ctx, func(v machine.View) error {
+		return v.KV.Scan(ctx, machine.KSMeta, []byte("cand/"), func(_, raw []byte) error {
 			var c wire.SyncerCandidate
 			if err := json.Unmarshal(raw, &c); err != nil {
 				return err
@@ -220,9 +194,9 @@ func (n *Node) ListSyncers(ctx context.Context) ([]wire.SyncerCandidate, error) 
 // ListRuns implements Service.
 func (n *Node) ListRuns(ctx context.Context, p wire.ListRunsParams) ([]wire.RunSummary, error) {
 	out := []wire.RunSummary{}
-	err := n.view(ctx, func(v View) error {
-		return v.KV.Scan(ctx, KSRuns, nil, func(k, raw []byte) error {
-			r, err := decodeRun(string(k), raw)
+	err := n.view(ctx, func(v machine.View) error {
+		return v.KV.Scan(ctx, machine.KSRuns, nil, func(k, raw []byte) error {
+			r, err := machine.DecodeRun(string(k), raw)
 			if err != nil {
 				// One unreadable run must not hide every other run.
 				n.log.Error("listRuns: skipping a run whose stored state does not decode", "task", string(k), "err", err)
@@ -231,8 +205,8 @@ func (n *Node) ListRuns(ctx context.Context, p wire.ListRunsParams) ([]wire.RunS
 			if p.Status != "" && p.Status != r.Status {
 				return nil
 			}
-			out = append(out, wire.RunSummary{TaskID: r.spec.TaskID, Status: r.Status, Round: r.Round, Tier: r.spec.Tier,
-				Trainers: r.countActive(), M: r.spec.TrainerCount, K: r.spec.Quorum, Rounds: r.spec.MaxRounds})
+			out = append(out, wire.RunSummary{TaskID: r.TaskSpec().TaskID, Status: r.Status, Round: r.Round, Tier: r.TaskSpec().Tier,
+				Trainers: r.CountActive(), M: r.TaskSpec().TrainerCount, K: r.TaskSpec().Quorum, Rounds: r.TaskSpec().MaxRounds})
 			return nil
 		})
 	})
@@ -242,133 +216,29 @@ func (n *Node) ListRuns(ctx context.Context, p wire.ListRunsParams) ([]wire.RunS
 // GetRun implements Service.
 func (n *Node) GetRun(ctx context.Context, task string) (*wire.RunView, error) {
 	var out *wire.RunView
-	err := n.view(ctx, func(v View) error {
-		r, err := loadRun(ctx, v.KV, task)
+	err := n.view(ctx, func(v machine.View) error {
+		r, err := machine.LoadRun(ctx, v.KV, task)
 		if err != nil {
 			return err
 		}
-		esc, err := AccountBalance(ctx, v.KV, acctEscrow(task))
+		esc, err := machine.AccountBalance(ctx, v.KV, machine.AcctEscrow(task))
 		if err != nil {
 			return err
 		}
-		out = r.view(esc, v.Block)
+		out = r.WireView(esc, v.Block)
 		return nil
 	})
 	return out, err
 }
 
-// view renders a run for getRun.
-func (r *runState) view(esc *big.Int, blk Block) *wire.RunView {
-	v := &wire.RunView{TaskID: r.spec.TaskID, TaskSpec: r.Spec, SpecHash: r.SpecHash, Status: r.Status, Round: r.Round,
-		RoundStartedMs: r.RoundMs, Syncer: r.Syncer, Election: r.Election, TrainerMetrics: map[string]wire.TrainerMetrics{},
-		RoundRoots: r.Roots, HasWeights: r.HasInit, CancelReason: r.CancelReason, Escrow: esc.String()}
-	if r.Status == wire.StatusRunning {
-		v.Syncer, _ = r.syncerAt(blk.TimeMs)
-	}
-	if r.Status == wire.StatusAwaiting {
-		v.EnrollDeadlineMs = r.PostedMs + r.spec.EnrollWindow()
-	}
-	v.ChallengeWindowBlocks, v.FinalRounds, v.OpenChallenges = r.Window, r.FinalRounds, len(r.Open)
-	if v.RoundRoots == nil {
-		v.RoundRoots = []wire.Hash{}
-	}
-	accrued := r.accruedRewards(esc)
-	for i, t := range r.Trainers {
-		shards := orEmpty(t.Shards)
-		v.Trainers = append(v.Trainers, wire.TrainerView{DID: t.DID, Status: t.Status, Stake: t.Stake, Slashed: orDefault(t.Slashed, "0"),
-			Shards: shards, ShardAssignments: shards, ShardsFromRound: r.shardsFrom(t), JoinedAt: t.JoinedRound, MissedRun: t.ConsecMissed})
-		v.TrainerMetrics[t.DID] = wire.TrainerMetrics{Submitted: t.Submitted, Accepted: t.Accepted, MissedRounds: t.MissedRounds,
-			CurrentReward: accrued[i]}
-	}
-	if v.Trainers == nil {
-		v.Trainers = []wire.TrainerView{}
-	}
-	hashes := make([]wire.Hash, 0, len(r.Fragments))
-	v.Fragments = []wire.FragmentView{}
-	for i, f := range r.Fragments {
-		v.Fragments = append(v.Fragments, wire.FragmentView{Index: i, Tensors: f.Tensors, Dtype: string(f.Dtype), N: f.N,
-			WeightsHash: f.WeightsHash, Accepted: len(f.Records), Committed: f.Closed})
-		hashes = append(hashes, f.WeightsHash)
-	}
-	if r.HasInit {
-		v.ModelHash = ModelHash(hashes)
-	}
-	rule, _ := json.Marshal(r.Rule)
-	v.Aggregation = rule
-	return v
-}
-
-// accruedRewards is each trainer's current_reward: while the run trains,
-// the share the seal would pay from the escrowed pool if it sealed now;
-// once settled, what was paid. Both use payoutShares, so they never
-// disagree.
-func (r *runState) accruedRewards(pool *big.Int) []string {
-	out := make([]string, len(r.Trainers))
-	if r.Status == wire.StatusRunning || r.Status == wire.StatusAwaiting {
-		ws := make([]*big.Int, len(r.Trainers))
-		for i, t := range r.Trainers {
-			ws[i] = bigOf(t.Weight)
-		}
-		for i, s := range payoutShares(pool, ws) {
-			out[i] = s.String()
-		}
-		return out
-	}
-	for i, t := range r.Trainers {
-		out[i] = orDefault(t.Reward, "0")
-	}
-	return out
-}
-
-// ModelHash is wire.ModelHash: BLAKE3-256(Str(DomainModel) ‖ Hash(fragment_0) ‖ …).
-func ModelHash(frags []wire.Hash) wire.Hash { return wire.ModelHash(frags) }
-
-func orDefault(s, d string) string {
-	if s == "" {
-		return d
-	}
-	return s
-}
-
-func orEmpty(v []int) []int {
-	if v == nil {
-		return []int{}
-	}
-	return v
-}
-
-func orStrs(v []string) []string {
-	if v == nil {
-		return []string{}
-	}
-	return v
-}
-
-func orHashes(v []wire.Hash) []wire.Hash {
-	if v == nil {
-		return []wire.Hash{}
-	}
-	return v
-}
-
-// RoundCommitHash is SHA-256(Str(DomainRoundCommit) ‖ Bytes(JCS(commit JSON)))
-// (CanonicalRoundCommit gives the JCS bytes).
-func RoundCommitHash(rc *wire.RoundCommit) (wire.Hash, error) {
-	canon, err := CanonicalRoundCommit(rc)
-	if err != nil {
-		return wire.Hash{}, err
-	}
-	return wire.NewCanon(wire.DomainRoundCommit).Bytes(canon).Sum(), nil
-}
-
 // GetTranscript implements Service: every committed round, in order.
 func (n *Node) GetTranscript(ctx context.Context, task string) ([]wire.RoundCommit, error) {
 	out := []wire.RoundCommit{}
-	err := n.view(ctx, func(v View) error {
-		if _, err := loadRun(ctx, v.KV, task); err != nil {
+	err := n.view(ctx, func(v machine.View) error {
+		if _, err := machine.LoadRun(ctx, v.KV, task); err != nil {
 			return err
 		}
-		return v.KV.Scan(ctx, KSTranscript, []byte("c/"+task+"/"), func(_, raw []byte) error {
+		return v.KV.Scan(ctx, machine.KSTranscript, []byte("c/"+task+"/"), func(_, raw []byte) error {
 			var c wire.RoundCommit
 			if err := json.Unmarshal(raw, &c); err != nil {
 				return err
@@ -391,12 +261,12 @@ func (n *Node) ReportedMetrics(ctx context.Context, task string) ([]wire.Metrics
 	}
 	got := map[key]wire.SubmissionMetrics{}
 	var keys []key
-	err := n.view(ctx, func(v View) error {
-		if _, err := loadRun(ctx, v.KV, task); err != nil {
+	err := n.view(ctx, func(v machine.View) error {
+		if _, err := machine.LoadRun(ctx, v.KV, task); err != nil {
 			return err
 		}
-		return v.KV.Scan(ctx, KSTranscript, []byte("s/"+task+"/"), func(_, raw []byte) error {
-			var rec Record
+		return v.KV.Scan(ctx, machine.KSTranscript, []byte("s/"+task+"/"), func(_, raw []byte) error {
+			var rec machine.Record
 			if err := json.Unmarshal(raw, &rec); err != nil {
 				return fmt.Errorf("record of %s: %w", task, err)
 			}
@@ -430,13 +300,13 @@ func (n *Node) ReportedMetrics(ctx context.Context, task string) ([]wire.Metrics
 // GetPayload implements Service: a blob this node holds (payload, initial
 // weights, fragment weights, momentum, evidence) by its content hash.
 func (n *Node) GetPayload(ctx context.Context, h wire.Hash) ([]byte, error) {
-	v, err := n.blob(ctx, h, uint64(MaxInitWeights), "")
+	v, err := n.blob(ctx, h, uint64(machine.MaxInitWeights), "")
 	var fe *fetchError
 	switch {
-	case errors.Is(err, ErrNotFound):
-		return nil, Errf(KindNotFound, "no blob %s", h)
+	case errors.Is(err, machine.ErrNotFound):
+		return nil, machine.Errf(machine.KindNotFound, "no blob %s", h)
 	case errors.As(err, &fe):
-		return nil, Errf(KindNotFound, "no blob %s on this node, and no peer gave it: %v", h, err)
+		return nil, machine.Errf(machine.KindNotFound, "no blob %s on this node, and no peer gave it: %v", h, err)
 	}
 	return v, err
 }
@@ -454,16 +324,16 @@ func (n *Node) GetReceipt(ctx context.Context, task string) (*wire.Receipt, erro
 	for {
 		changed := n.chain.Changed()
 		var rc *wire.Receipt
-		var r *runState
-		var blk Block
-		err := n.view(ctx, func(v View) error {
+		var r *machine.Run
+		var blk machine.Block
+		err := n.view(ctx, func(v machine.View) error {
 			var err error
-			if r, err = loadRun(ctx, v.KV, task); err != nil {
+			if r, err = machine.LoadRun(ctx, v.KV, task); err != nil {
 				return err
 			}
 			blk = v.Block
-			raw, err := v.KV.Get(ctx, KSReceipts, runKey(task))
-			if errors.Is(err, ErrNotFound) {
+			raw, err := v.KV.Get(ctx, machine.KSReceipts, machine.RunKey(task))
+			if errors.Is(err, machine.ErrNotFound) {
 				return nil
 			}
 			if err != nil {
@@ -479,7 +349,7 @@ func (n *Node) GetReceipt(ctx context.Context, task string) (*wire.Receipt, erro
 			return rc, nil
 		}
 		if r.Seal == nil {
-			return nil, Errf(KindNotFound, "run %s has no receipt yet (status %s, round %d of %d)", task, r.Status, r.Round, r.spec.MaxRounds)
+			return nil, machine.Errf(machine.KindNotFound, "run %s has no receipt yet (status %s, round %d of %d)", task, r.Status, r.Round, r.TaskSpec().MaxRounds)
 		}
 		select {
 		case <-changed:
@@ -487,8 +357,8 @@ func (n *Node) GetReceipt(ctx context.Context, task string) (*wire.Receipt, erro
 		case <-ctx.Done():
 			return nil, ctx.Err()
 		case <-deadline.C:
-			return nil, Errf(KindNotFound, "run %s is sealed (run root %s), awaiting the syncer's signature: %s may sign its receipt at block time %d ms",
-				task, r.Seal.RunRoot, r.receiptSignerAt(blk.TimeMs), blk.TimeMs)
+			return nil, machine.Errf(machine.KindNotFound, "run %s is sealed (run root %s), awaiting the syncer's signature: %s may sign its receipt at block time %d ms",
+				task, r.Seal.RunRoot, r.ReceiptSignerAt(blk.TimeMs), blk.TimeMs)
 		}
 	}
 }
@@ -502,16 +372,16 @@ func (n *Node) GetWeights(ctx context.Context, p wire.GetWeightsParams) (*wire.W
 		return nil, err
 	}
 	if !r.HasInit {
-		return nil, Errf(KindNotFound, "run %s has no weights yet: the sponsor has not supplied initial weights", p.TaskID)
+		return nil, machine.Errf(machine.KindNotFound, "run %s has no weights yet: the sponsor has not supplied initial weights", p.TaskID)
 	}
 	if p.FragmentIndex >= uint64(len(r.Fragments)) {
-		return nil, Errf(KindInvalid, "wrong fragment: fragment_index %d, the model has %d fragments", p.FragmentIndex, len(r.Fragments))
+		return nil, machine.Errf(machine.KindInvalid, "wrong fragment: fragment_index %d, the model has %d fragments", p.FragmentIndex, len(r.Fragments))
 	}
 	fs := r.Fragments[p.FragmentIndex]
-	enc, err := n.blob(ctx, fs.WeightsHash, uint64(MaxInitWeights), "")
+	enc, err := n.blob(ctx, fs.WeightsHash, uint64(machine.MaxInitWeights), "")
 	var fe *fetchError
 	if errors.As(err, &fe) {
-		return nil, Errf(KindNotFound, "weights of fragment %d (%s) are not on this node and no peer gave them: %v", p.FragmentIndex, fs.WeightsHash, err)
+		return nil, machine.Errf(machine.KindNotFound, "weights of fragment %d (%s) are not on this node and no peer gave them: %v", p.FragmentIndex, fs.WeightsHash, err)
 	} else if err != nil {
 		return nil, fmt.Errorf("weights of fragment %d (%s): %w", p.FragmentIndex, fs.WeightsHash, err)
 	}
@@ -522,14 +392,14 @@ func (n *Node) GetWeights(ctx context.Context, p wire.GetWeightsParams) (*wire.W
 // the fetcher (then kept locally), checked against its hash.
 func (n *Node) blob(ctx context.Context, h wire.Hash, maxSize uint64, provider string) ([]byte, error) {
 	b, err := n.blobs.Get(ctx, h)
-	if err == nil || !errors.Is(err, ErrNotFound) || n.cfg.Fetcher == nil {
+	if err == nil || !errors.Is(err, machine.ErrNotFound) || n.cfg.Fetcher == nil {
 		return b, err
 	}
 	b, err = n.cfg.Fetcher.Fetch(ctx, h, maxSize, provider)
 	if err != nil {
 		return nil, &fetchError{fmt.Errorf("fetch %s: %w", h, err)}
 	}
-	if got := contentHash(b); got != h {
+	if got := wire.ContentHash(b); got != h {
 		return nil, &fetchError{fmt.Errorf("fetched blob hashes to %s, want %s", got, h)}
 	}
 	if err := n.blobs.Put(ctx, h, b); err != nil {
@@ -548,15 +418,15 @@ func (e *fetchError) Unwrap() error { return e.error }
 // next evidence (PROTOCOL §8), from chain state; any node gives the same.
 func (n *Node) AttestNonce(ctx context.Context, p wire.NonceParams) (*wire.NonceResult, error) {
 	if _, err := did.Parse(p.DID); err != nil {
-		return nil, Errf(KindInvalid, "did: %v", err)
+		return nil, machine.Errf(machine.KindInvalid, "did: %v", err)
 	}
 	r, _, err := n.load(ctx, p.TaskID)
 	if err != nil {
 		return nil, err
 	}
-	res := &wire.NonceResult{Round: r.Round, ModelHash: r.RoundModel, Nonce: AttestNonce(p.TaskID, p.DID, r.Round, r.RoundAnchor)}
+	res := &wire.NonceResult{Round: r.Round, ModelHash: r.RoundModel, Nonce: machine.AttestNonce(p.TaskID, p.DID, r.Round, r.RoundAnchor)}
 	if r.Status == wire.StatusRunning {
-		if t := r.trainer(p.DID); t != nil && len(t.Shards) > 0 {
+		if t := r.Trainer(p.DID); t != nil && len(t.Shards) > 0 {
 			res.Shard = uint64(t.Shards[0])
 		}
 	} else {

@@ -13,7 +13,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tenzro/train/audit"
 	"github.com/tenzro/train/chain"
+	"github.com/tenzro/train/machine"
 	"github.com/tenzro/train/store"
 	"github.com/tenzro/train/syncer"
 	"github.com/tenzro/train/syncer/election"
@@ -29,7 +31,7 @@ import (
 type harness struct {
 	t       *testing.T
 	ctx     context.Context
-	kv      syncer.KV // the chain's store; the node's blobs share it
+	kv      machine.KV // the chain's store; the node's blobs share it
 	chain   *chain.Manual
 	node    *syncer.Node
 	eng     syncer.Engine
@@ -48,11 +50,11 @@ func key(t testing.TB, kind string, i byte) *did.Key {
 	return k
 }
 
-func newHarness(t *testing.T, kv syncer.KV) *harness {
+func newHarness(t *testing.T, kv machine.KV) *harness {
 	return newHarnessWith(t, kv, syncer.NewNativeEngine())
 }
 
-func newHarnessWith(t *testing.T, kv syncer.KV, eng syncer.Engine) *harness {
+func newHarnessWith(t *testing.T, kv machine.KV, eng syncer.Engine) *harness {
 	h := &harness{t: t, ctx: context.Background(), kv: kv, eng: eng, now: time.Unix(1761350400, 0), task: "train-test"}
 	h.sponsor = key(t, did.KindHuman, 200)
 	for i := 0; i < 10; i++ {
@@ -107,9 +109,9 @@ func (h *harness) tick() error {
 func (h *harness) conserve(op string) {
 	h.t.Helper()
 	var total *big.Int
-	err := h.chain.View(h.ctx, func(v syncer.View) error {
+	err := h.chain.View(h.ctx, func(v machine.View) error {
 		var err error
-		total, _, err = syncer.LedgerTotal(h.ctx, v.KV)
+		total, _, err = machine.LedgerTotal(h.ctx, v.KV)
 		return err
 	})
 	if err != nil {
@@ -281,7 +283,7 @@ func (h *harness) run() *wire.RunView {
 
 // fullRun posts, enrols 8, runs `rounds` rounds with K..M submissions,
 // one trainer leaving in round 1 and one joining late, and seals.
-func fullRun(t *testing.T, kv syncer.KV, crashAt func(h *harness, round int)) (*harness, []byte) {
+func fullRun(t *testing.T, kv machine.KV, crashAt func(h *harness, round int)) (*harness, []byte) {
 	const M, K, F, R = 8, 6, 4, 4
 	h := newHarness(t, kv)
 	h.faucet(h.sponsor.DID.String(), "2000000000000000000000")
@@ -343,27 +345,27 @@ func fullRun(t *testing.T, kv syncer.KV, crashAt func(h *harness, round int)) (*
 func TestFullRunSealsToVerifiedReceipt(t *testing.T) {
 	kv, _ := store.OpenInMemory()
 	h, raw := fullRun(t, kv, nil)
-	if v := syncer.VerifyReceipt(raw, nil); v != 1 {
-		t.Fatalf("receipt invalid: %v", syncer.CheckReceipt(raw, nil))
+	if v := audit.VerifyReceipt(raw, nil); v != 1 {
+		t.Fatalf("receipt invalid: %v", audit.CheckReceipt(raw, nil))
 	}
 	// Flip one byte of the run root: invalid.
 	var rc wire.Receipt
 	_ = json.Unmarshal(raw, &rc)
 	bad := bytes.Replace(raw, []byte(rc.RunRoot.String()), []byte(flip(rc.RunRoot.String())), 1)
-	if syncer.VerifyReceipt(bad, nil) != 0 {
+	if audit.VerifyReceipt(bad, nil) != 0 {
 		t.Fatal("tampered receipt verified")
 	}
-	if syncer.VerifyReceipt(raw, rc.RunRoot[:]) != 1 || syncer.VerifyReceipt(raw, make([]byte, 32)) != 0 {
+	if audit.VerifyReceipt(raw, rc.RunRoot[:]) != 1 || audit.VerifyReceipt(raw, make([]byte, 32)) != 0 {
 		t.Fatal("claimed-root check wrong")
 	}
 	// The transcript blob checks in full, and every round commit is
 	// provably in the root.
 	blob := h.transcript()
-	if err := syncer.CheckReceiptFull(raw, blob); err != nil {
+	if err := audit.CheckReceiptFull(raw, blob); err != nil {
 		t.Fatal(err)
 	}
 	for r := uint64(0); r < 4; r++ {
-		if _, _, _, _, err := syncer.InclusionProof(raw, blob, r); err != nil {
+		if _, _, _, _, err := audit.InclusionProof(raw, blob, r); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -397,7 +399,7 @@ func (h *harness) transcript() []byte {
 	if err != nil {
 		h.t.Fatal(err)
 	}
-	blob, _, err := syncer.TranscriptBlob(tr)
+	blob, _, err := audit.TranscriptBlob(tr)
 	if err != nil {
 		h.t.Fatal(err)
 	}
@@ -434,7 +436,7 @@ func TestRefusalsChangeNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	h.faucet(h.tr[0].DID.String(), "100")
-	if err := h.enroll(0, "1000"); syncer.KindOf(err) != syncer.KindFunds {
+	if err := h.enroll(0, "1000"); machine.KindOf(err) != machine.KindFunds {
 		t.Fatalf("stake above balance: %v", err)
 	}
 	for i := 0; i < 8; i++ {
@@ -546,7 +548,7 @@ func resign(h *harness, g *wire.OuterGradient, payload []byte) {
 // snapshot digests every key space the node writes.
 func snapshot(t *testing.T, h *harness) wire.Hash {
 	c := wire.NewCanon("snapshot")
-	for _, ks := range syncer.AllKeyspaces {
+	for _, ks := range machine.AllKeyspaces {
 		_ = h.kv.Scan(h.ctx, ks, nil, func(k, v []byte) error { c.Bytes(k).Bytes(v); return nil })
 	}
 	return c.Sum()

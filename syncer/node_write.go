@@ -11,6 +11,7 @@ import (
 	"math/big"
 
 	"github.com/tenzro/train/dataset/synth"
+	"github.com/tenzro/train/machine"
 	"github.com/tenzro/train/wire"
 	"github.com/tenzro/train/wire/did"
 )
@@ -26,7 +27,7 @@ import (
 func (n *Node) broadcast(ctx context.Context, typ string, params, out any) (int64, error) {
 	raw, err := wire.EncodeTx(typ, params)
 	if err != nil {
-		return 0, Errf(KindInvalid, "%v", err)
+		return 0, machine.Errf(machine.KindInvalid, "%v", err)
 	}
 	res, err := Broadcast(ctx, n.chain, raw)
 	if err != nil {
@@ -45,7 +46,7 @@ func (n *Node) broadcast(ctx context.Context, typ string, params, out any) (int6
 // transactions admitted under one lock, so they enter blocks in nonce
 // order; a stale nonce (another transaction of this key landed first) is
 // retried with the next.
-func (n *Node) submitSigned(ctx context.Context, typ string, build func(nonce uint64) (any, error)) (Pending, error) {
+func (n *Node) submitSigned(ctx context.Context, typ string, build func(nonce uint64) (any, error)) (machine.Pending, error) {
 	for attempt := 0; ; attempt++ {
 		n.txMu.Lock()
 		nonce, err := n.nextNonce(ctx)
@@ -68,7 +69,7 @@ func (n *Node) submitSigned(ctx context.Context, typ string, build func(nonce ui
 			n.lastNonce = nonce
 		}
 		n.txMu.Unlock()
-		if errors.Is(err, ErrStaleNonce) && attempt < 3 {
+		if errors.Is(err, machine.ErrStaleNonce) && attempt < 3 {
 			continue
 		}
 		return p, err
@@ -80,9 +81,9 @@ func (n *Node) submitSigned(ctx context.Context, typ string, build func(nonce ui
 // convention, so a client signing with the same key stays ordered).
 func (n *Node) nextNonce(ctx context.Context) (uint64, error) {
 	var last uint64
-	err := n.view(ctx, func(v View) error {
+	err := n.view(ctx, func(v machine.View) error {
 		var err error
-		last, _, err = LastNonce(ctx, v.KV, n.cfg.Signer.DID())
+		last, _, err = machine.LastNonce(ctx, v.KV, n.cfg.Signer.DID())
 		return err
 	})
 	if err != nil {
@@ -95,11 +96,6 @@ func (n *Node) nextNonce(ctx context.Context) (uint64, error) {
 	return next, nil
 }
 
-// FiniteVerifier is the verifier every run has, whatever its spec lists
-// (DESIGN §4.2): a NaN or Inf coordinate would make every robust rule's
-// answer depend on where it sits, and a Mean of it poisons the weights.
-const FiniteVerifier = "Finite"
-
 // resolveVerifiers resolves the spec's verifiers and puts the finite-values
 // verifier first when the spec does not list it.
 func (n *Node) resolveVerifiers(ctx context.Context, refs []string) ([]RuleRef, error) {
@@ -108,15 +104,15 @@ func (n *Node) resolveVerifiers(ctx context.Context, refs []string) ([]RuleRef, 
 	for _, v := range refs {
 		ref, err := n.eng.ResolveVerifier(ctx, v)
 		if err != nil {
-			return nil, Errf(KindInvalid, "spec: verification %q: %v", v, err)
+			return nil, machine.Errf(machine.KindInvalid, "spec: verification %q: %v", v, err)
 		}
-		hasFinite = hasFinite || ref.Name == FiniteVerifier
+		hasFinite = hasFinite || ref.Name == machine.FiniteVerifier
 		verifiers = append(verifiers, ref)
 	}
 	if !hasFinite {
-		ref, err := n.eng.ResolveVerifier(ctx, FiniteVerifier)
+		ref, err := n.eng.ResolveVerifier(ctx, machine.FiniteVerifier)
 		if err != nil {
-			return nil, fmt.Errorf("resolve the mandatory %s verifier: %w", FiniteVerifier, err)
+			return nil, fmt.Errorf("resolve the mandatory %s verifier: %w", machine.FiniteVerifier, err)
 		}
 		verifiers = append([]RuleRef{ref}, verifiers...)
 	}
@@ -141,36 +137,36 @@ func (n *Node) storeLayout(ctx context.Context, raw []byte, l *wire.InitLayout, 
 // resolved here, the weights stored, and the posting broadcast.
 func (n *Node) PostTask(ctx context.Context, p *wire.PostTaskParams) (*wire.PostTaskResult, error) {
 	if len(p.Spec) == 0 {
-		return nil, Errf(KindInvalid, "spec is missing")
+		return nil, machine.Errf(machine.KindInvalid, "spec is missing")
 	}
 	spec, canon, err := wire.ParseSpec(p.Spec)
 	if err != nil {
-		return nil, Errf(KindInvalid, "%v", err)
+		return nil, machine.Errf(machine.KindInvalid, "%v", err)
 	}
 	if err := spec.Validate(); err != nil {
-		return nil, Errf(KindInvalid, "%v", err)
+		return nil, machine.Errf(machine.KindInvalid, "%v", err)
 	}
 	if err := synth.CheckRef(spec.DatasetRef, spec.DatasetHash); err != nil {
-		return nil, Errf(KindInvalid, "spec: dataset: %v", err)
+		return nil, machine.Errf(machine.KindInvalid, "spec: dataset: %v", err)
 	}
 	if _, err := did.Parse(spec.SponsorDID); err != nil {
-		return nil, Errf(KindInvalid, "spec: sponsor_did must be a resolvable DID to sign the posting: %v", err)
+		return nil, machine.Errf(machine.KindInvalid, "spec: sponsor_did must be a resolvable DID to sign the posting: %v", err)
 	}
 	if spec.Tier != wire.TierOpen && n.cfg.Attestor == nil {
-		return nil, Errf(KindInvalid, "spec: tier %s needs attestation, which this node is not configured for", spec.Tier)
+		return nil, machine.Errf(machine.KindInvalid, "spec: tier %s needs attestation, which this node is not configured for", spec.Tier)
 	}
 	if spec.Tier == wire.TierConfidential && n.cfg.DatasetKeys == nil {
-		return nil, Errf(KindInvalid, "spec: tier Confidential needs a key broker, which runs only in an enclave: start the node with --enclave (auto on TEE hardware, simulated-* for development)")
+		return nil, machine.Errf(machine.KindInvalid, "spec: tier Confidential needs a key broker, which runs only in an enclave: start the node with --enclave (auto on TEE hardware, simulated-* for development)")
 	}
 	if spec.Tier != wire.TierOpen && len(spec.AttestationPolicy) == 0 {
-		return nil, Errf(KindInvalid, "spec: tier %s needs an attestation_policy", spec.Tier)
+		return nil, machine.Errf(machine.KindInvalid, "spec: tier %s needs an attestation_policy", spec.Tier)
 	}
 	if p.DatasetKey != nil {
 		if spec.Tier != wire.TierConfidential {
-			return nil, Errf(KindInvalid, "dataset_key: only a Confidential run has a dataset key, tier is %s", spec.Tier)
+			return nil, machine.Errf(machine.KindInvalid, "dataset_key: only a Confidential run has a dataset key, tier is %s", spec.Tier)
 		}
 		if len(p.DatasetKey) != 32 {
-			return nil, Errf(KindInvalid, "dataset_key: %d bytes, want 32 (an AES-256 key)", len(p.DatasetKey))
+			return nil, machine.Errf(machine.KindInvalid, "dataset_key: %d bytes, want 32 (an AES-256 key)", len(p.DatasetKey))
 		}
 	}
 	reward, _ := wire.ParseAmount(spec.RewardPool)
@@ -184,7 +180,7 @@ func (n *Node) PostTask(ctx context.Context, p *wire.PostTaskParams) (*wire.Post
 	}
 	defer release()
 	if raw != nil {
-		if layout, encs, err = InitLayoutOf(raw, spec.Architecture.FragmentCount); err != nil {
+		if layout, encs, err = machine.InitLayoutOf(raw, spec.Architecture.FragmentCount); err != nil {
 			return nil, err
 		}
 		if err := checkParamCount(spec, layout); err != nil {
@@ -196,7 +192,7 @@ func (n *Node) PostTask(ctx context.Context, p *wire.PostTaskParams) (*wire.Post
 	// probe): the signature, the funds for the fee and the reward, and the
 	// sponsor's rate limit. The chain checks the nonce.
 	if err := did.Verify(spec.SponsorDID, p.Preimage(spec.SponsorDID, specHash, wh), p.Signature); err != nil {
-		return nil, Errf(KindUnauthorized, "bad signature: does not verify against %s", spec.SponsorDID)
+		return nil, machine.Errf(machine.KindUnauthorized, "bad signature: does not verify against %s", spec.SponsorDID)
 	}
 	fee, err := n.fee(ctx, "posting")
 	if err != nil {
@@ -210,10 +206,10 @@ func (n *Node) PostTask(ctx context.Context, p *wire.PostTaskParams) (*wire.Post
 	}
 	rule, err := n.eng.ResolveRule(ctx, spec.AggregationRef(), spec.AggregationParams, spec.Quorum, spec.TrainerCount)
 	if err != nil {
-		return nil, Errf(KindInvalid, "spec: aggregation: %v", err)
+		return nil, machine.Errf(machine.KindInvalid, "spec: aggregation: %v", err)
 	}
 	if spec.RobustRequiresVerified && rule.Name != "Mean" && spec.Tier == wire.TierOpen {
-		return nil, Errf(KindInvalid, "spec: robust rule %s is marked to require tier Verified or above, tier is Open", rule.Name)
+		return nil, machine.Errf(machine.KindInvalid, "spec: robust rule %s is marked to require tier Verified or above, tier is Open", rule.Name)
 	}
 	verifiers, err := n.resolveVerifiers(ctx, spec.Verification)
 	if err != nil {
@@ -225,11 +221,11 @@ func (n *Node) PostTask(ctx context.Context, p *wire.PostTaskParams) (*wire.Post
 	}
 	codec, err := resolveCodec(ctx, n.eng, spec)
 	if err != nil {
-		return nil, Errf(KindInvalid, "%v", err)
+		return nil, machine.Errf(machine.KindInvalid, "%v", err)
 	}
 	if _, _, err := n.load(ctx, spec.TaskID); err == nil {
-		return nil, Errf(KindConflict, "a run with task_id %q already exists", spec.TaskID)
-	} else if KindOf(err) != KindNotFound {
+		return nil, machine.Errf(machine.KindConflict, "a run with task_id %q already exists", spec.TaskID)
+	} else if machine.KindOf(err) != machine.KindNotFound {
 		return nil, err
 	}
 	if layout != nil {
@@ -244,8 +240,8 @@ func (n *Node) PostTask(ctx context.Context, p *wire.PostTaskParams) (*wire.Post
 			return nil, fmt.Errorf("dataset key for %s: %w", spec.TaskID, err)
 		}
 		datasetKey = key
-		var b Batch
-		b.Set(KSMeta, datasetKeyKey(spec.TaskID), sealed)
+		var b machine.Batch
+		b.Set(machine.KSMeta, datasetKeyKey(spec.TaskID), sealed)
 		if err := n.cfg.Local.Commit(ctx, &b); err != nil {
 			return nil, fmt.Errorf("store the dataset key record of %s: %w", spec.TaskID, err)
 		}
@@ -272,7 +268,7 @@ func checkParamCount(spec *wire.TaskSpec, l *wire.InitLayout) error {
 		tensors += int64(len(f.Tensors))
 	}
 	if spec.Architecture.ParamCount != n {
-		return Errf(KindInvalid, "spec: architecture.param_count is %d but the initial weights hold %d parameters (%d tensors)", spec.Architecture.ParamCount, n, tensors)
+		return machine.Errf(machine.KindInvalid, "spec: architecture.param_count is %d but the initial weights hold %d parameters (%d tensors)", spec.Architecture.ParamCount, n, tensors)
 	}
 	return nil
 }
@@ -284,13 +280,13 @@ func (n *Node) SetInitWeights(ctx context.Context, p *wire.SetInitWeightsParams)
 		return nil, err
 	}
 	if r.HasInit {
-		return nil, Errf(KindConflict, "run %s already has initial weights (model %s)", p.TaskID, r.InitModel)
+		return nil, machine.Errf(machine.KindConflict, "run %s already has initial weights (model %s)", p.TaskID, r.InitModel)
 	}
 	if r.Status != wire.StatusAwaiting {
-		return nil, Errf(KindConflict, "run %s is %s: initial weights can only be set before it starts", p.TaskID, r.Status)
+		return nil, machine.Errf(machine.KindConflict, "run %s is %s: initial weights can only be set before it starts", p.TaskID, r.Status)
 	}
-	if err := did.Verify(r.spec.SponsorDID, p.Preimage(r.spec.SponsorDID), p.Signature); err != nil {
-		return nil, Errf(KindUnauthorized, "bad signature: does not verify against %s", r.spec.SponsorDID)
+	if err := did.Verify(r.TaskSpec().SponsorDID, p.Preimage(r.TaskSpec().SponsorDID), p.Signature); err != nil {
+		return nil, machine.Errf(machine.KindUnauthorized, "bad signature: does not verify against %s", r.TaskSpec().SponsorDID)
 	}
 	raw, release, err := n.initWeightsFrom(ctx, p.Weights, p.WeightsHash, "weights")
 	if err != nil {
@@ -298,13 +294,13 @@ func (n *Node) SetInitWeights(ctx context.Context, p *wire.SetInitWeightsParams)
 	}
 	defer release()
 	if raw == nil {
-		return nil, Errf(KindInvalid, "weights are missing: send weights (base64) or the weights_hash of an uploaded blob")
+		return nil, machine.Errf(machine.KindInvalid, "weights are missing: send weights (base64) or the weights_hash of an uploaded blob")
 	}
-	layout, encs, err := InitLayoutOf(raw, r.spec.Architecture.FragmentCount)
+	layout, encs, err := machine.InitLayoutOf(raw, r.TaskSpec().Architecture.FragmentCount)
 	if err != nil {
 		return nil, err
 	}
-	if err := checkParamCount(r.spec, layout); err != nil {
+	if err := checkParamCount(r.TaskSpec(), layout); err != nil {
 		return nil, err
 	}
 	if err := n.storeLayout(ctx, raw, layout, encs); err != nil {
@@ -324,56 +320,56 @@ func (n *Node) SetInitWeights(ctx context.Context, p *wire.SetInitWeightsParams)
 // AttestReportData of the claimed program, the trainer's shard, the
 // round's model and that nonce. It returns the digest and a reference to
 // the claim's bytes, which the caller stores as a blob.
-func (n *Node) checkEvidence(ctx context.Context, r *runState, raw json.RawMessage, trainer string, shard uint64, model wire.Hash) (*wire.EvidenceRef, error) {
+func (n *Node) checkEvidence(ctx context.Context, r *machine.Run, raw json.RawMessage, trainer string, shard uint64, model wire.Hash) (*wire.EvidenceRef, error) {
 	if n.cfg.Attestor == nil {
-		return nil, Errf(KindAttestation, "tier %s needs attestation, which this node is not configured for", r.spec.Tier)
+		return nil, machine.Errf(machine.KindAttestation, "tier %s needs attestation, which this node is not configured for", r.TaskSpec().Tier)
 	}
 	if len(raw) == 0 {
-		return nil, Errf(KindAttestation, "tier %s: attestation evidence is required", r.spec.Tier)
+		return nil, machine.Errf(machine.KindAttestation, "tier %s: attestation evidence is required", r.TaskSpec().Tier)
 	}
 	var claim wire.AttestationClaim
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&claim); err != nil {
-		return nil, Errf(KindInvalid, "attestation: %v", err)
+		return nil, machine.Errf(machine.KindInvalid, "attestation: %v", err)
 	}
-	if want := AttestNonce(r.spec.TaskID, trainer, r.Round, r.RoundAnchor); !bytes.Equal(claim.Nonce, want) {
-		return nil, Errf(KindAttestation, "attestation refused: check binding.nonce failed: the nonce is not round %d's for %s (get it from tenzro_attest_getNonce)", r.Round, trainer)
+	if want := machine.AttestNonce(r.TaskSpec().TaskID, trainer, r.Round, r.RoundAnchor); !bytes.Equal(claim.Nonce, want) {
+		return nil, machine.Errf(machine.KindAttestation, "attestation refused: check binding.nonce failed: the nonce is not round %d's for %s (get it from tenzro_attest_getNonce)", r.Round, trainer)
 	}
 	rd := wire.AttestReportData(claim.ProgramHash, shard, model, trainer, claim.Nonce)
-	dg, err := n.cfg.Attestor.CheckEvidence(ctx, r.spec.Tier, r.spec.AttestationPolicy, claim.Envelope, rd)
+	dg, err := n.cfg.Attestor.CheckEvidence(ctx, r.TaskSpec().Tier, r.TaskSpec().AttestationPolicy, claim.Envelope, rd)
 	if err != nil {
-		if KindOf(err) == KindAttestation {
+		if machine.KindOf(err) == machine.KindAttestation {
 			return nil, err
 		}
-		return nil, Errf(KindAttestation, "attestation refused: %v", err)
+		return nil, machine.Errf(machine.KindAttestation, "attestation refused: %v", err)
 	}
-	return &wire.EvidenceRef{Hash: contentHash(raw), Size: uint64(len(raw)), Digest: dg}, nil
+	return &wire.EvidenceRef{Hash: wire.ContentHash(raw), Size: uint64(len(raw)), Digest: dg}, nil
 }
 
 // Enroll implements Service.
 func (n *Node) Enroll(ctx context.Context, p *wire.EnrollParams) (*wire.EnrollResult, error) {
 	if _, err := did.Parse(p.TrainerDID); err != nil {
-		return nil, Errf(KindInvalid, "trainer_did: %v", err)
+		return nil, machine.Errf(machine.KindInvalid, "trainer_did: %v", err)
 	}
 	stake, err := wire.ParseAmount(p.Stake)
 	if err != nil {
-		return nil, Errf(KindInvalid, "stake: %v", err)
+		return nil, machine.Errf(machine.KindInvalid, "stake: %v", err)
 	}
 	if stake.Sign() == 0 {
-		return nil, Errf(KindInvalid, "stake is \"0\": a trainer must lock a positive stake (slashing is a fraction of it)")
+		return nil, machine.Errf(machine.KindInvalid, "stake is \"0\": a trainer must lock a positive stake (slashing is a fraction of it)")
 	}
 	r, _, err := n.load(ctx, p.TaskID)
 	if err != nil {
 		return nil, err
 	}
 	if r.Status == wire.StatusSealed || r.Status == wire.StatusCancelled {
-		return nil, Errf(KindConflict, "run %s is %s", p.TaskID, r.Status)
+		return nil, machine.Errf(machine.KindConflict, "run %s is %s", p.TaskID, r.Status)
 	}
 	tx := wire.EnrollTx{TaskID: p.TaskID, TrainerDID: p.TrainerDID, Stake: p.Stake, Signed: p.Signed}
-	if r.spec.Tier != wire.TierOpen {
+	if r.TaskSpec().Tier != wire.TierOpen {
 		if err := did.Verify(p.TrainerDID, p.Preimage(), p.Signature); err != nil {
-			return nil, Errf(KindUnauthorized, "bad signature: does not verify against %s", p.TrainerDID)
+			return nil, machine.Errf(machine.KindUnauthorized, "bad signature: does not verify against %s", p.TrainerDID)
 		}
 		if tx.Evidence, err = n.checkEvidence(ctx, r, p.Attestation, p.TrainerDID, 0, r.InitModel); err != nil {
 			return nil, err
@@ -420,10 +416,10 @@ func (n *Node) CancelRun(ctx context.Context, p *wire.CancelRunParams) (*wire.Ca
 // so (--dev).
 func (n *Node) Faucet(ctx context.Context, p wire.FaucetParams) (*wire.Balance, error) {
 	if _, err := did.Parse(p.DID); err != nil {
-		return nil, Errf(KindInvalid, "did: %v", err)
+		return nil, machine.Errf(machine.KindInvalid, "did: %v", err)
 	}
 	if _, err := wire.ParseAmount(p.Amount); err != nil {
-		return nil, Errf(KindInvalid, "amount: %v", err)
+		return nil, machine.Errf(machine.KindInvalid, "amount: %v", err)
 	}
 	var salt [8]byte
 	if _, err := rand.Read(salt[:]); err != nil {
@@ -454,10 +450,10 @@ func (n *Node) Transfer(ctx context.Context, p *wire.TransferParams) (*wire.Bala
 func (n *Node) RegisterSyncer(ctx context.Context, p *wire.RegisterSyncerParams) (*wire.SyncerCandidate, error) {
 	amt, err := wire.ParseAmount(p.Stake)
 	if err != nil {
-		return nil, Errf(KindInvalid, "stake: %v", err)
+		return nil, machine.Errf(machine.KindInvalid, "stake: %v", err)
 	}
 	if amt.Sign() == 0 {
-		return nil, Errf(KindInvalid, "stake must be positive: the election weights candidates by stake")
+		return nil, machine.Errf(machine.KindInvalid, "stake must be positive: the election weights candidates by stake")
 	}
 	var res wire.SyncerCandidate
 	h, err := n.broadcast(ctx, wire.TxRegisterCandidate, p, &res)
@@ -471,7 +467,7 @@ func (n *Node) RegisterSyncer(ctx context.Context, p *wire.RegisterSyncerParams)
 // Unbond implements Service.
 func (n *Node) Unbond(ctx context.Context, p *wire.UnbondParams) (*wire.SyncerCandidate, error) {
 	if _, err := did.Parse(p.DID); err != nil {
-		return nil, Errf(KindInvalid, "did: %v", err)
+		return nil, machine.Errf(machine.KindInvalid, "did: %v", err)
 	}
 	var res wire.SyncerCandidate
 	h, err := n.broadcast(ctx, wire.TxUnbond, p, &res)
@@ -486,7 +482,7 @@ func (n *Node) Unbond(ctx context.Context, p *wire.UnbondParams) (*wire.SyncerCa
 // run's election by sending its VRF proof before the run starts.
 func (n *Node) SubmitElectionProof(ctx context.Context, p *wire.ElectionProofParams) (*wire.ElectionProofResult, error) {
 	if _, err := did.Parse(p.DID); err != nil {
-		return nil, Errf(KindInvalid, "did: %v", err)
+		return nil, machine.Errf(machine.KindInvalid, "did: %v", err)
 	}
 	var res wire.ElectionProofResult
 	h, err := n.broadcast(ctx, wire.TxElectionProof, p, &res)
@@ -508,14 +504,14 @@ func (n *Node) SubmitElectionProof(ctx context.Context, p *wire.ElectionProofPar
 // hashed it as it arrived): it is read from there (mapped, not copied) and
 // not hashed again.
 func (n *Node) Submit(ctx context.Context, g *wire.OuterGradient) (*wire.SubmitResult, error) {
-	if len(g.GradientPayload) > MaxPayloadBytes {
-		return nil, Errf(KindInvalid, "gradient_payload: %d bytes, limit %d", len(g.GradientPayload), MaxPayloadBytes)
+	if len(g.GradientPayload) > machine.MaxPayloadBytes {
+		return nil, machine.Errf(machine.KindInvalid, "gradient_payload: %d bytes, limit %d", len(g.GradientPayload), machine.MaxPayloadBytes)
 	}
 	r, blk, err := n.load(ctx, g.TaskID)
 	if err != nil {
 		return nil, err
 	}
-	fs, err := r.precheckRecord(g.TrainerDID, g.Round, g.FragmentIndex, blk.TimeMs)
+	fs, err := r.PrecheckRecord(g.TrainerDID, g.Round, g.FragmentIndex, blk.TimeMs)
 	if err != nil {
 		return nil, err
 	}
@@ -532,20 +528,20 @@ func (n *Node) Submit(ctx context.Context, g *wire.OuterGradient) (*wire.SubmitR
 		g, stored = &byRef, true
 	}
 	if got, ok := g.CheckPayloadHash(); !ok {
-		return nil, Errf(KindInvalid, "payload_hash mismatch: payload hashes to %s, request says %s", got, g.PayloadHash)
+		return nil, machine.Errf(machine.KindInvalid, "payload_hash mismatch: payload hashes to %s, request says %s", got, g.PayloadHash)
 	}
 	if err := g.Metrics.Validate(); err != nil {
-		return nil, Errf(KindInvalid, "%v", err)
+		return nil, machine.Errf(machine.KindInvalid, "%v", err)
 	}
 	if err := did.Verify(g.TrainerDID, g.Preimage(), g.Signature); err != nil {
-		return nil, Errf(KindUnauthorized, "submission signature: %v", err)
+		return nil, machine.Errf(machine.KindUnauthorized, "submission signature: %v", err)
 	}
-	values, _, err := payloadValues(ctx, n.eng, r.Codec, &fs.fragLayout, g.GradientPayload)
+	values, _, err := payloadValues(ctx, n.eng, r.Codec, &fs.FragLayout, g.GradientPayload)
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil, fmt.Errorf("decode gradient_payload: %w", err)
 		}
-		return nil, Errf(KindInvalid, "gradient_payload: %v", err)
+		return nil, machine.Errf(machine.KindInvalid, "gradient_payload: %v", err)
 	}
 	if err := n.verifyPayload(ctx, r, fs, values); err != nil {
 		return nil, err
@@ -554,11 +550,11 @@ func (n *Node) Submit(ctx context.Context, g *wire.OuterGradient) (*wire.SubmitR
 	// duplicate; the same tensors in another encoding too (equivocation is
 	// about content, PROTOCOL §6), which this node can tell when it holds
 	// the first payload.
-	var first *Record
-	err = n.view(ctx, func(v View) error {
-		var rec Record
-		raw, err := v.KV.Get(ctx, KSTranscript, recordKey(g.TaskID, g.Round, int(g.FragmentIndex), g.TrainerDID))
-		if errors.Is(err, ErrNotFound) {
+	var first *machine.Record
+	err = n.view(ctx, func(v machine.View) error {
+		var rec machine.Record
+		raw, err := v.KV.Get(ctx, machine.KSTranscript, machine.RecordKey(g.TaskID, g.Round, int(g.FragmentIndex), g.TrainerDID))
+		if errors.Is(err, machine.ErrNotFound) {
 			return nil
 		}
 		if err == nil {
@@ -572,21 +568,21 @@ func (n *Node) Submit(ctx context.Context, g *wire.OuterGradient) (*wire.SubmitR
 	}
 	if first != nil {
 		if first.PayloadHash == g.PayloadHash {
-			return nil, Errf(KindConflict, "duplicate submission: %s already submitted payload %s for round %d fragment %d", g.TrainerDID, g.PayloadHash, g.Round, g.FragmentIndex)
+			return nil, machine.Errf(machine.KindConflict, "duplicate submission: %s already submitted payload %s for round %d fragment %d", g.TrainerDID, g.PayloadHash, g.Round, g.FragmentIndex)
 		}
 		if prev, release, err := loadBlob(ctx, n.blobs, first.PayloadHash); err == nil {
 			defer release()
-			if pv, _, err := payloadValues(ctx, n.eng, r.Codec, &fs.fragLayout, prev); err == nil && bytes.Equal(pv, values) {
-				return nil, Errf(KindConflict, "duplicate submission: %s already submitted the same tensors for round %d fragment %d (payload %s; this payload %s differs only in its encoding)",
+			if pv, _, err := payloadValues(ctx, n.eng, r.Codec, &fs.FragLayout, prev); err == nil && bytes.Equal(pv, values) {
+				return nil, machine.Errf(machine.KindConflict, "duplicate submission: %s already submitted the same tensors for round %d fragment %d (payload %s; this payload %s differs only in its encoding)",
 					g.TrainerDID, g.Round, g.FragmentIndex, first.PayloadHash, g.PayloadHash)
 			}
 		}
 	}
 	tx := wire.SubmissionTx{TaskID: g.TaskID, TrainerDID: g.TrainerDID, Round: g.Round, FragmentIndex: g.FragmentIndex, PayloadHash: g.PayloadHash,
 		PayloadSize: uint64(len(g.GradientPayload)), Signature: g.Signature, Metrics: g.Metrics, Provider: n.cfg.Provider}
-	if r.spec.Tier != wire.TierOpen {
+	if r.TaskSpec().Tier != wire.TierOpen {
 		shard := uint64(0)
-		if t := r.trainer(g.TrainerDID); t != nil && len(t.Shards) > 0 {
+		if t := r.Trainer(g.TrainerDID); t != nil && len(t.Shards) > 0 {
 			shard = uint64(t.Shards[0])
 		}
 		if tx.Evidence, err = n.checkEvidence(ctx, r, g.Attestation, g.TrainerDID, shard, r.RoundModel); err != nil {
@@ -608,7 +604,7 @@ func (n *Node) Submit(ctx context.Context, g *wire.OuterGradient) (*wire.SubmitR
 	}
 	res.Height = h
 	if res.EquivocationClaim != nil {
-		return nil, Errf(KindConflict, "equivocation: %s already submitted a different payload (%s) for round %d fragment %d; claim %s recorded: the round's syncer compares the two and slashes equivocation_bps of the stake when they differ",
+		return nil, machine.Errf(machine.KindConflict, "equivocation: %s already submitted a different payload (%s) for round %d fragment %d; claim %s recorded: the round's syncer compares the two and slashes equivocation_bps of the stake when they differ",
 			g.TrainerDID, first.PayloadHash, g.Round, g.FragmentIndex, *res.EquivocationClaim)
 	}
 	if res.Finalized {
@@ -619,7 +615,7 @@ func (n *Node) Submit(ctx context.Context, g *wire.OuterGradient) (*wire.SubmitR
 
 // verifyPayload runs the run's per-submission verifiers on a payload's
 // values.
-func (n *Node) verifyPayload(ctx context.Context, r *runState, fs *fragState, values []byte) error {
+func (n *Node) verifyPayload(ctx context.Context, r *machine.Run, fs *machine.RunFragment, values []byte) error {
 	for _, v := range r.Verifiers {
 		if v.RoundLevel {
 			continue
@@ -628,12 +624,12 @@ func (n *Node) verifyPayload(ctx context.Context, r *runState, fs *fragState, va
 		if err != nil {
 			var rf *RuleFailure
 			if errors.As(err, &rf) {
-				return Errf(KindInvalid, "verifier %s: %v", v.Name, rf)
+				return machine.Errf(machine.KindInvalid, "verifier %s: %v", v.Name, rf)
 			}
 			return fmt.Errorf("verifier %s: %w", v.Name, err)
 		}
 		if !out.Accept {
-			return Errf(KindInvalid, "verifier %s rejected the payload (code %d): %s", v.Name, out.Code, out.Reason)
+			return machine.Errf(machine.KindInvalid, "verifier %s rejected the payload (code %d): %s", v.Name, out.Code, out.Reason)
 		}
 	}
 	return nil
@@ -643,18 +639,18 @@ func (n *Node) verifyPayload(ctx context.Context, r *runState, fs *fragState, va
 // store, and the function that releases it.
 func (n *Node) storedPayload(ctx context.Context, h wire.Hash) ([]byte, func(), error) {
 	if h.IsZero() {
-		return nil, nil, Errf(KindInvalid, "gradient_payload is missing and payload_hash is zero: send the payload (base64) or upload it with PUT /blobs/<payload_hash> and name its hash")
+		return nil, nil, machine.Errf(machine.KindInvalid, "gradient_payload is missing and payload_hash is zero: send the payload (base64) or upload it with PUT /blobs/<payload_hash> and name its hash")
 	}
 	payload, release, err := loadBlob(ctx, n.blobs, h)
-	if errors.Is(err, ErrNotFound) {
-		return nil, nil, Errf(KindNotFound, "payload %s is not stored on this node: upload it first (PUT /blobs/%s on the RPC port) or send gradient_payload", h, h)
+	if errors.Is(err, machine.ErrNotFound) {
+		return nil, nil, machine.Errf(machine.KindNotFound, "payload %s is not stored on this node: upload it first (PUT /blobs/%s on the RPC port) or send gradient_payload", h, h)
 	}
 	if err != nil {
 		return nil, nil, fmt.Errorf("stored payload %s: %w", h, err)
 	}
-	if len(payload) > MaxPayloadBytes {
+	if len(payload) > machine.MaxPayloadBytes {
 		release()
-		return nil, nil, Errf(KindInvalid, "payload %s: %d bytes, limit %d", h, len(payload), MaxPayloadBytes)
+		return nil, nil, machine.Errf(machine.KindInvalid, "payload %s: %d bytes, limit %d", h, len(payload), machine.MaxPayloadBytes)
 	}
 	return payload, release, nil
 }
@@ -665,14 +661,14 @@ func (n *Node) storedPayload(ctx context.Context, h wire.Hash) ([]byte, func(), 
 func (n *Node) initWeightsFrom(ctx context.Context, raw []byte, h wire.Hash, field string) ([]byte, func(), error) {
 	switch {
 	case len(raw) > 0:
-		if !h.IsZero() && contentHash(raw) != h {
-			return nil, nil, Errf(KindInvalid, "%s_hash %s is not the hash of %s (%s)", field, h, field, contentHash(raw))
+		if !h.IsZero() && wire.ContentHash(raw) != h {
+			return nil, nil, machine.Errf(machine.KindInvalid, "%s_hash %s is not the hash of %s (%s)", field, h, field, wire.ContentHash(raw))
 		}
 		return raw, func() {}, nil
 	case !h.IsZero():
 		b, release, err := loadBlob(ctx, n.blobs, h)
-		if errors.Is(err, ErrNotFound) {
-			return nil, nil, Errf(KindNotFound, "%s_hash %s: no such blob on this node: upload the weights first (PUT /blobs/%s on the RPC port) or send %s", field, h, h, field)
+		if errors.Is(err, machine.ErrNotFound) {
+			return nil, nil, machine.Errf(machine.KindNotFound, "%s_hash %s: no such blob on this node: upload the weights first (PUT /blobs/%s on the RPC port) or send %s", field, h, h, field)
 		}
 		if err != nil {
 			return nil, nil, fmt.Errorf("stored %s %s: %w", field, h, err)

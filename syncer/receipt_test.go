@@ -11,8 +11,8 @@ import (
 	"testing"
 
 	"github.com/gowebpki/jcs"
+	"github.com/tenzro/train/audit"
 	"github.com/tenzro/train/store"
-	"github.com/tenzro/train/syncer"
 	"github.com/tenzro/train/syncer/election"
 	"github.com/tenzro/train/wire"
 	"github.com/tenzro/train/wire/did"
@@ -23,7 +23,7 @@ import (
 // committed by the winner (ticket 0) and the rest by the next ticket after a
 // failover, who signs; eight trainers, two of them slashed.
 type synthRun struct {
-	in      syncer.ReceiptInput
+	in      audit.ReceiptInput
 	keys    map[string]*did.Key // candidates by DID
 	order   []wire.ElectionEntrant
 	rc      *wire.Receipt
@@ -111,7 +111,7 @@ func newSynthRun(tb testing.TB, rounds, frags int) *synthRun {
 		lines = append(lines, wire.Payout{DID: k.DID.String(), Reward: r.String(), Refund: "100", Slashed: big.NewInt(slashed[i]).String(), WeightSum: w.String()})
 	}
 	sortPayouts(lines)
-	s.in = syncer.ReceiptInput{TaskSpec: canon, InitModelHash: wire.ContentHash([]byte("init-model")), InitWeightsHash: wire.ContentHash([]byte("init-file")),
+	s.in = audit.ReceiptInput{TaskSpec: canon, InitModelHash: wire.ContentHash([]byte("init-model")), InitWeightsHash: wire.ContentHash([]byte("init-file")),
 		FinalModelHash: rcs[len(rcs)-1].ModelHash, Rounds: rcs, PluginHashes: []wire.Hash{wire.SHA256([]byte("mean.wasm"))},
 		Engine: json.RawMessage(`{"engine":"native-go/v1"}`), AttestationDigests: atts, Election: &el, Rewards: lines,
 		SponsorRefund: new(big.Int).Sub(esc, paid).String(), SyncerDID: s.order[1].DID}
@@ -130,7 +130,7 @@ func sortPayouts(p []wire.Payout) {
 // rebuild builds and signs the receipt from s.in.
 func (s *synthRun) rebuild(tb testing.TB) {
 	tb.Helper()
-	rc, blob, err := syncer.BuildReceipt(s.in)
+	rc, blob, err := audit.BuildReceipt(s.in)
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -142,7 +142,7 @@ func (s *synthRun) rebuild(tb testing.TB) {
 func (s *synthRun) sign(tb testing.TB, k *did.Key) {
 	tb.Helper()
 	s.rc.SyncerDID = k.DID.String()
-	pre, err := syncer.ReceiptPreimage(s.rc)
+	pre, err := audit.ReceiptPreimage(s.rc)
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -154,13 +154,13 @@ func (s *synthRun) sign(tb testing.TB, k *did.Key) {
 
 func TestReceiptV2RoundTrip(t *testing.T) {
 	s := newSynthRun(t, 16, 12)
-	if err := syncer.CheckReceipt(s.raw, nil); err != nil {
+	if err := audit.CheckReceipt(s.raw, nil); err != nil {
 		t.Fatal(err)
 	}
-	if err := syncer.CheckReceiptFull(s.raw, s.blob); err != nil {
+	if err := audit.CheckReceiptFull(s.raw, s.blob); err != nil {
 		t.Fatal(err)
 	}
-	if syncer.VerifyReceipt(s.raw, s.rc.RunRoot[:]) != 1 || syncer.VerifyReceipt(s.raw, make([]byte, 32)) != 0 {
+	if audit.VerifyReceipt(s.raw, s.rc.RunRoot[:]) != 1 || audit.VerifyReceipt(s.raw, make([]byte, 32)) != 0 {
 		t.Fatal("claimed-root check wrong")
 	}
 	if len(s.rc.Syncers) != 2 || s.rc.Syncers[0].Ticket != 0 || s.rc.Syncers[1].Ticket != 1 || s.rc.SyncerDID != s.rc.Syncers[1].DID {
@@ -169,31 +169,31 @@ func TestReceiptV2RoundTrip(t *testing.T) {
 	// The run root is the one a v1 receipt had: over the same round commit hashes.
 	var hashes []wire.Hash
 	for i := range s.in.Rounds {
-		h, _ := syncer.RoundCommitHash(&s.in.Rounds[i])
+		h, _ := audit.RoundCommitHash(&s.in.Rounds[i])
 		hashes = append(hashes, h)
 	}
-	if syncer.RunRoot(s.rc.SpecHash, hashes, s.rc.FinalModelHash) != s.rc.RunRoot {
+	if audit.RunRoot(s.rc.SpecHash, hashes, s.rc.FinalModelHash) != s.rc.RunRoot {
 		t.Fatal("run root is not the RFC 6962 root over spec hash, round commit hashes, final model hash")
 	}
 	// Attestation list.
-	list, h := syncer.AttestationList(s.in.AttestationDigests)
+	list, h := audit.AttestationList(s.in.AttestationDigests)
 	if h != s.rc.AttestationsHash {
 		t.Fatal("attestations hash")
 	}
-	ds, err := syncer.CheckAttestations(s.rc, list)
+	ds, err := audit.CheckAttestations(s.rc, list)
 	if err != nil || len(ds) != 16*12*6 {
 		t.Fatalf("attestations: %d %v", len(ds), err)
 	}
 	// Every round is provably in the run root.
 	for r := uint64(0); r < 16; r++ {
-		if _, _, _, _, err := syncer.InclusionProof(s.raw, s.blob, r); err != nil {
+		if _, _, _, _, err := audit.InclusionProof(s.raw, s.blob, r); err != nil {
 			t.Fatal(err)
 		}
 	}
 	// Deterministic: the same input gives the same bytes.
-	rc2, blob2, _ := syncer.BuildReceipt(s.in)
-	p1, _ := syncer.ReceiptPreimage(s.rc)
-	p2, _ := syncer.ReceiptPreimage(rc2)
+	rc2, blob2, _ := audit.BuildReceipt(s.in)
+	p1, _ := audit.ReceiptPreimage(s.rc)
+	p2, _ := audit.ReceiptPreimage(rc2)
 	if !bytes.Equal(p1, p2) || !bytes.Equal(blob2, s.blob) {
 		t.Fatal("BuildReceipt is not deterministic")
 	}
@@ -203,7 +203,7 @@ func TestReceiptV2RoundTrip(t *testing.T) {
 func TestReceiptSizeConstant(t *testing.T) {
 	a := newSynthRun(t, 4, 12)
 	b := newSynthRun(t, 1024, 12)
-	if d := len(b.raw) - len(a.raw); d < -64 || d > 64 || len(b.raw) > syncer.MaxReceiptBytes { // a few more digits
+	if d := len(b.raw) - len(a.raw); d < -64 || d > 64 || len(b.raw) > audit.MaxReceiptBytes { // a few more digits
 		t.Fatalf("receipt of 4 rounds %d bytes, of 1024 rounds %d bytes", len(a.raw), len(b.raw))
 	}
 	t.Logf("receipt %d bytes (4 rounds), %d bytes (1024 rounds × 12 fragments); transcript %d bytes", len(a.raw), len(b.raw), len(b.blob))
@@ -218,7 +218,7 @@ func TestReceiptResignedByOtherKeyRefused(t *testing.T) {
 	s := newSynthRun(t, 8, 3)
 	outsider := key(t, did.KindMachine, 77)
 	s.sign(t, outsider)
-	if err := syncer.CheckReceipt(s.raw, nil); err == nil || !strings.Contains(err.Error(), "not among the run's elected syncers") {
+	if err := audit.CheckReceipt(s.raw, nil); err == nil || !strings.Contains(err.Error(), "not among the run's elected syncers") {
 		t.Fatalf("re-signed receipt: %v", err)
 	}
 	// The third candidate was elected but committed nothing and did not sign:
@@ -226,7 +226,7 @@ func TestReceiptResignedByOtherKeyRefused(t *testing.T) {
 	s = newSynthRun(t, 8, 3)
 	third := s.keys[s.order[2].DID]
 	s.sign(t, third)
-	if err := syncer.CheckReceipt(s.raw, nil); err == nil {
+	if err := audit.CheckReceipt(s.raw, nil); err == nil {
 		t.Fatal("receipt signed by an unlisted entrant verified")
 	}
 	// An outsider that lists itself, with a valid VRF proof of its own, at a
@@ -237,7 +237,7 @@ func TestReceiptResignedByOtherKeyRefused(t *testing.T) {
 	// (TestVerifyReceiptAgainstAnchor).
 	s = newSynthRun(t, 8, 3)
 	forged := appendOutsider(t, s, outsider)
-	if err := syncer.CheckReceiptFull(forged, s.blob); err != nil {
+	if err := audit.CheckReceiptFull(forged, s.blob); err != nil {
 		t.Fatalf("receipt of a signer listed above every committer: %v", err)
 	}
 }
@@ -258,16 +258,16 @@ func TestReceiptNonCommittingSigner(t *testing.T) {
 	}{{2, true}, {0, false}} {
 		in := s.in
 		in.SyncerDID = s.order[c.ticket].DID
-		rc, blob, err := syncer.BuildReceipt(in)
+		rc, blob, err := audit.BuildReceipt(in)
 		if err != nil {
 			t.Fatal(err)
 		}
 		s.rc, s.blob = rc, blob
 		s.sign(t, s.keys[in.SyncerDID])
-		if err := syncer.CheckReceipt(s.raw, nil); err != nil {
+		if err := audit.CheckReceipt(s.raw, nil); err != nil {
 			t.Fatalf("ticket %d: compact check: %v", c.ticket, err)
 		}
-		err = syncer.CheckReceiptFull(s.raw, s.blob)
+		err = audit.CheckReceiptFull(s.raw, s.blob)
 		if c.ok && err != nil {
 			t.Fatalf("signer at ticket %d above the committer: %v", c.ticket, err)
 		}
@@ -288,7 +288,7 @@ func appendOutsider(t *testing.T, s *synthRun, k *did.Key) []byte {
 	_, ts, _ := election.Elect(s.rc.ElectionAlpha, []election.Entrant{e})
 	s.rc.Syncers = append(s.rc.Syncers, wire.ReceiptSyncer{DID: k.DID.String(), Stake: "1", Proof: e.Proof, Output: ts[0].Beta, Ticket: 2})
 	s.sign(t, k)
-	if err := syncer.CheckReceipt(s.raw, nil); err != nil {
+	if err := audit.CheckReceipt(s.raw, nil); err != nil {
 		t.Fatalf("compact check of the appended outsider: %v (the test wants the order to hold)", err)
 	}
 	return s.raw
@@ -314,7 +314,7 @@ func TestReceiptTamperedSyncerRefused(t *testing.T) {
 			s := newSynthRun(t, 4, 2)
 			tamper(s)
 			s.sign(t, s.keys[s.in.SyncerDID]) // a valid signature over the tampered receipt
-			if err := syncer.CheckReceipt(s.raw, nil); err == nil {
+			if err := audit.CheckReceipt(s.raw, nil); err == nil {
 				t.Fatal("tampered syncers verified")
 			}
 		})
@@ -324,10 +324,10 @@ func TestReceiptTamperedSyncerRefused(t *testing.T) {
 	s := newSynthRun(t, 4, 2)
 	s.rc.Syncers[1].Ticket = 2
 	s.sign(t, s.keys[s.in.SyncerDID])
-	if err := syncer.CheckReceipt(s.raw, nil); err != nil {
+	if err := audit.CheckReceipt(s.raw, nil); err != nil {
 		t.Fatalf("compact: %v", err)
 	}
-	if err := syncer.CheckReceiptFull(s.raw, s.blob); err == nil || !strings.Contains(err.Error(), "at ticket 1") {
+	if err := audit.CheckReceiptFull(s.raw, s.blob); err == nil || !strings.Contains(err.Error(), "at ticket 1") {
 		t.Fatalf("full: %v", err)
 	}
 }
@@ -337,17 +337,17 @@ func TestReceiptTamperedSyncerRefused(t *testing.T) {
 func TestBuildReceiptRefusesWrongCommitter(t *testing.T) {
 	s := newSynthRun(t, 4, 2)
 	s.in.Rounds[1].Fragments[0].Ticket = 1 // the winner claims the second ticket
-	if _, _, err := syncer.BuildReceipt(s.in); err == nil || !strings.Contains(err.Error(), "not the election's entrant") {
+	if _, _, err := audit.BuildReceipt(s.in); err == nil || !strings.Contains(err.Error(), "not the election's entrant") {
 		t.Fatal(err)
 	}
 	s = newSynthRun(t, 4, 2)
 	s.in.SyncerDID = key(t, did.KindMachine, 77).DID.String()
-	if _, _, err := syncer.BuildReceipt(s.in); err == nil || !strings.Contains(err.Error(), "not an entrant") {
+	if _, _, err := audit.BuildReceipt(s.in); err == nil || !strings.Contains(err.Error(), "not an entrant") {
 		t.Fatal(err)
 	}
 	s = newSynthRun(t, 4, 2)
 	s.in.RoundRoots = make([]wire.Hash, 4)
-	if _, _, err := syncer.BuildReceipt(s.in); err == nil {
+	if _, _, err := audit.BuildReceipt(s.in); err == nil {
 		t.Fatal("round roots not checked")
 	}
 }
@@ -379,7 +379,7 @@ func TestReceiptSettlementChecked(t *testing.T) {
 			s := newSynthRun(t, 2, 2)
 			tamper(s.rc)
 			s.sign(t, s.keys[s.in.SyncerDID])
-			if err := syncer.CheckReceipt(s.raw, nil); err == nil {
+			if err := audit.CheckReceipt(s.raw, nil); err == nil {
 				t.Fatal("tampered settlement verified")
 			}
 		})
@@ -387,7 +387,7 @@ func TestReceiptSettlementChecked(t *testing.T) {
 	// The builder refuses an input that does not conserve.
 	s := newSynthRun(t, 2, 2)
 	s.in.SponsorRefund = "0"
-	if _, _, err := syncer.BuildReceipt(s.in); err == nil || !strings.Contains(err.Error(), "conserve") {
+	if _, _, err := audit.BuildReceipt(s.in); err == nil || !strings.Contains(err.Error(), "conserve") {
 		t.Fatal(err)
 	}
 }
@@ -397,20 +397,20 @@ func TestReceiptSettlementChecked(t *testing.T) {
 func TestReceiptTranscriptChecked(t *testing.T) {
 	s := newSynthRun(t, 6, 2)
 	bad := bytes.Replace(s.blob, []byte(`"fuel":1000`), []byte(`"fuel":1001`), 1)
-	if err := syncer.CheckReceiptFull(s.raw, bad); err == nil {
+	if err := audit.CheckReceiptFull(s.raw, bad); err == nil {
 		t.Fatal("tampered transcript verified")
 	}
 	var elems []json.RawMessage
 	_ = json.Unmarshal(s.blob, &elems)
 	indented, _ := json.MarshalIndent(elems, "", " ")
-	if err := syncer.CheckReceiptFull(s.raw, indented); err == nil {
+	if err := audit.CheckReceiptFull(s.raw, indented); err == nil {
 		t.Fatal("re-encoded transcript verified")
 	}
 	// A syncer that signs a non-canonical transcript consistently: the
 	// content hash and run root match, the canonical-form check does not.
-	s.rc.TranscriptHash, s.rc.TranscriptSize = syncer.BlobHash(indented), uint64(len(indented))
+	s.rc.TranscriptHash, s.rc.TranscriptSize = audit.BlobHash(indented), uint64(len(indented))
 	s.sign(t, s.keys[s.in.SyncerDID])
-	if err := syncer.CheckReceiptFull(s.raw, indented); err == nil || !strings.Contains(err.Error(), "canonical") {
+	if err := audit.CheckReceiptFull(s.raw, indented); err == nil || !strings.Contains(err.Error(), "canonical") {
 		t.Fatalf("non-canonical transcript: %v", err)
 	}
 }
@@ -422,11 +422,11 @@ func TestReceiptV1Refused(t *testing.T) {
 	large := append([]byte(`{"version":1,"task_id":"x","transcript":[`), bytes.Repeat([]byte(`{},`), 40000)...)
 	large = append(large, []byte(`{}]}`)...)
 	for _, b := range [][]byte{small, large} {
-		if err := syncer.CheckReceipt(b, nil); !errors.Is(err, syncer.ErrReceiptV1) {
+		if err := audit.CheckReceipt(b, nil); !errors.Is(err, audit.ErrReceiptV1) {
 			t.Fatalf("v1 receipt of %d bytes: %v", len(b), err)
 		}
 	}
-	if err := syncer.CheckReceipt([]byte(`{"version":3}`), nil); err == nil || !strings.Contains(err.Error(), "version 3") {
+	if err := audit.CheckReceipt([]byte(`{"version":3}`), nil); err == nil || !strings.Contains(err.Error(), "version 3") {
 		t.Fatal(err)
 	}
 }
@@ -439,20 +439,20 @@ func TestReceiptStrictParse(t *testing.T) {
 		"unknown":   bytes.Replace(s.raw, []byte(`{"version":2,`), []byte(`{"version":2,"extra":1,`), 1),
 		"duplicate": bytes.Replace(s.raw, []byte(`{"version":2,`), []byte(`{"version":2,"rounds":2,`), 1),
 		"trailing":  append(append([]byte{}, s.raw...), []byte(` {}`)...),
-		"oversized": append(bytes.Repeat([]byte(" "), syncer.MaxReceiptBytes), s.raw...),
+		"oversized": append(bytes.Repeat([]byte(" "), audit.MaxReceiptBytes), s.raw...),
 	} {
-		if err := syncer.CheckReceipt(b, nil); err == nil {
+		if err := audit.CheckReceipt(b, nil); err == nil {
 			t.Fatalf("%s: verified", name)
 		}
 	}
 }
 
 type fakeAnchor struct {
-	run *syncer.SealedRun
+	run *audit.SealedRun
 	err error
 }
 
-func (a fakeAnchor) SealedRun(context.Context, string) (*syncer.SealedRun, error) {
+func (a fakeAnchor) SealedRun(context.Context, string) (*audit.SealedRun, error) {
 	return a.run, a.err
 }
 
@@ -464,25 +464,25 @@ func (a fakeAnchor) SealedRun(context.Context, string) (*syncer.SealedRun, error
 func TestVerifyReceiptAgainstAnchor(t *testing.T) {
 	ctx := context.Background()
 	s := newSynthRun(t, 8, 3)
-	good := fakeAnchor{run: &syncer.SealedRun{TaskID: "synth", RunRoot: s.rc.RunRoot, Height: 42, Election: s.in.Election}}
-	res := syncer.VerifyReceiptAgainst(ctx, good, s.raw, nil)
+	good := fakeAnchor{run: &audit.SealedRun{TaskID: "synth", RunRoot: s.rc.RunRoot, Height: 42, Election: s.in.Election}}
+	res := audit.VerifyReceiptAgainst(ctx, good, s.raw, nil)
 	if res.Valid != 1 || res.Root == nil || *res.Root != s.rc.RunRoot || res.Height != 42 {
 		t.Fatalf("genuine receipt: %+v", res)
 	}
 	other := good
-	other.run = &syncer.SealedRun{TaskID: "synth", RunRoot: wire.SHA256([]byte("x")), Height: 42, Election: s.in.Election}
-	if res := syncer.VerifyReceiptAgainst(ctx, other, s.raw, nil); res.Valid != 0 || !strings.Contains(res.Reason, "not the one committed on chain") || res.Root == nil {
+	other.run = &audit.SealedRun{TaskID: "synth", RunRoot: wire.SHA256([]byte("x")), Height: 42, Election: s.in.Election}
+	if res := audit.VerifyReceiptAgainst(ctx, other, s.raw, nil); res.Valid != 0 || !strings.Contains(res.Reason, "not the one committed on chain") || res.Root == nil {
 		t.Fatalf("other root: %+v", res)
 	}
-	if res := syncer.VerifyReceiptAgainst(ctx, fakeAnchor{err: errors.New("run synth is running")}, s.raw, nil); res.Valid != 0 {
+	if res := audit.VerifyReceiptAgainst(ctx, fakeAnchor{err: errors.New("run synth is running")}, s.raw, nil); res.Valid != 0 {
 		t.Fatalf("unsealed: %+v", res)
 	}
 	// A claimed root: the pure check, the chain is not read.
-	if res := syncer.VerifyReceiptAgainst(ctx, fakeAnchor{err: errors.New("unused")}, s.raw, s.rc.RunRoot[:]); res.Valid != 1 || res.Root != nil {
+	if res := audit.VerifyReceiptAgainst(ctx, fakeAnchor{err: errors.New("unused")}, s.raw, s.rc.RunRoot[:]); res.Valid != 1 || res.Root != nil {
 		t.Fatalf("claimed root: %+v", res)
 	}
 	forged := appendOutsider(t, s, key(t, did.KindMachine, 77))
-	if res := syncer.VerifyReceiptAgainst(ctx, good, forged, nil); res.Valid != 0 || !strings.Contains(res.Reason, "not the entrant the election on chain has") {
+	if res := audit.VerifyReceiptAgainst(ctx, good, forged, nil); res.Valid != 0 || !strings.Contains(res.Reason, "not the entrant the election on chain has") {
 		t.Fatalf("outsider: %+v", res)
 	}
 	s = newSynthRun(t, 8, 3)
@@ -493,8 +493,8 @@ func TestVerifyReceiptAgainstAnchor(t *testing.T) {
 			el.Candidates[i].Stake = "5"
 		}
 	}
-	bad := fakeAnchor{run: &syncer.SealedRun{TaskID: "synth", RunRoot: s.rc.RunRoot, Election: &el}}
-	if res := syncer.VerifyReceiptAgainst(ctx, bad, s.raw, nil); res.Valid != 0 {
+	bad := fakeAnchor{run: &audit.SealedRun{TaskID: "synth", RunRoot: s.rc.RunRoot, Election: &el}}
+	if res := audit.VerifyReceiptAgainst(ctx, bad, s.raw, nil); res.Valid != 0 {
 		t.Fatalf("election record differs: %+v", res)
 	}
 }
@@ -503,7 +503,7 @@ func TestVerifyReceiptAgainstAnchor(t *testing.T) {
 func TestNodeVerifiesAgainstItsState(t *testing.T) {
 	kv, _ := store.OpenInMemory()
 	h, raw := fullRun(t, kv, nil)
-	res := syncer.VerifyReceiptAgainst(h.ctx, h.node, raw, nil)
+	res := audit.VerifyReceiptAgainst(h.ctx, h.node, raw, nil)
 	if res.Valid != 1 || res.Root == nil {
 		t.Fatalf("%+v", res)
 	}
@@ -553,7 +553,7 @@ func TestCanonicalRoundCommitMatchesJCS(t *testing.T) {
 		cases = append(cases, c)
 	}
 	for i := range cases {
-		got, err := syncer.CanonicalRoundCommit(&cases[i])
+		got, err := audit.CanonicalRoundCommit(&cases[i])
 		if err != nil {
 			t.Fatalf("case %d: %v", i, err)
 		}
@@ -582,7 +582,7 @@ func FuzzCanonicalRoundCommit(f *testing.F) {
 			return
 		}
 		want, err := jcs.Transform(raw)
-		got, gerr := syncer.CanonicalRoundCommit(&rc)
+		got, gerr := audit.CanonicalRoundCommit(&rc)
 		if (err == nil) != (gerr == nil) {
 			t.Fatalf("generic %v, direct %v", err, gerr)
 		}

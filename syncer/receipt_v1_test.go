@@ -14,7 +14,7 @@ import (
 	"testing"
 
 	"github.com/gowebpki/jcs"
-	"github.com/tenzro/train/syncer"
+	"github.com/tenzro/train/audit"
 	"github.com/tenzro/train/wire"
 	"github.com/tenzro/train/wire/did"
 )
@@ -118,7 +118,7 @@ func v1Check(b []byte) error {
 	if n := len(rc.Transcript); n > 0 && rc.Transcript[n-1].ModelHash != rc.FinalModelHash {
 		return errors.New("final model")
 	}
-	if syncer.RunRoot(rc.SpecHash, rounds, rc.FinalModelHash) != rc.RunRoot {
+	if audit.RunRoot(rc.SpecHash, rounds, rc.FinalModelHash) != rc.RunRoot {
 		return errors.New("run root")
 	}
 	pre, err := v1Preimage(&rc)
@@ -148,7 +148,7 @@ func TestV1ReceiptRefusedByV2(t *testing.T) {
 	if err := v1Check(v1); err != nil {
 		t.Fatal(err)
 	}
-	if err := syncer.CheckReceipt(v1, nil); !errors.Is(err, syncer.ErrReceiptV1) {
+	if err := audit.CheckReceipt(v1, nil); !errors.Is(err, audit.ErrReceiptV1) {
 		t.Fatal(err)
 	}
 }

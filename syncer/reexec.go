@@ -12,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/tenzro/train/machine"
 	"github.com/tenzro/train/wire"
 )
 
@@ -70,56 +71,47 @@ func (r *Reexecution) Agrees() bool { return !r.Unavailable && r.Result == r.Com
 
 // reexecJob is what recomputing one commit reads from a committed state.
 type reexecJob struct {
-	rec  *CommitRecord
+	rec  *machine.CommitRecord
 	snap *snapshot
 }
 
 // loadReexecJob reads the commit of (task, round, f) while it can be
 // challenged, the run as its round started, and the fragment's records.
-func loadReexecJob(ctx context.Context, v View, task string, round uint64, f int) (*reexecJob, error) {
-	r, err := loadRun(ctx, v.KV, task)
+func loadReexecJob(ctx context.Context, v machine.View, task string, round uint64, f int) (*reexecJob, error) {
+	if _, err := machine.LoadRun(ctx, v.KV, task); err != nil {
+		return nil, err
+	}
+	rec, err := machine.FragmentCommitRecord(ctx, v.KV, task, round, f)
 	if err != nil {
 		return nil, err
 	}
-	rec, err := FragmentCommitRecord(ctx, v.KV, task, round, f)
+	sr, err := machine.RoundStart(ctx, v.KV, task, round)
 	if err != nil {
 		return nil, err
 	}
-	raw, err := v.KV.Get(ctx, KSTranscript, snapKey(task, round))
-	if errors.Is(err, ErrNotFound) {
-		return nil, Errf(KindNotFound, "run %s has no state of round %d's start (the round is final)", task, round)
-	}
-	if err != nil {
-		return nil, err
-	}
-	var sr runState
-	if err := json.Unmarshal(raw, &sr); err != nil {
-		return nil, fmt.Errorf("round %d start of %s: %w", round, task, err)
-	}
-	sr.spec = r.spec
 	if f < 0 || f >= len(sr.Fragments) {
-		return nil, Errf(KindInvalid, "wrong fragment: %d", f)
+		return nil, machine.Errf(machine.KindInvalid, "wrong fragment: %d", f)
 	}
 	fs := sr.Fragments[f]
 	// Exactly what the commit started from (the chain checked
 	// weights_before; the momentum is the chain's at the commit).
 	fs.WeightsHash, fs.MomentumHash = rec.Commit.WeightsBefore, rec.MomentumBefore
 	fs.Records, fs.Closed, fs.Commit = nil, false, nil
-	recs := map[string]Record{}
-	err = v.KV.Scan(ctx, KSTranscript, recordPrefix(task, round, f), func(_, raw []byte) error {
-		var x Record
+	recs := map[string]machine.Record{}
+	err = v.KV.Scan(ctx, machine.KSTranscript, machine.RecordPrefix(task, round, f), func(_, raw []byte) error {
+		var x machine.Record
 		if err := json.Unmarshal(raw, &x); err != nil {
 			return fmt.Errorf("record of %s round %d fragment %d: %w", task, round, f, err)
 		}
 		recs[x.TrainerDID] = x
-		fs.Records = append(fs.Records, recRef{DID: x.TrainerDID, PayloadHash: x.PayloadHash})
+		fs.Records = append(fs.Records, machine.RecRef{DID: x.TrainerDID, PayloadHash: x.PayloadHash})
 		return nil
 	})
 	if err != nil {
 		return nil, err
 	}
-	return &reexecJob{rec: rec, snap: &snapshot{r: &sr, blk: v.Block, ticket: int(rec.Commit.Ticket),
-		records: map[int]map[string]Record{f: recs}, claims: map[int][]Claim{}, due: []int{f}}}, nil
+	return &reexecJob{rec: rec, snap: &snapshot{r: sr, blk: v.Block, ticket: int(rec.Commit.Ticket),
+		records: map[int]map[string]machine.Record{f: recs}, claims: map[int][]machine.Claim{}, due: []int{f}}}, nil
 }
 
 // Reexecute recomputes the commit of (task, round, fragment), which must
@@ -128,7 +120,7 @@ func loadReexecJob(ctx context.Context, v View, task string, round uint64, f int
 // an error; inputs the network does not give make an Unavailable result.
 func (n *Node) Reexecute(ctx context.Context, task string, round uint64, f int) (*Reexecution, error) {
 	var job *reexecJob
-	if err := n.view(ctx, func(v View) error {
+	if err := n.view(ctx, func(v machine.View) error {
 		var err error
 		job, err = loadReexecJob(ctx, v, task, round, f)
 		return err
@@ -173,7 +165,7 @@ func (n *Node) reexecute(ctx context.Context, task string, round uint64, f int, 
 // recomputes a challengeable commit and returns its result hash.
 func (n *Node) ReplayFragment(ctx context.Context, p *wire.ReplayFragmentParams) (*wire.ReplayFragmentResult, error) {
 	if p.TaskID == "" {
-		return nil, Errf(KindInvalid, "task_id is empty")
+		return nil, machine.Errf(machine.KindInvalid, "task_id is empty")
 	}
 	re, err := n.Reexecute(ctx, p.TaskID, p.Round, int(p.Fragment))
 	if err != nil {
@@ -190,12 +182,12 @@ func (n *Node) ReplayFragment(ctx context.Context, p *wire.ReplayFragmentParams)
 // Challenges answers tenzro_training_getChallenges.
 func (n *Node) Challenges(ctx context.Context, task string) ([]wire.ChallengeRecord, error) {
 	var out []wire.ChallengeRecord
-	err := n.view(ctx, func(v View) error {
-		if _, err := loadRun(ctx, v.KV, task); err != nil {
+	err := n.view(ctx, func(v machine.View) error {
+		if _, err := machine.LoadRun(ctx, v.KV, task); err != nil {
 			return err
 		}
 		var err error
-		out, err = RunChallenges(ctx, v.KV, task)
+		out, err = machine.RunChallenges(ctx, v.KV, task)
 		return err
 	})
 	if out == nil {
@@ -270,17 +262,17 @@ type challengeWork struct {
 
 type voteJob struct {
 	ch  wire.ChallengeRecord
-	blk Block
+	blk machine.Block
 }
 
 type watchJob struct {
 	task     string
 	round    uint64
 	fragment int
-	rec      CommitRecord
+	rec      machine.CommitRecord
 	bond     string
 	window   int64
-	blk      Block
+	blk      machine.Block
 }
 
 func commitKeyText(task string, round uint64, f int, result wire.Hash) string {
@@ -303,24 +295,24 @@ func (n *Node) challengePlan(ctx context.Context) (*challengeWork, error) {
 		mine = append(mine, id)
 	}
 	n.cw.mu.Unlock()
-	err := n.view(ctx, func(v View) error {
+	err := n.view(ctx, func(v machine.View) error {
 		for _, id := range mine {
-			if ch, err := loadChallenge(ctx, v.KV, id); err == nil && ch.Outcome != wire.ChallengeOpen {
+			if ch, err := machine.LoadChallenge(ctx, v.KV, id); err == nil && ch.Outcome != wire.ChallengeOpen {
 				out.decided = append(out.decided, *ch)
 			}
 		}
-		tasks, err := activeTasks(ctx, v.KV)
+		tasks, err := machine.ActiveTasks(ctx, v.KV)
 		if err != nil {
 			return err
 		}
 		for _, task := range tasks {
-			r, err := loadRun(ctx, v.KV, task)
-			if err != nil || r.Status != wire.StatusRunning || !r.challengeable() {
+			r, err := machine.LoadRun(ctx, v.KV, task)
+			if err != nil || r.Status != wire.StatusRunning || !r.Challengeable() {
 				continue
 			}
 			if addr != nil {
 				for _, o := range r.Open {
-					ch, err := loadChallenge(ctx, v.KV, o.ID)
+					ch, err := machine.LoadChallenge(ctx, v.KV, o.ID)
 					if err != nil || ch.Outcome != wire.ChallengeOpen || v.Block.Height > ch.VoteDeadline {
 						continue
 					}
@@ -340,8 +332,8 @@ func (n *Node) challengePlan(ctx context.Context) (*challengeWork, error) {
 				continue
 			}
 			prefix := []byte("fc/" + task + "/")
-			err = v.KV.Scan(ctx, KSTranscript, prefix, func(k, raw []byte) error {
-				var c CommitRecord
+			err = v.KV.Scan(ctx, machine.KSTranscript, prefix, func(k, raw []byte) error {
+				var c machine.CommitRecord
 				if len(k) != len(prefix)+12 || json.Unmarshal(raw, &c) != nil {
 					return nil
 				}
@@ -349,7 +341,7 @@ func (n *Node) challengePlan(ctx context.Context) (*challengeWork, error) {
 				if c.ByChain || c.Challenge != nil || v.Block.Height >= c.FinalAt {
 					return nil
 				}
-				out.watch = append(out.watch, watchJob{task: task, round: round, fragment: c.Commit.Fragment, rec: c, bond: r.spec.Bond(),
+				out.watch = append(out.watch, watchJob{task: task, round: round, fragment: c.Commit.Fragment, rec: c, bond: r.TaskSpec().Bond(),
 					window: r.Window, blk: v.Block})
 				return nil
 			})
@@ -466,7 +458,7 @@ func (n *Node) voteOn(ctx context.Context, j voteJob) error {
 	key := "vote/" + j.ch.ID.String()
 	re, err := n.Reexecute(ctx, j.ch.TaskID, j.ch.Round, int(j.ch.Fragment))
 	if err != nil {
-		if KindOf(err) == KindNotFound { // discarded or decided meanwhile
+		if machine.KindOf(err) == machine.KindNotFound { // discarded or decided meanwhile
 			n.markDone(key)
 			return nil
 		}
@@ -488,7 +480,7 @@ func (n *Node) voteOn(ctx context.Context, j voteJob) error {
 	v.Signature = sig
 	var out wire.ChallengeVoteResult
 	if _, err := n.broadcast(ctx, wire.TxChallengeVote, &v, &out); err != nil {
-		if k := KindOf(err); k == KindConflict || k == KindNotFound {
+		if k := machine.KindOf(err); k == machine.KindConflict || k == machine.KindNotFound {
 			n.markDone(key) // decided, past its window, or voted already
 			return nil
 		}
@@ -509,7 +501,7 @@ func (n *Node) watchCommit(ctx context.Context, j watchJob) error {
 	key := "watch/" + commitKeyText(j.task, j.round, j.fragment, j.rec.Result)
 	re, err := n.Reexecute(ctx, j.task, j.round, j.fragment)
 	if err != nil {
-		if KindOf(err) == KindNotFound {
+		if machine.KindOf(err) == machine.KindNotFound {
 			n.markDone(key)
 			return nil
 		}
@@ -532,7 +524,7 @@ func (n *Node) watchCommit(ctx context.Context, j watchJob) error {
 		"committed", re.Committed, "result", re.Result, "unavailable", re.Unavailable, "why", re.Why)
 	cr, err := n.challengeCommit(ctx, j.task, j.round, j.fragment, claim, j.bond)
 	if err != nil {
-		if k := KindOf(err); k == KindConflict || k == KindNotFound {
+		if k := machine.KindOf(err); k == machine.KindConflict || k == machine.KindNotFound {
 			n.markDone(key) // challenged by another, final, or discarded
 			n.log.Info("watcher: challenge refused", "task", j.task, "round", j.round, "fragment", j.fragment, "err", err)
 			return nil

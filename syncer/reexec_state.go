@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 
+	"github.com/tenzro/train/machine"
 	"github.com/tenzro/train/wire"
 )
 
@@ -15,16 +16,16 @@ import (
 // --local); it trusts this node for chain state, not for the computation.
 func (n *Node) FragmentState(ctx context.Context, p *wire.ReplayFragmentParams) (*wire.FragmentState, error) {
 	if p.TaskID == "" {
-		return nil, Errf(KindInvalid, "task_id is empty")
+		return nil, machine.Errf(machine.KindInvalid, "task_id is empty")
 	}
 	out := &wire.FragmentState{Entries: []wire.StateEntry{}}
-	err := n.view(ctx, func(v View) error {
+	err := n.view(ctx, func(v machine.View) error {
 		// The same reads as Reexecute, so a missing piece is the same refusal.
 		if _, err := loadReexecJob(ctx, v, p.TaskID, p.Round, int(p.Fragment)); err != nil {
 			return err
 		}
 		out.Height = v.Block.Height
-		get := func(ks Keyspace, key []byte) error {
+		get := func(ks machine.Keyspace, key []byte) error {
 			val, err := v.KV.Get(ctx, ks, key)
 			if err != nil {
 				return err
@@ -32,17 +33,17 @@ func (n *Node) FragmentState(ctx context.Context, p *wire.ReplayFragmentParams) 
 			out.Entries = append(out.Entries, wire.StateEntry{Keyspace: string(ks), Key: append(wire.HexBytes{}, key...), Value: val})
 			return nil
 		}
-		if err := get(KSRuns, runKey(p.TaskID)); err != nil {
+		if err := get(machine.KSRuns, machine.RunKey(p.TaskID)); err != nil {
 			return err
 		}
-		if err := get(KSTranscript, commitRecKey(p.TaskID, p.Round, int(p.Fragment))); err != nil {
+		if err := get(machine.KSTranscript, machine.CommitRecKey(p.TaskID, p.Round, int(p.Fragment))); err != nil {
 			return err
 		}
-		if err := get(KSTranscript, snapKey(p.TaskID, p.Round)); err != nil {
+		if err := get(machine.KSTranscript, machine.SnapKey(p.TaskID, p.Round)); err != nil {
 			return err
 		}
-		return v.KV.Scan(ctx, KSTranscript, recordPrefix(p.TaskID, p.Round, int(p.Fragment)), func(k, val []byte) error {
-			out.Entries = append(out.Entries, wire.StateEntry{Keyspace: string(KSTranscript), Key: append(wire.HexBytes{}, k...), Value: append([]byte(nil), val...)})
+		return v.KV.Scan(ctx, machine.KSTranscript, machine.RecordPrefix(p.TaskID, p.Round, int(p.Fragment)), func(k, val []byte) error {
+			out.Entries = append(out.Entries, wire.StateEntry{Keyspace: string(machine.KSTranscript), Key: append(wire.HexBytes{}, k...), Value: append([]byte(nil), val...)})
 			return nil
 		})
 	})
@@ -50,18 +51,18 @@ func (n *Node) FragmentState(ctx context.Context, p *wire.ReplayFragmentParams) 
 }
 
 // LoadState writes state entries into kv (a client's scratch store).
-func LoadState(ctx context.Context, kv KV, entries []wire.StateEntry) error {
-	b := &Batch{}
+func LoadState(ctx context.Context, kv machine.KV, entries []wire.StateEntry) error {
+	b := &machine.Batch{}
 	for _, e := range entries {
-		ks := Keyspace(e.Keyspace)
+		ks := machine.Keyspace(e.Keyspace)
 		known := false
-		for _, k := range AllKeyspaces {
+		for _, k := range machine.AllKeyspaces {
 			known = known || k == ks
 		}
 		if !known {
-			return Errf(KindInvalid, "state entry in unknown key space %q", e.Keyspace)
+			return machine.Errf(machine.KindInvalid, "state entry in unknown key space %q", e.Keyspace)
 		}
-		b.Ops = append(b.Ops, Op{KS: ks, Key: e.Key, Value: e.Value})
+		b.Ops = append(b.Ops, machine.Op{KS: ks, Key: e.Key, Value: e.Value})
 	}
 	return kv.Commit(ctx, b)
 }
@@ -69,19 +70,19 @@ func LoadState(ctx context.Context, kv KV, entries []wire.StateEntry) error {
 // StaticChain is a Chain over a fixed state: it reads, never writes (a
 // client re-executing a commit with a Node).
 type StaticChain struct {
-	KV    KV
-	Block Block
+	KV    machine.KV
+	Block machine.Block
 }
 
 var _ Chain = StaticChain{}
 
 // View implements Chain.
-func (c StaticChain) View(_ context.Context, fn func(View) error) error {
-	return fn(View{KV: c.KV, Block: c.Block})
+func (c StaticChain) View(_ context.Context, fn func(machine.View) error) error {
+	return fn(machine.View{KV: c.KV, Block: c.Block})
 }
 
 // Submit implements Chain: a static state takes no transactions.
-func (c StaticChain) Submit(context.Context, []byte) (Pending, error) {
+func (c StaticChain) Submit(context.Context, []byte) (machine.Pending, error) {
 	return nil, errors.New("a static chain state takes no transactions")
 }
 

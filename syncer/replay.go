@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/tenzro/train/audit"
+	"github.com/tenzro/train/machine"
 	"github.com/tenzro/train/wire"
 	"github.com/tenzro/train/wire/safetensors"
 )
@@ -41,7 +43,7 @@ type ReplayReport struct {
 // model hash matches. The receipt and transcript are checked first
 // (CheckReceiptFull). progress, when set, is called after each round.
 func Replay(ctx context.Context, receipt, transcript []byte, src PayloadSource, eng Engine, progress func(round uint64, of int)) (*ReplayReport, error) {
-	rc, rounds, _, err := checkReceiptFull(receipt, transcript)
+	rc, rounds, _, err := audit.CheckFull(receipt, transcript)
 	if err != nil {
 		return nil, fmt.Errorf("receipt does not verify, nothing to replay: %w", err)
 	}
@@ -60,22 +62,22 @@ func Replay(ctx context.Context, receipt, transcript []byte, src PayloadSource, 
 	if err != nil {
 		return nil, fmt.Errorf("initial weights: %w", err)
 	}
-	parts, err := SplitFragments(tensors, spec.Architecture.FragmentCount)
+	parts, err := machine.SplitFragments(tensors, spec.Architecture.FragmentCount)
 	if err != nil {
 		return nil, err
 	}
-	frags := make([]*fragLayout, len(parts))
+	frags := make([]*machine.FragLayout, len(parts))
 	weights := make([][]byte, len(parts))
 	moms := make([][]byte, len(parts))
 	hashes := make([]wire.Hash, len(parts))
 	for i, ts := range parts {
-		if frags[i], hashes[i], weights[i], err = buildFragment(ts); err != nil {
+		if frags[i], hashes[i], weights[i], err = machine.BuildFragment(ts); err != nil {
 			return nil, err
 		}
 	}
 	rep := &ReplayReport{}
-	if ModelHash(hashes) != rc.InitModelHash {
-		rep.Divergence = &Divergence{What: "initial weights give model hash " + ModelHash(hashes).String() + ", receipt says " + rc.InitModelHash.String()}
+	if machine.ModelHash(hashes) != rc.InitModelHash {
+		rep.Divergence = &Divergence{What: "initial weights give model hash " + machine.ModelHash(hashes).String() + ", receipt says " + rc.InitModelHash.String()}
 		return rep, nil
 	}
 	o := spec.Outer()
@@ -101,8 +103,8 @@ func Replay(ctx context.Context, receipt, transcript []byte, src PayloadSource, 
 			if fc.WeightsBefore != hashes[i] {
 				return div("weights before are %s, transcript says %s", hashes[i], fc.WeightsBefore)
 			}
-			if w, got := codecRef(wantCodec), fc.Codec; (w == nil) != (got == nil) || w != nil && (w.Hash != got.Hash || !sameJSON(w.Params, got.Params)) {
-				return div("the transcript's codec %s is not the spec's compression %s", codecText(got), codecText(w))
+			if w, got := machine.CodecRefOf(wantCodec), fc.Codec; (w == nil) != (got == nil) || w != nil && (w.Hash != got.Hash || !sameJSON(w.Params, got.Params)) {
+				return div("the transcript's codec %s is not the spec's compression %s", machine.CodecText(got), machine.CodecText(w))
 			}
 			if fc.Status != wire.FragAggregated {
 				if fc.WeightsAfter != hashes[i] {
@@ -134,38 +136,46 @@ func Replay(ctx context.Context, receipt, transcript []byte, src PayloadSource, 
 				inputs = append(inputs, v)
 				idx = append(idx, k)
 			}
-			rule := RuleRef{Name: fc.Rule, Hash: fc.RuleHash, Params: fc.RuleParams}
-			agg, err := eng.Aggregate(ctx, AggregateInput{Rule: rule, Dtype: frags[i].Dtype, N: int(frags[i].N), Inputs: inputs})
-			if err != nil {
-				return div("aggregation failed: %v", err)
+			// The transcript's verdicts stand (no verifier runs again): the
+			// kept inputs go through the engine's one Finalize.
+			fin := FinalizeInput{Rule: RuleRef{Name: fc.Rule, Hash: fc.RuleHash, Params: fc.RuleParams}, Outer: RuleRef{Name: "Nesterov", Hash: fc.OuterHash},
+				Dtype: frags[i].Dtype, N: int(frags[i].N), Weights: BytesValues(weights[i]), LR: o.LR, Beta: o.Momentum, Nesterov: o.Nesterov}
+			for _, v := range inputs {
+				fin.Inputs = append(fin.Inputs, BytesValues(v))
 			}
-			if h := wire.ContentHash(agg.Aggregate); h != fc.AggregateHash {
-				return div("aggregate hash %s, transcript says %s", h, fc.AggregateHash)
+			if moms[i] != nil {
+				m := BytesValues(moms[i])
+				fin.Momentum = &m
+			}
+			res, err := eng.Finalize(ctx, fin)
+			if err != nil {
+				return div("finalize failed: %v", err)
+			}
+			if res.Status != wire.FragAggregated {
+				return div("finalize gave %s (%s), transcript says %s", res.Status, res.Reason, fc.Status)
+			}
+			if res.AggregateHash != fc.AggregateHash {
+				return div("aggregate hash %s, transcript says %s", res.AggregateHash, fc.AggregateHash)
 			}
 			for j, k := range idx {
-				if sel := j < len(agg.Selected) && agg.Selected[j]; sel != fc.Inputs[k].Selected {
+				if sel := res.Selected[j]; sel != fc.Inputs[k].Selected {
 					return div("input %s selected=%v, transcript says %v", fc.Inputs[k].TrainerDID, sel, fc.Inputs[k].Selected)
 				}
 			}
-			step, err := eng.OuterStep(ctx, OuterStepInput{Rule: RuleRef{Name: "Nesterov", Hash: fc.OuterHash}, Dtype: frags[i].Dtype, N: int(frags[i].N),
-				Weights: weights[i], Momentum: moms[i], Aggregate: agg.Aggregate, LR: o.LR, Beta: o.Momentum, Nesterov: o.Nesterov})
-			if err != nil {
-				return div("outer step failed: %v", err)
-			}
-			enc, err := encodeFragment(frags[i], step.Weights)
+			enc, err := machine.EncodeFragment(frags[i], res.Weights)
 			if err != nil {
 				return nil, err
 			}
-			weights[i], moms[i], hashes[i] = step.Weights, step.Momentum, wire.ContentHash(enc)
+			weights[i], moms[i], hashes[i] = res.Weights, res.Momentum, wire.ContentHash(enc)
 			if hashes[i] != fc.WeightsAfter {
 				return div("weights after are %s, transcript says %s", hashes[i], fc.WeightsAfter)
 			}
-			if h := wire.ContentHash(step.Momentum); h != fc.MomentumAfter {
+			if h := wire.ContentHash(res.Momentum); h != fc.MomentumAfter {
 				return div("momentum after is %s, transcript says %s", h, fc.MomentumAfter)
 			}
 			rep.Aggregations++
 		}
-		if m := ModelHash(hashes); m != round.ModelHash {
+		if m := machine.ModelHash(hashes); m != round.ModelHash {
 			rep.Divergence = &Divergence{Round: round.Round, Fragment: -1, What: fmt.Sprintf("model hash %s, transcript says %s", m, round.ModelHash)}
 			return rep, nil
 		}
@@ -174,7 +184,7 @@ func Replay(ctx context.Context, receipt, transcript []byte, src PayloadSource, 
 			progress(round.Round, len(rounds))
 		}
 	}
-	rep.FinalModelHash = ModelHash(hashes)
+	rep.FinalModelHash = machine.ModelHash(hashes)
 	rep.Match = rep.FinalModelHash == rc.FinalModelHash
 	if !rep.Match {
 		rep.Divergence = &Divergence{Round: uint64(len(rounds)), Fragment: -1, What: "final model hash " + rep.FinalModelHash.String() + ", receipt says " + rc.FinalModelHash.String()}

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/tenzro/train/machine"
 	"github.com/tenzro/train/wire"
 )
 
@@ -25,7 +26,7 @@ const replicaRetry = 2 * time.Second
 // replicaHashes are the blobs a node whose key is me keeps for the run: the
 // current weights and momentum of every fragment, when me is an entrant of
 // the run's succession (none otherwise).
-func (r *runState) replicaHashes(me string) []wire.Hash {
+func replicaHashes(r *machine.Run, me string) []wire.Hash {
 	if !slices.Contains(r.Succession, me) {
 		return nil
 	}
@@ -73,7 +74,7 @@ func (n *Node) replicate(ctx context.Context, task string, hs []wire.Hash) error
 			held[h] = true
 			continue
 		}
-		if _, err := n.blob(ctx, h, uint64(MaxInitWeights), ""); err != nil {
+		if _, err := n.blob(ctx, h, uint64(machine.MaxInitWeights), ""); err != nil {
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}

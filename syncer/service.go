@@ -2,8 +2,6 @@ package syncer
 
 import (
 	"context"
-	"errors"
-	"fmt"
 
 	"github.com/tenzro/train/wire"
 )
@@ -41,43 +39,6 @@ type Service interface {
 	Info(ctx context.Context) wire.NodeInfo
 	// AttestNonce issues the single-use nonce a trainer's next evidence binds.
 	AttestNonce(ctx context.Context, p wire.NonceParams) (*wire.NonceResult, error)
-}
-
-// Kind classifies a refusal so the RPC layer can map it to an error code.
-type Kind int
-
-// Kinds of refusal.
-const (
-	KindInternal     Kind = iota // a fault of the node, not of the request
-	KindInvalid                  // malformed or out-of-range parameters
-	KindNotFound                 // unknown task, DID, fragment, blob
-	KindUnauthorized             // bad signature, wrong signer, stale nonce
-	KindConflict                 // duplicate, wrong round, closed window, full run
-	KindFunds                    // balance too low
-	KindDisabled                 // feature off on this node (faucet without --dev)
-	KindAttestation              // evidence refused by policy
-)
-
-// Error is a refusal with a precise message. Refusals change no state.
-type Error struct {
-	Kind Kind
-	Msg  string
-}
-
-func (e *Error) Error() string { return e.Msg }
-
-// Errf builds an *Error.
-func Errf(k Kind, format string, a ...any) error {
-	return &Error{Kind: k, Msg: fmt.Sprintf(format, a...)}
-}
-
-// KindOf returns the kind of err (KindInternal when it is not an *Error).
-func KindOf(err error) Kind {
-	var e *Error
-	if errors.As(err, &e) {
-		return e.Kind
-	}
-	return KindInternal
 }
 
 // Attestor is the seam to the attestation subsystem (attest/ and enclave/).

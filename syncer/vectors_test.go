@@ -10,7 +10,8 @@ import (
 	"testing"
 
 	"github.com/gowebpki/jcs"
-	"github.com/tenzro/train/syncer"
+	"github.com/tenzro/train/audit"
+	"github.com/tenzro/train/machine"
 	"github.com/tenzro/train/syncer/election"
 	"github.com/tenzro/train/wire"
 	"github.com/tenzro/train/wire/did"
@@ -59,9 +60,9 @@ func TestProtocolVectors(t *testing.T) {
 		Spec: canon, SpecJCSHex: hex.EncodeToString(canon), SpecHash: wire.SpecHash(canon)}
 	frag, _ := safetensors.Encode([]safetensors.Tensor{safetensors.FromF32("layer0.w", []int64{2, 2}, []float32{1, -2, 0.5, 0.25})}, nil)
 	v.FragmentHex, v.FragmentHash = hex.EncodeToString(frag), wire.ContentHash(frag)
-	v.ModelHash = syncer.ModelHash([]wire.Hash{v.FragmentHash, v.FragmentHash})
+	v.ModelHash = machine.ModelHash([]wire.Hash{v.FragmentHash, v.FragmentHash})
 	rc := wire.RoundCommit{TaskID: "vector-task", Round: 0, Missed: []string{}, Evicted: []string{}, Joined: []string{}, Left: []string{},
-		Equivocations: []wire.Hash{}, ModelHash: syncer.ModelHash([]wire.Hash{v.FragmentHash}),
+		Equivocations: []wire.Hash{}, ModelHash: machine.ModelHash([]wire.Hash{v.FragmentHash}),
 		Fragments: []wire.FragmentCommit{{Fragment: 0, Status: wire.FragAggregated, Rule: "Mean", RuleParams: json.RawMessage(`{}`),
 			Inputs:        []wire.CommitInput{{TrainerDID: trainer.DID.String(), PayloadHash: wire.ContentHash([]byte("payload")), Selected: true}},
 			AggregateHash: wire.ContentHash([]byte("aggregate")), WeightsBefore: wire.ContentHash([]byte("before")), WeightsAfter: v.FragmentHash,
@@ -69,10 +70,10 @@ func TestProtocolVectors(t *testing.T) {
 	v.RoundCommit, _ = json.Marshal(rc)
 	rj, _ := jcs.Transform(v.RoundCommit)
 	v.RoundJCSHex = hex.EncodeToString(rj)
-	if v.RoundHash, err = syncer.RoundCommitHash(&rc); err != nil {
+	if v.RoundHash, err = audit.RoundCommitHash(&rc); err != nil {
 		t.Fatal(err)
 	}
-	v.RunRoot = syncer.RunRoot(v.SpecHash, []wire.Hash{v.RoundHash}, rc.ModelHash)
+	v.RunRoot = audit.RunRoot(v.SpecHash, []wire.Hash{v.RoundHash}, rc.ModelHash)
 	alpha := election.Alpha("vector-task", v.SpecHash)
 	entrant, err := election.Enter(syncerKey.Priv, syncerKey.DID.String(), big.NewInt(1000), alpha)
 	if err != nil {
@@ -84,7 +85,7 @@ func TestProtocolVectors(t *testing.T) {
 	}
 	v.Election, _ = json.Marshal(el)
 	atts := []wire.Hash{wire.SHA256([]byte("evidence"))}
-	r, blob, err := syncer.BuildReceipt(syncer.ReceiptInput{TaskSpec: canon, InitModelHash: wire.ContentHash([]byte("init-model")),
+	r, blob, err := audit.BuildReceipt(audit.ReceiptInput{TaskSpec: canon, InitModelHash: wire.ContentHash([]byte("init-model")),
 		InitWeightsHash: wire.ContentHash([]byte("init-file")), FinalModelHash: rc.ModelHash, Rounds: []wire.RoundCommit{rc},
 		RoundRoots: []wire.Hash{v.RoundHash}, PluginHashes: []wire.Hash{}, Engine: json.RawMessage(`{"engine":"native-go/v1"}`),
 		AttestationDigests: atts, Election: &el,
@@ -96,19 +97,19 @@ func TestProtocolVectors(t *testing.T) {
 	if r.RunRoot != v.RunRoot {
 		t.Fatal("receipt run root")
 	}
-	list, listHash := syncer.AttestationList(atts)
+	list, listHash := audit.AttestationList(atts)
 	v.Transcript, v.TranscriptH, v.Attestations, v.AttestationsH = string(blob), r.TranscriptHash, string(list), listHash
-	pre, err := syncer.ReceiptPreimage(r)
+	pre, err := audit.ReceiptPreimage(r)
 	if err != nil {
 		t.Fatal(err)
 	}
 	r.Signature = syncerKey.Sign(pre)
 	v.SyncerSeedHex, v.ReceiptPreHex = hex.EncodeToString(bytes.Repeat([]byte{7}, 32)), hex.EncodeToString(pre)
 	v.Receipt, _ = json.Marshal(r)
-	if syncer.VerifyReceipt(v.Receipt, v.RunRoot[:]) != 1 {
-		t.Fatal(syncer.CheckReceipt(v.Receipt, v.RunRoot[:]))
+	if audit.VerifyReceipt(v.Receipt, v.RunRoot[:]) != 1 {
+		t.Fatal(audit.CheckReceipt(v.Receipt, v.RunRoot[:]))
 	}
-	if err := syncer.CheckReceiptFull(v.Receipt, blob); err != nil {
+	if err := audit.CheckReceiptFull(v.Receipt, blob); err != nil {
 		t.Fatal(err)
 	}
 	got, _ := json.MarshalIndent(v, "", "  ")

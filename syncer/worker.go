@@ -6,11 +6,14 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"sort"
 	"strings"
 	"sync"
 	"time"
 
+	"github.com/tenzro/train/audit"
+	"github.com/tenzro/train/machine"
 	"github.com/tenzro/train/syncer/election"
 	"github.com/tenzro/train/wire"
 	"github.com/tenzro/train/wire/did"
@@ -96,20 +99,20 @@ type plan struct {
 func (n *Node) plan(ctx context.Context) (*plan, error) {
 	me := n.cfg.Signer.DID()
 	out := &plan{}
-	err := n.view(ctx, func(v View) error {
+	err := n.view(ctx, func(v machine.View) error {
 		var cand wire.SyncerCandidate
 		isCand := false
-		if raw, err := v.KV.Get(ctx, KSMeta, candKey(me)); err == nil {
+		if raw, err := v.KV.Get(ctx, machine.KSMeta, machine.CandKey(me)); err == nil {
 			isCand = json.Unmarshal(raw, &cand) == nil && !cand.Unbonding
-		} else if !errors.Is(err, ErrNotFound) {
+		} else if !errors.Is(err, machine.ErrNotFound) {
 			return err
 		}
-		tasks, err := activeTasks(ctx, v.KV)
+		tasks, err := machine.ActiveTasks(ctx, v.KV)
 		if err != nil {
 			return err
 		}
 		for _, task := range tasks {
-			r, err := loadRun(ctx, v.KV, task)
+			r, err := machine.LoadRun(ctx, v.KV, task)
 			if err != nil {
 				out.errs = append(out.errs, fmt.Errorf("run %s cannot be read, skipped: %w", task, err))
 				continue
@@ -119,31 +122,31 @@ func (n *Node) plan(ctx context.Context) (*plan, error) {
 				if !isCand {
 					continue
 				}
-				if _, err := v.KV.Get(ctx, KSMeta, proofKey(task, me)); errors.Is(err, ErrNotFound) {
+				if _, err := v.KV.Get(ctx, machine.KSMeta, machine.ProofKey(task, me)); errors.Is(err, machine.ErrNotFound) {
 					out.prove = append(out.prove, task)
 				}
 			case wire.StatusRunning:
-				if hs := r.replicaHashes(me); len(hs) > 0 {
+				if hs := replicaHashes(r, me); len(hs) > 0 {
 					if out.replicate == nil {
 						out.replicate = map[string][]wire.Hash{}
 					}
 					out.replicate[task] = hs
 				}
-				if s, _ := r.syncerAt(v.Block.TimeMs); s != me {
+				if s, _ := r.SyncerAt(v.Block.TimeMs); s != me {
 					continue
 				}
 				for _, fs := range r.Fragments {
-					if r.due(fs, v.Block.TimeMs) {
+					if r.Due(fs, v.Block.TimeMs) {
 						out.commit = append(out.commit, task)
 						break
 					}
 				}
 			}
 		}
-		return v.KV.Scan(ctx, KSMeta, []byte("unsigned/"), func(k, _ []byte) error {
+		return v.KV.Scan(ctx, machine.KSMeta, []byte("unsigned/"), func(k, _ []byte) error {
 			task := strings.TrimPrefix(string(k), "unsigned/")
-			r, err := loadRun(ctx, v.KV, task)
-			if err == nil && r.receiptSignerAt(v.Block.TimeMs) == me {
+			r, err := machine.LoadRun(ctx, v.KV, task)
+			if err == nil && r.ReceiptSignerAt(v.Block.TimeMs) == me {
 				out.sign = append(out.sign, task)
 			}
 			return nil
@@ -290,7 +293,7 @@ func (n *Node) sendProof(ctx context.Context, task string) error {
 		return err
 	}
 	if _, err := p.Wait(ctx); err != nil {
-		if KindOf(err) == KindConflict { // the run started or ended meanwhile
+		if machine.KindOf(err) == machine.KindConflict { // the run started or ended meanwhile
 			return nil
 		}
 		return err
@@ -313,12 +316,12 @@ func (n *Node) signReceipt(ctx context.Context, task string) error {
 	}
 	var rc *wire.Receipt
 	var blob, list, challenges []byte
-	if err := n.view(ctx, func(v View) error {
+	if err := n.view(ctx, func(v machine.View) error {
 		var err error
-		if rc, blob, list, err = ChainReceipt(ctx, v.KV, task, me, engine, ev); err != nil || rc.ChallengeCount == 0 {
+		if rc, blob, list, err = machine.ChainReceipt(ctx, v.KV, task, me, engine, ev); err != nil || rc.ChallengeCount == 0 {
 			return err
 		}
-		challenges, err = ChainChallengeList(ctx, v.KV, task)
+		challenges, err = machine.ChainChallengeList(ctx, v.KV, task)
 		return err
 	}); err != nil {
 		return err
@@ -336,7 +339,7 @@ func (n *Node) signReceipt(ctx context.Context, task string) error {
 	if err := n.blobs.Put(ctx, rc.AttestationsHash, list); err != nil {
 		return fmt.Errorf("store the attestation list: %w", err)
 	}
-	pre, err := ReceiptPreimage(rc)
+	pre, err := audit.ReceiptPreimage(rc)
 	if err != nil {
 		return err
 	}
@@ -346,7 +349,7 @@ func (n *Node) signReceipt(ctx context.Context, task string) error {
 	}
 	tx := wire.SignReceiptTx{TaskID: task, SyncerDID: me, Engine: engine, EvidenceDigest: ev, Signature: sig}
 	if _, err := n.broadcast(ctx, wire.TxSignReceipt, tx, nil); err != nil {
-		if KindOf(err) == KindConflict { // signed meanwhile
+		if machine.KindOf(err) == machine.KindConflict { // signed meanwhile
 			return nil
 		}
 		return err
@@ -362,39 +365,39 @@ func (n *Node) announce(ctx context.Context, ev Event) {
 	}
 }
 
-// computed is one fragment's commit as this node decided it, with the
-// blobs to store before it is sent.
+// computed is one fragment's commit as this node decided it.
 type computed struct {
 	fragment int
 	commit   wire.FragmentCommit
 	verdicts []wire.Verdict
-	weights  []byte // canonical safetensors of the new weights (aggregated only)
-	momentum []byte
 }
 
 // snapshot is what computing a run's commits reads from one committed state.
 type snapshot struct {
-	r       *runState
-	blk     Block
+	r       *machine.Run
+	blk     machine.Block
 	ticket  int
-	records map[int]map[string]Record // fragment → DID → record
-	claims  map[int][]Claim
+	records map[int]map[string]machine.Record // fragment → DID → record
+	claims  map[int][]machine.Claim
 	due     []int
 	// patient: a payload that cannot be fetched now is a local failure
 	// (abstain and retry) rather than a rejected input, because the first
 	// half of this syncer's slot has not passed (fetchPatient).
 	patient bool
+	// store: the new weights and momentum go to the blob store as they
+	// are hashed (the syncer's commits; a re-execution only hashes them).
+	store bool
 }
 
 // fetchPatient says whether, at block time t, the syncer in slot k (its
-// position among the live entrants, runState.slotOf) still treats a payload it could not fetch as a transient failure: until
+// position among the live entrants, Run.slotOf) still treats a payload it could not fetch as a transient failure: until
 // half of its slot of the round (RoundMs + k·D … + (k+1)·D, D the round
 // deadline) has passed. A receiving node that restarts or a connection
 // that drops then costs a retry, not a trainer's input; a payload that
 // nobody gives for half a slot is rejected as unavailable, and the commit
 // still lands within the slot.
-func fetchPatient(r *runState, k int, t int64) bool {
-	d := r.spec.RoundDeadline()
+func fetchPatient(r *machine.Run, k int, t int64) bool {
+	d := r.TaskSpec().RoundDeadline()
 	return t < r.RoundMs+int64(k)*d+d/2
 }
 
@@ -439,26 +442,16 @@ func (n *Node) syncRun(ctx context.Context, task string, wait bool) (int, error)
 		delete(n.w.abstain, task)
 		n.w.mu.Unlock()
 	}
-	// The new weights and momentum are stored (synced) before the commits
-	// that name them are sent: any node may then fetch them by hash.
-	for _, c := range out {
-		if c.weights == nil {
-			continue
-		}
-		if err := n.blobs.Put(ctx, c.commit.WeightsAfter, c.weights); err != nil {
-			return 0, fmt.Errorf("store weights of fragment %d: %w", c.fragment, err)
-		}
-		if err := n.blobs.Put(ctx, c.commit.MomentumAfter, c.momentum); err != nil {
-			return 0, fmt.Errorf("store momentum of fragment %d: %w", c.fragment, err)
-		}
-	}
+	// The new weights and momentum were stored (synced) as computeCommit
+	// hashed them, before the commits that name them are sent: any node may
+	// then fetch them by hash.
 	me := n.cfg.Signer.DID()
-	pend := make([]Pending, len(out))
+	pend := make([]machine.Pending, len(out))
 	for k, c := range out {
 		p, err := n.submitSigned(ctx, wire.TxCommitFragment, func(nonce uint64) (any, error) {
 			tx := wire.CommitFragmentTx{TaskID: task, Round: s.r.Round, Fragment: uint64(c.fragment), Commit: c.commit, Verdicts: c.verdicts,
 				SyncerDID: me, Signed: wire.Signed{Nonce: nonce}}
-			canon, err := CommitJCS(&tx.Commit)
+			canon, err := machine.CommitJCS(&tx.Commit)
 			if err != nil {
 				return nil, err
 			}
@@ -501,28 +494,28 @@ func (n *Node) syncRun(ctx context.Context, task string, wait bool) (int, error)
 func (n *Node) snapshot(ctx context.Context, task string) (*snapshot, error) {
 	me := n.cfg.Signer.DID()
 	var s *snapshot
-	err := n.view(ctx, func(v View) error {
-		r, err := loadRun(ctx, v.KV, task)
+	err := n.view(ctx, func(v machine.View) error {
+		r, err := machine.LoadRun(ctx, v.KV, task)
 		if err != nil {
 			return err
 		}
 		if r.Status != wire.StatusRunning {
 			return nil
 		}
-		who, k := r.syncerAt(v.Block.TimeMs)
+		who, k := r.SyncerAt(v.Block.TimeMs)
 		if who != me {
 			return nil
 		}
-		s = &snapshot{r: r, blk: v.Block, ticket: k, records: map[int]map[string]Record{}, claims: map[int][]Claim{},
-			patient: fetchPatient(r, r.slotOf(k), v.Block.TimeMs)}
+		s = &snapshot{r: r, blk: v.Block, ticket: k, records: map[int]map[string]machine.Record{}, claims: map[int][]machine.Claim{},
+			patient: fetchPatient(r, r.SlotOf(k), v.Block.TimeMs), store: true}
 		for i, fs := range r.Fragments {
-			if !r.due(fs, v.Block.TimeMs) {
+			if !r.Due(fs, v.Block.TimeMs) {
 				continue
 			}
 			s.due = append(s.due, i)
-			recs := map[string]Record{}
-			err := v.KV.Scan(ctx, KSTranscript, recordPrefix(task, r.Round, i), func(_, raw []byte) error {
-				var rec Record
+			recs := map[string]machine.Record{}
+			err := v.KV.Scan(ctx, machine.KSTranscript, machine.RecordPrefix(task, r.Round, i), func(_, raw []byte) error {
+				var rec machine.Record
 				if err := json.Unmarshal(raw, &rec); err != nil {
 					return fmt.Errorf("record of %s fragment %d: %w", task, i, err)
 				}
@@ -533,7 +526,7 @@ func (n *Node) snapshot(ctx context.Context, task string) (*snapshot, error) {
 				return err
 			}
 			s.records[i] = recs
-			if s.claims[i], err = FragmentClaims(ctx, v.KV, task, r.Round, i); err != nil {
+			if s.claims[i], err = machine.FragmentClaims(ctx, v.KV, task, r.Round, i); err != nil {
 				return err
 			}
 		}
@@ -550,172 +543,298 @@ type errLocal struct{ error }
 // is re-checked here (the receiving node's checks are not trusted): a
 // payload that cannot be had, does not hash, parse or decode, fails a
 // verifier, or whose evidence fails the run's policy is an input with
-// "rejected" set to why. Rules' deterministic failures are recorded; any
-// other failure is local and returned.
+// "rejected" set to why. The kept inputs, the weights and the momentum go
+// to the engine's one Finalize (syncer.RunFinalize's rules), read in place
+// from the blob store; the new weights and momentum are hashed once, as
+// they are written: into the blob store when s.store is set (the syncer),
+// else only hashed (re-execution). Rules' deterministic failures are
+// recorded; any other failure is local and returned.
 func (n *Node) computeCommit(ctx context.Context, s *snapshot, i int) (*computed, error) {
 	r := s.r
 	fs := r.Fragments[i]
-	fc := baseCommit(r, i)
+	fc := machine.BaseCommit(r, i)
 	fc.Syncer, fc.Ticket = n.cfg.Signer.DID(), uint64(s.ticket)
-	fc.Inputs = recordInputs(fs.Records)
-	values := make([][]byte, len(fc.Inputs))
+	fc.Inputs = machine.RecordInputs(fs.Records)
+	var releases []func()
+	defer func() {
+		for _, rel := range releases {
+			rel()
+		}
+	}()
+	var values []Values
+	var idx []int // fc.Inputs index of each of values
 	for j := range fc.Inputs {
 		in := &fc.Inputs[j]
 		rec, ok := s.records[i][in.TrainerDID]
 		if !ok {
 			return nil, fmt.Errorf("record of %s missing from the state", in.TrainerDID)
 		}
-		v, fuel, why, err := n.checkInput(ctx, r, fs, &rec, s.patient)
+		v, release, fuel, why, err := n.checkInput(ctx, r, fs, &rec, s.patient)
 		if err != nil {
 			return nil, err
+		}
+		if release != nil {
+			releases = append(releases, release)
 		}
 		fc.Fuel += fuel
 		if why != "" {
 			in.Rejected = why
 			continue
 		}
-		values[j] = v
-	}
-	// Round-level verifiers judge each input against the others kept.
-	var round [][]byte
-	for j, v := range values {
-		if fc.Inputs[j].Rejected == "" {
-			round = append(round, v)
-		}
-	}
-	for _, vf := range r.Verifiers {
-		if !vf.RoundLevel {
-			continue
-		}
-		for j, v := range values {
-			if fc.Inputs[j].Rejected != "" {
-				continue
-			}
-			out, err := n.eng.Verify(ctx, VerifyInput{Verifier: vf, Dtype: fs.Dtype, N: int(fs.N), Input: v, Round: round})
-			if err != nil {
-				return nil, fmt.Errorf("round verifier %s: %w", vf.Name, err)
-			}
-			fc.Fuel += out.Fuel
-			if !out.Accept {
-				fc.Inputs[j].Rejected = fmt.Sprintf("%s: %s", vf.Name, out.Reason)
-			}
-		}
+		values = append(values, v)
+		idx = append(idx, j)
 	}
 	c := &computed{fragment: i}
 	var err error
 	if c.verdicts, err = n.verdicts(ctx, r, fs, s.claims[i]); err != nil {
 		return nil, err
 	}
-	var kept [][]byte
-	var keptIdx []int
-	for j, v := range values {
-		if fc.Inputs[j].Rejected == "" {
-			kept = append(kept, v)
-			keptIdx = append(keptIdx, j)
+	o := r.TaskSpec().Outer()
+	fin := FinalizeInput{Rule: r.Rule, Outer: r.Outer, Verifiers: r.Verifiers, Dtype: fs.Dtype, N: int(fs.N), Quorum: r.TaskSpec().Quorum,
+		Inputs: values, LR: o.LR, Beta: o.Momentum, Nesterov: o.Nesterov}
+	if len(values) < r.TaskSpec().Quorum && (len(values) == 0 || !hasRoundVerifiers(r)) {
+		// No quorum, and no verifier to run: the weights are not needed
+		// (nor fetched), and no step runs.
+		out, err := RunFinalize(ctx, fin, nil)
+		if err != nil {
+			return nil, err
 		}
-	}
-	if len(kept) < r.spec.Quorum {
-		fc.Status = wire.FragNoQuorum
-		fc.Reason = fmt.Sprintf("%d of K=%d inputs left after verification", len(kept), r.spec.Quorum)
+		fc.Status, fc.Reason = out.Status, out.Reason
 		c.commit = *fc
 		return c, nil
 	}
-	agg, err := n.eng.Aggregate(ctx, AggregateInput{Rule: r.Rule, Dtype: fs.Dtype, N: int(fs.N), Inputs: kept})
-	var rf *RuleFailure
-	if errors.As(err, &rf) {
-		fc.Status, fc.Reason = wire.FragRuleFailed, rf.Error()
-		c.commit = *fc
-		return c, nil
-	} else if err != nil {
-		return nil, fmt.Errorf("aggregate: %w", err)
-	}
-	fc.Fuel += agg.Fuel
-	for j, k := range keptIdx {
-		fc.Inputs[k].Selected = j < len(agg.Selected) && agg.Selected[j]
-	}
-	fc.AggregateHash = contentHash(agg.Aggregate)
-	enc, err := n.blob(ctx, fs.WeightsHash, uint64(MaxInitWeights), "")
+	w, release, err := n.storedValues(ctx, fs.WeightsHash, fs.Tensors)
 	if err != nil {
 		return nil, fmt.Errorf("weights %s: %w", fs.WeightsHash, err)
 	}
-	weights, err := fragmentValues(&fs.fragLayout, enc)
-	if err != nil {
-		return nil, fmt.Errorf("weights %s: %w", fs.WeightsHash, err)
-	}
-	var mom []byte
+	releases = append(releases, release)
+	fin.Weights = w
 	if !fs.MomentumHash.IsZero() {
-		if mom, err = n.blob(ctx, fs.MomentumHash, uint64(MaxInitWeights), ""); err != nil {
+		m, release, err := n.storedValues(ctx, fs.MomentumHash, nil)
+		if err != nil {
 			return nil, fmt.Errorf("momentum %s: %w", fs.MomentumHash, err)
 		}
+		releases = append(releases, release)
+		fin.Momentum = &m
 	}
-	o := r.spec.Outer()
-	step, err := n.eng.OuterStep(ctx, OuterStepInput{Rule: r.Outer, Dtype: fs.Dtype, N: int(fs.N), Weights: weights, Momentum: mom,
-		Aggregate: agg.Aggregate, LR: o.LR, Beta: o.Momentum, Nesterov: o.Nesterov})
-	if errors.As(err, &rf) {
-		fc.Status, fc.Reason = wire.FragRuleFailed, rf.Error()
-		c.commit = *fc
-		return c, nil
-	} else if err != nil {
-		return nil, fmt.Errorf("outer step: %w", err)
+	fin.Write = func(weights, momentum []byte) error {
+		return n.writeState(ctx, s.store, &fs.FragLayout, weights, momentum, fc)
 	}
-	fc.Fuel += step.Fuel
-	if c.weights, err = encodeFragment(&fs.fragLayout, step.Weights); err != nil {
+	out, err := n.eng.Finalize(ctx, fin)
+	if err != nil {
 		return nil, err
 	}
-	c.momentum = step.Momentum
-	fc.Status = wire.FragAggregated
-	fc.WeightsAfter = contentHash(c.weights)
-	fc.MomentumAfter = contentHash(step.Momentum)
+	fc.Fuel += out.Fuel
+	for j, k := range idx {
+		if out.Rejected[j] != "" {
+			fc.Inputs[k].Rejected = out.Rejected[j]
+		}
+		fc.Inputs[k].Selected = out.Selected[j]
+	}
+	fc.Status, fc.Reason, fc.AggregateHash = out.Status, out.Reason, out.AggregateHash
 	c.commit = *fc
 	return c, nil
 }
 
+// writeState hashes a fragment's new weights (their canonical safetensors
+// file) and momentum as they are written — to the blob store when store is
+// set — each once, the two at the same time, and sets fc's hashes.
+func (n *Node) writeState(ctx context.Context, store bool, fl *machine.FragLayout, weights, momentum []byte, fc *wire.FragmentCommit) error {
+	write := func(put func(io.Writer) error) (wire.Hash, error) {
+		if !store {
+			h := wire.NewContentHasher()
+			if err := put(h); err != nil {
+				return wire.Hash{}, err
+			}
+			return h.Sum(), nil
+		}
+		if bw, ok := n.blobs.(blobWriter); ok {
+			return bw.WriteBlob(ctx, int64(machine.MaxInitWeights), put)
+		}
+		var buf bytes.Buffer
+		if err := put(&buf); err != nil {
+			return wire.Hash{}, err
+		}
+		h := wire.ContentHash(buf.Bytes())
+		return h, n.blobs.Put(ctx, h, buf.Bytes())
+	}
+	var wg sync.WaitGroup
+	var mErr error
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		fc.MomentumAfter, mErr = write(func(w io.Writer) error { _, err := w.Write(momentum); return err })
+	}()
+	var wErr error
+	fc.WeightsAfter, wErr = write(func(w io.Writer) error { _, err := WriteFragment(w, fl.Tensors, weights); return err })
+	wg.Wait()
+	if wErr != nil {
+		return fmt.Errorf("store new weights: %w", wErr)
+	}
+	if mErr != nil {
+		return fmt.Errorf("store new momentum: %w", mErr)
+	}
+	return nil
+}
+
+// blobFiles is a blob store of files that checks every blob's hash as it
+// is written and never changes a stored file (store.Blobs): its blobs are
+// read mapped and in place, not hashed again, and the engine's worker opens
+// them by path.
+type blobFiles interface {
+	BlobMapper
+	Path(h wire.Hash) string
+}
+
+// blobWriter stores a blob whose hash is known only once it is written
+// (store.Blobs.WriteBlob).
+type blobWriter interface {
+	WriteBlob(ctx context.Context, limit int64, write func(io.Writer) error) (wire.Hash, error)
+}
+
+// storedBlob returns the blob h (fetched when this node lacks it) and the
+// function that releases it; checked says its hash was checked already
+// (this node's file store checked it as it was written, or it was fetched
+// and checked now); path is its file when the store has files.
+func (n *Node) storedBlob(ctx context.Context, h wire.Hash, maxSize uint64, provider string) (b []byte, release func(), checked bool, path string, err error) {
+	bf, files := n.blobs.(blobFiles)
+	if files {
+		b, release, err := loadBlob(ctx, n.blobs, h)
+		if err == nil {
+			return b, release, true, bf.Path(h), nil
+		}
+		if !errors.Is(err, machine.ErrNotFound) {
+			return nil, nil, false, "", err
+		}
+	} else if b, err = n.blobs.Get(ctx, h); err == nil {
+		return b, func() {}, false, "", nil
+	} else if !errors.Is(err, machine.ErrNotFound) {
+		return nil, nil, false, "", err
+	}
+	// Not stored here: fetched, checked and stored by n.blob.
+	if b, err = n.blob(ctx, h, maxSize, provider); err != nil {
+		return nil, nil, false, "", err
+	}
+	if files {
+		path = bf.Path(h)
+	}
+	return b, func() {}, true, path, nil
+}
+
+// storedValues is a stored blob's values read in place: the fragment's
+// tensors of a safetensors file (the weights), or the whole blob (tensors
+// nil: the momentum, raw f32).
+func (n *Node) storedValues(ctx context.Context, h wire.Hash, tensors []wire.TensorInfo) (Values, func(), error) {
+	b, release, _, path, err := n.storedBlob(ctx, h, uint64(machine.MaxInitWeights), "")
+	if err != nil {
+		return Values{}, nil, err
+	}
+	if tensors == nil {
+		return Values{R: bytes.NewReader(b), Path: path, Ranges: []ByteRange{{Off: 0, Len: int64(len(b))}}}, release, nil
+	}
+	v, err := TensorValues(bytes.NewReader(b), int64(len(b)), path, tensors)
+	if err != nil {
+		release()
+		return Values{}, nil, err
+	}
+	return v, release, nil
+}
+
 // checkInput re-checks one record's payload: it returns the payload's
-// values, the decode fuel, or why the input is rejected; err is local.
-// With patient set, a payload the network did not give is a local failure
-// too (fetchPatient).
-func (n *Node) checkInput(ctx context.Context, r *runState, fs *fragState, rec *Record, patient bool) ([]byte, uint64, string, error) {
-	payload, err := n.blob(ctx, rec.PayloadHash, rec.PayloadSize, rec.Provider)
+// values (read in place, valid until release), the decode fuel, or why the
+// input is rejected; err is local. With patient set, a payload the network
+// did not give is a local failure too (fetchPatient).
+func (n *Node) checkInput(ctx context.Context, r *machine.Run, fs *machine.RunFragment, rec *machine.Record, patient bool) (Values, func(), uint64, string, error) {
+	payload, release, checked, path, err := n.storedBlob(ctx, rec.PayloadHash, rec.PayloadSize, rec.Provider)
 	if err != nil {
 		var fe *fetchError
-		if ctx.Err() == nil && (errors.Is(err, ErrNotFound) || errors.As(err, &fe)) {
+		if ctx.Err() == nil && (errors.Is(err, machine.ErrNotFound) || errors.As(err, &fe)) {
 			if patient {
-				return nil, 0, "", fmt.Errorf("payload %s of %s not fetched yet (retrying until half the slot has passed): %w", rec.PayloadHash, rec.TrainerDID, err)
+				return Values{}, nil, 0, "", fmt.Errorf("payload %s of %s not fetched yet (retrying until half the slot has passed): %w", rec.PayloadHash, rec.TrainerDID, err)
 			}
-			return nil, 0, fmt.Sprintf("payload unavailable: %v", err), nil
+			return Values{}, nil, 0, fmt.Sprintf("payload unavailable: %v", err), nil
 		}
-		return nil, 0, "", err // this node's store: a local failure
+		return Values{}, nil, 0, "", err // this node's store: a local failure
+	}
+	reject := func(fuel uint64, why string) (Values, func(), uint64, string, error) {
+		release()
+		return Values{}, nil, fuel, why, nil
+	}
+	fail := func(err error) (Values, func(), uint64, string, error) {
+		release()
+		return Values{}, nil, 0, "", err
 	}
 	if uint64(len(payload)) != rec.PayloadSize {
-		return nil, 0, fmt.Sprintf("payload is %d bytes, the record says %d", len(payload), rec.PayloadSize), nil
+		return reject(0, fmt.Sprintf("payload is %d bytes, the record says %d", len(payload), rec.PayloadSize))
 	}
-	if got := contentHash(payload); got != rec.PayloadHash {
-		return nil, 0, fmt.Sprintf("payload hashes to %s, the record says %s", got, rec.PayloadHash), nil
+	if !checked {
+		if got := wire.ContentHash(payload); got != rec.PayloadHash {
+			return reject(0, fmt.Sprintf("payload hashes to %s, the record says %s", got, rec.PayloadHash))
+		}
 	}
-	v, fuel, err := payloadValues(ctx, n.eng, r.Codec, &fs.fragLayout, payload)
+	var v Values
+	var flat []byte // the values in one slice, for per-submission verifiers
+	var fuel uint64
+	if r.Codec == nil {
+		v, err = TensorValues(bytes.NewReader(payload), int64(len(payload)), path, fs.Tensors)
+		if err == nil && len(v.Ranges) == 1 {
+			flat = payload[v.Ranges[0].Off : v.Ranges[0].Off+v.Ranges[0].Len]
+		}
+	} else {
+		flat, fuel, err = payloadValues(ctx, n.eng, r.Codec, &fs.FragLayout, payload)
+		v = BytesValues(flat)
+	}
 	if err != nil {
 		var rf *RuleFailure
 		if ctx.Err() != nil || (!errors.As(err, &rf) && isHostFailure(err)) {
-			return nil, 0, "", err
+			return fail(err)
 		}
-		return nil, fuel, fmt.Sprintf("gradient_payload: %v", err), nil
+		return reject(fuel, fmt.Sprintf("gradient_payload: %v", err))
 	}
-	if err := n.verifyPayload(ctx, r, fs, v); err != nil {
-		if KindOf(err) == KindInvalid {
-			return nil, fuel, err.Error(), nil
+	if hasSubmissionVerifiers(r) {
+		if flat == nil {
+			if flat, err = v.Bytes(fs.N * int64(fs.Dtype.Size())); err != nil {
+				return fail(err)
+			}
 		}
-		return nil, 0, "", err
+		if err := n.verifyPayload(ctx, r, fs, flat); err != nil {
+			if machine.KindOf(err) == machine.KindInvalid {
+				return reject(fuel, err.Error())
+			}
+			return fail(err)
+		}
 	}
-	if r.spec.Tier != wire.TierOpen {
+	if r.TaskSpec().Tier != wire.TierOpen {
 		why, err := n.recheckEvidence(ctx, r, rec)
 		if err != nil {
-			return nil, 0, "", err
+			return fail(err)
 		}
 		if why != "" {
-			return nil, fuel, why, nil
+			return reject(fuel, why)
 		}
 	}
-	return v, fuel, "", nil
+	return v, release, fuel, "", nil
+}
+
+// hasRoundVerifiers says whether the run has round-level verifiers.
+func hasRoundVerifiers(r *machine.Run) bool {
+	for _, v := range r.Verifiers {
+		if v.RoundLevel {
+			return true
+		}
+	}
+	return false
+}
+
+// hasSubmissionVerifiers says whether the run has verifiers that judge
+// each submission alone.
+func hasSubmissionVerifiers(r *machine.Run) bool {
+	for _, v := range r.Verifiers {
+		if !v.RoundLevel {
+			return true
+		}
+	}
+	return false
 }
 
 // isHostFailure tells a failure of the plugin host (local) from a payload
@@ -726,7 +845,7 @@ func isHostFailure(err error) bool {
 }
 
 // recheckEvidence checks a record's evidence as the receiving node did.
-func (n *Node) recheckEvidence(ctx context.Context, r *runState, rec *Record) (string, error) {
+func (n *Node) recheckEvidence(ctx context.Context, r *machine.Run, rec *machine.Record) (string, error) {
 	if rec.Evidence == nil {
 		return "evidence missing", nil
 	}
@@ -738,12 +857,12 @@ func (n *Node) recheckEvidence(ctx context.Context, r *runState, rec *Record) (s
 		return fmt.Sprintf("evidence unavailable: %v", err), nil
 	}
 	shard := uint64(0)
-	if t := r.trainer(rec.TrainerDID); t != nil && len(t.Shards) > 0 {
+	if t := r.Trainer(rec.TrainerDID); t != nil && len(t.Shards) > 0 {
 		shard = uint64(t.Shards[0])
 	}
 	ref, err := n.checkEvidence(ctx, r, raw, rec.TrainerDID, shard, r.RoundModel)
 	if err != nil {
-		if KindOf(err) == KindInternal {
+		if machine.KindOf(err) == machine.KindInternal {
 			return "", err
 		}
 		return fmt.Sprintf("evidence: %v", err), nil
@@ -757,19 +876,19 @@ func (n *Node) recheckEvidence(ctx context.Context, r *runState, rec *Record) (s
 // verdicts judges a fragment's equivocation claims (in DID order): both
 // payloads decoding to the same values is a duplicate, different values
 // an equivocation; a payload that cannot be had leaves it unavailable.
-func (n *Node) verdicts(ctx context.Context, r *runState, fs *fragState, claims []Claim) ([]wire.Verdict, error) {
+func (n *Node) verdicts(ctx context.Context, r *machine.Run, fs *machine.RunFragment, claims []machine.Claim) ([]wire.Verdict, error) {
 	out := []wire.Verdict{}
 	for _, c := range claims {
 		v := wire.Verdict{TrainerDID: c.First.TrainerDID, Verdict: wire.VerdictUnavailable}
 		var vals [2][]byte
 		okBoth := true
-		for k, rec := range []Record{c.First, c.Second} {
+		for k, rec := range []machine.Record{c.First, c.Second} {
 			p, err := n.blob(ctx, rec.PayloadHash, rec.PayloadSize, rec.Provider)
-			if err != nil || contentHash(p) != rec.PayloadHash {
+			if err != nil || wire.ContentHash(p) != rec.PayloadHash {
 				okBoth = false
 				break
 			}
-			if vals[k], _, err = payloadValues(ctx, n.eng, r.Codec, &fs.fragLayout, p); err != nil {
+			if vals[k], _, err = payloadValues(ctx, n.eng, r.Codec, &fs.FragLayout, p); err != nil {
 				if ctx.Err() != nil {
 					return nil, ctx.Err()
 				}
@@ -808,29 +927,29 @@ func (n *Node) abstainFrom(task string, prev abstention, err error) {
 // of its grace window, which it cannot shorten.
 func (n *Node) FinalizeRound(ctx context.Context, p *wire.FinalizeParams) (*wire.FinalizeResult, error) {
 	if p.TaskID == "" {
-		return nil, Errf(KindInvalid, "task_id is empty")
+		return nil, machine.Errf(machine.KindInvalid, "task_id is empty")
 	}
 	if _, err := did.Parse(p.SyncerDID); err != nil {
-		return nil, Errf(KindInvalid, "syncer_did: %v", err)
+		return nil, machine.Errf(machine.KindInvalid, "syncer_did: %v", err)
 	}
 	r, blk, err := n.load(ctx, p.TaskID)
 	if err != nil {
 		return nil, err
 	}
 	if r.Status != wire.StatusRunning {
-		return nil, Errf(KindConflict, "run %s is %s, not running", p.TaskID, r.Status)
+		return nil, machine.Errf(machine.KindConflict, "run %s is %s, not running", p.TaskID, r.Status)
 	}
-	if want, _ := r.syncerAt(blk.TimeMs); p.SyncerDID != want {
-		return nil, Errf(KindUnauthorized, "finalizeRound must be signed by run %s's elected syncer %s, not %s", p.TaskID, want, p.SyncerDID)
+	if want, _ := r.SyncerAt(blk.TimeMs); p.SyncerDID != want {
+		return nil, machine.Errf(machine.KindUnauthorized, "finalizeRound must be signed by run %s's elected syncer %s, not %s", p.TaskID, want, p.SyncerDID)
 	}
 	if err := did.Verify(p.SyncerDID, p.Preimage(), p.Signature); err != nil {
-		return nil, Errf(KindUnauthorized, "bad signature: does not verify against %s", p.SyncerDID)
+		return nil, machine.Errf(machine.KindUnauthorized, "bad signature: does not verify against %s", p.SyncerDID)
 	}
 	if p.Round != r.Round {
-		return nil, Errf(KindConflict, "wrong round: finalizeRound is for round %d, the current round of %s is %d", p.Round, p.TaskID, r.Round)
+		return nil, machine.Errf(machine.KindConflict, "wrong round: finalizeRound is for round %d, the current round of %s is %d", p.Round, p.TaskID, r.Round)
 	}
 	if me := n.cfg.Signer.DID(); p.SyncerDID != me {
-		return nil, Errf(KindConflict, "run %s's syncer %s does not run on this node (this node's key is %s): send finalizeRound to that syncer's node", p.TaskID, p.SyncerDID, me)
+		return nil, machine.Errf(machine.KindConflict, "run %s's syncer %s does not run on this node (this node's key is %s): send finalizeRound to that syncer's node", p.TaskID, p.SyncerDID, me)
 	}
 	round := r.Round
 	_, syncErr := n.syncRun(ctx, p.TaskID, true)
@@ -840,7 +959,7 @@ func (n *Node) FinalizeRound(ctx context.Context, p *wire.FinalizeParams) (*wire
 	}
 	res := &wire.FinalizeResult{TaskID: p.TaskID, Round: round, Status: r.Status, Height: blk.Height, Fragments: []wire.FragmentStatus{}}
 	res.Advanced = r.Round != round || r.Status != wire.StatusRunning
-	if r.Seal != nil && !r.Seal.Signed && r.receiptSignerAt(blk.TimeMs) == p.SyncerDID {
+	if r.Seal != nil && !r.Seal.Signed && r.ReceiptSignerAt(blk.TimeMs) == p.SyncerDID {
 		// The last round sealed the run: its receipt is signed now, so the
 		// caller can fetch it as soon as this answers.
 		if err := n.signReceipt(ctx, p.TaskID); err != nil {
@@ -853,26 +972,26 @@ func (n *Node) FinalizeRound(ctx context.Context, p *wire.FinalizeParams) (*wire
 		}
 		return res, nil
 	}
-	active := r.count(wire.TrainerActive)
+	active := r.Count(wire.TrainerActive)
 	for i, fs := range r.Fragments {
 		st := wire.FragmentStatus{Index: i, Accepted: len(fs.Records), Committed: fs.Closed}
 		switch {
 		case fs.Closed:
-		case r.due(fs, blk.TimeMs):
+		case r.Due(fs, blk.TimeMs):
 			st.Reason = "is due, but this node could not commit it"
 			if syncErr != nil {
 				st.Reason += ": " + syncErr.Error()
 			}
-		case len(fs.Records) >= r.spec.Quorum:
-			st.WindowClosesMs = fs.KthMs + r.spec.GraceWindowMs
+		case len(fs.Records) >= r.TaskSpec().Quorum:
+			st.WindowClosesMs = fs.KthMs + r.TaskSpec().GraceWindowMs
 			st.Reason = fmt.Sprintf("%d of K=%d accepted, %d active trainers have not submitted; its grace window closes in %d ms",
-				len(fs.Records), r.spec.Quorum, active-len(fs.Records), st.WindowClosesMs-blk.TimeMs)
+				len(fs.Records), r.TaskSpec().Quorum, active-len(fs.Records), st.WindowClosesMs-blk.TimeMs)
 		default:
-			st.Reason = fmt.Sprintf("%d of K=%d submissions accepted", len(fs.Records), r.spec.Quorum)
+			st.Reason = fmt.Sprintf("%d of K=%d submissions accepted", len(fs.Records), r.TaskSpec().Quorum)
 		}
 		res.Fragments = append(res.Fragments, st)
 	}
-	return res, Errf(KindConflict, "round %d of %s cannot be finalized yet: %s", round, p.TaskID, whyNot(res.Fragments))
+	return res, machine.Errf(machine.KindConflict, "round %d of %s cannot be finalized yet: %s", round, p.TaskID, whyNot(res.Fragments))
 }
 
 func whyNot(fs []wire.FragmentStatus) string {

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tenzro/train/machine"
 	wasm "github.com/tenzro/train/plugins"
 	"github.com/tenzro/train/syncer"
 )
@@ -77,7 +78,7 @@ func timeAgg(b *testing.B, e *wasm.Engine, ref string, in [][]byte) (time.Durati
 		b.Fatal(err)
 	}
 	t := time.Now()
-	out, err := e.Aggregate(ctx, syncer.AggregateInput{Rule: rr, Dtype: syncer.F32, N: benchN, Inputs: in})
+	out, err := e.Aggregate(ctx, syncer.AggregateInput{Rule: rr, Dtype: machine.F32, N: benchN, Inputs: in})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tenzro/train/machine"
 	wasm "github.com/tenzro/train/plugins"
 	"github.com/tenzro/train/syncer"
 	"github.com/tenzro/train/wire"
@@ -25,7 +26,7 @@ func init() {
 // syncer's blob writer does while writing them.
 func after(f *finalizeFixture, b *testing.B) (total, engine float64) {
 	ctx := context.Background()
-	in := syncer.FinalizeInput{Rule: f.rule, Outer: f.outer, Dtype: syncer.F32, N: f.c.n, Quorum: f.c.k,
+	in := syncer.FinalizeInput{Rule: f.rule, Outer: f.outer, Dtype: machine.F32, N: f.c.n, Quorum: f.c.k,
 		LR: 0.7, Beta: 0.9, Nesterov: true}
 	t0 := time.Now()
 	for _, p := range f.inputs {

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tenzro/train/machine"
 	wasm "github.com/tenzro/train/plugins"
 	"github.com/tenzro/train/syncer"
 	"github.com/tenzro/train/wire"
@@ -291,7 +292,7 @@ func (f *finalizeFixture) before(b *testing.B) (total, engine float64) {
 		inputs[i] = ts[0].Data
 	}
 	t1 := time.Now()
-	agg, err := f.e.Aggregate(ctx, syncer.AggregateInput{Rule: f.rule, Dtype: syncer.F32, N: f.c.n, Inputs: inputs})
+	agg, err := f.e.Aggregate(ctx, syncer.AggregateInput{Rule: f.rule, Dtype: machine.F32, N: f.c.n, Inputs: inputs})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -310,7 +311,7 @@ func (f *finalizeFixture) before(b *testing.B) (total, engine float64) {
 		b.Fatal(err)
 	}
 	t1 = time.Now()
-	step, err := f.e.OuterStep(ctx, syncer.OuterStepInput{Rule: f.outer, Dtype: syncer.F32, N: f.c.n, Weights: ws[0].Data, Momentum: mom,
+	step, err := f.e.OuterStep(ctx, syncer.OuterStepInput{Rule: f.outer, Dtype: machine.F32, N: f.c.n, Weights: ws[0].Data, Momentum: mom,
 		Aggregate: agg.Aggregate, LR: 0.7, Beta: 0.9, Nesterov: true})
 	if err != nil {
 		b.Fatal(err)

@@ -15,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tenzro/train/audit"
+	"github.com/tenzro/train/machine"
 	"github.com/tenzro/train/rpc/client"
 	"github.com/tenzro/train/store"
 	"github.com/tenzro/train/syncer"
@@ -79,7 +81,9 @@ func TestSubmitForms(t *testing.T) {
 		}
 	}
 	sponsor, _ := did.Generate(did.KindHuman, nil)
-	_, err := c.Faucet(ctx, wire.FaucetParams{DID: sponsor.DID.String(), Amount: "100000000000"})
+	// 10^14 attoTNZO: at the default 10^9 per unreferenced byte, 100 kB of
+	// uploads before the run exists.
+	_, err := c.Faucet(ctx, wire.FaucetParams{DID: sponsor.DID.String(), Amount: "100000000000000"})
 	must(err)
 	const n = 1000
 	w := make([]float32, n)
@@ -92,7 +96,12 @@ func TestSubmitForms(t *testing.T) {
 	_, canon, err := wire.ParseSpec(spec)
 	must(err)
 	wh := wire.ContentHash(init)
-	_, err = c.PutBlob(ctx, wh, bytes.NewReader(init), int64(len(init)))
+	// An upload without a signed intent is refused; the sponsor's is funded
+	// by its balance.
+	if _, err := c.PutBlob(ctx, wh, bytes.NewReader(init), int64(len(init))); client.CodeOf(err) != -32002 {
+		t.Fatalf("unsigned upload: %v", err)
+	}
+	_, err = c.PutBlobSigned(ctx, client.BlobSigner{Key: sponsor}, wh, bytes.NewReader(init), int64(len(init)))
 	must(err)
 	pp := &wire.PostTaskParams{Spec: spec, InitWeightsHash: wh, Signed: wire.Signed{Nonce: uint64(time.Now().UnixNano())}}
 	pp.Signature = sponsor.Sign(pp.Preimage(sponsor.DID.String(), wire.SpecHash(canon), wh))
@@ -144,7 +153,8 @@ func TestSubmitForms(t *testing.T) {
 	if _, err := c.Submit(ctx, g); client.CodeOf(err) != -32001 || !strings.Contains(err.Error(), "PUT /blobs/") {
 		t.Fatalf("by reference before the upload: %v", err)
 	}
-	res, err := c.PutBlob(ctx, g.PayloadHash, bytes.NewReader(p1), int64(len(p1)))
+	// The trainer's balance is its stake; its enrolment in the run funds it.
+	res, err := c.PutBlobSigned(ctx, client.BlobSigner{Key: tr[1], Task: "forms"}, g.PayloadHash, bytes.NewReader(p1), int64(len(p1)))
 	if err != nil || !res.Created {
 		t.Fatalf("PUT: %+v %v", res, err)
 	}
@@ -168,7 +178,7 @@ func TestSubmitForms(t *testing.T) {
 	must(err)
 	rounds, err := c.GetTranscript(ctx, "forms")
 	must(err)
-	transcript, _, err := syncer.TranscriptBlob(rounds)
+	transcript, _, err := audit.TranscriptBlob(rounds)
 	must(err)
 	rep, err := syncer.Replay(ctx, raw, transcript, c, syncer.NewNativeEngine(), nil)
 	if err != nil || !rep.Match {
@@ -192,9 +202,9 @@ func TestMigrateKVBlobs(t *testing.T) {
 	defer bs.Close()
 	good, odd := []byte("payload"), []byte("keyed by another hash")
 	gh, oh := wire.ContentHash(good), wire.SHA256(odd)
-	var b syncer.Batch
-	b.Set(syncer.KSBlobs, gh[:], good)
-	b.Set(syncer.KSBlobs, oh[:], odd)
+	var b machine.Batch
+	b.Set(machine.KSBlobs, gh[:], good)
+	b.Set(machine.KSBlobs, oh[:], odd)
 	if err := db.Commit(ctx, &b); err != nil {
 		t.Fatal(err)
 	}
@@ -206,10 +216,10 @@ func TestMigrateKVBlobs(t *testing.T) {
 	if got, err := bs.Get(ctx, gh); err != nil || !bytes.Equal(got, good) {
 		t.Fatalf("migrated blob: %q %v", got, err)
 	}
-	if _, err := db.Get(ctx, syncer.KSBlobs, gh[:]); err != syncer.ErrNotFound {
+	if _, err := db.Get(ctx, machine.KSBlobs, gh[:]); err != machine.ErrNotFound {
 		t.Fatalf("migrated blob still in the database: %v", err)
 	}
-	if got, err := db.Get(ctx, syncer.KSBlobs, oh[:]); err != nil || !bytes.Equal(got, odd) {
+	if got, err := db.Get(ctx, machine.KSBlobs, oh[:]); err != nil || !bytes.Equal(got, odd) {
 		t.Fatalf("mismatching value: %q %v", got, err)
 	}
 }

@@ -18,7 +18,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/tenzro/train/chain"
-	"github.com/tenzro/train/syncer"
+	"github.com/tenzro/train/machine"
 	"github.com/tenzro/train/wire"
 	"github.com/tenzro/train/wire/did"
 )
@@ -103,7 +103,7 @@ Ports: node i listens on BASE+2i (P2P) and BASE+2i+1 (CometBFT RPC);
 				if window > wire.MaxChallengeWindowBlocks {
 					return usageError{fmt.Errorf("--challenge-window-blocks %d: at most %d", window, int64(wire.MaxChallengeWindowBlocks))}
 				}
-				opts.Params = &syncer.GenesisParams{ChallengeWindowBlocks: &window}
+				opts.Params = &machine.GenesisParams{ChallengeWindowBlocks: &window}
 			}
 			nodes, err := chain.WriteTestnet(opts)
 			if err != nil {

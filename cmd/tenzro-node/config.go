@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/big"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -15,6 +17,7 @@ import (
 	"github.com/spf13/pflag"
 	"go.yaml.in/yaml/v3"
 
+	"github.com/tenzro/train/machine"
 	"github.com/tenzro/train/rpc"
 	"github.com/tenzro/train/syncer"
 	"github.com/tenzro/train/wire"
@@ -61,6 +64,17 @@ type Config struct {
 	// that differ (syncer.Config.Watch); WatchConcurrency bounds it.
 	Watch            bool `koanf:"watch"`
 	WatchConcurrency int  `koanf:"watch-concurrency"`
+	// RPCAllowOrigins are browser origins allowed to make state-changing
+	// requests to the RPC port besides its own (rpc.Options.AllowedOrigins).
+	RPCAllowOrigins []string `koanf:"rpc-allow-origin"`
+	// Blob pricing and collection (blobpolicy.go, docs/protocol/blobs.md).
+	BlobDiskCap          int64         `koanf:"blob-disk-cap"`
+	BlobDIDQuota         int64         `koanf:"blob-did-quota"`
+	BlobPrice            string        `koanf:"blob-price"`
+	BlobTTL              time.Duration `koanf:"blob-ttl"`
+	BlobPeerBytesPerHour int64         `koanf:"blob-peer-bytes-per-hour"`
+	// HeavyMemoryBytes bounds heavy reads (rpc.Options.HeavyMemoryBytes).
+	HeavyMemoryBytes int64 `koanf:"heavy-memory-bytes"`
 
 	// fault is set by the faultinject build's flags only (fault_inject.go).
 	fault *syncer.Fault
@@ -76,6 +90,8 @@ var configKeys = map[string]bool{
 	"node-key": true, "engine": true, "max-request-bytes": true, "metrics-addr": true, "log-level": true, "log-format": true,
 	"enclave": true, "tdx-collateral": true, "dashboard": true, "dataset-max-bytes": true, "ipfs-dht": true, "dataset-stall-timeout": true,
 	"large-min-rate": true, "large-grace-ms": true, "max-blob-bytes": true, "watch": true, "watch-concurrency": true,
+	"rpc-allow-origin": true, "blob-disk-cap": true, "blob-did-quota": true, "blob-price": true, "blob-ttl": true,
+	"blob-peer-bytes-per-hour": true, "heavy-memory-bytes": true,
 }
 
 // fileProvider reads a config file with a size limit (koanf.Provider).
@@ -175,20 +191,41 @@ func defaults() Config {
 		home = "."
 	}
 	return Config{
-		Role:            "syncer",
-		DataDir:         filepath.Join(home, ".tenzro", "node"),
-		ListenAddr:      "/ip4/0.0.0.0/tcp/4001",
-		RPCAddr:         "127.0.0.1:8545",
-		Engine:          defaultEngine,
-		MaxRequestBytes: 256 << 20,
-		LogLevel:        "info",
-		LogFormat:       "text",
-		Enclave:         "auto",
-		Dashboard:       "auto",
-		LargeMinRate:    rpc.DefaultLargeMinRate,
-		LargeGraceMs:    rpc.DefaultLargeGrace.Milliseconds(),
+		Role:                 "syncer",
+		DataDir:              filepath.Join(home, ".tenzro", "node"),
+		ListenAddr:           "/ip4/0.0.0.0/tcp/4001",
+		RPCAddr:              "127.0.0.1:8545",
+		Engine:               defaultEngine,
+		MaxRequestBytes:      256 << 20,
+		LogLevel:             "info",
+		LogFormat:            "text",
+		Enclave:              "auto",
+		Dashboard:            "auto",
+		LargeMinRate:         rpc.DefaultLargeMinRate,
+		LargeGraceMs:         rpc.DefaultLargeGrace.Milliseconds(),
+		BlobDiskCap:          DefaultBlobDiskCap,
+		BlobDIDQuota:         DefaultBlobDIDQuota,
+		BlobPrice:            DefaultBlobPrice,
+		BlobTTL:              DefaultBlobTTL,
+		BlobPeerBytesPerHour: rpc.DefaultBlobPeerBytesPerHour,
+		HeavyMemoryBytes:     rpc.DefaultHeavyMemoryBytes,
 	}
 }
+
+// Blob pricing defaults (RATIONALE "Who may upload a blob").
+const (
+	// DefaultBlobDiskCap bounds the blob store (100 GiB).
+	DefaultBlobDiskCap = 100 << 30
+	// DefaultBlobDIDQuota bounds one DID's unreferenced uploads (4 GiB:
+	// more than one submission of the largest payload, 1 GiB per blob).
+	DefaultBlobDIDQuota = 4 << 30
+	// DefaultBlobPrice is the balance each unreferenced byte needs: 10^9
+	// attoTNZO, so 1 TNZO per GB.
+	DefaultBlobPrice = "1000000000"
+	// DefaultBlobTTL is how long an upload may stay unreferenced, and how
+	// long a final round's payloads stay after their round became final.
+	DefaultBlobTTL = 24 * time.Hour
+)
 
 // loadConfig layers defaults, the --config file and the set flags.
 func loadConfig(fs *pflag.FlagSet, path string) (Config, error) {
@@ -240,8 +277,8 @@ func (c *Config) validate() error {
 		return errors.New("rpc-addr is empty")
 	case c.MaxRequestBytes < 1<<20 || c.MaxRequestBytes > 4<<30:
 		return fmt.Errorf("max-request-bytes %d: want 1 MiB .. 4 GiB", c.MaxRequestBytes)
-	case c.MaxBlobBytes < 0 || c.MaxBlobBytes > syncer.MaxInitWeights:
-		return fmt.Errorf("max-blob-bytes %d: want 0 (same as max-request-bytes) .. %d", c.MaxBlobBytes, int64(syncer.MaxInitWeights))
+	case c.MaxBlobBytes < 0 || c.MaxBlobBytes > machine.MaxInitWeights:
+		return fmt.Errorf("max-blob-bytes %d: want 0 (same as max-request-bytes) .. %d", c.MaxBlobBytes, int64(machine.MaxInitWeights))
 	case c.Dashboard != "auto" && c.Dashboard != "on" && c.Dashboard != "off":
 		return fmt.Errorf("dashboard %q: want auto, on or off", c.Dashboard)
 	case c.LargeMinRate < 1 || c.LargeGraceMs < 0:
@@ -252,6 +289,11 @@ func (c *Config) validate() error {
 		return fmt.Errorf("dataset-max-bytes %d: want a positive size (0: the default, 4 GiB)", c.DatasetMaxBytes)
 	case c.DatasetStall < 0:
 		return fmt.Errorf("dataset-stall-timeout %s: want a positive duration", c.DatasetStall)
+	case c.BlobDiskCap < 0 || c.BlobDIDQuota < 1 || c.BlobPeerBytesPerHour < 1 || c.HeavyMemoryBytes < 1<<20:
+		return fmt.Errorf("blob-disk-cap %d (≥ 0, 0: none), blob-did-quota %d, blob-peer-bytes-per-hour %d (≥ 1) or heavy-memory-bytes %d (≥ 1 MiB) out of range",
+			c.BlobDiskCap, c.BlobDIDQuota, c.BlobPeerBytesPerHour, c.HeavyMemoryBytes)
+	case c.BlobTTL < time.Second:
+		return fmt.Errorf("blob-ttl %s: want at least 1s", c.BlobTTL)
 	case c.Dev && (c.Genesis != "" || c.GenesisHash != ""):
 		return errors.New("--genesis and --genesis-hash pin the network a node joins; --dev makes its own")
 	}
@@ -263,6 +305,17 @@ func (c *Config) validate() error {
 	var lvl slogLevel
 	if err := lvl.UnmarshalText([]byte(c.LogLevel)); err != nil {
 		return fmt.Errorf("log-level %q: %w", c.LogLevel, err)
+	}
+	if p, ok := new(big.Int).SetString(c.BlobPrice, 10); !ok || p.Sign() <= 0 || c.BlobPrice[0] == '0' {
+		return fmt.Errorf("blob-price %q: want a positive decimal amount of attoTNZO per byte", c.BlobPrice)
+	}
+	for _, o := range c.RPCAllowOrigins {
+		if o == "*" {
+			continue
+		}
+		if u, err := url.Parse(o); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.Path != "" || u.RawQuery != "" {
+			return fmt.Errorf("rpc-allow-origin %q: want scheme://host[:port] (http or https) or *", o)
+		}
 	}
 	cleaned := c.BootNodes[:0]
 	for _, b := range c.BootNodes {

@@ -11,10 +11,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tenzro/train/machine"
 	"github.com/tenzro/train/rpc"
 	"github.com/tenzro/train/rpc/client"
 	"github.com/tenzro/train/store"
-	"github.com/tenzro/train/syncer"
 	"github.com/tenzro/train/wire"
 	"github.com/tenzro/train/wire/did"
 )
@@ -43,7 +43,9 @@ func testNode(t *testing.T, engine string) {
 
 	c := client.New("http://"+addr, client.WithTimeout(10*time.Second))
 	var info *wire.NodeInfo
-	for i := 0; i < 200; i++ {
+	// A generous deadline, not a count of tries: a wasm node compiles its
+	// built-in modules at start, which takes long on a loaded machine.
+	for deadline := time.Now().Add(2 * time.Minute); time.Now().Before(deadline); {
 		if info, err = c.Info(context.Background()); err == nil {
 			break
 		}
@@ -116,8 +118,8 @@ func TestOlderDataDirRefused(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var b syncer.Batch
-	b.Set(syncer.KSRuns, []byte("old-run"), []byte(`{}`))
+	var b machine.Batch
+	b.Set(machine.KSRuns, []byte("old-run"), []byte(`{}`))
 	if err := db.Commit(context.Background(), &b); err != nil {
 		t.Fatal(err)
 	}

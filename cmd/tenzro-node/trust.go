@@ -19,6 +19,7 @@ import (
 
 	"github.com/tenzro/train/attest"
 	"github.com/tenzro/train/enclave"
+	"github.com/tenzro/train/machine"
 	"github.com/tenzro/train/syncer"
 	"github.com/tenzro/train/wire"
 	"github.com/tenzro/train/wire/did"
@@ -39,7 +40,7 @@ type trust struct {
 //   - none: the node key file;
 //   - simulated-snp|simulated-tdx|simulated-nitro: a labelled simulated
 //     enclave (non-production builds only; for development and tests).
-func setupTrust(ctx context.Context, cfg Config, key *did.Key, kv syncer.KV, log *slog.Logger) (*trust, error) {
+func setupTrust(ctx context.Context, cfg Config, key *did.Key, kv machine.KV, log *slog.Logger) (*trust, error) {
 	t := &trust{}
 	t.checker = attest.NewChecker(attest.Options{CollateralDir: cfg.TDXCollateral, Logger: log.With("component", "attest"), Replay: perRound{}})
 	t.nonces = attest.NewNonceStore(nil, 10*time.Minute, nil)
@@ -120,12 +121,12 @@ type attestRPC struct {
 
 func decodeStrict(raw json.RawMessage, v any) error {
 	if len(raw) == 0 {
-		return syncer.Errf(syncer.KindInvalid, "params are required")
+		return machine.Errf(machine.KindInvalid, "params are required")
 	}
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
-		return syncer.Errf(syncer.KindInvalid, "params: %v", err)
+		return machine.Errf(machine.KindInvalid, "params: %v", err)
 	}
 	return nil
 }
@@ -166,7 +167,7 @@ func (a *attestRPC) GetPolicy(ctx context.Context, raw json.RawMessage) (json.Ra
 // evidence must bind; with evidence it returns the wrapped dataset key.
 func (a *attestRPC) ReleaseKey(ctx context.Context, raw json.RawMessage) (json.RawMessage, error) {
 	if a.broker == nil {
-		return nil, syncer.Errf(syncer.KindDisabled, "this node runs no key broker (it needs an enclave: --enclave)")
+		return nil, machine.Errf(machine.KindDisabled, "this node runs no key broker (it needs an enclave: --enclave)")
 	}
 	var p enclave.KeyRequest
 	if err := decodeStrict(raw, &p); err != nil {

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io/fs"
 	"log/slog"
+	"math/big"
 	"net"
 	"net/http"
 	"os"
@@ -21,7 +22,9 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/tenzro/train/audit"
 	"github.com/tenzro/train/chain"
+	"github.com/tenzro/train/machine"
 	"github.com/tenzro/train/plugins"
 	"github.com/tenzro/train/rpc"
 	"github.com/tenzro/train/rpc/gossip"
@@ -83,7 +86,7 @@ func runNode(ctx context.Context, cfg Config, log *slog.Logger) (err error) {
 	if err := checkNodeStore(ctx, db, cfg.DataDir); err != nil {
 		return err
 	}
-	blobs, err := store.OpenBlobs(filepath.Join(cfg.DataDir, "blobs"), store.BlobOptions{MaxSize: syncer.MaxInitWeights, Logger: log.With("component", "blobs")})
+	blobs, err := store.OpenBlobs(filepath.Join(cfg.DataDir, "blobs"), store.BlobOptions{MaxSize: machine.MaxInitWeights, Logger: log.With("component", "blobs")})
 	if err != nil {
 		return fmt.Errorf("open blob store: %w", err)
 	}
@@ -131,14 +134,14 @@ func runNode(ctx context.Context, cfg Config, log *slog.Logger) (err error) {
 	hd := gossip.Handlers{Nonce: func(ctx context.Context, p wire.NonceParams) (*wire.NonceResult, error) {
 		node := nodeP.Load()
 		if node == nil {
-			return nil, &gossip.Refusal{Kind: int(syncer.KindInternal), Message: "node starting"}
+			return nil, &gossip.Refusal{Kind: int(machine.KindInternal), Message: "node starting"}
 		}
 		res, err := node.AttestNonce(ctx, p)
-		if k := syncer.KindOf(err); err != nil && k != syncer.KindInternal {
+		if k := machine.KindOf(err); err != nil && k != machine.KindInternal {
 			return nil, &gossip.Refusal{Kind: int(k), Message: err.Error()}
 		} else if err != nil {
 			log.Error("attestation nonce for a peer", "task", p.TaskID, "did", p.DID, "err", err)
-			return nil, &gossip.Refusal{Kind: int(syncer.KindInternal), Message: "internal error on this node (see its log)"}
+			return nil, &gossip.Refusal{Kind: int(machine.KindInternal), Message: "internal error on this node (see its log)"}
 		}
 		return res, nil
 	}, ChainInfo: func() (*gossip.ChainInfo, error) {
@@ -271,19 +274,40 @@ func runNode(ctx context.Context, cfg Config, log *slog.Logger) (err error) {
 	defer closeLogged(log, "datasets", ds.Close)
 
 	svc := nodeService{Node: node, gn: gn, chain: cn}
+	blobs.SetCap(cfg.BlobDiskCap)
+	price, _ := new(big.Int).SetString(cfg.BlobPrice, 10) // validated
+	policy, err := newBlobPolicy(ctx, svc, blobs, func(context.Context) string { return cn.ChainID }, price, cfg.BlobDIDQuota, cfg.BlobTTL, log.With("component", "blobs"))
+	if err != nil {
+		return err
+	}
+	goRun("blob collector", func(ctx context.Context) error {
+		return policy.runCollector(ctx, min(max(cfg.BlobTTL/4, time.Second), 10*time.Minute))
+	})
+	if err := rpc.RegisterGauges(reg, rpc.NodeGauges{
+		BlobBytes:       func() float64 { return float64(blobs.Usage().Bytes) },
+		BlobCount:       func() float64 { return float64(blobs.Usage().Blobs) },
+		BlobCap:         func() float64 { return float64(blobs.Usage().Cap) },
+		BlobUploadBytes: func() float64 { return float64(policy.pendingBytes()) },
+	}); err != nil {
+		return fmt.Errorf("metrics: %w", err)
+	}
 	opts := rpc.Options{
-		Routes:          dsRoutes,
-		MaxRequestBytes: cfg.MaxRequestBytes,
-		Blobs:           served,
-		MaxBlobBytes:    cfg.MaxBlobBytes,
-		OnBlobIn:        nm.PayloadIn,
+		BlobAuth:             policy,
+		BlobPeerBytesPerHour: cfg.BlobPeerBytesPerHour,
+		HeavyMemoryBytes:     cfg.HeavyMemoryBytes,
+		Routes:               dsRoutes,
+		AllowedOrigins:       cfg.RPCAllowOrigins,
+		MaxRequestBytes:      cfg.MaxRequestBytes,
+		Blobs:                served,
+		MaxBlobBytes:         cfg.MaxBlobBytes,
+		OnBlobIn:             nm.PayloadIn,
 		// A blob this node lacks is asked of its peers (the blob stream,
 		// hash-checked, at most --max-blob-bytes), so an auditor can replay
 		// any run through any node.
 		FetchBlob: func(ctx context.Context, h wire.Hash) error {
 			limit := cfg.MaxBlobBytes
 			if limit <= 0 {
-				limit = syncer.MaxInitWeights
+				limit = machine.MaxInitWeights
 			}
 			_, err := gn.FetchFromAny(ctx, h, limit, "")
 			return err
@@ -294,7 +318,7 @@ func runNode(ctx context.Context, cfg Config, log *slog.Logger) (err error) {
 		// Without a claimed root, receipts are checked against this node's
 		// committed state (syncer.RunAnchor).
 		VerifyReceipt: func(ctx context.Context, receipt, root []byte) *wire.VerifyReceiptResult {
-			return syncer.VerifyReceiptAgainst(ctx, node, receipt, root)
+			return audit.VerifyReceiptAgainst(ctx, node, receipt, root)
 		},
 	}
 	if registry != nil {
@@ -398,11 +422,11 @@ var nodeStoreFormat = []byte("node/format-chain")
 // from before the chain (runs and balances in the store itself) and marks a
 // new one.
 func checkNodeStore(ctx context.Context, db *store.DB, dataDir string) error {
-	if _, err := db.Get(ctx, syncer.KSMeta, nodeStoreFormat); err == nil {
+	if _, err := db.Get(ctx, machine.KSMeta, nodeStoreFormat); err == nil {
 		return nil
 	}
 	old := false
-	for _, ks := range []syncer.Keyspace{syncer.KSRuns, syncer.KSLedger, syncer.KSTranscript} {
+	for _, ks := range []machine.Keyspace{machine.KSRuns, machine.KSLedger, machine.KSTranscript} {
 		err := db.Scan(ctx, ks, nil, func(_, _ []byte) error { old = true; return errStopScan })
 		if err != nil && !errors.Is(err, errStopScan) {
 			return fmt.Errorf("store: %w", err)
@@ -411,8 +435,8 @@ func checkNodeStore(ctx context.Context, db *store.DB, dataDir string) error {
 	if old {
 		return fmt.Errorf("data dir %s is from an older version of tenzro-node (runs and balances in the node's own store, before the chain): start with a new --data-dir", dataDir)
 	}
-	var b syncer.Batch
-	b.Set(syncer.KSMeta, nodeStoreFormat, []byte{1})
+	var b machine.Batch
+	b.Set(machine.KSMeta, nodeStoreFormat, []byte{1})
 	return db.Commit(ctx, &b)
 }
 
@@ -457,10 +481,10 @@ type pluginRegistry struct {
 
 func (r *pluginRegistry) Publish(ctx context.Context, p *wire.PublishPluginParams) (*wire.PluginInfo, error) {
 	if len(p.Module) > plugins.MaxModuleBytes {
-		return nil, syncer.Errf(syncer.KindInvalid, "module: %d bytes, limit %d", len(p.Module), plugins.MaxModuleBytes)
+		return nil, machine.Errf(machine.KindInvalid, "module: %d bytes, limit %d", len(p.Module), plugins.MaxModuleBytes)
 	}
 	if err := did.Verify(p.DID, p.Preimage(), p.Signature); err != nil {
-		return nil, syncer.Errf(syncer.KindUnauthorized, "publish signature by %q: %v", p.DID, err)
+		return nil, machine.Errf(machine.KindUnauthorized, "publish signature by %q: %v", p.DID, err)
 	}
 	if r.node != nil {
 		return r.node.GatePublish(ctx, p, func(ctx context.Context) (*wire.PluginInfo, error) { return r.publish(ctx, p) })
@@ -474,7 +498,7 @@ func (r *pluginRegistry) publish(ctx context.Context, p *wire.PublishPluginParam
 		if strings.HasPrefix(err.Error(), "plugins: store ") {
 			return nil, err // a store fault: internal
 		}
-		return nil, syncer.Errf(syncer.KindInvalid, "module refused: %v", err)
+		return nil, machine.Errf(machine.KindInvalid, "module refused: %v", err)
 	}
 	return info, nil
 }
@@ -490,7 +514,7 @@ func (r pluginRegistry) Get(ctx context.Context, h wire.Hash) (*wire.PluginInfo,
 		}
 	}
 	if errors.Is(err, plugins.ErrUnknownPlugin) {
-		return nil, nil, syncer.Errf(syncer.KindNotFound, "plugin sha256:%s is not registered", h)
+		return nil, nil, machine.Errf(machine.KindNotFound, "plugin sha256:%s is not registered", h)
 	}
 	return nil, nil, err
 }
@@ -520,7 +544,7 @@ func announce(ctx context.Context, gn *gossip.Node, signer syncer.Signer, ev syn
 // blobs in both places, and the next start moves the rest.
 func migrateKVBlobs(ctx context.Context, db *store.DB, blobs *store.Blobs, log *slog.Logger) error {
 	var keys [][]byte
-	err := db.Scan(ctx, syncer.KSBlobs, nil, func(k, v []byte) error {
+	err := db.Scan(ctx, machine.KSBlobs, nil, func(k, v []byte) error {
 		var h wire.Hash
 		if len(k) != len(h) {
 			log.Warn("blob migration: skipping a key that is not a hash", "key", fmt.Sprintf("%x", k))
@@ -544,9 +568,9 @@ func migrateKVBlobs(ctx context.Context, db *store.DB, blobs *store.Blobs, log *
 	if len(keys) == 0 {
 		return nil
 	}
-	var b syncer.Batch
+	var b machine.Batch
 	for _, k := range keys {
-		b.Delete(syncer.KSBlobs, k)
+		b.Delete(machine.KSBlobs, k)
 	}
 	if err := db.Commit(ctx, &b); err != nil {
 		return fmt.Errorf("move blobs: delete from the database: %w", err)

@@ -6,7 +6,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/tenzro/train/syncer"
+	"github.com/tenzro/train/audit"
 	"github.com/tenzro/train/wire"
 )
 
@@ -46,14 +46,14 @@ replay --transcript FILE').`,
 			if err != nil {
 				return err
 			}
-			blob, _, err := syncer.TranscriptBlob(rounds)
+			blob, _, err := audit.TranscriptBlob(rounds)
 			if err != nil {
 				return err
 			}
 			if err := os.WriteFile(out, blob, 0o644); err != nil {
 				return fmt.Errorf("--out: %w", err)
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "wrote %s: %d rounds, %d bytes, transcript hash %s\n", out, len(rounds), len(blob), syncer.BlobHash(blob))
+			fmt.Fprintf(cmd.OutOrStdout(), "wrote %s: %d rounds, %d bytes, transcript hash %s\n", out, len(rounds), len(blob), audit.BlobHash(blob))
 			return nil
 		},
 	}

@@ -18,8 +18,9 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"github.com/tenzro/train/audit"
 	"github.com/tenzro/train/chain"
-	"github.com/tenzro/train/syncer"
+	"github.com/tenzro/train/machine"
 	"github.com/tenzro/train/syncer/election"
 	"github.com/tenzro/train/syncer/vrf"
 	"github.com/tenzro/train/wire"
@@ -296,11 +297,11 @@ serves them must hold them).`,
 			}
 			var layout *wire.InitLayout
 			if weightsPath != "" {
-				raw, err := readInputFile("init-weights", weightsPath, syncer.MaxInitWeights)
+				raw, err := readInputFile("init-weights", weightsPath, machine.MaxInitWeights)
 				if err != nil {
 					return err
 				}
-				if layout, _, err = syncer.InitLayoutOf(raw, parsed.Architecture.FragmentCount); err != nil {
+				if layout, _, err = machine.InitLayoutOf(raw, parsed.Architecture.FragmentCount); err != nil {
 					return usagef("--init-weights: %v", err)
 				}
 			}
@@ -476,11 +477,11 @@ precompile. 'tenzro receipt verify --receipt R --proof FILE' is the same check.`
 				if err != nil {
 					return err
 				}
-				if err := syncer.CheckReceipt(rc, nil); err != nil {
+				if err := audit.CheckReceipt(rc, nil); err != nil {
 					fmt.Fprintln(cmd.OutOrStdout(), 0)
 					return &exitError{code: exitFailed, msg: "invalid: receipt: " + err.Error()}
 				}
-				parsed, _ := syncer.ParseReceipt(rc)
+				parsed, _ := audit.ParseReceipt(rc)
 				root = parsed.RunRoot
 			}
 			if err := pv.check(cmd, root); err != nil {
@@ -645,12 +646,12 @@ func newChainSubmitCmd() *cobra.Command {
 			}
 			defer f.Close()
 			hsh := wire.NewContentHasher()
-			n, err := io.Copy(hsh, io.LimitReader(f, syncer.MaxPayloadBytes+1))
+			n, err := io.Copy(hsh, io.LimitReader(f, machine.MaxPayloadBytes+1))
 			if err != nil {
 				return fmt.Errorf("--payload %s: %w", payloadPath, err)
 			}
-			if n > syncer.MaxPayloadBytes {
-				return usagef("--payload %s: larger than %d bytes", payloadPath, syncer.MaxPayloadBytes)
+			if n > machine.MaxPayloadBytes {
+				return usagef("--payload %s: larger than %d bytes", payloadPath, machine.MaxPayloadBytes)
 			}
 			tx, err := chain.SubmissionTx(k, task, round, fragment, hsh.Sum(), uint64(n))
 			return broadcastAndPrint(cmd, tx, err)

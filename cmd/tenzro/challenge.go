@@ -10,6 +10,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/tenzro/train/machine"
 	"github.com/tenzro/train/plugins"
 	"github.com/tenzro/train/rpc/client"
 	"github.com/tenzro/train/store"
@@ -192,7 +193,7 @@ func replayFragmentLocally(ctx context.Context, cl *client.Client, p *wire.Repla
 		return nil, err
 	}
 	defer scratch.Close()
-	node, err := syncer.NewNode(ctx, syncer.Config{Chain: syncer.StaticChain{KV: kv, Block: syncer.Block{Height: st.Height}}, Blobs: syncer.KVBlobs{KV: scratch},
+	node, err := syncer.NewNode(ctx, syncer.Config{Chain: syncer.StaticChain{KV: kv, Block: machine.Block{Height: st.Height}}, Blobs: syncer.KVBlobs{KV: scratch},
 		Local: scratch, Engine: eng, Signer: syncer.KeySigner{Key: key}, Fetcher: rpcFetcher{cl}, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		return nil, err

@@ -14,9 +14,9 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/tenzro/train/machine"
 	"github.com/tenzro/train/rpc"
 	"github.com/tenzro/train/store"
-	"github.com/tenzro/train/syncer"
 	"github.com/tenzro/train/wire"
 	"github.com/tenzro/train/wire/did"
 )
@@ -41,7 +41,7 @@ func (f *cliFake) resolve(inline []byte, h wire.Hash) ([]byte, error) {
 	}
 	b, err := f.blobs.Get(context.Background(), h)
 	if err != nil {
-		return nil, syncer.Errf(syncer.KindNotFound, "payload %s is not stored on this node", h)
+		return nil, machine.Errf(machine.KindNotFound, "payload %s is not stored on this node", h)
 	}
 	return b, nil
 }
@@ -50,7 +50,7 @@ var errUnimplemented = errors.New("not used by these tests")
 
 func verify(signer string, pre, sig []byte) error {
 	if err := did.Verify(signer, pre, sig); err != nil {
-		return syncer.Errf(syncer.KindUnauthorized, "signature by %s: %v", signer, err)
+		return machine.Errf(machine.KindUnauthorized, "signature by %s: %v", signer, err)
 	}
 	return nil
 }
@@ -58,10 +58,10 @@ func verify(signer string, pre, sig []byte) error {
 func (f *cliFake) PostTask(_ context.Context, p *wire.PostTaskParams) (*wire.PostTaskResult, error) {
 	s, canon, err := wire.ParseSpec(p.Spec)
 	if err != nil {
-		return nil, syncer.Errf(syncer.KindInvalid, "%v", err)
+		return nil, machine.Errf(machine.KindInvalid, "%v", err)
 	}
 	if err := s.Validate(); err != nil {
-		return nil, syncer.Errf(syncer.KindInvalid, "%v", err)
+		return nil, machine.Errf(machine.KindInvalid, "%v", err)
 	}
 	var wh wire.Hash
 	if len(p.InitWeights) > 0 {
@@ -95,7 +95,7 @@ func (f *cliFake) ListRuns(context.Context, wire.ListRunsParams) ([]wire.RunSumm
 }
 func (f *cliFake) GetRun(_ context.Context, task string) (*wire.RunView, error) {
 	if task != "t1" {
-		return nil, syncer.Errf(syncer.KindNotFound, "run %q not found", task)
+		return nil, machine.Errf(machine.KindNotFound, "run %q not found", task)
 	}
 	return &wire.RunView{TaskID: task, TaskSpec: json.RawMessage(`{"trainer_count":8,"quorum":6}`), Status: wire.StatusRunning, Round: 1,
 		TrainerMetrics: map[string]wire.TrainerMetrics{"did:tenzro:machine:zA": {Submitted: 4, Accepted: 4, CurrentReward: "0"}}}, nil
@@ -131,13 +131,13 @@ func (f *cliFake) Submit(_ context.Context, g *wire.OuterGradient) (*wire.Submit
 		return nil, err
 	}
 	if wire.ContentHash(payload) != g.PayloadHash {
-		return nil, syncer.Errf(syncer.KindInvalid, "payload_hash mismatch")
+		return nil, machine.Errf(machine.KindInvalid, "payload_hash mismatch")
 	}
 	if err := verify(g.TrainerDID, g.Preimage(), g.Signature); err != nil {
 		return nil, err
 	}
 	if g.Round != 1 {
-		return nil, syncer.Errf(syncer.KindConflict, "round %d is not the current round 1", g.Round)
+		return nil, machine.Errf(machine.KindConflict, "round %d is not the current round 1", g.Round)
 	}
 	f.mu.Lock()
 	f.subs = append(f.subs, g)

@@ -10,6 +10,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/tenzro/train/machine"
 	"github.com/tenzro/train/plugins"
 	"github.com/tenzro/train/plugins/buildtool"
 	"github.com/tenzro/train/plugins/conformance"
@@ -261,6 +262,28 @@ func readTensors(flag, path string) ([]safetensors.Tensor, error) {
 	return ts, nil
 }
 
+// tensorsAt reads a safetensors file's header only: where each tensor's
+// bytes are.
+func tensorsAt(flag, path string) ([]safetensors.TensorAt, error) {
+	fh, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("--%s: %w", flag, err)
+	}
+	defer fh.Close()
+	fi, err := fh.Stat()
+	if err != nil {
+		return nil, fmt.Errorf("--%s: %w", flag, err)
+	}
+	if fi.Size() > maxTensorFile {
+		return nil, fmt.Errorf("--%s %s: %d bytes, limit %d", flag, path, fi.Size(), int64(maxTensorFile))
+	}
+	ts, _, err := safetensors.ParseHeaderAt(fh, fi.Size(), safetensors.DefaultLimits)
+	if err != nil {
+		return nil, fmt.Errorf("--%s %s: %w", flag, path, err)
+	}
+	return ts, nil
+}
+
 func byName(ts []safetensors.Tensor) map[string]safetensors.Tensor {
 	m := map[string]safetensors.Tensor{}
 	for _, t := range ts {
@@ -282,7 +305,7 @@ func runPlugin(cmd *cobra.Command, f runFlags) error {
 	if f.out == "" {
 		return usagef("--out is required")
 	}
-	e, err := plugins.NewEngine(ctx, plugins.Config{MemoryPages: f.memPages, Fuel: f.fuel, Workers: 1})
+	e, err := plugins.NewEngine(ctx, plugins.Config{MemoryPages: f.memPages, Fuel: f.fuel, Workers: 1, CacheDir: pluginCacheDir()})
 	if err != nil {
 		return err
 	}
@@ -304,37 +327,52 @@ func runPlugin(cmd *cobra.Command, f runFlags) error {
 	if f.rule == "" || f.inputs == "" {
 		return usagef("--rule and --inputs are required (or --outer)")
 	}
+	// The inputs are located, not read: the engine's worker opens each file
+	// and reads each tensor's bytes into the rule's memory itself, through
+	// the finalize the node runs (aggregation only).
 	paths := strings.Split(f.inputs, ",")
-	var sets []map[string]safetensors.Tensor
-	for _, p := range paths {
-		ts, err := readTensors("inputs", strings.TrimSpace(p))
+	var sets []map[string]safetensors.TensorAt
+	var first []safetensors.TensorAt
+	for i, p := range paths {
+		paths[i] = strings.TrimSpace(p)
+		ts, err := tensorsAt("inputs", paths[i])
 		if err != nil {
 			return err
 		}
-		sets = append(sets, byName(ts))
+		if i == 0 {
+			first = ts
+		}
+		m := map[string]safetensors.TensorAt{}
+		for _, t := range ts {
+			m[t.Name] = t
+		}
+		sets = append(sets, m)
 	}
 	rule, err := e.ResolveRule(ctx, f.rule, json.RawMessage(f.params), len(paths), len(paths))
 	if err != nil {
 		return usageError{err}
 	}
-	first, _ := readTensors("inputs", strings.TrimSpace(paths[0]))
 	var out []safetensors.Tensor
 	var fuel uint64
 	for _, t := range first {
-		in := syncer.AggregateInput{Rule: rule, Dtype: syncer.Dtype(t.Dtype), N: numel(t.Shape)}
+		n := numel(t.Shape)
+		in := syncer.FinalizeInput{Rule: rule, Dtype: machine.Dtype(t.Dtype), N: n, AggregateOnly: true}
 		for i, s := range sets {
 			u, ok := s[t.Name]
 			if !ok || u.Dtype != t.Dtype || fmt.Sprint(u.Shape) != fmt.Sprint(t.Shape) {
 				return fmt.Errorf("input %s: tensor %q missing or with another dtype/shape than in %s", paths[i], t.Name, paths[0])
 			}
-			in.Inputs = append(in.Inputs, u.Data)
+			in.Inputs = append(in.Inputs, syncer.FileValues(paths[i], syncer.ByteRange{Off: u.Offset, Len: u.Len}))
 		}
-		res, err := e.Aggregate(ctx, in)
+		res, err := e.Finalize(ctx, in)
+		if err == nil && res.Status != wire.FragAggregated {
+			err = fmt.Errorf("%s", res.Reason)
+		}
 		if err != nil {
 			return fmt.Errorf("tensor %q: %w", t.Name, err)
 		}
 		fuel += res.Fuel
-		out = append(out, safetensors.Tensor{Name: t.Name, Dtype: "F32", Shape: t.Shape, Data: res.Aggregate})
+		out = append(out, safetensors.Tensor{Name: t.Name, Dtype: "F32", Shape: t.Shape, Data: res.Weights})
 	}
 	meta := map[string]string{"rule": rule.Name, "rule_hash": rule.Hash.String(), "rule_params": string(rule.Params), "engine_profile": e.Profile().Hash.String()}
 	if err := writeTensors(f.out, out, meta); err != nil {
@@ -347,12 +385,31 @@ func runPlugin(cmd *cobra.Command, f runFlags) error {
 	return nil
 }
 
+// pluginCacheDir is this user's private directory for wazero's compiled
+// modules, so that a run does not compile every built-in again ("" keeps
+// the cache in memory when there is no usable cache directory).
+func pluginCacheDir() string {
+	base, err := os.UserCacheDir()
+	if err != nil {
+		return ""
+	}
+	dir := filepath.Join(base, "tenzro", "wasm-"+plugins.WazeroVersion)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return ""
+	}
+	return dir
+}
+
 func writeTensors(path string, ts []safetensors.Tensor, meta map[string]string) error {
-	b, err := safetensors.Encode(ts, meta)
+	fh, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
 	if err != nil {
 		return err
 	}
-	return os.WriteFile(path, b, 0o644)
+	if _, err := safetensors.EncodeTo(fh, ts, meta); err != nil {
+		fh.Close()
+		return err
+	}
+	return fh.Close()
 }
 
 func runOuter(cmd *cobra.Command, e *plugins.Engine, f runFlags) error {
@@ -387,7 +444,7 @@ func runOuter(cmd *cobra.Command, e *plugins.Engine, f runFlags) error {
 		if !ok || gt.Dtype != "F32" || numel(gt.Shape) != numel(w.Shape) {
 			return fmt.Errorf("--grad: tensor %q missing, not F32, or of another size", w.Name)
 		}
-		in := syncer.OuterStepInput{Rule: rule, Dtype: syncer.Dtype(w.Dtype), N: numel(w.Shape), Weights: w.Data, Aggregate: gt.Data,
+		in := syncer.OuterStepInput{Rule: rule, Dtype: machine.Dtype(w.Dtype), N: numel(w.Shape), Weights: w.Data, Aggregate: gt.Data,
 			LR: f.lr, Beta: f.beta, Nesterov: !f.noNesterov}
 		if ms != nil {
 			m, ok := ms[w.Name]

@@ -8,8 +8,8 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/tenzro/train/audit"
 	"github.com/tenzro/train/chain"
-	"github.com/tenzro/train/syncer"
 	"github.com/tenzro/train/wire"
 )
 
@@ -83,14 +83,14 @@ Exit 0 valid, 1 invalid (the reason is printed), 2 usage.`,
 			}
 			var rootBytes []byte
 			if root != "" {
-				if rootBytes, err = syncer.ParseRoot(root); err != nil {
+				if rootBytes, err = audit.ParseRoot(root); err != nil {
 					return usagef("--root: %v", err)
 				}
 			}
 			var transcript []byte
 			if transcriptPath != "" {
 				full = true
-				if transcript, err = readInputFile("transcript", transcriptPath, syncer.MaxTranscriptBytes); err != nil {
+				if transcript, err = readInputFile("transcript", transcriptPath, audit.MaxTranscriptBytes); err != nil {
 					return err
 				}
 			}
@@ -99,17 +99,17 @@ Exit 0 valid, 1 invalid (the reason is printed), 2 usage.`,
 			}
 			res := receiptVerifyResult{VerifyReceiptResult: wire.VerifyReceiptResult{Valid: 1}, Checks: []string{"compact"}}
 			fail := func(err error) { res.Valid, res.Reason = 0, err.Error() }
-			if err := syncer.CheckReceipt(b, rootBytes); err != nil {
+			if err := audit.CheckReceipt(b, rootBytes); err != nil {
 				fail(err)
 			}
-			rc, _ := syncer.ParseReceipt(b)
+			rc, _ := audit.ParseReceipt(b)
 			if res.Valid == 1 && full {
 				res.Checks = append(res.Checks, "full")
 				if transcript == nil {
 					transcript, err = fetchTranscript(cmd.Context(), nodeClient(cmd), rc)
 				}
 				if err == nil {
-					err = syncer.CheckReceiptFull(b, transcript)
+					err = audit.CheckReceiptFull(b, transcript)
 				}
 				if err != nil {
 					fail(err)
@@ -171,9 +171,9 @@ func fetchTranscript(ctx context.Context, cl interface {
 }, rc *wire.Receipt) ([]byte, error) {
 	rounds, err := cl.GetTranscript(ctx, rc.TaskID)
 	if err == nil {
-		blob, _, berr := syncer.TranscriptBlob(rounds)
+		blob, _, berr := audit.TranscriptBlob(rounds)
 		if berr == nil && uint64(len(blob)) == rc.TranscriptSize {
-			if syncer.BlobHash(blob) == rc.TranscriptHash {
+			if audit.BlobHash(blob) == rc.TranscriptHash {
 				return blob, nil
 			}
 		}
@@ -338,19 +338,19 @@ file offline with 'tenzro receipt verify --receipt R --proof FILE --genesis G' (
 			if err != nil {
 				return err
 			}
-			rc, err := syncer.ParseReceipt(b)
+			rc, err := audit.ParseReceipt(b)
 			if err != nil {
 				return &exitError{code: exitFailed, msg: err.Error()}
 			}
 			var transcript []byte
 			if transcriptPath != "" {
-				if transcript, err = readInputFile("transcript", transcriptPath, syncer.MaxTranscriptBytes); err != nil {
+				if transcript, err = readInputFile("transcript", transcriptPath, audit.MaxTranscriptBytes); err != nil {
 					return err
 				}
 			} else if transcript, err = fetchTranscript(cmd.Context(), nodeClient(cmd), rc); err != nil {
 				return err
 			}
-			leaf, index, size, proof, err := syncer.InclusionProof(b, transcript, round)
+			leaf, index, size, proof, err := audit.InclusionProof(b, transcript, round)
 			if err != nil {
 				return err
 			}

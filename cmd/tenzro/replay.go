@@ -9,6 +9,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/tenzro/train/audit"
 	"github.com/tenzro/train/plugins"
 	"github.com/tenzro/train/syncer"
 	"github.com/tenzro/train/wire"
@@ -58,7 +59,7 @@ re-executed the commit).`,
 			if err != nil {
 				return err
 			}
-			rc, err := syncer.ParseReceipt(b)
+			rc, err := audit.ParseReceipt(b)
 			if err != nil {
 				return &exitError{code: exitFailed, msg: err.Error()}
 			}
@@ -66,7 +67,7 @@ re-executed the commit).`,
 			cl := nodeClient(cmd)
 			var transcript []byte
 			if transcriptPath != "" {
-				if transcript, err = readInputFile("transcript", transcriptPath, syncer.MaxTranscriptBytes); err != nil {
+				if transcript, err = readInputFile("transcript", transcriptPath, audit.MaxTranscriptBytes); err != nil {
 					return err
 				}
 			} else if transcript, err = fetchTranscript(ctx, cl, rc); err != nil {

@@ -85,7 +85,7 @@ ipfs:// CID.`,
 			c := nodeClient(cmd)
 			if weights != nil {
 				// Streamed with PUT /blobs first; inline against an older node.
-				if p.InitWeights, err = weights.send(cmd.Context(), c); err != nil {
+				if p.InitWeights, err = weights.send(cmd.Context(), c, key, ""); err != nil {
 					return err
 				}
 				if p.InitWeights != nil {
@@ -133,7 +133,7 @@ func newSetInitWeightsCmd() *cobra.Command {
 			p := &wire.SetInitWeightsParams{TaskID: task, WeightsHash: w.hash, Signed: wire.Signed{Nonce: newNonce()}}
 			p.Signature = key.Sign(p.PreimageFor(key.DID.String(), w.hash))
 			c := nodeClient(cmd)
-			if p.Weights, err = w.send(cmd.Context(), c); err != nil {
+			if p.Weights, err = w.send(cmd.Context(), c, key, task); err != nil {
 				return err
 			}
 			if p.Weights != nil {
@@ -458,7 +458,7 @@ node's dashboard plots it.`,
 			// the signed submission then names it by hash (inline, base64,
 			// against a node without /blobs).
 			c := nodeClient(cmd)
-			if g.GradientPayload, err = payload.send(cmd.Context(), c); err != nil {
+			if g.GradientPayload, err = payload.send(cmd.Context(), c, key, task); err != nil {
 				return err
 			}
 			res, err := c.Submit(cmd.Context(), g)

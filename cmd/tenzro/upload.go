@@ -8,6 +8,7 @@ import (
 
 	"github.com/tenzro/train/rpc/client"
 	"github.com/tenzro/train/wire"
+	"github.com/tenzro/train/wire/did"
 )
 
 // blobFile is a local file sent to the node as a blob: by reference when
@@ -34,14 +35,16 @@ func hashBlobFile(flag, path string, limit int64) (*blobFile, error) {
 	return &blobFile{flag: flag, path: path, hash: h, size: n}, nil
 }
 
-// send uploads the file; inline is nil when the node now holds it by hash,
-// else the file's bytes for the inline form (a node without /blobs).
-func (b *blobFile) send(ctx context.Context, c *client.Client) (inline []byte, err error) {
-	_, err = c.PutBlobFile(ctx, b.path, b.hash, b.size)
+// send uploads the file with an upload intent signed by key for the run
+// task ("" before the run exists); inline is nil when the node now holds it
+// by hash, else the file's bytes for the inline form (a node without
+// /blobs, or one that does not fund uploads from key).
+func (b *blobFile) send(ctx context.Context, c *client.Client, key *did.Key, task string) (inline []byte, err error) {
+	_, err = c.PutBlobFile(ctx, b.path, b.hash, b.size, client.BlobSigner{Key: key, Task: task})
 	if err == nil {
 		return nil, nil
 	}
-	if !errors.Is(err, client.ErrNoBlobEndpoint) {
+	if !client.UploadRefused(err) {
 		return nil, fmt.Errorf("--%s %s: %w", b.flag, b.path, err)
 	}
 	raw, err := readInputFile(b.flag, b.path, b.size)

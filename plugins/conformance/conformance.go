@@ -18,6 +18,7 @@ import (
 	"math/rand/v2"
 	"strings"
 
+	"github.com/tenzro/train/machine"
 	"github.com/tenzro/train/plugins"
 	"github.com/tenzro/train/syncer"
 	"github.com/tenzro/train/wire"
@@ -174,7 +175,7 @@ func aggregateChecks(ctx context.Context, rep *Report, comp, interp *plugins.Eng
 	for i := range inputs {
 		inputs[i] = randVec(r, opt.N, float64(i%3))
 	}
-	in := syncer.AggregateInput{Rule: rr, Dtype: syncer.F32, N: opt.N, Inputs: inputs}
+	in := syncer.AggregateInput{Rule: rr, Dtype: machine.F32, N: opt.N, Inputs: inputs}
 	first, err := comp.Aggregate(ctx, in)
 	if !rep.add("aggregates F32 inputs", err) {
 		return
@@ -210,7 +211,7 @@ func aggregateChecks(ctx context.Context, rep *Report, comp, interp *plugins.Eng
 	}
 	if man.SupportsDtype("BF16") {
 		bin := in
-		bin.Dtype = syncer.BF16
+		bin.Dtype = machine.BF16
 		bin.Inputs = make([][]byte, opt.K)
 		for i := range inputs {
 			bin.Inputs[i] = toBF16(inputs[i])
@@ -219,7 +220,7 @@ func aggregateChecks(ctx context.Context, rep *Report, comp, interp *plugins.Eng
 		rep.add("aggregates BF16 inputs", err)
 	} else {
 		bin := in
-		bin.Dtype = syncer.BF16
+		bin.Dtype = machine.BF16
 		bin.Inputs = make([][]byte, opt.K)
 		for i := range inputs {
 			bin.Inputs[i] = toBF16(inputs[i])
@@ -294,7 +295,7 @@ func chunked(ctx context.Context, module []byte, ref string, man *plugins.Manife
 	if err != nil {
 		return err
 	}
-	in := syncer.AggregateInput{Rule: rr, Dtype: syncer.F32, N: n, Inputs: make([][]byte, k)}
+	in := syncer.AggregateInput{Rule: rr, Dtype: machine.F32, N: n, Inputs: make([][]byte, k)}
 	for i := range in.Inputs {
 		in.Inputs[i] = randVec(r, n, float64(i%3))
 	}
@@ -337,7 +338,7 @@ func chunkedVerify(ctx context.Context, module []byte, ref string, man *plugins.
 		if err != nil {
 			return err
 		}
-		in := syncer.VerifyInput{Verifier: rr, Dtype: syncer.F32, N: n, Input: input, Round: round}
+		in := syncer.VerifyInput{Verifier: rr, Dtype: machine.F32, N: n, Input: input, Round: round}
 		a, err := big.Verify(ctx, in)
 		if err != nil {
 			return err
@@ -399,7 +400,7 @@ func verifyChecks(ctx context.Context, rep *Report, comp, interp *plugins.Engine
 	for i := range round {
 		round[i] = randVec(r, opt.N, 0)
 	}
-	in := syncer.VerifyInput{Verifier: rr, Dtype: syncer.F32, N: opt.N, Input: round[0], Round: round}
+	in := syncer.VerifyInput{Verifier: rr, Dtype: machine.F32, N: opt.N, Input: round[0], Round: round}
 	a, err := comp.Verify(ctx, in)
 	if !rep.add("verifies an F32 input", err) {
 		return
@@ -425,7 +426,7 @@ func outerChecks(ctx context.Context, rep *Report, comp, interp *plugins.Engine,
 		rr = syncer.RuleRef{Name: rep.Plugin, Params: json.RawMessage("{}")}
 		rr.Hash, _ = parseHash(ref)
 	}
-	in := syncer.OuterStepInput{Rule: rr, Dtype: syncer.F32, N: opt.N, Weights: randVec(r, opt.N, 0), Aggregate: randVec(r, opt.N, 0), LR: 0.7, Beta: 0.9, Nesterov: true}
+	in := syncer.OuterStepInput{Rule: rr, Dtype: machine.F32, N: opt.N, Weights: randVec(r, opt.N, 0), Aggregate: randVec(r, opt.N, 0), LR: 0.7, Beta: 0.9, Nesterov: true}
 	a, err := comp.OuterStep(ctx, in)
 	if !rep.add("first step", err) {
 		return
@@ -454,7 +455,7 @@ func decodeChecks(ctx context.Context, rep *Report, comp, interp *plugins.Engine
 	sizes := map[string]int{"F32": 4, "BF16": 2, "F16": 2, "I8": 1, "U8": 1, "I32": 4}
 	var err2 error
 	for trial := 0; trial < 8 && err2 == nil; trial++ {
-		in := syncer.DecodeInput{Codec: rr, Dtype: syncer.F32, N: opt.N}
+		in := syncer.DecodeInput{Codec: rr, Dtype: machine.F32, N: opt.N}
 		for _, ts := range man.Tensors {
 			d := ts.Dtypes[r.IntN(len(ts.Dtypes))]
 			cnt := []int{opt.N, (opt.N + 1) / 2, (opt.N + 7) / 8, 1 + opt.N/64, r.IntN(opt.N + 1)}[r.IntN(5)]

@@ -41,6 +41,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/tenzro/train/machine"
 	"github.com/tenzro/train/rpc"
 	"github.com/tenzro/train/rpc/client"
 	"github.com/tenzro/train/store"
@@ -257,12 +258,12 @@ func (s sink) Submit(ctx context.Context, g *wire.OuterGradient) (*wire.SubmitRe
 	if len(g.GradientPayload) == 0 && s.blobs != nil {
 		b, release, err := s.blobs.Map(ctx, g.PayloadHash)
 		if err != nil {
-			return nil, syncer.Errf(syncer.KindNotFound, "%v", err)
+			return nil, machine.Errf(machine.KindNotFound, "%v", err)
 		}
 		defer release()
 		_ = b
 	} else if _, ok := g.CheckPayloadHash(); !ok {
-		return nil, syncer.Errf(syncer.KindInvalid, "payload_hash mismatch")
+		return nil, machine.Errf(machine.KindInvalid, "payload_hash mismatch")
 	}
 	return &wire.SubmitResult{Accepted: true, Round: g.Round, PayloadHash: g.PayloadHash, AcceptedCount: 1}, nil
 }

@@ -248,6 +248,7 @@ type ingestCase struct {
 	n, conc int
 	ps      [][]byte
 	subs    []*wire.OuterGradient
+	keys    []*did.Key // subs[i] is signed by keys[i]
 }
 
 var taskSeq atomic.Int64
@@ -297,7 +298,7 @@ func (b ingestBench) setup(c *client.Client, n, conc int) *ingestCase {
 		s.Signature = trainers[i].Sign(s.Preimage())
 		subs[i] = s
 	}
-	return &ingestCase{n: n, conc: conc, ps: ps, subs: subs}
+	return &ingestCase{n: n, conc: conc, ps: ps, subs: subs, keys: trainers}
 }
 
 func (b ingestBench) measure(c *client.Client, pid int, mode string, ic *ingestCase) ingestResult {
@@ -346,7 +347,7 @@ func (b ingestBench) measure(c *client.Client, pid int, mode string, ic *ingestC
 	secs := drive(b.subs, conc, func(i int) error {
 		g := *subs[i]
 		if mode == "put" {
-			if _, err := c.PutBlob(ctx, g.PayloadHash, bytes.NewReader(ps[i]), int64(len(ps[i]))); err != nil {
+			if _, err := c.PutBlobSigned(ctx, client.BlobSigner{Key: ic.keys[i], Task: g.TaskID}, g.PayloadHash, bytes.NewReader(ps[i]), int64(len(ps[i]))); err != nil {
 				return err
 			}
 		} else {

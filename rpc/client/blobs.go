@@ -11,9 +11,11 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/tenzro/train/rpc"
 	"github.com/tenzro/train/wire"
+	"github.com/tenzro/train/wire/did"
 )
 
 // ErrNoBlobEndpoint says that the node does not serve PUT/GET /blobs (an
@@ -61,7 +63,65 @@ func blobError(op string, resp *http.Response) error {
 // one over its limit) is answered before the body is sent. A node without
 // the endpoint gives ErrNoBlobEndpoint.
 func (c *Client) PutBlob(ctx context.Context, h wire.Hash, body io.Reader, size int64) (*rpc.BlobResult, error) {
+	return c.putBlob(ctx, nil, h, body, size)
+}
+
+// BlobSigner signs upload intents (docs/protocol/blobs.md): the uploader's
+// key and the run the blob is for ("" for none), which a node admits when
+// the key is enrolled in (or sponsors) that active run, or when its
+// balance covers the node's price per byte.
+type BlobSigner struct {
+	Key  *did.Key
+	Task string
+}
+
+// intentLifetime is how long a signed intent stays valid (the node accepts
+// up to rpc.MaxIntentLifetime).
+const intentLifetime = 10 * time.Minute
+
+// PutBlobSigned is PutBlob with a signed upload intent, which nodes that
+// price uploads require.
+func (c *Client) PutBlobSigned(ctx context.Context, s BlobSigner, h wire.Hash, body io.Reader, size int64) (*rpc.BlobResult, error) {
+	return c.putBlob(ctx, &s, h, body, size)
+}
+
+// chainID is the node's chain id (cached; "" for a node without a chain).
+func (c *Client) chainID(ctx context.Context) (string, error) {
+	if id := c.chain.Load(); id != nil {
+		return *id, nil
+	}
+	info, err := c.Info(ctx)
+	if err != nil {
+		return "", fmt.Errorf("chain id for the upload intent: %w", err)
+	}
+	id := ""
+	if info.Chain != nil {
+		id = info.Chain.ChainID
+	}
+	c.chain.Store(&id)
+	return id, nil
+}
+
+// UploadRefused reports whether a PutBlob error means the payload should
+// travel inline instead: the node has no /blobs endpoint, or it does not
+// fund uploads from this key (HTTP 402).
+func UploadRefused(err error) bool {
+	var e *Error
+	return errors.Is(err, ErrNoBlobEndpoint) || (errors.As(err, &e) && e.HTTPStatus == http.StatusPaymentRequired)
+}
+
+func (c *Client) putBlob(ctx context.Context, s *BlobSigner, h wire.Hash, body io.Reader, size int64) (*rpc.BlobResult, error) {
 	op := "upload blob " + h.String()
+	var intent string
+	if s != nil && s.Key != nil {
+		chain, err := c.chainID(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", op, err)
+		}
+		in := wire.BlobIntent{DID: s.Key.DID.String(), Size: uint64(size), Expires: uint64(time.Now().Add(intentLifetime).Unix()), Task: s.Task}
+		in.Sig = s.Key.Sign(in.Preimage(chain, h))
+		intent = in.String()
+	}
 	if c.timeout > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, c.timeout)
@@ -81,6 +141,9 @@ func (c *Client) PutBlob(ctx context.Context, h wire.Hash, body io.Reader, size 
 	}
 	req.Header.Set("Content-Type", "application/octet-stream")
 	req.Header.Set("Expect", "100-continue")
+	if intent != "" {
+		req.Header.Set(wire.BlobIntentHeader, intent)
+	}
 	resp, err := c.hc.Do(req)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", op, err)
@@ -120,13 +183,18 @@ func HashFile(path string, limit int64) (wire.Hash, int64, error) {
 
 // PutBlobFile uploads a file whose hash and size the caller computed
 // (HashFile), streaming it from disk.
-func (c *Client) PutBlobFile(ctx context.Context, path string, h wire.Hash, size int64) (*rpc.BlobResult, error) {
+// A signer (at most one) signs the upload intent.
+func (c *Client) PutBlobFile(ctx context.Context, path string, h wire.Hash, size int64, signer ...BlobSigner) (*rpc.BlobResult, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, err
 	}
 	defer f.Close()
-	return c.PutBlob(ctx, h, io.LimitReader(f, size), size)
+	var s *BlobSigner
+	if len(signer) > 0 {
+		s = &signer[0]
+	}
+	return c.putBlob(ctx, s, h, io.LimitReader(f, size), size)
 }
 
 // GetBlob downloads the blob h (GET /blobs/<h>) into w, at most limit

@@ -60,6 +60,7 @@ type Client struct {
 	hc      *http.Client
 	timeout time.Duration
 	id      atomic.Uint64
+	chain   atomic.Pointer[string] // the node's chain id, once asked
 }
 
 // Option configures a Client.

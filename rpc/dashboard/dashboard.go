@@ -16,7 +16,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/tenzro/train/syncer"
+	"github.com/tenzro/train/machine"
 	"github.com/tenzro/train/wire"
 )
 
@@ -82,7 +82,8 @@ func (h *handler) render(w http.ResponseWriter, name string, data any) {
 		return
 	}
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
-	w.Header().Set("Content-Security-Policy", "default-src 'none'; style-src 'self'; img-src 'self' data:; form-action 'self'")
+	w.Header().Set("Content-Security-Policy", "default-src 'none'; style-src 'self'; img-src 'self' data:; form-action 'self'; frame-ancestors 'none'")
+	w.Header().Set("X-Frame-Options", "DENY") // browsers without frame-ancestors
 	w.Header().Set("X-Content-Type-Options", "nosniff")
 	_, _ = w.Write(buf.Bytes())
 }
@@ -97,10 +98,10 @@ func (h *handler) css(w http.ResponseWriter, _ *http.Request) {
 func (h *handler) fail(w http.ResponseWriter, err error) {
 	status := http.StatusInternalServerError
 	msg := "dashboard: internal error"
-	switch syncer.KindOf(err) {
-	case syncer.KindNotFound:
+	switch machine.KindOf(err) {
+	case machine.KindNotFound:
 		status, msg = http.StatusNotFound, err.Error()
-	case syncer.KindInvalid:
+	case machine.KindInvalid:
 		status, msg = http.StatusBadRequest, err.Error()
 	default:
 		h.opts.Logger.Warn("dashboard", "err", err)
@@ -252,7 +253,7 @@ func (h *handler) run(w http.ResponseWriter, r *http.Request, verify bool) {
 			p.Verified, p.VerifyOK, p.VerifyMessage = true, ok == 1, why
 		}
 	} else if verify {
-		h.fail(w, syncer.Errf(syncer.KindInvalid, "run %s is %s: there is no receipt to verify before it seals", task, v.Status))
+		h.fail(w, machine.Errf(machine.KindInvalid, "run %s is %s: there is no receipt to verify before it seals", task, v.Status))
 		return
 	}
 	h.render(w, "run.html", p)

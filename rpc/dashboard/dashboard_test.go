@@ -8,8 +8,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/tenzro/train/machine"
 	"github.com/tenzro/train/rpc/dashboard"
-	"github.com/tenzro/train/syncer"
 	"github.com/tenzro/train/wire"
 )
 
@@ -26,7 +26,7 @@ func (f fakeSource) ListRuns(context.Context, wire.ListRunsParams) ([]wire.RunSu
 
 func (f fakeSource) GetRun(_ context.Context, id string) (*wire.RunView, error) {
 	if f.run == nil || f.run.TaskID != id {
-		return nil, syncer.Errf(syncer.KindNotFound, "no run %q", id)
+		return nil, machine.Errf(machine.KindNotFound, "no run %q", id)
 	}
 	return f.run, nil
 }
@@ -36,7 +36,7 @@ func (f fakeSource) GetTranscript(context.Context, string) ([]wire.RoundCommit, 
 }
 
 func (f fakeSource) GetReceipt(context.Context, string) (*wire.Receipt, error) {
-	return nil, syncer.Errf(syncer.KindNotFound, "not sealed")
+	return nil, machine.Errf(machine.KindNotFound, "not sealed")
 }
 
 func (f fakeSource) ReportedMetrics(context.Context, string) ([]wire.MetricsReport, error) {
@@ -93,5 +93,18 @@ func TestEmptyAndEarlyStates(t *testing.T) {
 				t.Errorf("%s: page lacks %q", c.name, w)
 			}
 		}
+	}
+}
+
+// Finding 10 of issue 22: the dashboard may not be framed by another page
+// (clickjacking of the verify button).
+func TestDashboardRefusesFraming(t *testing.T) {
+	rec := httptest.NewRecorder()
+	dashboard.Handler(fakeSource{}, dashboard.Options{}).ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/", nil))
+	if csp := rec.Header().Get("Content-Security-Policy"); !strings.Contains(csp, "frame-ancestors 'none'") {
+		t.Errorf("Content-Security-Policy %q lacks frame-ancestors 'none'", csp)
+	}
+	if xfo := rec.Header().Get("X-Frame-Options"); xfo != "DENY" {
+		t.Errorf("X-Frame-Options %q", xfo)
 	}
 }

@@ -56,11 +56,23 @@ var (
 // deadline (and always on the serving side). A transfer cut by it resumes.
 const blobTimeout = 2 * time.Minute
 
-// Bounds on blob streams served at once: in total (shared with the nonce
-// protocol) and per requesting peer.
+// Bounds on streams served at once: blob streams in total and per
+// requesting peer, and the small control protocols (nonce, chain info),
+// which have slots of their own so that blob streams never starve them
+// (issue 22, finding 8).
 const (
-	maxConcurrentServes = 8
+	maxConcurrentServes = 16
 	maxServesPerPeer    = 2
+	maxControlServes    = 16
+)
+
+// Idle deadlines of a served blob stream: the 48-byte request must arrive
+// within requestTimeout, and while the answer is sent every write must make
+// progress within streamIdle. A reader that stops reading holds its slot
+// for streamIdle, not blobTimeout.
+const (
+	requestTimeout = 10 * time.Second
+	streamIdle     = 15 * time.Second
 )
 
 // maxFetchAttempts bounds the streams one FetchBlobTo opens in all.
@@ -157,7 +169,7 @@ var copyBufs = sync.Pool{New: func() any { b := make([]byte, 256<<10); return &b
 
 func (n *Node) serveBlob(s network.Stream) {
 	defer s.Close()
-	_ = s.SetDeadline(time.Now().Add(blobTimeout))
+	_ = s.SetDeadline(time.Now().Add(min(requestTimeout, n.idle)))
 	from := s.Conn().RemotePeer()
 	raw, err := io.ReadAll(io.LimitReader(s, BlobRequestSize+1))
 	if err != nil {
@@ -201,7 +213,10 @@ func (n *Node) serveBlob(s network.Stream) {
 	var hdr [9]byte
 	hdr[0] = blobOK
 	binary.BigEndian.PutUint64(hdr[1:], size)
-	if _, err := s.Write(hdr[:]); err != nil {
+	end := time.Now().Add(blobTimeout)
+	_ = s.SetReadDeadline(end)
+	out := &idleWriter{s: s, idle: n.idle, end: end}
+	if _, err := out.Write(hdr[:]); err != nil {
 		n.c.blobServeErrors.Add(1)
 		_ = s.Reset()
 		return
@@ -214,7 +229,7 @@ func (n *Node) serveBlob(s network.Stream) {
 	}
 	bp := copyBufs.Get().(*[]byte)
 	defer copyBufs.Put(bp)
-	sent, err := io.CopyBuffer(onlyWriter{s}, body, *bp)
+	sent, err := io.CopyBuffer(out, body, *bp)
 	n.c.blobBytesServed.Add(uint64(sent))
 	if err != nil {
 		n.c.blobServeErrors.Add(1)
@@ -225,10 +240,38 @@ func (n *Node) serveBlob(s network.Stream) {
 	n.c.blobsServed.Add(1)
 }
 
-// onlyWriter hides a stream's ReadFrom so io.CopyBuffer uses its buffer.
-type onlyWriter struct{ w io.Writer }
+// idleWriter writes to a served stream in pieces, each with a deadline of
+// idle from its start (never past end): a reader that stops reading is cut
+// after idle. It hides the stream's ReadFrom so io.CopyBuffer uses its
+// buffer.
+type idleWriter struct {
+	s    network.Stream
+	idle time.Duration
+	end  time.Time
+}
 
-func (o onlyWriter) Write(p []byte) (int, error) { return o.w.Write(p) }
+// idleChunk is the most one deadline covers: at the slowest rate a reader
+// keeps its slot with (idleChunk per idle, ≈ 4 KiB/s at 15 s).
+const idleChunk = 64 << 10
+
+func (w *idleWriter) Write(p []byte) (int, error) {
+	var n int
+	for len(p) > 0 {
+		k := min(len(p), idleChunk)
+		dl := time.Now().Add(w.idle)
+		if dl.After(w.end) {
+			dl = w.end
+		}
+		_ = w.s.SetWriteDeadline(dl)
+		m, err := w.s.Write(p[:k])
+		n += m
+		if err != nil {
+			return n, err
+		}
+		p = p[k:]
+	}
+	return n, nil
+}
 
 // FetchBlob fetches the blob with the given ContentHash from a peer into
 // memory. It refuses blobs above Config.MaxBlob before reading them and

@@ -144,8 +144,8 @@ func (n *Node) serveChainInfo(s network.Stream) {
 		return
 	}
 	select {
-	case n.serveSem <- struct{}{}:
-		defer func() { <-n.serveSem }()
+	case n.ctrlSem <- struct{}{}:
+		defer func() { <-n.ctrlSem }()
 	default:
 		_ = s.Reset()
 		return

@@ -116,7 +116,9 @@ type Node struct {
 	onBlobIn func(int64)
 	cache    *blobCache
 	boot     []peer.AddrInfo
-	serveSem chan struct{}
+	serveSem chan struct{} // blob serves
+	ctrlSem  chan struct{} // nonce and chain-info serves: never held by blob streams
+	idle     time.Duration // a served stream whose reader makes no progress for this long is reset
 	mesh     *meshTracer
 	blobs    BlobStore
 
@@ -176,11 +178,17 @@ func New(ctx context.Context, cfg Config, h Handlers) (*Node, error) {
 	}
 
 	bw := metrics.NewBandwidthCounter()
+	rm, cm, err := newLimits(boot)
+	if err != nil {
+		return nil, fmt.Errorf("gossip: resource limits: %w", err)
+	}
 	hst, err := libp2p.New(
 		libp2p.Identity(key),
 		libp2p.ListenAddrStrings(cfg.ListenAddrs...),
 		libp2p.UserAgent("tenzro-node"),
 		libp2p.BandwidthReporter(bw),
+		libp2p.ResourceManager(rm),
+		libp2p.ConnectionManager(cm),
 	)
 	if err != nil {
 		return nil, fmt.Errorf("gossip: start libp2p host on %v: %w", cfg.ListenAddrs, err)
@@ -189,6 +197,7 @@ func New(ctx context.Context, cfg Config, h Handlers) (*Node, error) {
 	n := &Node{
 		h: hst, bw: bw, topics: map[string]*pubsub.Topic{}, log: log, hd: h, maxBlob: cfg.MaxBlob, onBlobIn: cfg.OnBlobIn,
 		cache: newBlobCache(cfg.BlobCacheBytes), boot: boot, serveSem: make(chan struct{}, maxConcurrentServes),
+		ctrlSem: make(chan struct{}, maxControlServes), idle: streamIdle,
 		ctx: nctx, cancel: cancel, mesh: newMeshTracer(), blobs: cfg.Blobs, serving: map[peer.ID]int{},
 	}
 	if err := n.start(ctx); err != nil {

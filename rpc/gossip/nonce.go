@@ -84,8 +84,8 @@ func (n *Node) serveNonce(s network.Stream) {
 		return
 	}
 	select {
-	case n.serveSem <- struct{}{}:
-		defer func() { <-n.serveSem }()
+	case n.ctrlSem <- struct{}{}:
+		defer func() { <-n.ctrlSem }()
 	default:
 		n.writeNonce(s, nonceResponse{Error: &Refusal{Kind: 0, Message: "syncer node busy: too many streams in flight"}})
 		return

@@ -109,9 +109,9 @@ class ViaLight(Client):
             return self.light.call(method, params)
         return super().call(method, params)
 
-    def put_blob(self, data, h=None):
+    def put_blob(self, data, h=None, key=None, task=""):
         # A payload submitted by reference must be on the node that takes the submission.
-        return self.light.put_blob(data, h)
+        return self.light.put_blob(data, h, key, task)
 
 
 def test_verified_run_through_a_light_node(enclave_node, go_bins, tmp_path):

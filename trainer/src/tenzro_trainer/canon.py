@@ -21,6 +21,7 @@ DOMAIN_SUBMISSION = "tenzro/train/submission/v1"
 DOMAIN_SPEC = "tenzro/train/spec/v1"
 DOMAIN_DATASET = "tenzro/train/dataset/v1"
 DOMAIN_MODEL = "tenzro/train/model/v1"
+DOMAIN_BLOB_INTENT = "tenzro/train/blob-intent/v1"
 
 ZERO_HASH = bytes(32)
 
@@ -138,3 +139,9 @@ def parse_hash(s: str) -> bytes:
     if len(t) != 64:
         raise ValueError(f"hash {s[:80]!r}: want 64 hex digits, got {len(t)}")
     return bytes.fromhex(t)
+
+
+def blob_intent_preimage(chain_id: str, h: bytes, size: int, did: str, expires: int, task: str) -> bytes:
+    """docs/protocol/blobs.md (wire.BlobIntentPreimage): Str(DOMAIN_BLOB_INTENT) ‖ Str(chain_id) ‖ Hash(blob) ‖
+    U64(size) ‖ Str(did) ‖ U64(expires) ‖ Str(task)."""
+    return Canon(DOMAIN_BLOB_INTENT).str(chain_id).hash(h).u64(size).str(did).u64(expires).str(task).out()

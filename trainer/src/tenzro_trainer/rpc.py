@@ -12,7 +12,14 @@ from urllib.parse import urlsplit, urlunsplit
 
 import requests
 
-from .canon import ZERO_HASH, content_hash, method_fields, request_preimage, submission_preimage
+from .canon import (
+    ZERO_HASH,
+    blob_intent_preimage,
+    content_hash,
+    method_fields,
+    request_preimage,
+    submission_preimage,
+)
 from .identity import Key
 
 MAX_RESPONSE = 512 << 20  # a getWeights answer carries a whole fragment
@@ -42,6 +49,15 @@ class NoBlobEndpoint(Exception):
     store): send payloads inline (base64) in the JSON-RPC request instead."""
 
 
+class UploadNotFunded(NoBlobEndpoint):
+    """The node does not fund uploads from this key (HTTP 402: no balance covering its price per byte and no
+    enrolment in the run the intent names): send this payload inline instead."""
+
+
+BLOB_INTENT_HEADER = "Tenzro-Blob-Intent"
+INTENT_LIFETIME_S = 600  # the node accepts intents expiring up to 15 minutes ahead
+
+
 class _Nonces:
     """Unix-nanosecond nonces, strictly increasing per process (PROTOCOL §3)."""
 
@@ -67,25 +83,39 @@ class Client:
         self.bytes_sent = 0
         # None: not tried yet; False: the node answered PUT /blobs with 404/405 (payloads go inline).
         self.blob_uploads: bool | None = None
+        self._chain_id: str | None = None
+
+    def chain_id(self) -> str:
+        """The node's chain id (cached): upload intents are signed for it ("" for a node without a chain)."""
+        if self._chain_id is None:
+            info = self.call("tenzro_node_info")
+            self._chain_id = str((info.get("chain") or {}).get("chain_id", ""))
+        return self._chain_id
+
+    def blob_intent(self, key: Key, h: bytes, size: int, task: str = "") -> str:
+        """The ``Tenzro-Blob-Intent`` header value: ``v1 <did> <size> <expires> <task or -> <signature hex>``."""
+        expires = int(time.time()) + INTENT_LIFETIME_S
+        sig = key.sign(blob_intent_preimage(self.chain_id(), h, size, key.did, expires, task))
+        return f"v1 {key.did} {size} {expires} {task or '-'} {sig.hex()}"
 
     def blob_url(self, h: bytes) -> str:
         """``<endpoint path>/blobs/<64 hex>`` on the node's RPC port."""
         u = urlsplit(self.url)
         return urlunsplit((u.scheme, u.netloc, u.path.rstrip("/") + "/blobs/" + h.hex(), "", ""))
 
-    def put_blob(self, data: bytes, h: bytes | None = None) -> dict:
+    def put_blob(self, data: bytes, h: bytes | None = None, key: Key | None = None, task: str = "") -> dict:
         """Upload ``data`` raw with ``PUT /blobs/<content hash>``: the node hashes it as it arrives and keeps it
-        only if it matches. Returns ``{"hash", "size", "created"}``; raises NoBlobEndpoint against a node without
-        the endpoint and RpcError for a refusal (413 too large, 422 hash mismatch)."""
+        only if it matches. ``key`` signs the upload intent (for the run ``task``), which nodes that price uploads
+        require. Returns ``{"hash", "size", "created"}``; raises NoBlobEndpoint against a node without the
+        endpoint, UploadNotFunded when the node does not fund uploads from ``key`` (402), and RpcError for a
+        refusal (413 too large, 422 hash mismatch, 401 bad intent)."""
         h = h if h is not None else content_hash(data)
         op = f"PUT /blobs/{h.hex()}"
+        headers = {"Content-Type": "application/octet-stream"}
+        if key is not None:
+            headers[BLOB_INTENT_HEADER] = self.blob_intent(key, h, len(data), task)
         try:
-            r = self._session.put(
-                self.blob_url(h),
-                data=data,
-                headers={"Content-Type": "application/octet-stream"},
-                timeout=self.timeout,
-            )
+            r = self._session.put(self.blob_url(h), data=data, headers=headers, timeout=self.timeout)
         except requests.RequestException as e:
             raise NodeUnavailable(f"{op}: {e}") from e
         self.bytes_sent += len(data)
@@ -96,6 +126,8 @@ class Client:
                 msg = ""
             if r.status_code == 405 or not msg or "no blob store" in msg:
                 raise NoBlobEndpoint(f"{op}: HTTP {r.status_code} {msg}".strip())
+        if r.status_code == 402:
+            raise UploadNotFunded(f"{op}: HTTP 402 {r.text[:300]}")
         if r.status_code in (200, 201):
             res = r.json()
             if res.get("hash") != h.hex() or res.get("size") != len(data):
@@ -109,12 +141,15 @@ class Client:
             raise NodeUnavailable(f"{op}: HTTP {r.status_code}, body is not a JSON error") from e
         raise RpcError(op, int(err.get("code", 0)), str(err.get("message", "")), err.get("data"))
 
-    def _by_reference(self, data: bytes, h: bytes) -> bool:
-        """Upload ``data`` for a by-reference request; False when the node takes payloads inline only."""
+    def _by_reference(self, data: bytes, h: bytes, key: Key, task: str = "") -> bool:
+        """Upload ``data`` for a by-reference request (intent signed by ``key`` for ``task``); False when the node
+        takes it inline only (no /blobs endpoint, or uploads from ``key`` not funded)."""
         if self.blob_uploads is False:
             return False
         try:
-            self.put_blob(data, h)
+            self.put_blob(data, h, key, task)
+        except UploadNotFunded:
+            return False
         except NoBlobEndpoint:
             self.blob_uploads = False
             return False
@@ -223,7 +258,7 @@ class Client:
         }
         if init_weights:
             # Raw with PUT /blobs first, then named by hash; inline (base64) against an older node.
-            if self._by_reference(init_weights, wh):
+            if self._by_reference(init_weights, wh, key):
                 params["init_weights_hash"] = wh.hex()
             else:
                 params["init_weights"] = base64.b64encode(init_weights).decode()
@@ -258,7 +293,7 @@ class Client:
         }
         # The payload goes raw with PUT /blobs/<payload_hash> and the submission names it by hash (the signed
         # preimage is the same); against a node without /blobs it goes inline, base64, as in the seed's form.
-        if not self._by_reference(payload, ph):
+        if not self._by_reference(payload, ph, key, task_id):
             params["gradient_payload"] = base64.b64encode(payload).decode()
         if attestation is not None:
             params["attestation"] = attestation

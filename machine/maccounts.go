@@ -1,4 +1,4 @@
-package syncer
+package machine
 
 import (
 	"errors"
@@ -51,10 +51,10 @@ func (x *mtx) transfer(p *wire.TransferParams) (*wire.Balance, error) {
 	if err := x.checkSigned(p.From, p.Nonce, p.Signature, p.Preimage()); err != nil {
 		return nil, err
 	}
-	if err := x.lt.transfer(acctDID(p.From), acctDID(p.To), amt, "transfer"); err != nil {
+	if err := x.lt.transfer(AcctDID(p.From), AcctDID(p.To), amt, "transfer"); err != nil {
 		return nil, err
 	}
-	b, err := x.lt.balance(acctDID(p.From))
+	b, err := x.lt.balance(AcctDID(p.From))
 	if err != nil {
 		return nil, err
 	}
@@ -76,10 +76,10 @@ func (x *mtx) faucet(p *wire.FaucetTx) (*wire.Balance, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := x.lt.transfer(acctIssuer, acctDID(p.DID), amt, "faucet"); err != nil {
+	if err := x.lt.transfer(acctIssuer, AcctDID(p.DID), amt, "faucet"); err != nil {
 		return nil, err
 	}
-	b, err := x.lt.balance(acctDID(p.DID))
+	b, err := x.lt.balance(AcctDID(p.DID))
 	if err != nil {
 		return nil, err
 	}
@@ -88,7 +88,7 @@ func (x *mtx) faucet(p *wire.FaucetTx) (*wire.Balance, error) {
 
 func (x *mtx) candidate(d string) (*wire.SyncerCandidate, error) {
 	var c wire.SyncerCandidate
-	ok, err := x.getJSON(KSMeta, candKey(d), &c)
+	ok, err := x.getJSON(KSMeta, CandKey(d), &c)
 	if err != nil || !ok {
 		return nil, err
 	}
@@ -114,7 +114,7 @@ func (x *mtx) registerCandidate(p *wire.RegisterSyncerParams) (*wire.SyncerCandi
 	if err := x.checkSigned(p.DID, p.Nonce, p.Signature, p.Preimage()); err != nil {
 		return nil, err
 	}
-	if err := x.lt.transfer(acctDID(p.DID), acctSyncerStake(p.DID), amt, "syncer candidacy"); err != nil {
+	if err := x.lt.transfer(AcctDID(p.DID), acctSyncerStake(p.DID), amt, "syncer candidacy"); err != nil {
 		return nil, err
 	}
 	total, err := x.lt.balance(acctSyncerStake(p.DID))
@@ -122,7 +122,7 @@ func (x *mtx) registerCandidate(p *wire.RegisterSyncerParams) (*wire.SyncerCandi
 		return nil, err
 	}
 	c := wire.SyncerCandidate{DID: p.DID, Stake: total.String()}
-	return &c, x.putJSON(KSMeta, candKey(p.DID), c)
+	return &c, x.putJSON(KSMeta, CandKey(p.DID), c)
 }
 
 // unbond withdraws a candidate's whole stake: it moves to the unbonding
@@ -165,7 +165,7 @@ func (x *mtx) unbond(p *wire.UnbondParams) (*wire.SyncerCandidate, error) {
 	c.Unbonding = true
 	c.ReleaseMs = x.blk.TimeMs + params.UnbondingDelayMs
 	x.set(KSMeta, unbondKey(c.ReleaseMs, p.DID), []byte{})
-	return c, x.putJSON(KSMeta, candKey(p.DID), c)
+	return c, x.putJSON(KSMeta, CandKey(p.DID), c)
 }
 
 // runSyncedBy returns an active run whose elected syncer is d ("" if none).
@@ -176,7 +176,7 @@ func (x *mtx) runSyncedBy(d string) (string, error) {
 			return nil
 		}
 		task := strings.TrimPrefix(string(k), activePrefix)
-		r, err := loadRun(x.ctx, x.kv, task)
+		r, err := LoadRun(x.ctx, x.kv, task)
 		if err != nil {
 			return nil // an unreadable run holds no one
 		}
@@ -215,11 +215,11 @@ func (x *mtx) releaseUnbonded() (int, error) {
 		if err != nil {
 			return 0, err
 		}
-		if err := x.lt.transfer(acctSyncerUnbonding(u.did), acctDID(u.did), new(big.Int).Set(bal), "syncer stake released after unbonding"); err != nil {
+		if err := x.lt.transfer(acctSyncerUnbonding(u.did), AcctDID(u.did), new(big.Int).Set(bal), "syncer stake released after unbonding"); err != nil {
 			return 0, err
 		}
 		x.del(KSMeta, []byte(u.key))
-		x.del(KSMeta, candKey(u.did))
+		x.del(KSMeta, CandKey(u.did))
 		x.m.log.Info("syncer stake released", "did", u.did, "amount", bal)
 	}
 	return len(ds), nil
@@ -242,7 +242,7 @@ func (x *mtx) publishPlugin(p *wire.PublishPluginTx) (*PluginRecord, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := x.lt.transfer(acctDID(p.DID), acctIssuer, fee, "plugin publication fee (burned)"); err != nil {
+	if err := x.lt.transfer(AcctDID(p.DID), acctIssuer, fee, "plugin publication fee (burned)"); err != nil {
 		return nil, err
 	}
 	var rec PluginRecord

@@ -1,4 +1,4 @@
-package syncer
+package machine
 
 import (
 	"context"
@@ -233,7 +233,7 @@ func (m *Machine) InitGenesis(ctx context.Context, kv KV, blk Block, g *Genesis)
 		if err != nil {
 			return err
 		}
-		if err := x.lt.transfer(acctIssuer, acctDID(acc.DID), amt, "genesis allocation"); err != nil {
+		if err := x.lt.transfer(acctIssuer, AcctDID(acc.DID), amt, "genesis allocation"); err != nil {
 			return fmt.Errorf("genesis allocation to %s: %w", acc.DID, err)
 		}
 	}
@@ -248,7 +248,7 @@ func (m *Machine) InitGenesis(ctx context.Context, kv KV, blk Block, g *Genesis)
 		if err := x.lt.transfer(acctIssuer, acctSyncerStake(c.DID), amt, "genesis syncer candidacy"); err != nil {
 			return err
 		}
-		if err := x.putJSON(KSMeta, candKey(c.DID), wire.SyncerCandidate{DID: c.DID, Stake: amt.String()}); err != nil {
+		if err := x.putJSON(KSMeta, CandKey(c.DID), wire.SyncerCandidate{DID: c.DID, Stake: amt.String()}); err != nil {
 			return err
 		}
 	}
@@ -304,7 +304,7 @@ func (x *mtx) putJSON(ks Keyspace, key []byte, v any) error {
 	return nil
 }
 
-func (x *mtx) putRun(r *runState) error { return x.putJSON(KSRuns, runKey(r.spec.TaskID), r) }
+func (x *mtx) putRun(r *Run) error { return x.putJSON(KSRuns, RunKey(r.spec.TaskID), r) }
 
 func (x *mtx) getJSON(ks Keyspace, key []byte, v any) (bool, error) {
 	raw, err := x.kv.Get(x.ctx, ks, key)
@@ -331,6 +331,19 @@ func (x *mtx) params() (*Params, error) {
 	}
 	x.p = &p
 	return x.p, nil
+}
+
+// LoadParams reads the chain's parameters from a committed state (the
+// defaults where the genesis set none).
+func LoadParams(ctx context.Context, kv KV) (*Params, error) {
+	return (&mtx{ctx: ctx, kv: NewOverlay(kv)}).params()
+}
+
+// Fee is the fee the machine charges for which ("posting" or "publish") in
+// a committed state: the node's early refusal reads the same number the
+// transition burns.
+func Fee(ctx context.Context, kv KV, which string) (*big.Int, error) {
+	return (&mtx{ctx: ctx, kv: NewOverlay(kv)}).fee(which)
 }
 
 func (x *mtx) fee(which string) (*big.Int, error) {
@@ -522,7 +535,7 @@ func (m *Machine) Check(ctx context.Context, kv KV, tx *wire.Tx) error {
 // nothing; a run that cannot be read is logged and skipped (every validator
 // skips it alike).
 func (m *Machine) BeginBlock(ctx context.Context, kv KV, blk Block) error {
-	tasks, err := activeTasks(ctx, kv)
+	tasks, err := ActiveTasks(ctx, kv)
 	if err != nil {
 		return fmt.Errorf("timers: %w", err)
 	}
@@ -550,7 +563,7 @@ func (m *Machine) BeginBlock(ctx context.Context, kv KV, blk Block) error {
 
 // timers applies the clock to one run; changed says whether it wrote.
 func (x *mtx) timers(task string) (bool, error) {
-	r, err := loadRun(x.ctx, x.kv, task)
+	r, err := LoadRun(x.ctx, x.kv, task)
 	if err != nil {
 		return false, err
 	}
@@ -577,14 +590,14 @@ func (x *mtx) timers(task string) (bool, error) {
 				if fs.Closed || len(fs.Records) >= r.spec.Quorum {
 					continue
 				}
-				fc := baseCommit(r, i)
+				fc := BaseCommit(r, i)
 				// The chain closes it; the commit names the syncer whose turn it
 				// was (a receipt lists every committer with its election entry).
-				who, k := r.syncerAt(now)
+				who, k := r.SyncerAt(now)
 				fc.Syncer, fc.Ticket = who, uint64(k)
 				fc.Status = wire.FragNoQuorum
 				fc.Reason = fmt.Sprintf("round deadline passed with %d of K=%d submissions accepted", len(fs.Records), r.spec.Quorum)
-				fc.Inputs = recordInputs(fs.Records)
+				fc.Inputs = RecordInputs(fs.Records)
 				momentum := fs.MomentumHash
 				if err := x.closeFragment(r, i, fc); err != nil {
 					return false, err

@@ -1,4 +1,4 @@
-package syncer
+package audit
 
 import (
 	"bytes"
@@ -96,44 +96,9 @@ func VerifyReceiptAgainst(ctx context.Context, a RunAnchor, receipt, root []byte
 	return res
 }
 
-// SealedRunOf reads a sealed run's SealedRun from a committed state (Height
-// is the caller's to set).
-func SealedRunOf(ctx context.Context, kv KV, task string) (*SealedRun, error) {
-	r, err := loadRun(ctx, kv, task)
-	if err != nil {
-		return nil, err
-	}
-	if r.Seal == nil {
-		return nil, Errf(KindConflict, "run %s is %s: it has no sealed run root", task, r.Status)
-	}
-	out := &SealedRun{TaskID: task, RunRoot: r.Seal.RunRoot, Election: r.Election}
-	if r.Challenges > 0 {
-		list, err := ChainChallengeList(ctx, kv, task)
-		if err != nil {
-			return nil, err
-		}
-		h := BlobHash(list)
-		out.ChallengesHash = &h
-	}
-	return out, nil
-}
-
 func hashText(h *wire.Hash) string {
 	if h == nil {
 		return "none"
 	}
 	return h.String()
-}
-
-// SealedRun implements RunAnchor from the chain's committed state.
-func (n *Node) SealedRun(ctx context.Context, task string) (*SealedRun, error) {
-	var out *SealedRun
-	err := n.view(ctx, func(v View) error {
-		var err error
-		if out, err = SealedRunOf(ctx, v.KV, task); err == nil {
-			out.Height = v.Block.Height
-		}
-		return err
-	})
-	return out, err
 }

@@ -1,4 +1,4 @@
-package syncer
+package audit
 
 import (
 	"bytes"
@@ -589,11 +589,13 @@ func CheckSettlement(rc *wire.Receipt, spec *wire.TaskSpec) error {
 // that appended itself above every committer looks like a late signer, and
 // only the chain's election record tells them apart (VerifyReceiptAgainst).
 func CheckReceiptFull(receipt, transcript []byte) error {
-	_, _, _, err := checkReceiptFull(receipt, transcript)
+	_, _, _, err := CheckFull(receipt, transcript)
 	return err
 }
 
-func checkReceiptFull(receipt, transcript []byte) (*wire.Receipt, []wire.RoundCommit, []wire.Hash, error) {
+// CheckFull is CheckReceiptFull returning what it parsed: the receipt, the
+// transcript's round commits and their leaf hashes.
+func CheckFull(receipt, transcript []byte) (*wire.Receipt, []wire.RoundCommit, []wire.Hash, error) {
 	rc, err := checkReceipt(receipt, nil)
 	if err != nil {
 		return nil, nil, nil, err
@@ -714,7 +716,7 @@ func VerifyReceipt(receipt []byte, root []byte) byte {
 // root, from the receipt and its transcript blob (both checked first). Leaf
 // index = round + 1 (leaf 0 is the spec hash).
 func InclusionProof(receipt, transcript []byte, round uint64) (leaf wire.Hash, index, size uint64, proof []wire.Hash, err error) {
-	rc, _, hashes, err := checkReceiptFull(receipt, transcript)
+	rc, _, hashes, err := CheckFull(receipt, transcript)
 	if err != nil {
 		return
 	}

@@ -1,4 +1,4 @@
-package syncer
+package machine
 
 import (
 	"context"
@@ -16,9 +16,15 @@ import (
 // here is written by Machine transitions only; node-local data (payloads,
 // weights, evidence bytes, plugin modules, dataset keys) lives elsewhere.
 
-// runState is one run on chain (KSRuns, key = task id). JSON with fixed field
+// Run is one run on chain (KSRuns, key = task id). JSON with fixed field
 // order; no floats.
-type runState struct {
+//
+// Outside this package a *Run is a read-only view: LoadRun, DecodeRun and
+// RoundStart decode a fresh copy from a committed state's bytes, and no
+// exported function writes one back. The node reads runs through it (and
+// its exported methods: SyncerAt, Due, PrecheckRecord, …) instead of
+// restating the machine's rules.
+type Run struct {
 	Spec     json.RawMessage `json:"spec"` // canonical JSON as posted
 	SpecHash wire.Hash       `json:"spec_hash"`
 	Status   string          `json:"status"`
@@ -34,14 +40,14 @@ type runState struct {
 	PostedHeight int64         `json:"posted_height"`
 	// Syncer is the elected syncer (ticket 0); Succession every entrant in
 	// ticket order (the winner first).
-	Syncer     string          `json:"syncer"`
-	Election   *wire.Election  `json:"election,omitempty"`
-	Succession []string        `json:"succession,omitempty"`
-	Trainers   []*trainerState `json:"trainers"` // sorted by DID
-	Fragments  []*fragState    `json:"fragments"`
-	HasInit    bool            `json:"has_init"`
-	InitModel  wire.Hash       `json:"init_model"`
-	InitFile   wire.Hash       `json:"init_file"`
+	Syncer     string         `json:"syncer"`
+	Election   *wire.Election `json:"election,omitempty"`
+	Succession []string       `json:"succession,omitempty"`
+	Trainers   []*RunTrainer  `json:"trainers"` // sorted by DID
+	Fragments  []*RunFragment `json:"fragments"`
+	HasInit    bool           `json:"has_init"`
+	InitModel  wire.Hash      `json:"init_model"`
+	InitFile   wire.Hash      `json:"init_file"`
 	// RoundModel is the model hash at the start of the current round (what
 	// Verified-tier evidence binds).
 	RoundModel wire.Hash   `json:"round_model"`
@@ -99,7 +105,8 @@ type sealState struct {
 	SignedBy      string        `json:"signed_by,omitempty"`
 }
 
-type trainerState struct {
+// RunTrainer is a trainer's state in a run.
+type RunTrainer struct {
 	DID          string `json:"did"`
 	Status       string `json:"status"`
 	Stake        string `json:"stake"`
@@ -117,27 +124,30 @@ type trainerState struct {
 	RoundAccepted int `json:"round_accepted"`
 }
 
-// fragLayout is a fragment's tensors (in the fragment's order), element
+// FragLayout is a fragment's tensors (in the fragment's order), element
 // type and value count.
-type fragLayout struct {
+type FragLayout struct {
 	Tensors []wire.TensorInfo `json:"tensors"`
 	Dtype   Dtype             `json:"dtype"`
 	N       int64             `json:"n"`
 }
 
-type fragState struct {
-	fragLayout
+// RunFragment is a fragment's state in a run: its layout, current weights
+// and momentum, and the current round's records and commit.
+type RunFragment struct {
+	FragLayout
 	WeightsHash  wire.Hash `json:"weights_hash"`
 	MomentumHash wire.Hash `json:"momentum_hash"` // zero before the first outer step
 	// Current round: the records in arrival order, when the K-th arrived
 	// (block time), whether the fragment is closed and its commit.
-	Records []recRef             `json:"records"`
+	Records []RecRef             `json:"records"`
 	KthMs   int64                `json:"kth_ms"`
 	Closed  bool                 `json:"closed"`
 	Commit  *wire.FragmentCommit `json:"commit,omitempty"`
 }
 
-type recRef struct {
+// RecRef names one accepted submission record of a fragment's round.
+type RecRef struct {
 	DID         string    `json:"did"`
 	PayloadHash wire.Hash `json:"payload_hash"`
 }
@@ -168,12 +178,16 @@ type PluginRecord struct {
 	Height    int64     `json:"height"`
 }
 
-func recordPrefix(task string, round uint64, f int) []byte {
+// RecordPrefix is the KSTranscript prefix of a fragment's records in a round.
+func RecordPrefix(task string, round uint64, f int) []byte {
 	k := binary.BigEndian.AppendUint64([]byte("s/"+task+"/"), round)
 	return binary.BigEndian.AppendUint32(k, uint32(f))
 }
-func recordKey(task string, round uint64, f int, d string) []byte {
-	return append(recordPrefix(task, round, f), d...)
+
+// RecordKey is the KSTranscript key of a trainer's record for a fragment
+// in a round.
+func RecordKey(task string, round uint64, f int, d string) []byte {
+	return append(RecordPrefix(task, round, f), d...)
 }
 func claimPrefix(task string, round uint64, f int) []byte {
 	k := binary.BigEndian.AppendUint64([]byte("claim/"+task+"/"), round)
@@ -187,9 +201,9 @@ const activePrefix = "active/"
 
 func activeKey(task string) []byte { return []byte(activePrefix + task) }
 
-// activeTasks lists the runs that are not yet sealed, cancelled or expired,
+// ActiveTasks lists the runs that are not yet sealed, cancelled or expired,
 // in key order.
-func activeTasks(ctx context.Context, kv KV) ([]string, error) {
+func ActiveTasks(ctx context.Context, kv KV) ([]string, error) {
 	var tasks []string
 	err := kv.Scan(ctx, KSMeta, []byte(activePrefix), func(k, _ []byte) error {
 		tasks = append(tasks, strings.TrimPrefix(string(k), activePrefix))
@@ -213,26 +227,27 @@ var (
 
 func runLogKey(i uint64) []byte { return []byte(fmt.Sprintf("runlog/leaf/%020d", i)) }
 
-// loadRun reads a run.
-func loadRun(ctx context.Context, kv KV, task string) (*runState, error) {
+// LoadRun reads a run.
+func LoadRun(ctx context.Context, kv KV, task string) (*Run, error) {
 	if task == "" {
 		return nil, Errf(KindInvalid, "task_id is empty")
 	}
 	if len(task) > wire.MaxTaskIDLen {
 		return nil, Errf(KindInvalid, "task_id longer than %d bytes", wire.MaxTaskIDLen)
 	}
-	raw, err := kv.Get(ctx, KSRuns, runKey(task))
+	raw, err := kv.Get(ctx, KSRuns, RunKey(task))
 	if errors.Is(err, ErrNotFound) {
 		return nil, Errf(KindNotFound, "no run with task_id %q", task)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("load run %s: %w", task, err)
 	}
-	return decodeRun(task, raw)
+	return DecodeRun(task, raw)
 }
 
-func decodeRun(task string, raw []byte) (*runState, error) {
-	var r runState
+// DecodeRun decodes a run's stored state (KSRuns value) for task.
+func DecodeRun(task string, raw []byte) (*Run, error) {
+	var r Run
 	if err := json.Unmarshal(raw, &r); err != nil {
 		return nil, fmt.Errorf("load run %s: corrupt state: %w", task, err)
 	}
@@ -244,7 +259,8 @@ func decodeRun(task string, raw []byte) (*runState, error) {
 	return &r, nil
 }
 
-func (r *runState) trainer(did string) *trainerState {
+// Trainer is the run's trainer with did (nil when it has none).
+func (r *Run) Trainer(did string) *RunTrainer {
 	i := sort.Search(len(r.Trainers), func(i int) bool { return r.Trainers[i].DID >= did })
 	if i < len(r.Trainers) && r.Trainers[i].DID == did {
 		return r.Trainers[i]
@@ -252,12 +268,13 @@ func (r *runState) trainer(did string) *trainerState {
 	return nil
 }
 
-func (r *runState) addTrainer(t *trainerState) {
+func (r *Run) addTrainer(t *RunTrainer) {
 	r.Trainers = append(r.Trainers, t)
 	sort.Slice(r.Trainers, func(i, j int) bool { return r.Trainers[i].DID < r.Trainers[j].DID })
 }
 
-func (r *runState) count(statuses ...string) int {
+// Count is the number of the run's trainers in one of statuses.
+func (r *Run) Count(statuses ...string) int {
 	n := 0
 	for _, t := range r.Trainers {
 		for _, s := range statuses {
@@ -269,12 +286,13 @@ func (r *runState) count(statuses ...string) int {
 	return n
 }
 
-func (r *runState) countActive() int { return r.count(wire.TrainerActive, wire.TrainerJoining) }
+// CountActive is the number of active and joining trainers.
+func (r *Run) CountActive() int { return r.Count(wire.TrainerActive, wire.TrainerJoining) }
 
 // assignShards deals data shards to active trainers in DID order: shard s
 // goes to active trainer s mod n (PROTOCOL §5).
-func (r *runState) assignShards() {
-	var active []*trainerState
+func (r *Run) assignShards() {
+	var active []*RunTrainer
 	for _, t := range r.Trainers {
 		t.Shards = nil
 		if t.Status == wire.TrainerActive {
@@ -291,14 +309,14 @@ func (r *runState) assignShards() {
 }
 
 // allIn: at least K records and one from every active trainer.
-func (r *runState) allIn(fs *fragState) bool {
-	return len(fs.Records) >= r.spec.Quorum && len(fs.Records) >= r.count(wire.TrainerActive)
+func (r *Run) allIn(fs *RunFragment) bool {
+	return len(fs.Records) >= r.spec.Quorum && len(fs.Records) >= r.Count(wire.TrainerActive)
 }
 
-// due says whether fragment fs may be committed at block time t: K records
+// Due says whether fragment fs may be committed at block time t: K records
 // and every active trainer in, or the grace window after the K-th record
 // passed (PROTOCOL §6).
-func (r *runState) due(fs *fragState, t int64) bool {
+func (r *Run) Due(fs *RunFragment, t int64) bool {
 	if fs.Closed || len(fs.Records) < r.spec.Quorum {
 		return false
 	}
@@ -308,7 +326,7 @@ func (r *runState) due(fs *fragState, t int64) bool {
 // ticketAt is the index in the succession of who may commit the current
 // round at block time t: one more for every whole round deadline since the
 // round started, capped at the last entrant.
-func (r *runState) ticketAt(t int64) int {
+func (r *Run) ticketAt(t int64) int {
 	if len(r.Succession) == 0 {
 		return 0
 	}
@@ -322,11 +340,11 @@ func (r *runState) ticketAt(t int64) int {
 	return int(k)
 }
 
-// syncerAt is the DID that may commit the current round at block time t
+// SyncerAt is the DID that may commit the current round at block time t
 // and its ticket, its index in the election's succession ("" when the run
 // has no election). Syncers an upheld challenge excluded are skipped: the
 // k-th after ⌊(t − round start)/D⌋ deadlines is the k-th of the others.
-func (r *runState) syncerAt(t int64) (string, int) {
+func (r *Run) SyncerAt(t int64) (string, int) {
 	live := r.liveSuccession()
 	if len(live) == 0 {
 		return "", 0
@@ -340,7 +358,7 @@ func (r *runState) syncerAt(t int64) (string, int) {
 
 // liveSuccession is the indices of the succession's entrants that no upheld
 // challenge excluded, in ticket order.
-func (r *runState) liveSuccession() []int {
+func (r *Run) liveSuccession() []int {
 	out := make([]int, 0, len(r.Succession))
 	for i, d := range r.Succession {
 		if !r.excluded(d) {
@@ -350,10 +368,10 @@ func (r *runState) liveSuccession() []int {
 	return out
 }
 
-// slotOf is the slot of succession ticket k in the current round: its
+// SlotOf is the slot of succession ticket k in the current round: its
 // position among the live entrants (ticket k itself when no challenge
 // excluded anyone before it).
-func (r *runState) slotOf(k int) int {
+func (r *Run) SlotOf(k int) int {
 	for pos, i := range r.liveSuccession() {
 		if i == k {
 			return pos
@@ -362,7 +380,7 @@ func (r *runState) slotOf(k int) int {
 	return k
 }
 
-func (r *runState) excluded(d string) bool {
+func (r *Run) excluded(d string) bool {
 	for _, e := range r.Excluded {
 		if e == d {
 			return true
@@ -379,7 +397,7 @@ func (r *runState) excluded(d string) bool {
 // nothing signs only from above every committer: that is what a verifier
 // of the transcript can check offline (CheckTranscript), since an entrant
 // below a committer would have been that round's syncer before it.
-func (r *runState) receiptSigners() []string {
+func (r *Run) receiptSigners() []string {
 	out := []string{}
 	if r.LastSyncer != "" && !r.excluded(r.LastSyncer) {
 		out = append(out, r.LastSyncer)
@@ -400,7 +418,7 @@ func (r *runState) receiptSigners() []string {
 }
 
 // noteCommitTicket adds a fragment commit's ticket to CommitTickets.
-func (r *runState) noteCommitTicket(k uint64) {
+func (r *Run) noteCommitTicket(k uint64) {
 	i := sort.Search(len(r.CommitTickets), func(i int) bool { return r.CommitTickets[i] >= k })
 	if i < len(r.CommitTickets) && r.CommitTickets[i] == k {
 		return
@@ -410,8 +428,8 @@ func (r *runState) noteCommitTicket(k uint64) {
 	r.CommitTickets[i] = k
 }
 
-// receiptSignerAt is who may sign the receipt at block time t.
-func (r *runState) receiptSignerAt(t int64) string {
+// ReceiptSignerAt is who may sign the receipt at block time t.
+func (r *Run) ReceiptSignerAt(t int64) string {
 	ss := r.receiptSigners()
 	if len(ss) == 0 || r.Seal == nil {
 		return ""

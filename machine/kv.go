@@ -1,4 +1,4 @@
-package syncer
+package machine
 
 import (
 	"context"

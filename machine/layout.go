@@ -1,4 +1,4 @@
-package syncer
+package machine
 
 import (
 	"fmt"
@@ -48,7 +48,7 @@ func InitLayoutOf(raw []byte, f int) (*wire.InitLayout, [][]byte, error) {
 		fl := wire.FragmentLayout{Dtype: string(dt)}
 		for _, t := range ts {
 			fl.Tensors = append(fl.Tensors, wire.TensorInfo{Name: t.Name, Dtype: t.Dtype, Shape: t.Shape})
-			fl.N += elems(t.Shape)
+			fl.N += Elems(t.Shape)
 		}
 		enc, err := safetensors.Encode(ts, nil)
 		if err != nil {
@@ -76,7 +76,7 @@ func SplitFragments(tensors []safetensors.Tensor, f int) ([][]safetensors.Tensor
 	sort.Slice(ts, func(i, j int) bool { return ts[i].Name < ts[j].Name })
 	var total int64
 	for _, t := range ts {
-		total += elems(t.Shape)
+		total += Elems(t.Shape)
 	}
 	out := make([][]safetensors.Tensor, f)
 	j := 0
@@ -88,18 +88,20 @@ func SplitFragments(tensors []safetensors.Tensor, f int) ([][]safetensors.Tensor
 		}
 		target := ((int64(fi)+1)*total + int64(f) - 1) / int64(f)
 		out[fi] = append(out[fi], ts[j])
-		cum += elems(ts[j].Shape)
+		cum += Elems(ts[j].Shape)
 		j++
 		for j < len(ts)-(f-fi-1) && cum < target {
 			out[fi] = append(out[fi], ts[j])
-			cum += elems(ts[j].Shape)
+			cum += Elems(ts[j].Shape)
 			j++
 		}
 	}
 	return out, nil
 }
 
-func elems(shape []int64) int64 {
+// Elems is the number of elements of a tensor of shape (the product of its
+// dimensions).
+func Elems(shape []int64) int64 {
 	n := int64(1)
 	for _, d := range shape {
 		n *= d
@@ -107,31 +109,31 @@ func elems(shape []int64) int64 {
 	return n
 }
 
-// buildFragment lays out one fragment of the initial weights: its tensors'
+// BuildFragment lays out one fragment of the initial weights: its tensors'
 // layout, their values concatenated in that order, and its weights hash.
-func buildFragment(ts []safetensors.Tensor) (*fragLayout, wire.Hash, []byte, error) {
-	fs := &fragLayout{Dtype: Dtype(ts[0].Dtype)}
+func BuildFragment(ts []safetensors.Tensor) (*FragLayout, wire.Hash, []byte, error) {
+	fs := &FragLayout{Dtype: Dtype(ts[0].Dtype)}
 	var data []byte
 	for _, t := range ts {
 		fs.Tensors = append(fs.Tensors, wire.TensorInfo{Name: t.Name, Dtype: t.Dtype, Shape: t.Shape})
-		fs.N += elems(t.Shape)
+		fs.N += Elems(t.Shape)
 		data = append(data, t.Data...)
 	}
-	enc, err := encodeFragment(fs, data)
+	enc, err := EncodeFragment(fs, data)
 	if err != nil {
 		return nil, wire.Hash{}, nil, err
 	}
 	return fs, contentHash(enc), data, nil
 }
 
-// encodeFragment renders a fragment's values as canonical safetensors; its
+// EncodeFragment renders a fragment's values as canonical safetensors; its
 // content hash is the fragment's weights hash.
-func encodeFragment(fs *fragLayout, data []byte) ([]byte, error) {
+func EncodeFragment(fs *FragLayout, data []byte) ([]byte, error) {
 	ts := make([]safetensors.Tensor, len(fs.Tensors))
 	off := int64(0)
 	sz := int64(fs.Dtype.Size())
 	for i, t := range fs.Tensors {
-		n := elems(t.Shape) * sz
+		n := Elems(t.Shape) * sz
 		if off+n > int64(len(data)) {
 			return nil, fmt.Errorf("fragment data shorter than its layout")
 		}
@@ -141,9 +143,9 @@ func encodeFragment(fs *fragLayout, data []byte) ([]byte, error) {
 	return safetensors.Encode(ts, nil)
 }
 
-// fragmentValues checks a payload against the fragment's layout and returns
+// FragmentValues checks a payload against the fragment's layout and returns
 // its values concatenated in the fragment's tensor order.
-func fragmentValues(fs *fragLayout, payload []byte) ([]byte, error) {
+func FragmentValues(fs *FragLayout, payload []byte) ([]byte, error) {
 	tensors, _, err := safetensors.Parse(payload, safetensors.DefaultLimits)
 	if err != nil {
 		return nil, err
@@ -167,7 +169,7 @@ func fragmentValues(fs *fragLayout, payload []byte) ([]byte, error) {
 		if t.Dtype != want.Dtype {
 			return nil, fmt.Errorf("tensor %q has dtype %s, the fragment's is %s", want.Name, t.Dtype, want.Dtype)
 		}
-		if !equalShape(t.Shape, want.Shape) {
+		if !EqualShape(t.Shape, want.Shape) {
 			return nil, fmt.Errorf("tensor %q has shape %v, the fragment's is %v", want.Name, t.Shape, want.Shape)
 		}
 		if len(fs.Tensors) == 1 {
@@ -178,7 +180,8 @@ func fragmentValues(fs *fragLayout, payload []byte) ([]byte, error) {
 	return out, nil
 }
 
-func equalShape(a, b []int64) bool {
+// EqualShape says whether two shapes are the same.
+func EqualShape(a, b []int64) bool {
 	if len(a) != len(b) {
 		return false
 	}

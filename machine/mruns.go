@@ -1,4 +1,4 @@
-package syncer
+package machine
 
 import (
 	"bytes"
@@ -41,7 +41,7 @@ func (x *mtx) postTask(p *wire.PostTaskTx) (*wire.PostTaskResult, error) {
 	if spec.Tier != wire.TierOpen && len(spec.AttestationPolicy) == 0 {
 		return nil, Errf(KindInvalid, "spec: tier %s needs an attestation_policy", spec.Tier)
 	}
-	if _, err := x.kv.Get(x.ctx, KSRuns, runKey(spec.TaskID)); err == nil {
+	if _, err := x.kv.Get(x.ctx, KSRuns, RunKey(spec.TaskID)); err == nil {
 		return nil, Errf(KindConflict, "a run with task_id %q already exists", spec.TaskID)
 	} else if !errors.Is(err, ErrNotFound) {
 		return nil, err
@@ -54,9 +54,9 @@ func (x *mtx) postTask(p *wire.PostTaskTx) (*wire.PostTaskResult, error) {
 	if err := x.checkRules(spec, p); err != nil {
 		return nil, err
 	}
-	r := &runState{Spec: canon, SpecHash: specHash, Status: wire.StatusAwaiting, Rule: p.Rule, Verifiers: p.Verifiers, Outer: p.Outer,
+	r := &Run{Spec: canon, SpecHash: specHash, Status: wire.StatusAwaiting, Rule: p.Rule, Verifiers: p.Verifiers, Outer: p.Outer,
 		Codec: p.Codec, spec: spec, PostedMs: x.blk.TimeMs, PostedHeight: x.blk.Height, RoundMs: x.blk.TimeMs,
-		RoundAnchor: append(wire.HexBytes{}, x.blk.Hash...), Trainers: []*trainerState{}, Roots: []wire.Hash{}}
+		RoundAnchor: append(wire.HexBytes{}, x.blk.Hash...), Trainers: []*RunTrainer{}, Roots: []wire.Hash{}}
 	refs := []RuleRef{p.Rule, p.Outer}
 	refs = append(refs, p.Verifiers...)
 	if p.Codec != nil {
@@ -84,10 +84,10 @@ func (x *mtx) postTask(p *wire.PostTaskTx) (*wire.PostTaskResult, error) {
 		return nil, err
 	}
 	reward, _ := wire.ParseAmount(spec.RewardPool)
-	if err := x.lt.transfer(acctDID(spec.SponsorDID), acctIssuer, fee, "posting fee (burned)"); err != nil {
+	if err := x.lt.transfer(AcctDID(spec.SponsorDID), acctIssuer, fee, "posting fee (burned)"); err != nil {
 		return nil, err
 	}
-	if err := x.lt.transfer(acctDID(spec.SponsorDID), acctEscrow(spec.TaskID), reward, "escrow reward pool"); err != nil {
+	if err := x.lt.transfer(AcctDID(spec.SponsorDID), AcctEscrow(spec.TaskID), reward, "escrow reward pool"); err != nil {
 		return nil, err
 	}
 	x.set(KSMeta, activeKey(spec.TaskID), []byte{})
@@ -169,7 +169,7 @@ func (x *mtx) checkRules(spec *wire.TaskSpec, p *wire.PostTaskTx) error {
 }
 
 // setInit checks an initial-weights layout against the spec and installs it.
-func (r *runState) setInit(l *wire.InitLayout) error {
+func (r *Run) setInit(l *wire.InitLayout) error {
 	if l.File.IsZero() {
 		return Errf(KindInvalid, "init: the weights file hash is zero")
 	}
@@ -178,7 +178,7 @@ func (r *runState) setInit(l *wire.InitLayout) error {
 	}
 	prev, n := "", 0
 	hashes := make([]wire.Hash, len(l.Fragments))
-	frags := make([]*fragState, len(l.Fragments))
+	frags := make([]*RunFragment, len(l.Fragments))
 	var dtype string
 	for i, f := range l.Fragments {
 		if len(f.Tensors) == 0 {
@@ -224,7 +224,7 @@ func (r *runState) setInit(l *wire.InitLayout) error {
 			return Errf(KindInvalid, "init weights: fragment %d has no weights hash", i)
 		}
 		hashes[i] = f.WeightsHash
-		frags[i] = &fragState{fragLayout: fragLayout{Tensors: f.Tensors, Dtype: Dtype(f.Dtype), N: f.N}, WeightsHash: f.WeightsHash}
+		frags[i] = &RunFragment{FragLayout: FragLayout{Tensors: f.Tensors, Dtype: Dtype(f.Dtype), N: f.N}, WeightsHash: f.WeightsHash}
 	}
 	if m := ModelHash(hashes); m != l.Model {
 		return Errf(KindInvalid, "init weights: model hash %s, the fragments give %s", l.Model, m)
@@ -238,7 +238,7 @@ func (r *runState) setInit(l *wire.InitLayout) error {
 }
 
 func (x *mtx) setInitWeights(p *wire.SetInitWeightsTx) (*wire.PostTaskResult, error) {
-	r, err := loadRun(x.ctx, x.kv, p.TaskID)
+	r, err := LoadRun(x.ctx, x.kv, p.TaskID)
 	if err != nil {
 		return nil, err
 	}
@@ -274,22 +274,22 @@ func (x *mtx) enroll(p *wire.EnrollTx) (*wire.EnrollResult, error) {
 	if stake.Sign() == 0 {
 		return nil, Errf(KindInvalid, "stake is \"0\": a trainer must lock a positive stake (slashing is a fraction of it)")
 	}
-	r, err := loadRun(x.ctx, x.kv, p.TaskID)
+	r, err := LoadRun(x.ctx, x.kv, p.TaskID)
 	if err != nil {
 		return nil, err
 	}
 	if r.Status == wire.StatusSealed || r.Status == wire.StatusCancelled {
 		return nil, Errf(KindConflict, "run %s is %s", p.TaskID, r.Status)
 	}
-	if t := r.trainer(p.TrainerDID); t != nil && (t.Status == wire.TrainerActive || t.Status == wire.TrainerJoining) {
+	if t := r.Trainer(p.TrainerDID); t != nil && (t.Status == wire.TrainerActive || t.Status == wire.TrainerJoining) {
 		return nil, Errf(KindConflict, "%s is already enrolled in %s", p.TrainerDID, p.TaskID)
 	} else if t != nil && t.Status == wire.TrainerEvicted {
 		return nil, Errf(KindConflict, "%s was evicted from %s and cannot rejoin", p.TrainerDID, p.TaskID)
 	}
-	if c := r.countActive(); c >= r.spec.TrainerCount {
+	if c := r.CountActive(); c >= r.spec.TrainerCount {
 		return nil, Errf(KindConflict, "run %s is full: %d of M=%d trainers enrolled", p.TaskID, c, r.spec.TrainerCount)
 	}
-	if r.trainer(p.TrainerDID) == nil && len(r.Trainers) >= wire.MaxTrainers {
+	if r.Trainer(p.TrainerDID) == nil && len(r.Trainers) >= wire.MaxTrainers {
 		return nil, Errf(KindConflict, "run %s has settlement lines for %d trainers (those enrolled and those who left), the most a receipt holds: no new trainer can join", p.TaskID, len(r.Trainers))
 	}
 	if r.spec.MinStake != "" {
@@ -306,12 +306,12 @@ func (x *mtx) enroll(p *wire.EnrollTx) (*wire.EnrollResult, error) {
 	if p.Evidence != nil {
 		r.Attestations = append(r.Attestations, p.Evidence.Digest)
 	}
-	if err := x.lt.transfer(acctDID(p.TrainerDID), acctStake(p.TaskID, p.TrainerDID), stake, "enrolment stake"); err != nil {
+	if err := x.lt.transfer(AcctDID(p.TrainerDID), acctStake(p.TaskID, p.TrainerDID), stake, "enrolment stake"); err != nil {
 		return nil, err
 	}
-	t := r.trainer(p.TrainerDID)
+	t := r.Trainer(p.TrainerDID)
 	if t == nil {
-		t = &trainerState{DID: p.TrainerDID, Weight: "0", Reward: "0", Slashed: "0", Stake: "0"}
+		t = &RunTrainer{DID: p.TrainerDID, Weight: "0", Reward: "0", Slashed: "0", Stake: "0"}
 		r.addTrainer(t)
 	}
 	// The stake account was emptied when the trainer left, so the stake of
@@ -336,7 +336,7 @@ func (x *mtx) enroll(p *wire.EnrollTx) (*wire.EnrollResult, error) {
 // checkEvidenceRef: Verified and Confidential runs need evidence (checked
 // by the receiving node; the chain keeps its hash and digest), Open runs
 // take none.
-func (r *runState) checkEvidenceRef(e *wire.EvidenceRef) error {
+func (r *Run) checkEvidenceRef(e *wire.EvidenceRef) error {
 	if r.spec.Tier == wire.TierOpen {
 		if e != nil {
 			return Errf(KindInvalid, "evidence: run %s is tier Open and takes no attestation evidence", r.spec.TaskID)
@@ -352,14 +352,14 @@ func (r *runState) checkEvidenceRef(e *wire.EvidenceRef) error {
 	return nil
 }
 
-func enrollResult(r *runState, t *trainerState) *wire.EnrollResult {
+func enrollResult(r *Run, t *RunTrainer) *wire.EnrollResult {
 	shards := orEmpty(t.Shards)
 	res := &wire.EnrollResult{TaskID: r.spec.TaskID, TrainerDID: t.DID, Status: t.Status, Shards: shards, FromRound: t.JoinedRound,
 		RunStatus: r.Status, ShardAssignments: shards, ShardsFromRound: r.shardsFrom(t)}
 	if len(shards) == 0 {
 		switch {
 		case r.Status == wire.StatusAwaiting:
-			res.ShardsNote = fmt.Sprintf("shards are dealt when the run starts (%d of M=%d trainers enrolled); poll get-run", r.countActive(), r.spec.TrainerCount)
+			res.ShardsNote = fmt.Sprintf("shards are dealt when the run starts (%d of M=%d trainers enrolled); poll get-run", r.CountActive(), r.spec.TrainerCount)
 		case t.Status == wire.TrainerJoining:
 			res.ShardsNote = fmt.Sprintf("shards are dealt when you become active at round %d; poll get-run", t.JoinedRound)
 		}
@@ -368,7 +368,7 @@ func enrollResult(r *runState, t *trainerState) *wire.EnrollResult {
 }
 
 // shardsFrom is the round from which t's shard assignment applies.
-func (r *runState) shardsFrom(t *trainerState) uint64 {
+func (r *Run) shardsFrom(t *RunTrainer) uint64 {
 	switch {
 	case r.Status == wire.StatusAwaiting:
 		return 0
@@ -380,11 +380,11 @@ func (r *runState) shardsFrom(t *trainerState) uint64 {
 }
 
 func (x *mtx) leave(p *wire.LeaveParams) (*wire.EnrollResult, error) {
-	r, err := loadRun(x.ctx, x.kv, p.TaskID)
+	r, err := LoadRun(x.ctx, x.kv, p.TaskID)
 	if err != nil {
 		return nil, err
 	}
-	t := r.trainer(p.TrainerDID)
+	t := r.Trainer(p.TrainerDID)
 	if t == nil || (t.Status != wire.TrainerActive && t.Status != wire.TrainerJoining) {
 		return nil, Errf(KindNotFound, "%s is not enrolled in %s", p.TrainerDID, p.TaskID)
 	}
@@ -418,17 +418,17 @@ func (x *mtx) leave(p *wire.LeaveParams) (*wire.EnrollResult, error) {
 		FromRound: r.Round, RunStatus: r.Status}, nil
 }
 
-func (x *mtx) refund(r *runState, t *trainerState, memo string) error {
+func (x *mtx) refund(r *Run, t *RunTrainer, memo string) error {
 	bal, err := x.lt.balance(acctStake(r.spec.TaskID, t.DID))
 	if err != nil {
 		return err
 	}
-	return x.lt.transfer(acctStake(r.spec.TaskID, t.DID), acctDID(t.DID), new(big.Int).Set(bal), memo)
+	return x.lt.transfer(acctStake(r.spec.TaskID, t.DID), AcctDID(t.DID), new(big.Int).Set(bal), memo)
 }
 
 // slash moves bps of a trainer's enrolled stake (capped at what is left)
 // from its stake account into the run's escrow, where it joins the pool.
-func (x *mtx) slash(r *runState, t *trainerState, b int, why string) error {
+func (x *mtx) slash(r *Run, t *RunTrainer, b int, why string) error {
 	if b <= 0 {
 		return nil
 	}
@@ -440,7 +440,7 @@ func (x *mtx) slash(r *runState, t *trainerState, b int, why string) error {
 	if amt.Cmp(left) > 0 {
 		amt = new(big.Int).Set(left)
 	}
-	if err := x.lt.transfer(acctStake(r.spec.TaskID, t.DID), acctEscrow(r.spec.TaskID), amt, "slash: "+why); err != nil {
+	if err := x.lt.transfer(acctStake(r.spec.TaskID, t.DID), AcctEscrow(r.spec.TaskID), amt, "slash: "+why); err != nil {
 		return err
 	}
 	t.Slashed = new(big.Int).Add(bigOf(t.Slashed), amt).String()
@@ -449,7 +449,7 @@ func (x *mtx) slash(r *runState, t *trainerState, b int, why string) error {
 }
 
 func (x *mtx) cancelRun(p *wire.CancelRunParams) (*wire.CancelRunResult, error) {
-	r, err := loadRun(x.ctx, x.kv, p.TaskID)
+	r, err := LoadRun(x.ctx, x.kv, p.TaskID)
 	if err != nil {
 		return nil, err
 	}
@@ -464,13 +464,13 @@ func (x *mtx) cancelRun(p *wire.CancelRunParams) (*wire.CancelRunResult, error) 
 
 // endUnstarted refunds the escrow and every enrolled stake of a run that
 // never started and marks it cancelled.
-func (x *mtx) endUnstarted(r *runState, why string) (*wire.CancelRunResult, error) {
-	esc, err := x.lt.balance(acctEscrow(r.spec.TaskID))
+func (x *mtx) endUnstarted(r *Run, why string) (*wire.CancelRunResult, error) {
+	esc, err := x.lt.balance(AcctEscrow(r.spec.TaskID))
 	if err != nil {
 		return nil, err
 	}
 	refunded := new(big.Int).Set(esc)
-	if err := x.lt.transfer(acctEscrow(r.spec.TaskID), acctDID(r.spec.SponsorDID), refunded, "run cancelled: escrow refund"); err != nil {
+	if err := x.lt.transfer(AcctEscrow(r.spec.TaskID), AcctDID(r.spec.SponsorDID), refunded, "run cancelled: escrow refund"); err != nil {
 		return nil, err
 	}
 	stakes := 0
@@ -499,7 +499,7 @@ func (x *mtx) electionProof(p *wire.ElectionProofParams) (*wire.ElectionProofRes
 	if err != nil {
 		return nil, Errf(KindInvalid, "did: %v", err)
 	}
-	r, err := loadRun(x.ctx, x.kv, p.TaskID)
+	r, err := LoadRun(x.ctx, x.kv, p.TaskID)
 	if err != nil {
 		return nil, err
 	}
@@ -520,7 +520,7 @@ func (x *mtx) electionProof(p *wire.ElectionProofParams) (*wire.ElectionProofRes
 	if err != nil {
 		return nil, Errf(KindInvalid, "election proof does not verify for %s over run %s's alpha: %v", p.DID, p.TaskID, err)
 	}
-	x.set(KSMeta, proofKey(p.TaskID, p.DID), append([]byte(nil), p.Proof...))
+	x.set(KSMeta, ProofKey(p.TaskID, p.DID), append([]byte(nil), p.Proof...))
 	if err := x.maybeStart(r); err != nil {
 		return nil, err
 	}
@@ -535,8 +535,8 @@ func (x *mtx) electionProof(p *wire.ElectionProofParams) (*wire.ElectionProofRes
 // maybeStart starts the run when M trainers are enrolled, the initial
 // weights are known and at least one registered candidate sent a proof:
 // the election over the proofs, the shards, round 0 at this block.
-func (x *mtx) maybeStart(r *runState) error {
-	if r.Status != wire.StatusAwaiting || !r.HasInit || r.count(wire.TrainerActive) < r.spec.TrainerCount {
+func (x *mtx) maybeStart(r *Run) error {
+	if r.Status != wire.StatusAwaiting || !r.HasInit || r.Count(wire.TrainerActive) < r.spec.TrainerCount {
 		return nil
 	}
 	alpha := election.Alpha(r.spec.TaskID, r.SpecHash)
@@ -549,7 +549,7 @@ func (x *mtx) maybeStart(r *runState) error {
 		if c.Unbonding {
 			return nil
 		}
-		proof, err := x.kv.Get(x.ctx, KSMeta, proofKey(r.spec.TaskID, c.DID))
+		proof, err := x.kv.Get(x.ctx, KSMeta, ProofKey(r.spec.TaskID, c.DID))
 		if errors.Is(err, ErrNotFound) {
 			return nil
 		}

@@ -1,4 +1,4 @@
-package syncer
+package machine
 
 import (
 	"bytes"
@@ -11,8 +11,6 @@ import (
 	"fmt"
 	"math/big"
 	"sort"
-
-	"github.com/gowebpki/jcs"
 
 	"github.com/tenzro/train/wire"
 )
@@ -71,10 +69,15 @@ type openRef struct {
 func commitRecPrefix(task string, round uint64) []byte {
 	return binary.BigEndian.AppendUint64([]byte("fc/"+task+"/"), round)
 }
-func commitRecKey(task string, round uint64, f int) []byte {
+
+// CommitRecKey is the key of a fragment commit's record (KSTranscript).
+func CommitRecKey(task string, round uint64, f int) []byte {
 	return binary.BigEndian.AppendUint32(commitRecPrefix(task, round), uint32(f))
 }
-func snapKey(task string, round uint64) []byte {
+
+// SnapKey is the key of a run's state at the start of round (KSTranscript),
+// kept while the round can be challenged.
+func SnapKey(task string, round uint64) []byte {
 	return binary.BigEndian.AppendUint64([]byte("rs/"+task+"/"), round)
 }
 func roundRecordPrefix(task string, round uint64) []byte {
@@ -87,9 +90,11 @@ func challengeKey(id wire.Hash) []byte { return []byte("chal/" + id.String()) }
 func challengeRunKey(task string, seq uint64) []byte {
 	return binary.BigEndian.AppendUint64([]byte("chrun/"+task+"/"), seq)
 }
-func valKey(addr []byte) []byte         { return []byte("val/" + hex.EncodeToString(addr)) }
-func acctBond(id wire.Hash) string      { return "challenge:" + id.String() }
-func (r *runState) challengeable() bool { return r.Window > 0 }
+func valKey(addr []byte) []byte    { return []byte("val/" + hex.EncodeToString(addr)) }
+func acctBond(id wire.Hash) string { return "challenge:" + id.String() }
+
+// Challengeable says whether the run's commits wait for a challenge window.
+func (r *Run) Challengeable() bool { return r.Window > 0 }
 
 // ValidatorAddressLen is the length of a CometBFT validator address.
 const ValidatorAddressLen = 20
@@ -159,7 +164,7 @@ func (x *mtx) checkVoteSignature(v *wire.ChallengeVoteTx) error {
 // commitRecord reads the challengeable record of a commit (nil: none).
 func (x *mtx) commitRecord(task string, round uint64, f int) (*CommitRecord, error) {
 	var c CommitRecord
-	ok, err := x.getJSON(KSTranscript, commitRecKey(task, round, f), &c)
+	ok, err := x.getJSON(KSTranscript, CommitRecKey(task, round, f), &c)
 	if err != nil || !ok {
 		return nil, err
 	}
@@ -167,8 +172,8 @@ func (x *mtx) commitRecord(task string, round uint64, f int) (*CommitRecord, err
 }
 
 // recordCommit keeps fragment i's commit while it can be challenged.
-func (x *mtx) recordCommit(r *runState, i int, c *wire.FragmentCommit, momentumBefore wire.Hash, byChain bool, equivocators []string, digests []wire.Hash) error {
-	if !r.challengeable() {
+func (x *mtx) recordCommit(r *Run, i int, c *wire.FragmentCommit, momentumBefore wire.Hash, byChain bool, equivocators []string, digests []wire.Hash) error {
+	if !r.Challengeable() {
 		return nil
 	}
 	rec := CommitRecord{Commit: *c, MomentumBefore: momentumBefore, Height: x.blk.Height, TimeMs: x.blk.TimeMs,
@@ -177,19 +182,19 @@ func (x *mtx) recordCommit(r *runState, i int, c *wire.FragmentCommit, momentumB
 	if byChain {
 		rec.FinalAt = x.blk.Height
 	}
-	return x.putJSON(KSTranscript, commitRecKey(r.spec.TaskID, r.Round, i), rec)
+	return x.putJSON(KSTranscript, CommitRecKey(r.spec.TaskID, r.Round, i), rec)
 }
 
 // snapshotRound keeps the run as the current round starts, for a rollback
 // to it (deleted when the round is final).
-func (x *mtx) snapshotRound(r *runState) error {
-	if !r.challengeable() {
+func (x *mtx) snapshotRound(r *Run) error {
+	if !r.Challengeable() {
 		return nil
 	}
-	return x.putJSON(KSTranscript, snapKey(r.spec.TaskID, r.Round), r)
+	return x.putJSON(KSTranscript, SnapKey(r.spec.TaskID, r.Round), r)
 }
 
-func (r *runState) openOn(round uint64) bool {
+func (r *Run) openOn(round uint64) bool {
 	for _, o := range r.Open {
 		if o.Round == round {
 			return true
@@ -198,7 +203,7 @@ func (r *runState) openOn(round uint64) bool {
 	return false
 }
 
-func (r *runState) dropOpen(id wire.Hash) {
+func (r *Run) dropOpen(id wire.Hash) {
 	for k, o := range r.Open {
 		if o.ID == id {
 			r.Open = append(r.Open[:k:k], r.Open[k+1:]...)
@@ -216,7 +221,7 @@ func (x *mtx) challenge(p *wire.ChallengeTx) (*wire.ChallengeResult, error) {
 	if err != nil {
 		return nil, err
 	}
-	r, err := loadRun(x.ctx, x.kv, p.TaskID)
+	r, err := LoadRun(x.ctx, x.kv, p.TaskID)
 	if err != nil {
 		return nil, err
 	}
@@ -224,7 +229,7 @@ func (x *mtx) challenge(p *wire.ChallengeTx) (*wire.ChallengeResult, error) {
 	if r.Status != wire.StatusRunning {
 		return nil, Errf(KindConflict, "run %s is %s: every commit of it is final", task, r.Status)
 	}
-	if !r.challengeable() {
+	if !r.Challengeable() {
 		return nil, Errf(KindConflict, "run %s has no challenge window (challenge_window_blocks 0): its commits are final when made", task)
 	}
 	if p.Fragment >= uint64(len(r.Fragments)) {
@@ -267,7 +272,7 @@ func (x *mtx) challenge(p *wire.ChallengeTx) (*wire.ChallengeResult, error) {
 		return nil, err
 	}
 	id := wire.ChallengeID(task, p.Round, p.Fragment, p.ChallengerDID, p.Nonce, x.blk.Hash)
-	if err := x.lt.transfer(acctDID(p.ChallengerDID), acctBond(id), bond, "challenge bond"); err != nil {
+	if err := x.lt.transfer(AcctDID(p.ChallengerDID), acctBond(id), bond, "challenge bond"); err != nil {
 		return nil, err
 	}
 	committee, total := drawCommittee(vals, r.spec.ChallengeCommittee, x.blk.Hash, id)
@@ -281,7 +286,7 @@ func (x *mtx) challenge(p *wire.ChallengeTx) (*wire.ChallengeResult, error) {
 	x.set(KSEvidence, challengeRunKey(task, r.Challenges), id[:])
 	r.Challenges++
 	rec.Challenge = &id
-	if err := x.putJSON(KSTranscript, commitRecKey(task, p.Round, int(p.Fragment)), rec); err != nil {
+	if err := x.putJSON(KSTranscript, CommitRecKey(task, p.Round, int(p.Fragment)), rec); err != nil {
 		return nil, err
 	}
 	r.Open = append(r.Open, openRef{ID: id, Round: p.Round, Fragment: p.Fragment, Deadline: ch.VoteDeadline})
@@ -324,8 +329,8 @@ func drawCommittee(vals []Validator, n int, blockHash []byte, id wire.Hash) ([]w
 	return out, total
 }
 
-// loadChallenge reads a challenge record.
-func loadChallenge(ctx context.Context, kv KV, id wire.Hash) (*wire.ChallengeRecord, error) {
+// LoadChallenge reads a challenge record.
+func LoadChallenge(ctx context.Context, kv KV, id wire.Hash) (*wire.ChallengeRecord, error) {
 	raw, err := kv.Get(ctx, KSEvidence, challengeKey(id))
 	if errors.Is(err, ErrNotFound) {
 		return nil, Errf(KindNotFound, "no challenge %s", id)
@@ -349,7 +354,7 @@ func (x *mtx) challengeVote(v *wire.ChallengeVoteTx) (*wire.ChallengeVoteResult,
 	if !v.Unavailable && v.ResultHash.IsZero() {
 		return nil, Errf(KindInvalid, "vote: no result hash (say unavailable when the inputs could not be had)")
 	}
-	ch, err := loadChallenge(x.ctx, x.kv, v.Challenge)
+	ch, err := LoadChallenge(x.ctx, x.kv, v.Challenge)
 	if err != nil {
 		return nil, err
 	}
@@ -387,7 +392,7 @@ func (x *mtx) challengeVote(v *wire.ChallengeVoteTx) (*wire.ChallengeVoteResult,
 		}
 	}
 	if 3*power > 2*ch.TotalPower {
-		r, err := loadRun(x.ctx, x.kv, ch.TaskID)
+		r, err := LoadRun(x.ctx, x.kv, ch.TaskID)
 		if err != nil {
 			return nil, err
 		}
@@ -407,7 +412,7 @@ func (x *mtx) challengeVote(v *wire.ChallengeVoteTx) (*wire.ChallengeVoteResult,
 // committed result (the challenge was wrong: the bond goes to the run's
 // escrow), or it does not or the inputs were unavailable (the syncer was
 // wrong: slashed, the challenger repaid and rewarded, the run rolled back).
-func (x *mtx) decide(r *runState, ch *wire.ChallengeRecord, result wire.Hash, unavailable bool) error {
+func (x *mtx) decide(r *Run, ch *wire.ChallengeRecord, result wire.Hash, unavailable bool) error {
 	task := r.spec.TaskID
 	ch.Decided, ch.Result, ch.Unavailable = x.blk.Height, result, unavailable
 	r.dropOpen(ch.ID)
@@ -415,14 +420,14 @@ func (x *mtx) decide(r *runState, ch *wire.ChallengeRecord, result wire.Hash, un
 	if !unavailable && result == ch.Committed {
 		ch.Outcome = wire.ChallengeRejected
 		ch.ToEscrow = bond.String()
-		if err := x.lt.transfer(acctBond(ch.ID), acctEscrow(task), bond, "challenge rejected: bond forfeited to the run's escrow"); err != nil {
+		if err := x.lt.transfer(acctBond(ch.ID), AcctEscrow(task), bond, "challenge rejected: bond forfeited to the run's escrow"); err != nil {
 			return err
 		}
 		x.m.log.Info("challenge rejected: the commit stands", "task", task, "round", ch.Round, "fragment", ch.Fragment, "id", ch.ID)
 		return x.putJSON(KSEvidence, challengeKey(ch.ID), ch)
 	}
 	ch.Outcome = wire.ChallengeUpheld
-	if err := x.lt.transfer(acctBond(ch.ID), acctDID(ch.Challenger), bond, "challenge upheld: bond returned"); err != nil {
+	if err := x.lt.transfer(acctBond(ch.ID), AcctDID(ch.Challenger), bond, "challenge upheld: bond returned"); err != nil {
 		return err
 	}
 	slashed, reward, err := x.slashSyncer(r, ch.Syncer, ch.Challenger)
@@ -445,7 +450,7 @@ func (x *mtx) decide(r *runState, ch *wire.ChallengeRecord, result wire.Hash, un
 // slashSyncer takes the run's syncer_slash of d's candidate stake (its
 // bonded stake first, then what it is unbonding): ChallengerRewardBps of it
 // to the challenger, the rest to the run's escrow.
-func (x *mtx) slashSyncer(r *runState, d, challenger string) (*big.Int, *big.Int, error) {
+func (x *mtx) slashSyncer(r *Run, d, challenger string) (*big.Int, *big.Int, error) {
 	task := r.spec.TaskID
 	staked, err := x.lt.balance(acctSyncerStake(d))
 	if err != nil {
@@ -478,10 +483,10 @@ func (x *mtx) slashSyncer(r *runState, d, challenger string) (*big.Int, *big.Int
 		}
 		return nil
 	}
-	if err := take(acctDID(challenger), reward, "syncer slashed by an upheld challenge: challenger's reward"); err != nil {
+	if err := take(AcctDID(challenger), reward, "syncer slashed by an upheld challenge: challenger's reward"); err != nil {
 		return nil, nil, err
 	}
-	if err := take(acctEscrow(task), rest, "syncer slashed by an upheld challenge: to the run's escrow"); err != nil {
+	if err := take(AcctEscrow(task), rest, "syncer slashed by an upheld challenge: to the run's escrow"); err != nil {
 		return nil, nil, err
 	}
 	if c, err := x.candidate(d); err != nil {
@@ -492,7 +497,7 @@ func (x *mtx) slashSyncer(r *runState, d, challenger string) (*big.Int, *big.Int
 			return nil, nil, err
 		}
 		c.Stake = left.String()
-		if err := x.putJSON(KSMeta, candKey(d), c); err != nil {
+		if err := x.putJSON(KSMeta, CandKey(d), c); err != nil {
 			return nil, nil, err
 		}
 	}
@@ -501,7 +506,7 @@ func (x *mtx) slashSyncer(r *runState, d, challenger string) (*big.Int, *big.Int
 
 // expireChallenges ends the run's challenges whose vote window passed
 // without a decision: the bond goes back, the commit stands.
-func (x *mtx) expireChallenges(r *runState) (bool, error) {
+func (x *mtx) expireChallenges(r *Run) (bool, error) {
 	changed := false
 	for k := 0; k < len(r.Open); {
 		o := r.Open[k]
@@ -509,12 +514,12 @@ func (x *mtx) expireChallenges(r *runState) (bool, error) {
 			k++
 			continue
 		}
-		ch, err := loadChallenge(x.ctx, x.kv, o.ID)
+		ch, err := LoadChallenge(x.ctx, x.kv, o.ID)
 		if err != nil {
 			return false, err
 		}
 		ch.Outcome, ch.Decided = wire.ChallengeExpired, x.blk.Height
-		if err := x.lt.transfer(acctBond(ch.ID), acctDID(ch.Challenger), bigOf(ch.Bond), "challenge undecided in its vote window: bond returned"); err != nil {
+		if err := x.lt.transfer(acctBond(ch.ID), AcctDID(ch.Challenger), bigOf(ch.Bond), "challenge undecided in its vote window: bond returned"); err != nil {
 			return false, err
 		}
 		if err := x.putJSON(KSEvidence, challengeKey(ch.ID), ch); err != nil {
@@ -529,13 +534,13 @@ func (x *mtx) expireChallenges(r *runState) (bool, error) {
 
 // voidChallenge ends an open challenge whose commit a rollback discarded:
 // the bond goes back.
-func (x *mtx) voidChallenge(r *runState, id wire.Hash) error {
-	ch, err := loadChallenge(x.ctx, x.kv, id)
+func (x *mtx) voidChallenge(r *Run, id wire.Hash) error {
+	ch, err := LoadChallenge(x.ctx, x.kv, id)
 	if err != nil {
 		return err
 	}
 	ch.Outcome, ch.Decided = wire.ChallengeVoid, x.blk.Height
-	if err := x.lt.transfer(acctBond(ch.ID), acctDID(ch.Challenger), bigOf(ch.Bond), "challenged commit discarded by a rollback: bond returned"); err != nil {
+	if err := x.lt.transfer(acctBond(ch.ID), AcctDID(ch.Challenger), bigOf(ch.Bond), "challenged commit discarded by a rollback: bond returned"); err != nil {
 		return err
 	}
 	r.dropOpen(id)
@@ -545,7 +550,7 @@ func (x *mtx) voidChallenge(r *runState, id wire.Hash) error {
 // advanceFinality makes the pending rounds final, in order, from the first
 // block at which each is past its window with no challenge open on it, and
 // seals a run whose last round closed once every round is final.
-func (x *mtx) advanceFinality(r *runState) (bool, error) {
+func (x *mtx) advanceFinality(r *Run) (bool, error) {
 	changed := false
 	for len(r.Pending) > 0 && r.Status == wire.StatusRunning {
 		p := r.Pending[0]
@@ -581,7 +586,7 @@ func (x *mtx) advanceFinality(r *runState) (bool, error) {
 // equivocation verdict slashes, each missed trainer counts the miss and is
 // slashed missed_round_bps, each evicted one eviction_bps and refunded; the
 // round's commit records and start snapshot are dropped.
-func (x *mtx) finalizeRound(r *runState, round uint64) error {
+func (x *mtx) finalizeRound(r *Run, round uint64) error {
 	task := r.spec.TaskID
 	var rc wire.RoundCommit
 	ok, err := x.getJSON(KSTranscript, commitKey(task, round), &rc)
@@ -594,7 +599,7 @@ func (x *mtx) finalizeRound(r *runState, round uint64) error {
 	for _, fc := range rc.Fragments {
 		n := r.Fragments[fc.Fragment].N
 		for _, in := range fc.Inputs {
-			if t := r.trainer(in.TrainerDID); t != nil && in.Rejected == "" {
+			if t := r.Trainer(in.TrainerDID); t != nil && in.Rejected == "" {
 				t.Accepted++
 				t.Weight = new(big.Int).Add(bigOf(t.Weight), big.NewInt(n)).String()
 			}
@@ -609,7 +614,7 @@ func (x *mtx) finalizeRound(r *runState, round uint64) error {
 			return fmt.Errorf("commit record of %s round %d: %w", task, round, err)
 		}
 		for _, d := range c.Equivocators {
-			if t := r.trainer(d); t != nil {
+			if t := r.Trainer(d); t != nil {
 				if err := x.slash(r, t, sl.EquivocationBps, "equivocation"); err != nil {
 					return err
 				}
@@ -621,7 +626,7 @@ func (x *mtx) finalizeRound(r *runState, round uint64) error {
 		return err
 	}
 	for _, d := range rc.Missed {
-		t := r.trainer(d)
+		t := r.Trainer(d)
 		if t == nil {
 			continue
 		}
@@ -631,7 +636,7 @@ func (x *mtx) finalizeRound(r *runState, round uint64) error {
 		}
 	}
 	for _, d := range rc.Evicted {
-		t := r.trainer(d)
+		t := r.Trainer(d)
 		if t == nil {
 			continue
 		}
@@ -645,7 +650,7 @@ func (x *mtx) finalizeRound(r *runState, round uint64) error {
 	for _, k := range recKeys {
 		x.del(KSTranscript, k)
 	}
-	x.del(KSTranscript, snapKey(task, round))
+	x.del(KSTranscript, SnapKey(task, round))
 	x.m.log.Info("round final", "task", task, "round", round, "height", x.blk.Height)
 	return nil
 }
@@ -653,8 +658,8 @@ func (x *mtx) finalizeRound(r *runState, round uint64) error {
 // pendingPenalty says why trainer d may not leave yet: it has a slash
 // waiting for a round that is not final (a missed round or an
 // equivocation verdict); "" when none.
-func (x *mtx) pendingPenalty(r *runState, d string) (string, error) {
-	if !r.challengeable() {
+func (x *mtx) pendingPenalty(r *Run, d string) (string, error) {
+	if !r.Challengeable() {
 		return "", nil
 	}
 	task := r.spec.TaskID
@@ -694,10 +699,10 @@ func (x *mtx) pendingPenalty(r *runState, d string) (string, error) {
 // open with its records, its weights and momentum those before the
 // challenged commit. The round's clock restarts at this block, so the next
 // syncer of the succession has a whole deadline.
-func (x *mtx) rollback(r *runState, R uint64, f int) error {
+func (x *mtx) rollback(r *Run, R uint64, f int) error {
 	task := r.spec.TaskID
-	var snap runState
-	ok, err := x.getJSON(KSTranscript, snapKey(task, R), &snap)
+	var snap Run
+	ok, err := x.getJSON(KSTranscript, SnapKey(task, R), &snap)
 	if err != nil {
 		return err
 	}
@@ -728,10 +733,10 @@ func (x *mtx) rollback(r *runState, R uint64, f int) error {
 			}
 		}
 		x.del(KSTranscript, commitKey(task, q))
-		x.del(KSTranscript, snapKey(task, q))
+		x.del(KSTranscript, SnapKey(task, q))
 	}
 	x.del(KSTranscript, commitKey(task, R))
-	x.del(KSTranscript, commitRecKey(task, R, f))
+	x.del(KSTranscript, CommitRecKey(task, R, f))
 	for _, o := range append([]openRef(nil), r.Open...) {
 		if o.Round > R || (o.Round == R && int(o.Fragment) == f) {
 			if err := x.voidChallenge(r, o.ID); err != nil {
@@ -742,7 +747,7 @@ func (x *mtx) rollback(r *runState, R uint64, f int) error {
 	// Trainers: round state from the snapshot, membership since kept.
 	var leftSince []string
 	for _, t := range r.Trainers {
-		s := snap.trainer(t.DID)
+		s := snap.Trainer(t.DID)
 		switch {
 		case s == nil: // enrolled after R started
 			if t.Status != wire.TrainerLeft {
@@ -779,12 +784,12 @@ func (x *mtx) rollback(r *runState, R uint64, f int) error {
 	for g, fs := range r.Fragments {
 		fs.Records, fs.KthMs, fs.Closed, fs.Commit = nil, 0, false, nil
 		var times []int64
-		err := x.kv.Scan(x.ctx, KSTranscript, recordPrefix(task, R, g), func(_, raw []byte) error {
+		err := x.kv.Scan(x.ctx, KSTranscript, RecordPrefix(task, R, g), func(_, raw []byte) error {
 			var rec Record
 			if err := json.Unmarshal(raw, &rec); err != nil {
 				return fmt.Errorf("record of %s round %d fragment %d: %w", task, R, g, err)
 			}
-			fs.Records = append(fs.Records, recRef{DID: rec.TrainerDID, PayloadHash: rec.PayloadHash})
+			fs.Records = append(fs.Records, RecRef{DID: rec.TrainerDID, PayloadHash: rec.PayloadHash})
 			times = append(times, rec.TimeMs)
 			return nil
 		})
@@ -831,7 +836,7 @@ func RunChallenges(ctx context.Context, kv KV, task string) ([]wire.ChallengeRec
 	}
 	out := make([]wire.ChallengeRecord, 0, len(ids))
 	for _, id := range ids {
-		c, err := loadChallenge(ctx, kv, id)
+		c, err := LoadChallenge(ctx, kv, id)
 		if err != nil {
 			return nil, err
 		}
@@ -840,40 +845,11 @@ func RunChallenges(ctx context.Context, kv KV, task string) ([]wire.ChallengeRec
 	return out, nil
 }
 
-// ChallengeList is a receipt's challenge list blob (the JCS array of the
-// entries, in order), its content hash and what the challenges added to the
-// escrow.
-func ChallengeList(entries []wire.ReceiptChallenge) ([]byte, wire.Hash, *big.Int, error) {
-	if entries == nil {
-		entries = []wire.ReceiptChallenge{}
-	}
-	var buf bytes.Buffer
-	buf.WriteByte('[')
-	sum := new(big.Int)
-	for i := range entries {
-		raw, err := json.Marshal(&entries[i])
-		if err != nil {
-			return nil, wire.Hash{}, nil, err
-		}
-		canon, err := jcs.Transform(raw)
-		if err != nil {
-			return nil, wire.Hash{}, nil, err
-		}
-		if i > 0 {
-			buf.WriteByte(',')
-		}
-		buf.Write(canon)
-		sum.Add(sum, bigOf(entries[i].ToEscrow))
-	}
-	buf.WriteByte(']')
-	return buf.Bytes(), BlobHash(buf.Bytes()), sum, nil
-}
-
 // FragmentCommitRecord reads the record of a commit that can still be
 // challenged (KindNotFound when there is none: not committed, final, or
 // discarded).
 func FragmentCommitRecord(ctx context.Context, kv KV, task string, round uint64, f int) (*CommitRecord, error) {
-	raw, err := kv.Get(ctx, KSTranscript, commitRecKey(task, round, f))
+	raw, err := kv.Get(ctx, KSTranscript, CommitRecKey(task, round, f))
 	if errors.Is(err, ErrNotFound) {
 		return nil, Errf(KindNotFound, "no challengeable commit of round %d fragment %d of %s (not committed, already final, or discarded)", round, f, task)
 	}
@@ -889,5 +865,5 @@ func FragmentCommitRecord(ctx context.Context, kv KV, task string, round uint64,
 
 // Challenge reads one challenge record.
 func Challenge(ctx context.Context, kv KV, id wire.Hash) (*wire.ChallengeRecord, error) {
-	return loadChallenge(ctx, kv, id)
+	return LoadChallenge(ctx, kv, id)
 }

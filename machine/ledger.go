@@ -1,4 +1,4 @@
-package syncer
+package machine
 
 import (
 	"context"
@@ -16,8 +16,11 @@ const (
 	acctIssuer = "issuer"
 )
 
-func acctDID(did string) string             { return "did:" + did }
-func acctEscrow(task string) string         { return "escrow:" + task }
+// AcctDID is a DID's spendable ledger account.
+func AcctDID(did string) string { return "did:" + did }
+
+// AcctEscrow is a run's escrow ledger account (the sponsor's reward pool).
+func AcctEscrow(task string) string         { return "escrow:" + task }
 func acctStake(task, did string) string     { return "stake:" + task + ":" + did }
 func acctSyncerStake(did string) string     { return "syncer-stake:" + did }
 func acctSyncerUnbonding(did string) string { return "syncer-unbonding:" + did }

@@ -1,4 +1,4 @@
-package syncer
+package machine
 
 import (
 	"bytes"
@@ -11,6 +11,7 @@ import (
 
 	"github.com/gowebpki/jcs"
 
+	"github.com/tenzro/train/audit"
 	"github.com/tenzro/train/wire"
 )
 
@@ -37,11 +38,11 @@ func (x *mtx) submission(p *wire.SubmissionTx) (*wire.SubmitResult, error) {
 	if len(p.Provider) > 256 {
 		return nil, Errf(KindInvalid, "provider: %d bytes, limit 256", len(p.Provider))
 	}
-	r, err := loadRun(x.ctx, x.kv, p.TaskID)
+	r, err := LoadRun(x.ctx, x.kv, p.TaskID)
 	if err != nil {
 		return nil, err
 	}
-	fs, err := r.precheckRecord(p.TrainerDID, p.Round, p.FragmentIndex, x.blk.TimeMs)
+	fs, err := r.PrecheckRecord(p.TrainerDID, p.Round, p.FragmentIndex, x.blk.TimeMs)
 	if err != nil {
 		return nil, err
 	}
@@ -54,11 +55,11 @@ func (x *mtx) submission(p *wire.SubmissionTx) (*wire.SubmitResult, error) {
 	f := int(p.FragmentIndex)
 	rec := Record{SubmissionTx: *p, Height: x.blk.Height, TimeMs: x.blk.TimeMs}
 	var first Record
-	ok, err := x.getJSON(KSTranscript, recordKey(p.TaskID, p.Round, f, p.TrainerDID), &first)
+	ok, err := x.getJSON(KSTranscript, RecordKey(p.TaskID, p.Round, f, p.TrainerDID), &first)
 	if err != nil {
 		return nil, err
 	}
-	t := r.trainer(p.TrainerDID)
+	t := r.Trainer(p.TrainerDID)
 	if ok {
 		if first.PayloadHash == p.PayloadHash {
 			return nil, Errf(KindConflict, "duplicate submission: %s already submitted payload %s for round %d fragment %d", p.TrainerDID, p.PayloadHash, p.Round, p.FragmentIndex)
@@ -80,10 +81,10 @@ func (x *mtx) submission(p *wire.SubmissionTx) (*wire.SubmitResult, error) {
 		return &wire.SubmitResult{Accepted: false, Round: p.Round, FragmentIndex: p.FragmentIndex, PayloadHash: p.PayloadHash,
 			AcceptedCount: len(fs.Records), EquivocationClaim: &cl.Digest}, nil
 	}
-	if err := x.putJSON(KSTranscript, recordKey(p.TaskID, p.Round, f, p.TrainerDID), rec); err != nil {
+	if err := x.putJSON(KSTranscript, RecordKey(p.TaskID, p.Round, f, p.TrainerDID), rec); err != nil {
 		return nil, err
 	}
-	fs.Records = append(fs.Records, recRef{DID: p.TrainerDID, PayloadHash: p.PayloadHash})
+	fs.Records = append(fs.Records, RecRef{DID: p.TrainerDID, PayloadHash: p.PayloadHash})
 	if len(fs.Records) == r.spec.Quorum {
 		fs.KthMs = x.blk.TimeMs
 	}
@@ -107,11 +108,11 @@ func claimDigest(c *Claim) wire.Hash {
 		U64(c.First.FragmentIndex).Hash(c.First.PayloadHash).Bytes(c.First.Signature).Hash(c.Second.PayloadHash).Bytes(c.Second.Signature).Sum()
 }
 
-// precheckRecord runs the state checks of a submission at block time now:
+// PrecheckRecord runs the state checks of a submission at block time now:
 // run running, trainer active, current round, fragment open and inside its
 // grace window. The receiving node runs the same checks on the committed
 // state before it does anything costly.
-func (r *runState) precheckRecord(trainer string, round, fragment uint64, now int64) (*fragState, error) {
+func (r *Run) PrecheckRecord(trainer string, round, fragment uint64, now int64) (*RunFragment, error) {
 	task := r.spec.TaskID
 	if r.Status != wire.StatusRunning {
 		return nil, Errf(KindConflict, "run %s is %s, not running", task, r.Status)
@@ -119,7 +120,7 @@ func (r *runState) precheckRecord(trainer string, round, fragment uint64, now in
 	if r.AwaitingFinal {
 		return nil, Errf(KindConflict, "run %s committed its last round; it seals once every round is final", task)
 	}
-	t := r.trainer(trainer)
+	t := r.Trainer(trainer)
 	if t == nil {
 		return nil, Errf(KindNotFound, "unknown DID: %s is not enrolled in %s", trainer, task)
 	}
@@ -145,12 +146,12 @@ func (r *runState) precheckRecord(trainer string, round, fragment uint64, now in
 	return fs, nil
 }
 
-// baseCommit is fragment i's transcript entry before anything is decided:
+// BaseCommit is fragment i's transcript entry before anything is decided:
 // the rule and outer step that would run, weights unchanged.
-func baseCommit(r *runState, i int) *wire.FragmentCommit {
+func BaseCommit(r *Run, i int) *wire.FragmentCommit {
 	w := r.Fragments[i].WeightsHash
 	return &wire.FragmentCommit{Fragment: i, Rule: r.Rule.Name, RuleHash: r.Rule.Hash, RuleParams: orJSON(r.Rule.Params), OuterHash: r.Outer.Hash,
-		WeightsBefore: w, WeightsAfter: w, Codec: codecRef(r.Codec), Inputs: []wire.CommitInput{}}
+		WeightsBefore: w, WeightsAfter: w, Codec: CodecRefOf(r.Codec), Inputs: []wire.CommitInput{}}
 }
 
 func orJSON(v json.RawMessage) json.RawMessage {
@@ -160,9 +161,9 @@ func orJSON(v json.RawMessage) json.RawMessage {
 	return v
 }
 
-// recordInputs lists a fragment's records in DID order as commit inputs.
-func recordInputs(recs []recRef) []wire.CommitInput {
-	s := append([]recRef(nil), recs...)
+// RecordInputs lists a fragment's records in DID order as commit inputs.
+func RecordInputs(recs []RecRef) []wire.CommitInput {
+	s := append([]RecRef(nil), recs...)
 	sort.Slice(s, func(a, b int) bool { return s[a].DID < s[b].DID })
 	out := make([]wire.CommitInput, len(s))
 	for k, x := range s {
@@ -205,7 +206,7 @@ func (x *mtx) commitFragment(p *wire.CommitFragmentTx) (*wire.CommitFragmentResu
 	if err := parseDIDField("syncer_did", p.SyncerDID); err != nil {
 		return nil, err
 	}
-	r, err := loadRun(x.ctx, x.kv, p.TaskID)
+	r, err := LoadRun(x.ctx, x.kv, p.TaskID)
 	if err != nil {
 		return nil, err
 	}
@@ -225,16 +226,16 @@ func (x *mtx) commitFragment(p *wire.CommitFragmentTx) (*wire.CommitFragmentResu
 		return nil, Errf(KindConflict, "fragment %d of round %d of %s is already committed", i, r.Round, task)
 	}
 	now := x.blk.TimeMs
-	want, k := r.syncerAt(now)
+	want, k := r.SyncerAt(now)
 	if want == "" {
 		return nil, Errf(KindConflict, "run %s has no elected syncer", task)
 	}
 	if p.SyncerDID != want {
 		return nil, Errf(KindUnauthorized, "round %d of %s may be committed only by %s (ticket %d at block time %d ms), not %s", r.Round, task, want, k, now, p.SyncerDID)
 	}
-	if !r.due(fs, now) {
+	if !r.Due(fs, now) {
 		return nil, Errf(KindConflict, "fragment %d of round %d is not due: %d of K=%d records, %d active trainers, grace window closes at %d ms",
-			i, r.Round, len(fs.Records), r.spec.Quorum, r.count(wire.TrainerActive), fs.KthMs+r.spec.GraceWindowMs)
+			i, r.Round, len(fs.Records), r.spec.Quorum, r.Count(wire.TrainerActive), fs.KthMs+r.spec.GraceWindowMs)
 	}
 	c := p.Commit
 	if err := r.checkCommit(i, &c, p.SyncerDID, uint64(k)); err != nil {
@@ -275,11 +276,11 @@ func (x *mtx) commitFragment(p *wire.CommitFragmentTx) (*wire.CommitFragmentResu
 		if v.Verdict != wire.VerdictEquivocation {
 			continue
 		}
-		t := r.trainer(v.TrainerDID)
+		t := r.Trainer(v.TrainerDID)
 		if t == nil {
 			continue
 		}
-		if !r.challengeable() { // final at once; else when the round is final
+		if !r.Challengeable() { // final at once; else when the round is final
 			if err := x.slash(r, t, r.spec.Slash().EquivocationBps, "equivocation"); err != nil {
 				return nil, err
 			}
@@ -309,7 +310,7 @@ func (x *mtx) commitFragment(p *wire.CommitFragmentTx) (*wire.CommitFragmentResu
 // numbering, syncer and ticket, the run's rules, the weights before, the
 // inputs (exactly the fragment's records in DID order) and that its status
 // agrees with its content.
-func (r *runState) checkCommit(i int, c *wire.FragmentCommit, syncer string, ticket uint64) error {
+func (r *Run) checkCommit(i int, c *wire.FragmentCommit, syncer string, ticket uint64) error {
 	fs := r.Fragments[i]
 	switch {
 	case c.Fragment != i:
@@ -319,14 +320,14 @@ func (r *runState) checkCommit(i int, c *wire.FragmentCommit, syncer string, tic
 	case c.Rule != r.Rule.Name || c.RuleHash != r.Rule.Hash || !sameJSONBytes(c.RuleParams, r.Rule.Params) || c.OuterHash != r.Outer.Hash:
 		return Errf(KindInvalid, "commit: rule %s (sha256:%s) and outer step sha256:%s are not the run's %s (sha256:%s) and sha256:%s",
 			c.Rule, c.RuleHash, c.OuterHash, r.Rule.Name, r.Rule.Hash, r.Outer.Hash)
-	case !sameCodec(c.Codec, codecRef(r.Codec)):
-		return Errf(KindInvalid, "commit: codec %s is not the run's %s", codecText(c.Codec), codecText(codecRef(r.Codec)))
+	case !sameCodec(c.Codec, CodecRefOf(r.Codec)):
+		return Errf(KindInvalid, "commit: codec %s is not the run's %s", CodecText(c.Codec), CodecText(CodecRefOf(r.Codec)))
 	case c.WeightsBefore != fs.WeightsHash:
 		return Errf(KindInvalid, "commit: weights_before %s, the chain's current weights of fragment %d are %s", c.WeightsBefore, i, fs.WeightsHash)
 	case len(c.Reason) > maxReasonBytes:
 		return Errf(KindInvalid, "commit: reason of %d bytes, limit %d", len(c.Reason), maxReasonBytes)
 	}
-	want := recordInputs(fs.Records)
+	want := RecordInputs(fs.Records)
 	if len(c.Inputs) != len(want) {
 		return Errf(KindInvalid, "commit: %d inputs, fragment %d has %d records this round", len(c.Inputs), i, len(want))
 	}
@@ -376,7 +377,7 @@ func sameCodec(a, b *wire.CodecRef) bool {
 // closeFragment records fragment i's commit: the fragment is closed, its
 // weights move on when aggregated, and every input that was not rejected
 // counts as accepted (payout weight: the fragment's size).
-func (x *mtx) closeFragment(r *runState, i int, c *wire.FragmentCommit) error {
+func (x *mtx) closeFragment(r *Run, i int, c *wire.FragmentCommit) error {
 	fs := r.Fragments[i]
 	if c.Inputs == nil {
 		c.Inputs = []wire.CommitInput{}
@@ -393,12 +394,12 @@ func (x *mtx) closeFragment(r *runState, i int, c *wire.FragmentCommit) error {
 		if in.Rejected != "" {
 			continue
 		}
-		t := r.trainer(in.TrainerDID)
+		t := r.Trainer(in.TrainerDID)
 		if t == nil {
 			continue
 		}
 		t.RoundAccepted++
-		if !r.challengeable() { // final at once; else when the round is final
+		if !r.Challengeable() { // final at once; else when the round is final
 			t.Accepted++
 			t.Weight = new(big.Int).Add(bigOf(t.Weight), big.NewInt(fs.N)).String()
 		}
@@ -407,7 +408,7 @@ func (x *mtx) closeFragment(r *runState, i int, c *wire.FragmentCommit) error {
 }
 
 // maybeCloseRound closes the round once every fragment is closed.
-func (x *mtx) maybeCloseRound(r *runState) error {
+func (x *mtx) maybeCloseRound(r *Run) error {
 	if r.Status != wire.StatusRunning {
 		return nil
 	}
@@ -422,7 +423,7 @@ func (x *mtx) maybeCloseRound(r *runState) error {
 // closeRound writes the round commit from the fragment commits, applies
 // missed rounds, evictions and membership changes, and opens the next
 // round at this block or seals the run.
-func (x *mtx) closeRound(r *runState) error {
+func (x *mtx) closeRound(r *Run) error {
 	task := r.spec.TaskID
 	sl := r.spec.Slash()
 	rc := wire.RoundCommit{TaskID: task, Round: r.Round, Missed: []string{}, Evicted: []string{}, Joined: orStrs(r.Joined), Left: orStrs(r.Left),
@@ -443,7 +444,7 @@ func (x *mtx) closeRound(r *runState) error {
 		}
 		t.ConsecMissed++
 		rc.Missed = append(rc.Missed, t.DID)
-		final := !r.challengeable() // else the slashes wait for the round to be final
+		final := !r.Challengeable() // else the slashes wait for the round to be final
 		if final {
 			t.MissedRounds++
 			if err := x.slash(r, t, sl.MissedRoundBps, "missed round"); err != nil {
@@ -464,7 +465,7 @@ func (x *mtx) closeRound(r *runState) error {
 			rc.Evicted = append(rc.Evicted, t.DID)
 		}
 	}
-	ch, err := RoundCommitHash(&rc)
+	ch, err := audit.RoundCommitHash(&rc)
 	if err != nil {
 		return err
 	}
@@ -473,7 +474,7 @@ func (x *mtx) closeRound(r *runState) error {
 	}
 	r.Roots = append(r.Roots, ch)
 	x.m.log.Info("round committed", "task", task, "round", r.Round, "model", rc.ModelHash.String()[:12], "missed", len(rc.Missed), "evicted", len(rc.Evicted), "height", x.blk.Height)
-	if r.challengeable() {
+	if r.Challengeable() {
 		r.Pending = append(r.Pending, pendingRound{Round: r.Round, FinalAt: x.blk.Height + r.Window})
 		if r.Round+1 >= uint64(r.spec.MaxRounds) {
 			// The last round: the run seals once every round is final
@@ -510,9 +511,9 @@ func (x *mtx) closeRound(r *runState) error {
 // escrowed pool and its stake back, the rest returns to the sponsor; the
 // run root goes into the run log. The receipt is then fully determined by
 // chain state except the syncer's signature (signReceipt).
-func (x *mtx) seal(r *runState, finalModel wire.Hash) error {
+func (x *mtx) seal(r *Run, finalModel wire.Hash) error {
 	task := r.spec.TaskID
-	pool, err := x.lt.balance(acctEscrow(task))
+	pool, err := x.lt.balance(AcctEscrow(task))
 	if err != nil {
 		return err
 	}
@@ -521,11 +522,11 @@ func (x *mtx) seal(r *runState, finalModel wire.Hash) error {
 	for i, t := range r.Trainers {
 		weights[i] = bigOf(t.Weight)
 	}
-	shares := payoutShares(pool, weights)
+	shares := PayoutShares(pool, weights)
 	payouts := []wire.Payout{}
 	paid := new(big.Int)
 	for i, t := range r.Trainers { // sorted by DID
-		if err := x.lt.transfer(acctEscrow(task), acctDID(t.DID), shares[i], "reward"); err != nil {
+		if err := x.lt.transfer(AcctEscrow(task), AcctDID(t.DID), shares[i], "reward"); err != nil {
 			return err
 		}
 		paid.Add(paid, shares[i])
@@ -535,16 +536,16 @@ func (x *mtx) seal(r *runState, finalModel wire.Hash) error {
 			return err
 		}
 		refund = new(big.Int).Set(refund)
-		if err := x.lt.transfer(acctStake(task, t.DID), acctDID(t.DID), refund, "stake refund at seal"); err != nil {
+		if err := x.lt.transfer(acctStake(task, t.DID), AcctDID(t.DID), refund, "stake refund at seal"); err != nil {
 			return err
 		}
 		payouts = append(payouts, wire.Payout{DID: t.DID, Reward: shares[i].String(), Refund: refund.String(), Slashed: orDefault(t.Slashed, "0"), WeightSum: orDefault(t.Weight, "0")})
 	}
 	rest := new(big.Int).Sub(pool, paid)
-	if err := x.lt.transfer(acctEscrow(task), acctDID(r.spec.SponsorDID), rest, "unpaid remainder back to sponsor"); err != nil {
+	if err := x.lt.transfer(AcctEscrow(task), AcctDID(r.spec.SponsorDID), rest, "unpaid remainder back to sponsor"); err != nil {
 		return err
 	}
-	root := RunRoot(r.SpecHash, r.Roots, finalModel)
+	root := audit.RunRoot(r.SpecHash, r.Roots, finalModel)
 	idx, err := RunLogSize(x.ctx, x.kv)
 	if err != nil {
 		return err
@@ -560,10 +561,10 @@ func (x *mtx) seal(r *runState, finalModel wire.Hash) error {
 	return nil
 }
 
-// payoutShares is the settlement rule of the reward pool: each trainer gets
+// PayoutShares is the settlement rule of the reward pool: each trainer gets
 // pool × weight / Σweight (integer division, the remainder back to the
 // sponsor), weight being the summed fragment size of its accepted inputs.
-func payoutShares(pool *big.Int, weights []*big.Int) []*big.Int {
+func PayoutShares(pool *big.Int, weights []*big.Int) []*big.Int {
 	total := new(big.Int)
 	for _, w := range weights {
 		total.Add(total, w)
@@ -586,7 +587,7 @@ func (x *mtx) signReceipt(p *wire.SignReceiptTx) (*wire.SignReceiptResult, error
 	if len(p.Engine) > maxEngineBytes || !json.Valid(p.Engine) {
 		return nil, Errf(KindInvalid, "engine: want a JSON value of at most %d bytes", maxEngineBytes)
 	}
-	r, err := loadRun(x.ctx, x.kv, p.TaskID)
+	r, err := LoadRun(x.ctx, x.kv, p.TaskID)
 	if err != nil {
 		return nil, err
 	}
@@ -596,14 +597,14 @@ func (x *mtx) signReceipt(p *wire.SignReceiptTx) (*wire.SignReceiptResult, error
 	if r.Seal.Signed {
 		return nil, Errf(KindConflict, "the receipt of %s is already signed by %s", p.TaskID, r.Seal.SignedBy)
 	}
-	if want := r.receiptSignerAt(x.blk.TimeMs); p.SyncerDID != want {
+	if want := r.ReceiptSignerAt(x.blk.TimeMs); p.SyncerDID != want {
 		return nil, Errf(KindUnauthorized, "the receipt of %s may be signed only by %s at block time %d ms, not %s", p.TaskID, want, x.blk.TimeMs, p.SyncerDID)
 	}
 	rc, _, _, err := chainReceipt(x.ctx, x.kv, r, p.SyncerDID, p.Engine, p.EvidenceDigest)
 	if err != nil {
 		return nil, err
 	}
-	pre, err := ReceiptPreimage(rc)
+	pre, err := audit.ReceiptPreimage(rc)
 	if err != nil {
 		return nil, err
 	}
@@ -611,7 +612,7 @@ func (x *mtx) signReceipt(p *wire.SignReceiptTx) (*wire.SignReceiptResult, error
 		return nil, err
 	}
 	rc.Signature = append(wire.HexBytes{}, p.Signature...)
-	if err := x.putJSON(KSReceipts, runKey(p.TaskID), rc); err != nil {
+	if err := x.putJSON(KSReceipts, RunKey(p.TaskID), rc); err != nil {
 		return nil, err
 	}
 	r.Seal.Signed, r.Seal.SignedBy = true, p.SyncerDID
@@ -628,7 +629,7 @@ func (x *mtx) signReceipt(p *wire.SignReceiptTx) (*wire.SignReceiptResult, error
 // transcript and attestation-list blobs. The signing syncer's node and the
 // chain build it with this one function.
 func ChainReceipt(ctx context.Context, kv KV, task, signer string, engine json.RawMessage, evidenceDigest *wire.Hash) (*wire.Receipt, []byte, []byte, error) {
-	r, err := loadRun(ctx, kv, task)
+	r, err := LoadRun(ctx, kv, task)
 	if err != nil {
 		return nil, nil, nil, err
 	}
@@ -638,7 +639,7 @@ func ChainReceipt(ctx context.Context, kv KV, task, signer string, engine json.R
 	return chainReceipt(ctx, kv, r, signer, engine, evidenceDigest)
 }
 
-func chainReceipt(ctx context.Context, kv KV, r *runState, signer string, engine json.RawMessage, evidenceDigest *wire.Hash) (*wire.Receipt, []byte, []byte, error) {
+func chainReceipt(ctx context.Context, kv KV, r *Run, signer string, engine json.RawMessage, evidenceDigest *wire.Hash) (*wire.Receipt, []byte, []byte, error) {
 	task := r.spec.TaskID
 	transcript := make([]wire.RoundCommit, 0, len(r.Roots))
 	for round := uint64(0); round < uint64(len(r.Roots)); round++ {
@@ -664,13 +665,13 @@ func chainReceipt(ctx context.Context, kv KV, r *runState, signer string, engine
 	if evidenceDigest != nil {
 		atts = append(atts, *evidenceDigest)
 	}
-	rc, blob, err := BuildReceipt(ReceiptInput{TaskSpec: r.Spec, InitModelHash: r.InitModel, InitWeightsHash: r.InitFile, FinalModelHash: r.Seal.FinalModel,
+	rc, blob, err := audit.BuildReceipt(audit.ReceiptInput{TaskSpec: r.Spec, InitModelHash: r.InitModel, InitWeightsHash: r.InitFile, FinalModelHash: r.Seal.FinalModel,
 		Rounds: transcript, RoundRoots: r.Roots, PluginHashes: r.Plugins, Engine: append(json.RawMessage(nil), engine...), AttestationDigests: atts,
 		Election: r.Election, Rewards: r.Seal.Payouts, SponsorRefund: r.Seal.SponsorRefund, SyncerDID: signer, Challenges: entries})
 	if err != nil {
 		return nil, nil, nil, Errf(KindInvalid, "%v", err)
 	}
-	list, _ := AttestationList(atts)
+	list, _ := audit.AttestationList(atts)
 	return rc, blob, list, nil
 }
 
@@ -686,6 +687,6 @@ func ChainChallengeList(ctx context.Context, kv KV, task string) ([]byte, error)
 	for i := range chs {
 		entries[i] = chs[i].ReceiptEntry()
 	}
-	list, _, _, err := ChallengeList(entries)
+	list, _, _, err := audit.ChallengeList(entries)
 	return list, err
 }

@@ -1,4 +1,4 @@
-package syncer
+package audit
 
 import (
 	"encoding/json"

@@ -1,0 +1,311 @@
+"""Black-box finalize on a real `tenzro-node --dev` (issue 21 item 2).
+
+One run of F=1 fragment, M=K trainers, N f32 values, through the `tenzro` CLI
+only. Per round: K-1 plain submissions (each timed), then the K-th, timed from
+its start to the round's commit as seen over JSON-RPC (polled every 2 ms).
+finalize = (K-th submission -> commit) - median plain submission; reported
+against one f32 memory pass over the same K*N values (numpy, same process,
+measured between rounds), and the chain's fixed latency (a faucet
+transaction: submit -> in a block) separately. Before the rounds: the node's
+peak RSS around one plain submission (VmHWM reset through clear_refs).
+
+    V=$(scripts/venv.sh); make build
+    $V/bin/python bench/plugins/node_finalize.py --rounds 5 [--n 8650000] [--k 6]
+
+Prints one JSON object (every figure in ms, medians with ranges).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import signal
+import socket
+import statistics
+import struct
+import subprocess
+import tempfile
+import time
+import urllib.request
+
+import numpy as np
+
+
+def free_port() -> int:
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    p = s.getsockname()[1]
+    s.close()
+    return p
+
+
+def write_st(path: str, name: str, values: np.ndarray) -> None:
+    h = json.dumps(
+        {name: {"dtype": "F32", "shape": [int(values.size)], "data_offsets": [0, int(values.nbytes)]}},
+        separators=(",", ":"),
+    ).encode()
+    h += b" " * ((8 - len(h) % 8) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(h)))
+        f.write(h)
+        f.write(values.astype("<f4").tobytes())
+
+
+def proc_kb(pid: int, key: str) -> int:
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith(key + ":"):
+                return int(line.split()[1])
+    raise KeyError(key)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--k", type=int, default=6)
+    ap.add_argument("--n", type=int, default=8_650_000)
+    ap.add_argument("--bin", default=os.environ.get("TENZRO_BIN_DIR", os.path.join(os.getcwd(), "bin")))
+    a = ap.parse_args()
+    k, n = a.k, a.n
+    t = tempfile.mkdtemp(prefix="node-finalize-")
+    port = free_port()
+    rpc = f"http://127.0.0.1:{port}"
+    log = open(os.path.join(t, "node.log"), "w")  # noqa: SIM115 (closed in finally)
+    node = subprocess.Popen(
+        [
+            os.path.join(a.bin, "tenzro-node"),
+            "--dev",
+            "--data-dir",
+            os.path.join(t, "data"),
+            "--rpc-addr",
+            f"127.0.0.1:{port}",
+            "--listen-addr",
+            "/ip4/127.0.0.1/tcp/0",
+        ],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    try:
+        run(a, k, n, t, rpc, node)
+    finally:
+        node.send_signal(signal.SIGTERM)
+        try:
+            node.wait(20)
+        except subprocess.TimeoutExpired:
+            node.kill()
+            node.wait()
+        log.close()
+        shutil.rmtree(t, ignore_errors=True)
+
+
+def run(a, k: int, n: int, t: str, rpc: str, node: subprocess.Popen) -> None:
+    for _ in range(300):
+        try:
+            socket.create_connection(("127.0.0.1", int(rpc.rsplit(":", 1)[1])), 0.2).close()
+            break
+        except OSError:
+            time.sleep(0.2)
+
+    def cli(*args: str) -> str:
+        p = subprocess.run(
+            [os.path.join(a.bin, "tenzro"), *args, "--rpc", rpc], capture_output=True, text=True, timeout=600
+        )
+        if p.returncode != 0:
+            raise RuntimeError("{}: {}".format(" ".join(args[:3]), (p.stderr or p.stdout)[-400:]))
+        return p.stdout
+
+    def call(method: str, params: dict) -> dict:
+        req = urllib.request.Request(
+            rpc,
+            json.dumps({"jsonrpc": "2.0", "id": 1, "method": method, "params": params}).encode(),
+            {"Content-Type": "application/json"},
+        )
+        with urllib.request.urlopen(req, timeout=30) as r:
+            return json.loads(r.read())["result"]
+
+    def keygen(name: str, kind: str) -> str:
+        out = subprocess.run(
+            [
+                os.path.join(a.bin, "tenzro"),
+                "key",
+                "generate",
+                "--kind",
+                kind,
+                "--out",
+                os.path.join(t, name + ".key"),
+                "--format",
+                "json",
+            ],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+        return json.loads(out)["did"]
+
+    task = f"bench-finalize-{os.getpid()}"
+    sponsor = keygen("sponsor", "human")
+    trainers = [keygen(f"t{i}", "machine") for i in range(k)]
+    spec = {
+        "task_id": task,
+        "sponsor_did": sponsor,
+        "sponsor_address": "0x" + "11" * 20,
+        "architecture": {
+            "family": "timesfm",
+            "param_count": n,
+            "modality": "Timeseries",
+            "fragment_count": 1,
+            "dtype": "f32",
+        },
+        "tier": "Open",
+        "aggregation": "Mean",
+        "trainer_count": k,
+        "quorum": k,
+        "inner_steps": 24,
+        "max_rounds": a.rounds + 2,
+        "grace_window_ms": 600000,
+        "reward_pool": "1000000000000000000000",
+        "dataset_ref": "ipfs://QmAccept",
+        "dataset_hash": "0x" + "ab" * 32,
+        "min_throughput": None,
+        "created_at": 1761350400,
+    }
+    with open(os.path.join(t, "spec.json"), "w") as f:
+        json.dump(spec, f)
+    rng = np.random.default_rng(7)
+    write_st(os.path.join(t, "init.safetensors"), "w", rng.standard_normal(n, dtype=np.float32))
+    cli("ledger", "faucet", "--did", sponsor, "--amount", "2000000000000000000000")
+    cli(
+        "train",
+        "post-task",
+        "--spec",
+        os.path.join(t, "spec.json"),
+        "--init-weights",
+        os.path.join(t, "init.safetensors"),
+        "--key",
+        os.path.join(t, "sponsor.key"),
+    )
+    for i, d in enumerate(trainers):
+        cli("ledger", "faucet", "--did", d, "--amount", "200000000000000000000")
+        cli(
+            "train",
+            "enroll-trainer",
+            "--task-id",
+            task,
+            "--did",
+            d,
+            "--stake",
+            "100000000000000000000",
+            "--key",
+            os.path.join(t, f"t{i}.key"),
+        )
+    grads = np.empty((k, n), dtype=np.float32)
+    for i in range(k):
+        grads[i] = rng.standard_normal(n, dtype=np.float32) * 1e-3
+    paths = []
+    for i in range(k):
+        p = os.path.join(t, f"g{i}.safetensors")
+        write_st(p, "w", grads[i])
+        paths.append(p)
+    payload = os.path.getsize(paths[0])
+
+    def submit(i: int, rnd: int) -> float:
+        s = time.perf_counter()
+        cli(
+            "train",
+            "submit-gradient",
+            "--task-id",
+            task,
+            "--round",
+            str(rnd),
+            "--fragment",
+            "0",
+            "--payload",
+            paths[i],
+            "--key",
+            os.path.join(t, f"t{i}.key"),
+        )
+        return time.perf_counter() - s
+
+    def memory_pass() -> float:
+        s = time.perf_counter()
+        np.add.reduce(grads, axis=0, dtype=np.float32)
+        return time.perf_counter() - s
+
+    def chain_latency() -> float:
+        s = time.perf_counter()
+        cli("ledger", "faucet", "--did", sponsor, "--amount", "1")
+        return time.perf_counter() - s
+
+    res = {"k": k, "n": n, "payload_bytes": payload, "load_avg_start": os.getloadavg()}
+    # Ingest: peak RSS of the node around one plain submission (round 0's first).
+    rnd = call("tenzro_training_getRun", {"task_id": task})["round"]
+    with open(f"/proc/{node.pid}/clear_refs", "w") as f:
+        f.write("5")  # resets VmHWM to the current RSS
+    before = proc_kb(node.pid, "VmRSS")
+    first = submit(0, rnd)
+    peak = proc_kb(node.pid, "VmHWM")
+    res["ingest"] = {
+        "rss_before_kb": before,
+        "peak_kb": peak,
+        "peak_growth_over_payload": round((peak - before) * 1024 / payload, 3),
+    }
+    rows = []
+    for r in range(a.rounds):
+        run_ = call("tenzro_training_getRun", {"task_id": task})
+        rnd = run_["round"]
+        plain = [first] if r == 0 else []
+        for i in range(1 if r == 0 else 0, k - 1):
+            plain.append(submit(i, rnd))
+        s = time.perf_counter()
+        cli(
+            "train",
+            "submit-gradient",
+            "--task-id",
+            task,
+            "--round",
+            str(rnd),
+            "--fragment",
+            "0",
+            "--payload",
+            paths[k - 1],
+            "--key",
+            os.path.join(t, f"t{k - 1}.key"),
+        )
+        sub_k = time.perf_counter() - s
+        while call("tenzro_training_getRun", {"task_id": task})["round"] == rnd:
+            time.sleep(0.002)
+        to_commit = time.perf_counter() - s
+        mp = statistics.median(memory_pass() for _ in range(3))
+        cl = chain_latency()
+        fin = to_commit - statistics.median(plain)
+        rows.append(
+            {
+                "round": rnd,
+                "kth_to_commit_ms": round(1e3 * to_commit, 1),
+                "kth_submit_ms": round(1e3 * sub_k, 1),
+                "plain_submit_ms": round(1e3 * statistics.median(plain), 1),
+                "finalize_ms": round(1e3 * fin, 1),
+                "memory_pass_ms": round(1e3 * mp, 1),
+                "chain_tx_ms": round(1e3 * cl, 1),
+                "ratio": round(fin / mp, 2),
+                "load_avg": os.getloadavg()[0],
+            }
+        )
+    res["rounds"] = rows
+
+    def med(key: str) -> list:
+        v = [x[key] for x in rows]
+        return [statistics.median(v), min(v), max(v)]
+
+    res["median_range"] = {
+        key: med(key)
+        for key in ("finalize_ms", "memory_pass_ms", "ratio", "chain_tx_ms", "plain_submit_ms", "kth_to_commit_ms")
+    }
+    res["node_rss_end_kb"] = proc_kb(node.pid, "VmRSS")
+    print(json.dumps(res, indent=1))
+
+
+if __name__ == "__main__":
+    main()

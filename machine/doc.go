@@ -1,0 +1,28 @@
+// Package machine is Tenzro Train's consensus state machine. Everything here
+// is consensus-critical: a change to any of it changes what validators
+// accept or the bytes they write, so it changes app hashes and must ship to
+// every validator of a network at once.
+//
+// It owns:
+//   - Machine (machine.go, m*.go): the deterministic transitions — post →
+//     elect → enrol → submission records → fragment commits → round close →
+//     challenge window and finality → seal, plus syncer candidates, plugin
+//     records, cancellation, expiry and fees — over a KV and a Block
+//     (height, time, hash). No wall clock, no plugin, no payload bytes, no
+//     floats; every transition all or nothing on its KV.
+//   - The state layout (mstate.go, kv.go, overlay.go): key spaces, keys,
+//     the Run record and its read-only view for the node (LoadRun,
+//     RoundStart, Run's exported methods), the run log.
+//   - The ledger (ledger.go) and the parameters and limits a posting is
+//     checked against (params.go, builtins.go, layout.go: fragment layout
+//     from initial weights).
+//   - The refusals (errors.go: Kind, Error) every transition returns, and
+//     the pre-checks the node calls before it spends work (LoadParams, Fee,
+//     Run.PrecheckRecord, Balance): the same code as the transition, so the
+//     node never restates a rule.
+//
+// Receipts' canonical forms and checks live in package audit (a leaf the
+// machine uses to build the receipt at seal); the node (package syncer),
+// the chain host (package chain) and the CLI import this package, never the
+// reverse.
+package machine
