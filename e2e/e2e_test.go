@@ -228,14 +228,15 @@ const (
 )
 
 // seedSpec is the seed's spec (DESIGN §10) with small numbers where the
-// local run needs them.
+// local run needs them (param_count is the small initial weights' count: the
+// node refuses a count the weights do not hold).
 func seedSpec(sponsor string) string {
 	return fmt.Sprintf(`{"task_id":%q,"sponsor_did":%q,"sponsor_address":"0x00000000000000000000000000000000000000aa",
- "architecture":{"family":"timesfm","param_count":200000000,"modality":"Timeseries","fragment_count":%d,
+ "architecture":{"family":"timesfm","param_count":%d,"modality":"Timeseries","fragment_count":%d,
  "dtype":"bf16","metadata":{"context_len":2048,"horizon":128}},"tier":"Open","aggregation":"Mean",
  "trainer_count":%d,"quorum":%d,"inner_steps":24,"max_rounds":%d,"grace_window_ms":8000,
  "reward_pool":"1000000000000000000000","dataset_ref":"ipfs://Qm...","dataset_hash":"0x...",
- "min_throughput":null,"created_at":1761350400}`, task, sponsor, F, M, K, R)
+ "min_throughput":null,"created_at":1761350400}`, task, sponsor, F*N, F, M, K, R)
 }
 
 type runView struct {

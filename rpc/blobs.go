@@ -279,6 +279,9 @@ func (s *Server) putBlob(w http.ResponseWriter, r *http.Request, h wire.Hash) {
 	case err == nil:
 		st := http.StatusOK
 		if res.Created {
+			if s.opts.OnBlobIn != nil {
+				s.opts.OnBlobIn(res.Size)
+			}
 			st = http.StatusCreated
 			w.Header().Set("Location", BlobPath+h.String())
 		}

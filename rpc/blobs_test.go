@@ -17,6 +17,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/tenzro/train/rpc"
 	"github.com/tenzro/train/store"
 	"github.com/tenzro/train/wire"
@@ -318,5 +320,55 @@ func TestBlobConcurrentSameHash(t *testing.T) {
 	got, err := h.blobs.Get(context.Background(), hash)
 	if err != nil || !bytes.Equal(got, data) {
 		t.Fatalf("stored blob: %v", err)
+	}
+}
+
+// TestPutBlobCountsPayloadIn: a blob stored by PUT /blobs is counted once in
+// tenzro_payload_bytes_total{direction="in"} (a submission naming it by hash
+// carries no bytes itself); a repeated PUT of a held blob and a refused one
+// count nothing.
+func TestPutBlobCountsPayloadIn(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	m, err := rpc.NewNodeMetrics(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := newBlobHarness(t, rpc.Options{OnBlobIn: m.PayloadIn, MaxBlobBytes: 1 << 20})
+	in := func() float64 {
+		mfs, err := reg.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, mf := range mfs {
+			if mf.GetName() != "tenzro_payload_bytes_total" {
+				continue
+			}
+			for _, mt := range mf.GetMetric() {
+				for _, l := range mt.GetLabel() {
+					if l.GetName() == "direction" && l.GetValue() == "in" {
+						return mt.GetCounter().GetValue()
+					}
+				}
+			}
+		}
+		t.Fatal("no tenzro_payload_bytes_total{direction=in}")
+		return 0
+	}
+	b := randomBlob(7, 5000)
+	hash := wire.ContentHash(b)
+	for i, want := range []float64{5000, 5000} { // the second PUT finds it held
+		if st, body, _ := h.do(http.MethodPut, rpc.BlobPath+hash.String(), bytes.NewReader(b), nil); st/100 != 2 {
+			t.Fatalf("PUT %d: %d %s", i, st, body)
+		}
+		if got := in(); got != want {
+			t.Fatalf("after PUT %d: payload in = %v, want %v", i, got, want)
+		}
+	}
+	other := wire.ContentHash(randomBlob(9, 100))
+	if st, _, _ := h.do(http.MethodPut, rpc.BlobPath+other.String(), bytes.NewReader(randomBlob(8, 100)), nil); st/100 == 2 {
+		t.Fatalf("a body that is not the named blob was stored: %d", st)
+	}
+	if got := in(); got != 5000 {
+		t.Fatalf("after a refused PUT: payload in = %v, want 5000", got)
 	}
 }

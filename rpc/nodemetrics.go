@@ -20,7 +20,9 @@ import (
 //	tenzro_fragment_finalize_seconds{status}     round start → fragment commit
 //	tenzro_plugin_call_seconds{op,rule}          aggregate / verify / outer_step / finalize
 //	tenzro_plugin_fuel_total{op,rule}
-//	tenzro_payload_bytes_total{direction}        in: submissions and initial weights; out: weights and payloads served
+//	tenzro_payload_bytes_total{direction}        in: every payload and initial weights received, by any path
+//	                                             (inline base64, PUT /blobs, the libp2p blob stream); out:
+//	                                             weights and payloads served
 //	tenzro_pending_submissions                   accepted, not yet aggregated (all running runs)
 //	tenzro_peers                                 libp2p peers connected
 //	tenzro_reexecutions_total{why,result}        commits re-executed (watch, vote) by result: agree, disagree, unavailable
@@ -178,7 +180,15 @@ func (m *NodeMetrics) VoteSent(unavailable bool) {
 	m.votes.WithLabelValues(v).Inc()
 }
 
-// InstrumentService counts submissions by outcome and payload bytes through svc.
+// PayloadIn counts n payload bytes received by a path other than the
+// JSON-RPC methods: a blob stored by PUT /blobs (rpc.Options.OnBlobIn) or
+// fetched from a peer over the blob stream (gossip.Config.OnBlobIn). A
+// submission or posting that names such a blob by hash carries no bytes
+// itself, so nothing is counted twice.
+func (m *NodeMetrics) PayloadIn(n int64) { m.payload.WithLabelValues("in").Add(float64(n)) }
+
+// InstrumentService counts submissions by outcome and payload bytes through svc
+// (the bytes sent inline; by-reference ones are counted where they arrived).
 func InstrumentService(svc syncer.Service, m *NodeMetrics) syncer.Service {
 	return instrumented{svc, m}
 }

@@ -140,6 +140,9 @@ type Options struct {
 	Blobs BlobStore
 	// MaxBlobBytes caps one uploaded blob (default MaxRequestBytes).
 	MaxBlobBytes int64
+	// OnBlobIn, when set, is told the size of every blob PUT /blobs stored
+	// (the node's tenzro_payload_bytes_total{in}).
+	OnBlobIn func(n int64)
 	// FetchBlob, when set, is asked on a GET or HEAD /blobs/<hash> miss to
 	// bring the blob from the network into Blobs (hash-checked), so any node
 	// serves an audit of any run (replay, receipt verify --full). The

@@ -58,7 +58,7 @@ if ! ready; then
 	"$py" -m venv "$venv"
 	"$venv/bin/python" -m pip install --quiet --disable-pip-version-check \
 		-c "$root/trainer/constraints.txt" \
-		-e "$src[timeseries,dev,chronos,granite]" >&2
+		-e "$src[timeseries,dev,chronos,granite,onnx]" >&2
 	printf '%s\n' "$src" >"$venv/.tenzro-src.tmp" && mv -f "$venv/.tenzro-src.tmp" "$venv/.tenzro-src"
 	date -u +%FT%TZ >"$venv/.tenzro-ready.tmp" && mv -f "$venv/.tenzro-ready.tmp" "$venv/.tenzro-ready"
 	log "ready"

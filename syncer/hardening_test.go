@@ -418,7 +418,7 @@ func TestSyncerUnbondingWithDelay(t *testing.T) {
 	}
 	// An unbonding candidate with a valid proof is not elected.
 	h.faucet(h.sponsor.DID.String(), "2000000000000000000000")
-	if err := h.post(spec(h.task, h.sponsor.DID.String(), 2, 1, 1, 1), initWeights(t, 1, 4)); err != nil {
+	if err := h.post(spec(h.task, h.sponsor.DID.String(), 2, 1, 1, 1), initWeights(t, 1, 16)); err != nil {
 		t.Fatal(err)
 	}
 	proof, _ := vrf.Prove(remote.Priv, election.Alpha(h.task, h.run().SpecHash))

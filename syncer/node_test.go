@@ -657,7 +657,7 @@ func TestElectionWithRemoteCandidate(t *testing.T) {
 	}
 	h.conserve("register")
 	h.faucet(h.sponsor.DID.String(), "2000000000000000000000")
-	if err := h.post(spec(h.task, h.sponsor.DID.String(), 2, 1, 1, 1), initWeights(t, 1, 4)); err != nil {
+	if err := h.post(spec(h.task, h.sponsor.DID.String(), 2, 1, 1, 1), initWeights(t, 1, 16)); err != nil {
 		t.Fatal(err)
 	}
 	run := h.run()

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"math/big"
 
+	"github.com/tenzro/train/dataset/synth"
 	"github.com/tenzro/train/machine"
 	"github.com/tenzro/train/wire"
 	"github.com/tenzro/train/wire/did"
@@ -145,6 +146,9 @@ func (n *Node) PostTask(ctx context.Context, p *wire.PostTaskParams) (*wire.Post
 	if err := spec.Validate(); err != nil {
 		return nil, machine.Errf(machine.KindInvalid, "%v", err)
 	}
+	if err := synth.CheckRef(spec.DatasetRef, spec.DatasetHash); err != nil {
+		return nil, machine.Errf(machine.KindInvalid, "spec: dataset: %v", err)
+	}
 	if _, err := did.Parse(spec.SponsorDID); err != nil {
 		return nil, machine.Errf(machine.KindInvalid, "spec: sponsor_did must be a resolvable DID to sign the posting: %v", err)
 	}
@@ -177,6 +181,9 @@ func (n *Node) PostTask(ctx context.Context, p *wire.PostTaskParams) (*wire.Post
 	defer release()
 	if raw != nil {
 		if layout, encs, err = machine.InitLayoutOf(raw, spec.Architecture.FragmentCount); err != nil {
+			return nil, err
+		}
+		if err := checkParamCount(spec, layout); err != nil {
 			return nil, err
 		}
 		wh = layout.File
@@ -251,6 +258,21 @@ func (n *Node) PostTask(ctx context.Context, p *wire.PostTaskParams) (*wire.Post
 	return &res, nil
 }
 
+// checkParamCount refuses initial weights whose element count is not the
+// spec's architecture.param_count: the count a spec states is the model it
+// trains (the trainer picks its preset by it), never a label.
+func checkParamCount(spec *wire.TaskSpec, l *wire.InitLayout) error {
+	var n, tensors int64
+	for _, f := range l.Fragments {
+		n += f.N
+		tensors += int64(len(f.Tensors))
+	}
+	if spec.Architecture.ParamCount != n {
+		return machine.Errf(machine.KindInvalid, "spec: architecture.param_count is %d but the initial weights hold %d parameters (%d tensors)", spec.Architecture.ParamCount, n, tensors)
+	}
+	return nil
+}
+
 // SetInitWeights implements Service: the sponsor supplies weights after posting.
 func (n *Node) SetInitWeights(ctx context.Context, p *wire.SetInitWeightsParams) (*wire.PostTaskResult, error) {
 	r, _, err := n.load(ctx, p.TaskID)
@@ -276,6 +298,9 @@ func (n *Node) SetInitWeights(ctx context.Context, p *wire.SetInitWeightsParams)
 	}
 	layout, encs, err := machine.InitLayoutOf(raw, r.TaskSpec().Architecture.FragmentCount)
 	if err != nil {
+		return nil, err
+	}
+	if err := checkParamCount(r.TaskSpec(), layout); err != nil {
 		return nil, err
 	}
 	if err := n.storeLayout(ctx, raw, layout, encs); err != nil {

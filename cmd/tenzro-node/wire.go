@@ -158,6 +158,7 @@ func runNode(ctx context.Context, cfg Config, log *slog.Logger) (err error) {
 		Logger:      log,
 		Blobs:       served,
 		MaxBlob:     max(cfg.MaxRequestBytes, cfg.MaxBlobBytes),
+		OnBlobIn:    nm.PayloadIn,
 	}, hd)
 	if err != nil {
 		return fmt.Errorf("gossip: %w", err)
@@ -303,6 +304,7 @@ func runNode(ctx context.Context, cfg Config, log *slog.Logger) (err error) {
 		MaxRequestBytes:      cfg.MaxRequestBytes,
 		Blobs:                served,
 		MaxBlobBytes:         cfg.MaxBlobBytes,
+		OnBlobIn:             nm.PayloadIn,
 		// A blob this node lacks is asked of its peers (the blob stream,
 		// hash-checked, at most --max-blob-bytes), so an auditor can replay
 		// any run through any node.

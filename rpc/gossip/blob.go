@@ -294,6 +294,7 @@ func (n *Node) fetchBlob(ctx context.Context, peerID string, hash wire.Hash, lim
 		return nil, fmt.Errorf("gossip: fetch blob %s from %s: %w", hash, peerID, err)
 	}
 	n.c.blobsFetched.Add(1)
+	n.blobIn(int64(buf.Len()))
 	return buf.Bytes(), nil
 }
 
@@ -411,6 +412,7 @@ func (n *Node) FetchBlobTo(ctx context.Context, hash wire.Hash, limit int64, pee
 		return 0, fmt.Errorf("gossip: fetch blob %s: %w", hash, err)
 	}
 	n.c.blobsFetched.Add(1)
+	n.blobIn(size)
 	return size, nil
 }
 
@@ -571,4 +573,10 @@ func (n *Node) openStream(ctx context.Context, pid peer.ID, proto string, timeou
 	_ = s.SetDeadline(dl)
 	stop := context.AfterFunc(ctx, func() { _ = s.Reset() })
 	return s, func() { stop(); _ = s.Close() }, nil
+}
+
+func (n *Node) blobIn(size int64) {
+	if n.onBlobIn != nil {
+		n.onBlobIn(size)
+	}
 }

@@ -52,6 +52,9 @@ type Config struct {
 	// keeps announced payloads in it. Without it payloads are kept in a
 	// memory cache and fetched into memory.
 	Blobs BlobStore
+	// OnBlobIn, when set, is told the size of every blob fetched from a
+	// peer over BlobProtocol (the node's tenzro_payload_bytes_total{in}).
+	OnBlobIn func(n int64)
 }
 
 // Handlers receive validated messages. Each may be nil. They are called from
@@ -110,6 +113,7 @@ type Node struct {
 	log      *slog.Logger
 	hd       Handlers
 	maxBlob  int64
+	onBlobIn func(int64)
 	cache    *blobCache
 	boot     []peer.AddrInfo
 	serveSem chan struct{} // blob serves
@@ -191,7 +195,7 @@ func New(ctx context.Context, cfg Config, h Handlers) (*Node, error) {
 	}
 	nctx, cancel := context.WithCancel(context.Background())
 	n := &Node{
-		h: hst, bw: bw, topics: map[string]*pubsub.Topic{}, log: log, hd: h, maxBlob: cfg.MaxBlob,
+		h: hst, bw: bw, topics: map[string]*pubsub.Topic{}, log: log, hd: h, maxBlob: cfg.MaxBlob, onBlobIn: cfg.OnBlobIn,
 		cache: newBlobCache(cfg.BlobCacheBytes), boot: boot, serveSem: make(chan struct{}, maxConcurrentServes),
 		ctrlSem: make(chan struct{}, maxControlServes), idle: streamIdle,
 		ctx: nctx, cancel: cancel, mesh: newMeshTracer(), blobs: cfg.Blobs, serving: map[peer.ID]int{},

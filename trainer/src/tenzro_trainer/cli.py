@@ -42,6 +42,10 @@ def _run(a: argparse.Namespace) -> int:
     except (OSError, ValueError, config.ConfigError) as e:
         print(f"tenzro-trainer run: {e}", file=sys.stderr)
         return 2
+    problem = device_problem(cfg.device)
+    if problem:
+        print(f"tenzro-trainer run: {problem}", file=sys.stderr)
+        return 2
     log.setup(cfg.log_format)
     for w in cfg.warnings:
         logging.getLogger("tenzro_trainer").warning("config: %s", w)
@@ -57,9 +61,9 @@ def _run(a: argparse.Namespace) -> int:
     m = Metrics()
     try:
         if int(os.environ.get("RANK", "0")) == 0:  # under torchrun only rank 0 serves metrics
-            m.serve(cfg.metrics_port)
+            m.serve(cfg.metrics_port, cfg.metrics_host)
     except OSError as e:
-        print(f"tenzro-trainer run: metrics port {cfg.metrics_port}: {e}", file=sys.stderr)
+        print(f"tenzro-trainer run: metrics {cfg.metrics_host}:{cfg.metrics_port}: {e}", file=sys.stderr)
         return 2
     try:
         t = Trainer(cfg, key, metrics=m, stop=stop)
@@ -80,6 +84,33 @@ def _run(a: argparse.Namespace) -> int:
     return code
 
 
+def device_problem(device: str) -> str | None:
+    """Why ``device`` cannot be used here, in one line naming the fix (None when it can)."""
+    import torch
+
+    d = device.strip().lower()
+    if d in ("auto", "cpu"):
+        return None
+    if d.startswith("cuda"):
+        idx = d.removeprefix("cuda").removeprefix(":")
+        if idx and not idx.isdigit():
+            return f"device {device!r}: want auto, cpu, cuda or cuda:N"
+        if not torch.cuda.is_available():
+            why = "this torch build has no CUDA" if torch.version.cuda is None else "no CUDA GPU is visible"
+            return f"device {device!r}: {why}; set device: cpu (or auto) in the config"
+        n = torch.cuda.device_count()
+        if idx and int(idx) >= n:
+            return (
+                f"device {device!r}: this machine has {n} CUDA GPU(s) (cuda:0..cuda:{n - 1}); fix device: in the config"
+            )
+        return None
+    if d == "mps":
+        return (
+            None if torch.backends.mps.is_available() else f"device {device!r}: MPS is not available; set device: cpu"
+        )
+    return f"device {device!r}: want auto, cpu, cuda or cuda:N"
+
+
 def _init_weights(a: argparse.Namespace) -> int:
     from . import models, weights
 
@@ -95,7 +126,7 @@ def _dataset_hash(a: argparse.Namespace) -> int:
     from . import data
 
     src = data.Sources(node_url=a.node, ipfs_gateway=a.ipfs_gateway)
-    print(data.corpus_hash(data.load_corpus(a.ref, src)).hex())
+    print(data.dataset_hash(a.ref, src).hex())
     return 0
 
 
@@ -105,6 +136,37 @@ def _eval(a: argparse.Namespace) -> int:
 
     r, loss = eval_from_node(Client(a.rpc), a.task_id)
     print(json.dumps({"round": r, "heldout_mse": loss}))
+    return 0
+
+
+def _export(a: argparse.Namespace) -> int:
+    from .onnx_export import ExportError, export
+    from .rpc import Client, RpcError
+
+    if not a.onnx:
+        print("tenzro-trainer export: name the format: --onnx", file=sys.stderr)
+        return 2
+    try:
+        e = export(Client(a.rpc, timeout=600), a.task_id, a.dir)
+    except (ExportError, RpcError) as err:
+        print(f"tenzro-trainer export: {err}", file=sys.stderr)
+        return 1
+    print(json.dumps({k: e[k] for k in ("final_model_hash", "task_id", "family", "param_count", "onnx", "check")}))
+    return 0
+
+
+def _catalog(a: argparse.Namespace) -> int:
+    from .onnx_export import catalog
+
+    entries = catalog(a.dir)
+    if a.json:
+        print(json.dumps(entries, indent=1))
+        return 0
+    print(f"{'FINAL MODEL HASH':<66} {'FAMILY':<13} {'PARAMS':>12} {'C/H':>10}  TASK  (ok: ONNX file matches)")
+    for e in entries:
+        ch = f"{e['context_len']}/{e['horizon']}"
+        print(f"{e['final_model_hash']:<66} {e['family']:<13} {e['param_count']:>12,} {ch:>10}  {e['task_id']}"
+              f"{'' if e['ok'] else '  (ONNX FILE MISSING OR CHANGED)'}")  # fmt: skip
     return 0
 
 
@@ -140,6 +202,18 @@ def main(argv: list[str] | None = None) -> int:
     e.add_argument("--rpc", default="http://127.0.0.1:8545")
     e.add_argument("--task-id", required=True)
     e.set_defaults(fn=_eval)
+
+    x = sub.add_parser("export", help="export a sealed run's final model to the ONNX forecast catalog")
+    x.add_argument("--onnx", action="store_true", help="ONNX (the only format)")
+    x.add_argument("--rpc", default="http://127.0.0.1:8545")
+    x.add_argument("--task-id", required=True)
+    x.add_argument("--dir", default="catalog", help="catalog directory (default ./catalog)")
+    x.set_defaults(fn=_export)
+
+    g = sub.add_parser("catalog", help="list the ONNX forecast catalog's models")
+    g.add_argument("--dir", default="catalog")
+    g.add_argument("--json", action="store_true")
+    g.set_defaults(fn=_catalog)
 
     a = p.parse_args(argv)
     return a.fn(a)

@@ -9,9 +9,13 @@ inner: {optimizer: adamw, lr: 3.0e-4, weight_decay: 0.1, beta1: 0.9, beta2: 0.95
 device: auto            # auto | cpu | cuda | cuda:N
 dtype: auto             # autocast dtype: auto (bf16 on CUDA, none on CPU) | bf16 | fp32
 gradient_checkpointing: false
+compile: false          # torch.compile the model's training step (worth it on GPUs; off by default and in CI)
 metrics: {port: 9101}   # 0 turns the Prometheus endpoint off (also accepted: metrics_port)
+                        # or {addr: ":9101"} / {addr: "0.0.0.0:9101"} (the seed's form; an empty host
+                        # binds every interface); port alone binds 127.0.0.1
 # optional
-stake: "100000000000000000"  # enrol with this stake (0.1 TNZO) when not enrolled yet
+stake: "100000000000000000"  # enrol with this stake (0.1 TNZO) when not enrolled yet (default: the run's
+                             # min_stake, or DEFAULT_STAKE when the run names none)
 threads: 0              # torch CPU threads (0: torch's default)
 eval: true              # log held-out loss of the pulled weights each round
 max_rounds: 0           # leave after this many rounds (0: until the run seals)
@@ -62,6 +66,8 @@ class Config:
     dtype: str = "auto"
     gradient_checkpointing: bool = False
     metrics_port: int = 9101
+    metrics_host: str = "127.0.0.1"
+    compile: bool = False  # torch.compile the model (GPU runs; off by default)
     stake: str | None = None
     threads: int = 0
     eval: bool = True
@@ -98,7 +104,7 @@ def parse(d: Any, base: Path | None = None) -> Config:
         "node_rpc", "trainer_did", "trainer_keypair", "task_id", "inner", "device", "dtype",
         "gradient_checkpointing", "metrics", "metrics_port", "stake", "threads", "eval",
         "max_rounds", "poll_interval", "log_format", "attack", "state_file", "attestation", "ipfs_gateway",
-        "ipfs_node", "gossip_listen", "hivemind_initial_peers",
+        "ipfs_node", "gossip_listen", "hivemind_initial_peers", "compile",
     }  # fmt: skip
     unknown = sorted(set(d) - known)
     if unknown:
@@ -126,8 +132,16 @@ def parse(d: Any, base: Path | None = None) -> Config:
         raise ConfigError("config: inner: want lr > 0, betas in [0,1), batch_size > 0")
     metrics = d.get("metrics")
     port = d.get("metrics_port", 9101)
+    host = "127.0.0.1"
     if isinstance(metrics, dict):
+        bad = sorted(set(metrics) - {"port", "addr"})
+        if bad:
+            raise ConfigError(f"config: unknown metrics keys {bad} (have port, addr)")
         port = metrics.get("port", port)
+        if metrics.get("addr") is not None:
+            host, port = _addr(str(metrics["addr"]))
+    elif isinstance(metrics, str) and ":" in metrics:
+        host, port = _addr(metrics)
     elif metrics is not None:
         port = metrics
     keypair = Path(str(d["trainer_keypair"])).expanduser()
@@ -143,6 +157,8 @@ def parse(d: Any, base: Path | None = None) -> Config:
         dtype=str(d.get("dtype", "auto")).lower(),
         gradient_checkpointing=bool(d.get("gradient_checkpointing", False)),
         metrics_port=_num(port, "metrics port", int),
+        metrics_host=host,
+        compile=bool(d.get("compile", False)),
         stake=None if d.get("stake") is None else str(d["stake"]),
         threads=_num(d.get("threads", 0), "threads", int),
         eval=bool(d.get("eval", True)),
@@ -169,6 +185,15 @@ def parse(d: Any, base: Path | None = None) -> Config:
     ):
         raise ConfigError("config: attack.kind must be sign_flip or gaussian")
     return cfg
+
+
+def _addr(a: str) -> tuple[str, int]:
+    """ "host:port", ":port" (every interface, Go's convention) or "[v6]:port"."""
+    host, sep, port = a.rpartition(":")
+    if not sep or not port.isdigit() or not 0 <= int(port) < 65536 or len(a) > 255:
+        raise ConfigError(f"config: metrics.addr {a!r}: want host:port or :port")
+    host = host.strip("[]") or "0.0.0.0"
+    return host, int(port)
 
 
 def _p2p_keys(d: dict, cfg: Config) -> None:

@@ -12,8 +12,21 @@
   the trainer's own node (which gets it over bitswap, every block checked against its CID, and serves
   it on its IPFS path gateway), or through ``ipfs_gateway:`` (any IPFS gateway, e.g. Kubo's) when set.
 * ``https://…`` — the same CSV over HTTPS.
+* ``synth://kernelsynth/v1?seed=…`` — KernelSynth + TSMixup, a synthetic corpus that does not run
+  out (``tenzro_trainer.synth``): every window is generated from (version, seed, split, index).
+
+``file://``, ``ipfs://`` and ``https://`` corpora may also be Parquet or Arrow IPC files (one series
+per numeric column, nulls skipped), recognized by their magic bytes. ``open_corpus`` streams any of them
+(``ipfs://``/``https://`` downloaded to a temporary file, then parsed in record batches) into one
+float64 file per series, memory-mapped: nothing holds the whole corpus in memory, whatever its size
+(up to ``MAX_STREAM_BYTES``). Training windows are cut from those series on demand (``SeriesWindows``).
 
 Whatever the source, the bytes are only trusted after ``dataset_hash`` matches (``check_hash``).
+
+Batches by index (what an evaluator calls to regenerate a trainer's batch): ``round_batches`` gives the
+window indices of every inner step of a round from (task_id, shards, shard_count, round, steps, batch);
+``WindowSet.get(indices)`` gives the normalized (x, y) arrays of those windows. Both are pure functions
+of their arguments and the corpus.
 
 The dataset hash (``dataset_hash`` in the task spec; 64 hex digits, optionally ``0x``/``sha256:``
 prefixed) is SHA-256 over the canonical encoding of the parsed corpus, the same for both forms:
@@ -44,7 +57,9 @@ MACRO_COLUMNS = (
     "realgdp", "realcons", "realinv", "realgovt", "realdpi", "cpi",
     "m1", "tbilrate", "unemp", "pop", "infl", "realint",
 )  # fmt: skip
-MAX_CSV_BYTES = 256 << 20
+MAX_CSV_BYTES = 256 << 20  # a corpus parsed in memory (statsmodels, Confidential plaintext)
+MAX_STREAM_BYTES = 64 << 30  # a corpus streamed through a local spill directory
+SPILL_CELLS = 1 << 20  # values buffered before they are appended to the spill files
 
 
 class DatasetError(Exception):
@@ -144,6 +159,14 @@ def _download(url: str, what: str, timeout: float) -> bytes:
 def fetch_ipfs(ref: str, sources: Sources | None) -> bytes:
     """The bytes of ``ipfs://<cid>[/path]``: through the node (it fetches the DAG from its peers,
     verified and pinned, then serves it on ``/ipfs/``), or through ``sources.ipfs_gateway``."""
+    # The node stops fetching past what the trainer would accept (the CSV limit plus UnixFS overhead).
+    url = _ipfs_url(ref, sources, MAX_CSV_BYTES + MAX_CSV_BYTES // 64 + (1 << 20))
+    return _download(url, f"dataset_ref {ref!r}", (sources or Sources()).timeout)
+
+
+def _ipfs_url(ref: str, sources: Sources | None, limit: int = MAX_STREAM_BYTES + MAX_STREAM_BYTES // 64) -> str:
+    """The gateway URL of ``ipfs://<cid>[/path]`` once the node holds the whole DAG (or on the
+    configured gateway)."""
     import requests
 
     u = urlparse(ref)
@@ -153,13 +176,11 @@ def fetch_ipfs(ref: str, sources: Sources | None) -> bytes:
     sources = sources or Sources()
     tail = f"/ipfs/{cid}" + (f"/{quote(path)}" if path else "")
     if sources.ipfs_gateway:
-        return _download(sources.ipfs_gateway.rstrip("/") + tail, f"dataset_ref {ref!r}", sources.timeout)
+        return sources.ipfs_gateway.rstrip("/") + tail
     if not sources.node_url:
         raise DatasetError(f"dataset_ref {ref!r}: ipfs:// needs the trainer's node or ipfs_gateway: in trainer.yaml")
     base = sources.node_url.rstrip("/")
     try:
-        # The node stops fetching past what the trainer would accept (the CSV limit plus UnixFS overhead).
-        limit = MAX_CSV_BYTES + MAX_CSV_BYTES // 64 + (1 << 20)
         r = requests.post(
             f"{base}/api/dataset/fetch", params={"ref": f"ipfs://{cid}", "max_bytes": limit}, timeout=sources.timeout
         )
@@ -171,7 +192,7 @@ def fetch_ipfs(ref: str, sources: Sources | None) -> bytes:
         except ValueError:
             msg = r.text
         raise DatasetError(f"dataset_ref {ref!r}: the node could not fetch it: {msg[:500]}")
-    return _download(base + tail, f"dataset_ref {ref!r}", sources.timeout)
+    return base + tail
 
 
 def decrypt_dataset(key: bytes, task_id: str, blob: bytes) -> bytes:
@@ -234,8 +255,27 @@ def corpus_hash(series: list[Series]) -> bytes:
     return c.sum()
 
 
+def dataset_hash(ref: str, sources: Sources | None = None) -> bytes:
+    """The ``dataset_hash`` of any ref: a synth:// ref's definition hash, else the corpus hash of the
+    parsed data (statsmodels in memory; file/ipfs/https streamed)."""
+    u = urlparse(ref)
+    if u.scheme == "synth":
+        from . import synth
+
+        try:
+            return synth.parse_ref(ref).hash()
+        except synth.SynthError as e:
+            raise DatasetError(str(e)) from e
+    if u.scheme == "statsmodels":
+        return corpus_hash(load_corpus(ref, sources))
+    return open_corpus(ref, sources).hash()
+
+
 def check_hash(series: list[Series], expected: str) -> None:
-    got = corpus_hash(series)
+    _check(corpus_hash(series), expected)
+
+
+def _check(got: bytes, expected: str) -> None:
     try:
         want = parse_hash(expected)
     except ValueError as e:
@@ -253,6 +293,13 @@ class Windows:
 
     def __len__(self) -> int:
         return len(self.x)
+
+    @property
+    def n(self) -> int:
+        return len(self.x)
+
+    def get(self, idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        return self.x[idx], self.y[idx]
 
 
 def _normalize(ctx: np.ndarray, tgt: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -300,12 +347,34 @@ def shard_indices(n: int, shard: int, shard_count: int) -> np.ndarray:
 
 
 def round_batches(
-    n: int, shards: list[int], shard_count: int, task_id: str, round_: int, steps: int, batch: int
+    n: int | None, shards: list[int], shard_count: int, task_id: str, round_: int, steps: int, batch: int
 ) -> list[np.ndarray]:
     """The window indices of each of ``steps`` batches a trainer with ``shards`` uses in a round.
 
-    Deterministic in (task_id, shards, round): the seed is the first 8 bytes of
-    SHA-256(task_id ‖ 0 ‖ shards ‖ round), so a benchmark can replay exactly the same samples."""
+    A finite corpus (``n`` windows): window i belongs to shard i mod shard_count; the batches are drawn
+    from a permutation of the shards' windows seeded with the first 8 bytes of
+    SHA-256(task_id ‖ 0 ‖ shards ‖ round).
+
+    An unbounded corpus (``n`` None, a synth:// corpus): every window is used once. Sample b of step h
+    comes from shard S[b mod m] (S the sorted shards, m their number) at position
+    k = (round·steps + h)·⌈batch/m⌉ + ⌊b/m⌋ of that shard's stream, i.e. window k·shard_count + S[b mod m].
+    """
+    if n is None:
+        s = sorted(shards)
+        if not s:
+            raise DatasetError("no shards")
+        for x in s:
+            if not 0 <= x < shard_count:
+                raise DatasetError(f"shard {x} out of range 0..{shard_count - 1}")
+        m = len(s)
+        per = -(-batch // m)
+        b = np.arange(batch, dtype=np.int64)
+        sh = np.asarray(s, dtype=np.int64)[b % m]
+        out = []
+        for h in range(steps):
+            k = (round_ * steps + h) * per + b // m
+            out.append(k * shard_count + sh)
+        return out
     pool = np.concatenate([shard_indices(n, s, shard_count) for s in sorted(shards)])
     if len(pool) == 0:
         raise DatasetError(f"shards {shards} hold no windows")
@@ -318,3 +387,285 @@ def round_batches(
         out.append(buf[:batch])
         buf = buf[batch:]
     return out
+
+
+# ---------------------------------------------------------------------------------------------- windows
+
+
+class WindowSet:
+    """Normalized (context, horizon) windows addressed by index; ``n`` is None when unbounded."""
+
+    n: int | None
+
+    def get(self, idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        raise NotImplementedError
+
+    def __len__(self) -> int:
+        if self.n is None:
+            raise TypeError("an unbounded window set has no length")
+        return self.n
+
+
+class SeriesWindows(WindowSet):
+    """The windows ``make_windows`` would cut (same order, same normalization), computed on demand from
+    series that may be memory-mapped files: nothing but the per-series window counts is held."""
+
+    def __init__(
+        self, series: list[np.ndarray], context_len: int, horizon: int, stride: int, holdout: float, split: str
+    ) -> None:
+        if stride < 1:
+            raise DatasetError(f"stride {stride}: want >= 1")
+        self.series, self.c, self.h, self.stride = series, context_len, horizon, stride
+        w = context_len + horizon
+        starts, counts = [], []
+        for v in series:
+            cut = int(len(v) * (1.0 - holdout))
+            lo, hi = (0, cut - w) if split == "train" else (max(0, cut - context_len), len(v) - w)
+            starts.append(lo)
+            counts.append(max(0, (hi - lo) // stride + 1) if hi >= lo else 0)
+        self.starts = np.asarray(starts, dtype=np.int64)
+        self.cum = np.concatenate([[0], np.cumsum(np.asarray(counts, dtype=np.int64))])
+        self.n = int(self.cum[-1])
+
+    def get(self, idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        idx = np.asarray(idx, dtype=np.int64).reshape(-1)
+        if len(idx) and (idx.min() < 0 or idx.max() >= self.n):
+            raise DatasetError(f"window index out of range 0..{self.n - 1}")
+        j = np.searchsorted(self.cum, idx, side="right") - 1
+        a = self.starts[j] + (idx - self.cum[j]) * self.stride
+        w = self.c + self.h
+        ctx = np.empty((len(idx), self.c), np.float64)
+        tgt = np.empty((len(idx), self.h), np.float64)
+        for r, (jj, aa) in enumerate(zip(j.tolist(), a.tolist(), strict=True)):
+            v = np.asarray(self.series[jj][aa : aa + w], dtype=np.float64)
+            ctx[r], tgt[r] = v[: self.c], v[self.c :]
+        if len(idx) == 0:
+            return ctx.astype(np.float32), tgt.astype(np.float32)
+        return _normalize(ctx, tgt)
+
+
+class SynthWindows(WindowSet):
+    """A synth:// corpus: train windows unbounded, eval windows the ref's ``eval`` count."""
+
+    def __init__(self, ref: str, context_len: int, horizon: int, split: str) -> None:
+        from . import synth
+
+        try:
+            self.ref = synth.parse_ref(ref)
+        except synth.SynthError as e:
+            raise DatasetError(str(e)) from e
+        self.c, self.h, self.split = context_len, horizon, split
+        self.n = None if split == "train" else self.ref.eval_windows
+
+    def get(self, idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        from . import synth
+
+        idx = np.asarray(idx, dtype=np.int64).reshape(-1)
+        ctx = np.empty((len(idx), self.c), np.float64)
+        tgt = np.empty((len(idx), self.h), np.float64)
+        try:
+            for r, i in enumerate(idx.tolist()):
+                v = synth.series(self.ref, self.split, i, self.c + self.h)
+                ctx[r], tgt[r] = v[: self.c], v[self.c :]
+        except synth.SynthError as e:
+            raise DatasetError(str(e)) from e
+        if len(idx) == 0:
+            return ctx.astype(np.float32), tgt.astype(np.float32)
+        return _normalize(ctx, tgt)
+
+
+def batch(
+    windows: WindowSet, shards: list[int], shard_count: int, task_id: str, round_: int, step: int, steps: int, size: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """The (x, y) batch a trainer with ``shards`` trains on at inner step ``step`` of round ``round_``
+    (what a node or an evaluator regenerates to re-run that step)."""
+    if not 0 <= step < steps:
+        raise DatasetError(f"step {step} out of range 0..{steps - 1}")
+    idx = round_batches(windows.n, shards, shard_count, task_id, round_, steps, size)[step]
+    return windows.get(idx)
+
+
+# ---------------------------------------------------------------------------------------------- streaming
+
+
+class _Spill:
+    """Appends each series' values to its own float64 file in ``dir``."""
+
+    def __init__(self, dir_: Path, names: list[str], what: str) -> None:
+        if not names or any(n == "" for n in names):
+            raise DatasetError(f"{what}: want a header naming every series")
+        self.dir, self.names, self.what = dir_, names, what
+        self.files = [open(dir_ / f"s{j}.f64", "wb") for j in range(len(names))]  # noqa: SIM115
+
+    def add(self, j: int, v: np.ndarray | list[float]) -> None:
+        a = np.asarray(v, dtype=np.float64)
+        if not np.isfinite(a).all():
+            raise DatasetError(f"{self.what}: column {self.names[j]!r}: non-finite value")
+        self.files[j].write(a.astype("<f8").tobytes())
+
+    def close(self) -> list[Path]:
+        for f in self.files:
+            f.close()
+        return [self.dir / f"s{j}.f64" for j in range(len(self.names))]
+
+
+def _stream_csv(path: Path, spill_dir: Path, what: str) -> list[str]:
+    with path.open(newline="") as f:
+        rd = csv.reader(f)
+        header = next(rd, None)
+        if not header:
+            raise DatasetError(f"{what}: want a header row naming the series")
+        names = [n.strip() for n in header]
+        sp = _Spill(spill_dir, names, what)
+        bufs: list[list[float]] = [[] for _ in names]
+        cells = 0
+        for ln, row in enumerate(rd, start=2):
+            if len(row) > len(names):
+                raise DatasetError(f"{what}:{ln}: {len(row)} cells, header has {len(names)}")
+            for j, cell in enumerate(row):
+                if cell.strip() == "":
+                    continue
+                try:
+                    x = float(cell)
+                except ValueError as e:
+                    raise DatasetError(f"{what}:{ln}: column {names[j]!r}: {cell!r} is not a number") from e
+                if not math.isfinite(x):
+                    raise DatasetError(f"{what}:{ln}: column {names[j]!r}: non-finite value")
+                bufs[j].append(x)
+                cells += 1
+            if cells >= SPILL_CELLS:
+                for j, b in enumerate(bufs):
+                    sp.add(j, b)
+                bufs, cells = [[] for _ in names], 0
+        for j, b in enumerate(bufs):
+            sp.add(j, b)
+        sp.close()
+        return names
+
+
+def _stream_arrow(batches, schema, spill_dir: Path, what: str) -> list[str]:  # noqa: ANN001 — pyarrow types
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    names = [f.name.strip() for f in schema]
+    for f in schema:
+        if not (pa.types.is_integer(f.type) or pa.types.is_floating(f.type) or pa.types.is_decimal(f.type)):
+            raise DatasetError(f"{what}: column {f.name!r} has type {f.type}, want a numeric column per series")
+    sp = _Spill(spill_dir, names, what)
+    for rb in batches:
+        for j in range(rb.num_columns):
+            col = pc.drop_null(rb.column(j)).cast(pa.float64())
+            sp.add(j, col.to_numpy(zero_copy_only=False))
+    sp.close()
+    return names
+
+
+def _sniff(path: Path) -> str:
+    with path.open("rb") as f:
+        head = f.read(8)
+    if head[:4] == b"PAR1":
+        return "parquet"
+    if head[:6] == b"ARROW1":
+        return "arrow"
+    if head[:4] == b"\xff\xff\xff\xff":
+        return "arrow-stream"
+    return "csv"
+
+
+def _download_to(url: str, dst: Path, what: str, timeout: float, limit: int = MAX_STREAM_BYTES) -> None:
+    import requests
+
+    try:
+        with requests.get(url, stream=True, timeout=timeout) as r, dst.open("wb") as f:
+            if r.status_code != 200:
+                raise DatasetError(f"{what}: {url}: HTTP {r.status_code}: {r.text[:300]}")
+            got = 0
+            for chunk in r.iter_content(1 << 20):
+                got += len(chunk)
+                if got > limit:
+                    raise DatasetError(f"{what}: larger than {limit} bytes")
+                f.write(chunk)
+    except requests.RequestException as e:
+        raise DatasetError(f"{what}: {url}: {e}") from e
+
+
+class StreamedCorpus:
+    """A corpus streamed into one memory-mapped float64 file per series (in a temporary directory that
+    lives as long as this object). ``series`` are read-only memmaps; ``hash()`` streams the files."""
+
+    def __init__(self, names: list[str], files: list[Path], tmp: object) -> None:
+        self.names, self.files, self._tmp = names, files, tmp
+        self.series = [
+            np.memmap(p, dtype="<f8", mode="r") if p.stat().st_size else np.zeros(0, np.float64) for p in files
+        ]
+
+    def hash(self) -> bytes:
+        h = hashlib.sha256()
+
+        def field(b: bytes) -> None:
+            h.update(struct.pack(">Q", len(b)))
+            h.update(b)
+
+        field(DOMAIN_DATASET.encode())
+        field(struct.pack(">Q", len(self.names)))
+        for name, p in zip(self.names, self.files, strict=True):
+            field(name.encode("utf-8"))
+            h.update(struct.pack(">Q", p.stat().st_size))
+            with p.open("rb") as f:
+                while chunk := f.read(1 << 20):
+                    h.update(chunk)
+        return h.digest()
+
+    def check_hash(self, expected: str) -> None:
+        _check(self.hash(), expected)
+
+    def as_series(self) -> list[Series]:
+        return [Series(n, s) for n, s in zip(self.names, self.series, strict=True)]
+
+
+def _parse_file(path: Path, spill: Path, what: str) -> list[str]:
+    kind = _sniff(path)
+    if kind == "csv":
+        return _stream_csv(path, spill, what)
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    try:
+        if kind == "parquet":
+            pf = pq.ParquetFile(path)
+            return _stream_arrow(pf.iter_batches(batch_size=65536), pf.schema_arrow, spill, what)
+        src = pa.memory_map(str(path), "r")
+        rd = pa.ipc.open_file(src) if kind == "arrow" else pa.ipc.open_stream(src)
+        if kind == "arrow":
+            return _stream_arrow((rd.get_batch(i) for i in range(rd.num_record_batches)), rd.schema, spill, what)
+        return _stream_arrow(rd, rd.schema, spill, what)
+    except (pa.ArrowException, OSError) as e:
+        raise DatasetError(f"{what}: not a readable {kind} file: {e}") from e
+
+
+def open_corpus(ref: str, sources: Sources | None = None) -> StreamedCorpus:
+    """Streams a ``file://``, ``ipfs://`` or ``https://`` corpus (CSV, Parquet or Arrow) to disk."""
+    import tempfile
+
+    u = urlparse(ref)
+    src = sources or Sources()
+    tmp = tempfile.TemporaryDirectory(prefix="tenzro-corpus-")
+    d = Path(tmp.name)
+    if u.scheme == "file":
+        path = Path(unquote(u.path))
+        if not path.is_file():
+            raise DatasetError(f"dataset_ref {ref!r}: no such file")
+        if path.stat().st_size > MAX_STREAM_BYTES:
+            raise DatasetError(f"{path}: larger than {MAX_STREAM_BYTES} bytes")
+    elif u.scheme in ("ipfs", "https"):
+        path = d / "download"
+        if u.scheme == "https":
+            _download_to(ref, path, f"dataset_ref {ref!r}", src.timeout)
+        else:
+            _download_to(_ipfs_url(ref, src), path, f"dataset_ref {ref!r}", src.timeout)
+    else:
+        raise DatasetError(f"dataset_ref {ref!r}: open_corpus streams file://, ipfs:// or https://")
+    names = _parse_file(path, d, ref if u.scheme != "file" else str(path))
+    if u.scheme != "file":
+        path.unlink()
+    return StreamedCorpus(names, [d / f"s{j}.f64" for j in range(len(names))], tmp)

@@ -31,7 +31,26 @@ from .log import Log
 from .metrics import Metrics
 from .rpc import Client, NodeUnavailable, RpcError
 
-EXIT_OK, EXIT_CONFIG, EXIT_DATA, EXIT_EVICTED, EXIT_INTERRUPTED = 0, 2, 3, 4, 130
+EXIT_OK, EXIT_CONFIG, EXIT_DATA, EXIT_EVICTED, EXIT_REFUSED, EXIT_INTERRUPTED = 0, 2, 3, 4, 5, 130
+DEFAULT_STAKE = "100000000000000000"  # attoTNZO (0.1 TNZO, above a network's default stake floor of 0.01), when the config names no stake and the run no min_stake
+
+
+def enrol_stake(cfg_stake: str | None, spec: dict) -> str:
+    """The stake to enrol with: the config's, else the run's min_stake, else DEFAULT_STAKE."""
+    if cfg_stake is not None:
+        return cfg_stake
+    ms = str(spec.get("min_stake") or "").strip()
+    return ms if ms.isdigit() and int(ms) > 0 else DEFAULT_STAKE
+
+
+def permanent_refusal(e: RpcError) -> bool:
+    """An enrolment refusal that asking again cannot change: the run is full, sealed or cancelled, the
+    trainer was evicted, its funds or its attestation fall short, or the request itself is invalid (a
+    stake below min_stake, a bad key). Anything else (a rate limit, a busy node, a race with our own
+    earlier enrolment) is transient and retried with backoff."""
+    if e.code in (-32602, -32002, -32004, -32006):
+        return True
+    return e.code == -32003 and e.mentions("is full", "evicted", "is sealed", "is cancelled", "settlement lines")
 
 
 class Backoff:
@@ -128,9 +147,10 @@ class Trainer:
         if cfg.threads > 0:
             torch.set_num_threads(cfg.threads)
         self.model: models.ForecastModel | None = None
+        self._loss = None  # the (possibly torch.compile'd) training objective, set per task
         self.opt: torch.optim.Optimizer | None = None
-        self.train_w: data.Windows | None = None
-        self.eval_w: data.Windows | None = None
+        self.train_w: data.WindowSet | None = None
+        self.eval_w: data.WindowSet | None = None
         self.spec: dict = {}
         self.pending: dict[int, bytes] = {}
         self.pending_round: int | None = None
@@ -179,7 +199,7 @@ class Trainer:
             return
         spec = self.spec = spec_of(run)
         fam = spec["architecture"]["family"]
-        self.model = models.build(fam, metadata_of(spec))
+        self.model = models.build(fam, metadata_of(spec), param_count=int(spec["architecture"].get("param_count") or 0))
         names = {t["name"] for fr in run["fragments"] for t in fr["tensors"]}
         params = set(weights.parameters(self.model))
         if names != params:
@@ -187,8 +207,16 @@ class Trainer:
                 f"the run's fragments do not cover the model: missing {sorted(params - names)[:5]}, "
                 f"unknown {sorted(names - params)[:5]}"
             )
+        want = str(spec["architecture"].get("dtype", "")).upper().replace("FP32", "F32").replace("BFLOAT16", "BF16")
+        have = {t["dtype"] for fr in run["fragments"] for t in fr["tensors"]}
+        if want in ("F32", "BF16") and have != {want}:
+            self.log.warning("the run's weights are not in the spec's dtype; payloads follow the weights",
+                             spec_dtype=want, weights_dtype=sorted(have))  # fmt: skip
         self.model.set_gradient_checkpointing(self.cfg.gradient_checkpointing)
         self.model.to(self.device)
+        # torch.compile (config compile: true): the training objective is compiled once per task; the
+        # parameters stay the module's, so pulling, assigning and FSDP see the same tensors.
+        self._loss = torch.compile(self.model.loss) if self.cfg.compile else self.model.loss
         if self.dist.world > 1:
             from torch.distributed.fsdp import fully_shard
 
@@ -209,7 +237,7 @@ class Trainer:
         self.train_w, self.eval_w = task_data(spec, corpus, sources)  # raises DatasetError on a hash mismatch
         self.log.info(
             "task ready", family=fam, params=sum(p.numel() for p in params_of(self.model)),
-            train_windows=len(self.train_w), heldout_windows=len(self.eval_w),
+            train_windows=self.train_w.n or "unbounded", heldout_windows=self.eval_w.n,
             dataset_hash_checked=bool(spec.get("dataset_hash")), device=str(self.device),
             amp=str(self.amp), world=self.dist.world, load_s=round(time.monotonic() - t0, 3),
         )  # fmt: skip
@@ -263,7 +291,7 @@ class Trainer:
         assert self.model is not None and self.opt is not None and self.train_w is not None
         shard_count = int(self.spec.get("shard_count") or 0) or int(self.spec["trainer_count"])
         batches = data.round_batches(
-            len(self.train_w), shards, shard_count, self.cfg.task_id, r, steps, self.cfg.inner.batch_size
+            self.train_w.n, shards, shard_count, self.cfg.task_id, r, steps, self.cfg.inner.batch_size
         )
         self.model.train()
         last = float("nan")
@@ -272,10 +300,11 @@ class Trainer:
                 raise KeyboardInterrupt
             if self.dist.world > 1:
                 idx = idx[self.dist.rank :: self.dist.world]
-            x = torch.from_numpy(self.train_w.x[idx]).to(self.device, non_blocking=True)
-            y = torch.from_numpy(self.train_w.y[idx]).to(self.device, non_blocking=True)
+            xs, ys = self.train_w.get(idx)
+            x = torch.from_numpy(xs).to(self.device, non_blocking=True)
+            y = torch.from_numpy(ys).to(self.device, non_blocking=True)
             with torch.autocast(self.device.type, dtype=self.amp or torch.float32, enabled=self.amp is not None):
-                loss = self.model.loss(x, y)
+                loss = (self._loss or self.model.loss)(x, y)
             self.opt.zero_grad(set_to_none=True)
             loss.backward()
             torch.nn.utils.clip_grad_norm_(self.model.parameters(), 1.0)
@@ -440,19 +469,21 @@ class Trainer:
                 self.log.error("evicted from the run", slashed=me.get("slashed"))
                 return EXIT_EVICTED
             if me is None or me["status"] == "left":
-                if cfg.stake is None:
-                    self.log.info("not enrolled (set stake: in the config to enrol); waiting")
-                    back.wait()
-                    continue
+                stake = enrol_stake(cfg.stake, spec_of(run))
                 try:
-                    res = self.client.enroll(self.key, cfg.task_id, cfg.stake, attestation=self._claim(run))
-                    self.log.info("enrolled", shards=res.get("shards"), status=res.get("status"))
+                    res = self.client.enroll(self.key, cfg.task_id, stake, attestation=self._claim(run))
+                    self.log.info("enrolled", shards=res.get("shards"), status=res.get("status"), stake=stake,
+                                  stake_from="config" if cfg.stake is not None else "default")  # fmt: skip
                     back.reset()
                 except NodeUnavailable as e:
-                    self.log.warning("node unavailable; backing off", error=str(e))
+                    self.log.warning("node unavailable; backing off", error=str(e), wait_s=back.cur)
                     back.wait()
                 except RpcError as e:
-                    self.log.warning("enrolment refused", code=e.code, reason=e.message)
+                    if permanent_refusal(e):
+                        self.log.error(f"enrolment refused, giving up: {e.message}", code=e.code, stake=stake)
+                        return EXIT_REFUSED
+                    self.log.warning("enrolment refused; backing off", code=e.code, reason=e.message,
+                                     wait_s=back.cur)  # fmt: skip
                     back.wait()
                 except AttestationError as e:
                     self.log.error("cannot attest", error=str(e))
@@ -464,6 +495,9 @@ class Trainer:
                 continue
             try:
                 self._ensure_task(run)
+            except models.MissingExtra as e:
+                self.log.error(str(e))
+                return EXIT_CONFIG
             except (data.DatasetError, weights.FragmentError, ValueError, AttestationError) as e:
                 self.log.error("cannot train this task", error=str(e))
                 return EXIT_DATA

@@ -105,8 +105,31 @@ def make_spec(
     return spec
 
 
+def param_count_of(safetensors_bytes: bytes) -> int:
+    """The element count of a safetensors file, from its header alone."""
+    import json
+    import struct
+
+    (n,) = struct.unpack("<Q", safetensors_bytes[:8])
+    hdr = json.loads(safetensors_bytes[8 : 8 + n])
+    total = 0
+    for k, v in hdr.items():
+        if k == "__metadata__":
+            continue
+        c = 1
+        for d in v["shape"]:
+            c *= int(d)
+        total += c
+    return total
+
+
 def post(
     client: Client, sponsor: Key, spec: dict, init_weights: bytes | None, dataset_key: bytes | None = None
 ) -> dict:
+    """Posts ``spec`` with ``init_weights``. A spec whose ``param_count`` is 0 (``make_spec``'s default)
+    gets the weights' element count filled in: the node refuses a count that differs from the weights'."""
+    arch = spec.get("architecture") or {}
+    if init_weights is not None and not arch.get("param_count"):
+        spec = {**spec, "architecture": {**arch, "param_count": param_count_of(init_weights)}}
     c = canonical_json(spec)
     return client.post_task(sponsor, c, spec_hash(c), init_weights, dataset_key)

@@ -10,6 +10,17 @@ import torch
 from torch import nn
 
 
+class MissingExtra(ImportError):
+    """A catalog family whose package (a trainer extra) is not installed; the message names the fix."""
+
+    def __init__(self, family: str, extra: str) -> None:
+        super().__init__(
+            f"model family {family} needs the [{extra}] extra: pip install -e 'trainer[{extra}]' "
+            f"(or pip install 'tenzro-trainer[{extra}]')"
+        )
+        self.family, self.extra = family, extra
+
+
 class ForecastModel(nn.Module):
     context_len: int
     horizon: int

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import torch
 
-from .base import ForecastModel
+from .base import ForecastModel, MissingExtra
 
 TINY = {
     "context_len": 64, "horizon": 16, "patch_len": 8, "d_model": 32, "d_ff": 64,
@@ -23,7 +23,7 @@ class ChronosBolt(ForecastModel):
             from chronos.chronos_bolt import ChronosBoltModelForForecasting
             from transformers import T5Config
         except ImportError as e:  # pragma: no cover - depends on the extra
-            raise ImportError("family chronos-bolt needs: pip install 'tenzro-trainer[chronos]'") from e
+            raise MissingExtra("chronos-bolt", "chronos") from e
         cfg = {**TINY, **md}
         self.context_len, self.horizon = int(cfg["context_len"]), int(cfg["horizon"])
         t5 = T5Config(

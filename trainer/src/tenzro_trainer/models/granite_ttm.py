@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import torch
 
-from .base import ForecastModel
+from .base import ForecastModel, MissingExtra
 
 TINY = {"context_len": 64, "horizon": 16, "patch_len": 8, "d_model": 16, "num_layers": 2, "decoder_num_layers": 1}
 
@@ -17,7 +17,7 @@ class GraniteTTM(ForecastModel):
         try:
             from tsfm_public.models.tinytimemixer import TinyTimeMixerConfig, TinyTimeMixerForPrediction
         except ImportError as e:  # pragma: no cover - depends on the extra
-            raise ImportError("family granite-ttm needs: pip install 'tenzro-trainer[granite]'") from e
+            raise MissingExtra("granite-ttm", "granite") from e
         cfg = {**TINY, **md}
         self.context_len, self.horizon = int(cfg["context_len"]), int(cfg["horizon"])
         p = int(cfg["patch_len"])

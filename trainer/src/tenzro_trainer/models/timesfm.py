@@ -9,7 +9,7 @@ so one window yields context_len / patch_len training targets.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, fields, replace
 
 import torch
 import torch.nn.functional as F
@@ -28,11 +28,24 @@ class TimesFMConfig:
     n_layers: int = 2
     n_heads: int = 4
     d_ff: int = 64
+    embed_hidden: int = 0  # hidden width of the input patch MLP (0: d_ff)
+    head_hidden: int = 0  # hidden width of the output MLP (0: d_ff)
 
     @classmethod
-    def from_metadata(cls, md: dict) -> TimesFMConfig:
+    def from_metadata(cls, md: dict, param_count: int = 0) -> TimesFMConfig:
+        """The config a spec's metadata names. When the metadata names only the task's shape (context_len,
+        horizon and nothing of the architecture) and ``param_count`` is a preset's exact count for that
+        shape, the preset is used: the seed's spec ({context_len: 2048, horizon: 128}, 200,000,000) builds
+        REFERENCE_200M. Fields the metadata names always win."""
         names = {f.name for f in fields(cls)}
-        cfg = cls(**{k: int(v) for k, v in md.items() if k in names})
+        given = {k: int(v) for k, v in md.items() if k in names}
+        base = cls()
+        if param_count and not set(given) - {"context_len", "horizon"}:
+            for pre in PRESETS:
+                if pre.param_count() == param_count and all(getattr(pre, k) == v for k, v in given.items()):
+                    base = pre
+                    break
+        cfg = replace(base, **given)
         if cfg.context_len % cfg.patch_len:
             raise ValueError(f"context_len {cfg.context_len} is not a multiple of patch_len {cfg.patch_len}")
         if cfg.d_model % cfg.n_heads:
@@ -40,15 +53,32 @@ class TimesFMConfig:
         return cfg
 
     def metadata(self) -> dict:
-        return asdict(self)
+        d = asdict(self)
+        for k in ("embed_hidden", "head_hidden"):
+            if d[k] == 0:
+                del d[k]
+        return d
+
+    def param_count(self) -> int:
+        """The element count of the model this config builds (without building it)."""
+        p, d, ff, h = self.patch_len, self.d_model, self.d_ff, self.horizon
+        e, o = self.embed_hidden or ff, self.head_hidden or ff
+        embed = p * e + e + e * d + d + p * d + d
+        layer = 4 * d * d + 2 * d * ff + ff + 9 * d
+        head = d * o + o + o * h + h + d * h + h
+        return embed + (self.context_len // p) * d + self.n_layers * layer + 2 * d + head
 
 
 TINY = TimesFMConfig()
 DEMO = TimesFMConfig(context_len=64, horizon=16, patch_len=8, d_model=64, n_layers=2, n_heads=4, d_ff=128)
-# ≈200M parameters: the seed spec's reference size (context 2048, horizon 128).
+# Exactly 200,000,000 parameters: the seed spec's size (context 2048, horizon 128, param_count 200000000).
+# d_model 1280, 10 layers, 16 heads; the three MLP widths are chosen so the count is the spec's exactly
+# (a spec's param_count must equal its initial weights' element count, and param_count picks the preset).
 REFERENCE_200M = TimesFMConfig(
-    context_len=2048, horizon=128, patch_len=32, d_model=1280, n_layers=10, n_heads=16, d_ff=5120
-)
+    context_len=2048, horizon=128, patch_len=32, d_model=1280, n_layers=10, n_heads=16, d_ff=4736,
+    embed_hidden=4615, head_hidden=4761,
+)  # fmt: skip
+PRESETS = (TINY, DEMO, REFERENCE_200M)
 
 
 class ResidualBlock(nn.Module):
@@ -88,11 +118,11 @@ class TimesFMClass(ForecastModel):
         self.context_len = cfg.context_len
         self.horizon = cfg.horizon
         n = cfg.context_len // cfg.patch_len
-        self.embed = ResidualBlock(cfg.patch_len, cfg.d_ff, cfg.d_model)
+        self.embed = ResidualBlock(cfg.patch_len, cfg.embed_hidden or cfg.d_ff, cfg.d_model)
         self.pos = nn.Parameter(torch.randn(n, cfg.d_model) * 0.02)
         self.layers = nn.ModuleList(DecoderLayer(cfg.d_model, cfg.n_heads, cfg.d_ff) for _ in range(cfg.n_layers))
         self.ln_f = nn.LayerNorm(cfg.d_model)
-        self.head = ResidualBlock(cfg.d_model, cfg.d_ff, cfg.horizon)
+        self.head = ResidualBlock(cfg.d_model, cfg.head_hidden or cfg.d_ff, cfg.horizon)
         self._ckpt = False
 
     def set_gradient_checkpointing(self, on: bool) -> None:
