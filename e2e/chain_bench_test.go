@@ -79,7 +79,7 @@ func benchSubmissions(b *testing.B, validators, n int) float64 {
 	spec := []byte(fmt.Sprintf(`{"task_id":"bench","sponsor_did":%q,"sponsor_address":"0x1111111111111111111111111111111111111111",
  "architecture":{"family":"timesfm","param_count":%d,"modality":"Timeseries","fragment_count":%d,"dtype":"bf16"},
  "tier":"Open","aggregation":"Mean","trainer_count":%d,"quorum":1,"inner_steps":4,"max_rounds":1,"grace_window_ms":0,
- "reward_pool":"1000","dataset_ref":"ipfs://QmTest","dataset_hash":"0xabab","min_throughput":null,"created_at":1761350400}`, sponsor.DID, frags, frags, trainers))
+ "reward_pool":"2000000000000000000","dataset_ref":"ipfs://QmTest","dataset_hash":"0xabab","min_throughput":null,"created_at":1761350400}`, sponsor.DID, frags, frags, trainers))
 	keys := make([]*did.Key, trainers)
 	rules, err := chain.MeanRules()
 	if err != nil {

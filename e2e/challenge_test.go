@@ -306,8 +306,8 @@ func (c *challengeNet) post(task string, sponsor, trainer *did.Key, extra string
 	spec := []byte(fmt.Sprintf(`{"task_id":%q,"sponsor_did":%q,"sponsor_address":"0x1111111111111111111111111111111111111111",
  "architecture":{"family":"timesfm","param_count":%d,"modality":"Timeseries","fragment_count":%d,"dtype":"bf16"},
  "tier":"Open","aggregation":"Mean","trainer_count":1,"quorum":1,"inner_steps":4,"max_rounds":2,"grace_window_ms":0,
- "reward_pool":"1000","dataset_ref":"ipfs://QmTest","dataset_hash":"0xabab","min_throughput":null,"created_at":1761350400,
- "challenge_window_blocks":50,"vote_window_blocks":80,"challenge_bond":"100"%s}`, task, sponsor.DID, F*N, F, extra))
+ "reward_pool":"2000000000000000000","dataset_ref":"ipfs://QmTest","dataset_hash":"0xabab","min_throughput":null,"created_at":1761350400,
+ "challenge_window_blocks":50,"vote_window_blocks":80,"challenge_bond":"200000000000000000"%s}`, task, sponsor.DID, F*N, F, extra))
 	specPath := filepath.Join(c.dir, task+".json")
 	if err := os.WriteFile(specPath, spec, 0o600); err != nil {
 		c.t.Fatal(err)
@@ -323,7 +323,7 @@ func (c *challengeNet) post(task string, sponsor, trainer *did.Key, extra string
 		}
 		return true
 	})
-	c.mustCLI(2, "train", "enroll-trainer", "--task-id", task, "--did", trainer.DID.String(), "--stake", "100", "--key", c.keyFile(trainer))
+	c.mustCLI(2, "train", "enroll-trainer", "--task-id", task, "--did", trainer.DID.String(), "--stake", "100000000000000000", "--key", c.keyFile(trainer))
 	c.waitFor("the run starts", 60*time.Second, func() bool { return c.run(task).Status == wire.StatusRunning })
 }
 
@@ -397,7 +397,7 @@ func TestChallengeWrongAggregateFourValidators(t *testing.T) {
 	}
 	// A frivolous challenge of round 1 fragment 1 (a made-up hash).
 	made := wire.ContentHash([]byte("made up")).String()
-	out, err := c.cli(1, "train", "challenge", "--task-id", task, "--round", "1", "--fragment", "1", "--result-hash", made, "--bond", "100", "--key", c.keyFile(other))
+	out, err := c.cli(1, "train", "challenge", "--task-id", task, "--round", "1", "--fragment", "1", "--result-hash", made, "--bond", "200000000000000000", "--key", c.keyFile(other))
 	if err != nil {
 		t.Fatalf("frivolous challenge refused: %v %s", err, out)
 	}
@@ -405,12 +405,12 @@ func TestChallengeWrongAggregateFourValidators(t *testing.T) {
 		chs := c.challenges(task)
 		return len(chs) == 2 && chs[1].Outcome != wire.ChallengeOpen
 	})
-	if f := c.challenges(task)[1]; f.Outcome != wire.ChallengeRejected || f.ToEscrow != "100" {
+	if f := c.challenges(task)[1]; f.Outcome != wire.ChallengeRejected || f.ToEscrow != "200000000000000000" {
 		t.Fatalf("frivolous challenge: %+v", f)
 	}
 	// Late: round 0 is final (or the whole run): refused.
 	c.waitFor("round 0 final", 60*time.Second, func() bool { r := c.run(task); return r.FinalRounds >= 1 || r.Status == wire.StatusSealed })
-	out, err = c.cli(1, "train", "challenge", "--task-id", task, "--round", "0", "--fragment", "1", "--result-hash", made, "--bond", "100", "--key", c.keyFile(other))
+	out, err = c.cli(1, "train", "challenge", "--task-id", task, "--round", "0", "--fragment", "1", "--result-hash", made, "--bond", "200000000000000000", "--key", c.keyFile(other))
 	if err == nil || !(strings.Contains(out, "after the challenge window") || strings.Contains(out, "every commit of it is final")) {
 		t.Fatalf("late challenge: %v %s", err, out)
 	}

@@ -71,13 +71,13 @@ func (p *peopleRun) post(rounds int) {
 		p.t.Fatal(err)
 	}
 	w := initWeights(p.frags, 64)
-	pp := &wire.PostTaskParams{Spec: raw, InitWeights: w, Signed: wire.Signed{Nonce: uint64(time.Now().UnixNano())}}
+	pp := &wire.PostTaskParams{Spec: raw, InitWeights: w, Signed: wire.Signed{ChainID: "tenzro-dev", Nonce: uint64(time.Now().UnixNano())}}
 	pp.Signature = p.sponsor.Sign(pp.Preimage(p.sponsor.DID.String(), wire.SpecHash(canon), wire.ContentHash(w)))
 	if _, err := p.c.PostTask(ctx, pp); err != nil {
 		p.t.Fatalf("post %s: %v", p.task, err)
 	}
 	for _, k := range p.trainers {
-		ep := &wire.EnrollParams{TaskID: p.task, TrainerDID: k.DID.String(), Stake: "100000000000000000000", Signed: wire.Signed{Nonce: uint64(time.Now().UnixNano())}}
+		ep := &wire.EnrollParams{TaskID: p.task, TrainerDID: k.DID.String(), Stake: "100000000000000000000", Signed: wire.Signed{ChainID: "tenzro-dev", Nonce: uint64(time.Now().UnixNano())}}
 		ep.Signature = k.Sign(ep.Preimage())
 		if _, err := p.c.Enroll(ctx, ep); err != nil {
 			p.t.Fatalf("enrol: %v", err)
@@ -107,7 +107,7 @@ func (p *peopleRun) submission(i int, round uint64, f int) *wire.OuterGradient {
 	}
 	payload, _ := safetensors.Encode(out, safetensors.Binding{Trainer: p.trainers[i].DID.String(), Task: p.task, Round: round, Fragment: uint64(f)}.Metadata())
 	loss := 0.35 + 1.6*math.Exp(-0.32*float64(round)) + 0.04*float64(i) + 0.02*math.Sin(float64(3*round+uint64(i)))
-	g := &wire.OuterGradient{TaskID: p.task, TrainerDID: p.trainers[i].DID.String(), Round: round, FragmentIndex: uint64(f),
+	g := &wire.OuterGradient{ChainID: "tenzro-dev", TaskID: p.task, TrainerDID: p.trainers[i].DID.String(), Round: round, FragmentIndex: uint64(f),
 		GradientPayload: payload, PayloadHash: wire.ContentHash(payload),
 		Metrics: wire.SubmissionMetrics{wire.MetricTrainLoss: loss, wire.MetricEvalLoss: loss + 0.08, wire.MetricSamples: 768, wire.MetricStepTimeMs: 41.5}}
 	g.Signature = p.trainers[i].Sign(g.Preimage())

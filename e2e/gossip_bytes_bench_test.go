@@ -88,7 +88,7 @@ func TestGossipBytesBench(t *testing.T) {
 				t.Fatal(err)
 			}
 			payloadBytes += float64(len(payload))
-			g := &wire.OuterGradient{TaskID: task, TrainerDID: k.DID.String(), Round: 0, FragmentIndex: uint64(f),
+			g := &wire.OuterGradient{ChainID: "tenzro-testnet", TaskID: task, TrainerDID: k.DID.String(), Round: 0, FragmentIndex: uint64(f),
 				GradientPayload: payload, PayloadHash: wire.ContentHash(payload)}
 			g.Signature = k.Sign(g.Preimage())
 			if _, err := light.client().Submit(ctx, g); err != nil {

@@ -53,7 +53,7 @@ func TestSubmitLatencyBench(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			g := &wire.OuterGradient{TaskID: task, TrainerDID: k.DID.String(), Round: 0, FragmentIndex: uint64(f),
+			g := &wire.OuterGradient{ChainID: "tenzro-testnet", TaskID: task, TrainerDID: k.DID.String(), Round: 0, FragmentIndex: uint64(f),
 				GradientPayload: payload, PayloadHash: wire.ContentHash(payload)}
 			g.Signature = k.Sign(g.Preimage())
 			start := time.Now()
@@ -108,7 +108,7 @@ func benchRun(ctx context.Context, t *testing.T, task string, nTrainers, F, N, m
 	via := enrolVia(n, light)
 	waitRun(t, n, via, task, time.Minute, via.name+" sees the run", func(r *wire.RunView) bool { return true })
 	for _, k := range trainers {
-		p := &wire.EnrollParams{TaskID: task, TrainerDID: k.DID.String(), Stake: "100000000000000000000", Signed: wire.Signed{Nonce: 1}}
+		p := &wire.EnrollParams{TaskID: task, TrainerDID: k.DID.String(), Stake: "100000000000000000000", Signed: wire.Signed{ChainID: "tenzro-testnet", Nonce: 1}}
 		p.Signature = k.Sign(p.Preimage())
 		if _, err := via.client().Enroll(ctx, p); err != nil {
 			t.Fatal(err)

@@ -227,7 +227,7 @@ func (tr *netTrainer) submit(ctx context.Context, task string, i, round, f int) 
 	if err != nil {
 		return err
 	}
-	g := &wire.OuterGradient{TaskID: task, TrainerDID: tr.key.DID.String(), Round: uint64(round), FragmentIndex: uint64(f),
+	g := &wire.OuterGradient{ChainID: "tenzro-testnet", TaskID: task, TrainerDID: tr.key.DID.String(), Round: uint64(round), FragmentIndex: uint64(f),
 		GradientPayload: payload, PayloadHash: wire.ContentHash(payload)}
 	g.Signature = tr.key.Sign(g.Preimage())
 	if _, err := c.Submit(ctx, g); err != nil {
@@ -380,7 +380,7 @@ func TestNetworkRun(t *testing.T) {
 			via = lightB
 		}
 		trs[i] = &netTrainer{key: k, via: via}
-		p := &wire.EnrollParams{TaskID: task, TrainerDID: k.DID.String(), Stake: "100000000000000000000", Signed: wire.Signed{Nonce: 1}}
+		p := &wire.EnrollParams{TaskID: task, TrainerDID: k.DID.String(), Stake: "100000000000000000000", Signed: wire.Signed{ChainID: "tenzro-testnet", Nonce: 1}}
 		p.Signature = k.Sign(p.Preimage())
 		if _, err := n.vals[1].client().Enroll(ctx, p); err != nil {
 			t.Fatalf("enrol trainer %d on node 1: %v", i, err)

@@ -85,7 +85,7 @@ func runCompressed(t *testing.T, compression string, hook func(h *codecRun, roun
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	sk := seedKey(t, did.KindMachine, 250)
 	mc, err := chain.NewManual(ctx, kv, chain.ManualOptions{Clock: func() time.Time { return h.now }, App: chain.AppOptions{Log: quiet},
-		Genesis: &chain.GenesisState{Accounts: []chain.GenesisAccount{}, Faucet: true, Candidates: []chain.GenesisAccount{{DID: sk.DID.String(), Balance: "1000000000000000000"}}}})
+		Genesis: &chain.GenesisState{Accounts: []chain.GenesisAccount{{DID: sk.DID.String(), Balance: chain.DefaultCandidateFunds}}, Faucet: true, Candidates: []chain.GenesisAccount{{DID: sk.DID.String(), Balance: "1000000000000000000"}}}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -116,7 +116,7 @@ func runCompressed(t *testing.T, compression string, hook func(h *codecRun, roun
 	if err != nil {
 		return h, []byte("parse: " + err.Error())
 	}
-	p := &wire.PostTaskParams{Spec: raw, InitWeights: weights}
+	p := &wire.PostTaskParams{Spec: raw, InitWeights: weights, Signed: wire.Signed{ChainID: chain.ManualChainID}}
 	h.nonce++
 	p.Nonce = h.nonce
 	p.Signature = h.sp.Sign(p.Preimage(h.sp.DID.String(), wire.SpecHash(canon), wire.ContentHash(weights)))
@@ -130,7 +130,7 @@ func runCompressed(t *testing.T, compression string, hook func(h *codecRun, roun
 		if _, err := h.node.Faucet(ctx, wire.FaucetParams{DID: h.tr[i].DID.String(), Amount: "200000000000000000000"}); err != nil {
 			t.Fatal(err)
 		}
-		e := &wire.EnrollParams{TaskID: h.task, TrainerDID: h.tr[i].DID.String(), Stake: "100000000000000000000"}
+		e := &wire.EnrollParams{Signed: wire.Signed{ChainID: chain.ManualChainID}, TaskID: h.task, TrainerDID: h.tr[i].DID.String(), Stake: "100000000000000000000"}
 		h.nonce++
 		e.Nonce = h.nonce
 		e.Signature = h.tr[i].Sign(e.Preimage())
@@ -182,7 +182,7 @@ func (h *codecRun) submit(i, round, f int, ts []safetensors.Tensor) error {
 	if err != nil {
 		return err
 	}
-	g := &wire.OuterGradient{TaskID: h.task, TrainerDID: h.tr[i].DID.String(), Round: uint64(round), FragmentIndex: uint64(f),
+	g := &wire.OuterGradient{ChainID: chain.ManualChainID, TaskID: h.task, TrainerDID: h.tr[i].DID.String(), Round: uint64(round), FragmentIndex: uint64(f),
 		GradientPayload: payload, PayloadHash: wire.ContentHash(payload)}
 	g.Signature = h.tr[i].Sign(g.Preimage())
 	_, err = h.node.Submit(h.ctx, g)
@@ -289,7 +289,7 @@ func TestCompressedSubmissionRefusals(t *testing.T) {
 		// A compressed payload carries its binding like any other: one
 		// bound to trainer 1, signed by trainer 0, is refused.
 		p, _ := safetensors.Encode(good(), safetensors.Binding{Trainer: h.tr[1].DID.String(), Task: h.task, Round: 1}.Metadata())
-		g := &wire.OuterGradient{TaskID: h.task, TrainerDID: h.tr[0].DID.String(), Round: 1, GradientPayload: p, PayloadHash: wire.ContentHash(p)}
+		g := &wire.OuterGradient{ChainID: chain.ManualChainID, TaskID: h.task, TrainerDID: h.tr[0].DID.String(), Round: 1, GradientPayload: p, PayloadHash: wire.ContentHash(p)}
 		g.Signature = h.tr[0].Sign(g.Preimage())
 		if _, err := h.node.Submit(h.ctx, g); err == nil || !strings.Contains(err.Error(), "the payload names trainer "+h.tr[1].DID.String()) {
 			t.Errorf("compressed payload bound to another trainer: %v", err)

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tenzro/train/chain"
 	"github.com/tenzro/train/machine"
 	"github.com/tenzro/train/wire"
 	"github.com/tenzro/train/wire/safetensors"
@@ -29,17 +30,17 @@ func TestPayloadBinding(t *testing.T) {
 	victim := h.tr[0].DID.String()
 	plain, _ := safetensors.Encode([]safetensors.Tensor{safetensors.FromF32("layer0.w", []int64{16}, make([]float32, 16))}, nil)
 	movedP, _ := safetensors.Encode([]safetensors.Tensor{safetensors.FromF32("layer0.w", []int64{16}, make([]float32, 16))}, bound(h.task, h.tr[1].DID.String(), 0, 1))
-	moved := &wire.OuterGradient{GradientPayload: movedP, PayloadHash: wire.ContentHash(movedP)} // fragment 0's tensors bound to fragment 1
+	moved := &wire.OuterGradient{ChainID: chain.ManualChainID, GradientPayload: movedP, PayloadHash: wire.ContentHash(movedP)} // fragment 0's tensors bound to fragment 1
 	for _, tc := range []struct {
 		name string
 		g    *wire.OuterGradient
 		want string
 	}{
-		{"copy by hash", sign(1, &wire.OuterGradient{TaskID: h.task, Round: 0, FragmentIndex: 0, PayloadHash: g0.PayloadHash}),
+		{"copy by hash", sign(1, &wire.OuterGradient{ChainID: chain.ManualChainID, TaskID: h.task, Round: 0, FragmentIndex: 0, PayloadHash: g0.PayloadHash}),
 			"payload binding: safetensors: bad payload binding: the payload names trainer " + victim + ", the submission is signed by " + h.tr[1].DID.String()},
-		{"byte copy", sign(1, &wire.OuterGradient{TaskID: h.task, GradientPayload: g0.GradientPayload, PayloadHash: g0.PayloadHash}), "names trainer " + victim},
-		{"unbound payload", sign(1, &wire.OuterGradient{TaskID: h.task, GradientPayload: plain, PayloadHash: wire.ContentHash(plain)}), "does not name its trainer, task, round and fragment"},
-		{"moved to another fragment", sign(1, &wire.OuterGradient{TaskID: h.task, GradientPayload: moved.GradientPayload, PayloadHash: moved.PayloadHash}), "names fragment 1, the submission is for fragment 0"},
+		{"byte copy", sign(1, &wire.OuterGradient{ChainID: chain.ManualChainID, TaskID: h.task, GradientPayload: g0.GradientPayload, PayloadHash: g0.PayloadHash}), "names trainer " + victim},
+		{"unbound payload", sign(1, &wire.OuterGradient{ChainID: chain.ManualChainID, TaskID: h.task, GradientPayload: plain, PayloadHash: wire.ContentHash(plain)}), "does not name its trainer, task, round and fragment"},
+		{"moved to another fragment", sign(1, &wire.OuterGradient{ChainID: chain.ManualChainID, TaskID: h.task, GradientPayload: moved.GradientPayload, PayloadHash: moved.PayloadHash}), "names fragment 1, the submission is for fragment 0"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			before := snapshot(t, h)
@@ -72,7 +73,7 @@ func TestPayloadBinding(t *testing.T) {
 	if h.run().Round != 1 {
 		t.Fatal("round 0 did not close")
 	}
-	replay := &wire.OuterGradient{TaskID: h.task, Round: 1, FragmentIndex: 0, GradientPayload: g0.GradientPayload, PayloadHash: g0.PayloadHash}
+	replay := &wire.OuterGradient{ChainID: chain.ManualChainID, TaskID: h.task, Round: 1, FragmentIndex: 0, GradientPayload: g0.GradientPayload, PayloadHash: g0.PayloadHash}
 	if err := h.submit(sign(0, replay)); machine.KindOf(err) != machine.KindInvalid || !strings.Contains(err.Error(), "names round 0, the submission is for round 1") {
 		t.Fatalf("replayed round-0 payload: %v", err)
 	}
@@ -91,7 +92,7 @@ func TestUnboundRecordIsRejectedBySyncer(t *testing.T) {
 	// Trainer 5 signs trainer 0's payload hash; its node broadcasts the
 	// record unchecked.
 	g0 := h.gradient(0, 0, 0, 1)
-	thief := &wire.OuterGradient{TaskID: h.task, TrainerDID: h.tr[5].DID.String(), GradientPayload: g0.GradientPayload, PayloadHash: g0.PayloadHash}
+	thief := &wire.OuterGradient{ChainID: chain.ManualChainID, TaskID: h.task, TrainerDID: h.tr[5].DID.String(), GradientPayload: g0.GradientPayload, PayloadHash: g0.PayloadHash}
 	thief.Signature = h.tr[5].Sign(thief.Preimage())
 	h.block(h.record(thief))
 	for k := 0; k < 5 && h.run().Status != wire.StatusSealed; k++ {

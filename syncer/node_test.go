@@ -41,6 +41,8 @@ type harness struct {
 	sponsor *did.Key
 	tr      []*did.Key
 	task    string
+	// stateDir keeps the chain's state tree across open() (a restart).
+	stateDir string
 }
 
 func key(t testing.TB, kind string, i byte) *did.Key {
@@ -83,8 +85,16 @@ func devGenesis(syncerDID string) *chain.GenesisState {
 // open (re)starts the chain and the node over h.kv.
 func (h *harness) open() {
 	h.t.Helper()
+	if h.stateDir == "" {
+		h.stateDir = h.t.TempDir()
+	}
+	if h.chain != nil {
+		_ = h.chain.App().Close() // the state tree's directory is opened again below
+	} else {
+		h.t.Cleanup(func() { _ = h.chain.App().Close() })
+	}
 	mc, err := chain.NewManual(h.ctx, h.kv, chain.ManualOptions{Genesis: devGenesis(h.syncerKey().DID.String()),
-		Clock: func() time.Time { return h.now }, App: chain.AppOptions{Log: quiet}})
+		Clock: func() time.Time { return h.now }, App: chain.AppOptions{Log: quiet, StateDir: h.stateDir}})
 	if err != nil {
 		h.t.Fatal(err)
 	}

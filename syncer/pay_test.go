@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/tenzro/train/audit"
+	"github.com/tenzro/train/chain"
 	"github.com/tenzro/train/plugins"
 	"github.com/tenzro/train/store"
 	"github.com/tenzro/train/syncer"
@@ -59,7 +60,7 @@ func (h *harness) rebind(g *wire.OuterGradient, i int, scale float32) *wire.Oute
 	if err != nil {
 		h.t.Fatal(err)
 	}
-	c := &wire.OuterGradient{TaskID: h.task, TrainerDID: h.tr[i].DID.String(), Round: g.Round, FragmentIndex: g.FragmentIndex,
+	c := &wire.OuterGradient{ChainID: chain.ManualChainID, TaskID: h.task, TrainerDID: h.tr[i].DID.String(), Round: g.Round, FragmentIndex: g.FragmentIndex,
 		GradientPayload: p, PayloadHash: wire.ContentHash(p)}
 	c.Signature = h.tr[i].Sign(c.Preimage())
 	return c
@@ -71,7 +72,7 @@ func (h *harness) record(g *wire.OuterGradient) []byte {
 	if err := (syncer.KVBlobs{KV: h.kv}).Put(h.ctx, g.PayloadHash, g.GradientPayload); err != nil {
 		h.t.Fatal(err)
 	}
-	tx := wire.SubmissionTx{TaskID: g.TaskID, TrainerDID: g.TrainerDID, Round: g.Round, FragmentIndex: g.FragmentIndex, PayloadHash: g.PayloadHash,
+	tx := wire.SubmissionTx{ChainID: g.ChainID, TaskID: g.TaskID, TrainerDID: g.TrainerDID, Round: g.Round, FragmentIndex: g.FragmentIndex, PayloadHash: g.PayloadHash,
 		PayloadSize: uint64(len(g.GradientPayload)), Signature: g.Signature, Metrics: g.Metrics}
 	raw, err := wire.EncodeTx(wire.TxSubmission, tx)
 	if err != nil {

@@ -65,7 +65,8 @@ class _OldNode(BaseHTTPRequestHandler):
     def do_POST(self):  # noqa: N802
         req = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
         type(self).posts.append(req)
-        body = json.dumps({"jsonrpc": "2.0", "id": req["id"], "result": {"accepted": True}}).encode()
+        result = {"chain_id": "tenzro-dev"} if req["method"] == "tenzro_node_info" else {"accepted": True}
+        body = json.dumps({"jsonrpc": "2.0", "id": req["id"], "result": result}).encode()
         self.send_response(200)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(body)))
