@@ -14,7 +14,7 @@ const (
 	vecAppHash     = "1c857cf1378c047ac1760615f3f559442e1273c9a0cf4f512e0090a598c3a320"
 	vecRunLogLeaf  = "544cccf517b33433d84f6e720ace50e055725c8e6b8b542263ae980eb05a6451"
 	vecStateRoot   = "064b9203d341585b35081c8ec42c3ee1436023879f77acf3606bccf9ebed6b54"
-	vecGenesisHash = "59d7f0951c48a97ad9a4a623770fe955025088ad2435d1bae557b2fd64b8304f"
+	vecGenesisHash = "df33d8b91a46c0da7ad05d3ae10a812c38e1129152c056353a733712aedc2643"
 )
 
 func TestVectors(t *testing.T) {

@@ -23,8 +23,10 @@ var (
 	// DefaultMinChallengeBond is the smallest challenge bond (0.1 TNZO).
 	DefaultMinChallengeBond = big.NewInt(100_000_000_000_000_000)
 	// DefaultReexecBondByte is the bond per payload byte re-executed:
-	// 0.01 TNZO per MB, so 4 × 128 MB inputs need a 5.12 TNZO bond.
-	DefaultReexecBondByte = big.NewInt(10_000_000_000)
+	// 0.004 TNZO per MB, so 4 × 128 MB inputs need a 2.15 TNZO bond, and the
+	// seed's own spec (200M bf16 in 12 fragments, K=6: 229 MB re-executed
+	// per fragment) fits under the default 1 TNZO challenge bond.
+	DefaultReexecBondByte = big.NewInt(4_000_000_000)
 )
 
 // applyFees copies a genesis's fee and floor parameters over p's defaults.

@@ -49,9 +49,9 @@ def test_export_a_sealed_run_and_list_it(node, tmp_path):
                         "--task-id", task, "--dir", str(cat)], capture_output=True, text=True, timeout=300)  # fmt: skip
     assert p.returncode == 1 and "only a sealed run's final model" in p.stderr, p.stderr
     cfg = config.parse({"node_rpc": node.url, "trainer_keypair": str(tmp_path / "t.json"), "task_id": task,
-                        "inner": {"batch_size": 4}, "metrics": {"port": 0}, "stake": "100", "eval": False,
+                        "inner": {"batch_size": 4}, "metrics": {"port": 0}, "stake": "100000000000000000", "eval": False,
                         "threads": 1, "poll_interval": 0.05})  # fmt: skip
-    c.enroll(key, task, "100")
+    c.enroll(key, task, "100000000000000000")
     assert Trainer(cfg, key, client=c, metrics=Metrics()).run() == EXIT_OK
     deadline = time.monotonic() + 120
     while c.get_run(task)["status"] != "sealed":

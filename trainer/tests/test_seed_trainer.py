@@ -171,7 +171,7 @@ def test_seed_yaml_with_only_device_replaced_runs_on_cpu(node, tmp_path):
 def test_permanent_refusal_stops_the_trainer(node, tmp_path):
     """A second trainer on a run of M=1 that is already full: one line, exit 5, no retry loop."""
     c, keys, task = _post(node, tmp_path, m=1, rounds=50)
-    c.enroll(keys[0], task, "100")
+    c.enroll(keys[0], task, "100000000000000000")
     cfg = _seed_cfg(tmp_path, node, task, keys[1], device="cpu", trainer_keypair=str(tmp_path / "trainer1.json"))
     p = _run_cli(cfg, timeout=300)
     assert p.returncode == EXIT_REFUSED, p.stderr[-3000:]
