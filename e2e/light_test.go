@@ -121,6 +121,19 @@ func TestLightNodeSubmitsThroughTheChain(t *testing.T) {
 	}
 	for i, d := range trainers {
 		syncerEnv.must("ledger", "faucet", "--did", d, "--amount", "200000000000000000000")
+		// The light node checks the fee against its own replica: wait until it
+		// has the faucet's block.
+		deadline := time.Now().Add(60 * time.Second)
+		for {
+			out, err := light.cli(false, "ledger", "balance", "--did", d, "--format", "json")
+			if err == nil && strings.Contains(out, `"balance": "200000000000000000000"`) {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("the faucet's block did not reach the light node's replica: %s %v\nlight log:\n%s", out, err, tail(light.log()))
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
 		// Enrolment through the light node: a transaction it broadcasts.
 		light.must("train", "enroll-trainer", "--task-id", task, "--did", d, "--stake", "100000000000000000000", "--key", filepath.Join(keys, fmt.Sprintf("t%d.key", i)))
 	}
