@@ -60,11 +60,9 @@ func chainNodeURL(cmd *cobra.Command) (string, error) {
 	if info.Chain == nil || info.Chain.RPCAddr == "" {
 		return "", fmt.Errorf("the node at --rpc does not report a CometBFT RPC address: pass --comet-rpc")
 	}
-	addr := info.Chain.RPCAddr
+	addr := strings.TrimPrefix(info.Chain.RPCAddr, "tcp://")
 	if !strings.Contains(addr, "://") {
-		addr = "http://" + strings.TrimPrefix(addr, "tcp://")
-	} else if strings.HasPrefix(addr, "tcp://") {
-		addr = "http://" + strings.TrimPrefix(addr, "tcp://")
+		addr = "http://" + addr
 	}
 	return addr, nil
 }
