@@ -33,7 +33,7 @@ func TestFloodLatencyBench(t *testing.T) {
 		t.Skip("a benchmark: set TENZRO_NET_BENCH=1")
 	}
 	const (
-		nTrainers, F, N = 8, 4, 64
+		nTrainers, F, N  = 8, 4, 64
 		funded, unfunded = 4, 2
 		task             = "flood-run"
 	)
