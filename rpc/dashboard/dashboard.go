@@ -152,26 +152,26 @@ func progress(status string, round uint64, rounds int) float64 {
 
 // runPage is everything the run template shows.
 type runPage struct {
-	Title         string
-	Node          wire.NodeInfo
-	Run           *wire.RunView
-	Spec          *wire.TaskSpec
-	Refresh       int
-	Progress      float64
-	Committed     int
-	Trainers      []trainerRow
-	Loss          *lossChart
-	Timeline      timeline
-	Receipt       *wire.Receipt
-	Prog          machine.Progress
+	Title     string
+	Node      wire.NodeInfo
+	Run       *wire.RunView
+	Spec      *wire.TaskSpec
+	Refresh   int
+	Progress  float64
+	Committed int
+	Trainers  []trainerRow
+	Loss      *lossChart
+	Timeline  timeline
+	Receipt   *wire.Receipt
+	Prog      machine.Progress
 	// RoundLine and FinalLine say where the open round stands and when
 	// pending submissions count (running runs only).
 	RoundLine, FinalLine string
 	Rule                 string
-	CanVerify     bool
-	Verified      bool
-	VerifyOK      bool
-	VerifyMessage string
+	CanVerify            bool
+	Verified             bool
+	VerifyOK             bool
+	VerifyMessage        string
 }
 
 type trainerRow struct {

@@ -72,7 +72,7 @@ func TestEmptyAndEarlyStates(t *testing.T) {
 	const a, b = "did:tenzro:machine:zA", "did:tenzro:machine:zB"
 	mid := &wire.RunView{TaskID: "t-1", TaskSpec: json.RawMessage(spec), Status: wire.StatusRunning, Escrow: "1000000000000000000000",
 		Round: 2, RoundStartedMs: time.Now().UnixMilli(), ChallengeWindowBlocks: 4, FinalRounds: 1,
-		Trainers: []wire.TrainerView{{DID: a, Status: wire.TrainerActive, Stake: "1"}, {DID: b, Status: wire.TrainerActive, Stake: "1"}},
+		Trainers:       []wire.TrainerView{{DID: a, Status: wire.TrainerActive, Stake: "1"}, {DID: b, Status: wire.TrainerActive, Stake: "1"}},
 		TrainerMetrics: map[string]wire.TrainerMetrics{a: {Submitted: 3, Accepted: 1, CurrentReward: "0"}, b: {Submitted: 1, Accepted: 1, CurrentReward: "0"}},
 		Fragments:      []wire.FragmentView{{Index: 0, Accepted: 1, Committed: true}, {Index: 1}}, Aggregation: json.RawMessage(`{"name":"Mean"}`)}
 	midTr := []wire.RoundCommit{
