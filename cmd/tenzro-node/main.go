@@ -118,6 +118,8 @@ are the flag names), then the flags given on the command line.`,
 	f.String("tdx-collateral", "", "directory of cached Intel PCS collateral (<fmspc>.json) for verifying TDX evidence")
 	f.Int64("dataset-max-bytes", 4<<30, "largest dataset (bytes of blocks) this node imports or fetches over IPFS")
 	f.Duration("dataset-stall-timeout", time.Minute, "fail a dataset fetch when no block arrives from any peer for this long")
+	f.Int("dataset-did-count", d.DatasetDIDCount, "most datasets one DID may pin through signed imports and fetches")
+	f.Int64("dataset-did-bytes", d.DatasetDIDBytes, "most bytes of dataset blocks one DID may pin (each dataset counted in full for every DID that pinned it)")
 	f.Bool("ipfs-dht", false, "find dataset providers on the public IPFS DHT too (default: connected peers and --boot-nodes only)")
 	f.Bool("watch", false, "watcher: re-execute every fragment commit that can still be challenged and challenge (with the node key and the run's bond) those whose result differs")
 	f.Int("watch-concurrency", 2, "re-executions the watcher and the validator's voter run at once")

@@ -271,7 +271,7 @@ func runNode(ctx context.Context, cfg Config, log *slog.Logger) (err error) {
 	if err := rpc.RegisterGauges(reg, nodeGauges(ctx, node, gn)); err != nil {
 		return fmt.Errorf("metrics: %w", err)
 	}
-	ds, dsRoutes, err := startDatasets(ctx, cfg, gn, db, log)
+	ds, dsRoutes, err := startDatasets(ctx, cfg, gn, db, cn.ChainID, log)
 	if err != nil {
 		return fmt.Errorf("datasets: %w", err)
 	}
