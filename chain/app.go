@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/tenzro/train/attest"
 	"log/slog"
 	"sync"
 
@@ -150,6 +151,9 @@ type AppOptions struct {
 	// KeepHeights is how many of the newest state tree versions are kept
 	// (older ones are pruned at each commit); 0 keeps every version.
 	KeepHeights int64
+	// Evidence overrides the machine's evidence verifier (nil:
+	// attest.NewConsensusVerifier, what every validator runs).
+	Evidence machine.EvidenceVerifier
 }
 
 // NewApp opens the application over kv (the chain's own store), resuming
@@ -166,11 +170,15 @@ func NewApp(ctx context.Context, kv machine.KV, opts AppOptions) (*App, error) {
 			return nil, fmt.Errorf("chain: %w", err)
 		}
 	}
+	ev := opts.Evidence
+	if ev == nil {
+		ev = attest.NewConsensusVerifier()
+	}
 	tree, err := openStateTree(opts.StateDir)
 	if err != nil {
 		return nil, fmt.Errorf("chain: %w", err)
 	}
-	a := &App{kv: kv, state: stateKV{kv}, tree: tree, log: log, keep: opts.KeepHeights, m: machine.NewMachine(machine.MachineConfig{Builtins: bi, Logger: log}),
+	a := &App{kv: kv, state: stateKV{kv}, tree: tree, log: log, keep: opts.KeepHeights, m: machine.NewMachine(machine.MachineConfig{Builtins: bi, Logger: log, Evidence: ev}),
 		waiters: map[[32]byte][]chan TxOutcome{}, changed: make(chan struct{}), runLog: emptyRunLog}
 	if err := a.open(ctx); err != nil {
 		tree.close()

@@ -33,6 +33,9 @@ type MachineConfig struct {
 	// references must name one of these or a plugin published on chain.
 	Builtins map[wire.Hash]string
 	Logger   *slog.Logger
+	// Evidence verifies Verified/Confidential evidence in enrolments and
+	// submissions (mevidence.go); without one such evidence is refused.
+	Evidence EvidenceVerifier
 }
 
 // Machine is the run state machine's deterministic transitions (post →
@@ -46,11 +49,12 @@ type MachineConfig struct {
 type Machine struct {
 	builtins map[wire.Hash]string
 	log      *slog.Logger
+	evidence EvidenceVerifier
 }
 
 // NewMachine returns a machine.
 func NewMachine(cfg MachineConfig) *Machine {
-	m := &Machine{builtins: map[wire.Hash]string{}, log: cfg.Logger}
+	m := &Machine{builtins: map[wire.Hash]string{}, log: cfg.Logger, evidence: cfg.Evidence}
 	for h, n := range cfg.Builtins {
 		m.builtins[h] = n
 	}

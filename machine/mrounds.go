@@ -60,10 +60,17 @@ func (x *mtx) submission(p *wire.SubmissionTx) (*wire.SubmitResult, error) {
 		return nil, err
 	}
 	t := r.Trainer(p.TrainerDID)
+	if ok && first.PayloadHash == p.PayloadHash {
+		return nil, Errf(KindConflict, "duplicate submission: %s already submitted payload %s for round %d fragment %d", p.TrainerDID, p.PayloadHash, p.Round, p.FragmentIndex)
+	}
+	shard := uint64(0)
+	if len(t.Shards) > 0 {
+		shard = uint64(t.Shards[0])
+	}
+	if err := x.verifyEvidence(r, p.Evidence, p.TrainerDID, shard, r.RoundModel, p.PayloadHash); err != nil {
+		return nil, err
+	}
 	if ok {
-		if first.PayloadHash == p.PayloadHash {
-			return nil, Errf(KindConflict, "duplicate submission: %s already submitted payload %s for round %d fragment %d", p.TrainerDID, p.PayloadHash, p.Round, p.FragmentIndex)
-		}
 		if _, err := x.kv.Get(x.ctx, KSEvidence, claimKey(p.TaskID, p.Round, f, p.TrainerDID)); err == nil {
 			return nil, Errf(KindConflict, "equivocation of %s in round %d fragment %d is already claimed", p.TrainerDID, p.Round, p.FragmentIndex)
 		} else if !errors.Is(err, ErrNotFound) {
