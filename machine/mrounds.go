@@ -277,6 +277,7 @@ func (x *mtx) commitFragment(p *wire.CommitFragmentTx) (*wire.CommitFragmentResu
 	}
 	round := r.Round
 	momentumBefore := fs.MomentumHash
+	r.noteTurn(k)
 	if err := x.closeFragment(r, i, &c); err != nil {
 		return nil, err
 	}
@@ -507,6 +508,7 @@ func (x *mtx) closeRound(r *Run) error {
 	if r.Round+1 >= uint64(r.spec.MaxRounds) {
 		return x.seal(r, rc.ModelHash)
 	}
+	r.foldTurns()
 	r.Round++
 	r.RoundMs = x.blk.TimeMs
 	r.RoundAnchor = append(wire.HexBytes{}, x.blk.Hash...)
