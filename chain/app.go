@@ -417,15 +417,16 @@ func (a *App) FinalizeBlock(ctx context.Context, req *abci.RequestFinalizeBlock)
 	var base machine.KV = a.state
 	a.mu.RLock()
 	prevLog := a.runLog
+	prevMs := a.block.TimeMs
 	a.mu.RUnlock()
 	var gen *pendingBlock
 	if p := a.pending; p != nil && p.genesis && p.height == req.Height-1 {
-		gen, base, prevLog = p, p.o, p.runLog
+		gen, base, prevLog, prevMs = p, p.o, p.runLog, p.block.TimeMs
 	}
 	// A pending block of this height that was never committed is dropped:
 	// CometBFT finalizes the block again from scratch.
 	o := machine.NewOverlay(base)
-	blk := machine.Block{Height: req.Height, TimeMs: req.Time.UnixMilli(), Hash: append([]byte(nil), req.Hash...)}
+	blk := machine.Block{Height: req.Height, TimeMs: req.Time.UnixMilli(), PrevTimeMs: prevMs, Hash: append([]byte(nil), req.Hash...)}
 	if err := a.m.BeginBlock(ctx, o, blk); err != nil {
 		return nil, fmt.Errorf("finalize block %d: %w", req.Height, err)
 	}

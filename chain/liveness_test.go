@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -92,4 +93,41 @@ func TestDeadSyncerSkippedInLaterRounds(t *testing.T) {
 		t.Fatalf("round 3 starts with %s, want the restored ticket 0", who)
 	}
 	h.conservation()
+}
+
+// TestHaltDoesNotCostASubmission (issue 22 finding 11): a submission sent
+// inside its fragment's grace window, just before the chain halts for 42 s,
+// lands in the first block after the halt, whose time is past the window.
+// It is judged at the previous block's time (Block.ArrivalMs), the last
+// moment the chain was live, so it counts; one that lands in any later
+// block is after the window and is refused with the reason.
+func TestHaltDoesNotCostASubmission(t *testing.T) {
+	w := newWorld(t)
+	h := newHarness(t, "")
+	h.genesis(w.genesis)
+	const task = "halt"
+	startRun(t, h, w, task, 3, 2, []*did.Key{w.t1, w.t2, w.t3}, []*did.Key{w.candA})
+	sub := func(k *did.Key, f uint64, tag string) []byte {
+		return must(SubmissionTx(ManualChainID, k, task, 0, f, wire.ContentHash([]byte(tag)), 4))
+	}
+	// K = 2 records at T: fragment 0's 5 s grace window runs to T + 5 s.
+	runBlock(t, h, []txCase{{"t1 f0", sub(w.t1, 0, "a"), CodeOK}, {"t2 f0", sub(w.t2, 0, "b"), CodeOK},
+		{"t1 f1", sub(w.t1, 1, "c"), CodeOK}, {"t2 f1", sub(w.t2, 1, "d"), CodeOK}})
+	kth := h.mrun(task).Fragments[0].KthMs
+	// One more block 1 s later, then a 42 s halt: t3's submission, sent
+	// before the halt, is in the first block after it.
+	h.now = time.UnixMilli(kth).Add(time.Second)
+	h.block()
+	h.now = h.now.Add(42 * time.Second)
+	runBlock(t, h, []txCase{{"t3 f0 sent before the halt", sub(w.t3, 0, "e"), CodeOK}})
+	if n := len(h.mrun(task).Fragments[0].Records); n != 3 {
+		t.Fatalf("fragment 0 has %d records, want 3", n)
+	}
+	// The next block's previous block is the one after the halt: t3's
+	// fragment-1 submission now is after the window.
+	h.now = h.now.Add(time.Second)
+	res, _ := h.block(sub(w.t3, 1, "f"))
+	if res[0].Code != CodeConflict || !strings.Contains(res[0].Log, "after the grace window") {
+		t.Fatalf("a submission after the window: code %d %q", res[0].Code, res[0].Log)
+	}
 }

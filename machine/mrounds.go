@@ -42,7 +42,7 @@ func (x *mtx) submission(p *wire.SubmissionTx) (*wire.SubmitResult, error) {
 	if err != nil {
 		return nil, err
 	}
-	fs, err := r.PrecheckRecord(p.TrainerDID, p.Round, p.FragmentIndex, x.blk.TimeMs)
+	fs, err := r.PrecheckRecord(p.TrainerDID, p.Round, p.FragmentIndex, x.blk.ArrivalMs())
 	if err != nil {
 		return nil, err
 	}

@@ -409,16 +409,33 @@ func addTicket(s []uint64, k uint64) []uint64 {
 }
 
 // noteTurn records a fragment commit by ticket k in the current round:
-// every ticket before k in TurnOrder had its whole deadline and did not
-// commit, so it missed its turn.
+// every ticket before k in TurnOrder had its whole deadline and committed
+// nothing this round, so it missed its turn (RoundMissed); k's commit shows
+// it alive, which matters (RoundCommitted) only for a ticket that is
+// skipped or missed. A run where no one misses writes nothing here.
 func (r *Run) noteTurn(k int) {
 	for _, i := range r.TurnOrder() {
 		if i == k {
 			break
 		}
-		r.RoundMissed = addTicket(r.RoundMissed, uint64(i))
+		if !r.committedThisRound(uint64(i)) {
+			r.RoundMissed = addTicket(r.RoundMissed, uint64(i))
+		}
 	}
-	r.RoundCommitted = addTicket(r.RoundCommitted, uint64(k))
+	if hasTicket(r.Skipped, uint64(k)) || hasTicket(r.RoundMissed, uint64(k)) {
+		r.RoundCommitted = addTicket(r.RoundCommitted, uint64(k))
+	}
+}
+
+// committedThisRound: a fragment of the current round is closed by a
+// commit naming ticket k.
+func (r *Run) committedThisRound(k uint64) bool {
+	for _, fs := range r.Fragments {
+		if fs.Closed && fs.Commit != nil && fs.Commit.Ticket == k {
+			return true
+		}
+	}
+	return false
 }
 
 // foldTurns applies the closing round's turns: its misses join Skipped,
