@@ -82,3 +82,36 @@ func TestConsensusVerifierJudgesRecordedEvidenceAtBlockTime(t *testing.T) {
 		})
 	}
 }
+
+// TestAttachCollateral: the recorded TDX quote without collateral is
+// refused by the consensus verifier (tdx.collateral); with the collateral
+// of its FMSPC attached from a cache directory it passes every authenticity
+// and time check (stopping at the binding, as above). An SEV-SNP envelope
+// is returned unchanged; a directory without the FMSPC's file is an error.
+func TestAttachCollateral(t *testing.T) {
+	raw, err := os.ReadFile("testdata/tdx/phala_tdx_quote")
+	if err != nil {
+		t.Fatal(err)
+	}
+	bare := (&Envelope{Vendor: VendorTDX, Evidence: raw}).Marshal()
+	with, err := AttachCollateral(bare, "testdata/tdx/collateral")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rd := recordedBinding(t, with, day(2025, 7, 1))
+	const policy = `{"version":1,"tier":"Verified","tdx":{"tcb_status":["UpToDate"]}}`
+	v := NewConsensusVerifier()
+	if _, err := v.VerifyEvidence(context.Background(), wire.TierVerified, []byte(policy), bare, day(2025, 7, 1), rd); err == nil || !strings.Contains(err.Error(), "check tdx.collateral failed") {
+		t.Fatalf("bare quote: %v", err)
+	}
+	if _, err := v.VerifyEvidence(context.Background(), wire.TierVerified, []byte(policy), with, day(2025, 7, 1), rd); err == nil || !strings.Contains(err.Error(), "check binding.report_data failed") {
+		t.Fatalf("quote with collateral attached: %v", err)
+	}
+	snpEnv := env(t, "snp", "trustee_test-report.bin", "trustee_test-vcek.der")
+	if out, err := AttachCollateral(snpEnv, "testdata/tdx/collateral"); err != nil || string(out) != string(snpEnv) {
+		t.Fatalf("snp envelope changed: %v", err)
+	}
+	if _, err := AttachCollateral(bare, t.TempDir()); err == nil || !strings.Contains(err.Error(), "FMSPC") {
+		t.Fatalf("missing collateral: %v", err)
+	}
+}
