@@ -78,6 +78,9 @@ type Config struct {
 	BlobPrice            string        `koanf:"blob-price"`
 	BlobTTL              time.Duration `koanf:"blob-ttl"`
 	BlobPeerBytesPerHour int64         `koanf:"blob-peer-bytes-per-hour"`
+	// Archive keeps every blob a run references, final rounds' payloads
+	// included, for replays of old runs (blobpolicy.go).
+	Archive bool `koanf:"archive"`
 	// HeavyMemoryBytes bounds heavy reads (rpc.Options.HeavyMemoryBytes).
 	HeavyMemoryBytes int64 `koanf:"heavy-memory-bytes"`
 
@@ -104,7 +107,7 @@ var configKeys = map[string]bool{
 	"dataset-did-count": true, "dataset-did-bytes": true,
 	"large-min-rate": true, "large-grace-ms": true, "max-blob-bytes": true, "watch": true, "watch-concurrency": true,
 	"rpc-allow-origin": true, "blob-disk-cap": true, "blob-did-quota": true, "blob-price": true, "blob-ttl": true,
-	"blob-peer-bytes-per-hour": true, "heavy-memory-bytes": true,
+	"blob-peer-bytes-per-hour": true, "heavy-memory-bytes": true, "archive": true,
 
 	"snapshot-interval": true, "snapshot-keep": true, "state-keep-heights": true,
 }

@@ -284,6 +284,7 @@ func runNode(ctx context.Context, cfg Config, log *slog.Logger) (err error) {
 	if err != nil {
 		return err
 	}
+	policy.archive = cfg.Archive
 	goRun("blob collector", func(ctx context.Context) error {
 		return policy.runCollector(ctx, min(max(cfg.BlobTTL/4, time.Second), 10*time.Minute))
 	})
