@@ -121,6 +121,13 @@ def start_proxy(node_url: str, delay_ms: float) -> str:
     raise RuntimeError("delay proxy did not start")
 
 
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a live process (plus children it already reaped; live plugin workers are not
+    counted)."""
+    f = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return sum(int(x) for x in f[11:15]) / os.sysconf("SC_CLK_TCK")
+
+
 def stop(p: subprocess.Popen) -> None:
     if p.poll() is None:
         p.terminate()
@@ -152,6 +159,7 @@ def run_one(args, bins: Path, strategy: str, rate: str, seed: int) -> dict:
         status = c.get_run(task)["status"]
         ok, msg = verify_receipt(e, c, task) if status == "sealed" else (False, status)
         params = sum(p.numel() for p in models.build("timesfm", md, seed=0).parameters())
+        node_cpu = cpu_seconds(node.pid)
     finally:
         if proxy is not None:
             stop(proxy)
@@ -165,6 +173,8 @@ def run_one(args, bins: Path, strategy: str, rate: str, seed: int) -> dict:
         "busy": statistics.mean(float(s["busy"]) for s in steady) if steady else float("nan"),
         "wall_per_round": statistics.mean(float(s["wall_s"]) for s in steady) if steady else float("nan"),
         "inner_s": statistics.mean(float(s["inner_s"]) for s in steady) if steady else float("nan"),
+        "cpu_share": statistics.mean(float(s["cpu_s"]) / float(s["wall_s"]) for s in steady) if steady else 0.0,
+        "node_cpu_s": node_cpu,
         "bytes": statistics.mean(float(s["bytes"]) for s in st) if st else 0.0,
         "rebased": sum(1 for s in st if s.get("rebased")), "trainer_rounds": len(st), "workdir": str(e.workdir),
     }  # fmt: skip
@@ -200,6 +210,7 @@ def report(results: list[dict], args) -> None:
             base_wall = m(r["wall_per_round"] for r in base) if base else float("nan")
             rows.append([
                 rate, strat, len(g), f"**{m(r['busy'] for r in g):.2f}**", f"{m(r['inner_s'] for r in g):.2f}",
+                f"{m(r['cpu_share'] for r in g):.2f}", f"{m(r['node_cpu_s'] for r in g):.0f}",
                 f"{wall:.2f}", f"{wall / base_wall:.2f}", f"{loss_end:.4f}", f"{loss_end / base_end:.3f}",
                 f"{t_eq:.0f}", f"{loss_t:.4f}", f"{loss_t / base_t:.3f}",
                 "yes" if all(r["receipt_ok"] for r in g) else "NO",
@@ -216,7 +227,9 @@ def report(results: list[dict], args) -> None:
         "rounds (not round 0, which loads the task, nor the last, which has nothing to run ahead); wall/round "
         "likewise. Loss at equal steps = held-out MSE of the sealed model (same rounds × H inner steps); loss at "
         "equal wall time = held-out MSE of the last committed model when the fastest run of that link sealed. "
-        "Ratios are against blocking on the same link in the same invocation.",
+        "Ratios are against blocking on the same link in the same invocation. Trainer CPU/wall = the trainer "
+        "process's CPU time (all threads) / wall time per steady round; node CPU s = the node process's CPU time "
+        "over the whole run (the dev chain, RPC, syncer; plugin workers not counted).",
         f"Seeds: {args.seeds} (the seed picks the task id, hence the data batches; initial weights are fixed). "
         "Receipts: `tenzro receipt verify` and `tenzro receipt replay` per run.",
         f"Load: a shared 2-core machine with other engineers' builds and tests running (load average at the "
@@ -224,7 +237,7 @@ def report(results: list[dict], args) -> None:
     ]
     common.write(
         "overlap", "Overlapped outer synchronization on a shaped link (blocking vs eager DiLoCo, int4)",
-        ["link", "strategy", "runs", "busy", "inner s", "wall s/round", "wall ratio", "MSE end", "ratio",
+        ["link", "strategy", "runs", "busy", "inner s", "trainer CPU/wall", "node CPU s", "wall s/round", "wall ratio", "MSE end", "ratio",
          "equal-time s", "MSE @t", "ratio", "receipts verify+replay"],
         rows, notes, {"args": vars(args), "results": results},
     )  # fmt: skip

@@ -94,6 +94,7 @@ class RoundStats:
     rejected: list[str] = field(default_factory=list)
     wall_s: float = 0.0  # since the previous round was done (the first: since this round's start)
     busy: float = 0.0  # inner-loop compute time run during wall_s / wall_s
+    cpu_s: float = 0.0  # this process's CPU time (all threads) during wall_s
     rebased: bool = False  # eager: the submission is the progress of an inner phase run ahead from a proxy
 
 
@@ -180,6 +181,8 @@ class Trainer:
         self.attester = Attester(cfg.attestation, cfg.node_rpc) if cfg.attestation else None
         self.strategy = SYNC_BLOCKING
         self.busy = BusyClock()
+        self._cpu_mark: float | None = None
+        self._cpu_start = 0.0
         # Eager state: the inner phase run ahead, the next round's weights fetched in the background, the
         # last committed weights seen and the trainer's estimate of the syncer's outer momentum.
         self.ahead: Ahead | None = None
@@ -377,6 +380,8 @@ class Trainer:
 
     # ------------------------------------------------------------------ one round
     def train_round(self, run: dict, shards: list[int]) -> RoundStats:
+        if self._cpu_mark is None:
+            self._cpu_start = time.process_time()
         if self.strategy == SYNC_EAGER:
             return self._train_round_eager(run, shards)
         started = time.monotonic()
@@ -452,6 +457,8 @@ class Trainer:
 
     def _round_done(self, st: RoundStats, compute_s: float, started: float) -> None:
         st.wall_s, st.busy = self.busy.round_done(compute_s, started)
+        cpu = time.process_time()
+        st.cpu_s, self._cpu_mark = cpu - (self._cpu_mark if self._cpu_mark is not None else self._cpu_start), cpu
         self.metrics.busy.set(st.busy)
         self.metrics.round_wall.set(st.wall_s)
         self.history.append(st)
@@ -460,7 +467,7 @@ class Trainer:
             eval_loss=round(st.eval_loss, 5), accepted=st.accepted, rejected=len(st.rejected),
             bytes=st.bytes_sent, raw_bytes=st.raw_bytes, inner_s=round(st.inner_s, 4),
             serialize_s=round(st.serialize_s, 4), submit_s=round(st.submit_s, 4), wall_s=round(st.wall_s, 4),
-            busy=round(st.busy, 4), rebased=st.rebased,
+            busy=round(st.busy, 4), cpu_s=round(st.cpu_s, 4), rebased=st.rebased,
         )  # fmt: skip
 
     # ------------------------------------------------------------------ eager (docs/protocol/overlap.md)
