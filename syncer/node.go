@@ -114,6 +114,10 @@ type Node struct {
 
 	w  worker
 	cw watchState
+
+	// finiteHash is the engine's built-in Finite module (builtinFinite).
+	finiteOnce sync.Once
+	finiteHash wire.Hash
 }
 
 var _ Service = (*Node)(nil)
