@@ -21,6 +21,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import common
@@ -28,16 +29,47 @@ from tenzro_trainer import models
 from tenzro_trainer.experiment import Experiment, follow, start, trainer_stats, verify_receipt
 from tenzro_trainer.rpc import Client, NodeUnavailable
 
-TAG = f"tzov{os.getpid() % 100000}"
-SUBNET = f"10.{77 + os.getpid() % 3}.{os.getpid() % 250}"
-NODE_IP, TRAINER_IP = f"{SUBNET}.1", f"{SUBNET}.2"
-NS, VETH_N, VETH_T = TAG, f"{TAG}n", f"{TAG}t"
 PROCS: list[subprocess.Popen] = []
 
 
-def sh(*cmd: str, ns: bool = False) -> None:
-    full = (["ip", "netns", "exec", NS] if ns else []) + list(cmd)
-    subprocess.run(full, check=True, capture_output=True, text=True)
+class Link:
+    """One network namespace for a run's trainers, joined to the root namespace (the node) by a veth pair."""
+
+    def __init__(self, idx: int) -> None:
+        tag = f"tzov{os.getpid() % 100000}{idx}"
+        subnet = f"10.{77 + idx}.{os.getpid() % 250}"
+        self.ns, self.veth_n, self.veth_t = tag, f"{tag}n", f"{tag}t"
+        self.node_ip, self.trainer_ip = f"{subnet}.1", f"{subnet}.2"
+
+    def sh(self, *cmd: str, ns: bool = False) -> None:
+        full = (["ip", "netns", "exec", self.ns] if ns else []) + list(cmd)
+        subprocess.run(full, check=True, capture_output=True, text=True)
+
+    def make(self) -> None:
+        self.sh("ip", "netns", "add", self.ns)
+        self.sh("ip", "link", "add", self.veth_n, "type", "veth", "peer", "name", self.veth_t)
+        self.sh("ip", "link", "set", self.veth_t, "netns", self.ns)
+        self.sh("ip", "addr", "add", f"{self.node_ip}/24", "dev", self.veth_n)
+        self.sh("ip", "link", "set", self.veth_n, "up")
+        self.sh("ip", "addr", "add", f"{self.trainer_ip}/24", "dev", self.veth_t, ns=True)
+        self.sh("ip", "link", "set", self.veth_t, "up", ns=True)
+        self.sh("ip", "link", "set", "lo", "up", ns=True)
+
+    def shape(self, rate: str) -> None:
+        """tbf on both ends of the veth: the node's egress (weights to the trainers) and the trainers' (uploads)."""
+        burst = "256kb" if rate.endswith("gbit") else "64kb"
+        for dev, ns in ((self.veth_n, False), (self.veth_t, True)):
+            pre = ["ip", "netns", "exec", self.ns] if ns else []
+            subprocess.run(pre + ["tc", "qdisc", "del", "dev", dev, "root"], capture_output=True)
+            self.sh("tc", "qdisc", "add", "dev", dev, "root", "tbf", "rate", rate, "burst", burst, "latency", "100ms",
+                    ns=ns)  # fmt: skip
+
+    def remove(self) -> None:
+        subprocess.run(["ip", "netns", "del", self.ns], capture_output=True)
+        subprocess.run(["ip", "link", "del", self.veth_n], capture_output=True)
+
+
+LINKS: list[Link] = []
 
 
 def cleanup() -> None:
@@ -48,33 +80,13 @@ def cleanup() -> None:
                 p.wait(10)
             except subprocess.TimeoutExpired:
                 p.kill()
-    subprocess.run(["ip", "netns", "del", NS], capture_output=True)
-    subprocess.run(["ip", "link", "del", VETH_N], capture_output=True)
+    for link in LINKS:
+        link.remove()
 
 
 def on_signal(sig: int, _frame: object) -> None:
     cleanup()
     sys.exit(128 + sig)
-
-
-def make_link() -> None:
-    sh("ip", "netns", "add", NS)
-    sh("ip", "link", "add", VETH_N, "type", "veth", "peer", "name", VETH_T)
-    sh("ip", "link", "set", VETH_T, "netns", NS)
-    sh("ip", "addr", "add", f"{NODE_IP}/24", "dev", VETH_N)
-    sh("ip", "link", "set", VETH_N, "up")
-    sh("ip", "addr", "add", f"{TRAINER_IP}/24", "dev", VETH_T, ns=True)
-    sh("ip", "link", "set", VETH_T, "up", ns=True)
-    sh("ip", "link", "set", "lo", "up", ns=True)
-
-
-def shape(rate: str) -> None:
-    """tbf on both ends of the veth: the node's egress (weights to the trainers) and the trainers' (uploads)."""
-    burst = "256kb" if rate.endswith("gbit") else "64kb"
-    for dev, ns in ((VETH_N, False), (VETH_T, True)):
-        subprocess.run((["ip", "netns", "exec", NS] if ns else []) + ["tc", "qdisc", "del", "dev", dev, "root"],
-                       capture_output=True)  # fmt: skip
-        sh("tc", "qdisc", "add", "dev", dev, "root", "tbf", "rate", rate, "burst", burst, "latency", "100ms", ns=ns)
 
 
 def free_port() -> int:
@@ -83,15 +95,15 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def start_node(bins: Path) -> tuple[str, subprocess.Popen, Path]:
+def start_node(bins: Path, link: Link) -> tuple[str, subprocess.Popen, Path]:
     port = free_port()
     d = Path(tempfile.mkdtemp(prefix="bench-overlap-node-"))
     log = open(d / "node.log", "wb")  # noqa: SIM115
     p = subprocess.Popen(
-        [str(bins / "tenzro-node"), "--dev", "--data-dir", str(d / "data"), "--rpc-addr", f"{NODE_IP}:{port}",
+        [str(bins / "tenzro-node"), "--dev", "--data-dir", str(d / "data"), "--rpc-addr", f"{link.node_ip}:{port}",
          "--listen-addr", "/ip4/127.0.0.1/tcp/0"], stdout=log, stderr=subprocess.STDOUT)  # fmt: skip
     PROCS.append(p)
-    url = f"http://{NODE_IP}:{port}"
+    url = f"http://{link.node_ip}:{port}"
     c = Client(url, timeout=5)
     for _ in range(600):
         try:
@@ -104,15 +116,15 @@ def start_node(bins: Path) -> tuple[str, subprocess.Popen, Path]:
     raise RuntimeError("tenzro-node did not answer")
 
 
-def start_proxy(node_url: str, delay_ms: float) -> str:
+def start_proxy(node_url: str, delay_ms: float, link: Link) -> str:
     port = free_port()
     target = node_url.removeprefix("http://")
     p = subprocess.Popen(
-        ["ip", "netns", "exec", NS, sys.executable, str(common.ROOT / "bench" / "delayproxy.py"),
+        ["ip", "netns", "exec", link.ns, sys.executable, str(common.ROOT / "bench" / "delayproxy.py"),
          "--listen", f"127.0.0.1:{port}", "--to", target, "--delay-ms", str(delay_ms)])  # fmt: skip
     PROCS.append(p)
     for _ in range(100):
-        r = subprocess.run(["ip", "netns", "exec", NS, sys.executable, "-c",
+        r = subprocess.run(["ip", "netns", "exec", link.ns, sys.executable, "-c",
                             f"import socket; socket.create_connection(('127.0.0.1', {port}), 1)"],
                            capture_output=True)  # fmt: skip
         if r.returncode == 0:
@@ -137,17 +149,17 @@ def stop(p: subprocess.Popen) -> None:
             p.kill()
 
 
-def run_one(args, bins: Path, strategy: str, rate: str, seed: int) -> dict:
-    url, node, _ = start_node(bins)
+def run_one(args, bins: Path, strategy: str, rate: str, seed: int, link: Link) -> dict:
+    url, node, _ = start_node(bins, link)
     proxy = None
     try:
         proxy_url = url
         if args.rtt_ms > 0:
-            proxy_url = start_proxy(url, args.rtt_ms / 2)
-            proxy = PROCS[-1]
+            proxy_url = start_proxy(url, args.rtt_ms / 2, link)
+            proxy = next(p for p in reversed(PROCS) if link.ns in p.args)
         md = dict(models.DEMO.metadata(), d_model=args.d_model, d_ff=2 * args.d_model, n_layers=args.layers, stride=2)
         e = Experiment(
-            rpc=url, trainer_rpc=proxy_url, launcher=["ip", "netns", "exec", NS],
+            rpc=url, trainer_rpc=proxy_url, launcher=["ip", "netns", "exec", link.ns],
             workdir=Path(tempfile.mkdtemp(prefix=f"bench-overlap-{strategy}-")), rounds=args.rounds,
             m=args.m, k=args.m, f=4, h=args.h, batch=args.batch, metadata=md, bins=bins, quiet=True, replay=True,
             compression={"codec": "int4-block", "block": 64}, sync_strategy=strategy, grace_window_ms=30000,
@@ -220,7 +232,8 @@ def report(results: list[dict], args) -> None:
         f"Command: `sudo $(scripts/venv.sh)/bin/python bench/overlap.py {' '.join(sys.argv[1:])}`.",
         f"Setup: TimesFM d_model={args.d_model}, {args.layers} layers ({r0['params']:,} parameters), M=K={args.m}, "
         f"F=4, H={args.h}, batch {args.batch}, {args.rounds} rounds, int4-block (block 64) outer gradients, grace "
-        f"30 s; one tenzro-node --dev (root namespace) per run; the M trainer processes (1 torch thread each) in "
+        f"30 s; one tenzro-node --dev (root namespace) per run; the strategies of one seed and link rate run at the "
+        f"same time, each with its own node, namespace and link, so they share the machine's other load; the M trainer processes (1 torch thread each) in "
         f"one network namespace behind a veth pair shaped with tc tbf at the rate in both directions, reaching "
         f"the node through a delaying TCP proxy adding {args.rtt_ms:g} ms RTT (netem is not in this kernel).",
         "Busy = compute time (the inner loop) / wall time per round, averaged over the trainers' steady-state "
@@ -292,15 +305,25 @@ def main() -> None:
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
     bins = common.build_bins()
-    make_link()
+    links = [Link(i) for i in range(len(args.strategies))]
+    for link in links:
+        LINKS.append(link)
+        link.make()
     results = []
+    # The strategies of one (seed, link) run at the same time, each with its own node, namespace and shaped
+    # link, so that they share whatever else loads the machine (ratios within the same time window).
     for seed in range(args.first_seed, args.first_seed + args.seeds):
         for rate in args.rates:
-            shape(rate)
-            for strat in args.strategies:
-                r = run_one(args, bins, strat, rate, seed)
-                print(json.dumps({k: v for k, v in r.items() if k not in ("curve", "elapsed", "receipt")}), flush=True)
-                results.append(r)
+            for link in links:
+                link.shape(rate)
+            with ThreadPoolExecutor(len(links)) as ex:
+                futs = [ex.submit(run_one, args, bins, s, rate, seed, link)
+                        for s, link in zip(args.strategies, links, strict=True)]  # fmt: skip
+                for f in futs:
+                    r = f.result()
+                    print(json.dumps({k: v for k, v in r.items() if k not in ("curve", "elapsed", "receipt")}),
+                          flush=True)  # fmt: skip
+                    results.append(r)
     report(results, args)
 
 
