@@ -229,7 +229,7 @@ def report(results: list[dict], args) -> None:
             ])  # fmt: skip
     r0 = results[0]
     notes += [
-        f"Command: `sudo $(scripts/venv.sh)/bin/python bench/overlap.py {' '.join(sys.argv[1:])}`.",
+        f"Command: `sudo TENZRO_BIN_DIR=bin $(scripts/venv.sh)/bin/python bench/overlap.py {args.argv}`.",
         f"Setup: TimesFM d_model={args.d_model}, {args.layers} layers ({r0['params']:,} parameters), M=K={args.m}, "
         f"F=4, H={args.h}, batch {args.batch}, {args.rounds} rounds, int4-block (block 64) outer gradients, grace "
         f"30 s; one tenzro-node --dev (root namespace) per run; the strategies of one seed and link rate run at the "
@@ -296,9 +296,18 @@ def main() -> None:
     ap.add_argument("--d-model", type=int, default=128)
     ap.add_argument("--layers", type=int, default=2)
     ap.add_argument("--timeout", type=float, default=1200)
+    ap.add_argument("--from-json", help="re-render the report from a results JSON (overlap.json or a partial file)")
     args = ap.parse_args()
     args.rates = args.rates.split(",")
     args.strategies = args.strategies.split(",")
+    args.argv = " ".join(sys.argv[1:])
+    if args.from_json:
+        raw = json.loads(Path(args.from_json).read_text())
+        for k, v in raw["args"].items():
+            if k != "from_json":
+                setattr(args, k, v)
+        report(raw["results"], args)
+        return
     if os.geteuid() != 0:
         sys.exit("bench/overlap.py needs root (ip netns, tc)")
     atexit.register(cleanup)
@@ -324,7 +333,10 @@ def main() -> None:
                     print(json.dumps({k: v for k, v in r.items() if k not in ("curve", "elapsed", "receipt")}),
                           flush=True)  # fmt: skip
                     results.append(r)
+            partial = common.RESULTS / "overlap-partial.json"  # what a run cut short leaves (--from-json)
+            partial.write_text(json.dumps({"args": vars(args), "results": results}, indent=2, default=str))
     report(results, args)
+    (common.RESULTS / "overlap-partial.json").unlink(missing_ok=True)
 
 
 if __name__ == "__main__":
