@@ -130,6 +130,10 @@ type TaskSpec struct {
 	// of one round and fragment count as copies of an earlier one, and
 	// what a copier is slashed (default CopyRule defaults).
 	Copies *CopyRule `json:"copies,omitempty"`
+	// SyncStrategy says how trainers overlap communication with compute:
+	// "blocking" (default) or "eager" (docs/protocol/overlap.md). The
+	// syncer's computation does not depend on it.
+	SyncStrategy json.RawMessage `json:"sync_strategy,omitempty"`
 }
 
 // CopyRule is the spec's copy rule. Two inputs of one round and fragment
@@ -293,6 +297,9 @@ func (s *TaskSpec) Validate() error {
 		return err
 	}
 	if _, err := s.ScoringRef(); err != nil {
+		return err
+	}
+	if _, err := s.SyncStrategyRef(); err != nil {
 		return err
 	}
 	if err := s.ValidateChallenges(); err != nil {

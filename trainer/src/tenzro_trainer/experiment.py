@@ -49,6 +49,9 @@ class Experiment:
     replay: bool = False  # also re-execute the run from the node's stored payloads (tenzro receipt replay)
     compression: dict | None = None  # the spec's compression field, e.g. {"codec": "int4-block", "block": 64}
     dataset: str = "statsmodels"  # or "ipfs": publish the corpus with `tenzro dataset add`, post its ipfs:// ref
+    sync_strategy: str = ""  # the spec's sync_strategy ("" leaves it out: blocking)
+    trainer_rpc: str = ""  # the URL the trainers use (default rpc), e.g. a proxy across a shaped link
+    launcher: list[str] = field(default_factory=list)  # prefix of the trainer command, e.g. ip netns exec NS
 
 
 @dataclass
@@ -89,6 +92,7 @@ def start(e: Experiment) -> tuple[Client, str, list[subprocess.Popen], list[Key]
         dataset_ref=ref, dataset_hash=dhash,
         reward_pool=str(10**18), grace_window_ms=e.grace_window_ms,
         **({"compression": e.compression} if e.compression else {}),
+        **({"sync_strategy": e.sync_strategy} if e.sync_strategy else {}),
     )  # fmt: skip
     (e.workdir / "spec.json").write_text(json.dumps(spec, indent=2))
     cli = _cli(e)
@@ -111,7 +115,7 @@ def start(e: Experiment) -> tuple[Client, str, list[subprocess.Popen], list[Key]
     env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
     for i, k in enumerate(keys):
         cfg: dict[str, Any] = {
-            "node_rpc": e.rpc, "trainer_did": k.did, "trainer_keypair": str(e.workdir / f"trainer{i}.json"),
+            "node_rpc": e.trainer_rpc or e.rpc, "trainer_did": k.did, "trainer_keypair": str(e.workdir / f"trainer{i}.json"),
             "task_id": task, "inner": {"optimizer": "adamw", "lr": e.lr, "weight_decay": 0.1, "beta1": 0.9,
                                        "beta2": 0.95, "inner_steps": e.h, "batch_size": e.batch},
             "device": "auto", "dtype": "auto", "gradient_checkpointing": False, "metrics": {"port": 0},
@@ -124,7 +128,10 @@ def start(e: Experiment) -> tuple[Client, str, list[subprocess.Popen], list[Key]
         log = open(e.workdir / f"trainer{i}.log", "wb")  # noqa: SIM115
         procs.append(
             subprocess.Popen(
-                [sys.executable, "-m", "tenzro_trainer", "run", "--config", str(p)], stdout=log, stderr=log, env=env
+                [*e.launcher, sys.executable, "-m", "tenzro_trainer", "run", "--config", str(p)],
+                stdout=log,
+                stderr=log,
+                env=env,
             )  # fmt: skip
         )
     return c, task, procs, keys

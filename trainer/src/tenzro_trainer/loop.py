@@ -1,9 +1,12 @@
 """The trainer's main loop (DESIGN §4, §9).
 
-Per round: pull the committed weights of every fragment (the model always comes from the syncer's
-commit — a trainer never applies its own delta), run H AdamW steps on the assigned shards, compute
-one outer gradient θ_before − θ_after per fragment, sign it with the node's canonical bytes, submit
-it, and wait for the round to change. Node restarts (connection refused, 5xx) back off and resume:
+Per round (sync_strategy "blocking", the default): pull the committed weights of every fragment (the
+model always comes from the syncer's commit), run H AdamW steps on the assigned shards, compute one
+outer gradient θ_before − θ_after per fragment, sign it with the node's canonical bytes, submit it, and
+wait for the round to change. Under "eager" (docs/protocol/overlap.md) the next round's inner phase
+runs from a local proxy while a background thread uploads this round's outer gradients and waits for
+the next round's weights; the next submission is the progress made since the proxy. Either way the
+trainer reports its busy fraction (compute time / wall time per round). Node restarts (connection refused, 5xx) back off and resume:
 outer gradients of a round that is still open are re-submitted, and ones of a round that moved on are
 dropped. A refused submission is logged with the node's precise reason and never retried as is.
 """
@@ -15,6 +18,7 @@ import math
 import os
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -29,6 +33,7 @@ from .evaluate import heldout_mse, metadata_of, spec_of, task_data
 from .identity import Key
 from .log import Log
 from .metrics import Metrics
+from .overlap import SYNC_BLOCKING, SYNC_EAGER, BusyClock, mirror_momentum, proxy_weights, strategy_of
 from .rpc import Client, NodeUnavailable, RpcError
 
 EXIT_OK, EXIT_CONFIG, EXIT_DATA, EXIT_EVICTED, EXIT_REFUSED, EXIT_INTERRUPTED = 0, 2, 3, 4, 5, 130
@@ -66,6 +71,16 @@ class Backoff:
 
 
 @dataclass
+class Ahead:
+    """Eager: an inner phase already run for ``round`` from the proxy ``start`` (f32 CPU tensors by name)."""
+
+    round: int
+    start: dict[str, torch.Tensor]
+    after: dict[str, torch.Tensor]
+    loss: float
+
+
+@dataclass
 class RoundStats:
     round: int
     loss: float = float("nan")
@@ -77,6 +92,10 @@ class RoundStats:
     raw_bytes: int = 0  # what the same outer gradients weigh as f32 (equal to bytes_sent's values uncompressed)
     accepted: int = 0
     rejected: list[str] = field(default_factory=list)
+    wall_s: float = 0.0  # since the previous round was done (the first: since this round's start)
+    busy: float = 0.0  # inner-loop compute time run during wall_s / wall_s
+    cpu_s: float = 0.0  # this process's CPU time (all threads) during wall_s
+    rebased: bool = False  # eager: the submission is the progress of an inner phase run ahead from a proxy
 
 
 class Dist:
@@ -160,6 +179,16 @@ class Trainer:
         self._rng = np.random.default_rng(int.from_bytes(key.public_key[:8], "big"))
         self.state_file = cfg.state_file or f"{cfg.trainer_keypair}.{cfg.task_id}.state.json"
         self.attester = Attester(cfg.attestation, cfg.node_rpc) if cfg.attestation else None
+        self.strategy = SYNC_BLOCKING
+        self.busy = BusyClock()
+        self._cpu_mark: float | None = None
+        self._cpu_start = 0.0
+        # Eager state: the inner phase run ahead, the next round's weights fetched in the background, the
+        # last committed weights seen and the trainer's estimate of the syncer's outer momentum.
+        self.ahead: Ahead | None = None
+        self.prefetched: tuple[int, dict[int, dict[str, torch.Tensor]]] | None = None
+        self.committed: tuple[int, dict[int, dict[str, torch.Tensor]]] | None = None
+        self.outer_buf: dict[str, torch.Tensor] = {}
 
     # ------------------------------------------------------------------ attestation
     def _claim(self, run: dict, payload: bytes | None = None) -> dict | None:
@@ -198,6 +227,9 @@ class Trainer:
         if self.model is not None:
             return
         spec = self.spec = spec_of(run)
+        self.strategy = strategy_of(spec)  # ValueError for a strategy this trainer lacks
+        if self.strategy == SYNC_EAGER and self.dist.world > 1:
+            raise ValueError("sync_strategy eager: this trainer runs it in a single process only (WORLD_SIZE=1)")
         fam = spec["architecture"]["family"]
         self.model = models.build(fam, metadata_of(spec), param_count=int(spec["architecture"].get("param_count") or 0))
         names = {t["name"] for fr in run["fragments"] for t in fr["tensors"]}
@@ -294,25 +326,29 @@ class Trainer:
             self.train_w.n, shards, shard_count, self.cfg.task_id, r, steps, self.cfg.inner.batch_size
         )
         self.model.train()
-        last = float("nan")
+        last: torch.Tensor | None = None
+        pin = self.device.type == "cuda"
         for idx in batches:
             if self.stop.is_set():
                 raise KeyboardInterrupt
             if self.dist.world > 1:
                 idx = idx[self.dist.rank :: self.dist.world]
             xs, ys = self.train_w.get(idx)
-            x = torch.from_numpy(xs).to(self.device, non_blocking=True)
-            y = torch.from_numpy(ys).to(self.device, non_blocking=True)
+            x, y = torch.from_numpy(xs), torch.from_numpy(ys)
+            if pin:  # page-locked, so the copies below are asynchronous with the host
+                x, y = x.pin_memory(), y.pin_memory()
+            x, y = x.to(self.device, non_blocking=True), y.to(self.device, non_blocking=True)
             with torch.autocast(self.device.type, dtype=self.amp or torch.float32, enabled=self.amp is not None):
                 loss = (self._loss or self.model.loss)(x, y)
             self.opt.zero_grad(set_to_none=True)
             loss.backward()
             torch.nn.utils.clip_grad_norm_(self.model.parameters(), 1.0)
             self.opt.step()
-            last = float(loss.detach())
+            last = loss.detach()  # no host sync in the loop: read once, at the end of the phase
             self.metrics.steps.inc()
-            self.metrics.loss.set(last)
-        return last
+        out = float(last) if last is not None else float("nan")
+        self.metrics.loss.set(out)
+        return out
 
     def _attack(self, payload: bytes, layout: list[dict]) -> bytes:
         """Benchmarks only: turn an honest outer gradient into a Byzantine one."""
@@ -344,6 +380,11 @@ class Trainer:
 
     # ------------------------------------------------------------------ one round
     def train_round(self, run: dict, shards: list[int]) -> RoundStats:
+        if self._cpu_mark is None:
+            self._cpu_start = time.process_time()
+        if self.strategy == SYNC_EAGER:
+            return self._train_round_eager(run, shards)
+        started = time.monotonic()
         r = int(run["round"])
         st = RoundStats(round=r)
         self.metrics.round.set(r)
@@ -411,13 +452,151 @@ class Trainer:
         st.submit_s = time.monotonic() - t0
         self.metrics.rpc_bytes_sent.inc(self.client.bytes_sent - rpc0)
         self.pending_round = None
+        self._round_done(st, st.inner_s, started)
+        return st
+
+    def _round_done(self, st: RoundStats, compute_s: float, started: float) -> None:
+        st.wall_s, st.busy = self.busy.round_done(compute_s, started)
+        cpu = time.process_time()
+        st.cpu_s, self._cpu_mark = cpu - (self._cpu_mark if self._cpu_mark is not None else self._cpu_start), cpu
+        self.metrics.busy.set(st.busy)
+        self.metrics.round_wall.set(st.wall_s)
         self.history.append(st)
         self.log.info(
-            "round done", round=r, loss=round(st.loss, 5), eval_loss=round(st.eval_loss, 5),
-            accepted=st.accepted, rejected=len(st.rejected), bytes=st.bytes_sent, raw_bytes=st.raw_bytes,
-            inner_s=round(st.inner_s, 4), serialize_s=round(st.serialize_s, 4), submit_s=round(st.submit_s, 4),
+            "round done", round=st.round, strategy=self.strategy, loss=round(st.loss, 5),
+            eval_loss=round(st.eval_loss, 5), accepted=st.accepted, rejected=len(st.rejected),
+            bytes=st.bytes_sent, raw_bytes=st.raw_bytes, inner_s=round(st.inner_s, 4),
+            serialize_s=round(st.serialize_s, 4), submit_s=round(st.submit_s, 4), wall_s=round(st.wall_s, 4),
+            busy=round(st.busy, 4), cpu_s=round(st.cpu_s, 4), rebased=st.rebased,
         )  # fmt: skip
+
+    # ------------------------------------------------------------------ eager (docs/protocol/overlap.md)
+    def _outer_params(self) -> tuple[float, float, bool]:
+        o = self.spec.get("outer_optimizer") or {}
+        return float(o.get("lr", 0.7)), float(o.get("momentum", 0.9)), bool(o.get("nesterov", True))
+
+    def _snapshot(self) -> dict[str, torch.Tensor]:
+        """The model's parameters as f32 CPU copies (``_after`` shares storage with the model on the CPU)."""
+        return {n: t.detach().to("cpu", torch.float32, copy=True) for n, t in self._after().items()}
+
+    def _train_round_eager(self, run: dict, shards: list[int]) -> RoundStats:
+        started = time.monotonic()
+        r = int(run["round"])
+        st = RoundStats(round=r)
+        self.metrics.round.set(r)
+        steps = int(self.spec["inner_steps"])
+        pre, self.prefetched = self.prefetched, None
+        frags = pre[1] if pre is not None and pre[0] == r else self._pull(run)  # θ_r, the committed weights
+        lr, mu, nesterov = self._outer_params()
+        if self.committed is not None and self.committed[0] == r - 1:
+            for i, fr in frags.items():
+                mirror_momentum(self.committed[1][i], fr, self.outer_buf, lr, mu, nesterov)
+        self.committed = (r, frags)
+        theta = {n: t for f in frags.values() for n, t in f.items()}
+        if self.cfg.eval:
+            self._load(frags)
+            st.eval_loss = heldout_mse(self.model, self.eval_w, str(self.device))
+            self.metrics.eval_loss.set(st.eval_loss)
+        compute = 0.0
+        ahead, self.ahead = self.ahead, None
+        if ahead is not None and ahead.round == r:
+            # Rebase: the progress made from the proxy, p − p_after, is the outer gradient for θ_r.
+            start, after, st.loss = ahead.start, ahead.after, ahead.loss
+            st.rebased = True
+        else:
+            if ahead is not None:
+                self.log.info("dropping an inner phase run ahead for another round", ran_for=ahead.round, round=r)
+            self._load(frags)
+            t0 = time.monotonic()
+            st.loss = self._inner(r, shards, steps)
+            compute += time.monotonic() - t0
+            start, after = theta, self._snapshot()
+        delta = {n: start[n].float() - after[n] for n in theta}
+        metrics_map = self._reported(st, steps)
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="tenzro-sync") as ex:
+            job = ex.submit(self._eager_sync, run, delta, metrics_map, st)
+            spec_rounds = int(self.spec["max_rounds"])
+            leaving = bool(self.cfg.max_rounds) and len(self.history) + 1 >= self.cfg.max_rounds
+            if r + 1 < spec_rounds and not leaving and not self.stop.is_set():
+                proxy = proxy_weights(theta, delta, self.outer_buf, lr, mu, nesterov)
+                weights.assign(self.model, proxy)
+                t0 = time.monotonic()
+                loss = self._inner(r + 1, shards, steps)
+                dt = time.monotonic() - t0
+                compute += dt
+                st.inner_s = dt
+                self.ahead = Ahead(r + 1, proxy, self._snapshot(), loss)
+            self.prefetched = job.result()
+        self._round_done(st, compute, started)
         return st
+
+    def _eager_sync(
+        self, run: dict, delta: dict[str, torch.Tensor], metrics_map: dict[str, float], st: RoundStats
+    ) -> tuple[int, dict[int, dict[str, torch.Tensor]]] | None:
+        """Background: encode, bind and submit round r's outer gradients, then wait for the next round and
+        fetch its weights. Returns (round, weights) or None when the run ended or the trainer stops."""
+        r = int(run["round"])
+        t0 = time.monotonic()
+        payloads = {}
+        for fr in run["fragments"]:
+            names = [t["name"] for t in fr["tensors"]]
+            if self.compressor is not None:
+                p = self.compressor.encode(fr["index"], torch.cat([delta[n].reshape(-1) for n in names]))
+            else:
+                p = weights.save_tensors(delta, fr["tensors"])
+            payloads[fr["index"]] = weights.bind(p, self.key.did, self.cfg.task_id, r, fr["index"])
+        st.serialize_s = time.monotonic() - t0
+        t0 = time.monotonic()
+        rpc0 = self.client.bytes_sent
+        self._mark_submitting(r)
+        if self.compressor is not None:
+            self.compressor.save()
+        back = Backoff(self.stop)
+        for f in sorted(payloads):
+            p = payloads[f]
+            self.metrics.submitted.inc()
+            while not self.stop.is_set():
+                try:
+                    res = self.client.submit(
+                        self.key, self.cfg.task_id, r, f, p, attestation=self._claim(run, p), metrics=metrics_map
+                    )
+                except NodeUnavailable as e:
+                    self.metrics.node_down.inc()
+                    self.log.warning("node unavailable while submitting; backing off", error=str(e), wait_s=back.cur)
+                    back.wait()
+                    continue
+                except RpcError as e:
+                    self.metrics.rejected.inc()
+                    st.rejected.append(f"fragment {f}: {e.message}")
+                    self.log.warning("submission refused", round=r, fragment=f, code=e.code, reason=e.message)
+                    break
+                st.bytes_sent += len(p)
+                st.raw_bytes += 4 * int(next(fr["n"] for fr in run["fragments"] if fr["index"] == f))
+                self.metrics.bytes_sent.inc(len(p))
+                if res.get("accepted", True):
+                    st.accepted += 1
+                    self.metrics.accepted.inc()
+                break
+        st.submit_s = time.monotonic() - t0
+        self.metrics.rpc_bytes_sent.inc(self.client.bytes_sent - rpc0)
+        back.reset()
+        while not self.stop.is_set():
+            try:
+                nxt = self.client.get_run(self.cfg.task_id)
+            except (NodeUnavailable, RpcError) as e:
+                self.log.warning("getRun failed while waiting for the next round", error=str(e), wait_s=back.cur)
+                back.wait()
+                continue
+            if nxt["status"] != "running":
+                return None
+            if int(nxt["round"]) > r:
+                try:
+                    return int(nxt["round"]), self._pull(nxt)
+                except (NodeUnavailable, RpcError) as e:
+                    self.log.warning("prefetching the next weights failed; the round will pull them", error=str(e))
+                    return None
+            self.stop.wait(self.cfg.poll_interval)
+        return None
 
     # ------------------------------------------------------------------ control loop
     def run(self) -> int:

@@ -17,6 +17,8 @@ class Metrics:
         self.round = Gauge("tenzro_trainer_round", "Round the trainer is working on", registry=r)
         self.bytes_sent = Counter("tenzro_trainer_bytes_sent", "Payload bytes submitted", registry=r)
         self.rpc_bytes_sent = Counter("tenzro_trainer_rpc_bytes_sent", "JSON-RPC request bytes sent", registry=r)
+        self.busy = Gauge("tenzro_trainer_busy_fraction", "Compute time / wall time of the last round", registry=r)
+        self.round_wall = Gauge("tenzro_trainer_round_wall_seconds", "Wall time of the last round", registry=r)
         self.node_down = Counter("tenzro_trainer_node_unavailable", "Calls that found the node down", registry=r)
 
     def serve(self, port: int, addr: str = "127.0.0.1") -> None:

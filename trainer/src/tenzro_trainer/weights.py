@@ -76,12 +76,16 @@ def load_fragment(payload: bytes, layout: list[dict], what: str = "weights") -> 
 def outer_gradient(before: dict[str, torch.Tensor], after: dict[str, torch.Tensor], layout: list[dict]) -> bytes:
     """θ_before − θ_after for one fragment, as safetensors with the fragment's exact names, dtype and
     shapes (the sign the syncer's Nesterov outer step expects: θ ← θ − lr·(g + μ·buf))."""
-    out = {}
-    for t in layout:
-        name = t["name"]
-        d = before[name].to(torch.float32) - after[name].detach().to("cpu", torch.float32)
-        out[name] = d.to(torch_dtype(t["dtype"])).contiguous()
-    return st_save(out)
+    return save_tensors(
+        {t["name"]: before[t["name"]].to(torch.float32) - after[t["name"]].detach().to("cpu", torch.float32)
+         for t in layout},
+        layout,
+    )  # fmt: skip
+
+
+def save_tensors(values: dict[str, torch.Tensor], layout: list[dict]) -> bytes:
+    """The f32 tensors of one fragment (an outer gradient) as safetensors in the fragment's names and dtypes."""
+    return st_save({t["name"]: values[t["name"]].to(torch_dtype(t["dtype"])).contiguous() for t in layout})
 
 
 def assign(model: nn.Module, tensors: dict[str, torch.Tensor]) -> None:

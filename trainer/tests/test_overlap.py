@@ -1,0 +1,111 @@
+"""sync_strategy (docs/protocol/overlap.md): the eager arithmetic against PyTorch's own outer optimizer, and
+eager runs against a real tenzro-node that seal, verify and replay bit for bit."""
+
+from __future__ import annotations
+
+import subprocess
+
+import pytest
+import torch
+
+from tenzro_trainer.loop import EXIT_OK
+from tenzro_trainer.overlap import BusyClock, mirror_momentum, proxy_weights, strategy_of
+from test_node import make_trainer, post_task, run_all
+
+
+def sgd_steps(theta: dict, grads: list[dict], lr: float, mu: float, nesterov: bool) -> list[dict]:
+    """The syncer's outer step is torch SGD(lr, momentum, nesterov, dampening=0) (PROTOCOL §6)."""
+    ps = {n: torch.nn.Parameter(t.clone()) for n, t in theta.items()}
+    opt = torch.optim.SGD(list(ps.values()), lr=lr, momentum=mu, nesterov=nesterov)
+    out = []
+    for g in grads:
+        for n, p in ps.items():
+            p.grad = g[n].clone()
+        opt.step()
+        out.append({n: p.detach().clone() for n, p in ps.items()})
+    return out
+
+
+@pytest.mark.parametrize("nesterov", [True, False])
+def test_proxy_and_momentum_mirror_match_the_outer_optimizer(nesterov):
+    g = torch.Generator().manual_seed(1)
+    theta = {"a": torch.randn(7, 3, generator=g), "b": torch.randn(5, generator=g)}
+    grads = [{n: torch.randn(t.shape, generator=g) for n, t in theta.items()} for _ in range(4)]
+    lr, mu = 0.7, 0.9
+    seq = [theta] + sgd_steps(theta, grads, lr, mu, nesterov)
+    buf: dict = {}
+    for k, g_k in enumerate(grads):
+        # The proxy with the aggregate in place of the trainer's own gradient is the syncer's next weights.
+        prox = proxy_weights(seq[k], g_k, buf, lr, mu, nesterov)
+        for n in theta:
+            torch.testing.assert_close(prox[n], seq[k + 1][n], rtol=1e-5, atol=1e-5)
+        mirror_momentum(seq[k], seq[k + 1], buf, lr, mu, nesterov)  # learns the momentum from the commit
+    # A fragment whose weights did not move keeps its momentum.
+    before = {n: b.clone() for n, b in buf.items()}
+    mirror_momentum(seq[-1], {n: t.clone() for n, t in seq[-1].items()}, buf, lr, mu, nesterov)
+    assert all(torch.equal(before[n], buf[n]) for n in buf)
+
+
+def test_rebase_is_the_progress_since_the_proxy():
+    """The submission for round r+1 is p − p_after; transplanted onto θ_{r+1} it is the outer gradient the
+    syncer applies there: θ_{r+1} − (θ_{r+1} − (p − p_after)) = p − p_after, whatever θ_{r+1} is."""
+    g = torch.Generator().manual_seed(2)
+    p = torch.randn(64, generator=g)
+    p_after = p - 0.01 * torch.randn(64, generator=g)
+    theta_next = torch.randn(64, generator=g)
+    transplanted = theta_next - (p - p_after)
+    torch.testing.assert_close(theta_next - transplanted, p - p_after)
+
+
+def test_strategy_of_refuses_unknown():
+    assert strategy_of({}) == "blocking"
+    assert strategy_of({"sync_strategy": "eager"}) == "eager"
+    for bad in ("streaming", "Eager", None, 1):
+        with pytest.raises(ValueError, match="sync_strategy"):
+            strategy_of({"sync_strategy": bad})
+
+
+def test_busy_clock():
+    c = BusyClock()
+    wall, busy = c.round_done(0.0, started=c.mark or 0.0)
+    assert wall > 0 and busy == 0.0
+    wall, busy = c.round_done(1e9, started=0.0)  # measured from the previous round, capped at 1
+    assert busy == 1.0
+
+
+@pytest.mark.parametrize("compression", [None, {"codec": "int4-block", "block": 64}], ids=["f32", "int4-block"])
+def test_eager_run_seals_verifies_and_replays(node, go_bins, tmp_path, compression):
+    kw = {"compression": compression} if compression else {}
+    c, keys, task = post_task(node, tmp_path, m=2, k=2, f=2, h=3, rounds=3, sync_strategy="eager", **kw)
+    trs = [make_trainer(node, task, key, i, tmp_path) for i, key in enumerate(keys)]
+    assert run_all(trs) == [EXIT_OK, EXIT_OK]
+    run = c.get_run(task)
+    assert run["status"] == "sealed"
+    for key, tr in zip(keys, trs, strict=True):
+        assert tr.strategy == "eager"
+        assert [st.round for st in tr.history] == [0, 1, 2]
+        assert all(st.accepted == 2 for st in tr.history), [st.rejected for st in tr.history]
+        # Rounds 1 and 2 submitted the progress of an inner phase run ahead from the proxy.
+        assert [st.rebased for st in tr.history] == [False, True, True]
+        # The last round has nothing to run ahead: its wall time is all upload and commit wait.
+        assert [0 < st.busy <= 1 for st in tr.history] == [True, True, False], [st.busy for st in tr.history]
+        assert all(st.wall_s > 0 for st in tr.history)
+        assert tr.metrics.busy._value.get() == tr.history[-1].busy
+        assert run["trainer_metrics"][key.did]["accepted"] == 3 * 2
+    receipt = tmp_path / "receipt.json"
+    cli = str(go_bins / "tenzro")
+    g = subprocess.run([cli, "--rpc", node.url, "train", "get-receipt", "--task-id", task, "--out", str(receipt)],
+                       capture_output=True, text=True)  # fmt: skip
+    assert g.returncode == 0, g.stderr
+    v = subprocess.run([cli, "receipt", "verify", "--receipt", str(receipt)], capture_output=True, text=True)
+    assert v.returncode == 0, v.stdout + v.stderr
+    r = subprocess.run([cli, "--rpc", node.url, "receipt", "replay", "--receipt", str(receipt)],
+                       capture_output=True, text=True)  # fmt: skip
+    assert r.returncode == 0, r.stdout + r.stderr
+
+
+def test_node_refuses_an_unimplemented_strategy(node, tmp_path):
+    from tenzro_trainer.rpc import RpcError
+
+    with pytest.raises(RpcError, match="sync_strategy"):
+        post_task(node, tmp_path, m=1, k=1, f=1, h=1, rounds=1, sync_strategy="streaming")
