@@ -227,6 +227,13 @@ func (n *Node) PostTask(ctx context.Context, p *wire.PostTaskParams) (*wire.Post
 	if err != nil {
 		return nil, machine.Errf(machine.KindInvalid, "%v", err)
 	}
+	if scorer != nil {
+		if err := n.checkScoreCorpus(ctx, spec, p.ScoreCorpus); err != nil {
+			return nil, err
+		}
+	} else if len(p.ScoreCorpus) > 0 {
+		return nil, machine.Errf(machine.KindInvalid, "score_corpus given, but the spec does not score")
+	}
 	if _, _, err := n.load(ctx, spec.TaskID); err == nil {
 		return nil, machine.Errf(machine.KindConflict, "a run with task_id %q already exists", spec.TaskID)
 	} else if machine.KindOf(err) != machine.KindNotFound {

@@ -50,6 +50,41 @@ func resolveScorer(ctx context.Context, eng Engine, spec *wire.TaskSpec) (*RuleR
 	return &ref, nil
 }
 
+// checkScoreCorpus checks at posting that this node holds the scored
+// spec's corpus (inline bytes are stored first) and that it is a CSV corpus
+// of the spec's dataset_hash, so a run is never posted with data its
+// evaluator cannot use.
+func (n *Node) checkScoreCorpus(ctx context.Context, spec *wire.TaskSpec, inline []byte) error {
+	sc, _ := spec.ScoringRef() // resolveScorer parsed it
+	if len(inline) > 0 {
+		if int64(len(inline)) > csvcorpus.MaxBytes {
+			return machine.Errf(machine.KindInvalid, "score_corpus: %d bytes, limit %d", len(inline), csvcorpus.MaxBytes)
+		}
+		if h := wire.ContentHash(inline); h != sc.Corpus {
+			return machine.Errf(machine.KindInvalid, "score_corpus hashes to %s, the spec's scoring.corpus is %s", h, sc.Corpus)
+		}
+		if err := n.blobs.Put(ctx, sc.Corpus, inline); err != nil {
+			return fmt.Errorf("store the scoring corpus: %w", err)
+		}
+	}
+	b, err := n.blobs.Get(ctx, sc.Corpus)
+	if errors.Is(err, machine.ErrNotFound) {
+		return machine.Errf(machine.KindInvalid, "spec: scoring: this node does not hold the corpus %s: upload it first (PUT /blobs/<hash>, or tenzro train post-task --corpus FILE)", sc.Corpus)
+	}
+	if err != nil {
+		return fmt.Errorf("scoring corpus %s: %w", sc.Corpus, err)
+	}
+	c, err := csvcorpus.Parse(bytes.NewReader(b))
+	if err != nil {
+		return machine.Errf(machine.KindInvalid, "spec: scoring: corpus %s: %v", sc.Corpus, err)
+	}
+	want, _ := wire.ParseHash(spec.DatasetHash)
+	if c.Hash != want {
+		return machine.Errf(machine.KindInvalid, "spec: scoring: corpus %s has dataset_hash %s, the spec's is %s: the evaluator must score the training data", sc.Corpus, c.Hash, want)
+	}
+	return nil
+}
+
 // scoreWindowLen is the evaluator's window: context_len + horizon of its
 // resolved parameters.
 func scoreWindowLen(params json.RawMessage) (int, error) {
