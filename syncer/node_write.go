@@ -635,7 +635,16 @@ func (n *Node) verifyPayload(ctx context.Context, r *machine.Run, fs *machine.Ru
 		if v.RoundLevel {
 			continue
 		}
-		out, err := n.eng.Verify(ctx, VerifyInput{Verifier: v, Dtype: fs.Dtype, N: int(fs.N), Input: values})
+		var out VerifyOutput
+		var err error
+		if n.builtinFinite(ctx, v) {
+			// The mandatory Finite rule runs here, on the mapped payload:
+			// the same verdict and reason as its Wasm module, without
+			// copying the payload into a worker (issue 21: ingest RSS).
+			out, err = finiteScan(fs.Dtype, int(fs.N), values)
+		} else {
+			out, err = n.eng.Verify(ctx, VerifyInput{Verifier: v, Dtype: fs.Dtype, N: int(fs.N), Input: values})
+		}
 		if err != nil {
 			var rf *RuleFailure
 			if errors.As(err, &rf) {
@@ -648,6 +657,24 @@ func (n *Node) verifyPayload(ctx context.Context, r *machine.Run, fs *machine.Ru
 		}
 	}
 	return nil
+}
+
+// builtinFinite says whether v is the built-in Finite verifier (the
+// engine's own module or the native rule), which verifyPayload runs
+// in-process. A sponsor's plugin that calls itself Finite is not it.
+func (n *Node) builtinFinite(ctx context.Context, v RuleRef) bool {
+	if v.Name != machine.FiniteVerifier {
+		return false
+	}
+	if v.Hash == machine.NativeHash(machine.FiniteVerifier) {
+		return true
+	}
+	n.finiteOnce.Do(func() {
+		if ref, err := n.eng.ResolveVerifier(ctx, machine.FiniteVerifier); err == nil {
+			n.finiteHash = ref.Hash
+		}
+	})
+	return !n.finiteHash.IsZero() && v.Hash == n.finiteHash
 }
 
 // storedPayload returns a payload submitted by reference from the blob

@@ -206,6 +206,7 @@ func defaults() Config {
 		RPCAddr:              "127.0.0.1:8545",
 		Engine:               defaultEngine,
 		MaxRequestBytes:      256 << 20,
+		MaxBlobBytes:         DefaultMaxBlobBytes,
 		LogLevel:             "info",
 		LogFormat:            "text",
 		Enclave:              "auto",
@@ -223,6 +224,11 @@ func defaults() Config {
 
 // Blob pricing defaults (RATIONALE "Who may upload a blob").
 const (
+	// DefaultMaxBlobBytes caps one uploaded blob (1 GiB): the seed's 200M
+	// spec posts ≈ 800 MB of F32 initial weights (400 MB in BF16), more
+	// than a JSON request may carry. Uploads are signed, funded intents
+	// paid per byte, so the larger cap costs the uploader, not the node.
+	DefaultMaxBlobBytes = 1 << 30
 	// DefaultBlobDiskCap bounds the blob store (100 GiB).
 	DefaultBlobDiskCap = 100 << 30
 	// DefaultBlobDIDQuota bounds one DID's unreferenced uploads (4 GiB:

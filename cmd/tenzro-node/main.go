@@ -100,7 +100,7 @@ are the flag names), then the flags given on the command line.`,
 	f.String("node-key", "", "node key file (default <data-dir>/node.key, created on first start)")
 	f.String("engine", d.Engine, "aggregation engine: wasm (plugins) or native")
 	f.Int64("max-request-bytes", d.MaxRequestBytes, "largest JSON-RPC request body in bytes")
-	f.Int64("max-blob-bytes", d.MaxBlobBytes, "largest blob accepted by PUT /blobs/<hash> (payloads, initial weights) in bytes; 0: --max-request-bytes")
+	f.Int64("max-blob-bytes", d.MaxBlobBytes, "largest blob accepted by PUT /blobs/<hash> (payloads, initial weights) in bytes (default 1 GiB: the seed's 200M initial weights fit); 0: --max-request-bytes")
 	f.Int64("large-min-rate", d.LargeMinRate, "slowest accepted large request body (over 1 MiB), bytes/s, after --large-grace-ms")
 	f.Int64("large-grace-ms", d.LargeGraceMs, "how long a large request body may lag behind --large-min-rate at its start (ms)")
 	f.StringSlice("rpc-allow-origin", nil, "browser origins (scheme://host:port) allowed to POST to the RPC port besides its own; cross-origin browser requests are refused otherwise")
