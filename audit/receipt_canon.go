@@ -302,6 +302,10 @@ func (e *canonEnc) fragment(fc *wire.FragmentCommit) {
 		e.int(sc.RateBps)
 		e.raw(`,"seed":`)
 		e.hash(sc.Seed)
+		if sc.Test != "" {
+			e.raw(`,"test":`)
+			e.str(sc.Test)
+		}
 		e.b = append(e.b, '}')
 	}
 	e.raw(`,"status":`)

@@ -387,8 +387,12 @@ func (r *Run) ScoringOf(i int) *wire.CommitScoring {
 	if sc == nil {
 		return nil
 	}
-	return &wire.CommitScoring{Evaluator: r.Scorer.Name, Hash: r.Scorer.Hash, Params: orJSON(r.Scorer.Params), RateBps: sc.RateBps,
+	out := &wire.CommitScoring{Evaluator: r.Scorer.Name, Hash: r.Scorer.Hash, Params: orJSON(r.Scorer.Params), RateBps: sc.RateBps,
 		Batch: sc.Batch, Seed: *fs.ScoreSeed}
+	if sc.Test != wire.ScoreTestOwnBeatsControl {
+		out.Test = sc.Test
+	}
+	return out
 }
 
 // ScoreWanted says whether input in of fragment i's commit must carry a
@@ -416,7 +420,7 @@ func (r *Run) checkScores(i int, c *wire.FragmentCommit) error {
 	case want != nil && c.Scoring == nil:
 		return Errf(KindInvalid, "commit: the run scores its inputs (%s); the commit has no scoring", want.Evaluator)
 	case want != nil && (c.Scoring.Evaluator != want.Evaluator || c.Scoring.Hash != want.Hash || !sameJSONBytes(c.Scoring.Params, want.Params) ||
-		c.Scoring.RateBps != want.RateBps || c.Scoring.Batch != want.Batch || c.Scoring.Seed != want.Seed):
+		c.Scoring.RateBps != want.RateBps || c.Scoring.Batch != want.Batch || c.Scoring.Seed != want.Seed || c.Scoring.Test != want.Test):
 		return Errf(KindInvalid, "commit: scoring %s (sha256:%s) rate %d batch %d seed %s is not the run's %s (sha256:%s) rate %d batch %d seed %s",
 			c.Scoring.Evaluator, c.Scoring.Hash, c.Scoring.RateBps, c.Scoring.Batch, c.Scoring.Seed, want.Evaluator, want.Hash, want.RateBps, want.Batch, want.Seed)
 	}

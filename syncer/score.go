@@ -306,7 +306,7 @@ func (n *Node) scoreInputs(ctx context.Context, s *snapshot, i int, fc *wire.Fra
 		fc.Fuel += out.Fuel
 		cin.Score = &wire.InputScore{OwnBefore: wire.F64Of(out.Before[0]), OwnAfter: wire.F64Of(out.After[0]),
 			CtlBefore: wire.F64Of(out.Before[1]), CtlAfter: wire.F64Of(out.After[1]),
-			Pass: wire.ScorePasses(out.Before[0], out.After[0], out.Before[1], out.After[1])}
+			Pass: wire.ScorePassesTest(sc.Test, out.Before[0], out.After[0], out.Before[1], out.After[1])}
 	}
 	return nil
 }

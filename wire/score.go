@@ -68,6 +68,9 @@ type CommitScoring struct {
 	RateBps   int             `json:"rate_bps"`
 	Batch     int             `json:"batch"`
 	Seed      Hash            `json:"seed"`
+	// Test is the spec's pay test when it is not the default
+	// own_beats_control (omitted then).
+	Test string `json:"test,omitempty"`
 }
 
 // InputScore is one sampled kept input's score: the loss of the model at
@@ -92,6 +95,15 @@ func (s *InputScore) OwnDelta() float64 { return s.OwnBefore.Float() - s.OwnAfte
 
 // CtlDelta is s_ctl = ctl_before − ctl_after.
 func (s *InputScore) CtlDelta() float64 { return s.CtlBefore.Float() - s.CtlAfter.Float() }
+
+// ScorePassesTest is the pay rule of test (ScoreTestOwnImproves: s_own > 0;
+// anything else: ScorePasses).
+func ScorePassesTest(test string, ownBefore, ownAfter, ctlBefore, ctlAfter float64) bool {
+	if test == ScoreTestOwnImproves {
+		return ownBefore-ownAfter > 0
+	}
+	return ScorePasses(ownBefore, ownAfter, ctlBefore, ctlAfter)
+}
 
 // ScorePasses is the pay rule on a score's losses: the own-shard loss
 // falls (s_own > 0) and by more than the control's (s_own > s_ctl). NaN

@@ -55,6 +55,7 @@ class Experiment:
     scoring: bool = False
     scoring_rate_bps: int = 10000
     scoring_batch: int = 8
+    scoring_test: str = ""  # the spec's scoring.test: "" (own_beats_control, the default) or "own_improves"
 
 
 @dataclass
@@ -166,13 +167,16 @@ def scoring_field(e: Experiment, corpus: bytes) -> dict:
     if any(md.get(k) not in (None, md.get("d_ff")) for k in ("embed_hidden", "head_hidden")):
         raise ValueError("TimesFMScore takes embed/head hidden widths equal to d_ff")
     cfg = models.TimesFMConfig.from_metadata(md)
-    return {
+    field = {
         "evaluator": "TimesFMScore",
         "params": {k: getattr(cfg, k) for k in SCORE_PARAMS},
         "rate_bps": e.scoring_rate_bps,
         "batch": e.scoring_batch,
         "corpus": content_hash(corpus).hex(),
     }
+    if e.scoring_test:
+        field["test"] = e.scoring_test
+    return field
 
 
 def publish_dataset(e: Experiment) -> tuple[str, str]:
