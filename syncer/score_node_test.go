@@ -200,6 +200,19 @@ func TestScoredRunWrongScoreChallenged(t *testing.T) {
 	if final[0].Fragments[0].Scoring.Seed == committed.Scoring.Seed {
 		t.Fatal("the redone fragment kept the rolled-back commit's scoring seed")
 	}
+	fails := uint64(0)
+	for _, rc := range final {
+		for _, fc := range rc.Fragments {
+			for _, in := range fc.Inputs {
+				if in.TrainerDID == zero && in.Score != nil && !in.Score.Pass {
+					fails++
+				}
+			}
+		}
+	}
+	if got := c.run().TrainerMetrics[zero].ScoreFails; got != fails || fails == 0 {
+		t.Fatalf("the free rider's score_fails %d, its failed checks in the transcript %d", got, fails)
+	}
 	for _, p := range rc.Rewards {
 		if p.DID == zero && (p.Reward != "0" || p.WeightSum != "0") {
 			t.Fatalf("the free rider was paid %s (weight %s)", p.Reward, p.WeightSum)

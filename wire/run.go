@@ -8,6 +8,9 @@ type TrainerMetrics struct {
 	Accepted      uint64 `json:"accepted"`
 	MissedRounds  uint64 `json:"missed_rounds"`
 	CurrentReward string `json:"current_reward"`
+	// ScoreFails counts the trainer's inputs that failed their score check
+	// (scored runs; docs/protocol/scoring.md §8).
+	ScoreFails uint64 `json:"score_fails,omitempty"`
 }
 
 // Trainer statuses.
