@@ -218,8 +218,12 @@ func TestScoredRunWrongScoreChallenged(t *testing.T) {
 			t.Fatalf("the free rider was paid %s (weight %s)", p.Reward, p.WeightSum)
 		}
 	}
-	if !strings.Contains(string(c.transcriptBlob(rc)), `"score":{"ctl_after":"`) {
+	blob := c.transcriptBlob(rc)
+	if !strings.Contains(string(blob), `"score":{"ctl_after":"`) {
 		t.Fatal("the receipt's transcript does not carry the scores")
+	}
+	if err := audit.CheckReceiptFull(raw, blob); err != nil {
+		t.Fatalf("the receipt with its scored transcript: %v", err)
 	}
 }
 
