@@ -180,15 +180,28 @@ def scoring_field(e: Experiment, corpus: bytes) -> dict:
 
 
 def publish_dataset(e: Experiment) -> tuple[str, str]:
-    """Writes the statsmodels corpus as CSV and publishes it with ``tenzro dataset add``: returns the
-    ``ipfs://`` ref and the dataset_hash."""
+    """Writes the statsmodels corpus as CSV and publishes it with ``tenzro dataset add``, signed by the
+    sponsor's key (the node pins it for that DID): returns the ``ipfs://`` ref and the dataset_hash."""
     cli = _cli(e)
     if cli is None:
         raise RuntimeError("DEMO_DATASET=ipfs needs the tenzro CLI (--bins)")
     series = data.load_corpus(REF)
     path = write_corpus_csv(e)
     p = subprocess.run(
-        [cli, "--rpc", e.rpc, "dataset", "add", "--format", "json", str(path)], capture_output=True, text=True
+        [
+            cli,
+            "--rpc",
+            e.rpc,
+            "dataset",
+            "add",
+            "--format",
+            "json",
+            "--key",
+            str(e.workdir / "sponsor.json"),
+            str(path),
+        ],
+        capture_output=True,
+        text=True,
     )
     if p.returncode != 0:
         raise RuntimeError(f"tenzro dataset add failed: {p.stderr.strip()}")
