@@ -6,7 +6,8 @@
 # TENZRO_VENV_ROOT (see scripts/venv.sh), DEMO_DATASET (ipfs, the default: the corpus is published with
 # `tenzro dataset add` and the spec names its ipfs:// CID; statsmodels: the spec names statsmodels://),
 # DEMO_CODEC (compress outer gradients: int8-block, int4-block, topk, sign1, or a JSON compression object;
-# docs/protocol/compression.md).
+# docs/protocol/compression.md), DEMO_SCORING (on, the default: every submission is scored by the
+# built-in evaluator and paid by its score, docs/protocol/scoring.md; off).
 set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -55,7 +56,7 @@ echo "== dashboard: http://127.0.0.1:$port/  (runs, loss curve, trainers, fragme
 echo "== training ($rounds rounds; M=8 K=6 F=4 H=24)"
 png="${DEMO_PNG:-${TMPDIR:-/tmp}/tenzro-demo-loss.png}"
 "$venv/bin/python" -m tenzro_trainer.demo --rpc "http://127.0.0.1:$port" --workdir "$work/run" \
-	--bins "$work/bin" --rounds "$rounds" --png "$png" --dataset "${DEMO_DATASET:-ipfs}" ${DEMO_CODEC:+--codec "$DEMO_CODEC"}
+	--bins "$work/bin" --rounds "$rounds" --png "$png" --dataset "${DEMO_DATASET:-ipfs}" --scoring "${DEMO_SCORING:-on}" ${DEMO_CODEC:+--codec "$DEMO_CODEC"}
 
 if [[ "${DEMO_KEEP:-1}" != 0 ]]; then
 	echo "== the node keeps serving the dashboard at http://127.0.0.1:$port/ — press Ctrl-C to stop (DEMO_KEEP=0 skips this)"

@@ -43,13 +43,32 @@ type Scoring struct {
 	RateBps int
 	// Batch is the windows of the own-shard batch and of the control batch.
 	Batch int
+	// Corpus is the content hash (BLAKE3) of the CSV corpus the evaluator
+	// draws its windows from: the training dataset's bytes, whose
+	// dataset_hash the node checks at posting (scoring.md §6). Zero when
+	// the field is absent (the posting is then refused).
+	Corpus Hash
+	// Test is the pay test a score must pass: ScoreTestOwnBeatsControl
+	// (the default, Templar's) or ScoreTestOwnImproves.
+	Test string
 }
+
+// The pay tests of a scored input (scoring.md §8).
+const (
+	// ScoreTestOwnBeatsControl: s_own > 0 and s_own > s_ctl.
+	ScoreTestOwnBeatsControl = "own_beats_control"
+	// ScoreTestOwnImproves: s_own > 0 (the control batch is scored and
+	// recorded but not compared).
+	ScoreTestOwnImproves = "own_improves"
+)
 
 type scoringJSON struct {
 	Evaluator *string         `json:"evaluator"`
 	Params    json.RawMessage `json:"params"`
 	RateBps   *int            `json:"rate_bps"`
 	Batch     *int            `json:"batch"`
+	Corpus    *string         `json:"corpus"`
+	Test      *string         `json:"test"`
 }
 
 var (
@@ -95,7 +114,7 @@ func ParseScoring(raw []byte) (*Scoring, error) {
 		return nil, errors.New(`"evaluator" is required`)
 	}
 	if *j.Evaluator == EvaluatorNone {
-		if j.Params != nil || j.RateBps != nil || j.Batch != nil {
+		if j.Params != nil || j.RateBps != nil || j.Batch != nil || j.Corpus != nil || j.Test != nil {
 			return nil, errors.New(`evaluator "none" takes no other keys`)
 		}
 		return nil, nil
@@ -103,7 +122,13 @@ func ParseScoring(raw []byte) (*Scoring, error) {
 	if !evaluatorRe.MatchString(*j.Evaluator) {
 		return nil, fmt.Errorf("evaluator %q: want a score plugin id (TimesFMScore), sha256:<64 hex> or none", trunc(*j.Evaluator))
 	}
-	c := &Scoring{Evaluator: *j.Evaluator, RateBps: DefaultScoringRateBps, Batch: DefaultScoringBatch}
+	c := &Scoring{Evaluator: *j.Evaluator, RateBps: DefaultScoringRateBps, Batch: DefaultScoringBatch, Test: ScoreTestOwnBeatsControl}
+	if j.Test != nil {
+		if *j.Test != ScoreTestOwnBeatsControl && *j.Test != ScoreTestOwnImproves {
+			return nil, fmt.Errorf("test %q: want %s (default) or %s", trunc(*j.Test), ScoreTestOwnBeatsControl, ScoreTestOwnImproves)
+		}
+		c.Test = *j.Test
+	}
 	if j.RateBps != nil {
 		if *j.RateBps < 1 || *j.RateBps > 10000 {
 			return nil, fmt.Errorf("rate_bps is %d, want 1..10000 (basis points of the triples scored)", *j.RateBps)
@@ -115,6 +140,13 @@ func ParseScoring(raw []byte) (*Scoring, error) {
 			return nil, fmt.Errorf("batch is %d, want 1..%d windows", *j.Batch, MaxScoringBatch)
 		}
 		c.Batch = *j.Batch
+	}
+	if j.Corpus != nil {
+		h, err := ParseHash(*j.Corpus)
+		if err != nil || h.IsZero() {
+			return nil, fmt.Errorf("corpus %q: want the 64-hex content hash of the corpus file", trunc(*j.Corpus))
+		}
+		c.Corpus = h
 	}
 	params, err := scoringParams(j.Params)
 	if err != nil {

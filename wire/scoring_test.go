@@ -92,3 +92,27 @@ func FuzzParseScoring(f *testing.F) {
 		}
 	})
 }
+
+// TestParseScoringCorpusAndTest: the corpus hash and the pay test.
+func TestParseScoringCorpusAndTest(t *testing.T) {
+	h := strings.Repeat("ab", 32)
+	c, err := ParseScoring([]byte(`{"evaluator":"TimesFMScore","corpus":"` + h + `","test":"own_improves"}`))
+	if err != nil || c.Corpus.String() != h || c.Test != ScoreTestOwnImproves {
+		t.Fatalf("%+v %v", c, err)
+	}
+	if c, err := ParseScoring([]byte(`{"evaluator":"TimesFMScore"}`)); err != nil || !c.Corpus.IsZero() || c.Test != ScoreTestOwnBeatsControl {
+		t.Fatalf("defaults: %+v %v", c, err)
+	}
+	for in, want := range map[string]string{
+		`{"evaluator":"TimesFMScore","corpus":"` + strings.Repeat("0", 64) + `"}`: "content hash",
+		`{"evaluator":"TimesFMScore","corpus":"abc"}`:                             "content hash",
+		`{"evaluator":"TimesFMScore","corpus":1}`:                                 "want an object",
+		`{"evaluator":"TimesFMScore","test":"own"}`:                               "want own_beats_control",
+		`{"evaluator":"none","test":"own_improves"}`:                              "takes no other keys",
+		`{"evaluator":"none","corpus":"` + h + `"}`:                               "takes no other keys",
+	} {
+		if _, err := ParseScoring([]byte(in)); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s: %v, want %q", in, err, want)
+		}
+	}
+}

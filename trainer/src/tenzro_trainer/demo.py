@@ -25,6 +25,9 @@ def main(argv: list[str] | None = None) -> int:
     )  # fmt: skip
     p.add_argument("--dataset", choices=("ipfs", "statsmodels"), default="ipfs",
                    help="ipfs: publish the corpus with `tenzro dataset add` and post its ipfs:// ref")  # fmt: skip
+    p.add_argument("--scoring", choices=("on", "off"), default="on",
+                   help="on: every submission is scored by the built-in TimesFMScore evaluator and paid by its score "
+                        "(docs/protocol/scoring.md; scripts/demo.sh: DEMO_SCORING)")  # fmt: skip
     a = p.parse_args(argv)
     compression = None
     if a.codec and a.codec != "none":
@@ -37,6 +40,7 @@ def main(argv: list[str] | None = None) -> int:
         replay=True,
         dataset=a.dataset,
         compression=compression,
+        scoring=a.scoring == "on",
     )
     t0 = time.monotonic()
     c, task, procs, keys = start(e)

@@ -19,6 +19,7 @@ from typing import Any
 import yaml
 
 from . import data, models, sponsor, weights
+from .canon import content_hash
 from .evaluate import heldout_mse, pull_model, task_data
 from .identity import Key
 from .rpc import Client, NodeUnavailable, RpcError
@@ -52,6 +53,12 @@ class Experiment:
     sync_strategy: str = ""  # the spec's sync_strategy ("" leaves it out: blocking)
     trainer_rpc: str = ""  # the URL the trainers use (default rpc), e.g. a proxy across a shaped link
     launcher: list[str] = field(default_factory=list)  # prefix of the trainer command, e.g. ip netns exec NS
+    # score every submission with the built-in evaluator on the corpus (docs/protocol/scoring.md): the spec's
+    # scoring field names the corpus CSV by content hash, sent to the node before the posting
+    scoring: bool = False
+    scoring_rate_bps: int = 10000
+    scoring_batch: int = 8
+    scoring_test: str = ""  # the spec's scoring.test: "" (own_beats_control, the default) or "own_improves"
 
 
 @dataclass
@@ -94,12 +101,17 @@ def start(e: Experiment) -> tuple[Client, str, list[subprocess.Popen], list[Key]
         **({"compression": e.compression} if e.compression else {}),
         **({"sync_strategy": e.sync_strategy} if e.sync_strategy else {}),
     )  # fmt: skip
+    corpus = None
+    if e.scoring:
+        corpus = write_corpus_csv(e)
+        spec["scoring"] = scoring_field(e, corpus.read_bytes())
     (e.workdir / "spec.json").write_text(json.dumps(spec, indent=2))
     cli = _cli(e)
     if cli:  # the sponsor's real flow: tenzro train post-task --spec --init-weights --key
+        extra = ["--corpus", str(corpus)] if corpus else []
         p = subprocess.run(
             [cli, "--rpc", e.rpc, "train", "post-task", "--spec", str(e.workdir / "spec.json"),
-             "--init-weights", str(e.workdir / "init.safetensors"), "--key", str(e.workdir / "sponsor.json")],
+             "--init-weights", str(e.workdir / "init.safetensors"), "--key", str(e.workdir / "sponsor.json"), *extra],
             capture_output=True, text=True,
         )  # fmt: skip
         if p.returncode != 0:
@@ -107,7 +119,7 @@ def start(e: Experiment) -> tuple[Client, str, list[subprocess.Popen], list[Key]
         _say(e, f"$ tenzro train post-task --spec spec.json --init-weights init.safetensors --key sponsor.json\n"
              f"  {p.stdout.strip()}")  # fmt: skip
     else:
-        res = sponsor.post(c, sp, spec, init)
+        res = sponsor.post(c, sp, spec, init, score_corpus=corpus.read_bytes() if corpus else None)
         _say(e, f"posted task {task} (spec_hash {res.get('spec_hash', '')})")
     _say(e, f"task {task}: M={e.m} K={e.k} F={e.f} H={e.h} rounds={e.rounds} rule={e.aggregation}, "
          f"{spec['architecture']['param_count']:,} parameters")  # fmt: skip
@@ -137,13 +149,8 @@ def start(e: Experiment) -> tuple[Client, str, list[subprocess.Popen], list[Key]
     return c, task, procs, keys
 
 
-def publish_dataset(e: Experiment) -> tuple[str, str]:
-    """Writes the statsmodels corpus as CSV (values in repr form, so its corpus hash is the same) and
-    publishes it with ``tenzro dataset add``, signed by the sponsor's key (the node pins it for that DID):
-    returns the ``ipfs://`` ref and the dataset_hash."""
-    cli = _cli(e)
-    if cli is None:
-        raise RuntimeError("DEMO_DATASET=ipfs needs the tenzro CLI (--bins)")
+def write_corpus_csv(e: Experiment) -> Path:
+    """Writes the statsmodels corpus as CSV (values in repr form, so its corpus hash is the same)."""
     series = data.load_corpus(REF)
     path = e.workdir / "corpus.csv"
     n = max(len(s.values) for s in series)
@@ -152,6 +159,41 @@ def publish_dataset(e: Experiment) -> tuple[str, str]:
         w.writerow([s.name for s in series])
         for i in range(n):
             w.writerow([repr(float(s.values[i])) if i < len(s.values) else "" for s in series])
+    return path
+
+
+SCORE_PARAMS = ("context_len", "horizon", "patch_len", "d_model", "n_layers", "n_heads", "d_ff")
+
+
+def scoring_field(e: Experiment, corpus: bytes) -> dict:
+    """The spec's scoring field for the TimesFM-class family: the built-in evaluator with the model's
+    configuration, every submission scored on batches of the corpus named by its content hash."""
+    if e.family != "timesfm":
+        raise ValueError(f"no built-in evaluator for family {e.family!r}")
+    md = e.metadata
+    if any(md.get(k) not in (None, md.get("d_ff")) for k in ("embed_hidden", "head_hidden")):
+        raise ValueError("TimesFMScore takes embed/head hidden widths equal to d_ff")
+    cfg = models.TimesFMConfig.from_metadata(md)
+    field = {
+        "evaluator": "TimesFMScore",
+        "params": {k: getattr(cfg, k) for k in SCORE_PARAMS},
+        "rate_bps": e.scoring_rate_bps,
+        "batch": e.scoring_batch,
+        "corpus": content_hash(corpus).hex(),
+    }
+    if e.scoring_test:
+        field["test"] = e.scoring_test
+    return field
+
+
+def publish_dataset(e: Experiment) -> tuple[str, str]:
+    """Writes the statsmodels corpus as CSV and publishes it with ``tenzro dataset add``, signed by the
+    sponsor's key (the node pins it for that DID): returns the ``ipfs://`` ref and the dataset_hash."""
+    cli = _cli(e)
+    if cli is None:
+        raise RuntimeError("DEMO_DATASET=ipfs needs the tenzro CLI (--bins)")
+    series = data.load_corpus(REF)
+    path = write_corpus_csv(e)
     p = subprocess.run(
         [
             cli,

@@ -257,9 +257,12 @@ class Client:
         spec_hash: bytes,
         init_weights: bytes | None,
         dataset_key: bytes | None = None,
+        score_corpus: bytes | None = None,
     ) -> dict:
         """``spec_canonical`` must already be RFC 8785 JSON and ``spec_hash`` its spec hash. ``dataset_key`` is a
-        Confidential sponsor's own 32-byte dataset key (the broker makes one when it is absent)."""
+        Confidential sponsor's own 32-byte dataset key (the broker makes one when it is absent). ``score_corpus``
+        is a scored spec's CSV corpus (its content hash is the spec's ``scoring.corpus``), sent before the
+        posting (docs/protocol/scoring.md §6.4)."""
         nonce = NONCES.next()
         wh = content_hash(init_weights) if init_weights else ZERO_HASH
         cid = self.chain_id()
@@ -280,6 +283,8 @@ class Client:
                 params["init_weights"] = base64.b64encode(init_weights).decode()
         if dataset_key is not None:
             params["dataset_key"] = base64.b64encode(dataset_key).decode()
+        if score_corpus and not self._by_reference(score_corpus, content_hash(score_corpus), key):
+            params["score_corpus"] = base64.b64encode(score_corpus).decode()
         return self.call("tenzro_training_postTask", params)
 
     def submit(

@@ -124,7 +124,12 @@ def param_count_of(safetensors_bytes: bytes) -> int:
 
 
 def post(
-    client: Client, sponsor: Key, spec: dict, init_weights: bytes | None, dataset_key: bytes | None = None
+    client: Client,
+    sponsor: Key,
+    spec: dict,
+    init_weights: bytes | None,
+    dataset_key: bytes | None = None,
+    score_corpus: bytes | None = None,
 ) -> dict:
     """Posts ``spec`` with ``init_weights``. A spec whose ``param_count`` is 0 (``make_spec``'s default)
     gets the weights' element count filled in: the node refuses a count that differs from the weights'."""
@@ -132,4 +137,4 @@ def post(
     if init_weights is not None and not arch.get("param_count"):
         spec = {**spec, "architecture": {**arch, "param_count": param_count_of(init_weights)}}
     c = canonical_json(spec)
-    return client.post_task(sponsor, c, spec_hash(c), init_weights, dataset_key)
+    return client.post_task(sponsor, c, spec_hash(c), init_weights, dataset_key, score_corpus)

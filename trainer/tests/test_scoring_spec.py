@@ -1,0 +1,35 @@
+"""The spec's scoring field the experiment posts (docs/protocol/scoring.md §4, §6.4)."""
+
+from pathlib import Path
+
+import pytest
+
+from tenzro_trainer import models
+from tenzro_trainer.canon import content_hash
+from tenzro_trainer.experiment import Experiment, scoring_field
+
+
+def test_scoring_field_names_the_model_config_and_the_corpus(tmp_path: Path) -> None:
+    e = Experiment(rpc="", workdir=tmp_path, scoring=True)
+    corpus = b"a,b\n1.0,2.0\n"
+    f = scoring_field(e, corpus)
+    d = models.DEMO
+    assert f["evaluator"] == "TimesFMScore"
+    assert f["params"] == {
+        "context_len": d.context_len,
+        "horizon": d.horizon,
+        "patch_len": d.patch_len,
+        "d_model": d.d_model,
+        "n_layers": d.n_layers,
+        "n_heads": d.n_heads,
+        "d_ff": d.d_ff,
+    }
+    assert f["corpus"] == content_hash(corpus).hex()
+    assert f["rate_bps"] == 10000 and f["batch"] == 8 and "test" not in f
+    e.scoring_test = "own_improves"
+    assert scoring_field(e, corpus)["test"] == "own_improves"
+
+
+def test_scoring_field_refuses_other_families(tmp_path: Path) -> None:
+    with pytest.raises(ValueError):
+        scoring_field(Experiment(rpc="", workdir=tmp_path, family="chronos-bolt"), b"")
