@@ -49,6 +49,11 @@ class Experiment:
     replay: bool = False  # also re-execute the run from the node's stored payloads (tenzro receipt replay)
     compression: dict | None = None  # the spec's compression field, e.g. {"codec": "int4-block", "block": 64}
     dataset: str = "statsmodels"  # or "ipfs": publish the corpus with `tenzro dataset add`, post its ipfs:// ref
+    dataset_ref: str = ""  # a synth:// ref to post instead (its dataset_hash is its definition's hash)
+    reward_pool: int = 10**18
+    spec_extra: dict = field(default_factory=dict)  # more spec fields (scoring, copies, round_deadline_ms, ...)
+    trainer_funds: int = 10**19
+    balances_before: dict[str, int] = field(default_factory=dict)  # DID -> balance right after the faucet
 
 
 @dataclass
@@ -74,21 +79,29 @@ def start(e: Experiment) -> tuple[Client, str, list[subprocess.Popen], list[Key]
     for i in range(e.m):
         k = Key.generate("machine")
         k.save(e.workdir / f"trainer{i}.json")
-        c.faucet(k.did, 10**19)
+        c.faucet(k.did, e.trainer_funds)
+        e.balances_before[k.did] = int(c.get_balance(k.did)["balance"])
         keys.append(k)
     init_model = models.build(e.family, e.metadata, seed=0)
     init = weights.model_to_safetensors(init_model)
     (e.workdir / "init.safetensors").write_bytes(init)
     task = e.task_id or f"demo-{e.family}-{time.strftime('%Y%m%d-%H%M%S')}"
-    ref, dhash = publish_dataset(e) if e.dataset == "ipfs" else (REF, data.corpus_hash(data.load_corpus(REF)).hex())
+    if e.dataset_ref.startswith("synth://"):
+        from . import synth
+
+        ref, dhash = e.dataset_ref, synth.parse_ref(e.dataset_ref).hash().hex()
+    elif e.dataset == "ipfs":
+        ref, dhash = publish_dataset(e)
+    else:
+        ref, dhash = REF, data.corpus_hash(data.load_corpus(REF)).hex()
     spec = sponsor.make_spec(
         task, sp, family=e.family, metadata=e.metadata,
         param_count=sum(p.numel() for p in init_model.parameters()),
         fragments=e.f, trainers=e.m, quorum=e.k, inner_steps=e.h, max_rounds=e.rounds,
         aggregation=e.aggregation, aggregation_params=e.aggregation_params,
         dataset_ref=ref, dataset_hash=dhash,
-        reward_pool=str(10**18), grace_window_ms=e.grace_window_ms,
-        **({"compression": e.compression} if e.compression else {}),
+        reward_pool=str(e.reward_pool), grace_window_ms=e.grace_window_ms,
+        **({"compression": e.compression} if e.compression else {}), **e.spec_extra,
     )  # fmt: skip
     (e.workdir / "spec.json").write_text(json.dumps(spec, indent=2))
     cli = _cli(e)
@@ -118,7 +131,9 @@ def start(e: Experiment) -> tuple[Client, str, list[subprocess.Popen], list[Key]
             "stake": str(10**17), "threads": 1, "eval": False, "poll_interval": 0.1, "log_format": "json",
         }  # fmt: skip
         if i in e.attackers:
-            cfg["attack"] = e.attackers[i]
+            cfg["attack"] = dict(e.attackers[i])
+            if isinstance(cfg["attack"].get("victim"), int):  # a copier names its victim by trainer index
+                cfg["attack"]["victim"] = keys[cfg["attack"]["victim"]].did
         p = e.workdir / f"trainer{i}.yaml"
         p.write_text(yaml.safe_dump(cfg, sort_keys=False))
         log = open(e.workdir / f"trainer{i}.log", "wb")  # noqa: SIM115
