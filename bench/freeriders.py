@@ -97,7 +97,8 @@ def run_rule(url: str, bins: Path, label: str, rule: str, params: dict | None, a
         rpc=url, workdir=Path(tempfile.mkdtemp(prefix="bench-freeriders-")), rounds=a.rounds, m=m, k=m - 1,
         f=a.fragments, h=a.inner_steps, batch=a.batch, metadata=dict(models.DEMO.metadata()), aggregation=rule,
         aggregation_params=params, attackers=attackers, bins=bins, quiet=True, grace_window_ms=a.grace_ms,
-        dataset_ref=SYNTH, reward_pool=a.pool * TNZO, task_id=f"freeriders-{label}-{rule.lower()}-{int(time.time())}",
+        dataset_ref=SYNTH if a.dataset == "synth" else "", dataset="ipfs" if a.dataset == "ipfs" else "statsmodels",
+        reward_pool=a.pool * TNZO, task_id=f"freeriders-{label}-{rule.lower()}-{int(time.time())}",
         spec_extra={"round_deadline_ms": 300_000, **({"scoring": scoring_spec(a.score_batch)} if a.scoring else {})},
     )  # fmt: skip
     t0 = time.monotonic()
@@ -164,6 +165,12 @@ def main() -> None:
     ap.add_argument("--pool", type=int, default=10, help="reward pool in TNZO")
     ap.add_argument("--score-batch", type=int, default=8)
     ap.add_argument("--no-scoring", dest="scoring", action="store_false")
+    ap.add_argument(
+        "--dataset",
+        choices=["synth", "ipfs"],
+        default="synth",
+        help=f"synth: {SYNTH}; ipfs: the statsmodels corpus as CSV, published with `tenzro dataset add`",
+    )
     ap.add_argument("--rules", default=",".join(RULES))
     ap.add_argument("--label", default="")
     ap.add_argument("--timeout", type=float, default=900)
@@ -202,7 +209,9 @@ def main() -> None:
         f"{HONEST} honest reference trainers + {len(FREE_RIDERS)} free riders (M={HONEST + len(FREE_RIDERS)}, "
         f"K=M−1 since `copy by hash` is expected never to be recorded), F={a.fragments}, H={a.inner_steps}, "
         f"batch {a.batch}, {a.rounds} rounds, DEMO TimesFM-class model "
-        f"({models.DEMO.param_count():,} parameters), dataset `{SYNTH}`, reward pool {a.pool} TNZO, "
+        f"({models.DEMO.param_count():,} parameters), dataset "
+        + (f"`{SYNTH}`" if a.dataset == "synth" else "the statsmodels corpus as CSV (`tenzro dataset add`, ipfs://)")
+        + f", reward pool {a.pool} TNZO, "
         f"grace window {a.grace_ms} ms, "
         + (f"scoring `{json.dumps(scoring_spec(a.score_batch))}`." if a.scoring else "no scoring field."),
         "Payout = ledger balance after the seal − balance right after the faucet (reward + refunded stake − stake − "
