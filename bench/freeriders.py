@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
 import statistics
 import tempfile
 import time
@@ -99,7 +100,7 @@ def run_rule(url: str, bins: Path, label: str, rule: str, params: dict | None, a
         aggregation_params=params, attackers=attackers, bins=bins, quiet=True, grace_window_ms=a.grace_ms,
         dataset_ref=SYNTH if a.dataset == "synth" else "", dataset="ipfs" if a.dataset == "ipfs" else "statsmodels",
         reward_pool=a.pool * TNZO, task_id=f"freeriders-{label}-{rule.lower()}-{int(time.time())}",
-        spec_extra={"round_deadline_ms": 300_000, **({"scoring": scoring_spec(a.score_batch)} if a.scoring else {})},
+        score_corpus=a.score_corpus, spec_extra={"round_deadline_ms": 300_000, **({"scoring": scoring_spec(a.score_batch)} if a.scoring else {})},
     )  # fmt: skip
     t0 = time.monotonic()
     c, task, procs, keys = start(e)
@@ -166,6 +167,11 @@ def main() -> None:
     ap.add_argument("--score-batch", type=int, default=8)
     ap.add_argument("--no-scoring", dest="scoring", action="store_false")
     ap.add_argument(
+        "--score-corpus",
+        action="store_true",
+        help="with --dataset ipfs: upload the CSV and name its content hash as scoring.corpus",
+    )
+    ap.add_argument(
         "--dataset",
         choices=["synth", "ipfs"],
         default="synth",
@@ -203,8 +209,9 @@ def main() -> None:
                 + [f"{r['honest_slashed']} / {r['free_riders_slashed']}" for r in res])  # fmt: skip
     rows.append(["run status, rounds, wall"] + [f"{r['status']}, {r['rounds']}, {r['wall_s']} s" for r in res])
     cmd = "$(scripts/venv.sh)/bin/python bench/freeriders.py" + "".join(
-        f" --{k.replace('_', '-')} {v}" for k, v in vars(a).items() if k not in ("scoring", "timeout") and v != ""
-    ) + ("" if a.scoring else " --no-scoring")  # fmt: skip
+        f" --{k.replace('_', '-')} {shlex.quote(str(v))}" for k, v in vars(a).items()
+        if k != "timeout" and v != "" and not isinstance(v, bool)
+    ) + ("" if a.scoring else " --no-scoring") + (" --score-corpus" if a.score_corpus else "")  # fmt: skip
     notes = [
         f"{HONEST} honest reference trainers + {len(FREE_RIDERS)} free riders (M={HONEST + len(FREE_RIDERS)}, "
         f"K=M−1 since `copy by hash` is expected never to be recorded), F={a.fragments}, H={a.inner_steps}, "

@@ -19,6 +19,7 @@ from typing import Any
 import yaml
 
 from . import data, models, sponsor, weights
+from .canon import content_hash
 from .evaluate import heldout_mse, pull_model, task_data
 from .identity import Key
 from .rpc import Client, NodeUnavailable, RpcError
@@ -54,6 +55,9 @@ class Experiment:
     spec_extra: dict = field(default_factory=dict)  # more spec fields (scoring, copies, round_deadline_ms, ...)
     trainer_funds: int = 10**19
     balances_before: dict[str, int] = field(default_factory=dict)  # DID -> balance right after the faucet
+    # with dataset "ipfs" and a scoring spec field: upload corpus.csv as a blob and name it as scoring.corpus
+    # (the content hash of the CSV the evaluator draws its windows from)
+    score_corpus: bool = False
 
 
 @dataclass
@@ -94,6 +98,13 @@ def start(e: Experiment) -> tuple[Client, str, list[subprocess.Popen], list[Key]
         ref, dhash = publish_dataset(e)
     else:
         ref, dhash = REF, data.corpus_hash(data.load_corpus(REF)).hex()
+    extra = dict(e.spec_extra)
+    if e.score_corpus and isinstance(extra.get("scoring"), dict):
+        if e.dataset != "ipfs":
+            raise ValueError("score_corpus needs dataset='ipfs' (a CSV corpus)")
+        blob = (e.workdir / "corpus.csv").read_bytes()
+        c.put_blob(blob, key=sp)
+        extra["scoring"] = {**extra["scoring"], "corpus": content_hash(blob).hex()}
     spec = sponsor.make_spec(
         task, sp, family=e.family, metadata=e.metadata,
         param_count=sum(p.numel() for p in init_model.parameters()),
@@ -101,7 +112,7 @@ def start(e: Experiment) -> tuple[Client, str, list[subprocess.Popen], list[Key]
         aggregation=e.aggregation, aggregation_params=e.aggregation_params,
         dataset_ref=ref, dataset_hash=dhash,
         reward_pool=str(e.reward_pool), grace_window_ms=e.grace_window_ms,
-        **({"compression": e.compression} if e.compression else {}), **e.spec_extra,
+        **({"compression": e.compression} if e.compression else {}), **extra,
     )  # fmt: skip
     (e.workdir / "spec.json").write_text(json.dumps(spec, indent=2))
     cli = _cli(e)

@@ -337,6 +337,7 @@ class Trainer:
             if kind == "zeros":
                 self.pending[f] = weights.bind(freeride.zeros(layout), self.key.did, self.cfg.task_id, r, f)
             elif kind == "replay":
+                assert self._replay is not None  # set by its first (trained) round
                 self.pending[f] = weights.bind(self._replay[f], self.key.did, self.cfg.task_id, r, f)
             else:
                 if self._records is None:
