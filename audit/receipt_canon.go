@@ -250,6 +250,23 @@ func (e *canonEnc) fragment(fc *wire.FragmentCommit) {
 				e.raw(`,"rejected":`)
 				e.str(in.Rejected)
 			}
+			if sc := in.Score; sc != nil {
+				e.raw(`,"score":{"ctl_after":`)
+				e.str(fmt.Sprintf("%016x", uint64(sc.CtlAfter)))
+				e.raw(`,"ctl_before":`)
+				e.str(fmt.Sprintf("%016x", uint64(sc.CtlBefore)))
+				if sc.Failed != "" {
+					e.raw(`,"failed":`)
+					e.str(sc.Failed)
+				}
+				e.raw(`,"own_after":`)
+				e.str(fmt.Sprintf("%016x", uint64(sc.OwnAfter)))
+				e.raw(`,"own_before":`)
+				e.str(fmt.Sprintf("%016x", uint64(sc.OwnBefore)))
+				e.raw(`,"pass":`)
+				e.bool(sc.Pass)
+				e.b = append(e.b, '}')
+			}
 			e.raw(`,"selected":`)
 			e.bool(in.Selected)
 			e.raw(`,"trainer_did":`)
@@ -272,6 +289,21 @@ func (e *canonEnc) fragment(fc *wire.FragmentCommit) {
 	e.hash(fc.RuleHash)
 	e.raw(`,"rule_params":`)
 	e.rawJSON(fc.RuleParams)
+	if sc := fc.Scoring; sc != nil {
+		e.raw(`,"scoring":{"batch":`)
+		e.int(sc.Batch)
+		e.raw(`,"evaluator":`)
+		e.str(sc.Evaluator)
+		e.raw(`,"hash":`)
+		e.hash(sc.Hash)
+		e.raw(`,"params":`)
+		e.rawJSON(sc.Params)
+		e.raw(`,"rate_bps":`)
+		e.int(sc.RateBps)
+		e.raw(`,"seed":`)
+		e.hash(sc.Seed)
+		e.b = append(e.b, '}')
+	}
 	e.raw(`,"status":`)
 	e.str(fc.Status)
 	e.raw(`,"syncer":`)

@@ -586,6 +586,18 @@ func (x *mtx) timers(task string) (bool, error) {
 		if err != nil {
 			return false, err
 		}
+		// A scored run's fragments get their scoring randomness at the
+		// first block at which they are due: after every record that can
+		// be scored is in, so no trainer knows its batches when it submits.
+		if r.Scorer != nil {
+			for i, fs := range r.Fragments {
+				if fs.ScoreSeed == nil && r.Due(fs, now) {
+					seed := wire.ScoreSeed(x.blk.Hash, x.blk.Height, task, r.Round, uint64(i))
+					fs.ScoreSeed = &seed
+					changed = true
+				}
+			}
+		}
 		if now >= r.RoundMs+r.spec.RoundDeadline() && !r.AwaitingFinal {
 			closed := false
 			for i, fs := range r.Fragments {

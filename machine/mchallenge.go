@@ -783,7 +783,7 @@ func (x *mtx) rollback(r *Run, R uint64, f int) error {
 	r.Pending = pend
 	r.AwaitingFinal = false
 	for g, fs := range r.Fragments {
-		fs.Records, fs.KthMs, fs.Closed, fs.Commit = nil, 0, false, nil
+		fs.Records, fs.KthMs, fs.Closed, fs.Commit, fs.ScoreSeed = nil, 0, false, nil, nil
 		var times []int64
 		err := x.kv.Scan(x.ctx, KSTranscript, RecordPrefix(task, R, g), func(_, raw []byte) error {
 			var rec Record

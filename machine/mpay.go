@@ -15,6 +15,12 @@ import (
 //     "selected" is reported, never paid on.
 //   - A rejected input earns nothing: a payload that does not parse, decode
 //     or bind to its signer, or that a verifier refused.
+//   - In a scored run, a kept input drawn for scoring earns N only when its
+//     score passes (s_own > 0 and s_own > s_ctl); a failed check earns
+//     nothing and forfeits N × 10000 / rate_bps of weight (ScoreForfeit),
+//     taken from the trainer's weight at the seal (floored at zero). An
+//     input the run's evaluator could not score (score.failed) earns
+//     nothing and forfeits nothing. Undrawn kept inputs earn N.
 //   - A copy (copy_of set) earns nothing, and is slashed the spec's
 //     copies.slash_bps when the input it names was recorded in a strictly
 //     earlier block. Within one block the proposer chose the order, so no
@@ -28,9 +34,20 @@ import (
 func (x *mtx) settleInputs(r *Run, round uint64, fc *wire.FragmentCommit) error {
 	n := r.Fragments[fc.Fragment].N
 	for _, in := range fc.Inputs {
-		if t := r.Trainer(in.TrainerDID); t != nil && in.Rejected == "" {
-			t.Accepted++
+		t := r.Trainer(in.TrainerDID)
+		if t == nil || in.Rejected != "" {
+			continue
+		}
+		t.Accepted++
+		switch sc := in.Score; {
+		case sc == nil: // not drawn (or an unscored run): paid as kept
 			t.Weight = new(big.Int).Add(bigOf(t.Weight), big.NewInt(n)).String()
+		case sc.Failed != "": // the run's evaluator could not score: neither paid nor penalized
+		case sc.Pass:
+			t.Weight = new(big.Int).Add(bigOf(t.Weight), big.NewInt(n)).String()
+		default: // a failed check forfeits 1/rate shares
+			t.ScoreFails++
+			t.Forfeit = new(big.Int).Add(bigOf(t.Forfeit), ScoreForfeit(n, fc.Scoring.RateBps)).String()
 		}
 	}
 	copiers, err := x.copiers(r.spec.TaskID, round, fc)
@@ -45,6 +62,27 @@ func (x *mtx) settleInputs(r *Run, round uint64, fc *wire.FragmentCommit) error 
 		}
 	}
 	return nil
+}
+
+// ScoreForfeit is the payout weight a failed score check takes back from an
+// input of n values at sampling rate rateBps: n × 10000 / rateBps (integer
+// division), so that an input which would fail a check has expected weight
+// (1 − p)·n − p·n/p = −p·n < 0 at rate p (RATIONALE "scoring: the penalty").
+func ScoreForfeit(n int64, rateBps int) *big.Int {
+	if rateBps < 1 {
+		rateBps = 1
+	}
+	return new(big.Int).Div(new(big.Int).Mul(big.NewInt(n), big.NewInt(10000)), big.NewInt(int64(rateBps)))
+}
+
+// PaidWeight is a trainer's payout weight at the seal: its weight less what
+// failed score checks forfeited, at least zero.
+func (t *RunTrainer) PaidWeight() *big.Int {
+	w := new(big.Int).Sub(bigOf(t.Weight), bigOf(t.Forfeit))
+	if w.Sign() < 0 {
+		w.SetInt64(0)
+	}
+	return w
 }
 
 // recordHeights returns the block height of each input's submission record.

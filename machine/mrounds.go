@@ -237,6 +237,9 @@ func (x *mtx) commitFragment(p *wire.CommitFragmentTx) (*wire.CommitFragmentResu
 		return nil, Errf(KindConflict, "fragment %d of round %d is not due: %d of K=%d records, %d active trainers, grace window closes at %d ms",
 			i, r.Round, len(fs.Records), r.spec.Quorum, r.Count(wire.TrainerActive), fs.KthMs+r.spec.GraceWindowMs)
 	}
+	if r.Scorer != nil && fs.ScoreSeed == nil {
+		return nil, Errf(KindConflict, "fragment %d of round %d has no scoring seed yet: the chain draws it at the first block after the fragment is due", i, r.Round)
+	}
 	c := p.Commit
 	if err := r.checkCommit(i, &c, p.SyncerDID, uint64(k)); err != nil {
 		return nil, err
@@ -349,6 +352,9 @@ func (r *Run) checkCommit(i int, c *wire.FragmentCommit, syncer string, ticket u
 			kept++
 		}
 	}
+	if err := r.checkScores(i, c); err != nil {
+		return err
+	}
 	switch c.Status {
 	case wire.FragAggregated:
 		if kept < r.spec.Quorum {
@@ -366,6 +372,67 @@ func (r *Run) checkCommit(i int, c *wire.FragmentCommit, syncer string, ticket u
 		}
 	default:
 		return Errf(KindInvalid, "commit: status %q (want aggregated, no_quorum or rule_failed)", c.Status)
+	}
+	return nil
+}
+
+// ScoringOf is the scoring header a commit of fragment i must carry: nil
+// for an unscored run, or before the fragment's seed exists.
+func (r *Run) ScoringOf(i int) *wire.CommitScoring {
+	fs := r.Fragments[i]
+	if r.Scorer == nil || fs.ScoreSeed == nil {
+		return nil
+	}
+	sc, _ := r.spec.ScoringRef() // the posting checked it
+	if sc == nil {
+		return nil
+	}
+	return &wire.CommitScoring{Evaluator: r.Scorer.Name, Hash: r.Scorer.Hash, Params: orJSON(r.Scorer.Params), RateBps: sc.RateBps,
+		Batch: sc.Batch, Seed: *fs.ScoreSeed}
+}
+
+// ScoreWanted says whether input in of fragment i's commit must carry a
+// score: the run scores, the commit aggregated, the input was kept and the
+// draw (wire.ScoreSampled) picked it.
+func (r *Run) ScoreWanted(i int, status string, in *wire.CommitInput) bool {
+	sc := r.ScoringOf(i)
+	return sc != nil && status == wire.FragAggregated && in.Rejected == "" &&
+		wire.ScoreSampled(sc.Seed, r.spec.TaskID, r.Round, uint64(i), in.TrainerDID, sc.RateBps)
+}
+
+// checkScores checks a commit's scoring against the chain: an aggregated
+// commit of a scored run carries the run's evaluator, rate, batch and the
+// fragment's seed, and a score on exactly the kept inputs the draw picked;
+// any other commit carries none. The scores' values are for re-execution
+// to judge.
+func (r *Run) checkScores(i int, c *wire.FragmentCommit) error {
+	want := r.ScoringOf(i)
+	if c.Status != wire.FragAggregated {
+		want = nil
+	}
+	switch {
+	case want == nil && c.Scoring != nil:
+		return Errf(KindInvalid, "commit: scoring given, but this commit carries no scores (unscored run or not aggregated)")
+	case want != nil && c.Scoring == nil:
+		return Errf(KindInvalid, "commit: the run scores its inputs (%s); the commit has no scoring", want.Evaluator)
+	case want != nil && (c.Scoring.Evaluator != want.Evaluator || c.Scoring.Hash != want.Hash || !sameJSONBytes(c.Scoring.Params, want.Params) ||
+		c.Scoring.RateBps != want.RateBps || c.Scoring.Batch != want.Batch || c.Scoring.Seed != want.Seed):
+		return Errf(KindInvalid, "commit: scoring %s (sha256:%s) rate %d batch %d seed %s is not the run's %s (sha256:%s) rate %d batch %d seed %s",
+			c.Scoring.Evaluator, c.Scoring.Hash, c.Scoring.RateBps, c.Scoring.Batch, c.Scoring.Seed, want.Evaluator, want.Hash, want.RateBps, want.Batch, want.Seed)
+	}
+	for j := range c.Inputs {
+		in := &c.Inputs[j]
+		wanted := want != nil && r.ScoreWanted(i, c.Status, in)
+		switch {
+		case wanted && in.Score == nil:
+			return Errf(KindInvalid, "commit: input %d (%s) is drawn for scoring and has no score", j, in.TrainerDID)
+		case !wanted && in.Score != nil:
+			return Errf(KindInvalid, "commit: input %d (%s) has a score but is not a kept input drawn for scoring", j, in.TrainerDID)
+		case in.Score != nil && len(in.Score.Failed) > maxReasonBytes:
+			return Errf(KindInvalid, "commit: input %d: evaluator failure of %d bytes, limit %d", j, len(in.Score.Failed), maxReasonBytes)
+		case in.Score != nil && in.Score.Failed != "" && (in.Score.Pass || in.Score.OwnBefore|in.Score.OwnAfter|in.Score.CtlBefore|in.Score.CtlAfter != 0):
+			return Errf(KindInvalid, "commit: input %d: an evaluator failure has zero losses and does not pass", j)
+		}
 	}
 	return nil
 }
@@ -495,7 +562,7 @@ func (x *mtx) closeRound(r *Run) error {
 	}
 	r.Joined, r.Left, r.Equivocations = nil, nil, nil
 	for _, fs := range r.Fragments {
-		fs.Records, fs.KthMs, fs.Closed, fs.Commit = nil, 0, false, nil
+		fs.Records, fs.KthMs, fs.Closed, fs.Commit, fs.ScoreSeed = nil, 0, false, nil, nil
 	}
 	if r.Round+1 >= uint64(r.spec.MaxRounds) {
 		return x.seal(r, rc.ModelHash)
@@ -522,7 +589,7 @@ func (x *mtx) seal(r *Run, finalModel wire.Hash) error {
 	pool = new(big.Int).Set(pool)
 	weights := make([]*big.Int, len(r.Trainers))
 	for i, t := range r.Trainers {
-		weights[i] = bigOf(t.Weight)
+		weights[i] = t.PaidWeight()
 	}
 	shares := PayoutShares(pool, weights)
 	payouts := []wire.Payout{}
@@ -541,7 +608,7 @@ func (x *mtx) seal(r *Run, finalModel wire.Hash) error {
 		if err := x.lt.transfer(acctStake(task, t.DID), AcctDID(t.DID), refund, "stake refund at seal"); err != nil {
 			return err
 		}
-		payouts = append(payouts, wire.Payout{DID: t.DID, Reward: shares[i].String(), Refund: refund.String(), Slashed: orDefault(t.Slashed, "0"), WeightSum: orDefault(t.Weight, "0")})
+		payouts = append(payouts, wire.Payout{DID: t.DID, Reward: shares[i].String(), Refund: refund.String(), Slashed: orDefault(t.Slashed, "0"), WeightSum: weights[i].String()})
 	}
 	rest := new(big.Int).Sub(pool, paid)
 	if err := x.lt.transfer(AcctEscrow(task), AcctDID(r.spec.SponsorDID), rest, "unpaid remainder back to sponsor"); err != nil {

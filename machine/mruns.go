@@ -58,12 +58,15 @@ func (x *mtx) postTask(p *wire.PostTaskTx) (*wire.PostTaskResult, error) {
 		return nil, err
 	}
 	r := &Run{Spec: canon, SpecHash: specHash, Status: wire.StatusAwaiting, Rule: p.Rule, Verifiers: p.Verifiers, Outer: p.Outer,
-		Codec: p.Codec, spec: spec, PostedMs: x.blk.TimeMs, PostedHeight: x.blk.Height, RoundMs: x.blk.TimeMs,
+		Codec: p.Codec, Scorer: p.Scorer, spec: spec, PostedMs: x.blk.TimeMs, PostedHeight: x.blk.Height, RoundMs: x.blk.TimeMs,
 		RoundAnchor: append(wire.HexBytes{}, x.blk.Hash...), Trainers: []*RunTrainer{}, Roots: []wire.Hash{}}
 	refs := []RuleRef{p.Rule, p.Outer}
 	refs = append(refs, p.Verifiers...)
 	if p.Codec != nil {
 		refs = append(refs, *p.Codec)
+	}
+	if p.Scorer != nil {
+		refs = append(refs, *p.Scorer)
 	}
 	r.Plugins = refHashes(refs)
 	params, err := x.params()
@@ -171,7 +174,36 @@ func (x *mtx) checkRules(spec *wire.TaskSpec, p *wire.PostTaskTx) error {
 			return err
 		}
 	}
-	return nil
+	return x.checkScorer(spec, p)
+}
+
+// checkScorer checks a posting's resolved evaluator against the spec's
+// scoring field: present exactly when the spec scores, naming the spec's
+// evaluator (by id or module hash), a built-in or published plugin.
+func (x *mtx) checkScorer(spec *wire.TaskSpec, p *wire.PostTaskTx) error {
+	sc, err := spec.ScoringRef()
+	if err != nil {
+		return Errf(KindInvalid, "%v", err)
+	}
+	switch {
+	case sc == nil && p.Scorer != nil:
+		return Errf(KindInvalid, "scorer: the spec does not score, the posting resolved %s", p.Scorer.Name)
+	case sc == nil:
+		return nil
+	case p.Scorer == nil:
+		return Errf(KindInvalid, "scorer: the spec scores with %s, the posting resolved no evaluator", sc.Evaluator)
+	}
+	if h, ok := strings.CutPrefix(sc.Evaluator, "sha256:"); ok {
+		if want, err := wire.ParseHash(h); err != nil || want != p.Scorer.Hash {
+			return Errf(KindInvalid, "scorer: the spec names %s, the posting resolved sha256:%s", sc.Evaluator, p.Scorer.Hash)
+		}
+	} else if sc.Evaluator != p.Scorer.Name {
+		return Errf(KindInvalid, "scorer: the spec names %s, the posting resolved %s", sc.Evaluator, p.Scorer.Name)
+	}
+	if sc.Corpus.IsZero() {
+		return Errf(KindInvalid, "spec: scoring: corpus is required (the content hash of the CSV corpus the evaluator draws windows from)")
+	}
+	return x.knownPlugin("scorer", *p.Scorer)
 }
 
 // setInit checks an initial-weights layout against the spec and installs it.

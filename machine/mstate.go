@@ -50,13 +50,15 @@ type Run struct {
 	InitFile   wire.Hash      `json:"init_file"`
 	// RoundModel is the model hash at the start of the current round (what
 	// Verified-tier evidence binds).
-	RoundModel wire.Hash   `json:"round_model"`
-	Rule       RuleRef     `json:"rule"`
-	Verifiers  []RuleRef   `json:"verifiers"`
-	Outer      RuleRef     `json:"outer"`
-	Codec      *RuleRef    `json:"codec,omitempty"`
-	Plugins    []wire.Hash `json:"plugins"`
-	Roots      []wire.Hash `json:"round_roots"` // round commit hashes
+	RoundModel wire.Hash `json:"round_model"`
+	Rule       RuleRef   `json:"rule"`
+	Verifiers  []RuleRef `json:"verifiers"`
+	Outer      RuleRef   `json:"outer"`
+	Codec      *RuleRef  `json:"codec,omitempty"`
+	// Scorer is the run's evaluator when its spec scores submissions.
+	Scorer  *RuleRef    `json:"scorer,omitempty"`
+	Plugins []wire.Hash `json:"plugins"`
+	Roots   []wire.Hash `json:"round_roots"` // round commit hashes
 	// Membership and evidence changes of the current round, recorded in its commit.
 	Joined        []string    `json:"joined"`
 	Left          []string    `json:"left"`
@@ -122,6 +124,12 @@ type RunTrainer struct {
 	Reward string `json:"reward"`
 	// RoundAccepted counts this round's accepted inputs.
 	RoundAccepted int `json:"round_accepted"`
+	// Forfeit is the payout weight a scored run takes back for failed
+	// score checks: N × 10000 / rate_bps per failed check (mpay.go); the
+	// trainer is paid on max(0, Weight − Forfeit). ScoreFails counts the
+	// failed checks.
+	Forfeit    string `json:"forfeit,omitempty"`
+	ScoreFails uint64 `json:"score_fails,omitempty"`
 }
 
 // FragLayout is a fragment's tensors (in the fragment's order), element
@@ -144,6 +152,10 @@ type RunFragment struct {
 	KthMs   int64                `json:"kth_ms"`
 	Closed  bool                 `json:"closed"`
 	Commit  *wire.FragmentCommit `json:"commit,omitempty"`
+	// ScoreSeed is a scored run's scoring randomness for this fragment and
+	// round (wire.ScoreSeed), recorded by BeginBlock at the first block at
+	// which the fragment is due; a commit is refused before it exists.
+	ScoreSeed *wire.Hash `json:"score_seed,omitempty"`
 }
 
 // RecRef names one accepted submission record of a fragment's round.

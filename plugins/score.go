@@ -36,47 +36,13 @@ const (
 	maxScoreValues = 1 << 30
 )
 
-// ScoreInput is one evaluator call: the loss of the model on Batches batches
-// of windows before and after one submitted gradient of one fragment is
-// applied to the start weights (ABI.md §4.2).
-type ScoreInput struct {
-	// Evaluator is a resolved score plugin (ResolveScorer).
-	Evaluator syncer.RuleRef
-	// Dtype is the model's element type (every fragment shares it).
-	Dtype machine.Dtype
-	// Tensors is the whole model in canonical order: every fragment's
-	// tensors, fragment after fragment (the tensors sorted by name, as
-	// machine.SplitFragments lays them out).
-	Tensors []wire.TensorInfo
-	// Weights are the start weights of the round: the values of the
-	// fragments in order (one syncer.Values per fragment, e.g. the data
-	// section of each fragment's weights blob, WeightsFileValues — a file
-	// is always named with its byte ranges), which together span every
-	// tensor of Tensors.
-	Weights []syncer.Values
-	// FragFirst and FragCount are the scored fragment's tensors within
-	// Tensors.
-	FragFirst, FragCount int
-	// Gradient holds the submission's decoded values for that fragment
-	// (little-endian, Dtype), in the fragment's tensor order.
-	Gradient []byte
-	// The outer step's parameters: the gradient is applied as the outer
-	// step's first step (empty momentum buffer): d = fma(g, Beta, g) when
-	// Nesterov, else g; w = fma(d, -LR, w).
-	LR, Beta float32
-	Nesterov bool
-	// Windows holds Batches × BatchSize windows of WindowLen little-endian
-	// f32 series values each (raw, unnormalized), batch after batch.
-	Windows                       []byte
-	Batches, BatchSize, WindowLen int
-}
+// ScoreInput is one evaluator call (syncer.ScoreInput: the node's engine
+// seam owns the type).
+type ScoreInput = syncer.ScoreInput
 
 // ScoreOutput is the loss per batch before and after the step, and the fuel
 // the call used.
-type ScoreOutput struct {
-	Before, After []float64
-	Fuel          uint64
-}
+type ScoreOutput = syncer.ScoreOutput
 
 // ResolveScorer resolves an evaluator reference — a built-in name such as
 // "TimesFMScore{d_model=64}" or "sha256:<hex>" — with its parameters (a JSON

@@ -248,10 +248,33 @@ func (s instrumented) GetPayload(ctx context.Context, h wire.Hash) ([]byte, erro
 // InstrumentEngine times the plugin calls of e and counts their fuel by rule.
 // The optional syncer.Decoder (codec plugins) stays visible through it.
 func InstrumentEngine(e syncer.Engine, m *NodeMetrics) syncer.Engine {
-	if d, ok := e.(syncer.Decoder); ok {
+	d, dok := e.(syncer.Decoder)
+	sc, sok := e.(syncer.Scorer)
+	switch {
+	case dok && sok:
+		return scorerMetrics{decoderMetrics{engineMetrics{e, m}, d}, sc}
+	case dok:
 		return decoderMetrics{engineMetrics{e, m}, d}
 	}
 	return engineMetrics{e, m}
+}
+
+// scorerMetrics keeps an engine's syncer.Scorer visible and times its
+// score calls (op "score", labelled with the evaluator).
+type scorerMetrics struct {
+	decoderMetrics
+	sc syncer.Scorer
+}
+
+func (s scorerMetrics) ResolveScorer(ctx context.Context, ref string, params json.RawMessage) (syncer.RuleRef, error) {
+	return s.sc.ResolveScorer(ctx, ref, params)
+}
+
+func (s scorerMetrics) Score(ctx context.Context, in syncer.ScoreInput) (syncer.ScoreOutput, error) {
+	t := time.Now()
+	out, err := s.sc.Score(ctx, in)
+	s.observe("score", in.Evaluator.Name, t, out.Fuel)
+	return out, err
 }
 
 type decoderMetrics struct {

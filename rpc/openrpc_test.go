@@ -114,6 +114,8 @@ func schema(t reflect.Type) map[string]any {
 	switch t {
 	case reflect.TypeOf(wire.Hash{}):
 		return map[string]any{"type": "string", "pattern": "^(0x|sha256:|blake3:)?[0-9a-f]{64}$", "description": "32-byte hash, 64 lowercase hex digits: BLAKE3-256 for content (payload, weights, momentum, aggregate, model hashes), SHA-256 for the rest (docs/PROTOCOL.md, Hashes)"}
+	case reflect.TypeOf(wire.F64(0)):
+		return map[string]any{"type": "string", "pattern": "^[0-9a-f]{16}$", "description": "IEEE-754 binary64 value as its 64 bits, 16 lowercase hex digits (docs/protocol/scoring.md §7)"}
 	case reflect.TypeOf(wire.HexBytes{}):
 		return map[string]any{"type": "string", "pattern": "^(0x)?([0-9a-fA-F]{2})*$", "description": "bytes as hex"}
 	case reflect.TypeOf(json.RawMessage{}), reflect.TypeOf(rawObject{}):

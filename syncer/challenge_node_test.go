@@ -61,9 +61,24 @@ type cnet struct {
 	task     string
 	nonce    uint64
 	ticketOf map[string]int // DID → index in cands
+	zeros    map[int]bool   // trainers that submit all-zero gradients
 }
 
-func newCNet(t *testing.T, extra string) *cnet {
+func newCNet(t *testing.T, extra string) *cnet { return newCNetWith(t, cnetOpts{extra: extra}) }
+
+// cnetOpts vary the network of newCNetWith: extra spec members, the
+// architecture member, dataset_hash, initial weights, blobs every syncer
+// holds before the posting, and an engine per node (default: the native
+// engine for all).
+type cnetOpts struct {
+	extra, arch, datasetHash string
+	weights                  []byte
+	blobs                    [][]byte
+	engine                   func(node int) syncer.Engine
+}
+
+func newCNetWith(t *testing.T, o cnetOpts) *cnet {
+	extra := o.extra
 	ctx := context.Background()
 	c := &cnet{t: t, ctx: ctx, now: time.Unix(1761350400, 0), task: "ch-node", sponsor: key(t, did.KindHuman, 200), watcher: key(t, did.KindHuman, 201),
 		cands: []*did.Key{key(t, did.KindMachine, 240), key(t, did.KindMachine, 241)}, nonce: 1000}
@@ -85,11 +100,17 @@ func newCNet(t *testing.T, extra string) *cnet {
 		t.Fatal(err)
 	}
 	c.chain = mc
-	eng := syncer.NewNativeEngine()
+	var eng syncer.Engine = syncer.NewNativeEngine()
 	clock := func() time.Time { return c.now }
+	nodes := 0
 	newNode := func(signer *did.Key, cfg syncer.Config) *syncer.Node {
 		local, _ := store.OpenInMemory()
-		cfg.Chain, cfg.Local, cfg.Engine, cfg.Signer, cfg.Clock, cfg.Logger = mc, local, eng, syncer.KeySigner{Key: signer}, clock, quiet
+		e := eng
+		if o.engine != nil {
+			e = o.engine(nodes)
+		}
+		nodes++
+		cfg.Chain, cfg.Local, cfg.Engine, cfg.Signer, cfg.Clock, cfg.Logger = mc, local, e, syncer.KeySigner{Key: signer}, clock, quiet
 		if cfg.Blobs == nil {
 			cfg.Blobs = syncer.KVBlobs{KV: local}
 		}
@@ -104,6 +125,11 @@ func newCNet(t *testing.T, extra string) *cnet {
 		f := &syncer.Fault{}
 		local, _ := store.OpenInMemory()
 		b := syncer.WithholdingBlobs{Blobs: syncer.KVBlobs{KV: local}, Fault: f}
+		for _, blob := range o.blobs {
+			if err := b.Put(ctx, wire.ContentHash(blob), blob); err != nil {
+				t.Fatal(err)
+			}
+		}
 		c.peers = append(c.peers, b)
 		c.faults = append(c.faults, f)
 		c.syncers = append(c.syncers, newNode(k, syncer.Config{Blobs: b, Fault: f}))
@@ -121,18 +147,27 @@ func newCNet(t *testing.T, extra string) *cnet {
 	for _, k := range c.tr {
 		c.faucet(k.DID.String(), "200000000000000000000")
 	}
+	arch, dh, weights := o.arch, o.datasetHash, o.weights
+	if arch == "" {
+		arch = `{"family":"timesfm","param_count":32,"modality":"Timeseries","fragment_count":2,
+ "dtype":"bf16","metadata":{"context_len":32,"horizon":8}}`
+	}
+	if dh == "" {
+		dh = "0xabab"
+	}
+	if weights == nil {
+		weights = initWeights(t, 2, 16)
+	}
 	raw := []byte(fmt.Sprintf(`{"task_id":%q,"sponsor_did":%q,"sponsor_address":"0x1111111111111111111111111111111111111111",
- "architecture":{"family":"timesfm","param_count":32,"modality":"Timeseries","fragment_count":2,
- "dtype":"bf16","metadata":{"context_len":32,"horizon":8}},"tier":"Open","aggregation":"Mean",
+ "architecture":%s,"tier":"Open","aggregation":"Mean",
  "trainer_count":2,"quorum":2,"inner_steps":24,"max_rounds":2,"grace_window_ms":30000,
- "reward_pool":"1000000000000000000000","dataset_ref":"ipfs://QmTest","dataset_hash":"0xabab",
+ "reward_pool":"1000000000000000000000","dataset_ref":"ipfs://QmTest","dataset_hash":%q,
  "min_throughput":null,"created_at":1761350400,
- "challenge_window_blocks":12,"vote_window_blocks":10,"challenge_bond":"100","syncer_slash":"5000bps"%s}`, c.task, c.sponsor.DID.String(), extra))
+ "challenge_window_blocks":12,"vote_window_blocks":10,"challenge_bond":"100","syncer_slash":"5000bps"%s}`, c.task, c.sponsor.DID.String(), arch, dh, extra))
 	canon, err := jcsOf(raw)
 	if err != nil {
 		t.Fatal(err)
 	}
-	weights := initWeights(t, 2, 16)
 	p := &wire.PostTaskParams{Spec: raw, InitWeights: weights}
 	p.Nonce, p.ChainID = c.n(), chain.ManualChainID
 	p.Signature = c.sponsor.Sign(p.Preimage(c.sponsor.DID.String(), wire.SpecHash(canon), wire.ContentHash(weights)))
@@ -219,13 +254,17 @@ func (c *cnet) submitRound() {
 	c.t.Helper()
 	r := c.run()
 	n := c.syncers[c.syncerIndex()]
-	for f := 0; f < 2; f++ {
+	for f := 0; f < len(r.Fragments); f++ {
 		w, err := n.GetWeights(c.ctx, wire.GetWeightsParams{TaskID: c.task, FragmentIndex: uint64(f)})
 		if err != nil {
 			c.t.Fatal(err)
 		}
 		for i, k := range c.tr {
-			payload := bindTo(c.t, scaledPayload(c.t, w.Payload, float32(i+1)+float32(r.Round)), c.task, k.DID.String(), r.Round, uint64(f))
+			scale := float32(i+1) + float32(r.Round)
+			if c.zeros[i] {
+				scale = 0
+			}
+			payload := bindTo(c.t, scaledPayload(c.t, w.Payload, scale), c.task, k.DID.String(), r.Round, uint64(f))
 			g := &wire.OuterGradient{ChainID: chain.ManualChainID, TaskID: c.task, TrainerDID: k.DID.String(), Round: r.Round, FragmentIndex: uint64(f),
 				GradientPayload: payload, PayloadHash: wire.ContentHash(payload)}
 			g.Signature = k.Sign(g.Preimage())

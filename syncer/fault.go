@@ -23,6 +23,10 @@ type Fault struct {
 	// WrongAggregate: the commit of (Round, Fragment) of any run carries a
 	// wrong aggregate hash (and so a wrong result hash).
 	WrongAggregate *FaultAt
+	// WrongScore: the commit of (Round, Fragment) of a scored run carries
+	// its first scored input's pay verdict inverted (the wrong score a
+	// syncer colluding with a free rider would commit).
+	WrongScore *FaultAt
 	// Withhold: once this node computed its commit of (Round, Fragment),
 	// before it sends it, the payloads the commit keeps are withheld:
 	// WithholdingBlobs answers "not found" for them (to peers, getPayload
@@ -67,6 +71,17 @@ func (f *Fault) withhold(hs ...wire.Hash) {
 // applyFault alters a computed commit as the node's Fault says.
 func (n *Node) applyFault(round uint64, c *computed) {
 	f := n.cfg.Fault
+	if f != nil && c.commit.Ticket == 0 && f.WrongScore.is(round, c.fragment) {
+		for j := range c.commit.Inputs {
+			if sc := c.commit.Inputs[j].Score; sc != nil && sc.Failed == "" {
+				wrong := *sc
+				wrong.Pass = !wrong.Pass
+				c.commit.Inputs[j].Score = &wrong
+				n.log.Warn("FAULT INJECTED: committing a wrong score", "round", round, "fragment", c.fragment, "trainer", c.commit.Inputs[j].TrainerDID)
+				break
+			}
+		}
+	}
 	if f == nil || c.commit.Ticket != 0 || !f.WrongAggregate.is(round, c.fragment) || c.commit.Status != wire.FragAggregated {
 		return
 	}

@@ -114,6 +114,8 @@ type Node struct {
 
 	w  worker
 	cw watchState
+	// corpora caches the parsed corpora of scored runs (score.go).
+	corpora corpusCache
 }
 
 var _ Service = (*Node)(nil)

@@ -223,6 +223,17 @@ func (n *Node) PostTask(ctx context.Context, p *wire.PostTaskParams) (*wire.Post
 	if err != nil {
 		return nil, machine.Errf(machine.KindInvalid, "%v", err)
 	}
+	scorer, err := resolveScorer(ctx, n.eng, spec)
+	if err != nil {
+		return nil, machine.Errf(machine.KindInvalid, "%v", err)
+	}
+	if scorer != nil {
+		if err := n.checkScoreCorpus(ctx, spec, p.ScoreCorpus); err != nil {
+			return nil, err
+		}
+	} else if len(p.ScoreCorpus) > 0 {
+		return nil, machine.Errf(machine.KindInvalid, "score_corpus given, but the spec does not score")
+	}
 	if _, _, err := n.load(ctx, spec.TaskID); err == nil {
 		return nil, machine.Errf(machine.KindConflict, "a run with task_id %q already exists", spec.TaskID)
 	} else if machine.KindOf(err) != machine.KindNotFound {
@@ -246,7 +257,7 @@ func (n *Node) PostTask(ctx context.Context, p *wire.PostTaskParams) (*wire.Post
 			return nil, fmt.Errorf("store the dataset key record of %s: %w", spec.TaskID, err)
 		}
 	}
-	tx := wire.PostTaskTx{Spec: canon, InitWeightsHash: wh, Init: layout, Rule: rule, Verifiers: verifiers, Outer: outer, Codec: codec, Signed: p.Signed}
+	tx := wire.PostTaskTx{Spec: canon, InitWeightsHash: wh, Init: layout, Rule: rule, Verifiers: verifiers, Outer: outer, Codec: codec, Scorer: scorer, Signed: p.Signed}
 	var res wire.PostTaskResult
 	h, err := n.broadcast(ctx, wire.TxPostTask, tx, &res)
 	if err != nil {

@@ -549,6 +549,12 @@ func TestCanonicalRoundCommitMatchesJCS(t *testing.T) {
 	odd.Fragments[3].RuleParams = nil
 	odd.Fragments[3].Inputs = append([]wire.CommitInput{}, odd.Fragments[3].Inputs...)
 	odd.Fragments[3].Inputs[0].Rejected = "norm > bound"
+	odd.Fragments[3].Scoring = &wire.CommitScoring{Evaluator: "TimesFMScore", Hash: wire.SHA256([]byte("e")), Params: json.RawMessage(`{"horizon":16, "context_len":64}`),
+		RateBps: 2500, Batch: 8, Seed: wire.SHA256([]byte("seed"))}
+	odd.Fragments[3].Inputs[1].Score = &wire.InputScore{OwnBefore: wire.F64Of(0.25), OwnAfter: wire.F64Of(-0.0), CtlBefore: 0x7ff8000000000001, CtlAfter: ^wire.F64(0), Pass: true}
+	if len(odd.Fragments[3].Inputs) > 2 {
+		odd.Fragments[3].Inputs[2].Score = &wire.InputScore{Failed: "out of fuel \"x\""}
+	}
 	cases := []wire.RoundCommit{s.in.Rounds[0], s.in.Rounds[2], odd, {}}
 	for _, fuel := range []uint64{0, 1 << 53, 1<<53 + 1, 1 << 60, ^uint64(0)} {
 		c := s.in.Rounds[1]

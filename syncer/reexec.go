@@ -97,6 +97,10 @@ func loadReexecJob(ctx context.Context, v machine.View, task string, round uint6
 	// weights_before; the momentum is the chain's at the commit).
 	fs.WeightsHash, fs.MomentumHash = rec.Commit.WeightsBefore, rec.MomentumBefore
 	fs.Records, fs.Closed, fs.Commit = nil, false, nil
+	if sc := rec.Commit.Scoring; sc != nil { // the seed the chain had drawn for the commit
+		seed := sc.Seed
+		fs.ScoreSeed = &seed
+	}
 	recs := map[string]machine.Record{}
 	err = v.KV.Scan(ctx, machine.KSTranscript, machine.RecordPrefix(task, round, f), func(_, raw []byte) error {
 		var x machine.Record

@@ -391,6 +391,30 @@ type snapshot struct {
 	// store: the new weights and momentum go to the blob store as they
 	// are hashed (the syncer's commits; a re-execution only hashes them).
 	store bool
+	// shards are the trainers' data shards as the round started (a
+	// trainer who left since has none in the run): what scoring draws
+	// own and control batches from. Nil: the run's current shards.
+	shards map[string][]int
+}
+
+// shardsOf is a trainer's shards as the round started.
+func (s *snapshot) shardsOf(did string) []int {
+	if sh, ok := s.shards[did]; ok {
+		return sh
+	}
+	if t := s.r.Trainer(did); t != nil {
+		return t.Shards
+	}
+	return nil
+}
+
+// roundShards maps each trainer of run r as round started to its shards.
+func roundShards(r *machine.Run) map[string][]int {
+	m := make(map[string][]int, len(r.Trainers))
+	for _, t := range r.Trainers {
+		m[t.DID] = t.Shards
+	}
+	return m
 }
 
 // fetchPatient says whether, at block time t, the syncer in slot k (its
@@ -516,9 +540,19 @@ func (n *Node) snapshot(ctx context.Context, task string) (*snapshot, error) {
 		}
 		s = &snapshot{r: r, blk: v.Block, ticket: k, records: map[int]map[string]machine.Record{}, claims: map[int][]machine.Claim{},
 			patient: fetchPatient(r, r.SlotOf(k), v.Block.TimeMs), store: true}
+		if r.Scorer != nil {
+			// Score batches come from the shards as the round started
+			// (re-execution reads the run as it started).
+			if sr, err := machine.RoundStart(ctx, v.KV, task, r.Round); err == nil {
+				s.shards = roundShards(sr)
+			}
+		}
 		for i, fs := range r.Fragments {
 			if !r.Due(fs, v.Block.TimeMs) {
 				continue
+			}
+			if r.Scorer != nil && fs.ScoreSeed == nil {
+				continue // the chain draws the scoring seed at the next block
 			}
 			s.due = append(s.due, i)
 			recs := map[string]machine.Record{}
@@ -646,6 +680,11 @@ func (n *Node) computeCommit(ctx context.Context, s *snapshot, i int) (*computed
 		fc.Inputs[k].Selected = out.Selected[j]
 	}
 	fc.Status, fc.Reason, fc.AggregateHash = out.Status, out.Reason, out.AggregateHash
+	// Scores (score.go): after the copy rule, the verifiers and the
+	// aggregation, of the kept inputs the chain's draw picked.
+	if err := n.scoreInputs(ctx, s, i, fc, values, idx); err != nil {
+		return nil, err
+	}
 	c.commit = *fc
 	return c, nil
 }

@@ -79,6 +79,11 @@ type PostTaskParams struct {
 	// The broker seals it like a key of its own; without it the broker makes
 	// one. Refused in other tiers. Not part of the signed preimage (PROTOCOL §5).
 	DatasetKey []byte `json:"dataset_key,omitempty"`
+	// ScoreCorpus is the CSV corpus a scored spec names by content hash
+	// (scoring.corpus), inline (base64) for a node that does not take the
+	// sponsor's PUT /blobs upload; absent when the node holds it already.
+	// Not part of the signed preimage: the signed spec names its hash.
+	ScoreCorpus []byte `json:"score_corpus,omitempty"`
 	Signed
 }
 

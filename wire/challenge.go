@@ -29,8 +29,13 @@ const (
 //	for each input in commit order: U64(selected ? 1 : 0) ‖
 //	  (copy_of set ? U64(2) ‖ Str(copy_of) : U64(rejected ? 1 : 0)) ‖
 //	Hash(aggregate_hash) ‖ Hash(weights_after) ‖ Hash(momentum_after) ‖ U64(fuel)
+//	[scored commits (scoring set): ‖ Str("scoring") ‖ for each input in commit order:
+//	   U64(0) no score | U64(2) evaluator failed |
+//	   U64(1) ‖ U64(own_before bits) ‖ U64(own_after) ‖ U64(ctl_before) ‖ U64(ctl_after) ‖ U64(pass)]
 //
-// (A commit without copy verdicts hashes as before the copy rule existed.)
+// (A commit without copy verdicts hashes as before the copy rule existed;
+// one without scoring as before scores existed. The scoring header itself
+// — evaluator, rate, seed — is fixed by the chain and not hashed.)
 // A rejection counts as a flag, not by its reason (a reason names the
 // node's own error text); the inputs themselves (DIDs, payload hashes), the
 // rule, the weights before and the syncer are fixed by the chain, not
@@ -45,7 +50,22 @@ func FragmentResultHash(fc *FragmentCommit) Hash {
 		}
 		c.U64(b2u(in.Rejected != ""))
 	}
-	return c.Hash(fc.AggregateHash).Hash(fc.WeightsAfter).Hash(fc.MomentumAfter).U64(fc.Fuel).Sum()
+	c.Hash(fc.AggregateHash).Hash(fc.WeightsAfter).Hash(fc.MomentumAfter).U64(fc.Fuel)
+	if fc.Scoring != nil { // scored commits only: unscored ones hash as before
+		c.Str("scoring")
+		for _, in := range fc.Inputs {
+			s := in.Score
+			switch {
+			case s == nil:
+				c.U64(0)
+			case s.Failed != "":
+				c.U64(2)
+			default:
+				c.U64(1).U64(uint64(s.OwnBefore)).U64(uint64(s.OwnAfter)).U64(uint64(s.CtlBefore)).U64(uint64(s.CtlAfter)).U64(b2u(s.Pass))
+			}
+		}
+	}
+	return c.Sum()
 }
 
 func b2u(b bool) uint64 {

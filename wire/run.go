@@ -124,6 +124,9 @@ type CommitInput struct {
 	// same block: neither is paid, neither is slashed. One naming an input
 	// recorded in an earlier block is slashed copies.slash_bps.
 	CopyOf string `json:"copy_of,omitempty"`
+	// Score is the input's score when the run is scored, the input kept
+	// and drawn for scoring (ScoreSampled); absent otherwise.
+	Score *InputScore `json:"score,omitempty"`
 }
 
 // FragmentCommit is the transcript entry of one fragment in one round.
@@ -148,6 +151,10 @@ type FragmentCommit struct {
 	// Codec is the decode plugin that turned each input's payload into the
 	// values aggregated (absent for uncompressed runs; compression.md).
 	Codec *CodecRef `json:"codec,omitempty"`
+	// Scoring is the evaluator and randomness of a scored run's aggregated
+	// commit (absent for unscored runs and for commits that aggregate
+	// nothing).
+	Scoring *CommitScoring `json:"scoring,omitempty"`
 	// Syncer is the DID that committed this fragment and Ticket its index in
 	// the run's election succession (0 = the winner): a receipt's syncers
 	// list names each with its election proof (PROTOCOL §8).

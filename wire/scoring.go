@@ -43,6 +43,11 @@ type Scoring struct {
 	RateBps int
 	// Batch is the windows of the own-shard batch and of the control batch.
 	Batch int
+	// Corpus is the content hash (BLAKE3) of the CSV corpus the evaluator
+	// draws its windows from: the training dataset's bytes, whose
+	// dataset_hash the node checks at posting (scoring.md §6). Zero when
+	// the field is absent (the posting is then refused).
+	Corpus Hash
 }
 
 type scoringJSON struct {
@@ -50,6 +55,7 @@ type scoringJSON struct {
 	Params    json.RawMessage `json:"params"`
 	RateBps   *int            `json:"rate_bps"`
 	Batch     *int            `json:"batch"`
+	Corpus    *string         `json:"corpus"`
 }
 
 var (
@@ -95,7 +101,7 @@ func ParseScoring(raw []byte) (*Scoring, error) {
 		return nil, errors.New(`"evaluator" is required`)
 	}
 	if *j.Evaluator == EvaluatorNone {
-		if j.Params != nil || j.RateBps != nil || j.Batch != nil {
+		if j.Params != nil || j.RateBps != nil || j.Batch != nil || j.Corpus != nil {
 			return nil, errors.New(`evaluator "none" takes no other keys`)
 		}
 		return nil, nil
@@ -115,6 +121,13 @@ func ParseScoring(raw []byte) (*Scoring, error) {
 			return nil, fmt.Errorf("batch is %d, want 1..%d windows", *j.Batch, MaxScoringBatch)
 		}
 		c.Batch = *j.Batch
+	}
+	if j.Corpus != nil {
+		h, err := ParseHash(*j.Corpus)
+		if err != nil || h.IsZero() {
+			return nil, fmt.Errorf("corpus %q: want the 64-hex content hash of the corpus file", trunc(*j.Corpus))
+		}
+		c.Corpus = h
 	}
 	params, err := scoringParams(j.Params)
 	if err != nil {

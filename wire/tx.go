@@ -102,6 +102,9 @@ type PostTaskTx struct {
 	Verifiers       []RuleRef       `json:"verifiers"`
 	Outer           RuleRef         `json:"outer"`
 	Codec           *RuleRef        `json:"codec,omitempty"`
+	// Scorer is the resolved evaluator of a spec with scoring (absent
+	// otherwise).
+	Scorer *RuleRef `json:"scorer,omitempty"`
 	Signed
 }
 

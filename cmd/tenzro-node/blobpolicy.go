@@ -224,6 +224,12 @@ func (p *blobPolicy) references(ctx context.Context) (keep, final map[wire.Hash]
 		for _, f := range run.Fragments {
 			keep[f.WeightsHash] = true
 		}
+		var spec wire.TaskSpec
+		if json.Unmarshal(run.TaskSpec, &spec) == nil {
+			if sc, err := spec.ScoringRef(); err == nil && sc != nil {
+				keep[sc.Corpus] = true // the evaluator's corpus, for every commit and re-execution
+			}
+		}
 		tr, err := p.svc.GetTranscript(ctx, rs.TaskID)
 		if err != nil {
 			return nil, nil, fmt.Errorf("blob collector: transcript of %s: %w", rs.TaskID, err)

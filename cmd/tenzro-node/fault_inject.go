@@ -18,12 +18,13 @@ import (
 
 func addFaultFlags(f *pflag.FlagSet) {
 	f.String("fault-wrong-aggregate", "", "TEST BUILD ONLY: as syncer, commit a wrong aggregate hash for ROUND:FRAGMENT of every run")
+	f.String("fault-wrong-score", "", "TEST BUILD ONLY: as syncer, commit an inverted pay verdict on the first scored input of ROUND:FRAGMENT of every scored run")
 	f.String("fault-withhold", "", "TEST BUILD ONLY: as syncer, withhold the payloads of ROUND:FRAGMENT once committed")
 }
 
 func faultFromFlags(fs *pflag.FlagSet) (*syncer.Fault, error) {
 	var out *syncer.Fault
-	for _, name := range []string{"fault-wrong-aggregate", "fault-withhold"} {
+	for _, name := range []string{"fault-wrong-aggregate", "fault-withhold", "fault-wrong-score"} {
 		v, _ := fs.GetString(name)
 		if v == "" {
 			continue
@@ -35,9 +36,12 @@ func faultFromFlags(fs *pflag.FlagSet) (*syncer.Fault, error) {
 		if out == nil {
 			out = &syncer.Fault{}
 		}
-		if name == "fault-wrong-aggregate" {
+		switch name {
+		case "fault-wrong-aggregate":
 			out.WrongAggregate = at
-		} else {
+		case "fault-wrong-score":
+			out.WrongScore = at
+		default:
 			out.Withhold = at
 		}
 	}

@@ -49,7 +49,44 @@ func replayFragment(cmd *cobra.Command, task string, round, fragment uint64, loc
 	}
 	fmt.Fprintf(errw, "round %d fragment %d of %s: result %s, committed %s: %s (re-executed in %d ms)\n",
 		res.Round, res.Fragment, res.TaskID, res.Result, res.Committed, verdict, res.ElapsedMs)
+	if res.Commit != nil {
+		printInputs(errw, res.Commit)
+	}
 	return nil
+}
+
+// printInputs writes each input of a recomputed commit: its verdict, its
+// score when the run scores it (own and control loss change, before →
+// after), and whether it is paid (docs/protocol/scoring.md §8).
+func printInputs(w io.Writer, fc *wire.FragmentCommit) {
+	if fc.Scoring != nil {
+		fmt.Fprintf(w, "scoring: %s (sha256:%s) at %d bps, batches of %d, seed %s\n", fc.Scoring.Evaluator, fc.Scoring.Hash, fc.Scoring.RateBps, fc.Scoring.Batch, fc.Scoring.Seed)
+	} else {
+		fmt.Fprintf(w, "scoring: off (the run has no evaluator, or the commit aggregated nothing)\n")
+	}
+	for _, in := range fc.Inputs {
+		sel := ""
+		if in.Selected {
+			sel = ", selected"
+		}
+		switch sc := in.Score; {
+		case in.CopyOf != "":
+			fmt.Fprintf(w, "  %s: copy of %s — paid no\n", in.TrainerDID, in.CopyOf)
+		case in.Rejected != "":
+			fmt.Fprintf(w, "  %s: rejected (%s) — paid no\n", in.TrainerDID, in.Rejected)
+		case sc == nil:
+			fmt.Fprintf(w, "  %s: kept%s, not scored — paid yes\n", in.TrainerDID, sel)
+		case sc.Failed != "":
+			fmt.Fprintf(w, "  %s: kept%s, evaluator failed (%s) — paid no, no penalty\n", in.TrainerDID, sel, sc.Failed)
+		default:
+			paid := "paid yes"
+			if !sc.Pass {
+				paid = "paid no, failed check (forfeit)"
+			}
+			fmt.Fprintf(w, "  %s: kept%s, own Δ %.6g (%.9g → %.9g), control Δ %.6g (%.9g → %.9g) — %s\n", in.TrainerDID, sel,
+				sc.OwnDelta(), sc.OwnBefore.Float(), sc.OwnAfter.Float(), sc.CtlDelta(), sc.CtlBefore.Float(), sc.CtlAfter.Float(), paid)
+		}
+	}
 }
 
 func newChallengeCmd() *cobra.Command {

@@ -35,9 +35,9 @@ watching a run (get-run, finalize-round).`,
 }
 
 func newPostTaskCmd() *cobra.Command {
-	var specPath, weightsPath, keyPath, datasetKeyPath string
+	var specPath, weightsPath, keyPath, datasetKeyPath, corpusPath string
 	c := &cobra.Command{
-		Use:   "post-task --spec FILE [--init-weights FILE] [--dataset-key FILE] [--key FILE]",
+		Use:   "post-task --spec FILE [--init-weights FILE] [--dataset-key FILE] [--corpus FILE] [--key FILE]",
 		Short: "Post a training task spec and escrow its reward pool",
 		Long: `Post a TrainingTaskSpec (the seed's JSON, accepted verbatim, plus the optional
 fields aggregation, verification, outer_optimizer, slashing, …). The request is
@@ -86,6 +86,19 @@ ipfs:// CID.`,
 					return err
 				}
 			}
+			var corpus *blobFile
+			if corpusPath != "" {
+				sc, err := spec.ScoringRef()
+				if err != nil || sc == nil {
+					return usagef("--corpus: the spec does not score (no scoring field): %v", err)
+				}
+				if corpus, err = hashBlobFile("corpus", corpusPath, maxPayloadFile); err != nil {
+					return err
+				}
+				if corpus.hash != sc.Corpus {
+					return usagef("--corpus %s hashes to %s, the spec's scoring.corpus is %s", corpusPath, corpus.hash, sc.Corpus)
+				}
+			}
 			p.Signature = key.Sign(p.Preimage(key.DID.String(), wire.SpecHash(canon), p.InitWeightsHash))
 			c := nodeClient(cmd)
 			if weights != nil {
@@ -95,6 +108,12 @@ ipfs:// CID.`,
 				}
 				if p.InitWeights != nil {
 					p.InitWeightsHash = wire.Hash{}
+				}
+			}
+			if corpus != nil {
+				// The evaluator's corpus: streamed with PUT /blobs first; inline otherwise.
+				if p.ScoreCorpus, err = corpus.send(cmd.Context(), c, key, ""); err != nil {
+					return err
 				}
 			}
 			res, err := c.PostTask(cmd.Context(), p)
@@ -114,6 +133,7 @@ ipfs:// CID.`,
 	c.Flags().StringVar(&specPath, "spec", "", "task spec JSON file")
 	c.Flags().StringVar(&weightsPath, "init-weights", "", "initial weights (safetensors)")
 	c.Flags().StringVar(&datasetKeyPath, "dataset-key", "", "Confidential tier: your own dataset key (file of 64 hex digits)")
+	c.Flags().StringVar(&corpusPath, "corpus", "", "a scored spec's CSV corpus (its content hash is the spec's scoring.corpus; sent to the node before the posting)")
 	c.Flags().StringVar(&keyPath, "key", "", "sponsor key file (default $TENZRO_KEY, then ~/.tenzro/key.json)")
 	_ = c.MarkFlagRequired("spec")
 	return c

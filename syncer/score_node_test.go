@@ -1,0 +1,222 @@
+package syncer_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"math"
+	"math/big"
+	"os"
+	"strings"
+	"testing"
+
+	"github.com/tenzro/train/audit"
+	"github.com/tenzro/train/dataset"
+	"github.com/tenzro/train/plugins"
+	"github.com/tenzro/train/syncer"
+	"github.com/tenzro/train/wire"
+	"github.com/tenzro/train/wire/safetensors"
+)
+
+// scoreCorpusCSV is a small CSV corpus: three series of 120 points (96
+// training points each, 74 windows of 23 points per series).
+func scoreCorpusCSV() []byte {
+	var b bytes.Buffer
+	b.WriteString("a,b,c\n")
+	for k := 0; k < 120; k++ {
+		x := float64(k)
+		fmt.Fprintf(&b, "%.6f,%.6f,%.6f\n", math.Sin(x/5), 0.01*x+math.Cos(x/3), math.Sin(x/7)*math.Cos(x/11))
+	}
+	return b.Bytes()
+}
+
+// newScoredCNet is the challenge network (2 syncer candidates, 4
+// validators, the first watching, 2 trainers) running a scored run: the
+// TimesFM-class "odd" model of plugins/testdata/score, every input scored
+// (rate 10000) by TimesFMScore on batches of 4 windows of a CSV corpus.
+// Every node has its own plugin engine; validator 1's runs wazero's
+// interpreter.
+func newScoredCNet(t *testing.T) *cnet {
+	t.Helper()
+	ctx := context.Background()
+	model, err := os.ReadFile("../plugins/testdata/score/odd/model.safetensors")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts, _, err := safetensors.Parse(model, safetensors.DefaultLimits)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var n int64
+	for _, x := range ts {
+		k := int64(1)
+		for _, d := range x.Shape {
+			k *= d
+		}
+		n += k
+	}
+	var engines [2]*plugins.Engine
+	corpus := scoreCorpusCSV()
+	dh, err := dataset.CorpusHashCSV(bytes.NewReader(corpus))
+	if err != nil {
+		t.Fatal(err)
+	}
+	params := `{"context_len":20,"horizon":3,"patch_len":5,"d_model":12,"n_layers":2,"n_heads":3,"d_ff":10}`
+	arch := fmt.Sprintf(`{"family":"timesfm","param_count":%d,"modality":"Timeseries","fragment_count":2,"dtype":"f32","metadata":%s}`, n, params)
+	extra := fmt.Sprintf(`,"scoring":{"evaluator":"TimesFMScore","params":%s,"rate_bps":10000,"batch":4,"corpus":%q}`, params, wire.ContentHash(corpus).String())
+	return newCNetWith(t, cnetOpts{extra: extra, arch: arch, datasetHash: "0x" + fmt.Sprintf("%x", dh[:]), weights: model, blobs: [][]byte{corpus},
+		engine: func(node int) syncer.Engine {
+			// nodes: 2 syncers, then 4 validators; validator 1 runs its own
+			// engine on wazero's interpreter, the others share one compiled.
+			i := 0
+			if node == 3 {
+				i = 1
+			}
+			if engines[i] == nil {
+				e, err := plugins.NewEngine(ctx, plugins.Config{Interpreter: i == 1})
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { e.Close(ctx) })
+				engines[i] = e
+			}
+			return engines[i]
+		}})
+}
+
+// checkScores checks every score of a transcript: a scored aggregated
+// commit scores every kept input (rate 1), each pass verdict is the pay
+// rule on its losses, and the all-zero gradient's step changes nothing.
+func checkScores(t *testing.T, tr []wire.RoundCommit, zero string) {
+	t.Helper()
+	for _, rc := range tr {
+		for _, fc := range rc.Fragments {
+			if fc.Status != wire.FragAggregated {
+				continue
+			}
+			if fc.Scoring == nil || fc.Scoring.Evaluator != "TimesFMScore" || fc.Scoring.Seed.IsZero() {
+				t.Fatalf("round %d fragment %d: scoring %+v", rc.Round, fc.Fragment, fc.Scoring)
+			}
+			for _, in := range fc.Inputs {
+				s := in.Score
+				if s == nil || s.Failed != "" {
+					t.Fatalf("round %d fragment %d %s: score %+v", rc.Round, fc.Fragment, in.TrainerDID, s)
+				}
+				if s.Pass != wire.ScorePasses(s.OwnBefore.Float(), s.OwnAfter.Float(), s.CtlBefore.Float(), s.CtlAfter.Float()) {
+					t.Fatalf("round %d fragment %d %s: pass %v disagrees with the losses %+v", rc.Round, fc.Fragment, in.TrainerDID, s.Pass, s)
+				}
+				if in.TrainerDID == zero && (s.OwnBefore != s.OwnAfter || s.CtlBefore != s.CtlAfter || s.Pass) {
+					t.Fatalf("round %d fragment %d: the zero gradient scored %+v", rc.Round, fc.Fragment, s)
+				}
+				if math.IsNaN(s.OwnBefore.Float()) || s.OwnBefore.Float() <= 0 {
+					t.Fatalf("loss before %v", s.OwnBefore.Float())
+				}
+			}
+		}
+	}
+}
+
+// TestScoredRunWrongScoreChallenged: in a scored run where trainer 1 is a
+// free rider (all-zero gradients), the elected syncer commits fragment 0
+// of round 0 with a pay verdict inverted. The watcher re-executes — the
+// scores are in FragmentResultHash — and challenges; two validators on
+// different wazero engines compute the same result hash (and agree with
+// the honest fragment 1 commit bit for bit); the challenge is upheld, the
+// syncer slashed, the round redone with a fresh scoring seed, and the run
+// seals with the free rider unpaid and its failed checks counted.
+func TestScoredRunWrongScoreChallenged(t *testing.T) {
+	c := newScoredCNet(t)
+	c.zeros = map[int]bool{1: true}
+	zero := c.tr[1].DID.String()
+	bad := c.syncerIndex()
+	c.faults[bad].WrongScore = &syncer.FaultAt{Round: 0, Fragment: 0}
+	c.submitRound()
+	// Every record is in: the last fragment is due, but not committed
+	// before the chain drew its scoring seed at the next block.
+	c.tickSyncers()
+	if r := c.run(); r.Round != 0 || r.Fragments[1].Committed {
+		t.Fatalf("committed before the scoring seed existed: %+v", r.Fragments)
+	}
+	c.block()
+	c.tickSyncers()
+	if r := c.run(); r.Round != 1 {
+		t.Fatalf("round %d after the commits, want 1", r.Round)
+	}
+	tr, err := c.syncers[0].GetTranscript(c.ctx, c.task)
+	if err != nil {
+		t.Fatal(err)
+	}
+	committed := tr[0].Fragments[0]
+	if committed.Inputs[0].Score == nil {
+		t.Fatalf("no score in the commit: %+v", committed.Inputs)
+	}
+	stake0 := c.stake(bad)
+	// Two validators, compiler and interpreter, re-score the honest
+	// fragment 1 commit bit for bit and agree with it.
+	for _, v := range []int{1, 2} {
+		re, err := c.vals[v].Reexecute(c.ctx, c.task, 0, 1)
+		if err != nil || !re.Agrees() {
+			t.Fatalf("validator %d re-executing the honest scored commit: %+v %v", v, re, err)
+		}
+		if re.Commit.Inputs[0].Score == nil || *re.Commit.Inputs[0].Score != *tr[0].Fragments[1].Inputs[0].Score {
+			t.Fatalf("validator %d re-scored %+v, the commit has %+v", v, re.Commit.Inputs[0].Score, tr[0].Fragments[1].Inputs[0].Score)
+		}
+	}
+	// The watcher re-executes: fragment 0's wrong verdict is challenged.
+	if err := c.vals[0].Tick(c.ctx); err != nil {
+		t.Fatal(err)
+	}
+	chs := c.challenges()
+	if len(chs) != 1 || chs[0].Round != 0 || chs[0].Fragment != 0 || chs[0].Syncer != c.cands[bad].DID.String() {
+		t.Fatalf("challenges after the watcher: %+v", chs)
+	}
+	r1, err1 := c.vals[1].Reexecute(c.ctx, c.task, 0, 0)
+	r2, err2 := c.vals[3].Reexecute(c.ctx, c.task, 0, 0)
+	if err1 != nil || err2 != nil || r1.Agrees() || r1.Result != chs[0].Claimed || r2.Result != r1.Result {
+		t.Fatalf("validators' re-executions: %+v %v / %+v %v, claimed %s", r1, err1, r2, err2, chs[0].Claimed)
+	}
+	c.tickVals()
+	ch := c.challenges()[0]
+	if ch.Outcome != wire.ChallengeUpheld {
+		t.Fatalf("after the votes: %s with %d votes", ch.Outcome, len(ch.Votes))
+	}
+	if got := c.stake(bad); new(big.Int).Sub(stake0, got).String() != ch.SyncerSlashed || ch.SyncerSlashed == "0" {
+		t.Fatalf("syncer stake %s → %s, slashed %s", stake0, got, ch.SyncerSlashed)
+	}
+	if r := c.run(); r.Round != 0 || c.ticketOf[r.Syncer] == bad {
+		t.Fatalf("after the rollback: round %d, syncer %s", r.Round, r.Syncer)
+	}
+	rc := c.untilSealed()
+	raw, _ := json.Marshal(rc)
+	if err := audit.CheckReceipt(raw, nil); err != nil {
+		t.Fatalf("receipt: %v", err)
+	}
+	final, err := c.syncers[0].GetTranscript(c.ctx, c.task)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkScores(t, final, zero)
+	if final[0].Fragments[0].Scoring.Seed == committed.Scoring.Seed {
+		t.Fatal("the redone fragment kept the rolled-back commit's scoring seed")
+	}
+	for _, p := range rc.Rewards {
+		if p.DID == zero && (p.Reward != "0" || p.WeightSum != "0") {
+			t.Fatalf("the free rider was paid %s (weight %s)", p.Reward, p.WeightSum)
+		}
+	}
+	if !strings.Contains(string(c.transcriptBlob(rc)), `"score":{"ctl_after":"`) {
+		t.Fatal("the receipt's transcript does not carry the scores")
+	}
+}
+
+func (c *cnet) transcriptBlob(rc *wire.Receipt) []byte {
+	c.t.Helper()
+	var nodes []*syncer.Node
+	nodes = append(append(nodes, c.syncers...), c.vals...)
+	b, err := anySource(nodes).GetPayload(c.ctx, rc.TranscriptHash)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	return b
+}

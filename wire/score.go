@@ -1,0 +1,125 @@
+package wire
+
+import (
+	"encoding/json"
+	"fmt"
+	"math"
+	"regexp"
+	"strconv"
+)
+
+// Scores in fragment commits (docs/protocol/scoring.md §6–§8, issue 23
+// items 2–4). A scored run's fragment commit carries the evaluator and the
+// chain randomness its batches came from (CommitScoring), and every sampled
+// kept input its four losses (InputScore). They enter FragmentResultHash,
+// so re-executing a commit re-scores it and a wrong score is challenged
+// like a wrong aggregate.
+
+// Domains of the scoring preimages.
+const (
+	// DomainScoreSeed derives a fragment's scoring randomness from the
+	// block at which the chain recorded it.
+	DomainScoreSeed = "tenzro/train/score-seed/v1"
+	// DomainScoreSample draws whether a (trainer, round, fragment) triple
+	// is scored.
+	DomainScoreSample = "tenzro/train/score-sample/v1"
+)
+
+// F64 is an IEEE-754 binary64 value carried exactly: in JSON, its 64 bits
+// as 16 lower-case hex digits ("3ff0000000000000" is 1.0). A decimal would
+// need a round-trip rule per language; the bits are the value.
+type F64 uint64
+
+// F64Of is x's bits.
+func F64Of(x float64) F64 { return F64(math.Float64bits(x)) }
+
+// Float is the value.
+func (f F64) Float() float64 { return math.Float64frombits(uint64(f)) }
+
+var f64Re = regexp.MustCompile(`^"[0-9a-f]{16}"$`)
+
+// MarshalJSON writes the 16 hex digits.
+func (f F64) MarshalJSON() ([]byte, error) {
+	return []byte(fmt.Sprintf(`"%016x"`, uint64(f))), nil
+}
+
+// UnmarshalJSON reads exactly 16 lower-case hex digits.
+func (f *F64) UnmarshalJSON(b []byte) error {
+	if !f64Re.Match(b) {
+		return fmt.Errorf("f64: want a string of 16 lower-case hex digits (the IEEE-754 bits), got %s", trunc(string(b)))
+	}
+	v, err := strconv.ParseUint(string(b[1:17]), 16, 64)
+	if err != nil {
+		return fmt.Errorf("f64: %w", err)
+	}
+	*f = F64(v)
+	return nil
+}
+
+// CommitScoring is a scored run's scoring header in a fragment commit: the
+// evaluator (name, module hash, canonical parameters), the sampling rate
+// and batch size of the spec, and the fragment's scoring seed (the chain's
+// randomness, RunFragment.ScoreSeed). All of it is fixed by the chain (the
+// commit is refused otherwise), so only the inputs' scores are computed.
+type CommitScoring struct {
+	Evaluator string          `json:"evaluator"`
+	Hash      Hash            `json:"hash"`
+	Params    json.RawMessage `json:"params"`
+	RateBps   int             `json:"rate_bps"`
+	Batch     int             `json:"batch"`
+	Seed      Hash            `json:"seed"`
+}
+
+// InputScore is one sampled kept input's score: the loss of the model at
+// the round's start weights (before) and after the input is applied as the
+// outer step would (after), on the trainer's own-shard batch and on the
+// control batch. Pass is the pay rule's verdict, s_own = own_before −
+// own_after > 0 and s_own > s_ctl = ctl_before − ctl_after (IEEE f64, NaN
+// fails). Failed, when set, says why the evaluator could not score the
+// input (a deterministic failure of the run's evaluator, not of the input:
+// the losses are then zero and the input is neither paid nor penalized).
+type InputScore struct {
+	OwnBefore F64    `json:"own_before"`
+	OwnAfter  F64    `json:"own_after"`
+	CtlBefore F64    `json:"ctl_before"`
+	CtlAfter  F64    `json:"ctl_after"`
+	Pass      bool   `json:"pass"`
+	Failed    string `json:"failed,omitempty"`
+}
+
+// OwnDelta is s_own = own_before − own_after.
+func (s *InputScore) OwnDelta() float64 { return s.OwnBefore.Float() - s.OwnAfter.Float() }
+
+// CtlDelta is s_ctl = ctl_before − ctl_after.
+func (s *InputScore) CtlDelta() float64 { return s.CtlBefore.Float() - s.CtlAfter.Float() }
+
+// ScorePasses is the pay rule on a score's losses: the own-shard loss
+// falls (s_own > 0) and by more than the control's (s_own > s_ctl). NaN
+// anywhere fails.
+func ScorePasses(ownBefore, ownAfter, ctlBefore, ctlAfter float64) bool {
+	own, ctl := ownBefore-ownAfter, ctlBefore-ctlAfter
+	return own > 0 && own > ctl
+}
+
+// ScoreSeed is the scoring randomness of fragment f of round of task,
+// recorded at the first block (height, hash) at which the fragment is due:
+// SHA-256(Str(DomainScoreSeed) ‖ Bytes(block hash) ‖ U64(height) ‖
+// Str(task) ‖ U64(round) ‖ U64(fragment)). An empty block hash (a chain
+// that gives none) still yields a value fixed by the height.
+func ScoreSeed(blockHash []byte, height int64, task string, round, fragment uint64) Hash {
+	return NewCanon(DomainScoreSeed).Bytes(blockHash).U64(uint64(height)).Str(task).U64(round).U64(fragment).Sum()
+}
+
+// ScoreSampled says whether trainer's input of (task, round, fragment) is
+// scored at rateBps: u = the first 8 bytes (big-endian) of
+// SHA-256(Str(DomainScoreSample) ‖ Hash(seed) ‖ Str(task) ‖ U64(round) ‖
+// U64(fragment) ‖ Str(trainer)), scored iff u mod 10000 < rateBps. (The
+// modulo bias, 2^64 mod 10^4 over 2^64, is below 10^-15.)
+func ScoreSampled(seed Hash, task string, round, fragment uint64, trainer string, rateBps int) bool {
+	if rateBps >= 10000 {
+		return true
+	}
+	h := NewCanon(DomainScoreSample).Hash(seed).Str(task).U64(round).U64(fragment).Str(trainer).Sum()
+	u := uint64(h[0])<<56 | uint64(h[1])<<48 | uint64(h[2])<<40 | uint64(h[3])<<32 | uint64(h[4])<<24 | uint64(h[5])<<16 | uint64(h[6])<<8 | uint64(h[7])
+	return int(u%10000) < rateBps
+}

@@ -1,0 +1,156 @@
+package wire_test
+
+import (
+	"encoding/json"
+	"math"
+	"testing"
+
+	"github.com/tenzro/train/wire"
+)
+
+// Vectors of docs/protocol/scoring.md §7.
+const (
+	// vecScoredResultHash is FragmentResultHash of vecCommit scored:
+	// did:a scored (losses 0.5, 0.25, 0.5, 0.375: s_own 0.25 > s_ctl
+	// 0.125, pass), did:b's evaluator failed, did:c rejected (no score).
+	vecScoredResultHash = "a6d13bfdfbfeaaf057579053dfa193f37af64471b08f642e7b523392cd5f6690"
+	// vecScoreSeed is ScoreSeed(SHA-256("block"), 17, "run-1", 2, 1).
+	vecScoreSeed = "c939eca85873d8b7e7b6fc83704be403211e7bcc3f553e4001824057877d21a5"
+)
+
+func scoredCommit() *wire.FragmentCommit {
+	c := vecCommit()
+	c.Scoring = &wire.CommitScoring{Evaluator: "TimesFMScore", Hash: wire.SHA256([]byte("evaluator")), Params: json.RawMessage(`{}`), RateBps: 10000, Batch: 8,
+		Seed: wire.SHA256([]byte("seed"))}
+	c.Inputs[0].Score = &wire.InputScore{OwnBefore: wire.F64Of(0.5), OwnAfter: wire.F64Of(0.25), CtlBefore: wire.F64Of(0.5), CtlAfter: wire.F64Of(0.375), Pass: true}
+	c.Inputs[1].Score = &wire.InputScore{Failed: "out of fuel"}
+	return c
+}
+
+func TestFragmentResultHashScores(t *testing.T) {
+	if got := wire.FragmentResultHash(vecCommit()).String(); got != vecResultHash {
+		t.Fatalf("an unscored commit changed its hash: %s", got)
+	}
+	c := scoredCommit()
+	res := wire.FragmentResultHash(c)
+	if res.String() != vecScoredResultHash {
+		t.Errorf("FragmentResultHash of the scored commit = %s, want %s", res, vecScoredResultHash)
+	}
+	// The chain fixes the header and the failure's text: not hashed.
+	c2 := scoredCommit()
+	c2.Scoring.Seed, c2.Scoring.Evaluator, c2.Inputs[1].Score.Failed = wire.Hash{}, "X", "another reason"
+	if wire.FragmentResultHash(c2) != res {
+		t.Error("FragmentResultHash depends on a scoring field that re-execution does not compute")
+	}
+	for i, mut := range []func(*wire.FragmentCommit){
+		func(c *wire.FragmentCommit) { c.Inputs[0].Score.Pass = false },
+		func(c *wire.FragmentCommit) { c.Inputs[0].Score.OwnBefore++ },
+		func(c *wire.FragmentCommit) { c.Inputs[0].Score.OwnAfter++ },
+		func(c *wire.FragmentCommit) { c.Inputs[0].Score.CtlBefore++ },
+		func(c *wire.FragmentCommit) { c.Inputs[0].Score.CtlAfter++ },
+		func(c *wire.FragmentCommit) { c.Inputs[0].Score = nil },
+		func(c *wire.FragmentCommit) { c.Inputs[1].Score = nil },
+		func(c *wire.FragmentCommit) { c.Inputs[2].Score = &wire.InputScore{Failed: "x"} },
+		func(c *wire.FragmentCommit) { c.Scoring = nil },
+	} {
+		c := scoredCommit()
+		mut(c)
+		if wire.FragmentResultHash(c) == res {
+			t.Errorf("mutation %d does not change FragmentResultHash", i)
+		}
+	}
+}
+
+func TestScorePasses(t *testing.T) {
+	nan := math.NaN()
+	for _, tc := range []struct {
+		ob, oa, cb, ca float64
+		want           bool
+	}{
+		{1, 0.5, 1, 0.9, true},    // own improves more than control
+		{1, 0.5, 1, 0.5, false},   // no better than control
+		{1, 1, 1, 1.5, false},     // own unchanged (a zero gradient)
+		{1, 1.2, 1, 1.5, false},   // own worse, control worse still
+		{1, 0.9, 1, 0.2, false},   // control improves more
+		{nan, 0.5, 1, 1, false},   // NaN fails
+		{1, 0.5, nan, nan, false}, // NaN control fails
+		{1, math.Inf(-1), 1, 1, true},
+	} {
+		if got := wire.ScorePasses(tc.ob, tc.oa, tc.cb, tc.ca); got != tc.want {
+			t.Errorf("%+v: %v", tc, got)
+		}
+	}
+}
+
+func TestF64JSON(t *testing.T) {
+	for _, x := range []float64{0, math.Copysign(0, -1), 1, 0.1, math.MaxFloat64, math.SmallestNonzeroFloat64, math.Inf(1), math.NaN()} {
+		v := wire.F64Of(x)
+		b, err := json.Marshal(v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var back wire.F64
+		if err := json.Unmarshal(b, &back); err != nil || back != v {
+			t.Fatalf("%v → %s → %x (%v)", x, b, uint64(back), err)
+		}
+	}
+	if b, _ := json.Marshal(wire.F64Of(1)); string(b) != `"3ff0000000000000"` {
+		t.Fatalf("1.0 = %s", b)
+	}
+	for _, bad := range []string{`"3FF0000000000000"`, `"3ff000000000000"`, `"3ff00000000000000"`, `1`, `"0x3ff0000000000000"`, `null`, `"3ff000000000000g"`} {
+		var v wire.F64
+		if err := json.Unmarshal([]byte(bad), &v); err == nil {
+			t.Errorf("%s accepted", bad)
+		}
+	}
+}
+
+func FuzzF64JSON(f *testing.F) {
+	f.Add([]byte(`"3ff0000000000000"`))
+	f.Add([]byte(`"zz"`))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		var v wire.F64
+		if json.Unmarshal(b, &v) != nil {
+			return
+		}
+		out, _ := json.Marshal(v)
+		if string(out) != string(b) {
+			t.Fatalf("%s re-encodes as %s", b, out)
+		}
+	})
+}
+
+// TestScoreSampled: rate 10000 scores everything, rate 1 almost nothing,
+// rate 2500 about a quarter, and the draw is a function of its inputs.
+func TestScoreSampled(t *testing.T) {
+	block := wire.SHA256([]byte("block"))
+	seed := wire.ScoreSeed(block[:], 17, "run-1", 2, 1)
+	if seed.String() != vecScoreSeed {
+		t.Errorf("ScoreSeed = %s, want %s", seed, vecScoreSeed)
+	}
+	if wire.ScoreSeed(nil, 17, "run-1", 2, 1) == wire.ScoreSeed(nil, 18, "run-1", 2, 1) {
+		t.Error("without a block hash the seed does not depend on the height")
+	}
+	n, all, quarter := 4000, 0, 0
+	for i := 0; i < n; i++ {
+		d := "did:t:" + string(rune('a'+i%26)) + string(rune('a'+i/26%26)) + string(rune('a'+i/676))
+		if wire.ScoreSampled(seed, "run-1", 2, 1, d, 10000) {
+			all++
+		}
+		if wire.ScoreSampled(seed, "run-1", 2, 1, d, 2500) {
+			quarter++
+		}
+		if wire.ScoreSampled(seed, "run-1", 2, 1, d, 2500) != wire.ScoreSampled(seed, "run-1", 2, 1, d, 2500) {
+			t.Fatal("the draw is not a function")
+		}
+	}
+	if all != n || quarter < 900 || quarter > 1100 {
+		t.Fatalf("rate 10000 drew %d of %d, rate 2500 drew %d", all, n, quarter)
+	}
+	if got := wire.ScoreSampled(seed, "run-1", 2, 1, "did:x", 5000); got != vecSampledX {
+		t.Errorf("ScoreSampled(did:x, 5000) = %v", got)
+	}
+}
+
+// vecSampledX is whether did:x of the seed vector is drawn at 5000 bps.
+const vecSampledX = true
