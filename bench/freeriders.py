@@ -259,7 +259,8 @@ def report(res: list[dict], a: argparse.Namespace) -> None:
         + (f"`{SYNTH}`" if a.dataset == "synth" else "the statsmodels corpus as CSV (`tenzro dataset add`, ipfs://)")
         + f", reward pool {a.pool} TNZO, "
         f"grace window {a.grace_ms} ms, "
-        + (f"scoring `{json.dumps(scoring_spec(a.score_batch))}`." if a.scoring else "no scoring field."),
+        + (f"scoring `{json.dumps(scoring_spec(a.score_batch))}`" if a.scoring else "no scoring field")
+        + (" + `corpus`: the BLAKE3 content hash of the uploaded CSV." if a.scoring and a.score_corpus else "."),
         "Payout = ledger balance after the seal − balance right after the faucet (reward + refunded stake − stake − "
         "fees − slashes); fees are ~0.002 TNZO per submission, so an unpaid trainer shows a small negative payout. "
         "kept/inputs = the trainer's inputs in the commits not rejected (copies and refusals are rejected; a "
