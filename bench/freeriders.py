@@ -305,6 +305,9 @@ def combine() -> None:
                 + [f"{r['rounds']} ({', '.join(r.get('fragment_statuses', []))})" for _, r in cols])  # fmt: skip
     notes = ["Each cell: the trainer's payout (ledger balance change over the run) / the median honest payout. "
              "Per-trainer TNZO, kept inputs and slashes: `freeriders-<label>.md`."]  # fmt: skip
+    notes += ["`before` ran against a tenzro-node built from main (`TENZRO_BIN_DIR=<main's bin>`, before pay by score), "
+              "`after` against main + the `score` branch; the trainers are this branch's in both. Analysis: "
+              "`freeriders-findings.md`."]  # fmt: skip
     notes += [f"`{d['label']}`: `{d['command']}`" for d in runs]
     common.write("freeriders", "Free riders: payout relative to the median honest trainer", header, rows, notes,
                  {"runs": runs})  # fmt: skip
