@@ -19,7 +19,6 @@ import (
 	"github.com/tenzro/train/attest/tdx"
 	"github.com/tenzro/train/attest/verdict"
 	"github.com/tenzro/train/machine"
-	"github.com/tenzro/train/syncer"
 	"github.com/tenzro/train/wire"
 )
 
@@ -33,7 +32,7 @@ type (
 func FailedCheck(err error) string { return verdict.FailedCheck(err) }
 
 // DomainEvidence prefixes the evidence digest recorded in receipts.
-const DomainEvidence = "tenzro/train/attest/evidence/v1"
+const DomainEvidence = wire.DomainEvidence
 
 // Result is the outcome of a verification: exactly which checks ran, in
 // order, with their outcomes, and the claims of the evidence.
@@ -83,7 +82,9 @@ type ReplayGuard interface {
 	MarkUsed(ctx context.Context, reportData wire.Hash) (fresh bool, err error)
 }
 
-// Checker verifies evidence envelopes; it implements syncer.Attestor.
+// Checker verifies evidence envelopes; it implements syncer.Attestor (the
+// node's pre-check) and, through ConsensusVerifier, machine.EvidenceVerifier
+// (every validator's check): one set of rules for both.
 type Checker struct {
 	opts       Options
 	nvCache    *nvidia.Cache
@@ -91,8 +92,6 @@ type Checker struct {
 	nitroCache *nitro.Cache
 	tdxCache   *tdx.Cache
 }
-
-var _ syncer.Attestor = (*Checker)(nil)
 
 // NewChecker returns a Checker.
 func NewChecker(opts Options) *Checker {
@@ -115,7 +114,7 @@ func NewChecker(opts Options) *Checker {
 // Digest is the evidence digest recorded in receipts: SHA-256 over the
 // canonical encoding of DomainEvidence, the vendor and the raw evidence.
 func Digest(vendor string, evidence []byte) wire.Hash {
-	return wire.NewCanon(DomainEvidence).Str(vendor).Bytes(evidence).Sum()
+	return wire.EvidenceDigest(vendor, evidence, "", nil, false)
 }
 
 // EnvelopeDigest is the digest of an envelope: Digest(vendor, evidence)
@@ -126,7 +125,7 @@ func EnvelopeDigest(e *Envelope) wire.Hash {
 	if e.GPU == nil {
 		return Digest(e.Vendor, e.Evidence)
 	}
-	return wire.NewCanon(DomainEvidence).Str(e.Vendor).Bytes(e.Evidence).Str(e.GPU.Vendor).Bytes(e.GPU.Report).Sum()
+	return wire.EvidenceDigest(e.Vendor, e.Evidence, e.GPU.Vendor, e.GPU.Report, true)
 }
 
 // VerifyParams are the inputs of one verification besides the envelope.
@@ -142,19 +141,12 @@ type VerifyParams struct {
 	DriverRIM, VBIOSRIM []byte
 }
 
-// CheckEvidence implements syncer.Attestor: the envelope must verify, pass
-// the tier's policy, bind reportData, and not have been used before.
+// CheckEvidence implements syncer.Attestor (the receiving node's pre-check,
+// at the node's clock): Judge, then the node's replay guard.
 func (c *Checker) CheckEvidence(ctx context.Context, tier string, policy []byte, evidence []byte, reportData wire.Hash) (wire.Hash, error) {
-	p, err := ParsePolicy(policy, tier)
+	dg, err := c.Judge(ctx, tier, policy, evidence, c.opts.Clock(), reportData)
 	if err != nil {
-		return wire.Hash{}, machine.Errf(machine.KindAttestation, "attestation: check policy failed: %v", err)
-	}
-	res, err := c.Verify(ctx, evidence, p, c.opts.Clock(), &reportData)
-	if err != nil {
-		return wire.Hash{}, &machine.Error{Kind: machine.KindAttestation, Msg: err.Error()}
-	}
-	if res.Vendor == VendorNvidia {
-		return wire.Hash{}, &machine.Error{Kind: machine.KindAttestation, Msg: (&Refusal{Check: "binding.composite", Err: fmt.Errorf("a GPU report alone does not attest a trainer: send it as the gpu part of TDX or SEV-SNP evidence")}).Error()}
+		return wire.Hash{}, err
 	}
 	fresh, err := c.opts.Replay.MarkUsed(ctx, reportData)
 	if err != nil {
@@ -163,8 +155,48 @@ func (c *Checker) CheckEvidence(ctx context.Context, tier string, policy []byte,
 	if !fresh {
 		return wire.Hash{}, &machine.Error{Kind: machine.KindAttestation, Msg: (&Refusal{Check: "binding.replay", Err: fmt.Errorf("report data %s was already used (replayed nonce)", reportData)}).Error()}
 	}
-	c.opts.Logger.Debug("attestation accepted", "vendor", res.Vendor, "digest", res.Digest, "simulated", res.Simulated)
+	return dg, nil
+}
+
+// Judge is the one rule for a trainer's evidence, used by the node's
+// pre-check (CheckEvidence) and by every validator (ConsensusVerifier): the
+// envelope must verify at time at, pass the tier's policy and bind
+// reportData, and a GPU report alone is not a trainer's evidence. It
+// returns the evidence digest; a refusal is a *machine.Error of kind
+// KindAttestation naming the failed check.
+func (c *Checker) Judge(ctx context.Context, tier string, policy []byte, evidence []byte, at time.Time, reportData wire.Hash) (wire.Hash, error) {
+	p, err := ParsePolicy(policy, tier)
+	if err != nil {
+		return wire.Hash{}, machine.Errf(machine.KindAttestation, "attestation: check policy failed: %v", err)
+	}
+	res, err := c.Verify(ctx, evidence, p, at, &reportData)
+	if err != nil {
+		return wire.Hash{}, &machine.Error{Kind: machine.KindAttestation, Msg: err.Error()}
+	}
+	if res.Vendor == VendorNvidia {
+		return wire.Hash{}, &machine.Error{Kind: machine.KindAttestation, Msg: (&Refusal{Check: "binding.composite", Err: fmt.Errorf("a GPU report alone does not attest a trainer: send it as the gpu part of TDX or SEV-SNP evidence")}).Error()}
+	}
+	c.opts.Logger.Debug("attestation accepted", "vendor", res.Vendor, "digest", res.Digest, "simulated", res.Simulated, "at", at)
 	return res.Digest, nil
+}
+
+// ConsensusVerifier is the machine's evidence verifier
+// (machine.EvidenceVerifier): Judge at the block's time, with collateral
+// only from the envelope (no collateral directory, no network) and no
+// caches, so every validator computes the same verdict from the
+// transaction's bytes. Replay is the machine's (chain state).
+type ConsensusVerifier struct{ c *Checker }
+
+var _ machine.EvidenceVerifier = (*ConsensusVerifier)(nil)
+
+// NewConsensusVerifier returns the verifier every validator runs.
+func NewConsensusVerifier() *ConsensusVerifier {
+	return &ConsensusVerifier{c: NewChecker(Options{CacheEntries: -1, Clock: func() time.Time { return time.Time{} }})}
+}
+
+// VerifyEvidence implements machine.EvidenceVerifier.
+func (v *ConsensusVerifier) VerifyEvidence(ctx context.Context, tier string, policy, envelope []byte, at time.Time, reportData wire.Hash) (wire.Hash, error) {
+	return v.c.Judge(ctx, tier, policy, envelope, at, reportData)
 }
 
 // Verify verifies an envelope at time at. With p nil it checks

@@ -8,6 +8,7 @@ import (
 	"github.com/tenzro/train/attest/internal/vcache"
 	"github.com/tenzro/train/attest/nitro"
 	"github.com/tenzro/train/attest/snp"
+	"github.com/tenzro/train/syncer"
 )
 
 type (
@@ -45,3 +46,5 @@ func (c *Checker) CacheStats() map[string]vcache.Stats {
 func (c *Checker) CacheLen() map[string]int {
 	return map[string]int{VendorSNP: c.snpCache.Len(), VendorNitro: c.nitroCache.Len(), VendorTDX: c.tdxCache.Len()}
 }
+
+var _ syncer.Attestor = (*Checker)(nil)

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/tenzro/train/attest"
 	"log/slog"
 	"sync"
 
@@ -150,6 +151,9 @@ type AppOptions struct {
 	// KeepHeights is how many of the newest state tree versions are kept
 	// (older ones are pruned at each commit); 0 keeps every version.
 	KeepHeights int64
+	// Evidence overrides the machine's evidence verifier (nil:
+	// attest.NewConsensusVerifier, what every validator runs).
+	Evidence machine.EvidenceVerifier
 }
 
 // NewApp opens the application over kv (the chain's own store), resuming
@@ -166,11 +170,15 @@ func NewApp(ctx context.Context, kv machine.KV, opts AppOptions) (*App, error) {
 			return nil, fmt.Errorf("chain: %w", err)
 		}
 	}
+	ev := opts.Evidence
+	if ev == nil {
+		ev = attest.NewConsensusVerifier()
+	}
 	tree, err := openStateTree(opts.StateDir)
 	if err != nil {
 		return nil, fmt.Errorf("chain: %w", err)
 	}
-	a := &App{kv: kv, state: stateKV{kv}, tree: tree, log: log, keep: opts.KeepHeights, m: machine.NewMachine(machine.MachineConfig{Builtins: bi, Logger: log}),
+	a := &App{kv: kv, state: stateKV{kv}, tree: tree, log: log, keep: opts.KeepHeights, m: machine.NewMachine(machine.MachineConfig{Builtins: bi, Logger: log, Evidence: ev}),
 		waiters: map[[32]byte][]chan TxOutcome{}, changed: make(chan struct{}), runLog: emptyRunLog}
 	if err := a.open(ctx); err != nil {
 		tree.close()
@@ -409,15 +417,16 @@ func (a *App) FinalizeBlock(ctx context.Context, req *abci.RequestFinalizeBlock)
 	var base machine.KV = a.state
 	a.mu.RLock()
 	prevLog := a.runLog
+	prevMs := a.block.TimeMs
 	a.mu.RUnlock()
 	var gen *pendingBlock
 	if p := a.pending; p != nil && p.genesis && p.height == req.Height-1 {
-		gen, base, prevLog = p, p.o, p.runLog
+		gen, base, prevLog, prevMs = p, p.o, p.runLog, p.block.TimeMs
 	}
 	// A pending block of this height that was never committed is dropped:
 	// CometBFT finalizes the block again from scratch.
 	o := machine.NewOverlay(base)
-	blk := machine.Block{Height: req.Height, TimeMs: req.Time.UnixMilli(), Hash: append([]byte(nil), req.Hash...)}
+	blk := machine.Block{Height: req.Height, TimeMs: req.Time.UnixMilli(), PrevTimeMs: prevMs, Hash: append([]byte(nil), req.Hash...)}
 	if err := a.m.BeginBlock(ctx, o, blk); err != nil {
 		return nil, fmt.Errorf("finalize block %d: %w", req.Height, err)
 	}

@@ -469,7 +469,13 @@ func TestNoFaucetWithoutGenesis(t *testing.T) {
 // given candidates' proofs; it returns the succession.
 func startRun(t *testing.T, h *harness, w *world, task string, m, k int, trainers []*did.Key, cands []*did.Key) []string {
 	t.Helper()
-	spec := testSpec(task, w.sponsor.DID.String(), m, k, 2, 3, "")
+	return startRunRounds(t, h, w, task, m, k, 3, trainers, cands)
+}
+
+// startRunRounds is startRun with max_rounds rounds.
+func startRunRounds(t *testing.T, h *harness, w *world, task string, m, k, rounds int, trainers []*did.Key, cands []*did.Key) []string {
+	t.Helper()
+	spec := testSpec(task, w.sponsor.DID.String(), m, k, 2, rounds, "")
 	var cases []txCase
 	for i, c := range cands {
 		cases = append(cases, txCase{fmt.Sprintf("register %d", i), must(RegisterSyncerTx(ManualChainID, c, fmt.Sprint(100*(i+1)), 1)), CodeOK})

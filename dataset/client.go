@@ -9,6 +9,12 @@ import (
 	"net/url"
 	"path/filepath"
 	"strings"
+	"time"
+
+	"github.com/ipfs/go-cid"
+
+	"github.com/tenzro/train/wire"
+	"github.com/tenzro/train/wire/did"
 )
 
 // Client talks to a node's dataset API and gateway (base is the node's HTTP
@@ -16,7 +22,23 @@ import (
 type Client struct {
 	Base string
 	HTTP *http.Client
+	// Key signs imports, removes and fetches (Tenzro-Dataset-Request) for
+	// ChainID, the chain of the node at Base. Without a Key a fetch is
+	// anonymous (the node pins for itself) and imports and removes are
+	// refused by the node.
+	Key     *did.Key
+	ChainID string
 }
+
+// sign sets the request's Tenzro-Dataset-Request for op on c.
+func (c *Client) sign(req *http.Request, op string, root cid.Cid) {
+	if c.Key != nil {
+		req.Header.Set(wire.DatasetRequestHeader, SignRequest(c.Key, c.ChainID, op, root, requestLifetime))
+	}
+}
+
+// requestLifetime is how long a signed request stays valid.
+const requestLifetime = 5 * time.Minute
 
 func (c *Client) http() *http.Client {
 	if c.HTTP != nil {
@@ -92,7 +114,7 @@ func (c *Client) Add(ctx context.Context, path string, o AddOptions) (*Record, e
 		}
 		pw.CloseWithError(err)
 	}()
-	q := url.Values{"name": {filepath.Base(path)}, "layout": {o.Layout.String()}}
+	q := url.Values{"root": {root.String()}, "name": {filepath.Base(path)}, "layout": {o.Layout.String()}}
 	if o.Encrypted {
 		q.Set("encrypted", "1")
 	}
@@ -105,6 +127,7 @@ func (c *Client) Add(ctx context.Context, path string, o AddOptions) (*Record, e
 		return nil, err
 	}
 	req.Header.Set("Content-Type", "application/vnd.ipld.car")
+	c.sign(req, wire.DatasetOpImport, root)
 	var rec Record
 	if err := c.do(req, &rec); err != nil {
 		pr.CloseWithError(err)
@@ -123,6 +146,9 @@ func (c *Client) Fetch(ctx context.Context, ref string, maxBytes int64) (*Record
 	if err != nil {
 		return nil, err
 	}
+	if root, _, err := ParseRef(ref); err == nil { // else the node says what is wrong with it
+		c.sign(req, wire.DatasetOpFetch, root)
+	}
 	var rec Record
 	return &rec, c.do(req, &rec)
 }
@@ -137,14 +163,26 @@ func (c *Client) List(ctx context.Context) ([]Record, error) {
 	return out, c.do(req, &out)
 }
 
-// Remove unpins a dataset.
-func (c *Client) Remove(ctx context.Context, ref string) error {
+// RemoveResult is the node's answer to a remove: Removed when the dataset
+// is gone, else Unpinned with the DIDs that still pin it.
+type RemoveResult struct {
+	Removed       string   `json:"removed,omitempty"`
+	Unpinned      string   `json:"unpinned,omitempty"`
+	StillPinnedBy []string `json:"still_pinned_by,omitempty"`
+}
+
+// Remove drops the Key's pin of a dataset (the dataset goes once no DID
+// pins it).
+func (c *Client) Remove(ctx context.Context, ref string) (*RemoveResult, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.url("/api/dataset/remove", url.Values{"cid": {ref}}), nil)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	var out map[string]string
-	return c.do(req, &out)
+	if root, _, err := ParseRef(ref); err == nil { // else the node says what is wrong with it
+		c.sign(req, wire.DatasetOpRemove, root)
+	}
+	var out RemoveResult
+	return &out, c.do(req, &out)
 }
 
 // Download fetches ref through the node (held complete first) and copies the

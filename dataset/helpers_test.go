@@ -38,6 +38,9 @@ func newTestNode(t testing.TB, o Options, wrap func(BlockStore) BlockStore) *tes
 	if wrap != nil {
 		bs = wrap(bs)
 	}
+	if o.ChainID == nil {
+		o.ChainID = func(context.Context) (string, error) { return testChain, nil }
+	}
 	svc, err := New(context.Background(), h, bs, o)
 	if err != nil {
 		t.Fatal(err)

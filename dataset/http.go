@@ -12,14 +12,19 @@ import (
 
 	"github.com/ipfs/boxo/gateway"
 	"github.com/ipfs/go-cid"
+
+	"github.com/tenzro/train/wire"
 )
 
 // HTTP API on the node's HTTP port (docs/protocol/datasets.md):
 //
-//	POST /api/dataset/import?name=N&layout=L[&encrypted=1][&dataset_hash=H]   body: CARv1 with one root
-//	POST /api/dataset/fetch?ref=ipfs://<cid>[&max_bytes=N]
+//	POST /api/dataset/import?root=<cid>&name=N&layout=L[&encrypted=1][&dataset_hash=H]   body: CARv1 with one root   (signed)
+//	POST /api/dataset/fetch?ref=ipfs://<cid>[&max_bytes=N]                                                        (signed or not)
 //	GET  /api/dataset/list
-//	POST /api/dataset/remove?cid=<cid>
+//	POST /api/dataset/remove?cid=<cid>                                                                            (signed)
+//
+// "signed": the request carries a Tenzro-Dataset-Request header
+// (wire.DatasetRequest, auth.go) for its operation and CID.
 //	GET  /ipfs/<cid>[/path][?format=car|raw|tar]   the path gateway (boxo), local blocks only
 //
 // Answers are JSON: a Record, a list of Records, or {"error": "..."} with a
@@ -71,7 +76,18 @@ func (s *Service) serveImport(w http.ResponseWriter, r *http.Request) {
 		writeErr(w, fmt.Errorf("import: name, layout or dataset_hash too long: %w", ErrBadDAG))
 		return
 	}
-	meta := ImportMeta{Name: q.Get("name"), Layout: q.Get("layout"), Encrypted: q.Get("encrypted") == "1", DatasetHash: q.Get("dataset_hash")}
+	root, err := ParseCID(q.Get("root"))
+	if err != nil {
+		writeErr(w, fmt.Errorf("import: root=<cid> (the CAR's root, which the request signs): %w", err))
+		return
+	}
+	owner, err := s.authorize(r, wire.DatasetOpImport, root, true)
+	if err != nil {
+		writeErr(w, fmt.Errorf("import refused: %w", err))
+		return
+	}
+	meta := ImportMeta{Name: q.Get("name"), Layout: q.Get("layout"), Encrypted: q.Get("encrypted") == "1", DatasetHash: q.Get("dataset_hash"),
+		Owner: owner, Root: root}
 	body := &rateBody{r: http.MaxBytesReader(w, r.Body, s.o.MaxBytes*2+(1<<20)), rc: http.NewResponseController(w),
 		start: time.Now(), grace: s.o.ImportGrace, rate: s.o.MinImportRate}
 	defer func() { _ = body.rc.SetReadDeadline(time.Time{}) }()
@@ -104,7 +120,12 @@ func (s *Service) serveFetch(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	rec, err := s.Fetch(r.Context(), c, max)
+	owner, err := s.authorize(r, wire.DatasetOpFetch, c, false)
+	if err != nil {
+		writeErr(w, fmt.Errorf("fetch refused: %w", err))
+		return
+	}
+	rec, err := s.FetchFor(r.Context(), c, max, owner)
 	if err != nil {
 		writeErr(w, err)
 		return
@@ -127,11 +148,21 @@ func (s *Service) serveRemove(w http.ResponseWriter, r *http.Request) {
 		writeErr(w, err)
 		return
 	}
-	if err := s.Remove(r.Context(), c); err != nil {
+	owner, err := s.authorize(r, wire.DatasetOpRemove, c, true)
+	if err != nil {
+		writeErr(w, fmt.Errorf("remove refused: %w", err))
+		return
+	}
+	still, err := s.RemoveFor(r.Context(), c, owner)
+	if err != nil {
 		writeErr(w, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]string{"removed": c.String()})
+	if len(still) > 0 {
+		writeJSON(w, http.StatusOK, map[string]any{"unpinned": c.String(), "did": owner, "still_pinned_by": still})
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"removed": c.String()})
 }
 
 // rateBody enforces a minimum average rate on an import body: before each

@@ -3,6 +3,7 @@ package dataset
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -11,6 +12,11 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/ipfs/go-cid"
+
+	"github.com/tenzro/train/wire"
+	"github.com/tenzro/train/wire/did"
 )
 
 func serve(t *testing.T, n *testNode) *Client {
@@ -25,7 +31,19 @@ func serve(t *testing.T, n *testNode) *Client {
 	}
 	srv := httptest.NewServer(mux)
 	t.Cleanup(srv.Close)
-	return &Client{Base: srv.URL}
+	return &Client{Base: srv.URL, Key: newKey(t), ChainID: testChain}
+}
+
+// testChain is the chain id the test nodes take signed requests for.
+const testChain = "tenzro-test"
+
+func newKey(t testing.TB) *did.Key {
+	t.Helper()
+	k, err := did.Generate("human", rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return k
 }
 
 // TestHTTPAddGatewayCAR: the CLI's client adds a directory through the API;
@@ -82,13 +100,13 @@ func TestHTTPAddGatewayCAR(t *testing.T) {
 	if err != nil || len(l) != 1 || l[0].Source != "fetched" {
 		t.Fatalf("list %+v %v", l, err)
 	}
-	if err := cb.Remove(ctx, rec.Ref); err != nil {
+	if _, err := cb.Remove(ctx, rec.Ref); err != nil {
 		t.Fatal(err)
 	}
 	if k := countBlocks(t, b); k != 0 {
 		t.Fatalf("%d blocks left after rm", k)
 	}
-	if err := cb.Remove(ctx, rec.Ref); err == nil || !strings.Contains(err.Error(), "404") {
+	if _, err := cb.Remove(ctx, rec.Ref); err == nil || !strings.Contains(err.Error(), "404") {
 		t.Fatalf("second rm: %v", err)
 	}
 	for _, ref := range []string{"ipfs://nope", "ipfs://bafkqaaa"} {
@@ -97,7 +115,7 @@ func TestHTTPAddGatewayCAR(t *testing.T) {
 		}
 	}
 	// A body that is not a CAR.
-	resp, err := http.Post(ca.Base+"/api/dataset/import", "application/vnd.ipld.car", strings.NewReader("not a car"))
+	resp, err := signedImport(t, ca, strings.NewReader("not a car"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -150,7 +168,7 @@ func TestImportTricklerIsCut(t *testing.T) {
 	}()
 	t.Cleanup(func() { pw.Close() })
 	start := time.Now()
-	resp, err := http.Post(ca.Base+"/api/dataset/import", "application/vnd.ipld.car", pr)
+	resp, err := signedImport(t, ca, pr)
 	if err == nil {
 		b, _ := io.ReadAll(resp.Body)
 		resp.Body.Close()
@@ -184,7 +202,7 @@ func TestStalledImportBlocksNoOther(t *testing.T) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		resp, err := http.Post(ca.Base+"/api/dataset/import", "application/vnd.ipld.car", pr)
+		resp, err := signedImport(t, ca, pr)
 		if err == nil {
 			resp.Body.Close()
 		}
@@ -214,4 +232,21 @@ func TestStalledImportBlocksNoOther(t *testing.T) {
 	}
 	pw.CloseWithError(io.ErrUnexpectedEOF)
 	<-done
+}
+
+// signedImport posts body to the import API as a signed import of a fixed
+// root (the body is what the test makes of it).
+func signedImport(t *testing.T, c *Client, body io.Reader) (*http.Response, error) {
+	t.Helper()
+	root, err := cid.Decode("bafkreifzjbiuqvdedgqpnkc6rvyizervk7av27z4pudy54p2p56a6v6vuu")
+	if err != nil {
+		t.Fatal(err)
+	}
+	req, err := http.NewRequest(http.MethodPost, c.Base+"/api/dataset/import?root="+root.String(), body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/vnd.ipld.car")
+	req.Header.Set(wire.DatasetRequestHeader, SignRequest(c.Key, c.ChainID, wire.DatasetOpImport, root, time.Minute))
+	return http.DefaultClient.Do(req)
 }

@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"slices"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -35,6 +36,12 @@ var (
 	ErrUnreachable = errors.New("blocks not found on any connected peer")
 	ErrNotHeld     = errors.New("dataset not held by this node")
 	ErrBadDAG      = errors.New("malformed DAG node")
+	// ErrUnsigned: the request lacks a valid Tenzro-Dataset-Request.
+	ErrUnsigned = errors.New("dataset request not signed")
+	// ErrNotOwner: the signer did not pin the dataset.
+	ErrNotOwner = errors.New("dataset not pinned by the signer")
+	// ErrQuota: the signer's pins would pass its per-DID quota.
+	ErrQuota = errors.New("per-DID dataset quota exceeded")
 )
 
 // BlockStore is where blocks and dataset records live: store.Blocks in the
@@ -68,9 +75,24 @@ type Options struct {
 	// Routing finds providers beyond the connected peers (the public DHT
 	// when the node runs with --ipfs-dht); nil asks connected peers only.
 	Routing routing.ContentDiscovery
+	// ChainID is the chain signed dataset requests are bound to
+	// (wire.DatasetRequestPreimage). Nil refuses every request that must be
+	// signed (import, remove).
+	ChainID func(context.Context) (string, error)
+	// QuotaCount and QuotaBytes bound what one DID pins: datasets and
+	// bytes of blocks, each dataset counted in full for every DID that
+	// pinned it (defaults DefaultQuotaCount, DefaultQuotaBytes).
+	QuotaCount int
+	QuotaBytes int64
 	// Logger (slog.Default() when nil).
 	Logger *slog.Logger
 }
+
+// Per-DID quota defaults: 64 datasets and 16 GiB of blocks.
+const (
+	DefaultQuotaCount = 64
+	DefaultQuotaBytes = 16 << 30
+)
 
 // servePerPeerBytes bounds the block bytes queued for one peer.
 const servePerPeerBytes = 8 << 20
@@ -103,6 +125,12 @@ func (o Options) withDefaults() Options {
 	if o.ImportGrace <= 0 {
 		o.ImportGrace = DefaultImportGrace
 	}
+	if o.QuotaCount <= 0 {
+		o.QuotaCount = DefaultQuotaCount
+	}
+	if o.QuotaBytes <= 0 {
+		o.QuotaBytes = DefaultQuotaBytes
+	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
@@ -132,6 +160,11 @@ type Record struct {
 	Encrypted bool `json:"encrypted,omitempty"`
 	// DatasetHash is the corpus hash the publisher computed, when given.
 	DatasetHash string `json:"dataset_hash,omitempty"`
+	// Owners are the DIDs that pinned the dataset by a signed import or
+	// fetch, sorted; only they may remove it (each its own pin). A dataset
+	// with none was fetched for the node itself (an unsigned fetch, as a
+	// trainer's corpus load does) and no request removes it.
+	Owners []string `json:"owners,omitempty"`
 }
 
 // Service is the node's IPFS side.
@@ -155,6 +188,17 @@ type Service struct {
 	orphans     map[string]cid.Cid // multihash key → block
 	orphanBytes int64
 	pins        atomic.Int64 // datasets pinned so far (see reclaim)
+
+	// quotaMu guards inflight (bytes of imports and fetches in flight per
+	// DID, counted against its quota as blocks arrive), imports (their
+	// number per DID) and seen (signatures of requests accepted, until
+	// they expire, so that none is used twice).
+	// recMu orders the read-modify-write of dataset records (owners).
+	recMu    sync.Mutex
+	quotaMu  sync.Mutex
+	inflight map[string]int64
+	imports  map[string]int
+	seen     map[string]int64
 }
 
 // New starts bitswap on h over bs. Close stops it (not the host).
@@ -164,7 +208,8 @@ func New(ctx context.Context, h host.Host, bs BlockStore, o Options) (*Service, 
 	// Serving: up to 8 blocks of 1 MiB in flight per peer (boxo's default of
 	// 1 MiB makes a fetch of 1 MiB chunks wait one round trip per block).
 	bsw := bitswap.New(context.WithoutCancel(ctx), n, o.Routing, bs, bitswap.MaxOutstandingBytesPerPeer(servePerPeerBytes))
-	s := &Service{h: h, bs: bs, bswap: bsw, o: o, log: o.Logger.With("component", "dataset")}
+	s := &Service{h: h, bs: bs, bswap: bsw, o: o, log: o.Logger.With("component", "dataset"),
+		inflight: map[string]int64{}, imports: map[string]int{}, seen: map[string]int64{}}
 	s.net = blockservice.New(bs, bsw)
 	s.local = blockservice.New(bs, nil)
 	return s, nil
@@ -362,6 +407,10 @@ type ImportMeta struct {
 	Layout      string
 	Encrypted   bool
 	DatasetHash string
+	// Owner is the DID that pins the dataset (its quota is charged); the
+	// CAR's root must be Root when Root is defined.
+	Owner string
+	Root  cid.Cid
 }
 
 // Import stores a CARv1 stream with one root, verifying every block, and
@@ -378,11 +427,22 @@ func (s *Service) Import(ctx context.Context, r io.Reader, meta ImportMeta) (*Re
 		}
 		s.sweepIfDue(ctx)
 	}()
+	var q *charge
+	if meta.Owner != "" {
+		var err error
+		if q, err = s.reserve(ctx, meta.Owner); err != nil {
+			return nil, err
+		}
+		defer q.done()
+	}
 	s.gc.RLock()
 	defer s.gc.RUnlock()
 	cr, err := NewCARReader(io.LimitReader(r, s.o.MaxBytes*2+(1<<20)))
 	if err != nil {
 		return nil, err
+	}
+	if meta.Root.Defined() && !meta.Root.Equals(cr.Root) {
+		return nil, fmt.Errorf("import: the CAR's root is %s; the signed request names %s: %w", cr.Root, meta.Root, ErrUnsigned)
 	}
 	cleanup := func() { failed = true; s.orphan(written, nil, total) }
 	for {
@@ -398,6 +458,10 @@ func (s *Service) Import(ctx context.Context, r io.Reader, meta ImportMeta) (*Re
 		if total > s.o.MaxBytes {
 			cleanup()
 			return nil, fmt.Errorf("import %s: more than %d bytes of blocks: %w", cr.Root, s.o.MaxBytes, ErrTooLarge)
+		}
+		if err := q.add(int64(len(b.RawData()))); err != nil {
+			cleanup()
+			return nil, fmt.Errorf("import %s: %w", cr.Root, err)
 		}
 		if ok, err := s.bs.Has(ctx, b.Cid()); err != nil {
 			cleanup()
@@ -423,7 +487,14 @@ func (s *Service) Import(ctx context.Context, r io.Reader, meta ImportMeta) (*Re
 	s.orphan(written, res.visited, total-res.bytes)
 	rec := s.record(cr.Root, res, "added")
 	rec.Name, rec.Layout, rec.Encrypted, rec.DatasetHash = meta.Name, meta.Layout, meta.Encrypted, meta.DatasetHash
-	if err := s.put(ctx, cr.Root, rec); err != nil {
+	s.recMu.Lock()
+	if old, err := s.Get(ctx, cr.Root); err == nil {
+		rec.Owners = old.Owners
+	}
+	rec.Owners = addOwner(rec.Owners, meta.Owner)
+	err = s.put(ctx, cr.Root, rec)
+	s.recMu.Unlock()
+	if err != nil {
 		cleanup()
 		return nil, err
 	}
@@ -503,6 +574,12 @@ func (s *Service) Get(ctx context.Context, root cid.Cid) (*Record, error) {
 // every block verified and every limit checked as blocks arrive. maxBytes
 // (≤ the node's limit; 0 for the node's limit) bounds the dataset.
 func (s *Service) Fetch(ctx context.Context, root cid.Cid, maxBytes int64) (*Record, error) {
+	return s.FetchFor(ctx, root, maxBytes, "")
+}
+
+// FetchFor is Fetch pinning the dataset for owner (a DID, charged to its
+// quota); "" pins it for the node itself.
+func (s *Service) FetchFor(ctx context.Context, root cid.Cid, maxBytes int64, owner string) (*Record, error) {
 	if err := checkCID(root); err != nil {
 		return nil, err
 	}
@@ -513,7 +590,42 @@ func (s *Service) Fetch(ctx context.Context, root cid.Cid, maxBytes int64) (*Rec
 		if rec.DAGBytes > maxBytes {
 			return nil, fmt.Errorf("dataset %s: %d bytes, limit %d: %w", root, rec.DAGBytes, maxBytes, ErrTooLarge)
 		}
+		if owner == "" || slices.Contains(rec.Owners, owner) {
+			return rec, nil
+		}
+		q, err := s.reserve(ctx, owner)
+		if err != nil {
+			return nil, err
+		}
+		defer q.done()
+		if err := q.add(rec.DAGBytes); err != nil {
+			return nil, fmt.Errorf("dataset %s: %w", root, err)
+		}
+		s.recMu.Lock()
+		defer s.recMu.Unlock()
+		if rec, err = s.Get(ctx, root); err != nil {
+			return nil, err
+		}
+		rec.Owners = addOwner(rec.Owners, owner)
+		if err := s.put(ctx, root, rec); err != nil {
+			return nil, err
+		}
 		return rec, nil
+	}
+	var q *charge
+	byQuota := false
+	if owner != "" {
+		var err error
+		if q, err = s.reserve(ctx, owner); err != nil {
+			return nil, err
+		}
+		defer q.done()
+		if room := q.room(); room < maxBytes {
+			maxBytes, byQuota = room, true
+			if room == 0 {
+				return nil, fmt.Errorf("dataset %s: %w", root, q.add(1))
+			}
+		}
 	}
 	pins := s.pins.Load()
 	var fresh []cid.Cid
@@ -532,10 +644,25 @@ func (s *Service) Fetch(ctx context.Context, root cid.Cid, maxBytes int64) (*Rec
 	if err != nil {
 		failed = true
 		s.orphan(fresh, nil, int64(len(fresh))*avgBlockGuess)
+		if byQuota && errors.Is(err, ErrTooLarge) {
+			err = fmt.Errorf("%v: %s may take %d more bytes under the per-DID limit of %d (node flag --dataset-did-bytes): %w", err, owner, maxBytes, s.o.QuotaBytes, ErrQuota)
+		}
 		return nil, err
 	}
+	if err := q.add(res.bytes); err != nil {
+		failed = true
+		s.orphan(fresh, nil, res.bytes)
+		return nil, fmt.Errorf("dataset %s: %w", root, err)
+	}
 	rec := s.record(root, res, "fetched")
-	if err := s.put(ctx, root, rec); err != nil {
+	rec.Owners = addOwner(nil, owner)
+	s.recMu.Lock()
+	if old, err := s.Get(ctx, root); err == nil {
+		rec.Owners = addOwner(old.Owners, owner)
+	}
+	err = s.put(ctx, root, rec)
+	s.recMu.Unlock()
+	if err != nil {
 		failed = true
 		s.orphan(fresh, nil, res.bytes)
 		return nil, err
@@ -558,14 +685,48 @@ func (s *Service) List(ctx context.Context) ([]Record, error) {
 	return out, err
 }
 
-// Remove unpins root and deletes its blocks that no other held dataset
-// reaches.
+// RemoveFor drops owner's pin of root: refused unless owner pinned it; the
+// dataset itself goes (Remove) once no DID pins it. It returns the DIDs
+// that still pin it.
+func (s *Service) RemoveFor(ctx context.Context, root cid.Cid, owner string) ([]string, error) {
+	s.gc.Lock()
+	defer s.gc.Unlock()
+	s.recMu.Lock()
+	defer s.recMu.Unlock()
+	rec, err := s.Get(ctx, root)
+	if err != nil {
+		return nil, err
+	}
+	switch {
+	case len(rec.Owners) == 0:
+		return nil, fmt.Errorf("dataset %s was fetched for this node itself (no signed import or fetch pinned it): no DID may remove it: %w", root, ErrNotOwner)
+	case !slices.Contains(rec.Owners, owner):
+		return nil, fmt.Errorf("dataset %s is pinned by %d other DID(s), not by %s: only a DID that pinned it removes its pin: %w", root, len(rec.Owners), owner, ErrNotOwner)
+	case len(rec.Owners) > 1:
+		rec.Owners = slices.DeleteFunc(slices.Clone(rec.Owners), func(d string) bool { return d == owner })
+		if err := s.put(ctx, root, rec); err != nil {
+			return nil, err
+		}
+		s.log.Info("dataset unpinned for one DID", "cid", root.String(), "did", owner, "still_pinned_by", len(rec.Owners))
+		return rec.Owners, nil
+	}
+	return []string{}, s.removeLocked(ctx, root)
+}
+
+// Remove unpins root whoever pinned it and deletes its blocks that no
+// other held dataset reaches (the node's own use; the HTTP API removes
+// through RemoveFor).
 func (s *Service) Remove(ctx context.Context, root cid.Cid) error {
 	s.gc.Lock()
 	defer s.gc.Unlock()
 	if _, err := s.Get(ctx, root); err != nil {
 		return err
 	}
+	return s.removeLocked(ctx, root)
+}
+
+// removeLocked removes root; the caller holds gc exclusively.
+func (s *Service) removeLocked(ctx context.Context, root cid.Cid) error {
 	if err := s.bs.DeleteDataset(ctx, root); err != nil {
 		return err
 	}
@@ -709,6 +870,12 @@ func httpStatus(err error) int {
 		return http.StatusGatewayTimeout
 	case errors.Is(err, ErrNotHeld):
 		return http.StatusNotFound
+	case errors.Is(err, ErrUnsigned):
+		return http.StatusUnauthorized
+	case errors.Is(err, ErrNotOwner):
+		return http.StatusForbidden
+	case errors.Is(err, ErrQuota):
+		return http.StatusTooManyRequests
 	}
 	return http.StatusInternalServerError
 }

@@ -12,6 +12,8 @@ import (
 	coretypes "github.com/cometbft/cometbft/rpc/core/types"
 
 	"github.com/tenzro/train/chain"
+	"github.com/tenzro/train/rpc/client"
+	"github.com/tenzro/train/wire"
 	"github.com/tenzro/train/wire/did"
 )
 
@@ -123,4 +125,59 @@ func TestReplayAcrossTestnets(t *testing.T) {
 		t.Fatalf("bob holds %s on chain a, want only the first transfer", got)
 	}
 	t.Logf("chain b refused chain a's transfer; chain a refused the replay of its refused transfer (%s)", fmt.Sprint(chain.CodeNonce))
+}
+
+// TestReplayedEnrolmentRefusedPrecisely (issue 22 finding 11): the same
+// signed enrolment sent twice to a --dev node (its bytes already in the
+// chain's mempool cache, or its nonce used) is refused with the reason — a
+// replay, or a nonce not above the last one — never "internal error"
+// (-32603), and the trainer stays enrolled once.
+func TestReplayedEnrolmentRefusedPrecisely(t *testing.T) {
+	build(t)
+	keys, _, _ := makeKeys(t, 1)
+	e := newEnv(t, keys)
+	e.start()
+	defer e.stop()
+	ctx := context.Background()
+	c := client.New(e.rpc, client.WithTimeout(60*time.Second))
+	sponsor, trainer := loadKey(t, filepath.Join(keys, "sponsor.key")), loadKey(t, filepath.Join(keys, "t0.key"))
+	for _, k := range []*did.Key{sponsor, trainer} {
+		if _, err := c.Faucet(ctx, wire.FaucetParams{DID: k.DID.String(), Amount: "5000000000000000000000"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const task = "replayed-enrolment"
+	raw := smallSpec(task, sponsor.DID.String(), 2, 2, 1, 2)
+	_, canon, err := wire.ParseSpec(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := initWeights(1, 64)
+	pp := &wire.PostTaskParams{Spec: raw, InitWeights: w, Signed: wire.Signed{ChainID: "tenzro-dev", Nonce: uint64(time.Now().UnixNano())}}
+	pp.Signature = sponsor.Sign(pp.Preimage(sponsor.DID.String(), wire.SpecHash(canon), wire.ContentHash(w)))
+	if _, err := c.PostTask(ctx, pp); err != nil {
+		t.Fatal(err)
+	}
+	ep := &wire.EnrollParams{TaskID: task, TrainerDID: trainer.DID.String(), Stake: "100000000000000000000", Signed: wire.Signed{ChainID: "tenzro-dev", Nonce: uint64(time.Now().UnixNano())}}
+	ep.Signature = trainer.Sign(ep.Preimage())
+	if _, err := c.Enroll(ctx, ep); err != nil {
+		t.Fatalf("first enrolment: %v", err)
+	}
+	for i := 0; i < 2; i++ {
+		_, err := c.Enroll(ctx, ep)
+		if err == nil {
+			t.Fatalf("replay %d accepted", i)
+		}
+		if code := client.CodeOf(err); code == 0 || code == -32603 || !(strings.Contains(err.Error(), "replayed transaction") || strings.Contains(err.Error(), "not above")) {
+			t.Fatalf("replay %d: %v (code %d), want a precise refusal", i, err, code)
+		}
+		t.Logf("replay %d refused: %v", i, err)
+	}
+	run, err := c.GetRun(ctx, task)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(run.Trainers) != 1 {
+		t.Fatalf("%d trainers after the replays, want 1", len(run.Trainers))
+	}
 }

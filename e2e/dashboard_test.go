@@ -289,7 +289,10 @@ func TestDashboardAndMetrics(t *testing.T) {
 	}
 	code, page := httpGet(t, e.rpc+"/runs/"+live.task)
 	for _, want := range []string{`id="loss"`, `class="line train"`, `class="line eval"`, "7 / 12", `class="cell open"`, `class="cell aggregated"`,
-		`<td class="warn">1</td>`, "http-equiv=\"refresh\""} {
+		`<td class="warn">1</td>`, "http-equiv=\"refresh\"",
+		// Issue 27 item 4: the open round's progress, and trainer 0's round-7
+		// submission shown as pending beside the final counters.
+		`id="progress"`, "round 7 of 12: 0 of 4 fragments committed, 1 submissions recorded", `<td class="pending">1 recorded</td>`} {
 		if code != 200 || !strings.Contains(page, want) {
 			t.Errorf("run page lacks %q (status %d)", want, code)
 		}
@@ -337,7 +340,7 @@ func chromiumChecks(t *testing.T, liveURL, verifyURL string) {
 		return string(out)
 	}
 	dom := run("--dump-dom", liveURL)
-	for _, want := range []string{`<svg id="loss"`, `id="trainers"`, `id="timeline"`, "timesfm-200m-live", "TNZO"} {
+	for _, want := range []string{`<svg id="loss"`, `id="trainers"`, `id="timeline"`, "timesfm-200m-live", "TNZO", `id="progress"`, "1 recorded"} {
 		if !strings.Contains(dom, want) {
 			t.Errorf("chromium DOM lacks %q", want)
 		}

@@ -53,11 +53,13 @@ func TestMain(m *testing.M) {
 }
 
 type env struct {
-	t       *testing.T
-	dir     string
-	keys    string
-	rpc     string
-	addr    string
+	t    *testing.T
+	dir  string
+	keys string
+	rpc  string
+	addr string
+	// extra are more tenzro-node flags (a later --enclave overrides "none").
+	extra   []string
 	node    *exec.Cmd
 	nodeLog *os.File
 }
@@ -85,8 +87,9 @@ func (e *env) start() {
 		e.t.Fatal(err)
 	}
 	e.nodeLog = log
-	cmd := exec.Command(filepath.Join(binDir, "tenzro-node"), "--dev", "--data-dir", filepath.Join(e.dir, "data"),
-		"--rpc-addr", e.addr, "--listen-addr", "/ip4/127.0.0.1/tcp/0", "--node-key", filepath.Join(e.keys, "node.key"), "--enclave", "none")
+	args := []string{"--dev", "--data-dir", filepath.Join(e.dir, "data"),
+		"--rpc-addr", e.addr, "--listen-addr", "/ip4/127.0.0.1/tcp/0", "--node-key", filepath.Join(e.keys, "node.key"), "--enclave", "none"}
+	cmd := exec.Command(filepath.Join(binDir, "tenzro-node"), append(args, e.extra...)...)
 	cmd.Stdout, cmd.Stderr = log, log
 	if err := cmd.Start(); err != nil {
 		e.t.Fatal(err)

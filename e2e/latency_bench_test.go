@@ -78,7 +78,7 @@ func TestSubmitLatencyBench(t *testing.T) {
 // through enrolVia's node, and returns once the light client sees the run
 // running.
 func benchRun(ctx context.Context, t *testing.T, task string, nTrainers, F, N, maxRounds int,
-	enrolVia func(n *testNet, light *chainNode) *chainNode) (*testNet, *chainNode, []*did.Key, *wire.RunView) {
+	enrolVia func(n *testNet, light *chainNode) *chainNode, extra ...map[string]string) (*testNet, *chainNode, []*did.Key, *wire.RunView) {
 	t.Helper()
 	sponsor := chainKey(t, did.KindHuman, 71)
 	trainers := make([]*did.Key, nTrainers)
@@ -86,6 +86,11 @@ func benchRun(ctx context.Context, t *testing.T, task string, nTrainers, F, N, m
 	for i := range trainers {
 		trainers[i] = chainKey(t, did.KindMachine, byte(80+i))
 		allocs[trainers[i].DID.String()] = "200000000000000000000"
+	}
+	for _, m := range extra {
+		for k, v := range m {
+			allocs[k] = v
+		}
 	}
 	n := startNet(t, netOptions{validators: 4, allocs: allocs})
 	light := n.startLight("light", 0)

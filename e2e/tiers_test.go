@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -32,6 +33,7 @@ type tierRun struct {
 	t       *testing.T
 	ctx     context.Context
 	node    *syncer.Node
+	mc      *chain.Manual
 	kv      machine.KV
 	broker  *enclave.Broker
 	sponsor *did.Key
@@ -41,6 +43,8 @@ type tierRun struct {
 	sealing []byte
 	nonce   uint64
 	clock   func() time.Time
+	// nowNs is the clock's time (Unix ns); advance moves it.
+	nowNs atomic.Int64
 	// policy overrides simPolicy(tier, allow) when set.
 	policy string
 }
@@ -54,8 +58,9 @@ func simPolicy(tier string, allow bool) string {
 
 func newTierRun(t *testing.T, vendor string) *tierRun {
 	ctx := context.Background()
-	now := time.Date(2025, 6, 1, 12, 0, 0, 0, time.UTC)
-	r := &tierRun{t: t, ctx: ctx, clock: func() time.Time { return now }}
+	r := &tierRun{t: t, ctx: ctx}
+	r.nowNs.Store(time.Date(2025, 6, 1, 12, 0, 0, 0, time.UTC).UnixNano())
+	r.clock = func() time.Time { return time.Unix(0, r.nowNs.Load()).UTC() }
 	kv, err := store.OpenInMemory()
 	if err != nil {
 		t.Fatal(err)
@@ -86,6 +91,7 @@ func newTierRun(t *testing.T, vendor string) *tierRun {
 	if err != nil {
 		t.Fatal(err)
 	}
+	r.mc = mc
 	r.node, err = syncer.NewNode(ctx, syncer.Config{Chain: mc, Blobs: syncer.KVBlobs{KV: kv}, Local: kv, Engine: syncer.NewNativeEngine(), Signer: r.syncer,
 		Attestor: checker, DatasetKeys: r.broker, Dev: true, Clock: r.clock})
 	if err != nil {

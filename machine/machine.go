@@ -16,12 +16,30 @@ import (
 )
 
 // Block is the context a transition runs in: the height, the block time in
-// Unix milliseconds and the block's hash. It is all the machine knows of the
-// world: no wall clock ever enters a transition.
+// Unix milliseconds, the previous block's time and the block's hash. It is
+// all the machine knows of the world: no wall clock ever enters a
+// transition.
 type Block struct {
 	Height int64
 	TimeMs int64
-	Hash   []byte
+	// PrevTimeMs is the time of the previous block (0: unknown, then
+	// TimeMs counts).
+	PrevTimeMs int64
+	Hash       []byte
+}
+
+// ArrivalMs is the time a transaction of this block is judged to have
+// arrived for a grace window: the previous block's time, the last moment
+// the chain is known to have been live before it. A transaction sent
+// during a halt lands in the first block after it, whose own time is
+// stretched by the halt; judged at the previous block's time, a submission
+// sent inside its window before the halt is not lost to it (issue 22).
+// Nodes judge at their last committed block, which is the same time.
+func (b Block) ArrivalMs() int64 {
+	if b.PrevTimeMs > 0 && b.PrevTimeMs < b.TimeMs {
+		return b.PrevTimeMs
+	}
+	return b.TimeMs
 }
 
 // MachineConfig configures a Machine. Every validator of a network must
@@ -33,6 +51,9 @@ type MachineConfig struct {
 	// references must name one of these or a plugin published on chain.
 	Builtins map[wire.Hash]string
 	Logger   *slog.Logger
+	// Evidence verifies Verified/Confidential evidence in enrolments and
+	// submissions (mevidence.go); without one such evidence is refused.
+	Evidence EvidenceVerifier
 }
 
 // Machine is the run state machine's deterministic transitions (post →
@@ -46,11 +67,12 @@ type MachineConfig struct {
 type Machine struct {
 	builtins map[wire.Hash]string
 	log      *slog.Logger
+	evidence EvidenceVerifier
 }
 
 // NewMachine returns a machine.
 func NewMachine(cfg MachineConfig) *Machine {
-	m := &Machine{builtins: map[wire.Hash]string{}, log: cfg.Logger}
+	m := &Machine{builtins: map[wire.Hash]string{}, log: cfg.Logger, evidence: cfg.Evidence}
 	for h, n := range cfg.Builtins {
 		m.builtins[h] = n
 	}

@@ -768,6 +768,7 @@ func (x *mtx) rollback(r *Run, R uint64, f int) error {
 		t.RoundAccepted = 0
 	}
 	r.Round, r.RoundMs = R, x.blk.TimeMs
+	r.RoundMissed, r.RoundCommitted = nil, nil // the round's turns start again
 	r.RoundAnchor, r.RoundModel = snap.RoundAnchor, snap.RoundModel
 	r.Joined = snap.Joined
 	r.Left = append(append([]string(nil), snap.Left...), leftSince...)

@@ -42,7 +42,7 @@ func (x *mtx) submission(p *wire.SubmissionTx) (*wire.SubmitResult, error) {
 	if err != nil {
 		return nil, err
 	}
-	fs, err := r.PrecheckRecord(p.TrainerDID, p.Round, p.FragmentIndex, x.blk.TimeMs)
+	fs, err := r.PrecheckRecord(p.TrainerDID, p.Round, p.FragmentIndex, x.blk.ArrivalMs())
 	if err != nil {
 		return nil, err
 	}
@@ -60,10 +60,17 @@ func (x *mtx) submission(p *wire.SubmissionTx) (*wire.SubmitResult, error) {
 		return nil, err
 	}
 	t := r.Trainer(p.TrainerDID)
+	if ok && first.PayloadHash == p.PayloadHash {
+		return nil, Errf(KindConflict, "duplicate submission: %s already submitted payload %s for round %d fragment %d", p.TrainerDID, p.PayloadHash, p.Round, p.FragmentIndex)
+	}
+	shard := uint64(0)
+	if len(t.Shards) > 0 {
+		shard = uint64(t.Shards[0])
+	}
+	if err := x.verifyEvidence(r, p.Evidence, p.TrainerDID, shard, r.RoundModel, p.PayloadHash); err != nil {
+		return nil, err
+	}
 	if ok {
-		if first.PayloadHash == p.PayloadHash {
-			return nil, Errf(KindConflict, "duplicate submission: %s already submitted payload %s for round %d fragment %d", p.TrainerDID, p.PayloadHash, p.Round, p.FragmentIndex)
-		}
 		if _, err := x.kv.Get(x.ctx, KSEvidence, claimKey(p.TaskID, p.Round, f, p.TrainerDID)); err == nil {
 			return nil, Errf(KindConflict, "equivocation of %s in round %d fragment %d is already claimed", p.TrainerDID, p.Round, p.FragmentIndex)
 		} else if !errors.Is(err, ErrNotFound) {
@@ -273,6 +280,7 @@ func (x *mtx) commitFragment(p *wire.CommitFragmentTx) (*wire.CommitFragmentResu
 	}
 	round := r.Round
 	momentumBefore := fs.MomentumHash
+	r.noteTurn(k)
 	if err := x.closeFragment(r, i, &c); err != nil {
 		return nil, err
 	}
@@ -567,6 +575,7 @@ func (x *mtx) closeRound(r *Run) error {
 	if r.Round+1 >= uint64(r.spec.MaxRounds) {
 		return x.seal(r, rc.ModelHash)
 	}
+	r.foldTurns()
 	r.Round++
 	r.RoundMs = x.blk.TimeMs
 	r.RoundAnchor = append(wire.HexBytes{}, x.blk.Hash...)

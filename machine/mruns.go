@@ -344,7 +344,7 @@ func (x *mtx) enroll(p *wire.EnrollTx) (*wire.EnrollResult, error) {
 	if err := x.checkSigned(p.TrainerDID, p.Nonce, p.Signature, p.Preimage()); err != nil {
 		return nil, err
 	}
-	if err := r.checkEvidenceRef(p.Evidence); err != nil {
+	if err := x.verifyEvidence(r, p.Evidence, p.TrainerDID, 0, r.InitModel, wire.Hash{}); err != nil {
 		return nil, err
 	}
 	if p.Evidence != nil {
@@ -377,9 +377,8 @@ func (x *mtx) enroll(p *wire.EnrollTx) (*wire.EnrollResult, error) {
 	return enrollResult(r, t), nil
 }
 
-// checkEvidenceRef: Verified and Confidential runs need evidence (checked
-// by the receiving node; the chain keeps its hash and digest), Open runs
-// take none.
+// checkEvidenceRef: Verified and Confidential runs need evidence (verified
+// by every validator: verifyEvidence), Open runs take none.
 func (r *Run) checkEvidenceRef(e *wire.EvidenceRef) error {
 	if r.spec.Tier == wire.TierOpen {
 		if e != nil {

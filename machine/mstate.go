@@ -72,6 +72,16 @@ type Run struct {
 	// in increasing order, each once: who may sign the receipt follows
 	// from them (receiptSigners).
 	CommitTickets []uint64 `json:"commit_tickets,omitempty"`
+	// Skipped are tickets that missed their turn in an earlier round (a
+	// later ticket committed in their place) and have committed nothing
+	// since: they take their turn only after every other live entrant
+	// (TurnOrder), so a dead syncer does not cost every later round a
+	// deadline. RoundMissed and RoundCommitted are the current round's
+	// misses and committers, folded into Skipped when the round closes (a
+	// turn never moves within a round).
+	Skipped        []uint64 `json:"skipped,omitempty"`
+	RoundMissed    []uint64 `json:"round_missed,omitempty"`
+	RoundCommitted []uint64 `json:"round_committed,omitempty"`
 	// Seal: settled, run root in the run log; Signed once signReceipt landed.
 	Seal *sealState `json:"seal,omitempty"`
 
@@ -354,10 +364,10 @@ func (r *Run) ticketAt(t int64) int {
 
 // SyncerAt is the DID that may commit the current round at block time t
 // and its ticket, its index in the election's succession ("" when the run
-// has no election). Syncers an upheld challenge excluded are skipped: the
-// k-th after ⌊(t − round start)/D⌋ deadlines is the k-th of the others.
+// has no election): after ⌊(t − round start)/D⌋ deadlines, the entrant at
+// that position of TurnOrder (capped at the last).
 func (r *Run) SyncerAt(t int64) (string, int) {
-	live := r.liveSuccession()
+	live := r.TurnOrder()
 	if len(live) == 0 {
 		return "", 0
 	}
@@ -366,6 +376,93 @@ func (r *Run) SyncerAt(t int64) (string, int) {
 		k = len(live) - 1
 	}
 	return r.Succession[live[k]], live[k]
+}
+
+// TurnOrder is the order in which the succession's tickets get the current
+// round's turns, one round deadline each: the entrants no upheld challenge
+// excluded and not Skipped, in ticket order, then the Skipped ones, in
+// ticket order (a skipped ticket still serves when every other one fails,
+// and a commit restores it). It is the one turn rule: the chain's
+// commitFragment and the nodes' workers both go through SyncerAt and
+// SlotOf, which read it.
+func (r *Run) TurnOrder() []int {
+	live := r.liveSuccession()
+	if len(r.Skipped) == 0 {
+		return live
+	}
+	out := make([]int, 0, len(live))
+	for _, i := range live {
+		if !hasTicket(r.Skipped, uint64(i)) {
+			out = append(out, i)
+		}
+	}
+	for _, i := range live {
+		if hasTicket(r.Skipped, uint64(i)) {
+			out = append(out, i)
+		}
+	}
+	return out
+}
+
+func hasTicket(s []uint64, k uint64) bool {
+	i := sort.Search(len(s), func(i int) bool { return s[i] >= k })
+	return i < len(s) && s[i] == k
+}
+
+func addTicket(s []uint64, k uint64) []uint64 {
+	i := sort.Search(len(s), func(i int) bool { return s[i] >= k })
+	if i < len(s) && s[i] == k {
+		return s
+	}
+	s = append(s, 0)
+	copy(s[i+1:], s[i:])
+	s[i] = k
+	return s
+}
+
+// noteTurn records a fragment commit by ticket k in the current round:
+// every ticket before k in TurnOrder had its whole deadline and committed
+// nothing this round, so it missed its turn (RoundMissed); k's commit shows
+// it alive, which matters (RoundCommitted) only for a ticket that is
+// skipped or missed. A run where no one misses writes nothing here.
+func (r *Run) noteTurn(k int) {
+	for _, i := range r.TurnOrder() {
+		if i == k {
+			break
+		}
+		if !r.committedThisRound(uint64(i)) {
+			r.RoundMissed = addTicket(r.RoundMissed, uint64(i))
+		}
+	}
+	if hasTicket(r.Skipped, uint64(k)) || hasTicket(r.RoundMissed, uint64(k)) {
+		r.RoundCommitted = addTicket(r.RoundCommitted, uint64(k))
+	}
+}
+
+// committedThisRound: a fragment of the current round is closed by a
+// commit naming ticket k.
+func (r *Run) committedThisRound(k uint64) bool {
+	for _, fs := range r.Fragments {
+		if fs.Closed && fs.Commit != nil && fs.Commit.Ticket == k {
+			return true
+		}
+	}
+	return false
+}
+
+// foldTurns applies the closing round's turns: its misses join Skipped,
+// its committers leave it (a commit shows liveness).
+func (r *Run) foldTurns() {
+	for _, k := range r.RoundMissed {
+		r.Skipped = addTicket(r.Skipped, k)
+	}
+	var keep []uint64
+	for _, k := range r.Skipped {
+		if !hasTicket(r.RoundCommitted, k) {
+			keep = append(keep, k)
+		}
+	}
+	r.Skipped, r.RoundMissed, r.RoundCommitted = keep, nil, nil
 }
 
 // liveSuccession is the indices of the succession's entrants that no upheld
@@ -381,10 +478,10 @@ func (r *Run) liveSuccession() []int {
 }
 
 // SlotOf is the slot of succession ticket k in the current round: its
-// position among the live entrants (ticket k itself when no challenge
-// excluded anyone before it).
+// position in TurnOrder (ticket k itself when no challenge excluded and no
+// miss skipped anyone before it).
 func (r *Run) SlotOf(k int) int {
-	for pos, i := range r.liveSuccession() {
+	for pos, i := range r.TurnOrder() {
 		if i == k {
 			return pos
 		}

@@ -16,6 +16,9 @@ func (r *Run) WireView(esc *big.Int, blk Block) *wire.RunView {
 	v := &wire.RunView{TaskID: r.spec.TaskID, TaskSpec: r.Spec, SpecHash: r.SpecHash, Status: r.Status, Round: r.Round,
 		RoundStartedMs: r.RoundMs, Syncer: r.Syncer, Election: r.Election, TrainerMetrics: map[string]wire.TrainerMetrics{},
 		RoundRoots: r.Roots, HasWeights: r.HasInit, CancelReason: r.CancelReason, Escrow: esc.String()}
+	if r.HasInit {
+		v.InitWeightsHash = r.InitFile
+	}
 	if r.Status == wire.StatusRunning {
 		v.Syncer, _ = r.SyncerAt(blk.TimeMs)
 	}

@@ -186,6 +186,17 @@ func (s *Server) HeavyStats() (runs, hits int64) {
 	return s.heavy.runs, s.heavy.hits
 }
 
+// weightsWeight is the budget a getWeights of one fragment takes: the size
+// of the fragment's stored weights blob, else the blob cap.
+func (s *Server) weightsWeight(ctx context.Context, p *wire.GetWeightsParams) int64 {
+	if run, err := s.svc.GetRun(ctx, p.TaskID); err == nil && run != nil && p.FragmentIndex < uint64(len(run.Fragments)) {
+		if h := run.Fragments[p.FragmentIndex].WeightsHash; !h.IsZero() {
+			return s.payloadWeight(ctx, h)
+		}
+	}
+	return s.opts.MaxBlobBytes
+}
+
 // payloadWeight is the budget a getPayload of h takes while it loads: its
 // size, or the blob cap when the size is not known. (The budget is held
 // while a call loads or re-executes; the JSON answer is encoded after,

@@ -282,9 +282,9 @@ func (s *Server) methods() handler.Map {
 
 		wire.MethodGetWeights: typed(s, wire.MethodGetWeights, paramsRequired, func(p *wire.GetWeightsParams) string { return needTask(p.TaskID) },
 			func(ctx context.Context, p *wire.GetWeightsParams) (any, error) {
-				// Weights of one fragment (or all of them), bounded by the
-				// blob cap.
-				release, err := s.acquireHeavy(ctx, wire.MethodGetWeights, s.opts.MaxBlobBytes)
+				// Weights of one fragment, held at their stored size (the
+				// blob cap when the run or its weights cannot be looked up).
+				release, err := s.acquireHeavy(ctx, wire.MethodGetWeights, s.weightsWeight(ctx, p))
 				if err != nil {
 					return nil, err
 				}

@@ -186,7 +186,7 @@ func TestFiniteVerifierIsAlwaysOn(t *testing.T) {
 		p, _ := safetensors.Encode([]safetensors.Tensor{safetensors.FromF32(ts[0].Name, ts[0].Shape, v)}, bound(h.task, g.TrainerDID, 0, 0))
 		resign(h, g, p)
 		before := snapshot(t, h)
-		if err := h.submit(g); machine.KindOf(err) != machine.KindInvalid || !strings.Contains(err.Error(), machine.FiniteVerifier) {
+		if err := h.submit(g); machine.KindOf(err) != machine.KindInvalid || !strings.Contains(err.Error(), machine.FiniteVerifier) || !strings.Contains(err.Error(), "contains NaN or infinite values") {
 			t.Fatalf("%v submission: %v", bad, err)
 		}
 		if snapshot(t, h) != before {

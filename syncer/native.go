@@ -94,34 +94,39 @@ func (*NativeEngine) Aggregate(ctx context.Context, in AggregateInput) (Aggregat
 }
 
 // Verify implements Engine (Finite).
-//
-// It reads the values' bits in place (a value is not finite when its
-// exponent bits are all ones), so checking a payload allocates nothing.
 func (*NativeEngine) Verify(_ context.Context, in VerifyInput) (VerifyOutput, error) {
-	if in.Dtype.Size() == 0 {
-		return VerifyOutput{}, fmt.Errorf("dtype %q unsupported", in.Dtype)
+	return finiteScan(in.Dtype, in.N, in.Input)
+}
+
+// finiteReason is the Finite verifier's reason text, the same whichever
+// engine runs it (plugins' verifyReason, code 1).
+const finiteReason = "contains NaN or infinite values"
+
+// finiteScan is the Finite rule (a value is not finite when its exponent
+// bits are all ones) over n values of dtype in b. It reads the bits in
+// place, so checking a mapped payload allocates and copies nothing.
+func finiteScan(d machine.Dtype, n int, b []byte) (VerifyOutput, error) {
+	if d.Size() == 0 {
+		return VerifyOutput{}, fmt.Errorf("dtype %q unsupported", d)
 	}
-	if len(in.Input) != in.N*in.Dtype.Size() {
-		return VerifyOutput{}, fmt.Errorf("%d bytes for %d %s values, want %d", len(in.Input), in.N, in.Dtype, in.N*in.Dtype.Size())
+	if len(b) != n*d.Size() {
+		return VerifyOutput{}, fmt.Errorf("%d bytes for %d %s values, want %d", len(b), n, d, n*d.Size())
 	}
-	b := in.Input
-	for i := 0; i < in.N; i++ {
-		var x float32
-		switch in.Dtype {
-		case machine.F32:
-			u := binary.LittleEndian.Uint32(b[4*i:])
-			if u&0x7f800000 != 0x7f800000 {
-				continue
-			}
-			x = math.Float32frombits(u)
-		case machine.BF16:
-			u := binary.LittleEndian.Uint16(b[2*i:])
-			if u&0x7f80 != 0x7f80 {
-				continue
-			}
-			x = math.Float32frombits(uint32(u) << 16)
+	bad := false
+	switch d {
+	case machine.F32:
+		for i := 0; i < n && !bad; i++ {
+			bad = binary.LittleEndian.Uint32(b[4*i:])&0x7f800000 == 0x7f800000
 		}
-		return VerifyOutput{Accept: false, Code: 1, Reason: fmt.Sprintf("value %d is not finite (%v)", i, x)}, nil
+	case machine.BF16:
+		for i := 0; i < n && !bad; i++ {
+			bad = binary.LittleEndian.Uint16(b[2*i:])&0x7f80 == 0x7f80
+		}
+	default:
+		return VerifyOutput{}, fmt.Errorf("dtype %q unsupported", d)
+	}
+	if bad {
+		return VerifyOutput{Accept: false, Code: 1, Reason: finiteReason}, nil
 	}
 	return VerifyOutput{Accept: true}, nil
 }

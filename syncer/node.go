@@ -116,6 +116,10 @@ type Node struct {
 	cw watchState
 	// corpora caches the parsed corpora of scored runs (score.go).
 	corpora corpusCache
+
+	// finiteHash is the engine's built-in Finite module (builtinFinite).
+	finiteOnce sync.Once
+	finiteHash wire.Hash
 }
 
 var _ Service = (*Node)(nil)

@@ -330,8 +330,9 @@ func (n *Node) SetInitWeights(ctx context.Context, p *wire.SetInitWeightsParams)
 // nonce must be the round's (PROTOCOL §8) and its evidence must bind
 // AttestReportData of the claimed program, the trainer's shard, the
 // round's model, that nonce and the payload it accompanies (zero for an
-// enrolment). It returns the digest and a reference to the claim's bytes,
-// which the caller stores as a blob.
+// enrolment). It returns the digest and the claim's bytes, which the
+// transaction carries inline: every validator verifies them again at the
+// block's time (machine.EvidenceVerifier, the same attest rules).
 func (n *Node) checkEvidence(ctx context.Context, r *machine.Run, raw json.RawMessage, trainer string, shard uint64, model, payload wire.Hash) (*wire.EvidenceRef, error) {
 	if n.cfg.Attestor == nil {
 		return nil, machine.Errf(machine.KindAttestation, "tier %s needs attestation, which this node is not configured for", r.TaskSpec().Tier)
@@ -356,7 +357,11 @@ func (n *Node) checkEvidence(ctx context.Context, r *machine.Run, raw json.RawMe
 		}
 		return nil, machine.Errf(machine.KindAttestation, "attestation refused: %v", err)
 	}
-	return &wire.EvidenceRef{Hash: wire.ContentHash(raw), Size: uint64(len(raw)), Digest: dg}, nil
+	if len(raw) > wire.MaxClaimBytes {
+		return nil, machine.Errf(machine.KindInvalid, "attestation: claim is %d bytes, limit %d", len(raw), wire.MaxClaimBytes)
+	}
+	claimBytes := append([]byte(nil), raw...)
+	return &wire.EvidenceRef{Hash: wire.ContentHash(claimBytes), Size: uint64(len(claimBytes)), Digest: dg, Claim: claimBytes}, nil
 }
 
 // Enroll implements Service.
@@ -380,14 +385,14 @@ func (n *Node) Enroll(ctx context.Context, p *wire.EnrollParams) (*wire.EnrollRe
 	}
 	tx := wire.EnrollTx{TaskID: p.TaskID, TrainerDID: p.TrainerDID, Stake: p.Stake, Signed: p.Signed}
 	if r.TaskSpec().Tier != wire.TierOpen {
+		if _, err := p.EvidenceRef(); err != nil {
+			return nil, machine.Errf(machine.KindInvalid, "attestation: %v", err)
+		}
 		if err := did.Verify(p.TrainerDID, p.Preimage(), p.Signature); err != nil {
-			return nil, machine.Errf(machine.KindUnauthorized, "bad signature: does not verify against %s", p.TrainerDID)
+			return nil, machine.Errf(machine.KindUnauthorized, "bad signature: does not verify against %s (the enrolment preimage covers the evidence digest)", p.TrainerDID)
 		}
 		if tx.Evidence, err = n.checkEvidence(ctx, r, p.Attestation, p.TrainerDID, 0, r.InitModel, wire.Hash{}); err != nil {
 			return nil, err
-		}
-		if err := n.blobs.Put(ctx, tx.Evidence.Hash, p.Attestation); err != nil {
-			return nil, fmt.Errorf("store enrolment evidence: %w", err)
 		}
 	}
 	var res wire.EnrollResult
@@ -603,9 +608,6 @@ func (n *Node) Submit(ctx context.Context, g *wire.OuterGradient) (*wire.SubmitR
 		if tx.Evidence, err = n.checkEvidence(ctx, r, g.Attestation, g.TrainerDID, shard, r.RoundModel, g.PayloadHash); err != nil {
 			return nil, err
 		}
-		if err := n.blobs.Put(ctx, tx.Evidence.Hash, g.Attestation); err != nil {
-			return nil, fmt.Errorf("store submission evidence: %w", err)
-		}
 	}
 	if !stored { // a payload sent by reference is in the store already
 		if err := n.blobs.Put(ctx, g.PayloadHash, g.GradientPayload); err != nil {
@@ -635,7 +637,16 @@ func (n *Node) verifyPayload(ctx context.Context, r *machine.Run, fs *machine.Ru
 		if v.RoundLevel {
 			continue
 		}
-		out, err := n.eng.Verify(ctx, VerifyInput{Verifier: v, Dtype: fs.Dtype, N: int(fs.N), Input: values})
+		var out VerifyOutput
+		var err error
+		if n.builtinFinite(ctx, v) {
+			// The mandatory Finite rule runs here, on the mapped payload:
+			// the same verdict and reason as its Wasm module, without
+			// copying the payload into a worker (issue 21: ingest RSS).
+			out, err = finiteScan(fs.Dtype, int(fs.N), values)
+		} else {
+			out, err = n.eng.Verify(ctx, VerifyInput{Verifier: v, Dtype: fs.Dtype, N: int(fs.N), Input: values})
+		}
 		if err != nil {
 			var rf *RuleFailure
 			if errors.As(err, &rf) {
@@ -648,6 +659,24 @@ func (n *Node) verifyPayload(ctx context.Context, r *machine.Run, fs *machine.Ru
 		}
 	}
 	return nil
+}
+
+// builtinFinite says whether v is the built-in Finite verifier (the
+// engine's own module or the native rule), which verifyPayload runs
+// in-process. A sponsor's plugin that calls itself Finite is not it.
+func (n *Node) builtinFinite(ctx context.Context, v RuleRef) bool {
+	if v.Name != machine.FiniteVerifier {
+		return false
+	}
+	if v.Hash == machine.NativeHash(machine.FiniteVerifier) {
+		return true
+	}
+	n.finiteOnce.Do(func() {
+		if ref, err := n.eng.ResolveVerifier(ctx, machine.FiniteVerifier); err == nil {
+			n.finiteHash = ref.Hash
+		}
+	})
+	return !n.finiteHash.IsZero() && v.Hash == n.finiteHash
 }
 
 // storedPayload returns a payload submitted by reference from the blob

@@ -161,9 +161,21 @@ type EnrollParams struct {
 	Signed
 }
 
-// Preimage is the signing preimage.
+// EvidenceRef is the evidence digest the enrolment signs: ClaimEvidenceDigest
+// of its attestation claim, or all zero without one.
+func (p *EnrollParams) EvidenceRef() (Hash, error) {
+	if len(p.Attestation) == 0 {
+		return Hash{}, nil
+	}
+	return ClaimEvidenceDigest(p.Attestation)
+}
+
+// Preimage is the signing preimage (EnrollPreimage). A claim that does not
+// parse counts as no evidence here; the node refuses it before signatures
+// matter (EvidenceRef's error).
 func (p *EnrollParams) Preimage() []byte {
-	return RequestPreimage(p.ChainID, MethodEnrollTrainer, p.TrainerDID, p.Nonce, func(c *Canon) { c.Str(p.TaskID).Str(p.Stake) })
+	ev, _ := p.EvidenceRef()
+	return EnrollPreimage(p.ChainID, p.TrainerDID, p.Nonce, p.TaskID, p.Stake, ev)
 }
 
 // LeaveParams is tenzro_training_leaveRun.

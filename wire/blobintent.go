@@ -74,20 +74,10 @@ func ParseBlobIntent(s string) (BlobIntent, error) {
 	if err != nil || did != f[1] {
 		return b, fmt.Errorf("%s: did %q: %v", BlobIntentHeader, trunc(f[1]), err)
 	}
-	num := func(name, v string) (uint64, error) {
-		if v == "" || (len(v) > 1 && v[0] == '0') || strings.TrimLeft(v, "0123456789") != "" {
-			return 0, fmt.Errorf("%s: %s %q: want a decimal number", BlobIntentHeader, name, trunc(v))
-		}
-		n, err := strconv.ParseUint(v, 10, 64)
-		if err != nil {
-			return 0, fmt.Errorf("%s: %s %q: %v", BlobIntentHeader, name, trunc(v), err)
-		}
-		return n, nil
-	}
-	if b.Size, err = num("size", f[2]); err != nil {
+	if b.Size, err = decimalField(BlobIntentHeader, "size", f[2]); err != nil {
 		return b, err
 	}
-	if b.Expires, err = num("expires", f[3]); err != nil {
+	if b.Expires, err = decimalField(BlobIntentHeader, "expires", f[3]); err != nil {
 		return b, err
 	}
 	switch t := f[4]; {
@@ -105,4 +95,17 @@ func ParseBlobIntent(s string) (BlobIntent, error) {
 	}
 	b.DID = did
 	return b, nil
+}
+
+// decimalField parses a header's decimal field strictly: digits only, no
+// sign, no leading zeros, within uint64.
+func decimalField(header, name, v string) (uint64, error) {
+	if v == "" || (len(v) > 1 && v[0] == '0') || strings.TrimLeft(v, "0123456789") != "" {
+		return 0, fmt.Errorf("%s: %s %q: want a decimal number", header, name, trunc(v))
+	}
+	n, err := strconv.ParseUint(v, 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("%s: %s %q: %v", header, name, trunc(v), err)
+	}
+	return n, nil
 }

@@ -89,6 +89,10 @@ type RunView struct {
 	Aggregation    json.RawMessage           `json:"aggregation"`
 	Escrow         string                    `json:"escrow"`
 	HasWeights     bool                      `json:"has_weights"`
+	// InitWeightsHash is the ContentHash of the initial safetensors file
+	// (absent until the run has initial weights): the blob a replay starts
+	// from, which nodes keep (docs/protocol/blobs.md).
+	InitWeightsHash Hash `json:"init_weights_hash,omitzero"`
 	// CancelReason says why a cancelled run ended (sponsor cancelled, or the
 	// enrolment window passed before M trainers enrolled).
 	CancelReason string `json:"cancel_reason,omitempty"`

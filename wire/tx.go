@@ -121,13 +121,16 @@ func (p *SetInitWeightsTx) Preimage(sponsor string) []byte {
 	return RequestPreimage(p.ChainID, MethodSetInitWeights, sponsor, p.Nonce, func(c *Canon) { c.Str(p.TaskID).Hash(p.Init.File) })
 }
 
-// EvidenceRef points at attestation evidence kept off chain: the content
-// hash of the evidence bytes (a blob), their size, and the digest the
-// receiving node's attestation check returned.
+// EvidenceRef carries attestation evidence in a transaction: the claim's
+// bytes inline (an AttestationClaim, at most MaxClaimBytes, paid by the
+// per-byte fee) so every validator verifies them at the block's time, their
+// content hash and size, and the evidence digest (ClaimEvidenceDigest) the
+// validators' verification must return.
 type EvidenceRef struct {
 	Hash   Hash   `json:"hash"`
 	Size   uint64 `json:"size"`
 	Digest Hash   `json:"digest"`
+	Claim  []byte `json:"claim,omitempty"`
 }
 
 // EnrollTx is an enrolment (enrollTrainer's fields without the evidence
@@ -142,8 +145,11 @@ type EnrollTx struct {
 
 // Preimage is enrollTrainer's signing preimage.
 func (p *EnrollTx) Preimage() []byte {
-	e := EnrollParams{TaskID: p.TaskID, TrainerDID: p.TrainerDID, Stake: p.Stake, Signed: p.Signed}
-	return e.Preimage()
+	var ev Hash
+	if p.Evidence != nil {
+		ev = p.Evidence.Digest
+	}
+	return EnrollPreimage(p.ChainID, p.TrainerDID, p.Nonce, p.TaskID, p.Stake, ev)
 }
 
 // SubmissionTx is the record of one outer-gradient submission: everything

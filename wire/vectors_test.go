@@ -35,6 +35,14 @@ type vectorFile struct {
 	// AttestReportData: the Verified-tier evidence binding (PROTOCOL §11),
 	// which names the payload the evidence accompanies.
 	AttestReportData []attestVec `json:"attest_report_data"`
+	// EvidenceDigests: the digest of an attestation claim's envelope
+	// (wire.ClaimEvidenceDigest), which an enrolment signs (PROTOCOL §3).
+	EvidenceDigests []evidenceVec `json:"evidence_digests"`
+}
+
+type evidenceVec struct {
+	Claim  string `json:"claim"`
+	Digest string `json:"digest"`
 }
 
 type attestVec struct {
@@ -195,6 +203,19 @@ func build(t *testing.T) vectorFile {
 	}
 	zero := wire.Hash{}
 	specHash := wire.SpecHash([]byte(`{"task_id":"t"}`))
+	claims := []string{
+		`{"envelope":{"vendor":"snp","evidence":"AAECAwQ=","certs":["BQY="],"nonce":"Wlo="},"nonce":"Wlo=","program_hash":"` + wire.SHA256([]byte("program")).String() + `"}`,
+		`{"envelope":{"vendor":"tdx","evidence":"BAQE","gpu":{"vendor":"nvidia","report":"CQk=","certs":["AQ=="]}},"nonce":"AA==","program_hash":"` + zero.String() + `"}`,
+	}
+	var digests []wire.Hash
+	for _, c := range claims {
+		d, err := wire.ClaimEvidenceDigest([]byte(c))
+		if err != nil {
+			t.Fatal(err)
+		}
+		digests = append(digests, d)
+		v.EvidenceDigests = append(v.EvidenceDigests, evidenceVec{c, d.String()})
+	}
 	reqs := []struct {
 		method string
 		seed   byte
@@ -203,7 +224,8 @@ func build(t *testing.T) vectorFile {
 		fields []field
 	}{
 		{wire.MethodPostTask, 1, did.KindHuman, 1761350400000000000, []field{{Hash: specHash.String()}, {Hash: zero.String()}}},
-		{wire.MethodEnrollTrainer, 2, did.KindMachine, 42, []field{{Str: sp("train-2026-04-25-timesfm-200m")}, {Str: sp("100000000000000000000")}}},
+		{wire.MethodEnrollTrainer, 2, did.KindMachine, 42, []field{{Str: sp("train-2026-04-25-timesfm-200m")}, {Str: sp("100000000000000000000")}, {Hash: zero.String()}}},
+		{wire.MethodEnrollTrainer, 2, did.KindMachine, 48, []field{{Str: sp("train-2026-04-25-timesfm-200m")}, {Str: sp("100000000000000000000")}, {Hash: digests[0].String()}}},
 		{wire.MethodLeaveRun, 3, did.KindMachine, 43, []field{{Str: sp("train-2026-04-25-timesfm-200m")}}},
 		{wire.MethodRegisterSyncer, 3, did.KindMachine, 44, []field{{Str: sp("5000")}}},
 		{wire.MethodFinalizeRound, 4, did.KindMachine, 45, []field{{Str: sp("train-2026-04-25-timesfm-200m")}, {U64: up(7)}}},
@@ -213,6 +235,15 @@ func build(t *testing.T) vectorFile {
 	for _, r := range reqs {
 		k, _ := did.FromSeed(r.kind, seed(r.seed))
 		pre := wire.RequestPreimage(vecChainID, r.method, k.DID.String(), r.nonce, func(c *wire.Canon) { apply(c, r.fields) })
+		if r.method == wire.MethodEnrollTrainer { // the vector is what EnrollParams signs
+			ep := wire.EnrollParams{TaskID: *r.fields[0].Str, TrainerDID: k.DID.String(), Stake: *r.fields[1].Str, Signed: wire.Signed{ChainID: vecChainID, Nonce: r.nonce}}
+			if r.fields[2].Hash != zero.String() {
+				ep.Attestation = []byte(claims[0])
+			}
+			if !bytes.Equal(ep.Preimage(), pre) {
+				t.Fatalf("EnrollParams.Preimage differs from the enrolment vector (nonce %d)", r.nonce)
+			}
+		}
 		v.Requests = append(v.Requests, requestVec{vecChainID, r.method, hex.EncodeToString(seed(r.seed)), r.kind, k.DID.String(), r.nonce, r.fields,
 			hex.EncodeToString(pre), hex.EncodeToString(k.Sign(pre))})
 	}

@@ -33,6 +33,9 @@ type blobPolicy struct {
 	price *big.Int
 	quota int64
 	ttl   time.Duration
+	// archive keeps every blob a run references, the payloads of final
+	// rounds included (--archive): a node others replay old runs from.
+	archive bool
 
 	mu      sync.Mutex
 	pending map[string]int64 // DID → unreferenced uploaded bytes (ledger and in flight)
@@ -205,11 +208,14 @@ func (p *blobPolicy) collect(ctx context.Context, now time.Time) (collectStats, 
 }
 
 // references lists the blobs runs need (keep) and the payloads only final
-// rounds name (final): for every run, the fragments' current weights, and
-// for every committed round that is not final (its challenge window open,
-// docs/protocol/challenges.md) the payloads, weights before and after and
-// momentum it names, which a replay or a challenge of it reads. A run
-// without a challenge window has every committed round final at once.
+// rounds name (final): for every run, its initial weights file and the
+// fragments' current weights, the weights before and after every committed
+// round (what `tenzro receipt replay` starts from and checks against, and
+// getWeights of any round serves), and for every committed round that is
+// not final (its challenge window open, docs/protocol/challenges.md) the
+// payloads and momentum it names, which a challenge of it reads. A run
+// without a challenge window has every committed round final at once. On
+// an archive node final payloads are kept too (final stays empty).
 func (p *blobPolicy) references(ctx context.Context) (keep, final map[wire.Hash]bool, err error) {
 	keep, final = map[wire.Hash]bool{}, map[wire.Hash]bool{}
 	runs, err := p.svc.ListRuns(ctx, wire.ListRunsParams{})
@@ -221,6 +227,7 @@ func (p *blobPolicy) references(ctx context.Context) (keep, final map[wire.Hash]
 		if err != nil {
 			return nil, nil, fmt.Errorf("blob collector: run %s: %w", rs.TaskID, err)
 		}
+		keep[run.InitWeightsHash] = true
 		for _, f := range run.Fragments {
 			keep[f.WeightsHash] = true
 		}
@@ -241,10 +248,10 @@ func (p *blobPolicy) references(ctx context.Context) (keep, final map[wire.Hash]
 		for _, rc := range tr {
 			isFinal := rc.Round < finalRounds
 			for _, fc := range rc.Fragments {
-				keep[fc.WeightsAfter], keep[fc.MomentumAfter] = keep[fc.WeightsAfter] || !isFinal, keep[fc.MomentumAfter] || !isFinal
-				keep[fc.WeightsBefore] = keep[fc.WeightsBefore] || !isFinal
+				keep[fc.WeightsBefore], keep[fc.WeightsAfter] = true, true
+				keep[fc.MomentumAfter] = keep[fc.MomentumAfter] || !isFinal || p.archive
 				for _, in := range fc.Inputs {
-					if isFinal {
+					if isFinal && !p.archive {
 						final[in.PayloadHash] = true
 					} else {
 						keep[in.PayloadHash] = true

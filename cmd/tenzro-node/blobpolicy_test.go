@@ -143,3 +143,64 @@ func TestBlobPolicyFundingAndCollection(t *testing.T) {
 		t.Fatalf("usage %+v, pending %d after collection", u, p2.pendingBytes())
 	}
 }
+
+// TestBlobCollectorKeepsWhatReplayNeeds: long after a run's rounds are
+// final, the collector keeps its initial weights file (even when it came as
+// an upload) and the weights before and after every committed round, and
+// deletes the final rounds' payloads, except on an archive node
+// (--archive), which keeps every blob a run references so `tenzro receipt
+// replay` of an old run can read them there.
+func TestBlobCollectorKeepsWhatReplayNeeds(t *testing.T) {
+	for _, archive := range []bool{false, true} {
+		t.Run(map[bool]string{false: "default", true: "archive"}[archive], func(t *testing.T) {
+			ctx := context.Background()
+			blobs, err := store.OpenBlobs(t.TempDir(), store.BlobOptions{NoSync: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			const sponsor = "did:tenzro:human:zSponsor"
+			blob := func(i byte, n int) []byte { return bytes.Repeat([]byte{i}, n) }
+			init, w0, w1, payload := blob(1, 100), blob(2, 40), blob(3, 40), blob(4, 60)
+			chain := &policyChain{balances: map[string]string{sponsor: "1000000000000"},
+				run: &wire.RunView{TaskID: "old", Status: wire.StatusSealed, TaskSpec: []byte(`{"sponsor_did":"x"}`), InitWeightsHash: wire.ContentHash(init),
+					Fragments: []wire.FragmentView{{WeightsHash: wire.ContentHash(w1)}}, ChallengeWindowBlocks: 10, FinalRounds: 1}}
+			chain.tr = []wire.RoundCommit{{Round: 0, Fragments: []wire.FragmentCommit{{WeightsBefore: wire.ContentHash(w0), WeightsAfter: wire.ContentHash(w1),
+				Inputs: []wire.CommitInput{{PayloadHash: wire.ContentHash(payload)}}}}}}
+			p, err := newBlobPolicy(ctx, chain, blobs, func(context.Context) string { return "c" }, big.NewInt(1_000_000_000), 8000, time.Hour, slog.New(slog.DiscardHandler))
+			if err != nil {
+				t.Fatal(err)
+			}
+			p.archive = archive
+			h := wire.ContentHash(init)
+			done, err := p.Reserve(ctx, sponsor, "", h, int64(len(init)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := blobs.PutStream(ctx, h, bytes.NewReader(init), int64(len(init))); err != nil {
+				t.Fatal(err)
+			}
+			done(true)
+			for _, b := range [][]byte{w0, w1, payload} {
+				if err := blobs.Put(ctx, wire.ContentHash(b), b); err != nil {
+					t.Fatal(err)
+				}
+			}
+			st, err := p.collect(ctx, time.Now().Add(48*time.Hour))
+			if err != nil {
+				t.Fatal(err)
+			}
+			has := func(b []byte) bool { _, err := os.Stat(blobs.Path(wire.ContentHash(b))); return err == nil }
+			for name, b := range map[string][]byte{"initial weights": init, "weights before": w0, "weights after": w1} {
+				if !has(b) {
+					t.Errorf("%s deleted (%+v)", name, st)
+				}
+			}
+			if has(payload) != archive {
+				t.Errorf("final payload kept = %v on archive = %v (%+v)", has(payload), archive, st)
+			}
+			if st.Expired != 0 || st.Adopted != 1 {
+				t.Errorf("collection %+v: want the initial weights upload adopted, nothing expired", st)
+			}
+		})
+	}
+}

@@ -17,6 +17,7 @@ import (
 	"github.com/spf13/pflag"
 	"go.yaml.in/yaml/v3"
 
+	"github.com/tenzro/train/dataset"
 	"github.com/tenzro/train/machine"
 	"github.com/tenzro/train/rpc"
 	"github.com/tenzro/train/syncer"
@@ -56,6 +57,10 @@ type Config struct {
 	IPFSDHT         bool   `koanf:"ipfs-dht"`
 	// DatasetStall fails a dataset fetch when no block arrives for this long.
 	DatasetStall time.Duration `koanf:"dataset-stall-timeout"`
+	// DatasetDIDCount and DatasetDIDBytes bound what one DID pins through
+	// signed imports and fetches (datasets, bytes of blocks).
+	DatasetDIDCount int   `koanf:"dataset-did-count"`
+	DatasetDIDBytes int64 `koanf:"dataset-did-bytes"`
 	// LargeMinRate and LargeGraceMs set the minimum transfer rate of large
 	// request bodies (rpc.Options.LargeMinRate, LargeGrace).
 	LargeMinRate int64 `koanf:"large-min-rate"`
@@ -73,6 +78,9 @@ type Config struct {
 	BlobPrice            string        `koanf:"blob-price"`
 	BlobTTL              time.Duration `koanf:"blob-ttl"`
 	BlobPeerBytesPerHour int64         `koanf:"blob-peer-bytes-per-hour"`
+	// Archive keeps every blob a run references, final rounds' payloads
+	// included, for replays of old runs (blobpolicy.go).
+	Archive bool `koanf:"archive"`
 	// HeavyMemoryBytes bounds heavy reads (rpc.Options.HeavyMemoryBytes).
 	HeavyMemoryBytes int64 `koanf:"heavy-memory-bytes"`
 
@@ -96,9 +104,10 @@ var configKeys = map[string]bool{
 	"role": true, "data-dir": true, "home": true, "genesis": true, "genesis-hash": true, "listen-addr": true, "rpc-addr": true, "boot-nodes": true, "dev": true,
 	"node-key": true, "engine": true, "max-request-bytes": true, "metrics-addr": true, "log-level": true, "log-format": true,
 	"enclave": true, "tdx-collateral": true, "dashboard": true, "dataset-max-bytes": true, "ipfs-dht": true, "dataset-stall-timeout": true,
+	"dataset-did-count": true, "dataset-did-bytes": true,
 	"large-min-rate": true, "large-grace-ms": true, "max-blob-bytes": true, "watch": true, "watch-concurrency": true,
 	"rpc-allow-origin": true, "blob-disk-cap": true, "blob-did-quota": true, "blob-price": true, "blob-ttl": true,
-	"blob-peer-bytes-per-hour": true, "heavy-memory-bytes": true,
+	"blob-peer-bytes-per-hour": true, "heavy-memory-bytes": true, "archive": true,
 
 	"snapshot-interval": true, "snapshot-keep": true, "state-keep-heights": true,
 }
@@ -206,6 +215,7 @@ func defaults() Config {
 		RPCAddr:              "127.0.0.1:8545",
 		Engine:               defaultEngine,
 		MaxRequestBytes:      256 << 20,
+		MaxBlobBytes:         DefaultMaxBlobBytes,
 		LogLevel:             "info",
 		LogFormat:            "text",
 		Enclave:              "auto",
@@ -218,11 +228,18 @@ func defaults() Config {
 		BlobTTL:              DefaultBlobTTL,
 		BlobPeerBytesPerHour: rpc.DefaultBlobPeerBytesPerHour,
 		HeavyMemoryBytes:     rpc.DefaultHeavyMemoryBytes,
+		DatasetDIDCount:      dataset.DefaultQuotaCount,
+		DatasetDIDBytes:      dataset.DefaultQuotaBytes,
 	}
 }
 
 // Blob pricing defaults (RATIONALE "Who may upload a blob").
 const (
+	// DefaultMaxBlobBytes caps one uploaded blob (1 GiB): the seed's 200M
+	// spec posts ≈ 800 MB of F32 initial weights (400 MB in BF16), more
+	// than a JSON request may carry. Uploads are signed, funded intents
+	// paid per byte, so the larger cap costs the uploader, not the node.
+	DefaultMaxBlobBytes = 1 << 30
 	// DefaultBlobDiskCap bounds the blob store (100 GiB).
 	DefaultBlobDiskCap = 100 << 30
 	// DefaultBlobDIDQuota bounds one DID's unreferenced uploads (4 GiB:
@@ -298,6 +315,8 @@ func (c *Config) validate() error {
 		return fmt.Errorf("dataset-max-bytes %d: want a positive size (0: the default, 4 GiB)", c.DatasetMaxBytes)
 	case c.DatasetStall < 0:
 		return fmt.Errorf("dataset-stall-timeout %s: want a positive duration", c.DatasetStall)
+	case c.DatasetDIDCount < 1 || c.DatasetDIDBytes < 1:
+		return fmt.Errorf("dataset-did-count %d / dataset-did-bytes %d: want at least 1 dataset and 1 byte per DID", c.DatasetDIDCount, c.DatasetDIDBytes)
 	case c.BlobDiskCap < 0 || c.BlobDIDQuota < 1 || c.BlobPeerBytesPerHour < 1 || c.HeavyMemoryBytes < 1<<20:
 		return fmt.Errorf("blob-disk-cap %d (≥ 0, 0: none), blob-did-quota %d, blob-peer-bytes-per-hour %d (≥ 1) or heavy-memory-bytes %d (≥ 1 MiB) out of range",
 			c.BlobDiskCap, c.BlobDIDQuota, c.BlobPeerBytesPerHour, c.HeavyMemoryBytes)

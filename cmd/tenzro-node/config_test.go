@@ -38,7 +38,7 @@ func TestDefaults(t *testing.T) {
 		RPCAddr: "127.0.0.1:8545", Engine: defaultEngine, MaxRequestBytes: 256 << 20, LogLevel: "info", LogFormat: "text",
 		NodeKey: filepath.Join(home, ".tenzro", "node", "node.key")}
 	if cfg.Role != want.Role || cfg.DataDir != want.DataDir || cfg.ListenAddr != want.ListenAddr || cfg.RPCAddr != want.RPCAddr ||
-		cfg.Engine != want.Engine || cfg.MaxRequestBytes != want.MaxRequestBytes || cfg.NodeKey != want.NodeKey || cfg.Dev || cfg.MetricsAddr != "" {
+		cfg.Engine != want.Engine || cfg.MaxRequestBytes != want.MaxRequestBytes || cfg.MaxBlobBytes != DefaultMaxBlobBytes || cfg.NodeKey != want.NodeKey || cfg.Dev || cfg.MetricsAddr != "" {
 		t.Fatalf("defaults %+v", cfg)
 	}
 }

@@ -17,8 +17,13 @@ import (
 // returns the dataset API and gateway routes for the HTTP port. With
 // --ipfs-dht the public IPFS DHT (client mode) finds providers beyond the
 // connected peers.
-func startDatasets(ctx context.Context, cfg Config, gn *gossip.Node, db *store.DB, log *slog.Logger) (*dataset.Service, map[string]http.Handler, error) {
-	o := dataset.Options{MaxBytes: cfg.DatasetMaxBytes, StallTimeout: cfg.DatasetStall, Logger: log}
+//
+// Imports and removes are signed for chainID (dataset.Options.ChainID);
+// each DID pins within --dataset-did-count and --dataset-did-bytes.
+func startDatasets(ctx context.Context, cfg Config, gn *gossip.Node, db *store.DB, chainID string, log *slog.Logger) (*dataset.Service, map[string]http.Handler, error) {
+	o := dataset.Options{MaxBytes: cfg.DatasetMaxBytes, StallTimeout: cfg.DatasetStall, Logger: log,
+		ChainID:    func(context.Context) (string, error) { return chainID, nil },
+		QuotaCount: cfg.DatasetDIDCount, QuotaBytes: cfg.DatasetDIDBytes}
 	if cfg.IPFSDHT {
 		d, err := dht.New(gn.Host(), dht.Mode(dht.ModeClient), dht.BootstrapPeers(dht.GetDefaultBootstrapPeerAddrInfos()...))
 		if err != nil {
@@ -40,6 +45,7 @@ func startDatasets(ctx context.Context, cfg Config, gn *gossip.Node, db *store.D
 		return nil, nil, err
 	}
 	lim := svc.Limits()
-	log.Info("datasets: bitswap on the gossip host, gateway at /ipfs/ on the HTTP port", "max_bytes", lim.MaxBytes, "stall_timeout", lim.StallTimeout, "dht", cfg.IPFSDHT)
+	log.Info("datasets: bitswap on the gossip host, gateway at /ipfs/ on the HTTP port", "max_bytes", lim.MaxBytes, "stall_timeout", lim.StallTimeout, "dht", cfg.IPFSDHT,
+		"did_count", lim.QuotaCount, "did_bytes", lim.QuotaBytes)
 	return svc, routes, nil
 }

@@ -271,7 +271,7 @@ func runNode(ctx context.Context, cfg Config, log *slog.Logger) (err error) {
 	if err := rpc.RegisterGauges(reg, nodeGauges(ctx, node, gn)); err != nil {
 		return fmt.Errorf("metrics: %w", err)
 	}
-	ds, dsRoutes, err := startDatasets(ctx, cfg, gn, db, log)
+	ds, dsRoutes, err := startDatasets(ctx, cfg, gn, db, cn.ChainID, log)
 	if err != nil {
 		return fmt.Errorf("datasets: %w", err)
 	}
@@ -284,6 +284,7 @@ func runNode(ctx context.Context, cfg Config, log *slog.Logger) (err error) {
 	if err != nil {
 		return err
 	}
+	policy.archive = cfg.Archive
 	goRun("blob collector", func(ctx context.Context) error {
 		return policy.runCollector(ctx, min(max(cfg.BlobTTL/4, time.Second), 10*time.Minute))
 	})

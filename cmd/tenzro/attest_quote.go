@@ -105,7 +105,7 @@ func cpuProvider(cmd *cobra.Command, mode string) (enclave.Provider, error) {
 }
 
 func newAttestQuoteCmd() *cobra.Command {
-	var enc, nonce, bind, gpu, gpuReport, gpuCert, format string
+	var enc, nonce, bind, gpu, gpuReport, gpuCert, format, collateral string
 	var gpuNonceOnly bool
 	c := &cobra.Command{
 		Use:   "quote --nonce HEX --bind program=…,shard=…,model=…,did=…",
@@ -117,7 +117,8 @@ func newAttestQuoteCmd() *cobra.Command {
 			"the GPU report carries attest.GPUNonce(binding) and the CPU report data's second half commits to the GPU\n" +
 			"report (docs/protocol/attestation-gpu.md). On a CC-mode NVIDIA GPU, print the GPU nonce with\n" +
 			"--gpu-nonce-only, collect the report and chain through NVML (the reference trainer does), and pass them\n" +
-			"with --gpu files --gpu-report F --gpu-cert F. Simulated providers exist only in non-production builds\n" +
+			"with --gpu files --gpu-report F --gpu-cert F. On TDX, --collateral DIR carries the quote's collateral in the\n" +
+			"envelope: every validator verifies evidence with only what it carries (docs/PROTOCOL.md §11). Simulated providers exist only in non-production builds\n" +
 			"and are accepted only by policies with allow_simulated.\n" +
 			"--enclave: auto, configfs-tsm (TDX), configfs-tsm-snp, sev-guest, nsm, simulated-snp, simulated-tdx, simulated-nitro.",
 		Example: "  tenzro attest quote --enclave simulated-snp --nonce $NONCE --bind program=$P,shard=0,model=$M,did=$DID\n" +
@@ -183,6 +184,11 @@ func newAttestQuoteCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
+			if collateral != "" {
+				if env, err = attest.AttachCollateral(env, collateral); err != nil {
+					return fmt.Errorf("--collateral: %w", err)
+				}
+			}
 			if prov.Simulated() {
 				fmt.Fprintf(cmd.ErrOrStderr(), "# SIMULATED %s evidence: not a TEE; accepted only by policies with allow_simulated\n", prov.Vendor())
 			}
@@ -206,5 +212,6 @@ func newAttestQuoteCmd() *cobra.Command {
 	f.StringVar(&gpuCert, "gpu-cert", "", "GPU device certificate chain (PEM, leaf first)")
 	f.BoolVar(&gpuNonceOnly, "gpu-nonce-only", false, "print the nonce the GPU report must carry for this binding, and exit")
 	f.StringVar(&format, "format", "envelope", "envelope (attest/EVIDENCE.md) or claim (wire.AttestationClaim for enrolment and submissions)")
+	f.StringVar(&collateral, "collateral", os.Getenv("TENZRO_TDX_COLLATERAL"), "TDX: directory of Intel PCS collateral (<fmspc>.json) to carry inside the envelope; validators verify only what the evidence carries (default $TENZRO_TDX_COLLATERAL)")
 	return c
 }

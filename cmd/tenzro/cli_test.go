@@ -33,6 +33,10 @@ type cliFake struct {
 	blobs *store.Blobs
 	// inline counts submissions that carried their payload inline.
 	inline int
+	// run and transcript, when run is set, are what getRun and
+	// getTranscript answer for it.
+	run        *wire.RunView
+	transcript []wire.RoundCommit
 }
 
 // resolve returns a payload sent inline or by reference.
@@ -95,6 +99,9 @@ func (f *cliFake) ListRuns(context.Context, wire.ListRunsParams) ([]wire.RunSumm
 	return out, nil
 }
 func (f *cliFake) GetRun(_ context.Context, task string) (*wire.RunView, error) {
+	if f.run != nil && task == f.run.TaskID {
+		return f.run, nil
+	}
 	if task != "t1" {
 		return nil, machine.Errf(machine.KindNotFound, "run %q not found", task)
 	}
@@ -104,7 +111,12 @@ func (f *cliFake) GetRun(_ context.Context, task string) (*wire.RunView, error) 
 func (f *cliFake) GetReceipt(context.Context, string) (*wire.Receipt, error) {
 	return &wire.Receipt{Version: 1, TaskID: "t1", TaskSpec: json.RawMessage(`{"a":1}`), Engine: json.RawMessage(`{}`)}, nil
 }
-func (f *cliFake) GetTranscript(context.Context, string) ([]wire.RoundCommit, error) { return nil, nil }
+func (f *cliFake) GetTranscript(_ context.Context, task string) ([]wire.RoundCommit, error) {
+	if f.run != nil && task == f.run.TaskID {
+		return f.transcript, nil
+	}
+	return nil, nil
+}
 func (f *cliFake) GetPayload(_ context.Context, h wire.Hash) ([]byte, error) {
 	if h == wire.ContentHash([]byte("blob")) {
 		return []byte("blob"), nil

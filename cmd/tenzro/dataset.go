@@ -36,6 +36,32 @@ func datasetClient(cmd *cobra.Command) *dataset.Client {
 	return &dataset.Client{Base: u}
 }
 
+// signedDatasetClient is a client that signs its requests with the key at
+// keyPath (default: $TENZRO_KEY, ~/.tenzro/key.json) for the node's chain:
+// the node pins what it imports or fetches for that DID and lets only it
+// remove it. optional: without --key and without a default key, the client
+// is anonymous (a fetch the node pins for itself).
+func signedDatasetClient(cmd *cobra.Command, keyPath string, optional bool) (*dataset.Client, error) {
+	c := datasetClient(cmd)
+	if optional && keyPath == "" {
+		if p, err := defaultKeyPath(); err != nil {
+			return c, nil
+		} else if _, err := os.Stat(p); err != nil {
+			return c, nil
+		}
+	}
+	k, err := loadKeyFile(keyPath)
+	if err != nil {
+		return nil, err
+	}
+	chain, err := nodeChainID(cmd)
+	if err != nil {
+		return nil, err
+	}
+	c.Key, c.ChainID = k, chain
+	return c, nil
+}
+
 func newDatasetAddCmd() *cobra.Command {
 	var (
 		cidVersion     int
@@ -44,6 +70,7 @@ func newDatasetAddCmd() *cobra.Command {
 		onlyHash       bool
 		encryptKeyFile string
 		taskID         string
+		keyPath        string
 	)
 	c := &cobra.Command{
 		Use:   "add FILE|DIR",
@@ -52,7 +79,9 @@ func newDatasetAddCmd() *cobra.Command {
 1 MiB fixed-size chunks; the layout is recorded with the dataset), streams it to
 the node as a CAR, and the node verifies every block, checks the limits and pins
 it. It prints the ipfs:// ref and, for a CSV file, the dataset_hash the spec
-needs (the trainer's canonical corpus hash).
+needs (the trainer's canonical corpus hash). The request is signed with --key
+(default $TENZRO_KEY, ~/.tenzro/key.json): the node pins the dataset for that
+DID, within its per-DID quota, and only that DID may remove its pin.
 
 --cid-version 0 --raw-leaves=false --chunker size-262144 gives the classic
 "ipfs add" layout (Qm... CIDs), the one Debian's ipfs_cid prints.
@@ -117,7 +146,11 @@ the dataset_hash over the plaintext.`,
 					fmt.Fprintf(cmd.ErrOrStderr(), "\radding: %d MiB", done>>20)
 				}
 			}
-			rec, err := datasetClient(cmd).Add(cmd.Context(), path, dataset.AddOptions{Layout: l, Encrypted: encrypted, DatasetHash: hash, Progress: progress})
+			dc, err := signedDatasetClient(cmd, keyPath, false)
+			if err != nil {
+				return err
+			}
+			rec, err := dc.Add(cmd.Context(), path, dataset.AddOptions{Layout: l, Encrypted: encrypted, DatasetHash: hash, Progress: progress})
 			if fi != nil && fi.Size() > 64<<20 {
 				fmt.Fprintln(cmd.ErrOrStderr())
 			}
@@ -134,6 +167,7 @@ the dataset_hash over the plaintext.`,
 	f.BoolVar(&onlyHash, "only-hash", false, "print the CID without adding anything to a node")
 	f.StringVar(&encryptKeyFile, "encrypt-key", "", "Confidential tier: file holding the dataset key (64 hex digits)")
 	f.StringVar(&taskID, "task-id", "", "Confidential tier: the task the ciphertext is bound to")
+	f.StringVar(&keyPath, "key", "", "key file that signs the import (default $TENZRO_KEY, ~/.tenzro/key.json)")
 	return c
 }
 
@@ -228,26 +262,44 @@ func newDatasetLsCmd() *cobra.Command {
 }
 
 func newDatasetRmCmd() *cobra.Command {
-	return &cobra.Command{
-		Use:     "rm CID",
-		Short:   "Unpin a dataset and delete its blocks that no other dataset uses",
-		Example: `  tenzro dataset rm bafybeig...`,
+	var keyPath string
+	c := &cobra.Command{
+		Use:   "rm CID",
+		Short: "Drop your pin of a dataset; the node deletes it (blocks no other dataset uses) once no DID pins it",
+		Long: `rm signs the request with --key (default $TENZRO_KEY, ~/.tenzro/key.json). Only a DID that
+pinned the dataset (a signed add or get) may drop its pin; when other DIDs still pin it, the
+dataset stays and rm says who still holds it.`,
+		Example: `  tenzro dataset rm bafybeig... --key me.key`,
 		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if _, err := dataset.ParseCID(args[0]); err != nil {
 				return usagef("%v", err)
 			}
-			if err := datasetClient(cmd).Remove(cmd.Context(), args[0]); err != nil {
+			dc, err := signedDatasetClient(cmd, keyPath, false)
+			if err != nil {
 				return err
 			}
-			_, err := fmt.Fprintf(cmd.OutOrStdout(), "removed %s\n", args[0])
+			res, err := dc.Remove(cmd.Context(), args[0])
+			if err != nil {
+				return err
+			}
+			if jsonOutput(cmd) {
+				return emitJSON(cmd, res)
+			}
+			if res.Removed == "" {
+				_, err = fmt.Fprintf(cmd.OutOrStdout(), "unpinned %s for %s; still pinned by %d other DID(s), so the node keeps it\n", args[0], dc.Key.DID, len(res.StillPinnedBy))
+				return err
+			}
+			_, err = fmt.Fprintf(cmd.OutOrStdout(), "removed %s\n", args[0])
 			return err
 		},
 	}
+	c.Flags().StringVar(&keyPath, "key", "", "key file that signs the request (default $TENZRO_KEY, ~/.tenzro/key.json)")
+	return c
 }
 
 func newDatasetGetCmd() *cobra.Command {
-	var out, format string
+	var out, format, keyPath string
 	var maxBytes int64
 	c := &cobra.Command{
 		Use:   "get ipfs://CID[/PATH] --out FILE",
@@ -256,7 +308,9 @@ func newDatasetGetCmd() *cobra.Command {
 absent, every block checked against its CID, within the node's limits), then
 copies the file at CID[/PATH] from the node's gateway to --out ("-" for stdout).
 --as car writes the verifiable CAR of the DAG instead; --as tar a directory
-as a tar archive.`,
+as a tar archive. With a key (--key, or the default key when it exists) the
+request is signed and the node pins the dataset for that DID (within its
+quota; "tenzro dataset rm" drops it); without one the node pins it for itself.`,
 		Example: `  tenzro dataset get ipfs://bafybeig... --out corpus.csv
   tenzro dataset get ipfs://bafybeig.../train.csv --out train.csv
   tenzro dataset get ipfs://bafybeig... --as car --out corpus.car`,
@@ -268,6 +322,10 @@ as a tar archive.`,
 			if format != "" && format != "car" && format != "tar" && format != "raw" {
 				return usagef("--as %q: want car, tar or raw", format)
 			}
+			dc, err := signedDatasetClient(cmd, keyPath, true)
+			if err != nil {
+				return err
+			}
 			var w io.Writer = cmd.OutOrStdout()
 			if out != "-" {
 				tmp := out + ".part"
@@ -278,7 +336,7 @@ as a tar archive.`,
 				defer os.Remove(tmp)
 				defer f.Close()
 				w = f
-				n, err := datasetClient(cmd).Download(cmd.Context(), args[0], format, maxBytes, w)
+				n, err := dc.Download(cmd.Context(), args[0], format, maxBytes, w)
 				if err != nil {
 					return err
 				}
@@ -291,13 +349,14 @@ as a tar archive.`,
 				_, err = fmt.Fprintf(cmd.ErrOrStderr(), "wrote %s (%d bytes)\n", out, n)
 				return err
 			}
-			_, err := datasetClient(cmd).Download(cmd.Context(), args[0], format, maxBytes, w)
+			_, err = dc.Download(cmd.Context(), args[0], format, maxBytes, w)
 			return err
 		},
 	}
 	c.Flags().StringVar(&out, "out", "", `output file ("-" for stdout)`)
 	c.Flags().StringVar(&format, "as", "", "car (the verifiable CAR), tar (a directory) or raw (the root block); default: the file")
 	c.Flags().Int64Var(&maxBytes, "max-bytes", 0, "refuse a dataset larger than this (default: the node's limit)")
+	c.Flags().StringVar(&keyPath, "key", "", "key file that signs the fetch (default $TENZRO_KEY, ~/.tenzro/key.json when it exists; none: unsigned)")
 	_ = c.MarkFlagRequired("out")
 	return c
 }

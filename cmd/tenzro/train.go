@@ -9,6 +9,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/tenzro/train/machine"
 	"github.com/tenzro/train/wire"
 	"github.com/tenzro/train/wire/safetensors"
 )
@@ -232,31 +233,28 @@ missed_rounds, current_reward}, .trainers, .fragments, .round_roots, …`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			c := nodeClient(cmd)
-			if jsonOutput(cmd) {
-				raw, err := c.CallRaw(cmd.Context(), wire.MethodGetRun, wire.TaskIDParams{TaskID: task})
-				if err != nil {
-					return err
-				}
-				return emitJSON(cmd, raw)
-			}
-			r, err := c.GetRun(cmd.Context(), task)
+			raw, err := c.CallRaw(cmd.Context(), wire.MethodGetRun, wire.TaskIDParams{TaskID: task})
 			if err != nil {
 				return err
+			}
+			var r *wire.RunView
+			if err := json.Unmarshal(raw, &r); err != nil || r == nil {
+				return fmt.Errorf("getRun answer: %v", err)
+			}
+			tr, err := c.GetTranscript(cmd.Context(), task)
+			if err != nil {
+				return fmt.Errorf("transcript of %s: %w", task, err)
+			}
+			prog := machine.RunProgress(r, tr)
+			if jsonOutput(cmd) {
+				return emitJSON(cmd, withProgress(raw, prog))
 			}
 			out := cmd.OutOrStdout()
 			fmt.Fprintf(out, "task      %s\nstatus    %s\nround     %d\nsyncer    %s\nspec_hash %s\nmodel     %s\nescrow    %s\n",
 				r.TaskID, r.Status, r.Round, orDash(r.Syncer), r.SpecHash, r.ModelHash, orDash(r.Escrow))
-			if len(r.Fragments) > 0 {
-				committed := 0
-				for _, f := range r.Fragments {
-					if f.Committed {
-						committed++
-					}
-				}
-				fmt.Fprintf(out, "fragments %d (%d committed this round)\n", len(r.Fragments), committed)
-			}
+			printProgress(out, r, prog)
 			tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "TRAINER\tSTATUS\tSHARDS\tSTAKE\tSUBMITTED\tACCEPTED\tMISSED\tREWARD")
+			fmt.Fprintln(tw, "TRAINER\tSTATUS\tSHARDS\tSTAKE\tSUBMITTED\tACCEPTED(final)\tPENDING\tMISSED\tREWARD(final)")
 			status := map[string]wire.TrainerView{}
 			for _, t := range r.Trainers {
 				status[t.DID] = t
@@ -278,9 +276,14 @@ missed_rounds, current_reward}, .trainers, .fragments, .round_roots, …`,
 				if len(tv.ShardAssignments) > 0 {
 					shards = fmt.Sprintf("%v from r%d", tv.ShardAssignments, tv.ShardsFromRound)
 				}
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d\t%d\t%s\n", d, orDash(tv.Status), shards, orDash(tv.Stake), m.Submitted, m.Accepted, m.MissedRounds, orDash(m.CurrentReward))
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d\t%s\t%d\t%s\n", d, orDash(tv.Status), shards, orDash(tv.Stake), m.Submitted, m.Accepted,
+					pendingCell(prog.Trainers[d]), m.MissedRounds, orDash(m.CurrentReward))
 			}
-			return tw.Flush()
+			if err := tw.Flush(); err != nil {
+				return err
+			}
+			_, err = fmt.Fprintf(out, "PENDING: submissions not final yet (kept/rejected by a commit of a round not final yet). When they count: %s.\n", prog.FinalWhen)
+			return err
 		},
 	}
 	c.Flags().StringVar(&task, "task-id", "", "run's task id")

@@ -152,22 +152,26 @@ func progress(status string, round uint64, rounds int) float64 {
 
 // runPage is everything the run template shows.
 type runPage struct {
-	Title         string
-	Node          wire.NodeInfo
-	Run           *wire.RunView
-	Spec          *wire.TaskSpec
-	Refresh       int
-	Progress      float64
-	Committed     int
-	Trainers      []trainerRow
-	Loss          *lossChart
-	Timeline      timeline
-	Receipt       *wire.Receipt
-	Rule          string
-	CanVerify     bool
-	Verified      bool
-	VerifyOK      bool
-	VerifyMessage string
+	Title     string
+	Node      wire.NodeInfo
+	Run       *wire.RunView
+	Spec      *wire.TaskSpec
+	Refresh   int
+	Progress  float64
+	Committed int
+	Trainers  []trainerRow
+	Loss      *lossChart
+	Timeline  timeline
+	Receipt   *wire.Receipt
+	Prog      machine.Progress
+	// RoundLine and FinalLine say where the open round stands and when
+	// pending submissions count (running runs only).
+	RoundLine, FinalLine string
+	Rule                 string
+	CanVerify            bool
+	Verified             bool
+	VerifyOK             bool
+	VerifyMessage        string
 }
 
 type trainerRow struct {
@@ -177,6 +181,7 @@ type trainerRow struct {
 	From       uint64
 	Submitted  uint64
 	Accepted   uint64
+	Pending    string // submissions not final yet ("0", "2 recorded", "2: 1 kept, 1 rejected")
 	Missed     uint64
 	Acceptance float64
 	Reward     string
@@ -216,6 +221,10 @@ func (h *handler) run(w http.ResponseWriter, r *http.Request, verify bool) {
 	if v.Status == wire.StatusRunning || v.Status == wire.StatusAwaiting {
 		p.Refresh = int(h.opts.Refresh / time.Second)
 	}
+	p.Prog = machine.RunProgress(v, tr)
+	if v.Status == wire.StatusRunning {
+		p.RoundLine, p.FinalLine = roundLine(p.Prog, time.Now()), p.Prog.FinalWhen
+	}
 	lastLoss := map[string]float64{}
 	for _, m := range reports {
 		if x, ok := m.Metrics[wire.MetricTrainLoss]; ok {
@@ -225,7 +234,7 @@ func (h *handler) run(w http.ResponseWriter, r *http.Request, verify bool) {
 	for _, t := range v.Trainers {
 		m := v.TrainerMetrics[t.DID]
 		row := trainerRow{DID: t.DID, Status: t.Status, Shards: t.ShardAssignments, From: t.ShardsFromRound, Submitted: m.Submitted,
-			Accepted: m.Accepted, Missed: m.MissedRounds, Reward: m.CurrentReward, Stake: t.Stake, Last: "–"}
+			Accepted: m.Accepted, Pending: pendingText(p.Prog.Trainers[t.DID]), Missed: m.MissedRounds, Reward: m.CurrentReward, Stake: t.Stake, Last: "–"}
 		if m.Submitted > 0 {
 			row.Acceptance = 100 * float64(m.Accepted) / float64(m.Submitted)
 		}
@@ -257,6 +266,33 @@ func (h *handler) run(w http.ResponseWriter, r *http.Request, verify bool) {
 		return
 	}
 	h.render(w, "run.html", p)
+}
+
+// pendingText renders a trainer's submissions that are not final yet.
+func pendingText(pc machine.PendingCounts) string {
+	switch {
+	case pc.Pending == 0:
+		return "0"
+	case pc.Kept+pc.Rejected == 0:
+		return fmt.Sprintf("%d recorded", pc.Pending)
+	}
+	return fmt.Sprintf("%d: %d kept, %d rejected", pc.Pending, pc.Kept, pc.Rejected)
+}
+
+// roundLine says where the open round stands at now: fragments committed,
+// records, the grace window and the round deadline.
+func roundLine(p machine.Progress, now time.Time) string {
+	s := fmt.Sprintf("round %d of %d: %d of %d fragments committed, %d submissions recorded; a fragment commits at K=%d records once every active trainer sent or %s after the K-th",
+		p.Round, p.MaxRounds, p.FragmentsCommitted, p.Fragments, p.Records, p.Quorum, time.Duration(p.GraceWindowMs)*time.Millisecond)
+	if p.RoundDeadlineMs > 0 {
+		at := time.UnixMilli(p.RoundDeadlineMs)
+		if left := at.Sub(now).Round(time.Second); left > 0 {
+			s += fmt.Sprintf("; round deadline in %s (%s UTC)", left, at.UTC().Format("15:04:05"))
+		} else {
+			s += fmt.Sprintf("; round deadline passed %s ago: the next syncer in succession may commit", -left)
+		}
+	}
+	return s
 }
 
 // timeline is the per-fragment commit grid: one row per fragment, one cell

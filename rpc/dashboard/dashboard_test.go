@@ -7,6 +7,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/tenzro/train/machine"
 	"github.com/tenzro/train/rpc/dashboard"
@@ -18,6 +19,7 @@ import (
 type fakeSource struct {
 	runs []wire.RunSummary
 	run  *wire.RunView
+	tr   []wire.RoundCommit
 }
 
 func (f fakeSource) ListRuns(context.Context, wire.ListRunsParams) ([]wire.RunSummary, error) {
@@ -32,7 +34,7 @@ func (f fakeSource) GetRun(_ context.Context, id string) (*wire.RunView, error) 
 }
 
 func (f fakeSource) GetTranscript(context.Context, string) ([]wire.RoundCommit, error) {
-	return nil, nil
+	return f.tr, nil
 }
 
 func (f fakeSource) GetReceipt(context.Context, string) (*wire.Receipt, error) {
@@ -67,6 +69,16 @@ func TestEmptyAndEarlyStates(t *testing.T) {
 	run := &wire.RunView{TaskID: "t-1", TaskSpec: json.RawMessage(spec), Status: wire.StatusAwaiting, Escrow: "1000000000000000000000",
 		Trainers: []wire.TrainerView{}, TrainerMetrics: map[string]wire.TrainerMetrics{},
 		Fragments: []wire.FragmentView{{Index: 0}, {Index: 1}}, Aggregation: json.RawMessage(`{"name":"Mean"}`)}
+	const a, b = "did:tenzro:machine:zA", "did:tenzro:machine:zB"
+	mid := &wire.RunView{TaskID: "t-1", TaskSpec: json.RawMessage(spec), Status: wire.StatusRunning, Escrow: "1000000000000000000000",
+		Round: 2, RoundStartedMs: time.Now().UnixMilli(), ChallengeWindowBlocks: 4, FinalRounds: 1,
+		Trainers:       []wire.TrainerView{{DID: a, Status: wire.TrainerActive, Stake: "1"}, {DID: b, Status: wire.TrainerActive, Stake: "1"}},
+		TrainerMetrics: map[string]wire.TrainerMetrics{a: {Submitted: 3, Accepted: 1, CurrentReward: "0"}, b: {Submitted: 1, Accepted: 1, CurrentReward: "0"}},
+		Fragments:      []wire.FragmentView{{Index: 0, Accepted: 1, Committed: true}, {Index: 1}}, Aggregation: json.RawMessage(`{"name":"Mean"}`)}
+	midTr := []wire.RoundCommit{
+		{Round: 0, Fragments: []wire.FragmentCommit{{Fragment: 0, Status: wire.FragAggregated, Inputs: []wire.CommitInput{{TrainerDID: a}, {TrainerDID: b}}}}},
+		{Round: 1, Fragments: []wire.FragmentCommit{{Fragment: 0, Status: wire.FragAggregated, Inputs: []wire.CommitInput{{TrainerDID: a}}}}},
+	}
 	for _, c := range []struct {
 		name, path string
 		src        fakeSource
@@ -79,6 +91,11 @@ func TestEmptyAndEarlyStates(t *testing.T) {
 			[]string{`href="/runs/a"`, "10 / 10 rounds committed", "3 / 10 rounds committed", `class="pill sealed"`}},
 		{"a run awaiting trainers", "/runs/t-1", fakeSource{run: run}, 200, []string{`id="loss-empty"`, "No trainer has enrolled yet",
 			"not yet (the election runs when the run starts)", "The receipt is written when the run seals", "1000 TNZO", "0 / 5"}},
+		// Issue 27 item 4: mid-run, pending submissions beside the final
+		// counters, the round's progress and when pending ones count.
+		{"a run mid-round", "/runs/t-1", fakeSource{run: mid, tr: midTr}, 200, []string{`id="progress"`,
+			"round 2 of 5: 1 of 2 fragments committed, 1 submissions recorded", "round deadline in", "accepted (final)",
+			`<td class="pending">2: 1 kept, 0 rejected</td>`, `<td class="pending">0</td>`, "4 blocks after the commit", "1 of 2 committed rounds are final"}},
 		{"unknown run", "/runs/nope", fakeSource{run: run}, 404, []string{"no run"}},
 		{"verify before the seal", "/runs/t-1/verify", fakeSource{run: run}, 400, []string{"no receipt to verify"}},
 		{"stylesheet", "/style.css", fakeSource{}, 200, []string{".chart"}},

@@ -48,6 +48,14 @@ def write_corpus(path: Path) -> None:
     path.write_text("\n".join(rows) + "\n")
 
 
+def publisher(tmp_path: Path) -> str:
+    """A key file for `tenzro dataset add --key`: imports are signed, and the node pins for that DID."""
+    p = tmp_path / "publisher.json"
+    if not p.exists():
+        Key.generate("human").save(p)
+    return str(p)
+
+
 def cli(bins: Path, *args: str) -> str:
     p = subprocess.run([str(bins / "tenzro"), *args], capture_output=True, text=True, timeout=120)
     assert p.returncode == 0, p.stderr
@@ -78,7 +86,9 @@ def light_nodes(go_bins, node, tmp_path):
 def test_ipfs_dataset_multi_node_run(go_bins, node, light_nodes, tmp_path):
     csv = tmp_path / "corpus.csv"
     write_corpus(csv)
-    added = json.loads(cli(go_bins, "dataset", "add", "--rpc", node.url, "--format", "json", str(csv)))
+    added = json.loads(
+        cli(go_bins, "dataset", "add", "--rpc", node.url, "--format", "json", "--key", publisher(tmp_path), str(csv))
+    )
     ref, want_hash = added["ref"], added["dataset_hash"]
     assert ref.startswith("ipfs://bafy") or ref.startswith("ipfs://bafk")
     # The Go CLI's dataset_hash is the trainer's corpus hash.
@@ -125,7 +135,9 @@ def test_ipfs_dataset_multi_node_run(go_bins, node, light_nodes, tmp_path):
 def test_hash_mismatch_refused(go_bins, node, tmp_path):
     csv = tmp_path / "corpus.csv"
     write_corpus(csv)
-    added = json.loads(cli(go_bins, "dataset", "add", "--rpc", node.url, "--format", "json", str(csv)))
+    added = json.loads(
+        cli(go_bins, "dataset", "add", "--rpc", node.url, "--format", "json", "--key", publisher(tmp_path), str(csv))
+    )
     corpus = data.load_corpus(added["ref"], data.Sources(node_url=node.url))
     with pytest.raises(data.DatasetError, match="mismatch"):
         data.check_hash(corpus, "00" * 32)
@@ -152,8 +164,8 @@ def test_confidential_ipfs_dataset_decrypted_in_memory(go_bins, node, tmp_path):
     key = bytes(range(32))
     (tmp_path / "k.hex").write_text(key.hex())
     added = json.loads(
-        cli(go_bins, "dataset", "add", "--rpc", node.url, "--format", "json", "--encrypt-key", str(tmp_path / "k.hex"),
-            "--task-id", "task-c", str(csv))
+        cli(go_bins, "dataset", "add", "--rpc", node.url, "--format", "json", "--key", publisher(tmp_path),
+            "--encrypt-key", str(tmp_path / "k.hex"), "--task-id", "task-c", str(csv))
     )  # fmt: skip
     assert added["encrypted"]
     src = data.Sources(node_url=node.url, decrypt=lambda b: data.decrypt_dataset(key, "task-c", b))

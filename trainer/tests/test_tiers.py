@@ -205,10 +205,12 @@ def test_confidential_run_from_encrypted_ipfs_dataset(enclave_node, go_bins, tmp
     key = os.urandom(32)
     (tmp_path / "dataset.key").write_text(key.hex())
     task = f"confidential-ipfs-{time.time_ns()}"
+    publisher = tmp_path / "publisher.json"  # imports are signed; the node pins for this DID
+    Key.generate("human").save(publisher)
     added = json.loads(
         subprocess.run(
             [str(go_bins / "tenzro"), "dataset", "add", "--rpc", enclave_node.url, "--format", "json",
-             "--encrypt-key", str(tmp_path / "dataset.key"), "--task-id", task, str(csv)],
+             "--key", str(publisher), "--encrypt-key", str(tmp_path / "dataset.key"), "--task-id", task, str(csv)],
             check=True, capture_output=True, text=True,
         ).stdout
     )  # fmt: skip

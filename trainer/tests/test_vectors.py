@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import blake3
 import pytest
 import torch
@@ -223,3 +225,19 @@ def test_attest_report_data(vectors):
         c = Canon(v["domain"]).hash(parse_hash(v["program_hash"])).u64(v["shard"]).hash(parse_hash(v["model_hash"]))
         c = c.str(v["trainer_did"]).bytes(bytes.fromhex(v["nonce_hex"])).hash(parse_hash(v["payload_hash"]))
         assert c.sum().hex() == v["report_data"]
+
+
+def test_evidence_digests(vectors):
+    """The digest an enrolment signs (PROTOCOL §3) is the same in Go and Python, and the enrolment vector with
+    evidence signs it."""
+    from tenzro_trainer.canon import evidence_digest
+
+    assert vectors["evidence_digests"]
+    for v in vectors["evidence_digests"]:
+        assert evidence_digest(json.loads(v["claim"])).hex() == v["digest"]
+    assert evidence_digest(None) == bytes(32)
+    enrol = [r for r in vectors["requests"] if r["method"] == "tenzro_training_enrollTrainer"]
+    assert [f["hash"] for r in enrol for f in r["fields"] if "hash" in f] == [
+        "00" * 32,
+        vectors["evidence_digests"][0]["digest"],
+    ]

@@ -10,6 +10,7 @@ canonical preimages (``Canon.sum``) are SHA-256, like wire.Canon.Sum in Go.
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import math
 import struct
@@ -21,6 +22,7 @@ DOMAIN_SUBMISSION = "tenzro/train/submission/v2"
 DOMAIN_SPEC = "tenzro/train/spec/v1"
 DOMAIN_DATASET = "tenzro/train/dataset/v1"
 DOMAIN_MODEL = "tenzro/train/model/v1"
+DOMAIN_EVIDENCE = "tenzro/train/attest/evidence/v1"
 DOMAIN_BLOB_INTENT = "tenzro/train/blob-intent/v1"
 
 ZERO_HASH = bytes(32)
@@ -85,6 +87,22 @@ def request_preimage(chain_id: str, method: str, signer: str, nonce: int, fields
     c = Canon(DOMAIN_REQUEST).str(chain_id).str(method).str(signer).u64(nonce)
     head = c.out()
     return head + (fields.out() if fields is not None else b"")
+
+
+def evidence_digest(claim: dict | None) -> bytes:
+    """The evidence digest an enrolment signs (wire.ClaimEvidenceDigest, PROTOCOL §3): SHA-256 of
+    Str(DOMAIN_EVIDENCE) ‖ Str(vendor) ‖ Bytes(evidence) [‖ Str(gpu vendor) ‖ Bytes(gpu report)] of the
+    claim's envelope; 32 zero bytes without a claim (Open tier)."""
+    if claim is None:
+        return bytes(32)
+    env = claim["envelope"]
+    if not isinstance(env, dict) or not env.get("vendor") or not env.get("evidence"):
+        raise ValueError("attestation claim: envelope needs a vendor and evidence")
+    c = Canon(DOMAIN_EVIDENCE).str(env["vendor"]).bytes(base64.b64decode(env["evidence"]))
+    gpu = env.get("gpu")
+    if gpu is not None:
+        c.str(gpu["vendor"]).bytes(base64.b64decode(gpu["report"]))
+    return c.sum()
 
 
 class _Fields(Canon):

@@ -158,7 +158,8 @@ def start(e: Experiment) -> tuple[Client, str, list[subprocess.Popen], list[Key]
 
 def publish_dataset(e: Experiment) -> tuple[str, str]:
     """Writes the statsmodels corpus as CSV (values in repr form, so its corpus hash is the same) and
-    publishes it with ``tenzro dataset add``: returns the ``ipfs://`` ref and the dataset_hash."""
+    publishes it with ``tenzro dataset add``, signed by the sponsor's key (the node pins it for that DID):
+    returns the ``ipfs://`` ref and the dataset_hash."""
     cli = _cli(e)
     if cli is None:
         raise RuntimeError("DEMO_DATASET=ipfs needs the tenzro CLI (--bins)")
@@ -171,7 +172,20 @@ def publish_dataset(e: Experiment) -> tuple[str, str]:
         for i in range(n):
             w.writerow([repr(float(s.values[i])) if i < len(s.values) else "" for s in series])
     p = subprocess.run(
-        [cli, "--rpc", e.rpc, "dataset", "add", "--format", "json", str(path)], capture_output=True, text=True
+        [
+            cli,
+            "--rpc",
+            e.rpc,
+            "dataset",
+            "add",
+            "--format",
+            "json",
+            "--key",
+            str(e.workdir / "sponsor.json"),
+            str(path),
+        ],
+        capture_output=True,
+        text=True,
     )
     if p.returncode != 0:
         raise RuntimeError(f"tenzro dataset add failed: {p.stderr.strip()}")

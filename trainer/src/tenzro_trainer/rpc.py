@@ -17,6 +17,7 @@ from .canon import (
     ZERO_HASH,
     blob_intent_preimage,
     content_hash,
+    evidence_digest,
     method_fields,
     request_preimage,
     submission_preimage,
@@ -219,9 +220,8 @@ class Client:
     def enroll(self, key: Key, task_id: str, stake: int | str, attestation: dict | None = None) -> dict:
         nonce = NONCES.next()
         cid = self.chain_id()
-        pre = request_preimage(
-            cid, "tenzro_training_enrollTrainer", key.did, nonce, method_fields().str(task_id).str(str(stake))
-        )
+        fields = method_fields().str(task_id).str(str(stake)).hash(evidence_digest(attestation))
+        pre = request_preimage(cid, "tenzro_training_enrollTrainer", key.did, nonce, fields)
         return self.call(
             "tenzro_training_enrollTrainer",
             {
