@@ -118,8 +118,37 @@ def windows_vector() -> dict:
     return {"lengths": WINDOW_LENS, "window_len": WINDOW_LEN, "stride": STRIDE, "windows": starts}
 
 
+# the shard rule (scoring.md §3): a trainer with SHARDS of SHARD_COUNT trains on the same windows the evaluator's own
+# pool holds; the synth corpus (unbounded) uses the same rule on its window stream
+SHARD_COUNT, SHARDS, SHARD_ROUNDS, SHARD_STEPS, SHARD_BATCH = 5, [1, 3], 3, 4, 6
+SYNTH_REF = "synth://kernelsynth/v1?seed=23"
+
+
+def shards_vector() -> dict:
+    """The trainer's side of the evaluator's pools: the windows a trainer with SHARDS trains on (the loader's
+    data.shard_indices over the windows.json corpus, whose order WindowIndex reproduces) and the batches its
+    inner loop draws (data.round_batches) for a finite corpus and for a synth:// corpus."""
+    n = len(windows_vector()["windows"])
+    pool = sorted(int(i) for s in SHARDS for i in data.shard_indices(n, s, SHARD_COUNT))
+    task = "t-shards"
+
+    def batches(n_: int | None) -> list[list[int]]:
+        out = []
+        for r in range(SHARD_ROUNDS):
+            for b in data.round_batches(n_, SHARDS, SHARD_COUNT, task, r, SHARD_STEPS, SHARD_BATCH):
+                out.append([int(i) for i in b])
+        return out
+
+    return {
+        "lengths": WINDOW_LENS, "window_len": WINDOW_LEN, "stride": STRIDE, "shard_count": SHARD_COUNT,
+        "shards": SHARDS, "trainer_windows": pool, "round_batches": batches(n),
+        "synth": {"ref": SYNTH_REF, "round_batches": batches(None)},
+    }  # fmt: skip
+
+
 def main() -> None:
     (OUT / "windows.json").write_text(json.dumps(windows_vector()) + "\n")
+    (OUT / "shards.json").write_text(json.dumps(shards_vector()) + "\n")
     for name, cfg, dtype, prefix, seed in CASES:
         d = OUT / name
         d.mkdir(parents=True, exist_ok=True)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import math
 
+import numpy as np
 import pytest
 
 import score_vectors as sv
@@ -27,6 +28,34 @@ def test_vectors_match_pytorch(case: tuple) -> None:
 
 def test_window_enumeration_vector() -> None:
     assert json.loads((sv.OUT / "windows.json").read_text()) == sv.windows_vector()
+
+
+def test_shard_windows_vector() -> None:
+    """plugins/testdata/score/shards.json is what the trainer's loader and inner loop use (the Go test
+    TestTrainerShardsAreTheOwnPool holds the evaluator's pools to it)."""
+    v = sv.shards_vector()
+    assert json.loads((sv.OUT / "shards.json").read_text()) == v
+    own = set(v["trainer_windows"])
+    for b in v["round_batches"]:  # a finite corpus: every window trained on is in the own pool, none outside
+        assert set(b) <= own
+    for b in v["synth"]["round_batches"]:  # synth: window i belongs to shard i mod shard_count
+        assert all(i % v["shard_count"] in v["shards"] for i in b)
+    seen = [i for b in v["synth"]["round_batches"] for i in b]
+    assert len(seen) == len(set(seen))  # each synth window is used once
+
+
+def test_synth_train_windows_are_the_generators_series() -> None:
+    """A synth:// corpus's training window i is synth.series(ref, "train", i) cut into context and horizon and
+    normalized by data._normalize: the enumeration an evaluator of synth corpora must reproduce."""
+    from tenzro_trainer import data, synth
+
+    ref = synth.parse_ref(sv.SYNTH_REF)
+    w = data.SynthWindows(sv.SYNTH_REF, 64, 16, "train")
+    idx = [1, 3, 6, 8, 11]
+    x, y = w.get(idx)
+    raw = [synth.series(ref, "train", i, 80) for i in idx]
+    ex, ey = data._normalize(np.stack([r[:64] for r in raw]), np.stack([r[64:] for r in raw]))
+    assert np.array_equal(x, ex) and np.array_equal(y, ey)
 
 
 def test_holdout_cut_is_integer() -> None:

@@ -22,7 +22,8 @@ max_rounds: 0           # leave after this many rounds (0: until the run seals)
 poll_interval: 0.5
 log_format: json        # json | text
 state_file: null        # default <trainer_keypair>.<task_id>.state.json (last round submitted for)
-attack: null            # benchmarks only: {kind: sign_flip|gaussian, scale: 10, sigma: 1.0}
+attack: null            # benchmarks only (tenzro_trainer/freeride.py): {kind: zeros|noise_norm|copy|copy_hash|
+                        #   copy_scaled|copy_noise|replay|wrong_data|sign_flip|gaussian, victim: <did>, scale, sigma}
 # the seed's peer-to-peer keys: accepted, never refused (see Config.warnings)
 gossip_listen: /ip4/0.0.0.0/tcp/4002   # the libp2p listener is the trainer's node's (--listen-addr)
 hivemind_initial_peers: []             # the node's --boot-nodes; this trainer reaches it over node_rpc
@@ -180,10 +181,12 @@ def parse(d: Any, base: Path | None = None) -> Config:
     cfg.attestation = parse_attestation(d.get("attestation"))
     if cfg.dtype not in ("auto", "bf16", "fp32", "float32", "bfloat16"):
         raise ConfigError(f"config: dtype {cfg.dtype!r}: want auto, bf16 or fp32")
-    if cfg.attack is not None and (
-        not isinstance(cfg.attack, dict) or cfg.attack.get("kind") not in ("sign_flip", "gaussian")
-    ):
-        raise ConfigError("config: attack.kind must be sign_flip or gaussian")
+    if cfg.attack is not None:
+        from .freeride import check as check_attack  # benchmarks only
+
+        why = check_attack(cfg.attack)
+        if why:
+            raise ConfigError(f"config: {why}")
     return cfg
 
 

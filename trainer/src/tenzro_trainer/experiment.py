@@ -59,6 +59,14 @@ class Experiment:
     scoring_rate_bps: int = 10000
     scoring_batch: int = 8
     scoring_test: str = ""  # the spec's scoring.test: "" (own_beats_control, the default) or "own_improves"
+    dataset_ref: str = ""  # a synth:// ref to post instead (its dataset_hash is its definition's hash)
+    reward_pool: int = 10**18
+    spec_extra: dict = field(default_factory=dict)  # more spec fields (scoring, copies, round_deadline_ms, ...)
+    trainer_funds: int = 10**19
+    balances_before: dict[str, int] = field(default_factory=dict)  # DID -> balance right after the faucet
+    # with dataset "ipfs" and a scoring spec field: upload corpus.csv as a blob and name it as scoring.corpus
+    # (the content hash of the CSV the evaluator draws its windows from)
+    score_corpus: bool = False
 
 
 @dataclass
@@ -84,22 +92,37 @@ def start(e: Experiment) -> tuple[Client, str, list[subprocess.Popen], list[Key]
     for i in range(e.m):
         k = Key.generate("machine")
         k.save(e.workdir / f"trainer{i}.json")
-        c.faucet(k.did, 10**19)
+        c.faucet(k.did, e.trainer_funds)
+        e.balances_before[k.did] = int(c.get_balance(k.did)["balance"])
         keys.append(k)
     init_model = models.build(e.family, e.metadata, seed=0)
     init = weights.model_to_safetensors(init_model)
     (e.workdir / "init.safetensors").write_bytes(init)
     task = e.task_id or f"demo-{e.family}-{time.strftime('%Y%m%d-%H%M%S')}"
-    ref, dhash = publish_dataset(e) if e.dataset == "ipfs" else (REF, data.corpus_hash(data.load_corpus(REF)).hex())
+    if e.dataset_ref.startswith("synth://"):
+        from . import synth
+
+        ref, dhash = e.dataset_ref, synth.parse_ref(e.dataset_ref).hash().hex()
+    elif e.dataset == "ipfs":
+        ref, dhash = publish_dataset(e)
+    else:
+        ref, dhash = REF, data.corpus_hash(data.load_corpus(REF)).hex()
+    extra = dict(e.spec_extra)
+    if e.score_corpus and isinstance(extra.get("scoring"), dict):
+        if e.dataset != "ipfs":
+            raise ValueError("score_corpus needs dataset='ipfs' (a CSV corpus)")
+        blob = (e.workdir / "corpus.csv").read_bytes()
+        c.put_blob(blob, key=sp)
+        extra["scoring"] = {**extra["scoring"], "corpus": content_hash(blob).hex()}
     spec = sponsor.make_spec(
         task, sp, family=e.family, metadata=e.metadata,
         param_count=sum(p.numel() for p in init_model.parameters()),
         fragments=e.f, trainers=e.m, quorum=e.k, inner_steps=e.h, max_rounds=e.rounds,
         aggregation=e.aggregation, aggregation_params=e.aggregation_params,
         dataset_ref=ref, dataset_hash=dhash,
-        reward_pool=str(10**18), grace_window_ms=e.grace_window_ms,
+        reward_pool=str(e.reward_pool), grace_window_ms=e.grace_window_ms,
         **({"compression": e.compression} if e.compression else {}),
-        **({"sync_strategy": e.sync_strategy} if e.sync_strategy else {}),
+        **({"sync_strategy": e.sync_strategy} if e.sync_strategy else {}), **extra,
     )  # fmt: skip
     corpus = None
     if e.scoring:
@@ -134,7 +157,9 @@ def start(e: Experiment) -> tuple[Client, str, list[subprocess.Popen], list[Key]
             "stake": str(10**17), "threads": 1, "eval": False, "poll_interval": 0.1, "log_format": "json",
         }  # fmt: skip
         if i in e.attackers:
-            cfg["attack"] = e.attackers[i]
+            cfg["attack"] = dict(e.attackers[i])
+            if isinstance(cfg["attack"].get("victim"), int):  # a copier names its victim by trainer index
+                cfg["attack"]["victim"] = keys[cfg["attack"]["victim"]].did
         p = e.workdir / f"trainer{i}.yaml"
         p.write_text(yaml.safe_dump(cfg, sort_keys=False))
         log = open(e.workdir / f"trainer{i}.log", "wb")  # noqa: SIM115

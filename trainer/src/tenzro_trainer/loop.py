@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from . import data, models, weights
+from . import data, freeride, models, weights
 from .attestation import AttestationError, Attester, load_encrypted_corpus
 from .canon import content_hash
 from .codec import Codec, Compressor
@@ -189,6 +189,9 @@ class Trainer:
         self.prefetched: tuple[int, dict[int, dict[str, torch.Tensor]]] | None = None
         self.committed: tuple[int, dict[int, dict[str, torch.Tensor]]] | None = None
         self.outer_buf: dict[str, torch.Tensor] = {}
+        # benchmarks only (attack:): a replaying free rider's first payloads, a copier's view of the chain
+        self._replay: dict[int, bytes] | None = None
+        self._records: freeride.Records | None = None
 
     # ------------------------------------------------------------------ attestation
     def _claim(self, run: dict, payload: bytes | None = None) -> dict | None:
@@ -333,7 +336,12 @@ class Trainer:
                 raise KeyboardInterrupt
             if self.dist.world > 1:
                 idx = idx[self.dist.rank :: self.dist.world]
-            xs, ys = self.train_w.get(idx)
+            if self.cfg.attack and self.cfg.attack["kind"] == "wrong_data":  # benchmarks only
+                md = metadata_of(self.spec)
+                xs, ys = freeride.gaussian_batch((len(idx), int(md["context_len"])), (len(idx), int(md["horizon"])),
+                                                 self._rng)  # fmt: skip
+            else:
+                xs, ys = self.train_w.get(idx)
             x, y = torch.from_numpy(xs), torch.from_numpy(ys)
             if pin:  # page-locked, so the copies below are asynchronous with the host
                 x, y = x.pin_memory(), y.pin_memory()
@@ -351,22 +359,52 @@ class Trainer:
         return out
 
     def _attack(self, payload: bytes, layout: list[dict]) -> bytes:
-        """Benchmarks only: turn an honest outer gradient into a Byzantine one."""
-        a = self.cfg.attack or {}
-        from safetensors.torch import load as st_load
-        from safetensors.torch import save as st_save
+        """Benchmarks only (``attack:``, tenzro_trainer.freeride): turn an honest outer gradient into a Byzantine
+        one."""
+        return freeride.transform(payload, layout, self.cfg.attack or {}, self._rng)
 
-        t = st_load(payload)
-        out = {}
-        for spec in layout:
-            g = t[spec["name"]].float()
-            if a["kind"] == "sign_flip":
-                g = -float(a.get("scale", 10.0)) * g
+    def _free_ride(self, run: dict, r: int, st: RoundStats) -> None:
+        """Benchmarks only: a free rider's round without training (zeros, copies of a victim, its first round's
+        payloads replayed). Fills ``self.pending``; ``copy_hash`` submits here (it uploads nothing)."""
+        a = self.cfg.attack or {}
+        kind = a["kind"]
+        for fr in run["fragments"]:
+            f, layout = int(fr["index"]), fr["tensors"]
+            if kind == "zeros":
+                self.pending[f] = weights.bind(freeride.zeros(layout), self.key.did, self.cfg.task_id, r, f)
+            elif kind == "replay":
+                assert self._replay is not None  # set by its first (trained) round
+                self.pending[f] = weights.bind(self._replay[f], self.key.did, self.cfg.task_id, r, f)
             else:
-                noise = self._rng.standard_normal(g.numel()).astype(np.float32)
-                g = torch.from_numpy(noise).view_as(g) * float(a.get("sigma", 1.0))
-            out[spec["name"]] = g.to(weights.torch_dtype(spec["dtype"])).contiguous()
-        return st_save(out)
+                if self._records is None:
+                    self._records = freeride.Records.of_node(self.client)
+
+                def still_open() -> bool:
+                    try:
+                        now = self.client.get_run(self.cfg.task_id)
+                    except (NodeUnavailable, RpcError):
+                        return True
+                    return int(now["round"]) == r and now["status"] == "running"
+
+                ph = self._records.wait(self.cfg.task_id, str(a["victim"]), r, f, still_open,
+                                        float(a.get("wait_s", 300)), self.stop.is_set)  # fmt: skip
+                if ph is None:
+                    st.rejected.append(f"fragment {f}: no record of the victim")
+                    self.log.warning("free rider: no victim record", round=r, fragment=f)
+                    continue
+                if kind == "copy_hash":
+                    self.metrics.submitted.inc()
+                    try:
+                        freeride.submit_by_hash(self.client, self.key, self.cfg.task_id, r, f, ph)
+                        st.accepted += 1
+                    except RpcError as e:
+                        self.metrics.rejected.inc()
+                        st.rejected.append(f"fragment {f}: {e.message}")
+                        self.log.warning("submission refused", round=r, fragment=f, code=e.code, reason=e.message)
+                    continue
+                victim = freeride.fetch_blob(self.client, ph)
+                p = freeride.unbind(victim) if kind == "copy" else freeride.perturb(victim, layout, a, self._rng)
+                self.pending[f] = weights.bind(p, self.key.did, self.cfg.task_id, r, f)
 
     def _reported(self, st: RoundStats, steps: int) -> dict[str, float]:
         """The signed metrics map sent with this round's submissions (the node's dashboard plots it)."""
@@ -390,7 +428,13 @@ class Trainer:
         self.metrics.round.set(r)
         steps = int(self.spec["inner_steps"])
         fresh = False  # payloads computed in this call (not a re-submission)
-        if self.pending_round != r:
+        if self.pending_round != r and self.cfg.attack and not freeride.trains(self.cfg.attack, self._replay is None):
+            self.pending, self.pending_round = {}, None
+            self._free_ride(run, r, st)
+            self.pending_round = r
+            self.pending_metrics = {}
+            fresh = True
+        elif self.pending_round != r:
             self.pending, self.pending_round = {}, None
             frags = self._pull(run) if self.dist.rank == 0 else {}
             self._load(frags)
@@ -406,16 +450,21 @@ class Trainer:
             if self.dist.rank != 0:
                 return st
             t0 = time.monotonic()
+            replay: dict[int, bytes] = {}
             for fr in run["fragments"]:
                 if self.compressor is not None:
                     p = self.compressor.encode_fragment(fr["index"], frags[fr["index"]], after, fr["tensors"])
                 else:
                     p = weights.outer_gradient(frags[fr["index"]], after, fr["tensors"])
                     if self.cfg.attack:
+                        if self.cfg.attack["kind"] == "replay" and self._replay is None:
+                            replay[fr["index"]] = p
                         p = self._attack(p, fr["tensors"])
                 # Bound to this trainer, task, round and fragment (safetensors.md §6) before anything hashes it:
                 # the evidence of Verified runs binds the hash of exactly these bytes.
                 self.pending[fr["index"]] = weights.bind(p, self.key.did, self.cfg.task_id, r, fr["index"])
+            if replay:
+                self._replay = replay
             self.pending_round = r
             self.pending_metrics = self._reported(st, steps)
             fresh = True

@@ -1,0 +1,74 @@
+package plugins
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"slices"
+	"testing"
+)
+
+// TestTrainerShardsAreTheOwnPool: the windows a reference trainer with
+// shards A trains on (testdata/score/shards.json, written by
+// trainer/tests/score_vectors.py from the trainer's data.shard_indices and
+// data.round_batches) are exactly the evaluator's own pool for A over the
+// corpus WindowIndex enumerates, so an own-shard score measures the
+// trainer's own data and the control batch never does. For a synth://
+// corpus (unbounded) the trainer's windows follow the same shard rule.
+func TestTrainerShardsAreTheOwnPool(t *testing.T) {
+	raw, err := os.ReadFile(filepath.Join("testdata", "score", "shards.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var v struct {
+		Lengths        []int   `json:"lengths"`
+		WindowLen      int     `json:"window_len"`
+		Stride         int     `json:"stride"`
+		ShardCount     int     `json:"shard_count"`
+		Shards         []int   `json:"shards"`
+		TrainerWindows []int   `json:"trainer_windows"`
+		RoundBatches   [][]int `json:"round_batches"`
+		Synth          struct {
+			RoundBatches [][]int `json:"round_batches"`
+		} `json:"synth"`
+	}
+	if err := json.Unmarshal(raw, &v); err != nil {
+		t.Fatal(err)
+	}
+	w, err := NewWindowIndex(v.Lengths, v.WindowLen, v.Stride)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Drawing the whole own pool gives a permutation of it.
+	own, ctl, err := PickScoreWindows(BatchDraw{TaskID: "t-shards"}, w.Count(), v.Shards, v.ShardCount, len(v.TrainerWindows))
+	if err != nil {
+		t.Fatal(err)
+	}
+	slices.Sort(own)
+	if !slices.Equal(own, v.TrainerWindows) {
+		t.Fatalf("the evaluator's own pool (%d windows) is not the trainer's shard windows (%d)", len(own), len(v.TrainerWindows))
+	}
+	in := map[int]bool{}
+	for _, i := range own {
+		in[i] = true
+	}
+	for _, i := range ctl {
+		if in[i] {
+			t.Errorf("control window %d is one the trainer trains on", i)
+		}
+	}
+	for r, b := range v.RoundBatches {
+		for _, i := range b {
+			if !in[i] {
+				t.Errorf("batch %d: the trainer trains on window %d, outside the evaluator's own pool", r, i)
+			}
+		}
+	}
+	for r, b := range v.Synth.RoundBatches {
+		for _, i := range b {
+			if !slices.Contains(v.Shards, i%v.ShardCount) {
+				t.Errorf("synth batch %d: window %d is in shard %d, not in %v", r, i, i%v.ShardCount, v.Shards)
+			}
+		}
+	}
+}
