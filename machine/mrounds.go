@@ -397,7 +397,7 @@ func (r *Run) ScoringOf(i int) *wire.CommitScoring {
 	}
 	out := &wire.CommitScoring{Evaluator: r.Scorer.Name, Hash: r.Scorer.Hash, Params: orJSON(r.Scorer.Params), RateBps: sc.RateBps,
 		Batch: sc.Batch, Seed: *fs.ScoreSeed}
-	if sc.Test != wire.ScoreTestOwnBeatsControl {
+	if sc.Test != wire.ScoreTestOwnImproves {
 		out.Test = sc.Test
 	}
 	return out

@@ -103,7 +103,7 @@ func checkScores(t *testing.T, tr []wire.RoundCommit, zero string) {
 				if s == nil || s.Failed != "" {
 					t.Fatalf("round %d fragment %d %s: score %+v", rc.Round, fc.Fragment, in.TrainerDID, s)
 				}
-				if s.Pass != wire.ScorePasses(s.OwnBefore.Float(), s.OwnAfter.Float(), s.CtlBefore.Float(), s.CtlAfter.Float()) {
+				if s.Pass != wire.ScorePassesTest(fc.Scoring.Test, s.OwnBefore.Float(), s.OwnAfter.Float(), s.CtlBefore.Float(), s.CtlAfter.Float()) {
 					t.Fatalf("round %d fragment %d %s: pass %v disagrees with the losses %+v", rc.Round, fc.Fragment, in.TrainerDID, s.Pass, s)
 				}
 				if in.TrainerDID == zero && (s.OwnBefore != s.OwnAfter || s.CtlBefore != s.CtlAfter || s.Pass) {

@@ -69,7 +69,7 @@ type CommitScoring struct {
 	Batch     int             `json:"batch"`
 	Seed      Hash            `json:"seed"`
 	// Test is the spec's pay test when it is not the default
-	// own_beats_control (omitted then).
+	// own_improves (omitted then).
 	Test string `json:"test,omitempty"`
 }
 
@@ -96,13 +96,14 @@ func (s *InputScore) OwnDelta() float64 { return s.OwnBefore.Float() - s.OwnAfte
 // CtlDelta is s_ctl = ctl_before − ctl_after.
 func (s *InputScore) CtlDelta() float64 { return s.CtlBefore.Float() - s.CtlAfter.Float() }
 
-// ScorePassesTest is the pay rule of test (ScoreTestOwnImproves: s_own > 0;
-// anything else: ScorePasses).
+// ScorePassesTest is the pay rule of test (ScoreTestOwnBeatsControl:
+// ScorePasses; anything else, the default own_improves: s_own > 0, NaN
+// fails).
 func ScorePassesTest(test string, ownBefore, ownAfter, ctlBefore, ctlAfter float64) bool {
-	if test == ScoreTestOwnImproves {
-		return ownBefore-ownAfter > 0
+	if test == ScoreTestOwnBeatsControl {
+		return ScorePasses(ownBefore, ownAfter, ctlBefore, ctlAfter)
 	}
-	return ScorePasses(ownBefore, ownAfter, ctlBefore, ctlAfter)
+	return ownBefore-ownAfter > 0
 }
 
 // ScorePasses is the pay rule on a score's losses: the own-shard loss

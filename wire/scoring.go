@@ -48,8 +48,9 @@ type Scoring struct {
 	// dataset_hash the node checks at posting (scoring.md §6). Zero when
 	// the field is absent (the posting is then refused).
 	Corpus Hash
-	// Test is the pay test a score must pass: ScoreTestOwnBeatsControl
-	// (the default, Templar's) or ScoreTestOwnImproves.
+	// Test is the pay test a score must pass: ScoreTestOwnImproves (the
+	// default) or ScoreTestOwnBeatsControl (Templar's; RATIONALE "scoring:
+	// two pay tests").
 	Test string
 }
 
@@ -122,10 +123,10 @@ func ParseScoring(raw []byte) (*Scoring, error) {
 	if !evaluatorRe.MatchString(*j.Evaluator) {
 		return nil, fmt.Errorf("evaluator %q: want a score plugin id (TimesFMScore), sha256:<64 hex> or none", trunc(*j.Evaluator))
 	}
-	c := &Scoring{Evaluator: *j.Evaluator, RateBps: DefaultScoringRateBps, Batch: DefaultScoringBatch, Test: ScoreTestOwnBeatsControl}
+	c := &Scoring{Evaluator: *j.Evaluator, RateBps: DefaultScoringRateBps, Batch: DefaultScoringBatch, Test: ScoreTestOwnImproves}
 	if j.Test != nil {
 		if *j.Test != ScoreTestOwnBeatsControl && *j.Test != ScoreTestOwnImproves {
-			return nil, fmt.Errorf("test %q: want %s (default) or %s", trunc(*j.Test), ScoreTestOwnBeatsControl, ScoreTestOwnImproves)
+			return nil, fmt.Errorf("test %q: want %s (default) or %s", trunc(*j.Test), ScoreTestOwnImproves, ScoreTestOwnBeatsControl)
 		}
 		c.Test = *j.Test
 	}

@@ -100,14 +100,14 @@ func TestParseScoringCorpusAndTest(t *testing.T) {
 	if err != nil || c.Corpus.String() != h || c.Test != ScoreTestOwnImproves {
 		t.Fatalf("%+v %v", c, err)
 	}
-	if c, err := ParseScoring([]byte(`{"evaluator":"TimesFMScore"}`)); err != nil || !c.Corpus.IsZero() || c.Test != ScoreTestOwnBeatsControl {
+	if c, err := ParseScoring([]byte(`{"evaluator":"TimesFMScore"}`)); err != nil || !c.Corpus.IsZero() || c.Test != ScoreTestOwnImproves {
 		t.Fatalf("defaults: %+v %v", c, err)
 	}
 	for in, want := range map[string]string{
 		`{"evaluator":"TimesFMScore","corpus":"` + strings.Repeat("0", 64) + `"}`: "content hash",
 		`{"evaluator":"TimesFMScore","corpus":"abc"}`:                             "content hash",
 		`{"evaluator":"TimesFMScore","corpus":1}`:                                 "want an object",
-		`{"evaluator":"TimesFMScore","test":"own"}`:                               "want own_beats_control",
+		`{"evaluator":"TimesFMScore","test":"own"}`:                               "want own_improves (default) or own_beats_control",
 		`{"evaluator":"none","test":"own_improves"}`:                              "takes no other keys",
 		`{"evaluator":"none","corpus":"` + h + `"}`:                               "takes no other keys",
 	} {

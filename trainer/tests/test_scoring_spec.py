@@ -26,8 +26,8 @@ def test_scoring_field_names_the_model_config_and_the_corpus(tmp_path: Path) -> 
     }
     assert f["corpus"] == content_hash(corpus).hex()
     assert f["rate_bps"] == 10000 and f["batch"] == 8 and "test" not in f
-    e.scoring_test = "own_improves"
-    assert scoring_field(e, corpus)["test"] == "own_improves"
+    e.scoring_test = "own_beats_control"
+    assert scoring_field(e, corpus)["test"] == "own_beats_control"
 
 
 def test_scoring_field_refuses_other_families(tmp_path: Path) -> None:
