@@ -265,7 +265,8 @@ def report(res: list[dict], a: argparse.Namespace) -> None:
         "fees − slashes); fees are ~0.002 TNZO per submission, so an unpaid trainer shows a small negative payout. "
         "kept/inputs = the trainer's inputs in the commits not rejected (copies and refusals are rejected; a "
         "submission the node refused never becomes an input); passed/scored = its inputs the evaluator scored and "
-        "that passed (s_own > 0 and s_own > s_ctl, scoring.md §8; a failed check forfeits N × 10000/rate_bps).",
+        "that passed the spec's pay test (scoring.md §8: own_improves, the default since label `own-improves`, is "
+        "s_own > 0; own_beats_control, the default before, adds s_own > s_ctl; a failed check forfeits N × 10000/rate_bps).",
         "Victims: byte copy ← honest 0, copy ×1.0001 ← honest 1, copy + noise ← honest 2, copy by hash ← honest 3. "
         "Each copier waits for its victim's record in a block (CometBFT `/block`), fetches `GET /blobs/<hash>`, "
         "re-encodes with its own binding and submits.",
