@@ -182,6 +182,7 @@ type trainerRow struct {
 	Submitted  uint64
 	Accepted   uint64
 	Pending    string // submissions not final yet ("0", "2 recorded", "2: 1 kept, 1 rejected")
+	Scores     string // scored inputs: "3/4 passed, Δown +1.2e-03" ("unscored" when the run is not)
 	Missed     uint64
 	Acceptance float64
 	Reward     string
@@ -231,10 +232,11 @@ func (h *handler) run(w http.ResponseWriter, r *http.Request, verify bool) {
 			lastLoss[m.TrainerDID] = x
 		}
 	}
+	scores := scoreTexts(tr)
 	for _, t := range v.Trainers {
 		m := v.TrainerMetrics[t.DID]
 		row := trainerRow{DID: t.DID, Status: t.Status, Shards: t.ShardAssignments, From: t.ShardsFromRound, Submitted: m.Submitted,
-			Accepted: m.Accepted, Pending: pendingText(p.Prog.Trainers[t.DID]), Missed: m.MissedRounds, Reward: m.CurrentReward, Stake: t.Stake, Last: "–"}
+			Accepted: m.Accepted, Pending: pendingText(p.Prog.Trainers[t.DID]), Scores: scores(t.DID), Missed: m.MissedRounds, Reward: m.CurrentReward, Stake: t.Stake, Last: "–"}
 		if m.Submitted > 0 {
 			row.Acceptance = 100 * float64(m.Accepted) / float64(m.Submitted)
 		}
@@ -266,6 +268,63 @@ func (h *handler) run(w http.ResponseWriter, r *http.Request, verify bool) {
 		return
 	}
 	h.render(w, "run.html", p)
+}
+
+// scoreTexts summarizes each trainer's scored inputs in the committed
+// rounds of tr (docs/protocol/scoring.md): passed / scored, evaluator
+// failures, and the mean own-shard loss change s_own of the scored inputs.
+// A run none of whose commits carries scoring says "unscored".
+func scoreTexts(tr []wire.RoundCommit) func(did string) string {
+	type acc struct {
+		scored, passed, failed int
+		own                    float64
+	}
+	by := map[string]*acc{}
+	scoredRun := false
+	for _, rc := range tr {
+		for _, fc := range rc.Fragments {
+			if fc.Scoring == nil {
+				continue
+			}
+			scoredRun = true
+			for _, in := range fc.Inputs {
+				if in.Score == nil {
+					continue
+				}
+				a := by[in.TrainerDID]
+				if a == nil {
+					a = &acc{}
+					by[in.TrainerDID] = a
+				}
+				if in.Score.Failed != "" {
+					a.failed++
+					continue
+				}
+				a.scored++
+				if in.Score.Pass {
+					a.passed++
+				}
+				a.own += in.Score.OwnDelta()
+			}
+		}
+	}
+	return func(did string) string {
+		if !scoredRun {
+			return "unscored"
+		}
+		a := by[did]
+		if a == nil {
+			return "–"
+		}
+		s := fmt.Sprintf("%d/%d passed", a.passed, a.scored)
+		if a.scored > 0 {
+			s += fmt.Sprintf(", Δown %+.2e", a.own/float64(a.scored))
+		}
+		if a.failed > 0 {
+			s += fmt.Sprintf(", %d not scorable", a.failed)
+		}
+		return s
+	}
 }
 
 // pendingText renders a trainer's submissions that are not final yet.
