@@ -47,7 +47,11 @@ func (x *mtx) settleInputs(r *Run, round uint64, fc *wire.FragmentCommit) error 
 			t.Weight = new(big.Int).Add(bigOf(t.Weight), big.NewInt(n)).String()
 		default: // a failed check forfeits 1/rate shares
 			t.ScoreFails++
-			t.Forfeit = new(big.Int).Add(bigOf(t.Forfeit), ScoreForfeit(n, fc.Scoring.RateBps)).String()
+			k := wire.DefaultScoringForfeit
+			if sc, err := r.spec.ScoringRef(); err == nil && sc != nil {
+				k = sc.Forfeit
+			}
+			t.Forfeit = new(big.Int).Add(bigOf(t.Forfeit), ScoreForfeit(n, fc.Scoring.RateBps, k)).String()
 		}
 	}
 	copiers, err := x.copiers(r.spec.TaskID, round, fc)
@@ -65,14 +69,21 @@ func (x *mtx) settleInputs(r *Run, round uint64, fc *wire.FragmentCommit) error 
 }
 
 // ScoreForfeit is the payout weight a failed score check takes back from an
-// input of n values at sampling rate rateBps: n × 10000 / rateBps (integer
-// division), so that an input which would fail a check has expected weight
-// (1 − p)·n − p·n/p = −p·n < 0 at rate p (RATIONALE "scoring: the penalty").
-func ScoreForfeit(n int64, rateBps int) *big.Int {
+// input of n values at sampling rate rateBps with the spec's forfeit k:
+// k × n × 10000 / rateBps (integer division). An input that passes a drawn
+// check with probability q then has expected weight per triple
+// n·[(1 − p) + p·q − k·(1 − q)] at rate p, negative whenever
+// q < (k − 1 + p)/(k + p) (RATIONALE "scoring: a failed check forfeits k/rate
+// shares").
+func ScoreForfeit(n int64, rateBps, k int) *big.Int {
 	if rateBps < 1 {
 		rateBps = 1
 	}
-	return new(big.Int).Div(new(big.Int).Mul(big.NewInt(n), big.NewInt(10000)), big.NewInt(int64(rateBps)))
+	if k < 1 {
+		k = 1
+	}
+	num := new(big.Int).Mul(big.NewInt(n), big.NewInt(10000*int64(k)))
+	return num.Div(num, big.NewInt(int64(rateBps)))
 }
 
 // PaidWeight is a trainer's payout weight at the seal: its weight less what

@@ -3,6 +3,8 @@ package machine
 import (
 	"context"
 	"encoding/json"
+	"fmt"
+	"math/big"
 	"strings"
 	"testing"
 
@@ -109,7 +111,7 @@ func TestCheckScores(t *testing.T) {
 }
 
 // TestSettleScores: a passing score earns N, a failed check earns nothing
-// and forfeits N × 10000 / rate, an evaluator failure neither, an undrawn
+// and forfeits k × N × 10000 / rate (k = 3 by default), an evaluator failure neither, an undrawn
 // input N; the seal pays max(0, weight − forfeit).
 func TestSettleScores(t *testing.T) {
 	x := NewMachine(MachineConfig{}).begin(context.Background(), emptyKV{}, Block{Height: 10})
@@ -128,7 +130,7 @@ func TestSettleScores(t *testing.T) {
 	}
 	want := map[string][3]string{ // weight, forfeit, paid weight
 		"A": {"400", "", "400"},
-		"B": {"", "1600", "0"},
+		"B": {"", "4800", "0"},
 		"C": {"", "", "0"},
 		"D": {"400", "", "400"},
 		"E": {"", "", "0"},
@@ -148,7 +150,27 @@ func TestSettleScores(t *testing.T) {
 	if b.PaidWeight().Sign() != 0 {
 		t.Fatal("a negative net weight is paid")
 	}
-	if got := ScoreForfeit(100, 3); got.String() != "333333" {
+	if got := ScoreForfeit(100, 3, 1); got.String() != "333333" {
 		t.Fatalf("ScoreForfeit(100, 3 bps) = %s", got)
+	}
+	// A free rider that passes drawn checks by chance half the time (noise
+	// at the honest norm, bench/results/freeriders): at rate 1 with k = 1 it
+	// nets zero, with the default k = 3 it loses; an honest trainer that
+	// always passes keeps everything.
+	for _, tc := range []struct {
+		pass, fail int64
+		k          int
+		want       int64
+	}{
+		{1, 1, 1, 0},
+		{1, 1, wire.DefaultScoringForfeit, 0}, // floored at zero: −2N
+		{3, 1, wire.DefaultScoringForfeit, 0},
+		{4, 1, wire.DefaultScoringForfeit, 100},
+		{6, 0, wire.DefaultScoringForfeit, 600},
+	} {
+		tr := &RunTrainer{Weight: fmt.Sprint(100 * tc.pass), Forfeit: new(big.Int).Mul(ScoreForfeit(100, 10000, tc.k), big.NewInt(tc.fail)).String()}
+		if got := tr.PaidWeight().Int64(); got != tc.want {
+			t.Errorf("%d passed, %d failed, k=%d: paid weight %d, want %d", tc.pass, tc.fail, tc.k, got, tc.want)
+		}
 	}
 }

@@ -23,6 +23,13 @@ const (
 	DefaultScoringRateBps = 10000
 	// DefaultScoringBatch is the windows of each of the two batches.
 	DefaultScoringBatch = 8
+	// DefaultScoringForfeit is k, the drawn inputs' worth a failed check
+	// forfeits (scoring.md §8): 3 makes a free rider that passes a check by
+	// chance with probability q < (k − 1 + p)/(k + p) (≥ 2/3 at any rate
+	// p) lose in expectation; 1 only deters one that never passes.
+	DefaultScoringForfeit = 3
+	// MaxScoringForfeit bounds k.
+	MaxScoringForfeit = 100
 	// MaxScoringBatch bounds a batch (plugins.MaxScoreBatchSize).
 	MaxScoringBatch = 4096
 )
@@ -52,6 +59,9 @@ type Scoring struct {
 	// default) or ScoreTestOwnBeatsControl (Templar's; RATIONALE "scoring:
 	// two pay tests").
 	Test string
+	// Forfeit is k: a failed check takes back k × N × 10000 / rate_bps of
+	// payout weight (1..MaxScoringForfeit, default DefaultScoringForfeit).
+	Forfeit int
 }
 
 // The pay tests of a scored input (scoring.md §8).
@@ -70,6 +80,7 @@ type scoringJSON struct {
 	Batch     *int            `json:"batch"`
 	Corpus    *string         `json:"corpus"`
 	Test      *string         `json:"test"`
+	Forfeit   *int            `json:"forfeit"`
 }
 
 var (
@@ -115,7 +126,7 @@ func ParseScoring(raw []byte) (*Scoring, error) {
 		return nil, errors.New(`"evaluator" is required`)
 	}
 	if *j.Evaluator == EvaluatorNone {
-		if j.Params != nil || j.RateBps != nil || j.Batch != nil || j.Corpus != nil || j.Test != nil {
+		if j.Params != nil || j.RateBps != nil || j.Batch != nil || j.Corpus != nil || j.Test != nil || j.Forfeit != nil {
 			return nil, errors.New(`evaluator "none" takes no other keys`)
 		}
 		return nil, nil
@@ -123,12 +134,18 @@ func ParseScoring(raw []byte) (*Scoring, error) {
 	if !evaluatorRe.MatchString(*j.Evaluator) {
 		return nil, fmt.Errorf("evaluator %q: want a score plugin id (TimesFMScore), sha256:<64 hex> or none", trunc(*j.Evaluator))
 	}
-	c := &Scoring{Evaluator: *j.Evaluator, RateBps: DefaultScoringRateBps, Batch: DefaultScoringBatch, Test: ScoreTestOwnImproves}
+	c := &Scoring{Evaluator: *j.Evaluator, RateBps: DefaultScoringRateBps, Batch: DefaultScoringBatch, Test: ScoreTestOwnImproves, Forfeit: DefaultScoringForfeit}
 	if j.Test != nil {
 		if *j.Test != ScoreTestOwnBeatsControl && *j.Test != ScoreTestOwnImproves {
 			return nil, fmt.Errorf("test %q: want %s (default) or %s", trunc(*j.Test), ScoreTestOwnImproves, ScoreTestOwnBeatsControl)
 		}
 		c.Test = *j.Test
+	}
+	if j.Forfeit != nil {
+		if *j.Forfeit < 1 || *j.Forfeit > MaxScoringForfeit {
+			return nil, fmt.Errorf("forfeit is %d, want 1..%d (drawn inputs' worth a failed check takes back)", *j.Forfeit, MaxScoringForfeit)
+		}
+		c.Forfeit = *j.Forfeit
 	}
 	if j.RateBps != nil {
 		if *j.RateBps < 1 || *j.RateBps > 10000 {

@@ -100,7 +100,7 @@ func TestParseScoringCorpusAndTest(t *testing.T) {
 	if err != nil || c.Corpus.String() != h || c.Test != ScoreTestOwnImproves {
 		t.Fatalf("%+v %v", c, err)
 	}
-	if c, err := ParseScoring([]byte(`{"evaluator":"TimesFMScore"}`)); err != nil || !c.Corpus.IsZero() || c.Test != ScoreTestOwnImproves {
+	if c, err := ParseScoring([]byte(`{"evaluator":"TimesFMScore"}`)); err != nil || !c.Corpus.IsZero() || c.Test != ScoreTestOwnImproves || c.Forfeit != DefaultScoringForfeit {
 		t.Fatalf("defaults: %+v %v", c, err)
 	}
 	for in, want := range map[string]string{
@@ -109,6 +109,9 @@ func TestParseScoringCorpusAndTest(t *testing.T) {
 		`{"evaluator":"TimesFMScore","corpus":1}`:                                 "want an object",
 		`{"evaluator":"TimesFMScore","test":"own"}`:                               "want own_improves (default) or own_beats_control",
 		`{"evaluator":"none","test":"own_improves"}`:                              "takes no other keys",
+		`{"evaluator":"none","forfeit":3}`:                                        "takes no other keys",
+		`{"evaluator":"TimesFMScore","forfeit":0}`:                                "forfeit is 0",
+		`{"evaluator":"TimesFMScore","forfeit":101}`:                              "forfeit is 101",
 		`{"evaluator":"none","corpus":"` + h + `"}`:                               "takes no other keys",
 	} {
 		if _, err := ParseScoring([]byte(in)); err == nil || !strings.Contains(err.Error(), want) {
