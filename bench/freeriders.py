@@ -172,7 +172,7 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=16)
     ap.add_argument("--grace-ms", type=int, default=10000)
     ap.add_argument("--pool", type=int, default=10, help="reward pool in TNZO")
-    ap.add_argument("--score-batch", type=int, default=8)
+    ap.add_argument("--score-batch", type=int, default=16)
     ap.add_argument("--no-scoring", dest="scoring", action="store_false")
     ap.add_argument(
         "--score-corpus",

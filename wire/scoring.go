@@ -21,8 +21,9 @@ const EvaluatorNone = "none"
 const (
 	// DefaultScoringRateBps scores every (trainer, round, fragment): rate 1.
 	DefaultScoringRateBps = 10000
-	// DefaultScoringBatch is the windows of each of the two batches.
-	DefaultScoringBatch = 8
+	// DefaultScoringBatch is the windows of each of the two batches: 16,
+	// where 8 let one honest check in 72 fail (bench/results/freeriders*).
+	DefaultScoringBatch = 16
 	// DefaultScoringForfeit is k, the drawn inputs' worth a failed check
 	// forfeits (scoring.md §8): 3 makes a free rider that passes a check by
 	// chance with probability q < (k − 1 + p)/(k + p) (≥ 2/3 at any rate
@@ -105,7 +106,7 @@ func (s *TaskSpec) ScoringRef() (*Scoring, error) {
 // ParseScoring parses {"evaluator": NAME, "params": {name: number, …},
 // "rate_bps": int, "batch": int}: no other keys, no duplicates, evaluator
 // required, the rest optional (defaults: no parameters, rate 10000 bps,
-// batch 8).
+// batch 16).
 func ParseScoring(raw []byte) (*Scoring, error) {
 	if len(raw) > MaxScoringBytes {
 		return nil, fmt.Errorf("%d bytes, limit %d", len(raw), MaxScoringBytes)

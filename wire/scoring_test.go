@@ -12,7 +12,7 @@ func TestParseScoring(t *testing.T) {
 		rate, batch      int
 		err              string
 	}{
-		{`{"evaluator":"TimesFMScore"}`, "TimesFMScore", `{}`, 10000, 8, ""},
+		{`{"evaluator":"TimesFMScore"}`, "TimesFMScore", `{}`, 10000, DefaultScoringBatch, ""},
 		{`{"evaluator":"TimesFMScore","params":{"n_layers":2,"d_model":64.0},"rate_bps":2500,"batch":16}`, "TimesFMScore", `{"d_model":64,"n_layers":2}`, 2500, 16, ""},
 		{`{"batch":1,"evaluator":"` + h + `","params":null}`, h, `{}`, 10000, 1, ""},
 		{`{"evaluator":"none"}`, "", "", 0, 0, ""},

@@ -25,7 +25,7 @@ def test_scoring_field_names_the_model_config_and_the_corpus(tmp_path: Path) -> 
         "d_ff": d.d_ff,
     }
     assert f["corpus"] == content_hash(corpus).hex()
-    assert f["rate_bps"] == 10000 and f["batch"] == 8 and "test" not in f
+    assert f["rate_bps"] == 10000 and f["batch"] == 16 and "test" not in f
     e.scoring_test = "own_beats_control"
     assert scoring_field(e, corpus)["test"] == "own_beats_control"
 

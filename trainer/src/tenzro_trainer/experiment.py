@@ -57,7 +57,7 @@ class Experiment:
     # scoring field names the corpus CSV by content hash, sent to the node before the posting
     scoring: bool = False
     scoring_rate_bps: int = 10000
-    scoring_batch: int = 8
+    scoring_batch: int = 16  # the windows of each batch (wire.DefaultScoringBatch)
     scoring_test: str = ""  # the spec's scoring.test: "" (own_improves, the default) or "own_beats_control"
     dataset_ref: str = ""  # a synth:// ref to post instead (its dataset_hash is its definition's hash)
     reward_pool: int = 10**18
