@@ -33,6 +33,7 @@ import (
 // stakes.
 func (x *mtx) settleInputs(r *Run, round uint64, fc *wire.FragmentCommit) error {
 	n := r.Fragments[fc.Fragment].N
+	var forfeit *big.Int // what one failed score check of this fragment takes back
 	for _, in := range fc.Inputs {
 		t := r.Trainer(in.TrainerDID)
 		if t == nil || in.Rejected != "" {
@@ -45,13 +46,16 @@ func (x *mtx) settleInputs(r *Run, round uint64, fc *wire.FragmentCommit) error 
 		case sc.Failed != "": // the run's evaluator could not score: neither paid nor penalized
 		case sc.Pass:
 			t.Weight = new(big.Int).Add(bigOf(t.Weight), big.NewInt(n)).String()
-		default: // a failed check forfeits 1/rate shares
+		default: // a failed check forfeits k/rate shares
 			t.ScoreFails++
-			k := wire.DefaultScoringForfeit
-			if sc, err := r.spec.ScoringRef(); err == nil && sc != nil {
-				k = sc.Forfeit
+			if forfeit == nil { // the spec's k, parsed once per commit
+				k := wire.DefaultScoringForfeit
+				if sc, err := r.spec.ScoringRef(); err == nil && sc != nil {
+					k = sc.Forfeit
+				}
+				forfeit = ScoreForfeit(n, fc.Scoring.RateBps, k)
 			}
-			t.Forfeit = new(big.Int).Add(bigOf(t.Forfeit), ScoreForfeit(n, fc.Scoring.RateBps, k)).String()
+			t.Forfeit = new(big.Int).Add(bigOf(t.Forfeit), forfeit).String()
 		}
 	}
 	copiers, err := x.copiers(r.spec.TaskID, round, fc)
