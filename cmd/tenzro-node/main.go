@@ -20,6 +20,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/tenzro/train/chain"
 	"github.com/tenzro/train/plugins"
 )
 
@@ -88,7 +89,7 @@ are the flag names), then the flags given on the command line.`,
 	}
 	f := cmd.Flags()
 	f.StringVar(&configPath, "config", "", "config file (JSON, or YAML by .yaml/.yml extension); flags override it")
-	f.String("role", d.Role, "node role: syncer, trainer or light-client (alias light)")
+	f.String("role", d.Role, "node role: syncer, trainer, full (a replica that does not vote) or light-client (alias light: headers and proofs, no replica)")
 	f.String("data-dir", d.DataDir, "data directory (store, node key, caches)")
 	f.String("listen-addr", d.ListenAddr, "libp2p listen multiaddr")
 	f.String("rpc-addr", d.RPCAddr, "JSON-RPC listen address (host:port)")
@@ -127,6 +128,11 @@ are the flag names), then the flags given on the command line.`,
 	f.Int64("snapshot-interval", 0, "take a state-sync snapshot every this many heights (0: the home's tenzro-chain.json snapshot_interval, else none)")
 	f.Int("snapshot-keep", 0, "state-sync snapshots kept, newest first (0: the home's snapshot_keep, else 2)")
 	f.Int64("state-keep-heights", 0, "pruning window: state tree versions kept (0: the home's state_keep_heights, else 1000; -1: all)")
+	f.String("light-primary", "", "light client: a full node's CometBFT RPC (http://host:port) to follow headers and read proofs from (default: the first boot node's, remembered in <data-dir>/light)")
+	f.StringSlice("light-witnesses", nil, "light client: more full nodes' CometBFT RPCs that cross-check every header the primary gives (default: the other boot nodes'; none: the primary is its own witness)")
+	f.Int64("trust-height", 0, "light client: the height of a block the operator trusts (with --trust-hash); default: the primary's latest header, accepted if more than 2/3 of the genesis validators signed it")
+	f.String("trust-hash", "", "light client: the hash (hex) of the block at --trust-height")
+	f.Duration("trusting-period", chain.DefaultTrustingPeriod, "light client: how long a verified header may verify later ones")
 	addFaultFlags(f)
 	cmd.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
 	return cmd
