@@ -18,15 +18,15 @@ import (
 	"time"
 
 	dbm "github.com/cometbft/cometbft-db"
+	cmtbytes "github.com/cometbft/cometbft/libs/bytes"
 	"github.com/cometbft/cometbft/light"
 	"github.com/cometbft/cometbft/light/provider"
 	lighthttp "github.com/cometbft/cometbft/light/provider/http"
 	lightdb "github.com/cometbft/cometbft/light/store/db"
-	cmtbytes "github.com/cometbft/cometbft/libs/bytes"
 	cmtcrypto "github.com/cometbft/cometbft/proto/tendermint/crypto"
 	rpcclient "github.com/cometbft/cometbft/rpc/client"
-	ctypes "github.com/cometbft/cometbft/rpc/core/types"
 	rpchttp "github.com/cometbft/cometbft/rpc/client/http"
+	ctypes "github.com/cometbft/cometbft/rpc/core/types"
 	"github.com/cometbft/cometbft/types"
 	ics23 "github.com/cosmos/ics23/go"
 
