@@ -19,6 +19,7 @@ import (
 
 	dbm "github.com/cometbft/cometbft-db"
 	cmtbytes "github.com/cometbft/cometbft/libs/bytes"
+	abci "github.com/cometbft/cometbft/abci/types"
 	"github.com/cometbft/cometbft/light"
 	"github.com/cometbft/cometbft/light/provider"
 	lighthttp "github.com/cometbft/cometbft/light/provider/http"
@@ -85,7 +86,7 @@ type lightRPC interface {
 	Broadcast(ctx context.Context, tx []byte) (code uint32, log string, err error)
 	Tx(ctx context.Context, hash []byte) (*rpcTx, error)
 	BlockTxs(ctx context.Context, height int64) (types.Txs, error)
-	BlockResults(ctx context.Context, height int64) (types.ABCIResults, error)
+	BlockResults(ctx context.Context, height int64) ([]*abci.ExecTxResult, error)
 }
 
 type rpcTx struct {
@@ -123,12 +124,12 @@ func (h httpRPC) BlockTxs(ctx context.Context, height int64) (types.Txs, error) 
 	return r.Block.Txs, nil
 }
 
-func (h httpRPC) BlockResults(ctx context.Context, height int64) (types.ABCIResults, error) {
+func (h httpRPC) BlockResults(ctx context.Context, height int64) ([]*abci.ExecTxResult, error) {
 	r, err := h.HTTP.BlockResults(ctx, &height)
 	if err != nil {
 		return nil, fmt.Errorf("block results %d: %w", height, err)
 	}
-	return types.NewResults(r.TxsResults), nil
+	return r.TxsResults, nil
 }
 
 // lightState is the state a light client reads: the state after height,
@@ -557,8 +558,11 @@ func (l *Light) verifiedResult(ctx context.Context, hash []byte) (*machine.TxRes
 	if err != nil {
 		return nil, err
 	}
-	if !bytes.Equal(res.Hash(), nb.LastResultsHash) {
-		return nil, fmt.Errorf("%w: block %d's results hash to %X, header %d says %X", errForged, h, res.Hash(), h+1, nb.LastResultsHash)
+	// The results hash covers each result's code, data and gas (not its
+	// log, which is the full node's words for a refusal whose code is
+	// proven).
+	if rh := types.NewResults(res).Hash(); !bytes.Equal(rh, nb.LastResultsHash) {
+		return nil, fmt.Errorf("%w: block %d's results hash to %X, header %d says %X", errForged, h, rh, h+1, nb.LastResultsHash)
 	}
 	if len(res) != len(txs) {
 		return nil, fmt.Errorf("%w: block %d has %d transactions and %d results", errForged, h, len(txs), len(res))
