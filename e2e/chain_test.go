@@ -40,6 +40,8 @@ type chainNode struct {
 	cmd               *exec.Cmd
 	log               *os.File
 	done              chan struct{}
+	// light: a light client (no CometBFT RPC, no replica).
+	light bool
 }
 
 func (n *chainNode) start(t testing.TB) {
