@@ -10,6 +10,7 @@ package chain
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -18,8 +19,8 @@ import (
 	"time"
 
 	dbm "github.com/cometbft/cometbft-db"
-	cmtbytes "github.com/cometbft/cometbft/libs/bytes"
 	abci "github.com/cometbft/cometbft/abci/types"
+	cmtbytes "github.com/cometbft/cometbft/libs/bytes"
 	"github.com/cometbft/cometbft/light"
 	"github.com/cometbft/cometbft/light/provider"
 	lighthttp "github.com/cometbft/cometbft/light/provider/http"
@@ -31,6 +32,7 @@ import (
 	"github.com/cometbft/cometbft/types"
 	ics23 "github.com/cosmos/ics23/go"
 
+	"github.com/tenzro/train/audit"
 	"github.com/tenzro/train/machine"
 	"github.com/tenzro/train/wire"
 )
@@ -572,4 +574,51 @@ func (l *Light) verifiedResult(ctx context.Context, hash []byte) (*machine.TxRes
 		return nil, fmt.Errorf("%w: %w", errRefusedTx, Refusal(r.Code, r.Log))
 	}
 	return &machine.TxResult{Height: h, Data: r.Data}, nil
+}
+
+// SealedRun implements audit.RunAnchor from proven state: the run's sealed
+// run root and election record, at the light client's verified height.
+func (l *Light) SealedRun(ctx context.Context, task string) (*audit.SealedRun, error) {
+	var out *audit.SealedRun
+	err := l.View(ctx, func(v machine.View) error {
+		var err error
+		if out, err = machine.SealedRunOf(ctx, v.KV, task); err == nil {
+			out.Height = v.Block.Height
+		}
+		return err
+	})
+	return out, err
+}
+
+// CheckReceipt is Client.CheckReceipt with every value proven against a
+// light-verified header: the receipt verifies on its own, its run is sealed
+// with the same run root, its syncers are the election's entrants at their
+// tickets, and it is signed by the syncer whose signature the chain took.
+func (l *Light) CheckReceipt(ctx context.Context, receipt []byte) (*audit.SealedRun, error) {
+	run, err := audit.CheckReceiptAgainst(ctx, l, receipt)
+	if err != nil {
+		return run, err
+	}
+	rc, err := audit.ParseReceipt(receipt)
+	if err != nil {
+		return run, err
+	}
+	var onChain wire.Receipt
+	err = l.View(ctx, func(v machine.View) error {
+		raw, err := v.KV.Get(ctx, machine.KSReceipts, machine.RunKey(rc.TaskID))
+		if errors.Is(err, machine.ErrNotFound) {
+			return fmt.Errorf("run %s is sealed but the chain holds no signed receipt for it yet (height %d)", rc.TaskID, v.Block.Height)
+		}
+		if err != nil {
+			return err
+		}
+		return json.Unmarshal(raw, &onChain)
+	})
+	if err != nil {
+		return run, err
+	}
+	if onChain.SyncerDID != rc.SyncerDID {
+		return run, fmt.Errorf("receipt is signed by %s; the chain took run %s's receipt signature from its syncer %s", rc.SyncerDID, rc.TaskID, onChain.SyncerDID)
+	}
+	return run, nil
 }

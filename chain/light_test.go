@@ -118,7 +118,9 @@ func (r *appRPC) Tx(context.Context, []byte) (*rpcTx, error) {
 
 func (r *appRPC) BlockTxs(context.Context, int64) (types.Txs, error) { return r.txs, nil }
 
-func (r *appRPC) BlockResults(context.Context, int64) ([]*abci.ExecTxResult, error) { return r.res, nil }
+func (r *appRPC) BlockResults(context.Context, int64) ([]*abci.ExecTxResult, error) {
+	return r.res, nil
+}
 
 // appHashAt is the app hash of the state after height h, from the app's
 // recent heights (another value for older ones: no test reads them).

@@ -402,6 +402,9 @@ func TestNetworkRun(t *testing.T) {
 		}
 	}
 	run := waitRun(t, n, lightB, task, time.Minute, "the run starts on full node B's replica", func(r *wire.RunView) bool { return r.Status == wire.StatusRunning })
+	// The light client reads at its newest verified header's parent: it sees
+	// the start a block or so later.
+	waitRun(t, n, lightA, task, time.Minute, "the run starts on light client A", func(r *wire.RunView) bool { return r.Status == wire.StatusRunning })
 	succ, err := election.Succession(*run.Election)
 	if err != nil || len(succ) != 4 {
 		t.Fatalf("succession %v: %v", succ, err)
