@@ -40,7 +40,7 @@ func newCmd(run func(ctx context.Context, cfg Config, log *slog.Logger) error, s
 	d := defaults()
 	cmd := &cobra.Command{
 		Use:   "tenzro-node",
-		Short: "Run a Tenzro Train node (syncer, trainer or light client)",
+		Short: "Run a Tenzro Train node (syncer, trainer, full node or light client)",
 		Long: `tenzro-node runs a Tenzro Train node: a chain node (CometBFT in this process with
 the run state machine), a Pebble store and blob store in --data-dir, a JSON-RPC
 server on --rpc-addr, a libp2p host on --listen-addr, and the syncer daemon (it
@@ -55,13 +55,18 @@ node that follows its peers); its store and key live in <home>/node unless
 --data-dir says otherwise. There is no faucet without --dev: funds come from the
 genesis.
 
-With --role light-client (alias light) and --boot-nodes, the node joins a network
-by itself: at the first start it asks a boot node over libp2p for the network's
-genesis and CometBFT address (/tenzro/chain-info/1.0.0), writes a non-validator
-home in <data-dir>/chain, and follows the chain without voting; later starts
-resume that home. --genesis FILE or --genesis-hash HEX pins the network (the boot
-node's genesis must be that one); without either the genesis is trusted on first
-use and its hash printed.
+With --role full and --boot-nodes, the node joins a network by itself as a
+replica that does not vote: at the first start it asks a boot node over libp2p for
+the network's genesis and CometBFT address (/tenzro/chain-info/1.0.0), writes a
+non-validator home in <data-dir>/chain and replays every block; later starts
+resume that home. With --role light-client (alias light) and --boot-nodes it joins
+as a light client: no replica and no block replay; it follows headers with
+CometBFT's light client (the boot nodes' CometBFT RPC as primary and witnesses, or
+--light-primary/--light-witnesses), answers reads with values proven against a
+verified header, and sends writes as transactions (<data-dir>/light keeps the
+genesis and the full nodes' addresses). --genesis FILE or --genesis-hash HEX pins
+the network (the boot node's genesis must be that one); without either the
+genesis is trusted on first use and its hash printed.
 
 Configuration is layered: defaults, then --config FILE (JSON or YAML whose keys
 are the flag names), then the flags given on the command line.`,
