@@ -305,6 +305,8 @@ func (c *Config) validate() error {
 	switch {
 	case c.Role != "syncer" && c.Role != "trainer" && c.Role != "light" && c.Role != "full":
 		return fmt.Errorf("role %q: want syncer, trainer, full or light-client (alias light)", c.Role)
+	case c.Role == "light" && (c.Home != "" || c.Dev):
+		return errors.New("a light client keeps no chain home and runs no chain: drop --home/--dev (it joins through --boot-nodes), or run a home as a replica with --role full")
 	case c.TrustHeight < 0 || c.TrustingPeriod < 0:
 		return fmt.Errorf("trust-height %d / trusting-period %s: want 0 or more", c.TrustHeight, c.TrustingPeriod)
 	case c.Engine != "native" && c.Engine != "wasm":

@@ -124,7 +124,7 @@ func TestRoleFullAndLightFlags(t *testing.T) {
 	if code != 0 || !isHeaderLight(cfg) || isLight(cfg) || cfg.LightPrimary != "http://127.0.0.1:26657" || len(cfg.LightWitnesses) != 2 || cfg.TrustHeight != 7 || cfg.TrustingPeriod != 24*time.Hour {
 		t.Fatalf("light flags: exit %d %q, %+v", code, msg, cfg)
 	}
-	for _, args := range [][]string{{"--trust-height", "-1"}, {"--trusting-period", "-1h"}, {"--role", "archive"}} {
+	for _, args := range [][]string{{"--trust-height", "-1"}, {"--trusting-period", "-1h"}, {"--role", "archive"}, {"--role", "light-client", "--home", "/tmp/h"}, {"--role", "light", "--dev"}} {
 		if _, code, msg := captured(t, args...); code != 2 {
 			t.Errorf("%v: exit %d %q, want a usage error", args, code, msg)
 		}
