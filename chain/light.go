@@ -14,6 +14,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
+	"net/url"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -134,6 +138,71 @@ func (h httpRPC) BlockResults(ctx context.Context, height int64) ([]*abci.ExecTx
 	return r.TxsResults, nil
 }
 
+// failoverRPC asks the primary, and the witnesses in turn when it cannot be
+// reached: every answer is checked against verified headers, so any full
+// node serves as well as another.
+type failoverRPC struct {
+	log  *slog.Logger
+	urls []string
+	rpcs []lightRPC
+	cur  atomic.Int32
+}
+
+// unreachable says whether err is a transport failure (the node is down),
+// not an answer.
+func unreachable(err error) bool {
+	var ue *url.Error
+	var ne net.Error
+	return err != nil && (errors.As(err, &ue) || errors.As(err, &ne) || strings.Contains(err.Error(), "post failed"))
+}
+
+func failover[T any](f *failoverRPC, call func(lightRPC) (T, error)) (T, error) {
+	var zero T
+	var err error
+	start := int(f.cur.Load())
+	for i := range f.rpcs {
+		k := (start + i) % len(f.rpcs)
+		var v T
+		if v, err = call(f.rpcs[k]); !unreachable(err) {
+			if k != start && f.cur.CompareAndSwap(int32(start), int32(k)) {
+				f.log.Warn("light client: reading from another full node", "was", f.urls[start], "now", f.urls[k])
+			}
+			return v, err
+		}
+	}
+	return zero, err
+}
+
+func (f *failoverRPC) ABCIQueryWithOptions(ctx context.Context, path string, data cmtbytes.HexBytes, opts rpcclient.ABCIQueryOptions) (*ctypes.ResultABCIQuery, error) {
+	return failover(f, func(r lightRPC) (*ctypes.ResultABCIQuery, error) {
+		return r.ABCIQueryWithOptions(ctx, path, data, opts)
+	})
+}
+
+func (f *failoverRPC) Broadcast(ctx context.Context, tx []byte) (uint32, string, error) {
+	type res struct {
+		code uint32
+		log  string
+	}
+	r, err := failover(f, func(r lightRPC) (res, error) {
+		c, l, err := r.Broadcast(ctx, tx)
+		return res{c, l}, err
+	})
+	return r.code, r.log, err
+}
+
+func (f *failoverRPC) Tx(ctx context.Context, hash []byte) (*rpcTx, error) {
+	return failover(f, func(r lightRPC) (*rpcTx, error) { return r.Tx(ctx, hash) })
+}
+
+func (f *failoverRPC) BlockTxs(ctx context.Context, height int64) (types.Txs, error) {
+	return failover(f, func(r lightRPC) (types.Txs, error) { return r.BlockTxs(ctx, height) })
+}
+
+func (f *failoverRPC) BlockResults(ctx context.Context, height int64) ([]*abci.ExecTxResult, error) {
+	return failover(f, func(r lightRPC) ([]*abci.ExecTxResult, error) { return r.BlockResults(ctx, height) })
+}
+
 // lightState is the state a light client reads: the state after height,
 // whose app hash a verified header (of block height+1) carries.
 type lightState struct {
@@ -198,11 +267,18 @@ func StartLight(ctx context.Context, o LightOptions) (*Light, error) {
 			}
 			witnesses = append(witnesses, p)
 		}
-		c, err := rpchttp.NewWithTimeout(o.Primary, "/websocket", 30)
-		if err != nil {
-			return nil, fmt.Errorf("light client: primary %s: %w", o.Primary, err)
+		fo := &failoverRPC{log: log}
+		for _, u := range append([]string{o.Primary}, o.Witnesses...) {
+			if slices.Contains(fo.urls, u) {
+				continue
+			}
+			c, err := rpchttp.NewWithTimeout(u, "/websocket", 30)
+			if err != nil {
+				return nil, fmt.Errorf("light client: %s: %w", u, err)
+			}
+			fo.urls, fo.rpcs = append(fo.urls, u), append(fo.rpcs, httpRPC{c})
 		}
-		rpc = httpRPC{c}
+		rpc = fo
 	}
 	trust := light.TrustOptions{Period: o.TrustingPeriod, Height: o.TrustHeight, Hash: o.TrustHash}
 	if trust.Height == 0 {

@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"errors"
 	"fmt"
+	"net/url"
 	"strings"
 	"testing"
 	"time"
@@ -393,5 +394,49 @@ func TestProvenQueryAtRecentHeights(t *testing.T) {
 	res, _ = h.app.Query(context.Background(), &abci.RequestQuery{Path: QueryState, Data: []byte(key), Height: height + 1, Prove: true})
 	if res.Code != CodeInvalid {
 		t.Fatalf("a future height: %d %s", res.Code, res.Log)
+	}
+}
+
+// deadRPC is a full node that cannot be reached.
+type deadRPC struct{}
+
+var errDead = &url.Error{Op: "Post", URL: "http://127.0.0.1:1", Err: errors.New("connection refused")}
+
+func (deadRPC) ABCIQueryWithOptions(context.Context, string, cmtbytes.HexBytes, rpcclient.ABCIQueryOptions) (*ctypes.ResultABCIQuery, error) {
+	return nil, errDead
+}
+func (deadRPC) Broadcast(context.Context, []byte) (uint32, string, error) { return 0, "", errDead }
+func (deadRPC) Tx(context.Context, []byte) (*rpcTx, error)                { return nil, errDead }
+func (deadRPC) BlockTxs(context.Context, int64) (types.Txs, error)        { return nil, errDead }
+func (deadRPC) BlockResults(context.Context, int64) ([]*abci.ExecTxResult, error) {
+	return nil, errDead
+}
+
+// TestLightFailover: when the primary cannot be reached, reads go to the
+// next full node (answers are proven either way), which stays the one
+// asked; an answer (a refusal) is not a reason to switch.
+func TestLightFailover(t *testing.T) {
+	h, w, c := lightWorld(t)
+	fo := &failoverRPC{log: quiet, urls: []string{"dead", "alive"}, rpcs: []lightRPC{deadRPC{}, &appRPC{app: h.app}}}
+	l, err := startTestLight(t, c, fo, c.provider("primary"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.View(context.Background(), func(v machine.View) error {
+		_, err := v.KV.Get(context.Background(), machine.KSLedger, []byte("bal/did:"+w.t2.DID.String()))
+		return err
+	}); err != nil {
+		t.Fatalf("read with the primary down: %v", err)
+	}
+	if fo.cur.Load() != 1 {
+		t.Fatalf("the next read goes to node %d, want 1 (the reachable one)", fo.cur.Load())
+	}
+	all := &failoverRPC{log: quiet, urls: []string{"a", "b"}, rpcs: []lightRPC{deadRPC{}, deadRPC{}}}
+	if _, err := all.Tx(context.Background(), []byte("x")); !errors.Is(err, errDead) {
+		t.Fatalf("every node down: %v", err)
+	}
+	refusing := &failoverRPC{log: quiet, urls: []string{"a", "b"}, rpcs: []lightRPC{&appRPC{app: h.app}, deadRPC{}}}
+	if _, err := refusing.Tx(context.Background(), []byte("x")); err == nil || errors.Is(err, errDead) || refusing.cur.Load() != 0 {
+		t.Fatalf("an answer switched nodes: %v, now %d", err, refusing.cur.Load())
 	}
 }
