@@ -52,6 +52,9 @@ const (
 	// lightPoll is how often the light client asks its primary for a new
 	// header.
 	lightPoll = 500 * time.Millisecond
+	// lightWitnessRetry is how long the light client runs without
+	// witnesses before it asks them again.
+	lightWitnessRetry = 30 * time.Second
 )
 
 // LightOptions configure StartLight.
@@ -213,11 +216,16 @@ type lightState struct {
 
 // Light is syncer.Chain for a light client: no replica, no block replay.
 type Light struct {
-	lc      *light.Client
-	rpc     lightRPC
-	primary string
-	timeout time.Duration
-	log     *slog.Logger
+	lc      atomic.Pointer[light.Client]
+	rebuild func(self bool) error
+	// degraded: the primary is its own witness since every other one was
+	// unreachable (since degradedAt).
+	degraded   bool
+	degradedAt time.Time
+	rpc        lightRPC
+	primary    string
+	timeout    time.Duration
+	log        *slog.Logger
 
 	cur atomic.Pointer[lightState]
 
@@ -246,26 +254,42 @@ func StartLight(ctx context.Context, o LightOptions) (*Light, error) {
 	if o.CommitTimeout == 0 {
 		o.CommitTimeout = time.Minute
 	}
-	primary, witnesses, rpc := o.primary, o.witnesses, o.rpc
-	if primary == nil {
+	// providers makes the primary and the witnesses (with self: the primary
+	// is its own last witness, the degraded mode when every other witness
+	// is unreachable).
+	providers := func(self bool) (provider.Provider, []provider.Provider, error) {
+		if o.primary != nil {
+			ws := o.witnesses
+			if self {
+				ws = append(append([]provider.Provider(nil), ws...), o.primary)
+			}
+			return o.primary, ws, nil
+		}
+		p, err := lighthttp.New(chainID, o.Primary)
+		if err != nil {
+			return nil, nil, fmt.Errorf("light client: primary %s: %w", o.Primary, err)
+		}
+		urls := o.Witnesses
+		if len(urls) == 0 || self {
+			urls = append(append([]string(nil), urls...), o.Primary)
+		}
+		var ws []provider.Provider
+		for _, u := range urls {
+			w, err := lighthttp.New(chainID, u)
+			if err != nil {
+				return nil, nil, fmt.Errorf("light client: witness %s: %w", u, err)
+			}
+			ws = append(ws, w)
+		}
+		return p, ws, nil
+	}
+	rpc := o.rpc
+	if o.primary == nil {
 		if o.Primary == "" {
 			return nil, errors.New("light client: no primary (a full node's CometBFT RPC, http://host:port)")
 		}
-		var err error
-		if primary, err = lighthttp.New(chainID, o.Primary); err != nil {
-			return nil, fmt.Errorf("light client: primary %s: %w", o.Primary, err)
-		}
-		ws := o.Witnesses
-		if len(ws) == 0 {
+		if len(o.Witnesses) == 0 {
 			log.Warn("light client: no witnesses given: the primary is its own witness, so a primary that lies about headers is caught by the validators' signatures alone (give --light-witnesses)", "primary", o.Primary)
-			ws = []string{o.Primary}
-		}
-		for _, w := range ws {
-			p, err := lighthttp.New(chainID, w)
-			if err != nil {
-				return nil, fmt.Errorf("light client: witness %s: %w", w, err)
-			}
-			witnesses = append(witnesses, p)
 		}
 		fo := &failoverRPC{log: log}
 		for _, u := range append([]string{o.Primary}, o.Witnesses...) {
@@ -280,6 +304,10 @@ func StartLight(ctx context.Context, o LightOptions) (*Light, error) {
 		}
 		rpc = fo
 	}
+	primary, witnesses, err := providers(false)
+	if err != nil {
+		return nil, err
+	}
 	trust := light.TrustOptions{Period: o.TrustingPeriod, Height: o.TrustHeight, Hash: o.TrustHash}
 	if trust.Height == 0 {
 		lb, err := primary.LightBlock(ctx, 0)
@@ -291,12 +319,36 @@ func StartLight(ctx context.Context, o LightOptions) (*Light, error) {
 		}
 		trust.Height, trust.Hash = lb.Height, lb.Hash()
 	}
-	lc, err := light.NewClient(ctx, chainID, trust, primary, witnesses, lightdb.New(dbm.NewMemDB(), "light"),
-		light.Logger(slogAdapter{log.With("component", "light")}), light.MaxRetryAttempts(3))
+	store := lightdb.New(dbm.NewMemDB(), "light")
+	opts := []light.Option{light.Logger(slogAdapter{log.With("component", "light")}), light.MaxRetryAttempts(3)}
+	lc, err := light.NewClient(ctx, chainID, trust, primary, witnesses, store, opts...)
+	degraded := false
+	if errors.Is(err, light.ErrNoWitnesses) || errors.Is(err, light.ErrFailedHeaderCrossReferencing) {
+		// No witness answered: start with the primary as its own witness.
+		log.Warn("light client: no witness reachable: headers are checked by the validators' signatures alone until one is back")
+		if primary, witnesses, err = providers(true); err == nil {
+			lc, err = light.NewClient(ctx, chainID, trust, primary, witnesses, store, opts...)
+		}
+		degraded = true
+	}
 	if err != nil {
 		return nil, fmt.Errorf("light client: trust root at height %d: %w", trust.Height, err)
 	}
-	l := &Light{lc: lc, rpc: rpc, primary: fmt.Sprint(primary), timeout: o.CommitTimeout, log: log, changed: make(chan struct{}), done: make(chan struct{})}
+	l := &Light{rpc: rpc, primary: fmt.Sprint(primary), timeout: o.CommitTimeout, log: log, changed: make(chan struct{}), done: make(chan struct{})}
+	l.lc.Store(lc)
+	l.degraded, l.degradedAt = degraded, time.Now()
+	l.rebuild = func(self bool) error {
+		p, ws, err := providers(self)
+		if err != nil {
+			return err
+		}
+		c, err := light.NewClientFromTrustedStore(chainID, o.TrustingPeriod, p, ws, store, opts...)
+		if err != nil {
+			return err
+		}
+		l.lc.Store(c)
+		return nil
+	}
 	lb, err := lc.TrustedLightBlock(trust.Height)
 	if err != nil {
 		return nil, fmt.Errorf("light client: %w", err)
@@ -317,7 +369,7 @@ func (l *Light) Close() error {
 		l.cancel()
 		<-l.done
 	}
-	return l.lc.Cleanup()
+	return l.lc.Load().Cleanup()
 }
 
 // Height is the height of the state the light client reads (0: none yet).
@@ -347,7 +399,24 @@ func (l *Light) follow(ctx context.Context) {
 			return
 		case <-t.C:
 		}
-		lb, err := l.lc.Update(ctx, time.Now())
+		lb, err := l.lc.Load().Update(ctx, time.Now())
+		switch {
+		case errors.Is(err, light.ErrNoWitnesses) || errors.Is(err, light.ErrFailedHeaderCrossReferencing):
+			// Every witness was unreachable (the light package drops them):
+			// the primary becomes its own witness until they are back.
+			if rerr := l.rebuild(true); rerr == nil {
+				if !l.degraded {
+					l.log.Warn("light client: no witness reachable: headers are checked by the validators' signatures alone until one is back")
+				}
+				l.degraded, l.degradedAt = true, time.Now()
+				lb, err = l.lc.Load().Update(ctx, time.Now())
+			}
+		case err == nil && l.degraded && time.Since(l.degradedAt) > lightWitnessRetry:
+			// Try the witnesses again.
+			if rerr := l.rebuild(false); rerr == nil {
+				l.degraded = false
+			}
+		}
 		if err == nil && lb != nil {
 			err = l.adopt(ctx, lb)
 		}
@@ -370,7 +439,7 @@ func (l *Light) adopt(ctx context.Context, lb *types.LightBlock) error {
 	if lb.Height < 2 {
 		return nil // no committed state before block 1's header
 	}
-	prev, err := l.lc.VerifyLightBlockAtHeight(ctx, lb.Height-1, time.Now())
+	prev, err := l.lc.Load().VerifyLightBlockAtHeight(ctx, lb.Height-1, time.Now())
 	if err != nil {
 		return fmt.Errorf("light client: header %d: %w", lb.Height-1, err)
 	}
@@ -614,11 +683,11 @@ func (l *Light) verifiedResult(ctx context.Context, hash []byte) (*machine.TxRes
 		return nil, fmt.Errorf("block %d is not verified yet", h+1)
 	}
 	now := time.Now()
-	hb, err := l.lc.VerifyLightBlockAtHeight(ctx, h, now)
+	hb, err := l.lc.Load().VerifyLightBlockAtHeight(ctx, h, now)
 	if err != nil {
 		return nil, fmt.Errorf("header %d: %w", h, err)
 	}
-	nb, err := l.lc.VerifyLightBlockAtHeight(ctx, h+1, now)
+	nb, err := l.lc.Load().VerifyLightBlockAtHeight(ctx, h+1, now)
 	if err != nil {
 		return nil, fmt.Errorf("header %d: %w", h+1, err)
 	}

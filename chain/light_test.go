@@ -440,3 +440,40 @@ func TestLightFailover(t *testing.T) {
 		t.Fatalf("an answer switched nodes: %v, now %d", err, refusing.cur.Load())
 	}
 }
+
+// TestLightWithoutWitnesses: with every witness unreachable the light
+// client still follows new headers, the primary being its own witness (the
+// validators' signatures still checked), and reads by proofs.
+func TestLightWithoutWitnesses(t *testing.T) {
+	h, w, _ := lightWorld(t)
+	top, _ := h.app.LastCommit()
+	vals, privs := types.RandValidatorSet(4, 10)
+	c := newHeaderChain(t, vals, privs, top+4, appHashAt(h.app), nil)
+	early := map[int64]*types.SignedHeader{}
+	for k, v := range c.headers {
+		if k <= top+1 {
+			early[k] = v
+		}
+	}
+	primary := mock.New(lightChainID, early, c.valsAt)
+	l, err := startTestLight(t, c, &appRPC{app: h.app}, primary, mock.NewDeadMock(lightChainID))
+	if err != nil {
+		t.Fatalf("light client with its only witness down: %v", err)
+	}
+	if err := l.View(context.Background(), func(v machine.View) error {
+		_, err := v.KV.Get(context.Background(), machine.KSLedger, []byte("bal/did:"+w.t2.DID.String()))
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	for k := top + 2; k <= top+4; k++ {
+		primary.AddLightBlock(&types.LightBlock{SignedHeader: c.headers[k], ValidatorSet: vals})
+	}
+	deadline := time.Now().Add(time.Minute)
+	for l.Height() < top+3 {
+		if time.Now().After(deadline) {
+			t.Fatalf("the light client stays at height %d with its witness down (last error %v)", l.Height(), l.Err())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
