@@ -154,7 +154,7 @@ Exit 0 valid, 1 invalid (the reason is printed), 2 usage.`,
 			}
 			if res.Valid == 1 && lf.url != "" {
 				res.Checks = append(res.Checks, "light")
-				run, err := lf.check(cmd, pv.genesis, b)
+				run, err := lf.check(cmd, lf.genesis, b)
 				if err != nil {
 					fail(fmt.Errorf("against the light-verified chain: %w", err))
 				} else {
@@ -210,10 +210,10 @@ Exit 0 valid, 1 invalid (the reason is printed), 2 usage.`,
 
 // lightVerifyFlags check a receipt through a light client of any node.
 type lightVerifyFlags struct {
-	url         string
-	witnesses   []string
-	trustHeight int64
-	trustHash   string
+	url, genesis string
+	witnesses    []string
+	trustHeight  int64
+	trustHash    string
 }
 
 func (l *lightVerifyFlags) register(c *cobra.Command) {
@@ -239,6 +239,7 @@ func (l *lightVerifyFlags) validate(pv *proofVerifyFlags) error {
 	if l.trustHeight < 0 {
 		return usagef("--trust-height %d: want a height ≥ 1", l.trustHeight)
 	}
+	l.genesis = pv.genesis
 	if pv.proof == "" {
 		pv.genesis = "" // --genesis serves the light client, not a proof file
 	}
