@@ -51,18 +51,28 @@ func startCountingProxy(t *testing.T, upstream string) *countingProxy {
 				wg.Add(1)
 				go func() {
 					defer wg.Done()
-					n, _ := io.Copy(u, c)
-					p.up.Add(n)
+					_, _ = io.Copy(countingWriter{u, &p.up}, c)
 					u.(*net.TCPConn).CloseWrite()
 				}()
-				n, _ := io.Copy(c, u)
-				p.down.Add(n)
+				_, _ = io.Copy(countingWriter{c, &p.down}, u)
 				c.(*net.TCPConn).CloseWrite()
 				wg.Wait()
 			}()
 		}
 	}()
 	return p
+}
+
+// countingWriter counts what it writes as it goes (connections stay open).
+type countingWriter struct {
+	w io.Writer
+	n *atomic.Int64
+}
+
+func (c countingWriter) Write(b []byte) (int, error) {
+	n, err := c.w.Write(b)
+	c.n.Add(int64(n))
+	return n, err
 }
 
 // procMem is a process's resident set now and at its peak (bytes).
@@ -119,7 +129,9 @@ func dirBytes(t *testing.T, dir string) (int64, map[string]int64) {
 // trainer waiting on its node does). At the end: bytes received from the
 // chain, disk and RSS of each, and the chain's blocks and seconds, so that
 // per-hour figures are extrapolated from a bounded run. Run with
-// TENZRO_LIGHT_FOOTPRINT=1 (it prints the table; bench/results/state.md).
+// TENZRO_LIGHT_FOOTPRINT=1 (it prints the table; bench/results/state.md);
+// TENZRO_LIGHT_FOOTPRINT_READERS=0 measures following alone (no reads),
+// TENZRO_LIGHT_FOOTPRINT_SECS the window (default 180 s).
 func TestLightFootprint(t *testing.T) {
 	if os.Getenv("TENZRO_LIGHT_FOOTPRINT") == "" {
 		t.Skip("a measurement: TENZRO_LIGHT_FOOTPRINT=1")
@@ -196,7 +208,11 @@ func TestLightFootprint(t *testing.T) {
 	var reads, readErrs [2]atomic.Int64
 	rctx, rcancel := context.WithCancel(ctx)
 	var wg sync.WaitGroup
-	for i, c := range []*client.Client{fc, lc} {
+	readers := []*client.Client{fc, lc}
+	if os.Getenv("TENZRO_LIGHT_FOOTPRINT_READERS") == "0" {
+		readers = nil // the cost of following alone
+	}
+	for i, c := range readers {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -211,11 +227,12 @@ func TestLightFootprint(t *testing.T) {
 				_, err1 := c.GetRun(rctx, task)
 				_, err2 := c.Balance(rctx, sponsor)
 				reads[i].Add(2)
-				if err1 != nil && !strings.Contains(err1.Error(), "not found") && !strings.Contains(err1.Error(), "unknown") {
-					readErrs[i].Add(1)
-				}
-				if err2 != nil {
-					readErrs[i].Add(1)
+				for _, err := range []error{err1, err2} {
+					if err != nil && !strings.Contains(err.Error(), "not found") && !strings.Contains(err.Error(), "unknown task") {
+						if readErrs[i].Add(1) == 1 {
+							t.Logf("follower %d: read failed: %v", i, err)
+						}
+					}
 				}
 			}
 		}()
@@ -262,6 +279,16 @@ func TestLightFootprint(t *testing.T) {
 			time.Sleep(200 * time.Millisecond)
 		}
 	}
+	sealedAfter := time.Since(t0)
+	// The window goes on (blocks keep coming, the readers keep polling)
+	// to TENZRO_LIGHT_FOOTPRINT_SECS (default 180 s) of chain.
+	window := 180 * time.Second
+	if v, err := strconv.Atoi(os.Getenv("TENZRO_LIGHT_FOOTPRINT_SECS")); err == nil && v > 0 {
+		window = time.Duration(v) * time.Second
+	}
+	if rest := window - time.Since(t0); rest > 0 {
+		time.Sleep(rest)
+	}
 	rcancel()
 	wg.Wait()
 	h1, secs := height(), time.Since(t0).Seconds()
@@ -272,8 +299,8 @@ func TestLightFootprint(t *testing.T) {
 	fDown, lDown := p2p.down.Load()-p2pDown0, rpc.down.Load()-rpcDown0
 	perHour := 3600 / secs
 	mib := func(b int64) string { return fmt.Sprintf("%.2f MiB", float64(b)/(1<<20)) }
-	t.Logf("window: %.1f s of chain, heights %d..%d (%d blocks); run of %d trainers x %d fragments x %d rounds through the dev node; one reader per follower (getRun + balance each second)",
-		secs, h0, h1, h1-h0, M, F, R)
+	t.Logf("window: %.1f s of chain, heights %d..%d (%d blocks); a run of %d trainers x %d fragments x %d rounds through the dev node, sealed on both followers after %.1f s, then idle blocks; one reader per follower (getRun + balance each second)",
+		secs, h0, h1, h1-h0, M, F, R, sealedAfter.Seconds())
 	t.Logf("| | full replica (--role full) | light client (--role light-client) | light/full |")
 	t.Logf("|---|---|---|---|")
 	t.Logf("| bytes received from the chain in the window (CometBFT P2P / RPC) | %s | %s | %.3f |", mib(fDown), mib(lDown), float64(lDown)/float64(fDown))
