@@ -15,6 +15,7 @@ import (
 	cmtbytes "github.com/cometbft/cometbft/libs/bytes"
 	"github.com/cometbft/cometbft/light/provider"
 	"github.com/cometbft/cometbft/light/provider/mock"
+	cmtcrypto "github.com/cometbft/cometbft/proto/tendermint/crypto"
 	cmtproto "github.com/cometbft/cometbft/proto/tendermint/types"
 	cmtversion "github.com/cometbft/cometbft/proto/tendermint/version"
 	rpcclient "github.com/cometbft/cometbft/rpc/client"
@@ -476,4 +477,18 @@ func TestLightWithoutWitnesses(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+}
+
+// FuzzCheckProven: no answer from a full node panics the light client's
+// check, and none proves anything against an app hash nobody can reach.
+func FuzzCheckProven(f *testing.F) {
+	f.Add([]byte{}, []byte("v"), []byte(`{"height":5,"log_size":0,"log_root":"0000000000000000000000000000000000000000000000000000000000000000"}`))
+	f.Add([]byte{0x0a, 0x02, 0x0a, 0x00}, []byte(nil), []byte(`{}`))
+	f.Fuzz(func(t *testing.T, proof, value, step []byte) {
+		s := &lightState{height: 5, appHash: wire.Hash{1}}
+		ops := &cmtcrypto.ProofOps{Ops: []cmtcrypto.ProofOp{{Type: ProofOpIAVL, Key: []byte("k"), Data: proof}, {Type: ProofOpAppHash, Data: step}}}
+		if p, err := checkProven(CodeOK, "", []byte("k"), value, 5, ops, []byte("k"), s); err == nil {
+			t.Fatalf("accepted %+v against an unreachable app hash", p)
+		}
+	})
 }
