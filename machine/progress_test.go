@@ -69,7 +69,7 @@ func TestRunProgressSaysWhenPendingRoundsAreFinal(t *testing.T) {
 	}{
 		{nil, ""},
 		{[]wire.RoundFinality{{Round: 4, FinalAt: 9}}, "; round 4 final at height 9"},
-		{[]wire.RoundFinality{{0, 10}, {1, 11}, {2, 12}, {3, 13}, {4, 14}}, "; round 0 final at height 10, round 1 at 11, round 2 at 12 and 2 more"},
+		{[]wire.RoundFinality{{Round: 0, FinalAt: 10}, {Round: 1, FinalAt: 11}, {Round: 2, FinalAt: 12}, {Round: 3, FinalAt: 13}, {Round: 4, FinalAt: 14}}, "; round 0 final at height 10, round 1 at 11, round 2 at 12 and 2 more"},
 	} {
 		if got := FinalAtText(c.pf); got != c.want {
 			t.Errorf("FinalAtText(%v) = %q, want %q", c.pf, got, c.want)
