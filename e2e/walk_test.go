@@ -25,7 +25,8 @@ import (
 // (issue 27), on one network:
 //
 //  1. `make testnet`'s script: four validators on free loopback ports, every
-//     node's addresses, a light-client command line and a block to paste;
+//     node's addresses, the dashboard, a light-client command line and a
+//     block to paste;
 //  2. the block, pasted into bash as printed: a one-round Open run posted on
 //     node 0, trained through node 3, waited for with progress lines,
 //     sealed, verified (--full), replayed through node 1, and a second
@@ -208,6 +209,18 @@ attestation: {enclave: simulated-snp, gpu: none}
 	// hold their keys outside an enclave (--enclave none), so none of theirs.
 	if rc.AttestationCount != 1+2 {
 		t.Fatalf("attestation_count %d, want 3", rc.AttestationCount)
+	}
+	// The dashboard the script printed shows both runs, and the run's page
+	// its final counters.
+	dash := regexp.MustCompile(`(?m)^== the run dashboard .*: (http://\S+/) `).FindStringSubmatch(printed)
+	if dash == nil {
+		t.Fatalf("no dashboard URL printed:\n%s", printed)
+	}
+	if code, page := httpGet(t, dash[1]); code != 200 || !strings.Contains(page, `href="/runs/testnet-run"`) || !strings.Contains(page, `href="/runs/`+vtask+`"`) {
+		t.Fatalf("dashboard %s: status %d\n%s", dash[1], code, tail(page))
+	}
+	if code, page := httpGet(t, dash[1]+"runs/"+vtask); code != 200 || !strings.Contains(page, "accepted (final)") || !strings.Contains(page, trainer2) {
+		t.Fatalf("dashboard page of %s: status %d\n%s", vtask, code, tail(page))
 	}
 	var run struct {
 		TrainerMetrics map[string]struct {
