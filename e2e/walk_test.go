@@ -54,9 +54,15 @@ func TestNewcomerWalk(t *testing.T) {
 		t.Skip("TENZRO_PYTHON is unset: set it to the venv's python (scripts/venv.sh prints the venv) for the reference trainer")
 	}
 	build(t)
+	start, last := time.Now(), time.Now()
+	phase := func(done string) { // where the walk's time goes, in -v output
+		t.Logf("%-44s %6.1f s (at %5.1f s)", done, time.Since(last).Seconds(), time.Since(start).Seconds())
+		last = time.Now()
+	}
 	tn := startTestnetScript(t)
 	defer tn.stop()
 	printed := tn.printed
+	phase("testnet up")
 
 	// 2. The block, pasted as printed (bash -e: the first failing command stops it).
 	block := regexp.MustCompile(`(?s)# --- begin\n.*# --- end\n`).FindString(printed)
@@ -120,10 +126,12 @@ func TestNewcomerWalk(t *testing.T) {
 		t.Fatalf("get-run of the sealed run:\n%s", out)
 	}
 
+	phase("block pasted, nodes compared")
 	// 3. The light client, as printed.
 	lc := walkLightClient(t, printed, "testnet-run")
 	defer lc.stop()
 
+	phase("light client followed")
 	// 4. A Verified run with the simulated enclave, trained by the second
 	// trainer's reference trainer through the light client.
 	w := filepath.Join(tn.dir, "verified")
@@ -189,7 +197,9 @@ attestation: {enclave: simulated-snp, gpu: none}
 	if err := os.WriteFile(filepath.Join(w, "trainer.yaml"), []byte(yaml), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	phase("Verified run posted")
 	sh(6*time.Minute, append(trainerCmd, "run", "--config", "trainer.yaml")...)
+	phase("reference trainer done (run sealed)")
 	sh(2*time.Minute, "tenzro", "train", "wait", "--task-id", vtask, "--for", "receipt", "--out", "receipt.json", "--timeout", "2m", "--rpc", lc.rpc)
 	// Every validator has the receipt too (each answers from its own replica).
 	for i := range tn.nodes {
@@ -231,6 +241,7 @@ attestation: {enclave: simulated-snp, gpu: none}
 		t.Fatalf("the Verified run on node 2: %v %+v", err, run)
 	}
 
+	phase("receipt everywhere, verified")
 	// 5. A replay through a validator that is not the syncer and whose blob
 	// store lacks the payloads (the run was posted and trained through the
 	// light client) until the replay asks its peers.
@@ -259,6 +270,7 @@ attestation: {enclave: simulated-snp, gpu: none}
 		t.Fatalf("the replay through %s did not fetch payload %s from its peers: %v", auditor, payload[1], err)
 	}
 
+	phase("replayed through a node without the payloads")
 	// 6. Ctrl-C stops every node.
 	lc.stop()
 	tn.stop()
@@ -268,6 +280,7 @@ attestation: {enclave: simulated-snp, gpu: none}
 			t.Fatalf("%s still accepts after the script stopped: a node was left running", a)
 		}
 	}
+	phase("stopped")
 }
 
 // testnetScript is scripts/testnet.sh (make testnet) running in its own
