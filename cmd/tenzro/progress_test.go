@@ -95,6 +95,10 @@ func TestWaitProgressCountsBlocksLeft(t *testing.T) {
 			t.Errorf("height %d: %q, want it to end %q", c.height, got, c.want)
 		}
 	}
+	r.OpenChallenges = 1
+	if got := waitProgress(r, 50); !strings.Contains(got, "7 blocks left; 1 open challenge(s): a challenged round is final only once its challenge is decided") {
+		t.Errorf("with a challenge open: %q", got)
+	}
 	// Without a known height, no count.
 	if got := waitProgress(r, 0); strings.Contains(got, "blocks left") {
 		t.Errorf("height unknown: %q", got)

@@ -71,6 +71,9 @@ func waitProgress(r *wire.RunView, height int64) string {
 				next := r.PendingFinal[0]
 				line += fmt.Sprintf("; round %d final at height %d, %d blocks left", next.Round, next.FinalAt, max(next.FinalAt-height, 0))
 			}
+			if r.OpenChallenges > 0 {
+				line += fmt.Sprintf("; %d open challenge(s): a challenged round is final only once its challenge is decided", r.OpenChallenges)
+			}
 		}
 		return line + at
 	case wire.StatusSealed:
