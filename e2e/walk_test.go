@@ -263,6 +263,7 @@ attestation: {enclave: simulated-snp, gpu: none}
 	if auditor == "" {
 		t.Fatalf("every validator is the syncer %s or already holds payload %s", rc.SyncerDID, payload[1])
 	}
+	t.Logf("replaying through %s (the syncer is %s)", auditor, rc.SyncerDID)
 	if out := sh(3*time.Minute, "tenzro", "receipt", "replay", "--receipt", "receipt.json", "--rpc", auditor); !strings.Contains(out, "match") {
 		t.Fatalf("replay through %s (not the posting node, never held the payloads): %s", auditor, out)
 	}
