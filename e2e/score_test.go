@@ -276,11 +276,14 @@ func TestChallengeWrongScoreFourValidators(t *testing.T) {
 	if redone == ch.Committed || redone == ch.Claimed {
 		t.Fatalf("the redone fragment 0 (%s) has the rolled-back commit's scores (committed %s, claimed %s): not a new seed", redone, ch.Committed, ch.Claimed)
 	}
-	// The watcher re-executes the redone commit and agrees.
+	// The watcher re-executes the redone commit and agrees (once its own
+	// chain state has the redone commit: it may lag the validators).
 	var rf wire.ReplayFragmentResult
-	if err := json.Unmarshal([]byte(c.mustCLI(-1, "receipt", "replay", "--task-id", task, "--round", "0", "--fragment", "0", "--format", "json")), &rf); err != nil {
-		t.Fatal(err)
-	}
+	c.waitFor("the watcher holds the redone commit", 60*time.Second, func() bool {
+		rf = wire.ReplayFragmentResult{}
+		err := json.Unmarshal([]byte(c.mustCLI(-1, "receipt", "replay", "--task-id", task, "--round", "0", "--fragment", "0", "--format", "json")), &rf)
+		return err == nil && rf.Committed == redone
+	})
 	if !rf.Agrees || rf.Result != redone {
 		t.Fatalf("the watcher's replay of the redone fragment: %+v, chain has %s", rf, redone)
 	}
