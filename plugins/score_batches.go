@@ -32,4 +32,6 @@ func PickScoreWindows(d BatchDraw, n, gap int, shards []int, shardCount, count i
 }
 
 // ShardRange is the windows [lo, hi) of shard s (syncer.ShardRange).
-func ShardRange(s, shardCount, n, gap int) (lo, hi int) { return syncer.ShardRange(s, shardCount, n, gap) }
+func ShardRange(s, shardCount, n, gap int) (lo, hi int) {
+	return syncer.ShardRange(s, shardCount, n, gap)
+}
