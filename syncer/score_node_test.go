@@ -128,7 +128,11 @@ func checkScores(t *testing.T, tr []wire.RoundCommit, zero string) {
 // different wazero engines compute the same result hash (and agree with
 // the honest fragment 1 commit bit for bit); the challenge is upheld, the
 // syncer slashed, the round redone with a fresh scoring seed, and the run
-// seals with the free rider unpaid and its failed checks counted.
+// seals with the free rider unpaid and its failed checks counted. Its
+// process-level twin is e2e TestChallengeWrongScoreFourValidators (real
+// nodes, every one on wazero's compiler); this one keeps what that cannot
+// show cheaply: a validator on the interpreter agreeing bit for bit, and the
+// seal with the scored transcript in the receipt.
 func TestScoredRunWrongScoreChallenged(t *testing.T) {
 	c := newScoredCNet(t)
 	c.zeros = map[int]bool{1: true}
