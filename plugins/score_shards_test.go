@@ -33,9 +33,25 @@ func TestTrainerShardsAreTheOwnPool(t *testing.T) {
 		Synth          struct {
 			RoundBatches [][]int `json:"round_batches"`
 		} `json:"synth"`
+		Ranges []struct {
+			N          int      `json:"n"`
+			ShardCount int      `json:"shard_count"`
+			Gap        int      `json:"gap"`
+			Ranges     [][2]int `json:"ranges"`
+		} `json:"ranges"`
 	}
 	if err := json.Unmarshal(raw, &v); err != nil {
 		t.Fatal(err)
+	}
+	if len(v.Ranges) == 0 {
+		t.Fatal("no shard range vectors")
+	}
+	for _, c := range v.Ranges {
+		for s, want := range c.Ranges {
+			if lo, hi := ShardRange(s, c.ShardCount, c.N, c.Gap); lo != want[0] || hi != want[1] {
+				t.Errorf("shard %d of %d over %d windows, gap %d: [%d, %d), the trainer's [%d, %d)", s, c.ShardCount, c.N, c.Gap, lo, hi, want[0], want[1])
+			}
+		}
 	}
 	w, err := NewWindowIndex(v.Lengths, v.WindowLen, v.Stride)
 	if err != nil {

@@ -123,6 +123,15 @@ def windows_vector() -> dict:
 # its window stream (window i in shard i mod SHARD_COUNT)
 SHARD_COUNT, SHARDS, SHARD_ROUNDS, SHARD_STEPS, SHARD_BATCH = 5, [1, 3], 3, 4, 6
 SYNTH_REF = "synth://kernelsynth/v1?seed=23"
+SHARD_RANGE_CASES = [
+    (0, 2, 0),
+    (7, 3, 1),
+    (10, 4, 5),
+    (3419, 8, 39),
+    (3419, 12, 39),
+    (1000, 6, 3),
+    (2**40 + 3, 7, 1023),
+]
 
 
 def shards_vector() -> dict:
@@ -145,6 +154,11 @@ def shards_vector() -> dict:
         "lengths": WINDOW_LENS, "window_len": WINDOW_LEN, "stride": STRIDE, "shard_count": SHARD_COUNT, "shard_gap": gap,
         "shards": SHARDS, "trainer_windows": pool, "round_batches": batches(n),
         "synth": {"ref": SYNTH_REF, "round_batches": batches(None)},
+        # data.shard_range over more corpus sizes, shard counts and gaps (Go: syncer.ShardRange)
+        "ranges": [
+            {"n": n_, "shard_count": s_, "gap": g_, "ranges": [list(data.shard_range(n_, i, s_, g_)) for i in range(s_)]}
+            for n_, s_, g_ in SHARD_RANGE_CASES
+        ],
     }  # fmt: skip
 
 
