@@ -70,27 +70,28 @@ func shardOf(i, shardCount, n, gap int) int {
 // TestShardRange: shards are ascending contiguous blocks; with gap 0 they
 // partition the windows; with a gap, each shard but the first starts gap
 // windows after the previous block ends, so indices of two shards differ by
-// more than the gap (no shared point); a block no longer than the gap is
-// empty.
+// more than the gap (no shared point); a gap that would empty a block is
+// capped at ⌊n/S⌋ − 1, so every shard keeps a window when n ≥ S.
 func TestShardRange(t *testing.T) {
 	for _, tc := range []struct{ n, shardCount, gap int }{
 		{1000, 6, 0}, {1000, 6, 3}, {3419, 16, 39}, {7, 3, 0}, {7, 3, 1}, {10, 4, 5}, {0, 2, 0}, {1 << 40, 3, 7},
 	} {
 		prevHi, total := 0, 0
+		g := min(tc.gap, max(tc.n/tc.shardCount-1, 0))
 		for s := 0; s < tc.shardCount; s++ {
 			lo, hi := ShardRange(s, tc.shardCount, tc.n, tc.gap)
-			if lo > hi || lo < prevHi || hi > tc.n {
+			if lo > hi || lo < prevHi || hi > tc.n || tc.n >= tc.shardCount && lo == hi {
 				t.Fatalf("%+v shard %d: [%d, %d) after %d", tc, s, lo, hi, prevHi)
 			}
 			block := int(int64(s) * int64(tc.n) / int64(tc.shardCount))
 			wantLo := block
 			if s > 0 {
-				wantLo = min(block+tc.gap, hi)
+				wantLo = block + g
 			}
 			if lo != wantLo || hi != int(int64(s+1)*int64(tc.n)/int64(tc.shardCount)) {
 				t.Fatalf("%+v shard %d: [%d, %d), want [%d, %d)", tc, s, lo, hi, wantLo, int(int64(s+1)*int64(tc.n)/int64(tc.shardCount)))
 			}
-			if s > 0 && hi > lo && prevHi > 0 && lo-(prevHi-1) <= tc.gap {
+			if s > 0 && g == tc.gap && hi > lo && prevHi > 0 && lo-(prevHi-1) <= tc.gap {
 				t.Fatalf("%+v shard %d starts at %d, within %d of the previous shard's last window %d", tc, s, lo, tc.gap, prevHi-1)
 			}
 			if hi > lo {

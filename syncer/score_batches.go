@@ -78,18 +78,19 @@ func ShardGap(windowLen, stride int) int {
 }
 
 // ShardRange is the windows [lo, hi) of shard s of shardCount over n
-// windows (data.shard_indices): the contiguous block from ⌊s·n/S⌋ to
-// ⌊(s+1)·n/S⌋, less its first gap windows when s > 0 (empty when the block
-// is no longer than the gap). Windows in a gap belong to no shard: they are
-// neither trained on nor drawn for a control batch.
+// windows (data.shard_range): the contiguous block from ⌊s·n/S⌋ to
+// ⌊(s+1)·n/S⌋, less its first g windows when s > 0, where g is gap capped
+// at ⌊n/S⌋ − 1 (so a small corpus keeps a window in every shard when
+// n ≥ S, at the price of shards that touch). Windows in a gap belong to no
+// shard: they are neither trained on nor drawn for a control batch.
 func ShardRange(s, shardCount, n, gap int) (lo, hi int) {
 	lo = int(int64(s) * int64(n) / int64(shardCount))
 	hi = int(int64(s+1) * int64(n) / int64(shardCount))
+	if c := n/shardCount - 1; gap > c {
+		gap = max(c, 0)
+	}
 	if s > 0 {
 		lo += gap
-	}
-	if lo > hi {
-		lo = hi
 	}
 	return lo, hi
 }

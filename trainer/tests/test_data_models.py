@@ -59,7 +59,8 @@ def test_windows_shards_and_batches(corpus):
     _, hi2 = data.shard_range(len(tr), 2, 8, gap)
     assert lo3 - (hi2 - 1) > gap  # no window of shard 3 shares a point with one of shard 2
     assert not (a[0] == data.round_batches(len(tr), [3], 8, "t", 6, 4, 16, gap)[0]).all()
-    assert data.shard_range(10, 1, 4, 5) == (5, 5)  # a block no longer than the gap is empty
+    assert data.shard_range(10, 1, 4, 5) == (3, 5)  # a gap that would empty a block is capped at n // S - 1
+    assert [data.shard_range(3, s, 4, 5) for s in range(4)] == [(0, 0), (0, 1), (1, 2), (2, 3)]  # n < S
     with pytest.raises(data.DatasetError):
         data.shard_range(10, 4, 4)
 

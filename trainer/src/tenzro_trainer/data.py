@@ -349,16 +349,18 @@ def shard_gap(window_len: int, stride: int) -> int:
 
 def shard_range(n: int, shard: int, shard_count: int, gap: int = 0) -> tuple[int, int]:
     """The windows [lo, hi) of ``shard``: the contiguous block floor(s*n/S) .. floor((s+1)*n/S) of the
-    enumeration, less its first ``gap`` windows when s > 0 (empty when the block is no longer than the gap).
-    Windows in a gap belong to no shard (Go: syncer.ShardRange; docs/protocol/scoring.md §3)."""
+    enumeration, less its first g windows when s > 0, g = ``gap`` capped at floor(n/S) - 1 (a small corpus
+    keeps a window in every shard when n >= S, its shards touching). Windows in a gap belong to no shard
+    (Go: syncer.ShardRange; docs/protocol/scoring.md §3)."""
     if not 0 <= shard < shard_count:
         raise DatasetError(f"shard {shard} out of range 0..{shard_count - 1}")
     if gap < 0:
         raise DatasetError(f"shard gap {gap}: want >= 0")
     lo, hi = shard * n // shard_count, (shard + 1) * n // shard_count
+    gap = min(gap, max(n // shard_count - 1, 0))
     if shard > 0:
         lo += gap
-    return min(lo, hi), hi
+    return lo, hi
 
 
 def shard_indices(n: int, shard: int, shard_count: int, gap: int = 0) -> np.ndarray:
