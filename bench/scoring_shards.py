@@ -53,11 +53,13 @@ def one_run(bins: Path, rounds: int, i: int) -> dict:
                        task_id=f"scoring-shards-{i}-{int(time.time())}")  # fmt: skip
         t0 = time.monotonic()
         c, task, procs, _keys = start(e)
-        follow(e, c, task, procs)
+        rows = follow(e, c, task, procs)
         run = c.get_run(task)
         tr = c.call("tenzro_training_getTranscript", {"task_id": task}) or []
         out = tally(tr)
-        out.update(task=task, status=run["status"], wall_s=round(time.monotonic() - t0, 1))
+        first, last = (rows[0].eval_loss, rows[-1].eval_loss) if rows else (float("nan"), float("nan"))
+        out.update(task=task, status=run["status"], wall_s=round(time.monotonic() - t0, 1), heldout_first=first,
+                   heldout_last=last)  # fmt: skip
         return out
 
 
@@ -72,13 +74,15 @@ def main() -> None:
     rows = []
     for r in runs:
         n = max(1, r["scored"])
+        mse = f"{r['heldout_first']:.4f} → {r['heldout_last']:.4f}"
         rows.append([r["task"], r["status"], r["scored"], f"{r['own_improves']} ({r['own_improves'] / n:.0%})",
-                     f"{r['own_beats_control']} ({r['own_beats_control'] / n:.0%})", r["wall_s"]])  # fmt: skip
+                     f"{r['own_beats_control']} ({r['own_beats_control'] / n:.0%})", mse, r["wall_s"]])  # fmt: skip
         print(json.dumps({k: v for k, v in r.items() if k != "inputs"}))
     common.write(
         f"scoring-shards-{a.label}",
         f"Honest scored inputs passing each pay test ({a.label} shards)",
-        ["task", "status", "honest scored inputs", "pass own_improves", "pass own_beats_control", "wall s"],
+        ["task", "status", "honest scored inputs", "pass own_improves", "pass own_beats_control", "held-out MSE",
+         "wall s"],
         rows,
         [f"`bench/scoring_shards.py --rounds {a.rounds} --runs {a.runs} --label {a.label}`: a `make demo`-size run "
          "(8 honest trainers, M=8 K=6 F=4 H=24, DEMO model, statsmodels corpus as CSV via ipfs, stride 2, "
