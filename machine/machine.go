@@ -368,8 +368,6 @@ func (x *mtx) putJSON(ks Keyspace, key []byte, v any) error {
 	return nil
 }
 
-func (x *mtx) putRun(r *Run) error { return x.putJSON(KSRuns, RunKey(r.spec.TaskID), r) }
-
 func (x *mtx) getJSON(ks Keyspace, key []byte, v any) (bool, error) {
 	raw, err := x.kv.Get(x.ctx, ks, key)
 	if errors.Is(err, ErrNotFound) {
@@ -587,6 +585,12 @@ func (m *Machine) BeginBlock(ctx context.Context, kv KV, blk Block) error {
 
 // timers applies the clock to one run; changed says whether it wrote.
 func (x *mtx) timers(task string) (bool, error) {
+	// Most blocks fire no timer of a run: decide that from the header and
+	// the fragments' states alone, without reading its enrolments and
+	// records (whose number grows with the run).
+	if due, err := timersMayFire(x.ctx, x.kv, task, x.blk); err != nil || !due {
+		return false, err
+	}
 	r, err := LoadRun(x.ctx, x.kv, task)
 	if err != nil {
 		return false, err
