@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -35,8 +36,10 @@ import (
 //
 //	TENZRO_TPS_BENCH=1 nice go test ./e2e -run TestThroughputBench -v -timeout 60m
 //
-// TENZRO_TPS_N (default 500,2000,4000) are the record counts and
-// TENZRO_TPS_REPS (default 2) the runs of each app per count. A run sends
+// TENZRO_TPS_N (default 500,2000,4000) are the record counts,
+// TENZRO_TPS_REPS (default 2) the runs of each app per count, and
+// TENZRO_TPS_PROFILE a directory for a CPU profile of each tenzro-node run
+// (go tool pprof). A run sends
 // its N transactions with broadcast_tx_sync from 4 concurrent senders,
 // then reads every block's results: only transactions whose block result
 // is success count (a transaction the mempool took that the block refused
@@ -202,8 +205,25 @@ func tpsOurs(t *testing.T, n int) tpsRun {
 	sponsor := chainKey(t, did.KindHuman, 1)
 	home, c := tpsTestnet(t, sponsor.DID.String()+"=1000000000000000000000000")
 	node := &chainNode{name: "tenzro", home: home, rpc: c}
+	dir := os.Getenv("TENZRO_TPS_PROFILE")
+	path := filepath.Join(dir, fmt.Sprintf("tenzro-%d-%d.pprof", n, time.Now().UnixNano()))
+	if dir != "" {
+		// The node profiles itself until a graceful exit; only this process.
+		os.Setenv("TENZRO_CPUPROFILE", path)
+	}
 	node.start(t)
+	os.Unsetenv("TENZRO_CPUPROFILE")
 	defer node.kill()
+	if dir != "" {
+		defer func() { // before the kill: SIGTERM, so the profile is written
+			_ = node.cmd.Process.Signal(syscall.SIGTERM)
+			select {
+			case <-node.done:
+				t.Logf("CPU profile of the node: %s", path)
+			case <-time.After(time.Minute):
+			}
+		}()
+	}
 	waitHeight(t, node, 1, 2*time.Minute)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()

@@ -110,6 +110,9 @@ type Run struct {
 	raw     map[string][]byte
 	part    bool
 	nActive int
+	// attBase counts the attestations a partial load did not read into
+	// Attestations (0 for a whole run).
+	attBase int
 }
 
 // sealState is what sealing decided.

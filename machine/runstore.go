@@ -22,9 +22,12 @@ import (
 //	                             plus their count (fragStored)
 //	<task>/r/<u32 index><did>    one accepted record of the fragment's current
 //	                             round: the 32-byte payload hash
+//	<task>/a/<u64 seq>           the seq-th attestation digest of the run
+//	                             (32 bytes), in the order accepted
 //
 // A submission record reads and writes only the header, its trainer, its
-// fragment and its own record key, whatever the size of the run. Every
+// fragment, its own record key and (with evidence) one attestation key,
+// whatever the size of the run. Every
 // other transition loads the whole run (LoadRun) and writes back only the
 // keys whose bytes changed (putRun). Only this file knows the layout.
 
@@ -32,10 +35,12 @@ import (
 // (always empty, so omitted) and replaced by their counts.
 type runHead struct {
 	*Run
-	Trainers   []int `json:"trainers,omitempty"`
-	Fragments  []int `json:"fragments,omitempty"`
-	NActive    int   `json:"n_active"`
-	NFragments int   `json:"n_fragments"`
+	Trainers     []int `json:"trainers,omitempty"`
+	Fragments    []int `json:"fragments,omitempty"`
+	Attestations []int `json:"attestations,omitempty"`
+	NActive      int   `json:"n_active"`
+	NFragments   int   `json:"n_fragments"`
+	NAttest      int   `json:"n_attestations"`
 }
 
 // fragStored is a fragment's state as stored: its records are under their
@@ -61,6 +66,10 @@ func recRefFrag(task string, f int) []byte {
 	return binary.BigEndian.AppendUint32(recRefPrefix(task), uint32(f))
 }
 func recRefKey(task string, f int, d string) []byte { return append(recRefFrag(task, f), d...) }
+func attPrefix(task string) []byte                  { return []byte(task + "/a/") }
+func attKey(task string, i int) []byte {
+	return binary.BigEndian.AppendUint64(attPrefix(task), uint64(i))
+}
 
 // IsRunKey says whether a KSRuns key is a run's header (the key ListRuns-
 // style scans should decode), not one of its parts.
@@ -96,7 +105,7 @@ func loadHead(ctx context.Context, kv KV, task string) (*Run, *runHead, []byte, 
 	if err := json.Unmarshal(raw, h); err != nil {
 		return nil, nil, nil, fmt.Errorf("load run %s: corrupt state: %w", task, err)
 	}
-	if h.NFragments < 0 || h.NActive < 0 {
+	if h.NFragments < 0 || h.NActive < 0 || h.NAttest < 0 {
 		return nil, nil, nil, fmt.Errorf("load run %s: corrupt state: negative counts", task)
 	}
 	spec, _, err := wire.ParseSpec(r.Spec)
@@ -109,6 +118,7 @@ func loadHead(ctx context.Context, kv KV, task string) (*Run, *runHead, []byte, 
 	r.spec = spec
 	r.raw = map[string][]byte{string(RunKey(task)): raw}
 	r.nActive = h.NActive
+	r.attBase = h.NAttest // until LoadRun reads them
 	return r, h, raw, nil
 }
 
@@ -193,6 +203,25 @@ func LoadRun(ctx context.Context, kv KV, task string) (*Run, error) {
 			return nil, fmt.Errorf("load run %s: corrupt state: fragment %d has %d records, its state says %d", task, i, len(fs.Records), counts[i])
 		}
 	}
+	r.attBase = 0
+	ap := attPrefix(task)
+	err = kv.Scan(ctx, KSRuns, ap, func(k, v []byte) error {
+		i := len(r.Attestations)
+		if len(k) != len(ap)+8 || binary.BigEndian.Uint64(k[len(ap):]) != uint64(i) || len(v) != len(wire.Hash{}) {
+			return fmt.Errorf("load run %s: corrupt state: attestation key %q (%d-byte value; want index %d)", task, k, len(v), i)
+		}
+		var a wire.Hash
+		copy(a[:], v)
+		r.Attestations = append(r.Attestations, a)
+		r.raw[string(k)] = append([]byte(nil), v...)
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	if len(r.Attestations) != h.NAttest {
+		return nil, fmt.Errorf("load run %s: corrupt state: %d attestations stored, the header says %d", task, len(r.Attestations), h.NAttest)
+	}
 	if r.Count(wire.TrainerActive) != h.NActive {
 		return nil, fmt.Errorf("load run %s: corrupt state: %d active trainers, the header says %d", task, r.Count(wire.TrainerActive), h.NActive)
 	}
@@ -270,11 +299,14 @@ func (x *mtx) putRun(r *Run) error {
 		nActive = r.Count(wire.TrainerActive)
 		r.nActive = nActive
 	}
-	head, err := json.Marshal(runHead{Run: r, NActive: nActive, NFragments: len(r.Fragments)})
+	head, err := json.Marshal(runHead{Run: r, NActive: nActive, NFragments: len(r.Fragments), NAttest: r.attBase + len(r.Attestations)})
 	if err != nil {
 		return fmt.Errorf("encode run %s: %w", task, err)
 	}
 	put(RunKey(task), head)
+	for i, a := range r.Attestations {
+		put(attKey(task, r.attBase+i), append([]byte(nil), a[:]...))
+	}
 	for _, t := range r.Trainers {
 		v, err := json.Marshal(t)
 		if err != nil {

@@ -40,7 +40,8 @@ func storeRun(t *testing.T, trainers, active, frags int, recs func(f int) int) (
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := &Run{Spec: canon, SpecHash: wire.SpecHash(canon), Status: wire.StatusRunning, spec: spec, Trainers: []*RunTrainer{}, Roots: []wire.Hash{}}
+	r := &Run{Spec: canon, SpecHash: wire.SpecHash(canon), Status: wire.StatusRunning, spec: spec, Trainers: []*RunTrainer{}, Roots: []wire.Hash{},
+		Attestations: []wire.Hash{wire.SHA256([]byte("a0")), wire.SHA256([]byte("a1"))}}
 	for i := range trainers {
 		st := wire.TrainerActive
 		if i >= active {
@@ -130,7 +131,8 @@ func TestRunStoreRoundTrip(t *testing.T) {
 
 // TestSubmissionCostFlat: the part of a run a submission record loads and
 // writes is the same for a run of 8 records and one of 4,000: three reads,
-// no scan, and writes to its fragment, its trainer and its record only;
+// no scan, and writes to its fragment, its trainer, its record and (with
+// evidence) the header's count and its attestation only;
 // the run it leaves loads equal to the same change made on the whole run.
 func TestSubmissionCostFlat(t *testing.T) {
 	ctx := context.Background()
@@ -167,6 +169,7 @@ func TestSubmissionCostFlat(t *testing.T) {
 					fs.KthMs = 7
 				}
 				r.Trainer(d).Submitted++
+				r.Attestations = append(r.Attestations, wire.SHA256([]byte("evidence")))
 				if r.allIn(fs) {
 					t.Fatal("one record of 'trainers' active: not all in")
 				}
@@ -179,7 +182,7 @@ func TestSubmissionCostFlat(t *testing.T) {
 			for _, op := range xp.kv.Batch().Ops {
 				keys = append(keys, string(op.Key))
 			}
-			want := []string{string(trainerKey("st", d)), string(fragKey("st", last)), string(recRefKey("st", last, d))}
+			want := []string{string(RunKey("st")), string(attKey("st", 2)), string(trainerKey("st", d)), string(fragKey("st", last)), string(recRefKey("st", last, d))}
 			if strings.Join(keys, "|") != strings.Join(sortedStrings(want), "|") {
 				t.Fatalf("partial save wrote %q, want %q", keys, sortedStrings(want))
 			}
@@ -230,6 +233,9 @@ func TestRunStoreCorrupt(t *testing.T) {
 		{"trainer not JSON", trainerKey("st", "t000"), []byte(`{`), "corrupt state"},
 		{"extra active trainer", trainerKey("st", "t100"), []byte(`{"did":"t100","status":"active"}`), "3 active trainers, the header says 2"},
 		{"header not JSON", RunKey("st"), []byte(`[`), "corrupt state"},
+		{"attestation gap", attKey("st", 5), make([]byte, 32), "want index 2"},
+		{"attestation beyond the count", attKey("st", 2), make([]byte, 32), "3 attestations stored, the header says 2"},
+		{"short attestation", attKey("st", 1), []byte{1}, "1-byte value"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			state, _ := storeRun(t, 3, 2, 2, func(f int) int { return 1 - f })
