@@ -387,11 +387,18 @@ func (x *mtx) params() (*Params, error) {
 	if x.p != nil {
 		return x.p, nil
 	}
-	p := DefaultParams()
-	if _, err := x.getJSON(KSMeta, keyParams, &p); err != nil {
+	raw, err := x.kv.Get(x.ctx, KSMeta, keyParams)
+	if errors.Is(err, ErrNotFound) {
+		raw, err = nil, nil
+	}
+	if err != nil {
 		return nil, err
 	}
-	x.p = &p
+	p, err := decodeParams(raw)
+	if err != nil {
+		return nil, fmt.Errorf("state %s/%q is corrupt: %w", KSMeta, keyParams, err)
+	}
+	x.p = p
 	return x.p, nil
 }
 
@@ -422,12 +429,17 @@ func (x *mtx) fee(which string) (*big.Int, error) {
 
 // verifySig checks a signature by signer's DID key.
 func verifySig(signer string, pre, sig []byte) error {
+	k := sigKey(signer, pre, sig)
+	if verifiedBefore(k) {
+		return nil // this exact signature verified before (caches.go)
+	}
 	if err := did.Verify(signer, pre, sig); err != nil {
 		if errors.Is(err, did.ErrBadSignature) {
 			return Errf(KindUnauthorized, "bad signature: does not verify against %s", signer)
 		}
 		return Errf(KindUnauthorized, "signer: %v", err)
 	}
+	noteVerified(k)
 	return nil
 }
 

@@ -108,7 +108,7 @@ func loadHead(ctx context.Context, kv KV, task string) (*Run, *runHead, []byte, 
 	if h.NFragments < 0 || h.NActive < 0 || h.NAttest < 0 {
 		return nil, nil, nil, fmt.Errorf("load run %s: corrupt state: negative counts", task)
 	}
-	spec, _, err := wire.ParseSpec(r.Spec)
+	spec, err := parseRunSpec(r.Spec)
 	if err != nil {
 		return nil, nil, nil, fmt.Errorf("load run %s: %w", task, err)
 	}

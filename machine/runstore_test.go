@@ -3,12 +3,14 @@ package machine
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
 	"encoding/json"
 	"fmt"
 	"strings"
 	"testing"
 
 	"github.com/tenzro/train/wire"
+	"github.com/tenzro/train/wire/did"
 )
 
 // countKV counts the reads a load makes of the state under it.
@@ -278,4 +280,48 @@ func FuzzLoadRun(f *testing.F) {
 			return
 		}
 	})
+}
+
+// TestMemoCaches: a cached signature is one that verified, for exactly
+// its signer, message and signature; a bad one is never cached; a cached
+// spec is a copy.
+func TestMemoCaches(t *testing.T) {
+	k, err := did.Generate(did.KindMachine, rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	msg := []byte("memo cache message")
+	sig := k.Sign(msg)
+	signer := k.DID.String()
+	if err := verifySig(signer, msg, sig); err != nil {
+		t.Fatal(err)
+	}
+	if !verifiedBefore(sigKey(signer, msg, sig)) {
+		t.Fatal("a verified signature is not remembered")
+	}
+	bad := append([]byte(nil), sig...)
+	bad[0] ^= 1
+	for i := 0; i < 2; i++ { // refused, and again: never cached
+		if err := verifySig(signer, msg, bad); KindOf(err) != KindUnauthorized {
+			t.Fatalf("tampered signature, try %d: %v", i, err)
+		}
+	}
+	if err := verifySig(signer, append(msg, '!'), sig); KindOf(err) != KindUnauthorized {
+		t.Fatalf("another message under a cached signature: %v", err)
+	}
+	if verifiedBefore(sigKey(signer, msg, bad)) || verifiedBefore(sigKey(signer+"x", msg, sig)) {
+		t.Fatal("a triple that never verified is cached")
+	}
+	state, r := storeRun(t, 1, 1, 1, func(int) int { return 0 })
+	a, err := LoadRun(context.Background(), state, "st")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := LoadRun(context.Background(), state, "st")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a.spec == b.spec || a.spec.TaskID != r.spec.TaskID || b.spec.Quorum != r.spec.Quorum {
+		t.Fatalf("cached specs: %p %p, %+v", a.spec, b.spec, b.spec)
+	}
 }
