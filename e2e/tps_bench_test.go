@@ -39,7 +39,8 @@ import (
 // TENZRO_TPS_N (default 500,2000,4000) are the record counts,
 // TENZRO_TPS_REPS (default 2) the runs of each app per count, and
 // TENZRO_TPS_PROFILE a directory for a CPU profile of each tenzro-node run
-// (go tool pprof). A run sends
+// (go tool pprof); TENZRO_TPS_BEFORE another tenzro-node binary (an older
+// commit's) measured as a third app in the same alternation. A run sends
 // its N transactions with broadcast_tx_sync from 4 concurrent senders,
 // then reads every block's results: only transactions whose block result
 // is success count (a transaction the mempool took that the block refused
@@ -72,8 +73,9 @@ func TestThroughputBench(t *testing.T) {
 	if out, err := exec.Command("go", "build", "-o", kv, "github.com/tenzro/train/bench/kvnode").CombinedOutput(); err != nil {
 		t.Fatalf("go build kvnode: %v\n%s", err, out)
 	}
+	before := os.Getenv("TENZRO_TPS_BEFORE")
 	type res struct {
-		ours, kv []tpsRun
+		ours, kv, before []tpsRun
 	}
 	all := map[int]*res{}
 	for _, n := range ns {
@@ -81,9 +83,14 @@ func TestThroughputBench(t *testing.T) {
 		for rep := 0; rep < reps; rep++ {
 			k := tpsKVStore(t, kv, n)
 			t.Logf("N=%d rep %d kvstore: %s", n, rep, k)
-			o := tpsOurs(t, n)
+			o := tpsOurs(t, "", n)
 			t.Logf("N=%d rep %d tenzro: %s", n, rep, o)
 			all[n].kv, all[n].ours = append(all[n].kv, k), append(all[n].ours, o)
+			if before != "" {
+				b := tpsOurs(t, before, n)
+				t.Logf("N=%d rep %d tenzro before (%s): %s", n, rep, before, b)
+				all[n].before = append(all[n].before, b)
+			}
 		}
 	}
 	t.Log("| N records | tenzro tx/s (runs) | kvstore tx/s (runs) | ratio (median) | tenzro refused in block | load avg 1 min |")
@@ -113,6 +120,13 @@ func TestThroughputBench(t *testing.T) {
 			loads = append(loads, r.ours[i].load, r.kv[i].load)
 		}
 		t.Logf("| %d | %.0f (%s) | %.0f (%s) | %.2f | %d | %s |", n, med(r.ours), list(r.ours), med(r.kv), list(r.kv), med(r.ours)/med(r.kv), refused, strings.Join(loads, " "))
+		if len(r.before) > 0 {
+			bref := 0
+			for _, x := range r.before {
+				bref += x.failed
+			}
+			t.Logf("| %d, before | %.0f (%s) | | %.2f | %d | |", n, med(r.before), list(r.before), med(r.before)/med(r.kv), bref)
+		}
 	}
 }
 
@@ -199,12 +213,13 @@ func tpsSubmission(t *testing.T, k *did.Key, i int, f uint64) []byte {
 // tpsOurs runs tenzro-node: one run (16 trainers, 256 fragments, K = 16,
 // grace window and round deadline an hour) set up and started, then n
 // submission records of its round 0: trainer i mod 16, fragment i / 16.
-func tpsOurs(t *testing.T, n int) tpsRun {
+// bin is the tenzro-node binary ("": this tree's).
+func tpsOurs(t *testing.T, bin string, n int) tpsRun {
 	t.Helper()
 	const trainers, frags = 16, 256
 	sponsor := chainKey(t, did.KindHuman, 1)
 	home, c := tpsTestnet(t, sponsor.DID.String()+"=1000000000000000000000000")
-	node := &chainNode{name: "tenzro", home: home, rpc: c}
+	node := &chainNode{name: "tenzro", home: home, rpc: c, bin: bin}
 	dir := os.Getenv("TENZRO_TPS_PROFILE")
 	path := filepath.Join(dir, fmt.Sprintf("tenzro-%d-%d.pprof", n, time.Now().UnixNano()))
 	if dir != "" {
