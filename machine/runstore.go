@@ -376,12 +376,52 @@ func RunTasks(ctx context.Context, kv KV) ([]string, error) {
 	return out, err
 }
 
+// LoadRunHeader reads a run's header and, with fragments, each fragment's
+// state without its records: what deciding whether a run needs work takes,
+// at a cost that does not grow with its enrolments and records. The run it
+// returns is a partial read-only view: Trainers is empty (Count, Trainer
+// and CountActive see no one; Due and the "all in" rule use the header's
+// count of active trainers) and each fragment's Records is empty (its
+// count is kept for Due). Load the whole run (LoadRun) for anything else.
+func LoadRunHeader(ctx context.Context, kv KV, task string, fragments bool) (*Run, error) {
+	r, h, _, err := loadHead(ctx, kv, task)
+	if err != nil {
+		return nil, err
+	}
+	r.part = true
+	r.Trainers = []*RunTrainer{}
+	if !fragments {
+		return r, nil
+	}
+	fp := fragPrefix(task)
+	err = kv.Scan(ctx, KSRuns, fp, func(k, v []byte) error {
+		i := len(r.Fragments)
+		if len(k) != len(fp)+4 || binary.BigEndian.Uint32(k[len(fp):]) != uint32(i) {
+			return fmt.Errorf("load run %s: corrupt state: fragment key %q out of order (want index %d)", task, k, i)
+		}
+		fs, n, err := decodeFrag(task, i, v)
+		if err != nil {
+			return err
+		}
+		fs.base = n
+		r.Fragments = append(r.Fragments, fs)
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	if len(r.Fragments) != h.NFragments {
+		return nil, fmt.Errorf("load run %s: corrupt state: %d fragments stored, the header says %d", task, len(r.Fragments), h.NFragments)
+	}
+	return r, nil
+}
+
 // timersMayFire says whether timers might change run task at blk, from its
 // header and fragment states only. It is conservative: false only when
 // timers would find nothing to do (it mirrors timers' conditions, each
 // read the same way), so skipping the whole load then changes nothing.
 func timersMayFire(ctx context.Context, kv KV, task string, blk Block) (bool, error) {
-	r, _, _, err := loadHead(ctx, kv, task)
+	r, err := LoadRunHeader(ctx, kv, task, false)
 	if err != nil {
 		return false, err
 	}
@@ -407,29 +447,17 @@ func timersMayFire(ctx context.Context, kv KV, task string, blk Block) (bool, er
 	if !deadline && r.Scorer == nil {
 		return false, nil
 	}
-	r.part = true
-	found := false
-	fp := fragPrefix(task)
-	err = kv.Scan(ctx, KSRuns, fp, func(k, v []byte) error {
-		i := 0
-		if len(k) == len(fp)+4 {
-			i = int(binary.BigEndian.Uint32(k[len(fp):]))
-		}
-		fs, n, err := decodeFrag(task, i, v)
-		if err != nil {
-			return err
-		}
-		fs.base = n
-		if r.Scorer != nil && fs.ScoreSeed == nil && r.Due(fs, now) {
-			found = true
-		}
-		if deadline && !fs.Closed && fs.accepted() < r.spec.Quorum {
-			found = true
-		}
-		return nil
-	})
+	r, err = LoadRunHeader(ctx, kv, task, true)
 	if err != nil {
 		return false, err
 	}
-	return found, nil
+	for _, fs := range r.Fragments {
+		if r.Scorer != nil && fs.ScoreSeed == nil && r.Due(fs, now) {
+			return true, nil
+		}
+		if deadline && !fs.Closed && fs.accepted() < r.spec.Quorum {
+			return true, nil
+		}
+	}
+	return false, nil
 }

@@ -325,3 +325,39 @@ func TestMemoCaches(t *testing.T) {
 		t.Fatalf("cached specs: %p %p, %+v", a.spec, b.spec, b.spec)
 	}
 }
+
+// TestLoadRunHeader: the header alone is one read; with fragments, one
+// more scan, and Due answers what it answers on the whole run.
+func TestLoadRunHeader(t *testing.T) {
+	ctx := context.Background()
+	state, _ := storeRun(t, 5, 4, 3, func(f int) int { return []int{3, 0, 5}[f] })
+	full, err := LoadRun(ctx, state, "st")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ck := &countKV{KV: state}
+	h, err := LoadRunHeader(ctx, ck, "st", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ck.gets != 1 || ck.scans != 0 || len(h.Trainers) != 0 || len(h.Fragments) != 0 || h.Status != wire.StatusRunning || h.activeTrainers() != 4 {
+		t.Fatalf("header only: %d reads, %d scans, %d trainers, %d fragments, %s, %d active", ck.gets, ck.scans, len(h.Trainers), len(h.Fragments), h.Status, h.activeTrainers())
+	}
+	hf, err := LoadRunHeader(ctx, ck, "st", true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ck.scans != 1 || len(hf.Fragments) != 3 {
+		t.Fatalf("with fragments: %d scans, %d fragments", ck.scans, len(hf.Fragments))
+	}
+	for i, fs := range hf.Fragments {
+		if len(fs.Records) != 0 || fs.accepted() != len(full.Fragments[i].Records) {
+			t.Fatalf("fragment %d: %d records read, %d counted, want 0 and %d", i, len(fs.Records), fs.accepted(), len(full.Fragments[i].Records))
+		}
+		for _, now := range []int64{100, 2000} {
+			if got, want := hf.Due(fs, now), full.Due(full.Fragments[i], now); got != want {
+				t.Fatalf("fragment %d at %d: due %v, the whole run says %v", i, now, got, want)
+			}
+		}
+	}
+}
