@@ -3,7 +3,6 @@ package e2e
 import (
 	"bytes"
 	"context"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -15,7 +14,6 @@ import (
 
 	"github.com/tenzro/train/rpc/client"
 	"github.com/tenzro/train/wire"
-	"github.com/tenzro/train/wire/safetensors"
 )
 
 // person is someone following the seed's tutorial in their own home
@@ -203,131 +201,4 @@ func TestSeedTutorialCommandsVerbatim(t *testing.T) {
 	}
 	sponsor.must("tenzro", "train", "get-receipt", "--task-id", task, "--out", "receipt.json")
 	sponsor.must("tenzro", "receipt", "verify", "--receipt", "receipt.json")
-}
-
-// TestNewcomerVerifiedRun is the README's Verified example as a newcomer
-// types it (issue 27): a node whose syncer key lives in the simulated
-// SEV-SNP enclave, `tenzro attest policy init --tier verified --simulated`
-// for the spec's attestation_policy, and two trainers whose enrolments and
-// submissions carry `tenzro attest quote --enclave simulated-snp` evidence
-// bound to the round nonce (and, for a submission, to the payload's hash).
-// The run seals and its receipt verifies, counting every piece of evidence.
-// One round, two fragments: bounded in time.
-func TestNewcomerVerifiedRun(t *testing.T) {
-	build(t)
-	keys := t.TempDir()
-	e := newEnv(t, keys)
-	e.extra = []string{"--enclave", "simulated-snp"}
-	e.start()
-	defer e.stop()
-	ctx := context.Background()
-	c := client.New(e.rpc, client.WithTimeout(60*time.Second))
-
-	sponsor := newPerson(t, e, "sponsor")
-	sponsor.must("tenzro", "key", "generate", "--kind", "human")
-	sdid := sponsor.did()
-	_, note, _ := sponsor.run(true, "tenzro", "attest", "policy", "init", "--tier", "verified", "--vendor", "snp", "--simulated", "--out", "dev-policy.json")
-	if !strings.Contains(strings.ToLower(note), "simulated") {
-		t.Fatalf("policy init --simulated does not say loudly what it wrote: %q", note)
-	}
-	policy, err := os.ReadFile(filepath.Join(sponsor.dir, "dev-policy.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	const vtask = "verified-walk"
-	const frags, rounds = 2, 1
-	spec := fmt.Sprintf(`{"task_id":%q,"sponsor_did":%q,"sponsor_address":"0x00000000000000000000000000000000000000aa",
- "architecture":{"family":"timesfm","param_count":%d,"modality":"Timeseries","fragment_count":%d,
- "dtype":"bf16","metadata":{"context_len":2048,"horizon":128}},"tier":"Verified","aggregation":"Mean",
- "trainer_count":2,"quorum":2,"inner_steps":24,"max_rounds":%d,"grace_window_ms":8000,
- "reward_pool":"1000000000000000000000","dataset_ref":"ipfs://Qm...","dataset_hash":"0x...",
- "min_throughput":null,"created_at":1761350400,"attestation_policy":{"Verified":%s}}`, vtask, sdid, frags*64, frags, rounds, policy)
-	if err := os.WriteFile(filepath.Join(sponsor.dir, "spec.json"), []byte(spec), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(sponsor.dir, "init.safetensors"), initWeights(frags, 64), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	sponsor.must("tenzro", "ledger", "faucet", "--did", sdid, "--amount", "2000000000000000000000")
-	sponsor.must("tenzro", "train", "post-task", "--spec", "spec.json", "--init-weights", "init.safetensors")
-
-	programHash := wire.SHA256([]byte("tenzro-trainer"))
-	// quote is what the reference trainer's Attester does: the round nonce,
-	// shard and model from tenzro_attest_getNonce, then tenzro attest quote.
-	quote := func(p *person, did, out string, payload *wire.Hash) {
-		t.Helper()
-		n, err := c.AttestNonce(ctx, wire.NonceParams{TaskID: vtask, DID: did})
-		if err != nil {
-			t.Fatalf("nonce for %s: %v", did, err)
-		}
-		bind := fmt.Sprintf("program=%s,shard=%d,model=%s,did=%s", programHash, n.Shard, n.ModelHash, did)
-		if payload != nil {
-			bind += ",payload=" + payload.String()
-		}
-		claim := p.must("tenzro", "attest", "quote", "--enclave", "simulated-snp", "--nonce", hex.EncodeToString(n.Nonce), "--bind", bind, "--format", "claim")
-		if err := os.WriteFile(filepath.Join(p.dir, out), []byte(claim), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	var trainers []*person
-	for _, name := range []string{"alice", "bob"} {
-		p := newPerson(t, e, name)
-		p.must("tenzro", "key", "generate")
-		d := p.did()
-		p.must("tenzro", "ledger", "faucet", "--did", d, "--amount", "1000000000000000000000")
-		// Without evidence a Verified run refuses the enrolment, and says why.
-		if _, stderr, err := p.run(false, "tenzro", "train", "enroll-trainer", "--task-id", vtask, "--stake", "100000000000000000000"); err == nil ||
-			!strings.Contains(strings.ToLower(stderr), "attestation") {
-			t.Fatalf("%s enrolled in a Verified run without evidence: %v %s", name, err, stderr)
-		}
-		quote(p, d, "enrol-claim.json", nil)
-		p.must("tenzro", "train", "enroll-trainer", "--task-id", vtask, "--stake", "100000000000000000000", "--attestation", "enrol-claim.json")
-		trainers = append(trainers, p)
-	}
-	for round := 0; round < rounds; round++ {
-		for i, p := range trainers {
-			d := p.did()
-			for f := 0; f < frags; f++ {
-				w := fmt.Sprintf("w-%d-%d.safetensors", round, f)
-				p.must("tenzro", "train", "get-weights", "--task-id", vtask, "--fragment", fmt.Sprint(f), "--out", w)
-				// Stamped with its binding here, so the bytes submitted are the
-				// bytes whose hash the evidence binds.
-				raw := gradientFrom(t, filepath.Join(p.dir, w), i, round, f)
-				ts, _, err := safetensors.Parse(raw, safetensors.DefaultLimits)
-				if err != nil {
-					t.Fatal(err)
-				}
-				payload, err := safetensors.Encode(ts, safetensors.Binding{Trainer: d, Task: vtask, Round: uint64(round), Fragment: uint64(f)}.Metadata())
-				if err != nil {
-					t.Fatal(err)
-				}
-				g := fmt.Sprintf("g-%d-%d.safetensors", round, f)
-				if err := os.WriteFile(filepath.Join(p.dir, g), payload, 0o644); err != nil {
-					t.Fatal(err)
-				}
-				h := wire.ContentHash(payload)
-				claim := fmt.Sprintf("claim-%d-%d.json", round, f)
-				quote(p, d, claim, &h)
-				p.must("tenzro", "train", "submit-gradient", "--task-id", vtask, "--round", fmt.Sprint(round), "--fragment", fmt.Sprint(f),
-					"--payload", g, "--attestation", claim)
-			}
-		}
-		waitRoundClosed(t, c, vtask, uint64(round))
-	}
-	sponsor.must("tenzro", "train", "wait", "--task-id", vtask, "--for", "receipt", "--out", "receipt.json", "--timeout", "2m")
-	// must: exit 0 is "valid"; 1 would be invalid.
-	if out := sponsor.must("tenzro", "receipt", "verify", "--receipt", "receipt.json"); strings.Contains(out, "invalid") {
-		t.Fatalf("receipt verify: %s", out)
-	}
-	var rc struct {
-		AttestationCount int `json:"attestation_count"`
-	}
-	raw, err := os.ReadFile(filepath.Join(sponsor.dir, "receipt.json"))
-	if err != nil || json.Unmarshal(raw, &rc) != nil {
-		t.Fatalf("receipt.json: %v", err)
-	}
-	// Each trainer's enrolment and submissions, plus the syncer key's.
-	if want := 2*(1+rounds*frags) + 1; rc.AttestationCount != want {
-		t.Fatalf("attestation_count %d, want %d", rc.AttestationCount, want)
-	}
 }

@@ -3,6 +3,7 @@ package machine
 import (
 	"fmt"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/tenzro/train/wire"
@@ -39,6 +40,9 @@ type Progress struct {
 	RoundDeadlineMs int64 `json:"round_deadline_ms,omitempty"`
 	// Trainers: per DID, submissions whose outcome is not final yet.
 	Trainers map[string]PendingCounts `json:"trainers"`
+	// PendingFinal: the committed rounds not final yet, each with the first
+	// height at which it is final (no challenge open on it).
+	PendingFinal []wire.RoundFinality `json:"pending_final,omitempty"`
 	// FinalWhen says in words when the pending ones become final.
 	FinalWhen string `json:"final_when"`
 }
@@ -112,6 +116,9 @@ func RunProgress(v *wire.RunView, tr []wire.RoundCommit) Progress {
 			delete(p.Trainers, d)
 		}
 	}
+	if v.Status == wire.StatusRunning {
+		p.PendingFinal = v.PendingFinal
+	}
 	p.FinalWhen = finalWhen(v, p)
 	return p
 }
@@ -129,8 +136,28 @@ func finalWhen(v *wire.RunView, p Progress) string {
 	s := fmt.Sprintf("a submission of round %d counts once its fragment commits (K=%d records, then all active trainers or the %s grace window)", p.Round, p.Quorum, grace)
 	if p.WindowBlocks > 0 {
 		s += fmt.Sprintf(" and its round is final, %d blocks after the commit with no open challenge; %d of %d committed rounds are final", p.WindowBlocks, p.FinalRounds, p.CommittedRounds)
+		s += FinalAtText(p.PendingFinal)
 	}
 	return s + "; accepted and reward count final rounds only"
+}
+
+// FinalAtText names the height at which each pending round is final
+// ("; round 3 final at height 120, round 4 at 135"), or "" when none is
+// pending. The first three rounds are named, then how many more.
+func FinalAtText(pf []wire.RoundFinality) string {
+	var b strings.Builder
+	for i, f := range pf {
+		switch {
+		case i == 3:
+			fmt.Fprintf(&b, " and %d more", len(pf)-i)
+			return b.String()
+		case i == 0:
+			fmt.Fprintf(&b, "; round %d final at height %d", f.Round, f.FinalAt)
+		default:
+			fmt.Fprintf(&b, ", round %d at %d", f.Round, f.FinalAt)
+		}
+	}
+	return b.String()
 }
 
 // PendingDIDs lists the DIDs with pending counts, sorted.

@@ -26,6 +26,9 @@ func (r *Run) WireView(esc *big.Int, blk Block) *wire.RunView {
 		v.EnrollDeadlineMs = r.PostedMs + r.spec.EnrollWindow()
 	}
 	v.ChallengeWindowBlocks, v.FinalRounds, v.OpenChallenges = r.Window, r.FinalRounds, len(r.Open)
+	for _, p := range r.Pending {
+		v.PendingFinal = append(v.PendingFinal, wire.RoundFinality{Round: p.Round, FinalAt: p.FinalAt})
+	}
 	if v.RoundRoots == nil {
 		v.RoundRoots = []wire.Hash{}
 	}

@@ -3,7 +3,7 @@
 # Writes a genesis that funds a fresh sponsor key and a fresh trainer key and makes every
 # validator's node key a syncer candidate (stake from genesis); starts 4 `tenzro-node --home` full
 # nodes (CometBFT embedded, JSON-RPC, libp2p, blobs, the candidate/syncer daemon); prints every
-# node's JSON-RPC, CometBFT RPC and libp2p address, a light-client command line and a ready-to-paste
+# node's JSON-RPC, CometBFT RPC and libp2p address, the run dashboard's URL, a light-client command line and a ready-to-paste
 # block of sponsor and trainer commands (a one-round run posted on node 0, trained through the last
 # node, sealed by whichever node the election picks); then waits. Ctrl-C stops them all.
 # Env: TESTNET_DIR (default: a new temp dir, kept), TESTNET_VALIDATORS (4), TESTNET_BASE_PORT
@@ -81,7 +81,8 @@ done
 for ((i = 0; i < n; i++)); do
 	home="$dir/nodes/node$i"
 	# Each home names its JSON-RPC and libp2p addresses (config/tenzro-chain.json).
-	"$bin/tenzro-node" --home "$home" --enclave none >"$home/node.log" 2>&1 &
+	# --dashboard on: the run dashboard (progress, pending and final counts) at / of the JSON-RPC address.
+	"$bin/tenzro-node" --home "$home" --enclave none --dashboard on >"$home/node.log" 2>&1 &
 	pids+=($!)
 done
 
@@ -112,6 +113,7 @@ jr0="http://$(conf 0 json_rpc_addr)"
 jrl="http://$(conf "$last" json_rpc_addr)"
 jr1="http://$(conf 1 json_rpc_addr)"
 echo "== all $n validators are committing (genesis hash $genesis_hash). Every node answers the same."
+echo "== the run dashboard (rounds, pending and final counts, when the pending ones are final): $jr0/ (and / of every node's JSON-RPC)"
 echo "== a light client that joins by itself (pinned to this network):"
 echo "   $bin/tenzro-node --role light-client --data-dir $dir/light --rpc-addr 127.0.0.1:8600 --listen-addr /ip4/127.0.0.1/tcp/0 --boot-nodes $boot0 --genesis-hash $genesis_hash"
 echo "== sponsor and trainer (paste it; the run is posted on node 0, trained through node $last and replayed through node 1):"

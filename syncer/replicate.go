@@ -11,9 +11,9 @@ import (
 	"github.com/tenzro/train/wire"
 )
 
-// Replication of the last committed state. A fragment's weights and
-// momentum are blobs that only the syncer that computed them holds at
-// first. Every node whose key is an entrant of a running run's succession
+// Replication of the last committed state (and of the run's initial
+// weights file). A fragment's weights and momentum are blobs that only the
+// syncer that computed them holds at first. Every node whose key is an entrant of a running run's succession
 // fetches them by hash as soon as a commit names them, so that when the
 // syncer before it misses a round deadline it can take the round over from
 // the last committed weights and momentum even if that syncer's node is
@@ -24,13 +24,20 @@ import (
 const replicaRetry = 2 * time.Second
 
 // replicaHashes are the blobs a node whose key is me keeps for the run: the
-// current weights and momentum of every fragment, when me is an entrant of
-// the run's succession (none otherwise).
+// current weights and momentum of every fragment and the run's initial
+// weights file, when me is an entrant of the run's succession (none
+// otherwise). The initial weights file is what `tenzro receipt replay`
+// starts from: without it here, a run posted through a node that few peers
+// reach directly (a light client) could be replayed only through the nodes
+// connected to that one.
 func replicaHashes(r *machine.Run, me string) []wire.Hash {
 	if !slices.Contains(r.Succession, me) {
 		return nil
 	}
 	var out []wire.Hash
+	if r.HasInit && !r.InitFile.IsZero() {
+		out = append(out, r.InitFile)
+	}
 	for _, fs := range r.Fragments {
 		out = append(out, fs.WeightsHash)
 		if !fs.MomentumHash.IsZero() {

@@ -106,6 +106,10 @@ type RunView struct {
 	ChallengeWindowBlocks int64  `json:"challenge_window_blocks,omitempty"`
 	FinalRounds           uint64 `json:"final_rounds,omitempty"`
 	OpenChallenges        int    `json:"open_challenges,omitempty"`
+	// PendingFinal lists the committed rounds that are not final yet, in
+	// order, each with the first height at which it is final when no
+	// challenge is open on it (its commit's block + ChallengeWindowBlocks).
+	PendingFinal []RoundFinality `json:"pending_final,omitempty"`
 	// EnrollDeadlineMs is when a run still awaiting enrolment expires (Unix ms).
 	EnrollDeadlineMs int64 `json:"enroll_deadline_ms,omitempty"`
 }
@@ -267,4 +271,11 @@ type Receipt struct {
 	SponsorRefund string   `json:"sponsor_refund"`
 	SyncerDID     string   `json:"syncer_did"`
 	Signature     HexBytes `json:"signature"`
+}
+
+// RoundFinality is a committed round that is not final yet and the first
+// height at which it is (RunView.PendingFinal).
+type RoundFinality struct {
+	Round   uint64 `json:"round"`
+	FinalAt int64  `json:"final_at"`
 }

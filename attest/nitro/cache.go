@@ -26,10 +26,7 @@ const DefaultCacheEntries = 1024
 //
 // Beside the chains it keeps up to ParsedCertEntries parsed certificates
 // (keyed by the SHA-256 of their DER; parsing is not trusting).
-type Cache struct {
-	chains *vcache.Cache[struct{}]
-	certs  *vcache.Cache[*x509.Certificate]
-}
+type Cache vcache.Chains[struct{}]
 
 // ParsedCertEntries bounds the parsed certificates a Cache keeps.
 const ParsedCertEntries = 256
@@ -37,37 +34,20 @@ const ParsedCertEntries = 256
 // NewCache returns a cache of at most max chains (max 0:
 // DefaultCacheEntries; max < 0: nil, no caching).
 func NewCache(max int) *Cache {
-	if max < 0 {
-		return nil
-	}
-	if max == 0 {
-		max = DefaultCacheEntries
-	}
-	return &Cache{chains: vcache.New[struct{}](max), certs: vcache.New[*x509.Certificate](ParsedCertEntries)}
+	return (*Cache)(vcache.NewChains[struct{}](max, DefaultCacheEntries, ParsedCertEntries))
 }
+
+// chains is c as the shared chain cache (nil stays nil: caches nothing).
+func (c *Cache) chains() *vcache.Chains[struct{}] { return (*vcache.Chains[struct{}])(c) }
 
 // Len is the number of chains held.
-func (c *Cache) Len() int {
-	if c == nil {
-		return 0
-	}
-	return c.chains.Len()
-}
+func (c *Cache) Len() int { return c.chains().Len() }
 
 // Stats returns the lookup counters.
-func (c *Cache) Stats() vcache.Stats {
-	if c == nil {
-		return vcache.Stats{}
-	}
-	return c.chains.Stats()
-}
+func (c *Cache) Stats() vcache.Stats { return c.chains().Stats() }
 
-func (c *Cache) parseCert(der []byte) (*x509.Certificate, error) {
-	if c == nil {
-		return x509.ParseCertificate(der)
-	}
-	return vcache.ParseCertificate(c.certs, der)
-}
+// parseCert parses a certificate through the parsed certificates.
+func (c *Cache) parseCert(der []byte) (*x509.Certificate, error) { return c.chains().ParseCert(der) }
 
 func chainKey(ev *Evidence, root *x509.Certificate) vcache.Key {
 	b := vcache.NewBuilder("tenzro/attest/nitro/chain/v1").Bytes(root.Raw).Bytes(ev.Leaf.Raw)
@@ -83,7 +63,7 @@ func (c *Cache) verifyChain(ev *Evidence, root *x509.Certificate, now time.Time)
 	var k vcache.Key
 	if c != nil {
 		k = chainKey(ev, root)
-		if _, hit := c.chains.Get(k, now); hit {
+		if _, hit := c.chains().Get(k, now); hit {
 			return nil
 		}
 	}
@@ -93,7 +73,7 @@ func (c *Cache) verifyChain(ev *Evidence, root *x509.Certificate, now time.Time)
 	}
 	if c != nil {
 		from, until := vcache.Window(chain...)
-		c.chains.Put(k, struct{}{}, from, until)
+		c.chains().Put(k, struct{}{}, from, until)
 	}
 	return nil
 }

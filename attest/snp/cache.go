@@ -32,10 +32,7 @@ const DefaultCacheEntries = 1024
 //
 // Beside the chains it keeps up to ParsedCertEntries parsed certificates
 // (keyed by the SHA-256 of their DER; parsing is not trusting).
-type Cache struct {
-	chains *vcache.Cache[chainEntry]
-	certs  *vcache.Cache[*x509.Certificate]
-}
+type Cache vcache.Chains[chainEntry]
 
 // ParsedCertEntries bounds the parsed certificates a Cache keeps.
 const ParsedCertEntries = 256
@@ -45,37 +42,20 @@ type chainEntry struct{ simulated bool }
 // NewCache returns a cache of at most max chains (max 0:
 // DefaultCacheEntries; max < 0: nil, no caching).
 func NewCache(max int) *Cache {
-	if max < 0 {
-		return nil
-	}
-	if max == 0 {
-		max = DefaultCacheEntries
-	}
-	return &Cache{chains: vcache.New[chainEntry](max), certs: vcache.New[*x509.Certificate](ParsedCertEntries)}
+	return (*Cache)(vcache.NewChains[chainEntry](max, DefaultCacheEntries, ParsedCertEntries))
 }
+
+// chains is c as the shared chain cache (nil stays nil: caches nothing).
+func (c *Cache) chains() *vcache.Chains[chainEntry] { return (*vcache.Chains[chainEntry])(c) }
 
 // Len is the number of chains held.
-func (c *Cache) Len() int {
-	if c == nil {
-		return 0
-	}
-	return c.chains.Len()
-}
+func (c *Cache) Len() int { return c.chains().Len() }
 
 // Stats returns the lookup counters.
-func (c *Cache) Stats() vcache.Stats {
-	if c == nil {
-		return vcache.Stats{}
-	}
-	return c.chains.Stats()
-}
+func (c *Cache) Stats() vcache.Stats { return c.chains().Stats() }
 
-func (c *Cache) parseCert(der []byte) (*x509.Certificate, error) {
-	if c == nil {
-		return x509.ParseCertificate(der)
-	}
-	return vcache.ParseCertificate(c.certs, der)
-}
+// parseCert parses a certificate through the parsed certificates.
+func (c *Cache) parseCert(der []byte) (*x509.Certificate, error) { return c.chains().ParseCert(der) }
 
 // chainKey is the key of ev's endorsement-key chain against roots, and the
 // window of the certificates it covers. ok is false when the chain cannot
@@ -144,7 +124,7 @@ func (c *Cache) lookup(ev *Evidence, ek *x509.Certificate, ekDER []byte, roots m
 	if !ok {
 		return entry, false
 	}
-	return c.chains.Get(k, now)
+	return c.chains().Get(k, now)
 }
 
 // store records that ev's chain verified against roots (at some time in its
@@ -154,6 +134,6 @@ func (c *Cache) store(ev *Evidence, ek *x509.Certificate, ekDER []byte, roots ma
 		return
 	}
 	if k, from, until, ok := chainKey(ev, ek, ekDER, roots); ok {
-		c.chains.Put(k, e, from, until)
+		c.chains().Put(k, e, from, until)
 	}
 }

@@ -61,6 +61,6 @@ func printProgress(w io.Writer, r *wire.RunView, p machine.Progress) {
 	}
 	fmt.Fprintln(w, line)
 	if p.WindowBlocks > 0 {
-		fmt.Fprintf(w, "final     %d of %d committed rounds final (challenge window %d blocks)\n", p.FinalRounds, p.CommittedRounds, p.WindowBlocks)
+		fmt.Fprintf(w, "final     %d of %d committed rounds final (challenge window %d blocks)%s\n", p.FinalRounds, p.CommittedRounds, p.WindowBlocks, machine.FinalAtText(p.PendingFinal))
 	}
 }

@@ -19,7 +19,8 @@ func TestGetRunShowsPendingBesideFinal(t *testing.T) {
 	const a, b = "did:tenzro:machine:zA", "did:tenzro:machine:zB"
 	e.fake.run = &wire.RunView{TaskID: "mid", TaskSpec: json.RawMessage(specJSON("mid", "did:tenzro:human:zS", 2)), Status: wire.StatusRunning,
 		Round: 2, RoundStartedMs: time.Now().UnixMilli(), ChallengeWindowBlocks: 3, FinalRounds: 1,
-		Trainers: []wire.TrainerView{{DID: a, Status: wire.TrainerActive, Stake: "10"}, {DID: b, Status: wire.TrainerActive, Stake: "10"}},
+		PendingFinal: []wire.RoundFinality{{Round: 1, FinalAt: 57}},
+		Trainers:     []wire.TrainerView{{DID: a, Status: wire.TrainerActive, Stake: "10"}, {DID: b, Status: wire.TrainerActive, Stake: "10"}},
 		TrainerMetrics: map[string]wire.TrainerMetrics{
 			a: {Submitted: 3, Accepted: 1, CurrentReward: "500"},
 			b: {Submitted: 2, Accepted: 1, CurrentReward: "500"},
@@ -39,7 +40,7 @@ func TestGetRunShowsPendingBesideFinal(t *testing.T) {
 		"2 (1 kept, 0 rejected)", // a: round 1 kept + round 2 recorded
 		"1 (0 kept, 1 rejected)", // b: round 1 rejected
 		"round 2 of 3", "0 of 2 fragments committed", "1 submissions recorded this round",
-		"1 of 2 committed rounds final (challenge window 3 blocks)",
+		"1 of 2 committed rounds final (challenge window 3 blocks); round 1 final at height 57",
 		"3 blocks after the commit", "round deadline in",
 	} {
 		if !strings.Contains(out, want) {
@@ -59,12 +60,12 @@ func TestGetRunShowsPendingBesideFinal(t *testing.T) {
 	}
 	if got.TrainerMetrics[a].Accepted != 1 || got.Progress.Trainers[a] != (machine.PendingCounts{Pending: 2, Kept: 1}) ||
 		got.Progress.Trainers[b] != (machine.PendingCounts{Pending: 1, Rejected: 1}) || got.Progress.FinalRounds != 1 ||
-		got.Progress.CommittedRounds != 2 || got.Progress.FinalWhen == "" {
+		got.Progress.CommittedRounds != 2 || got.Progress.FinalWhen == "" || len(got.Progress.PendingFinal) != 1 || got.Progress.PendingFinal[0].FinalAt != 57 {
 		t.Fatalf("json progress: %+v", got)
 	}
 
 	// The same run once round 1 is final: nothing of it pending any more.
-	e.fake.run.FinalRounds = 2
+	e.fake.run.FinalRounds, e.fake.run.PendingFinal = 2, nil
 	e.fake.run.TrainerMetrics = map[string]wire.TrainerMetrics{a: {Submitted: 3, Accepted: 2}, b: {Submitted: 2, Accepted: 1}}
 	code, out, _ = e.run("train", "get-run", "--task-id", "mid", "--format", "json")
 	got.Progress = machine.Progress{}
@@ -73,5 +74,33 @@ func TestGetRunShowsPendingBesideFinal(t *testing.T) {
 	}
 	if _, ok := got.Progress.Trainers[b]; ok {
 		t.Fatalf("b has nothing pending once round 1 is final: %+v", got.Progress.Trainers[b])
+	}
+}
+
+// tenzro train wait's line during the challenge window says which round is
+// final next, at which height, and how many blocks are left (issue 27 item 3).
+func TestWaitProgressCountsBlocksLeft(t *testing.T) {
+	spec := json.RawMessage(`{"trainer_count":1,"max_rounds":2}`)
+	r := &wire.RunView{TaskID: "w", TaskSpec: spec, Status: wire.StatusRunning, Round: 1, ChallengeWindowBlocks: 30,
+		PendingFinal: []wire.RoundFinality{{Round: 0, FinalAt: 57}}, Fragments: []wire.FragmentView{{Committed: true}, {}}}
+	for _, c := range []struct {
+		height int64
+		want   string
+	}{
+		{50, "round 0 final at height 57, 7 blocks left (height 50)"},
+		{57, "round 0 final at height 57, 0 blocks left (height 57)"},
+		{60, "round 0 final at height 57, 0 blocks left (height 60)"},
+	} {
+		if got := waitProgress(r, c.height); !strings.HasPrefix(got, "w: round 1 of 2: 1 of 2 fragments committed; 0 round(s) final") || !strings.HasSuffix(got, c.want) {
+			t.Errorf("height %d: %q, want it to end %q", c.height, got, c.want)
+		}
+	}
+	r.OpenChallenges = 1
+	if got := waitProgress(r, 50); !strings.Contains(got, "7 blocks left; 1 open challenge(s): a challenged round is final only once its challenge is decided") {
+		t.Errorf("with a challenge open: %q", got)
+	}
+	// Without a known height, no count.
+	if got := waitProgress(r, 0); strings.Contains(got, "blocks left") {
+		t.Errorf("height unknown: %q", got)
 	}
 }

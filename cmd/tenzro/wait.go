@@ -67,6 +67,13 @@ func waitProgress(r *wire.RunView, height int64) string {
 		line := fmt.Sprintf("%s: round %d of %d: %d of %d fragments committed", r.TaskID, r.Round, spec.MaxRounds, committed, len(r.Fragments))
 		if r.ChallengeWindowBlocks > 0 {
 			line += fmt.Sprintf("; %d round(s) final (a commit is final %d blocks after its block; rewards follow finality)", r.FinalRounds, r.ChallengeWindowBlocks)
+			if len(r.PendingFinal) > 0 && height > 0 {
+				next := r.PendingFinal[0]
+				line += fmt.Sprintf("; round %d final at height %d, %d blocks left", next.Round, next.FinalAt, max(next.FinalAt-height, 0))
+			}
+			if r.OpenChallenges > 0 {
+				line += fmt.Sprintf("; %d open challenge(s): a challenged round is final only once its challenge is decided", r.OpenChallenges)
+			}
 		}
 		return line + at
 	case wire.StatusSealed:

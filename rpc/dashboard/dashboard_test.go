@@ -72,6 +72,7 @@ func TestEmptyAndEarlyStates(t *testing.T) {
 	const a, b = "did:tenzro:machine:zA", "did:tenzro:machine:zB"
 	mid := &wire.RunView{TaskID: "t-1", TaskSpec: json.RawMessage(spec), Status: wire.StatusRunning, Escrow: "1000000000000000000000",
 		Round: 2, RoundStartedMs: time.Now().UnixMilli(), ChallengeWindowBlocks: 4, FinalRounds: 1,
+		PendingFinal:   []wire.RoundFinality{{Round: 1, FinalAt: 88}},
 		Trainers:       []wire.TrainerView{{DID: a, Status: wire.TrainerActive, Stake: "1"}, {DID: b, Status: wire.TrainerActive, Stake: "1"}},
 		TrainerMetrics: map[string]wire.TrainerMetrics{a: {Submitted: 3, Accepted: 1, CurrentReward: "0"}, b: {Submitted: 1, Accepted: 1, CurrentReward: "0"}},
 		Fragments:      []wire.FragmentView{{Index: 0, Accepted: 1, Committed: true}, {Index: 1}}, Aggregation: json.RawMessage(`{"name":"Mean"}`)}
@@ -95,7 +96,7 @@ func TestEmptyAndEarlyStates(t *testing.T) {
 		// counters, the round's progress and when pending ones count.
 		{"a run mid-round", "/runs/t-1", fakeSource{run: mid, tr: midTr}, 200, []string{`id="progress"`,
 			"round 2 of 5: 1 of 2 fragments committed, 1 submissions recorded", "round deadline in", "accepted (final)",
-			`<td class="pending">2: 1 kept, 0 rejected</td>`, `<td class="pending">0</td>`, "4 blocks after the commit", "1 of 2 committed rounds are final"}},
+			`<td class="pending">2: 1 kept, 0 rejected</td>`, `<td class="pending">0</td>`, "4 blocks after the commit", "1 of 2 committed rounds are final; round 1 final at height 88"}},
 		{"unknown run", "/runs/nope", fakeSource{run: run}, 404, []string{"no run"}},
 		{"verify before the seal", "/runs/t-1/verify", fakeSource{run: run}, 400, []string{"no receipt to verify"}},
 		{"stylesheet", "/style.css", fakeSource{}, 200, []string{".chart"}},
