@@ -649,7 +649,7 @@ func (a *App) query(ctx context.Context, path, arg string) ([]byte, error) {
 		}
 		return []byte(b.String()), nil
 	case QueryRun:
-		return get(ctx, kv, machine.KSRuns, []byte(arg), "run")
+		return machine.RunJSON(ctx, kv, arg)
 	case QueryCandidate:
 		return get(ctx, kv, machine.KSMeta, []byte("cand/"+arg), "syncer candidate")
 	case QueryReceipt:

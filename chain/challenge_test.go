@@ -534,7 +534,17 @@ func TestChallengeUpheldRollsBack(t *testing.T) {
 	if len(rc.Syncers) != 2 || rc.SyncerDID != w.syncers[1].DID.String() {
 		t.Fatalf("receipt syncers %+v signed by %s", rc.Syncers, rc.SyncerDID)
 	}
+	// The commits, seal and receipt after the rollback are those computed
+	// before runs were stored by key (commit 9c48624; see metaTraces).
+	var tr metaTrace
+	got := tr.end(t, w.h, []string{w.task})
+	t.Logf("rollback trace digest %s", got)
+	if rollbackTrace != "" && got != rollbackTrace {
+		t.Fatalf("trace digest %s, want %s: a commit, the seal or the receipt changed", got, rollbackTrace)
+	}
 }
+
+const rollbackTrace = "e295b340c8a7ca4169432a2483cf4dfc08546faa0cf216be22d7e4a9fd0ec6a1"
 
 // TestChallengeExpiresAndUnavailable: no decision within the vote window
 // returns the bond and the commit stands; 2/3 voting "unavailable" upholds

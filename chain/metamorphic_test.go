@@ -2,6 +2,9 @@ package chain
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
@@ -32,8 +35,78 @@ func TestMetamorphic(t *testing.T) {
 		seeds = []uint64{n}
 	}
 	for _, seed := range seeds {
-		t.Run(fmt.Sprint("seed=", seed), func(t *testing.T) { metamorphic(t, seed, 80) })
+		t.Run(fmt.Sprint("seed=", seed), func(t *testing.T) {
+			trace := metamorphic(t, seed, 80)
+			if want, ok := metaTraces[seed]; ok && trace != want {
+				t.Errorf("seed %d: trace digest %s, want %s: a transaction result, commit, receipt or weights hash changed", seed, trace, want)
+			}
+		})
 	}
+}
+
+// metaTraces pin each seed's trace digest (metaTrace): every transaction's
+// result code and bytes, and at the end every run's round commits, sealed
+// state, receipt as the chain builds it and fragment weights hashes. None
+// of it depends on how the state is laid out in the tree (the app hash
+// does), so a layout change must leave them equal: these were computed
+// before runs were stored by key (commit 9c48624) and hold after it.
+var metaTraces = map[uint64]string{
+	1: "975e685e1c9b2ce8def9ce29deb09f1a830c7cf677c998dd4440a4d38af4520a",
+	2: "c3f7716f2ec53fef6d929cf41238ecb5f1ce781a8d29c8bdce31da03b03d01d3",
+	3: "34f7fd8c9ce31b5478931737d3bad0e0fd7b3ba77920cf0b241afa3771f16ccc",
+}
+
+// metaTrace hashes what the chain answered and built over a sequence.
+type metaTrace struct{ h [32]byte }
+
+func (m *metaTrace) add(parts ...[]byte) {
+	d := sha256.New()
+	d.Write(m.h[:])
+	for _, p := range parts {
+		d.Write(binary.BigEndian.AppendUint64(nil, uint64(len(p))))
+		d.Write(p)
+	}
+	copy(m.h[:], d.Sum(nil))
+}
+
+// end adds every run's commits, seal, receipt and weights hashes.
+func (m *metaTrace) end(t *testing.T, h *harness, tasks []string) string {
+	for _, task := range tasks {
+		run := runOf(h, task)
+		if run == nil {
+			m.add([]byte(task), []byte("absent"))
+			continue
+		}
+		m.add([]byte(task), []byte(run.Status), binary.BigEndian.AppendUint64(nil, run.Round))
+		for _, f := range run.Fragments {
+			m.add(f.WeightsHash[:])
+		}
+		for round := uint64(0); round <= run.Round; round++ {
+			code, v := h.query(QueryCommit, fmt.Sprintf("%s/%d", task, round))
+			m.add(binary.BigEndian.AppendUint32(nil, code), []byte(v))
+		}
+		for _, p := range []string{QuerySealed, QueryReceipt} {
+			code, v := h.query(p, task)
+			m.add([]byte(p), binary.BigEndian.AppendUint32(nil, code), []byte(v))
+		}
+		err := h.app.View(context.Background(), func(v machine.View) error {
+			rc, blob, list, err := machine.ChainReceipt(context.Background(), v.KV, task, "did:tenzro:machine:trace", json.RawMessage(`{"engine":"test"}`), nil)
+			if err != nil {
+				m.add([]byte("no receipt"))
+				return nil
+			}
+			raw, err := json.Marshal(rc)
+			if err != nil {
+				return err
+			}
+			m.add(raw, blob, list)
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	return hex.EncodeToString(m.h[:])
 }
 
 // metaWorld is the keys and the runs a random sequence draws from.
@@ -71,7 +144,7 @@ func (w *metaWorld) amount() string {
 	return []string{"0", "1", "7", "100", "250", "100000000000000000"}[w.rng.IntN(6)]
 }
 
-func metamorphic(t *testing.T, seed uint64, blocks int) {
+func metamorphic(t *testing.T, seed uint64, blocks int) string {
 	fail := func(format string, a ...any) {
 		t.Helper()
 		t.Fatalf("seed %d (replay with TENZRO_META_SEED=%d): %s", seed, seed, fmt.Sprintf(format, a...))
@@ -118,6 +191,7 @@ func metamorphic(t *testing.T, seed uint64, blocks int) {
 		b.open()
 	}
 	accepted, refused := 0, 0
+	var trace metaTrace
 	for blk := range blocks {
 		adv := time.Duration(0)
 		switch rng.IntN(8) {
@@ -142,6 +216,7 @@ func metamorphic(t *testing.T, seed uint64, blocks int) {
 			} else {
 				refused++
 			}
+			trace.add(binary.BigEndian.AppendUint32(nil, ra[i].Code), ra[i].Data)
 			if ra[i].Code != rb[i].Code || string(ra[i].Data) != string(rb[i].Data) {
 				fail("block %d tx %d: code %d (%s) vs %d (%s)", a.height, i, ra[i].Code, ra[i].Log, rb[i].Code, rb[i].Log)
 			}
@@ -165,6 +240,9 @@ func metamorphic(t *testing.T, seed uint64, blocks int) {
 	if accepted == 0 || refused == 0 {
 		fail("a sequence must mix accepted and refused transactions (%d accepted, %d refused)", accepted, refused)
 	}
+	digest := trace.end(t, a, w.tasks)
+	t.Logf("seed %d: trace digest %s", seed, digest)
+	return digest
 }
 
 // ledgerZero checks conservation: every ledger account (balances, escrow,

@@ -36,11 +36,13 @@ type chainNode struct {
 	// jsonRPC is the node's JSON-RPC address (host:port), did its node
 	// key's DID, p2p its libp2p multiaddr with /p2p/.
 	jsonRPC, did, p2p string
-	rpc               *rpchttp.HTTP
-	rc                *client.Client
-	cmd               *exec.Cmd
-	log               *os.File
-	done              chan struct{}
+	// bin is the tenzro-node binary to run (default: the one build made).
+	bin  string
+	rpc  *rpchttp.HTTP
+	rc   *client.Client
+	cmd  *exec.Cmd
+	log  *os.File
+	done chan struct{}
 	// light: a light client (no CometBFT RPC, no replica).
 	light bool
 }
@@ -59,7 +61,11 @@ func (n *chainNode) start(t testing.TB) {
 	if args == nil {
 		args = append([]string{"--home", n.home}, n.extra...)
 	}
-	n.cmd = exec.Command(filepath.Join(binDir, "tenzro-node"), args...)
+	bin := n.bin
+	if bin == "" {
+		bin = filepath.Join(binDir, "tenzro-node")
+	}
+	n.cmd = exec.Command(bin, args...)
 	n.cmd.Stdout, n.cmd.Stderr = f, f
 	if err := n.cmd.Start(); err != nil {
 		t.Fatal(err)

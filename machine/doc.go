@@ -10,9 +10,14 @@
 //     records, cancellation, expiry and fees — over a KV and a Block
 //     (height, time, hash). No wall clock, no plugin, no payload bytes, no
 //     floats; every transition all or nothing on its KV.
-//   - The state layout (mstate.go, kv.go, overlay.go): key spaces, keys,
-//     the Run record and its read-only view for the node (LoadRun,
-//     RoundStart, Run's exported methods), the run log.
+//   - The state layout (mstate.go, runstore.go, kv.go, overlay.go): key
+//     spaces, keys, the Run record stored by key (a header, and each
+//     enrolment, fragment, record reference and attestation under its own
+//     key: runstore.go is the only code that knows how) and its read-only
+//     view for the node (LoadRun, RunJSON, RoundStart, Run's exported
+//     methods), the run log.
+//   - Memo caches of pure functions on the transaction path (caches.go:
+//     verified signatures, parsed specs, decoded parameters).
 //   - The ledger (ledger.go) and the parameters and limits a posting is
 //     checked against (params.go, builtins.go, layout.go: fragment layout
 //     from initial weights).

@@ -368,8 +368,6 @@ func (x *mtx) putJSON(ks Keyspace, key []byte, v any) error {
 	return nil
 }
 
-func (x *mtx) putRun(r *Run) error { return x.putJSON(KSRuns, RunKey(r.spec.TaskID), r) }
-
 func (x *mtx) getJSON(ks Keyspace, key []byte, v any) (bool, error) {
 	raw, err := x.kv.Get(x.ctx, ks, key)
 	if errors.Is(err, ErrNotFound) {
@@ -389,11 +387,18 @@ func (x *mtx) params() (*Params, error) {
 	if x.p != nil {
 		return x.p, nil
 	}
-	p := DefaultParams()
-	if _, err := x.getJSON(KSMeta, keyParams, &p); err != nil {
+	raw, err := x.kv.Get(x.ctx, KSMeta, keyParams)
+	if errors.Is(err, ErrNotFound) {
+		raw, err = nil, nil
+	}
+	if err != nil {
 		return nil, err
 	}
-	x.p = &p
+	p, err := decodeParams(raw)
+	if err != nil {
+		return nil, fmt.Errorf("state %s/%q is corrupt: %w", KSMeta, keyParams, err)
+	}
+	x.p = p
 	return x.p, nil
 }
 
@@ -424,12 +429,17 @@ func (x *mtx) fee(which string) (*big.Int, error) {
 
 // verifySig checks a signature by signer's DID key.
 func verifySig(signer string, pre, sig []byte) error {
+	k := sigKey(signer, pre, sig)
+	if verifiedBefore(k) {
+		return nil // this exact signature verified before (caches.go)
+	}
 	if err := did.Verify(signer, pre, sig); err != nil {
 		if errors.Is(err, did.ErrBadSignature) {
 			return Errf(KindUnauthorized, "bad signature: does not verify against %s", signer)
 		}
 		return Errf(KindUnauthorized, "signer: %v", err)
 	}
+	noteVerified(k)
 	return nil
 }
 
@@ -587,6 +597,12 @@ func (m *Machine) BeginBlock(ctx context.Context, kv KV, blk Block) error {
 
 // timers applies the clock to one run; changed says whether it wrote.
 func (x *mtx) timers(task string) (bool, error) {
+	// Most blocks fire no timer of a run: decide that from the header and
+	// the fragments' states alone, without reading its enrolments and
+	// records (whose number grows with the run).
+	if due, err := timersMayFire(x.ctx, x.kv, task, x.blk); err != nil || !due {
+		return false, err
+	}
 	r, err := LoadRun(x.ctx, x.kv, task)
 	if err != nil {
 		return false, err

@@ -38,7 +38,9 @@ func (x *mtx) submission(p *wire.SubmissionTx) (*wire.SubmitResult, error) {
 	if len(p.Provider) > 256 {
 		return nil, Errf(KindInvalid, "provider: %d bytes, limit 256", len(p.Provider))
 	}
-	r, err := LoadRun(x.ctx, x.kv, p.TaskID)
+	// Only the header, this trainer and this fragment: a record's cost does
+	// not grow with the run (runstore.go).
+	r, err := loadRunFor(x.ctx, x.kv, p.TaskID, p.TrainerDID, p.FragmentIndex)
 	if err != nil {
 		return nil, err
 	}
@@ -86,13 +88,13 @@ func (x *mtx) submission(p *wire.SubmissionTx) (*wire.SubmitResult, error) {
 			return nil, err
 		}
 		return &wire.SubmitResult{Accepted: false, Round: p.Round, FragmentIndex: p.FragmentIndex, PayloadHash: p.PayloadHash,
-			AcceptedCount: len(fs.Records), EquivocationClaim: &cl.Digest}, nil
+			AcceptedCount: fs.accepted(), EquivocationClaim: &cl.Digest}, nil
 	}
 	if err := x.putJSON(KSTranscript, RecordKey(p.TaskID, p.Round, f, p.TrainerDID), rec); err != nil {
 		return nil, err
 	}
 	fs.Records = append(fs.Records, RecRef{DID: p.TrainerDID, PayloadHash: p.PayloadHash})
-	if len(fs.Records) == r.spec.Quorum {
+	if fs.accepted() == r.spec.Quorum {
 		fs.KthMs = x.blk.TimeMs
 	}
 	t.Submitted++
@@ -103,7 +105,7 @@ func (x *mtx) submission(p *wire.SubmissionTx) (*wire.SubmitResult, error) {
 		return nil, err
 	}
 	return &wire.SubmitResult{Accepted: true, Round: p.Round, FragmentIndex: p.FragmentIndex, PayloadHash: p.PayloadHash,
-		AcceptedCount: len(fs.Records), Finalized: r.allIn(fs)}, nil
+		AcceptedCount: fs.accepted(), Finalized: r.allIn(fs)}, nil
 }
 
 // claimDigest identifies an equivocation claim (PROTOCOL §6):

@@ -16,8 +16,9 @@ import (
 // here is written by Machine transitions only; node-local data (payloads,
 // weights, evidence bytes, plugin modules, dataset keys) lives elsewhere.
 
-// Run is one run on chain (KSRuns, key = task id). JSON with fixed field
-// order; no floats.
+// Run is one run on chain (KSRuns: a header under the task id and each
+// enrolment, fragment and record under its own key, runstore.go). JSON
+// with fixed field order; no floats.
 //
 // Outside this package a *Run is a read-only view: LoadRun, DecodeRun and
 // RoundStart decode a fresh copy from a committed state's bytes, and no
@@ -102,6 +103,16 @@ type Run struct {
 	Challenges    uint64         `json:"challenges,omitempty"`
 
 	spec *wire.TaskSpec
+	// raw holds the stored bytes of each key the run was loaded from or
+	// last wrote (runstore.go), so putRun writes only what changed; part:
+	// loaded by loadRunFor (one trainer, one fragment); nActive: the
+	// header's count of active trainers.
+	raw     map[string][]byte
+	part    bool
+	nActive int
+	// attBase counts the attestations a partial load did not read into
+	// Attestations (0 for a whole run).
+	attBase int
 }
 
 // sealState is what sealing decided.
@@ -166,6 +177,10 @@ type RunFragment struct {
 	// round (wire.ScoreSeed), recorded by BeginBlock at the first block at
 	// which the fragment is due; a commit is refused before it exists.
 	ScoreSeed *wire.Hash `json:"score_seed,omitempty"`
+
+	// base counts the current round's records that a partial load
+	// (loadRunFor) did not read into Records.
+	base int
 }
 
 // RecRef names one accepted submission record of a fragment's round.
@@ -249,33 +264,16 @@ var (
 
 func runLogKey(i uint64) []byte { return []byte(fmt.Sprintf("runlog/leaf/%020d", i)) }
 
-// LoadRun reads a run.
-func LoadRun(ctx context.Context, kv KV, task string) (*Run, error) {
-	if task == "" {
-		return nil, Errf(KindInvalid, "task_id is empty")
-	}
-	if len(task) > wire.MaxTaskIDLen {
-		return nil, Errf(KindInvalid, "task_id longer than %d bytes", wire.MaxTaskIDLen)
-	}
-	raw, err := kv.Get(ctx, KSRuns, RunKey(task))
-	if errors.Is(err, ErrNotFound) {
-		return nil, Errf(KindNotFound, "no run with task_id %q", task)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("load run %s: %w", task, err)
-	}
-	return DecodeRun(task, raw)
-}
-
-// DecodeRun decodes a run's stored state (KSRuns value) for task.
+// DecodeRun decodes a whole run as one JSON value (RunJSON's answer, the
+// chain's run query) for task.
 func DecodeRun(task string, raw []byte) (*Run, error) {
 	var r Run
 	if err := json.Unmarshal(raw, &r); err != nil {
-		return nil, fmt.Errorf("load run %s: corrupt state: %w", task, err)
+		return nil, fmt.Errorf("decode run %s: %w", task, err)
 	}
 	spec, _, err := wire.ParseSpec(r.Spec)
 	if err != nil {
-		return nil, fmt.Errorf("load run %s: %w", task, err)
+		return nil, fmt.Errorf("decode run %s: %w", task, err)
 	}
 	r.spec = spec
 	return &r, nil
@@ -332,14 +330,14 @@ func (r *Run) assignShards() {
 
 // allIn: at least K records and one from every active trainer.
 func (r *Run) allIn(fs *RunFragment) bool {
-	return len(fs.Records) >= r.spec.Quorum && len(fs.Records) >= r.Count(wire.TrainerActive)
+	return fs.accepted() >= r.spec.Quorum && fs.accepted() >= r.activeTrainers()
 }
 
 // Due says whether fragment fs may be committed at block time t: K records
 // and every active trainer in, or the grace window after the K-th record
 // passed (PROTOCOL §6).
 func (r *Run) Due(fs *RunFragment, t int64) bool {
-	if fs.Closed || len(fs.Records) < r.spec.Quorum {
+	if fs.Closed || fs.accepted() < r.spec.Quorum {
 		return false
 	}
 	return r.allIn(fs) || t > fs.KthMs+r.spec.GraceWindowMs

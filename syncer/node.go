@@ -205,20 +205,27 @@ func (n *Node) ListSyncers(ctx context.Context) ([]wire.SyncerCandidate, error) 
 func (n *Node) ListRuns(ctx context.Context, p wire.ListRunsParams) ([]wire.RunSummary, error) {
 	out := []wire.RunSummary{}
 	err := n.view(ctx, func(v machine.View) error {
-		return v.KV.Scan(ctx, machine.KSRuns, nil, func(k, raw []byte) error {
-			r, err := machine.DecodeRun(string(k), raw)
+		tasks, err := machine.RunTasks(ctx, v.KV)
+		if err != nil {
+			return err
+		}
+		for _, task := range tasks {
+			r, err := machine.LoadRun(ctx, v.KV, task)
 			if err != nil {
+				if ctx.Err() != nil {
+					return ctx.Err()
+				}
 				// One unreadable run must not hide every other run.
-				n.log.Error("listRuns: skipping a run whose stored state does not decode", "task", string(k), "err", err)
-				return nil
+				n.log.Error("listRuns: skipping a run whose stored state does not decode", "task", task, "err", err)
+				continue
 			}
 			if p.Status != "" && p.Status != r.Status {
-				return nil
+				continue
 			}
 			out = append(out, wire.RunSummary{TaskID: r.TaskSpec().TaskID, Status: r.Status, Round: r.Round, Tier: r.TaskSpec().Tier,
 				Trainers: r.CountActive(), M: r.TaskSpec().TrainerCount, K: r.TaskSpec().Quorum, Rounds: r.TaskSpec().MaxRounds})
-			return nil
-		})
+		}
+		return nil
 	})
 	return out, err
 }

@@ -314,7 +314,7 @@ func (n *Node) challengePlan(ctx context.Context) (*challengeWork, error) {
 			return err
 		}
 		for _, task := range tasks {
-			r, err := machine.LoadRun(ctx, v.KV, task)
+			r, err := machine.LoadRunHeader(ctx, v.KV, task, false) // status, window, open challenges
 			if err != nil || r.Status != wire.StatusRunning || !r.Challengeable() {
 				continue
 			}

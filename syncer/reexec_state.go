@@ -9,7 +9,8 @@ import (
 )
 
 // FragmentState answers tenzro_training_getFragmentState: the committed
-// keys re-executing the commit of (task, round, fragment) reads — the run,
+// keys re-executing the commit of (task, round, fragment) reads — the run
+// (its header and every key under machine.RunPrefix),
 // the commit record, the run as the round started and the fragment's
 // submission records. A client loads them into a StaticChain and runs
 // Reexecute itself, fetching the bytes by hash (tenzro receipt replay
@@ -34,6 +35,13 @@ func (n *Node) FragmentState(ctx context.Context, p *wire.ReplayFragmentParams) 
 			return nil
 		}
 		if err := get(machine.KSRuns, machine.RunKey(p.TaskID)); err != nil {
+			return err
+		}
+		// The run's parts (enrolments, fragments, records) under their own keys.
+		if err := v.KV.Scan(ctx, machine.KSRuns, machine.RunPrefix(p.TaskID), func(k, val []byte) error {
+			out.Entries = append(out.Entries, wire.StateEntry{Keyspace: string(machine.KSRuns), Key: append(wire.HexBytes{}, k...), Value: append([]byte(nil), val...)})
+			return nil
+		}); err != nil {
 			return err
 		}
 		if err := get(machine.KSTranscript, machine.CommitRecKey(p.TaskID, p.Round, int(p.Fragment))); err != nil {

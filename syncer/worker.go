@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -112,7 +113,9 @@ func (n *Node) plan(ctx context.Context) (*plan, error) {
 			return err
 		}
 		for _, task := range tasks {
-			r, err := machine.LoadRun(ctx, v.KV, task)
+			// The header first: most blocks ask nothing of most runs, and
+			// reading one whole per block would cost more as its round fills.
+			r, err := machine.LoadRunHeader(ctx, v.KV, task, false)
 			if err != nil {
 				out.errs = append(out.errs, fmt.Errorf("run %s cannot be read, skipped: %w", task, err))
 				continue
@@ -126,6 +129,13 @@ func (n *Node) plan(ctx context.Context) (*plan, error) {
 					out.prove = append(out.prove, task)
 				}
 			case wire.StatusRunning:
+				if !slices.Contains(r.Succession, me) {
+					continue // neither its replicas nor its commits are this node's
+				}
+				if r, err = machine.LoadRunHeader(ctx, v.KV, task, true); err != nil {
+					out.errs = append(out.errs, fmt.Errorf("run %s cannot be read, skipped: %w", task, err))
+					continue
+				}
 				if hs := replicaHashes(r, me); len(hs) > 0 {
 					if out.replicate == nil {
 						out.replicate = map[string][]wire.Hash{}
@@ -145,7 +155,7 @@ func (n *Node) plan(ctx context.Context) (*plan, error) {
 		}
 		return v.KV.Scan(ctx, machine.KSMeta, []byte("unsigned/"), func(k, _ []byte) error {
 			task := strings.TrimPrefix(string(k), "unsigned/")
-			r, err := machine.LoadRun(ctx, v.KV, task)
+			r, err := machine.LoadRunHeader(ctx, v.KV, task, false)
 			if err == nil && r.ReceiptSignerAt(v.Block.TimeMs) == me {
 				out.sign = append(out.sign, task)
 			}

@@ -14,6 +14,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"runtime/pprof"
 	"strings"
 	"syscall"
 	"time"
@@ -30,7 +31,37 @@ func main() {
 	plugins.ServeWorkerIfChild() // `tenzro-node plugin-worker` (hidden): the node's plugin workers
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	os.Exit(execute(ctx, os.Args[1:], os.Stdout, os.Stderr))
+	endProfile := cpuProfile(os.Getenv("TENZRO_CPUPROFILE"), os.Stderr)
+	code := execute(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	endProfile()
+	os.Exit(code)
+}
+
+// cpuProfile writes a CPU profile of the whole process to path (the
+// TENZRO_CPUPROFILE environment variable; benchmarks read it with go tool
+// pprof) until the returned function is called at a graceful exit. An
+// empty path profiles nothing.
+func cpuProfile(path string, stderr io.Writer) func() {
+	if path == "" {
+		return func() {}
+	}
+	f, err := os.Create(path)
+	if err == nil {
+		err = pprof.StartCPUProfile(f)
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "TENZRO_CPUPROFILE: %v (not profiling)\n", err)
+		if f != nil {
+			f.Close()
+		}
+		return func() {}
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		if err := f.Close(); err != nil {
+			fmt.Fprintf(stderr, "TENZRO_CPUPROFILE: %v\n", err)
+		}
+	}
 }
 
 type usageError struct{ error }

@@ -1,0 +1,463 @@
+package machine
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/tenzro/train/wire"
+)
+
+// A run's state by key (KSRuns; docs/RATIONALE.md "A run's state by key").
+// A task id never contains '/' (wire.ParseSpec), so each run owns the keys
+//
+//	<task>                       the header: the Run without its trainers and
+//	                             fragments, plus their counts (runHead)
+//	<task>/t/<did>               one enrolment (RunTrainer JSON)
+//	<task>/f/<u32 index>         one fragment's state without its records,
+//	                             plus their count (fragStored)
+//	<task>/r/<u32 index><did>    one accepted record of the fragment's current
+//	                             round: the 32-byte payload hash
+//	<task>/a/<u64 seq>           the seq-th attestation digest of the run
+//	                             (32 bytes), in the order accepted
+//
+// A submission record reads and writes only the header, its trainer, its
+// fragment, its own record key and (with evidence) one attestation key,
+// whatever the size of the run. Every
+// other transition loads the whole run (LoadRun) and writes back only the
+// keys whose bytes changed (putRun). Only this file knows the layout.
+
+// runHead is a run's header as stored: Trainers and Fragments are shadowed
+// (always empty, so omitted) and replaced by their counts.
+type runHead struct {
+	*Run
+	Trainers     []int `json:"trainers,omitempty"`
+	Fragments    []int `json:"fragments,omitempty"`
+	Attestations []int `json:"attestations,omitempty"`
+	NActive      int   `json:"n_active"`
+	NFragments   int   `json:"n_fragments"`
+	NAttest      int   `json:"n_attestations"`
+}
+
+// fragStored is a fragment's state as stored: its records are under their
+// own keys; N counts them.
+type fragStored struct {
+	*RunFragment
+	Records []int `json:"records,omitempty"`
+	N       int   `json:"n_records"`
+}
+
+// RunPrefix is the KSRuns prefix of every key of a run except its header
+// (RunKey).
+func RunPrefix(task string) []byte { return []byte(task + "/") }
+
+func trainerPrefix(task string) []byte { return []byte(task + "/t/") }
+func trainerKey(task, d string) []byte { return []byte(task + "/t/" + d) }
+func fragPrefix(task string) []byte    { return []byte(task + "/f/") }
+func fragKey(task string, f int) []byte {
+	return binary.BigEndian.AppendUint32(fragPrefix(task), uint32(f))
+}
+func recRefPrefix(task string) []byte { return []byte(task + "/r/") }
+func recRefFrag(task string, f int) []byte {
+	return binary.BigEndian.AppendUint32(recRefPrefix(task), uint32(f))
+}
+func recRefKey(task string, f int, d string) []byte { return append(recRefFrag(task, f), d...) }
+func attPrefix(task string) []byte                  { return []byte(task + "/a/") }
+func attKey(task string, i int) []byte {
+	return binary.BigEndian.AppendUint64(attPrefix(task), uint64(i))
+}
+
+// IsRunKey says whether a KSRuns key is a run's header (the key ListRuns-
+// style scans should decode), not one of its parts.
+func IsRunKey(k []byte) bool { return len(k) > 0 && !bytes.ContainsRune(k, '/') }
+
+func checkTask(task string) error {
+	if task == "" {
+		return Errf(KindInvalid, "task_id is empty")
+	}
+	if len(task) > wire.MaxTaskIDLen {
+		return Errf(KindInvalid, "task_id longer than %d bytes", wire.MaxTaskIDLen)
+	}
+	if strings.ContainsRune(task, '/') {
+		return Errf(KindInvalid, "task_id %q contains '/'", task)
+	}
+	return nil
+}
+
+// loadHead reads and decodes a run's header.
+func loadHead(ctx context.Context, kv KV, task string) (*Run, *runHead, []byte, error) {
+	if err := checkTask(task); err != nil {
+		return nil, nil, nil, err
+	}
+	raw, err := kv.Get(ctx, KSRuns, RunKey(task))
+	if errors.Is(err, ErrNotFound) {
+		return nil, nil, nil, Errf(KindNotFound, "no run with task_id %q", task)
+	}
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("load run %s: %w", task, err)
+	}
+	r := &Run{}
+	h := &runHead{Run: r}
+	if err := json.Unmarshal(raw, h); err != nil {
+		return nil, nil, nil, fmt.Errorf("load run %s: corrupt state: %w", task, err)
+	}
+	if h.NFragments < 0 || h.NActive < 0 || h.NAttest < 0 {
+		return nil, nil, nil, fmt.Errorf("load run %s: corrupt state: negative counts", task)
+	}
+	spec, err := parseRunSpec(r.Spec)
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("load run %s: %w", task, err)
+	}
+	if spec.TaskID != task {
+		return nil, nil, nil, fmt.Errorf("load run %s: corrupt state: the header holds run %q", task, spec.TaskID)
+	}
+	r.spec = spec
+	r.raw = map[string][]byte{string(RunKey(task)): raw}
+	r.nActive = h.NActive
+	r.attBase = h.NAttest // until LoadRun reads them
+	return r, h, raw, nil
+}
+
+func decodeFrag(task string, i int, raw []byte) (*RunFragment, int, error) {
+	fs := &RunFragment{}
+	st := fragStored{RunFragment: fs}
+	if err := json.Unmarshal(raw, &st); err != nil {
+		return nil, 0, fmt.Errorf("load run %s: fragment %d: corrupt state: %w", task, i, err)
+	}
+	if st.N < 0 {
+		return nil, 0, fmt.Errorf("load run %s: fragment %d: corrupt state: negative record count", task, i)
+	}
+	return fs, st.N, nil
+}
+
+// LoadRun reads a whole run: header, enrolments (in DID order), fragments
+// and each fragment's records of the current round (in DID order).
+func LoadRun(ctx context.Context, kv KV, task string) (*Run, error) {
+	r, h, _, err := loadHead(ctx, kv, task)
+	if err != nil {
+		return nil, err
+	}
+	r.Trainers = []*RunTrainer{}
+	err = kv.Scan(ctx, KSRuns, trainerPrefix(task), func(k, v []byte) error {
+		t := &RunTrainer{}
+		if err := json.Unmarshal(v, t); err != nil {
+			return fmt.Errorf("load run %s: trainer %q: corrupt state: %w", task, k, err)
+		}
+		if string(trainerKey(task, t.DID)) != string(k) {
+			return fmt.Errorf("load run %s: corrupt state: key %q holds trainer %q", task, k, t.DID)
+		}
+		r.raw[string(k)] = append([]byte(nil), v...)
+		r.Trainers = append(r.Trainers, t)
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	counts := make([]int, 0, h.NFragments)
+	fp := fragPrefix(task)
+	err = kv.Scan(ctx, KSRuns, fp, func(k, v []byte) error {
+		i := len(r.Fragments)
+		if len(k) != len(fp)+4 || binary.BigEndian.Uint32(k[len(fp):]) != uint32(i) {
+			return fmt.Errorf("load run %s: corrupt state: fragment key %q out of order (want index %d)", task, k, i)
+		}
+		fs, n, err := decodeFrag(task, i, v)
+		if err != nil {
+			return err
+		}
+		r.raw[string(k)] = append([]byte(nil), v...)
+		r.Fragments = append(r.Fragments, fs)
+		counts = append(counts, n)
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	if len(r.Fragments) != h.NFragments {
+		return nil, fmt.Errorf("load run %s: corrupt state: %d fragments stored, the header says %d", task, len(r.Fragments), h.NFragments)
+	}
+	rp := recRefPrefix(task)
+	err = kv.Scan(ctx, KSRuns, rp, func(k, v []byte) error {
+		if len(k) <= len(rp)+4 || len(v) != len(wire.Hash{}) {
+			return fmt.Errorf("load run %s: corrupt state: record key %q (%d-byte value)", task, k, len(v))
+		}
+		i := binary.BigEndian.Uint32(k[len(rp):])
+		if uint64(i) >= uint64(len(r.Fragments)) {
+			return fmt.Errorf("load run %s: corrupt state: record of fragment %d, the run has %d", task, i, len(r.Fragments))
+		}
+		ref := RecRef{DID: string(k[len(rp)+4:])}
+		copy(ref.PayloadHash[:], v)
+		fs := r.Fragments[i]
+		fs.Records = append(fs.Records, ref)
+		r.raw[string(k)] = append([]byte(nil), v...)
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	for i, fs := range r.Fragments {
+		if len(fs.Records) != counts[i] {
+			return nil, fmt.Errorf("load run %s: corrupt state: fragment %d has %d records, its state says %d", task, i, len(fs.Records), counts[i])
+		}
+	}
+	r.attBase = 0
+	ap := attPrefix(task)
+	err = kv.Scan(ctx, KSRuns, ap, func(k, v []byte) error {
+		i := len(r.Attestations)
+		if len(k) != len(ap)+8 || binary.BigEndian.Uint64(k[len(ap):]) != uint64(i) || len(v) != len(wire.Hash{}) {
+			return fmt.Errorf("load run %s: corrupt state: attestation key %q (%d-byte value; want index %d)", task, k, len(v), i)
+		}
+		var a wire.Hash
+		copy(a[:], v)
+		r.Attestations = append(r.Attestations, a)
+		r.raw[string(k)] = append([]byte(nil), v...)
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	if len(r.Attestations) != h.NAttest {
+		return nil, fmt.Errorf("load run %s: corrupt state: %d attestations stored, the header says %d", task, len(r.Attestations), h.NAttest)
+	}
+	if r.Count(wire.TrainerActive) != h.NActive {
+		return nil, fmt.Errorf("load run %s: corrupt state: %d active trainers, the header says %d", task, r.Count(wire.TrainerActive), h.NActive)
+	}
+	return r, nil
+}
+
+// loadRunFor reads the part of a run one submission record needs: the
+// header, trainer d's enrolment (if any) and fragment f's state without
+// its records (if f is in range; every other fragment is nil). Its cost
+// does not depend on the size of the run. putRun writes back only these.
+func loadRunFor(ctx context.Context, kv KV, task, d string, f uint64) (*Run, error) {
+	r, h, _, err := loadHead(ctx, kv, task)
+	if err != nil {
+		return nil, err
+	}
+	r.part = true
+	r.Trainers = []*RunTrainer{}
+	tk := trainerKey(task, d)
+	if v, err := kv.Get(ctx, KSRuns, tk); err == nil {
+		t := &RunTrainer{}
+		if err := json.Unmarshal(v, t); err != nil || t.DID != d {
+			return nil, fmt.Errorf("load run %s: trainer %q: corrupt state (%v)", task, d, err)
+		}
+		r.raw[string(tk)] = v
+		r.Trainers = append(r.Trainers, t)
+	} else if !errors.Is(err, ErrNotFound) {
+		return nil, fmt.Errorf("load run %s: %w", task, err)
+	}
+	if h.NFragments > 0 {
+		r.Fragments = make([]*RunFragment, h.NFragments)
+	}
+	if f < uint64(h.NFragments) {
+		fk := fragKey(task, int(f))
+		v, err := kv.Get(ctx, KSRuns, fk)
+		if err != nil {
+			return nil, fmt.Errorf("load run %s: fragment %d: %w", task, f, err)
+		}
+		fs, n, err := decodeFrag(task, int(f), v)
+		if err != nil {
+			return nil, err
+		}
+		fs.base = n
+		r.raw[string(fk)] = v
+		r.Fragments[f] = fs
+	}
+	return r, nil
+}
+
+// putRun writes a run back: every key whose bytes changed since it was
+// loaded, and (for a whole run) deletes the keys of parts it no longer
+// has. A run loaded by loadRunFor writes only the parts it loaded, and
+// the records appended since.
+func (x *mtx) putRun(r *Run) error {
+	task := r.spec.TaskID
+	if r.raw == nil {
+		r.raw = map[string][]byte{}
+	}
+	var want map[string]bool
+	if !r.part {
+		want = map[string]bool{}
+	}
+	put := func(key, val []byte) {
+		k := string(key)
+		if want != nil {
+			want[k] = true
+		}
+		if old, ok := r.raw[k]; ok && bytes.Equal(old, val) {
+			return
+		}
+		x.set(KSRuns, key, val)
+		r.raw[k] = val
+	}
+	nActive := r.nActive
+	if !r.part {
+		nActive = r.Count(wire.TrainerActive)
+		r.nActive = nActive
+	}
+	head, err := json.Marshal(runHead{Run: r, NActive: nActive, NFragments: len(r.Fragments), NAttest: r.attBase + len(r.Attestations)})
+	if err != nil {
+		return fmt.Errorf("encode run %s: %w", task, err)
+	}
+	put(RunKey(task), head)
+	for i, a := range r.Attestations {
+		put(attKey(task, r.attBase+i), append([]byte(nil), a[:]...))
+	}
+	for _, t := range r.Trainers {
+		v, err := json.Marshal(t)
+		if err != nil {
+			return fmt.Errorf("encode run %s: trainer %s: %w", task, t.DID, err)
+		}
+		put(trainerKey(task, t.DID), v)
+	}
+	for i, fs := range r.Fragments {
+		if fs == nil {
+			continue // not loaded (loadRunFor)
+		}
+		v, err := json.Marshal(fragStored{RunFragment: fs, N: fs.accepted()})
+		if err != nil {
+			return fmt.Errorf("encode run %s: fragment %d: %w", task, i, err)
+		}
+		put(fragKey(task, i), v)
+		for _, rec := range fs.Records {
+			put(recRefKey(task, i, rec.DID), append([]byte(nil), rec.PayloadHash[:]...))
+		}
+	}
+	if want != nil {
+		pre := string(RunPrefix(task))
+		for k := range r.raw {
+			if strings.HasPrefix(k, pre) && !want[k] {
+				x.del(KSRuns, []byte(k)) // the overlay orders its writes by key
+				delete(r.raw, k)
+			}
+		}
+	}
+	return nil
+}
+
+// accepted is the number of records the fragment accepted in the current
+// round (base: those a partial load did not read).
+func (fs *RunFragment) accepted() int { return fs.base + len(fs.Records) }
+
+// activeTrainers is Count(TrainerActive), from the header when the run was
+// loaded in part.
+func (r *Run) activeTrainers() int {
+	if r.part {
+		return r.nActive
+	}
+	return r.Count(wire.TrainerActive)
+}
+
+// RunJSON is a whole run as one JSON value (the Run's fields, trainers and
+// fragments with their records included): what the chain answers for the
+// run query.
+func RunJSON(ctx context.Context, kv KV, task string) ([]byte, error) {
+	r, err := LoadRun(ctx, kv, task)
+	if err != nil {
+		return nil, err
+	}
+	return json.Marshal(r)
+}
+
+// RunTasks lists the task ids of every run in the state (header keys), in
+// key order, whatever state they are in.
+func RunTasks(ctx context.Context, kv KV) ([]string, error) {
+	var out []string
+	err := kv.Scan(ctx, KSRuns, nil, func(k, _ []byte) error {
+		if IsRunKey(k) {
+			out = append(out, string(k))
+		}
+		return nil
+	})
+	return out, err
+}
+
+// LoadRunHeader reads a run's header and, with fragments, each fragment's
+// state without its records: what deciding whether a run needs work takes,
+// at a cost that does not grow with its enrolments and records. The run it
+// returns is a partial read-only view: Trainers is empty (Count, Trainer
+// and CountActive see no one; Due and the "all in" rule use the header's
+// count of active trainers) and each fragment's Records is empty (its
+// count is kept for Due). Load the whole run (LoadRun) for anything else.
+func LoadRunHeader(ctx context.Context, kv KV, task string, fragments bool) (*Run, error) {
+	r, h, _, err := loadHead(ctx, kv, task)
+	if err != nil {
+		return nil, err
+	}
+	r.part = true
+	r.Trainers = []*RunTrainer{}
+	if !fragments {
+		return r, nil
+	}
+	fp := fragPrefix(task)
+	err = kv.Scan(ctx, KSRuns, fp, func(k, v []byte) error {
+		i := len(r.Fragments)
+		if len(k) != len(fp)+4 || binary.BigEndian.Uint32(k[len(fp):]) != uint32(i) {
+			return fmt.Errorf("load run %s: corrupt state: fragment key %q out of order (want index %d)", task, k, i)
+		}
+		fs, n, err := decodeFrag(task, i, v)
+		if err != nil {
+			return err
+		}
+		fs.base = n
+		r.Fragments = append(r.Fragments, fs)
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	if len(r.Fragments) != h.NFragments {
+		return nil, fmt.Errorf("load run %s: corrupt state: %d fragments stored, the header says %d", task, len(r.Fragments), h.NFragments)
+	}
+	return r, nil
+}
+
+// timersMayFire says whether timers might change run task at blk, from its
+// header and fragment states only. It is conservative: false only when
+// timers would find nothing to do (it mirrors timers' conditions, each
+// read the same way), so skipping the whole load then changes nothing.
+func timersMayFire(ctx context.Context, kv KV, task string, blk Block) (bool, error) {
+	r, err := LoadRunHeader(ctx, kv, task, false)
+	if err != nil {
+		return false, err
+	}
+	now := blk.TimeMs
+	if r.Status == wire.StatusAwaiting {
+		return now >= r.PostedMs+r.spec.EnrollWindow(), nil
+	}
+	if r.Status != wire.StatusRunning {
+		return true, nil // the index cleanup
+	}
+	for _, o := range r.Open {
+		if blk.Height > o.Deadline {
+			return true, nil // expireChallenges
+		}
+	}
+	if len(r.Pending) > 0 && blk.Height >= r.Pending[0].FinalAt {
+		return true, nil // advanceFinality
+	}
+	if r.AwaitingFinal && len(r.Pending) == 0 {
+		return true, nil // advanceFinality seals
+	}
+	deadline := now >= r.RoundMs+r.spec.RoundDeadline() && !r.AwaitingFinal
+	if !deadline && r.Scorer == nil {
+		return false, nil
+	}
+	r, err = LoadRunHeader(ctx, kv, task, true)
+	if err != nil {
+		return false, err
+	}
+	for _, fs := range r.Fragments {
+		if r.Scorer != nil && fs.ScoreSeed == nil && r.Due(fs, now) {
+			return true, nil
+		}
+		if deadline && !fs.Closed && fs.accepted() < r.spec.Quorum {
+			return true, nil
+		}
+	}
+	return false, nil
+}
