@@ -101,6 +101,12 @@ type challengeNet struct {
 }
 
 func newChallengeNet(t *testing.T, faultFlags []string, allocs ...*did.Key) *challengeNet {
+	return newChallengeNetOn(t, engineFlag(), faultFlags, allocs...)
+}
+
+// newChallengeNetOn is newChallengeNet with every node (validators and
+// watcher) on engine (native or wasm; a scored run needs wasm).
+func newChallengeNetOn(t *testing.T, engine string, faultFlags []string, allocs ...*did.Key) *challengeNet {
 	bin := buildFault(t)
 	c := &challengeNet{t: t, dir: t.TempDir(), keys: map[*did.Key]string{}}
 	args := []string{"testnet", "--validators", "4", "--dir", c.dir, "--base-port", "0", "--block-time", "200ms"}
@@ -119,7 +125,7 @@ func newChallengeNet(t *testing.T, faultFlags []string, allocs ...*did.Key) *cha
 			t.Fatal(err)
 		}
 		c.jsonRPC = append(c.jsonRPC, nc.JSONRPCAddr)
-		n := &chainNode{home: home, rpc: rc, extra: append([]string{"--enclave", "none", "--engine", engineFlag()}, faultFlags...)}
+		n := &chainNode{home: home, rpc: rc, extra: append([]string{"--enclave", "none", "--engine", engine}, faultFlags...)}
 		n.cmd = nil
 		c.nodes = append(c.nodes, n)
 		boot = append(boot, nc.BootNodes...)
@@ -162,7 +168,7 @@ func newChallengeNet(t *testing.T, faultFlags []string, allocs ...*did.Key) *cha
 	if w.rpc, err = chainRPC(cmtRPC); err != nil {
 		t.Fatal(err)
 	}
-	w.extra = []string{"--enclave", "none", "--engine", engineFlag(), "--watch", "--node-key", c.keyFile(allocs[0]), "--rpc-addr", c.wRPC,
+	w.extra = []string{"--enclave", "none", "--engine", engine, "--watch", "--node-key", c.keyFile(allocs[0]), "--rpc-addr", c.wRPC,
 		"--listen-addr", "/ip4/127.0.0.1/tcp/0", "--boot-nodes", strings.Join(uniq, ",")}
 	startWith(t, w, bin)
 	c.watcher = w

@@ -26,7 +26,12 @@ func NewWindowIndex(seriesLens []int, windowLen, stride int) (*WindowIndex, erro
 }
 
 // PickScoreWindows draws the own and control batches of one scored
-// submission.
-func PickScoreWindows(d BatchDraw, n int, shards []int, shardCount, count int) (own, control []int, err error) {
-	return syncer.PickScoreWindows(d, n, shards, shardCount, count)
+// submission (contiguous shards with gap windows between them).
+func PickScoreWindows(d BatchDraw, n, gap int, shards []int, shardCount, count int) (own, control []int, err error) {
+	return syncer.PickScoreWindows(d, n, gap, shards, shardCount, count)
+}
+
+// ShardRange is the windows [lo, hi) of shard s (syncer.ShardRange).
+func ShardRange(s, shardCount, n, gap int) (lo, hi int) {
+	return syncer.ShardRange(s, shardCount, n, gap)
 }

@@ -56,31 +56,81 @@ func TestWindowIndexMatchesLoader(t *testing.T) {
 	}
 }
 
+// shardOf is the shard window i of n belongs to under ShardRange, -1 in a
+// gap.
+func shardOf(i, shardCount, n, gap int) int {
+	for s := 0; s < shardCount; s++ {
+		if lo, hi := ShardRange(s, shardCount, n, gap); i >= lo && i < hi {
+			return s
+		}
+	}
+	return -1
+}
+
+// TestShardRange: shards are ascending contiguous blocks; with gap 0 they
+// partition the windows; with a gap, each shard but the first starts gap
+// windows after the previous block ends, so indices of two shards differ by
+// more than the gap (no shared point); a gap that would empty a block is
+// capped at ⌊n/S⌋ − 1, so every shard keeps a window when n ≥ S.
+func TestShardRange(t *testing.T) {
+	for _, tc := range []struct{ n, shardCount, gap int }{
+		{1000, 6, 0}, {1000, 6, 3}, {3419, 16, 39}, {7, 3, 0}, {7, 3, 1}, {10, 4, 5}, {0, 2, 0}, {1 << 40, 3, 7},
+	} {
+		prevHi, total := 0, 0
+		g := min(tc.gap, max(tc.n/tc.shardCount-1, 0))
+		for s := 0; s < tc.shardCount; s++ {
+			lo, hi := ShardRange(s, tc.shardCount, tc.n, tc.gap)
+			if lo > hi || lo < prevHi || hi > tc.n || tc.n >= tc.shardCount && lo == hi {
+				t.Fatalf("%+v shard %d: [%d, %d) after %d", tc, s, lo, hi, prevHi)
+			}
+			block := int(int64(s) * int64(tc.n) / int64(tc.shardCount))
+			wantLo := block
+			if s > 0 {
+				wantLo = block + g
+			}
+			if lo != wantLo || hi != int(int64(s+1)*int64(tc.n)/int64(tc.shardCount)) {
+				t.Fatalf("%+v shard %d: [%d, %d), want [%d, %d)", tc, s, lo, hi, wantLo, int(int64(s+1)*int64(tc.n)/int64(tc.shardCount)))
+			}
+			if s > 0 && g == tc.gap && hi > lo && prevHi > 0 && lo-(prevHi-1) <= tc.gap {
+				t.Fatalf("%+v shard %d starts at %d, within %d of the previous shard's last window %d", tc, s, lo, tc.gap, prevHi-1)
+			}
+			if hi > lo {
+				prevHi = hi
+			}
+			total += hi - lo
+		}
+		if tc.gap == 0 && total != tc.n {
+			t.Fatalf("%+v: shards hold %d of %d windows", tc, total, tc.n)
+		}
+	}
+}
+
 // TestPickScoreWindows: the draw is a function of its inputs only, the own
 // batch comes from the trainer's shards and the control batch from the
-// others, windows are distinct, and every window of a pool is about as
-// likely (a loose bound on a fixed sample: deterministic, never flaky).
+// others (never from a gap), windows are distinct, and every window of a
+// pool is about as likely (a loose bound on a fixed sample: deterministic,
+// never flaky).
 func TestPickScoreWindows(t *testing.T) {
 	d := BatchDraw{TaskID: "task-1", Round: 3, Fragment: 1, Trainer: "did:tenzro:trainer:a"}
 	copy(d.Randomness[:], "chain randomness after the window")
-	own, ctl, err := PickScoreWindows(d, 1000, []int{2, 5}, 6, 16)
+	own, ctl, err := PickScoreWindows(d, 1000, 3, []int{2, 5}, 6, 16)
 	if err != nil {
 		t.Fatal(err)
 	}
 	seen := map[int]bool{}
 	for _, i := range own {
-		if i%6 != 2 && i%6 != 5 || i < 0 || i >= 1000 || seen[i] {
-			t.Errorf("own window %d: not in shards 2, 5 of 6, or repeated", i)
+		if s := shardOf(i, 6, 1000, 3); s != 2 && s != 5 || seen[i] {
+			t.Errorf("own window %d: in shard %d, not 2 or 5 of 6, or repeated", i, s)
 		}
 		seen[i] = true
 	}
 	for _, i := range ctl {
-		if i%6 == 2 || i%6 == 5 || i < 0 || i >= 1000 || seen[i] {
-			t.Errorf("control window %d: in the trainer's shards, or repeated", i)
+		if s := shardOf(i, 6, 1000, 3); s < 0 || s == 2 || s == 5 || seen[i] {
+			t.Errorf("control window %d: in shard %d (a gap, or the trainer's), or repeated", i, s)
 		}
 		seen[i] = true
 	}
-	again, ctl2, _ := PickScoreWindows(d, 1000, []int{5, 2}, 6, 16)
+	again, ctl2, _ := PickScoreWindows(d, 1000, 3, []int{5, 2}, 6, 16)
 	if fmt.Sprint(again, ctl2) != fmt.Sprint(own, ctl) {
 		t.Error("the draw depends on the order the shards are listed in")
 	}
@@ -93,13 +143,13 @@ func TestPickScoreWindows(t *testing.T) {
 	} {
 		x := d
 		mod(&x)
-		o2, _, _ := PickScoreWindows(x, 1000, []int{2, 5}, 6, 16)
+		o2, _, _ := PickScoreWindows(x, 1000, 3, []int{2, 5}, 6, 16)
 		if fmt.Sprint(o2) == fmt.Sprint(own) {
 			t.Errorf("a changed draw %+v picked the same windows", x)
 		}
 	}
 	// A whole pool: a permutation of it.
-	all, _, err := PickScoreWindows(d, 30, []int{0}, 3, 10)
+	all, _, err := PickScoreWindows(d, 30, 2, []int{1}, 3, 8)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -107,7 +157,7 @@ func TestPickScoreWindows(t *testing.T) {
 	for _, i := range all {
 		got[i] = true
 	}
-	for i := 0; i < 30; i += 3 {
+	for i := 12; i < 20; i++ { // shard 1 of 3 over 30 windows, gap 2
 		if !got[i] {
 			t.Errorf("window %d of the only own pool never drawn: %v", i, all)
 		}
@@ -117,15 +167,15 @@ func TestPickScoreWindows(t *testing.T) {
 	for r := 0; r < 4000; r++ {
 		x := d
 		x.Round = uint64(r)
-		o, _, err := PickScoreWindows(x, 20, []int{1}, 2, 1)
+		o, _, err := PickScoreWindows(x, 20, 0, []int{1}, 2, 1)
 		if err != nil {
 			t.Fatal(err)
 		}
-		counts[o[0]/2]++
+		counts[o[0]-10]++
 	}
 	for i, c := range counts { // mean 400, sd 19
 		if c < 300 || c > 500 {
-			t.Errorf("window %d drawn %d times in 4000 (counts %v)", 2*i+1, c, counts)
+			t.Errorf("window %d drawn %d times in 4000 (counts %v)", 10+i, c, counts)
 		}
 	}
 }
@@ -136,11 +186,11 @@ func TestPickScoreWindowsGolden(t *testing.T) {
 	var d BatchDraw
 	copy(d.Randomness[:], strings.Repeat("\x42", 32))
 	d.TaskID, d.Round, d.Fragment, d.Trainer = "t", 7, 2, "did:tenzro:trainer:x"
-	own, ctl, err := PickScoreWindows(d, 5000, []int{3}, 8, 4)
+	own, ctl, err := PickScoreWindows(d, 5000, 39, []int{3}, 8, 4)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got, want := fmt.Sprint(own, ctl), "[3651 2867 2419 2259] [3209 1364 3994 3493]"; got != want {
+	if got, want := fmt.Sprint(own, ctl), "[2298 2116 2382 2226] [4350 1667 1480 957]"; got != want {
 		t.Errorf("draw %s, want %s (seed %s)", got, want, d.Seed())
 	}
 	if s := d.Seed().String(); s != "5c44931ac1f7f2a301148b64accc45e0c397a0a2f41f6d4bae02b28a9ce8b560" {
@@ -151,24 +201,26 @@ func TestPickScoreWindowsGolden(t *testing.T) {
 func TestPickScoreWindowsRefuses(t *testing.T) {
 	var d BatchDraw
 	for _, tc := range []struct {
-		n, count, shardCount int
-		shards               []int
-		want                 string
+		n, gap, count, shardCount int
+		shards                    []int
+		want                      string
 	}{
-		{100, 4, 1, []int{0}, "at least one own shard and one other"},
-		{100, 4, 4, []int{0, 1, 2, 3}, "at least one own shard and one other"},
-		{100, 4, 4, nil, "at least one own shard and one other"},
-		{100, 4, 4, []int{1, 1}, "repeated"},
-		{100, 4, 4, []int{4}, "outside"},
-		{100, 0, 4, []int{1}, "batch of 0"},
-		{10, 4, 4, []int{1}, "too few windows"},
+		{100, 0, 4, 1, []int{0}, "at least one own shard and one other"},
+		{100, 0, 4, 4, []int{0, 1, 2, 3}, "at least one own shard and one other"},
+		{100, 0, 4, 4, nil, "at least one own shard and one other"},
+		{100, 0, 4, 4, []int{1, 1}, "repeated"},
+		{100, 0, 4, 4, []int{4}, "outside"},
+		{100, 0, 0, 4, []int{1}, "batch of 0"},
+		{100, -1, 4, 4, []int{1}, "batch of 4"},
+		{10, 0, 4, 4, []int{1}, "too few windows"},
+		{100, 30, 4, 4, []int{1}, "too few windows"},
 	} {
-		_, _, err := PickScoreWindows(d, tc.n, tc.shards, tc.shardCount, tc.count)
+		_, _, err := PickScoreWindows(d, tc.n, tc.gap, tc.shards, tc.shardCount, tc.count)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%+v: %v, want %q", tc, err, tc.want)
 		}
 	}
-	if _, _, err := PickScoreWindows(d, 10, []int{1}, 4, 4); !errors.Is(err, ErrFewWindows) {
+	if _, _, err := PickScoreWindows(d, 10, 0, []int{1}, 4, 4); !errors.Is(err, ErrFewWindows) {
 		t.Errorf("few windows: %v", err)
 	}
 }

@@ -12,9 +12,10 @@ import (
 // shards A trains on (testdata/score/shards.json, written by
 // trainer/tests/score_vectors.py from the trainer's data.shard_indices and
 // data.round_batches) are exactly the evaluator's own pool for A over the
-// corpus WindowIndex enumerates, so an own-shard score measures the
-// trainer's own data and the control batch never does. For a synth://
-// corpus (unbounded) the trainer's windows follow the same shard rule.
+// corpus WindowIndex enumerates (contiguous blocks, the same gap), so an
+// own-shard score measures the trainer's own data and the control batch
+// never does — not even a window sharing a point with it. For a synth://
+// corpus (unbounded) the trainer's windows interleave (i mod shard_count).
 func TestTrainerShardsAreTheOwnPool(t *testing.T) {
 	raw, err := os.ReadFile(filepath.Join("testdata", "score", "shards.json"))
 	if err != nil {
@@ -25,22 +26,42 @@ func TestTrainerShardsAreTheOwnPool(t *testing.T) {
 		WindowLen      int     `json:"window_len"`
 		Stride         int     `json:"stride"`
 		ShardCount     int     `json:"shard_count"`
+		ShardGap       int     `json:"shard_gap"`
 		Shards         []int   `json:"shards"`
 		TrainerWindows []int   `json:"trainer_windows"`
 		RoundBatches   [][]int `json:"round_batches"`
 		Synth          struct {
 			RoundBatches [][]int `json:"round_batches"`
 		} `json:"synth"`
+		Ranges []struct {
+			N          int      `json:"n"`
+			ShardCount int      `json:"shard_count"`
+			Gap        int      `json:"gap"`
+			Ranges     [][2]int `json:"ranges"`
+		} `json:"ranges"`
 	}
 	if err := json.Unmarshal(raw, &v); err != nil {
 		t.Fatal(err)
+	}
+	if len(v.Ranges) == 0 {
+		t.Fatal("no shard range vectors")
+	}
+	for _, c := range v.Ranges {
+		for s, want := range c.Ranges {
+			if lo, hi := ShardRange(s, c.ShardCount, c.N, c.Gap); lo != want[0] || hi != want[1] {
+				t.Errorf("shard %d of %d over %d windows, gap %d: [%d, %d), the trainer's [%d, %d)", s, c.ShardCount, c.N, c.Gap, lo, hi, want[0], want[1])
+			}
+		}
 	}
 	w, err := NewWindowIndex(v.Lengths, v.WindowLen, v.Stride)
 	if err != nil {
 		t.Fatal(err)
 	}
+	if w.ShardGap() != v.ShardGap || v.ShardGap == 0 {
+		t.Fatalf("shard gap: the index's %d, the trainer's %d", w.ShardGap(), v.ShardGap)
+	}
 	// Drawing the whole own pool gives a permutation of it.
-	own, ctl, err := PickScoreWindows(BatchDraw{TaskID: "t-shards"}, w.Count(), v.Shards, v.ShardCount, len(v.TrainerWindows))
+	own, ctl, err := PickScoreWindows(BatchDraw{TaskID: "t-shards"}, w.Count(), w.ShardGap(), v.Shards, v.ShardCount, len(v.TrainerWindows))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -56,6 +77,17 @@ func TestTrainerShardsAreTheOwnPool(t *testing.T) {
 		if in[i] {
 			t.Errorf("control window %d is one the trainer trains on", i)
 		}
+		// No control window shares a point with an own window: within one
+		// series, windows within ShardGap of each other overlap.
+		cs, ca, _ := w.Locate(i)
+		for _, j := range own {
+			if os, oa, _ := w.Locate(j); os == cs && oa-ca < v.WindowLen && ca-oa < v.WindowLen {
+				t.Errorf("control window %d (series %d at %d) overlaps own window %d (at %d)", i, cs, ca, j, oa)
+			}
+		}
+	}
+	if len(ctl) == 0 {
+		t.Fatal("no control windows drawn")
 	}
 	for r, b := range v.RoundBatches {
 		for _, i := range b {

@@ -27,6 +27,13 @@ type Fault struct {
 	// its first scored input's pay verdict inverted (the wrong score a
 	// syncer colluding with a free rider would commit).
 	WrongScore *FaultAt
+	// WrongScoredSet: the commit of (Round, Fragment) of a scored run
+	// carries a scored set that is not the chain's draw: the first drawn
+	// input's score is dropped (a syncer sparing a colluding free rider its
+	// check), or, when the draw picked none, the first kept input gets a
+	// failing score (a syncer penalizing an input the draw spared). The
+	// chain refuses either commit.
+	WrongScoredSet *FaultAt
 	// Withhold: once this node computed its commit of (Round, Fragment),
 	// before it sends it, the payloads the commit keeps are withheld:
 	// WithholdingBlobs answers "not found" for them (to peers, getPayload
@@ -80,6 +87,26 @@ func (n *Node) applyFault(round uint64, c *computed) {
 				n.log.Warn("FAULT INJECTED: committing a wrong score", "round", round, "fragment", c.fragment, "trainer", c.commit.Inputs[j].TrainerDID)
 				break
 			}
+		}
+	}
+	if f != nil && c.commit.Ticket == 0 && c.commit.Scoring != nil && f.WrongScoredSet.is(round, c.fragment) {
+		moved := -1
+		for j := range c.commit.Inputs {
+			if c.commit.Inputs[j].Score != nil {
+				c.commit.Inputs[j].Score, moved = nil, j
+				break
+			}
+		}
+		if moved < 0 {
+			for j := range c.commit.Inputs {
+				if c.commit.Inputs[j].Rejected == "" {
+					c.commit.Inputs[j].Score, moved = &wire.InputScore{OwnBefore: wire.F64Of(1), OwnAfter: wire.F64Of(1), CtlBefore: wire.F64Of(1), CtlAfter: wire.F64Of(1)}, j
+					break
+				}
+			}
+		}
+		if moved >= 0 {
+			n.log.Warn("FAULT INJECTED: committing a scored set that is not the draw", "round", round, "fragment", c.fragment, "trainer", c.commit.Inputs[moved].TrainerDID)
 		}
 	}
 	if f == nil || c.commit.Ticket != 0 || !f.WrongAggregate.is(round, c.fragment) || c.commit.Status != wire.FragAggregated {

@@ -30,8 +30,9 @@ const (
 
 // WindowIndex enumerates a corpus's training windows in the trainer's order
 // (data.make_windows): series after series, starts 0, stride, 2·stride, …
-// while the whole window lies in the first ⌊n·4/5⌋ points. Window i belongs
-// to shard i mod shard_count (data.shard_indices).
+// while the whole window lies in the first ⌊n·4/5⌋ points. Shards are
+// contiguous blocks of that enumeration with a gap between them
+// (ShardRange, data.shard_indices).
 type WindowIndex struct {
 	windowLen, stride int
 	first             []int // first[s] = index of series s's first window; first[len] = Count
@@ -60,6 +61,39 @@ func NewWindowIndex(seriesLens []int, windowLen, stride int) (*WindowIndex, erro
 
 // Count is the number of training windows.
 func (w *WindowIndex) Count() int { return w.first[len(w.first)-1] }
+
+// ShardGap is the number of windows left out at the start of every shard
+// but the first (ShardRange): ⌈windowLen/stride⌉ − 1, so that no window of
+// one shard shares a point with a window of another.
+func (w *WindowIndex) ShardGap() int { return ShardGap(w.windowLen, w.stride) }
+
+// ShardGap is ⌈windowLen/stride⌉ − 1 = ⌊(windowLen − 1)/stride⌋: two
+// windows of one series whose indices differ by more than this share no
+// point (data.shard_gap).
+func ShardGap(windowLen, stride int) int {
+	if windowLen < 1 || stride < 1 {
+		return 0
+	}
+	return (windowLen - 1) / stride
+}
+
+// ShardRange is the windows [lo, hi) of shard s of shardCount over n
+// windows (data.shard_range): the contiguous block from ⌊s·n/S⌋ to
+// ⌊(s+1)·n/S⌋, less its first g windows when s > 0, where g is gap capped
+// at ⌊n/S⌋ − 1 (so a small corpus keeps a window in every shard when
+// n ≥ S, at the price of shards that touch). Windows in a gap belong to no
+// shard: they are neither trained on nor drawn for a control batch.
+func ShardRange(s, shardCount, n, gap int) (lo, hi int) {
+	lo = int(int64(s) * int64(n) / int64(shardCount))
+	hi = int(int64(s+1) * int64(n) / int64(shardCount))
+	if c := n/shardCount - 1; gap > c {
+		gap = max(c, 0)
+	}
+	if s > 0 {
+		lo += gap
+	}
+	return lo, hi
+}
 
 // Locate returns the series and start point of window i.
 func (w *WindowIndex) Locate(i int) (series, start int, err error) {
@@ -113,27 +147,33 @@ func (d BatchDraw) Seed() wire.Hash {
 	return wire.NewCanon(ScoreBatchDomain).Bytes(d.Randomness[:]).Str(d.TaskID).U64(d.Round).U64(d.Fragment).Str(d.Trainer).Sum()
 }
 
-// windowPool is the ascending list of the windows below n whose shard
-// (index mod shardCount) is in set, addressed by position without
-// materializing it: position p is window ⌊p/|set|⌋·shardCount + set[p mod |set|].
+// windowPool is the ascending list of the windows of the shards in set
+// (ShardRange), addressed by position without materializing it: the
+// shards' blocks one after another in ascending shard order.
 type windowPool struct {
-	set        []int
-	shardCount int
-	size       int
+	lo, end []int // block k is windows lo[k]..; positions below end[k] are in blocks 0..k
+	size    int
 }
 
-func newWindowPool(set []int, shardCount, n int) windowPool {
-	p := windowPool{set: set, shardCount: shardCount}
+func newWindowPool(set []int, shardCount, n, gap int) windowPool {
+	var p windowPool
 	for _, s := range set {
-		if s < n {
-			p.size += (n-s-1)/shardCount + 1
+		lo, hi := ShardRange(s, shardCount, n, gap)
+		if hi > lo {
+			p.size += hi - lo
+			p.lo, p.end = append(p.lo, lo), append(p.end, p.size)
 		}
 	}
 	return p
 }
 
 func (p windowPool) at(pos int) int {
-	return pos/len(p.set)*p.shardCount + p.set[pos%len(p.set)]
+	k, _ := slices.BinarySearch(p.end, pos+1) // the first block whose end exceeds pos
+	start := 0
+	if k > 0 {
+		start = p.end[k-1]
+	}
+	return p.lo[k] + pos - start
 }
 
 // uniform returns a uniform integer in [0, m) from the seed, the pool tag
@@ -187,14 +227,14 @@ var ErrFewWindows = errors.New("syncer: too few windows to draw a batch")
 // PickScoreWindows draws the two batches of one scored submission: count
 // distinct windows of the trainer's own shards and count distinct windows
 // of every other shard (the control), out of n training windows split into
-// shardCount shards (window i in shard i mod shardCount). Shards must be
-// distinct and in 0..shardCount−1, and leave at least one shard to the
-// control.
-func PickScoreWindows(d BatchDraw, n int, shards []int, shardCount, count int) (own, control []int, err error) {
+// shardCount contiguous shards with gap windows between them (ShardRange).
+// Shards must be distinct and in 0..shardCount−1, and leave at least one
+// shard to the control.
+func PickScoreWindows(d BatchDraw, n, gap int, shards []int, shardCount, count int) (own, control []int, err error) {
 	if shardCount < 2 || len(shards) == 0 || len(shards) >= shardCount {
 		return nil, nil, fmt.Errorf("syncer: %d of %d shards: want at least one own shard and one other", len(shards), shardCount)
 	}
-	if count < 1 || count > maxScoreBatchSize || n < 0 {
+	if count < 1 || count > maxScoreBatchSize || n < 0 || gap < 0 {
 		return nil, nil, fmt.Errorf("syncer: batch of %d windows out of %d, want 1..%d", count, n, maxScoreBatchSize)
 	}
 	in := make([]bool, shardCount)
@@ -213,7 +253,7 @@ func PickScoreWindows(d BatchDraw, n int, shards []int, shardCount, count int) (
 		}
 	}
 	seed := d.Seed()
-	po, pc := newWindowPool(ownSet, shardCount, n), newWindowPool(otherSet, shardCount, n)
+	po, pc := newWindowPool(ownSet, shardCount, n, gap), newWindowPool(otherSet, shardCount, n, gap)
 	if po.size < count || pc.size < count {
 		return nil, nil, fmt.Errorf("%w: own shards hold %d, the others %d, a batch is %d", ErrFewWindows, po.size, pc.size, count)
 	}

@@ -37,7 +37,11 @@ func scoreCorpusCSV() []byte {
 // (rate 10000) by TimesFMScore on batches of 4 windows of a CSV corpus.
 // Every node has its own plugin engine; validator 1's runs wazero's
 // interpreter.
-func newScoredCNet(t *testing.T) *cnet {
+func newScoredCNet(t *testing.T) *cnet { return newScoredCNetWith(t, `"rate_bps":10000`) }
+
+// newScoredCNetWith is newScoredCNet with more members of the spec's
+// scoring field (rate_bps, forfeit, test).
+func newScoredCNetWith(t *testing.T, scoring string) *cnet {
 	t.Helper()
 	ctx := context.Background()
 	model, err := os.ReadFile("../plugins/testdata/score/odd/model.safetensors")
@@ -64,7 +68,7 @@ func newScoredCNet(t *testing.T) *cnet {
 	}
 	params := `{"context_len":20,"horizon":3,"patch_len":5,"d_model":12,"n_layers":2,"n_heads":3,"d_ff":10}`
 	arch := fmt.Sprintf(`{"family":"timesfm","param_count":%d,"modality":"Timeseries","fragment_count":2,"dtype":"f32","metadata":%s}`, n, params)
-	extra := fmt.Sprintf(`,"scoring":{"evaluator":"TimesFMScore","params":%s,"rate_bps":10000,"batch":4,"corpus":%q}`, params, wire.ContentHash(corpus).String())
+	extra := fmt.Sprintf(`,"scoring":{"evaluator":"TimesFMScore","params":%s,%s,"batch":4,"corpus":%q}`, params, scoring, wire.ContentHash(corpus).String())
 	return newCNetWith(t, cnetOpts{extra: extra, arch: arch, datasetHash: "0x" + fmt.Sprintf("%x", dh[:]), weights: model, blobs: [][]byte{corpus},
 		engine: func(node int) syncer.Engine {
 			// nodes: 2 syncers, then 4 validators; validator 1 runs its own
@@ -124,7 +128,11 @@ func checkScores(t *testing.T, tr []wire.RoundCommit, zero string) {
 // different wazero engines compute the same result hash (and agree with
 // the honest fragment 1 commit bit for bit); the challenge is upheld, the
 // syncer slashed, the round redone with a fresh scoring seed, and the run
-// seals with the free rider unpaid and its failed checks counted.
+// seals with the free rider unpaid and its failed checks counted. Its
+// process-level twin is e2e TestChallengeWrongScoreFourValidators (real
+// nodes, every one on wazero's compiler); this one keeps what that cannot
+// show cheaply: a validator on the interpreter agreeing bit for bit, and the
+// seal with the scored transcript in the receipt.
 func TestScoredRunWrongScoreChallenged(t *testing.T) {
 	c := newScoredCNet(t)
 	c.zeros = map[int]bool{1: true}
@@ -236,4 +244,118 @@ func (c *cnet) transcriptBlob(rc *wire.Receipt) []byte {
 		c.t.Fatal(err)
 	}
 	return b
+}
+
+// TestScoredRunSampled: sampling below rate 1 through the node path. A
+// scored run at rate_bps 5000 with forfeit k = 1, trainer 1 a free rider
+// (all-zero gradients). The chain refuses the elected syncer's commit of
+// round 0 fragment 0 whose scored set is not the draw (fault:
+// WrongScoredSet drops a drawn input's score), and takes the same
+// fragment recomputed honestly. In the sealed run every kept input carries
+// a score exactly when wire.ScoreSampled drew it (some drawn, some not),
+// and each trainer's paid weight is the pay rule on the transcript: N per
+// undrawn or passing input, minus k × N × 10⁴ / rate_bps per failed one,
+// floored at zero (the free rider's failures forfeit what its undrawn
+// inputs earned).
+func TestScoredRunSampled(t *testing.T) {
+	const rate, k = 5000, 1
+	c := newScoredCNetWith(t, fmt.Sprintf(`"rate_bps":%d,"forfeit":%d`, rate, k))
+	c.zeros = map[int]bool{1: true}
+	zero := c.tr[1].DID.String()
+	bad := c.syncerIndex()
+	c.faults[bad].WrongScoredSet = &syncer.FaultAt{Round: 0, Fragment: 0}
+	c.submitRound()
+	// Fragment 0 is due and has its scoring seed (fragment 1's records
+	// came in later blocks); fragment 1 gets its seed at the next block.
+	c.block()
+	err := c.syncers[bad].Tick(c.ctx)
+	if err == nil || !strings.Contains(err.Error(), "is drawn for scoring and has no score") && !strings.Contains(err.Error(), "has a score but is not a kept input drawn for scoring") {
+		t.Fatalf("a commit whose scored set is not the draw: %v", err)
+	}
+	if r := c.run(); r.Round != 0 || r.Fragments[0].Committed || !r.Fragments[1].Committed {
+		t.Fatalf("after the refused commit: round %d, fragments %+v", r.Round, r.Fragments)
+	}
+	c.faults[bad].WrongScoredSet = nil
+	c.block()
+	c.tickSyncers()
+	if r := c.run(); r.Round != 1 {
+		t.Fatalf("round %d after the honest commit, want 1", r.Round)
+	}
+	sizes := map[int]int64{}
+	for _, f := range c.run().Fragments {
+		sizes[f.Index] = f.N
+	}
+	rc := c.untilSealed()
+	final, err := c.syncers[0].GetTranscript(c.ctx, c.task)
+	if err != nil {
+		t.Fatal(err)
+	}
+	weight, forfeit := map[string]*big.Int{}, map[string]*big.Int{}
+	fails := map[string]uint64{}
+	var drawn, spared, zeroFails, zeroSpared int
+	for _, tr := range c.tr {
+		weight[tr.DID.String()], forfeit[tr.DID.String()] = new(big.Int), new(big.Int)
+	}
+	for _, rcm := range final {
+		for _, fc := range rcm.Fragments {
+			if fc.Status != wire.FragAggregated || fc.Scoring == nil || fc.Scoring.RateBps != rate {
+				t.Fatalf("round %d fragment %d: status %s scoring %+v", rcm.Round, fc.Fragment, fc.Status, fc.Scoring)
+			}
+			n := sizes[fc.Fragment]
+			for _, in := range fc.Inputs {
+				if in.Rejected != "" {
+					t.Fatalf("round %d fragment %d: %s rejected: %s", rcm.Round, fc.Fragment, in.TrainerDID, in.Rejected)
+				}
+				d := in.TrainerDID
+				want := wire.ScoreSampled(fc.Scoring.Seed, c.task, rcm.Round, uint64(fc.Fragment), d, rate)
+				if (in.Score != nil) != want {
+					t.Fatalf("round %d fragment %d %s: scored %v, the draw says %v", rcm.Round, fc.Fragment, d, in.Score != nil, want)
+				}
+				switch s := in.Score; {
+				case s == nil:
+					spared++
+					weight[d].Add(weight[d], big.NewInt(n))
+					if d == zero {
+						zeroSpared++
+					}
+				case s.Failed != "":
+					t.Fatalf("round %d fragment %d %s: the evaluator failed: %s", rcm.Round, fc.Fragment, d, s.Failed)
+				case s.Pass != wire.ScorePassesTest(fc.Scoring.Test, s.OwnBefore.Float(), s.OwnAfter.Float(), s.CtlBefore.Float(), s.CtlAfter.Float()):
+					t.Fatalf("round %d fragment %d %s: pass %v disagrees with the losses %+v", rcm.Round, fc.Fragment, d, s.Pass, s)
+				case d == zero && (s.Pass || s.OwnBefore != s.OwnAfter):
+					t.Fatalf("round %d fragment %d: the zero gradient scored %+v", rcm.Round, fc.Fragment, s)
+				case s.Pass:
+					drawn++
+					weight[d].Add(weight[d], big.NewInt(n))
+				default:
+					drawn++
+					fails[d]++
+					forfeit[d].Add(forfeit[d], big.NewInt(k*n*10000/rate))
+					if d == zero {
+						zeroFails++
+					}
+				}
+			}
+		}
+	}
+	// The draw at this rate must have both scored and spared inputs, and
+	// the free rider both (else the forfeit arithmetic is not exercised).
+	if drawn == 0 || spared == 0 || zeroFails == 0 || zeroSpared == 0 {
+		t.Fatalf("draw: %d scored, %d spared; the free rider failed %d and was spared %d", drawn, spared, zeroFails, zeroSpared)
+	}
+	m := c.run().TrainerMetrics
+	for _, p := range rc.Rewards {
+		want := new(big.Int).Sub(weight[p.DID], forfeit[p.DID])
+		if want.Sign() < 0 {
+			want.SetInt64(0)
+		}
+		if p.WeightSum != want.String() {
+			t.Fatalf("%s: paid weight %s, want %s − %s = %s", p.DID, p.WeightSum, weight[p.DID], forfeit[p.DID], want)
+		}
+		if m[p.DID].ScoreFails != fails[p.DID] {
+			t.Fatalf("%s: score_fails %d, failed checks in the transcript %d", p.DID, m[p.DID].ScoreFails, fails[p.DID])
+		}
+		t.Logf("%s: weight %s, forfeit %s (%d failed), paid weight %s, reward %s", p.DID, weight[p.DID], forfeit[p.DID], fails[p.DID], p.WeightSum, p.Reward)
+	}
+	t.Logf("%d inputs scored, %d spared by the draw at rate %d bps", drawn, spared, rate)
 }

@@ -119,9 +119,19 @@ def windows_vector() -> dict:
 
 
 # the shard rule (scoring.md §3): a trainer with SHARDS of SHARD_COUNT trains on the same windows the evaluator's own
-# pool holds; the synth corpus (unbounded) uses the same rule on its window stream
+# pool holds (contiguous blocks with shard_gap windows between them); the synth corpus (unbounded) interleaves
+# its window stream (window i in shard i mod SHARD_COUNT)
 SHARD_COUNT, SHARDS, SHARD_ROUNDS, SHARD_STEPS, SHARD_BATCH = 5, [1, 3], 3, 4, 6
 SYNTH_REF = "synth://kernelsynth/v1?seed=23"
+SHARD_RANGE_CASES = [
+    (0, 2, 0),
+    (7, 3, 1),
+    (10, 4, 5),
+    (3419, 8, 39),
+    (3419, 12, 39),
+    (1000, 6, 3),
+    (2**40 + 3, 7, 1023),
+]
 
 
 def shards_vector() -> dict:
@@ -129,20 +139,26 @@ def shards_vector() -> dict:
     data.shard_indices over the windows.json corpus, whose order WindowIndex reproduces) and the batches its
     inner loop draws (data.round_batches) for a finite corpus and for a synth:// corpus."""
     n = len(windows_vector()["windows"])
-    pool = sorted(int(i) for s in SHARDS for i in data.shard_indices(n, s, SHARD_COUNT))
+    gap = data.shard_gap(WINDOW_LEN, STRIDE)
+    pool = sorted(int(i) for s in SHARDS for i in data.shard_indices(n, s, SHARD_COUNT, gap))
     task = "t-shards"
 
     def batches(n_: int | None) -> list[list[int]]:
         out = []
         for r in range(SHARD_ROUNDS):
-            for b in data.round_batches(n_, SHARDS, SHARD_COUNT, task, r, SHARD_STEPS, SHARD_BATCH):
+            for b in data.round_batches(n_, SHARDS, SHARD_COUNT, task, r, SHARD_STEPS, SHARD_BATCH, gap if n_ else 0):
                 out.append([int(i) for i in b])
         return out
 
     return {
-        "lengths": WINDOW_LENS, "window_len": WINDOW_LEN, "stride": STRIDE, "shard_count": SHARD_COUNT,
+        "lengths": WINDOW_LENS, "window_len": WINDOW_LEN, "stride": STRIDE, "shard_count": SHARD_COUNT, "shard_gap": gap,
         "shards": SHARDS, "trainer_windows": pool, "round_batches": batches(n),
         "synth": {"ref": SYNTH_REF, "round_batches": batches(None)},
+        # data.shard_range over more corpus sizes, shard counts and gaps (Go: syncer.ShardRange)
+        "ranges": [
+            {"n": n_, "shard_count": s_, "gap": g_, "ranges": [list(data.shard_range(n_, i, s_, g_)) for i in range(s_)]}
+            for n_, s_, g_ in SHARD_RANGE_CASES
+        ],
     }  # fmt: skip
 
 

@@ -46,12 +46,23 @@ def test_windows_shards_and_batches(corpus):
     tr, ev = data.make_windows(corpus, 64, 16)
     assert tr.x.shape[1:] == (64,) and tr.y.shape[1:] == (16,) and len(ev) > 0
     parts = [data.shard_indices(len(tr), s, 8) for s in range(8)]
-    assert sorted(np.concatenate(parts).tolist()) == list(range(len(tr)))
-    a = data.round_batches(len(tr), [3], 8, "t", 5, 4, 16)
-    b = data.round_batches(len(tr), [3], 8, "t", 5, 4, 16)
+    assert sorted(np.concatenate(parts).tolist()) == list(range(len(tr)))  # gap 0: a partition
+    assert all((np.diff(p) == 1).all() for p in parts)  # contiguous blocks
+    gap = data.shard_gap(80, 1)
+    assert gap == 79 and data.shard_gap(80, 2) == 39 and data.shard_gap(80, 80) == 0 and data.shard_gap(81, 80) == 1
+    lo3, hi3 = data.shard_range(len(tr), 3, 8, gap)
+    a = data.round_batches(len(tr), [3], 8, "t", 5, 4, 16, gap)
+    b = data.round_batches(len(tr), [3], 8, "t", 5, 4, 16, gap)
     assert all((x == y).all() for x, y in zip(a, b, strict=True))
-    assert all((i % 8 == 3).all() for i in a)
-    assert not (a[0] == data.round_batches(len(tr), [3], 8, "t", 6, 4, 16)[0]).all()
+    assert all(((i >= lo3) & (i < hi3)).all() for i in a)
+    assert lo3 == 3 * len(tr) // 8 + gap and hi3 == 4 * len(tr) // 8
+    _, hi2 = data.shard_range(len(tr), 2, 8, gap)
+    assert lo3 - (hi2 - 1) > gap  # no window of shard 3 shares a point with one of shard 2
+    assert not (a[0] == data.round_batches(len(tr), [3], 8, "t", 6, 4, 16, gap)[0]).all()
+    assert data.shard_range(10, 1, 4, 5) == (3, 5)  # a gap that would empty a block is capped at n // S - 1
+    assert [data.shard_range(3, s, 4, 5) for s in range(4)] == [(0, 0), (0, 1), (1, 2), (2, 3)]  # n < S
+    with pytest.raises(data.DatasetError):
+        data.shard_range(10, 4, 4)
 
 
 @pytest.mark.parametrize("family", models.FAMILIES)

@@ -339,19 +339,50 @@ def make_windows(
     return pack(tr_c, tr_t), pack(ev_c, ev_t)
 
 
-def shard_indices(n: int, shard: int, shard_count: int) -> np.ndarray:
-    """Window i belongs to shard i mod shard_count."""
+def shard_gap(window_len: int, stride: int) -> int:
+    """Windows left out at the start of every shard but the first: ceil(window_len / stride) - 1, so that no
+    window of one shard shares a point with a window of another (Go: syncer.ShardGap)."""
+    if window_len < 1 or stride < 1:
+        return 0
+    return (window_len - 1) // stride
+
+
+def shard_range(n: int, shard: int, shard_count: int, gap: int = 0) -> tuple[int, int]:
+    """The windows [lo, hi) of ``shard``: the contiguous block floor(s*n/S) .. floor((s+1)*n/S) of the
+    enumeration, less its first g windows when s > 0, g = ``gap`` capped at floor(n/S) - 1 (a small corpus
+    keeps a window in every shard when n >= S, its shards touching). Windows in a gap belong to no shard
+    (Go: syncer.ShardRange; docs/protocol/scoring.md §3)."""
     if not 0 <= shard < shard_count:
         raise DatasetError(f"shard {shard} out of range 0..{shard_count - 1}")
-    return np.arange(shard, n, shard_count)
+    if gap < 0:
+        raise DatasetError(f"shard gap {gap}: want >= 0")
+    lo, hi = shard * n // shard_count, (shard + 1) * n // shard_count
+    gap = min(gap, max(n // shard_count - 1, 0))
+    if shard > 0:
+        lo += gap
+    return lo, hi
+
+
+def shard_indices(n: int, shard: int, shard_count: int, gap: int = 0) -> np.ndarray:
+    """The windows of ``shard`` of a finite corpus of ``n`` windows: a contiguous block (``shard_range``)."""
+    lo, hi = shard_range(n, shard, shard_count, gap)
+    return np.arange(lo, hi, dtype=np.int64)
 
 
 def round_batches(
-    n: int | None, shards: list[int], shard_count: int, task_id: str, round_: int, steps: int, batch: int
+    n: int | None,
+    shards: list[int],
+    shard_count: int,
+    task_id: str,
+    round_: int,
+    steps: int,
+    batch: int,
+    gap: int = 0,
 ) -> list[np.ndarray]:
     """The window indices of each of ``steps`` batches a trainer with ``shards`` uses in a round.
 
-    A finite corpus (``n`` windows): window i belongs to shard i mod shard_count; the batches are drawn
+    A finite corpus (``n`` windows): shard s is a contiguous block of windows with ``gap`` windows left out
+    between shards (``shard_range``; a loader passes its windows' ``shard_gap``); the batches are drawn
     from a permutation of the shards' windows seeded with the first 8 bytes of
     SHA-256(task_id ‖ 0 ‖ shards ‖ round).
 
@@ -375,7 +406,7 @@ def round_batches(
             k = (round_ * steps + h) * per + b // m
             out.append(k * shard_count + sh)
         return out
-    pool = np.concatenate([shard_indices(n, s, shard_count) for s in sorted(shards)])
+    pool = np.concatenate([shard_indices(n, s, shard_count, gap) for s in sorted(shards)])
     if len(pool) == 0:
         raise DatasetError(f"shards {shards} hold no windows")
     h = hashlib.sha256(f"{task_id}\0{sorted(shards)}\0{round_}".encode()).digest()
@@ -396,6 +427,8 @@ class WindowSet:
     """Normalized (context, horizon) windows addressed by index; ``n`` is None when unbounded."""
 
     n: int | None
+    # windows left out between shards (shard_gap); 0 for an unbounded set, whose shards interleave
+    shard_gap: int = 0
 
     def get(self, idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         raise NotImplementedError
@@ -417,6 +450,7 @@ class SeriesWindows(WindowSet):
             raise DatasetError(f"stride {stride}: want >= 1")
         self.series, self.c, self.h, self.stride = series, context_len, horizon, stride
         w = context_len + horizon
+        self.shard_gap = shard_gap(w, stride)
         starts, counts = [], []
         for v in series:
             cut = int(len(v) * (1.0 - holdout))
@@ -481,7 +515,7 @@ def batch(
     (what a node or an evaluator regenerates to re-run that step)."""
     if not 0 <= step < steps:
         raise DatasetError(f"step {step} out of range 0..{steps - 1}")
-    idx = round_batches(windows.n, shards, shard_count, task_id, round_, steps, size)[step]
+    idx = round_batches(windows.n, shards, shard_count, task_id, round_, steps, size, windows.shard_gap)[step]
     return windows.get(idx)
 
 

@@ -326,8 +326,9 @@ class Trainer:
         assert self.model is not None and self.opt is not None and self.train_w is not None
         shard_count = int(self.spec.get("shard_count") or 0) or int(self.spec["trainer_count"])
         batches = data.round_batches(
-            self.train_w.n, shards, shard_count, self.cfg.task_id, r, steps, self.cfg.inner.batch_size
-        )
+            self.train_w.n, shards, shard_count, self.cfg.task_id, r, steps, self.cfg.inner.batch_size,
+            self.train_w.shard_gap,
+        )  # fmt: skip
         self.model.train()
         last: torch.Tensor | None = None
         pin = self.device.type == "cuda"
