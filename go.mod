@@ -7,6 +7,7 @@ require (
 	github.com/beevik/etree v1.7.0
 	github.com/cockroachdb/pebble/v2 v2.1.7
 	github.com/cometbft/cometbft v0.38.19
+	github.com/cometbft/cometbft-db v0.14.1
 	github.com/cosmos/iavl v1.3.5
 	github.com/cosmos/ics23/go v0.10.0
 	github.com/creachadair/jrpc2 v1.3.6
@@ -62,7 +63,6 @@ require (
 	github.com/cockroachdb/redact v1.1.5 // indirect
 	github.com/cockroachdb/swiss v0.0.0-20260820225851-333444432258 // indirect
 	github.com/cockroachdb/tokenbucket v0.0.0-20230807174530-cc333fc44b06 // indirect
-	github.com/cometbft/cometbft-db v0.14.1 // indirect
 	github.com/cosmos/gogoproto v1.7.0 // indirect
 	github.com/crackcomm/go-gitignore v0.0.0-20241020182519-7843d2ba8fdf // indirect
 	github.com/creachadair/mds v0.31.0 // indirect

@@ -50,10 +50,13 @@ TNZO = 10**18
 COUNTS = ("inputs", "kept", "selected", "copy", "rejected", "scored", "passed")
 
 
-def scoring_spec(batch: int) -> dict:
+def scoring_spec(batch: int, test: str = "") -> dict:
     md = models.DEMO.metadata()
     params = {k: md[k] for k in ("context_len", "horizon", "patch_len", "d_model", "n_layers", "n_heads", "d_ff")}
-    return {"evaluator": "TimesFMScore", "params": params, "rate_bps": 10000, "batch": batch}
+    spec = {"evaluator": "TimesFMScore", "params": params, "rate_bps": 10000, "batch": batch}
+    if test:  # the spec's pay test (scoring.md §8); absent = the default, own_improves
+        spec["test"] = test
+    return spec
 
 
 def settle(c: Client, dids: list[str], timeout: float = 120) -> dict[str, int]:
@@ -107,7 +110,7 @@ def run_rule(url: str, bins: Path, label: str, rule: str, params: dict | None, a
         aggregation_params=params, attackers=attackers, bins=bins, quiet=True, grace_window_ms=a.grace_ms,
         dataset_ref=SYNTH if a.dataset == "synth" else "", dataset="ipfs" if a.dataset == "ipfs" else "statsmodels",
         reward_pool=a.pool * TNZO, task_id=f"freeriders-{label}-{rule.lower()}-{int(time.time())}",
-        score_corpus=a.score_corpus, spec_extra={"round_deadline_ms": 300_000, **({"scoring": scoring_spec(a.score_batch)} if a.scoring else {})},
+        score_corpus=a.score_corpus, spec_extra={"round_deadline_ms": 300_000, **({"scoring": scoring_spec(a.score_batch, a.score_test)} if a.scoring else {})},
     )  # fmt: skip
     t0 = time.monotonic()
     c, task, procs, keys = start(e)
@@ -174,6 +177,12 @@ def main() -> None:
     ap.add_argument("--pool", type=int, default=10, help="reward pool in TNZO")
     ap.add_argument("--score-batch", type=int, default=16)
     ap.add_argument("--no-scoring", dest="scoring", action="store_false")
+    ap.add_argument(
+        "--score-test",
+        choices=["", "own_improves", "own_beats_control"],
+        default="",
+        help="the spec's scoring.test (default: absent, which means own_improves)",
+    )
     ap.add_argument(
         "--score-corpus",
         action="store_true",
@@ -259,7 +268,7 @@ def report(res: list[dict], a: argparse.Namespace) -> None:
         + (f"`{SYNTH}`" if a.dataset == "synth" else "the statsmodels corpus as CSV (`tenzro dataset add`, ipfs://)")
         + f", reward pool {a.pool} TNZO, "
         f"grace window {a.grace_ms} ms, "
-        + (f"scoring `{json.dumps(scoring_spec(a.score_batch))}`" if a.scoring else "no scoring field")
+        + (f"scoring `{json.dumps(scoring_spec(a.score_batch, a.score_test))}`" if a.scoring else "no scoring field")
         + (" + `corpus`: the BLAKE3 content hash of the uploaded CSV." if a.scoring and a.score_corpus else "."),
         "Payout = ledger balance after the seal − balance right after the faucet (reward + refunded stake − stake − "
         "fees − slashes); fees are ~0.002 TNZO per submission, so an unpaid trainer shows a small negative payout. "

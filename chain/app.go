@@ -84,6 +84,10 @@ type App struct {
 	// committed is the state tree at height (nil before the first
 	// commit): proofs are built from it.
 	committed *iavl.ImmutableTree
+	// recent are the last recentProvable committed heights' trees and run
+	// logs, oldest first: proven queries at a height a light client
+	// verified a header for, while the chain moves on.
+	recent []provable
 
 	snap *snapshotter
 	keep int64 // AppOptions.KeepHeights
@@ -264,6 +268,7 @@ func (a *App) open(ctx context.Context) error {
 	if root := immutableRoot(a.committed); root != a.stateHash {
 		return fmt.Errorf("chain: state tree root %s at height %d, the chain store says %s", root, a.height, a.stateHash)
 	}
+	a.remember()
 	return nil
 }
 
@@ -519,6 +524,7 @@ func (a *App) Commit(ctx context.Context, _ *abci.RequestCommit) (*abci.Response
 		return nil, fmt.Errorf("chain: commit height %d: %w", p.height, err)
 	}
 	a.height, a.appHash, a.stateHash, a.block, a.runLog, a.committed = p.height, p.appHash, p.stateHash, p.block, p.runLog, committed
+	a.remember()
 	a.pending = nil
 	a.cmu.Lock()
 	a.check = nil
@@ -611,6 +617,9 @@ type RunLogInfo struct {
 func (a *App) Query(ctx context.Context, req *abci.RequestQuery) (*abci.ResponseQuery, error) {
 	a.mu.RLock()
 	defer a.mu.RUnlock()
+	if req.Prove && req.Height != 0 && req.Height != a.height {
+		return a.proveQueryAt(req), nil
+	}
 	if req.Height != 0 && req.Height != a.height {
 		return &abci.ResponseQuery{Code: CodeInvalid, Log: fmt.Sprintf("height %d: only the last committed height %d is served", req.Height, a.height), Height: a.height}, nil
 	}

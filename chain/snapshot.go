@@ -533,6 +533,8 @@ func (a *App) finishRestore(ctx context.Context, r *restore) error {
 	a.mu.Lock()
 	a.height, a.appHash, a.stateHash, a.runLog, a.committed = r.height, app, root, rl, it
 	a.restoredAt = r.height
+	a.recent = nil
+	a.remember()
 	a.block = machine.Block{Height: r.height, TimeMs: r.meta.BlockTimeMs, Hash: append([]byte{}, r.meta.BlockHash...)}
 	a.mu.Unlock()
 	a.log.Info("snapshot restored", "height", r.height, "app_hash", app)

@@ -14,6 +14,7 @@ import (
 	cmtcrypto "github.com/cometbft/cometbft/proto/tendermint/crypto"
 	rpcclient "github.com/cometbft/cometbft/rpc/client"
 	"github.com/cometbft/cometbft/types"
+	"github.com/cosmos/iavl"
 	ics23 "github.com/cosmos/ics23/go"
 
 	"github.com/tenzro/train/machine"
@@ -109,25 +110,70 @@ func bigEndian(v uint64) []byte {
 	return b
 }
 
-// proveQuery answers a query with prove=true (read lock held).
+// recentProvable is how many of the last committed heights answer proven
+// queries (a light client reads at the height below its newest verified
+// header, which may be a few blocks behind the node's last).
+const recentProvable = 64
+
+// provable is a committed height's state tree and run log.
+type provable struct {
+	height int64
+	tree   *iavl.ImmutableTree
+	log    runLog
+}
+
+// remember keeps the committed height among the recent ones (write lock
+// held).
+func (a *App) remember() {
+	if a.committed == nil {
+		return
+	}
+	a.recent = append(a.recent, provable{height: a.height, tree: a.committed, log: a.runLog})
+	if n := len(a.recent); n > recentProvable {
+		a.recent = append(a.recent[:0:0], a.recent[n-recentProvable:]...)
+	}
+}
+
+// proveQuery answers a query with prove=true at the last committed height
+// (read lock held).
 func (a *App) proveQuery(req *abci.RequestQuery) *abci.ResponseQuery {
+	return a.proveAt(req, provable{height: a.height, tree: a.committed, log: a.runLog})
+}
+
+// proveQueryAt answers a query with prove=true at req.Height, one of the
+// recent heights whose tree versions are not pruned (read lock held).
+func (a *App) proveQueryAt(req *abci.RequestQuery) *abci.ResponseQuery {
+	for _, p := range a.recent {
+		if p.height == req.Height && (a.keep <= 0 || p.height > a.height-a.keep) {
+			return a.proveAt(req, p)
+		}
+	}
+	lo := a.height
+	if len(a.recent) > 0 {
+		lo = a.recent[0].height
+	}
+	return &abci.ResponseQuery{Code: CodeInvalid, Height: a.height,
+		Log: fmt.Sprintf("height %d: proven queries are served at heights %d..%d only (the last %d committed)", req.Height, lo, a.height, recentProvable)}
+}
+
+func (a *App) proveAt(req *abci.RequestQuery, at provable) *abci.ResponseQuery {
 	key, err := ProvableKey(req.Path, string(req.Data))
 	if err != nil {
-		return &abci.ResponseQuery{Code: codeOf(err), Log: err.Error(), Height: a.height}
+		return &abci.ResponseQuery{Code: codeOf(err), Log: err.Error(), Height: at.height}
 	}
-	if a.committed == nil {
-		return &abci.ResponseQuery{Code: CodeNotFound, Log: "no committed state yet", Height: a.height}
+	if at.tree == nil {
+		return &abci.ResponseQuery{Code: CodeNotFound, Log: "no committed state yet", Height: at.height}
 	}
-	v, p, err := proveKey(a.committed, key)
+	v, p, err := proveKey(at.tree, key)
 	if err != nil {
-		return &abci.ResponseQuery{Code: CodeInternal, Log: err.Error(), Height: a.height}
+		return &abci.ResponseQuery{Code: CodeInternal, Log: err.Error(), Height: at.height}
 	}
 	pb, err := p.Marshal()
 	if err != nil {
-		return &abci.ResponseQuery{Code: CodeInternal, Log: err.Error(), Height: a.height}
+		return &abci.ResponseQuery{Code: CodeInternal, Log: err.Error(), Height: at.height}
 	}
-	step, _ := json.Marshal(AppHashStep{Height: a.height, LogSize: a.runLog.size, LogRoot: a.runLog.root})
-	return &abci.ResponseQuery{Code: CodeOK, Key: key, Value: v, Height: a.height, ProofOps: &cmtcrypto.ProofOps{Ops: []cmtcrypto.ProofOp{
+	step, _ := json.Marshal(AppHashStep{Height: at.height, LogSize: at.log.size, LogRoot: at.log.root})
+	return &abci.ResponseQuery{Code: CodeOK, Key: key, Value: v, Height: at.height, ProofOps: &cmtcrypto.ProofOps{Ops: []cmtcrypto.ProofOp{
 		{Type: ProofOpIAVL, Key: key, Data: pb},
 		{Type: ProofOpAppHash, Data: step},
 	}}}

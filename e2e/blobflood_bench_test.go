@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io/fs"
 	"math/big"
 	"math/rand/v2"
 	"os"
@@ -87,7 +86,7 @@ func TestBlobFloodBench(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	idleDisk := dirBytes(blobDir)
+	idleDisk, _ := dirBytes(t, blobDir)
 
 	type stats struct {
 		sent, stored, tries atomic.Int64
@@ -154,7 +153,7 @@ func TestBlobFloodBench(t *testing.T) {
 		if err != nil {
 			t.Errorf("rss: %v", err)
 		}
-		d := dirBytes(blobDir)
+		d, _ := dirBytes(t, blobDir)
 		peakRSS, peakDisk = max(peakRSS, r), max(peakDisk, d)
 		return r, d
 	}
@@ -217,24 +216,6 @@ func rssBytes(pid int) (int64, error) {
 		}
 	}
 	return 0, fmt.Errorf("no VmRSS in /proc/%d/status", pid)
-}
-
-// dirBytes is the size of the files under dir (files that vanish while it
-// walks are skipped).
-func dirBytes(dir string) int64 {
-	var n int64
-	_ = filepath.WalkDir(dir, func(_ string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return nil
-		}
-		if d.Type().IsRegular() {
-			if fi, err := d.Info(); err == nil {
-				n += fi.Size()
-			}
-		}
-		return nil
-	})
-	return n
 }
 
 func mustBig(t *testing.T, s string) *big.Int {

@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -40,6 +41,8 @@ type chainNode struct {
 	cmd               *exec.Cmd
 	log               *os.File
 	done              chan struct{}
+	// light: a light client (no CometBFT RPC, no replica).
+	light bool
 }
 
 func (n *chainNode) start(t testing.TB) {
@@ -542,6 +545,39 @@ func TestChainFourValidators(t *testing.T) {
 		"--comet-rpc", "http://"+mustNodeConfig(t, nodes[3].home).RPCAddr)
 	if out, err := wrong.CombinedOutput(); err == nil || !strings.Contains(string(out), "not the genesis validator set") {
 		t.Fatalf("prove with another network's genesis: %v %s", err, out)
+	}
+	// The receipt against a light-client-verified chain with no node of
+	// one's own: node 3's CometBFT RPC as primary, node 0's as witness, the
+	// genesis as trust root; the forged receipt, another network's genesis
+	// and --light without a genesis are refused.
+	genesisPath := filepath.Join(nodes[0].home, "config", "genesis.json")
+	comet3, comet0 := "http://"+mustNodeConfig(t, nodes[3].home).RPCAddr, "http://"+mustNodeConfig(t, nodes[0].home).RPCAddr
+	lightVerify := func(receipt, genesis string) (string, int) {
+		args := []string{"receipt", "verify", "--receipt", receipt, "--light", comet3, "--light-witnesses", comet0}
+		if genesis != "" {
+			args = append(args, "--genesis", genesis)
+		}
+		out, err := exec.Command(filepath.Join(binDir, "tenzro"), args...).CombinedOutput()
+		var ee *exec.ExitError
+		if errors.As(err, &ee) {
+			return string(out), ee.ExitCode()
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(out), 0
+	}
+	if out, code := lightVerify(receiptPath, genesisPath); code != 0 || !strings.Contains(out, "checked: compact, light)") || !strings.Contains(out, "committed on chain at height") {
+		t.Fatalf("receipt verify --light: exit %d\n%s", code, out)
+	}
+	if out, code := lightVerify(forgedPath, genesisPath); code != 1 || !strings.Contains(out, "against the light-verified chain") {
+		t.Fatalf("forged receipt with --light: exit %d\n%s", code, out)
+	}
+	if out, code := lightVerify(receiptPath, filepath.Join(otherNet, "node0", "config", "genesis.json")); code != 1 || !strings.Contains(out, "not the genesis validator set") {
+		t.Fatalf("--light with another network's genesis: exit %d\n%s", code, out)
+	}
+	if out, code := lightVerify(receiptPath, ""); code != 2 || !strings.Contains(out, "--light needs the network's genesis") {
+		t.Fatalf("--light without a genesis: exit %d\n%s", code, out)
 	}
 	header := appHashAt(t, nodes[0], pf.Proof.Height)
 	if !strings.EqualFold(pf.AppHash.String(), header) {

@@ -93,7 +93,7 @@ func benchRun(ctx context.Context, t *testing.T, task string, nTrainers, F, N, m
 		}
 	}
 	n := startNet(t, netOptions{validators: 4, allocs: allocs})
-	light := n.startLight("light", 0)
+	light := n.startLight("light", "light-client", 0)
 	spec := fmt.Sprintf(`{"task_id":%q,"sponsor_did":%q,"sponsor_address":"0x1111111111111111111111111111111111111111",
  "architecture":{"family":"timesfm","param_count":%d,"modality":"Timeseries","fragment_count":%d,"dtype":"bf16"},
  "tier":"Open","aggregation":"Mean","trainer_count":%d,"quorum":%d,"inner_steps":4,"max_rounds":%d,"grace_window_ms":600000,

@@ -59,8 +59,8 @@ func (e *env) startNode(args ...string) {
 
 // startLight starts a light client that joins syncerEnv's chain through
 // its libp2p address alone (`--role light-client --boot-nodes`): it fetches
-// the genesis and the CometBFT peer over /tenzro/chain-info/1.0.0 and
-// writes its own non-validator home.
+// the genesis and the node's CometBFT RPC over /tenzro/chain-info/1.0.0 and
+// follows headers from it (no replica, no chain home).
 func startLight(t *testing.T, syncerEnv *env, keys string, extra ...string) *env {
 	t.Helper()
 	light := newEnv(t, keys)
@@ -69,10 +69,11 @@ func startLight(t *testing.T, syncerEnv *env, keys string, extra ...string) *env
 }
 
 // TestLightNodeSubmitsThroughTheChain: trainers talk only to their light
-// node, which follows the chain without voting: it serves the run from its
-// own replica, pulls the weights from the syncer's node by hash, checks and
-// keeps each payload and puts its record on chain; refusals come back word
-// for word. The syncer's node fetches the payloads from the light node by
+// client, which keeps no replica: it follows headers (CometBFT's light
+// client) and serves the run with values proven against them, pulls the
+// weights from the syncer's node by hash, checks and keeps each payload and
+// puts its record on chain as a transaction whose result it checks against
+// the headers; refusals come back word for word. The syncer's node fetches the payloads from the light node by
 // hash and commits the fragment.
 func TestLightNodeSubmitsThroughTheChain(t *testing.T) {
 	if testing.Short() {
@@ -101,14 +102,17 @@ func TestLightNodeSubmitsThroughTheChain(t *testing.T) {
 	if l := light.log(); !strings.Contains(l, "trusting the boot node's genesis on first use") || !strings.Contains(l, pin) {
 		t.Fatalf("no trust-on-first-use warning with the genesis hash %s:\n%s", pin, tail(l))
 	}
+	if _, err := os.Stat(filepath.Join(light.dir, "data", "chain")); !os.IsNotExist(err) {
+		t.Fatalf("the light client wrote a chain home (a replica): %v", err)
+	}
 
 	specPath := filepath.Join(syncerEnv.dir, "spec.json")
 	os.WriteFile(specPath, []byte(seedSpec(sponsor)), 0o644)
 	initPath := writeInit(t, syncerEnv.dir)
 	syncerEnv.must("ledger", "faucet", "--did", sponsor, "--amount", "2000000000000000000000")
 	syncerEnv.must("train", "post-task", "--spec", specPath, "--init-weights", initPath, "--key", filepath.Join(keys, "sponsor.key"))
-	// The light node answers from its own replica: it sees the run once it
-	// has the posting's block.
+	// The light client answers by proofs: it sees the run once it has
+	// verified the header after the posting's block.
 	deadline := time.Now().Add(60 * time.Second)
 	for {
 		if _, err := light.cli(false, "train", "get-run", "--task-id", task); err == nil {
@@ -121,8 +125,8 @@ func TestLightNodeSubmitsThroughTheChain(t *testing.T) {
 	}
 	for i, d := range trainers {
 		syncerEnv.must("ledger", "faucet", "--did", d, "--amount", "200000000000000000000")
-		// The light node checks the fee against its own replica: wait until it
-		// has the faucet's block.
+		// The light client checks the fee against proven state: wait until it
+		// has verified the header after the faucet's block.
 		deadline := time.Now().Add(60 * time.Second)
 		for {
 			out, err := light.cli(false, "ledger", "balance", "--did", d, "--format", "json")

@@ -26,9 +26,9 @@ import (
 // The shared multi-node harness: a local network of real processes on
 // loopback (free ports, temp dirs): validators written by `tenzro-node
 // testnet` (full nodes: CometBFT, JSON-RPC, libp2p, blobs, the syncer
-// daemon; each a genesis syncer candidate) and light clients that join it
-// by themselves (`--role light-client --boot-nodes`, pinned by the genesis
-// hash). Every process is stopped when the test ends.
+// daemon; each a genesis syncer candidate) and light clients and full nodes
+// that join it by themselves (`--role light-client|full --boot-nodes`,
+// pinned by the genesis hash). Every process is stopped when the test ends.
 
 // testNet is one such network.
 type testNet struct {
@@ -110,10 +110,12 @@ func (n *testNet) stopAll() {
 	}
 }
 
-// startLight starts a light client that joins the network through the
-// given validators' libp2p addresses, pinned by the genesis hash, and
-// waits until its replica has a committed block and it answers JSON-RPC.
-func (n *testNet) startLight(name string, boots ...int) *chainNode {
+// startLight starts a node that joins the network through the given
+// validators' libp2p addresses, pinned by the genesis hash: a light client
+// (role "light-client": headers and proofs, no replica) or a full node
+// (role "full": a replica that does not vote). It waits until the node
+// answers JSON-RPC with a committed (or verified) height.
+func (n *testNet) startLight(name, role string, boots ...int) *chainNode {
 	n.t.Helper()
 	var addrs []string
 	for _, i := range boots {
@@ -123,12 +125,19 @@ func (n *testNet) startLight(name string, boots ...int) *chainNode {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		n.t.Fatal(err)
 	}
-	l := &chainNode{name: name, home: filepath.Join(dir, "data", "chain"), logPath: filepath.Join(dir, "node.log"), jsonRPC: freeAddr(n.t)}
-	l.args = []string{"--role", "light-client", "--data-dir", filepath.Join(dir, "data"), "--rpc-addr", l.jsonRPC,
+	l := &chainNode{name: name, home: filepath.Join(dir, "data", "chain"), logPath: filepath.Join(dir, "node.log"), jsonRPC: freeAddr(n.t),
+		light: role == "light-client"}
+	l.args = []string{"--role", role, "--data-dir", filepath.Join(dir, "data"), "--rpc-addr", l.jsonRPC,
 		"--listen-addr", "/ip4/127.0.0.1/tcp/0", "--enclave", "none", "--boot-nodes", strings.Join(addrs, ","), "--genesis-hash", n.genesisHash}
 	n.lights = append(n.lights, l)
 	l.start(n.t)
 	l.waitJSONRPC(n.t)
+	if l.light {
+		if _, err := os.Stat(l.home); !os.IsNotExist(err) {
+			n.t.Fatalf("the light client %s wrote a chain home (a replica): %v", name, err)
+		}
+		return l
+	}
 	l.connect(n.t, mustNodeConfig(n.t, l.home).RPCAddr)
 	waitHeight(n.t, l, 1, time.Minute)
 	return l
@@ -159,8 +168,14 @@ func (n *testNet) byDID(d string) *chainNode {
 // sameState checks that every node in ns has the same app hash after a
 // common height (reached by all, so the slowest catches up first), and the
 // same answers to the given ABCI queries (path, data).
-func (n *testNet) sameState(ns []*chainNode, queries [][2]string) int64 {
+func (n *testNet) sameState(all []*chainNode, queries [][2]string) int64 {
 	n.t.Helper()
+	var ns []*chainNode // nodes with a replica (a light client has none to compare)
+	for _, x := range all {
+		if !x.light {
+			ns = append(ns, x)
+		}
+	}
 	var h int64 // the highest height a node reports now (a node just restarted may not answer yet)
 	for _, x := range ns {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -295,10 +310,10 @@ func waitRun(t *testing.T, n *testNet, via *chainNode, task string, within time.
 }
 
 // TestNetworkRun is issue 9's multi-node test on loopback: 4 validators
-// (every one a syncer candidate), 2 light clients that join the network by
-// themselves, 8 trainers with synthetic gradients signed by the test. The
+// (every one a syncer candidate), a light client (headers and proofs) and a
+// full node (a replica) that join the network by themselves, 8 trainers with synthetic gradients signed by the test. The
 // run is posted on one validator, the trainers enrol on another and submit
-// through the light clients; it seals. Along the way: a validator that is
+// through them; it seals. Along the way: a validator that is
 // not the syncer is killed with SIGKILL mid-round (the other three keep
 // committing) and catches up after a restart (the same app hash at a later
 // height); the elected syncer's node is killed with SIGKILL (the next
@@ -333,9 +348,9 @@ func TestNetworkRun(t *testing.T) {
 	}
 	n := startNet(t, netOptions{validators: 4, allocs: allocs})
 	t.Logf("4 validators committing after %s", elapsed())
-	lightA := n.startLight("lightA", 0, 1)
-	lightB := n.startLight("lightB", 2, 3)
-	t.Logf("2 light clients joined after %s", elapsed())
+	lightA := n.startLight("lightA", "light-client", 0, 1)
+	lightB := n.startLight("lightB", "full", 2, 3)
+	t.Logf("a light client and a full node joined after %s", elapsed())
 
 	// Posted on node 0 (the CLI).
 	spec := fmt.Sprintf(`{"task_id":%q,"sponsor_did":%q,"sponsor_address":"0x1111111111111111111111111111111111111111",
@@ -386,7 +401,10 @@ func TestNetworkRun(t *testing.T) {
 			t.Fatalf("enrol trainer %d on node 1: %v", i, err)
 		}
 	}
-	run := waitRun(t, n, lightB, task, time.Minute, "the run starts on light client B's replica", func(r *wire.RunView) bool { return r.Status == wire.StatusRunning })
+	run := waitRun(t, n, lightB, task, time.Minute, "the run starts on full node B's replica", func(r *wire.RunView) bool { return r.Status == wire.StatusRunning })
+	// The light client reads at its newest verified header's parent: it sees
+	// the start a block or so later.
+	waitRun(t, n, lightA, task, time.Minute, "the run starts on light client A", func(r *wire.RunView) bool { return r.Status == wire.StatusRunning })
 	succ, err := election.Succession(*run.Election)
 	if err != nil || len(succ) != 4 {
 		t.Fatalf("succession %v: %v", succ, err)

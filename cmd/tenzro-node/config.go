@@ -91,6 +91,15 @@ type Config struct {
 	// StateKeepHeights: state tree versions kept (0: the home's, -1: all).
 	StateKeepHeights int64 `koanf:"state-keep-heights"`
 
+	// A light client's full nodes (CometBFT RPC URLs; default: what its
+	// boot nodes said) and trust root (default: the primary's latest header
+	// signed by the genesis validators).
+	LightPrimary   string        `koanf:"light-primary"`
+	LightWitnesses []string      `koanf:"light-witnesses"`
+	TrustHeight    int64         `koanf:"trust-height"`
+	TrustHash      string        `koanf:"trust-hash"`
+	TrustingPeriod time.Duration `koanf:"trusting-period"`
+
 	// fault is set by the faultinject build's flags only (fault_inject.go).
 	fault *syncer.Fault
 
@@ -110,6 +119,7 @@ var configKeys = map[string]bool{
 	"blob-peer-bytes-per-hour": true, "heavy-memory-bytes": true, "archive": true,
 
 	"snapshot-interval": true, "snapshot-keep": true, "state-keep-heights": true,
+	"light-primary": true, "light-witnesses": true, "trust-height": true, "trust-hash": true, "trusting-period": true,
 }
 
 // fileProvider reads a config file with a size limit (koanf.Provider).
@@ -293,8 +303,12 @@ func (c *Config) validate() error {
 		c.Role = "light"
 	}
 	switch {
-	case c.Role != "syncer" && c.Role != "trainer" && c.Role != "light":
-		return fmt.Errorf("role %q: want syncer, trainer or light-client (alias light)", c.Role)
+	case c.Role != "syncer" && c.Role != "trainer" && c.Role != "light" && c.Role != "full":
+		return fmt.Errorf("role %q: want syncer, trainer, full or light-client (alias light)", c.Role)
+	case c.Role == "light" && (c.Home != "" || c.Dev):
+		return errors.New("a light client keeps no chain home and runs no chain: drop --home/--dev (it joins through --boot-nodes), or run a home as a replica with --role full")
+	case c.TrustHeight < 0 || c.TrustingPeriod < 0:
+		return fmt.Errorf("trust-height %d / trusting-period %s: want 0 or more", c.TrustHeight, c.TrustingPeriod)
 	case c.Engine != "native" && c.Engine != "wasm":
 		return fmt.Errorf("engine %q: want native or wasm", c.Engine)
 	case c.DataDir == "":

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 // captured runs the command with a fake runner and returns the config it got.
@@ -106,6 +107,26 @@ func TestRoleLightClient(t *testing.T) {
 		cfg, code, msg := captured(t, c.args...)
 		if code != 0 || cfg.dashboardOn() != c.on {
 			t.Errorf("%v: exit %d %q, dashboard on %v, want %v", c.args, code, msg, cfg.dashboardOn(), c.on)
+		}
+	}
+}
+
+// TestRoleFullAndLightFlags: --role full (the replica) is a role of its
+// own; the light client's flags parse, and out-of-range ones are usage
+// errors.
+func TestRoleFullAndLightFlags(t *testing.T) {
+	cfg, code, msg := captured(t, "--role", "full")
+	if code != 0 || cfg.Role != "full" || isHeaderLight(cfg) || !isLight(cfg) {
+		t.Fatalf("--role full: exit %d %q, role %q", code, msg, cfg.Role)
+	}
+	cfg, code, msg = captured(t, "--role", "light-client", "--light-primary", "http://127.0.0.1:26657", "--light-witnesses", "http://127.0.0.1:1,http://127.0.0.1:2",
+		"--trust-height", "7", "--trust-hash", strings.Repeat("ab", 32), "--trusting-period", "24h")
+	if code != 0 || !isHeaderLight(cfg) || isLight(cfg) || cfg.LightPrimary != "http://127.0.0.1:26657" || len(cfg.LightWitnesses) != 2 || cfg.TrustHeight != 7 || cfg.TrustingPeriod != 24*time.Hour {
+		t.Fatalf("light flags: exit %d %q, %+v", code, msg, cfg)
+	}
+	for _, args := range [][]string{{"--trust-height", "-1"}, {"--trusting-period", "-1h"}, {"--role", "archive"}, {"--role", "light-client", "--home", "/tmp/h"}, {"--role", "light", "--dev"}} {
+		if _, code, msg := captured(t, args...); code != 2 {
+			t.Errorf("%v: exit %d %q, want a usage error", args, code, msg)
 		}
 	}
 }

@@ -20,6 +20,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/tenzro/train/chain"
 	"github.com/tenzro/train/plugins"
 )
 
@@ -39,7 +40,7 @@ func newCmd(run func(ctx context.Context, cfg Config, log *slog.Logger) error, s
 	d := defaults()
 	cmd := &cobra.Command{
 		Use:   "tenzro-node",
-		Short: "Run a Tenzro Train node (syncer, trainer or light client)",
+		Short: "Run a Tenzro Train node (syncer, trainer, full node or light client)",
 		Long: `tenzro-node runs a Tenzro Train node: a chain node (CometBFT in this process with
 the run state machine), a Pebble store and blob store in --data-dir, a JSON-RPC
 server on --rpc-addr, a libp2p host on --listen-addr, and the syncer daemon (it
@@ -54,13 +55,18 @@ node that follows its peers); its store and key live in <home>/node unless
 --data-dir says otherwise. There is no faucet without --dev: funds come from the
 genesis.
 
-With --role light-client (alias light) and --boot-nodes, the node joins a network
-by itself: at the first start it asks a boot node over libp2p for the network's
-genesis and CometBFT address (/tenzro/chain-info/1.0.0), writes a non-validator
-home in <data-dir>/chain, and follows the chain without voting; later starts
-resume that home. --genesis FILE or --genesis-hash HEX pins the network (the boot
-node's genesis must be that one); without either the genesis is trusted on first
-use and its hash printed.
+With --role full and --boot-nodes, the node joins a network by itself as a
+replica that does not vote: at the first start it asks a boot node over libp2p for
+the network's genesis and CometBFT address (/tenzro/chain-info/1.0.0), writes a
+non-validator home in <data-dir>/chain and replays every block; later starts
+resume that home. With --role light-client (alias light) and --boot-nodes it joins
+as a light client: no replica and no block replay; it follows headers with
+CometBFT's light client (the boot nodes' CometBFT RPC as primary and witnesses, or
+--light-primary/--light-witnesses), answers reads with values proven against a
+verified header, and sends writes as transactions (<data-dir>/light keeps the
+genesis and the full nodes' addresses). --genesis FILE or --genesis-hash HEX pins
+the network (the boot node's genesis must be that one); without either the
+genesis is trusted on first use and its hash printed.
 
 Configuration is layered: defaults, then --config FILE (JSON or YAML whose keys
 are the flag names), then the flags given on the command line.`,
@@ -88,7 +94,7 @@ are the flag names), then the flags given on the command line.`,
 	}
 	f := cmd.Flags()
 	f.StringVar(&configPath, "config", "", "config file (JSON, or YAML by .yaml/.yml extension); flags override it")
-	f.String("role", d.Role, "node role: syncer, trainer or light-client (alias light)")
+	f.String("role", d.Role, "node role: syncer, trainer, full (a replica that does not vote) or light-client (alias light: headers and proofs, no replica)")
 	f.String("data-dir", d.DataDir, "data directory (store, node key, caches)")
 	f.String("listen-addr", d.ListenAddr, "libp2p listen multiaddr")
 	f.String("rpc-addr", d.RPCAddr, "JSON-RPC listen address (host:port)")
@@ -127,6 +133,11 @@ are the flag names), then the flags given on the command line.`,
 	f.Int64("snapshot-interval", 0, "take a state-sync snapshot every this many heights (0: the home's tenzro-chain.json snapshot_interval, else none)")
 	f.Int("snapshot-keep", 0, "state-sync snapshots kept, newest first (0: the home's snapshot_keep, else 2)")
 	f.Int64("state-keep-heights", 0, "pruning window: state tree versions kept (0: the home's state_keep_heights, else 1000; -1: all)")
+	f.String("light-primary", "", "light client: a full node's CometBFT RPC (http://host:port) to follow headers and read proofs from (default: the first boot node's, remembered in <data-dir>/light)")
+	f.StringSlice("light-witnesses", nil, "light client: more full nodes' CometBFT RPCs that cross-check every header the primary gives (default: the other boot nodes'; none: the primary is its own witness)")
+	f.Int64("trust-height", 0, "light client: the height of a block the operator trusts (with --trust-hash); default: the primary's latest header, accepted if more than 2/3 of the genesis validators signed it")
+	f.String("trust-hash", "", "light client: the hash (hex) of the block at --trust-height")
+	f.Duration("trusting-period", chain.DefaultTrustingPeriod, "light client: how long a verified header may verify later ones")
 	addFaultFlags(f)
 	cmd.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
 	return cmd

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 
-	"github.com/tenzro/train/chain"
 	"github.com/tenzro/train/rpc/gossip"
 	"github.com/tenzro/train/syncer"
 	"github.com/tenzro/train/wire"
@@ -15,7 +14,7 @@ import (
 type nodeService struct {
 	*syncer.Node
 	gn    *gossip.Node
-	chain *chain.Node
+	chain func() wire.ChainInfo
 }
 
 // Info adds the node's peer id, full listen multiaddrs (what other nodes
@@ -24,7 +23,7 @@ type nodeService struct {
 func (s nodeService) Info(ctx context.Context) wire.NodeInfo {
 	i := s.Node.Info(ctx)
 	i.PeerID, i.Listen = s.gn.PeerID(), s.gn.Addrs()
-	ci := s.chain.Info()
+	ci := s.chain()
 	i.Chain = &ci
 	return i
 }

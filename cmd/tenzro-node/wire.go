@@ -46,12 +46,20 @@ const defaultEngine = "wasm"
 // (created at the first start, with the faucet); with --home it is the home
 // that `tenzro-node testnet` or `init` wrote.
 func runNode(ctx context.Context, cfg Config, log *slog.Logger) (err error) {
-	home, err := chainHome(cfg)
-	if err != nil {
+	headerLight := isHeaderLight(cfg)
+	home := ""
+	if headerLight {
+		// A light client's boot nodes are remembered in its home.
+		if lc, _, ok, err := loadLightHome(cfg); err != nil {
+			return err
+		} else if ok && !cfg.bootSet && len(lc.BootNodes) > 0 {
+			cfg.BootNodes = lc.BootNodes
+		}
+	} else if home, err = chainHome(cfg); err != nil {
 		return err
 	}
 	bootstrap := isLight(cfg) && !chain.HomeExists(home)
-	if !cfg.Dev && !bootstrap {
+	if !cfg.Dev && !bootstrap && !headerLight {
 		// A home names its node's JSON-RPC and libp2p addresses and its
 		// libp2p boot nodes (a testnet's other nodes; a light client's own).
 		if nc, err := chain.LoadNodeConfig(home); err == nil {
@@ -149,7 +157,7 @@ func runNode(ctx context.Context, cfg Config, log *slog.Logger) (err error) {
 		if cn == nil {
 			return nil, errors.New("the chain is starting")
 		}
-		return &gossip.ChainInfo{ChainID: cn.ChainID, NodeID: cn.NodeID, P2PAddr: cn.Config.P2PAddr, Genesis: cn.Genesis}, nil
+		return &gossip.ChainInfo{ChainID: cn.ChainID, NodeID: cn.NodeID, P2PAddr: cn.Config.P2PAddr, Genesis: cn.Genesis, RPCAddr: cn.Config.RPCAddr}, nil
 	}}
 	gn, err := gossip.New(ctx, gossip.Config{
 		ListenAddrs: []string{cfg.ListenAddr},
@@ -169,38 +177,61 @@ func runNode(ctx context.Context, cfg Config, log *slog.Logger) (err error) {
 		return fmt.Errorf("metrics: %w", err)
 	}
 
-	if bootstrap {
-		if err := bootstrapLight(ctx, gn, cfg, home, log); err != nil {
+	// The chain: a light client follows headers and reads by proofs
+	// (chain.Light); every other node runs CometBFT with a replica.
+	var (
+		src       syncer.Chain
+		chainID   string
+		chainInfo func() wire.ChainInfo
+	)
+	if headerLight {
+		lc, gen, gh, err := startHeaderLight(ctx, gn, cfg, log)
+		if err != nil {
 			if errors.Is(err, context.Canceled) {
 				return nil
 			}
 			return err
 		}
-	} else if !cfg.Dev {
-		if err := checkPin(cfg, home); err != nil {
+		defer closeLogged(log, "light client", lc.Close)
+		src, chainID = lc, gen.ChainID
+		chainInfo = func() wire.ChainInfo {
+			return wire.ChainInfo{ChainID: gen.ChainID, Height: lc.Height(), GenesisHash: &gh}
+		}
+	} else {
+		if bootstrap {
+			if err := bootstrapLight(ctx, gn, cfg, home, log); err != nil {
+				if errors.Is(err, context.Canceled) {
+					return nil
+				}
+				return err
+			}
+		} else if !cfg.Dev {
+			if err := checkPin(cfg, home); err != nil {
+				return err
+			}
+		}
+		if cfg.Dev {
+			if err := initDevChain(home, tr.signer.DID(), log); err != nil {
+				return err
+			}
+		}
+		if cfg.SnapshotInterval < 0 || cfg.SnapshotKeep < 0 {
+			return usageError{fmt.Errorf("--snapshot-interval %d, --snapshot-keep %d: want 0 or more", cfg.SnapshotInterval, cfg.SnapshotKeep)}
+		}
+		cn, err := chain.Start(ctx, home, chain.NodeOptions{Log: log, SnapshotInterval: cfg.SnapshotInterval, SnapshotKeep: cfg.SnapshotKeep,
+			KeepHeights: cfg.StateKeepHeights})
+		if err != nil {
 			return err
 		}
-	}
-	if cfg.Dev {
-		if err := initDevChain(home, tr.signer.DID(), log); err != nil {
-			return err
+		defer closeLogged(log, "chain", cn.Close)
+		chainP.Store(cn)
+		if err := cn.WaitCommitted(ctx, 10*time.Second); err != nil {
+			if errors.Is(err, context.Canceled) {
+				return nil // stopped while starting
+			}
+			return fmt.Errorf("chain: %w", err)
 		}
-	}
-	if cfg.SnapshotInterval < 0 || cfg.SnapshotKeep < 0 {
-		return usageError{fmt.Errorf("--snapshot-interval %d, --snapshot-keep %d: want 0 or more", cfg.SnapshotInterval, cfg.SnapshotKeep)}
-	}
-	cn, err := chain.Start(ctx, home, chain.NodeOptions{Log: log, SnapshotInterval: cfg.SnapshotInterval, SnapshotKeep: cfg.SnapshotKeep,
-		KeepHeights: cfg.StateKeepHeights})
-	if err != nil {
-		return err
-	}
-	defer closeLogged(log, "chain", cn.Close)
-	chainP.Store(cn)
-	if err := cn.WaitCommitted(ctx, 10*time.Second); err != nil {
-		if errors.Is(err, context.Canceled) {
-			return nil // stopped while starting
-		}
-		return fmt.Errorf("chain: %w", err)
+		src, chainID, chainInfo = cn.Local, cn.ChainID, cn.Info
 	}
 
 	ctx, cancel := context.WithCancel(ctx)
@@ -221,13 +252,15 @@ func runNode(ctx context.Context, cfg Config, log *slog.Logger) (err error) {
 	// The CometBFT validator key in the home signs challenge votes (a node
 	// that is not in the genesis validator set is never on a committee).
 	var voter syncer.VoteSigner
-	if vs, err := chain.LoadVoteSigner(home); err != nil {
+	if headerLight {
+		// A light client votes on nothing and commits nothing.
+	} else if vs, err := chain.LoadVoteSigner(home); err != nil {
 		log.Warn("no validator key in the chain home: this node votes on no challenge", "err", err)
 	} else {
 		voter = vs
 	}
 	node, err := syncer.NewNode(ctx, syncer.Config{
-		Chain:            cn.Local,
+		Chain:            src,
 		Blobs:            served,
 		Local:            db,
 		Engine:           engine,
@@ -265,15 +298,19 @@ func runNode(ctx context.Context, cfg Config, log *slog.Logger) (err error) {
 			log.Warn("this node's syncer key is not a registered candidate: it enters no election (tenzro syncer register)", "did", tr.signer.DID())
 		}
 	}
-	goRun("syncer", node.Run)
+	if !headerLight {
+		// A light client is no syncer, watcher or replica holder: its
+		// worker would only scan state by proofs at every block.
+		goRun("syncer", node.Run)
+	}
 	defer func() { cancel(); wg.Wait() }()
 
 	if err := rpc.RegisterGauges(reg, nodeGauges(ctx, node, gn)); err != nil {
 		return fmt.Errorf("metrics: %w", err)
 	}
-	svc := nodeService{Node: node, gn: gn, chain: cn}
+	svc := nodeService{Node: node, gn: gn, chain: chainInfo}
 	price, _ := new(big.Int).SetString(cfg.BlobPrice, 10) // validated
-	ds, dsRoutes, err := startDatasets(ctx, cfg, gn, db, cn.ChainID, func(ctx context.Context, did string) (int64, string, error) {
+	ds, dsRoutes, err := startDatasets(ctx, cfg, gn, db, chainID, func(ctx context.Context, did string) (int64, string, error) {
 		return fundedBytes(ctx, svc, price, did)
 	}, log)
 	if err != nil {
@@ -282,7 +319,7 @@ func runNode(ctx context.Context, cfg Config, log *slog.Logger) (err error) {
 	defer closeLogged(log, "datasets", ds.Close)
 
 	blobs.SetCap(cfg.BlobDiskCap)
-	policy, err := newBlobPolicy(ctx, svc, blobs, func(context.Context) string { return cn.ChainID }, price, cfg.BlobDIDQuota, cfg.BlobTTL, log.With("component", "blobs"))
+	policy, err := newBlobPolicy(ctx, svc, blobs, func(context.Context) string { return chainID }, price, cfg.BlobDIDQuota, cfg.BlobTTL, log.With("component", "blobs"))
 	if err != nil {
 		return err
 	}
@@ -363,7 +400,7 @@ func runNode(ctx context.Context, cfg Config, log *slog.Logger) (err error) {
 	if err != nil {
 		return fmt.Errorf("rpc listen %s: %w", cfg.RPCAddr, err)
 	}
-	ci := cn.Info()
+	ci := chainInfo()
 	log.Info("json-rpc listening", "addr", ln.Addr().String(), "dev", cfg.Dev, "role", cfg.Role, "max_request_bytes", cfg.MaxRequestBytes,
 		"chain_id", ci.ChainID, "chain_peer", ci.Peer)
 	goRun("rpc", func(ctx context.Context) error { return srv.Serve(ctx, ln) })
@@ -389,14 +426,14 @@ func chainHome(cfg Config) (string, error) {
 		return filepath.Join(cfg.DataDir, "chain"), nil
 	case cfg.Home != "":
 		return cfg.Home, nil
-	case cfg.Role == "light":
+	case cfg.Role == "full":
 		home := lightHome(cfg)
 		if !chain.HomeExists(home) && len(cfg.BootNodes) == 0 {
-			return "", usageError{fmt.Errorf("a light client joins a network through --boot-nodes (a node's libp2p address, /ip4/…/tcp/…/p2p/<peer id>; 'tenzro node info' prints it): %s holds no chain home yet", cfg.DataDir)}
+			return "", usageError{fmt.Errorf("a full node joins a network through --boot-nodes (a node's libp2p address, /ip4/…/tcp/…/p2p/<peer id>; 'tenzro node info' prints it): %s holds no chain home yet", cfg.DataDir)}
 		}
 		return home, nil
 	}
-	return "", usageError{errors.New("no chain to run: start with --dev (a one-validator chain in this process, with a faucet), --home DIR (a home written by 'tenzro-node testnet' or 'tenzro-node init'), or --role light-client --boot-nodes ADDR (join a network from a node)")}
+	return "", usageError{errors.New("no chain to run: start with --dev (a one-validator chain in this process, with a faucet), --home DIR (a home written by 'tenzro-node testnet' or 'tenzro-node init'), --role full --boot-nodes ADDR (join a network as a replica) or --role light-client --boot-nodes ADDR (follow a network's headers, read by proofs)")}
 }
 
 // initDevChain writes the --dev chain's home at the first start; later

@@ -2,7 +2,10 @@ package main
 
 import (
 	"context"
+	"encoding/hex"
 	"fmt"
+	"io"
+	"log/slog"
 	"slices"
 	"strings"
 	"time"
@@ -48,8 +51,9 @@ func newReceiptVerifyCmd() *cobra.Command {
 	var path, root, transcriptPath string
 	var full bool
 	var pv proofVerifyFlags
+	var lf lightVerifyFlags
 	c := &cobra.Command{
-		Use:   "verify --receipt FILE [--root HEX] [--full [--transcript FILE]] [--rpc URL] [--proof FILE ...]",
+		Use:   "verify --receipt FILE [--root HEX] [--full [--transcript FILE]] [--rpc URL] [--proof FILE ...] [--light URL --genesis FILE]",
 		Short: "Verify a receipt (exit 0 valid, 1 invalid, 2 usage)",
 		Long: `Verify a version-2 training receipt. Always, offline and in milliseconds: the spec
 hash, the syncers' election proofs (RFC 9381 VRF over the run's election alpha)
@@ -74,11 +78,19 @@ in the chain's run log committed by a block's app hash: --app-hash HEX, or
 --header FILE (a signed header of block height+1; light-verified offline when
 --genesis FILE is given too), or --genesis FILE alone (the header in the proof
 file, or fetched from the chain node (--rpc, or --comet-rpc), light-verified against the genesis validators).
+
+--light URL (any node's CometBFT RPC) with --genesis FILE checks the receipt
+against the chain with no node of your own: CometBFT's light client verifies
+headers (trust root: the latest header signed by the genesis validators, or
+--trust-height/--trust-hash; --light-witnesses cross-check the primary), and the
+sealed run (run root, election record) and the chain's receipt signer are read
+with proofs against the verified header's app hash; a lying node is refused.
 Exit 0 valid, 1 invalid (the reason is printed), 2 usage.`,
 		Example: `  tenzro receipt verify --receipt receipt.json
   tenzro receipt verify --receipt receipt.json --full --transcript transcript.json
   tenzro receipt verify --receipt receipt.json --rpc http://127.0.0.1:8545
-  tenzro receipt verify --receipt receipt.json --proof proof.json --genesis genesis.json`,
+  tenzro receipt verify --receipt receipt.json --proof proof.json --genesis genesis.json
+  tenzro receipt verify --receipt receipt.json --light http://127.0.0.1:26657 --genesis genesis.json`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			b, err := readInputFile("receipt", path, maxReceiptFile)
@@ -97,6 +109,9 @@ Exit 0 valid, 1 invalid (the reason is printed), 2 usage.`,
 				if transcript, err = readInputFile("transcript", transcriptPath, audit.MaxTranscriptBytes); err != nil {
 					return err
 				}
+			}
+			if err := lf.validate(&pv); err != nil {
+				return err
 			}
 			if err := pv.validate(); err != nil {
 				return err
@@ -119,7 +134,7 @@ Exit 0 valid, 1 invalid (the reason is printed), 2 usage.`,
 				switch {
 				case err != nil:
 					fail(err)
-				case !audit.SignerCommitted(rc, rounds) && !cmd.Flags().Changed("rpc"):
+				case !audit.SignerCommitted(rc, rounds) && !cmd.Flags().Changed("rpc") && lf.url == "":
 					// A self-listed later ticket and a genuine one look alike
 					// in the transcript: only the chain's election decides.
 					fail(fmt.Errorf("the signer %s committed no fragment: only the chain's election record tells a genuine later-ticket signer from a key that listed itself; verify with --rpc", rc.SyncerDID))
@@ -135,6 +150,16 @@ Exit 0 valid, 1 invalid (the reason is printed), 2 usage.`,
 					fail(fmt.Errorf("against the chain: %s", r.Reason))
 				default:
 					res.Root, res.Height = r.Root, r.Height
+				}
+			}
+			if res.Valid == 1 && lf.url != "" {
+				res.Checks = append(res.Checks, "light")
+				run, err := lf.check(cmd, lf.genesis, b)
+				if err != nil {
+					fail(fmt.Errorf("against the light-verified chain: %w", err))
+				} else {
+					r := run.RunRoot
+					res.Root, res.Height = &r, run.Height
 				}
 			}
 			if res.Valid == 1 && pv.proof != "" {
@@ -178,8 +203,71 @@ Exit 0 valid, 1 invalid (the reason is printed), 2 usage.`,
 	c.Flags().BoolVar(&full, "full", false, "also check the whole transcript (from --transcript, else fetched from --rpc)")
 	c.Flags().StringVar(&transcriptPath, "transcript", "", "transcript blob ('tenzro train get-transcript --out'); implies --full")
 	pv.register(c, true)
+	lf.register(c)
 	_ = c.MarkFlagRequired("receipt")
 	return c
+}
+
+// lightVerifyFlags check a receipt through a light client of any node.
+type lightVerifyFlags struct {
+	url, genesis string
+	witnesses    []string
+	trustHeight  int64
+	trustHash    string
+}
+
+func (l *lightVerifyFlags) register(c *cobra.Command) {
+	c.Flags().StringVar(&l.url, "light", "", "a node's CometBFT RPC (http://host:port): check the receipt against headers a light client verifies (with --genesis)")
+	c.Flags().StringSliceVar(&l.witnesses, "light-witnesses", nil, "with --light: other nodes' CometBFT RPCs that cross-check every header (default: the --light node is its own witness)")
+	c.Flags().Int64Var(&l.trustHeight, "trust-height", 0, "with --light: the height of a block you trust (with --trust-hash); default: the latest header, if signed by the genesis validators")
+	c.Flags().StringVar(&l.trustHash, "trust-hash", "", "with --light: the hash (hex) of the block at --trust-height")
+}
+
+func (l *lightVerifyFlags) validate(pv *proofVerifyFlags) error {
+	if l.url == "" {
+		if len(l.witnesses) > 0 || l.trustHeight != 0 || l.trustHash != "" {
+			return usagef("--light-witnesses, --trust-height and --trust-hash go with --light")
+		}
+		return nil
+	}
+	if pv.genesis == "" {
+		return usagef("--light needs the network's genesis (--genesis FILE): its chain id and validators are the light client's trust root")
+	}
+	if (l.trustHeight == 0) != (l.trustHash == "") {
+		return usagef("--trust-height and --trust-hash go together (a block you trust)")
+	}
+	if l.trustHeight < 0 {
+		return usagef("--trust-height %d: want a height ≥ 1", l.trustHeight)
+	}
+	l.genesis = pv.genesis
+	if pv.proof == "" {
+		pv.genesis = "" // --genesis serves the light client, not a proof file
+	}
+	return nil
+}
+
+// check starts a light client of the --light node and checks the receipt
+// against the state it proves.
+func (l *lightVerifyFlags) check(cmd *cobra.Command, genesis string, receipt []byte) (*audit.SealedRun, error) {
+	gen, err := chain.LoadGenesis(genesis)
+	if err != nil {
+		return nil, usageError{err}
+	}
+	var hash []byte
+	if l.trustHash != "" {
+		if hash, err = hex.DecodeString(l.trustHash); err != nil || len(hash) != 32 {
+			return nil, usagef("--trust-hash %q: want 64 hex digits (a block hash)", l.trustHash)
+		}
+	}
+	ctx, cancel := context.WithTimeout(cmd.Context(), 2*time.Minute)
+	defer cancel()
+	lc, err := chain.StartLight(ctx, chain.LightOptions{Genesis: gen, Primary: l.url, Witnesses: l.witnesses, TrustHeight: l.trustHeight, TrustHash: hash,
+		Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		return nil, err
+	}
+	defer lc.Close()
+	return lc.CheckReceipt(ctx, receipt)
 }
 
 // unanchored lists what a verification with checks did not establish:
@@ -190,6 +278,9 @@ Exit 0 valid, 1 invalid (the reason is printed), 2 usage.`,
 func unanchored(checks []string) []string {
 	has := func(c string) bool { return slices.Contains(checks, c) }
 	var out []string
+	if has("light") {
+		checks = append(checks, "chain") // the light-verified chain anchors as the node does
+	}
 	if !has("chain") && !has("proof") {
 		out = append(out, "that this run root is the one committed on chain for the task (no anchor: give --rpc, or --proof with --genesis, --header or --app-hash)")
 	}

@@ -60,6 +60,11 @@ type ChainInfo struct {
 	// Genesis is the genesis document, the bytes of the serving node's
 	// genesis.json (base64 in JSON).
 	Genesis []byte `json:"genesis"`
+	// RPCAddr is the serving node's CometBFT RPC listen address
+	// (host:port), optional: what a light client follows headers and reads
+	// proofs from (ChainRPC). Absent: the node serves no CometBFT RPC to
+	// light clients.
+	RPCAddr string `json:"rpc_addr,omitempty"`
 }
 
 // ParseChainInfo decodes a ChainInfoProtocol response strictly: one JSON
@@ -112,6 +117,11 @@ func (ci *ChainInfo) check() error {
 	if host == "" || len(host) > 253 {
 		return fmt.Errorf("p2p_addr %q: want a host", ci.P2PAddr)
 	}
+	if ci.RPCAddr != "" {
+		if err := checkHostPort(ci.RPCAddr); err != nil {
+			return fmt.Errorf("rpc_addr %q: %w", ci.RPCAddr, err)
+		}
+	}
 	if len(ci.Genesis) == 0 || len(ci.Genesis) > MaxGenesisBytes {
 		return fmt.Errorf("genesis: %d bytes, want 1..%d", len(ci.Genesis), MaxGenesisBytes)
 	}
@@ -131,6 +141,33 @@ func (ci *ChainInfo) ChainPeer(remoteIP string) string {
 		host = remoteIP
 	}
 	return ci.NodeID + "@" + net.JoinHostPort(host, port)
+}
+
+// ChainRPC is the serving node's CometBFT RPC URL (http://host:port), ""
+// when it gave none; an unspecified host is replaced by remoteIP.
+func (ci *ChainInfo) ChainRPC(remoteIP string) string {
+	if ci.RPCAddr == "" {
+		return ""
+	}
+	host, port, _ := net.SplitHostPort(ci.RPCAddr)
+	if ip := net.ParseIP(host); ip != nil && ip.IsUnspecified() && remoteIP != "" {
+		host = remoteIP
+	}
+	return "http://" + net.JoinHostPort(host, port)
+}
+
+func checkHostPort(a string) error {
+	host, port, err := net.SplitHostPort(a)
+	if err != nil {
+		return err
+	}
+	if p, err := strconv.ParseUint(port, 10, 16); err != nil || p == 0 || strconv.FormatUint(p, 10) != port {
+		return fmt.Errorf("port %q: want 1..65535", port)
+	}
+	if host == "" || len(host) > 253 {
+		return errors.New("want a host")
+	}
+	return nil
 }
 
 func (n *Node) serveChainInfo(s network.Stream) {

@@ -69,7 +69,7 @@ class NodeProc:
         follow: NodeProc | None = None,
     ) -> None:
         """A real tenzro-node; ``dev`` adds ``--dev`` (its own one-validator chain with the faucet). A node
-        that ``follow``s a --dev node (a light or full node) is a home written by ``tenzro-node init`` from that
+        that ``follow``s a --dev node (a full node, ``--role full``) is a home written by ``tenzro-node init`` from that
         node's genesis, with that node as its chain peer."""
         self.bins, self.data_dir, self.port, self.extra = bins, data_dir, port, list(extra or [])
         self.dev = dev and follow is None

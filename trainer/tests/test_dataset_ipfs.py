@@ -76,7 +76,7 @@ def light_nodes(go_bins, node, tmp_path):
             go_bins,
             d,
             free_port(),
-            ["--role", "light", "--enclave", "none", "--boot-nodes", boot, "--dataset-stall-timeout", "3s"],
+            ["--role", "full", "--enclave", "none", "--boot-nodes", boot, "--dataset-stall-timeout", "3s"],
             follow=node,
         )
         n.start()
