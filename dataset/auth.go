@@ -133,14 +133,33 @@ type charge struct {
 	owner   string
 	pinned  int64 // bytes the owner pinned when the transfer started
 	charged int64
+	// limit is the owner's byte bound: QuotaBytes, or less when its
+	// balance funds less (Options.Funds); basis says why.
+	limit int64
+	basis string
 }
 
 // reserve starts a transfer for owner: refused when its pins (and its
-// transfers in flight) are at the count quota.
+// transfers in flight) are at the count quota, or when its balance funds
+// no more bytes than it pins (Options.Funds).
 func (s *Service) reserve(ctx context.Context, owner string) (*charge, error) {
 	n, bytes, err := s.pinnedBy(ctx, owner)
 	if err != nil {
 		return nil, err
+	}
+	limit, basis := s.o.QuotaBytes, "at most per DID, node flag --dataset-did-bytes"
+	if s.o.Funds != nil {
+		funded, why, err := s.o.Funds(ctx, owner)
+		if err != nil {
+			return nil, fmt.Errorf("dataset quota of %s: %w", owner, err)
+		}
+		if funded < limit {
+			limit, basis = max(funded, 0), why+", node flag --blob-price per byte"
+		}
+		if limit <= bytes {
+			return nil, fmt.Errorf("%s pins %d bytes of datasets and its balance funds %d (%s): a pin needs balance, as an unreferenced blob upload does; fund the DID (tenzro ledger transfer) or sign with a funded key: %w",
+				owner, bytes, limit, basis, ErrFunds)
+		}
 	}
 	s.quotaMu.Lock()
 	defer s.quotaMu.Unlock()
@@ -149,14 +168,14 @@ func (s *Service) reserve(ctx context.Context, owner string) (*charge, error) {
 			owner, n, s.imports[owner], s.o.QuotaCount, ErrQuota)
 	}
 	s.imports[owner]++
-	return &charge{s: s, owner: owner, pinned: bytes}, nil
+	return &charge{s: s, owner: owner, pinned: bytes, limit: limit, basis: basis}, nil
 }
 
 // room is how many more bytes the owner may take now.
 func (q *charge) room() int64 {
 	q.s.quotaMu.Lock()
 	defer q.s.quotaMu.Unlock()
-	return max(q.s.o.QuotaBytes-q.pinned-q.s.inflight[q.owner], 0)
+	return max(q.limit-q.pinned-q.s.inflight[q.owner], 0)
 }
 
 // add counts n more bytes, refused past the owner's byte quota. A nil
@@ -167,9 +186,13 @@ func (q *charge) add(n int64) error {
 	}
 	q.s.quotaMu.Lock()
 	defer q.s.quotaMu.Unlock()
-	if used := q.pinned + q.s.inflight[q.owner]; used+n > q.s.o.QuotaBytes {
+	if used := q.pinned + q.s.inflight[q.owner]; used+n > q.limit {
+		if q.limit < q.s.o.QuotaBytes {
+			return fmt.Errorf("%s pins %d bytes of datasets and has %d in flight; %d more would pass the %d bytes its balance funds (%s): %w",
+				q.owner, q.pinned, q.s.inflight[q.owner], n, q.limit, q.basis, ErrFunds)
+		}
 		return fmt.Errorf("%s pins %d bytes of datasets and has %d in flight; %d more would pass the per-DID limit of %d bytes (node flag --dataset-did-bytes): %w",
-			q.owner, q.pinned, q.s.inflight[q.owner], n, q.s.o.QuotaBytes, ErrQuota)
+			q.owner, q.pinned, q.s.inflight[q.owner], n, q.limit, ErrQuota)
 	}
 	q.s.inflight[q.owner] += n
 	q.charged += n

@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -230,5 +231,62 @@ func TestDatasetPerDIDQuota(t *testing.T) {
 	}
 	if _, err := a.Add(ctx, p3, AddOptions{Layout: DefaultLayout}); err != nil {
 		t.Fatalf("import after a remove: %v", err)
+	}
+}
+
+// Issue 22 (left from item 4): per-DID quotas were bypassed with many DIDs,
+// since a DID costs nothing. With Options.Funds (the node prices pins per
+// byte of balance, as it prices unreferenced blob uploads) a fresh,
+// unfunded DID's import is refused before any byte is read, with 402 and
+// the reason; a DID whose balance funds less than its import is refused
+// when the bytes pass what it funds, and nothing is kept; a funded DID
+// passes.
+func TestDatasetImportNeedsFunds(t *testing.T) {
+	ctx := context.Background()
+	funded := map[string]int64{}
+	n := newTestNode(t, Options{QuotaBytes: 1 << 20, Funds: func(_ context.Context, did string) (int64, string, error) {
+		b := funded[did]
+		return b, "balance " + strconv.FormatInt(b*10, 10), nil
+	}}, nil)
+	fresh, poor, rich := serve(t, n), serve(t, n), serve(t, n)
+	funded[poor.Key.DID.String()] = 50_000
+	funded[rich.Key.DID.String()] = 400_000
+	p, _ := randomFile(t, 100_000)
+	root, err := RootCID(ctx, p, DefaultLayout)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		name string
+		cl   *Client
+		want []string
+	}{
+		{"fresh DID", fresh, []string{"402", fresh.Key.DID.String() + " pins 0 bytes of datasets and its balance funds 0 (balance 0, node flag --blob-price per byte)", "a pin needs balance"}},
+		{"balance funds too little", poor, []string{"402", "would pass the 50000 bytes its balance funds (balance 500000, node flag --blob-price per byte)"}},
+	} {
+		before := countBlocks(t, n)
+		_, err := c.cl.Add(ctx, p, AddOptions{Layout: DefaultLayout})
+		if err == nil {
+			t.Fatalf("%s: import accepted", c.name)
+		}
+		for _, w := range c.want {
+			if !strings.Contains(err.Error(), w) {
+				t.Fatalf("%s: %v\nwant %q", c.name, err, w)
+			}
+		}
+		if countBlocks(t, n) != before || held(t, n, root) {
+			t.Fatalf("%s: the refused import kept blocks", c.name)
+		}
+	}
+	rec, err := rich.Add(ctx, p, AddOptions{Layout: DefaultLayout})
+	if err != nil {
+		t.Fatalf("funded import: %v", err)
+	}
+	if len(rec.Owners) != 1 || rec.Owners[0] != rich.Key.DID.String() || !held(t, n, root) {
+		t.Fatalf("funded import: %+v", rec)
+	}
+	// A signed fetch pins too: the fresh DID cannot pin the held dataset.
+	if _, err := fresh.Fetch(ctx, rec.Ref, 0); err == nil || !strings.Contains(err.Error(), "402") {
+		t.Fatalf("fresh DID's signed fetch: %v", err)
 	}
 }

@@ -42,6 +42,8 @@ var (
 	ErrNotOwner = errors.New("dataset not pinned by the signer")
 	// ErrQuota: the signer's pins would pass its per-DID quota.
 	ErrQuota = errors.New("per-DID dataset quota exceeded")
+	// ErrFunds: the signer's balance does not fund the bytes it would pin.
+	ErrFunds = errors.New("balance does not fund the dataset")
 )
 
 // BlockStore is where blocks and dataset records live: store.Blocks in the
@@ -84,6 +86,12 @@ type Options struct {
 	// pinned it (defaults DefaultQuotaCount, DefaultQuotaBytes).
 	QuotaCount int
 	QuotaBytes int64
+	// Funds says how many bytes of pins did's balance funds and on what
+	// basis (e.g. "balance 5000"): the node prices pins as it prices
+	// unreferenced blob uploads (--blob-price per byte), so a fresh DID,
+	// which costs nothing, pins nothing. A DID's bytes are bounded by the
+	// smaller of Funds and QuotaBytes. Nil: QuotaBytes alone (tests, tools).
+	Funds func(ctx context.Context, did string) (bytes int64, basis string, err error)
 	// Logger (slog.Default() when nil).
 	Logger *slog.Logger
 }
@@ -645,7 +653,11 @@ func (s *Service) FetchFor(ctx context.Context, root cid.Cid, maxBytes int64, ow
 		failed = true
 		s.orphan(fresh, nil, int64(len(fresh))*avgBlockGuess)
 		if byQuota && errors.Is(err, ErrTooLarge) {
-			err = fmt.Errorf("%v: %s may take %d more bytes under the per-DID limit of %d (node flag --dataset-did-bytes): %w", err, owner, maxBytes, s.o.QuotaBytes, ErrQuota)
+			if q.limit < s.o.QuotaBytes {
+				err = fmt.Errorf("%v: %s may take %d more bytes under the %d its balance funds (%s): %w", err, owner, maxBytes, q.limit, q.basis, ErrFunds)
+			} else {
+				err = fmt.Errorf("%v: %s may take %d more bytes under the per-DID limit of %d (node flag --dataset-did-bytes): %w", err, owner, maxBytes, q.limit, ErrQuota)
+			}
 		}
 		return nil, err
 	}
@@ -876,6 +888,8 @@ func httpStatus(err error) int {
 		return http.StatusForbidden
 	case errors.Is(err, ErrQuota):
 		return http.StatusTooManyRequests
+	case errors.Is(err, ErrFunds):
+		return http.StatusPaymentRequired
 	}
 	return http.StatusInternalServerError
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"math/big"
 	"os"
 	"sync"
@@ -76,7 +77,16 @@ func (p *blobPolicy) allowance(ctx context.Context, did, task string) (int64, st
 			return 0, "", err
 		}
 	}
-	bal, err := p.svc.Balance(ctx, did)
+	n, basis, err := fundedBytes(ctx, p.svc, p.price, did)
+	return min(n, p.quota), basis, err
+}
+
+// fundedBytes is how many bytes did's balance funds at price attoTNZO per
+// byte, and the balance it read: one rule for unreferenced blob uploads
+// and dataset pins (dataset.Options.Funds), so a fresh DID, which costs
+// nothing, holds nothing on a node.
+func fundedBytes(ctx context.Context, svc syncer.Service, price *big.Int, did string) (int64, string, error) {
+	bal, err := svc.Balance(ctx, did)
 	if err != nil {
 		if machine.KindOf(err) == machine.KindNotFound {
 			return 0, "no balance", nil
@@ -87,11 +97,11 @@ func (p *blobPolicy) allowance(ctx context.Context, did, task string) (int64, st
 	if !ok || b.Sign() <= 0 {
 		return 0, "balance " + bal.Balance, nil
 	}
-	n := new(big.Int).Quo(b, p.price)
+	n := new(big.Int).Quo(b, price)
 	if n.IsInt64() {
-		return min(n.Int64(), p.quota), "balance " + bal.Balance, nil
+		return n.Int64(), "balance " + bal.Balance, nil
 	}
-	return p.quota, "balance " + bal.Balance, nil
+	return math.MaxInt64, "balance " + bal.Balance, nil
 }
 
 // Reserve implements rpc.BlobAuthorizer.

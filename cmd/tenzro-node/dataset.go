@@ -19,11 +19,13 @@ import (
 // connected peers.
 //
 // Imports and removes are signed for chainID (dataset.Options.ChainID);
-// each DID pins within --dataset-did-count and --dataset-did-bytes.
-func startDatasets(ctx context.Context, cfg Config, gn *gossip.Node, db *store.DB, chainID string, log *slog.Logger) (*dataset.Service, map[string]http.Handler, error) {
+// each DID pins within --dataset-did-count and --dataset-did-bytes, and
+// within what its balance funds at --blob-price per byte (funds, the rule
+// unreferenced blob uploads follow: DIDs are free, balance is not).
+func startDatasets(ctx context.Context, cfg Config, gn *gossip.Node, db *store.DB, chainID string, funds func(context.Context, string) (int64, string, error), log *slog.Logger) (*dataset.Service, map[string]http.Handler, error) {
 	o := dataset.Options{MaxBytes: cfg.DatasetMaxBytes, StallTimeout: cfg.DatasetStall, Logger: log,
 		ChainID:    func(context.Context) (string, error) { return chainID, nil },
-		QuotaCount: cfg.DatasetDIDCount, QuotaBytes: cfg.DatasetDIDBytes}
+		QuotaCount: cfg.DatasetDIDCount, QuotaBytes: cfg.DatasetDIDBytes, Funds: funds}
 	if cfg.IPFSDHT {
 		d, err := dht.New(gn.Host(), dht.Mode(dht.ModeClient), dht.BootstrapPeers(dht.GetDefaultBootstrapPeerAddrInfos()...))
 		if err != nil {

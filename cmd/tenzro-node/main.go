@@ -143,7 +143,7 @@ are the flag names), then the flags given on the command line.`,
 	f.StringSlice("rpc-allow-origin", nil, "browser origins (scheme://host:port) allowed to POST to the RPC port besides its own; cross-origin browser requests are refused otherwise")
 	f.Int64("blob-disk-cap", d.BlobDiskCap, "bytes the blob store may hold (uploads, fetched payloads, weights); a write past it is refused (0: no cap)")
 	f.Int64("blob-did-quota", d.BlobDIDQuota, "most bytes of unreferenced PUT /blobs uploads one DID may hold")
-	f.String("blob-price", d.BlobPrice, "attoTNZO of balance each unreferenced uploaded byte needs (a DID enrolled in, or sponsoring, the active run its intent names needs none)")
+	f.String("blob-price", d.BlobPrice, "attoTNZO of balance each unreferenced uploaded byte, and each byte of a dataset a DID pins, needs (a DID enrolled in, or sponsoring, the active run its blob intent names needs none)")
 	f.Duration("blob-ttl", d.BlobTTL, "uploads no record references are deleted after this long; so are the payloads of final rounds (challenge window passed) unless --archive")
 	f.Bool("archive", false, "keep every blob a run references, the payloads of final rounds included, so `tenzro receipt replay` of any run can read them here (initial and committed weights are always kept)")
 	f.Int64("blob-peer-bytes-per-hour", d.BlobPeerBytesPerHour, "most bytes one remote IP may upload with PUT /blobs per hour")

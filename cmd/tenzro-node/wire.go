@@ -308,15 +308,17 @@ func runNode(ctx context.Context, cfg Config, log *slog.Logger) (err error) {
 	if err := rpc.RegisterGauges(reg, nodeGauges(ctx, node, gn)); err != nil {
 		return fmt.Errorf("metrics: %w", err)
 	}
-	ds, dsRoutes, err := startDatasets(ctx, cfg, gn, db, chainID, log)
+	svc := nodeService{Node: node, gn: gn, chain: chainInfo}
+	price, _ := new(big.Int).SetString(cfg.BlobPrice, 10) // validated
+	ds, dsRoutes, err := startDatasets(ctx, cfg, gn, db, chainID, func(ctx context.Context, did string) (int64, string, error) {
+		return fundedBytes(ctx, svc, price, did)
+	}, log)
 	if err != nil {
 		return fmt.Errorf("datasets: %w", err)
 	}
 	defer closeLogged(log, "datasets", ds.Close)
 
-	svc := nodeService{Node: node, gn: gn, chain: chainInfo}
 	blobs.SetCap(cfg.BlobDiskCap)
-	price, _ := new(big.Int).SetString(cfg.BlobPrice, 10) // validated
 	policy, err := newBlobPolicy(ctx, svc, blobs, func(context.Context) string { return chainID }, price, cfg.BlobDIDQuota, cfg.BlobTTL, log.With("component", "blobs"))
 	if err != nil {
 		return err

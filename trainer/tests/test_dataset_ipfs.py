@@ -48,11 +48,14 @@ def write_corpus(path: Path) -> None:
     path.write_text("\n".join(rows) + "\n")
 
 
-def publisher(tmp_path: Path) -> str:
-    """A key file for `tenzro dataset add --key`: imports are signed, and the node pins for that DID."""
+def publisher(tmp_path: Path, url: str) -> str:
+    """A key file for `tenzro dataset add --key`: imports are signed, and the node pins for that DID,
+    which needs a balance (--blob-price per byte pinned): the faucet funds it on the --dev node."""
     p = tmp_path / "publisher.json"
     if not p.exists():
-        Key.generate("human").save(p)
+        k = Key.generate("human")
+        k.save(p)
+        Client(url).faucet(k.did, 10**18)
     return str(p)
 
 
@@ -87,7 +90,18 @@ def test_ipfs_dataset_multi_node_run(go_bins, node, light_nodes, tmp_path):
     csv = tmp_path / "corpus.csv"
     write_corpus(csv)
     added = json.loads(
-        cli(go_bins, "dataset", "add", "--rpc", node.url, "--format", "json", "--key", publisher(tmp_path), str(csv))
+        cli(
+            go_bins,
+            "dataset",
+            "add",
+            "--rpc",
+            node.url,
+            "--format",
+            "json",
+            "--key",
+            publisher(tmp_path, node.url),
+            str(csv),
+        )
     )
     ref, want_hash = added["ref"], added["dataset_hash"]
     assert ref.startswith("ipfs://bafy") or ref.startswith("ipfs://bafk")
@@ -136,7 +150,18 @@ def test_hash_mismatch_refused(go_bins, node, tmp_path):
     csv = tmp_path / "corpus.csv"
     write_corpus(csv)
     added = json.loads(
-        cli(go_bins, "dataset", "add", "--rpc", node.url, "--format", "json", "--key", publisher(tmp_path), str(csv))
+        cli(
+            go_bins,
+            "dataset",
+            "add",
+            "--rpc",
+            node.url,
+            "--format",
+            "json",
+            "--key",
+            publisher(tmp_path, node.url),
+            str(csv),
+        )
     )
     corpus = data.load_corpus(added["ref"], data.Sources(node_url=node.url))
     with pytest.raises(data.DatasetError, match="mismatch"):
@@ -164,7 +189,7 @@ def test_confidential_ipfs_dataset_decrypted_in_memory(go_bins, node, tmp_path):
     key = bytes(range(32))
     (tmp_path / "k.hex").write_text(key.hex())
     added = json.loads(
-        cli(go_bins, "dataset", "add", "--rpc", node.url, "--format", "json", "--key", publisher(tmp_path),
+        cli(go_bins, "dataset", "add", "--rpc", node.url, "--format", "json", "--key", publisher(tmp_path, node.url),
             "--encrypt-key", str(tmp_path / "k.hex"), "--task-id", "task-c", str(csv))
     )  # fmt: skip
     assert added["encrypted"]

@@ -205,8 +205,10 @@ def test_confidential_run_from_encrypted_ipfs_dataset(enclave_node, go_bins, tmp
     key = os.urandom(32)
     (tmp_path / "dataset.key").write_text(key.hex())
     task = f"confidential-ipfs-{time.time_ns()}"
-    publisher = tmp_path / "publisher.json"  # imports are signed; the node pins for this DID
-    Key.generate("human").save(publisher)
+    publisher = tmp_path / "publisher.json"  # imports are signed; the node pins for this funded DID
+    pk = Key.generate("human")
+    pk.save(publisher)
+    Client(enclave_node.url).faucet(pk.did, 10**18)
     added = json.loads(
         subprocess.run(
             [str(go_bins / "tenzro"), "dataset", "add", "--rpc", enclave_node.url, "--format", "json",
