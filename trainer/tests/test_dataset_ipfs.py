@@ -126,6 +126,10 @@ def test_ipfs_dataset_multi_node_run(go_bins, node, light_nodes, tmp_path):
     )  # fmt: skip
     sponsor.post(c, sp, spec, init)
 
+    # Each trainer signs its node's fetch, which pins for (and is charged to) its DID: its node must have
+    # caught up with the faucet transfer first.
+    for i, key in enumerate(keys):
+        wait_balance(Client(light_nodes[i].url), key.did)
     trs = []
     for i, key in enumerate(keys):
         cfg = config.parse(trainer_cfg(node, task, i, tmp_path, ipfs_node=light_nodes[i].url))
@@ -205,16 +209,21 @@ def test_confidential_ipfs_dataset_decrypted_in_memory(go_bins, node, tmp_path):
         load_encrypted_corpus(added["ref"], key, "another-task", data.Sources(node_url=node.url))
 
 
+def wait_balance(c: Client, did: str) -> None:
+    """Waits (2 minutes at most) until c's node sees a balance for did."""
+    deadline = time.monotonic() + 120
+    while int(c.get_balance(did).get("balance", "0")) == 0:
+        assert time.monotonic() < deadline, f"{c.url} never saw {did}'s balance"
+        time.sleep(0.2)
+
+
 def funded_signer(tmp_path: Path, dev: NodeProc, on: NodeProc) -> tuple[Key, data.Sources]:
     """A machine key funded by ``dev``'s faucet, once ``on`` (a follower) sees the balance, and Sources
     that sign ``on``'s fetches with it, as the trainer loop does."""
     key = Key.generate("machine")
     Client(dev.url).faucet(key.did, 10**19)
     lc = Client(on.url)
-    deadline = time.monotonic() + 120
-    while int(lc.get_balance(key.did).get("balance", "0")) == 0:
-        assert time.monotonic() < deadline, "the follower never saw the faucet transfer"
-        time.sleep(0.2)
+    wait_balance(lc, key.did)
     return key, data.Sources(node_url=on.url, sign=lambda op, cid: lc.dataset_request(key, op, cid))
 
 
