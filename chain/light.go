@@ -55,6 +55,10 @@ const (
 	// lightWitnessRetry is how long the light client runs without
 	// witnesses before it asks them again.
 	lightWitnessRetry = 30 * time.Second
+	// lightPrimaryRetry is how long header updates may keep failing before
+	// the light client rebuilds its providers around a primary that answers
+	// (the configured primary may be down for good).
+	lightPrimaryRetry = 5 * time.Second
 )
 
 // LightOptions configure StartLight.
@@ -265,13 +269,38 @@ func StartLight(ctx context.Context, o LightOptions) (*Light, error) {
 			}
 			return o.primary, ws, nil
 		}
-		p, err := lighthttp.New(chainID, o.Primary)
-		if err != nil {
-			return nil, nil, fmt.Errorf("light client: primary %s: %w", o.Primary, err)
+		// The primary is the first configured node (--light-primary, then
+		// the witnesses in order) whose latest header answers; the others
+		// are the witnesses. A primary that is down for good is so replaced
+		// at the next rebuild instead of stalling the client.
+		all := []string{o.Primary}
+		for _, u := range o.Witnesses {
+			if !slices.Contains(all, u) {
+				all = append(all, u)
+			}
 		}
-		urls := o.Witnesses
+		first := 0
+		for i, u := range all {
+			c, err := lighthttp.New(chainID, u)
+			if err != nil {
+				return nil, nil, fmt.Errorf("light client: %s: %w", u, err)
+			}
+			pctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			_, err = c.LightBlock(pctx, 0)
+			cancel()
+			if err == nil {
+				first = i
+				break
+			}
+		}
+		primaryURL := all[first]
+		p, err := lighthttp.New(chainID, primaryURL)
+		if err != nil {
+			return nil, nil, fmt.Errorf("light client: primary %s: %w", primaryURL, err)
+		}
+		urls := append(append([]string(nil), all[:first]...), all[first+1:]...)
 		if len(urls) == 0 || self {
-			urls = append(append([]string(nil), urls...), o.Primary)
+			urls = append(urls, primaryURL)
 		}
 		var ws []provider.Provider
 		for _, u := range urls {
@@ -392,7 +421,7 @@ func (l *Light) follow(ctx context.Context) {
 	defer close(l.done)
 	t := time.NewTicker(lightPoll)
 	defer t.Stop()
-	var logged time.Time
+	var logged, failing time.Time
 	for {
 		select {
 		case <-ctx.Done():
@@ -411,11 +440,26 @@ func (l *Light) follow(ctx context.Context) {
 				l.degraded, l.degradedAt = true, time.Now()
 				lb, err = l.lc.Load().Update(ctx, time.Now())
 			}
-		case err == nil && l.degraded && time.Since(l.degradedAt) > lightWitnessRetry:
-			// Try the witnesses again.
+		case l.degraded && time.Since(l.degradedAt) > lightWitnessRetry:
+			// Try the witnesses again (also when the update failed: the
+			// primary may be the node that went away).
 			if rerr := l.rebuild(false); rerr == nil {
 				l.degraded = false
+				failing = time.Time{}
+				lb, err = l.lc.Load().Update(ctx, time.Now())
 			}
+		case err != nil && !failing.IsZero() && time.Since(failing) > lightPrimaryRetry:
+			// Updates keep failing: rebuild around a node that answers.
+			if rerr := l.rebuild(l.degraded); rerr == nil {
+				failing = time.Time{}
+				lb, err = l.lc.Load().Update(ctx, time.Now())
+			}
+		}
+		switch {
+		case err == nil:
+			failing = time.Time{}
+		case failing.IsZero():
+			failing = time.Now()
 		}
 		if err == nil && lb != nil {
 			err = l.adopt(ctx, lb)

@@ -8,6 +8,7 @@ import (
 	"math/big"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -278,11 +279,21 @@ func TestChallengeWrongScoreFourValidators(t *testing.T) {
 	}
 	// The watcher re-executes the redone commit and agrees (once its own
 	// chain state has the redone commit: it may lag the validators).
+	// Until then its replay is refused ("no challengeable commit": the
+	// fragment is still the discarded one there), so a refusal is retried.
 	var rf wire.ReplayFragmentResult
+	last := ""
 	c.waitFor("the watcher holds the redone commit", 60*time.Second, func() bool {
 		rf = wire.ReplayFragmentResult{}
-		err := json.Unmarshal([]byte(c.mustCLI(-1, "receipt", "replay", "--task-id", task, "--round", "0", "--fragment", "0", "--format", "json")), &rf)
-		return err == nil && rf.Committed == redone
+		out, err := c.cli(-1, "receipt", "replay", "--task-id", task, "--round", "0", "--fragment", "0", "--format", "json")
+		if err != nil {
+			if msg := strings.TrimSpace(out); msg != last {
+				t.Logf("the watcher's replay, not yet: %v: %s", err, msg)
+				last = msg
+			}
+			return false
+		}
+		return json.Unmarshal([]byte(out), &rf) == nil && rf.Committed == redone
 	})
 	if !rf.Agrees || rf.Result != redone {
 		t.Fatalf("the watcher's replay of the redone fragment: %+v, chain has %s", rf, redone)

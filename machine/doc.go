@@ -16,6 +16,10 @@
 //     key: runstore.go is the only code that knows how) and its read-only
 //     view for the node (LoadRun, RunJSON, RoundStart, Run's exported
 //     methods), the run log.
+//   - The ante (mante.go) every transaction passes first — chain id,
+//     signature, nonce, fee — and the one table of who signs each
+//     transaction kind and over what (signer.go, txSigners), which the
+//     transitions do not restate.
 //   - Memo caches of pure functions on the transaction path (caches.go:
 //     verified signatures, parsed specs, decoded parameters).
 //   - The ledger (ledger.go) and the parameters and limits a posting is

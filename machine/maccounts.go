@@ -48,9 +48,6 @@ func (x *mtx) transfer(p *wire.TransferParams) (*wire.Balance, error) {
 	if amt.Sign() == 0 {
 		return nil, Errf(KindInvalid, "amount must be positive")
 	}
-	if err := x.checkSigned(p.From, p.Nonce, p.Signature, p.Preimage()); err != nil {
-		return nil, err
-	}
 	if err := x.lt.transfer(AcctDID(p.From), AcctDID(p.To), amt, "transfer"); err != nil {
 		return nil, err
 	}
@@ -111,9 +108,6 @@ func (x *mtx) registerCandidate(p *wire.RegisterSyncerParams) (*wire.SyncerCandi
 	} else if c != nil && c.Unbonding {
 		return nil, Errf(KindConflict, "%s is unbonding (its stake is released at %d, Unix ms): register again after that", p.DID, c.ReleaseMs)
 	}
-	if err := x.checkSigned(p.DID, p.Nonce, p.Signature, p.Preimage()); err != nil {
-		return nil, err
-	}
 	if err := x.lt.transfer(AcctDID(p.DID), acctSyncerStake(p.DID), amt, "syncer candidacy"); err != nil {
 		return nil, err
 	}
@@ -147,9 +141,6 @@ func (x *mtx) unbond(p *wire.UnbondParams) (*wire.SyncerCandidate, error) {
 		return nil, err
 	} else if task != "" {
 		return nil, Errf(KindConflict, "%s is the elected syncer of running run %s: it can unbond once that run ends", p.DID, task)
-	}
-	if err := x.checkSigned(p.DID, p.Nonce, p.Signature, p.Preimage()); err != nil {
-		return nil, err
 	}
 	stake, err := x.lt.balance(acctSyncerStake(p.DID))
 	if err != nil {
@@ -234,9 +225,6 @@ func (x *mtx) publishPlugin(p *wire.PublishPluginTx) (*PluginRecord, error) {
 	}
 	if p.Size == 0 || p.Size > MaxPluginModuleBytes {
 		return nil, Errf(KindInvalid, "size %d: want 1..%d", p.Size, MaxPluginModuleBytes)
-	}
-	if err := x.checkSigned(p.DID, p.Nonce, p.Signature, p.Preimage()); err != nil {
-		return nil, err
 	}
 	fee, err := x.fee("publish")
 	if err != nil {

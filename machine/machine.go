@@ -325,9 +325,6 @@ type mtx struct {
 	lt  *ledgerTx
 	p   *Params
 	cid *string
-	// anted is the ante's result when the transaction passed it: its
-	// signature is verified and its nonce used (checkSigned knows).
-	anted *anteInfo
 }
 
 func (m *Machine) begin(ctx context.Context, kv KV, blk Block) *mtx {
@@ -453,27 +450,6 @@ type nonceError struct{ e *Error }
 func (e nonceError) Error() string   { return e.e.Msg }
 func (e nonceError) Unwrap() []error { return []error{e.e, ErrStaleNonce} }
 
-// checkSigned verifies a signed request's signature and that its nonce is
-// above the signer's last one, and records the nonce.
-func (x *mtx) checkSigned(signer string, nonce uint64, sig []byte, pre []byte) error {
-	if a := x.anted; a != nil && a.nonced && a.signer == signer && a.nonce == nonce {
-		return nil // the ante verified this signature and used this nonce
-	}
-	if err := verifySig(signer, pre, sig); err != nil {
-		return err
-	}
-	last, seen, err := LastNonce(x.ctx, x.kv, signer)
-	if err != nil {
-		return err
-	}
-	if seen && nonce <= last {
-		return nonceError{e: &Error{Kind: KindUnauthorized, Msg: fmt.Sprintf(
-			"nonce %d is not above the last one used by %s (%d): replayed or reordered request", nonce, signer, last)}}
-	}
-	x.set(KSLedger, nonceKey(signer), u64Bytes(nonce))
-	return nil
-}
-
 // LastNonce is the last nonce the chain accepted from d (0, false when none).
 func LastNonce(ctx context.Context, kv KV, d string) (uint64, bool, error) {
 	raw, err := kv.Get(ctx, KSLedger, nonceKey(d))
@@ -494,16 +470,19 @@ func LastNonce(ctx context.Context, kv KV, d string) (uint64, bool, error) {
 // refuse it (the nonce is used up and the fee paid).
 func (m *Machine) Apply(ctx context.Context, kv KV, blk Block, tx *wire.Tx) ([]byte, error) {
 	a := m.begin(ctx, kv, blk)
-	info, err := a.ante(tx)
-	if err != nil {
+	if _, err := a.ante(tx); err != nil {
 		return nil, err
 	}
 	if err := a.finish(); err != nil {
 		return nil, fmt.Errorf("apply %s: ante: %w", tx.Type, err)
 	}
+	// The ante verified the signer that txSigners (signer.go) names for
+	// this kind and used its nonce: the handlers do not check either again.
 	x := m.begin(ctx, kv, blk)
-	x.anted = info
-	var out any
+	var (
+		out any
+		err error
+	)
 	switch tx.Type {
 	case wire.TxTransfer:
 		out, err = x.transfer(tx.Transfer)

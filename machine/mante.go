@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"math/big"
 
-	"github.com/tenzro/train/audit"
 	"github.com/tenzro/train/wire"
 )
 
@@ -106,97 +105,23 @@ func (x *mtx) ante(tx *wire.Tx) (*anteInfo, error) {
 	if err != nil {
 		return nil, err
 	}
-	var (
-		a       = &anteInfo{}
-		chainID string
-		pre     []byte
-		sig     []byte
-		subMark []byte
-	)
-	signed := func(s wire.Signed, signer string, preimage func() []byte) {
-		a.signer, a.nonce, a.nonced, chainID, sig = signer, s.Nonce, true, s.ChainID, s.Signature
-		pre = preimage()
+	rule, ok := txSigners[tx.Type]
+	if !ok {
+		return nil, Errf(KindInvalid, "unknown transaction type %q", tx.Type)
 	}
-	switch tx.Type {
-	case wire.TxFaucet:
-		p, err := x.params()
-		if err != nil {
-			return nil, err
-		}
-		if !p.Faucet {
-			return nil, Errf(KindDisabled, noFaucet)
-		}
-		return a, nil // the --dev chain's unsigned faucet pays nothing
-	case wire.TxChallengeVote:
-		// A validator's vote, signed by its consensus key over a challenge
-		// id that names the block that took the challenge (so unique to
-		// this chain). Validators do not pay to decide challenges.
-		return a, x.checkVoteSignature(tx.ChallengeVote)
-	case wire.TxTransfer:
-		p := tx.Transfer
-		signed(p.Signed, p.From, p.Preimage)
-	case wire.TxRegisterCandidate:
-		p := tx.RegisterCandidate
-		signed(p.Signed, p.DID, p.Preimage)
-	case wire.TxUnbond:
-		p := tx.Unbond
-		signed(p.Signed, p.DID, p.Preimage)
-	case wire.TxPublishPlugin:
-		p := tx.PublishPlugin
-		signed(p.Signed, p.DID, p.Preimage)
-	case wire.TxPostTask:
-		spec, canon, err := wire.ParseSpec(tx.PostTask.Spec)
-		if err != nil {
-			return nil, Errf(KindInvalid, "%v", err)
-		}
-		req := wire.PostTaskParams{Signed: tx.PostTask.Signed}
-		signed(req.Signed, spec.SponsorDID, func() []byte {
-			return req.Preimage(spec.SponsorDID, wire.SpecHash(canon), tx.PostTask.InitWeightsHash)
-		})
-	case wire.TxSetInitWeights, wire.TxCancelRun:
-		task := ""
-		if tx.SetInitWeights != nil {
-			task = tx.SetInitWeights.TaskID
-		} else {
-			task = tx.CancelRun.TaskID
-		}
-		r, err := LoadRun(x.ctx, x.kv, task)
-		if err != nil {
-			return nil, err
-		}
-		sponsor := r.spec.SponsorDID
-		if p := tx.SetInitWeights; p != nil {
-			signed(p.Signed, sponsor, func() []byte { return p.Preimage(sponsor) })
-		} else {
-			p := tx.CancelRun
-			signed(p.Signed, sponsor, func() []byte { return p.Preimage(sponsor) })
-		}
-	case wire.TxElectionProof:
-		p := tx.ElectionProof
-		signed(p.Signed, p.DID, p.Preimage)
-	case wire.TxEnroll:
-		p := tx.Enroll
-		signed(p.Signed, p.TrainerDID, p.Preimage)
-	case wire.TxLeave:
-		p := tx.Leave
-		signed(p.Signed, p.TrainerDID, p.Preimage)
-	case wire.TxChallenge:
-		p := tx.Challenge
-		signed(p.Signed, p.ChallengerDID, p.Preimage)
-	case wire.TxCommitFragment:
-		p := tx.CommitFragment
-		c, err := CommitJCS(&p.Commit)
-		if err != nil {
-			return nil, Errf(KindInvalid, "commit: %v", err)
-		}
-		signed(p.Signed, p.SyncerDID, func() []byte { return p.Preimage(c) })
-	case wire.TxSubmission:
-		// No nonce: a submission is unique by its preimage, which the ante
-		// marks as used when it enters a block, so its bytes are not
-		// accepted (nor charged) twice.
+	a := &anteInfo{}
+	if rule.exempt != nil {
+		return a, rule.exempt(x, tx)
+	}
+	auth, err := rule.did(x, tx, own)
+	if err != nil {
+		return nil, err
+	}
+	a.signer, a.nonce, a.nonced = auth.signer, auth.nonce, auth.nonced
+	var subMark []byte
+	if tx.Type == wire.TxSubmission {
 		s := tx.Submission
-		a.signer, chainID, sig, pre = s.TrainerDID, s.ChainID, s.Signature, s.Preimage()
-		h := sha256.Sum256(pre)
+		h := sha256.Sum256(auth.pre)
 		subMark = subMarkKey(h)
 		if _, err := x.kv.Get(x.ctx, KSLedger, subMark); err == nil {
 			return nil, Errf(KindConflict, "duplicate submission: this signed submission of %s (round %d fragment %d, payload %s) is already in a block",
@@ -204,38 +129,11 @@ func (x *mtx) ante(tx *wire.Tx) (*anteInfo, error) {
 		} else if !errors.Is(err, ErrNotFound) {
 			return nil, err
 		}
-	case wire.TxSignReceipt:
-		// The signature is over the receipt the chain builds from its
-		// state: only a sealed run's unsigned receipt can be signed.
-		p := tx.SignReceipt
-		r, err := LoadRun(x.ctx, x.kv, p.TaskID)
-		if err != nil {
-			return nil, err
-		}
-		if r.Status != wire.StatusSealed || r.Seal == nil {
-			return nil, Errf(KindConflict, "run %s is %s: only a sealed run's receipt is signed", p.TaskID, r.Status)
-		}
-		if r.Seal.Signed {
-			return nil, Errf(KindConflict, "the receipt of %s is already signed by %s", p.TaskID, r.Seal.SignedBy)
-		}
-		if err := parseDIDField("syncer_did", p.SyncerDID); err != nil {
-			return nil, err
-		}
-		rc, _, _, err := chainReceipt(x.ctx, x.kv, r, p.SyncerDID, p.Engine, p.EvidenceDigest)
-		if err != nil {
-			return nil, err
-		}
-		if pre, err = audit.ReceiptPreimage(rc); err != nil {
-			return nil, err
-		}
-		a.signer, chainID, sig = p.SyncerDID, own, p.Signature // the receipt names the chain's run
-	default:
-		return nil, Errf(KindInvalid, "unknown transaction type %q", tx.Type)
 	}
-	if chainID != own {
-		return nil, Errf(KindUnauthorized, "wrong chain: %s is signed for chain %q, this chain is %q (ask tenzro_node_info for chain_id)", tx.Type, chainID, own)
+	if auth.chainID != own {
+		return nil, Errf(KindUnauthorized, "wrong chain: %s is signed for chain %q, this chain is %q (ask tenzro_node_info for chain_id)", tx.Type, auth.chainID, own)
 	}
-	if err := verifySig(a.signer, pre, sig); err != nil {
+	if err := verifySig(a.signer, auth.pre, auth.sig); err != nil {
 		return nil, err
 	}
 	if a.nonced {
@@ -260,7 +158,6 @@ func (x *mtx) ante(tx *wire.Tx) (*anteInfo, error) {
 		}
 		return nil, err
 	}
-	x.anted = a
 	return a, nil
 }
 

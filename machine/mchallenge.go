@@ -268,9 +268,6 @@ func (x *mtx) challenge(p *wire.ChallengeTx) (*wire.ChallengeResult, error) {
 	if len(vals) == 0 {
 		return nil, Errf(KindDisabled, "this chain records no validator set: nobody could decide a challenge")
 	}
-	if err := x.checkSigned(p.ChallengerDID, p.Nonce, p.Signature, p.Preimage()); err != nil {
-		return nil, err
-	}
 	id := wire.ChallengeID(task, p.Round, p.Fragment, p.ChallengerDID, p.Nonce, x.blk.Hash)
 	if err := x.lt.transfer(AcctDID(p.ChallengerDID), acctBond(id), bond, "challenge bond"); err != nil {
 		return nil, err

@@ -273,13 +273,6 @@ func (x *mtx) commitFragment(p *wire.CommitFragmentTx) (*wire.CommitFragmentResu
 			return nil, Errf(KindInvalid, "verdicts[%d]: %q is not equivocation, duplicate or unavailable", j, v.Verdict)
 		}
 	}
-	canon, err := CommitJCS(&p.Commit)
-	if err != nil {
-		return nil, Errf(KindInvalid, "commit: %v", err)
-	}
-	if err := x.checkSigned(p.SyncerDID, p.Nonce, p.Signature, p.Preimage(canon)); err != nil {
-		return nil, err
-	}
 	round := r.Round
 	momentumBefore := fs.MomentumHash
 	r.noteTurn(k)

@@ -47,10 +47,6 @@ func (x *mtx) postTask(p *wire.PostTaskTx) (*wire.PostTaskResult, error) {
 		return nil, err
 	}
 	specHash := wire.SpecHash(canon)
-	req := wire.PostTaskParams{Signed: p.Signed}
-	if err := x.checkSigned(spec.SponsorDID, p.Nonce, p.Signature, req.Preimage(spec.SponsorDID, specHash, p.InitWeightsHash)); err != nil {
-		return nil, err
-	}
 	if err := x.checkRules(spec, p); err != nil {
 		return nil, err
 	}
@@ -286,9 +282,6 @@ func (x *mtx) setInitWeights(p *wire.SetInitWeightsTx) (*wire.PostTaskResult, er
 	if r.Status != wire.StatusAwaiting {
 		return nil, Errf(KindConflict, "run %s is %s: initial weights can only be set before it starts", p.TaskID, r.Status)
 	}
-	if err := x.checkSigned(r.spec.SponsorDID, p.Nonce, p.Signature, p.Preimage(r.spec.SponsorDID)); err != nil {
-		return nil, err
-	}
 	if err := x.checkBondCoversReexec(r, &p.Init); err != nil {
 		return nil, err
 	}
@@ -340,9 +333,6 @@ func (x *mtx) enroll(p *wire.EnrollTx) (*wire.EnrollResult, error) {
 		if ms, _ := wire.ParseAmount(r.spec.MinStake); stake.Cmp(ms) < 0 {
 			return nil, Errf(KindInvalid, "stake %s is below the run's min_stake %s", stake, ms)
 		}
-	}
-	if err := x.checkSigned(p.TrainerDID, p.Nonce, p.Signature, p.Preimage()); err != nil {
-		return nil, err
 	}
 	if err := x.verifyEvidence(r, p.Evidence, p.TrainerDID, 0, r.InitModel, wire.Hash{}); err != nil {
 		return nil, err
@@ -443,9 +433,6 @@ func (x *mtx) leave(p *wire.LeaveParams) (*wire.EnrollResult, error) {
 			return nil, Errf(KindConflict, "%s cannot leave %s yet: %s", t.DID, p.TaskID, why)
 		}
 	}
-	if err := x.checkSigned(p.TrainerDID, p.Nonce, p.Signature, p.Preimage()); err != nil {
-		return nil, err
-	}
 	if err := x.refund(r, t, "stake refund"); err != nil {
 		return nil, err
 	}
@@ -498,9 +485,6 @@ func (x *mtx) cancelRun(p *wire.CancelRunParams) (*wire.CancelRunResult, error) 
 	}
 	if r.Status != wire.StatusAwaiting {
 		return nil, Errf(KindConflict, "run %s is %s: only a run still awaiting enrolment can be cancelled", p.TaskID, r.Status)
-	}
-	if err := x.checkSigned(r.spec.SponsorDID, p.Nonce, p.Signature, p.Preimage(r.spec.SponsorDID)); err != nil {
-		return nil, err
 	}
 	return x.endUnstarted(r, CancelBySponsor)
 }
@@ -555,9 +539,6 @@ func (x *mtx) electionProof(p *wire.ElectionProofParams) (*wire.ElectionProofRes
 	}
 	if c == nil {
 		return nil, Errf(KindNotFound, "%s is not a registered syncer candidate (tenzro syncer register)", p.DID)
-	}
-	if err := x.checkSigned(p.DID, p.Nonce, p.Signature, p.Preimage()); err != nil {
-		return nil, err
 	}
 	out, err := vrf.Verify(d.Key, p.Proof, election.Alpha(r.spec.TaskID, r.SpecHash))
 	if err != nil {
