@@ -106,8 +106,14 @@ func (s *Service) useOnce(key string, expires int64, now time.Time) error {
 func SignRequest(k *did.Key, chainID, op string, c cid.Cid, lifetime time.Duration) string {
 	var nb [8]byte
 	_, _ = rand.Read(nb[:])
-	in := wire.DatasetRequest{DID: k.DID.String(), Op: op, CID: c.String(), Expires: uint64(time.Now().Add(lifetime).Unix()),
-		Nonce: binary.BigEndian.Uint64(nb[:])}
+	return SignRequestAt(k, chainID, op, c, uint64(time.Now().Add(lifetime).Unix()), binary.BigEndian.Uint64(nb[:]))
+}
+
+// SignRequestAt is SignRequest with the expiry (Unix seconds) and nonce
+// given: the bytes the cross-language vector (wire/testdata/vectors.json
+// "dataset_requests") pins for Go and the trainer alike.
+func SignRequestAt(k *did.Key, chainID, op string, c cid.Cid, expires, nonce uint64) string {
+	in := wire.DatasetRequest{DID: k.DID.String(), Op: op, CID: c.String(), Expires: expires, Nonce: nonce}
 	in.Sig = k.Sign(in.Preimage(chainID))
 	return in.String()
 }

@@ -120,6 +120,11 @@ func (s *Service) serveFetch(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
+	if s.o.SignedFetch && len(r.Header.Values(wire.DatasetRequestHeader)) == 0 {
+		writeErr(w, fmt.Errorf("fetch refused: this node (not --dev) takes only signed fetches, with one %s header signed by a funded DID (tenzro dataset get --key; the trainer signs with its key): a fetch pins the dataset for, and charges it to, the DID that asks: %w",
+			wire.DatasetRequestHeader, ErrUnsigned))
+		return
+	}
 	owner, err := s.authorize(r, wire.DatasetOpFetch, c, false)
 	if err != nil {
 		writeErr(w, fmt.Errorf("fetch refused: %w", err))

@@ -92,6 +92,11 @@ type Options struct {
 	// which costs nothing, pins nothing. A DID's bytes are bounded by the
 	// smaller of Funds and QuotaBytes. Nil: QuotaBytes alone (tests, tools).
 	Funds func(ctx context.Context, did string) (bytes int64, basis string, err error)
+	// SignedFetch refuses a fetch without a Tenzro-Dataset-Request (401):
+	// on a network every fetch pins for, and is charged to, the DID that
+	// asked. False (a --dev node, tests, tools): an unsigned fetch pins for
+	// the node itself.
+	SignedFetch bool
 	// Logger (slog.Default() when nil).
 	Logger *slog.Logger
 }

@@ -38,6 +38,24 @@ type vectorFile struct {
 	// EvidenceDigests: the digest of an attestation claim's envelope
 	// (wire.ClaimEvidenceDigest), which an enrolment signs (PROTOCOL §3).
 	EvidenceDigests []evidenceVec `json:"evidence_digests"`
+	// DatasetRequests: Tenzro-Dataset-Request headers (datasets.md
+	// §Requests) as the Go CLI (dataset.SignRequestAt) and the trainer
+	// (tenzro_trainer.rpc.dataset_request) write them.
+	DatasetRequests []datasetReqVec `json:"dataset_requests"`
+}
+
+type datasetReqVec struct {
+	ChainID      string `json:"chain_id"`
+	Seed         string `json:"seed"`
+	Kind         string `json:"kind"`
+	DID          string `json:"did"`
+	Op           string `json:"op"`
+	CID          string `json:"cid"`
+	Expires      uint64 `json:"expires"`
+	Nonce        uint64 `json:"nonce"`
+	PreimageHex  string `json:"preimage_hex"`
+	SignatureHex string `json:"signature_hex"`
+	Header       string `json:"header"`
 }
 
 type evidenceVec struct {
@@ -316,6 +334,23 @@ func build(t *testing.T) vectorFile {
 		v.AttestReportData = append(v.AttestReportData, attestVec{wire.DomainAttest, prog.String(), 2, model.String(), k.DID.String(),
 			hex.EncodeToString(nonce), ph.String(), rd.String()})
 	}
+	for _, r := range []struct {
+		seed          byte
+		kind, op, cid string
+		expires       uint64
+		nonce         uint64
+	}{
+		{2, did.KindMachine, wire.DatasetOpFetch, "bafkreifzjbiuqvdedgqpnkc6rvyizervk7av27z4pudy54p2p56a6v6vuu", 1764300000, 7},
+		{1, did.KindHuman, wire.DatasetOpImport, "bafkreifzjbiuqvdedgqpnkc6rvyizervk7av27z4pudy54p2p56a6v6vuu", 1764300900, 1<<64 - 1},
+		{1, did.KindHuman, wire.DatasetOpRemove, "QmAccept", 1, 0},
+	} {
+		k, _ := did.FromSeed(r.kind, seed(r.seed))
+		in := wire.DatasetRequest{DID: k.DID.String(), Op: r.op, CID: r.cid, Expires: r.expires, Nonce: r.nonce}
+		pre := in.Preimage(vecChainID)
+		in.Sig = k.Sign(pre)
+		v.DatasetRequests = append(v.DatasetRequests, datasetReqVec{vecChainID, hex.EncodeToString(seed(r.seed)), r.kind, in.DID, r.op, r.cid,
+			r.expires, r.nonce, hex.EncodeToString(pre), hex.EncodeToString(in.Sig), in.String()})
+	}
 	return v
 }
 
@@ -345,6 +380,15 @@ func TestVectors(t *testing.T) {
 		sig, _ := hex.DecodeString(r.SignatureHex)
 		if err := did.Verify(r.Signer, pre, sig); err != nil {
 			t.Errorf("%s: %v", r.Method, err)
+		}
+	}
+	for _, r := range v.DatasetRequests {
+		in, err := wire.ParseDatasetRequest(r.Header)
+		if err != nil {
+			t.Fatalf("dataset request %s: %v", r.Op, err)
+		}
+		if err := did.Verify(in.DID, in.Preimage(r.ChainID), in.Sig); err != nil {
+			t.Errorf("dataset request %s: %v", r.Op, err)
 		}
 	}
 }

@@ -21,11 +21,15 @@ import (
 // Imports and removes are signed for chainID (dataset.Options.ChainID);
 // each DID pins within --dataset-did-count and --dataset-did-bytes, and
 // within what its balance funds at --blob-price per byte (funds, the rule
-// unreferenced blob uploads follow: DIDs are free, balance is not).
+// unreferenced blob uploads follow: DIDs are free, balance is not). Off
+// --dev a fetch must be signed too (a fetch pins and is charged to its DID;
+// an unsigned one would pin for the node at no one's cost); a --dev node
+// still takes unsigned fetches, the node's own corpus loads in tests.
 func startDatasets(ctx context.Context, cfg Config, gn *gossip.Node, db *store.DB, chainID string, funds func(context.Context, string) (int64, string, error), log *slog.Logger) (*dataset.Service, map[string]http.Handler, error) {
 	o := dataset.Options{MaxBytes: cfg.DatasetMaxBytes, StallTimeout: cfg.DatasetStall, Logger: log,
 		ChainID:    func(context.Context) (string, error) { return chainID, nil },
-		QuotaCount: cfg.DatasetDIDCount, QuotaBytes: cfg.DatasetDIDBytes, Funds: funds}
+		QuotaCount: cfg.DatasetDIDCount, QuotaBytes: cfg.DatasetDIDBytes, Funds: funds,
+		SignedFetch: !cfg.Dev}
 	if cfg.IPFSDHT {
 		d, err := dht.New(gn.Host(), dht.Mode(dht.ModeClient), dht.BootstrapPeers(dht.GetDefaultBootstrapPeerAddrInfos()...))
 		if err != nil {

@@ -126,6 +126,10 @@ def test_ipfs_dataset_multi_node_run(go_bins, node, light_nodes, tmp_path):
     )  # fmt: skip
     sponsor.post(c, sp, spec, init)
 
+    # Each trainer signs its node's fetch, which pins for (and is charged to) its DID: its node must have
+    # caught up with the faucet transfer first.
+    for i, key in enumerate(keys):
+        wait_balance(Client(light_nodes[i].url), key.did)
     trs = []
     for i, key in enumerate(keys):
         cfg = config.parse(trainer_cfg(node, task, i, tmp_path, ipfs_node=light_nodes[i].url))
@@ -205,14 +209,61 @@ def test_confidential_ipfs_dataset_decrypted_in_memory(go_bins, node, tmp_path):
         load_encrypted_corpus(added["ref"], key, "another-task", data.Sources(node_url=node.url))
 
 
+def wait_balance(c: Client, did: str) -> None:
+    """Waits (2 minutes at most) until c's node sees a balance for did."""
+    deadline = time.monotonic() + 120
+    while int(c.get_balance(did).get("balance", "0")) == 0:
+        assert time.monotonic() < deadline, f"{c.url} never saw {did}'s balance"
+        time.sleep(0.2)
+
+
+def funded_signer(tmp_path: Path, dev: NodeProc, on: NodeProc) -> tuple[Key, data.Sources]:
+    """A machine key funded by ``dev``'s faucet, once ``on`` (a follower) sees the balance, and Sources
+    that sign ``on``'s fetches with it, as the trainer loop does."""
+    key = Key.generate("machine")
+    Client(dev.url).faucet(key.did, 10**19)
+    lc = Client(on.url)
+    wait_balance(lc, key.did)
+    return key, data.Sources(node_url=on.url, sign=lambda op, cid: lc.dataset_request(key, op, cid))
+
+
 def test_unreachable_cid_names_the_peers_asked(node, light_nodes, tmp_path):
     """A CID that no connected peer has: the trainer's node gives up after its stall timeout and says
     which peers it asked; the trainer reports it and the node holds nothing."""
     peer = Client(node.url).node_info()["peer_id"]
+    _, src = funded_signer(tmp_path, node, light_nodes[0])
     with pytest.raises(data.DatasetError, match=rf"peer\(s\) asked \[.*{peer}.*\]"):
-        data.load_corpus(
-            "ipfs://bafkreifzjbiuqvdedgqpnkc6rvyizervk7av27z4pudy54p2p56a6v6vuu",
-            data.Sources(node_url=light_nodes[0].url),
-        )
+        data.load_corpus("ipfs://bafkreifzjbiuqvdedgqpnkc6rvyizervk7av27z4pudy54p2p56a6v6vuu", src)
     held = json.loads(cli(light_nodes[0].bins, "dataset", "ls", "--rpc", light_nodes[0].url, "--format", "json"))
     assert held == []
+
+
+def test_trainer_signs_its_fetch_on_a_network(go_bins, node, light_nodes, tmp_path):
+    """A node off --dev (a full node following the chain) refuses an unsigned fetch with a precise error
+    and pins nothing; the trainer's signed fetch (its key, the chain's id, a fresh nonce) is taken, pins the
+    dataset for the trainer's DID and reads the corpus; the same header replayed is refused."""
+    csv = tmp_path / "corpus.csv"
+    write_corpus(csv)
+    added = json.loads(
+        cli(go_bins, "dataset", "add", "--rpc", node.url, "--format", "json", "--key", publisher(tmp_path, node.url),
+            str(csv))
+    )  # fmt: skip
+    full = light_nodes[0]
+    with pytest.raises(data.DatasetError, match="takes only signed fetches"):
+        data.load_corpus(added["ref"], data.Sources(node_url=full.url))
+    assert json.loads(cli(go_bins, "dataset", "ls", "--rpc", full.url, "--format", "json")) == []
+
+    key, src = funded_signer(tmp_path, node, full)
+    corpus = data.load_corpus(added["ref"], src)
+    data.check_hash(corpus, added["dataset_hash"])
+    held = json.loads(cli(go_bins, "dataset", "ls", "--rpc", full.url, "--format", "json"))
+    assert [(h["cid"], h["source"], h["owners"]) for h in held] == [(added["cid"], "fetched", [key.did])]
+
+    # One header, one fetch: the node refuses the same (did, nonce) again.
+    import requests
+
+    hdr = Client(full.url).dataset_request(key, "fetch", added["cid"])
+    url = f"{full.url}/api/dataset/fetch"
+    assert requests.post(url, params={"ref": added["ref"]}, headers={"Tenzro-Dataset-Request": hdr}, timeout=60).ok
+    again = requests.post(url, params={"ref": added["ref"]}, headers={"Tenzro-Dataset-Request": hdr}, timeout=60)
+    assert again.status_code == 401 and "used already" in again.json()["error"]

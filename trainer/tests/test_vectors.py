@@ -241,3 +241,24 @@ def test_evidence_digests(vectors):
         "00" * 32,
         vectors["evidence_digests"][0]["digest"],
     ]
+
+
+def test_dataset_requests(vectors):
+    """The trainer's Tenzro-Dataset-Request header is the Go CLI's (dataset.SignRequestAt), byte for byte."""
+    from tenzro_trainer.canon import dataset_request_preimage
+    from tenzro_trainer.rpc import dataset_request
+
+    assert len(vectors["dataset_requests"]) >= 3
+    for v in vectors["dataset_requests"]:
+        key = Key.from_seed(v["kind"], bytes.fromhex(v["seed"]))
+        assert key.did == v["did"]
+        pre = dataset_request_preimage(v["chain_id"], v["op"], v["cid"], v["did"], int(v["expires"]), int(v["nonce"]))
+        assert pre.hex() == v["preimage_hex"], v["op"]
+        assert key.sign(pre).hex() == v["signature_hex"], v["op"]
+        hdr = dataset_request(key, v["chain_id"], v["op"], v["cid"], int(v["expires"]), int(v["nonce"]))
+        assert hdr == v["header"], v["op"]
+    k = Key.from_seed("machine", bytes(32))
+    for op, cid, exp, nonce in [("pin", "bafk", 1, 1), ("fetch", "ipfs://x", 1, 1), ("fetch", "", 1, 1),
+                                ("fetch", "bafk", -1, 1), ("fetch", "bafk", 1, 1 << 64)]:  # fmt: skip
+        with pytest.raises(ValueError):
+            dataset_request(k, "c", op, cid, exp, nonce)

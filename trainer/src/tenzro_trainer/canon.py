@@ -24,6 +24,7 @@ DOMAIN_DATASET = "tenzro/train/dataset/v1"
 DOMAIN_MODEL = "tenzro/train/model/v1"
 DOMAIN_EVIDENCE = "tenzro/train/attest/evidence/v1"
 DOMAIN_BLOB_INTENT = "tenzro/train/blob-intent/v1"
+DOMAIN_DATASET_REQUEST = "tenzro/train/dataset-request/v1"
 
 ZERO_HASH = bytes(32)
 
@@ -174,3 +175,9 @@ def blob_intent_preimage(chain_id: str, h: bytes, size: int, did: str, expires: 
     """docs/protocol/blobs.md (wire.BlobIntentPreimage): Str(DOMAIN_BLOB_INTENT) ‖ Str(chain_id) ‖ Hash(blob) ‖
     U64(size) ‖ Str(did) ‖ U64(expires) ‖ Str(task)."""
     return Canon(DOMAIN_BLOB_INTENT).str(chain_id).hash(h).u64(size).str(did).u64(expires).str(task).out()
+
+
+def dataset_request_preimage(chain_id: str, op: str, cid: str, did: str, expires: int, nonce: int) -> bytes:
+    """docs/protocol/datasets.md §Requests (wire.DatasetRequestPreimage): Str(DOMAIN_DATASET_REQUEST) ‖
+    Str(chain_id) ‖ Str(op) ‖ Str(cid) ‖ Str(did) ‖ U64(expires) ‖ U64(nonce)."""
+    return Canon(DOMAIN_DATASET_REQUEST).str(chain_id).str(op).str(cid).str(did).u64(expires).u64(nonce).out()

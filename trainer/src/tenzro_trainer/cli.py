@@ -126,6 +126,12 @@ def _dataset_hash(a: argparse.Namespace) -> int:
     from . import data
 
     src = data.Sources(node_url=a.node, ipfs_gateway=a.ipfs_gateway)
+    if a.key:  # a node off --dev takes only signed fetches
+        from .identity import Key
+        from .rpc import Client
+
+        key, client = Key.load(a.key), Client(a.node)
+        src.sign = lambda op, cid: client.dataset_request(key, op, cid)
     print(data.dataset_hash(a.ref, src).hex())
     return 0
 
@@ -195,6 +201,7 @@ def main(argv: list[str] | None = None) -> int:
     d = sub.add_parser("dataset-hash", help="print the dataset hash of a dataset_ref")
     d.add_argument("ref")
     d.add_argument("--node", default="http://127.0.0.1:8545", help="node HTTP address for ipfs:// refs")
+    d.add_argument("--key", default="", help="key file that signs the node fetch (nodes off --dev need one)")
     d.add_argument("--ipfs-gateway", default=None, help="read ipfs:// refs through this IPFS gateway instead")
     d.set_defaults(fn=_dataset_hash)
 

@@ -137,6 +137,10 @@ class Sources:
     # Confidential tier: applied to the fetched bytes before parsing, in memory (e.g.
     # ``lambda b: decrypt_dataset(released_key, task_id, b)`` once the broker released the key).
     decrypt: Callable[[bytes], bytes] | None = None
+    # Signs the node fetch of ``ipfs://`` refs: ``sign(op, cid)`` is a ``Tenzro-Dataset-Request`` header value
+    # (e.g. ``lambda op, cid: client.dataset_request(key, op, cid)``). A node on a network (not --dev) refuses
+    # unsigned fetches; a signed fetch pins the dataset for, and charges it to, the signing DID.
+    sign: Callable[[str, str], str] | None = None
 
 
 def _download(url: str, what: str, timeout: float) -> bytes:
@@ -180,9 +184,20 @@ def _ipfs_url(ref: str, sources: Sources | None, limit: int = MAX_STREAM_BYTES +
     if not sources.node_url:
         raise DatasetError(f"dataset_ref {ref!r}: ipfs:// needs the trainer's node or ipfs_gateway: in trainer.yaml")
     base = sources.node_url.rstrip("/")
+    headers: dict[str, str] = {}
+    if sources.sign is not None:
+        from .rpc import DATASET_REQUEST_HEADER, RpcError
+
+        try:
+            headers[DATASET_REQUEST_HEADER] = sources.sign("fetch", cid)
+        except (RpcError, requests.RequestException, ValueError) as e:
+            raise DatasetError(f"dataset_ref {ref!r}: signing the fetch for node {base}: {e}") from e
     try:
         r = requests.post(
-            f"{base}/api/dataset/fetch", params={"ref": f"ipfs://{cid}", "max_bytes": limit}, timeout=sources.timeout
+            f"{base}/api/dataset/fetch",
+            params={"ref": f"ipfs://{cid}", "max_bytes": limit},
+            headers=headers,
+            timeout=sources.timeout,
         )
     except requests.RequestException as e:
         raise DatasetError(f"dataset_ref {ref!r}: node {base}: {e}") from e

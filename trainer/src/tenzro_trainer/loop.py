@@ -261,7 +261,13 @@ class Trainer:
                         fully_shard(layer)
             fully_shard(self.model)
         t0 = time.monotonic()
-        sources = data.Sources(node_url=self.cfg.ipfs_node or self.cfg.node_rpc, ipfs_gateway=self.cfg.ipfs_gateway)
+        # The node fetch of an ipfs:// corpus is signed with the trainer's key for the run's chain (a node off
+        # --dev refuses unsigned fetches; the fetch pins the corpus for, and charges it to, this DID).
+        sources = data.Sources(
+            node_url=self.cfg.ipfs_node or self.cfg.node_rpc,
+            ipfs_gateway=self.cfg.ipfs_gateway,
+            sign=lambda op, cid: self.client.dataset_request(self.key, op, cid),
+        )
         corpus = None
         if spec.get("tier") == "Confidential":
             if self.attester is None:

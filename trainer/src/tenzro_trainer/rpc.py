@@ -17,6 +17,7 @@ from .canon import (
     ZERO_HASH,
     blob_intent_preimage,
     content_hash,
+    dataset_request_preimage,
     evidence_digest,
     method_fields,
     request_preimage,
@@ -58,6 +59,23 @@ class UploadNotFunded(NoBlobEndpoint):
 
 BLOB_INTENT_HEADER = "Tenzro-Blob-Intent"
 INTENT_LIFETIME_S = 600  # the node accepts intents expiring up to 15 minutes ahead
+DATASET_REQUEST_HEADER = "Tenzro-Dataset-Request"
+DATASET_OPS = ("import", "fetch", "remove")
+
+
+def dataset_request(key: Key, chain_id: str, op: str, cid: str, expires: int, nonce: int) -> str:
+    """The ``Tenzro-Dataset-Request`` header value (docs/protocol/datasets.md §Requests; the Go CLI's
+    ``dataset.SignRequestAt``, byte for byte: wire/testdata/vectors.json ``dataset_requests``):
+    ``v1 <did> <op> <cid> <expires> <nonce> <signature hex>``."""
+    if op not in DATASET_OPS:
+        raise ValueError(f"dataset request op {op!r}: want one of {', '.join(DATASET_OPS)}")
+    if not cid or not cid.isalnum() or not cid.isascii() or len(cid) > 128:
+        raise ValueError(f"dataset request cid {cid[:140]!r}: want 1..128 letters and digits")
+    for name, n in (("expires", expires), ("nonce", nonce)):
+        if not 0 <= n < 1 << 64:
+            raise ValueError(f"dataset request {name} {n}: want an unsigned 64-bit integer")
+    sig = key.sign(dataset_request_preimage(chain_id, op, cid, key.did, expires, nonce))
+    return f"v1 {key.did} {op} {cid} {expires} {nonce} {sig.hex()}"
 
 
 class _Nonces:
@@ -86,6 +104,15 @@ class Client:
         # None: not tried yet; False: the node answered PUT /blobs with 404/405 (payloads go inline).
         self.blob_uploads: bool | None = None
         self._chain_id: str | None = None
+
+    def dataset_request(self, key: Key, op: str, cid: str) -> str:
+        """A ``Tenzro-Dataset-Request`` by ``key`` for ``op`` on ``cid`` for this node's chain, valid for
+        INTENT_LIFETIME_S, with a random nonce (the node refuses a (did, nonce) it saw before)."""
+        import secrets
+
+        return dataset_request(
+            key, self.chain_id(), op, cid, int(time.time()) + INTENT_LIFETIME_S, secrets.randbits(64)
+        )
 
     def blob_intent(self, key: Key, h: bytes, size: int, task: str = "") -> str:
         """The ``Tenzro-Blob-Intent`` header value: ``v1 <did> <size> <expires> <task or -> <signature hex>``."""
