@@ -122,7 +122,8 @@ def test_verified_run_through_a_light_node(enclave_node, go_bins, tmp_path):
         go_bins,
         tmp_path / "light",
         free_port(),
-        ["--role", "light", "--enclave", "none", "--boot-nodes", boot],
+        # a replica (--role full): a header-only light client cannot follow a --dev node, which has no CometBFT
+        ["--role", "full", "--enclave", "none", "--boot-nodes", boot],
         follow=enclave_node,
     )
     light.data_dir.mkdir()
@@ -139,7 +140,7 @@ def test_verified_run_through_a_light_node(enclave_node, go_bins, tmp_path):
             lc.call("tenzro_attest_getNonce", {"task_id": task, "did": "not-a-did"})
         assert (relayed.value.code, relayed.value.message) == (direct.value.code, direct.value.message)
         assert direct.value.message.startswith("did: "), direct.value.message
-        assert lc.node_info()["role"] == "light"
+        assert lc.node_info()["role"] == "full"
         t0 = make_trainer(enclave_node, task, keys[0], 0, tmp_path, **attest_cfg(go_bins))
         via = ViaLight(enclave_node.url, light.url)
         cfg1 = config.parse(trainer_cfg(enclave_node, task, 1, tmp_path, **attest_cfg(go_bins)))
