@@ -273,7 +273,18 @@ func TestChallengeWrongScoreFourValidators(t *testing.T) {
 			}
 		}
 	}
-	redone := wire.FragmentResultHash(&rc.Fragments[0])
+	// rc.Fragments is in commit order: fragment 1's commit stood, so the
+	// redone fragment 0 may come after it.
+	f0 := -1
+	for i := range rc.Fragments {
+		if rc.Fragments[i].Fragment == 0 {
+			f0 = i
+		}
+	}
+	if f0 < 0 {
+		t.Fatalf("redone round 0 has no fragment 0 commit: %+v", rc.Fragments)
+	}
+	redone := wire.FragmentResultHash(&rc.Fragments[f0])
 	if redone == ch.Committed || redone == ch.Claimed {
 		t.Fatalf("the redone fragment 0 (%s) has the rolled-back commit's scores (committed %s, claimed %s): not a new seed", redone, ch.Committed, ch.Claimed)
 	}
@@ -293,7 +304,14 @@ func TestChallengeWrongScoreFourValidators(t *testing.T) {
 			}
 			return false
 		}
-		return json.Unmarshal([]byte(out), &rf) == nil && rf.Committed == redone
+		if json.Unmarshal([]byte(out), &rf) != nil {
+			return false
+		}
+		if msg := fmt.Sprintf("committed %s", rf.Committed); rf.Committed != redone && msg != last {
+			t.Logf("the watcher's replay, not yet: %s, want %s", msg, redone)
+			last = msg
+		}
+		return rf.Committed == redone
 	})
 	if !rf.Agrees || rf.Result != redone {
 		t.Fatalf("the watcher's replay of the redone fragment: %+v, chain has %s", rf, redone)
