@@ -218,8 +218,11 @@ func runNode(ctx context.Context, cfg Config, log *slog.Logger) (err error) {
 		if cfg.SnapshotInterval < 0 || cfg.SnapshotKeep < 0 {
 			return usageError{fmt.Errorf("--snapshot-interval %d, --snapshot-keep %d: want 0 or more", cfg.SnapshotInterval, cfg.SnapshotKeep)}
 		}
+		if cfg.MempoolSenderLimit < -1 {
+			return usageError{fmt.Errorf("--mempool-sender-limit %d: want -1 (no limit), 0 (default %d) or more", cfg.MempoolSenderLimit, chain.DefaultMempoolSenderLimit)}
+		}
 		cn, err := chain.Start(ctx, home, chain.NodeOptions{Log: log, SnapshotInterval: cfg.SnapshotInterval, SnapshotKeep: cfg.SnapshotKeep,
-			KeepHeights: cfg.StateKeepHeights})
+			KeepHeights: cfg.StateKeepHeights, MempoolSenderLimit: cfg.MempoolSenderLimit})
 		if err != nil {
 			return err
 		}
