@@ -399,6 +399,12 @@ func runNode(ctx context.Context, cfg Config, log *slog.Logger) (err error) {
 		return err
 	}
 	defer closeLogged(log, "rpc dispatcher", srv.Close)
+	if err := rpc.RegisterGauges(reg, rpc.NodeGauges{
+		ReplayRuns: func() float64 { r, _ := srv.HeavyStats(); return float64(r) },
+		ReplayHits: func() float64 { _, h := srv.HeavyStats(); return float64(h) },
+	}); err != nil {
+		return fmt.Errorf("metrics: %w", err)
+	}
 	ln, err := net.Listen("tcp", cfg.RPCAddr)
 	if err != nil {
 		return fmt.Errorf("rpc listen %s: %w", cfg.RPCAddr, err)
