@@ -29,7 +29,9 @@ import (
 // both alike. Nothing is asserted about speed. TENZRO_FLOOD_KEYS=f,u sets
 // how many funded and unfunded keys flood (default 4,2; 1,0 is one funded
 // sender, capped by each node's per-sender mempool share,
-// --mempool-sender-limit, default chain.DefaultMempoolSenderLimit).
+// --mempool-sender-limit, default chain.DefaultMempoolSenderLimit;
+// TENZRO_BENCH_NODE_FLAGS="--mempool-sender-limit -1" lifts it, for the
+// comparison).
 //
 //	TENZRO_NET_BENCH=1 nice go test ./e2e -run TestFloodLatencyBench -v -timeout 30m
 //	TENZRO_NET_BENCH=1 TENZRO_FLOOD_KEYS=1,0 nice go test ./e2e -run TestFloodLatencyBench -v -timeout 30m

@@ -27,7 +27,9 @@ import (
 // Must show: node RSS and disk bounded during a 1,000-call replay batch).
 // The run has F=2 fragments of N F32 values each (TENZRO_REPLAY_N, default
 // 1<<20: 4 MiB payloads), M=K=4 trainers who submit through the CLI, and
-// its round 0 is committed before the calls start. 8 clients then send, in
+// its round 0 is committed before the calls start; the spec's challenge
+// window (10,000 blocks: the --dev chain's default is 0, final at once)
+// keeps the commits replayable. 8 clients then send, in
 // random order, 500 single calls (fragments 0 and 1 of round 0, and 10% of
 // them for a round that was never committed) and 500 calls inside 63
 // JSON-RPC batches of 8 (the last batch 4): the node's RSS
@@ -70,7 +72,7 @@ func TestReplayBatchBench(t *testing.T) {
  "architecture":{"family":"timesfm","param_count":%d,"modality":"Timeseries","fragment_count":%d,"dtype":"bf16"},
  "tier":"Open","aggregation":"Mean","trainer_count":%d,"quorum":%d,"inner_steps":4,"max_rounds":3,"grace_window_ms":8000,
  "reward_pool":"1000000000000000000000","dataset_ref":"ipfs://QmAccept","dataset_hash":"0xabab",
- "min_throughput":null,"created_at":1761350400}`, rtask, sponsor, frags*n, frags, trainers, trainers)
+ "challenge_window_blocks":10000,"min_throughput":null,"created_at":1761350400}`, rtask, sponsor, frags*n, frags, trainers, trainers)
 	specPath := filepath.Join(e.dir, "spec.json")
 	if err := os.WriteFile(specPath, []byte(spec), 0o644); err != nil {
 		t.Fatal(err)
@@ -109,8 +111,18 @@ func TestReplayBatchBench(t *testing.T) {
 				"--key", filepath.Join(keys, fmt.Sprintf("t%d.key", i)))
 		}
 	}
-	if out, err := e.cli(false, "train", "finalize-round", "--task-id", rtask, "--key", filepath.Join(keys, "node.key"), "--wait", "50s"); err != nil {
-		t.Fatalf("finalize round 0: %v %s\n%s", err, out, tail(e.log()))
+	// M = K: the node (the syncer) commits both fragments and the round.
+	for deadline := time.Now().Add(3 * time.Minute); ; time.Sleep(200 * time.Millisecond) {
+		var v runView
+		if err := json.Unmarshal([]byte(e.must("train", "get-run", "--task-id", rtask, "--format", "json")), &v); err != nil {
+			t.Fatal(err)
+		}
+		if v.Round >= 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("round 0 not committed in 3 minutes: %+v\n%s", v, tail(e.log()))
+		}
 	}
 
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)

@@ -458,7 +458,7 @@ func initDevChain(home, syncerDID string, log *slog.Logger) error {
 	} else if !errors.Is(err, fs.ErrNotExist) {
 		return fmt.Errorf("dev chain: %w", err)
 	}
-	n, err := chain.InitDev(home, chain.DevOptions{Candidate: syncerDID})
+	n, err := chain.InitDev(home, chain.DevOptions{Candidate: syncerDID, Params: &machine.GenesisParams{HaltGapMs: chain.DefaultHaltGapMs}})
 	if err != nil {
 		return fmt.Errorf("dev chain: %w", err)
 	}
