@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/tenzro/train/rpc"
 	"github.com/tenzro/train/wire"
 )
@@ -125,7 +127,27 @@ func TestReplayBudgetBatchAndCache(t *testing.T) {
 	if !strings.Contains(string(b), `"agrees":true`) || cs.runs != before {
 		t.Fatalf("cached replay: %s, executions %d → %d", b, before, cs.runs)
 	}
-	if _, hits := h.srv.HeavyStats(); hits == 0 {
+	runs, hits := h.srv.HeavyStats()
+	if hits == 0 {
 		t.Error("no cache hit recorded")
+	}
+	// The node's /metrics reads the same counts.
+	reg := prometheus.NewRegistry()
+	if err := rpc.RegisterGauges(reg, rpc.NodeGauges{
+		ReplayRuns: func() float64 { r, _ := h.srv.HeavyStats(); return float64(r) },
+		ReplayHits: func() float64 { _, x := h.srv.HeavyStats(); return float64(x) },
+	}); err != nil {
+		t.Fatal(err)
+	}
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]float64{}
+	for _, mf := range mfs {
+		got[mf.GetName()] = mf.GetMetric()[0].GetCounter().GetValue()
+	}
+	if got["tenzro_replay_runs_total"] != float64(runs) || got["tenzro_replay_cache_hits_total"] != float64(hits) {
+		t.Errorf("metrics %v, HeavyStats runs %d hits %d", got, runs, hits)
 	}
 }
