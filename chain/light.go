@@ -239,9 +239,12 @@ type Light struct {
 	degraded   bool
 	degradedAt time.Time
 	rpc        lightRPC
-	primary    string
-	timeout    time.Duration
-	log        *slog.Logger
+	// noWalk: the full node answers no proven walks (an older version):
+	// scans prove key by key.
+	noWalk  atomic.Bool
+	primary string
+	timeout time.Duration
+	log     *slog.Logger
 
 	cur atomic.Pointer[lightState]
 
@@ -744,7 +747,7 @@ func (k *provenKV) Scan(ctx context.Context, ks machine.Keyspace, prefix []byte,
 		if n > maxScanKeys {
 			return fmt.Errorf("light client: scan of %q: more than %d keys", full, maxScanKeys)
 		}
-		p, err := k.get(ctx, x)
+		p, err := k.getScan(ctx, x, full)
 		if err != nil {
 			return err
 		}
@@ -763,6 +766,52 @@ func (k *provenKV) Scan(ctx context.Context, ks machine.Keyspace, prefix []byte,
 		}
 		x = append(append(make([]byte, 0, len(key)+1), key...), 0)
 	}
+}
+
+// getScan is get for a scan under prefix: a key not proven yet comes with
+// the proofs of the walk's next keys (one query for up to maxWalkEntries
+// keys: QueryStateWalk), or alone from a full node that answers no walks.
+func (k *provenKV) getScan(ctx context.Context, x, prefix []byte) (*proven, error) {
+	k.mu.Lock()
+	p, ok := k.seen[string(x)]
+	k.mu.Unlock()
+	if ok {
+		return &p, nil
+	}
+	if k.l.noWalk.Load() {
+		return k.get(ctx, x)
+	}
+	es, err := k.l.walk(ctx, k.s, prefix, x)
+	if errors.Is(err, errNoWalk) {
+		if !k.l.noWalk.Swap(true) {
+			k.l.log.Warn("light client: the full node answers no proven walks (an older version): scans cost one proven query a key", "node", k.l.primary, "err", err)
+		}
+		return k.get(ctx, x)
+	}
+	if err != nil {
+		return nil, err
+	}
+	k.mu.Lock()
+	for _, e := range es {
+		if len(k.seen) < maxScanKeys {
+			k.seen[string(e.key)] = *e.p
+		}
+	}
+	k.mu.Unlock()
+	return es[0].p, nil
+}
+
+// walk asks for the proven walk under prefix from x at s.height.
+func (l *Light) walk(ctx context.Context, s *lightState, prefix, x []byte) ([]walkEntry, error) {
+	res, err := l.rpc.ABCIQueryWithOptions(ctx, QueryStateWalk, EncodeWalkRequest(prefix, x), rpcclient.ABCIQueryOptions{Height: s.height, Prove: true})
+	if err != nil {
+		return nil, fmt.Errorf("light client: proven walk from %q from %s: %w", x, l.primary, err)
+	}
+	r := res.Response
+	if r.Code == CodeInvalid {
+		return nil, fmt.Errorf("%w: %s", errNoWalk, r.Log)
+	}
+	return checkWalk(r.Code, r.Log, r.Key, r.Height, r.ProofOps, prefix, x, s)
 }
 
 // Commit implements machine.KV: a light client's state is read-only.

@@ -1,17 +1,22 @@
 package chain
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 
+	abci "github.com/cometbft/cometbft/abci/types"
 	cmtbytes "github.com/cometbft/cometbft/libs/bytes"
 	cmtjson "github.com/cometbft/cometbft/libs/json"
+	cmtcrypto "github.com/cometbft/cometbft/proto/tendermint/crypto"
 	rpcclient "github.com/cometbft/cometbft/rpc/client"
 	ctypes "github.com/cometbft/cometbft/rpc/core/types"
 	"github.com/cometbft/cometbft/types"
+	ics23 "github.com/cosmos/ics23/go"
 
 	"github.com/tenzro/train/machine"
 	"github.com/tenzro/train/wire"
@@ -52,7 +57,7 @@ func (c *countingRPC) reset() (queries, bytes int) {
 
 // runWithRecords plays a run of m trainers and f fragments up to m×f
 // submission records in its first round on a full node.
-func runWithRecords(t *testing.T, m, f int) (*harness, string) {
+func runWithRecords(t testing.TB, m, f int) (*harness, string) {
 	t.Helper()
 	sponsor, cand := testKey(t, did.KindHuman, 1), testKey(t, did.KindMachine, 4)
 	trainers := make([]*did.Key, m)
@@ -118,6 +123,12 @@ func TestLightGetRunCost(t *testing.T) {
 			}
 			q, b := rpc.reset()
 			t.Logf("getRun at %d records: %d proven queries, %d bytes (%.1f KB a query)", tc.m*tc.f, q, b, float64(b)/float64(q)/1000)
+			// A scan is one proven walk (up to 256 keys), not a query a
+			// key: the run's header, trainers, fragments, records and
+			// attestations, and the escrow balance.
+			if q > 8 {
+				t.Fatalf("getRun at %d records took %d proven queries, want at most 8", tc.m*tc.f, q)
+			}
 		})
 	}
 }
@@ -134,4 +145,146 @@ func getRunJSON(v machine.View, task string) ([]byte, error) {
 		return nil, err
 	}
 	return json.Marshal(r.WireView(esc, v.Block))
+}
+
+// TestLightWalkRefusals: a walk answer whose batch proof is tampered with,
+// points outside its lookup table, starts at another key, is not
+// compressed, or carries a wrong app-hash step is refused with a precise
+// error; a full node that answers no walks (an older version) is read key
+// by key, with the same result.
+func TestLightWalkRefusals(t *testing.T) {
+	h, task := runWithRecords(t, 4, 2)
+	height, _ := h.app.LastCommit()
+	vals, privs := types.RandValidatorSet(4, 10)
+	c := newHeaderChain(t, vals, privs, height+1, appHashAt(h.app), nil)
+	var want []byte
+	if err := h.app.View(context.Background(), func(v machine.View) error {
+		var err error
+		want, err = getRunJSON(v, task)
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	walkProof := func(r *abci.ResponseQuery, edit func(*ics23.CommitmentProof)) {
+		if r.ProofOps == nil || r.ProofOps.Ops[0].Type != ProofOpIAVLWalk {
+			return
+		}
+		var cp ics23.CommitmentProof
+		if err := cp.Unmarshal(r.ProofOps.Ops[0].Data); err != nil {
+			t.Fatal(err)
+		}
+		edit(&cp)
+		raw, err := cp.Marshal()
+		if err != nil {
+			t.Fatal(err)
+		}
+		r.ProofOps.Ops[0].Data = raw
+	}
+	for _, tc := range []struct {
+		name   string
+		tamper func(*abci.ResponseQuery)
+		want   string
+	}{
+		{"tampered value", func(r *abci.ResponseQuery) {
+			walkProof(r, func(cp *ics23.CommitmentProof) {
+				// The right neighbour's value in the first non-existence
+				// proof: the value the scan would take for the next key.
+				for _, e := range cp.GetCompressed().Entries {
+					if ne := e.GetNonexist(); ne != nil && ne.Right != nil && len(ne.Right.Value) > 0 {
+						ne.Right.Value = append([]byte(nil), ne.Right.Value...)
+						ne.Right.Value[0] ^= 1
+						return
+					}
+				}
+			})
+		}, "state proof"},
+		{"lookup index out of range", func(r *abci.ResponseQuery) {
+			walkProof(r, func(cp *ics23.CommitmentProof) {
+				e := cp.GetCompressed().Entries[0]
+				if ex := e.GetExist(); ex != nil {
+					ex.Path[0] = 1 << 20
+				} else {
+					e.GetNonexist().Right.Path[0] = 1 << 20
+				}
+			})
+		}, "outside the lookup table"},
+		{"walk from another key", func(r *abci.ResponseQuery) {
+			walkProof(r, func(cp *ics23.CommitmentProof) {
+				es := cp.GetCompressed().Entries
+				if len(es) < 2 {
+					t.Fatal("a walk of one entry")
+				}
+				cp.GetCompressed().Entries = es[1:]
+			})
+		}, "first proof is of"},
+		{"not compressed", func(r *abci.ResponseQuery) {
+			walkProof(r, func(cp *ics23.CommitmentProof) { *cp = *ics23.Decompress(cp) })
+		}, "not a compressed batch proof"},
+		{"tampered app-hash step", func(r *abci.ResponseQuery) {
+			if r.ProofOps != nil && r.ProofOps.Ops[0].Type == ProofOpIAVLWalk {
+				r.ProofOps.Ops[1].Data = bytes.Replace(r.ProofOps.Ops[1].Data, []byte(`"log_size":`), []byte(`"log_size":1`), 1)
+			}
+		}, "the header says"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			l, err := startTestLight(t, c, &appRPC{app: h.app, tamper: tc.tamper}, c.provider("primary"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			err = l.View(context.Background(), func(v machine.View) error {
+				_, err := getRunJSON(v, task)
+				return err
+			})
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("got %v, want an error with %q", err, tc.want)
+			}
+		})
+	}
+
+	t.Run("full node without walks", func(t *testing.T) {
+		old := &countingRPC{appRPC: &appRPC{app: h.app, tamper: func(r *abci.ResponseQuery) {
+			if r.ProofOps != nil && r.ProofOps.Ops[0].Type == ProofOpIAVLWalk {
+				*r = abci.ResponseQuery{Code: CodeInvalid, Log: `query path "/state/walk" cannot be proven`, Height: r.Height}
+			}
+		}}}
+		l, err := startTestLight(t, c, old, c.provider("primary"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []byte
+		if err := l.View(context.Background(), func(v machine.View) error {
+			got, err = getRunJSON(v, task)
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+		if string(got) != string(want) || !l.noWalk.Load() {
+			t.Fatalf("read key by key: walks off %v, run %s", l.noWalk.Load(), got)
+		}
+		if q, _ := old.reset(); q < 10 {
+			t.Fatalf("%d queries: the walk was not replaced by per-key reads", q)
+		}
+	})
+}
+
+// FuzzCheckWalk: no walk answer panics the light client's check (the
+// compressed batch's indices are checked before it is decompressed), and
+// none proves anything against an app hash nobody can reach.
+func FuzzCheckWalk(f *testing.F) {
+	h, _ := runWithRecords(f, 2, 1)
+	height, _ := h.app.LastCommit()
+	prefix := StateKey(machine.KSRuns, nil)
+	res, _ := h.app.Query(context.Background(), &abci.RequestQuery{Path: QueryStateWalk, Data: EncodeWalkRequest(prefix, prefix), Height: height, Prove: true})
+	if res.Code != CodeOK {
+		f.Fatalf("walk: %d %s", res.Code, res.Log)
+	}
+	f.Add(res.ProofOps.Ops[0].Data, res.ProofOps.Ops[1].Data)
+	f.Add([]byte{0x2a, 0x04, 0x0a, 0x02, 0x0a, 0x00}, []byte(`{}`))
+	f.Fuzz(func(t *testing.T, proof, step []byte) {
+		s := &lightState{height: height, appHash: wire.Hash{1}}
+		ops := &cmtcrypto.ProofOps{Ops: []cmtcrypto.ProofOp{{Type: ProofOpIAVLWalk, Data: proof}, {Type: ProofOpAppHash, Data: step}}}
+		if es, err := checkWalk(CodeOK, "", EncodeWalkRequest(prefix, prefix), height, ops, prefix, prefix, s); err == nil {
+			t.Fatalf("accepted %d entries against an unreachable app hash", len(es))
+		}
+	})
 }
