@@ -470,10 +470,16 @@ func TestLightWithoutWitnesses(t *testing.T) {
 	for k := top + 2; k <= top+4; k++ {
 		primary.AddLightBlock(&types.LightBlock{SignedHeader: c.headers[k], ValidatorSet: vals})
 	}
+	waitLightHeight(t, l, top+3, "the light client with its witness down")
+}
+
+// waitLightHeight waits (a minute at most) until l reads at height h.
+func waitLightHeight(t *testing.T, l *Light, h int64, who string) {
+	t.Helper()
 	deadline := time.Now().Add(time.Minute)
-	for l.Height() < top+3 {
+	for l.Height() < h {
 		if time.Now().After(deadline) {
-			t.Fatalf("the light client stays at height %d with its witness down (last error %v)", l.Height(), l.Err())
+			t.Fatalf("%s stays at height %d, want %d (last error %v)", who, l.Height(), h, l.Err())
 		}
 		time.Sleep(50 * time.Millisecond)
 	}

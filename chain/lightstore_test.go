@@ -104,13 +104,7 @@ func TestLightStoreResumes(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer l.Close()
-	deadline := time.Now().Add(time.Minute)
-	for l.Height() < top+3 {
-		if time.Now().After(deadline) {
-			t.Fatalf("the resumed client stays at height %d (last error %v)", l.Height(), l.Err())
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	waitLightHeight(t, l, top+3, "the resumed client")
 }
 
 // TestLightStoreFallback: a store whose last record is torn, whose bytes
@@ -134,22 +128,13 @@ func TestLightStoreFallback(t *testing.T) {
 		{"empty", func([]byte) []byte { return nil }, "empty file"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			dir := t.TempDir()
-			l, err := startStoredLight(t, c, c.genesis(), dir, rpc, c.provider("primary"), c.provider("witness"), nil)
-			if err != nil {
-				t.Fatal(err)
-			}
-			l.Close()
+			dir, raw := storeOnce(t, c, rpc)
 			path := filepath.Join(dir, LightStoreFile)
-			raw, err := os.ReadFile(path)
-			if err != nil {
-				t.Fatal(err)
-			}
 			if err := os.WriteFile(path, tc.damage(raw), 0o600); err != nil {
 				t.Fatal(err)
 			}
 			var logs logBuf
-			l, err = startStoredLight(t, c, c.genesis(), dir, rpc, c.provider("primary"), c.provider("witness"), &logs)
+			l, err := startStoredLight(t, c, c.genesis(), dir, rpc, c.provider("primary"), c.provider("witness"), &logs)
 			if err != nil {
 				t.Fatalf("start over a damaged store: %v", err)
 			}
@@ -174,13 +159,8 @@ func TestLightStoreFallback(t *testing.T) {
 	}
 
 	t.Run("past the trusting period", func(t *testing.T) {
-		dir := t.TempDir()
-		l, err := startStoredLight(t, c, c.genesis(), dir, rpc, c.provider("primary"), c.provider("witness"), nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		l.Close()
-		_, stored, err := parseLightStore(mustRead(t, filepath.Join(dir, LightStoreFile)))
+		_, raw := storeOnce(t, c, rpc)
+		_, stored, err := parseLightStore(raw)
 		if err != nil || len(stored) == 0 {
 			t.Fatalf("store after a start: %d headers, %v", len(stored), err)
 		}
@@ -194,6 +174,19 @@ func TestLightStoreFallback(t *testing.T) {
 			t.Fatalf("header within the trusting period not resumed from: %v", err)
 		}
 	})
+}
+
+// storeOnce starts a light client keeping its headers in a new directory
+// and closes it: the directory and its store file's bytes.
+func storeOnce(t *testing.T, c *headerChain, rpc lightRPC) (dir string, raw []byte) {
+	t.Helper()
+	dir = t.TempDir()
+	l, err := startStoredLight(t, c, c.genesis(), dir, rpc, c.provider("primary"), c.provider("witness"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.Close()
+	return dir, mustRead(t, filepath.Join(dir, LightStoreFile))
 }
 
 func mustRead(t *testing.T, path string) []byte {
@@ -212,14 +205,8 @@ func mustRead(t *testing.T, path string) []byte {
 func TestLightStoreOtherNetwork(t *testing.T) {
 	h, _, c := lightWorld(t)
 	rpc := &appRPC{app: h.app}
-	dir := t.TempDir()
-	l, err := startStoredLight(t, c, c.genesis(), dir, rpc, c.provider("primary"), c.provider("witness"), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	l.Close()
+	dir, before := storeOnce(t, c, rpc)
 	path := filepath.Join(dir, LightStoreFile)
-	before := mustRead(t, path)
 
 	otherChain := c.genesis()
 	otherChain.ChainID = "another-chain"
