@@ -80,6 +80,18 @@ func (c *headerChain) provider(id string) provider.Provider {
 	return mock.New(lightChainID, c.headers, c.valsAt)
 }
 
+// upTo is c's headers of heights up to h (a primary that has not seen the
+// later ones yet).
+func (c *headerChain) upTo(h int64) map[int64]*types.SignedHeader {
+	out := map[int64]*types.SignedHeader{}
+	for k, v := range c.headers {
+		if k <= h {
+			out[k] = v
+		}
+	}
+	return out
+}
+
 func (c *headerChain) genesis() *types.GenesisDoc {
 	g := &types.GenesisDoc{ChainID: lightChainID}
 	for _, v := range c.vals.Validators {
@@ -450,12 +462,7 @@ func TestLightWithoutWitnesses(t *testing.T) {
 	top, _ := h.app.LastCommit()
 	vals, privs := types.RandValidatorSet(4, 10)
 	c := newHeaderChain(t, vals, privs, top+4, appHashAt(h.app), nil)
-	early := map[int64]*types.SignedHeader{}
-	for k, v := range c.headers {
-		if k <= top+1 {
-			early[k] = v
-		}
-	}
+	early := c.upTo(top + 1)
 	primary := mock.New(lightChainID, early, c.valsAt)
 	l, err := startTestLight(t, c, &appRPC{app: h.app}, primary, mock.NewDeadMock(lightChainID))
 	if err != nil {

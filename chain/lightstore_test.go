@@ -59,12 +59,7 @@ func TestLightStoreResumes(t *testing.T) {
 	top, _ := h.app.LastCommit()
 	vals, privs := types.RandValidatorSet(4, 10)
 	c := newHeaderChain(t, vals, privs, top+4, appHashAt(h.app), nil)
-	early := map[int64]*types.SignedHeader{}
-	for k, v := range c.headers {
-		if k <= top+1 {
-			early[k] = v
-		}
-	}
+	early := c.upTo(top + 1)
 	dir := t.TempDir()
 	rpc := &appRPC{app: h.app}
 	l, err := startStoredLight(t, c, c.genesis(), dir, rpc, mock.New(lightChainID, early, c.valsAt), mock.New(lightChainID, early, c.valsAt), nil)
