@@ -255,7 +255,9 @@ type Light struct {
 	cancel context.CancelFunc
 	done   chan struct{}
 
-	// store keeps the verified headers on disk (nil: memory only).
+	// store keeps the verified headers on disk (nil: memory only); storeMu
+	// guards it (apart from mu: a sync must not hold up readers).
+	storeMu     sync.Mutex
 	store       *lightStore
 	storeLogged time.Time
 }
@@ -300,8 +302,8 @@ func (l *Light) persist(lbs ...*types.LightBlock) {
 	if l.store == nil {
 		return
 	}
-	l.mu.Lock()
-	defer l.mu.Unlock()
+	l.storeMu.Lock()
+	defer l.storeMu.Unlock()
 	if err := l.store.append(lbs...); err != nil && time.Since(l.storeLogged) > time.Minute {
 		l.storeLogged = time.Now()
 		l.log.Error("light client: storing verified headers failed; a restart may resume from an older one or re-derive trust", "err", err)
@@ -516,9 +518,9 @@ func (l *Light) Close() error {
 		<-l.done
 	}
 	if l.store != nil {
-		l.mu.Lock()
+		l.storeMu.Lock()
 		l.store.Close()
-		l.mu.Unlock()
+		l.storeMu.Unlock()
 	}
 	return l.lc.Load().Cleanup()
 }
