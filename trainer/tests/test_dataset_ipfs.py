@@ -48,6 +48,17 @@ def write_corpus(path: Path) -> None:
     path.write_text("\n".join(rows) + "\n")
 
 
+def add_corpus(bins: Path, node: NodeProc, tmp_path: Path, *flags: str) -> tuple[Path, dict]:
+    """Writes the test corpus to tmp_path/corpus.csv and adds it with `tenzro dataset add` signed by the
+    funded publisher (flags: more of its flags, e.g. --encrypt-key): the CSV's path and the CLI's answer."""
+    csv = tmp_path / "corpus.csv"
+    write_corpus(csv)
+    key = publisher(tmp_path, node.url)
+    return csv, json.loads(
+        cli(bins, "dataset", "add", "--rpc", node.url, "--format", "json", "--key", key, *flags, str(csv))
+    )
+
+
 def publisher(tmp_path: Path, url: str) -> str:
     """A key file for `tenzro dataset add --key`: imports are signed, and the node pins for that DID,
     which needs a balance (--blob-price per byte pinned): the faucet funds it on the --dev node."""
@@ -87,22 +98,7 @@ def light_nodes(go_bins, node, tmp_path):
 
 
 def test_ipfs_dataset_multi_node_run(go_bins, node, light_nodes, tmp_path):
-    csv = tmp_path / "corpus.csv"
-    write_corpus(csv)
-    added = json.loads(
-        cli(
-            go_bins,
-            "dataset",
-            "add",
-            "--rpc",
-            node.url,
-            "--format",
-            "json",
-            "--key",
-            publisher(tmp_path, node.url),
-            str(csv),
-        )
-    )
+    csv, added = add_corpus(go_bins, node, tmp_path)
     ref, want_hash = added["ref"], added["dataset_hash"]
     assert ref.startswith("ipfs://bafy") or ref.startswith("ipfs://bafk")
     # The Go CLI's dataset_hash is the trainer's corpus hash.
@@ -151,22 +147,7 @@ def test_ipfs_dataset_multi_node_run(go_bins, node, light_nodes, tmp_path):
 
 
 def test_hash_mismatch_refused(go_bins, node, tmp_path):
-    csv = tmp_path / "corpus.csv"
-    write_corpus(csv)
-    added = json.loads(
-        cli(
-            go_bins,
-            "dataset",
-            "add",
-            "--rpc",
-            node.url,
-            "--format",
-            "json",
-            "--key",
-            publisher(tmp_path, node.url),
-            str(csv),
-        )
-    )
+    _, added = add_corpus(go_bins, node, tmp_path)
     corpus = data.load_corpus(added["ref"], data.Sources(node_url=node.url))
     with pytest.raises(data.DatasetError, match="mismatch"):
         data.check_hash(corpus, "00" * 32)
@@ -188,14 +169,9 @@ def test_decrypt_dataset_vector_shared_with_go():
 def test_confidential_ipfs_dataset_decrypted_in_memory(go_bins, node, tmp_path):
     """`tenzro dataset add --encrypt-key` stores the ciphertext (CID over it); the trainer reads it through
     its node and decrypts in memory with the released key before the hash check."""
-    csv = tmp_path / "corpus.csv"
-    write_corpus(csv)
     key = bytes(range(32))
     (tmp_path / "k.hex").write_text(key.hex())
-    added = json.loads(
-        cli(go_bins, "dataset", "add", "--rpc", node.url, "--format", "json", "--key", publisher(tmp_path, node.url),
-            "--encrypt-key", str(tmp_path / "k.hex"), "--task-id", "task-c", str(csv))
-    )  # fmt: skip
+    _, added = add_corpus(go_bins, node, tmp_path, "--encrypt-key", str(tmp_path / "k.hex"), "--task-id", "task-c")
     assert added["encrypted"]
     src = data.Sources(node_url=node.url, decrypt=lambda b: data.decrypt_dataset(key, "task-c", b))
     corpus = data.load_corpus(added["ref"], src)
@@ -242,12 +218,7 @@ def test_trainer_signs_its_fetch_on_a_network(go_bins, node, light_nodes, tmp_pa
     """A node off --dev (a full node following the chain) refuses an unsigned fetch with a precise error
     and pins nothing; the trainer's signed fetch (its key, the chain's id, a fresh nonce) is taken, pins the
     dataset for the trainer's DID and reads the corpus; the same header replayed is refused."""
-    csv = tmp_path / "corpus.csv"
-    write_corpus(csv)
-    added = json.loads(
-        cli(go_bins, "dataset", "add", "--rpc", node.url, "--format", "json", "--key", publisher(tmp_path, node.url),
-            str(csv))
-    )  # fmt: skip
+    _, added = add_corpus(go_bins, node, tmp_path)
     full = light_nodes[0]
     with pytest.raises(data.DatasetError, match="takes only signed fetches"):
         data.load_corpus(added["ref"], data.Sources(node_url=full.url))
