@@ -76,6 +76,28 @@ func TestReplaysArePaidNothing(t *testing.T) {
 			if !re.Agrees() || re.Commit == nil {
 				t.Fatalf("re-execution of round 1: %+v", re)
 			}
+			// What a watcher compares: a syncer that spared the replayer, or
+			// named an honest input a replay, commits another result hash.
+			spared, invented := *re.Commit, *re.Commit
+			spared.Inputs = append([]wire.CommitInput(nil), re.Commit.Inputs...)
+			invented.Inputs = append([]wire.CommitInput(nil), re.Commit.Inputs...)
+			named := 0
+			for j, in := range re.Commit.Inputs {
+				switch {
+				case in.TrainerDID == did(3):
+					if in.StaleOfRound == nil || *in.StaleOfRound != 0 {
+						t.Fatalf("re-executed round 1: the replay is %+v", in)
+					}
+					spared.Inputs[j].StaleOfRound, spared.Inputs[j].Rejected = nil, ""
+					named++
+				case in.TrainerDID == did(0):
+					zero := uint64(0)
+					invented.Inputs[j].StaleOfRound, invented.Inputs[j].Rejected = &zero, "replay"
+				}
+			}
+			if named != 1 || wire.FragmentResultHash(&spared) == re.Result || wire.FragmentResultHash(&invented) == re.Result {
+				t.Fatal("a missed or invented stale verdict has the re-executed result hash")
+			}
 			checked = true
 		}
 	}
