@@ -269,6 +269,10 @@ func (e *canonEnc) fragment(fc *wire.FragmentCommit) {
 			}
 			e.raw(`,"selected":`)
 			e.bool(in.Selected)
+			if in.StaleOfRound != nil {
+				e.raw(`,"stale_of_round":`)
+				e.u64(*in.StaleOfRound)
+			}
 			e.raw(`,"trainer_did":`)
 			e.str(in.TrainerDID)
 			e.b = append(e.b, '}')

@@ -47,7 +47,10 @@ FREE_RIDERS: list[tuple[str, dict]] = [
 ]
 SYNTH = "synth://kernelsynth/v1?seed=23"
 TNZO = 10**18
-COUNTS = ("inputs", "kept", "selected", "copy", "rejected", "scored", "passed")
+COUNTS = ("inputs", "kept", "selected", "copy", "stale", "rejected", "scored", "passed")
+# kinds whose inputs the chain rejects after their first round: the copies (copy rule) and the replay (stale rule,
+# copies.md §6: its rounds after the first are copies of its own earlier input)
+UNKEPT_KINDS = (*COPY_KINDS, "replay")
 
 
 def scoring_spec(batch: int, test: str = "") -> dict:
@@ -87,6 +90,8 @@ def inputs_by_trainer(transcript: list[dict]) -> dict[str, dict[str, int]]:
                 d["inputs"] += 1
                 if inp.get("copy_of"):
                     d["copy"] += 1
+                elif inp.get("stale_of_round") is not None:
+                    d["stale"] += 1
                 elif inp.get("rejected"):
                     d["rejected"] += 1
                 else:
@@ -100,9 +105,10 @@ def inputs_by_trainer(transcript: list[dict]) -> dict[str, dict[str, int]]:
 
 def run_rule(url: str, bins: Path, label: str, rule: str, params: dict | None, a: argparse.Namespace) -> dict:
     m = HONEST + len(FREE_RIDERS)
-    # K = the inputs that are recorded and not copies: a fragment aggregates only when K inputs are left after the
-    # copy rule, so with K above that every fragment would close no_quorum and no rule (nor scoring) would run
-    k = HONEST + sum(1 for _, att in FREE_RIDERS if att["kind"] not in COPY_KINDS)
+    # K = the inputs that are recorded and not copies or replays: a fragment aggregates only when K inputs are left
+    # after the copy and stale rules, so with K above that every fragment would close no_quorum and no rule (nor
+    # scoring) would run
+    k = HONEST + sum(1 for _, att in FREE_RIDERS if att["kind"] not in UNKEPT_KINDS)
     attackers = {HONEST + i: att for i, (_, att) in enumerate(FREE_RIDERS)}
     e = Experiment(
         rpc=url, workdir=Path(tempfile.mkdtemp(prefix="bench-freeriders-")), rounds=a.rounds, m=m, k=k,
@@ -150,6 +156,14 @@ def run_rule(url: str, bins: Path, label: str, rule: str, params: dict | None, a
             "slashed_tnzo": int(t.get("slashed") or 0) / TNZO, "status": t.get("status", "?"),
             **ins.get(k.did, dict.fromkeys(COUNTS, 0)),
         })  # fmt: skip
+    name_of = {k.did: names[i] for i, k in enumerate(keys)}
+    # every input's verdicts and recorded losses (scores are f64 bits in hex), for analysis of other pay tests
+    verdicts = [
+        {"trainer": name_of.get(inp["trainer_did"], inp["trainer_did"]), "round": rc.get("round"),
+         "fragment": fc.get("fragment"), "rejected": bool(inp.get("rejected")), "copy_of": inp.get("copy_of", ""),
+         "stale_of_round": inp.get("stale_of_round"), "score": inp.get("score")}
+        for rc in transcript for fc in rc.get("fragments") or [] for inp in fc.get("inputs") or []
+    ]  # fmt: skip
     honest = [r["payout_tnzo"] for r in rows if r["honest"]]
     med = statistics.median(honest)
     for r in rows:
@@ -159,6 +173,7 @@ def run_rule(url: str, bins: Path, label: str, rule: str, params: dict | None, a
     spread = max(honest) / min(honest) - 1 if min(honest) > 0 else float("inf")
     return {
         "rule": rule, "params": params, "task": task, "status": status, "rounds": len(transcript), "fragment_statuses": statuses,
+        "inputs": verdicts,
         "wall_s": round(wall, 1), "median_honest_tnzo": med, "honest_spread": spread,
         "worst_free_rider_vs_median": worst_fr,
         "honest_slashed": sum(r["slashed_tnzo"] > 0 for r in rows if r["honest"]),
@@ -261,8 +276,8 @@ def report(res: list[dict], a: argparse.Namespace) -> None:
     ) + ("" if a.scoring else " --no-scoring") + (" --score-corpus" if a.score_corpus else "")  # fmt: skip
     notes = [
         f"{HONEST} honest reference trainers + {len(FREE_RIDERS)} free riders (M={HONEST + len(FREE_RIDERS)}, "
-        f"K={HONEST + len(FREE_RIDERS) - len(COPY_KINDS)}: the inputs left after the copy rule, so every fragment "
-        f"aggregates), F={a.fragments}, H={a.inner_steps}, "
+        f"K={HONEST + sum(1 for _, att in FREE_RIDERS if att['kind'] not in UNKEPT_KINDS)}: the inputs left after "
+        f"the copy and stale rules, so every fragment aggregates), F={a.fragments}, H={a.inner_steps}, "
         f"batch {a.batch}, {a.rounds} rounds, DEMO TimesFM-class model "
         f"({models.DEMO.param_count():,} parameters), dataset "
         + (f"`{SYNTH}`" if a.dataset == "synth" else "the statsmodels corpus as CSV (`tenzro dataset add`, ipfs://)")
@@ -272,7 +287,8 @@ def report(res: list[dict], a: argparse.Namespace) -> None:
         + (" + `corpus`: the BLAKE3 content hash of the uploaded CSV." if a.scoring and a.score_corpus else "."),
         "Payout = ledger balance after the seal − balance right after the faucet (reward + refunded stake − stake − "
         "fees − slashes); fees are ~0.002 TNZO per submission, so an unpaid trainer shows a small negative payout. "
-        "kept/inputs = the trainer's inputs in the commits not rejected (copies and refusals are rejected; a "
+        "kept/inputs = the trainer's inputs in the commits not rejected (copies, replays — stale_of_round — and "
+        "refusals are rejected; a "
         "submission the node refused never becomes an input); passed/scored = its inputs the evaluator scored and "
         "that passed the spec's pay test (scoring.md §8: own_improves, the default since label `own-improves`, is "
         "s_own > 0; own_beats_control, the default before, adds s_own > s_ctl; a failed check forfeits N × 10000/rate_bps).",

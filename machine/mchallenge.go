@@ -682,6 +682,9 @@ func (x *mtx) pendingPenalty(r *Run, d string) (string, error) {
 			if in.TrainerDID == d && in.CopyOf != "" && why == "" {
 				why = fmt.Sprintf("its input to fragment %d (committed at height %d) is judged a copy of %s's, settled when that round is final", c.Commit.Fragment, c.Height, in.CopyOf)
 			}
+			if in.TrainerDID == d && in.StaleOfRound != nil && why == "" {
+				why = fmt.Sprintf("its input to fragment %d (committed at height %d) is judged a replay of its round %d input, settled when that round is final", c.Commit.Fragment, c.Height, *in.StaleOfRound)
+			}
 		}
 		return nil
 	})

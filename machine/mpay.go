@@ -25,6 +25,11 @@ import (
 //     copies.slash_bps when the input it names was recorded in a strictly
 //     earlier block. Within one block the proposer chose the order, so no
 //     one is slashed there.
+//   - A replay (stale_of_round set: a copy of the same trainer's own input
+//     of an earlier round, copies.md §6) earns nothing, is slashed
+//     copies.slash_bps like a copy, and forfeits the fragment's N of
+//     payout weight: the original's pay is taken back, so replaying one
+//     trained gradient earns what training it once would not.
 //
 // These apply when the commit is final: at once for runs without a
 // challenge window, else when its round is final (finalizeRound).
@@ -61,6 +66,17 @@ func (x *mtx) settleInputs(r *Run, round uint64, fc *wire.FragmentCommit) error 
 	copiers, err := x.copiers(r.spec.TaskID, round, fc)
 	if err != nil {
 		return err
+	}
+	for _, in := range fc.Inputs {
+		if in.StaleOfRound == nil {
+			continue
+		}
+		if t := r.Trainer(in.TrainerDID); t != nil {
+			t.Forfeit = new(big.Int).Add(bigOf(t.Forfeit), big.NewInt(n)).String()
+			if err := x.slash(r, t, r.spec.CopySlashBps(), "replay of its own earlier input"); err != nil {
+				return err
+			}
+		}
 	}
 	for _, d := range copiers {
 		if t := r.Trainer(d); t != nil {
@@ -169,6 +185,37 @@ func (x *mtx) checkCopyVerdicts(task string, round uint64, fc *wire.FragmentComm
 	for j, c := range fc.Inputs {
 		if c.CopyOf != "" && h[c.CopyOf] > h[c.TrainerDID] {
 			return Errf(KindInvalid, "commit: input %d (%s, height %d) is named a copy of %s's later record (height %d)", j, c.TrainerDID, h[c.TrainerDID], c.CopyOf, h[c.CopyOf])
+		}
+	}
+	return nil
+}
+
+// checkStaleVerdicts checks the stale verdicts of a commit of round against
+// the chain (copies.md §6): each is on a rejected input without copy_of and
+// names one of the StaleLookbackRounds rounds before round in which the
+// same trainer has a record for the same fragment. Whether the values are
+// similar is for re-execution to judge.
+func (x *mtx) checkStaleVerdicts(task string, round uint64, fc *wire.FragmentCommit) error {
+	for j, c := range fc.Inputs {
+		if c.StaleOfRound == nil {
+			continue
+		}
+		q := *c.StaleOfRound
+		switch {
+		case c.CopyOf != "":
+			return Errf(KindInvalid, "commit: input %d (%s) is named both a copy of %s and a replay of round %d", j, c.TrainerDID, c.CopyOf, q)
+		case c.Rejected == "":
+			return Errf(KindInvalid, "commit: input %d (%s) is a replay of round %d but not rejected", j, c.TrainerDID, q)
+		case q >= round || round-q > wire.StaleLookbackRounds:
+			return Errf(KindInvalid, "commit: input %d (%s) of round %d is named a replay of round %d; the stale rule compares rounds %d..%d only",
+				j, c.TrainerDID, round, q, max(int64(round)-wire.StaleLookbackRounds, 0), int64(round)-1)
+		}
+		ok, err := x.getJSON(KSTranscript, RecordKey(task, q, fc.Fragment, c.TrainerDID), &Record{})
+		if err != nil {
+			return err
+		}
+		if !ok {
+			return Errf(KindInvalid, "commit: input %d (%s) is named a replay of round %d, where it has no record for fragment %d", j, c.TrainerDID, q, fc.Fragment)
 		}
 	}
 	return nil

@@ -256,6 +256,9 @@ func (x *mtx) commitFragment(p *wire.CommitFragmentTx) (*wire.CommitFragmentResu
 	if err := x.checkCopyVerdicts(task, r.Round, &c); err != nil {
 		return nil, err
 	}
+	if err := x.checkStaleVerdicts(task, r.Round, &c); err != nil {
+		return nil, err
+	}
 	claims, err := FragmentClaims(x.ctx, x.kv, task, r.Round, i)
 	if err != nil {
 		return nil, err

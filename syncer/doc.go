@@ -14,6 +14,8 @@
 // Pay for work (issue 23): binding.go checks that a payload names its signer,
 // task, round and fragment (at Submit and in the worker's re-check);
 // copies.go is the copy rule (exact integer cosine, the earliest block is
-// the original), called by the worker's computeCommit; the machine's
-// mpay.go settles a final commit's inputs.
+// the original), called by the worker's computeCommit; stale.go is the
+// stale rule (the same cosine against the trainer's own inputs of the two
+// rounds before: replays), run after it; the machine's mpay.go settles a
+// final commit's inputs.
 package syncer

@@ -114,8 +114,13 @@ func loadReexecJob(ctx context.Context, v machine.View, task string, round uint6
 	if err != nil {
 		return nil, err
 	}
+	earlier, err := earlierRecords(ctx, v.KV, task, round, f)
+	if err != nil {
+		return nil, err
+	}
 	return &reexecJob{rec: rec, snap: &snapshot{r: sr, blk: v.Block, ticket: int(rec.Commit.Ticket),
-		records: map[int]map[string]machine.Record{f: recs}, claims: map[int][]machine.Claim{}, due: []int{f}}}, nil
+		records: map[int]map[string]machine.Record{f: recs}, earlier: map[int]map[uint64]map[string]machine.Record{f: earlier},
+		claims: map[int][]machine.Claim{}, due: []int{f}}}, nil
 }
 
 // Reexecute recomputes the commit of (task, round, fragment), which must

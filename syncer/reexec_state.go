@@ -10,10 +10,10 @@ import (
 
 // FragmentState answers tenzro_training_getFragmentState: the committed
 // keys re-executing the commit of (task, round, fragment) reads — the run
-// (its header and every key under machine.RunPrefix),
-// the commit record, the run as the round started and the fragment's
-// submission records. A client loads them into a StaticChain and runs
-// Reexecute itself, fetching the bytes by hash (tenzro receipt replay
+// (its header and every key under machine.RunPrefix), the commit record,
+// the run as the round started and the fragment's submission records of
+// the round and of the StaleLookbackRounds before (the stale rule's). A
+// client loads them into a StaticChain and runs Reexecute itself, fetching the bytes by hash (tenzro receipt replay
 // --local); it trusts this node for chain state, not for the computation.
 func (n *Node) FragmentState(ctx context.Context, p *wire.ReplayFragmentParams) (*wire.FragmentState, error) {
 	if p.TaskID == "" {
@@ -50,10 +50,18 @@ func (n *Node) FragmentState(ctx context.Context, p *wire.ReplayFragmentParams) 
 		if err := get(machine.KSTranscript, machine.SnapKey(p.TaskID, p.Round)); err != nil {
 			return err
 		}
-		return v.KV.Scan(ctx, machine.KSTranscript, machine.RecordPrefix(p.TaskID, p.Round, int(p.Fragment)), func(k, val []byte) error {
-			out.Entries = append(out.Entries, wire.StateEntry{Keyspace: string(machine.KSTranscript), Key: append(wire.HexBytes{}, k...), Value: append([]byte(nil), val...)})
-			return nil
-		})
+		// The fragment's records of this round and of the rounds the stale
+		// rule compares with (copies.md §6).
+		for d := uint64(0); d <= wire.StaleLookbackRounds && d <= p.Round; d++ {
+			err := v.KV.Scan(ctx, machine.KSTranscript, machine.RecordPrefix(p.TaskID, p.Round-d, int(p.Fragment)), func(k, val []byte) error {
+				out.Entries = append(out.Entries, wire.StateEntry{Keyspace: string(machine.KSTranscript), Key: append(wire.HexBytes{}, k...), Value: append([]byte(nil), val...)})
+				return nil
+			})
+			if err != nil {
+				return err
+			}
+		}
+		return nil
 	})
 	return out, err
 }

@@ -392,6 +392,9 @@ type snapshot struct {
 	blk     machine.Block
 	ticket  int
 	records map[int]map[string]machine.Record // fragment → DID → record
+	// earlier: fragment → earlier round → DID → record, the rounds the
+	// stale rule compares with (stale.go).
+	earlier map[int]map[uint64]map[string]machine.Record
 	claims  map[int][]machine.Claim
 	due     []int
 	// patient: a payload that cannot be fetched now is a local failure
@@ -549,6 +552,7 @@ func (n *Node) snapshot(ctx context.Context, task string) (*snapshot, error) {
 			return nil
 		}
 		s = &snapshot{r: r, blk: v.Block, ticket: k, records: map[int]map[string]machine.Record{}, claims: map[int][]machine.Claim{},
+			earlier: map[int]map[uint64]map[string]machine.Record{},
 			patient: fetchPatient(r, r.SlotOf(k), v.Block.TimeMs), store: true}
 		if r.Scorer != nil {
 			// Score batches come from the shards as the round started
@@ -578,6 +582,9 @@ func (n *Node) snapshot(ctx context.Context, task string) (*snapshot, error) {
 				return err
 			}
 			s.records[i] = recs
+			if s.earlier[i], err = earlierRecords(ctx, v.KV, task, r.Round, i); err != nil {
+				return err
+			}
 			if s.claims[i], err = machine.FragmentClaims(ctx, v.KV, task, r.Round, i); err != nil {
 				return err
 			}
@@ -641,6 +648,11 @@ func (n *Node) computeCommit(ctx context.Context, s *snapshot, i int) (*computed
 	// (inside Finalize) see the inputs kept.
 	values, idx, err := n.applyCopyRule(s, i, fc, values, idx)
 	if err != nil {
+		return nil, err
+	}
+	// The stale rule (stale.go): a kept input replaying the same trainer's
+	// input of one of the rounds before is rejected too.
+	if values, idx, err = n.applyStaleRule(ctx, s, i, fc, values, idx); err != nil {
 		return nil, err
 	}
 	c := &computed{fragment: i}

@@ -27,13 +27,14 @@ const (
 //
 //	Str(DomainFragmentResult) ‖ Str(status) ‖ U64(len(inputs)) ‖
 //	for each input in commit order: U64(selected ? 1 : 0) ‖
-//	  (copy_of set ? U64(2) ‖ Str(copy_of) : U64(rejected ? 1 : 0)) ‖
+//	  (copy_of set ? U64(2) ‖ Str(copy_of) :
+//	   stale_of_round set ? U64(3) ‖ U64(stale_of_round) : U64(rejected ? 1 : 0)) ‖
 //	Hash(aggregate_hash) ‖ Hash(weights_after) ‖ Hash(momentum_after) ‖ U64(fuel)
 //	[scored commits (scoring set): ‖ Str("scoring") ‖ for each input in commit order:
 //	   U64(0) no score | U64(2) evaluator failed |
 //	   U64(1) ‖ U64(own_before bits) ‖ U64(own_after) ‖ U64(ctl_before) ‖ U64(ctl_after) ‖ U64(pass)]
 //
-// (A commit without copy verdicts hashes as before the copy rule existed;
+// (A commit without copy or stale verdicts hashes as before the copy rule existed;
 // one without scoring as before scores existed. The scoring header itself
 // — evaluator, rate, seed — is fixed by the chain and not hashed.)
 // A rejection counts as a flag, not by its reason (a reason names the
@@ -46,6 +47,10 @@ func FragmentResultHash(fc *FragmentCommit) Hash {
 		c.U64(b2u(in.Selected))
 		if in.CopyOf != "" { // the copy verdict: 2 and whose input it copies
 			c.U64(2).Str(in.CopyOf)
+			continue
+		}
+		if in.StaleOfRound != nil { // the stale verdict: 3 and the round it replays
+			c.U64(3).U64(*in.StaleOfRound)
 			continue
 		}
 		c.U64(b2u(in.Rejected != ""))

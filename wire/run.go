@@ -135,6 +135,13 @@ type CommitInput struct {
 	// same block: neither is paid, neither is slashed. One naming an input
 	// recorded in an earlier block is slashed copies.slash_bps.
 	CopyOf string `json:"copy_of,omitempty"`
+	// StaleOfRound names an earlier round (at most StaleLookbackRounds
+	// back) in which the same trainer's input to the same fragment had
+	// values this input's copy (the cross-round self-copy rule,
+	// docs/protocol/copies.md §6: a replayed gradient): set only on a
+	// rejected input without copy_of. Unpaid, slashed copies.slash_bps, and
+	// it forfeits the fragment's N of payout weight (the original's pay).
+	StaleOfRound *uint64 `json:"stale_of_round,omitempty"`
 	// Score is the input's score when the run is scored, the input kept
 	// and drawn for scoring (ScoreSampled); absent otherwise.
 	Score *InputScore `json:"score,omitempty"`

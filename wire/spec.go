@@ -154,6 +154,11 @@ const (
 	DefaultCopySlashBps     = 5000
 	// CopyRuleOff is the min_cosine_ppm that no pair reaches.
 	CopyRuleOff = 1_000_001
+	// StaleLookbackRounds is how many earlier rounds the cross-round
+	// self-copy rule compares an input with (copies.md §6): rounds r−1 and
+	// r−2 of the same trainer and fragment. Their payloads are kept until
+	// round r is final (blobs.md "Collection").
+	StaleLookbackRounds = 2
 )
 
 // CopyThresholdPpm returns the copy rule's similarity threshold in ppm.

@@ -223,8 +223,10 @@ func (p *blobPolicy) collect(ctx context.Context, now time.Time) (collectStats, 
 // round (what `tenzro receipt replay` starts from and checks against, and
 // getWeights of any round serves), and for every committed round that is
 // not final (its challenge window open, docs/protocol/challenges.md) the
-// payloads and momentum it names, which a challenge of it reads. A run
-// without a challenge window has every committed round final at once. On
+// payloads and momentum it names, which a challenge of it reads, and the
+// payloads of the StaleLookbackRounds rounds before it (what its stale
+// rule compares with) until the run is over. A run without a challenge
+// window has every committed round final at once. On
 // an archive node final payloads are kept too (final stays empty).
 func (p *blobPolicy) references(ctx context.Context) (keep, final map[wire.Hash]bool, err error) {
 	keep, final = map[wire.Hash]bool{}, map[wire.Hash]bool{}
@@ -255,13 +257,18 @@ func (p *blobPolicy) references(ctx context.Context) (keep, final map[wire.Hash]
 		if run.ChallengeWindowBlocks == 0 {
 			finalRounds = uint64(len(tr))
 		}
+		over := run.Status != wire.StatusRunning && finalRounds >= uint64(len(tr))
 		for _, rc := range tr {
 			isFinal := rc.Round < finalRounds
+			// A round's payloads are also what the stale rule of the
+			// StaleLookbackRounds rounds after it compares with (copies.md
+			// §6): kept until those are final too, or the run is over.
+			payloadsFinal := rc.Round+wire.StaleLookbackRounds < finalRounds || (isFinal && over)
 			for _, fc := range rc.Fragments {
 				keep[fc.WeightsBefore], keep[fc.WeightsAfter] = true, true
 				keep[fc.MomentumAfter] = keep[fc.MomentumAfter] || !isFinal || p.archive
 				for _, in := range fc.Inputs {
-					if isFinal && !p.archive {
+					if payloadsFinal && !p.archive {
 						final[in.PayloadHash] = true
 					} else {
 						keep[in.PayloadHash] = true

@@ -127,12 +127,19 @@ func TestBlobPolicyFundingAndCollection(t *testing.T) {
 	if p2.pendingBytes() != 3000 {
 		t.Fatalf("pending %d after the trainer's payload was taken up", p2.pendingBytes())
 	}
-	// Two hours later, round 1 final: blob 2 expired, blob 6 is a final
-	// payload; blob 4 is named by round 0, final too.
+	// Two hours later, rounds 0 and 1 final while the run goes on: blob 2
+	// expired; blobs 4 and 6 are kept — rounds 2 and 3, not committed yet,
+	// compare their inputs with them (the stale rule, copies.md §6).
 	chain.run.FinalRounds = 2
 	st, err = p2.collect(ctx, time.Now().Add(2*time.Hour))
-	if err != nil || st.Expired != 1 || st.FinalPayloads != 2 {
+	if err != nil || st.Expired != 1 || st.FinalPayloads != 0 {
 		t.Fatalf("second collection %+v, %v", st, err)
+	}
+	// The run is over (sealed, every round final): both are final payloads.
+	chain.run.Status = wire.StatusSealed
+	st, err = p2.collect(ctx, time.Now().Add(2*time.Hour))
+	if err != nil || st.FinalPayloads != 2 {
+		t.Fatalf("collection after the seal %+v, %v", st, err)
 	}
 	for _, h := range []wire.Hash{h2, h4, h6} {
 		if _, err := os.Stat(blobs.Path(h)); !os.IsNotExist(err) {

@@ -72,6 +72,8 @@ func printInputs(w io.Writer, fc *wire.FragmentCommit) {
 		switch sc := in.Score; {
 		case in.CopyOf != "":
 			fmt.Fprintf(w, "  %s: copy of %s — paid no\n", in.TrainerDID, in.CopyOf)
+		case in.StaleOfRound != nil:
+			fmt.Fprintf(w, "  %s: replay of its own round %d input (stale) — paid no\n", in.TrainerDID, *in.StaleOfRound)
 		case in.Rejected != "":
 			fmt.Fprintf(w, "  %s: rejected (%s) — paid no\n", in.TrainerDID, in.Rejected)
 		case sc == nil:

@@ -129,7 +129,8 @@ def test_records_read_submissions_from_block_transactions() -> None:
 def test_free_riders_through_a_real_node(node, tmp_path) -> None:
     """An honest trainer, a byte copier of it, a copier by hash and a replayer on one run: the copy is recorded
     and named a copy of the honest input, the copy by hash is refused by the payload binding, and the replayer's
-    round-1 input carries its round-0 tensors under a round-1 binding."""
+    round-1 input carries its round-0 tensors under a round-1 binding and is named a replay of round 0 (the stale
+    rule, copies.md §6): rejected, stale_of_round 0."""
     c, keys, task = post_task(node, tmp_path, m=4, k=3, f=1, h=1, rounds=2, grace_window_ms=1500)
     victim = keys[0].did
     attacks = [None, {"kind": "copy", "victim": victim}, {"kind": "copy_hash", "victim": victim}, {"kind": "replay"}]
@@ -155,4 +156,7 @@ def test_free_riders_through_a_real_node(node, tmp_path) -> None:
     raw0, raw1 = (freeride.fetch_blob(c, by[(r, keys[3].did)]["payload_hash"]) for r in (0, 1))  # GET /blobs
     assert data_section(raw0) == data_section(raw1)
     assert header(raw1)["__metadata__"]["tenzro.round"] == "1"
+    assert "stale_of_round" not in by[(0, keys[3].did)] and not by[(0, keys[3].did)].get("rejected")
+    assert by[(1, keys[3].did)]["stale_of_round"] == 0 and "replay" in by[(1, keys[3].did)]["rejected"]
+    assert "stale_of_round" not in by[(1, victim)]  # an honest trainer's consecutive inputs are not replays
     assert trs[1].history[0].inner_s == 0.0 and trs[3].history[1].inner_s == 0.0  # no training

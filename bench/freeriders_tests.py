@@ -1,0 +1,60 @@
+"""Pay tests replayed offline on a free-rider run's recorded losses (issue 23, item "wrong data").
+
+Every scored input of ``bench/results/freeriders-<label>.json`` (saved since label ``selfcopy-obc-b32``) carries the
+four losses the evaluator recorded (own and control batch, before and after the step, f64 bits). Those decide any
+pay test that is a function of them, so one run answers, for the same inputs and the same batches, what each test
+would have paid: per rule and trainer, the checks passed out of those scored.
+
+    $(scripts/venv.sh)/bin/python bench/freeriders_tests.py selfcopy-obc-b32
+
+Tests: ``own_improves`` (s_own > 0, the default), ``own_beats_control`` (also s_own > s_ctl, Templar's) and
+``relative`` (s_own > 0 and s_own/own_before > s_ctl/ctl_before: the improvement relative to each batch's level).
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+import sys
+
+import common
+
+
+def f64(h: str) -> float:
+    return struct.unpack(">d", bytes.fromhex(h))[0]
+
+
+def losses(score: dict) -> tuple[float, float, float, float]:
+    return tuple(f64(score[k]) for k in ("own_before", "own_after", "ctl_before", "ctl_after"))  # type: ignore[return-value]
+
+
+TESTS = {
+    "own_improves": lambda ob, oa, cb, ca: ob - oa > 0,
+    "own_beats_control": lambda ob, oa, cb, ca: ob - oa > 0 and ob - oa > cb - ca,
+    "relative": lambda ob, oa, cb, ca: ob - oa > 0 and (ob - oa) / ob > (cb - ca) / cb,
+}
+
+
+def main(label: str) -> None:
+    raw = json.loads((common.RESULTS / f"freeriders-{label}.json").read_text())
+    print(f"# Pay tests on the recorded losses of `{label}`\n")
+    print("| rule | trainer | scored | " + " | ".join(f"{t} passed" for t in TESTS) + " | s_own − s_ctl (min … max) |")
+    print("|---|---|---|" + "---|" * len(TESTS) + "---|")
+    for r in raw["rules"]:
+        by: dict[str, list[tuple[float, float, float, float]]] = {}
+        for inp in r.get("inputs") or []:
+            sc = inp.get("score")
+            if sc and not sc.get("failed"):
+                by.setdefault(inp["trainer"], []).append(losses(sc))
+        for name, ls in by.items():
+            diffs = [(ob - oa) - (cb - ca) for ob, oa, cb, ca in ls]
+            cells = [str(sum(TESTS[t](*x) for x in ls)) for t in TESTS]
+            print(
+                f"| {r['name']} | {name} | {len(ls)} | "
+                + " | ".join(cells)
+                + f" | {min(diffs):+.4f} … {max(diffs):+.4f} |"
+            )
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])

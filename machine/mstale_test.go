@@ -1,0 +1,98 @@
+package machine
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	"github.com/tenzro/train/wire"
+)
+
+func u64p(v uint64) *uint64 { return &v }
+
+// TestCheckStaleVerdicts: what the chain checks of a commit's stale
+// verdicts (the cross-round self-copy rule, copies.md §6) without the
+// payloads: a rejected input, no copy_of beside it, a round among the
+// StaleLookbackRounds before, in which the trainer has a record for the
+// same fragment.
+func TestCheckStaleVerdicts(t *testing.T) {
+	x := NewMachine(MachineConfig{}).begin(context.Background(), emptyKV{}, Block{Height: 10})
+	// A has records in rounds 0..3 of fragment 0; B only in round 3 (joined
+	// late) and in round 2 of fragment 1.
+	for round := uint64(0); round < 4; round++ {
+		if err := x.putJSON(KSTranscript, RecordKey("t", round, 0, "A"), Record{SubmissionTx: wire.SubmissionTx{TrainerDID: "A"}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, k := range [][]byte{RecordKey("t", 3, 0, "B"), RecordKey("t", 2, 1, "B")} {
+		if err := x.putJSON(KSTranscript, k, Record{SubmissionTx: wire.SubmissionTx{TrainerDID: "B"}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	stale := func(d string, q uint64) wire.CommitInput {
+		return wire.CommitInput{TrainerDID: d, StaleOfRound: u64p(q), Rejected: "replay"}
+	}
+	for _, tc := range []struct {
+		name   string
+		round  uint64
+		inputs []wire.CommitInput
+		err    string
+	}{
+		{"none", 3, []wire.CommitInput{{TrainerDID: "A"}, {TrainerDID: "B"}}, ""},
+		{"round r-1", 3, []wire.CommitInput{stale("A", 2), {TrainerDID: "B"}}, ""},
+		{"round r-2", 3, []wire.CommitInput{stale("A", 1)}, ""},
+		{"round 0 from round 1", 1, []wire.CommitInput{stale("A", 0)}, ""},
+		{"beyond the lookback", 3, []wire.CommitInput{stale("A", 0)}, "compares rounds 1..2 only"},
+		{"its own round", 3, []wire.CommitInput{stale("A", 3)}, "compares rounds 1..2 only"},
+		{"a later round", 1, []wire.CommitInput{stale("A", 2)}, "compares rounds 0..0 only"},
+		{"round 0 has nothing before", 0, []wire.CommitInput{stale("A", 0)}, "compares rounds 0..-1 only"},
+		{"no record in that round", 3, []wire.CommitInput{stale("B", 2)}, "has no record for fragment 0"},
+		{"kept", 3, []wire.CommitInput{{TrainerDID: "A", StaleOfRound: u64p(2)}}, "but not rejected"},
+		{"copy and replay", 3, []wire.CommitInput{{TrainerDID: "A", StaleOfRound: u64p(2), CopyOf: "B", Rejected: "copy"}, {TrainerDID: "B"}}, "both a copy of B and a replay"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := x.checkStaleVerdicts("t", tc.round, &wire.FragmentCommit{Fragment: 0, Inputs: tc.inputs})
+			if tc.err == "" {
+				if err != nil {
+					t.Fatal(err)
+				}
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), tc.err) || KindOf(err) != KindInvalid {
+				t.Fatalf("err = %v, want %q", err, tc.err)
+			}
+		})
+	}
+}
+
+// TestSettleStale: a replay earns nothing and forfeits the fragment's N (the
+// original's pay): a trainer that trained once and replays it afterwards
+// ends with paid weight 0; one replay among honest rounds costs that round
+// and the original's.
+func TestSettleStale(t *testing.T) {
+	x := NewMachine(MachineConfig{}).begin(context.Background(), emptyKV{}, Block{Height: 10})
+	r := scoredRun(10000)
+	r.Scorer = nil
+	for round := uint64(0); round < 4; round++ {
+		var a, b wire.CommitInput
+		a, b = wire.CommitInput{TrainerDID: "A"}, wire.CommitInput{TrainerDID: "B"}
+		if round > 0 { // A replays its round-0 input every round after
+			a = wire.CommitInput{TrainerDID: "A", StaleOfRound: u64p(round - 1), Rejected: "replay"}
+		}
+		if round == 3 { // B replays once, in the last round
+			b = wire.CommitInput{TrainerDID: "B", StaleOfRound: u64p(1), Rejected: "replay"}
+		}
+		fc := &wire.FragmentCommit{Status: wire.FragAggregated, Inputs: []wire.CommitInput{a, b, {TrainerDID: "C"}}}
+		if err := x.settleInputs(r, round, fc); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for d, want := range map[string]int64{"A": 0, "B": 200, "C": 400} {
+		if got := r.Trainer(d).PaidWeight().Int64(); got != want {
+			t.Errorf("%s: paid weight %d (weight %q, forfeit %q), want %d", d, got, r.Trainer(d).Weight, r.Trainer(d).Forfeit, want)
+		}
+	}
+	if r.Trainer("A").Accepted != 1 || r.Trainer("B").Accepted != 3 {
+		t.Fatalf("accepted: A %d, B %d", r.Trainer("A").Accepted, r.Trainer("B").Accepted)
+	}
+}

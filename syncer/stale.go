@@ -1,0 +1,175 @@
+package syncer
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"math/big"
+
+	"github.com/tenzro/train/machine"
+	"github.com/tenzro/train/wire"
+)
+
+// The cross-round self-copy rule (docs/protocol/copies.md §6): an input
+// whose decoded values point the way of the SAME trainer's input to the
+// same fragment in one of the StaleLookbackRounds rounds before (cosine at
+// least the copy rule's threshold, the same exact integer measure) is a
+// replay: rejected with stale_of_round naming the nearest such round,
+// unpaid, slashed like a copy, and it forfeits the fragment's N. It runs
+// after the within-round copy rule, over the inputs that rule kept, so an
+// input carries at most one of copy_of and stale_of_round.
+
+// earlierRecords reads each trainer's record of fragment f in the rounds
+// round−1 … round−StaleLookbackRounds (those that exist): what the stale
+// rule compares round's inputs with.
+func earlierRecords(ctx context.Context, kv machine.KV, task string, round uint64, f int) (map[uint64]map[string]machine.Record, error) {
+	out := map[uint64]map[string]machine.Record{}
+	for d := uint64(1); d <= wire.StaleLookbackRounds && d <= round; d++ {
+		q := round - d
+		recs := map[string]machine.Record{}
+		err := kv.Scan(ctx, machine.KSTranscript, machine.RecordPrefix(task, q, f), func(_, raw []byte) error {
+			var rec machine.Record
+			if err := json.Unmarshal(raw, &rec); err != nil {
+				return fmt.Errorf("record of %s round %d fragment %d: %w", task, q, f, err)
+			}
+			recs[rec.TrainerDID] = rec
+			return nil
+		})
+		if err != nil {
+			return nil, err
+		}
+		out[q] = recs
+	}
+	return out, nil
+}
+
+// earlierValues returns the decoded values of an earlier round's record
+// (nil when its payload does not have the recorded size or hash, or does
+// not decode: such an input copies nothing). A payload that cannot be
+// fetched is a fetchError.
+func (n *Node) earlierValues(ctx context.Context, r *machine.Run, fs *machine.RunFragment, rec *machine.Record) ([]byte, error) {
+	payload, release, checked, path, err := n.storedBlob(ctx, rec.PayloadHash, rec.PayloadSize, rec.Provider)
+	if err != nil {
+		var fe *fetchError
+		if ctx.Err() == nil && (errors.Is(err, machine.ErrNotFound) || errors.As(err, &fe)) {
+			return nil, &fetchError{fmt.Errorf("stale rule: round %d payload %s of %s: %w", rec.Round, rec.PayloadHash, rec.TrainerDID, err)}
+		}
+		return nil, err
+	}
+	defer release()
+	if uint64(len(payload)) != rec.PayloadSize || (!checked && wire.ContentHash(payload) != rec.PayloadHash) {
+		return nil, nil
+	}
+	size := fs.N * int64(fs.Dtype.Size())
+	if r.Codec == nil {
+		v, err := TensorValues(bytes.NewReader(payload), int64(len(payload)), path, fs.Tensors)
+		if err != nil {
+			return nil, nil
+		}
+		b, err := v.Bytes(size)
+		if err != nil {
+			return nil, err
+		}
+		return append([]byte(nil), b...), nil // the blob is released on return
+	}
+	// The decode's fuel is not counted in the commit: the earlier input's
+	// decode was counted in its own round.
+	flat, _, err := payloadValues(ctx, n.eng, r.Codec, &fs.FragLayout, payload)
+	if err != nil {
+		var rf *RuleFailure
+		if ctx.Err() != nil || (!errors.As(err, &rf) && isHostFailure(err)) {
+			return nil, err
+		}
+		return nil, nil
+	}
+	if int64(len(flat)) != size {
+		return nil, nil
+	}
+	return flat, nil
+}
+
+// applyStaleRule runs the stale rule over fragment i's inputs still kept
+// after the copy rule (values[k] is fc.Inputs[idx[k]]'s) and returns the
+// values and indices of those it left kept. An earlier payload that cannot
+// be fetched: while the syncer is patient, a local failure (retry); a
+// re-execution, unavailable (fetchError); a syncer past its patience
+// compares with what it has.
+func (n *Node) applyStaleRule(ctx context.Context, s *snapshot, i int, fc *wire.FragmentCommit, values []Values, idx []int) ([]Values, []int, error) {
+	r := s.r
+	fs := r.Fragments[i]
+	ppm := r.TaskSpec().CopyThresholdPpm()
+	earlier := s.earlier[i]
+	if ppm >= wire.CopyRuleOff || len(values) == 0 || len(earlier) == 0 {
+		return values, idx, nil
+	}
+	size := fs.N * int64(fs.Dtype.Size())
+	var keptV []Values
+	var keptIdx []int
+	for k, j := range idx {
+		in := &fc.Inputs[j]
+		var cur *quantized
+		for d := uint64(1); d <= wire.StaleLookbackRounds && d <= r.Round; d++ {
+			q := r.Round - d
+			rec, ok := earlier[q][in.TrainerDID]
+			if !ok {
+				continue
+			}
+			prev, err := n.earlierValues(ctx, r, fs, &rec)
+			var fe *fetchError
+			switch {
+			case errors.As(err, &fe) && s.patient:
+				return nil, nil, errLocal{err}
+			case errors.As(err, &fe) && !s.store:
+				return nil, nil, err // re-execution: unavailable
+			case errors.As(err, &fe):
+				n.log.Warn("stale rule: earlier payload unavailable, not compared", "trainer", in.TrainerDID, "round", r.Round, "fragment", i, "earlier_round", q, "err", err)
+				continue
+			case err != nil:
+				return nil, nil, errLocal{err}
+			case prev == nil:
+				continue
+			}
+			pq, ok := quantize(prev, fs.Dtype, int(fs.N))
+			if !ok {
+				continue
+			}
+			if cur == nil {
+				b, err := values[k].Bytes(size)
+				if err != nil {
+					return nil, nil, errLocal{fmt.Errorf("stale rule: input %d: %w", j, err)}
+				}
+				c, ok := quantize(b, fs.Dtype, int(fs.N))
+				if !ok {
+					break
+				}
+				cur = &c
+			}
+			n.log.Info("stale rule", "task", r.TaskSpec().TaskID, "round", r.Round, "fragment", i, "trainer", in.TrainerDID,
+				"earlier_round", q, "cosine", fmt.Sprintf("%.6f", cosine(cur, &pq)))
+			if similar(cur, &pq, ppm) {
+				round := q
+				in.StaleOfRound = &round
+				in.Rejected = fmt.Sprintf("replay: its values are a copy of its own input of round %d (stale)", q)
+				break
+			}
+		}
+		if in.Rejected == "" {
+			keptV, keptIdx = append(keptV, values[k]), append(keptIdx, j)
+		}
+	}
+	return keptV, keptIdx, nil
+}
+
+// cosine is cos(a, b) as a float64, for logs only (verdicts use similar).
+func cosine(a, b *quantized) float64 {
+	if a.norm.Sign() == 0 || b.norm.Sign() == 0 {
+		return 0
+	}
+	d, _ := new(big.Float).SetInt(dot(a.q, b.q)).Float64()
+	na, _ := new(big.Float).SetInt(a.norm).Float64()
+	nb, _ := new(big.Float).SetInt(b.norm).Float64()
+	return d / (math.Sqrt(na) * math.Sqrt(nb))
+}
