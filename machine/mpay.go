@@ -26,8 +26,8 @@ import (
 //     earlier block. Within one block the proposer chose the order, so no
 //     one is slashed there.
 //
-// These apply when the commit is final: at once for runs without a
-// challenge window, else when its round is final (finalizeRound).
+// These apply when the commit's round is final (finalizeRound): with a
+// challenge window of 0, in the transaction that closes the round.
 
 // settleInputs applies fragment commit fc of round to the trainers' pay and
 // stakes.
