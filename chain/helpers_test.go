@@ -255,6 +255,7 @@ type testRun struct {
 	Seal   *struct {
 		RunRoot wire.Hash `json:"run_root"`
 		Signed  bool      `json:"signed"`
+		Height  int64     `json:"height"`
 	} `json:"seal"`
 }
 
