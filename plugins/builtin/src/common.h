@@ -47,26 +47,12 @@ static inline void tz_cx(v128_t *a, v128_t *b) {
   *b = hi;
 }
 
-/* Batcher's merge-exchange sort (Knuth, TAOCP vol. 3, 5.2.2 Algorithm M)
- * of k vectors, lane-wise ascending in the total order (NaN last,
- * canonical): a sorting network of O(k log^2 k) compare-exchanges (63 at
- * k = 16, against 120 for odd-even transposition). The keys are a total
- * order on bit patterns, so every sorting network gives the same bits. */
+/* Odd-even transposition sort of k vectors, lane-wise ascending in the
+ * total order (NaN last, canonical). */
 static inline void tz_sort_lanes(v128_t *v, uint32_t k) {
   for (uint32_t i = 0; i < k; i++) v[i] = tz_key(tz_canon_nan(v[i]));
-  uint32_t t = 0;
-  while ((1u << t) < k) t++;
-  for (uint32_t p = t ? 1u << (t - 1) : 0; p > 0; p >>= 1) {
-    uint32_t q = 1u << (t - 1), r = 0, d = p;
-    for (;;) {
-      for (uint32_t i = 0; i + d < k; i++)
-        if ((i & p) == r) tz_cx(&v[i], &v[i + d]);
-      if (q == p) break;
-      d = q - p;
-      q >>= 1;
-      r = p;
-    }
-  }
+  for (uint32_t r = 0; r < k; r++)
+    for (uint32_t i = r & 1u; i + 1 < k; i += 2) tz_cx(&v[i], &v[i + 1]);
   for (uint32_t i = 0; i < k; i++) v[i] = tz_key(v[i]);
 }
 
