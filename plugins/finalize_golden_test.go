@@ -26,9 +26,9 @@ import (
 // without momentum, whole and chunked. testdata/finalize_golden.json was
 // written by this file, unchanged, on that commit, and written again when
 // TrimmedMean and CoordinateMedian got one sort loop per K, and again when
-// the sort became a Batcher network (each time only their fuel changed,
-// and Bulyan's the second time; TestSortUnrolledMatchesPrevious compares
-// their bytes with the previous modules'):
+// the sort in those loops became a Batcher network (each time only their
+// fuel changed; TestSortUnrolledMatchesPrevious compares their bytes with
+// the previous modules'):
 //
 //	FINALIZE_GOLDEN=write go test ./plugins -run TestFinalizeGoldenSteps
 //

@@ -44,7 +44,7 @@ func sortNetHeader() string {
  * ./plugins/builtin -run TestSortNetHeader); do not edit. Batcher's merge-exchange
  * networks (Knuth, TAOCP vol. 3, 5.2.2 Algorithm M), one straight-line
  * sequence of compare-exchanges per K from 2 to 16. Returns 0 for other K. */
-static inline int tz_sort_net(v128_t *v, uint32_t k) {
+static inline __attribute__((always_inline)) int tz_sort_net(v128_t *v, uint32_t k) {
   switch (k) {
 `)
 	for k := 2; k <= 16; k++ {

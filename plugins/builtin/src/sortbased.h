@@ -7,7 +7,7 @@
  * transposition, 5 against 6 at K = 4). The keys are a total order on bit
  * patterns (NaN canonical and last), so every sorting network gives the
  * same bits as tz_sort_lanes. */
-static inline void tz_sort_lanes_net(v128_t *v, uint32_t k) {
+static inline __attribute__((always_inline)) void tz_sort_lanes_net(v128_t *v, uint32_t k) {
   for (uint32_t i = 0; i < k; i++) v[i] = tz_key(tz_canon_nan(v[i]));
   if (!tz_sort_net(v, k))
     for (uint32_t r = 0; r < k; r++)

@@ -2,7 +2,7 @@
  * ./plugins/builtin -run TestSortNetHeader); do not edit. Batcher's merge-exchange
  * networks (Knuth, TAOCP vol. 3, 5.2.2 Algorithm M), one straight-line
  * sequence of compare-exchanges per K from 2 to 16. Returns 0 for other K. */
-static inline int tz_sort_net(v128_t *v, uint32_t k) {
+static inline __attribute__((always_inline)) int tz_sort_net(v128_t *v, uint32_t k) {
   switch (k) {
     case 2: /* 1 compare-exchanges */
       tz_cx(&v[0], &v[1]);
