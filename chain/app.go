@@ -108,6 +108,13 @@ type App struct {
 	// recheck of the remaining mempool rebuilds it.
 	cmu   sync.Mutex
 	check *machine.Overlay
+	// pendingBy counts, per signer, the transactions CheckTx admitted
+	// since the last commit (new ones and the recheck of what remained):
+	// Commit resets it with check, and the recheck counts again what is
+	// still waiting, so a transaction stops counting once it is in a block
+	// or dropped. senderLimit caps it (< 0: no cap).
+	pendingBy   map[string]int
+	senderLimit int
 
 	// waiters and commit notification (Local).
 	wmu        sync.Mutex
@@ -158,7 +165,19 @@ type AppOptions struct {
 	// Evidence overrides the machine's evidence verifier (nil:
 	// attest.NewConsensusVerifier, what every validator runs).
 	Evidence machine.EvidenceVerifier
+	// MempoolSenderLimit is how many transactions one signer may have
+	// waiting in this node's mempool at once; CheckTx refuses more with
+	// CodeSenderBusy until a block takes some. 0 means
+	// DefaultMempoolSenderLimit, < 0 no limit. Node policy (a flag), not
+	// consensus: it only decides what this node queues and relays.
+	MempoolSenderLimit int
 }
+
+// DefaultMempoolSenderLimit is the default per-signer share of a node's
+// mempool: 1/20 of MempoolSize, and above what one honest signer queues
+// between two blocks (a syncer's commits of one round's fragments, a
+// trainer's submissions of one round; see docs/RATIONALE.md).
+const DefaultMempoolSenderLimit = MempoolSize / 20
 
 // NewApp opens the application over kv (the chain's own store), resuming
 // from the last committed height.
@@ -183,7 +202,11 @@ func NewApp(ctx context.Context, kv machine.KV, opts AppOptions) (*App, error) {
 		return nil, fmt.Errorf("chain: %w", err)
 	}
 	a := &App{kv: kv, state: stateKV{kv}, tree: tree, log: log, keep: opts.KeepHeights, m: machine.NewMachine(machine.MachineConfig{Builtins: bi, Logger: log, Evidence: ev}),
-		waiters: map[[32]byte][]chan TxOutcome{}, changed: make(chan struct{}), runLog: emptyRunLog}
+		waiters: map[[32]byte][]chan TxOutcome{}, changed: make(chan struct{}), runLog: emptyRunLog,
+		pendingBy: map[string]int{}, senderLimit: opts.MempoolSenderLimit}
+	if a.senderLimit == 0 {
+		a.senderLimit = DefaultMempoolSenderLimit
+	}
 	if err := a.open(ctx); err != nil {
 		tree.close()
 		return nil, err
@@ -377,9 +400,11 @@ func (a *App) fillRunLog(ctx context.Context, p *pendingBlock, prev runLog) erro
 // CheckTx does the cheap checks: size and field caps, decoding, then the
 // machine's ante (chain id, signature, nonce, fee) against the check state,
 // so that a sender whose queued transactions already spend its balance is
-// refused here, before any block. State rules run in FinalizeBlock. A
-// recheck that fails tells the transaction's waiter (Local): the mempool
-// drops it.
+// refused here, before any block, and last the sender's mempool share: a
+// signer with MempoolSenderLimit transactions waiting is refused
+// (CodeSenderBusy) until a block takes some. State rules run in
+// FinalizeBlock. A recheck that fails tells the transaction's waiter
+// (Local): the mempool drops it.
 func (a *App) CheckTx(ctx context.Context, req *abci.RequestCheckTx) (*abci.ResponseCheckTx, error) {
 	err := a.precheck(ctx, req.Tx)
 	if err == nil {
@@ -411,7 +436,24 @@ func (a *App) precheck(ctx context.Context, b []byte) error {
 		}
 		a.check = machine.NewOverlay(machine.ReadOnly(base))
 	}
-	return a.m.Ante(ctx, a.check, a.block, tx)
+	signer, err := a.m.AnteAdmit(ctx, a.check, a.block, tx, a.admitSender)
+	if err == nil && signer != "" {
+		a.pendingBy[signer]++
+	}
+	return err
+}
+
+// admitSender refuses a signer that already has its share of the mempool
+// waiting (an exempt kind, signer "", is not counted). Caller holds cmu.
+func (a *App) admitSender(signer string) error {
+	if signer == "" || a.senderLimit < 0 {
+		return nil
+	}
+	if n := a.pendingBy[signer]; n >= a.senderLimit {
+		return errf(CodeSenderBusy, "mempool share used: %s already has %d transactions waiting in this node's mempool, "+
+			"at most %d per sender (tenzro-node --mempool-sender-limit); send again after the next block", signer, n, a.senderLimit)
+	}
+	return nil
 }
 
 // FinalizeBlock runs the block's timers (Machine.BeginBlock), then each
@@ -528,6 +570,7 @@ func (a *App) Commit(ctx context.Context, _ *abci.RequestCommit) (*abci.Response
 	a.pending = nil
 	a.cmu.Lock()
 	a.check = nil
+	clear(a.pendingBy)
 	a.cmu.Unlock()
 	a.mu.Unlock()
 	if err := a.tree.prune(p.height, a.keep); err != nil {

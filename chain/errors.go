@@ -23,6 +23,10 @@ const (
 	CodeInternal     uint32 = 8  // the application failed (store error)
 	CodeDisabled     uint32 = 9  // not on this chain (the faucet without --dev)
 	CodeAttestation  uint32 = 10 // attestation evidence missing or refused
+	// CodeSenderBusy is a CheckTx refusal only (node policy, never a
+	// block's result): the signer already has its share of this node's
+	// mempool waiting (AppOptions.MempoolSenderLimit).
+	CodeSenderBusy uint32 = 11
 )
 
 // TxError is a refused query or transaction: a code and the reason.
@@ -84,7 +88,7 @@ func KindOf(code uint32) machine.Kind {
 		return machine.KindFunds
 	case CodeNotFound:
 		return machine.KindNotFound
-	case CodeConflict:
+	case CodeConflict, CodeSenderBusy:
 		return machine.KindConflict
 	case CodeDisabled:
 		return machine.KindDisabled
@@ -97,8 +101,11 @@ func KindOf(code uint32) machine.Kind {
 // Refusal turns a refused transaction's code and log into the machine's
 // error, so a caller of the node sees the kind and the precise message.
 func Refusal(code uint32, log string) error {
-	if code == CodeNonce {
+	switch code {
+	case CodeNonce:
 		return machine.StaleNonce(log)
+	case CodeSenderBusy:
+		return machine.SenderBusy(log)
 	}
 	return &machine.Error{Kind: KindOf(code), Msg: log}
 }

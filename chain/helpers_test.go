@@ -104,6 +104,8 @@ type harness struct {
 	step   time.Duration // how far the clock moves after a block (default 1 s)
 	snaps  SnapshotOptions
 	keep   int64
+	// senderLimit is AppOptions.MempoolSenderLimit (set before open).
+	senderLimit int
 }
 
 func newHarness(t testing.TB, dir string) *harness {
@@ -124,7 +126,7 @@ func (h *harness) open() {
 	if err != nil {
 		h.t.Fatal(err)
 	}
-	opts := AppOptions{Log: quiet, Snapshots: h.snaps, KeepHeights: h.keep}
+	opts := AppOptions{Log: quiet, Snapshots: h.snaps, KeepHeights: h.keep, MempoolSenderLimit: h.senderLimit}
 	if h.dir != "" {
 		opts.StateDir = h.dir + "-state"
 	}

@@ -25,6 +25,7 @@ import (
 	dbm "github.com/cometbft/cometbft-db"
 	abci "github.com/cometbft/cometbft/abci/types"
 	cmtbytes "github.com/cometbft/cometbft/libs/bytes"
+	cmtjson "github.com/cometbft/cometbft/libs/json"
 	"github.com/cometbft/cometbft/light"
 	"github.com/cometbft/cometbft/light/provider"
 	lighthttp "github.com/cometbft/cometbft/light/provider/http"
@@ -85,7 +86,18 @@ type LightOptions struct {
 	// CommitTimeout bounds how long a transaction's Wait waits for its
 	// block (0: one minute).
 	CommitTimeout time.Duration
-	Log           *slog.Logger
+	// Store is the directory of the trusted headers (LightStoreFile): a
+	// start resumes from the last stored header still within the trusting
+	// period instead of re-deriving trust. Empty: headers are kept in
+	// memory only.
+	Store string
+	// StoreKeep is how many trusted headers the store keeps (0:
+	// DefaultLightStoreKeep).
+	StoreKeep int
+	// GenesisHash is the network's genesis hash (GenesisHash of the
+	// genesis file) the store is bound to; zero: that of Genesis encoded.
+	GenesisHash wire.Hash
+	Log         *slog.Logger
 
 	// providers replace Primary/Witnesses (tests).
 	primary   provider.Provider
@@ -227,9 +239,12 @@ type Light struct {
 	degraded   bool
 	degradedAt time.Time
 	rpc        lightRPC
-	primary    string
-	timeout    time.Duration
-	log        *slog.Logger
+	// noWalk: the full node answers no proven walks (an older version):
+	// scans prove key by key.
+	noWalk  atomic.Bool
+	primary string
+	timeout time.Duration
+	log     *slog.Logger
 
 	cur atomic.Pointer[lightState]
 
@@ -239,6 +254,60 @@ type Light struct {
 
 	cancel context.CancelFunc
 	done   chan struct{}
+
+	// store keeps the verified headers on disk (nil: memory only); storeMu
+	// guards it (apart from mu: a sync must not hold up readers).
+	storeMu     sync.Mutex
+	store       *lightStore
+	storeLogged time.Time
+}
+
+// resumable is the stored trusted header a start resumes from, nil when
+// trust is to be re-derived (no header stored, an operator's trust root not
+// among them, the last one past the trusting period or not the genesis
+// validators'), each case logged; an operator's trust root that the store
+// contradicts is an error.
+func resumable(o LightOptions, trust light.TrustOptions, stored []*types.LightBlock, now time.Time, log *slog.Logger) (*types.LightBlock, error) {
+	if len(stored) == 0 {
+		return nil, nil
+	}
+	latest := stored[len(stored)-1]
+	if trust.Height != 0 {
+		i := slices.IndexFunc(stored, func(lb *types.LightBlock) bool { return lb.Height == trust.Height })
+		if i < 0 {
+			log.Info("light client: the given trust root is not among the stored trusted headers: starting from it", "trust_height", trust.Height,
+				"stored", fmt.Sprintf("%d..%d", stored[0].Height, latest.Height))
+			return nil, nil
+		}
+		if !bytes.Equal(stored[i].Hash(), trust.Hash) {
+			return nil, fmt.Errorf("light client: the trust root %d %X contradicts the stored trusted header of that height (%X): one of them is not this chain's header",
+				trust.Height, trust.Hash, stored[i].Hash())
+		}
+	}
+	if _, err := VerifySignedHeader(o.Genesis, latest.SignedHeader, latest.Height-1); err != nil {
+		log.Warn("light client: the last stored trusted header is not signed by the genesis validators: re-deriving trust as at a first start", "height", latest.Height, "err", err)
+		return nil, nil
+	}
+	if exp := latest.Time.Add(o.TrustingPeriod); !exp.After(now) {
+		log.Warn("light client: the last stored trusted header is older than the trusting period: re-deriving trust as at a first start",
+			"height", latest.Height, "header_time", latest.Time, "trusting_period", o.TrustingPeriod)
+		return nil, nil
+	}
+	return latest, nil
+}
+
+// persist stores verified headers (a failure is logged, at most once a
+// minute: the client follows on from memory).
+func (l *Light) persist(lbs ...*types.LightBlock) {
+	if l.store == nil {
+		return
+	}
+	l.storeMu.Lock()
+	defer l.storeMu.Unlock()
+	if err := l.store.append(lbs...); err != nil && time.Since(l.storeLogged) > time.Minute {
+		l.storeLogged = time.Now()
+		l.log.Error("light client: storing verified headers failed; a restart may resume from an older one or re-derive trust", "err", err)
+	}
 }
 
 // StartLight verifies the trust root, starts following headers and returns
@@ -338,7 +407,57 @@ func StartLight(ctx context.Context, o LightOptions) (*Light, error) {
 		return nil, err
 	}
 	trust := light.TrustOptions{Period: o.TrustingPeriod, Height: o.TrustHeight, Hash: o.TrustHash}
-	if trust.Height == 0 {
+	var ls *lightStore
+	var resume *types.LightBlock
+	var stored []*types.LightBlock
+	if o.Store != "" {
+		gh := o.GenesisHash
+		if gh == (wire.Hash{}) {
+			raw, err := cmtjson.Marshal(o.Genesis)
+			if err != nil {
+				return nil, fmt.Errorf("light client: genesis: %w", err)
+			}
+			if gh, err = GenesisHash(raw); err != nil {
+				return nil, fmt.Errorf("light client: %w", err)
+			}
+		}
+		if ls, stored, err = openLightStore(o.Store, lightStoreHead{chainID: chainID, genesis: gh}, o.StoreKeep, log); err != nil {
+			return nil, err
+		}
+		if resume, err = resumable(o, trust, stored, time.Now(), log); err != nil {
+			ls.Close()
+			return nil, err
+		}
+		if resume == nil && len(stored) > 0 {
+			ls.recs, ls.last = nil, 0 // trust is re-derived: the new root starts the file again
+			if err := ls.rewrite(); err != nil {
+				return nil, err
+			}
+		}
+		defer func() {
+			if ls != nil {
+				ls.Close()
+			}
+		}()
+	}
+	var lc *light.Client
+	store := lightdb.New(dbm.NewMemDB(), "light")
+	opts := []light.Option{light.Logger(slogAdapter{log.With("component", "light")}), light.MaxRetryAttempts(3)}
+	degraded := false
+	if resume != nil {
+		// Resume from the stored trusted headers: nothing is asked of the
+		// primary until the first update.
+		for _, lb := range stored {
+			if err := store.SaveLightBlock(lb); err != nil {
+				return nil, fmt.Errorf("light client: stored header %d: %w", lb.Height, err)
+			}
+		}
+		if lc, err = light.NewClientFromTrustedStore(chainID, o.TrustingPeriod, primary, witnesses, store, opts...); err != nil {
+			return nil, fmt.Errorf("light client: resuming from the stored header %d: %w", resume.Height, err)
+		}
+		trust.Height, trust.Hash = resume.Height, resume.Hash()
+		log.Info("light client: resuming from its stored trusted header", "height", resume.Height, "hash", resume.Hash(), "age", time.Since(resume.Time).Round(time.Second), "file", ls.path)
+	} else if trust.Height == 0 {
 		lb, err := primary.LightBlock(ctx, 0)
 		if err != nil {
 			return nil, fmt.Errorf("light client: latest header from the primary %s: %w", primary, err)
@@ -348,10 +467,9 @@ func StartLight(ctx context.Context, o LightOptions) (*Light, error) {
 		}
 		trust.Height, trust.Hash = lb.Height, lb.Hash()
 	}
-	store := lightdb.New(dbm.NewMemDB(), "light")
-	opts := []light.Option{light.Logger(slogAdapter{log.With("component", "light")}), light.MaxRetryAttempts(3)}
-	lc, err := light.NewClient(ctx, chainID, trust, primary, witnesses, store, opts...)
-	degraded := false
+	if resume == nil {
+		lc, err = light.NewClient(ctx, chainID, trust, primary, witnesses, store, opts...)
+	}
 	if errors.Is(err, light.ErrNoWitnesses) || errors.Is(err, light.ErrFailedHeaderCrossReferencing) {
 		// No witness answered: start with the primary as its own witness.
 		log.Warn("light client: no witness reachable: headers are checked by the validators' signatures alone until one is back")
@@ -363,7 +481,7 @@ func StartLight(ctx context.Context, o LightOptions) (*Light, error) {
 	if err != nil {
 		return nil, fmt.Errorf("light client: trust root at height %d: %w", trust.Height, err)
 	}
-	l := &Light{rpc: rpc, primary: fmt.Sprint(primary), timeout: o.CommitTimeout, log: log, changed: make(chan struct{}), done: make(chan struct{})}
+	l := &Light{rpc: rpc, primary: fmt.Sprint(primary), timeout: o.CommitTimeout, log: log, changed: make(chan struct{}), done: make(chan struct{}), store: ls}
 	l.lc.Store(lc)
 	l.degraded, l.degradedAt = degraded, time.Now()
 	l.rebuild = func(self bool) error {
@@ -385,6 +503,7 @@ func StartLight(ctx context.Context, o LightOptions) (*Light, error) {
 	if err := l.adopt(ctx, lb); err != nil {
 		return nil, err
 	}
+	ls = nil // the light client's now (closed by Close)
 	fctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	l.cancel = cancel
 	go l.follow(fctx)
@@ -397,6 +516,11 @@ func (l *Light) Close() error {
 	if l.cancel != nil {
 		l.cancel()
 		<-l.done
+	}
+	if l.store != nil {
+		l.storeMu.Lock()
+		l.store.Close()
+		l.storeMu.Unlock()
 	}
 	return l.lc.Load().Cleanup()
 }
@@ -492,6 +616,7 @@ func (l *Light) adopt(ctx context.Context, lb *types.LightBlock) error {
 		return fmt.Errorf("light client: header %d: app hash of %d bytes", lb.Height, len(lb.AppHash))
 	}
 	copy(ah[:], lb.AppHash)
+	l.persist(prev, lb)
 	l.cur.Store(&lightState{height: lb.Height - 1, appHash: ah,
 		block: machine.Block{Height: prev.Height, TimeMs: prev.Time.UnixMilli(), Hash: append([]byte(nil), prev.Hash()...)}})
 	l.mu.Lock()
@@ -624,7 +749,7 @@ func (k *provenKV) Scan(ctx context.Context, ks machine.Keyspace, prefix []byte,
 		if n > maxScanKeys {
 			return fmt.Errorf("light client: scan of %q: more than %d keys", full, maxScanKeys)
 		}
-		p, err := k.get(ctx, x)
+		p, err := k.getScan(ctx, x, full)
 		if err != nil {
 			return err
 		}
@@ -643,6 +768,52 @@ func (k *provenKV) Scan(ctx context.Context, ks machine.Keyspace, prefix []byte,
 		}
 		x = append(append(make([]byte, 0, len(key)+1), key...), 0)
 	}
+}
+
+// getScan is get for a scan under prefix: a key not proven yet comes with
+// the proofs of the walk's next keys (one query for up to maxWalkEntries
+// keys: QueryStateWalk), or alone from a full node that answers no walks.
+func (k *provenKV) getScan(ctx context.Context, x, prefix []byte) (*proven, error) {
+	k.mu.Lock()
+	p, ok := k.seen[string(x)]
+	k.mu.Unlock()
+	if ok {
+		return &p, nil
+	}
+	if k.l.noWalk.Load() {
+		return k.get(ctx, x)
+	}
+	es, err := k.l.walk(ctx, k.s, prefix, x)
+	if errors.Is(err, errNoWalk) {
+		if !k.l.noWalk.Swap(true) {
+			k.l.log.Warn("light client: the full node answers no proven walks (an older version): scans cost one proven query a key", "node", k.l.primary, "err", err)
+		}
+		return k.get(ctx, x)
+	}
+	if err != nil {
+		return nil, err
+	}
+	k.mu.Lock()
+	for _, e := range es {
+		if len(k.seen) < maxScanKeys {
+			k.seen[string(e.key)] = *e.p
+		}
+	}
+	k.mu.Unlock()
+	return es[0].p, nil
+}
+
+// walk asks for the proven walk under prefix from x at s.height.
+func (l *Light) walk(ctx context.Context, s *lightState, prefix, x []byte) ([]walkEntry, error) {
+	res, err := l.rpc.ABCIQueryWithOptions(ctx, QueryStateWalk, EncodeWalkRequest(prefix, x), rpcclient.ABCIQueryOptions{Height: s.height, Prove: true})
+	if err != nil {
+		return nil, fmt.Errorf("light client: proven walk from %q from %s: %w", x, l.primary, err)
+	}
+	r := res.Response
+	if r.Code == CodeInvalid {
+		return nil, fmt.Errorf("%w: %s", errNoWalk, r.Log)
+	}
+	return checkWalk(r.Code, r.Log, r.Key, r.Height, r.ProofOps, prefix, x, s)
 }
 
 // Commit implements machine.KV: a light client's state is read-only.

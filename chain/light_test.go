@@ -80,6 +80,18 @@ func (c *headerChain) provider(id string) provider.Provider {
 	return mock.New(lightChainID, c.headers, c.valsAt)
 }
 
+// upTo is c's headers of heights up to h (a primary that has not seen the
+// later ones yet).
+func (c *headerChain) upTo(h int64) map[int64]*types.SignedHeader {
+	out := map[int64]*types.SignedHeader{}
+	for k, v := range c.headers {
+		if k <= h {
+			out[k] = v
+		}
+	}
+	return out
+}
+
 func (c *headerChain) genesis() *types.GenesisDoc {
 	g := &types.GenesisDoc{ChainID: lightChainID}
 	for _, v := range c.vals.Validators {
@@ -450,12 +462,7 @@ func TestLightWithoutWitnesses(t *testing.T) {
 	top, _ := h.app.LastCommit()
 	vals, privs := types.RandValidatorSet(4, 10)
 	c := newHeaderChain(t, vals, privs, top+4, appHashAt(h.app), nil)
-	early := map[int64]*types.SignedHeader{}
-	for k, v := range c.headers {
-		if k <= top+1 {
-			early[k] = v
-		}
-	}
+	early := c.upTo(top + 1)
 	primary := mock.New(lightChainID, early, c.valsAt)
 	l, err := startTestLight(t, c, &appRPC{app: h.app}, primary, mock.NewDeadMock(lightChainID))
 	if err != nil {
@@ -470,10 +477,16 @@ func TestLightWithoutWitnesses(t *testing.T) {
 	for k := top + 2; k <= top+4; k++ {
 		primary.AddLightBlock(&types.LightBlock{SignedHeader: c.headers[k], ValidatorSet: vals})
 	}
+	waitLightHeight(t, l, top+3, "the light client with its witness down")
+}
+
+// waitLightHeight waits (a minute at most) until l reads at height h.
+func waitLightHeight(t *testing.T, l *Light, h int64, who string) {
+	t.Helper()
 	deadline := time.Now().Add(time.Minute)
-	for l.Height() < top+3 {
+	for l.Height() < h {
 		if time.Now().After(deadline) {
-			t.Fatalf("the light client stays at height %d with its witness down (last error %v)", l.Height(), l.Err())
+			t.Fatalf("%s stays at height %d, want %d (last error %v)", who, l.Height(), h, l.Err())
 		}
 		time.Sleep(50 * time.Millisecond)
 	}

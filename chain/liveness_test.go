@@ -131,3 +131,82 @@ func TestHaltDoesNotCostASubmission(t *testing.T) {
 		t.Fatalf("a submission after the window: code %d %q", res[0].Code, res[0].Log)
 	}
 }
+
+// TestHaltLongerThanADeadline (issue 22 item 9, halts): with halt_gap_ms set,
+// a block more than that after the previous one moves the running round's
+// clock forward by the gap less halt_gap_ms, so a 90 s halt in a round with
+// a 60 s deadline closes nothing: a trainer's submission sent after the
+// restart still counts, and the deadline then fires once 60 s of live block
+// time have passed. Without the parameter the same history closes both
+// fragments for lack of quorum at the first block after the halt. Two
+// chains replaying the history with the parameter end with the same app
+// hash.
+func TestHaltLongerThanADeadline(t *testing.T) {
+	const task = "long-halt"
+	play := func(haltGap int64) (*harness, wire.Hash) {
+		t.Helper()
+		w := newWorld(t)
+		g := w.genesis
+		p := *g.Params
+		p.HaltGapMs = haltGap
+		g.Params = &p
+		h := newHarness(t, "")
+		h.genesis(g)
+		startRun(t, h, w, task, 3, 2, []*did.Key{w.t1, w.t2, w.t3}, []*did.Key{w.candA})
+		sub := func(k *did.Key, f uint64, tag string) []byte {
+			return must(SubmissionTx(ManualChainID, k, task, 0, f, wire.ContentHash([]byte(tag)), 4))
+		}
+		runBlock(t, h, []txCase{{"t1 f0", sub(w.t1, 0, "a"), CodeOK}, {"t1 f1", sub(w.t1, 1, "b"), CodeOK}})
+		h.now = h.now.Add(90 * time.Second) // the halt
+		res, hash := h.block(sub(w.t2, 0, "c"))
+		if haltGap == 0 {
+			if r := h.mrun(task); r.Round != 1 || res[0].Code == CodeOK || !strings.Contains(res[0].Log, "round") {
+				t.Fatalf("without halt_gap_ms, after a 90 s halt: round %d (want round 0 closed for lack of quorum), t2's submission code %d %q",
+					r.Round, res[0].Code, res[0].Log)
+			}
+			return h, hash
+		}
+		if res[0].Code != CodeOK {
+			t.Fatalf("after the halt, t2's submission: code %d %s", res[0].Code, res[0].Log)
+		}
+		r := h.mrun(task)
+		if r.Round != 0 || r.Fragments[0].Closed || r.Fragments[1].Closed || len(r.Fragments[0].Records) != 2 {
+			t.Fatalf("after the halt: round %d, fragments closed %v/%v, %d records", r.Round, r.Fragments[0].Closed, r.Fragments[1].Closed, len(r.Fragments[0].Records))
+		}
+		// Live block time, in steps under halt_gap_ms, up to the deadline:
+		// fragment 1 (one record of K=2) closes for lack of quorum then.
+		due := r.RoundMs + 60_000
+		for h.now.UnixMilli() < due {
+			h.now = time.UnixMilli(min(h.now.Add(9*time.Second).UnixMilli(), due))
+			if fs := h.mrun(task).Fragments[1]; fs.Closed {
+				t.Fatalf("fragment 1 closed at %d, before the live deadline %d", h.now.UnixMilli(), due)
+			}
+			_, hash = h.block()
+		}
+		if fs := h.mrun(task).Fragments[1]; !fs.Closed || fs.Commit == nil || fs.Commit.Status != wire.FragNoQuorum {
+			t.Fatalf("fragment 1 after 60 s of live block time: closed %v commit %+v", fs.Closed, fs.Commit)
+		}
+		return h, hash
+	}
+	play(0)
+	_, a := play(10_000)
+	_, b := play(10_000)
+	if a != b {
+		t.Fatalf("two replays with halt_gap_ms: app hashes %s and %s", a, b)
+	}
+}
+
+// TestHaltGapParam: halt_gap_ms is 0 (off) or within
+// machine.MinHaltGapMs..MaxHaltGapMs; anything else is refused at genesis.
+func TestHaltGapParam(t *testing.T) {
+	for _, c := range []struct {
+		v  int64
+		ok bool
+	}{{0, true}, {machine.MinHaltGapMs, true}, {DefaultHaltGapMs, true}, {machine.MaxHaltGapMs, true},
+		{-1, false}, {100, false}, {machine.MaxHaltGapMs + 1, false}} {
+		_, err := machine.ParseGenesis([]byte(fmt.Sprintf(`{"accounts":[],"params":{"halt_gap_ms":%d}}`, c.v)))
+		if c.ok != (err == nil) || (err != nil && !strings.Contains(err.Error(), "params.halt_gap_ms")) {
+			t.Errorf("halt_gap_ms %d: %v (want ok %v)", c.v, err, c.ok)
+		}
+	}
+}

@@ -107,6 +107,9 @@ type NodeOptions struct {
 	// KeepHeights overrides the home's state_keep_heights when not 0
 	// (-1: keep every version).
 	KeepHeights int64
+	// MempoolSenderLimit is AppOptions.MempoolSenderLimit (0: the
+	// default, < 0: none).
+	MempoolSenderLimit int
 }
 
 // DefaultKeepHeights is how many state tree versions a node keeps when its
@@ -175,7 +178,7 @@ func Start(ctx context.Context, home string, opts NodeOptions) (*Node, error) {
 		keep = 0
 	}
 	app, err := NewApp(ctx, db, AppOptions{Log: log.With("component", "chain-app"), Builtins: opts.Builtins,
-		StateDir: filepath.Join(home, StateDBDir), Snapshots: snaps, KeepHeights: keep})
+		StateDir: filepath.Join(home, StateDBDir), Snapshots: snaps, KeepHeights: keep, MempoolSenderLimit: opts.MempoolSenderLimit})
 	if err != nil {
 		db.Close()
 		return nil, err

@@ -157,6 +157,9 @@ func (a *App) proveQueryAt(req *abci.RequestQuery) *abci.ResponseQuery {
 }
 
 func (a *App) proveAt(req *abci.RequestQuery, at provable) *abci.ResponseQuery {
+	if req.Path == QueryStateWalk {
+		return a.proveWalk(req, at)
+	}
 	key, err := ProvableKey(req.Path, string(req.Data))
 	if err != nil {
 		return &abci.ResponseQuery{Code: codeOf(err), Log: err.Error(), Height: at.height}

@@ -425,6 +425,13 @@ type DevOptions struct {
 	Params *machine.GenesisParams
 }
 
+// DefaultHaltGapMs is the halt_gap_ms genesis parameter that
+// "tenzro-node testnet" and the --dev chain write (machine.Params.HaltGapMs):
+// a block more than 30 s after the previous one follows a halt, and running
+// rounds' clocks skip it. 30 s is 30 block intervals of a testnet (150 of the
+// --dev chain), so no live chain's gap reaches it.
+const DefaultHaltGapMs = 30_000
+
 // DevBlockInterval is the --dev chain's block interval. The app hash
 // changes at every height (the height is in it), so CometBFT makes a block
 // every interval whether or not transactions wait: block time, and so every

@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	rpchttp "github.com/cometbft/cometbft/rpc/client/http"
+
 	"github.com/tenzro/train/chain"
 	"github.com/tenzro/train/machine"
 	"github.com/tenzro/train/syncer/election"
@@ -46,12 +48,11 @@ func benchSubmissions(b *testing.B, validators, n int) float64 {
 	if n > trainers*frags {
 		b.Fatalf("b.N=%d: at most %d records per run", n, trainers*frags)
 	}
-	t := b
 	build(b)
-	sponsor := chainKey(t, did.KindHuman, 1)
+	run := chainBenchRun(b, trainers, frags)
 	dir := b.TempDir()
 	out, err := exec.Command(filepath.Join(binDir, "tenzro-node"), "testnet", "--validators", fmt.Sprint(validators), "--dir", dir,
-		"--base-port", "0", "--block-time", "200ms", "--alloc", sponsor.DID.String()+"=1000000000000000000000000").CombinedOutput()
+		"--base-port", "0", "--block-time", "200ms", "--alloc", run.sponsor.DID.String()+"=1000000000000000000000000").CombinedOutput()
 	if err != nil {
 		b.Fatalf("testnet: %v\n%s", err, out)
 	}
@@ -77,63 +78,10 @@ func benchSubmissions(b *testing.B, validators, n int) float64 {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	waitHeight(b, nodes[0], 1, 2*time.Minute)
-	spec := []byte(fmt.Sprintf(`{"task_id":"bench","sponsor_did":%q,"sponsor_address":"0x1111111111111111111111111111111111111111",
- "architecture":{"family":"timesfm","param_count":%d,"modality":"Timeseries","fragment_count":%d,"dtype":"bf16"},
- "tier":"Open","aggregation":"Mean","trainer_count":%d,"quorum":%d,"inner_steps":4,"max_rounds":1,"grace_window_ms":3600000,"round_deadline_ms":3600000,
- "reward_pool":"2000000000000000000","dataset_ref":"ipfs://QmTest","dataset_hash":"0xabab","min_throughput":null,"created_at":1761350400}`, sponsor.DID, frags, frags, trainers, trainers))
-	keys := make([]*did.Key, trainers)
-	rules, err := chain.MeanRules()
-	if err != nil {
-		b.Fatal(err)
-	}
-	layout := &wire.InitLayout{File: wire.ContentHash([]byte("bench-init"))}
-	var fh []wire.Hash
-	for f := 0; f < frags; f++ {
-		h := wire.ContentHash([]byte(fmt.Sprint("w", f)))
-		fh = append(fh, h)
-		layout.Fragments = append(layout.Fragments, wire.FragmentLayout{Tensors: []wire.TensorInfo{{Name: fmt.Sprintf("t%04d", f), Dtype: "F32", Shape: []int64{1}}},
-			Dtype: "F32", N: 1, WeightsHash: h})
-	}
-	layout.Model = machine.ModelHash(fh)
-	cand := chainKey(t, did.KindMachine, 9)
-	_, canon, _ := wire.ParseSpec(spec)
-	proof, err := vrf.Prove(cand.Priv, election.Alpha("bench", wire.SpecHash(canon)))
-	if err != nil {
-		b.Fatal(err)
-	}
-	setup := [][]byte{mustTx(b)(chain.TransferTx(testnetChainID, sponsor, cand.DID.String(), "100000000000000000000", 1)), mustTx(b)(chain.PostTaskTx(testnetChainID, sponsor, spec, layout, rules, 2))}
-	for i := range keys {
-		keys[i] = chainKey(t, did.KindMachine, byte(10+i))
-		setup = append(setup, mustTx(b)(chain.TransferTx(testnetChainID, sponsor, keys[i].DID.String(), "100000000000000000000", uint64(3+i))))
-	}
-	setup = append(setup, mustTx(b)(chain.RegisterSyncerTx(testnetChainID, cand, "50", 1)), mustTx(b)(chain.ElectionProofTx(testnetChainID, cand, "bench", proof, 2)))
-	for i := range keys {
-		setup = append(setup, mustTx(b)(chain.EnrollTx(testnetChainID, keys[i], "bench", "10000000000000000", 1)))
-	}
-	for i, tx := range setup {
-		res, err := nodes[0].rpc.BroadcastTxCommit(ctx, tx)
-		if err != nil {
-			b.Fatal(err)
-		}
-		if res.CheckTx.Code != 0 || res.TxResult.Code != 0 {
-			b.Fatalf("setup tx %d refused: %s%s", i, res.CheckTx.Log, res.TxResult.Log)
-		}
-	}
-	for {
-		res, err := nodes[0].rpc.ABCIQuery(ctx, chain.QueryRun, []byte("bench"))
-		var r struct{ Status string }
-		if err == nil && res.Response.Code == 0 && json.Unmarshal(res.Response.Value, &r) == nil && r.Status == wire.StatusRunning {
-			break
-		}
-		if ctx.Err() != nil {
-			b.Fatal("the run did not start")
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	run.start(b, ctx, nodes[0].rpc)
 	txs := make([][]byte, n)
 	for i := range txs {
-		k, f := keys[i%trainers], uint64(i/trainers)
-		txs[i] = mustTx(b)(chain.SubmissionTx(testnetChainID, k, "bench", 0, f, wire.ContentHash([]byte(fmt.Sprint(i))), 33<<20))
+		txs[i] = run.submission(b, i)
 	}
 	b.ResetTimer()
 	sent := make([]time.Time, n)
@@ -195,11 +143,102 @@ func benchSubmissions(b *testing.B, validators, n int) float64 {
 	return tps
 }
 
-func mustTx(b *testing.B) func([]byte, error) []byte {
+func mustTx(tb testing.TB) func([]byte, error) []byte {
 	return func(tx []byte, err error) []byte {
 		if err != nil {
-			b.Fatal(err)
+			tb.Fatal(err)
 		}
 		return tx
 	}
+}
+
+// benchSetup (chainBenchRun) is the run the chain benchmarks load (BenchmarkChainSubmissions,
+// TestThroughputBench): task "bench", Mean, K = M = trainers, frags
+// fragments of one F32 value each, grace window and round deadline an hour,
+// one elected syncer candidate, every trainer funded and enrolled.
+type benchSetup struct {
+	trainers int
+	sponsor  *did.Key
+	keys     []*did.Key
+	// setup posts, funds, elects and enrols, in order (the sponsor's
+	// allocation comes from the testnet's --alloc).
+	setup [][]byte
+}
+
+func chainBenchRun(tb testing.TB, trainers, frags int) *benchSetup {
+	tb.Helper()
+	must := mustTx(tb)
+	r := &benchSetup{trainers: trainers, sponsor: chainKey(tb, did.KindHuman, 1), keys: make([]*did.Key, trainers)}
+	spec := []byte(fmt.Sprintf(`{"task_id":"bench","sponsor_did":%q,"sponsor_address":"0x1111111111111111111111111111111111111111",
+ "architecture":{"family":"timesfm","param_count":%d,"modality":"Timeseries","fragment_count":%d,"dtype":"bf16"},
+ "tier":"Open","aggregation":"Mean","trainer_count":%d,"quorum":%d,"inner_steps":4,"max_rounds":1,"grace_window_ms":3600000,"round_deadline_ms":3600000,
+ "reward_pool":"2000000000000000000","dataset_ref":"ipfs://QmTest","dataset_hash":"0xabab","min_throughput":null,"created_at":1761350400}`, r.sponsor.DID, frags, frags, trainers, trainers))
+	rules, err := chain.MeanRules()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	layout := &wire.InitLayout{File: wire.ContentHash([]byte("bench-init"))}
+	var fh []wire.Hash
+	for f := 0; f < frags; f++ {
+		h := wire.ContentHash([]byte(fmt.Sprint("w", f)))
+		fh = append(fh, h)
+		layout.Fragments = append(layout.Fragments, wire.FragmentLayout{Tensors: []wire.TensorInfo{{Name: fmt.Sprintf("t%04d", f), Dtype: "F32", Shape: []int64{1}}},
+			Dtype: "F32", N: 1, WeightsHash: h})
+	}
+	layout.Model = machine.ModelHash(fh)
+	cand := chainKey(tb, did.KindMachine, 9)
+	_, canon, err := wire.ParseSpec(spec)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	proof, err := vrf.Prove(cand.Priv, election.Alpha("bench", wire.SpecHash(canon)))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	r.setup = [][]byte{must(chain.TransferTx(testnetChainID, r.sponsor, cand.DID.String(), "100000000000000000000", 1)), must(chain.PostTaskTx(testnetChainID, r.sponsor, spec, layout, rules, 2))}
+	for i := range r.keys {
+		r.keys[i] = chainKey(tb, did.KindMachine, byte(10+i))
+		r.setup = append(r.setup, must(chain.TransferTx(testnetChainID, r.sponsor, r.keys[i].DID.String(), "100000000000000000000", uint64(3+i))))
+	}
+	r.setup = append(r.setup, must(chain.RegisterSyncerTx(testnetChainID, cand, "50", 1)), must(chain.ElectionProofTx(testnetChainID, cand, "bench", proof, 2)))
+	for i := range r.keys {
+		r.setup = append(r.setup, must(chain.EnrollTx(testnetChainID, r.keys[i], "bench", "10000000000000000", 1)))
+	}
+	return r
+}
+
+// start commits the setup transactions through c, each with success, and
+// waits for the run to be running.
+func (r *benchSetup) start(tb testing.TB, ctx context.Context, c *rpchttp.HTTP) {
+	tb.Helper()
+	for i, tx := range r.setup {
+		res, err := c.BroadcastTxCommit(ctx, tx)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		if res.CheckTx.Code != 0 || res.TxResult.Code != 0 {
+			tb.Fatalf("setup tx %d refused: %s%s", i, res.CheckTx.Log, res.TxResult.Log)
+		}
+	}
+	for {
+		res, err := c.ABCIQuery(ctx, chain.QueryRun, []byte("bench"))
+		var st struct{ Status string }
+		if err == nil && res.Response.Code == 0 && json.Unmarshal(res.Response.Value, &st) == nil && st.Status == wire.StatusRunning {
+			return
+		}
+		if ctx.Err() != nil {
+			tb.Fatal("the run did not start")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// submission is record i of round 0: trainer i mod trainers, fragment
+// i / trainers.
+func (r *benchSetup) submission(tb testing.TB, i int) []byte {
+	tx, err := chain.SubmissionTx(testnetChainID, r.keys[i%r.trainers], "bench", 0, uint64(i/r.trainers), wire.ContentHash([]byte(fmt.Sprint(i))), 33<<20)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return tx
 }

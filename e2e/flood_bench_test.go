@@ -6,6 +6,7 @@ import (
 	"os"
 	"sort"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -25,18 +26,33 @@ import (
 // enter blocks and pay) and transfers from unfunded keys (refused at
 // CheckTx), as fast as CometBFT's RPC takes them. Quiet and flood phases
 // alternate submission by submission, so load from outside the test hits
-// both alike. Nothing is asserted about speed.
+// both alike. Nothing is asserted about speed. TENZRO_FLOOD_KEYS=f,u sets
+// how many funded and unfunded keys flood (default 4,2; 1,0 is one funded
+// sender, capped by each node's per-sender mempool share,
+// --mempool-sender-limit, default chain.DefaultMempoolSenderLimit;
+// TENZRO_BENCH_NODE_FLAGS="--mempool-sender-limit -1" lifts it, for the
+// comparison).
 //
 //	TENZRO_NET_BENCH=1 nice go test ./e2e -run TestFloodLatencyBench -v -timeout 30m
+//	TENZRO_NET_BENCH=1 TENZRO_FLOOD_KEYS=1,0 nice go test ./e2e -run TestFloodLatencyBench -v -timeout 30m
 func TestFloodLatencyBench(t *testing.T) {
 	if os.Getenv("TENZRO_NET_BENCH") != "1" {
 		t.Skip("a benchmark: set TENZRO_NET_BENCH=1")
 	}
 	const (
-		nTrainers, F, N  = 8, 4, 64
-		funded, unfunded = 4, 2
-		task             = "flood-run"
+		nTrainers, F, N = 8, 4, 64
+		task            = "flood-run"
 	)
+	funded, unfunded := 4, 2
+	if v := os.Getenv("TENZRO_FLOOD_KEYS"); v != "" {
+		f, u, ok := strings.Cut(v, ",")
+		var e1, e2 error
+		funded, e1 = strconv.Atoi(f)
+		unfunded, e2 = strconv.Atoi(u)
+		if !ok || e1 != nil || e2 != nil || funded < 0 || unfunded < 0 || funded+unfunded == 0 {
+			t.Fatalf("TENZRO_FLOOD_KEYS %q: want funded,unfunded key counts (e.g. 1,0)", v)
+		}
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 25*time.Minute)
 	defer cancel()
 	spam := make([]*did.Key, funded+unfunded)
@@ -70,6 +86,8 @@ func TestFloodLatencyBench(t *testing.T) {
 	// sending while on is set.
 	var on atomic.Bool
 	var admitted, refused, sendErr atomic.Int64
+	var codeMu sync.Mutex
+	codes := map[uint32]int{} // refusals by CheckTx code
 	var wg sync.WaitGroup
 	fctx, stop := context.WithCancel(ctx)
 	for i, k := range spam {
@@ -107,7 +125,12 @@ func TestFloodLatencyBench(t *testing.T) {
 					nonce++
 				default:
 					refused.Add(1)
-					if i < funded {
+					codeMu.Lock()
+					codes[res.Code]++
+					codeMu.Unlock()
+					// Over its mempool share: send the same nonce again
+					// (the refusal used nothing). Else resynchronize.
+					if i < funded && res.Code != chain.CodeSenderBusy {
 						resync()
 					}
 				}
@@ -165,7 +188,8 @@ func TestFloodLatencyBench(t *testing.T) {
 		}
 		fmt.Printf("| %s | %d | %.0f | %.0f | %.0f–%.0f |\n", name, len(d), ms(d[len(d)/2]), ms(d[len(d)*99/100]), ms(d[0]), ms(d[len(d)-1]))
 	}
-	fmt.Printf("flood: %d transactions admitted to mempools, %d refused at CheckTx, %d send errors\n", admitted.Load(), refused.Load(), sendErr.Load())
+	fmt.Printf("flood (%d funded, %d unfunded keys): %d transactions admitted to mempools, %d refused at CheckTx (by code: %v; %d is the per-sender mempool share), %d send errors\n",
+		funded, unfunded, admitted.Load(), refused.Load(), codes, chain.CodeSenderBusy, sendErr.Load())
 	for i := range before {
 		fmt.Printf("funded spammer %d: balance %s -> %s attoTNZO\n", i, before[i], after[i])
 	}

@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"sort"
+	"strings"
 	"testing"
 	"time"
 
@@ -76,7 +77,7 @@ func TestSubmitLatencyBench(t *testing.T) {
 // posts on node 0 a Mean run named task of nTrainers trainers (quorum: all
 // of them), F fragments of N f32 and maxRounds rounds, enrols every trainer
 // through enrolVia's node, and returns once the light client sees the run
-// running.
+// running. TENZRO_BENCH_NODE_FLAGS adds tenzro-node flags to every validator.
 func benchRun(ctx context.Context, t *testing.T, task string, nTrainers, F, N, maxRounds int,
 	enrolVia func(n *testNet, light *chainNode) *chainNode, extra ...map[string]string) (*testNet, *chainNode, []*did.Key, *wire.RunView) {
 	t.Helper()
@@ -92,7 +93,7 @@ func benchRun(ctx context.Context, t *testing.T, task string, nTrainers, F, N, m
 			allocs[k] = v
 		}
 	}
-	n := startNet(t, netOptions{validators: 4, allocs: allocs})
+	n := startNet(t, netOptions{validators: 4, allocs: allocs, nodeFlags: strings.Fields(os.Getenv("TENZRO_BENCH_NODE_FLAGS"))})
 	light := n.startLight("light", "light-client", 0)
 	spec := fmt.Sprintf(`{"task_id":%q,"sponsor_did":%q,"sponsor_address":"0x1111111111111111111111111111111111111111",
  "architecture":{"family":"timesfm","param_count":%d,"modality":"Timeseries","fragment_count":%d,"dtype":"bf16"},

@@ -152,8 +152,9 @@ func TestLightNodeSubmitsThroughTheChain(t *testing.T) {
 	// Every trainer submits fragment 0 through the light node (get-weights
 	// there fetches the weights from the syncer's node by hash). Halfway,
 	// the light node is killed with SIGKILL and restarted: it resumes its
-	// home (pinned now, boot nodes from the home), and the submissions it
-	// acknowledged before are on chain with their payloads still served.
+	// home (pinned now, boot nodes from the home) and its verified headers,
+	// and the submissions it acknowledged before are on chain with their
+	// payloads still served.
 	for i := 0; i < M; i++ {
 		if i == M/2 {
 			light.kill9()
@@ -165,6 +166,16 @@ func TestLightNodeSubmitsThroughTheChain(t *testing.T) {
 			light.startNode(light.lightArgs("", "--genesis-hash", pin)...)
 			if n := strings.Count(light.log(), "light client home written"); n != 1 {
 				t.Fatalf("the restarted light client wrote its home %d times", n)
+			}
+			// It resumes from the headers it verified before the kill (a
+			// SIGKILL cannot tear one write(2) of a record), not from a
+			// new trust root asked of the primary.
+			if !strings.Contains(light.log(), "resuming from its stored trusted header") {
+				t.Fatalf("the restarted light client did not resume from its stored headers\nlight log:\n%s", tail(light.log()))
+			}
+			// Its scans (getRun) went by proven walks over CometBFT's RPC.
+			if strings.Contains(light.log(), "answers no proven walks") {
+				t.Fatalf("the light client fell back to per-key proofs\nlight log:\n%s", tail(light.log()))
 			}
 			var run struct {
 				Fragments []struct {

@@ -44,6 +44,7 @@ type netOptions struct {
 	validators int
 	blockTime  string            // --block-time (default 200ms)
 	allocs     map[string]string // DID → attoTNZO at genesis
+	nodeFlags  []string          // more tenzro-node flags for every validator
 }
 
 // startNet writes and starts a testnet and waits until every validator has
@@ -70,7 +71,7 @@ func startNet(t *testing.T, o netOptions) *testNet {
 		if err != nil {
 			t.Fatal(err)
 		}
-		v := &chainNode{name: fmt.Sprintf("node%d", i), home: home, extra: []string{"--enclave", "none"}, jsonRPC: nc.JSONRPCAddr, did: k.DID.String(),
+		v := &chainNode{name: fmt.Sprintf("node%d", i), home: home, extra: append([]string{"--enclave", "none"}, o.nodeFlags...), jsonRPC: nc.JSONRPCAddr, did: k.DID.String(),
 			p2p: nc.ListenAddr + "/p2p/" + libp2pID(t, k)}
 		v.connect(t, nc.RPCAddr)
 		n.vals = append(n.vals, v)

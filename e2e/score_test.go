@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"bytes"
 	"encoding/json"
 	"fmt"
 	"math"
@@ -13,23 +12,11 @@ import (
 	"time"
 
 	"github.com/tenzro/train/chain"
-	"github.com/tenzro/train/dataset"
+	"github.com/tenzro/train/internal/scoretest"
 	"github.com/tenzro/train/wire"
 	"github.com/tenzro/train/wire/did"
 	"github.com/tenzro/train/wire/safetensors"
 )
-
-// scoreCorpus is a small CSV corpus: three series of 120 points (96
-// training points each, 74 windows of 23 points per series).
-func scoreCorpus() []byte {
-	var b bytes.Buffer
-	b.WriteString("a,b,c\n")
-	for k := 0; k < 120; k++ {
-		x := float64(k)
-		fmt.Fprintf(&b, "%.6f,%.6f,%.6f\n", math.Sin(x/5), 0.01*x+math.Cos(x/3), math.Sin(x/7)*math.Cos(x/11))
-	}
-	return b.Bytes()
-}
 
 // scoredRun is a scored run's files on disk: the TimesFM-class "odd" test
 // model of plugins/testdata/score as initial weights, the CSV corpus and
@@ -42,37 +29,18 @@ type scoredRun struct {
 
 func writeScoredRun(t *testing.T, dir, task string, sponsor *did.Key, window int, scoring string) scoredRun {
 	t.Helper()
-	model, err := os.ReadFile("../plugins/testdata/score/odd/model.safetensors")
+	sc, err := scoretest.Load(scoring)
 	if err != nil {
 		t.Fatal(err)
 	}
-	ts, _, err := safetensors.Parse(model, safetensors.DefaultLimits)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var n int64
-	for _, x := range ts {
-		k := int64(1)
-		for _, d := range x.Shape {
-			k *= d
-		}
-		n += k
-	}
-	corpus := scoreCorpus()
-	dh, err := dataset.CorpusHashCSV(bytes.NewReader(corpus))
-	if err != nil {
-		t.Fatal(err)
-	}
-	params := `{"context_len":20,"horizon":3,"patch_len":5,"d_model":12,"n_layers":2,"n_heads":3,"d_ff":10}`
 	spec := fmt.Sprintf(`{"task_id":%q,"sponsor_did":%q,"sponsor_address":"0x1111111111111111111111111111111111111111",
- "architecture":{"family":"timesfm","param_count":%d,"modality":"Timeseries","fragment_count":2,"dtype":"f32","metadata":%s},
+ "architecture":%s,
  "tier":"Open","aggregation":"Mean","trainer_count":2,"quorum":2,"inner_steps":4,"max_rounds":1,"grace_window_ms":0,
- "reward_pool":"2000000000000000000","dataset_ref":"ipfs://QmScore","dataset_hash":"0x%x","min_throughput":null,"created_at":1761350400,
+ "reward_pool":"2000000000000000000","dataset_ref":"ipfs://QmScore","dataset_hash":%q,"min_throughput":null,"created_at":1761350400,
  "challenge_window_blocks":%d,"vote_window_blocks":80,"challenge_bond":"200000000000000000","syncer_slash":"5000bps",
- "scoring":{"evaluator":"TimesFMScore","params":%s,"batch":4,"corpus":%q%s}}`,
-		task, sponsor.DID, n, params, dh[:], window, params, wire.ContentHash(corpus).String(), scoring)
+ "scoring":%s}`, task, sponsor.DID, sc.Architecture, sc.DatasetHash, window, sc.Scoring)
 	r := scoredRun{spec: filepath.Join(dir, task+".json"), weights: filepath.Join(dir, task+"-init.safetensors"), corpus: filepath.Join(dir, task+"-corpus.csv")}
-	for p, b := range map[string][]byte{r.spec: []byte(spec), r.weights: model, r.corpus: corpus} {
+	for p, b := range map[string][]byte{r.spec: []byte(spec), r.weights: sc.Model, r.corpus: sc.Corpus} {
 		if err := os.WriteFile(p, b, 0o600); err != nil {
 			t.Fatal(err)
 		}

@@ -3,7 +3,6 @@ package e2e
 import (
 	"context"
 	"encoding/hex"
-	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
@@ -18,13 +17,6 @@ import (
 
 	rpchttp "github.com/cometbft/cometbft/rpc/client/http"
 	cmttypes "github.com/cometbft/cometbft/types"
-
-	"github.com/tenzro/train/chain"
-	"github.com/tenzro/train/machine"
-	"github.com/tenzro/train/syncer/election"
-	"github.com/tenzro/train/syncer/vrf"
-	"github.com/tenzro/train/wire"
-	"github.com/tenzro/train/wire/did"
 )
 
 // TestThroughputBench (TENZRO_TPS_BENCH=1) measures committed transactions
@@ -193,7 +185,7 @@ func tpsKVStore(t *testing.T, bin string, n int) tpsRun {
 	defer func() { _ = cmd.Process.Kill(); <-done }()
 	node := &chainNode{name: "kvnode", home: home, rpc: c, done: done, logPath: filepath.Join(home, "kvnode.log")}
 	waitHeight(t, node, 1, 2*time.Minute)
-	size := len(tpsSubmission(t, chainKey(t, did.KindMachine, 10), 0, 0))
+	size := len(chainBenchRun(t, 16, 256).submission(t, 0))
 	txs := make([][]byte, n)
 	for i := range txs {
 		k := fmt.Sprintf("k%07d=", i)
@@ -202,23 +194,14 @@ func tpsKVStore(t *testing.T, bin string, n int) tpsRun {
 	return tpsMeasure(t, c, txs)
 }
 
-func tpsSubmission(t *testing.T, k *did.Key, i int, f uint64) []byte {
-	tx, err := chain.SubmissionTx(testnetChainID, k, "bench", 0, f, wire.ContentHash([]byte(fmt.Sprint(i))), 33<<20)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return tx
-}
-
 // tpsOurs runs tenzro-node: one run (16 trainers, 256 fragments, K = 16,
 // grace window and round deadline an hour) set up and started, then n
 // submission records of its round 0: trainer i mod 16, fragment i / 16.
 // bin is the tenzro-node binary ("": this tree's).
 func tpsOurs(t *testing.T, bin string, n int) tpsRun {
 	t.Helper()
-	const trainers, frags = 16, 256
-	sponsor := chainKey(t, did.KindHuman, 1)
-	home, c := tpsTestnet(t, sponsor.DID.String()+"=1000000000000000000000000")
+	run := chainBenchRun(t, 16, 256)
+	home, c := tpsTestnet(t, run.sponsor.DID.String()+"=1000000000000000000000000")
 	node := &chainNode{name: "tenzro", home: home, rpc: c, bin: bin}
 	dir := os.Getenv("TENZRO_TPS_PROFILE")
 	path := filepath.Join(dir, fmt.Sprintf("tenzro-%d-%d.pprof", n, time.Now().UnixNano()))
@@ -242,71 +225,10 @@ func tpsOurs(t *testing.T, bin string, n int) tpsRun {
 	waitHeight(t, node, 1, 2*time.Minute)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
-	spec := []byte(fmt.Sprintf(`{"task_id":"bench","sponsor_did":%q,"sponsor_address":"0x1111111111111111111111111111111111111111",
- "architecture":{"family":"timesfm","param_count":%d,"modality":"Timeseries","fragment_count":%d,"dtype":"bf16"},
- "tier":"Open","aggregation":"Mean","trainer_count":%d,"quorum":%d,"inner_steps":4,"max_rounds":1,"grace_window_ms":3600000,"round_deadline_ms":3600000,
- "reward_pool":"2000000000000000000","dataset_ref":"ipfs://QmTest","dataset_hash":"0xabab","min_throughput":null,"created_at":1761350400}`, sponsor.DID, frags, frags, trainers, trainers))
-	rules, err := chain.MeanRules()
-	if err != nil {
-		t.Fatal(err)
-	}
-	layout := &wire.InitLayout{File: wire.ContentHash([]byte("bench-init"))}
-	var fh []wire.Hash
-	for f := 0; f < frags; f++ {
-		h := wire.ContentHash([]byte(fmt.Sprint("w", f)))
-		fh = append(fh, h)
-		layout.Fragments = append(layout.Fragments, wire.FragmentLayout{Tensors: []wire.TensorInfo{{Name: fmt.Sprintf("t%04d", f), Dtype: "F32", Shape: []int64{1}}},
-			Dtype: "F32", N: 1, WeightsHash: h})
-	}
-	layout.Model = machine.ModelHash(fh)
-	cand := chainKey(t, did.KindMachine, 9)
-	_, canon, err := wire.ParseSpec(spec)
-	if err != nil {
-		t.Fatal(err)
-	}
-	proof, err := vrf.Prove(cand.Priv, election.Alpha("bench", wire.SpecHash(canon)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	must := func(tx []byte, err error) []byte {
-		if err != nil {
-			t.Fatal(err)
-		}
-		return tx
-	}
-	keys := make([]*did.Key, trainers)
-	setup := [][]byte{must(chain.TransferTx(testnetChainID, sponsor, cand.DID.String(), "100000000000000000000", 1)), must(chain.PostTaskTx(testnetChainID, sponsor, spec, layout, rules, 2))}
-	for i := range keys {
-		keys[i] = chainKey(t, did.KindMachine, byte(10+i))
-		setup = append(setup, must(chain.TransferTx(testnetChainID, sponsor, keys[i].DID.String(), "100000000000000000000", uint64(3+i))))
-	}
-	setup = append(setup, must(chain.RegisterSyncerTx(testnetChainID, cand, "50", 1)), must(chain.ElectionProofTx(testnetChainID, cand, "bench", proof, 2)))
-	for i := range keys {
-		setup = append(setup, must(chain.EnrollTx(testnetChainID, keys[i], "bench", "10000000000000000", 1)))
-	}
-	for i, tx := range setup {
-		res, err := c.BroadcastTxCommit(ctx, tx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if res.CheckTx.Code != 0 || res.TxResult.Code != 0 {
-			t.Fatalf("setup tx %d refused: %s%s", i, res.CheckTx.Log, res.TxResult.Log)
-		}
-	}
-	for {
-		res, err := c.ABCIQuery(ctx, chain.QueryRun, []byte("bench"))
-		var r struct{ Status string }
-		if err == nil && res.Response.Code == 0 && json.Unmarshal(res.Response.Value, &r) == nil && r.Status == wire.StatusRunning {
-			break
-		}
-		if ctx.Err() != nil {
-			t.Fatal("the run did not start")
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	run.start(t, ctx, c)
 	txs := make([][]byte, n)
 	for i := range txs {
-		txs[i] = tpsSubmission(t, keys[i%trainers], i, uint64(i/trainers))
+		txs[i] = run.submission(t, i)
 	}
 	return tpsMeasure(t, c, txs)
 }

@@ -46,3 +46,16 @@ func KindOf(err error) Kind {
 // StaleNonce is the refusal of a nonce that is not above the signer's last
 // (it matches ErrStaleNonce and is a KindUnauthorized *Error).
 func StaleNonce(msg string) error { return nonceError{e: &Error{Kind: KindUnauthorized, Msg: msg}} }
+
+// ErrSenderBusy marks a node's refusal of a transaction whose signer
+// already has its share of the node's mempool waiting (node policy, not a
+// state rule: the same transaction is admitted after the next block).
+var ErrSenderBusy = errors.New("sender's mempool share used")
+
+// SenderBusy is that refusal (a KindConflict *Error matching ErrSenderBusy).
+func SenderBusy(msg string) error { return busyError{e: &Error{Kind: KindConflict, Msg: msg}} }
+
+type busyError struct{ e *Error }
+
+func (e busyError) Error() string   { return e.e.Msg }
+func (e busyError) Unwrap() []error { return []error{e.e, ErrSenderBusy} }

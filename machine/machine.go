@@ -110,6 +110,28 @@ type Params struct {
 	MinStake         string `json:"min_stake,omitempty"`
 	MinChallengeBond string `json:"min_challenge_bond,omitempty"`
 	ReexecBondByte   string `json:"reexec_bond_byte,omitempty"`
+	// HaltGapMs: a block more than this after the previous one follows a
+	// halt; every running round's clock (Run.RoundMs) then moves forward by
+	// the gap less HaltGapMs, so round deadlines and syncer turns count only
+	// time the chain was live (0: off, a deadline counts every millisecond
+	// of block time).
+	HaltGapMs int64 `json:"halt_gap_ms,omitempty"`
+}
+
+// MinHaltGapMs and MaxHaltGapMs bound Params.HaltGapMs when it is on: a
+// gap has to be well above any block interval to mean a halt.
+const (
+	MinHaltGapMs = 5_000
+	MaxHaltGapMs = 86_400_000
+)
+
+// haltShift is how far a block moves running rounds' clocks: its gap from
+// the previous block less HaltGapMs, 0 when it is not after a halt.
+func (p *Params) haltShift(blk Block) int64 {
+	if p.HaltGapMs <= 0 || blk.PrevTimeMs <= 0 {
+		return 0
+	}
+	return max(0, blk.TimeMs-blk.PrevTimeMs-p.HaltGapMs)
 }
 
 // ChallengeWindow is the default challenge window of this chain's runs: the
@@ -182,6 +204,8 @@ type GenesisParams struct {
 	MinStake         string            `json:"min_stake,omitempty"`
 	MinChallengeBond string            `json:"min_challenge_bond,omitempty"`
 	ReexecBondByte   string            `json:"reexec_bond_byte,omitempty"`
+	// HaltGapMs sets Params.HaltGapMs (0: off; else MinHaltGapMs..MaxHaltGapMs).
+	HaltGapMs int64 `json:"halt_gap_ms,omitempty"`
 }
 
 // GenesisAccount is one allocation (or candidate stake): Balance attoTNZO
@@ -258,6 +282,9 @@ func ParseGenesis(b []byte) (*Genesis, error) {
 		if w := p.ChallengeWindowBlocks; w != nil && (*w < 0 || *w > wire.MaxChallengeWindowBlocks) {
 			return nil, fmt.Errorf("genesis app_state: params.challenge_window_blocks %d, want 0..%d", *w, wire.MaxChallengeWindowBlocks)
 		}
+		if v := p.HaltGapMs; v != 0 && (v < MinHaltGapMs || v > MaxHaltGapMs) {
+			return nil, fmt.Errorf("genesis app_state: params.halt_gap_ms %d, want 0 (off) or %d..%d", v, MinHaltGapMs, MaxHaltGapMs)
+		}
 	}
 	return g, nil
 }
@@ -279,6 +306,7 @@ func (m *Machine) InitGenesis(ctx context.Context, kv KV, blk Block, g *Genesis)
 			p.UnbondingDelayMs = gp.UnbondingDelayMs
 		}
 		p.ChallengeWindowBlocks = gp.ChallengeWindowBlocks
+		p.HaltGapMs = gp.HaltGapMs
 		gp.applyFees(&p)
 	}
 	p.Faucet = g.Faucet
@@ -552,9 +580,19 @@ func (m *Machine) BeginBlock(ctx context.Context, kv KV, blk Block) error {
 	if err != nil {
 		return fmt.Errorf("timers: %w", err)
 	}
+	// A block after a halt moves running rounds' clocks (Params.HaltGapMs).
+	var shift int64
+	if len(tasks) > 0 && blk.PrevTimeMs > 0 {
+		x := m.begin(ctx, kv, blk)
+		p, err := x.params()
+		if err != nil {
+			return fmt.Errorf("timers: %w", err)
+		}
+		shift = p.haltShift(blk)
+	}
 	for _, task := range tasks {
 		x := m.begin(ctx, kv, blk)
-		changed, err := x.timers(task)
+		changed, err := x.timers(task, shift)
 		if err == nil && changed {
 			err = x.finish()
 		}
@@ -575,12 +613,16 @@ func (m *Machine) BeginBlock(ctx context.Context, kv KV, blk Block) error {
 }
 
 // timers applies the clock to one run; changed says whether it wrote.
-func (x *mtx) timers(task string) (bool, error) {
+// shift (> 0 only in the first block after a halt) moves a running round's
+// clock forward before any deadline is checked.
+func (x *mtx) timers(task string, shift int64) (bool, error) {
 	// Most blocks fire no timer of a run: decide that from the header and
 	// the fragments' states alone, without reading its enrolments and
 	// records (whose number grows with the run).
-	if due, err := timersMayFire(x.ctx, x.kv, task, x.blk); err != nil || !due {
-		return false, err
+	if shift == 0 {
+		if due, err := timersMayFire(x.ctx, x.kv, task, x.blk); err != nil || !due {
+			return false, err
+		}
 	}
 	r, err := LoadRun(x.ctx, x.kv, task)
 	if err != nil {
@@ -598,11 +640,18 @@ func (x *mtx) timers(task string) (bool, error) {
 		x.m.log.Info("run expired before it started", "task", task)
 		return true, nil
 	case wire.StatusRunning:
+		// After a halt, the round's clock skips the time the chain was not
+		// live: its deadline and the syncer turns move by the same amount.
+		halted := shift > 0
+		if halted {
+			r.RoundMs += shift
+		}
 		// Challenges whose vote window passed end undecided.
 		changed, err := x.expireChallenges(r)
 		if err != nil {
 			return false, err
 		}
+		changed = changed || halted
 		// A scored run's fragments get their scoring randomness at the
 		// first block at which they are due: after every record that can
 		// be scored is in, so no trainer knows its batches when it submits.

@@ -192,9 +192,26 @@ func (x *mtx) useNonce(signer string, nonce uint64) error {
 // since), so a sender's queued transactions are charged one after the
 // other. Its refusals are *Error.
 func (m *Machine) Ante(ctx context.Context, kv KV, blk Block, tx *wire.Tx) error {
+	_, err := m.AnteAdmit(ctx, kv, blk, tx, nil)
+	return err
+}
+
+// AnteAdmit is Ante with a local admission rule: once tx passed the ante
+// (its signer's signature verified, its fee affordable), admit (when not
+// nil) is asked about the signer ("" for an exempt kind) and may refuse it;
+// only then are the ante's effects written into kv. It returns the signer.
+// The chain's CheckTx bounds each sender's share of its mempool with it;
+// admit is node policy, never part of a block's rules.
+func (m *Machine) AnteAdmit(ctx context.Context, kv KV, blk Block, tx *wire.Tx, admit func(signer string) error) (string, error) {
 	x := m.begin(ctx, kv, blk)
-	if _, err := x.ante(tx); err != nil {
-		return err
+	a, err := x.ante(tx)
+	if err != nil {
+		return "", err
 	}
-	return x.finish()
+	if admit != nil {
+		if err := admit(a.signer); err != nil {
+			return "", err
+		}
+	}
+	return a.signer, x.finish()
 }

@@ -19,9 +19,12 @@ import (
 // a fragment of 4 × 128 MB payloads held ≈ 1 GB. They run under a semaphore
 // weighted in bytes (Options.HeavyMemoryBytes), one call alone per HTTP
 // request (refused inside batches, where one ~1 KB body could start many),
-// and a replay's result is kept by (task, round, fragment) — a committed
-// fragment's replay is a pure function of committed state — so that asking
-// again, or many clients asking at once, costs one execution.
+// and a replay's result is kept by (task, round, fragment, the commit it
+// re-executes) — a committed fragment's replay is a pure function of
+// committed state — so that asking again, or many clients asking at once,
+// costs one execution. The commit is part of the key because an upheld
+// challenge rolls a commit back and the fragment is committed again: the
+// replay of the redone commit is a new answer, not the cached one.
 
 // Defaults of the heavy-read budget.
 const (
@@ -79,6 +82,19 @@ type replayKey struct {
 	task     string
 	round    uint64
 	fragment uint64
+	// The commit: its result hash and the height it was committed at (a
+	// commit redone after a rollback is a different one even if its result
+	// were the same).
+	result wire.Hash
+	height int64
+}
+
+// CommitNamer is implemented by a ChallengeService that can say cheaply
+// which commit a replay of (task, round, fragment) would re-execute now.
+// Replays are cached only through it; a service without it has every
+// replay executed (still under the budget and one at a time per key).
+type CommitNamer interface {
+	CommitOf(ctx context.Context, task string, round, fragment uint64) (result wire.Hash, height int64, err error)
 }
 
 type replayEntry struct {
@@ -121,9 +137,17 @@ func (s *Server) acquireHeavy(ctx context.Context, method string, n int64) (func
 // already running for key is waited for, else fn runs under the budget.
 func (s *Server) replayOnce(ctx context.Context, p *wire.ReplayFragmentParams, fn func(context.Context, *wire.ReplayFragmentParams) (*wire.ReplayFragmentResult, error)) (*wire.ReplayFragmentResult, error) {
 	h := s.heavy
-	key := replayKey{p.TaskID, p.Round, p.Fragment}
+	key := replayKey{task: p.TaskID, round: p.Round, fragment: p.Fragment}
+	cacheable := false
+	if cn, ok := s.opts.Challenges.(CommitNamer); ok {
+		// An error here (no such commit) is left to the replay itself,
+		// which refuses with the precise reason; nothing is cached then.
+		if r, ht, err := cn.CommitOf(ctx, p.TaskID, p.Round, p.Fragment); err == nil {
+			key.result, key.height, cacheable = r, ht, true
+		}
+	}
 	h.mu.Lock()
-	if el, ok := h.cache[key]; ok {
+	if el, ok := h.cache[key]; ok && cacheable {
 		h.order.MoveToBack(el)
 		h.hits++
 		res := *el.Value.(*replayEntry).res
@@ -161,7 +185,9 @@ func (s *Server) replayOnce(ctx context.Context, p *wire.ReplayFragmentParams, f
 	h.runs++
 	// Only complete results are kept: an input that could not be fetched
 	// now may be fetched later.
-	if c.err == nil && c.res != nil && !c.res.Unavailable && h.max > 0 {
+	// (A commit redone while this ran: the answer is for the new commit,
+	// not the key's, and is not kept.)
+	if cacheable && c.err == nil && c.res != nil && !c.res.Unavailable && c.res.Committed == key.result && h.max > 0 {
 		cp := *c.res
 		h.cache[key] = h.order.PushBack(&replayEntry{key: key, res: &cp})
 		for h.order.Len() > h.max {

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/tenzro/train/rpc"
 	"github.com/tenzro/train/wire"
 )
@@ -23,6 +25,26 @@ type replayCounter struct {
 	runs      int
 	started   chan struct{}
 	release   chan struct{}
+	// commit names fragment 3's current commit (its result hash's first
+	// byte and its height); every other fragment's is fixed.
+	commit byte
+}
+
+func (c *replayCounter) commitOf(frag uint64) (wire.Hash, int64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var h wire.Hash
+	h[0], h[1] = byte(frag), 1
+	if frag == 3 {
+		h[1] = c.commit
+	}
+	return h, int64(h[1])
+}
+
+// CommitOf names the commit a replay re-executes (rpc.CommitNamer).
+func (c *replayCounter) CommitOf(_ context.Context, _ string, _, frag uint64) (wire.Hash, int64, error) {
+	h, ht := c.commitOf(frag)
+	return h, ht, nil
 }
 
 func (c *replayCounter) ReplayFragment(ctx context.Context, p *wire.ReplayFragmentParams) (*wire.ReplayFragmentResult, error) {
@@ -36,7 +58,8 @@ func (c *replayCounter) ReplayFragment(ctx context.Context, p *wire.ReplayFragme
 	c.mu.Lock()
 	c.running--
 	c.mu.Unlock()
-	return &wire.ReplayFragmentResult{TaskID: p.TaskID, Round: p.Round, Fragment: p.Fragment, Agrees: true}, nil
+	h, _ := c.commitOf(p.Fragment)
+	return &wire.ReplayFragmentResult{TaskID: p.TaskID, Round: p.Round, Fragment: p.Fragment, Committed: h, Result: h, Agrees: true}, nil
 }
 
 // Finding 7 of issue 22: a ~1 KB batch of 8 replayFragment calls took a
@@ -44,7 +67,7 @@ func (c *replayCounter) ReplayFragment(ctx context.Context, p *wire.ReplayFragme
 // byte budget (here room for two at once), and one (task, round, fragment)
 // is executed once however many ask.
 func TestReplayBudgetBatchAndCache(t *testing.T) {
-	cs := &replayCounter{started: make(chan struct{}, 64), release: make(chan struct{})}
+	cs := &replayCounter{started: make(chan struct{}, 64), release: make(chan struct{}), commit: 1}
 	h := newHarness(t, rpc.Options{Challenges: cs, HeavyMemoryBytes: 2 << 30, ReplayBytes: 1 << 30, LargeWait: 5 * time.Minute})
 
 	// A batch of 8 replays: every one refused, none executed.
@@ -125,7 +148,48 @@ func TestReplayBudgetBatchAndCache(t *testing.T) {
 	if !strings.Contains(string(b), `"agrees":true`) || cs.runs != before {
 		t.Fatalf("cached replay: %s, executions %d → %d", b, before, cs.runs)
 	}
-	if _, hits := h.srv.HeavyStats(); hits == 0 {
+	// Fragment 3's commit rolled back by an upheld challenge and redone:
+	// the replay runs again and answers for the new commit, not the cached
+	// one (an e2e wrong-score run saw the watcher answer the discarded
+	// commit for a minute).
+	cs.commit = 2
+	cs.mu.Unlock()
+	go func() {
+		select {
+		case <-cs.started:
+			cs.release <- struct{}{}
+		case <-time.After(2 * time.Minute):
+		}
+	}()
+	_, b = h.post(t, fmt.Sprintf(`{"jsonrpc":"2.0","id":1,"method":%q,"params":{"task_id":"t","round":0,"fragment":3}}`, wire.MethodReplayFragment))
+	cs.mu.Lock()
+	var redone struct {
+		Result wire.ReplayFragmentResult `json:"result"`
+	}
+	if err := json.Unmarshal(b, &redone); err != nil || redone.Result.Committed[1] != 2 || cs.runs != before+1 {
+		t.Fatalf("replay after the commit was redone: %s (%v), executions %d → %d", b, err, before, cs.runs)
+	}
+	runs, hits := h.srv.HeavyStats()
+	if hits == 0 {
 		t.Error("no cache hit recorded")
+	}
+	// The node's /metrics reads the same counts.
+	reg := prometheus.NewRegistry()
+	if err := rpc.RegisterGauges(reg, rpc.NodeGauges{
+		ReplayRuns: func() float64 { r, _ := h.srv.HeavyStats(); return float64(r) },
+		ReplayHits: func() float64 { _, x := h.srv.HeavyStats(); return float64(x) },
+	}); err != nil {
+		t.Fatal(err)
+	}
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]float64{}
+	for _, mf := range mfs {
+		got[mf.GetName()] = mf.GetMetric()[0].GetCounter().GetValue()
+	}
+	if got["tenzro_replay_runs_total"] != float64(runs) || got["tenzro_replay_cache_hits_total"] != float64(hits) {
+		t.Errorf("metrics %v, HeavyStats runs %d hits %d", got, runs, hits)
 	}
 }

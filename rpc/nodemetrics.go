@@ -57,6 +57,10 @@ type NodeGauges struct {
 	// number of blobs and cap (0: none); BlobUploadBytes the bytes of
 	// uploads no record references yet.
 	BlobBytes, BlobCount, BlobCap, BlobUploadBytes func() float64
+	// ReplayRuns and ReplayHits return Server.HeavyStats: replay calls
+	// that ran on their own (executed, or refused by the heavy-read
+	// budget) and those answered from the replay cache.
+	ReplayRuns, ReplayHits func() float64
 }
 
 // refusalOutcomes are the outcome label values besides accepted/forwarded:
@@ -132,6 +136,17 @@ func RegisterGauges(reg prometheus.Registerer, g NodeGauges) error {
 	} {
 		if g.f != nil {
 			cs = append(cs, prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: "tenzro", Name: g.name, Help: g.help}, g.f))
+		}
+	}
+	for _, c := range []struct {
+		name, help string
+		f          func() float64
+	}{
+		{"replay_runs_total", "tenzro_training_replayFragment calls that ran on their own: executed, or refused by the heavy-read budget (identical calls share one, and cached answers are not counted).", g.ReplayRuns},
+		{"replay_cache_hits_total", "tenzro_training_replayFragment calls answered from the replay cache.", g.ReplayHits},
+	} {
+		if c.f != nil {
+			cs = append(cs, prometheus.NewCounterFunc(prometheus.CounterOpts{Namespace: "tenzro", Name: c.name, Help: c.help}, c.f))
 		}
 	}
 	for _, c := range cs {

@@ -72,6 +72,17 @@ func (n *Node) submitSigned(ctx context.Context, typ string, build func(nonce ui
 		if errors.Is(err, machine.ErrStaleNonce) && attempt < 3 {
 			continue
 		}
+		if errors.Is(err, machine.ErrSenderBusy) && attempt < 64 {
+			// This key has its share of the mempool waiting (a syncer
+			// committing many fragments at once): the next block takes
+			// some, then the same transaction is admitted.
+			select {
+			case <-n.chain.Changed():
+				continue
+			case <-ctx.Done():
+				return nil, fmt.Errorf("%s: %w (waiting for a block: %w)", typ, err, ctx.Err())
+			}
+		}
 		return p, err
 	}
 }

@@ -568,3 +568,21 @@ func (n *Node) observeReexec(why string, re *Reexecution) {
 		o.Reexecuted(why, re.Agrees(), re.Unavailable, re.Elapsed)
 	}
 }
+
+// CommitOf names the commit a replay of (task, round, fragment) re-executes
+// now: its result hash and commit height (rpc.CommitNamer; the node's replay
+// cache keys on it, so a commit redone after an upheld challenge is replayed
+// afresh). One read of the commit record.
+func (n *Node) CommitOf(ctx context.Context, task string, round, fragment uint64) (wire.Hash, int64, error) {
+	var res wire.Hash
+	var height int64
+	err := n.view(ctx, func(v machine.View) error {
+		rec, err := machine.FragmentCommitRecord(ctx, v.KV, task, round, int(fragment))
+		if err != nil {
+			return err
+		}
+		res, height = rec.Result, rec.Height
+		return nil
+	})
+	return res, height, err
+}

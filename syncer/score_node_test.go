@@ -1,35 +1,20 @@
 package syncer_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"math"
 	"math/big"
-	"os"
 	"strings"
 	"testing"
 
 	"github.com/tenzro/train/audit"
-	"github.com/tenzro/train/dataset"
+	"github.com/tenzro/train/internal/scoretest"
 	"github.com/tenzro/train/plugins"
 	"github.com/tenzro/train/syncer"
 	"github.com/tenzro/train/wire"
-	"github.com/tenzro/train/wire/safetensors"
 )
-
-// scoreCorpusCSV is a small CSV corpus: three series of 120 points (96
-// training points each, 74 windows of 23 points per series).
-func scoreCorpusCSV() []byte {
-	var b bytes.Buffer
-	b.WriteString("a,b,c\n")
-	for k := 0; k < 120; k++ {
-		x := float64(k)
-		fmt.Fprintf(&b, "%.6f,%.6f,%.6f\n", math.Sin(x/5), 0.01*x+math.Cos(x/3), math.Sin(x/7)*math.Cos(x/11))
-	}
-	return b.Bytes()
-}
 
 // newScoredCNet is the challenge network (2 syncer candidates, 4
 // validators, the first watching, 2 trainers) running a scored run: the
@@ -44,32 +29,16 @@ func newScoredCNet(t *testing.T) *cnet { return newScoredCNetWith(t, `"rate_bps"
 func newScoredCNetWith(t *testing.T, scoring string) *cnet {
 	t.Helper()
 	ctx := context.Background()
-	model, err := os.ReadFile("../plugins/testdata/score/odd/model.safetensors")
+	if scoring != "" {
+		scoring = "," + scoring
+	}
+	sc, err := scoretest.Load(scoring)
 	if err != nil {
 		t.Fatal(err)
-	}
-	ts, _, err := safetensors.Parse(model, safetensors.DefaultLimits)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var n int64
-	for _, x := range ts {
-		k := int64(1)
-		for _, d := range x.Shape {
-			k *= d
-		}
-		n += k
 	}
 	var engines [2]*plugins.Engine
-	corpus := scoreCorpusCSV()
-	dh, err := dataset.CorpusHashCSV(bytes.NewReader(corpus))
-	if err != nil {
-		t.Fatal(err)
-	}
-	params := `{"context_len":20,"horizon":3,"patch_len":5,"d_model":12,"n_layers":2,"n_heads":3,"d_ff":10}`
-	arch := fmt.Sprintf(`{"family":"timesfm","param_count":%d,"modality":"Timeseries","fragment_count":2,"dtype":"f32","metadata":%s}`, n, params)
-	extra := fmt.Sprintf(`,"scoring":{"evaluator":"TimesFMScore","params":%s,%s,"batch":4,"corpus":%q}`, params, scoring, wire.ContentHash(corpus).String())
-	return newCNetWith(t, cnetOpts{extra: extra, arch: arch, datasetHash: "0x" + fmt.Sprintf("%x", dh[:]), weights: model, blobs: [][]byte{corpus},
+	arch, extra := string(sc.Architecture), `,"scoring":`+string(sc.Scoring)
+	return newCNetWith(t, cnetOpts{extra: extra, arch: arch, datasetHash: sc.DatasetHash, weights: sc.Model, blobs: [][]byte{sc.Corpus},
 		engine: func(node int) syncer.Engine {
 			// nodes: 2 syncers, then 4 validators; validator 1 runs its own
 			// engine on wazero's interpreter, the others share one compiled.

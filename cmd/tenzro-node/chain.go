@@ -72,6 +72,7 @@ func newTestnetCmd(stdout io.Writer) *cobra.Command {
 		allocs  []string
 		blockMs time.Duration
 		window  int64
+		haltGap int64
 	)
 	cmd := &cobra.Command{
 		Use:   "testnet --validators N --dir D [--alloc DID=AMOUNT]...",
@@ -99,11 +100,15 @@ Ports: node i listens on BASE+2i (P2P) and BASE+2i+1 (CometBFT RPC);
 				opts.Allocs = append(opts.Allocs, chain.GenesisAccount{DID: strings.TrimSpace(d), Balance: strings.TrimSpace(amt)})
 			}
 			opts.TimeoutCommit = blockMs
+			opts.Params = &machine.GenesisParams{HaltGapMs: haltGap}
+			if haltGap != 0 && (haltGap < machine.MinHaltGapMs || haltGap > machine.MaxHaltGapMs) {
+				return usageError{fmt.Errorf("--halt-gap-ms %d: want 0 (off) or %d..%d", haltGap, machine.MinHaltGapMs, machine.MaxHaltGapMs)}
+			}
 			if window >= 0 {
 				if window > wire.MaxChallengeWindowBlocks {
 					return usageError{fmt.Errorf("--challenge-window-blocks %d: at most %d", window, int64(wire.MaxChallengeWindowBlocks))}
 				}
-				opts.Params = &machine.GenesisParams{ChallengeWindowBlocks: &window}
+				opts.Params.ChallengeWindowBlocks = &window
 			}
 			nodes, err := chain.WriteTestnet(opts)
 			if err != nil {
@@ -138,6 +143,7 @@ Ports: node i listens on BASE+2i (P2P) and BASE+2i+1 (CometBFT RPC);
 	f.IntVar(&opts.BasePort, "base-port", 26656, "first port (node i: BASE+2i P2P, BASE+2i+1 RPC); 0 = free ports")
 	f.DurationVar(&blockMs, "block-time", time.Second, "block interval (CometBFT timeout_commit)")
 	f.StringVar(&opts.CandidateStake, "candidate-stake", "1000000000000000000", "genesis syncer stake of each validator's node key (written to <home>/node/node.key); empty: no candidates at genesis")
+	f.Int64Var(&haltGap, "halt-gap-ms", chain.DefaultHaltGapMs, "a block more than this many ms after the previous one follows a halt: running rounds' deadlines and syncer turns skip the halt (genesis params halt_gap_ms; 0: off, deadlines count every ms of block time)")
 	f.Int64Var(&window, "challenge-window-blocks", -1, "the chain's default challenge window for runs whose spec sets none (genesis params; -1: the protocol default, 600 blocks; 0: commits final at once)")
 	_ = cmd.MarkFlagRequired("dir")
 	cmd.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })

@@ -29,8 +29,13 @@ func TestTestnetCommand(t *testing.T) {
 		if len(nc.PersistentPeers) != 1 || !strings.Contains(out.String(), nc.RPCAddr) {
 			t.Fatalf("node %d: %+v\n%s", i, nc, out.String())
 		}
-		if _, err := os.Stat(filepath.Join(home, "config", "genesis.json")); err != nil {
+		g, err := os.ReadFile(filepath.Join(home, "config", "genesis.json"))
+		if err != nil {
 			t.Fatal(err)
+		}
+		// The default halt gap is written into the genesis params.
+		if !strings.Contains(string(g), `"halt_gap_ms":30000`) && !strings.Contains(string(g), `"halt_gap_ms": 30000`) {
+			t.Fatalf("node %d genesis has no halt_gap_ms 30000:\n%s", i, g)
 		}
 	}
 	for name, c := range map[string]struct {
@@ -43,6 +48,7 @@ func TestTestnetCommand(t *testing.T) {
 		"no validators":   {[]string{"testnet", "--dir", t.TempDir() + "/x", "--validators", "0"}, "want 1..64"},
 		"dir not empty":   {[]string{"testnet", "--dir", dir}, "not empty"},
 		"no dir":          {[]string{"testnet"}, "dir"},
+		"halt gap small":  {[]string{"testnet", "--dir", t.TempDir() + "/x", "--halt-gap-ms", "100"}, "--halt-gap-ms 100: want 0 (off) or 5000"},
 		"init no peers":   {[]string{"init", "--home", t.TempDir() + "/f", "--genesis", filepath.Join(dir, "node0", "config", "genesis.json"), "--peers", ""}, "peers"},
 		"init bad peer":   {[]string{"init", "--home", t.TempDir() + "/f", "--genesis", filepath.Join(dir, "node0", "config", "genesis.json"), "--peers", "127.0.0.1:1"}, "id@host:port"},
 		"init no genesis": {[]string{"init", "--home", t.TempDir() + "/f", "--genesis", "/nonexistent", "--peers", "29fe4d9f42761d33638c1c9cea547d5fcf10718c@127.0.0.1:1"}, "genesis"},

@@ -90,6 +90,9 @@ type Config struct {
 	SnapshotKeep     int   `koanf:"snapshot-keep"`
 	// StateKeepHeights: state tree versions kept (0: the home's, -1: all).
 	StateKeepHeights int64 `koanf:"state-keep-heights"`
+	// MempoolSenderLimit: transactions one signer may have waiting in
+	// this node's mempool (0: chain.DefaultMempoolSenderLimit, -1: none).
+	MempoolSenderLimit int `koanf:"mempool-sender-limit"`
 
 	// A light client's full nodes (CometBFT RPC URLs; default: what its
 	// boot nodes said) and trust root (default: the primary's latest header
@@ -118,7 +121,7 @@ var configKeys = map[string]bool{
 	"rpc-allow-origin": true, "blob-disk-cap": true, "blob-did-quota": true, "blob-price": true, "blob-ttl": true,
 	"blob-peer-bytes-per-hour": true, "heavy-memory-bytes": true, "archive": true,
 
-	"snapshot-interval": true, "snapshot-keep": true, "state-keep-heights": true,
+	"snapshot-interval": true, "snapshot-keep": true, "state-keep-heights": true, "mempool-sender-limit": true,
 	"light-primary": true, "light-witnesses": true, "trust-height": true, "trust-hash": true, "trusting-period": true,
 }
 

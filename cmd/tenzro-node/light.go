@@ -285,7 +285,7 @@ func startHeaderLight(ctx context.Context, gn *gossip.Node, cfg Config, log *slo
 		return nil, nil, wire.Hash{}, usageError{errors.New("--trust-height and --trust-hash go together (a block the operator trusts)")}
 	}
 	l, err := chain.StartLight(ctx, chain.LightOptions{Genesis: gen, Primary: primary, Witnesses: witnesses, TrustHeight: cfg.TrustHeight, TrustHash: hash,
-		TrustingPeriod: cfg.TrustingPeriod, Log: log})
+		TrustingPeriod: cfg.TrustingPeriod, Store: lightDir(cfg), GenesisHash: gh, Log: log})
 	if err != nil {
 		return nil, nil, wire.Hash{}, err
 	}

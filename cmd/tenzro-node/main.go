@@ -163,6 +163,7 @@ are the flag names), then the flags given on the command line.`,
 	f.Int("watch-concurrency", 2, "re-executions the watcher and the validator's voter run at once")
 	f.Int64("snapshot-interval", 0, "take a state-sync snapshot every this many heights (0: the home's tenzro-chain.json snapshot_interval, else none)")
 	f.Int("snapshot-keep", 0, "state-sync snapshots kept, newest first (0: the home's snapshot_keep, else 2)")
+	f.Int("mempool-sender-limit", 0, fmt.Sprintf("transactions one signer may have waiting in this node's mempool; more are refused (code 11) until a block takes some (0: %d, -1: no limit)", chain.DefaultMempoolSenderLimit))
 	f.Int64("state-keep-heights", 0, "pruning window: state tree versions kept (0: the home's state_keep_heights, else 1000; -1: all)")
 	f.String("light-primary", "", "light client: a full node's CometBFT RPC (http://host:port) to follow headers and read proofs from (default: the first boot node's, remembered in <data-dir>/light)")
 	f.StringSlice("light-witnesses", nil, "light client: more full nodes' CometBFT RPCs that cross-check every header the primary gives (default: the other boot nodes'; none: the primary is its own witness)")

@@ -218,8 +218,11 @@ func runNode(ctx context.Context, cfg Config, log *slog.Logger) (err error) {
 		if cfg.SnapshotInterval < 0 || cfg.SnapshotKeep < 0 {
 			return usageError{fmt.Errorf("--snapshot-interval %d, --snapshot-keep %d: want 0 or more", cfg.SnapshotInterval, cfg.SnapshotKeep)}
 		}
+		if cfg.MempoolSenderLimit < -1 {
+			return usageError{fmt.Errorf("--mempool-sender-limit %d: want -1 (no limit), 0 (default %d) or more", cfg.MempoolSenderLimit, chain.DefaultMempoolSenderLimit)}
+		}
 		cn, err := chain.Start(ctx, home, chain.NodeOptions{Log: log, SnapshotInterval: cfg.SnapshotInterval, SnapshotKeep: cfg.SnapshotKeep,
-			KeepHeights: cfg.StateKeepHeights})
+			KeepHeights: cfg.StateKeepHeights, MempoolSenderLimit: cfg.MempoolSenderLimit})
 		if err != nil {
 			return err
 		}
@@ -396,6 +399,12 @@ func runNode(ctx context.Context, cfg Config, log *slog.Logger) (err error) {
 		return err
 	}
 	defer closeLogged(log, "rpc dispatcher", srv.Close)
+	if err := rpc.RegisterGauges(reg, rpc.NodeGauges{
+		ReplayRuns: func() float64 { r, _ := srv.HeavyStats(); return float64(r) },
+		ReplayHits: func() float64 { _, h := srv.HeavyStats(); return float64(h) },
+	}); err != nil {
+		return fmt.Errorf("metrics: %w", err)
+	}
 	ln, err := net.Listen("tcp", cfg.RPCAddr)
 	if err != nil {
 		return fmt.Errorf("rpc listen %s: %w", cfg.RPCAddr, err)
@@ -449,7 +458,7 @@ func initDevChain(home, syncerDID string, log *slog.Logger) error {
 	} else if !errors.Is(err, fs.ErrNotExist) {
 		return fmt.Errorf("dev chain: %w", err)
 	}
-	n, err := chain.InitDev(home, chain.DevOptions{Candidate: syncerDID})
+	n, err := chain.InitDev(home, chain.DevOptions{Candidate: syncerDID, Params: &machine.GenesisParams{HaltGapMs: chain.DefaultHaltGapMs}})
 	if err != nil {
 		return fmt.Errorf("dev chain: %w", err)
 	}

@@ -18,7 +18,7 @@ from tenzro_trainer import config, data, models, sponsor, weights
 from tenzro_trainer.identity import Key
 from tenzro_trainer.loop import EXIT_OK, Trainer
 from tenzro_trainer.metrics import Metrics
-from tenzro_trainer.rpc import Client
+from tenzro_trainer.rpc import Client, RpcError
 from test_node import run_all, trainer_cfg
 
 
@@ -46,6 +46,17 @@ def write_corpus(path: Path) -> None:
     for i in range(360):
         rows.append(f"{20 + 5 * math.sin(i / 9):.4f},{100 + 30 * math.cos(i / 17):.3f},{(i * 7919) % 23 / 3:.5f}")
     path.write_text("\n".join(rows) + "\n")
+
+
+def add_corpus(bins: Path, node: NodeProc, tmp_path: Path, *flags: str) -> tuple[Path, dict]:
+    """Writes the test corpus to tmp_path/corpus.csv and adds it with `tenzro dataset add` signed by the
+    funded publisher (flags: more of its flags, e.g. --encrypt-key): the CSV's path and the CLI's answer."""
+    csv = tmp_path / "corpus.csv"
+    write_corpus(csv)
+    key = publisher(tmp_path, node.url)
+    return csv, json.loads(
+        cli(bins, "dataset", "add", "--rpc", node.url, "--format", "json", "--key", key, *flags, str(csv))
+    )
 
 
 def publisher(tmp_path: Path, url: str) -> str:
@@ -87,22 +98,7 @@ def light_nodes(go_bins, node, tmp_path):
 
 
 def test_ipfs_dataset_multi_node_run(go_bins, node, light_nodes, tmp_path):
-    csv = tmp_path / "corpus.csv"
-    write_corpus(csv)
-    added = json.loads(
-        cli(
-            go_bins,
-            "dataset",
-            "add",
-            "--rpc",
-            node.url,
-            "--format",
-            "json",
-            "--key",
-            publisher(tmp_path, node.url),
-            str(csv),
-        )
-    )
+    csv, added = add_corpus(go_bins, node, tmp_path)
     ref, want_hash = added["ref"], added["dataset_hash"]
     assert ref.startswith("ipfs://bafy") or ref.startswith("ipfs://bafk")
     # The Go CLI's dataset_hash is the trainer's corpus hash.
@@ -151,22 +147,7 @@ def test_ipfs_dataset_multi_node_run(go_bins, node, light_nodes, tmp_path):
 
 
 def test_hash_mismatch_refused(go_bins, node, tmp_path):
-    csv = tmp_path / "corpus.csv"
-    write_corpus(csv)
-    added = json.loads(
-        cli(
-            go_bins,
-            "dataset",
-            "add",
-            "--rpc",
-            node.url,
-            "--format",
-            "json",
-            "--key",
-            publisher(tmp_path, node.url),
-            str(csv),
-        )
-    )
+    _, added = add_corpus(go_bins, node, tmp_path)
     corpus = data.load_corpus(added["ref"], data.Sources(node_url=node.url))
     with pytest.raises(data.DatasetError, match="mismatch"):
         data.check_hash(corpus, "00" * 32)
@@ -188,14 +169,9 @@ def test_decrypt_dataset_vector_shared_with_go():
 def test_confidential_ipfs_dataset_decrypted_in_memory(go_bins, node, tmp_path):
     """`tenzro dataset add --encrypt-key` stores the ciphertext (CID over it); the trainer reads it through
     its node and decrypts in memory with the released key before the hash check."""
-    csv = tmp_path / "corpus.csv"
-    write_corpus(csv)
     key = bytes(range(32))
     (tmp_path / "k.hex").write_text(key.hex())
-    added = json.loads(
-        cli(go_bins, "dataset", "add", "--rpc", node.url, "--format", "json", "--key", publisher(tmp_path, node.url),
-            "--encrypt-key", str(tmp_path / "k.hex"), "--task-id", "task-c", str(csv))
-    )  # fmt: skip
+    _, added = add_corpus(go_bins, node, tmp_path, "--encrypt-key", str(tmp_path / "k.hex"), "--task-id", "task-c")
     assert added["encrypted"]
     src = data.Sources(node_url=node.url, decrypt=lambda b: data.decrypt_dataset(key, "task-c", b))
     corpus = data.load_corpus(added["ref"], src)
@@ -242,12 +218,7 @@ def test_trainer_signs_its_fetch_on_a_network(go_bins, node, light_nodes, tmp_pa
     """A node off --dev (a full node following the chain) refuses an unsigned fetch with a precise error
     and pins nothing; the trainer's signed fetch (its key, the chain's id, a fresh nonce) is taken, pins the
     dataset for the trainer's DID and reads the corpus; the same header replayed is refused."""
-    csv = tmp_path / "corpus.csv"
-    write_corpus(csv)
-    added = json.loads(
-        cli(go_bins, "dataset", "add", "--rpc", node.url, "--format", "json", "--key", publisher(tmp_path, node.url),
-            str(csv))
-    )  # fmt: skip
+    _, added = add_corpus(go_bins, node, tmp_path)
     full = light_nodes[0]
     with pytest.raises(data.DatasetError, match="takes only signed fetches"):
         data.load_corpus(added["ref"], data.Sources(node_url=full.url))
@@ -267,3 +238,103 @@ def test_trainer_signs_its_fetch_on_a_network(go_bins, node, light_nodes, tmp_pa
     assert requests.post(url, params={"ref": added["ref"]}, headers={"Tenzro-Dataset-Request": hdr}, timeout=60).ok
     again = requests.post(url, params={"ref": added["ref"]}, headers={"Tenzro-Dataset-Request": hdr}, timeout=60)
     assert again.status_code == 401 and "used already" in again.json()["error"]
+
+
+def helper(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess:
+    """``tenzro-trainer <args>`` in its own process, with exactly the key environment ``env`` describes."""
+    import os
+    import sys
+
+    full_env = {k: v for k, v in os.environ.items() if k != "TENZRO_KEY"} | env
+    return subprocess.run(
+        [sys.executable, "-m", "tenzro_trainer", *args], capture_output=True, text=True, timeout=600, env=full_env
+    )
+
+
+def test_eval_export_follow_sign_their_fetch_on_a_network(go_bins, node, light_nodes, tmp_path):
+    """``tenzro-trainer eval``/``export`` and ``experiment.follow`` read an ``ipfs://`` corpus through a node off
+    --dev: without a key they fail with the precise refusal (naming --key) and the node pins nothing; with
+    ``--key``, ``$TENZRO_KEY`` or the experiment's sponsor key they sign the fetch, which pins for that DID."""
+    import importlib.util
+
+    from tenzro_trainer import experiment
+
+    csv = tmp_path / "corpus.csv"
+    write_corpus(csv)
+    added = json.loads(
+        cli(go_bins, "dataset", "add", "--rpc", node.url, "--format", "json", "--key", publisher(tmp_path, node.url),
+            str(csv))
+    )  # fmt: skip
+    full = light_nodes[0]
+    c, fc = Client(node.url), Client(full.url)
+    work = tmp_path / "exp"
+    work.mkdir()
+    sp = Key.generate("human")
+    sp.save(work / "sponsor.json")
+    c.faucet(sp.did, 10**21)
+    tk = Key.generate("machine")
+    tk.save(tmp_path / "trainer0.json")
+    c.faucet(tk.did, 10**19)
+    ev = Key.generate("machine")
+    ev.save(tmp_path / "evaluator.json")
+    c.faucet(ev.did, 10**19)
+    md = dict(models.tiny_metadata("timesfm"), stride=4)
+    task = f"signed-eval-{time.time_ns()}"
+    spec = sponsor.make_spec(
+        task, sp, metadata=md, fragments=2, trainers=1, quorum=1, inner_steps=2, max_rounds=1,
+        dataset_ref=added["ref"], dataset_hash=added["dataset_hash"], reward_pool=str(10**18),
+    )  # fmt: skip
+    (work / "spec.json").write_text(json.dumps(spec))
+    sponsor.post(c, sp, spec, weights.model_to_safetensors(models.build("timesfm", md, seed=0)))
+    for k in (sp, tk, ev):
+        wait_balance(fc, k.did)
+    deadline = time.monotonic() + 120
+    while True:  # the follower has the run
+        try:
+            fc.get_run(task)
+            break
+        except RpcError:
+            assert time.monotonic() < deadline, "the full node never saw the run"
+            time.sleep(0.2)
+
+    home = tmp_path / "home"  # no ~/.tenzro/key.json there: no default key
+    home.mkdir()
+    nokey = {"HOME": str(home)}
+    p = helper(["eval", "--rpc", full.url, "--task-id", task], nokey)
+    assert p.returncode == 1 and "takes only signed fetches" in p.stderr and "--key" in p.stderr, p.stderr
+    assert json.loads(cli(go_bins, "dataset", "ls", "--rpc", full.url, "--format", "json")) == []
+    p = helper(["eval", "--rpc", full.url, "--task-id", task, "--key", str(tmp_path / "missing.json")], nokey)
+    assert p.returncode == 2 and "--key" in p.stderr and "missing.json" in p.stderr, p.stderr
+
+    p = helper(["eval", "--rpc", full.url, "--task-id", task, "--key", str(tmp_path / "evaluator.json")], nokey)
+    assert p.returncode == 0, p.stderr[-2000:]
+    out = json.loads(p.stdout)
+    assert out["round"] == 0 and math.isfinite(out["heldout_mse"])
+    held = json.loads(cli(go_bins, "dataset", "ls", "--rpc", full.url, "--format", "json"))
+    assert [(h["cid"], h["owners"]) for h in held] == [(added["cid"], [ev.did])]
+
+    cfg = config.parse(trainer_cfg(node, task, 0, tmp_path, ipfs_node=full.url))
+    assert run_all([Trainer(cfg, tk, metrics=Metrics(), stop=threading.Event())]) == [EXIT_OK]
+    deadline = time.monotonic() + 120
+    while fc.get_run(task)["status"] != "sealed":
+        assert time.monotonic() < deadline, "the full node never saw the seal"
+        time.sleep(0.2)
+
+    e = experiment.Experiment(rpc=full.url, workdir=work, quiet=True)
+    rows = experiment.follow(e, fc, task, [], timeout=120)  # signed with the sponsor key in the workdir
+    assert len(rows) == 1 and math.isfinite(rows[0].eval_loss)
+    (work / "sponsor.json").unlink()
+    with pytest.raises(data.DatasetError, match="no key signs"):
+        experiment.follow(e, fc, task, [], timeout=120)
+    owners = {h["cid"]: set(h["owners"]) for h in json.loads(cli(go_bins, "dataset", "ls", "--rpc", full.url, "--format", "json"))}  # fmt: skip
+    assert owners == {added["cid"]: {ev.did, tk.did, sp.did}}
+
+    if importlib.util.find_spec("onnxruntime") is None:
+        return  # the [onnx] extra is not installed: export is covered where it is (test_onnx_catalog)
+    cat = tmp_path / "catalog"
+    p = helper(["export", "--onnx", "--rpc", full.url, "--task-id", task, "--dir", str(cat)], nokey)
+    assert p.returncode == 1 and "takes only signed fetches" in p.stderr, p.stderr[-2000:]
+    p = helper(["export", "--onnx", "--rpc", full.url, "--task-id", task, "--dir", str(cat)],
+               nokey | {"TENZRO_KEY": str(tmp_path / "evaluator.json")})  # fmt: skip
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert (cat / f"{json.loads(p.stdout)['final_model_hash']}.onnx").is_file()

@@ -10,8 +10,12 @@ import signal
 import sys
 import threading
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from . import __version__
+
+if TYPE_CHECKING:
+    from .identity import Key
 
 
 def _keygen(a: argparse.Namespace) -> int:
@@ -122,39 +126,80 @@ def _init_weights(a: argparse.Namespace) -> int:
     return 0
 
 
+KEY_HELP = (
+    "key file that signs the node's ipfs:// corpus fetch (default $TENZRO_KEY, ~/.tenzro/key.json when it exists; "
+    "none: unsigned, which only a --dev node takes); the fetch pins the corpus for, and charges it to, its DID"
+)
+
+
+def _signing_key(cmd: str, given: str) -> tuple[Key | None, int]:
+    """The key named by --key or the default ($TENZRO_KEY, ~/.tenzro/key.json when it exists), or None;
+    the second value is 2 (a usage error, already printed) when a named key file cannot be loaded."""
+    from .identity import ENV_KEY, Key, default_key_path
+
+    p = default_key_path(given)
+    if p is None:
+        return None, 0
+    try:
+        return Key.load(p), 0
+    except (OSError, ValueError) as e:
+        where = "--key" if given else f"default key (${ENV_KEY} or ~/.tenzro/key.json)"
+        print(f"tenzro-trainer {cmd}: {where} {p}: {e}", file=sys.stderr)
+        return None, 2
+
+
 def _dataset_hash(a: argparse.Namespace) -> int:
     from . import data
+    from .rpc import Client
 
-    src = data.Sources(node_url=a.node, ipfs_gateway=a.ipfs_gateway)
-    if a.key:  # a node off --dev takes only signed fetches
-        from .identity import Key
-        from .rpc import Client
-
-        key, client = Key.load(a.key), Client(a.node)
-        src.sign = lambda op, cid: client.dataset_request(key, op, cid)
-    print(data.dataset_hash(a.ref, src).hex())
+    key, code = _signing_key("dataset-hash", a.key)
+    if code:
+        return code
+    client = Client(a.node)
+    src = data.Sources(
+        node_url=a.node,
+        ipfs_gateway=a.ipfs_gateway,
+        sign=client.dataset_signer(key) if key is not None else None,
+    )
+    try:
+        print(data.dataset_hash(a.ref, src).hex())
+    except data.DatasetError as e:
+        print(f"tenzro-trainer dataset-hash: {e}", file=sys.stderr)
+        return 1
     return 0
 
 
 def _eval(a: argparse.Namespace) -> int:
+    from .data import DatasetError
     from .evaluate import eval_from_node
-    from .rpc import Client
+    from .rpc import Client, RpcError
 
-    r, loss = eval_from_node(Client(a.rpc), a.task_id)
+    key, code = _signing_key("eval", a.key)
+    if code:
+        return code
+    try:
+        r, loss = eval_from_node(Client(a.rpc), a.task_id, key=key)
+    except (DatasetError, RpcError) as err:
+        print(f"tenzro-trainer eval: {err}", file=sys.stderr)
+        return 1
     print(json.dumps({"round": r, "heldout_mse": loss}))
     return 0
 
 
 def _export(a: argparse.Namespace) -> int:
+    from .data import DatasetError
     from .onnx_export import ExportError, export
     from .rpc import Client, RpcError
 
     if not a.onnx:
         print("tenzro-trainer export: name the format: --onnx", file=sys.stderr)
         return 2
+    key, code = _signing_key("export", a.key)
+    if code:
+        return code
     try:
-        e = export(Client(a.rpc, timeout=600), a.task_id, a.dir)
-    except (ExportError, RpcError) as err:
+        e = export(Client(a.rpc, timeout=600), a.task_id, a.dir, key=key)
+    except (ExportError, RpcError, DatasetError) as err:
         print(f"tenzro-trainer export: {err}", file=sys.stderr)
         return 1
     print(json.dumps({k: e[k] for k in ("final_model_hash", "task_id", "family", "param_count", "onnx", "check")}))
@@ -201,13 +246,14 @@ def main(argv: list[str] | None = None) -> int:
     d = sub.add_parser("dataset-hash", help="print the dataset hash of a dataset_ref")
     d.add_argument("ref")
     d.add_argument("--node", default="http://127.0.0.1:8545", help="node HTTP address for ipfs:// refs")
-    d.add_argument("--key", default="", help="key file that signs the node fetch (nodes off --dev need one)")
+    d.add_argument("--key", default="", help=KEY_HELP)
     d.add_argument("--ipfs-gateway", default=None, help="read ipfs:// refs through this IPFS gateway instead")
     d.set_defaults(fn=_dataset_hash)
 
     e = sub.add_parser("eval", help="held-out MSE of a run's committed weights")
     e.add_argument("--rpc", default="http://127.0.0.1:8545")
     e.add_argument("--task-id", required=True)
+    e.add_argument("--key", default="", help=KEY_HELP)
     e.set_defaults(fn=_eval)
 
     x = sub.add_parser("export", help="export a sealed run's final model to the ONNX forecast catalog")
@@ -215,6 +261,7 @@ def main(argv: list[str] | None = None) -> int:
     x.add_argument("--rpc", default="http://127.0.0.1:8545")
     x.add_argument("--task-id", required=True)
     x.add_argument("--dir", default="catalog", help="catalog directory (default ./catalog)")
+    x.add_argument("--key", default="", help=KEY_HELP)
     x.set_defaults(fn=_export)
 
     g = sub.add_parser("catalog", help="list the ONNX forecast catalog's models")

@@ -206,6 +206,12 @@ def _ipfs_url(ref: str, sources: Sources | None, limit: int = MAX_STREAM_BYTES +
             msg = r.json().get("error", r.text)
         except ValueError:
             msg = r.text
+        if r.status_code == 401 and sources.sign is None:
+            raise DatasetError(
+                f"dataset_ref {ref!r}: node {base} takes only signed fetches (it is not a --dev node) and no key "
+                f"signs this one: give a funded key (--key FILE, $TENZRO_KEY or ~/.tenzro/key.json; the trainer "
+                f"signs with its trainer_keypair): {msg[:500]}"
+            )
         raise DatasetError(f"dataset_ref {ref!r}: the node could not fetch it: {msg[:500]}")
     return base + tail
 

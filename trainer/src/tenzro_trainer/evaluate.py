@@ -8,6 +8,7 @@ import numpy as np
 import torch
 
 from . import data, models, weights
+from .identity import Key
 from .rpc import Client
 
 
@@ -91,10 +92,19 @@ def pull_model(client: Client, run: dict, model: models.ForecastModel | None = N
     return model
 
 
-def eval_from_node(client: Client, task_id: str, heldout: data.WindowSet | None = None) -> tuple[int, float]:
+def node_sources(client: Client, key: Key | None) -> data.Sources:
+    """Reads ``ipfs://`` corpora through ``client``'s node, the fetch signed by ``key`` when given (a node off
+    --dev refuses unsigned fetches; a signed one pins the corpus for, and charges it to, the key's DID)."""
+    return data.Sources(node_url=client.url, sign=client.dataset_signer(key) if key is not None else None)
+
+
+def eval_from_node(
+    client: Client, task_id: str, heldout: data.WindowSet | None = None, key: Key | None = None
+) -> tuple[int, float]:
+    """The run's round and the held-out MSE of its committed weights; ``key`` signs the corpus fetch."""
     run = client.get_run(task_id)
     if heldout is None:
-        _, heldout = task_data(spec_of(run), sources=data.Sources(node_url=client.url))
+        _, heldout = task_data(spec_of(run), sources=node_sources(client, key))
     m = pull_model(client, run)
     return int(run["round"]), heldout_mse(m, heldout)
 

@@ -20,7 +20,7 @@ import yaml
 
 from . import data, models, sponsor, weights
 from .canon import content_hash
-from .evaluate import heldout_mse, pull_model, task_data
+from .evaluate import heldout_mse, node_sources, pull_model, task_data
 from .identity import Key
 from .rpc import Client, NodeUnavailable, RpcError
 
@@ -245,8 +245,16 @@ def publish_dataset(e: Experiment) -> tuple[str, str]:
     return rec["ref"], rec["dataset_hash"]
 
 
-def follow(e: Experiment, c: Client, task: str, procs: list[subprocess.Popen], timeout: float = 3600) -> list[RoundRow]:
-    _, heldout = task_data(json.loads((e.workdir / "spec.json").read_text()), sources=data.Sources(node_url=e.rpc))
+def follow(
+    e: Experiment, c: Client, task: str, procs: list[subprocess.Popen], timeout: float = 3600, key: Key | None = None
+) -> list[RoundRow]:
+    """Follows the run to its seal: each round's held-out loss of the committed weights and accepted count.
+    ``key`` (default: the experiment's sponsor key, ``sponsor.json`` in the workdir, when there is one) signs
+    the node fetch of an ``ipfs://`` corpus, which a node off --dev refuses unsigned."""
+    if key is None and (e.workdir / "sponsor.json").exists():
+        key = Key.load(e.workdir / "sponsor.json")
+    sources = node_sources(Client(e.rpc), key)
+    _, heldout = task_data(json.loads((e.workdir / "spec.json").read_text()), sources=sources)
     rows: list[RoundRow] = []
     t0 = time.monotonic()
     seen = -1

@@ -16,6 +16,7 @@ KINDS = ("human", "machine")
 MULTICODEC_ED25519 = b"\xed\x01"
 MAX_DID_LEN = 128
 MAX_KEY_FILE = 4096
+ENV_KEY = "TENZRO_KEY"  # the Go CLI's default-key variable (cmd/tenzro/defaultkey.go)
 
 
 def did_from_public_key(kind: str, pub: bytes) -> str:
@@ -120,3 +121,17 @@ class Key:
         if p.stat().st_size > MAX_KEY_FILE:
             raise ValueError(f"key file {p}: larger than {MAX_KEY_FILE} bytes")
         return cls.from_json(p.read_bytes())
+
+
+def default_key_path(given: str = "") -> Path | None:
+    """The key file a helper signs with, as the Go CLI picks it for ``tenzro dataset get``: ``given`` (a
+    ``--key`` value), else ``$TENZRO_KEY``, else ``~/.tenzro/key.json`` when it exists (what ``tenzro key
+    generate`` writes); None when there is none (the helper then sends unsigned requests, which only a
+    ``--dev`` node takes). A path that is named but missing is returned as is, so loading it fails loudly."""
+    if given:
+        return Path(given).expanduser()
+    env = os.environ.get(ENV_KEY, "")
+    if env:
+        return Path(env).expanduser()
+    p = Path.home() / ".tenzro" / "key.json"
+    return p if p.exists() else None

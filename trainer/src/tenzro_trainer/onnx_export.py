@@ -25,7 +25,8 @@ import torch
 
 from . import data
 from .canon import model_hash
-from .evaluate import metadata_of, pull_model, spec_of, task_data
+from .evaluate import metadata_of, node_sources, pull_model, spec_of, task_data
+from .identity import Key
 from .rpc import Client
 
 ATOL, RTOL = 1e-4, 1e-4
@@ -79,7 +80,11 @@ def check(onnx_bytes: bytes, model: torch.nn.Module, x: np.ndarray) -> dict:
     return {"windows": len(x), "max_abs_diff": err, "bound": bound, "atol": ATOL, "rtol": RTOL}
 
 
-def export(client: Client, task_id: str, out_dir: str | Path, sources: data.Sources | None = None) -> dict:
+def export(
+    client: Client, task_id: str, out_dir: str | Path, sources: data.Sources | None = None, key: Key | None = None
+) -> dict:
+    """Exports the sealed run's final model to ``out_dir``; the check windows come from the run's corpus,
+    read through ``sources`` (default: ``client``'s node, the fetch signed by ``key`` when given)."""
     run = client.get_run(task_id)
     if run["status"] != "sealed":
         raise ExportError(f"run {task_id} is {run['status']}: only a sealed run's final model is exported")
@@ -91,7 +96,7 @@ def export(client: Client, task_id: str, out_dir: str | Path, sources: data.Sour
     spec = spec_of(run)
     md = metadata_of(spec)
     model = pull_model(client, run).float().eval()
-    _, ev = task_data(spec, sources=sources or data.Sources(node_url=client.url))
+    _, ev = task_data(spec, sources=sources or node_sources(client, key))
     if ev.n is None or ev.n == 0:
         raise ExportError("the run's corpus has no held-out windows to check the export on")
     x, _ = ev.get(np.arange(min(CHECK_WINDOWS, ev.n)))

@@ -7,6 +7,7 @@ import itertools
 import json
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
@@ -113,6 +114,10 @@ class Client:
         return dataset_request(
             key, self.chain_id(), op, cid, int(time.time()) + INTENT_LIFETIME_S, secrets.randbits(64)
         )
+
+    def dataset_signer(self, key: Key) -> Callable[[str, str], str]:
+        """``data.Sources.sign`` for ``key`` on this node: each fetch gets a fresh request (own nonce)."""
+        return lambda op, cid: self.dataset_request(key, op, cid)
 
     def blob_intent(self, key: Key, h: bytes, size: int, task: str = "") -> str:
         """The ``Tenzro-Blob-Intent`` header value: ``v1 <did> <size> <expires> <task or -> <signature hex>``."""
