@@ -651,25 +651,65 @@ func TestChallengePendingPenalty(t *testing.T) {
 }
 
 // TestChallengeNoWindow: a run whose spec sets challenge_window_blocks 0
-// is final at every commit (effects at once, sealed with its last round,
-// no challenge possible); on a chain with the faucet (--dev) that is the
+// takes the deferred path with nothing to wait for: a fragment's effects
+// (pay, its equivocation slash) wait for its round, which is final in the
+// transaction that closes it (commit records gone, a verdict's trainer free
+// to leave), the run seals in the block of its last commit, and no
+// challenge is possible. On a chain with the faucet (--dev) that is the
 // default.
 func TestChallengeNoWindow(t *testing.T) {
 	for name, extra := range map[string]string{"spec 0": `,"challenge_window_blocks":0`, "dev default": ""} {
 		t.Run(name, func(t *testing.T) {
 			w := newCWorldSpec(t, 2, extra)
 			w.submitRound("a")
-			w.commitAll(0)
-			if acc, wt, _ := w.trainer(w.t1); acc != 2 || wt != "8" {
-				t.Fatalf("accepted %d weight %s at commit, want 2 and 8", acc, wt)
+			// t1 sends fragment 0 another payload: a claim, judged by the commit.
+			w.ok(must(SubmissionTx(ManualChainID, w.t1, w.task, 0, 0, wire.ContentHash([]byte("t1 again")), 64)))
+			w.ok(w.h.commit(w.task, 0, w.syncers[0], 0, wire.FragAggregated, wire.VerdictEquivocation, w.n()))
+			if acc, wt, _ := w.trainer(w.t1); acc != 0 || wt != "0" {
+				t.Fatalf("accepted %d weight %s with its round open, want 0 and 0", acc, wt)
 			}
+			if s := w.slashed(w.t1); s != "0" {
+				t.Fatalf("t1 slashed %s before its round is final", s)
+			}
+			if rec := w.record(0, 0); rec.FinalAt != rec.Height || len(rec.Equivocators) != 1 {
+				t.Fatalf("commit record: height %d final at %d, equivocators %v", rec.Height, rec.FinalAt, rec.Equivocators)
+			}
+			w.refused(must(LeaveTx(ManualChainID, w.t1, w.task, w.n())), "cannot leave")
 			w.refused(w.challengeTx(w.chal, 0, 0, wire.ContentHash([]byte("x"))), "has no challenge window")
+			w.ok(w.h.commit(w.task, 1, w.syncers[0], 0, wire.FragAggregated, "", w.n()))
+			if r := w.h.run(w.task); r.Round != 1 {
+				t.Fatalf("round %d after both commits, want 1", r.Round)
+			}
+			if acc, wt, _ := w.trainer(w.t1); acc != 2 || wt != "8" {
+				t.Fatalf("accepted %d weight %s once the round closed, want 2 and 8", acc, wt)
+			}
+			if s := w.slashed(w.t1); s != "50" {
+				t.Fatalf("t1 slashed %s once the round closed, want 50 (equivocation_bps of 100)", s)
+			}
+			err := w.h.app.View(context.Background(), func(v machine.View) error {
+				_, err := machine.FragmentCommitRecord(context.Background(), v.KV, w.task, 0, 0)
+				return err
+			})
+			if machine.KindOf(err) != machine.KindNotFound {
+				t.Fatalf("round 0's commit record after its close: %v, want not found", err)
+			}
 			w.submitRound("b")
 			w.commitAll(0)
-			if r := w.h.run(w.task); r.Status != wire.StatusSealed {
-				t.Fatalf("run %s after its last round, want sealed at once", r.Status)
+			r := w.h.run(w.task)
+			if r.Status != wire.StatusSealed || r.Seal == nil || r.Seal.Height != w.h.height {
+				t.Fatalf("run %s (seal %+v) after its last commit at height %d, want sealed in that block", r.Status, r.Seal, w.h.height)
 			}
 			w.refused(w.challengeTx(w.chal, 0, 0, wire.ContentHash([]byte("x"))), "is sealed")
 		})
 	}
+}
+
+func (w *cworld) slashed(d *did.Key) string {
+	for _, t := range w.h.run(w.task).Trainers {
+		if t.DID == d.DID.String() {
+			return t.Slashed
+		}
+	}
+	w.t.Fatalf("no trainer %s", d.DID)
+	return ""
 }

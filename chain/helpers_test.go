@@ -257,6 +257,7 @@ type testRun struct {
 	Seal   *struct {
 		RunRoot wire.Hash `json:"run_root"`
 		Signed  bool      `json:"signed"`
+		Height  int64     `json:"height"`
 	} `json:"seal"`
 }
 

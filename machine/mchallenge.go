@@ -25,14 +25,18 @@ import (
 // What a commit's correctness decides — payout weight and accepted counters,
 // equivocation, missed-round and eviction slashes — applies when its round
 // is final (every commit of it past its window, no challenge open on it),
-// in round order; the run seals once every round is final. An upheld
+// in round order; the run seals once every round is final. This is the
+// only path: a run whose window is 0 takes it too, its rounds final in the
+// transaction that closes them (advanceFinality runs after every
+// closeRound), so the effects are written once. An upheld
 // challenge slashes the committing syncer, rolls the run back to the
 // challenged round (later rounds discarded) with the challenged fragment
 // reopened, and hands it to the next syncer of the succession.
 
 // CommitRecord is a fragment commit while it can be challenged (KSTranscript
-// "fc/<task>/<round u64>/<fragment u32>", written when the run's window is
-// not 0 and deleted when its round is final): the commit, the momentum hash
+// "fc/<task>/<round u64>/<fragment u32>", written at the commit and deleted
+// when its round is final; with a window of 0 it lives only until the
+// round closes): the commit, the momentum hash
 // the commit started from, where it landed, from which height it is final,
 // its result hash, the equivocation verdicts it gave and the challenge that
 // disputes it.
@@ -173,9 +177,6 @@ func (x *mtx) commitRecord(task string, round uint64, f int) (*CommitRecord, err
 
 // recordCommit keeps fragment i's commit while it can be challenged.
 func (x *mtx) recordCommit(r *Run, i int, c *wire.FragmentCommit, momentumBefore wire.Hash, byChain bool, equivocators []string, digests []wire.Hash) error {
-	if !r.Challengeable() {
-		return nil
-	}
 	rec := CommitRecord{Commit: *c, MomentumBefore: momentumBefore, Height: x.blk.Height, TimeMs: x.blk.TimeMs,
 		FinalAt: x.blk.Height + r.Window, ByChain: byChain, Result: wire.FragmentResultHash(c),
 		Equivocators: equivocators, Equivocations: digests}
@@ -186,7 +187,8 @@ func (x *mtx) recordCommit(r *Run, i int, c *wire.FragmentCommit, momentumBefore
 }
 
 // snapshotRound keeps the run as the current round starts, for a rollback
-// to it (deleted when the round is final).
+// to it (deleted when the round is final). A run without a window is never
+// challenged, so never rolled back: it keeps none.
 func (x *mtx) snapshotRound(r *Run) error {
 	if !r.Challengeable() {
 		return nil
@@ -558,7 +560,12 @@ func (x *mtx) advanceFinality(r *Run) (bool, error) {
 			return false, err
 		}
 		r.Pending = r.Pending[1:]
-		r.FinalRounds = p.Round + 1
+		if r.Challengeable() {
+			// A run without a window never stores it: each of its rounds
+			// is final at its close (RunView says so), and its state stays
+			// what it was before finality went one way for both.
+			r.FinalRounds = p.Round + 1
+		}
 		changed = true
 	}
 	if len(r.Pending) == 0 {
@@ -652,9 +659,6 @@ func (x *mtx) finalizeRound(r *Run, round uint64) error {
 // waiting for a round that is not final (a missed round or an
 // equivocation verdict); "" when none.
 func (x *mtx) pendingPenalty(r *Run, d string) (string, error) {
-	if !r.Challengeable() {
-		return "", nil
-	}
 	task := r.spec.TaskID
 	for _, p := range r.Pending {
 		var rc wire.RoundCommit

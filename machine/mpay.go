@@ -31,8 +31,8 @@ import (
 //     payout weight: the original's pay is taken back, so replaying one
 //     trained gradient earns what training it once would not.
 //
-// These apply when the commit is final: at once for runs without a
-// challenge window, else when its round is final (finalizeRound).
+// These apply when the commit's round is final (finalizeRound): with a
+// challenge window of 0, in the transaction that closes the round.
 
 // settleInputs applies fragment commit fc of round to the trainers' pay and
 // stakes.

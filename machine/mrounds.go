@@ -292,11 +292,6 @@ func (x *mtx) commitFragment(p *wire.CommitFragmentTx) (*wire.CommitFragmentResu
 		if t == nil {
 			continue
 		}
-		if !r.Challengeable() { // final at once; else when the round is final
-			if err := x.slash(r, t, r.spec.Slash().EquivocationBps, "equivocation"); err != nil {
-				return nil, err
-			}
-		}
 		equivocators = append(equivocators, t.DID)
 		digests = append(digests, claims[j].Digest)
 		r.Equivocations = append(r.Equivocations, claims[j].Digest)
@@ -480,9 +475,6 @@ func (x *mtx) closeFragment(r *Run, i int, c *wire.FragmentCommit) error {
 		}
 		t.RoundAccepted++
 	}
-	if !r.Challengeable() { // final at once; else when the round is final
-		return x.settleInputs(r, r.Round, c)
-	}
 	return nil
 }
 
@@ -523,22 +515,7 @@ func (x *mtx) closeRound(r *Run) error {
 		}
 		t.ConsecMissed++
 		rc.Missed = append(rc.Missed, t.DID)
-		final := !r.Challengeable() // else the slashes wait for the round to be final
-		if final {
-			t.MissedRounds++
-			if err := x.slash(r, t, sl.MissedRoundBps, "missed round"); err != nil {
-				return err
-			}
-		}
 		if t.ConsecMissed >= uint64(sl.MaxMissedRounds) {
-			if final {
-				if err := x.slash(r, t, sl.EvictionBps, "eviction"); err != nil {
-					return err
-				}
-				if err := x.refund(r, t, "stake refund"); err != nil {
-					return err
-				}
-			}
 			t.Status = wire.TrainerEvicted
 			t.Shards = nil
 			rc.Evicted = append(rc.Evicted, t.DID)
@@ -553,12 +530,17 @@ func (x *mtx) closeRound(r *Run) error {
 	}
 	r.Roots = append(r.Roots, ch)
 	x.m.log.Info("round committed", "task", task, "round", r.Round, "model", rc.ModelHash.String()[:12], "missed", len(rc.Missed), "evicted", len(rc.Evicted), "height", x.blk.Height)
-	if r.Challengeable() {
-		r.Pending = append(r.Pending, pendingRound{Round: r.Round, FinalAt: x.blk.Height + r.Window})
-		if r.Round+1 >= uint64(r.spec.MaxRounds) {
-			// The last round: the run seals once every round is final
-			// (advanceFinality); its fragments stay as committed.
-			r.AwaitingFinal = true
+	// The round's effects wait for it to be final (advanceFinality, which
+	// every caller runs next in the same transaction: a run without a
+	// challenge window settles the round there, before the block ends).
+	r.Pending = append(r.Pending, pendingRound{Round: r.Round, FinalAt: x.blk.Height + r.Window})
+	last := r.Round+1 >= uint64(r.spec.MaxRounds)
+	if last {
+		// The run seals once every round is final (advanceFinality).
+		r.AwaitingFinal = true
+		if r.Challengeable() {
+			// Its fragments stay as committed until then (as they always
+			// have on a network: the sealed state keeps them).
 			return nil
 		}
 	}
@@ -574,8 +556,8 @@ func (x *mtx) closeRound(r *Run) error {
 	for _, fs := range r.Fragments {
 		fs.Records, fs.KthMs, fs.Closed, fs.Commit, fs.ScoreSeed = nil, 0, false, nil, nil
 	}
-	if r.Round+1 >= uint64(r.spec.MaxRounds) {
-		return x.seal(r, rc.ModelHash)
+	if last {
+		return nil
 	}
 	r.foldTurns()
 	r.Round++

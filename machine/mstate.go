@@ -87,8 +87,9 @@ type Run struct {
 	Seal *sealState `json:"seal,omitempty"`
 
 	// Challenges (mchallenge.go). Window is the run's challenge window in
-	// blocks (0: every commit final at once). FinalRounds rounds are final
-	// (their payout weight, counters and slashes applied); Pending lists
+	// blocks (0: every round final in the transaction that closes it).
+	// FinalRounds rounds are final (their payout weight, counters and
+	// slashes applied; not stored when Window is 0); Pending lists
 	// the closed rounds that are not, in order, each with the height from
 	// which it may be. AwaitingFinal: the last round closed and the run
 	// seals once every round is final. Open lists the run's undecided

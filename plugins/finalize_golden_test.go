@@ -25,9 +25,10 @@ import (
 // failures, for every built-in aggregation rule, F32 and BF16, with and
 // without momentum, whole and chunked. testdata/finalize_golden.json was
 // written by this file, unchanged, on that commit, and written again when
-// TrimmedMean and CoordinateMedian got one sort loop per K (only their fuel
-// changed; TestSortUnrolledMatchesPrevious compares their bytes with the
-// previous modules'):
+// TrimmedMean and CoordinateMedian got one sort loop per K, and again when
+// the sort in those loops became a Batcher network (each time only their
+// fuel changed; TestSortUnrolledMatchesPrevious compares their bytes with
+// the previous modules'):
 //
 //	FINALIZE_GOLDEN=write go test ./plugins -run TestFinalizeGoldenSteps
 //

@@ -530,8 +530,11 @@ func TestRefusalsChangeNothing(t *testing.T) {
 	if !h.run().Fragments[0].Committed {
 		t.Fatal("fragment 0 not committed after τ")
 	}
-	if v := h.run(); v.Trainers[indexOf(v, h.tr[0].DID.String())].Slashed != "500" {
-		t.Fatalf("equivocation slash at the commit: %+v", v.Trainers)
+	// The verdict's slash waits for the round to be final: with no
+	// challenge window, at the round's close (below), never at the
+	// fragment's commit.
+	if v := h.run(); v.Trainers[indexOf(v, h.tr[0].DID.String())].Slashed != "0" {
+		t.Fatalf("equivocation slash before the round closed: %+v", v.Trainers)
 	}
 	// Round deadline: the other fragments never reach K: no-quorum, weights kept.
 	w1 := h.run().Fragments[1].WeightsHash
@@ -542,6 +545,9 @@ func TestRefusalsChangeNothing(t *testing.T) {
 	tr, _ := h.node.GetTranscript(h.ctx, h.task)
 	if len(tr) != 1 || tr[0].Fragments[1].Status != wire.FragNoQuorum || tr[0].Fragments[1].WeightsAfter != w1 || tr[0].Fragments[0].Status != wire.FragAggregated {
 		t.Fatalf("deadline transcript %+v", tr)
+	}
+	if v := h.run(); v.Trainers[indexOf(v, h.tr[0].DID.String())].Slashed != "500" {
+		t.Fatalf("equivocation slash when the round is final: %+v", v.Trainers)
 	}
 }
 

@@ -1,5 +1,19 @@
 /* Coordinate-wise order statistics shared by TrimmedMean and CoordinateMedian. */
 #include "common.h"
+#include "sortnet.h"
+
+/* tz_sort_lanes with Batcher's merge-exchange network for K from 2 to 16
+ * (sortnet.h: 63 compare-exchanges at K = 16 against 120 for odd-even
+ * transposition, 5 against 6 at K = 4). The keys are a total order on bit
+ * patterns (NaN canonical and last), so every sorting network gives the
+ * same bits as tz_sort_lanes. */
+static inline __attribute__((always_inline)) void tz_sort_lanes_net(v128_t *v, uint32_t k) {
+  for (uint32_t i = 0; i < k; i++) v[i] = tz_key(tz_canon_nan(v[i]));
+  if (!tz_sort_net(v, k))
+    for (uint32_t r = 0; r < k; r++)
+      for (uint32_t i = r & 1u; i + 1 < k; i += 2) tz_cx(&v[i], &v[i + 1]);
+  for (uint32_t i = 0; i < k; i++) v[i] = tz_key(v[i]);
+}
 
 /* For every group of 4 coordinates: gather the K values, sort them, and hand
  * the sorted vectors to emit. */
@@ -9,7 +23,7 @@
     for (uint32_t c = 0; c < (n); c += 4) {                                  \
       uint32_t valid = (n) - c;                                              \
       for (uint32_t i = 0; i < (k); i++) v[i] = tz_load4((x) + (uint64_t)i * (n) + c, valid); \
-      tz_sort_lanes(v, (k));                                                 \
+      tz_sort_lanes_net(v, (k));                                             \
       v128_t r;                                                              \
       __VA_ARGS__ \
       tz_store4((out) + c, r, valid);                                        \
