@@ -642,6 +642,23 @@ func PayoutShares(pool *big.Int, weights []*big.Int) []*big.Int {
 	return out
 }
 
+// unsignedSealedRun loads run task for a receipt signature: only a sealed
+// run whose receipt is not signed yet (the ante's signer table and the
+// handler ask the same).
+func (x *mtx) unsignedSealedRun(task string) (*Run, error) {
+	r, err := LoadRun(x.ctx, x.kv, task)
+	if err != nil {
+		return nil, err
+	}
+	if r.Status != wire.StatusSealed || r.Seal == nil {
+		return nil, Errf(KindConflict, "run %s is %s: only a sealed run's receipt is signed", task, r.Status)
+	}
+	if r.Seal.Signed {
+		return nil, Errf(KindConflict, "the receipt of %s is already signed by %s", task, r.Seal.SignedBy)
+	}
+	return r, nil
+}
+
 func (x *mtx) signReceipt(p *wire.SignReceiptTx) (*wire.SignReceiptResult, error) {
 	if err := parseDIDField("syncer_did", p.SyncerDID); err != nil {
 		return nil, err
@@ -649,15 +666,9 @@ func (x *mtx) signReceipt(p *wire.SignReceiptTx) (*wire.SignReceiptResult, error
 	if len(p.Engine) > maxEngineBytes || !json.Valid(p.Engine) {
 		return nil, Errf(KindInvalid, "engine: want a JSON value of at most %d bytes", maxEngineBytes)
 	}
-	r, err := LoadRun(x.ctx, x.kv, p.TaskID)
+	r, err := x.unsignedSealedRun(p.TaskID)
 	if err != nil {
 		return nil, err
-	}
-	if r.Status != wire.StatusSealed || r.Seal == nil {
-		return nil, Errf(KindConflict, "run %s is %s: only a sealed run's receipt is signed", p.TaskID, r.Status)
-	}
-	if r.Seal.Signed {
-		return nil, Errf(KindConflict, "the receipt of %s is already signed by %s", p.TaskID, r.Seal.SignedBy)
 	}
 	if want := r.ReceiptSignerAt(x.blk.TimeMs); p.SyncerDID != want {
 		return nil, Errf(KindUnauthorized, "the receipt of %s may be signed only by %s at block time %d ms, not %s", p.TaskID, want, x.blk.TimeMs, p.SyncerDID)

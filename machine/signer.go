@@ -135,15 +135,9 @@ var txSigners = map[string]txSigning{
 	// names the chain's run (so the chain id is this chain's).
 	wire.TxSignReceipt: {did: func(x *mtx, tx *wire.Tx, own string) (*txAuth, error) {
 		p := tx.SignReceipt
-		r, err := LoadRun(x.ctx, x.kv, p.TaskID)
+		r, err := x.unsignedSealedRun(p.TaskID)
 		if err != nil {
 			return nil, err
-		}
-		if r.Status != wire.StatusSealed || r.Seal == nil {
-			return nil, Errf(KindConflict, "run %s is %s: only a sealed run's receipt is signed", p.TaskID, r.Status)
-		}
-		if r.Seal.Signed {
-			return nil, Errf(KindConflict, "the receipt of %s is already signed by %s", p.TaskID, r.Seal.SignedBy)
 		}
 		if err := parseDIDField("syncer_did", p.SyncerDID); err != nil {
 			return nil, err
