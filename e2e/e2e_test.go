@@ -201,6 +201,19 @@ func tail(s string) string {
 
 func (e *env) must(args ...string) string { s, _ := e.cli(true, args...); return s }
 
+// postAndEnrol is the sponsor's and trainers' walk on a --dev node: fund the
+// sponsor from the faucet, post the run (spec and init weights from files,
+// signed with sponsor.key), then fund and enrol each trainer with its key
+// t<i>.key from e.keys at a stake of 100 TNZO.
+func (e *env) postAndEnrol(task, specPath, initPath, sponsor string, trainers []string) {
+	e.must("ledger", "faucet", "--did", sponsor, "--amount", "2000000000000000000000")
+	e.must("train", "post-task", "--spec", specPath, "--init-weights", initPath, "--key", filepath.Join(e.keys, "sponsor.key"))
+	for i, d := range trainers {
+		e.must("ledger", "faucet", "--did", d, "--amount", "200000000000000000000")
+		e.must("train", "enroll-trainer", "--task-id", task, "--did", d, "--stake", "100000000000000000000", "--key", filepath.Join(e.keys, fmt.Sprintf("t%d.key", i)))
+	}
+}
+
 // makeKeys creates the node, sponsor and trainer keys once, so two runs use
 // the same identities (and so can produce the same receipt).
 func makeKeys(t *testing.T, trainers int) (string, []string, string) {

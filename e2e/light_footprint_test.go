@@ -244,12 +244,7 @@ func TestLightFootprint(t *testing.T) {
 		t.Fatal(err)
 	}
 	initPath := writeInit(t, dev.dir)
-	dev.must("ledger", "faucet", "--did", sponsor, "--amount", "2000000000000000000000")
-	dev.must("train", "post-task", "--spec", specPath, "--init-weights", initPath, "--key", filepath.Join(keys, "sponsor.key"))
-	for i, d := range trainers {
-		dev.must("ledger", "faucet", "--did", d, "--amount", "200000000000000000000")
-		dev.must("train", "enroll-trainer", "--task-id", task, "--did", d, "--stake", "100000000000000000000", "--key", filepath.Join(keys, fmt.Sprintf("t%d.key", i)))
-	}
+	dev.postAndEnrol(task, specPath, initPath, sponsor, trainers)
 	for round := 0; round < R; round++ {
 		for f := 0; f < F; f++ {
 			for i := 0; i < M; i++ {

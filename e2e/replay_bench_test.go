@@ -93,12 +93,7 @@ func TestReplayBatchBench(t *testing.T) {
 	if err := os.WriteFile(initPath, raw, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	e.must("ledger", "faucet", "--did", sponsor, "--amount", "2000000000000000000000")
-	e.must("train", "post-task", "--spec", specPath, "--init-weights", initPath, "--key", filepath.Join(keys, "sponsor.key"))
-	for i, d := range ts {
-		e.must("ledger", "faucet", "--did", d, "--amount", "200000000000000000000")
-		e.must("train", "enroll-trainer", "--task-id", rtask, "--did", d, "--stake", "100000000000000000000", "--key", filepath.Join(keys, fmt.Sprintf("t%d.key", i)))
-	}
+	e.postAndEnrol(rtask, specPath, initPath, sponsor, ts)
 	for f := 0; f < frags; f++ {
 		w := filepath.Join(e.dir, fmt.Sprintf("w-%d.safetensors", f))
 		e.must("train", "get-weights", "--task-id", rtask, "--fragment", fmt.Sprint(f), "--out", w)
