@@ -425,6 +425,28 @@ func (h *harness) transcript() []byte {
 	return blob
 }
 
+// receiptCarries checks the sealed run's receipt as an auditor does
+// (offline verify, then against the transcript blob) and that the
+// transcript carries want (a verdict's JSON field).
+func (h *harness) receiptCarries(want string) {
+	h.t.Helper()
+	rc, err := h.node.GetReceipt(h.ctx, h.task)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	raw, _ := json.Marshal(rc)
+	if audit.VerifyReceipt(raw, nil) != 1 {
+		h.t.Fatalf("receipt: %v", audit.CheckReceipt(raw, nil))
+	}
+	blob := h.transcript()
+	if err := audit.CheckReceiptFull(raw, blob); err != nil {
+		h.t.Fatal(err)
+	}
+	if !strings.Contains(string(blob), want) {
+		h.t.Fatalf("the transcript blob does not carry %s", want)
+	}
+}
+
 func flip(s string) string {
 	last := s[len(s)-1]
 	if last == '0' {

@@ -2,11 +2,9 @@ package syncer_test
 
 import (
 	"context"
-	"encoding/json"
 	"strings"
 	"testing"
 
-	"github.com/tenzro/train/audit"
 	"github.com/tenzro/train/chain"
 	"github.com/tenzro/train/plugins"
 	"github.com/tenzro/train/store"
@@ -174,18 +172,5 @@ func TestCopiesArePaidNothing(t *testing.T) {
 		t.Fatalf("slashed: copier of an earlier record %s (want 500 of 1000), same-block pair %s and %s (want 0)", slashed[did(6)], slashed[did(7)], slashed[did(8)])
 	}
 	// The receipt verifies offline, and its transcript carries the verdicts.
-	rc, err := h.node.GetReceipt(h.ctx, h.task)
-	if err != nil {
-		t.Fatal(err)
-	}
-	raw, _ := json.Marshal(rc)
-	if audit.VerifyReceipt(raw, nil) != 1 {
-		t.Fatalf("receipt: %v", audit.CheckReceipt(raw, nil))
-	}
-	if err := audit.CheckReceiptFull(raw, h.transcript()); err != nil {
-		t.Fatal(err)
-	}
-	if !strings.Contains(string(h.transcript()), `"copy_of":"`+did(0)+`"`) {
-		t.Fatal("the transcript blob does not carry copy_of")
-	}
+	h.receiptCarries(`"copy_of":"` + did(0) + `"`)
 }

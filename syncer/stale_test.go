@@ -2,12 +2,10 @@ package syncer_test
 
 import (
 	"context"
-	"encoding/json"
 	"strconv"
 	"strings"
 	"testing"
 
-	"github.com/tenzro/train/audit"
 	"github.com/tenzro/train/plugins"
 	"github.com/tenzro/train/store"
 	"github.com/tenzro/train/wire"
@@ -160,18 +158,5 @@ func TestReplaysArePaidNothing(t *testing.T) {
 	if n, err := strconv.Atoi(slashed[did(3)]); pay(3) != "0" || err != nil || n < 750 {
 		t.Fatalf("replayer: paid %s, slashed %s (want 0 and at least 750)", pay(3), slashed[did(3)])
 	}
-	rc, err := h.node.GetReceipt(h.ctx, h.task)
-	if err != nil {
-		t.Fatal(err)
-	}
-	raw, _ := json.Marshal(rc)
-	if audit.VerifyReceipt(raw, nil) != 1 {
-		t.Fatalf("receipt: %v", audit.CheckReceipt(raw, nil))
-	}
-	if err := audit.CheckReceiptFull(raw, h.transcript()); err != nil {
-		t.Fatal(err)
-	}
-	if !strings.Contains(string(h.transcript()), `"stale_of_round":1`) {
-		t.Fatal("the transcript blob does not carry stale_of_round")
-	}
+	h.receiptCarries(`"stale_of_round":1`)
 }
