@@ -280,3 +280,57 @@ func TestTimerSeedsWriteWhatTheWholeRunWrites(t *testing.T) {
 		t.Fatalf("the deadline closed nothing:\n%s", states[0][3])
 	}
 }
+
+// BenchmarkCommitFragment measures a fragment commit's transition (in
+// memory, no tree) in a round of N records (16 trainers, N/16 fragments
+// of 16 records each): "open" commits fragment 0 while others are open,
+// "close" commits the last open fragment (the round closes and the run
+// seals); load=part is this tree, load=whole the whole-run load every
+// commit made before (alwaysWholeRun).
+//
+//	go test ./machine -run '^$' -bench CommitFragment -benchtime 20x
+func BenchmarkCommitFragment(b *testing.B) {
+	ctx := context.Background()
+	t := &testing.T{}
+	for _, n := range []int{500, 2000, 4000} {
+		frags := n / 16
+		for _, which := range []string{"open", "close"} {
+			for _, whole := range []bool{false, true} {
+				load := map[bool]string{false: "part", true: "whole"}[whole]
+				b.Run(fmt.Sprintf("N=%d/%s/load=%s", frags*16, which, load), func(b *testing.B) {
+					state, r := commitState(t, 16, frags, func(int) int { return 16 })
+					if which == "close" {
+						for f := 1; f < frags; f++ {
+							x := NewMachine(MachineConfig{}).begin(ctx, state, Block{Height: 3, TimeMs: 10})
+							if _, err := x.commitFragment(aggregatedCommit(r, f, synS, 0)); err != nil {
+								b.Fatal(err)
+							}
+							if err := x.finish(); err != nil {
+								b.Fatal(err)
+							}
+						}
+					}
+					p := aggregatedCommit(r, 0, synS, 0)
+					alwaysWholeRun = whole
+					defer func() { alwaysWholeRun = false }()
+					b.ResetTimer()
+					for range b.N {
+						x := NewMachine(MachineConfig{}).begin(ctx, state, Block{Height: 4, TimeMs: 11})
+						res, err := x.commitFragment(p)
+						if err != nil {
+							b.Fatal(err)
+						}
+						if res.RoundClosed != (which == "close") {
+							b.Fatalf("round closed: %v", res.RoundClosed)
+						}
+						var bt Batch
+						if err := x.lt.flush(&bt); err != nil {
+							b.Fatal(err)
+						}
+						_ = x.kv.Batch()
+					}
+				})
+			}
+		}
+	}
+}

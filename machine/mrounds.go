@@ -252,7 +252,8 @@ func (x *mtx) commitFragment(p *wire.CommitFragmentTx) (*wire.CommitFragmentResu
 	if whole, err := r.commitNeedsWholeRun(x.ctx, x.kv, i, k, x.blk.Height); err != nil {
 		return nil, err
 	} else if whole {
-		if r, err = LoadRun(x.ctx, x.kv, p.TaskID); err != nil {
+		// Attestations only for a round snapshot (a challengeable run's).
+		if r, err = loadRun(x.ctx, x.kv, p.TaskID, r.Challengeable() || alwaysWholeRun); err != nil {
 			return nil, err
 		}
 		fs = r.Fragments[i]

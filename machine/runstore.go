@@ -28,9 +28,13 @@ import (
 //
 // A submission record reads and writes only the header, its trainer, its
 // fragment, its own record key and (with evidence) one attestation key,
-// whatever the size of the run. Every
-// other transition loads the whole run (LoadRun) and writes back only the
-// keys whose bytes changed (putRun). Only this file knows the layout.
+// whatever the size of the run (loadRunFor). A fragment commit that leaves
+// another fragment open reads the header, its fragment with its records
+// and the trainers it pays, and writes those (loadRunForCommit,
+// loadTrainers, commitNeedsWholeRun); a scored run's seed timers read the
+// header and the fragment states (timersMayFire). Every other transition
+// loads the whole run (LoadRun) and writes back only the keys whose bytes
+// changed (putRun). Only this file knows the layout.
 
 // runHead is a run's header as stored: Trainers and Fragments are shadowed
 // (always empty, so omitted) and replaced by their counts.
@@ -138,6 +142,14 @@ func decodeFrag(task string, i int, raw []byte) (*RunFragment, int, error) {
 // LoadRun reads a whole run: header, enrolments (in DID order), fragments
 // and each fragment's records of the current round (in DID order).
 func LoadRun(ctx context.Context, kv KV, task string) (*Run, error) {
+	return loadRun(ctx, kv, task, true)
+}
+
+// loadRun is LoadRun; without atts it leaves the run's attestation digests
+// unread (Attestations empty, counted in attBase), which every transition
+// but the receipt's and a challengeable run's round snapshot may: their
+// number grows with every record of every round.
+func loadRun(ctx context.Context, kv KV, task string, atts bool) (*Run, error) {
 	r, h, _, err := loadHead(ctx, kv, task)
 	if err != nil {
 		return nil, err
@@ -204,6 +216,9 @@ func LoadRun(ctx context.Context, kv KV, task string) (*Run, error) {
 			return nil, fmt.Errorf("load run %s: corrupt state: fragment %d has %d records, its state says %d", task, i, len(fs.Records), counts[i])
 		}
 	}
+	if !atts {
+		return r, r.checkActive(h)
+	}
 	r.attBase = 0
 	ap := attPrefix(task)
 	err = kv.Scan(ctx, KSRuns, ap, func(k, v []byte) error {
@@ -223,10 +238,14 @@ func LoadRun(ctx context.Context, kv KV, task string) (*Run, error) {
 	if len(r.Attestations) != h.NAttest {
 		return nil, fmt.Errorf("load run %s: corrupt state: %d attestations stored, the header says %d", task, len(r.Attestations), h.NAttest)
 	}
+	return r, r.checkActive(h)
+}
+
+func (r *Run) checkActive(h *runHead) error {
 	if r.Count(wire.TrainerActive) != h.NActive {
-		return nil, fmt.Errorf("load run %s: corrupt state: %d active trainers, the header says %d", task, r.Count(wire.TrainerActive), h.NActive)
+		return fmt.Errorf("load run %s: corrupt state: %d active trainers, the header says %d", r.spec.TaskID, r.Count(wire.TrainerActive), h.NActive)
 	}
-	return r, nil
+	return nil
 }
 
 // loadRunFor reads the part of a run one submission record needs: the
