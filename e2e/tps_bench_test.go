@@ -291,19 +291,32 @@ func tpsOurs(t *testing.T, bin string, n int, commits bool) (tpsRun, tpsCommits)
 	if !commits {
 		return recs, tpsCommits{}
 	}
-	res, err := c.ABCIQuery(ctx, chain.QueryRun, []byte("bench"))
-	if err != nil || res.Response.Code != 0 {
-		t.Fatalf("run query: %v %s", err, res.Response.Log)
+	// A block's results are readable before the application's Commit: poll
+	// until the state has every record.
+	var r *machine.Run
+	for full := false; !full; {
+		res, err := c.ABCIQuery(ctx, chain.QueryRun, []byte("bench"))
+		if err != nil || res.Response.Code != 0 {
+			t.Fatalf("run query: %v %+v", err, res)
+		}
+		if r, err = machine.DecodeRun("bench", res.Response.Value); err != nil {
+			t.Fatal(err)
+		}
+		full = true
+		for f := range frags {
+			if n := len(r.Fragments[f].Records); n != 16 {
+				full = false
+				if ctx.Err() != nil {
+					t.Fatalf("fragment %d has %d records, want 16", f, n)
+				}
+				time.Sleep(50 * time.Millisecond)
+				break
+			}
+		}
 	}
-	r, err := machine.DecodeRun("bench", res.Response.Value)
-	if err != nil {
-		t.Fatal(err)
-	}
+	var err error
 	ctxs := make([][]byte, frags)
 	for f := range ctxs {
-		if len(r.Fragments[f].Records) != 16 {
-			t.Fatalf("fragment %d has %d records, want 16", f, len(r.Fragments[f].Records))
-		}
 		cm := *machine.BaseCommit(r, f)
 		cm.Syncer, cm.Ticket, cm.Status = run.cand.DID.String(), 0, wire.FragAggregated
 		cm.WeightsAfter = wire.ContentHash([]byte(fmt.Sprint("w1-", f)))
@@ -325,7 +338,7 @@ func tpsOurs(t *testing.T, bin string, n int, commits bool) (tpsRun, tpsCommits)
 		var st struct {
 			Roots []wire.Hash `json:"round_roots"`
 		}
-		res, err = c.ABCIQuery(ctx, chain.QueryRun, []byte("bench"))
+		res, err := c.ABCIQuery(ctx, chain.QueryRun, []byte("bench"))
 		if err == nil && json.Unmarshal(res.Response.Value, &st) == nil && len(st.Roots) == 1 {
 			break
 		}
