@@ -120,3 +120,18 @@ func TestDtypeConversion(t *testing.T) {
 		})
 	}
 }
+
+// TestChainPostTaskChecksDtype: tenzro chain post-task lays the weights out
+// locally and sends no bytes, so it never converts: F32 weights under a bf16
+// spec are refused before anything is broadcast.
+func TestChainPostTaskChecksDtype(t *testing.T) {
+	e := newEnv(t)
+	sponsor := e.keygen("sponsor.key", "human")
+	vals := []float32{1, 2, 3, 4}
+	w := encodeTensors(t, safetensors.FromF32("layer0.w", []int64{4}, vals), safetensors.FromF32("layer1.w", []int64{4}, vals))
+	code, _, errOut := e.run("chain", "post-task", "--spec", e.write("spec.json", specJSON("t9", sponsor, 6)), "--init-weights", e.write("w.safetensors", string(w)),
+		"--key", e.path("sponsor.key"), "--comet-rpc", "http://127.0.0.1:1")
+	if code != 2 || !strings.Contains(errOut, "architecture.dtype is bf16, so the initial weights must be BF16, but they are F32") {
+		t.Fatalf("exit %d, stderr %q", code, errOut)
+	}
+}
