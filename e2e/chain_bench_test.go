@@ -160,6 +160,9 @@ type benchSetup struct {
 	trainers int
 	sponsor  *did.Key
 	keys     []*did.Key
+	// cand is the run's only syncer candidate (elected: ticket 0); its
+	// next nonce is 3.
+	cand *did.Key
 	// setup posts, funds, elects and enrols, in order (the sponsor's
 	// allocation comes from the testnet's --alloc).
 	setup [][]byte
@@ -200,6 +203,7 @@ func chainBenchRun(tb testing.TB, trainers, frags int) *benchSetup {
 		r.keys[i] = chainKey(tb, did.KindMachine, byte(10+i))
 		r.setup = append(r.setup, must(chain.TransferTx(testnetChainID, r.sponsor, r.keys[i].DID.String(), "100000000000000000000", uint64(3+i))))
 	}
+	r.cand = cand
 	r.setup = append(r.setup, must(chain.RegisterSyncerTx(testnetChainID, cand, "50", 1)), must(chain.ElectionProofTx(testnetChainID, cand, "bench", proof, 2)))
 	for i := range r.keys {
 		r.setup = append(r.setup, must(chain.EnrollTx(testnetChainID, r.keys[i], "bench", "10000000000000000", 1)))

@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
@@ -17,6 +18,10 @@ import (
 
 	rpchttp "github.com/cometbft/cometbft/rpc/client/http"
 	cmttypes "github.com/cometbft/cometbft/types"
+
+	"github.com/tenzro/train/chain"
+	"github.com/tenzro/train/machine"
+	"github.com/tenzro/train/wire"
 )
 
 // TestThroughputBench (TENZRO_TPS_BENCH=1) measures committed transactions
@@ -38,6 +43,13 @@ import (
 // is success count (a transaction the mempool took that the block refused
 // is reported apart). Rate = successes ÷ (first send → the block holding
 // the last one seen committed). Nothing asserts speed.
+//
+// TENZRO_TPS_COMMITS=1 adds the round's fragment commits: the run then has
+// N/16 fragments (N rounded down to a multiple of 16, every fragment all
+// in), and after its records the elected syncer commits fragments 0..F-2
+// from one sender in nonce order (commit tx/s, counted like records), then
+// the last fragment alone, which closes the round (its latency: send →
+// seen in a committed block with success).
 func TestThroughputBench(t *testing.T) {
 	if os.Getenv("TENZRO_TPS_BENCH") != "1" {
 		t.Skip("a benchmark: set TENZRO_TPS_BENCH=1")
@@ -66,8 +78,10 @@ func TestThroughputBench(t *testing.T) {
 		t.Fatalf("go build kvnode: %v\n%s", err, out)
 	}
 	before := os.Getenv("TENZRO_TPS_BEFORE")
+	commits := os.Getenv("TENZRO_TPS_COMMITS") == "1"
 	type res struct {
 		ours, kv, before []tpsRun
+		oursC, beforeC   []tpsCommits
 	}
 	all := map[int]*res{}
 	for _, n := range ns {
@@ -75,13 +89,15 @@ func TestThroughputBench(t *testing.T) {
 		for rep := 0; rep < reps; rep++ {
 			k := tpsKVStore(t, kv, n)
 			t.Logf("N=%d rep %d kvstore: %s", n, rep, k)
-			o := tpsOurs(t, "", n)
-			t.Logf("N=%d rep %d tenzro: %s", n, rep, o)
+			o, oc := tpsOurs(t, "", n, commits)
+			t.Logf("N=%d rep %d tenzro: %s%s", n, rep, o, oc)
 			all[n].kv, all[n].ours = append(all[n].kv, k), append(all[n].ours, o)
+			all[n].oursC = append(all[n].oursC, oc)
 			if before != "" {
-				b := tpsOurs(t, before, n)
-				t.Logf("N=%d rep %d tenzro before (%s): %s", n, rep, before, b)
+				b, bc := tpsOurs(t, before, n, commits)
+				t.Logf("N=%d rep %d tenzro before (%s): %s%s", n, rep, before, b, bc)
 				all[n].before = append(all[n].before, b)
+				all[n].beforeC = append(all[n].beforeC, bc)
 			}
 		}
 	}
@@ -120,6 +136,37 @@ func TestThroughputBench(t *testing.T) {
 			t.Logf("| %d, before | %.0f (%s) | | %.2f | %d | |", n, med(r.before), list(r.before), med(r.before)/med(r.kv), bref)
 		}
 	}
+	if !commits {
+		return
+	}
+	t.Log("| N records | fragments | tenzro commit tx/s (runs) | tenzro closing commit s (runs) | before commit tx/s (runs) | before closing commit s (runs) |")
+	for _, n := range ns {
+		r := all[n]
+		cl := func(cs []tpsCommits) (string, string) {
+			var a, b []string
+			for _, c := range cs {
+				a = append(a, fmt.Sprintf("%.0f", c.open.tps))
+				b = append(b, fmt.Sprintf("%.2f", c.close.seconds))
+			}
+			return strings.Join(a, ", "), strings.Join(b, ", ")
+		}
+		oa, ob := cl(r.oursC)
+		ba, bb := cl(r.beforeC)
+		t.Logf("| %d | %d | %s | %s | %s | %s |", n/16*16, n/16, oa, ob, ba, bb)
+	}
+}
+
+// tpsCommits is the commit phase of one run: fragments 0..F-2, then the
+// closing one alone.
+type tpsCommits struct {
+	open, close tpsRun
+}
+
+func (c tpsCommits) String() string {
+	if c.open.n == 0 {
+		return ""
+	}
+	return fmt.Sprintf("; commits: %s; closing commit: %s", c.open, c.close)
 }
 
 // tpsRun is one measured run.
@@ -145,11 +192,11 @@ func loadAvg() string {
 }
 
 // tpsTestnet writes a one-validator testnet with 200 ms blocks and returns
-// node 0's home and its CometBFT RPC client.
-func tpsTestnet(t *testing.T, alloc string) (string, *rpchttp.HTTP) {
+// node 0's home and its CometBFT RPC client; extra are more testnet flags.
+func tpsTestnet(t *testing.T, alloc string, extra ...string) (string, *rpchttp.HTTP) {
 	t.Helper()
 	dir := t.TempDir()
-	args := []string{"testnet", "--validators", "1", "--dir", dir, "--base-port", "0", "--block-time", "200ms"}
+	args := append([]string{"testnet", "--validators", "1", "--dir", dir, "--base-port", "0", "--block-time", "200ms"}, extra...)
 	if alloc != "" {
 		args = append(args, "--alloc", alloc)
 	}
@@ -191,17 +238,27 @@ func tpsKVStore(t *testing.T, bin string, n int) tpsRun {
 		k := fmt.Sprintf("k%07d=", i)
 		txs[i] = []byte(k + strings.Repeat("v", max(1, size-len(k))))
 	}
-	return tpsMeasure(t, c, txs)
+	return tpsMeasure(t, c, txs, 4)
 }
 
 // tpsOurs runs tenzro-node: one run (16 trainers, 256 fragments, K = 16,
 // grace window and round deadline an hour) set up and started, then n
 // submission records of its round 0: trainer i mod 16, fragment i / 16.
 // bin is the tenzro-node binary ("": this tree's).
-func tpsOurs(t *testing.T, bin string, n int) tpsRun {
+func tpsOurs(t *testing.T, bin string, n int, commits bool) (tpsRun, tpsCommits) {
 	t.Helper()
-	run := chainBenchRun(t, 16, 256)
-	home, c := tpsTestnet(t, run.sponsor.DID.String()+"=1000000000000000000000000")
+	frags := 256
+	if commits {
+		frags = n / 16
+		n = frags * 16
+	}
+	run := chainBenchRun(t, 16, frags)
+	var extra []string
+	if commits {
+		// The node's key is no candidate, so the bench's is elected.
+		extra = []string{"--candidate-stake", ""}
+	}
+	home, c := tpsTestnet(t, run.sponsor.DID.String()+"=1000000000000000000000000", extra...)
 	node := &chainNode{name: "tenzro", home: home, rpc: c, bin: bin}
 	dir := os.Getenv("TENZRO_TPS_PROFILE")
 	path := filepath.Join(dir, fmt.Sprintf("tenzro-%d-%d.pprof", n, time.Now().UnixNano()))
@@ -230,12 +287,73 @@ func tpsOurs(t *testing.T, bin string, n int) tpsRun {
 	for i := range txs {
 		txs[i] = run.submission(t, i)
 	}
-	return tpsMeasure(t, c, txs)
+	recs := tpsMeasure(t, c, txs, 4)
+	if !commits {
+		return recs, tpsCommits{}
+	}
+	// A block's results are readable before the application's Commit: poll
+	// until the state has every record.
+	var r *machine.Run
+	for full := false; !full; {
+		res, err := c.ABCIQuery(ctx, chain.QueryRun, []byte("bench"))
+		if err != nil || res.Response.Code != 0 {
+			t.Fatalf("run query: %v %+v", err, res)
+		}
+		if r, err = machine.DecodeRun("bench", res.Response.Value); err != nil {
+			t.Fatal(err)
+		}
+		full = true
+		for f := range frags {
+			if n := len(r.Fragments[f].Records); n != 16 {
+				full = false
+				if ctx.Err() != nil {
+					t.Fatalf("fragment %d has %d records, want 16", f, n)
+				}
+				time.Sleep(50 * time.Millisecond)
+				break
+			}
+		}
+	}
+	var err error
+	ctxs := make([][]byte, frags)
+	for f := range ctxs {
+		cm := *machine.BaseCommit(r, f)
+		cm.Syncer, cm.Ticket, cm.Status = run.cand.DID.String(), 0, wire.FragAggregated
+		cm.WeightsAfter = wire.ContentHash([]byte(fmt.Sprint("w1-", f)))
+		cm.MomentumAfter = wire.ContentHash([]byte(fmt.Sprint("m1-", f)))
+		cm.AggregateHash = wire.ContentHash([]byte(fmt.Sprint("a1-", f)))
+		cm.Inputs = machine.RecordInputs(r.Fragments[f].Records)
+		p := wire.CommitFragmentTx{TaskID: "bench", Round: 0, Fragment: uint64(f), Commit: cm}
+		p.Nonce = uint64(3 + f)
+		if ctxs[f], err = chain.CommitFragmentTx(testnetChainID, run.cand, p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	out := tpsCommits{open: tpsMeasure(t, c, ctxs[:frags-1], 1), close: tpsMeasure(t, c, ctxs[frags-1:], 1)}
+	if out.open.ok != frags-1 || out.close.ok != 1 {
+		t.Fatalf("commits: %s; closing: %s", out.open, out.close)
+	}
+	// A block's results are readable before the application's Commit: poll.
+	for {
+		var st struct {
+			Roots []wire.Hash `json:"round_roots"`
+		}
+		res, err := c.ABCIQuery(ctx, chain.QueryRun, []byte("bench"))
+		if err == nil && json.Unmarshal(res.Response.Value, &st) == nil && len(st.Roots) == 1 {
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("after the closing commit the run has %d round commits (%v), want 1", len(st.Roots), err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return recs, out
 }
 
-// tpsMeasure sends txs from 4 concurrent senders and follows the chain's
-// blocks until every transaction the mempool took is in one.
-func tpsMeasure(t *testing.T, c *rpchttp.HTTP, txs [][]byte) tpsRun {
+// tpsMeasure sends txs from senders concurrent senders (1: in order) and
+// follows the chain's blocks until every transaction the mempool took is
+// in one.
+func tpsMeasure(t *testing.T, c *rpchttp.HTTP, txs [][]byte, senders int) tpsRun {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
@@ -252,7 +370,6 @@ func tpsMeasure(t *testing.T, c *rpchttp.HTTP, txs [][]byte) tpsRun {
 	var mu sync.Mutex
 	var wg sync.WaitGroup
 	start := time.Now()
-	const senders = 4
 	for s := 0; s < senders; s++ {
 		wg.Add(1)
 		go func(s int) {

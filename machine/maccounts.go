@@ -167,7 +167,7 @@ func (x *mtx) runSyncedBy(d string) (string, error) {
 			return nil
 		}
 		task := strings.TrimPrefix(string(k), activePrefix)
-		r, err := LoadRun(x.ctx, x.kv, task)
+		r, err := LoadRunHeader(x.ctx, x.kv, task, false) // status and syncer: the header's
 		if err != nil {
 			return nil // an unreadable run holds no one
 		}

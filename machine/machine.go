@@ -619,14 +619,21 @@ func (x *mtx) timers(task string, shift int64) (bool, error) {
 	// Most blocks fire no timer of a run: decide that from the header and
 	// the fragments' states alone, without reading its enrolments and
 	// records (whose number grows with the run).
+	var r *Run
 	if shift == 0 {
-		if due, err := timersMayFire(x.ctx, x.kv, task, x.blk); err != nil || !due {
+		due, seeds, err := timersMayFire(x.ctx, x.kv, task, x.blk)
+		if err != nil || !due {
 			return false, err
 		}
+		if !alwaysWholeRun {
+			r = seeds // only scoring seeds to draw: the header and fragment states suffice
+		}
 	}
-	r, err := LoadRun(x.ctx, x.kv, task)
-	if err != nil {
-		return false, err
+	if r == nil {
+		var err error
+		if r, err = LoadRun(x.ctx, x.kv, task); err != nil {
+			return false, err
+		}
 	}
 	now := x.blk.TimeMs
 	switch r.Status {

@@ -215,7 +215,10 @@ func (x *mtx) commitFragment(p *wire.CommitFragmentTx) (*wire.CommitFragmentResu
 	if err := parseDIDField("syncer_did", p.SyncerDID); err != nil {
 		return nil, err
 	}
-	r, err := LoadRun(x.ctx, x.kv, p.TaskID)
+	// The header and this fragment with its records; the whole run only
+	// when the commit may change more (commitNeedsWholeRun): a commit's
+	// cost does not grow with the run's other fragments and records.
+	r, err := loadRunForCommit(x.ctx, x.kv, p.TaskID, p.Fragment)
 	if err != nil {
 		return nil, err
 	}
@@ -244,7 +247,16 @@ func (x *mtx) commitFragment(p *wire.CommitFragmentTx) (*wire.CommitFragmentResu
 	}
 	if !r.Due(fs, now) {
 		return nil, Errf(KindConflict, "fragment %d of round %d is not due: %d of K=%d records, %d active trainers, grace window closes at %d ms",
-			i, r.Round, len(fs.Records), r.spec.Quorum, r.Count(wire.TrainerActive), fs.KthMs+r.spec.GraceWindowMs)
+			i, r.Round, len(fs.Records), r.spec.Quorum, r.activeTrainers(), fs.KthMs+r.spec.GraceWindowMs)
+	}
+	if whole, err := r.commitNeedsWholeRun(x.ctx, x.kv, i, k, x.blk.Height); err != nil {
+		return nil, err
+	} else if whole {
+		// Attestations only for a round snapshot (a challengeable run's).
+		if r, err = loadRun(x.ctx, x.kv, p.TaskID, r.Challengeable() || alwaysWholeRun); err != nil {
+			return nil, err
+		}
+		fs = r.Fragments[i]
 	}
 	if r.Scorer != nil && fs.ScoreSeed == nil {
 		return nil, Errf(KindConflict, "fragment %d of round %d has no scoring seed yet: the chain draws it at the first block after the fragment is due", i, r.Round)
@@ -276,6 +288,18 @@ func (x *mtx) commitFragment(p *wire.CommitFragmentTx) (*wire.CommitFragmentResu
 			return nil, Errf(KindInvalid, "verdicts[%d]: %q is not equivocation, duplicate or unavailable", j, v.Verdict)
 		}
 	}
+	// The trainers this commit pays (its inputs are the fragment's
+	// records) and those its verdicts name.
+	dids := make([]string, 0, len(c.Inputs)+len(p.Verdicts))
+	for _, in := range c.Inputs {
+		dids = append(dids, in.TrainerDID)
+	}
+	for _, v := range p.Verdicts {
+		dids = append(dids, v.TrainerDID)
+	}
+	if err := loadTrainers(x.ctx, x.kv, r, dids); err != nil {
+		return nil, err
+	}
 	round := r.Round
 	momentumBefore := fs.MomentumHash
 	r.noteTurn(k)
@@ -300,8 +324,10 @@ func (x *mtx) commitFragment(p *wire.CommitFragmentTx) (*wire.CommitFragmentResu
 		return nil, err
 	}
 	r.LastSyncer = p.SyncerDID
-	if err := x.maybeCloseRound(r); err != nil {
-		return nil, err
+	if !r.part { // a run loaded in part has another fragment open
+		if err := x.maybeCloseRound(r); err != nil {
+			return nil, err
+		}
 	}
 	if _, err := x.advanceFinality(r); err != nil {
 		return nil, err

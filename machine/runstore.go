@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sort"
 	"strings"
 
 	"github.com/tenzro/train/wire"
@@ -27,9 +28,13 @@ import (
 //
 // A submission record reads and writes only the header, its trainer, its
 // fragment, its own record key and (with evidence) one attestation key,
-// whatever the size of the run. Every
-// other transition loads the whole run (LoadRun) and writes back only the
-// keys whose bytes changed (putRun). Only this file knows the layout.
+// whatever the size of the run (loadRunFor). A fragment commit that leaves
+// another fragment open reads the header, its fragment with its records
+// and the trainers it pays, and writes those (loadRunForCommit,
+// loadTrainers, commitNeedsWholeRun); a scored run's seed timers read the
+// header and the fragment states (timersMayFire). Every other transition
+// loads the whole run (LoadRun) and writes back only the keys whose bytes
+// changed (putRun). Only this file knows the layout.
 
 // runHead is a run's header as stored: Trainers and Fragments are shadowed
 // (always empty, so omitted) and replaced by their counts.
@@ -137,6 +142,14 @@ func decodeFrag(task string, i int, raw []byte) (*RunFragment, int, error) {
 // LoadRun reads a whole run: header, enrolments (in DID order), fragments
 // and each fragment's records of the current round (in DID order).
 func LoadRun(ctx context.Context, kv KV, task string) (*Run, error) {
+	return loadRun(ctx, kv, task, true)
+}
+
+// loadRun is LoadRun; without atts it leaves the run's attestation digests
+// unread (Attestations empty, counted in attBase), which every transition
+// but the receipt's and a challengeable run's round snapshot may: their
+// number grows with every record of every round.
+func loadRun(ctx context.Context, kv KV, task string, atts bool) (*Run, error) {
 	r, h, _, err := loadHead(ctx, kv, task)
 	if err != nil {
 		return nil, err
@@ -203,6 +216,9 @@ func LoadRun(ctx context.Context, kv KV, task string) (*Run, error) {
 			return nil, fmt.Errorf("load run %s: corrupt state: fragment %d has %d records, its state says %d", task, i, len(fs.Records), counts[i])
 		}
 	}
+	if !atts {
+		return r, r.checkActive(h)
+	}
 	r.attBase = 0
 	ap := attPrefix(task)
 	err = kv.Scan(ctx, KSRuns, ap, func(k, v []byte) error {
@@ -222,10 +238,14 @@ func LoadRun(ctx context.Context, kv KV, task string) (*Run, error) {
 	if len(r.Attestations) != h.NAttest {
 		return nil, fmt.Errorf("load run %s: corrupt state: %d attestations stored, the header says %d", task, len(r.Attestations), h.NAttest)
 	}
+	return r, r.checkActive(h)
+}
+
+func (r *Run) checkActive(h *runHead) error {
 	if r.Count(wire.TrainerActive) != h.NActive {
-		return nil, fmt.Errorf("load run %s: corrupt state: %d active trainers, the header says %d", task, r.Count(wire.TrainerActive), h.NActive)
+		return fmt.Errorf("load run %s: corrupt state: %d active trainers, the header says %d", r.spec.TaskID, r.Count(wire.TrainerActive), h.NActive)
 	}
-	return r, nil
+	return nil
 }
 
 // loadRunFor reads the part of a run one submission record needs: the
@@ -268,6 +288,149 @@ func loadRunFor(ctx context.Context, kv KV, task, d string, f uint64) (*Run, err
 		r.Fragments[f] = fs
 	}
 	return r, nil
+}
+
+// loadRunForCommit reads the part of a run a fragment commit of fragment f
+// reads when it does not close the round: the header and fragment f's state
+// with its records of the current round (in DID order, as LoadRun gives
+// them); every other fragment is nil and Trainers is empty until
+// loadTrainers adds the ones the commit pays. Its cost grows with the
+// fragment's records, not with the run. putRun writes back only these.
+func loadRunForCommit(ctx context.Context, kv KV, task string, f uint64) (*Run, error) {
+	r, h, _, err := loadHead(ctx, kv, task)
+	if err != nil {
+		return nil, err
+	}
+	r.part = true
+	r.Trainers = []*RunTrainer{}
+	if h.NFragments > 0 {
+		r.Fragments = make([]*RunFragment, h.NFragments)
+	}
+	if f >= uint64(h.NFragments) {
+		return r, nil
+	}
+	i := int(f)
+	fk := fragKey(task, i)
+	v, err := kv.Get(ctx, KSRuns, fk)
+	if err != nil {
+		return nil, fmt.Errorf("load run %s: fragment %d: %w", task, f, err)
+	}
+	fs, n, err := decodeFrag(task, i, v)
+	if err != nil {
+		return nil, err
+	}
+	r.raw[string(fk)] = v
+	pre := recRefFrag(task, i)
+	err = kv.Scan(ctx, KSRuns, pre, func(k, v []byte) error {
+		if len(k) <= len(pre) || len(v) != len(wire.Hash{}) {
+			return fmt.Errorf("load run %s: corrupt state: record key %q (%d-byte value)", task, k, len(v))
+		}
+		ref := RecRef{DID: string(k[len(pre):])}
+		copy(ref.PayloadHash[:], v)
+		fs.Records = append(fs.Records, ref)
+		r.raw[string(k)] = append([]byte(nil), v...)
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	if len(fs.Records) != n {
+		return nil, fmt.Errorf("load run %s: corrupt state: fragment %d has %d records, its state says %d", task, i, len(fs.Records), n)
+	}
+	r.Fragments[i] = fs
+	return r, nil
+}
+
+// loadTrainers adds to a run loaded in part the enrolments of dids it does
+// not hold yet (a DID with none stays absent, as in the whole run), keeping
+// Trainers in DID order. A whole run holds every enrolment already.
+func loadTrainers(ctx context.Context, kv KV, r *Run, dids []string) error {
+	if !r.part {
+		return nil
+	}
+	task := r.spec.TaskID
+	n := len(r.Trainers)
+	have := make(map[string]bool, n+len(dids))
+	for _, t := range r.Trainers {
+		have[t.DID] = true
+	}
+	for _, d := range dids {
+		if have[d] {
+			continue
+		}
+		have[d] = true
+		tk := trainerKey(task, d)
+		v, err := kv.Get(ctx, KSRuns, tk)
+		if errors.Is(err, ErrNotFound) {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("load run %s: %w", task, err)
+		}
+		t := &RunTrainer{}
+		if err := json.Unmarshal(v, t); err != nil || t.DID != d {
+			return fmt.Errorf("load run %s: trainer %q: corrupt state (%v)", task, d, err)
+		}
+		r.raw[string(tk)] = v
+		r.Trainers = append(r.Trainers, t)
+	}
+	if len(r.Trainers) > n {
+		sort.Slice(r.Trainers, func(a, b int) bool { return r.Trainers[a].DID < r.Trainers[b].DID })
+	}
+	return nil
+}
+
+// otherFragmentsClosed says whether every fragment of a run loaded in part
+// other than i is closed, reading their stored states one by one from i+1
+// on (wrapping) and stopping at the first open one: commits that arrive in
+// fragment order read one state, and a round's commits in any order read
+// O(F log F) states in all. Only the closing commit reads them all.
+func otherFragmentsClosed(ctx context.Context, kv KV, task string, i, n int) (bool, error) {
+	for d := 1; d < n; d++ {
+		j := (i + d) % n
+		v, err := kv.Get(ctx, KSRuns, fragKey(task, j))
+		if err != nil {
+			return false, fmt.Errorf("load run %s: fragment %d: %w", task, j, err)
+		}
+		var st struct {
+			Closed bool `json:"closed"`
+		}
+		if err := json.Unmarshal(v, &st); err != nil {
+			return false, fmt.Errorf("load run %s: fragment %d: corrupt state: %w", task, j, err)
+		}
+		if !st.Closed {
+			return false, nil
+		}
+	}
+	return true, nil
+}
+
+// alwaysWholeRun makes the commit and timer paths load the whole run even
+// where a part suffices: only tests set it, to compare what the partial
+// loads write with what the whole run writes.
+var alwaysWholeRun = false
+
+// commitNeedsWholeRun says whether a commit of fragment i by ticket k at
+// height, on a run loaded by loadRunForCommit, may change more than the
+// header, fragment i and the trainers it pays: when another ticket had its
+// turn before k this round (noteTurn reads every fragment's commit), when a
+// pending round becomes final (finalizeRound pays and slashes every
+// trainer of it, and may seal), or when every other fragment is closed (the
+// commit closes the round). Then the commit loads the whole run.
+func (r *Run) commitNeedsWholeRun(ctx context.Context, kv KV, i, k int, height int64) (bool, error) {
+	if alwaysWholeRun {
+		return true, nil
+	}
+	if order := r.TurnOrder(); len(order) == 0 || order[0] != k {
+		return true, nil
+	}
+	if r.AwaitingFinal {
+		return true, nil
+	}
+	if len(r.Pending) > 0 && height >= r.Pending[0].FinalAt && !r.openOn(r.Pending[0].Round) {
+		return true, nil
+	}
+	return otherFragmentsClosed(ctx, kv, r.spec.TaskID, i, len(r.Fragments))
 }
 
 // putRun writes a run back: every key whose bytes changed since it was
@@ -384,6 +547,13 @@ func RunTasks(ctx context.Context, kv KV) ([]string, error) {
 // count of active trainers) and each fragment's Records is empty (its
 // count is kept for Due). Load the whole run (LoadRun) for anything else.
 func LoadRunHeader(ctx context.Context, kv KV, task string, fragments bool) (*Run, error) {
+	return loadRunHeader(ctx, kv, task, fragments, false)
+}
+
+// loadRunHeader is LoadRunHeader; keep keeps each fragment's stored bytes,
+// so putRun can write back the run (in part: the header and the fragments
+// whose bytes changed).
+func loadRunHeader(ctx context.Context, kv KV, task string, fragments, keep bool) (*Run, error) {
 	r, h, _, err := loadHead(ctx, kv, task)
 	if err != nil {
 		return nil, err
@@ -405,6 +575,9 @@ func LoadRunHeader(ctx context.Context, kv KV, task string, fragments bool) (*Ru
 		}
 		fs.base = n
 		r.Fragments = append(r.Fragments, fs)
+		if keep {
+			r.raw[string(k)] = append([]byte(nil), v...)
+		}
 		return nil
 	})
 	if err != nil {
@@ -420,44 +593,52 @@ func LoadRunHeader(ctx context.Context, kv KV, task string, fragments bool) (*Ru
 // header and fragment states only. It is conservative: false only when
 // timers would find nothing to do (it mirrors timers' conditions, each
 // read the same way), so skipping the whole load then changes nothing.
-func timersMayFire(ctx context.Context, kv KV, task string, blk Block) (bool, error) {
+// When what may fire is only scoring seeds (no deadline, finality, expiry
+// or status change), seeds is the run's header and fragment states, loaded
+// to be written back (loadRunHeader keeping their bytes): drawing a seed
+// changes nothing else, so timers need not load the run's enrolments and
+// records.
+func timersMayFire(ctx context.Context, kv KV, task string, blk Block) (fire bool, seeds *Run, err error) {
 	r, err := LoadRunHeader(ctx, kv, task, false)
 	if err != nil {
-		return false, err
+		return false, nil, err
 	}
 	now := blk.TimeMs
 	if r.Status == wire.StatusAwaiting {
-		return now >= r.PostedMs+r.spec.EnrollWindow(), nil
+		return now >= r.PostedMs+r.spec.EnrollWindow(), nil, nil
 	}
 	if r.Status != wire.StatusRunning {
-		return true, nil // the index cleanup
+		return true, nil, nil // the index cleanup
 	}
 	for _, o := range r.Open {
 		if blk.Height > o.Deadline {
-			return true, nil // expireChallenges
+			return true, nil, nil // expireChallenges
 		}
 	}
 	if len(r.Pending) > 0 && blk.Height >= r.Pending[0].FinalAt {
-		return true, nil // advanceFinality
+		return true, nil, nil // advanceFinality
 	}
 	if r.AwaitingFinal && len(r.Pending) == 0 {
-		return true, nil // advanceFinality seals
+		return true, nil, nil // advanceFinality seals
 	}
 	deadline := now >= r.RoundMs+r.spec.RoundDeadline() && !r.AwaitingFinal
 	if !deadline && r.Scorer == nil {
-		return false, nil
+		return false, nil, nil
 	}
-	r, err = LoadRunHeader(ctx, kv, task, true)
+	r, err = loadRunHeader(ctx, kv, task, true, !deadline)
 	if err != nil {
-		return false, err
+		return false, nil, err
 	}
 	for _, fs := range r.Fragments {
 		if r.Scorer != nil && fs.ScoreSeed == nil && r.Due(fs, now) {
-			return true, nil
+			if !deadline {
+				return true, r, nil // only seeds: the deadline is the one other timer left
+			}
+			return true, nil, nil
 		}
 		if deadline && !fs.Closed && fs.accepted() < r.spec.Quorum {
-			return true, nil
+			return true, nil, nil
 		}
 	}
-	return false, nil
+	return false, nil, nil
 }

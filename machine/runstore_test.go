@@ -273,6 +273,12 @@ func FuzzLoadRun(f *testing.F) {
 		b.Set(KSRuns, fragKey("st", 0), frag)
 		b.Set(KSRuns, recRefKey("st", 0, d), rec)
 		_ = state.Commit(ctx, &b)
+		// The commit's loads refuse or read what they can; none panics.
+		if r, err := loadRunForCommit(ctx, state, "st", 0); err == nil {
+			_ = loadTrainers(ctx, state, r, []string{d, "t000"})
+			_, _ = r.commitNeedsWholeRun(ctx, state, 0, 0, 1)
+		}
+		_, _ = otherFragmentsClosed(ctx, state, "st", 1, 2)
 		if _, err := loadRunFor(ctx, state, "st", d, 0); err != nil {
 			return
 		}

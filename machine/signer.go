@@ -154,9 +154,9 @@ var txSigners = map[string]txSigning{
 	}},
 }
 
-// sponsorOf is the sponsor DID of the run task on chain.
+// sponsorOf is the sponsor DID of the run task on chain (from its header).
 func (x *mtx) sponsorOf(task string) (string, error) {
-	r, err := LoadRun(x.ctx, x.kv, task)
+	r, err := LoadRunHeader(x.ctx, x.kv, task, false)
 	if err != nil {
 		return "", err
 	}
