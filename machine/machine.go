@@ -498,7 +498,8 @@ func LastNonce(ctx context.Context, kv KV, d string) (uint64, bool, error) {
 // refuse it (the nonce is used up and the fee paid).
 func (m *Machine) Apply(ctx context.Context, kv KV, blk Block, tx *wire.Tx) ([]byte, error) {
 	a := m.begin(ctx, kv, blk)
-	if _, err := a.ante(tx); err != nil {
+	ai, err := a.ante(tx)
+	if err != nil {
 		return nil, err
 	}
 	if err := a.finish(); err != nil {
@@ -507,10 +508,7 @@ func (m *Machine) Apply(ctx context.Context, kv KV, blk Block, tx *wire.Tx) ([]b
 	// The ante verified the signer that txSigners (signer.go) names for
 	// this kind and used its nonce: the handlers do not check either again.
 	x := m.begin(ctx, kv, blk)
-	var (
-		out any
-		err error
-	)
+	var out any
 	switch tx.Type {
 	case wire.TxTransfer:
 		out, err = x.transfer(tx.Transfer)
@@ -539,7 +537,7 @@ func (m *Machine) Apply(ctx context.Context, kv KV, blk Block, tx *wire.Tx) ([]b
 	case wire.TxCommitFragment:
 		out, err = x.commitFragment(tx.CommitFragment)
 	case wire.TxSignReceipt:
-		out, err = x.signReceipt(tx.SignReceipt)
+		out, err = x.signReceipt(tx.SignReceipt, ai.receipt)
 	case wire.TxChallenge:
 		out, err = x.challenge(tx.Challenge)
 	case wire.TxChallengeVote:

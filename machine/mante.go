@@ -42,6 +42,8 @@ type anteInfo struct {
 	nonce  uint64
 	nonced bool     // the transaction carries a nonce
 	fee    *big.Int // charged to signer (nil: exempt)
+	// receipt is a sign_receipt's built receipt (nil for other kinds).
+	receipt *builtReceipt
 }
 
 // ChainID returns the chain id the chain's genesis recorded ("" for a
@@ -117,7 +119,7 @@ func (x *mtx) ante(tx *wire.Tx) (*anteInfo, error) {
 	if err != nil {
 		return nil, err
 	}
-	a.signer, a.nonce, a.nonced = auth.signer, auth.nonce, auth.nonced
+	a.signer, a.nonce, a.nonced, a.receipt = auth.signer, auth.nonce, auth.nonced, auth.receipt
 	var subMark []byte
 	if tx.Type == wire.TxSubmission {
 		s := tx.Submission

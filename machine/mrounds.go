@@ -669,8 +669,8 @@ func PayoutShares(pool *big.Int, weights []*big.Int) []*big.Int {
 }
 
 // unsignedSealedRun loads run task for a receipt signature: only a sealed
-// run whose receipt is not signed yet (the ante's signer table and the
-// handler ask the same).
+// run whose receipt is not signed yet (the ante's signer table asks; the
+// handler stores the run the ante loaded).
 func (x *mtx) unsignedSealedRun(task string) (*Run, error) {
 	r, err := LoadRun(x.ctx, x.kv, task)
 	if err != nil {
@@ -685,30 +685,22 @@ func (x *mtx) unsignedSealedRun(task string) (*Run, error) {
 	return r, nil
 }
 
-func (x *mtx) signReceipt(p *wire.SignReceiptTx) (*wire.SignReceiptResult, error) {
-	if err := parseDIDField("syncer_did", p.SyncerDID); err != nil {
-		return nil, err
+// signReceipt stores the receipt the ante built (b: the run, the chain
+// receipt and the preimage whose signature the ante verified; see txAuth)
+// with its signature. The ante refused what its entry checks (a run that
+// is not sealed or already signed, a bad syncer_did, a receipt that cannot
+// be built, a bad signature) before this runs; what is left is the
+// engine's bounds and who may sign at this block's time.
+func (x *mtx) signReceipt(p *wire.SignReceiptTx, b *builtReceipt) (*wire.SignReceiptResult, error) {
+	if b == nil {
+		return nil, fmt.Errorf("sign_receipt %s: the ante built no receipt", p.TaskID)
 	}
 	if len(p.Engine) > maxEngineBytes || !json.Valid(p.Engine) {
 		return nil, Errf(KindInvalid, "engine: want a JSON value of at most %d bytes", maxEngineBytes)
 	}
-	r, err := x.unsignedSealedRun(p.TaskID)
-	if err != nil {
-		return nil, err
-	}
+	r, rc := b.run, b.rc
 	if want := r.ReceiptSignerAt(x.blk.TimeMs); p.SyncerDID != want {
 		return nil, Errf(KindUnauthorized, "the receipt of %s may be signed only by %s at block time %d ms, not %s", p.TaskID, want, x.blk.TimeMs, p.SyncerDID)
-	}
-	rc, _, _, err := chainReceipt(x.ctx, x.kv, r, p.SyncerDID, p.Engine, p.EvidenceDigest)
-	if err != nil {
-		return nil, err
-	}
-	pre, err := audit.ReceiptPreimage(rc)
-	if err != nil {
-		return nil, err
-	}
-	if err := verifySig(p.SyncerDID, pre, p.Signature); err != nil {
-		return nil, err
 	}
 	rc.Signature = append(wire.HexBytes{}, p.Signature...)
 	if err := x.putJSON(KSReceipts, RunKey(p.TaskID), rc); err != nil {

@@ -20,6 +20,21 @@ type txAuth struct {
 	sig     []byte
 	nonce   uint64
 	nonced  bool // the kind carries a nonce (all but a submission)
+	// receipt is what a sign_receipt's entry built to name pre: the run,
+	// the chain receipt and its preimage. The ante hands it to the handler,
+	// which would otherwise build the same bytes again: the ante's writes
+	// (the fee; a sign_receipt carries no nonce) touch only ledger keys,
+	// never the run, transcript or challenge keys the receipt is built
+	// from (TestSignReceiptAnteLeavesReceiptInputs).
+	receipt *builtReceipt
+}
+
+// builtReceipt is a sealed run (not signed yet) and its unsigned chain
+// receipt for the transaction's signer, as the ante built them; the ante
+// verified the signature over the receipt's preimage.
+type builtReceipt struct {
+	run *Run
+	rc  *wire.Receipt
 }
 
 // signedBy is the authorization of a request signed by signer with its
@@ -150,7 +165,7 @@ var txSigners = map[string]txSigning{
 		if err != nil {
 			return nil, err
 		}
-		return &txAuth{signer: p.SyncerDID, chainID: own, pre: pre, sig: p.Signature}, nil
+		return &txAuth{signer: p.SyncerDID, chainID: own, pre: pre, sig: p.Signature, receipt: &builtReceipt{run: r, rc: rc}}, nil
 	}},
 }
 

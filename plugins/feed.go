@@ -3,6 +3,7 @@ package plugins
 import (
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"runtime"
 	"sync"
@@ -186,7 +187,7 @@ type stagedBlock struct {
 }
 
 func (e *Engine) newFeeder() *feeder {
-	if !stagingAvailable || e.stages == nil {
+	if !stagingAvailable || e.stages == nil || e.stageFrom == noStaging {
 		return nil
 	}
 	return &feeder{pool: e.stages}
@@ -315,8 +316,14 @@ func runCopies(jobs []copyJob) error {
 	return nil
 }
 
+// noStaging as an engine's stageFrom stages nothing (Config.NoStaging).
+const noStaging = -1
+
 // stageMinimum is the smallest block that is staged.
 func (e *Engine) stageMinimum() int64 {
+	if e.stageFrom == noStaging {
+		return math.MaxInt64
+	}
 	if e.stageFrom > 0 {
 		return e.stageFrom
 	}

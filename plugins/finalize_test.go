@@ -24,6 +24,7 @@ type finalizeMode struct {
 	workers   bool
 	chunk     int   // chunkOverride (0: whole)
 	stageFrom int64 // staging threshold (0: default)
+	noStaging bool  // Config.NoStaging
 }
 
 var finalizeModes = []finalizeMode{
@@ -34,6 +35,8 @@ var finalizeModes = []finalizeMode{
 	{name: "worker", workers: true},
 	{name: "worker/staged", workers: true, stageFrom: 4096},
 	{name: "worker/chunked/staged", workers: true, chunk: 1024, stageFrom: 4096},
+	{name: "local/unstaged", noStaging: true},
+	{name: "worker/unstaged", workers: true, noStaging: true},
 }
 
 // finalizeEngines caches the engines of each mode and fuel budget.
@@ -47,7 +50,7 @@ func (fe *finalizeEngines) get(m finalizeMode, fuel string) *Engine {
 	if e := fe.es[key]; e != nil {
 		return e
 	}
-	cfg := Config{Fuel: goldenFuel(fuel), chunkOverride: m.chunk, stageFrom: m.stageFrom}
+	cfg := Config{Fuel: goldenFuel(fuel), chunkOverride: m.chunk, stageFrom: m.stageFrom, NoStaging: m.noStaging}
 	if m.workers {
 		exe, err := os.Executable()
 		if err != nil {
@@ -170,6 +173,8 @@ func TestFinalizeMatchesGolden(t *testing.T) {
 			defer func() {
 				if n := mappedBlocks.Load() - mapped; m.stageFrom > 0 && !m.workers && n == 0 {
 					t.Errorf("no block was mapped from a stage")
+				} else if m.noStaging && !m.workers && n != 0 {
+					t.Errorf("%d blocks mapped from a stage with NoStaging", n)
 				} else {
 					t.Logf("%d blocks mapped", n)
 				}

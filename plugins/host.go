@@ -100,6 +100,14 @@ type Config struct {
 	// CacheBytes bounds the module bytes of published plugins whose
 	// compiled code stays loaded (LRU; 0 = DefaultCacheBytes).
 	CacheBytes int64
+	// NoStaging copies every block into guest memory instead of staging it
+	// (feed.go), for one-shot callers (`tenzro plugin run`): a stage saves
+	// faulting and zeroing fresh pages only when it is reused by a later
+	// call, and while a staged block is in use its pages are mapped twice in
+	// the process (the host's view and the guest's), so the resident set
+	// counts them twice though they are held once. Results, fuel and the
+	// bytes the guest sees are the same either way.
+	NoStaging bool
 
 	// backstopOff: a worker's calls have no in-process backstop (the node
 	// kills the worker instead).
@@ -124,7 +132,8 @@ type Engine struct {
 	// of that many coordinates (tests only: it changes fuel, never bytes).
 	chunkOverride int
 	// stageFrom > 0 stages blocks from that many bytes instead of stageMin
-	// (tests: it changes how bytes reach guest memory, never results).
+	// (tests: it changes how bytes reach guest memory, never results);
+	// noStaging (Config.NoStaging) stages nothing.
 	stageFrom int64
 
 	mu      sync.RWMutex
@@ -189,6 +198,9 @@ func NewEngine(ctx context.Context, cfg Config) (*Engine, error) {
 	}
 	e := &Engine{cfg: cfg, log: cfg.Logger, costs: DefaultCostTable, loaded: map[wire.Hash]*plugin{}, builtin: map[string]wire.Hash{}, stages: &stagePool{},
 		chunkOverride: cfg.chunkOverride, stageFrom: cfg.stageFrom}
+	if cfg.NoStaging {
+		e.stageFrom = noStaging
+	}
 	var rc wazero.RuntimeConfig
 	if cfg.Interpreter {
 		rc = wazero.NewRuntimeConfigInterpreter()

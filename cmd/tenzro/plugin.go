@@ -309,7 +309,9 @@ func runPlugin(cmd *cobra.Command, f runFlags) error {
 	if f.out == "" {
 		return usagef("--out is required")
 	}
-	e, err := plugins.NewEngine(ctx, plugins.Config{MemoryPages: f.memPages, Fuel: f.fuel, Workers: 1, CacheDir: pluginCacheDir()})
+	// One call per tensor, once: nothing is reused, so nothing is staged
+	// (plugins.Config.NoStaging).
+	e, err := plugins.NewEngine(ctx, plugins.Config{MemoryPages: f.memPages, Fuel: f.fuel, Workers: 1, CacheDir: pluginCacheDir(), NoStaging: true})
 	if err != nil {
 		return err
 	}
