@@ -194,7 +194,7 @@ def main() -> None:
     ap.add_argument("--no-scoring", dest="scoring", action="store_false")
     ap.add_argument(
         "--score-test",
-        choices=["", "own_improves", "own_beats_control"],
+        choices=["", "own_improves", "own_beats_control", "own_gains_relative"],
         default="",
         help="the spec's scoring.test (default: absent, which means own_improves)",
     )
