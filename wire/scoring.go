@@ -57,9 +57,9 @@ type Scoring struct {
 	// the field is absent (the posting is then refused).
 	Corpus Hash
 	// Test is the pay test a score must pass: ScoreTestOwnImproves (the
-	// default), ScoreTestOwnBeatsControl (Templar's; RATIONALE "scoring:
-	// two pay tests") or ScoreTestOwnGainsRelative (RATIONALE "scoring: the
-	// relative test").
+	// default), ScoreTestOwnBeatsControl (Templar's) or
+	// ScoreTestOwnGainsRelative (RATIONALE "scoring: pay tests, own_improves
+	// by default").
 	Test string
 	// Forfeit is k: a failed check takes back k × N × 10000 / rate_bps of
 	// payout weight (1..MaxScoringForfeit, default DefaultScoringForfeit).
