@@ -478,7 +478,7 @@ func (n *Node) syncRun(ctx context.Context, task string, wait bool) (int, error)
 			n.abstainFrom(task, a, fmt.Errorf("fragment %d: %w", i, err))
 			return 0, nil
 		}
-		n.applyFault(s.r.Round, c)
+		n.applyFault(s.r.Round, c, s.r.TaskSpec().Quorum)
 		n.withholdFault(s.r.Round, c)
 		out = append(out, c)
 	}
