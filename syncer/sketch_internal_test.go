@@ -98,3 +98,24 @@ func TestSketchSimilar(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkSketch: the sketch's cost per input beside the copy rule's own
+// quantization of the same values (copies.md §7 "What is stored").
+func BenchmarkSketch(b *testing.B) {
+	for _, n := range []int{1 << 20, 10 << 20} {
+		vals := f32le(gauss(1, n, 0.01))
+		q, _ := quantize(vals, machine.F32, n)
+		b.Run(fmt.Sprintf("quantize/N=%d", n), func(b *testing.B) {
+			b.SetBytes(int64(4 * n))
+			for i := 0; i < b.N; i++ {
+				quantize(vals, machine.F32, n)
+			}
+		})
+		b.Run(fmt.Sprintf("sketch256/N=%d", n), func(b *testing.B) {
+			b.SetBytes(int64(4 * n))
+			for i := 0; i < b.N; i++ {
+				sketchOf(q.q, 7, 256)
+			}
+		})
+	}
+}
