@@ -54,6 +54,13 @@ func TestChallengeWrongStaleFourValidators(t *testing.T) {
 			t.Fatalf("validator %s voted %s (unavailable %v), the challenger claimed %s", v.Validator, v.ResultHash, v.Unavailable, ch.Claimed)
 		}
 	}
+	injected := false
+	for _, n := range c.nodes {
+		injected = injected || logHas(n, "FAULT INJECTED: committing an invented stale verdict", "round=1", "fragment=0")
+	}
+	if !injected {
+		t.Fatal("no validator's log shows the injected stale verdict: the challenge was upheld for another reason")
+	}
 	if r := c.run(task); len(r.Excluded) != 1 || r.Excluded[0] != ch.Syncer {
 		t.Fatalf("excluded syncers %v, want the slashed %s", r.Excluded, ch.Syncer)
 	}
