@@ -1,6 +1,7 @@
 package chain
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"os"
@@ -9,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tenzro/train/wire"
 	"github.com/tenzro/train/wire/did"
 )
 
@@ -20,9 +22,12 @@ import (
 // sync from the newest snapshot (trust from a header verified against the
 // genesis validators). Each join ends when the node has committed the
 // height the validator had when the join started and its app hash there is
-// the validator's. Not run in CI.
+// the validator's. TENZRO_JOIN_RUNS=<runs> first puts that many runs on the
+// chain (posted with initial weights, a syncer elected, 4 trainers
+// enrolled, a submission record from each for each of 2 fragments), so the
+// state joined holds runs, enrolments and records. Not run in CI.
 //
-//	TENZRO_JOIN_BENCH=20000 go test ./chain -run TestJoinTimeBench -v -timeout 2h
+//	TENZRO_JOIN_RUNS=50 TENZRO_JOIN_BENCH=20000 go test ./chain -run TestJoinTimeBench -v -timeout 2h
 func TestJoinTimeBench(t *testing.T) {
 	n, _ := strconv.ParseInt(os.Getenv("TENZRO_JOIN_BENCH"), 10, 64)
 	if n <= 0 {
@@ -31,8 +36,10 @@ func TestJoinTimeBench(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
 	k := testKey(t, did.KindHuman, 1)
+	runs, _ := strconv.Atoi(os.Getenv("TENZRO_JOIN_RUNS"))
+	actors := newJoinActors(t)
 	nodes, err := WriteTestnet(TestnetOptions{Validators: 1, Dir: dir, ChainID: "joinbench", TimeoutCommit: time.Millisecond,
-		Allocs: []GenesisAccount{{DID: k.DID.String(), Balance: "1000000000000"}}, Params: nil})
+		Allocs: append(actors.allocs(), GenesisAccount{DID: k.DID.String(), Balance: "1000000000000"}), Params: nil})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -46,6 +53,11 @@ func TestJoinTimeBench(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer v.Close()
+	if runs > 0 {
+		t0 := time.Now()
+		records := actors.putRuns(ctx, t, v, "joinbench", runs)
+		t.Logf("put %d runs on the chain (%d submission records) in %s", runs, records, time.Since(t0).Round(time.Second))
+	}
 	start := time.Now()
 	nonce := uint64(0)
 	other := testKey(t, did.KindHuman, 2).DID.String()
@@ -125,4 +137,71 @@ func dirSize(dir string) (int64, error) {
 		return nil
 	})
 	return n, err
+}
+
+// joinActors are the keys that put runs on the join bench's chain.
+type joinActors struct {
+	sponsor, cand *did.Key
+	trainers      []*did.Key
+	nonces        map[*did.Key]uint64
+}
+
+func newJoinActors(t *testing.T) *joinActors {
+	a := &joinActors{sponsor: testKey(t, did.KindHuman, 20), cand: testKey(t, did.KindMachine, 21), nonces: map[*did.Key]uint64{}}
+	for i := 0; i < 4; i++ {
+		a.trainers = append(a.trainers, testKey(t, did.KindMachine, byte(22+i)))
+	}
+	return a
+}
+
+func (a *joinActors) allocs() []GenesisAccount {
+	const lots = "1000000000000000000000000000"
+	out := []GenesisAccount{{DID: a.sponsor.DID.String(), Balance: lots}, {DID: a.cand.DID.String(), Balance: lots}}
+	for _, k := range a.trainers {
+		out = append(out, GenesisAccount{DID: k.DID.String(), Balance: lots})
+	}
+	return out
+}
+
+func (a *joinActors) next(k *did.Key) uint64 { a.nonces[k]++; return a.nonces[k] }
+
+// send submits one transaction and waits until its block result is success.
+// (Wait answers a refusal in the block as an error).
+func (a *joinActors) send(ctx context.Context, t *testing.T, v *Node, what string, tx []byte) {
+	t.Helper()
+	p, err := v.Local.Submit(ctx, tx)
+	if err != nil {
+		t.Fatalf("%s: %v", what, err)
+	}
+	if _, err := p.Wait(ctx); err != nil {
+		t.Fatalf("%s: %v", what, err)
+	}
+}
+
+// putRuns posts runs runs of 2 fragments with 4 trainers (M = K = 4), each
+// with an elected syncer, its trainers enrolled and a record from every
+// trainer for every fragment of round 0, and returns the records committed.
+func (a *joinActors) putRuns(ctx context.Context, t *testing.T, v *Node, chainID string, runs int) int {
+	t.Helper()
+	rules := meanRules(t)
+	a.send(ctx, t, v, "register the syncer", must(RegisterSyncerTx(chainID, a.cand, "1000000000000000000", a.next(a.cand))))
+	records := 0
+	for r := 0; r < runs; r++ {
+		task := fmt.Sprintf("join-run-%d", r)
+		spec := bytes.Replace(testSpec(task, a.sponsor.DID.String(), len(a.trainers), len(a.trainers), 2, 2, ""),
+			[]byte(`"reward_pool":"1000"`), []byte(`"reward_pool":"1000000000000000000000"`), 1)
+		a.send(ctx, t, v, "post "+task, must(PostTaskTx(chainID, a.sponsor, spec, testLayout(2, task), rules, a.next(a.sponsor))))
+		a.send(ctx, t, v, "proof "+task, must(ElectionProofTx(chainID, a.cand, task, vrfProof(t, a.cand, task, spec), a.next(a.cand))))
+		for _, k := range a.trainers {
+			a.send(ctx, t, v, "enrol in "+task, must(EnrollTx(chainID, k, task, "100000000000000000", a.next(k))))
+		}
+		for f := uint64(0); f < 2; f++ {
+			for i, k := range a.trainers {
+				h := wire.ContentHash([]byte(fmt.Sprintf("%s-%d-%d", task, f, i)))
+				a.send(ctx, t, v, "record in "+task, must(SubmissionTx(chainID, k, task, 0, f, h, 10)))
+				records++
+			}
+		}
+	}
+	return records
 }

@@ -261,6 +261,9 @@ func (n *Node) Close() error {
 		errs = append(errs, fmt.Errorf("stop cometbft: %w", err))
 	}
 	n.cmt.Wait()
+	if !waitAddrBook(n.cmt) {
+		n.log.Warn("cannot wait for CometBFT's address book to finish saving (its reactor changed shape); config/addrbook.json may still be written after Close")
+	}
 	if err := n.App.Close(); err != nil {
 		errs = append(errs, err)
 	}

@@ -170,7 +170,7 @@ func chainBenchRun(tb testing.TB, trainers, frags int) *benchSetup {
 	must := mustTx(tb)
 	r := &benchSetup{trainers: trainers, sponsor: chainKey(tb, did.KindHuman, 1), keys: make([]*did.Key, trainers)}
 	spec := []byte(fmt.Sprintf(`{"task_id":"bench","sponsor_did":%q,"sponsor_address":"0x1111111111111111111111111111111111111111",
- "architecture":{"family":"timesfm","param_count":%d,"modality":"Timeseries","fragment_count":%d,"dtype":"bf16"},
+ "architecture":{"family":"timesfm","param_count":%d,"modality":"Timeseries","fragment_count":%d,"dtype":"f32"},
  "tier":"Open","aggregation":"Mean","trainer_count":%d,"quorum":%d,"inner_steps":4,"max_rounds":1,"grace_window_ms":3600000,"round_deadline_ms":3600000,
  "reward_pool":"2000000000000000000","dataset_ref":"ipfs://QmTest","dataset_hash":"0xabab","min_throughput":null,"created_at":1761350400}`, r.sponsor.DID, frags, frags, trainers, trainers))
 	rules, err := chain.MeanRules()

@@ -310,7 +310,7 @@ func (c *challengeNet) submitRound(task string, trainer *did.Key, round int) {
 func (c *challengeNet) post(task string, sponsor, trainer *did.Key, extra string) {
 	c.t.Helper()
 	spec := []byte(fmt.Sprintf(`{"task_id":%q,"sponsor_did":%q,"sponsor_address":"0x1111111111111111111111111111111111111111",
- "architecture":{"family":"timesfm","param_count":%d,"modality":"Timeseries","fragment_count":%d,"dtype":"bf16"},
+ "architecture":{"family":"timesfm","param_count":%d,"modality":"Timeseries","fragment_count":%d,"dtype":"f32"},
  "tier":"Open","aggregation":"Mean","trainer_count":1,"quorum":1,"inner_steps":4,"max_rounds":2,"grace_window_ms":0,
  "reward_pool":"2000000000000000000","dataset_ref":"ipfs://QmTest","dataset_hash":"0xabab","min_throughput":null,"created_at":1761350400,
  "challenge_window_blocks":50,"vote_window_blocks":80,"challenge_bond":"200000000000000000"%s}`, task, sponsor.DID, F*N, F, extra))

@@ -249,7 +249,7 @@ const (
 func seedSpec(sponsor string) string {
 	return fmt.Sprintf(`{"task_id":%q,"sponsor_did":%q,"sponsor_address":"0x00000000000000000000000000000000000000aa",
  "architecture":{"family":"timesfm","param_count":%d,"modality":"Timeseries","fragment_count":%d,
- "dtype":"bf16","metadata":{"context_len":2048,"horizon":128}},"tier":"Open","aggregation":"Mean",
+ "dtype":"f32","metadata":{"context_len":2048,"horizon":128}},"tier":"Open","aggregation":"Mean",
  "trainer_count":%d,"quorum":%d,"inner_steps":24,"max_rounds":%d,"grace_window_ms":8000,
  "reward_pool":"1000000000000000000000","dataset_ref":"ipfs://Qm...","dataset_hash":"0x...",
  "min_throughput":null,"created_at":1761350400}`, task, sponsor, F*N, F, M, K, R)

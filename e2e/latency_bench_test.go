@@ -96,7 +96,7 @@ func benchRun(ctx context.Context, t *testing.T, task string, nTrainers, F, N, m
 	n := startNet(t, netOptions{validators: 4, allocs: allocs, nodeFlags: strings.Fields(os.Getenv("TENZRO_BENCH_NODE_FLAGS"))})
 	light := n.startLight("light", "light-client", 0)
 	spec := fmt.Sprintf(`{"task_id":%q,"sponsor_did":%q,"sponsor_address":"0x1111111111111111111111111111111111111111",
- "architecture":{"family":"timesfm","param_count":%d,"modality":"Timeseries","fragment_count":%d,"dtype":"bf16"},
+ "architecture":{"family":"timesfm","param_count":%d,"modality":"Timeseries","fragment_count":%d,"dtype":"f32"},
  "tier":"Open","aggregation":"Mean","trainer_count":%d,"quorum":%d,"inner_steps":4,"max_rounds":%d,"grace_window_ms":600000,
  "round_deadline_ms":600000,"reward_pool":"1000000000000000000000","dataset_ref":"ipfs://QmTest","dataset_hash":"0xabab",
  "min_throughput":null,"created_at":1761350400}`, task, sponsor.DID, F*N, F, nTrainers, nTrainers, maxRounds)

@@ -355,7 +355,7 @@ func TestNetworkRun(t *testing.T) {
 
 	// Posted on node 0 (the CLI).
 	spec := fmt.Sprintf(`{"task_id":%q,"sponsor_did":%q,"sponsor_address":"0x1111111111111111111111111111111111111111",
- "architecture":{"family":"timesfm","param_count":%d,"modality":"Timeseries","fragment_count":%d,"dtype":"bf16"},
+ "architecture":{"family":"timesfm","param_count":%d,"modality":"Timeseries","fragment_count":%d,"dtype":"f32"},
  "tier":"Open","aggregation":"Mean","trainer_count":%d,"quorum":%d,"inner_steps":4,"max_rounds":%d,"grace_window_ms":%d,
  "round_deadline_ms":%d,"reward_pool":"1000000000000000000000","dataset_ref":"ipfs://QmTest","dataset_hash":"0xabab",
  "min_throughput":null,"created_at":1761350400}`, task, sponsor.DID, F*N, F, nTrainers, K, R, graceMs, deadlineMs)

@@ -69,7 +69,7 @@ func TestReplayBatchBench(t *testing.T) {
 
 	// A real run, round 0 committed.
 	spec := fmt.Sprintf(`{"task_id":%q,"sponsor_did":%q,"sponsor_address":"0x00000000000000000000000000000000000000aa",
- "architecture":{"family":"timesfm","param_count":%d,"modality":"Timeseries","fragment_count":%d,"dtype":"bf16"},
+ "architecture":{"family":"timesfm","param_count":%d,"modality":"Timeseries","fragment_count":%d,"dtype":"f32"},
  "tier":"Open","aggregation":"Mean","trainer_count":%d,"quorum":%d,"inner_steps":4,"max_rounds":3,"grace_window_ms":8000,
  "reward_pool":"1000000000000000000000","dataset_ref":"ipfs://QmAccept","dataset_hash":"0xabab",
  "challenge_window_blocks":10000,"min_throughput":null,"created_at":1761350400}`, rtask, sponsor, frags*n, frags, trainers, trainers)

@@ -147,7 +147,7 @@ func (r *tierRun) claim(task string, i int, payload wire.Hash, wrongModel bool) 
 
 func (r *tierRun) post(task, tier string, allow bool) *wire.PostTaskResult {
 	s := fmt.Sprintf(`{"task_id":%q,"sponsor_did":%q,"sponsor_address":"0x00","architecture":{"family":"timesfm","param_count":32,
- "modality":"Timeseries","fragment_count":2,"dtype":"bf16","metadata":{}},"tier":%q,"aggregation":"Mean","trainer_count":4,"quorum":3,
+ "modality":"Timeseries","fragment_count":2,"dtype":"f32","metadata":{}},"tier":%q,"aggregation":"Mean","trainer_count":4,"quorum":3,
  "inner_steps":24,"max_rounds":2,"grace_window_ms":30000,"reward_pool":"1000000000000000000","dataset_ref":"file:///data.enc","dataset_hash":"0x00",
  "min_throughput":null,"created_at":1761350400,"attestation_policy":%s}`, task, r.sponsor.DID.String(), tier, r.policyFor(tier, allow))
 	_, canon, err := wire.ParseSpec([]byte(s))

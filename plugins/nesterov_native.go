@@ -13,6 +13,7 @@ import (
 	"github.com/tenzro/train/plugins/builtin"
 	"github.com/tenzro/train/syncer"
 	"github.com/tenzro/train/wire"
+	"github.com/tenzro/train/wire/safetensors"
 )
 
 // The built-in outer step natively (DESIGN §4: a native fast path where a
@@ -276,15 +277,9 @@ func fma32(a, b, c float32) float32 {
 //go:noinline
 func fma32Slow(a, b, c float32) float32 { return syncer.FMA32(a, b, c) }
 
-// f32ToBF16 is tz_f32_to_bf16: round to nearest even, NaN stays a quiet NaN.
-func f32ToBF16(f float32) uint16 {
-	b := math.Float32bits(f)
-	if b&0x7fffffff > 0x7f800000 {
-		return uint16(b>>16) | 0x0040
-	}
-	b += 0x7fff + (b>>16)&1
-	return uint16(b >> 16)
-}
+// f32ToBF16 is tz_f32_to_bf16: round to nearest even, NaN stays a quiet
+// NaN (safetensors.F32ToBF16, the Go side's one implementation).
+func f32ToBF16(f float32) uint16 { return safetensors.F32ToBF16(f) }
 
 func aligned4(b []byte) bool { return len(b) == 0 || uintptr(unsafe.Pointer(&b[0]))%4 == 0 }
 

@@ -54,7 +54,8 @@ genesis_hash="$(sed -n 's/^genesis hash \([0-9a-f]*\).*/\1/p' "$dir/testnet.txt"
 
 # A one-round example run: one trainer, two fragments of four float32 values each. The initial
 # weights are a safetensors file written here (8-byte little-endian header length, the JSON header,
-# the values: 0.01 each).
+# the values: 0.01 each). The spec says bf16: tenzro train post-task and submit-gradient round these
+# F32 files to BF16 before signing them (one line on stderr says so; the node takes only the spec's dtype).
 cat >"$dir/spec.json" <<EOF
 {"task_id":"testnet-run","sponsor_did":"$sponsor","sponsor_address":"0x1111111111111111111111111111111111111111",
  "architecture":{"family":"timesfm","param_count":8,"modality":"Timeseries","fragment_count":2,"dtype":"bf16"},

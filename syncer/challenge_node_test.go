@@ -150,7 +150,7 @@ func newCNetWith(t *testing.T, o cnetOpts) *cnet {
 	arch, dh, weights := o.arch, o.datasetHash, o.weights
 	if arch == "" {
 		arch = `{"family":"timesfm","param_count":32,"modality":"Timeseries","fragment_count":2,
- "dtype":"bf16","metadata":{"context_len":32,"horizon":8}}`
+ "dtype":"f32","metadata":{"context_len":32,"horizon":8}}`
 	}
 	if dh == "" {
 		dh = "0xabab"

@@ -10,6 +10,7 @@ import (
 
 	"github.com/tenzro/train/machine"
 	"github.com/tenzro/train/wire"
+	"github.com/tenzro/train/wire/safetensors"
 )
 
 // NativeEngine is the built-in Go implementation of the Engine seam: Mean
@@ -244,12 +245,7 @@ func EncodeF32(v []float32) []byte {
 	return out
 }
 
-// F32ToBF16 rounds to nearest even; NaN stays NaN.
-func F32ToBF16(x float32) uint16 {
-	u := math.Float32bits(x)
-	if u&0x7fffffff > 0x7f800000 {
-		return uint16(u>>16) | 0x40
-	}
-	u += 0x7fff + (u>>16)&1
-	return uint16(u >> 16)
-}
+// F32ToBF16 rounds to nearest even; NaN stays NaN. It is
+// safetensors.F32ToBF16, the one rounding the node, the CLI and the outer
+// step share.
+func F32ToBF16(x float32) uint16 { return safetensors.F32ToBF16(x) }

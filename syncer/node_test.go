@@ -159,13 +159,20 @@ func (h *harness) publishFee() *big.Int {
 
 func (h *harness) nextNonce() uint64 { h.nonce++; return h.nonce }
 
+// spec is an f32 run of m trainers, quorum k, f fragments of 16 values
+// (initWeights' F32 tensors) and rounds rounds.
 func spec(task, sponsor string, m, k, f, rounds int) []byte {
+	return specDtype("f32", task, sponsor, m, k, f, rounds)
+}
+
+// specDtype is spec with architecture.dtype dtype (f32 or bf16).
+func specDtype(dtype, task, sponsor string, m, k, f, rounds int) []byte {
 	s := fmt.Sprintf(`{"task_id":%q,"sponsor_did":%q,"sponsor_address":"0x1111111111111111111111111111111111111111",
  "architecture":{"family":"timesfm","param_count":%d,"modality":"Timeseries","fragment_count":%d,
- "dtype":"bf16","metadata":{"context_len":32,"horizon":8}},"tier":"Open","aggregation":"Mean",
+ "dtype":%q,"metadata":{"context_len":32,"horizon":8}},"tier":"Open","aggregation":"Mean",
  "trainer_count":%d,"quorum":%d,"inner_steps":24,"max_rounds":%d,"grace_window_ms":30000,
  "reward_pool":"1000000000000000000000","dataset_ref":"ipfs://QmTest","dataset_hash":"0xabab",
- "min_throughput":null,"created_at":1761350400}`, task, sponsor, f*16, f, m, k, rounds)
+ "min_throughput":null,"created_at":1761350400}`, task, sponsor, f*16, f, dtype, m, k, rounds)
 	return []byte(s)
 }
 

@@ -194,7 +194,7 @@ func (n *Node) PostTask(ctx context.Context, p *wire.PostTaskParams) (*wire.Post
 		if layout, encs, err = machine.InitLayoutOf(raw, spec.Architecture.FragmentCount); err != nil {
 			return nil, err
 		}
-		if err := checkParamCount(spec, layout); err != nil {
+		if err := CheckInit(spec, layout); err != nil {
 			return nil, err
 		}
 		wh = layout.File
@@ -280,6 +280,41 @@ func (n *Node) PostTask(ctx context.Context, p *wire.PostTaskParams) (*wire.Post
 	return &res, nil
 }
 
+// CheckInit refuses initial weights that are not the model the spec states:
+// their element count must be architecture.param_count and their dtype
+// architecture.dtype's (RATIONALE "models: param_count picks the preset,
+// and must be exact"). It runs before anything is stored.
+func CheckInit(spec *wire.TaskSpec, l *wire.InitLayout) error {
+	if err := checkParamCount(spec, l); err != nil {
+		return err
+	}
+	return checkInitDtype(spec, l)
+}
+
+// checkInitDtype refuses initial weights whose dtype is not the spec's
+// architecture.dtype (f32: F32, bf16: BF16). Payloads must then be in the
+// weights' dtype (machine.FragmentValues), so a run's weights, payloads and
+// spec agree; the CLI converts F32 files to BF16 for a bf16 spec before it
+// signs them, the node never converts.
+func checkInitDtype(spec *wire.TaskSpec, l *wire.InitLayout) error {
+	want, err := spec.Architecture.TensorDtype()
+	if err != nil {
+		return machine.Errf(machine.KindInvalid, "%v", err)
+	}
+	for i, f := range l.Fragments {
+		if f.Dtype == want {
+			continue
+		}
+		hint := "the node never converts weights"
+		if want == string(machine.BF16) && f.Dtype == string(machine.F32) {
+			hint = "round them to BF16 before signing; tenzro train post-task does"
+		}
+		return machine.Errf(machine.KindInvalid, "spec: architecture.dtype is %s, so the initial weights must be %s, but they are %s (fragment %d, tensor %q): %s",
+			spec.Architecture.Dtype, want, f.Dtype, i, f.Tensors[0].Name, hint)
+	}
+	return nil
+}
+
 // checkParamCount refuses initial weights whose element count is not the
 // spec's architecture.param_count: the count a spec states is the model it
 // trains (the trainer picks its preset by it), never a label.
@@ -322,7 +357,7 @@ func (n *Node) SetInitWeights(ctx context.Context, p *wire.SetInitWeightsParams)
 	if err != nil {
 		return nil, err
 	}
-	if err := checkParamCount(r.TaskSpec(), layout); err != nil {
+	if err := CheckInit(r.TaskSpec(), layout); err != nil {
 		return nil, err
 	}
 	if err := n.storeLayout(ctx, raw, layout, encs); err != nil {

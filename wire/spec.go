@@ -44,6 +44,25 @@ type Architecture struct {
 	Metadata      json.RawMessage `json:"metadata,omitempty"`
 }
 
+// Spec dtypes (architecture.dtype) as the seed writes them.
+const (
+	DtypeF32  = "f32"
+	DtypeBF16 = "bf16"
+)
+
+// TensorDtype is the safetensors dtype of the run's weights and of every
+// payload: F32 for a spec's f32, BF16 for bf16 (PROTOCOL §5: payload dtype
+// = weights dtype = spec dtype). Validate refuses any other spec dtype.
+func (a Architecture) TensorDtype() (string, error) {
+	switch a.Dtype {
+	case DtypeF32:
+		return "F32", nil
+	case DtypeBF16:
+		return "BF16", nil
+	}
+	return "", fmt.Errorf("spec: architecture.dtype is %q, want %q or %q", trunc(a.Dtype), DtypeF32, DtypeBF16)
+}
+
 // OuterOptimizer configures the outer Nesterov step.
 type OuterOptimizer struct {
 	LR       float32 `json:"lr"`
@@ -279,6 +298,8 @@ func (s *TaskSpec) Validate() error {
 		return fmt.Errorf("spec: quorum K=%d exceeds trainer_count M=%d (need K ≤ M)", s.Quorum, s.TrainerCount)
 	case s.Architecture.FragmentCount < 1 || s.Architecture.FragmentCount > MaxFragments:
 		return fmt.Errorf("spec: architecture.fragment_count (F) is %d, want 1..%d", s.Architecture.FragmentCount, MaxFragments)
+	case s.Architecture.Dtype != DtypeF32 && s.Architecture.Dtype != DtypeBF16:
+		return fmt.Errorf("spec: architecture.dtype is %q, want %q or %q (the dtype of the weights and of every payload)", trunc(s.Architecture.Dtype), DtypeF32, DtypeBF16)
 	case s.InnerSteps < 1 || s.InnerSteps > MaxInnerSteps:
 		return fmt.Errorf("spec: inner_steps (H) is %d, want 1..%d", s.InnerSteps, MaxInnerSteps)
 	case s.MaxRounds < 1 || s.MaxRounds > MaxRounds:

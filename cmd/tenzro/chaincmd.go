@@ -21,6 +21,7 @@ import (
 	"github.com/tenzro/train/audit"
 	"github.com/tenzro/train/chain"
 	"github.com/tenzro/train/machine"
+	"github.com/tenzro/train/syncer"
 	"github.com/tenzro/train/syncer/election"
 	"github.com/tenzro/train/syncer/vrf"
 	"github.com/tenzro/train/wire"
@@ -304,6 +305,12 @@ serves them must hold them).`,
 					return err
 				}
 				if layout, _, err = machine.InitLayoutOf(raw, parsed.Architecture.FragmentCount); err != nil {
+					return usagef("--init-weights: %v", err)
+				}
+				// A node's postTask checks these too; here no node sees the
+				// weights, so this command does (it never converts: the
+				// bytes a node serves must be the ones laid out here).
+				if err := syncer.CheckInit(parsed, layout); err != nil {
 					return usagef("--init-weights: %v", err)
 				}
 			}

@@ -37,6 +37,8 @@ type cliFake struct {
 	// getTranscript answer for it.
 	run        *wire.RunView
 	transcript []wire.RoundCommit
+	// initWeights are the weights setInitWeights received for run.
+	initWeights []byte
 }
 
 // resolve returns a payload sent inline or by reference.
@@ -85,8 +87,19 @@ func (f *cliFake) PostTask(_ context.Context, p *wire.PostTaskParams) (*wire.Pos
 	f.mu.Unlock()
 	return &wire.PostTaskResult{TaskID: s.TaskID, SpecHash: wire.SpecHash(canon), Status: wire.StatusAwaiting}, nil
 }
-func (f *cliFake) SetInitWeights(context.Context, *wire.SetInitWeightsParams) (*wire.PostTaskResult, error) {
-	return nil, errUnimplemented
+func (f *cliFake) SetInitWeights(_ context.Context, p *wire.SetInitWeightsParams) (*wire.PostTaskResult, error) {
+	if f.run == nil || p.TaskID != f.run.TaskID {
+		return nil, errUnimplemented
+	}
+	s, _, err := wire.ParseSpec(f.run.TaskSpec)
+	if err != nil {
+		return nil, err
+	}
+	if err := verify(s.SponsorDID, p.Preimage(s.SponsorDID), p.Signature); err != nil {
+		return nil, err
+	}
+	f.initWeights = p.Weights
+	return &wire.PostTaskResult{TaskID: p.TaskID, Status: wire.StatusAwaiting}, nil
 }
 func (f *cliFake) ListRuns(context.Context, wire.ListRunsParams) ([]wire.RunSummary, error) {
 	f.mu.Lock()

@@ -37,14 +37,20 @@ watching a run (get-run, finalize-round).`,
 
 func newPostTaskCmd() *cobra.Command {
 	var specPath, weightsPath, keyPath, datasetKeyPath, corpusPath string
+	var noConvert bool
 	c := &cobra.Command{
-		Use:   "post-task --spec FILE [--init-weights FILE] [--dataset-key FILE] [--corpus FILE] [--key FILE]",
+		Use:   "post-task --spec FILE [--init-weights FILE] [--no-convert] [--dataset-key FILE] [--corpus FILE] [--key FILE]",
 		Short: "Post a training task spec and escrow its reward pool",
 		Long: `Post a TrainingTaskSpec (the seed's JSON, accepted verbatim, plus the optional
 fields aggregation, verification, outer_optimizer, slashing, …). The request is
 signed by --key, which must be the spec's sponsor_did. --init-weights attaches the
 initial model as safetensors; it can also be sent later with set-init-weights.
 The node refuses an invalid spec (e.g. quorum K > trainer_count M) and stores nothing.
+
+The weights must be in the spec's architecture.dtype (f32: F32, bf16: BF16).
+For a bf16 spec the CLI rounds F32 tensors to BF16 (to nearest, ties to even)
+before it hashes and signs the file, and says so on stderr; --no-convert
+refuses instead. BF16 weights under an f32 spec are refused (never widened).
 
 Confidential tier: the node's key broker seals the run's dataset key. By default
 it makes one and returns it once (printed here: keep it, it encrypts the dataset).
@@ -77,7 +83,16 @@ ipfs:// CID.`,
 			p := &wire.PostTaskParams{Spec: json.RawMessage(raw), Signed: wire.Signed{ChainID: cid, Nonce: newNonce()}}
 			var weights *blobFile
 			if weightsPath != "" {
-				if weights, err = hashBlobFile("init-weights", weightsPath, maxPayloadFile); err != nil {
+				want, err := spec.Architecture.TensorDtype()
+				if err != nil {
+					return fmt.Errorf("--spec %s: %w", specPath, err)
+				}
+				path, cleanup, err := toRunDtype(cmd.ErrOrStderr(), "init-weights", weightsPath, want, noConvert)
+				if err != nil {
+					return err
+				}
+				defer cleanup()
+				if weights, err = hashBlobFile("init-weights", path, maxPayloadFile); err != nil {
 					return err
 				}
 				p.InitWeightsHash = weights.hash
@@ -133,6 +148,7 @@ ipfs:// CID.`,
 	}
 	c.Flags().StringVar(&specPath, "spec", "", "task spec JSON file")
 	c.Flags().StringVar(&weightsPath, "init-weights", "", "initial weights (safetensors)")
+	c.Flags().BoolVar(&noConvert, "no-convert", false, "refuse F32 weights under a bf16 spec instead of rounding them to BF16")
 	c.Flags().StringVar(&datasetKeyPath, "dataset-key", "", "Confidential tier: your own dataset key (file of 64 hex digits)")
 	c.Flags().StringVar(&corpusPath, "corpus", "", "a scored spec's CSV corpus (its content hash is the spec's scoring.corpus; sent to the node before the posting)")
 	c.Flags().StringVar(&keyPath, "key", "", "sponsor key file (default $TENZRO_KEY, then ~/.tenzro/key.json)")
@@ -142,13 +158,25 @@ ipfs:// CID.`,
 
 func newSetInitWeightsCmd() *cobra.Command {
 	var task, weightsPath, keyPath string
+	var noConvert bool
 	c := &cobra.Command{
-		Use:     "set-init-weights --task-id ID --weights FILE [--key FILE]",
-		Short:   "Send a posted run's initial weights (safetensors), signed by the sponsor",
+		Use:   "set-init-weights --task-id ID --weights FILE [--no-convert] [--key FILE]",
+		Short: "Send a posted run's initial weights (safetensors), signed by the sponsor",
+		Long: `The weights must be in the spec's architecture.dtype: for a bf16 spec the CLI
+rounds F32 tensors to BF16 (to nearest, ties to even) before it hashes and signs
+the file, and says so on stderr; --no-convert refuses instead.`,
 		Example: `  tenzro train set-init-weights --task-id train-1 --weights init.safetensors --key sponsor.key`,
 		Args:    noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			w, err := hashBlobFile("weights", weightsPath, maxPayloadFile)
+			if weightsPath == "" {
+				return usagef("--weights is required")
+			}
+			path, cleanup, err := toRunDtype(cmd.ErrOrStderr(), "weights", weightsPath, runSpecDtype(cmd, task), noConvert)
+			if err != nil {
+				return err
+			}
+			defer cleanup()
+			w, err := hashBlobFile("weights", path, maxPayloadFile)
 			if err != nil {
 				return err
 			}
@@ -182,6 +210,7 @@ func newSetInitWeightsCmd() *cobra.Command {
 	}
 	c.Flags().StringVar(&task, "task-id", "", "run's task id")
 	c.Flags().StringVar(&weightsPath, "weights", "", "initial weights (safetensors)")
+	c.Flags().BoolVar(&noConvert, "no-convert", false, "refuse F32 weights under a bf16 spec instead of rounding them to BF16")
 	c.Flags().StringVar(&keyPath, "key", "", "sponsor key file (default $TENZRO_KEY, then ~/.tenzro/key.json)")
 	for _, f := range []string{"task-id", "weights"} {
 		_ = c.MarkFlagRequired(f)
@@ -456,11 +485,16 @@ func newSubmitCmd() *cobra.Command {
 	var task, payloadPath, keyPath, attPath string
 	var round, fragment uint64
 	var metrics map[string]string
+	var noConvert bool
 	c := &cobra.Command{
-		Use:   "submit-gradient --task-id ID --round N --fragment I --payload FILE [--key FILE] [--metrics train_loss=X,...]",
+		Use:   "submit-gradient --task-id ID --round N --fragment I --payload FILE [--no-convert] [--key FILE] [--metrics train_loss=X,...]",
 		Short: "Submit one outer gradient (safetensors) for a round and fragment",
 		Long: `Submit the pseudo-gradient θ_before − θ_after of one fragment as safetensors
 (same tensor names, dtype and shapes as the fragment's weights from get-weights).
+A payload's dtype is the run's: for a bf16 run without compression the CLI rounds
+F32 tensors to BF16 (to nearest, ties to even) before it stamps, hashes and signs
+the payload, and says so on stderr; --no-convert refuses instead. BF16 tensors for
+an F32 run are refused (never widened).
 The payload must name its trainer, task, round and fragment in its
 __metadata__ (docs/protocol/safetensors.md §6): a file without them is
 stamped (re-encoded to a temporary file with the binding of --key, --task-id,
@@ -483,7 +517,15 @@ node's dashboard plots it.`,
 			if err != nil {
 				return err
 			}
-			path, cleanup, err := bindPayloadFile(payloadPath, safetensors.Binding{Trainer: key.DID.String(), Task: task, Round: round, Fragment: fragment})
+			if payloadPath == "" {
+				return usagef("--payload is required")
+			}
+			converted, cleanupConv, err := toRunDtype(cmd.ErrOrStderr(), "payload", payloadPath, runPayloadDtype(cmd, task, fragment), noConvert)
+			if err != nil {
+				return err
+			}
+			defer cleanupConv()
+			path, cleanup, err := bindPayloadFile(converted, safetensors.Binding{Trainer: key.DID.String(), Task: task, Round: round, Fragment: fragment})
 			if err != nil {
 				return err
 			}
@@ -538,6 +580,7 @@ node's dashboard plots it.`,
 	c.Flags().Uint64Var(&round, "round", 0, "round number")
 	c.Flags().Uint64Var(&fragment, "fragment", 0, "fragment index")
 	c.Flags().StringVar(&payloadPath, "payload", "", "outer gradient (safetensors)")
+	c.Flags().BoolVar(&noConvert, "no-convert", false, "refuse F32 tensors for a bf16 run instead of rounding them to BF16")
 	c.Flags().StringVar(&keyPath, "key", "", "trainer key file (default $TENZRO_KEY, then ~/.tenzro/key.json)")
 	c.Flags().StringVar(&attPath, "attestation", "", "attestation claim JSON (Verified/Confidential tiers)")
 	c.Flags().StringToStringVar(&metrics, "metrics", nil, "signed metrics to report, name=number pairs (e.g. train_loss=0.82,eval_loss=0.9)")
@@ -582,4 +625,40 @@ func newGetWeightsCmd() *cobra.Command {
 		_ = c.MarkFlagRequired(f)
 	}
 	return c
+}
+
+// runSpecDtype is the safetensors dtype of a posted run's weights, from its
+// spec's architecture.dtype; "" when the node cannot tell (no such run: the
+// node's refusal of the request then says so).
+func runSpecDtype(cmd *cobra.Command, task string) string {
+	run, err := nodeClient(cmd).GetRun(cmd.Context(), task)
+	if err != nil {
+		return ""
+	}
+	spec, _, err := wire.ParseSpec(run.TaskSpec)
+	if err != nil {
+		return ""
+	}
+	want, _ := spec.Architecture.TensorDtype()
+	return want
+}
+
+// runPayloadDtype is the dtype a payload for the run's fragment must have:
+// the fragment's weights'. It is "" when the CLI cannot tell, and the
+// payload then goes as it is for the node to judge: a compressed run (its
+// payloads are the codec's encoding), a fragment the run does not have, a
+// run the node does not know.
+func runPayloadDtype(cmd *cobra.Command, task string, fragment uint64) string {
+	run, err := nodeClient(cmd).GetRun(cmd.Context(), task)
+	if err != nil {
+		return ""
+	}
+	spec, _, err := wire.ParseSpec(run.TaskSpec)
+	if err != nil {
+		return ""
+	}
+	if c, err := spec.CompressionRef(); err != nil || c != nil || fragment >= uint64(len(run.Fragments)) {
+		return ""
+	}
+	return run.Fragments[fragment].Dtype
 }

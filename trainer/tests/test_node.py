@@ -49,13 +49,14 @@ def post_run(node, tmp_path: Path, *, m=2, k=2, f=2, h=2, rounds=2, task=None, d
         c.faucet(key.did, 10**19)
         keys.append(key)
     md = dict(models.tiny_metadata("timesfm"), stride=4)
-    init = weights.model_to_safetensors(models.build("timesfm", md, seed=0))
     task = task or f"test-{time.time_ns()}"
     kw.setdefault("dataset_hash", dataset_hash())
     spec = sponsor.make_spec(
         task, sp, metadata=md, fragments=f, trainers=m, quorum=k, inner_steps=h, max_rounds=rounds,
         reward_pool=str(10**18), **kw,
     )  # fmt: skip
+    # The weights in the spec's dtype: the node takes no other.
+    init = weights.model_to_safetensors(models.build("timesfm", md, seed=0), spec["architecture"]["dtype"])
     res = sponsor.post(c, sp, spec, init, dataset_key)
     return c, keys, task, res
 
@@ -167,6 +168,43 @@ def test_rejected_submissions_change_nothing_and_the_trainer_goes_on(node, tmp_p
     tr.pending_round = None
     assert tr.run() == EXIT_OK
     assert c.get_run(task)["status"] == "sealed"
+
+
+def test_bf16_run_weights_and_payloads_are_bf16(node, tmp_path):
+    """A bf16 spec's run: F32 initial weights are refused (the node never converts), BF16 ones are laid out as
+    BF16, and every payload the reference trainer submits is BF16 (the fragment's dtype) and accepted."""
+    c = Client(node.url)
+    sp = Key.generate("human")
+    c.faucet(sp.did, 10**21)
+    md = dict(models.tiny_metadata("timesfm"), stride=4)
+    spec = sponsor.make_spec(f"f32-under-bf16-{time.time_ns()}", sp, metadata=md, fragments=2, trainers=1, quorum=1,
+                             dtype="bf16", dataset_hash=dataset_hash(), reward_pool=str(10**18))  # fmt: skip
+    with pytest.raises(
+        RpcError, match=r"architecture.dtype is bf16, so the initial weights must be BF16, but they are F32"
+    ):
+        sponsor.post(c, sp, spec, weights.model_to_safetensors(models.build("timesfm", md, seed=0)))
+    assert spec["task_id"] not in [r["task_id"] for r in c.list_runs()]
+
+    c, keys, task = post_task(node, tmp_path, m=1, k=1, f=2, h=1, rounds=2, dtype="bf16")
+    run = c.get_run(task)
+    assert {t["dtype"] for fr in run["fragments"] for t in fr["tensors"]} == {"BF16"}
+    tr = make_trainer(node, task, keys[0], 0, tmp_path)
+    sent: list[bytes] = []
+    submit = tr.client.submit
+
+    def spy(key, task_id, round_, fragment, payload, *a, **kw):
+        sent.append(payload)
+        return submit(key, task_id, round_, fragment, payload, *a, **kw)
+
+    tr.client.submit = spy  # type: ignore[method-assign]
+    c.enroll(keys[0], task, str(10**17))
+    assert tr.run() == EXIT_OK
+    assert c.get_run(task)["status"] == "sealed"
+    assert len(sent) == 2 * 2  # two fragments, two rounds
+    for p in sent:
+        hdr = weights.header(p)
+        assert {v["dtype"] for k, v in hdr.items() if k != "__metadata__"} == {"BF16"}, hdr
+    assert c.get_run(task)["trainer_metrics"][keys[0].did]["accepted"] == 4
 
 
 def test_cli_run_leaves_cleanly_on_sigint(node, tmp_path):

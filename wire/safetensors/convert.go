@@ -3,6 +3,7 @@ package safetensors
 import (
 	"encoding/binary"
 	"fmt"
+	"io"
 	"math"
 )
 
@@ -91,4 +92,63 @@ func F16ToF32(h uint16) float32 {
 		f = -f
 	}
 	return f
+}
+
+// ToBF16To writes the safetensors file of size bytes read through r to w
+// with every F32 tensor rounded to BF16 (F32ToBF16: to nearest, ties to
+// even), streaming the data; other tensors and the metadata are kept, and
+// the output is in canonical form. It returns how many tensors it rounded:
+// with none it writes nothing (use the original file as it is).
+func ToBF16To(w io.Writer, r io.ReaderAt, size int64, lim Limits) (int, error) {
+	tensors, md, err := ParseHeaderAt(r, size, lim)
+	if err != nil {
+		return 0, err
+	}
+	ts := make([]Tensor, len(tensors))
+	at := make(map[string]TensorAt, len(tensors))
+	converted := 0
+	for i, t := range tensors {
+		ts[i] = Tensor{Name: t.Name, Dtype: t.Dtype, Shape: t.Shape}
+		if t.Dtype == "F32" {
+			ts[i].Dtype = "BF16"
+			converted++
+		}
+		at[t.Name] = t
+	}
+	if converted == 0 {
+		return 0, nil
+	}
+	sorted, h, _, err := encodeHeaderOf(ts, md, false)
+	if err != nil {
+		return 0, err
+	}
+	if _, err := w.Write(h); err != nil {
+		return 0, err
+	}
+	const chunk = 1 << 16 // F32 values per read
+	in := make([]byte, 4*chunk)
+	out := make([]byte, 2*chunk)
+	for _, t := range sorted {
+		src := at[t.Name]
+		if src.Dtype != "F32" {
+			if _, err := io.Copy(w, io.NewSectionReader(r, src.Offset, src.Len)); err != nil {
+				return 0, fmt.Errorf("tensor %q: %w", t.Name, err)
+			}
+			continue
+		}
+		for off := int64(0); off < src.Len; {
+			n := min(int64(len(in)), src.Len-off)
+			if _, err := r.ReadAt(in[:n], src.Offset+off); err != nil {
+				return 0, fmt.Errorf("tensor %q: %w", t.Name, err)
+			}
+			for i := int64(0); i < n/4; i++ {
+				binary.LittleEndian.PutUint16(out[2*i:], F32ToBF16(math.Float32frombits(binary.LittleEndian.Uint32(in[4*i:]))))
+			}
+			if _, err := w.Write(out[:n/2]); err != nil {
+				return 0, err
+			}
+			off += n
+		}
+	}
+	return converted, nil
 }

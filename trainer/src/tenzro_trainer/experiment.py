@@ -96,8 +96,6 @@ def start(e: Experiment) -> tuple[Client, str, list[subprocess.Popen], list[Key]
         e.balances_before[k.did] = int(c.get_balance(k.did)["balance"])
         keys.append(k)
     init_model = models.build(e.family, e.metadata, seed=0)
-    init = weights.model_to_safetensors(init_model)
-    (e.workdir / "init.safetensors").write_bytes(init)
     task = e.task_id or f"demo-{e.family}-{time.strftime('%Y%m%d-%H%M%S')}"
     if e.dataset_ref.startswith("synth://"):
         from . import synth
@@ -124,6 +122,9 @@ def start(e: Experiment) -> tuple[Client, str, list[subprocess.Popen], list[Key]
         **({"compression": e.compression} if e.compression else {}),
         **({"sync_strategy": e.sync_strategy} if e.sync_strategy else {}), **extra,
     )  # fmt: skip
+    # The initial weights in the spec's dtype (architecture.dtype): the node takes no other.
+    init = weights.model_to_safetensors(init_model, spec["architecture"]["dtype"])
+    (e.workdir / "init.safetensors").write_bytes(init)
     corpus = None
     if e.scoring:
         corpus = write_corpus_csv(e)
