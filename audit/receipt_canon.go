@@ -1,6 +1,7 @@
 package audit
 
 import (
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -269,6 +270,10 @@ func (e *canonEnc) fragment(fc *wire.FragmentCommit) {
 			}
 			e.raw(`,"selected":`)
 			e.bool(in.Selected)
+			if len(in.Sketch) > 0 { // []byte: standard base64, as encoding/json writes it
+				e.raw(`,"sketch":`)
+				e.str(base64.StdEncoding.EncodeToString(in.Sketch))
+			}
 			if in.StaleOfRound != nil {
 				e.raw(`,"stale_of_round":`)
 				e.u64(*in.StaleOfRound)

@@ -50,7 +50,10 @@ TNZO = 10**18
 COUNTS = ("inputs", "kept", "selected", "copy", "stale", "rejected", "scored", "passed")
 # kinds whose inputs the chain rejects after their first round: the copies (copy rule) and the replay (stale rule,
 # copies.md §6: its rounds after the first are copies of its own earlier input)
-UNKEPT_KINDS = (*COPY_KINDS, "replay")
+UNKEPT_KINDS = (*COPY_KINDS, "replay", "cycle3")
+# --cycle: a free rider that trains in its first three rounds, then cycles through those gradients (round r sends
+# round r−3's): beyond the stale rule's r−1, r−2; caught by the input sketch (copies.sketch_dim, copies.md §7)
+CYCLE_RIDER = ("cycle of 3 own gradients", {"kind": "cycle3"})
 
 
 def scoring_spec(batch: int, test: str = "") -> dict:
@@ -116,7 +119,8 @@ def run_rule(url: str, bins: Path, label: str, rule: str, params: dict | None, a
         aggregation_params=params, attackers=attackers, bins=bins, quiet=True, grace_window_ms=a.grace_ms,
         dataset_ref=SYNTH if a.dataset == "synth" else "", dataset="ipfs" if a.dataset == "ipfs" else "statsmodels",
         reward_pool=a.pool * TNZO, task_id=f"freeriders-{label}-{rule.lower()}-{int(time.time())}",
-        score_corpus=a.score_corpus, spec_extra={"round_deadline_ms": 300_000, **({"scoring": scoring_spec(a.score_batch, a.score_test)} if a.scoring else {})},
+        score_corpus=a.score_corpus, spec_extra={"round_deadline_ms": 300_000, **({"scoring": scoring_spec(a.score_batch, a.score_test)} if a.scoring else {}),
+                                                 **({"copies": {"sketch_dim": a.sketch_dim}} if a.sketch_dim else {})},
     )  # fmt: skip
     t0 = time.monotonic()
     c, task, procs, keys = start(e)
@@ -194,7 +198,7 @@ def main() -> None:
     ap.add_argument("--no-scoring", dest="scoring", action="store_false")
     ap.add_argument(
         "--score-test",
-        choices=["", "own_improves", "own_beats_control"],
+        choices=["", "own_improves", "own_beats_control", "own_gains_relative"],
         default="",
         help="the spec's scoring.test (default: absent, which means own_improves)",
     )
@@ -209,6 +213,8 @@ def main() -> None:
         default="synth",
         help=f"synth: {SYNTH}; ipfs: the statsmodels corpus as CSV, published with `tenzro dataset add`",
     )
+    ap.add_argument("--sketch-dim", type=int, default=0, help="the spec's copies.sketch_dim (0: absent, no sketch)")
+    ap.add_argument("--cycle", action="store_true", help="add the cycle3 free rider (run 4+ rounds)")
     ap.add_argument("--rules", default=",".join(RULES))
     ap.add_argument("--label", default="")
     ap.add_argument("--timeout", type=float, default=900)
@@ -219,6 +225,8 @@ def main() -> None:
         help="only rewrite freeriders-<label>.{md,json} from saved transcripts in this folder",
     )
     a = ap.parse_args()
+    if a.cycle:
+        FREE_RIDERS.append(CYCLE_RIDER)
     if a.from_transcripts:
         from_transcripts(a.label, a.from_transcripts)
         return
@@ -273,7 +281,9 @@ def report(res: list[dict], a: argparse.Namespace) -> None:
     cmd = "$(scripts/venv.sh)/bin/python bench/freeriders.py" + "".join(
         f" --{k.replace('_', '-')} {shlex.quote(str(v))}" for k, v in vars(a).items()
         if k not in ("timeout", "from_transcripts") and v not in ("", None) and not isinstance(v, bool)
-    ) + ("" if a.scoring else " --no-scoring") + (" --score-corpus" if a.score_corpus else "")  # fmt: skip
+        and not (k == "sketch_dim" and v == 0)
+    ) + ("" if a.scoring else " --no-scoring") + (" --score-corpus" if a.score_corpus else "") + (
+        " --cycle" if a.cycle else "")  # fmt: skip
     notes = [
         f"{HONEST} honest reference trainers + {len(FREE_RIDERS)} free riders (M={HONEST + len(FREE_RIDERS)}, "
         f"K={HONEST + sum(1 for _, att in FREE_RIDERS if att['kind'] not in UNKEPT_KINDS)}: the inputs left after "
@@ -284,7 +294,8 @@ def report(res: list[dict], a: argparse.Namespace) -> None:
         + f", reward pool {a.pool} TNZO, "
         f"grace window {a.grace_ms} ms, "
         + (f"scoring `{json.dumps(scoring_spec(a.score_batch, a.score_test))}`" if a.scoring else "no scoring field")
-        + (" + `corpus`: the BLAKE3 content hash of the uploaded CSV." if a.scoring and a.score_corpus else "."),
+        + (" + `corpus`: the BLAKE3 content hash of the uploaded CSV" if a.scoring and a.score_corpus else "")
+        + (f", copies `{{\"sketch_dim\": {a.sketch_dim}}}` (the input sketch, copies.md §7)." if a.sketch_dim else "."),
         "Payout = ledger balance after the seal − balance right after the faucet (reward + refunded stake − stake − "
         "fees − slashes); fees are ~0.002 TNZO per submission, so an unpaid trainer shows a small negative payout. "
         "kept/inputs = the trainer's inputs in the commits not rejected (copies, replays — stale_of_round — and "

@@ -193,9 +193,11 @@ func (x *mtx) checkCopyVerdicts(task string, round uint64, fc *wire.FragmentComm
 // checkStaleVerdicts checks the stale verdicts of a commit of round against
 // the chain (copies.md §6): each is on a rejected input without copy_of and
 // names one of the StaleLookbackRounds rounds before round in which the
-// same trainer has a record for the same fragment. Whether the values are
-// similar is for re-execution to judge.
-func (x *mtx) checkStaleVerdicts(task string, round uint64, fc *wire.FragmentCommit) error {
+// same trainer has a record for the same fragment — or, with the input
+// sketch on (sketchDim > 0, copies.md §7), any older round whose commit
+// gave that trainer's input to the fragment a sketch. Whether the values
+// are similar is for re-execution to judge.
+func (x *mtx) checkStaleVerdicts(task string, round uint64, sketchDim int, fc *wire.FragmentCommit) error {
 	for j, c := range fc.Inputs {
 		if c.StaleOfRound == nil {
 			continue
@@ -206,9 +208,18 @@ func (x *mtx) checkStaleVerdicts(task string, round uint64, fc *wire.FragmentCom
 			return Errf(KindInvalid, "commit: input %d (%s) is named both a copy of %s and a replay of round %d", j, c.TrainerDID, c.CopyOf, q)
 		case c.Rejected == "":
 			return Errf(KindInvalid, "commit: input %d (%s) is a replay of round %d but not rejected", j, c.TrainerDID, q)
-		case q >= round || round-q > wire.StaleLookbackRounds:
+		case q >= round || (round-q > wire.StaleLookbackRounds && sketchDim == 0):
 			return Errf(KindInvalid, "commit: input %d (%s) of round %d is named a replay of round %d; the stale rule compares rounds %d..%d only",
 				j, c.TrainerDID, round, q, max(int64(round)-wire.StaleLookbackRounds, 0), int64(round)-1)
+		case round-q > wire.StaleLookbackRounds:
+			ok, err := x.olderSketch(task, q, fc.Fragment, c.TrainerDID)
+			if err != nil {
+				return err
+			}
+			if !ok {
+				return Errf(KindInvalid, "commit: input %d (%s) is named a replay of round %d, where its input to fragment %d has no sketch", j, c.TrainerDID, q, fc.Fragment)
+			}
+			continue
 		}
 		ok, err := x.getJSON(KSTranscript, RecordKey(task, q, fc.Fragment, c.TrainerDID), &Record{})
 		if err != nil {

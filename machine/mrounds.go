@@ -268,7 +268,10 @@ func (x *mtx) commitFragment(p *wire.CommitFragmentTx) (*wire.CommitFragmentResu
 	if err := x.checkCopyVerdicts(task, r.Round, &c); err != nil {
 		return nil, err
 	}
-	if err := x.checkStaleVerdicts(task, r.Round, &c); err != nil {
+	if err := checkSketches(r.spec, &c); err != nil {
+		return nil, err
+	}
+	if err := x.checkStaleVerdicts(task, r.Round, r.spec.SketchDim(), &c); err != nil {
 		return nil, err
 	}
 	claims, err := FragmentClaims(x.ctx, x.kv, task, r.Round, i)

@@ -51,7 +51,7 @@ func TestCheckStaleVerdicts(t *testing.T) {
 		{"copy and replay", 3, []wire.CommitInput{{TrainerDID: "A", StaleOfRound: u64p(2), CopyOf: "B", Rejected: "copy"}, {TrainerDID: "B"}}, "both a copy of B and a replay"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			err := x.checkStaleVerdicts("t", tc.round, &wire.FragmentCommit{Fragment: 0, Inputs: tc.inputs})
+			err := x.checkStaleVerdicts("t", tc.round, 0, &wire.FragmentCommit{Fragment: 0, Inputs: tc.inputs})
 			if tc.err == "" {
 				if err != nil {
 					t.Fatal(err)
@@ -94,5 +94,90 @@ func TestSettleStale(t *testing.T) {
 	}
 	if r.Trainer("A").Accepted != 1 || r.Trainer("B").Accepted != 3 {
 		t.Fatalf("accepted: A %d, B %d", r.Trainer("A").Accepted, r.Trainer("B").Accepted)
+	}
+}
+
+// TestCheckStaleVerdictsBySketch: with copies.sketch_dim set (copies.md
+// §7), a stale verdict may name any round older than the exact lookback
+// whose commit gave the trainer's input to the fragment a sketch; without
+// it, such a verdict is refused as before.
+func TestCheckStaleVerdictsBySketch(t *testing.T) {
+	x := NewMachine(MachineConfig{}).begin(context.Background(), emptyKV{}, Block{Height: 10})
+	sk := []byte{0, 1, 0, 2}
+	// Round 0: A's input to fragment 0 has a sketch, B's has none; round 1:
+	// only fragment 1 has A's sketch.
+	rc0 := wire.RoundCommit{TaskID: "t", Round: 0, Fragments: []wire.FragmentCommit{
+		{Fragment: 0, Inputs: []wire.CommitInput{{TrainerDID: "A", Sketch: sk}, {TrainerDID: "B"}}}}}
+	rc1 := wire.RoundCommit{TaskID: "t", Round: 1, Fragments: []wire.FragmentCommit{
+		{Fragment: 0, Inputs: []wire.CommitInput{{TrainerDID: "A"}}}, {Fragment: 1, Inputs: []wire.CommitInput{{TrainerDID: "A", Sketch: sk}}}}}
+	for q, rc := range []wire.RoundCommit{rc0, rc1} {
+		if err := x.putJSON(KSTranscript, commitKey("t", uint64(q)), rc); err != nil {
+			t.Fatal(err)
+		}
+	}
+	stale := func(d string, q uint64) wire.CommitInput {
+		return wire.CommitInput{TrainerDID: d, StaleOfRound: u64p(q), Rejected: "replay"}
+	}
+	for _, tc := range []struct {
+		name   string
+		round  uint64
+		dim    int
+		inputs []wire.CommitInput
+		err    string
+	}{
+		{"round r-3 by its sketch", 3, 16, []wire.CommitInput{stale("A", 0)}, ""},
+		{"round r-4 by its sketch", 4, 16, []wire.CommitInput{stale("A", 0)}, ""},
+		{"sketch off", 3, 0, []wire.CommitInput{stale("A", 0)}, "compares rounds 1..2 only"},
+		{"no sketch in that round", 3, 16, []wire.CommitInput{stale("B", 0)}, "has no sketch"},
+		{"the sketch of another fragment", 4, 16, []wire.CommitInput{stale("A", 1)}, "has no sketch"},
+		{"round not committed", 9, 16, []wire.CommitInput{stale("A", 5)}, "has no sketch"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := x.checkStaleVerdicts("t", tc.round, tc.dim, &wire.FragmentCommit{Fragment: 0, Inputs: tc.inputs})
+			if tc.err == "" {
+				if err != nil {
+					t.Fatal(err)
+				}
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), tc.err) || KindOf(err) != KindInvalid {
+				t.Fatalf("err = %v, want %q", err, tc.err)
+			}
+		})
+	}
+}
+
+// TestCheckSketches: the form of a commit's sketches against the spec.
+func TestCheckSketches(t *testing.T) {
+	dim := 16
+	on := &wire.TaskSpec{Copies: &wire.CopyRule{SketchDim: &dim}}
+	off := &wire.TaskSpec{}
+	good := make([]byte, 2*dim)
+	for _, tc := range []struct {
+		name   string
+		spec   *wire.TaskSpec
+		inputs []wire.CommitInput
+		err    string
+	}{
+		{"kept inputs with sketches", on, []wire.CommitInput{{TrainerDID: "A", Sketch: good}, {TrainerDID: "B", Rejected: "norm"}}, ""},
+		{"no sketch at all", off, []wire.CommitInput{{TrainerDID: "A"}}, ""},
+		{"sketch off", off, []wire.CommitInput{{TrainerDID: "A", Sketch: good}}, "no copies.sketch_dim"},
+		{"short", on, []wire.CommitInput{{TrainerDID: "A", Sketch: good[:30]}}, "sketch of 30 bytes, want 32"},
+		{"empty", on, []wire.CommitInput{{TrainerDID: "A", Sketch: []byte{}}}, "sketch of 0 bytes"},
+		{"on a copy", on, []wire.CommitInput{{TrainerDID: "A", Sketch: good, CopyOf: "B", Rejected: "copy"}}, "a copy or a replay"},
+		{"on a replay", on, []wire.CommitInput{{TrainerDID: "A", Sketch: good, StaleOfRound: u64p(0), Rejected: "replay"}}, "a copy or a replay"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := checkSketches(tc.spec, &wire.FragmentCommit{Inputs: tc.inputs})
+			if tc.err == "" {
+				if err != nil {
+					t.Fatal(err)
+				}
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), tc.err) || KindOf(err) != KindInvalid {
+				t.Fatalf("err = %v, want %q", err, tc.err)
+			}
+		})
 	}
 }

@@ -2,6 +2,7 @@ package syncer
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"sync"
 
@@ -34,6 +35,13 @@ type Fault struct {
 	// failing score (a syncer penalizing an input the draw spared). The
 	// chain refuses either commit.
 	WrongScoredSet *FaultAt
+	// WrongStale: the commit of (Round, Fragment), Round ≥ 1, names its
+	// first kept input a replay of the same trainer's input of round
+	// Round − 1 (an invented stale verdict, copies.md §6: a syncer robbing
+	// an honest trainer of its pay and a slash of its stake). With fewer
+	// than the spec's K inputs then kept, the commit is made no_quorum (the
+	// weights kept), so the chain takes it and only re-execution can tell.
+	WrongStale *FaultAt
 	// Withhold: once this node computed its commit of (Round, Fragment),
 	// before it sends it, the payloads the commit keeps are withheld:
 	// WithholdingBlobs answers "not found" for them (to peers, getPayload
@@ -75,8 +83,38 @@ func (f *Fault) withhold(hs ...wire.Hash) {
 	}
 }
 
-// applyFault alters a computed commit as the node's Fault says.
-func (n *Node) applyFault(round uint64, c *computed) {
+// inventStale is the WrongStale fault: the first kept input of c named a
+// replay of round − 1.
+func (n *Node) inventStale(round uint64, c *computed, quorum int) {
+	kept := 0
+	for j := range c.commit.Inputs {
+		if c.commit.Inputs[j].Rejected == "" {
+			kept++
+		}
+	}
+	for j := range c.commit.Inputs {
+		in := &c.commit.Inputs[j]
+		if in.Rejected != "" {
+			continue
+		}
+		q := round - 1
+		in.StaleOfRound, in.Selected, in.Sketch, in.Score = &q, false, nil, nil
+		in.Rejected = fmt.Sprintf("replay: its values are a copy of its own input of round %d (stale)", q)
+		if kept-1 < quorum && c.commit.Status == wire.FragAggregated {
+			c.commit.Status, c.commit.Reason = wire.FragNoQuorum, fmt.Sprintf("%d of K=%d inputs kept", kept-1, quorum)
+			c.commit.WeightsAfter, c.commit.MomentumAfter, c.commit.AggregateHash = c.commit.WeightsBefore, wire.Hash{}, wire.Hash{}
+			for k := range c.commit.Inputs {
+				c.commit.Inputs[k].Selected, c.commit.Inputs[k].Score = false, nil
+			}
+		}
+		n.log.Warn("FAULT INJECTED: committing an invented stale verdict", "round", round, "fragment", c.fragment, "trainer", in.TrainerDID, "stale_of_round", q)
+		return
+	}
+}
+
+// applyFault alters a computed commit as the node's Fault says (quorum:
+// the run's K).
+func (n *Node) applyFault(round uint64, c *computed, quorum int) {
 	f := n.cfg.Fault
 	if f != nil && c.commit.Ticket == 0 && f.WrongScore.is(round, c.fragment) {
 		for j := range c.commit.Inputs {
@@ -108,6 +146,9 @@ func (n *Node) applyFault(round uint64, c *computed) {
 		if moved >= 0 {
 			n.log.Warn("FAULT INJECTED: committing a scored set that is not the draw", "round", round, "fragment", c.fragment, "trainer", c.commit.Inputs[moved].TrainerDID)
 		}
+	}
+	if f != nil && c.commit.Ticket == 0 && round >= 1 && f.WrongStale.is(round, c.fragment) {
+		n.inventStale(round, c, quorum)
 	}
 	if f == nil || c.commit.Ticket != 0 || !f.WrongAggregate.is(round, c.fragment) || c.commit.Status != wire.FragAggregated {
 		return

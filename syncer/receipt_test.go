@@ -549,6 +549,7 @@ func TestCanonicalRoundCommitMatchesJCS(t *testing.T) {
 	odd.Fragments[3].RuleParams = nil
 	odd.Fragments[3].Inputs = append([]wire.CommitInput{}, odd.Fragments[3].Inputs...)
 	odd.Fragments[3].Inputs[0].Rejected = "norm > bound"
+	odd.Fragments[3].Inputs[1].Sketch = []byte{0xfb, 0xff, 0x00, 0x3e, 0x3f, 0x80} // base64 with '+' and '/'
 	odd.Fragments[3].Scoring = &wire.CommitScoring{Evaluator: "TimesFMScore", Hash: wire.SHA256([]byte("e")), Params: json.RawMessage(`{"horizon":16, "context_len":64}`),
 		RateBps: 2500, Batch: 8, Seed: wire.SHA256([]byte("seed")), Test: wire.ScoreTestOwnImproves}
 	odd.Fragments[3].Inputs[1].Score = &wire.InputScore{OwnBefore: wire.F64Of(0.25), OwnAfter: wire.F64Of(-0.0), CtlBefore: 0x7ff8000000000001, CtlAfter: ^wire.F64(0), Pass: true}

@@ -118,7 +118,13 @@ func loadReexecJob(ctx context.Context, v machine.View, task string, round uint6
 	if err != nil {
 		return nil, err
 	}
-	return &reexecJob{rec: rec, snap: &snapshot{r: sr, blk: v.Block, ticket: int(rec.Commit.Ticket),
+	sketches := map[int]map[uint64]map[string][]byte{}
+	if sr.TaskSpec().SketchDim() > 0 {
+		if sketches[f], err = machine.EarlierSketches(ctx, v.KV, task, round, f); err != nil {
+			return nil, err
+		}
+	}
+	return &reexecJob{rec: rec, snap: &snapshot{r: sr, blk: v.Block, ticket: int(rec.Commit.Ticket), sketches: sketches,
 		records: map[int]map[string]machine.Record{f: recs}, earlier: map[int]map[uint64]map[string]machine.Record{f: earlier},
 		claims: map[int][]machine.Claim{}, due: []int{f}}}, nil
 }

@@ -22,7 +22,8 @@ func (n *Node) FragmentState(ctx context.Context, p *wire.ReplayFragmentParams) 
 	out := &wire.FragmentState{Entries: []wire.StateEntry{}}
 	err := n.view(ctx, func(v machine.View) error {
 		// The same reads as Reexecute, so a missing piece is the same refusal.
-		if _, err := loadReexecJob(ctx, v, p.TaskID, p.Round, int(p.Fragment)); err != nil {
+		job, err := loadReexecJob(ctx, v, p.TaskID, p.Round, int(p.Fragment))
+		if err != nil {
 			return err
 		}
 		out.Height = v.Block.Height
@@ -59,6 +60,15 @@ func (n *Node) FragmentState(ctx context.Context, p *wire.ReplayFragmentParams) 
 			})
 			if err != nil {
 				return err
+			}
+		}
+		// With the input sketch on, the commits of the older rounds, whose
+		// sketches the stale rule compares with (copies.md §7).
+		if job.snap.r.TaskSpec().SketchDim() > 0 {
+			for q := uint64(0); q+wire.StaleLookbackRounds < p.Round; q++ {
+				if err := get(machine.KSTranscript, machine.RoundCommitKey(p.TaskID, q)); err != nil {
+					return err
+				}
 			}
 		}
 		return nil

@@ -96,13 +96,17 @@ func (n *Node) earlierValues(ctx context.Context, r *machine.Run, fs *machine.Ru
 // values and indices of those it left kept. An earlier payload that cannot
 // be fetched: while the syncer is patient, a local failure (retry); a
 // re-execution, unavailable (fetchError); a syncer past its patience
-// compares with what it has.
+// compares with what it has. With the input sketch on (copies.md §7), an
+// input not judged a replay of rounds r−1, r−2 is compared by its sketch
+// with the same trainer's sketches of every older round, nearest first, and
+// a kept input gets its sketch.
 func (n *Node) applyStaleRule(ctx context.Context, s *snapshot, i int, fc *wire.FragmentCommit, values []Values, idx []int) ([]Values, []int, error) {
 	r := s.r
 	fs := r.Fragments[i]
 	ppm := r.TaskSpec().CopyThresholdPpm()
 	earlier := s.earlier[i]
-	if ppm >= wire.CopyRuleOff || len(values) == 0 || len(earlier) == 0 {
+	dim := r.TaskSpec().SketchDim()
+	if ppm >= wire.CopyRuleOff || len(values) == 0 || (len(earlier) == 0 && dim == 0) {
 		return values, idx, nil
 	}
 	size := fs.N * int64(fs.Dtype.Size())
@@ -111,6 +115,20 @@ func (n *Node) applyStaleRule(ctx context.Context, s *snapshot, i int, fc *wire.
 	for k, j := range idx {
 		in := &fc.Inputs[j]
 		var cur *quantized
+		current := func() (*quantized, error) {
+			if cur == nil {
+				b, err := values[k].Bytes(size)
+				if err != nil {
+					return nil, errLocal{fmt.Errorf("stale rule: input %d: %w", j, err)}
+				}
+				c, ok := quantize(b, fs.Dtype, int(fs.N))
+				if !ok {
+					return nil, nil
+				}
+				cur = &c
+			}
+			return cur, nil
+		}
 		for d := uint64(1); d <= wire.StaleLookbackRounds && d <= r.Round; d++ {
 			q := r.Round - d
 			rec, ok := earlier[q][in.TrainerDID]
@@ -136,24 +154,32 @@ func (n *Node) applyStaleRule(ctx context.Context, s *snapshot, i int, fc *wire.
 			if !ok {
 				continue
 			}
-			if cur == nil {
-				b, err := values[k].Bytes(size)
-				if err != nil {
-					return nil, nil, errLocal{fmt.Errorf("stale rule: input %d: %w", j, err)}
-				}
-				c, ok := quantize(b, fs.Dtype, int(fs.N))
-				if !ok {
-					break
-				}
-				cur = &c
+			c, err := current()
+			if err != nil {
+				return nil, nil, err
+			}
+			if c == nil {
+				break
 			}
 			n.log.Info("stale rule", "task", r.TaskSpec().TaskID, "round", r.Round, "fragment", i, "trainer", in.TrainerDID,
-				"earlier_round", q, "cosine", fmt.Sprintf("%.6f", cosine(cur, &pq)))
-			if similar(cur, &pq, ppm) {
-				round := q
-				in.StaleOfRound = &round
-				in.Rejected = fmt.Sprintf("replay: its values are a copy of its own input of round %d (stale)", q)
+				"earlier_round", q, "cosine", fmt.Sprintf("%.6f", cosine(c, &pq)))
+			if similar(c, &pq, ppm) {
+				markStale(in, q)
 				break
+			}
+		}
+		if in.Rejected == "" && dim > 0 {
+			c, err := current()
+			if err != nil {
+				return nil, nil, err
+			}
+			if c != nil {
+				sk := sketchOf(c.q, wire.SketchSeed(r.TaskSpec().TaskID, uint64(i)), dim)
+				if q, ok := n.staleBySketch(s, i, in.TrainerDID, sk, dim, ppm); ok {
+					markStale(in, q)
+				} else {
+					in.Sketch = sk
+				}
 			}
 		}
 		if in.Rejected == "" {
@@ -161,6 +187,36 @@ func (n *Node) applyStaleRule(ctx context.Context, s *snapshot, i int, fc *wire.
 		}
 	}
 	return keptV, keptIdx, nil
+}
+
+// staleBySketch compares sketch sk of trainer's input with its sketches of
+// the rounds older than the exact lookback, nearest first, and returns the
+// first round whose sketch it is similar to (copies.md §7).
+func (n *Node) staleBySketch(s *snapshot, i int, trainer string, sk []byte, dim int, ppm int64) (uint64, bool) {
+	r := s.r
+	cur, ok := sketchValues(sk, dim)
+	if !ok {
+		return 0, false
+	}
+	for q := r.Round; q > wire.StaleLookbackRounds; q-- {
+		old := q - wire.StaleLookbackRounds - 1
+		prev, ok := sketchValues(s.sketches[i][old][trainer], dim)
+		if !ok {
+			continue
+		}
+		n.log.Info("stale rule (sketch)", "task", r.TaskSpec().TaskID, "round", r.Round, "fragment", i, "trainer", trainer,
+			"earlier_round", old, "cosine", fmt.Sprintf("%.6f", cosine(&cur, &prev)))
+		if similar(&cur, &prev, ppm) {
+			return old, true
+		}
+	}
+	return 0, false
+}
+
+func markStale(in *wire.CommitInput, q uint64) {
+	round := q
+	in.StaleOfRound = &round
+	in.Rejected = fmt.Sprintf("replay: its values are a copy of its own input of round %d (stale)", q)
 }
 
 // cosine is cos(a, b) as a float64, for logs only (verdicts use similar).

@@ -395,8 +395,12 @@ type snapshot struct {
 	// earlier: fragment → earlier round → DID → record, the rounds the
 	// stale rule compares with (stale.go).
 	earlier map[int]map[uint64]map[string]machine.Record
-	claims  map[int][]machine.Claim
-	due     []int
+	// sketches: fragment → older round → DID → sketch, the rounds before
+	// those the stale rule compares payloads with (copies.md §7; only with
+	// copies.sketch_dim set).
+	sketches map[int]map[uint64]map[string][]byte
+	claims   map[int][]machine.Claim
+	due      []int
 	// patient: a payload that cannot be fetched now is a local failure
 	// (abstain and retry) rather than a rejected input, because the first
 	// half of this syncer's slot has not passed (fetchPatient).
@@ -474,7 +478,7 @@ func (n *Node) syncRun(ctx context.Context, task string, wait bool) (int, error)
 			n.abstainFrom(task, a, fmt.Errorf("fragment %d: %w", i, err))
 			return 0, nil
 		}
-		n.applyFault(s.r.Round, c)
+		n.applyFault(s.r.Round, c, s.r.TaskSpec().Quorum)
 		n.withholdFault(s.r.Round, c)
 		out = append(out, c)
 	}
@@ -552,7 +556,7 @@ func (n *Node) snapshot(ctx context.Context, task string) (*snapshot, error) {
 			return nil
 		}
 		s = &snapshot{r: r, blk: v.Block, ticket: k, records: map[int]map[string]machine.Record{}, claims: map[int][]machine.Claim{},
-			earlier: map[int]map[uint64]map[string]machine.Record{},
+			earlier: map[int]map[uint64]map[string]machine.Record{}, sketches: map[int]map[uint64]map[string][]byte{},
 			patient: fetchPatient(r, r.SlotOf(k), v.Block.TimeMs), store: true}
 		if r.Scorer != nil {
 			// Score batches come from the shards as the round started
@@ -584,6 +588,11 @@ func (n *Node) snapshot(ctx context.Context, task string) (*snapshot, error) {
 			s.records[i] = recs
 			if s.earlier[i], err = earlierRecords(ctx, v.KV, task, r.Round, i); err != nil {
 				return err
+			}
+			if r.TaskSpec().SketchDim() > 0 {
+				if s.sketches[i], err = machine.EarlierSketches(ctx, v.KV, task, r.Round, i); err != nil {
+					return err
+				}
 			}
 			if s.claims[i], err = machine.FragmentClaims(ctx, v.KV, task, r.Round, i); err != nil {
 				return err

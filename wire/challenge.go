@@ -33,9 +33,12 @@ const (
 //	[scored commits (scoring set): ‖ Str("scoring") ‖ for each input in commit order:
 //	   U64(0) no score | U64(2) evaluator failed |
 //	   U64(1) ‖ U64(own_before bits) ‖ U64(own_after) ‖ U64(ctl_before) ‖ U64(ctl_after) ‖ U64(pass)]
+//	[commits with a sketch on any input (copies.md §7): ‖ Str("sketch") ‖
+//	   for each input in commit order: U64(0) none | U64(1) ‖ Bytes(sketch)]
 //
 // (A commit without copy or stale verdicts hashes as before the copy rule existed;
-// one without scoring as before scores existed. The scoring header itself
+// one without scoring as before scores existed; one without sketches as
+// before sketches existed. The scoring header itself
 // — evaluator, rate, seed — is fixed by the chain and not hashed.)
 // A rejection counts as a flag, not by its reason (a reason names the
 // node's own error text); the inputs themselves (DIDs, payload hashes), the
@@ -70,7 +73,26 @@ func FragmentResultHash(fc *FragmentCommit) Hash {
 			}
 		}
 	}
+	if hasSketch(fc) { // sketched commits only: others hash as before
+		c.Str("sketch")
+		for _, in := range fc.Inputs {
+			if len(in.Sketch) == 0 {
+				c.U64(0)
+				continue
+			}
+			c.U64(1).Bytes(in.Sketch)
+		}
+	}
 	return c.Sum()
+}
+
+func hasSketch(fc *FragmentCommit) bool {
+	for _, in := range fc.Inputs {
+		if len(in.Sketch) > 0 {
+			return true
+		}
+	}
+	return false
 }
 
 func b2u(b bool) uint64 {

@@ -89,3 +89,75 @@ func validSpecForCopies(t *testing.T) *wire.TaskSpec {
 	}
 	return s
 }
+
+func TestSpecSketchDimValidated(t *testing.T) {
+	ip := func(v int64) *int64 { return &v }
+	bp := func(v int) *int { return &v }
+	for _, tc := range []struct {
+		name string
+		c    *wire.CopyRule
+		err  string
+		dim  int
+	}{
+		{"absent: off", nil, "", 0},
+		{"zero: off", &wire.CopyRule{SketchDim: bp(0)}, "", 0},
+		{"smallest", &wire.CopyRule{SketchDim: bp(wire.MinSketchDim)}, "", wire.MinSketchDim},
+		{"largest", &wire.CopyRule{SketchDim: bp(wire.MaxSketchDim)}, "", wire.MaxSketchDim},
+		{"256", &wire.CopyRule{SketchDim: bp(256)}, "", 256},
+		{"not a power of two", &wire.CopyRule{SketchDim: bp(100)}, "copies.sketch_dim is 100", 0},
+		{"too small", &wire.CopyRule{SketchDim: bp(8)}, "copies.sketch_dim is 8", 0},
+		{"too large", &wire.CopyRule{SketchDim: bp(2048)}, "copies.sketch_dim is 2048", 0},
+		{"negative", &wire.CopyRule{SketchDim: bp(-16)}, "copies.sketch_dim is -16", 0},
+		{"with the copy rule off", &wire.CopyRule{SketchDim: bp(64), MinCosinePpm: ip(wire.CopyRuleOff)}, "needs the copy rule on", 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := validSpecForCopies(t)
+			s.Copies = tc.c
+			err := s.Validate()
+			if tc.err != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.err) {
+					t.Fatalf("err = %v, want %q", err, tc.err)
+				}
+				return
+			}
+			if err != nil || s.SketchDim() != tc.dim {
+				t.Fatalf("err %v, dim %d, want %d", err, s.SketchDim(), tc.dim)
+			}
+		})
+	}
+}
+
+// vecSketchResultHash is FragmentResultHash of vecCommit with input did:a
+// carrying the sketch 00 01 ff fe (copies.md §7).
+const vecSketchResultHash = "47f7fa96729f6d37bac3c40fc4dbe503cff503786eaec04d60589de409d52cdc"
+
+func TestFragmentResultHashSketch(t *testing.T) {
+	c := vecCommit()
+	if got := wire.FragmentResultHash(c); got.String() != vecResultHash {
+		t.Fatalf("a commit without sketches changed its hash: %s", got)
+	}
+	c.Inputs[0].Sketch = []byte{0x00, 0x01, 0xff, 0xfe}
+	got := wire.FragmentResultHash(c)
+	if got.String() != vecSketchResultHash {
+		t.Fatalf("FragmentResultHash with a sketch = %s", got)
+	}
+	// Which input carries it, and its bytes, are the result.
+	c.Inputs[0].Sketch[3] = 0xff
+	if wire.FragmentResultHash(c) == got {
+		t.Fatal("the sketch's bytes are not in the result hash")
+	}
+	c.Inputs[0].Sketch, c.Inputs[1].Sketch = nil, []byte{0x00, 0x01, 0xff, 0xfe}
+	if wire.FragmentResultHash(c) == got {
+		t.Fatal("which input carries the sketch is not in the result hash")
+	}
+}
+
+// TestSketchSeed pins the input sketch's seed derivation (copies.md §7).
+func TestSketchSeed(t *testing.T) {
+	if got := wire.SketchSeed("task-1", 2); got != 0x8cee441fd3272a55 {
+		t.Fatalf("SketchSeed(task-1, 2) = %#016x", got)
+	}
+	if wire.SketchSeed("task-1", 2) == wire.SketchSeed("task-1", 3) || wire.SketchSeed("task-1", 2) == wire.SketchSeed("task-2", 2) {
+		t.Fatal("the seed does not depend on the task and fragment")
+	}
+}

@@ -142,6 +142,12 @@ type CommitInput struct {
 	// rejected input without copy_of. Unpaid, slashed copies.slash_bps, and
 	// it forfeits the fragment's N of payout weight (the original's pay).
 	StaleOfRound *uint64 `json:"stale_of_round,omitempty"`
+	// Sketch is the input's sketch when the spec turns it on
+	// (copies.sketch_dim, docs/protocol/copies.md §7): sketch_dim int16
+	// values, big-endian, of a seeded count sketch of the input's
+	// quantized values. Set on exactly the inputs the copy and stale rules
+	// kept; what later rounds' stale rule compares with.
+	Sketch []byte `json:"sketch,omitempty"`
 	// Score is the input's score when the run is scored, the input kept
 	// and drawn for scoring (ScoreSampled); absent otherwise.
 	Score *InputScore `json:"score,omitempty"`

@@ -97,13 +97,32 @@ func (s *InputScore) OwnDelta() float64 { return s.OwnBefore.Float() - s.OwnAfte
 func (s *InputScore) CtlDelta() float64 { return s.CtlBefore.Float() - s.CtlAfter.Float() }
 
 // ScorePassesTest is the pay rule of test (ScoreTestOwnBeatsControl:
-// ScorePasses; anything else, the default own_improves: s_own > 0, NaN
-// fails).
+// ScorePasses; ScoreTestOwnGainsRelative: ScorePassesRelative; anything
+// else, the default own_improves: s_own > 0, NaN fails).
 func ScorePassesTest(test string, ownBefore, ownAfter, ctlBefore, ctlAfter float64) bool {
-	if test == ScoreTestOwnBeatsControl {
+	switch test {
+	case ScoreTestOwnBeatsControl:
 		return ScorePasses(ownBefore, ownAfter, ctlBefore, ctlAfter)
+	case ScoreTestOwnGainsRelative:
+		return ScorePassesRelative(ownBefore, ownAfter, ctlBefore, ctlAfter)
 	}
 	return ownBefore-ownAfter > 0
+}
+
+// ScorePassesRelative is the relative pay rule: the own-shard loss falls
+// (s_own > 0) and by a larger share of its level than the control's,
+// s_own/own_before > s_ctl/ctl_before. Both losses before must be > 0
+// (a mean squared error is; anything else fails, as does NaN). Two IEEE
+// f64 subtractions, two divisions and a comparison: correctly rounded,
+// so every machine computes the same verdict (no fused multiply-add can
+// apply).
+func ScorePassesRelative(ownBefore, ownAfter, ctlBefore, ctlAfter float64) bool {
+	own, ctl := ownBefore-ownAfter, ctlBefore-ctlAfter
+	if !(own > 0) || !(ownBefore > 0) || !(ctlBefore > 0) {
+		return false
+	}
+	ro, rc := own/ownBefore, ctl/ctlBefore
+	return ro > rc
 }
 
 // ScorePasses is the pay rule on a score's losses: the own-shard loss

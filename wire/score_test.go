@@ -82,6 +82,35 @@ func TestScorePasses(t *testing.T) {
 	}
 }
 
+func TestScorePassesRelative(t *testing.T) {
+	nan, inf := math.NaN(), math.Inf(1)
+	for _, tc := range []struct {
+		ob, oa, cb, ca float64
+		want           bool
+	}{
+		{1, 0.5, 1, 0.9, true},        // 50% against 10%
+		{1, 0.8, 3, 2.7, true},        // 20% against 10%: own_beats_control fails it (0.2 < 0.3)
+		{2, 1.8, 1, 0.85, false},      // 10% against 15%: own_beats_control passes it (0.2 > 0.15)
+		{1, 0.9, 2, 1.8, false},       // equal shares fail
+		{1, 1, 1, 1.5, false},         // own unchanged (a zero gradient)
+		{1, 1.2, 1, 1.5, false},       // own worse, control worse still
+		{0, -1, 1, 1, false},          // own loss before not > 0
+		{1, 0.5, 0, 0, false},         // control loss before not > 0
+		{1, 0.5, -1, -1, false},       // negative control level
+		{nan, 0.5, 1, 1, false},       // NaN fails
+		{1, 0.5, nan, nan, false},     // NaN control fails
+		{1, 0.5, inf, inf, false},     // Inf − Inf is NaN
+		{1, math.Inf(-1), 1, 1, true}, // s_own = +Inf
+	} {
+		if got := wire.ScorePassesRelative(tc.ob, tc.oa, tc.cb, tc.ca); got != tc.want {
+			t.Errorf("%+v: %v", tc, got)
+		}
+		if got := wire.ScorePassesTest(wire.ScoreTestOwnGainsRelative, tc.ob, tc.oa, tc.cb, tc.ca); got != tc.want {
+			t.Errorf("ScorePassesTest %+v: %v", tc, got)
+		}
+	}
+}
+
 func TestF64JSON(t *testing.T) {
 	for _, x := range []float64{0, math.Copysign(0, -1), 1, 0.1, math.MaxFloat64, math.SmallestNonzeroFloat64, math.Inf(1), math.NaN()} {
 		v := wire.F64Of(x)

@@ -57,8 +57,9 @@ type Scoring struct {
 	// the field is absent (the posting is then refused).
 	Corpus Hash
 	// Test is the pay test a score must pass: ScoreTestOwnImproves (the
-	// default) or ScoreTestOwnBeatsControl (Templar's; RATIONALE "scoring:
-	// two pay tests").
+	// default), ScoreTestOwnBeatsControl (Templar's) or
+	// ScoreTestOwnGainsRelative (RATIONALE "scoring: pay tests, own_improves
+	// by default").
 	Test string
 	// Forfeit is k: a failed check takes back k × N × 10000 / rate_bps of
 	// payout weight (1..MaxScoringForfeit, default DefaultScoringForfeit).
@@ -72,6 +73,10 @@ const (
 	// ScoreTestOwnImproves: s_own > 0 (the control batch is scored and
 	// recorded but not compared).
 	ScoreTestOwnImproves = "own_improves"
+	// ScoreTestOwnGainsRelative: s_own > 0 and s_own/own_before >
+	// s_ctl/ctl_before (each batch's improvement relative to its loss
+	// before the step).
+	ScoreTestOwnGainsRelative = "own_gains_relative"
 )
 
 type scoringJSON struct {
@@ -137,8 +142,10 @@ func ParseScoring(raw []byte) (*Scoring, error) {
 	}
 	c := &Scoring{Evaluator: *j.Evaluator, RateBps: DefaultScoringRateBps, Batch: DefaultScoringBatch, Test: ScoreTestOwnImproves, Forfeit: DefaultScoringForfeit}
 	if j.Test != nil {
-		if *j.Test != ScoreTestOwnBeatsControl && *j.Test != ScoreTestOwnImproves {
-			return nil, fmt.Errorf("test %q: want %s (default) or %s", trunc(*j.Test), ScoreTestOwnImproves, ScoreTestOwnBeatsControl)
+		switch *j.Test {
+		case ScoreTestOwnImproves, ScoreTestOwnBeatsControl, ScoreTestOwnGainsRelative:
+		default:
+			return nil, fmt.Errorf("test %q: want %s (default), %s or %s", trunc(*j.Test), ScoreTestOwnImproves, ScoreTestOwnBeatsControl, ScoreTestOwnGainsRelative)
 		}
 		c.Test = *j.Test
 	}

@@ -100,6 +100,9 @@ func TestParseScoringCorpusAndTest(t *testing.T) {
 	if err != nil || c.Corpus.String() != h || c.Test != ScoreTestOwnImproves {
 		t.Fatalf("%+v %v", c, err)
 	}
+	if c, err := ParseScoring([]byte(`{"evaluator":"TimesFMScore","test":"own_gains_relative"}`)); err != nil || c.Test != ScoreTestOwnGainsRelative {
+		t.Fatalf("relative: %+v %v", c, err)
+	}
 	if c, err := ParseScoring([]byte(`{"evaluator":"TimesFMScore"}`)); err != nil || !c.Corpus.IsZero() || c.Test != ScoreTestOwnImproves || c.Forfeit != DefaultScoringForfeit {
 		t.Fatalf("defaults: %+v %v", c, err)
 	}
@@ -107,7 +110,7 @@ func TestParseScoringCorpusAndTest(t *testing.T) {
 		`{"evaluator":"TimesFMScore","corpus":"` + strings.Repeat("0", 64) + `"}`: "content hash",
 		`{"evaluator":"TimesFMScore","corpus":"abc"}`:                             "content hash",
 		`{"evaluator":"TimesFMScore","corpus":1}`:                                 "want an object",
-		`{"evaluator":"TimesFMScore","test":"own"}`:                               "want own_improves (default) or own_beats_control",
+		`{"evaluator":"TimesFMScore","test":"own"}`:                               "want own_improves (default), own_beats_control or own_gains_relative",
 		`{"evaluator":"none","test":"own_improves"}`:                              "takes no other keys",
 		`{"evaluator":"none","forfeit":3}`:                                        "takes no other keys",
 		`{"evaluator":"TimesFMScore","forfeit":0}`:                                "forfeit is 0",

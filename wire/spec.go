@@ -2,7 +2,9 @@ package wire
 
 import (
 	"bytes"
+	"encoding/binary"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math/big"
 	"reflect"
@@ -165,6 +167,13 @@ type CopyRule struct {
 	// SlashBps is slashed from a copier whose original was recorded in an
 	// earlier block (default 5000, like an equivocation).
 	SlashBps *int `json:"slash_bps,omitempty"`
+	// SketchDim, when set (a power of two, MinSketchDim..MaxSketchDim),
+	// turns on the input sketch (copies.md §7): every input kept after the
+	// copy and stale rules carries a sketch of that many int16 values in
+	// the commit, and the stale rule also compares an input's sketch with
+	// the same trainer's sketches of every round before r − 2, so a replay
+	// cycle of any length is caught. Absent or 0: off (commits as before).
+	SketchDim *int `json:"sketch_dim,omitempty"`
 }
 
 // Copy rule defaults and bounds.
@@ -178,7 +187,31 @@ const (
 	// r−2 of the same trainer and fragment. Their payloads are kept until
 	// round r is final (blobs.md "Collection").
 	StaleLookbackRounds = 2
+	// MinSketchDim and MaxSketchDim bound copies.sketch_dim.
+	MinSketchDim = 16
+	MaxSketchDim = 1024
 )
+
+// DomainInputSketch derives the input sketch's hash seed (copies.md §7).
+const DomainInputSketch = "tenzro/train/input-sketch/v1"
+
+// SketchSeed is the input sketch's seed for fragment f of task: the first
+// 8 bytes (big-endian) of SHA-256(Str(DomainInputSketch) ‖ Str(task) ‖
+// U64(fragment)). The same for every round of the run, so the sketches of
+// equal values are equal whatever round they were submitted in.
+func SketchSeed(task string, fragment uint64) uint64 {
+	h := NewCanon(DomainInputSketch).Str(task).U64(fragment).Sum()
+	return binary.BigEndian.Uint64(h[:8])
+}
+
+// SketchDim returns the input sketch's dimension (copies.md §7), 0 when
+// the sketch is off.
+func (s *TaskSpec) SketchDim() int {
+	if s.Copies != nil && s.Copies.SketchDim != nil {
+		return *s.Copies.SketchDim
+	}
+	return 0
+}
 
 // CopyThresholdPpm returns the copy rule's similarity threshold in ppm.
 func (s *TaskSpec) CopyThresholdPpm() int64 {
@@ -317,6 +350,12 @@ func (s *TaskSpec) Validate() error {
 		}
 		if b := c.SlashBps; b != nil && (*b < 0 || *b > 10000) {
 			return fmt.Errorf("spec: copies.slash_bps is %d, want 0..10000 basis points of the stake", *b)
+		}
+		if d := c.SketchDim; d != nil && *d != 0 && (*d < MinSketchDim || *d > MaxSketchDim || *d&(*d-1) != 0) {
+			return fmt.Errorf("spec: copies.sketch_dim is %d, want 0 (off) or a power of two %d..%d", *d, MinSketchDim, MaxSketchDim)
+		}
+		if c.SketchDim != nil && *c.SketchDim != 0 && c.MinCosinePpm != nil && *c.MinCosinePpm >= CopyRuleOff {
+			return errors.New("spec: copies.sketch_dim needs the copy rule on (min_cosine_ppm below 1000001)")
 		}
 	}
 	if _, err := s.CompressionRef(); err != nil {

@@ -19,12 +19,13 @@ import (
 func addFaultFlags(f *pflag.FlagSet) {
 	f.String("fault-wrong-aggregate", "", "TEST BUILD ONLY: as syncer, commit a wrong aggregate hash for ROUND:FRAGMENT of every run")
 	f.String("fault-wrong-score", "", "TEST BUILD ONLY: as syncer, commit an inverted pay verdict on the first scored input of ROUND:FRAGMENT of every scored run")
+	f.String("fault-wrong-stale", "", "TEST BUILD ONLY: as syncer, name the first kept input of ROUND:FRAGMENT (ROUND ≥ 1) a replay of its trainer's round ROUND−1 input")
 	f.String("fault-withhold", "", "TEST BUILD ONLY: as syncer, withhold the payloads of ROUND:FRAGMENT once committed")
 }
 
 func faultFromFlags(fs *pflag.FlagSet) (*syncer.Fault, error) {
 	var out *syncer.Fault
-	for _, name := range []string{"fault-wrong-aggregate", "fault-withhold", "fault-wrong-score"} {
+	for _, name := range []string{"fault-wrong-aggregate", "fault-withhold", "fault-wrong-score", "fault-wrong-stale"} {
 		v, _ := fs.GetString(name)
 		if v == "" {
 			continue
@@ -41,6 +42,11 @@ func faultFromFlags(fs *pflag.FlagSet) (*syncer.Fault, error) {
 			out.WrongAggregate = at
 		case "fault-wrong-score":
 			out.WrongScore = at
+		case "fault-wrong-stale":
+			if at.Round == 0 {
+				return nil, fmt.Errorf("--%s: round 0 has no earlier round to replay", name)
+			}
+			out.WrongStale = at
 		default:
 			out.Withhold = at
 		}

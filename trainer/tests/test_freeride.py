@@ -109,6 +109,9 @@ def test_near_copies() -> None:
 def test_trains_and_gaussian_windows() -> None:
     assert freeride.trains({"kind": "replay"}, True) and not freeride.trains({"kind": "replay"}, False)
     assert not freeride.trains({"kind": "zeros"}, True) and freeride.trains({"kind": "wrong_data"}, False)
+    # cycle3 trains until it has stored freeride.CYCLE rounds, then only cycles through them
+    assert all(freeride.trains({"kind": "cycle3"}, k == 0, k) for k in range(freeride.CYCLE))
+    assert not freeride.trains({"kind": "cycle3"}, False, freeride.CYCLE)
     x, y = freeride.gaussian_batch((6, 64), (6, 16), np.random.default_rng(0))
     assert x.shape == (6, 64) and y.shape == (6, 16) and x.dtype == np.float32 and 0.5 < float(x.std()) < 1.5
 

@@ -23,7 +23,7 @@ poll_interval: 0.5
 log_format: json        # json | text
 state_file: null        # default <trainer_keypair>.<task_id>.state.json (last round submitted for)
 attack: null            # benchmarks only (tenzro_trainer/freeride.py): {kind: zeros|noise_norm|copy|copy_hash|
-                        #   copy_scaled|copy_noise|replay|wrong_data|sign_flip|gaussian, victim: <did>, scale, sigma}
+                        #   copy_scaled|copy_noise|replay|cycle3|wrong_data|sign_flip|gaussian, victim: <did>, scale, sigma}
 # the seed's peer-to-peer keys: accepted, never refused (see Config.warnings)
 gossip_listen: /ip4/0.0.0.0/tcp/4002   # the libp2p listener is the trainer's node's (--listen-addr)
 hivemind_initial_peers: []             # the node's --boot-nodes; this trainer reaches it over node_rpc

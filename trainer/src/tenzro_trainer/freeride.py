@@ -14,6 +14,8 @@ copy_hash       signs the victim's ``payload_hash`` and uploads nothing (the nod
 copy_scaled     the victim's tensors × ``scale`` (default 1.0001), re-bound
 copy_noise      the victim's tensors + ``sigma``·rms Gaussian noise per tensor (default 1e-4), re-bound
 replay          its own first round's outer gradients, re-bound to each later round (trains only once)
+cycle3          trains in its first three rounds, then cycles through those rounds' outer gradients (its k-th
+                free round sends its (k mod 3)-th trained round's), re-bound: beyond the stale rule's r−1, r−2
 wrong_data      trains on Gaussian windows instead of its assigned shard
 sign_flip       honest × −``scale`` (robustness benchmark, bench/byzantine.py)
 gaussian        pure noise of std ``sigma`` (robustness benchmark, bench/byzantine.py)
@@ -53,11 +55,13 @@ KINDS: dict[str, tuple[bool, bool]] = {
     "copy_scaled": (True, False),
     "copy_noise": (True, False),
     "replay": (False, False),  # trains in its first round only
+    "cycle3": (False, False),  # trains in its first CYCLE rounds only
     "wrong_data": (False, True),
     "sign_flip": (False, True),
     "gaussian": (False, True),
 }
 COPIES = ("copy", "copy_hash", "copy_scaled", "copy_noise")
+CYCLE = 3  # cycle3's stored gradients
 MAX_BLOB = 1 << 30
 
 
@@ -83,9 +87,10 @@ def check(attack: Any) -> str | None:
     return None
 
 
-def trains(attack: dict, first_round: bool) -> bool:
-    """Whether this free rider runs the inner loop this round."""
-    return KINDS[attack["kind"]][1] or (attack["kind"] == "replay" and first_round)
+def trains(attack: dict, first_round: bool, stored: int = 0) -> bool:
+    """Whether this free rider runs the inner loop this round (``stored``: cycle3's rounds stored so far)."""
+    kind = attack["kind"]
+    return KINDS[kind][1] or (kind == "replay" and first_round) or (kind == "cycle3" and stored < CYCLE)
 
 
 # ---------------------------------------------------------------------------------------------- payloads
@@ -157,7 +162,7 @@ def transform(payload: bytes, layout: list[dict], attack: dict, rng: np.random.G
             n = math.prod(t["shape"])
             out[t["name"]] = torch.from_numpy(rng.standard_normal(n).astype(np.float32)).view(t["shape"]) * sigma
         return _save(out, layout)
-    return payload  # wrong_data, replay: the payload is what training produced
+    return payload  # wrong_data, replay, cycle3: the payload is what training produced
 
 
 def gaussian_batch(

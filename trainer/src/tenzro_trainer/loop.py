@@ -191,6 +191,8 @@ class Trainer:
         self.outer_buf: dict[str, torch.Tensor] = {}
         # benchmarks only (attack:): a replaying free rider's first payloads, a copier's view of the chain
         self._replay: dict[int, bytes] | None = None
+        self._cycle: list[dict[int, bytes]] = []  # cycle3: its trained rounds' payloads
+        self._cycled = 0  # cycle3: its free rounds so far
         self._records: freeride.Records | None = None
 
     # ------------------------------------------------------------------ attestation
@@ -382,6 +384,9 @@ class Trainer:
             elif kind == "replay":
                 assert self._replay is not None  # set by its first (trained) round
                 self.pending[f] = weights.bind(self._replay[f], self.key.did, self.cfg.task_id, r, f)
+            elif kind == "cycle3":
+                old = self._cycle[self._cycled % freeride.CYCLE]  # filled by its trained rounds
+                self.pending[f] = weights.bind(old[f], self.key.did, self.cfg.task_id, r, f)
             else:
                 if self._records is None:
                     self._records = freeride.Records.of_node(self.client)
@@ -412,6 +417,8 @@ class Trainer:
                 victim = freeride.fetch_blob(self.client, ph)
                 p = freeride.unbind(victim) if kind == "copy" else freeride.perturb(victim, layout, a, self._rng)
                 self.pending[f] = weights.bind(p, self.key.did, self.cfg.task_id, r, f)
+        if kind == "cycle3":
+            self._cycled += 1
 
     def _reported(self, st: RoundStats, steps: int) -> dict[str, float]:
         """The signed metrics map sent with this round's submissions (the node's dashboard plots it)."""
@@ -435,7 +442,11 @@ class Trainer:
         self.metrics.round.set(r)
         steps = int(self.spec["inner_steps"])
         fresh = False  # payloads computed in this call (not a re-submission)
-        if self.pending_round != r and self.cfg.attack and not freeride.trains(self.cfg.attack, self._replay is None):
+        if (
+            self.pending_round != r
+            and self.cfg.attack
+            and not freeride.trains(self.cfg.attack, self._replay is None, len(self._cycle))
+        ):
             self.pending, self.pending_round = {}, None
             self._free_ride(run, r, st)
             self.pending_round = r
@@ -464,13 +475,16 @@ class Trainer:
                 else:
                     p = weights.outer_gradient(frags[fr["index"]], after, fr["tensors"])
                     if self.cfg.attack:
-                        if self.cfg.attack["kind"] == "replay" and self._replay is None:
+                        kind = self.cfg.attack["kind"]
+                        if (kind == "replay" and self._replay is None) or kind == "cycle3":
                             replay[fr["index"]] = p
                         p = self._attack(p, fr["tensors"])
                 # Bound to this trainer, task, round and fragment (safetensors.md §6) before anything hashes it:
                 # the evidence of Verified runs binds the hash of exactly these bytes.
                 self.pending[fr["index"]] = weights.bind(p, self.key.did, self.cfg.task_id, r, fr["index"])
-            if replay:
+            if replay and self.cfg.attack and self.cfg.attack["kind"] == "cycle3":
+                self._cycle.append(replay)
+            elif replay:
                 self._replay = replay
             self.pending_round = r
             self.pending_metrics = self._reported(st, steps)
