@@ -68,6 +68,9 @@ type Machine struct {
 	builtins map[wire.Hash]string
 	log      *slog.Logger
 	evidence EvidenceVerifier
+	// timers remembers what deciding a run's timers decoded (a cache of a
+	// pure function of stored bytes; timermemo.go).
+	timers timerMemo
 }
 
 // NewMachine returns a machine.
@@ -619,7 +622,7 @@ func (x *mtx) timers(task string, shift int64) (bool, error) {
 	// records (whose number grows with the run).
 	var r *Run
 	if shift == 0 {
-		due, seeds, err := timersMayFire(x.ctx, x.kv, task, x.blk)
+		due, seeds, err := timersMayFire(x.ctx, x.kv, task, x.blk, &x.m.timers)
 		if err != nil || !due {
 			return false, err
 		}

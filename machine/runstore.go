@@ -3,6 +3,7 @@ package machine
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
@@ -598,37 +599,66 @@ func loadRunHeader(ctx context.Context, kv KV, task string, fragments, keep bool
 // to be written back (loadRunHeader keeping their bytes): drawing a seed
 // changes nothing else, so timers need not load the run's enrolments and
 // records.
-func timersMayFire(ctx context.Context, kv KV, task string, blk Block) (fire bool, seeds *Run, err error) {
-	r, err := LoadRunHeader(ctx, kv, task, false)
+func timersMayFire(ctx context.Context, kv KV, task string, blk Block, memo *timerMemo) (fire bool, seeds *Run, err error) {
+	raw, err := kv.Get(ctx, KSRuns, RunKey(task))
 	if err != nil {
+		// No header or a failed read: the load reports it precisely.
+		_, err = LoadRunHeader(ctx, kv, task, false)
+		if err == nil {
+			err = fmt.Errorf("load run %s: the header changed while it was read", task)
+		}
 		return false, nil, err
 	}
-	now := blk.TimeMs
-	if r.Status == wire.StatusAwaiting {
-		return now >= r.PostedMs+r.spec.EnrollWindow(), nil, nil
+	headSum := sha256.Sum256(raw)
+	e, ok := memo.entry(task, headSum)
+	if !ok {
+		r, err := LoadRunHeader(ctx, kv, task, false)
+		if err != nil {
+			return false, nil, err
+		}
+		e = &memoEntry{head: headSum, facts: headFacts(r)}
+		memo.put(task, *e)
 	}
-	if r.Status != wire.StatusRunning {
+	f := e.facts
+	now := blk.TimeMs
+	if !f.running() {
+		memo.drop(task)
+	}
+	if f.status == wire.StatusAwaiting {
+		return now >= f.enrollDue, nil, nil
+	}
+	if f.status != wire.StatusRunning {
 		return true, nil, nil // the index cleanup
 	}
-	for _, o := range r.Open {
-		if blk.Height > o.Deadline {
-			return true, nil, nil // expireChallenges
-		}
+	if f.hasOpen && blk.Height > f.openMin {
+		return true, nil, nil // expireChallenges
 	}
-	if len(r.Pending) > 0 && blk.Height >= r.Pending[0].FinalAt {
+	if f.hasPending && blk.Height >= f.pendingAt {
 		return true, nil, nil // advanceFinality
 	}
-	if r.AwaitingFinal && len(r.Pending) == 0 {
+	if f.awaitingFinal && !f.hasPending {
 		return true, nil, nil // advanceFinality seals
 	}
-	deadline := now >= r.RoundMs+r.spec.RoundDeadline() && !r.AwaitingFinal
-	if !deadline && r.Scorer == nil {
+	deadline := now >= f.roundDue && !f.awaitingFinal
+	if !deadline && !f.scored {
 		return false, nil, nil
 	}
-	r, err = loadRunHeader(ctx, kv, task, true, !deadline)
+	// Without a scorer, what follows depends on the fragment states' bytes
+	// alone (not on the block's time): remembered by their hash.
+	var fragSum [32]byte
+	if !f.scored {
+		if fragSum, err = fragsHash(ctx, kv, task); err != nil {
+			return false, nil, err
+		}
+		if e.fragsKnown && e.frags == fragSum {
+			return e.deadlineFires, nil, nil
+		}
+	}
+	r, err := loadRunHeader(ctx, kv, task, true, !deadline)
 	if err != nil {
 		return false, nil, err
 	}
+	fires := false
 	for _, fs := range r.Fragments {
 		if r.Scorer != nil && fs.ScoreSeed == nil && r.Due(fs, now) {
 			if !deadline {
@@ -637,8 +667,13 @@ func timersMayFire(ctx context.Context, kv KV, task string, blk Block) (fire boo
 			return true, nil, nil
 		}
 		if deadline && !fs.Closed && fs.accepted() < r.spec.Quorum {
-			return true, nil, nil
+			fires = true
+			break
 		}
 	}
-	return false, nil, nil
+	if !f.scored {
+		e.fragsKnown, e.frags, e.deadlineFires = true, fragSum, fires
+		memo.put(task, *e)
+	}
+	return fires, nil, nil
 }
