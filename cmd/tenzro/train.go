@@ -627,16 +627,26 @@ func newGetWeightsCmd() *cobra.Command {
 	return c
 }
 
-// runSpecDtype is the safetensors dtype of a posted run's weights, from its
-// spec's architecture.dtype; "" when the node cannot tell (no such run: the
-// node's refusal of the request then says so).
-func runSpecDtype(cmd *cobra.Command, task string) string {
+// postedRun is the node's view of a posted run and its parsed spec; nil
+// when the node cannot tell (no such run, an unreadable spec: the node's
+// refusal of the request then says so).
+func postedRun(cmd *cobra.Command, task string) (*wire.RunView, *wire.TaskSpec) {
 	run, err := nodeClient(cmd).GetRun(cmd.Context(), task)
 	if err != nil {
-		return ""
+		return nil, nil
 	}
 	spec, _, err := wire.ParseSpec(run.TaskSpec)
 	if err != nil {
+		return nil, nil
+	}
+	return run, spec
+}
+
+// runSpecDtype is the safetensors dtype of a posted run's weights, from its
+// spec's architecture.dtype; "" when the node cannot tell.
+func runSpecDtype(cmd *cobra.Command, task string) string {
+	_, spec := postedRun(cmd, task)
+	if spec == nil {
 		return ""
 	}
 	want, _ := spec.Architecture.TensorDtype()
@@ -649,12 +659,8 @@ func runSpecDtype(cmd *cobra.Command, task string) string {
 // payloads are the codec's encoding), a fragment the run does not have, a
 // run the node does not know.
 func runPayloadDtype(cmd *cobra.Command, task string, fragment uint64) string {
-	run, err := nodeClient(cmd).GetRun(cmd.Context(), task)
-	if err != nil {
-		return ""
-	}
-	spec, _, err := wire.ParseSpec(run.TaskSpec)
-	if err != nil {
+	run, spec := postedRun(cmd, task)
+	if spec == nil {
 		return ""
 	}
 	if c, err := spec.CompressionRef(); err != nil || c != nil || fragment >= uint64(len(run.Fragments)) {
