@@ -253,6 +253,12 @@ def run(a, k: int, n: int, t: str, rpc: str, node: subprocess.Popen) -> None:
     }
     rows = []
     for r in range(a.rounds):
+        if r > 0:
+            # Fresh payloads every round: the stale rule slashes a trainer that
+            # resubmits its previous round's gradient (and evicts it).
+            for i in range(k):
+                grads[i] = rng.standard_normal(n, dtype=np.float32) * 1e-3
+                write_st(paths[i], "w", grads[i])
         run_ = call("tenzro_training_getRun", {"task_id": task})
         rnd = run_["round"]
         plain = [first] if r == 0 else []
