@@ -5,7 +5,10 @@ model always comes from the syncer's commit), run H AdamW steps on the assigned 
 outer gradient θ_before − θ_after per fragment, sign it with the node's canonical bytes, submit it, and
 wait for the round to change. Under "eager" (docs/protocol/overlap.md) the next round's inner phase
 runs from a local proxy while a background thread uploads this round's outer gradients and waits for
-the next round's weights; the next submission is the progress made since the proxy. Either way the
+the next round's weights; the next submission is the progress made since the proxy. Under "streaming" one
+continuous inner loop synchronises fragment f after step s_f of each phase: its outer gradient goes to a
+background thread that submits it once its round is open, and each fragment's commit is merged into the local
+model mid-phase (StreamSync). Either way the
 trainer reports its busy fraction (compute time / wall time per round). Node restarts (connection refused, 5xx) back off and resume:
 outer gradients of a round that is still open are re-submitted, and ones of a round that moved on are
 dropped. A refused submission is logged with the node's precise reason and never retried as is.
