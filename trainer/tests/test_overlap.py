@@ -18,6 +18,7 @@ from tenzro_trainer.overlap import (
     mirror_momentum,
     mix,
     proxy_weights,
+    rebase,
     strategy_of,
     sync_offsets,
 )
@@ -133,12 +134,27 @@ def test_mix_replaces_or_blends_and_never_aliases():
             mix(local, committed, bad)
 
 
+def test_rebase_keeps_the_progress_since_the_sync_point():
+    """rebase: the commit plus the local progress since the sync point; the next outer gradient (commit − local
+    at the next sync point) is then exactly the local progress between the two sync points."""
+    g = torch.Generator().manual_seed(4)
+    at_sync = {"w": torch.randn(8, generator=g)}
+    local = {"w": at_sync["w"] - 0.1 * torch.randn(8, generator=g)}  # τ' steps after the sync point
+    committed = {"w": torch.randn(8, generator=g, dtype=torch.float32).to(torch.bfloat16)}
+    merged = rebase(local, at_sync, committed)["w"]
+    torch.testing.assert_close(merged - committed["w"].float(), local["w"] - at_sync["w"])
+    later = merged - 0.1 * torch.randn(8, generator=g)  # the rest of the phase, to the next sync point
+    progress = (at_sync["w"] - local["w"]) + (merged - later)  # before the merge + after it
+    torch.testing.assert_close(committed["w"].float() - later, progress)
+
+
 def test_streaming_config():
     base = {"node_rpc": "http://127.0.0.1:1", "trainer_keypair": "k.json", "task_id": "t"}
     cfg = config.parse(base)
     assert cfg.stream_overlap_steps is None and cfg.stream_alpha == 0.0
-    cfg = config.parse(dict(base, streaming={"overlap_steps": 2, "alpha": 0.5}))
-    assert cfg.stream_overlap_steps == 2 and cfg.stream_alpha == 0.5
+    assert cfg.stream_merge == "mix"
+    cfg = config.parse(dict(base, streaming={"overlap_steps": 2, "alpha": 0.5, "merge": "rebase"}))
+    assert cfg.stream_overlap_steps == 2 and cfg.stream_alpha == 0.5 and cfg.stream_merge == "rebase"
     for bad, msg in (
         ({"overlap_steps": -1}, "overlap_steps"),
         ({"overlap_steps": 1.5}, "overlap_steps"),
@@ -146,6 +162,7 @@ def test_streaming_config():
         ({"alpha": 1.0}, "alpha"),
         ({"alpha": "x"}, "alpha"),
         ({"tau": 1}, "unknown streaming keys"),
+        ({"merge": "average"}, "merge"),
         ([1], "mapping"),
     ):
         with pytest.raises(config.ConfigError, match=msg):
@@ -170,8 +187,9 @@ def _receipt_verifies_and_replays(node, go_bins, tmp_path, task):
     [
         (None, 2, 4, {}),
         ({"codec": "int4-block", "block": 64}, 3, 6, {"streaming": {"overlap_steps": 3, "alpha": 0.5}}),
+        ({"codec": "int4-block", "block": 64}, 2, 5, {"streaming": {"overlap_steps": 4, "merge": "rebase"}}),
     ],
-    ids=["f32-F2", "int4-F3-tau3-alpha"],
+    ids=["f32-F2", "int4-F3-tau3-alpha", "int4-F2-tau4-rebase"],
 )
 def test_streaming_run_seals_verifies_and_replays(node, go_bins, tmp_path, compression, f, h, over):
     kw = {"compression": compression} if compression else {}

@@ -22,9 +22,10 @@ max_rounds: 0           # leave after this many rounds (0: until the run seals)
 poll_interval: 0.5
 log_format: json        # json | text
 state_file: null        # default <trainer_keypair>.<task_id>.state.json (last round submitted for)
-streaming: {overlap_steps: null, alpha: 0.0}  # sync_strategy streaming only: τ, the steps a fragment's
-                        #   commit may overlap compute before the trainer blocks for it (null: ⌊H/F⌋, at least 1,
-                        #   at most H−1), and the merge's mixing factor α (0: the commit replaces the local fragment)
+streaming: {overlap_steps: null, merge: mix, alpha: 0.0}  # sync_strategy streaming only: τ, the steps a
+                        #   fragment's commit may overlap compute before the trainer blocks for it (null: ⌊H/F⌋, at
+                        #   least 1, at most H−1); merge mix: α·local + (1−α)·commit (α 0: the commit replaces the
+                        #   local fragment), or rebase: commit + the local progress since the sync point
 attack: null            # benchmarks only (tenzro_trainer/freeride.py): {kind: zeros|noise_norm|copy|copy_hash|
                         #   copy_scaled|copy_noise|replay|cycle3|wrong_data|sign_flip|gaussian, victim: <did>, scale, sigma}
 # the seed's peer-to-peer keys: accepted, never refused (see Config.warnings)
@@ -91,6 +92,7 @@ class Config:
     attestation: Any = None  # attestation.AttestConfig: Verified/Confidential tiers
     stream_overlap_steps: int | None = None  # streaming: τ (None: overlap.default_overlap(H, F))
     stream_alpha: float = 0.0  # streaming: the merge's mixing factor α in [0, 1)
+    stream_merge: str = "mix"  # streaming: mix (α) | rebase
 
 
 def _num(v: Any, what: str, kind: type) -> Any:
@@ -201,10 +203,14 @@ def _streaming(st: Any, cfg: Config) -> None:
     if st is None:
         return
     if not isinstance(st, dict):
-        raise ConfigError("config: streaming must be a mapping {overlap_steps, alpha}")
-    bad = sorted(set(st) - {"overlap_steps", "alpha"})
+        raise ConfigError("config: streaming must be a mapping {overlap_steps, merge, alpha}")
+    bad = sorted(set(st) - {"overlap_steps", "merge", "alpha"})
     if bad:
-        raise ConfigError(f"config: unknown streaming keys {bad} (have overlap_steps, alpha)")
+        raise ConfigError(f"config: unknown streaming keys {bad} (have overlap_steps, merge, alpha)")
+    merge = st.get("merge", "mix")
+    if merge not in ("mix", "rebase"):
+        raise ConfigError(f"config: streaming.merge {merge!r}: want mix or rebase")
+    cfg.stream_merge = str(merge)
     tau = st.get("overlap_steps")
     if tau is not None:
         if isinstance(tau, bool) or not isinstance(tau, int) or tau < 0:

@@ -46,6 +46,7 @@ from .overlap import (
     mirror_momentum,
     mix,
     proxy_weights,
+    rebase,
     strategy_of,
     sync_offsets,
 )
@@ -718,16 +719,18 @@ class Trainer:
         offs = sync_offsets(h, nfrag)
         tau = default_overlap(h, nfrag) if self.cfg.stream_overlap_steps is None else check_overlap(
             self.cfg.stream_overlap_steps, h)  # fmt: skip
-        alpha = self.cfg.stream_alpha
+        alpha, how = self.cfg.stream_alpha, self.cfg.stream_merge
         layout = {int(fr["index"]): [t["name"] for t in fr["tensors"]] for fr in run["fragments"]}
         order = sorted(layout)
         base = self._pull(run)  # θ_{r0,f} for every fragment
         self._load(base)
-        self.log.info("streaming", first_round=r0, last_round=last, offsets=offs, overlap_steps=tau, alpha=alpha)
+        self.log.info("streaming", first_round=r0, last_round=last, offsets=offs, overlap_steps=tau, merge=how,
+                      alpha=alpha)  # fmt: skip
         params = weights.parameters(self.model)
         sync = StreamSync(self, run)
         sync.start()
         deadlines: dict[tuple[int, int], int] = {}  # (round, fragment) awaiting its commit → merge-by step
+        at_sync: dict[tuple[int, int], dict[str, torch.Tensor]] = {}  # merge rebase: the local fragment then
         st = RoundStats(round=r0)
         try:
             for p in range(r0, last + 1):
@@ -743,7 +746,7 @@ class Trainer:
                 compute, loss = 0.0, None
                 for k in range(h):
                     t = p * h + k
-                    if not self._stream_merge(sync, deadlines, t, base, params, alpha, st):
+                    if not self._stream_merge(sync, deadlines, at_sync, t, base, params, st):
                         self.log.info("the run ended while waiting for a commit", round=p, step=k)
                         return st
                     t0 = time.monotonic()
@@ -759,6 +762,8 @@ class Trainer:
                         sync.submit(p, f, delta, self._reported(st, k + 1))
                         if p < last:
                             deadlines[(p, f)] = t + 1 + tau
+                            if how == "rebase":
+                                at_sync[(p, f)] = local
                             sync.watch(p, f)
                 st.inner_s = compute
                 st.loss = float(loss) if loss is not None else float("nan")
@@ -775,10 +780,10 @@ class Trainer:
         self,
         sync: StreamSync,
         deadlines: dict[tuple[int, int], int],
+        at_sync: dict[tuple[int, int], dict[str, torch.Tensor]],
         t: int,
         base: dict[int, dict[str, torch.Tensor]],
         params: dict[str, torch.nn.Parameter],
-        alpha: float,
         st: RoundStats,
     ) -> bool:
         """At the step boundary t: merges every awaited commit that has arrived, and blocks for those whose
@@ -798,8 +803,11 @@ class Trainer:
                 return False
             del deadlines[key]
             f = key[1]
-            local = {n: params[n].detach() for n in w}
-            merged = mix(local, w, alpha)
+            local = {n: params[n].detach().to("cpu", torch.float32) for n in w}
+            if self.cfg.stream_merge == "rebase":
+                merged = rebase(local, at_sync.pop(key), w)
+            else:
+                merged = mix(local, w, self.cfg.stream_alpha)
             with torch.no_grad():
                 for n, v in merged.items():
                     params[n].copy_(v.to(params[n].dtype))

@@ -126,6 +126,16 @@ def mix(
     return {n: alpha * local[n].float() + (1.0 - alpha) * committed[n].float() for n in committed}
 
 
+def rebase(
+    local: Mapping[str, torch.Tensor], at_sync: Mapping[str, torch.Tensor], committed: Mapping[str, torch.Tensor]
+) -> dict[str, torch.Tensor]:
+    """Streaming merge ``rebase`` of one fragment: θ^committed + (θ^local − θ^local at the sync point), i.e. the
+    local progress made since the fragment's outer gradient was taken, transplanted onto the commit (the
+    trainer's own, not yet outer-stepped contribution is replaced by the aggregate). The next outer gradient then
+    spans the H steps between consecutive sync points. f32."""
+    return {n: committed[n].float() + (local[n].float() - at_sync[n].float()) for n in committed}
+
+
 class BusyClock:
     """Busy fraction = compute time / wall time, per round: the wall time of a round is the time since the
     previous round was done (the first round: since its own start), so the waits between rounds count."""
