@@ -3,7 +3,9 @@ package syncer
 import (
 	"encoding/binary"
 	"fmt"
+	"math"
 	"math/big"
+	"math/bits"
 
 	"github.com/tenzro/train/machine"
 	"github.com/tenzro/train/wire"
@@ -21,57 +23,108 @@ import (
 // Everything here is integer arithmetic on the values' bits: every
 // validator computes the same verdicts on any machine.
 
-// quantBits is the resolution of the quantized values: |q| < 2^20.
+// quantBits is the resolution of the quantized values: |q| ≤ 2^20.
 const quantBits = 20
 
+// simChunk is the number of values per chunk of similar's early exit; it
+// divides dotChunk.
+const simChunk = 1 << 12
+
 // quantized is one input's values as integers relative to its own largest
-// magnitude, with the exact sum of their squares.
+// magnitude, with the exact sum of their squares and, per chunk of
+// simChunk values, the sum of the squares from that chunk on (for
+// similar's early exit). An input kept for a later round's stale rule
+// (quantCache) holds only a prefix of q: n is the full length.
 type quantized struct {
 	q    []int32
+	n    int
 	norm *big.Int // Σ q² (zero: the input is all zero and copies nothing)
-}
-
-// f32Bits returns value k of vals (F32 or BF16, little-endian) as float32
-// bits.
-func f32Bits(vals []byte, dtype machine.Dtype, k int) uint32 {
-	if dtype == machine.BF16 {
-		return uint32(binary.LittleEndian.Uint16(vals[2*k:])) << 16
-	}
-	return binary.LittleEndian.Uint32(vals[4*k:])
+	// rest[c] is Σ_{k ≥ c·simChunk} q[k]² rounded to a float64 (each from
+	// the exact 128-bit integer, so within a relative 2^-52 of it), for
+	// c = 0 … ⌈len(q)/simChunk⌉; rest[0] is the norm's.
+	rest []float64
 }
 
 // quantize maps each value v to round_half_even(v · 2^(19 − E)), where
 // 2^E ≤ max|v| < 2^(E+1) (E from the largest value's biased exponent, so
-// subnormals count with exponent field 1): |q| < 2^20. ok is false when a
+// subnormals count with exponent field 1): |q| ≤ 2^20. ok is false when a
 // value is not finite (the finite verifier rejects those before).
+//
+// This is copies.md §2's integer definition (m / 2^(maxExp − e + 4) rounded
+// half to even; the reference is quantizeRef in copies_ref_test.go) computed
+// in float64: with 1 ≤ maxExp ≤ 254 the scale 2^(146 − maxExp) is a normal
+// float64, and v · scale is exact (v has at most 24 significant bits and
+// |v · scale| lies in [2^-257, 2^20], far inside float64's normal range),
+// so math.RoundToEven of it is the exact integer rounding. Go never sets
+// flush-to-zero, so float32 subnormals widen exactly.
 func quantize(vals []byte, dtype machine.Dtype, n int) (quantized, bool) {
-	maxExp := uint32(0)
-	for k := 0; k < n; k++ {
-		e := f32Bits(vals, dtype, k) >> 23 & 0xff
-		if e == 0xff {
-			return quantized{}, false
-		}
-		maxExp = max(maxExp, e)
+	if dtype == machine.BF16 {
+		return quantizeBF16(vals[:2*n], n)
 	}
-	maxExp = max(maxExp, 1)
-	out := quantized{q: make([]int32, n)}
+	return quantizeF32(vals[:4*n], n)
+}
+
+// quantizeF32 is quantize for F32 values: a pass for the largest magnitude
+// on the raw bits, then one that scales, rounds and sums the squares.
+func quantizeF32(vals []byte, n int) (quantized, bool) {
+	var maxAbs uint32
 	for k := 0; k < n; k++ {
-		b := f32Bits(vals, dtype, k)
-		e, m := b>>23&0xff, uint64(b&0x7fffff)
-		if e == 0 {
-			e = 1
-		} else {
-			m |= 1 << 23
-		}
-		// v = m · 2^(e−150); q = v · 2^(19 − (maxExp − 127)) = m · 2^(e − maxExp − 4)
-		q := roundShift(m, uint(maxExp-e)+24-quantBits)
-		if b>>31 != 0 {
-			q = -q
-		}
-		out.q[k] = int32(q)
+		maxAbs = max(maxAbs, binary.LittleEndian.Uint32(vals[4*k:])&0x7fffffff)
 	}
-	out.norm = dot(out.q, out.q)
+	if maxAbs >= 0x7f800000 {
+		return quantized{}, false
+	}
+	scale := quantScale(maxAbs)
+	out := quantized{q: make([]int32, n), n: n}
+	sums := make([]int64, (n+simChunk-1)/simChunk)
+	for c := range sums {
+		lo, hi := c*simChunk, min((c+1)*simChunk, n)
+		q, v := out.q[lo:hi], vals[4*lo:4*hi]
+		var s int64
+		for k := range q {
+			x := int32(math.RoundToEven(float64(math.Float32frombits(binary.LittleEndian.Uint32(v[4*k:]))) * scale))
+			q[k] = x
+			s += int64(x) * int64(x)
+		}
+		sums[c] = s
+	}
+	out.setNorms(sums)
 	return out, true
+}
+
+// quantizeBF16 is quantize for BF16 values (widened to their f32 bits).
+func quantizeBF16(vals []byte, n int) (quantized, bool) {
+	var maxAbs uint32
+	for k := 0; k < n; k++ {
+		maxAbs = max(maxAbs, uint32(binary.LittleEndian.Uint16(vals[2*k:])&0x7fff)<<16)
+	}
+	if maxAbs >= 0x7f800000 {
+		return quantized{}, false
+	}
+	scale := quantScale(maxAbs)
+	out := quantized{q: make([]int32, n), n: n}
+	sums := make([]int64, (n+simChunk-1)/simChunk)
+	for c := range sums {
+		lo, hi := c*simChunk, min((c+1)*simChunk, n)
+		q, v := out.q[lo:hi], vals[2*lo:2*hi]
+		var s int64
+		for k := range q {
+			x := int32(math.RoundToEven(float64(math.Float32frombits(uint32(binary.LittleEndian.Uint16(v[2*k:]))<<16)) * scale))
+			q[k] = x
+			s += int64(x) * int64(x)
+		}
+		sums[c] = s
+	}
+	out.setNorms(sums)
+	return out, true
+}
+
+// quantScale is 2^(146 − max(E, 1)) for the largest magnitude's bits
+// maxAbs (E its exponent field, ≤ 254): v · quantScale = v · 2^(19 − (E −
+// 127)), subnormals counting with exponent field 1.
+func quantScale(maxAbs uint32) float64 {
+	e := max(maxAbs>>23, 1)
+	return math.Float64frombits(uint64(1023+146-e) << 52)
 }
 
 // roundShift is m / 2^s rounded half to even.
@@ -87,7 +140,38 @@ func roundShift(m uint64, s uint) int64 {
 	return int64(q)
 }
 
-// dotChunk bounds a run of products summed in an int64: each |product| <
+// newQuantized is q with its norms (sketchValues; tests).
+func newQuantized(q []int32) quantized {
+	out := quantized{q: q, n: len(q)}
+	sums := make([]int64, (len(q)+simChunk-1)/simChunk)
+	for c := range sums {
+		var s int64
+		for _, x := range q[c*simChunk : min((c+1)*simChunk, len(q))] {
+			s += int64(x) * int64(x)
+		}
+		sums[c] = s
+	}
+	out.setNorms(sums)
+	return out
+}
+
+// setNorms sets the norm and the suffix sums from each chunk's sum of
+// squares (each < 2^53: simChunk values of at most 2^40), adding exactly in
+// 128 bits.
+func (x *quantized) setNorms(sums []int64) {
+	x.rest = make([]float64, len(sums)+1)
+	var hi, lo uint64
+	for c := len(sums) - 1; c >= 0; c-- {
+		var carry uint64
+		lo, carry = bits.Add64(lo, uint64(sums[c]), 0)
+		hi += carry
+		x.rest[c] = float64(hi)*0x1p64 + float64(lo)
+	}
+	x.norm = new(big.Int).SetUint64(hi)
+	x.norm.Lsh(x.norm, 64).Or(x.norm, new(big.Int).SetUint64(lo))
+}
+
+// dotChunk bounds a run of products summed in an int64: each |product| ≤
 // 2^40, so 2^22 of them stay below 2^62.
 const dotChunk = 1 << 22
 
@@ -96,30 +180,101 @@ func dot(a, b []int32) *big.Int {
 	total := new(big.Int)
 	for lo := 0; lo < len(a); lo += dotChunk {
 		hi := min(lo+dotChunk, len(a))
-		var acc int64
-		for k, x := range a[lo:hi] {
-			acc += int64(x) * int64(b[lo+k])
-		}
-		total.Add(total, big.NewInt(acc))
+		total.Add(total, big.NewInt(dot64(a[lo:hi], b[lo:hi])))
 	}
 	return total
+}
+
+// dot64 is Σ a[k]·b[k] in an int64 (len(a) ≤ dotChunk), in four
+// accumulators (integer sums: the order does not change the result).
+func dot64(a, b []int32) int64 {
+	b = b[:len(a)]
+	var s0, s1, s2, s3 int64
+	k := 0
+	for ; k+4 <= len(a); k += 4 {
+		s0 += int64(a[k]) * int64(b[k])
+		s1 += int64(a[k+1]) * int64(b[k+1])
+		s2 += int64(a[k+2]) * int64(b[k+2])
+		s3 += int64(a[k+3]) * int64(b[k+3])
+	}
+	for ; k < len(a); k++ {
+		s0 += int64(a[k]) * int64(b[k])
+	}
+	return s0 + s1 + s2 + s3
+}
+
+// simMargin is the early exit's safety margin, relative to √(A·B): far
+// above the float64 rounding of its bound (a few 2^-53 relative, see
+// similarity), so an exit is a proof.
+const simMargin = 1e-9
+
+// similarity is how similar compared a and b: sim, the verdict; decided is
+// false only when b holds a prefix of its values (quantCache) and the
+// early exit could not decide within it. exact says cosine is the exact
+// cosine (rounded to a float64); else the pair left early and cosine is an
+// upper bound of it.
+type similarity struct {
+	sim, decided, exact bool
+	cosine              float64
 }
 
 // similar says whether cos(a, b) ≥ ppm / 10^6, exactly:
 // dot > 0 and dot² · 10^12 ≥ ppm² · Σa² · Σb².
 func similar(a, b *quantized, ppm int64) bool {
+	return compareQuantized(a, b, ppm).sim
+}
+
+// compareQuantized is similar with an exact early exit: the dot is summed
+// chunk by chunk, and after each chunk Cauchy–Schwarz bounds what is left:
+// dot ≤ prefix + √(A_rest · B_rest). When that bound is below
+// (ppm/10^6 − simMargin) · √(A · B) — computed in float64, whose rounding
+// errors are below 2^-48 · √(A · B) since |prefix|, √(A_rest · B_rest) ≤
+// √(A · B) — the pair is certainly not similar (dot ≤ 0, or dot² < t²AB).
+// Otherwise the full dot decides with the exact test above. One of a, b
+// may hold only a prefix of its values (a multiple of simChunk of them).
+func compareQuantized(a, b *quantized, ppm int64) similarity {
 	if a.norm.Sign() == 0 || b.norm.Sign() == 0 || ppm > wire.CopyRuleOff-1 {
-		return false
+		return similarity{decided: true, exact: true}
 	}
-	d := dot(a.q, b.q)
+	n := a.n
+	avail := min(len(a.q), len(b.q))
+	ab := math.Sqrt(a.rest[0] * b.rest[0])
+	t := math.Abs(float64(ppm)) / 1e6
+	limit := (t - simMargin) * ab
+	total := new(big.Int)
+	var totalF float64
+	var acc int64
+	for lo := 0; lo+simChunk <= avail || (lo < avail && avail == n); lo += simChunk {
+		hi := min(lo+simChunk, n)
+		acc += dot64(a.q[lo:hi], b.q[lo:hi])
+		if hi%dotChunk == 0 {
+			total.Add(total, big.NewInt(acc))
+			acc = 0
+			totalF, _ = total.Float64()
+		}
+		if hi == n {
+			break
+		}
+		c := hi / simChunk
+		if bound := totalF + float64(acc) + math.Sqrt(a.rest[c]*b.rest[c]); bound < limit {
+			return similarity{decided: true, cosine: bound / ab}
+		}
+	}
+	if avail < n {
+		return similarity{}
+	}
+	d := total.Add(total, big.NewInt(acc))
+	df, _ := d.Float64()
+	out := similarity{decided: true, exact: true, cosine: df / ab}
 	if d.Sign() <= 0 {
-		return false
+		return out
 	}
 	lhs := new(big.Int).Mul(d, d)
 	lhs.Mul(lhs, big.NewInt(1_000_000_000_000))
 	rhs := new(big.Int).Mul(big.NewInt(ppm), big.NewInt(ppm))
 	rhs.Mul(rhs, a.norm).Mul(rhs, b.norm)
-	return lhs.Cmp(rhs) >= 0
+	out.sim = lhs.Cmp(rhs) >= 0
+	return out
 }
 
 // markCopies applies the copy rule to one fragment's inputs (commit order)
@@ -141,6 +296,15 @@ func markCopies(inputs []wire.CommitInput, values [][]byte, heights []int64, dty
 		if q, ok := quantize(v, dtype, n); ok {
 			qs[j] = &q
 		}
+	}
+	markCopiesQ(inputs, qs, heights, ppm)
+}
+
+// markCopiesQ is markCopies over the inputs' quantized values (nil: not
+// compared: rejected before, or not finite).
+func markCopiesQ(inputs []wire.CommitInput, qs []*quantized, heights []int64, ppm int64) {
+	if ppm >= wire.CopyRuleOff {
+		return
 	}
 	// Similarity is symmetric: each unordered pair is computed once.
 	sim := make(map[[2]int]bool)

@@ -6,8 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"math"
-	"math/big"
 
 	"github.com/tenzro/train/machine"
 	"github.com/tenzro/train/wire"
@@ -100,7 +98,7 @@ func (n *Node) earlierValues(ctx context.Context, r *machine.Run, fs *machine.Ru
 // input not judged a replay of rounds r−1, r−2 is compared by its sketch
 // with the same trainer's sketches of every older round, nearest first, and
 // a kept input gets its sketch.
-func (n *Node) applyStaleRule(ctx context.Context, s *snapshot, i int, fc *wire.FragmentCommit, values []Values, idx []int) ([]Values, []int, error) {
+func (n *Node) applyStaleRule(ctx context.Context, s *snapshot, i int, fc *wire.FragmentCommit, values []Values, idx []int, qs *commitQuant) ([]Values, []int, error) {
 	r := s.r
 	fs := r.Fragments[i]
 	ppm := r.TaskSpec().CopyThresholdPpm()
@@ -109,26 +107,11 @@ func (n *Node) applyStaleRule(ctx context.Context, s *snapshot, i int, fc *wire.
 	if ppm >= wire.CopyRuleOff || len(values) == 0 || (len(earlier) == 0 && dim == 0) {
 		return values, idx, nil
 	}
-	size := fs.N * int64(fs.Dtype.Size())
 	var keptV []Values
 	var keptIdx []int
 	for k, j := range idx {
 		in := &fc.Inputs[j]
-		var cur *quantized
-		current := func() (*quantized, error) {
-			if cur == nil {
-				b, err := values[k].Bytes(size)
-				if err != nil {
-					return nil, errLocal{fmt.Errorf("stale rule: input %d: %w", j, err)}
-				}
-				c, ok := quantize(b, fs.Dtype, int(fs.N))
-				if !ok {
-					return nil, nil
-				}
-				cur = &c
-			}
-			return cur, nil
-		}
+		current := func() (*quantized, error) { return qs.of(j, values[k], "stale rule") }
 		for d := uint64(1); d <= wire.StaleLookbackRounds && d <= r.Round; d++ {
 			q := r.Round - d
 			rec, ok := earlier[q][in.TrainerDID]
@@ -161,9 +144,9 @@ func (n *Node) applyStaleRule(ctx context.Context, s *snapshot, i int, fc *wire.
 			if c == nil {
 				break
 			}
-			n.log.Info("stale rule", "task", r.TaskSpec().TaskID, "round", r.Round, "fragment", i, "trainer", in.TrainerDID,
-				"earlier_round", q, "cosine", fmt.Sprintf("%.6f", cosine(c, &pq)))
-			if similar(c, &pq, ppm) {
+			cmp := compareQuantized(c, &pq, ppm)
+			n.logStaleCompare("stale rule", r, i, in.TrainerDID, q, cmp)
+			if cmp.sim {
 				markStale(in, q)
 				break
 			}
@@ -204,9 +187,9 @@ func (n *Node) staleBySketch(s *snapshot, i int, trainer string, sk []byte, dim 
 		if !ok {
 			continue
 		}
-		n.log.Info("stale rule (sketch)", "task", r.TaskSpec().TaskID, "round", r.Round, "fragment", i, "trainer", trainer,
-			"earlier_round", old, "cosine", fmt.Sprintf("%.6f", cosine(&cur, &prev)))
-		if similar(&cur, &prev, ppm) {
+		cmp := compareQuantized(&cur, &prev, ppm)
+		n.logStaleCompare("stale rule (sketch)", r, i, trainer, old, cmp)
+		if cmp.sim {
 			return old, true
 		}
 	}
@@ -219,13 +202,14 @@ func markStale(in *wire.CommitInput, q uint64) {
 	in.Rejected = fmt.Sprintf("replay: its values are a copy of its own input of round %d (stale)", q)
 }
 
-// cosine is cos(a, b) as a float64, for logs only (verdicts use similar).
-func cosine(a, b *quantized) float64 {
-	if a.norm.Sign() == 0 || b.norm.Sign() == 0 {
-		return 0
+// logStaleCompare logs one comparison of the stale rule with what it
+// computed: the exact cosine, or the upper bound at which the early exit
+// proved the pair dissimilar (no second dot for the log).
+func (n *Node) logStaleCompare(msg string, r *machine.Run, i int, trainer string, earlier uint64, cmp similarity) {
+	key := "cosine"
+	if !cmp.exact {
+		key = "cosine_at_most"
 	}
-	d, _ := new(big.Float).SetInt(dot(a.q, b.q)).Float64()
-	na, _ := new(big.Float).SetInt(a.norm).Float64()
-	nb, _ := new(big.Float).SetInt(b.norm).Float64()
-	return d / (math.Sqrt(na) * math.Sqrt(nb))
+	n.log.Info(msg, "task", r.TaskSpec().TaskID, "round", r.Round, "fragment", i, "trainer", trainer,
+		"earlier_round", earlier, key, fmt.Sprintf("%.6f", cmp.cosine))
 }

@@ -655,13 +655,15 @@ func (n *Node) computeCommit(ctx context.Context, s *snapshot, i int) (*computed
 	// The copy rule (copies.go): a later input pointing the way of an
 	// earlier one is rejected as its copy, before round-level verifiers
 	// (inside Finalize) see the inputs kept.
-	values, idx, err := n.applyCopyRule(s, i, fc, values, idx)
+	// Each input is quantized once (quantOf), for both rules and the sketch.
+	qs := newCommitQuant(fs, len(fc.Inputs))
+	values, idx, err := n.applyCopyRule(s, i, fc, values, idx, qs)
 	if err != nil {
 		return nil, err
 	}
 	// The stale rule (stale.go): a kept input replaying the same trainer's
 	// input of one of the rounds before is rejected too.
-	if values, idx, err = n.applyStaleRule(ctx, s, i, fc, values, idx); err != nil {
+	if values, idx, err = n.applyStaleRule(ctx, s, i, fc, values, idx, qs); err != nil {
 		return nil, err
 	}
 	c := &computed{fragment: i}
@@ -720,28 +722,55 @@ func (n *Node) computeCommit(ctx context.Context, s *snapshot, i int) (*computed
 	return c, nil
 }
 
+// commitQuant holds one commit's quantized inputs (copies.md §2), by
+// fc.Inputs index, each computed at most once: the copy rule, the stale
+// rule and the sketch share them.
+type commitQuant struct {
+	fs   *machine.RunFragment
+	done []bool
+	q    []*quantized // nil when done: not finite
+}
+
+func newCommitQuant(fs *machine.RunFragment, inputs int) *commitQuant {
+	return &commitQuant{fs: fs, done: make([]bool, inputs), q: make([]*quantized, inputs)}
+}
+
+// of returns input j's quantized values v (nil: a value is not finite).
+func (c *commitQuant) of(j int, v Values, rule string) (*quantized, error) {
+	if !c.done[j] {
+		b, err := v.Bytes(c.fs.N * int64(c.fs.Dtype.Size()))
+		if err != nil {
+			return nil, errLocal{fmt.Errorf("%s: input %d: %w", rule, j, err)}
+		}
+		if q, ok := quantize(b, c.fs.Dtype, int(c.fs.N)); ok {
+			c.q[j] = &q
+		}
+		c.done[j] = true
+	}
+	return c.q[j], nil
+}
+
 // applyCopyRule runs the copy rule (markCopies) over fragment i's kept
 // inputs, values[k] being fc.Inputs[idx[k]]'s, and returns the values and
 // indices of the inputs it left kept.
-func (n *Node) applyCopyRule(s *snapshot, i int, fc *wire.FragmentCommit, values []Values, idx []int) ([]Values, []int, error) {
-	fs := s.r.Fragments[i]
+func (n *Node) applyCopyRule(s *snapshot, i int, fc *wire.FragmentCommit, values []Values, idx []int, qs *commitQuant) ([]Values, []int, error) {
 	ppm := s.r.TaskSpec().CopyThresholdPpm()
 	if ppm >= wire.CopyRuleOff || len(values) < 2 {
 		return values, idx, nil
 	}
-	all := make([][]byte, len(fc.Inputs))
+	all := make([]*quantized, len(fc.Inputs))
 	for k, v := range values {
-		b, err := v.Bytes(fs.N * int64(fs.Dtype.Size()))
+		q, err := qs.of(idx[k], v, "copy rule")
 		if err != nil {
-			return nil, nil, errLocal{fmt.Errorf("copy rule: input %d: %w", idx[k], err)}
+			return nil, nil, err
 		}
-		all[idx[k]] = b
+		all[idx[k]] = q
 	}
 	heights := make([]int64, len(fc.Inputs))
 	for j, in := range fc.Inputs {
 		heights[j] = s.records[i][in.TrainerDID].Height
 	}
-	markCopies(fc.Inputs, all, heights, fs.Dtype, int(fs.N), ppm)
+	markCopiesQ(fc.Inputs, all, heights, ppm)
 	var keptV []Values
 	var keptIdx []int
 	for k, j := range idx {

@@ -1,0 +1,340 @@
+package syncer
+
+import (
+	"encoding/binary"
+	"fmt"
+	"math"
+	"math/big"
+	"math/rand/v2"
+	"slices"
+	"testing"
+
+	"github.com/tenzro/train/machine"
+	"github.com/tenzro/train/wire"
+)
+
+// The reference implementations of copies.md §2, as the copy rule computed
+// them before the fast paths (issue 21): quantize in integers, one per
+// element, and the full exact dot. The fast quantize and similar must give
+// the same integers and verdicts for every input.
+
+// f32Bits returns value k of vals (F32 or BF16, little-endian) as float32
+// bits.
+func f32Bits(vals []byte, dtype machine.Dtype, k int) uint32 {
+	if dtype == machine.BF16 {
+		return uint32(binary.LittleEndian.Uint16(vals[2*k:])) << 16
+	}
+	return binary.LittleEndian.Uint32(vals[4*k:])
+}
+
+func quantizeRef(vals []byte, dtype machine.Dtype, n int) ([]int32, *big.Int, bool) {
+	maxExp := uint32(0)
+	for k := 0; k < n; k++ {
+		e := f32Bits(vals, dtype, k) >> 23 & 0xff
+		if e == 0xff {
+			return nil, nil, false
+		}
+		maxExp = max(maxExp, e)
+	}
+	maxExp = max(maxExp, 1)
+	q := make([]int32, n)
+	for k := 0; k < n; k++ {
+		b := f32Bits(vals, dtype, k)
+		e, m := b>>23&0xff, uint64(b&0x7fffff)
+		if e == 0 {
+			e = 1
+		} else {
+			m |= 1 << 23
+		}
+		x := roundShift(m, uint(maxExp-e)+24-quantBits)
+		if b>>31 != 0 {
+			x = -x
+		}
+		q[k] = int32(x)
+	}
+	return q, dotRef(q, q), true
+}
+
+func dotRef(a, b []int32) *big.Int {
+	total := new(big.Int)
+	for k := range a {
+		total.Add(total, new(big.Int).Mul(big.NewInt(int64(a[k])), big.NewInt(int64(b[k]))))
+	}
+	return total
+}
+
+func similarRef(a, b []int32, ppm int64) bool {
+	na, nb := dotRef(a, a), dotRef(b, b)
+	if na.Sign() == 0 || nb.Sign() == 0 || ppm > wire.CopyRuleOff-1 {
+		return false
+	}
+	d := dotRef(a, b)
+	if d.Sign() <= 0 {
+		return false
+	}
+	lhs := new(big.Int).Mul(d, d)
+	lhs.Mul(lhs, big.NewInt(1_000_000_000_000))
+	rhs := new(big.Int).Mul(big.NewInt(ppm), big.NewInt(ppm))
+	rhs.Mul(rhs, na).Mul(rhs, nb)
+	return lhs.Cmp(rhs) >= 0
+}
+
+func bitsLE(b []uint32) []byte {
+	out := make([]byte, 4*len(b))
+	for i, x := range b {
+		binary.LittleEndian.PutUint32(out[4*i:], x)
+	}
+	return out
+}
+
+func checkQuantize(t testing.TB, vals []byte, dtype machine.Dtype, n int) {
+	t.Helper()
+	wq, wn, wok := quantizeRef(vals, dtype, n)
+	got, ok := quantize(vals, dtype, n)
+	if ok != wok {
+		t.Fatalf("%v n=%d: ok %v, reference %v", dtype, n, ok, wok)
+	}
+	if !ok {
+		return
+	}
+	if !slices.Equal(got.q, wq) {
+		for k := range wq {
+			if got.q[k] != wq[k] {
+				t.Fatalf("%v n=%d: q[%d] = %d, reference %d (bits %#08x)", dtype, n, k, got.q[k], wq[k], f32Bits(vals, dtype, k))
+			}
+		}
+	}
+	if got.norm.Cmp(wn) != 0 {
+		t.Fatalf("%v n=%d: norm %s, reference %s", dtype, n, got.norm, wn)
+	}
+	if got.n != n || len(got.rest) != (n+simChunk-1)/simChunk+1 || got.rest[len(got.rest)-1] != 0 {
+		t.Fatalf("n %d, rest %d entries", got.n, len(got.rest))
+	}
+	if f, _ := wn.Float64(); got.rest[0] != f {
+		t.Fatalf("rest[0] = %g, norm %g", got.rest[0], f)
+	}
+}
+
+// TestQuantizeMatchesReference: the float64 quantize gives the reference's
+// integers and norm on the edge cases: ±0, all zero, subnormals (alone and
+// beside normals), exact halves and half ± 1 ulp at every shift the largest
+// exponents 1, 127 and 254 allow, the largest finite values, and BF16.
+func TestQuantizeMatchesReference(t *testing.T) {
+	cases := map[string][]uint32{
+		"all zero":  {0, 0, 0},
+		"±0":        {0x80000000, 0, 0x80000000},
+		"one":       {0x3f800000},
+		"subnormal": {1, 0x80000001, 0x7fffff, 0x807fffff, 0x400000, 0x400001, 0x3fffff, 0xc00000 >> 1, 3, 5, 0x80000002},
+		"max float": {0x7f7fffff, 0xff7fffff, 0x7f000000, 1, 0x00800000, 0x80000001},
+		"inf":       {0x3f800000, 0x7f800000},
+		"-inf":      {0xff800000},
+		"nan":       {0x7fc00000, 0},
+		"nan bits":  {0x7f800001},
+	}
+	for _, maxE := range []uint32{1, 2, 100, 127, 200, 253, 254} {
+		vals := []uint32{maxE<<23 | 0x7fffff} // sets the max exponent
+		for e := uint32(0); e <= maxE; e++ {
+			ee := max(e, 1)
+			s := maxE - ee + 4 // the reference's shift
+			for _, m := range []uint32{0, 1, 0x7fffff, 0x400000, 0x2aaaaa} {
+				vals = append(vals, e<<23|m, 1<<31|e<<23|m)
+			}
+			if s < 24 {
+				for _, k := range []uint32{0, 1, 2, 3} { // exact halves, odd and even quotients
+					full := uint32(1)<<23 | k<<s | 1<<(s-1)
+					if e == 0 {
+						full = k<<s | 1<<(s-1)
+					}
+					m := full & 0x7fffff
+					vals = append(vals, e<<23|m, 1<<31|e<<23|m, e<<23|(m+1)&0x7fffff, e<<23|(m-1)&0x7fffff)
+				}
+			}
+		}
+		cases[fmt.Sprintf("halves at max exponent %d", maxE)] = vals
+	}
+	for name, v := range cases {
+		t.Run(name, func(t *testing.T) {
+			checkQuantize(t, bitsLE(v), machine.F32, len(v))
+			bf := make([]byte, 2*len(v))
+			for i, x := range v {
+				binary.LittleEndian.PutUint16(bf[2*i:], uint16(x>>16))
+			}
+			checkQuantize(t, bf, machine.BF16, len(v))
+		})
+	}
+	// Long random vectors of every scale, crossing chunk boundaries.
+	r := rand.New(rand.NewPCG(3, 4))
+	for _, n := range []int{simChunk - 1, simChunk, 3*simChunk + 17} {
+		for _, scale := range []float64{1e-42, 1e-30, 1, 1e30, 3e38} {
+			v := make([]uint32, n)
+			for i := range v {
+				v[i] = math.Float32bits(float32(scale * r.NormFloat64() / 4))
+			}
+			checkQuantize(t, bitsLE(v), machine.F32, n)
+		}
+		v := make([]uint32, n) // raw random bits, all finite
+		for i := range v {
+			v[i] = r.Uint32() &^ (1 << 30)
+		}
+		checkQuantize(t, bitsLE(v), machine.F32, n)
+	}
+}
+
+func FuzzQuantize(f *testing.F) {
+	f.Add(bitsLE([]uint32{0x3f800000, 1, 0x80000001, 0x7f7fffff}))
+	f.Add(bitsLE([]uint32{0x00c00000, 0x00400000, 0x00000003}))
+	f.Add([]byte{})
+	f.Fuzz(func(t *testing.T, data []byte) {
+		checkQuantize(t, data, machine.F32, len(data)/4)
+		checkQuantize(t, data, machine.BF16, len(data)/2)
+	})
+}
+
+// simCase compares the fast similar (both argument orders, and with either
+// side cut to a prefix as the cache keeps it) with the reference.
+func simCase(t testing.TB, name string, a, b []int32, ppm int64) (exited bool) {
+	t.Helper()
+	want := similarRef(a, b, ppm)
+	qa, qb := newQuantized(a), newQuantized(b)
+	for _, p := range [][2]*quantized{{&qa, &qb}, {&qb, &qa}} {
+		got := compareQuantized(p[0], p[1], ppm)
+		if !got.decided || got.sim != want {
+			t.Fatalf("%s: similar %+v, reference %v", name, got, want)
+		}
+		exited = exited || !got.exact
+	}
+	for _, cut := range []int{simChunk, 2 * simChunk} {
+		if cut >= len(b) {
+			continue
+		}
+		pb := qb
+		pb.q = qb.q[:cut]
+		pb.rest = qb.rest[:cut/simChunk+1]
+		for _, p := range [][2]*quantized{{&qa, &pb}, {&pb, &qa}} {
+			if got := compareQuantized(p[0], p[1], ppm); got.decided && got.sim != want {
+				t.Fatalf("%s: prefix %d: similar %+v, reference %v", name, cut, got, want)
+			}
+		}
+	}
+	return exited
+}
+
+func randQ(r *rand.Rand, n int, scale float64) []int32 {
+	q := make([]int32, n)
+	for i := range q {
+		q[i] = int32(max(-1<<20, min(1<<20, math.Round(scale*r.NormFloat64()))))
+	}
+	return q
+}
+
+// TestSimilarEarlyExit: the early exit never changes a verdict, over
+// random, near-copy (cosines swept across the threshold), negatively
+// correlated, zero and adversarial vectors (equal suffixes after different
+// prefixes; the mass at the end), and it does exit on honest-like pairs.
+func TestSimilarEarlyExit(t *testing.T) {
+	r := rand.New(rand.NewPCG(5, 6))
+	const n = 6*simChunk + 123
+	ppm := int64(wire.DefaultCopyMinCosinePpm)
+	base := randQ(r, n, 1e5)
+	noise := randQ(r, n, 1e5)
+	mix := func(a []int32, wa float64, b []int32, wb float64) []int32 {
+		out := make([]int32, len(a))
+		for i := range out {
+			out[i] = int32(max(-1<<20, min(1<<20, math.Round(wa*float64(a[i])+wb*float64(b[i])))))
+		}
+		return out
+	}
+	exits := 0
+	count := func(e bool) {
+		if e {
+			exits++
+		}
+	}
+	count(simCase(t, "random", base, noise, ppm))
+	count(simCase(t, "identical", base, base, ppm))
+	count(simCase(t, "negated", base, mix(base, -1, noise, 0), ppm))
+	count(simCase(t, "negatively correlated", base, mix(base, -1, noise, 0.3), ppm))
+	count(simCase(t, "zeros", base, make([]int32, n), ppm))
+	count(simCase(t, "cosine 0.9", base, mix(base, 1, noise, 0.4843), ppm))
+	// Cosines swept across the threshold: cos = 1/√(1+w²) for base+w·noise
+	// (near enough), threshold at w ≈ 0.01414.
+	crossed := map[bool]bool{}
+	for i := 0; i <= 400; i++ {
+		w := 0.0138 + float64(i)*0.000002
+		b := mix(base, 1, noise, w)
+		count(simCase(t, fmt.Sprintf("w=%g", w), base, b, ppm))
+		crossed[similarRef(base, b, ppm)] = true
+	}
+	if !crossed[true] || !crossed[false] {
+		t.Fatalf("the sweep did not cross the threshold: %v", crossed)
+	}
+	// Equal suffixes, different prefixes: the first chunks point apart (or
+	// against each other), the rest is identical and carries the mass.
+	for _, pw := range []float64{-1, 0, 0.3, 1e-3, 1e-2} {
+		a, b := slices.Clone(base), slices.Clone(base)
+		for k := 0; k < 2*simChunk; k++ {
+			a[k] = int32(float64(a[k]) * pw)
+			b[k] = int32(float64(noise[k]) * pw)
+		}
+		count(simCase(t, fmt.Sprintf("equal suffix, prefix ×%g", pw), a, b, ppm))
+	}
+	// The mass at the end: small values first, then large ones.
+	for _, tail := range []int{1, simChunk, n / 2} {
+		a, b := mix(base, 1e-4, noise, 0), mix(noise, 1e-4, base, 0)
+		copy(a[n-tail:], base[n-tail:])
+		copy(b[n-tail:], base[n-tail:])
+		count(simCase(t, fmt.Sprintf("mass in the last %d", tail), a, b, ppm))
+	}
+	// Every allowed threshold on a pair just around it.
+	for _, p := range []int64{500000, 900000, 999000, 999999, 1000000, wire.CopyRuleOff} {
+		count(simCase(t, fmt.Sprintf("ppm %d", p), base, mix(base, 1, noise, 0.0141), p))
+	}
+	if exits == 0 {
+		t.Fatal("the early exit never ran")
+	}
+	// A pair across int64 flushes (more than dotChunk values).
+	if !testing.Short() {
+		big1 := randQ(r, dotChunk+3*simChunk+5, 1<<19)
+		simCase(t, "beyond dotChunk: copy", big1, mix(big1, 1, big1, 1e-3), ppm)
+		simCase(t, "beyond dotChunk: other", big1, randQ(r, len(big1), 1<<19), ppm)
+	}
+}
+
+// FuzzSimilar: random-structured pairs (runs of the fuzzed integers, so the
+// vectors span several chunks), the fast similar against the reference.
+func FuzzSimilar(f *testing.F) {
+	f.Add([]byte{1, 0, 0, 0, 1, 0, 0, 0}, uint8(70), uint32(999900), uint8(0))
+	f.Add([]byte{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16}, uint8(200), uint32(500000), uint8(3))
+	f.Fuzz(func(t *testing.T, data []byte, run uint8, ppm uint32, shared uint8) {
+		m := len(data) / 8
+		if m == 0 {
+			return
+		}
+		rl := 1 + int(run)*16
+		n := m * rl
+		a, b := make([]int32, n), make([]int32, n)
+		for i := 0; i < m; i++ {
+			x := int32(binary.LittleEndian.Uint32(data[4*i:])) >> 11 // |x| ≤ 2^20
+			y := int32(binary.LittleEndian.Uint32(data[4*(m+i):])) >> 11
+			if i >= int(shared) { // a shared tail: b = a there
+				y = x
+			}
+			for k := 0; k < rl; k++ {
+				a[i*rl+k], b[i*rl+k] = x, y
+			}
+		}
+		p := 500000 + int64(ppm%500002)
+		simCase(t, "fuzz", a, b, p)
+	})
+}
+
+// cosine is cos(a, b) as a float64, for test messages.
+func cosine(a, b *quantized) float64 {
+	if a.norm.Sign() == 0 || b.norm.Sign() == 0 {
+		return 0
+	}
+	d, _ := new(big.Float).SetInt(dotRef(a.q, b.q)).Float64()
+	na, _ := new(big.Float).SetInt(a.norm).Float64()
+	nb, _ := new(big.Float).SetInt(b.norm).Float64()
+	return d / (math.Sqrt(na) * math.Sqrt(nb))
+}
