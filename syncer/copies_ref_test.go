@@ -338,3 +338,37 @@ func cosine(a, b *quantized) float64 {
 	nb, _ := new(big.Float).SetInt(b.norm).Float64()
 	return d / (math.Sqrt(na) * math.Sqrt(nb))
 }
+
+// BenchmarkCopyRuleParts (go test ./syncer -run X -bench CopyRuleParts):
+// the fast quantize and similar beside the references, N = 8.65M f32.
+func BenchmarkCopyRuleParts(b *testing.B) {
+	const n = 8_650_000
+	a, o := f32le(gauss(1, n, 0.01)), f32le(gauss(2, n, 0.01))
+	qa, _ := quantize(a, machine.F32, n)
+	qo, _ := quantize(o, machine.F32, n)
+	b.Run("quantize/ref", func(b *testing.B) {
+		for i := 0; i < b.N; i++ {
+			quantizeRef(a, machine.F32, n)
+		}
+	})
+	b.Run("quantize/fast", func(b *testing.B) {
+		for i := 0; i < b.N; i++ {
+			quantize(a, machine.F32, n)
+		}
+	})
+	b.Run("similar/full-dot", func(b *testing.B) {
+		for i := 0; i < b.N; i++ {
+			dot(qa.q, qo.q)
+		}
+	})
+	b.Run("similar/early-exit", func(b *testing.B) {
+		for i := 0; i < b.N; i++ {
+			similar(&qa, &qo, wire.DefaultCopyMinCosinePpm)
+		}
+	})
+	b.Run("similar/copy", func(b *testing.B) {
+		for i := 0; i < b.N; i++ {
+			similar(&qa, &qa, wire.DefaultCopyMinCosinePpm)
+		}
+	})
+}
