@@ -107,6 +107,12 @@ func (n *Node) applyStaleRule(ctx context.Context, s *snapshot, i int, fc *wire.
 	if ppm >= wire.CopyRuleOff || len(values) == 0 || (len(earlier) == 0 && dim == 0) {
 		return values, idx, nil
 	}
+	// The cache serves this node's own commits; a re-execution runs cold,
+	// exactly as before the cache (it has no say on availability).
+	var lk wire.Hash
+	if s.store {
+		lk = layoutKey(r, fs)
+	}
 	var keptV []Values
 	var keptIdx []int
 	for k, j := range idx {
@@ -117,6 +123,26 @@ func (n *Node) applyStaleRule(ctx context.Context, s *snapshot, i int, fc *wire.
 			rec, ok := earlier[q][in.TrainerDID]
 			if !ok {
 				continue
+			}
+			// The cache's prefix of the earlier input decides most pairs
+			// (quantcache.go); what it leaves open is decided on the
+			// payload, as without it.
+			if kept := n.quants.get(rec.PayloadHash, lk); kept != nil {
+				c, err := current()
+				if err != nil {
+					return nil, nil, err
+				}
+				if c == nil {
+					break
+				}
+				if cmp := compareQuantized(c, kept, ppm); cmp.decided {
+					n.logStaleCompare("stale rule", r, i, in.TrainerDID, q, cmp)
+					if cmp.sim {
+						markStale(in, q)
+						break
+					}
+					continue
+				}
 			}
 			prev, err := n.earlierValues(ctx, r, fs, &rec)
 			var fe *fetchError

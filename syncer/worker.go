@@ -631,6 +631,11 @@ func (n *Node) computeCommit(ctx context.Context, s *snapshot, i int) (*computed
 	}()
 	var values []Values
 	var idx []int // fc.Inputs index of each of values
+	phases := commitPhases{on: s.store}
+	if o, ok := n.cfg.Observer.(ComputeObserver); ok && s.store {
+		defer phases.report(o)
+	}
+	phases.start(PhaseVerify)
 	for j := range fc.Inputs {
 		in := &fc.Inputs[j]
 		rec, ok := s.records[i][in.TrainerDID]
@@ -655,8 +660,13 @@ func (n *Node) computeCommit(ctx context.Context, s *snapshot, i int) (*computed
 	// The copy rule (copies.go): a later input pointing the way of an
 	// earlier one is rejected as its copy, before round-level verifiers
 	// (inside Finalize) see the inputs kept.
-	// Each input is quantized once (quantOf), for both rules and the sketch.
+	// Each input is quantized once (commitQuant), for both rules and the
+	// sketch; the quantCache keeps what a later round's stale rule needs.
+	phases.start(PhaseCopyStale)
 	qs := newCommitQuant(fs, len(fc.Inputs))
+	if s.store {
+		defer n.quants.keep(r, fs, s.records[i], fc, qs)
+	}
 	values, idx, err := n.applyCopyRule(s, i, fc, values, idx, qs)
 	if err != nil {
 		return nil, err
@@ -666,6 +676,7 @@ func (n *Node) computeCommit(ctx context.Context, s *snapshot, i int) (*computed
 	if values, idx, err = n.applyStaleRule(ctx, s, i, fc, values, idx, qs); err != nil {
 		return nil, err
 	}
+	phases.start(PhaseFinalize)
 	c := &computed{fragment: i}
 	if c.verdicts, err = n.verdicts(ctx, r, fs, s.claims[i]); err != nil {
 		return nil, err
@@ -699,6 +710,8 @@ func (n *Node) computeCommit(ctx context.Context, s *snapshot, i int) (*computed
 		fin.Momentum = &m
 	}
 	fin.Write = func(weights, momentum []byte) error {
+		phases.start(PhaseWrite)
+		defer phases.start(PhaseFinalize)
 		return n.writeState(ctx, s.store, &fs.FragLayout, weights, momentum, fc)
 	}
 	out, err := n.eng.Finalize(ctx, fin)
@@ -715,11 +728,45 @@ func (n *Node) computeCommit(ctx context.Context, s *snapshot, i int) (*computed
 	fc.Status, fc.Reason, fc.AggregateHash = out.Status, out.Reason, out.AggregateHash
 	// Scores (score.go): after the copy rule, the verifiers and the
 	// aggregation, of the kept inputs the chain's draw picked.
+	phases.start(PhaseScore)
 	if err := n.scoreInputs(ctx, s, i, fc, values, idx); err != nil {
 		return nil, err
 	}
 	c.commit = *fc
 	return c, nil
+}
+
+// commitPhases times a commit's compute phases (ComputeObserver): start
+// ends the running phase and starts the next.
+type commitPhases struct {
+	on    bool
+	cur   string
+	since time.Time
+	d     map[string]time.Duration
+}
+
+func (p *commitPhases) start(phase string) {
+	if !p.on {
+		return
+	}
+	now := time.Now()
+	if p.cur != "" {
+		if p.d == nil {
+			p.d = map[string]time.Duration{}
+		}
+		p.d[p.cur] += now.Sub(p.since)
+	}
+	p.cur, p.since = phase, now
+}
+
+// report ends the running phase and reports each phase that ran.
+func (p *commitPhases) report(o ComputeObserver) {
+	p.start("")
+	for _, ph := range ComputePhases {
+		if d, ok := p.d[ph]; ok {
+			o.CommitCompute(ph, d)
+		}
+	}
 }
 
 // commitQuant holds one commit's quantized inputs (copies.md §2), by
