@@ -1,7 +1,6 @@
 package syncer
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -44,11 +43,11 @@ func earlierRecords(ctx context.Context, kv machine.KV, task string, round uint6
 	return out, nil
 }
 
-// earlierValues returns the decoded values of an earlier round's record
-// (nil when its payload does not have the recorded size or hash, or does
-// not decode: such an input copies nothing). A payload that cannot be
-// fetched is a fetchError.
-func (n *Node) earlierValues(ctx context.Context, r *machine.Run, fs *machine.RunFragment, rec *machine.Record) ([]byte, error) {
+// earlierQuantized returns the quantized values of an earlier round's
+// record (nil when its payload does not have the recorded size or hash,
+// does not decode, or holds a value that is not finite: such an input
+// copies nothing). A payload that cannot be fetched is a fetchError.
+func (n *Node) earlierQuantized(ctx context.Context, r *machine.Run, fs *machine.RunFragment, rec *machine.Record) (*quantized, error) {
 	payload, release, checked, path, err := n.storedBlob(ctx, rec.PayloadHash, rec.PayloadSize, rec.Provider)
 	if err != nil {
 		var fe *fetchError
@@ -57,36 +56,45 @@ func (n *Node) earlierValues(ctx context.Context, r *machine.Run, fs *machine.Ru
 		}
 		return nil, err
 	}
-	defer release()
+	defer release() // the values are quantized before
 	if uint64(len(payload)) != rec.PayloadSize || (!checked && wire.ContentHash(payload) != rec.PayloadHash) {
 		return nil, nil
 	}
 	size := fs.N * int64(fs.Dtype.Size())
+	var flat []byte
 	if r.Codec == nil {
-		v, err := TensorValues(bytes.NewReader(payload), int64(len(payload)), path, fs.Tensors)
+		v, err := TensorValues(memReader(payload), int64(len(payload)), path, fs.Tensors)
 		if err != nil {
 			return nil, nil
 		}
-		b, err := v.Bytes(size)
+		b, ok := v.inPlace(size)
+		if !ok {
+			if b, err = v.Bytes(size); err != nil {
+				return nil, err
+			}
+		}
+		flat = b
+	} else {
+		// The decode's fuel is not counted in the commit: the earlier
+		// input's decode was counted in its own round.
+		b, _, err := payloadValues(ctx, n.eng, r.Codec, &fs.FragLayout, payload)
 		if err != nil {
-			return nil, err
+			var rf *RuleFailure
+			if ctx.Err() != nil || (!errors.As(err, &rf) && isHostFailure(err)) {
+				return nil, err
+			}
+			return nil, nil
 		}
-		return append([]byte(nil), b...), nil // the blob is released on return
+		if int64(len(b)) != size {
+			return nil, nil
+		}
+		flat = b
 	}
-	// The decode's fuel is not counted in the commit: the earlier input's
-	// decode was counted in its own round.
-	flat, _, err := payloadValues(ctx, n.eng, r.Codec, &fs.FragLayout, payload)
-	if err != nil {
-		var rf *RuleFailure
-		if ctx.Err() != nil || (!errors.As(err, &rf) && isHostFailure(err)) {
-			return nil, err
-		}
+	q, ok := quantize(flat, fs.Dtype, int(fs.N))
+	if !ok {
 		return nil, nil
 	}
-	if int64(len(flat)) != size {
-		return nil, nil
-	}
-	return flat, nil
+	return &q, nil
 }
 
 // applyStaleRule runs the stale rule over fragment i's inputs still kept
@@ -144,7 +152,7 @@ func (n *Node) applyStaleRule(ctx context.Context, s *snapshot, i int, fc *wire.
 					continue
 				}
 			}
-			prev, err := n.earlierValues(ctx, r, fs, &rec)
+			pq, err := n.earlierQuantized(ctx, r, fs, &rec)
 			var fe *fetchError
 			switch {
 			case errors.As(err, &fe) && s.patient:
@@ -156,11 +164,7 @@ func (n *Node) applyStaleRule(ctx context.Context, s *snapshot, i int, fc *wire.
 				continue
 			case err != nil:
 				return nil, nil, errLocal{err}
-			case prev == nil:
-				continue
-			}
-			pq, ok := quantize(prev, fs.Dtype, int(fs.N))
-			if !ok {
+			case pq == nil:
 				continue
 			}
 			c, err := current()
@@ -170,7 +174,7 @@ func (n *Node) applyStaleRule(ctx context.Context, s *snapshot, i int, fc *wire.
 			if c == nil {
 				break
 			}
-			cmp := compareQuantized(c, &pq, ppm)
+			cmp := compareQuantized(c, pq, ppm)
 			n.logStaleCompare("stale rule", r, i, in.TrainerDID, q, cmp)
 			if cmp.sim {
 				markStale(in, q)

@@ -785,9 +785,13 @@ func newCommitQuant(fs *machine.RunFragment, inputs int) *commitQuant {
 // of returns input j's quantized values v (nil: a value is not finite).
 func (c *commitQuant) of(j int, v Values, rule string) (*quantized, error) {
 	if !c.done[j] {
-		b, err := v.Bytes(c.fs.N * int64(c.fs.Dtype.Size()))
-		if err != nil {
-			return nil, errLocal{fmt.Errorf("%s: input %d: %w", rule, j, err)}
+		size := c.fs.N * int64(c.fs.Dtype.Size())
+		b, ok := v.inPlace(size)
+		if !ok {
+			var err error
+			if b, err = v.Bytes(size); err != nil {
+				return nil, errLocal{fmt.Errorf("%s: input %d: %w", rule, j, err)}
+			}
 		}
 		if q, ok := quantize(b, c.fs.Dtype, int(c.fs.N)); ok {
 			c.q[j] = &q
@@ -922,9 +926,9 @@ func (n *Node) storedValues(ctx context.Context, h wire.Hash, tensors []wire.Ten
 		return Values{}, nil, err
 	}
 	if tensors == nil {
-		return Values{R: bytes.NewReader(b), Path: path, Ranges: []ByteRange{{Off: 0, Len: int64(len(b))}}}, release, nil
+		return Values{R: memReader(b), Path: path, Ranges: []ByteRange{{Off: 0, Len: int64(len(b))}}}, release, nil
 	}
-	v, err := TensorValues(bytes.NewReader(b), int64(len(b)), path, tensors)
+	v, err := TensorValues(memReader(b), int64(len(b)), path, tensors)
 	if err != nil {
 		release()
 		return Values{}, nil, err
@@ -968,7 +972,7 @@ func (n *Node) checkInput(ctx context.Context, r *machine.Run, fs *machine.RunFr
 	var flat []byte // the values in one slice, for per-submission verifiers
 	var fuel uint64
 	if r.Codec == nil {
-		v, err = TensorValues(bytes.NewReader(payload), int64(len(payload)), path, fs.Tensors)
+		v, err = TensorValues(memReader(payload), int64(len(payload)), path, fs.Tensors)
 		if err == nil && len(v.Ranges) == 1 {
 			flat = payload[v.Ranges[0].Off : v.Ranges[0].Off+v.Ranges[0].Len]
 		}
