@@ -6,6 +6,7 @@ import (
 	"math"
 	"math/big"
 	"math/bits"
+	"slices"
 
 	"github.com/tenzro/train/machine"
 	"github.com/tenzro/train/wire"
@@ -31,24 +32,44 @@ const quantBits = 20
 const simChunk = 1 << 12
 
 // quantized is one input's values as integers relative to its own largest
-// magnitude, with the exact sum of their squares and, per chunk of
-// simChunk values, the sum of the squares from that chunk on (for
-// similar's early exit). An input kept for a later round's stale rule
-// (quantCache) holds only a prefix of q: n is the full length.
+// magnitude (copies.md §2). It is built lazily: quantizeLazy reads the
+// values once for their largest magnitude and, per chunk of simChunk
+// values, bounds of the chunk's sum of squares; the exact integers are
+// computed chunk by chunk as similar's early exit reaches them (upto), and
+// all of them, with the exact norm, only when a pair needs the full dot
+// (full). An input kept for a later round's stale rule (quantCache) holds a
+// prefix of its integers and no source.
 type quantized struct {
-	q    []int32
 	n    int
-	norm *big.Int // Σ q² (zero: the input is all zero and copies nothing)
-	// rest[c] is Σ_{k ≥ c·simChunk} q[k]² rounded to a float64 (each from
-	// the exact 128-bit integer, so within a relative 2^-52 of it), for
-	// c = 0 … ⌈len(q)/simChunk⌉; rest[0] is the norm's.
-	rest []float64
+	zero bool     // every integer is 0: the input copies nothing
+	q    []int32  // the exact integers of the first len(q) values
+	sq   []int64  // Σ q² of each chunk of q (each < 2^53)
+	norm *big.Int // Σ q², exact, once q holds all n values
+	// hi[c] and lo[c] bound Σ_{k ≥ c·simChunk} q[k]², c = 0 … chunks
+	// (hi[chunks] = lo[chunks] = 0): from the float64 sums of the values'
+	// squares while lazy, then the float64 roundings of the exact sums
+	// (within a relative 2^-52: similar's margin covers that).
+	hi, lo []float64
+	// The source of the integers not computed yet (nil: none).
+	src   []byte
+	bf16  bool
+	scale float64
 }
 
-// quantize maps each value v to round_half_even(v · 2^(19 − E)), where
+// quantize is quantizeLazy with every integer and the exact norm computed.
+func quantize(vals []byte, dtype machine.Dtype, n int) (quantized, bool) {
+	q, ok := quantizeLazy(vals, dtype, n)
+	if ok {
+		q.full()
+	}
+	return q, ok
+}
+
+// quantizeLazy maps each value v to round_half_even(v · 2^(19 − E)), where
 // 2^E ≤ max|v| < 2^(E+1) (E from the largest value's biased exponent, so
 // subnormals count with exponent field 1): |q| ≤ 2^20. ok is false when a
-// value is not finite (the finite verifier rejects those before).
+// value is not finite (the finite verifier rejects those before). The
+// result reads vals until its integers are all computed (full).
 //
 // This is copies.md §2's integer definition (m / 2^(maxExp − e + 4) rounded
 // half to even; the reference is quantizeRef in copies_ref_test.go) computed
@@ -57,87 +78,143 @@ type quantized struct {
 // |v · scale| lies in [2^-257, 2^20], far inside float64's normal range),
 // so math.RoundToEven of it is the exact integer rounding. Go never sets
 // flush-to-zero, so float32 subnormals widen exactly.
-func quantize(vals []byte, dtype machine.Dtype, n int) (quantized, bool) {
-	if dtype == machine.BF16 {
-		return quantizeBF16(vals[:2*n], n)
-	}
-	return quantizeF32(vals[:4*n], n)
-}
-
-// quantizeF32 is quantize for F32 values: a pass for the largest magnitude
-// on the raw bits, then one that scales, rounds and sums the squares.
-func quantizeF32(vals []byte, n int) (quantized, bool) {
+func quantizeLazy(vals []byte, dtype machine.Dtype, n int) (quantized, bool) {
+	chunks := (n + simChunk - 1) / simChunk
+	sums := make([]float64, chunks) // Σ v² per chunk, float64
 	var maxAbs uint32
-	for k := 0; k < n; k++ {
-		maxAbs = max(maxAbs, binary.LittleEndian.Uint32(vals[4*k:])&0x7fffffff)
+	bf16 := dtype == machine.BF16
+	if bf16 {
+		vals = vals[:2*n]
+		for c := range sums {
+			v := vals[2*c*simChunk : 2*min((c+1)*simChunk, n)]
+			var s0, s1 float64
+			k := 0
+			for ; k+4 <= len(v); k += 4 {
+				b0 := uint32(binary.LittleEndian.Uint16(v[k:])&0x7fff) << 16
+				b1 := uint32(binary.LittleEndian.Uint16(v[k+2:])&0x7fff) << 16
+				maxAbs = max(maxAbs, b0, b1)
+				x0, x1 := float64(math.Float32frombits(b0)), float64(math.Float32frombits(b1))
+				s0 += x0 * x0
+				s1 += x1 * x1
+			}
+			for ; k < len(v); k += 2 {
+				b := uint32(binary.LittleEndian.Uint16(v[k:])&0x7fff) << 16
+				maxAbs = max(maxAbs, b)
+				x := float64(math.Float32frombits(b))
+				s0 += x * x
+			}
+			sums[c] = s0 + s1
+		}
+	} else {
+		vals = vals[:4*n]
+		for c := range sums {
+			v := vals[4*c*simChunk : 4*min((c+1)*simChunk, n)]
+			var s0, s1, s2, s3 float64
+			k := 0
+			for ; k+16 <= len(v); k += 16 {
+				b0 := binary.LittleEndian.Uint32(v[k:]) & 0x7fffffff
+				b1 := binary.LittleEndian.Uint32(v[k+4:]) & 0x7fffffff
+				b2 := binary.LittleEndian.Uint32(v[k+8:]) & 0x7fffffff
+				b3 := binary.LittleEndian.Uint32(v[k+12:]) & 0x7fffffff
+				maxAbs = max(maxAbs, b0, b1, b2, b3)
+				x0, x1 := float64(math.Float32frombits(b0)), float64(math.Float32frombits(b1))
+				x2, x3 := float64(math.Float32frombits(b2)), float64(math.Float32frombits(b3))
+				s0 += x0 * x0
+				s1 += x1 * x1
+				s2 += x2 * x2
+				s3 += x3 * x3
+			}
+			for ; k < len(v); k += 4 {
+				b := binary.LittleEndian.Uint32(v[k:]) & 0x7fffffff
+				maxAbs = max(maxAbs, b)
+				x := float64(math.Float32frombits(b))
+				s0 += x * x
+			}
+			sums[c] = (s0 + s1) + (s2 + s3)
+		}
 	}
 	if maxAbs >= 0x7f800000 {
 		return quantized{}, false
 	}
-	scale := quantScale(maxAbs)
-	out := quantized{q: make([]int32, n), n: n}
-	sums := make([]int64, (n+simChunk-1)/simChunk)
-	for c := range sums {
-		lo, hi := c*simChunk, min((c+1)*simChunk, n)
-		q, v := out.q[lo:hi], vals[4*lo:4*hi]
-		var s int64
-		for k := range q {
-			x := int32(math.RoundToEven(float64(math.Float32frombits(binary.LittleEndian.Uint32(v[4*k:]))) * scale))
-			q[k] = x
-			s += int64(x) * int64(x)
-		}
-		sums[c] = s
+	scale := math.Float64frombits(uint64(1023+146-max(maxAbs>>23, 1)) << 52) // 2^(146 − max(E, 1))
+	out := quantized{n: n, src: vals, bf16: bf16, scale: scale,
+		zero: math.RoundToEven(float64(math.Float32frombits(maxAbs))*scale) == 0,
+		hi:   make([]float64, chunks+1), lo: make([]float64, chunks+1)}
+	if n == 0 || out.zero {
+		out.src = nil
+		out.q, out.norm = make([]int32, n), new(big.Int)
+		out.sq = make([]int64, chunks)
+		clear(out.hi)
+		return out, true
 	}
-	out.setNorms(sums)
+	// Per chunk of L values, x = v·scale (exact) and q = round(x), so
+	// ‖q‖ lies within ‖x‖ ± ½√L (|q − x| ≤ ½ each); ‖x‖² = scale²·Σv², and
+	// the float64 sum of L squares is within a relative (L+2)·2^-53 < γ of
+	// it. The suffix sums of the bounds are widened by their own rounding.
+	const gamma = 1e-11
+	s2 := scale * scale
+	var hs, ls float64
+	for c := chunks - 1; c >= 0; c-- {
+		l := float64(min((c+1)*simChunk, n) - c*simChunk)
+		x := math.Sqrt(sums[c] * s2)
+		h := (x*(1+gamma) + 0.5*math.Sqrt(l)) * (1 + gamma)
+		lw := max(0, x*(1-gamma)-0.5*math.Sqrt(l)*(1+gamma)) * (1 - gamma)
+		hs += h * h
+		ls += lw * lw
+		out.hi[c] = hs * (1 + float64(chunks-c+4)*0x1p-50)
+		out.lo[c] = ls * (1 - float64(chunks-c+4)*0x1p-50)
+	}
 	return out, true
 }
 
-// quantizeBF16 is quantize for BF16 values (widened to their f32 bits).
-func quantizeBF16(vals []byte, n int) (quantized, bool) {
-	var maxAbs uint32
-	for k := 0; k < n; k++ {
-		maxAbs = max(maxAbs, uint32(binary.LittleEndian.Uint16(vals[2*k:])&0x7fff)<<16)
+// upto computes the exact integers of the first k values (k a multiple of
+// simChunk, or n); false when they are not there and no source is left (a
+// kept prefix).
+func (x *quantized) upto(k int) bool {
+	if len(x.q) >= k {
+		return true
 	}
-	if maxAbs >= 0x7f800000 {
-		return quantized{}, false
+	if x.src == nil {
+		return false
 	}
-	scale := quantScale(maxAbs)
-	out := quantized{q: make([]int32, n), n: n}
-	sums := make([]int64, (n+simChunk-1)/simChunk)
-	for c := range sums {
-		lo, hi := c*simChunk, min((c+1)*simChunk, n)
-		q, v := out.q[lo:hi], vals[2*lo:2*hi]
+	if x.q == nil {
+		x.q = make([]int32, 0, min(x.n, 64*simChunk))
+	}
+	for len(x.q) < k {
+		lo := len(x.q)
+		hi := min(lo+simChunk, x.n)
+		x.q = slices.Grow(x.q, hi-lo)[:hi]
+		q := x.q[lo:hi]
 		var s int64
-		for k := range q {
-			x := int32(math.RoundToEven(float64(math.Float32frombits(uint32(binary.LittleEndian.Uint16(v[2*k:]))<<16)) * scale))
-			q[k] = x
-			s += int64(x) * int64(x)
+		if x.bf16 {
+			v := x.src[2*lo : 2*hi]
+			for i := range q {
+				y := int32(math.RoundToEven(float64(math.Float32frombits(uint32(binary.LittleEndian.Uint16(v[2*i:]))<<16)) * x.scale))
+				q[i] = y
+				s += int64(y) * int64(y)
+			}
+		} else {
+			v := x.src[4*lo : 4*hi]
+			for i := range q {
+				y := int32(math.RoundToEven(float64(math.Float32frombits(binary.LittleEndian.Uint32(v[4*i:]))) * x.scale))
+				q[i] = y
+				s += int64(y) * int64(y)
+			}
 		}
-		sums[c] = s
+		x.sq = append(x.sq, s)
 	}
-	out.setNorms(sums)
-	return out, true
+	return true
 }
 
-// quantScale is 2^(146 − max(E, 1)) for the largest magnitude's bits
-// maxAbs (E its exponent field, ≤ 254): v · quantScale = v · 2^(19 − (E −
-// 127)), subnormals counting with exponent field 1.
-func quantScale(maxAbs uint32) float64 {
-	e := max(maxAbs>>23, 1)
-	return math.Float64frombits(uint64(1023+146-e) << 52)
-}
-
-// roundShift is m / 2^s rounded half to even.
-func roundShift(m uint64, s uint) int64 {
-	if s >= 64 {
-		return 0
+// full computes every integer and the exact norm, and sets hi and lo to
+// the exact suffix sums (rounded to float64); the source is let go.
+func (x *quantized) full() {
+	if x.norm != nil {
+		return
 	}
-	q, rem := m>>s, m&(1<<s-1)
-	half := uint64(1) << s >> 1
-	if rem > half || (rem == half && s > 0 && q&1 == 1) {
-		q++
-	}
-	return int64(q)
+	x.upto(x.n)
+	x.src = nil
+	x.setNorms(x.sq)
 }
 
 // newQuantized is q with its norms (sketchValues; tests).
@@ -151,24 +228,40 @@ func newQuantized(q []int32) quantized {
 		}
 		sums[c] = s
 	}
+	out.sq = sums
 	out.setNorms(sums)
 	return out
 }
 
-// setNorms sets the norm and the suffix sums from each chunk's sum of
+// setNorms sets the exact norm and the suffix sums from each chunk's sum of
 // squares (each < 2^53: simChunk values of at most 2^40), adding exactly in
 // 128 bits.
 func (x *quantized) setNorms(sums []int64) {
-	x.rest = make([]float64, len(sums)+1)
+	x.hi = make([]float64, len(sums)+1)
 	var hi, lo uint64
 	for c := len(sums) - 1; c >= 0; c-- {
 		var carry uint64
 		lo, carry = bits.Add64(lo, uint64(sums[c]), 0)
 		hi += carry
-		x.rest[c] = float64(hi)*0x1p64 + float64(lo)
+		x.hi[c] = float64(hi)*0x1p64 + float64(lo)
 	}
+	x.lo = x.hi
 	x.norm = new(big.Int).SetUint64(hi)
 	x.norm.Lsh(x.norm, 64).Or(x.norm, new(big.Int).SetUint64(lo))
+	x.zero = x.norm.Sign() == 0
+}
+
+// roundShift is m / 2^s rounded half to even.
+func roundShift(m uint64, s uint) int64 {
+	if s >= 64 {
+		return 0
+	}
+	q, rem := m>>s, m&(1<<s-1)
+	half := uint64(1) << s >> 1
+	if rem > half || (rem == half && s > 0 && q&1 == 1) {
+		q++
+	}
+	return int64(q)
 }
 
 // dotChunk bounds a run of products summed in an int64: each |product| ≤
@@ -203,16 +296,16 @@ func dot64(a, b []int32) int64 {
 	return s0 + s1 + s2 + s3
 }
 
-// simMargin is the early exit's safety margin, relative to √(A·B): far
-// above the float64 rounding of its bound (a few 2^-53 relative, see
-// similarity), so an exit is a proof.
+// simMargin is the early exit's safety margin, relative to √(A_hi·B_hi):
+// far above the float64 rounding of its bound (a few 2^-53 relative, see
+// compareQuantized), so an exit is a proof.
 const simMargin = 1e-9
 
-// similarity is how similar compared a and b: sim, the verdict; decided is
-// false only when b holds a prefix of its values (quantCache) and the
-// early exit could not decide within it. exact says cosine is the exact
-// cosine (rounded to a float64); else the pair left early and cosine is an
-// upper bound of it.
+// similarity is how compareQuantized compared a and b: sim, the verdict;
+// decided is false only when one holds a prefix of its integers
+// (quantCache) and the early exit could not decide within it. exact says
+// cosine is the exact cosine (rounded to a float64); else the pair left
+// early and cosine is an upper bound of it.
 type similarity struct {
 	sim, decided, exact bool
 	cosine              float64
@@ -224,28 +317,32 @@ func similar(a, b *quantized, ppm int64) bool {
 	return compareQuantized(a, b, ppm).sim
 }
 
-// compareQuantized is similar with an exact early exit: the dot is summed
+// compareQuantized is similar with an exact early exit. The dot is summed
 // chunk by chunk, and after each chunk Cauchy–Schwarz bounds what is left:
-// dot ≤ prefix + √(A_rest · B_rest). When that bound is below
-// (ppm/10^6 − simMargin) · √(A · B) — computed in float64, whose rounding
-// errors are below 2^-48 · √(A · B) since |prefix|, √(A_rest · B_rest) ≤
-// √(A · B) — the pair is certainly not similar (dot ≤ 0, or dot² < t²AB).
-// Otherwise the full dot decides with the exact test above. One of a, b
-// may hold only a prefix of its values (a multiple of simChunk of them).
+// dot ≤ prefix + √(A_rest · B_rest) ≤ prefix + √(hi_a · hi_b). When that is
+// below t·√(lo_a(0) · lo_b(0)) − simMargin·√(hi_a(0) · hi_b(0)), t =
+// ppm/10^6 — computed in float64, whose rounding errors are below
+// 2^-48 · √(hi_a(0) · hi_b(0)) since |prefix|, √(A_rest · B_rest) ≤ √(A · B)
+// — then dot < t·√(A · B): the pair is certainly not similar (dot ≤ 0, or
+// dot² < t²AB). Otherwise the full dot decides with the exact test above.
+// Either side may hold only a prefix of its integers (a multiple of
+// simChunk); the result is then undecided when the prefix was not enough.
 func compareQuantized(a, b *quantized, ppm int64) similarity {
-	if a.norm.Sign() == 0 || b.norm.Sign() == 0 || ppm > wire.CopyRuleOff-1 {
+	if a.zero || b.zero || ppm > wire.CopyRuleOff-1 {
 		return similarity{decided: true, exact: true}
 	}
 	n := a.n
-	avail := min(len(a.q), len(b.q))
-	ab := math.Sqrt(a.rest[0] * b.rest[0])
 	t := math.Abs(float64(ppm)) / 1e6
-	limit := (t - simMargin) * ab
+	lower := math.Sqrt(a.lo[0] * b.lo[0])
+	limit := t*lower - simMargin*math.Sqrt(a.hi[0]*b.hi[0])
 	total := new(big.Int)
 	var totalF float64
 	var acc int64
-	for lo := 0; lo+simChunk <= avail || (lo < avail && avail == n); lo += simChunk {
+	for lo := 0; lo < n; lo += simChunk {
 		hi := min(lo+simChunk, n)
+		if !a.upto(hi) || !b.upto(hi) {
+			return similarity{}
+		}
 		acc += dot64(a.q[lo:hi], b.q[lo:hi])
 		if hi%dotChunk == 0 {
 			total.Add(total, big.NewInt(acc))
@@ -256,16 +353,15 @@ func compareQuantized(a, b *quantized, ppm int64) similarity {
 			break
 		}
 		c := hi / simChunk
-		if bound := totalF + float64(acc) + math.Sqrt(a.rest[c]*b.rest[c]); bound < limit {
-			return similarity{decided: true, cosine: bound / ab}
+		if bound := totalF + float64(acc) + math.Sqrt(a.hi[c]*b.hi[c]); bound < limit {
+			return similarity{decided: true, cosine: bound / lower}
 		}
 	}
-	if avail < n {
-		return similarity{}
-	}
+	a.full()
+	b.full()
 	d := total.Add(total, big.NewInt(acc))
 	df, _ := d.Float64()
-	out := similarity{decided: true, exact: true, cosine: df / ab}
+	out := similarity{decided: true, exact: true, cosine: df / math.Sqrt(a.hi[0]*b.hi[0])}
 	if d.Sign() <= 0 {
 		return out
 	}

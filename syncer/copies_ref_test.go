@@ -107,11 +107,32 @@ func checkQuantize(t testing.TB, vals []byte, dtype machine.Dtype, n int) {
 	if got.norm.Cmp(wn) != 0 {
 		t.Fatalf("%v n=%d: norm %s, reference %s", dtype, n, got.norm, wn)
 	}
-	if got.n != n || len(got.rest) != (n+simChunk-1)/simChunk+1 || got.rest[len(got.rest)-1] != 0 {
-		t.Fatalf("n %d, rest %d entries", got.n, len(got.rest))
+	chunks := (n + simChunk - 1) / simChunk
+	if got.n != n || len(got.hi) != chunks+1 || got.hi[chunks] != 0 || got.zero != (wn.Sign() == 0) {
+		t.Fatalf("n %d, %d suffix sums, zero %v", got.n, len(got.hi), got.zero)
 	}
-	if f, _ := wn.Float64(); got.rest[0] != f {
-		t.Fatalf("rest[0] = %g, norm %g", got.rest[0], f)
+	if f, _ := wn.Float64(); got.hi[0] != f || got.lo[0] != f {
+		t.Fatalf("hi[0] = %g, norm %g", got.hi[0], f)
+	}
+	// The lazy form's bounds hold the exact suffix sums of squares.
+	lazy, _ := quantizeLazy(vals, dtype, n)
+	if lazy.zero != got.zero || len(lazy.hi) != chunks+1 || len(lazy.lo) != chunks+1 {
+		t.Fatalf("lazy: zero %v, %d/%d bounds", lazy.zero, len(lazy.hi), len(lazy.lo))
+	}
+	suffix := new(big.Int)
+	for c := chunks - 1; c >= 0; c-- {
+		suffix.Add(suffix, dotRef(wq[c*simChunk:min((c+1)*simChunk, n)], wq[c*simChunk:min((c+1)*simChunk, n)]))
+		exact := new(big.Float).SetInt(suffix)
+		if big.NewFloat(lazy.lo[c]).Cmp(exact) > 0 || big.NewFloat(lazy.hi[c]).Cmp(exact) < 0 {
+			t.Fatalf("chunk %d: bounds [%g, %g] miss the exact %s", c, lazy.lo[c], lazy.hi[c], suffix)
+		}
+	}
+	if !lazy.upto(min(n, 2*simChunk)) || !slices.Equal(lazy.q, wq[:min(n, 2*simChunk)]) {
+		t.Fatal("lazy: the first integers differ")
+	}
+	lazy.full()
+	if !slices.Equal(lazy.q, wq) || lazy.norm.Cmp(wn) != 0 || lazy.src != nil {
+		t.Fatal("lazy: the integers, once all computed, differ")
 	}
 }
 
@@ -207,9 +228,7 @@ func simCase(t testing.TB, name string, a, b []int32, ppm int64) (exited bool) {
 		if cut >= len(b) {
 			continue
 		}
-		pb := qb
-		pb.q = qb.q[:cut]
-		pb.rest = qb.rest[:cut/simChunk+1]
+		pb := quantized{n: qb.n, zero: qb.zero, q: qb.q[:cut], sq: qb.sq[:cut/simChunk], hi: qb.hi[:cut/simChunk+1], lo: qb.lo[:cut/simChunk+1]}
 		for _, p := range [][2]*quantized{{&qa, &pb}, {&pb, &qa}} {
 			if got := compareQuantized(p[0], p[1], ppm); got.decided && got.sim != want {
 				t.Fatalf("%s: prefix %d: similar %+v, reference %v", name, cut, got, want)
@@ -356,6 +375,20 @@ func BenchmarkCopyRuleParts(b *testing.B) {
 			quantize(a, machine.F32, n)
 		}
 	})
+	b.Run("quantize/lazy", func(b *testing.B) {
+		for i := 0; i < b.N; i++ {
+			quantizeLazy(a, machine.F32, n)
+		}
+	})
+	b.Run("lazy-pair-honest", func(b *testing.B) { // what the copy rule does per honest pair
+		for i := 0; i < b.N; i++ {
+			x, _ := quantizeLazy(a, machine.F32, n)
+			y, _ := quantizeLazy(o, machine.F32, n)
+			if similar(&x, &y, wire.DefaultCopyMinCosinePpm) {
+				b.Fatal("similar")
+			}
+		}
+	})
 	b.Run("similar/full-dot", func(b *testing.B) {
 		for i := 0; i < b.N; i++ {
 			dot(qa.q, qo.q)
@@ -370,5 +403,118 @@ func BenchmarkCopyRuleParts(b *testing.B) {
 		for i := 0; i < b.N; i++ {
 			similar(&qa, &qa, wire.DefaultCopyMinCosinePpm)
 		}
+	})
+}
+
+// lazyCase compares compareQuantized on the lazy forms of two f32 vectors
+// (and on a kept prefix of the second) with the reference on their
+// integers.
+func lazyCase(t testing.TB, name string, a, b []byte, n int, ppm int64) (exited bool) {
+	t.Helper()
+	ra, _, oka := quantizeRef(a, machine.F32, n)
+	rb, _, okb := quantizeRef(b, machine.F32, n)
+	if !oka || !okb {
+		return false
+	}
+	want := similarRef(ra, rb, ppm)
+	for _, order := range []bool{false, true} {
+		la, _ := quantizeLazy(a, machine.F32, n)
+		lb, _ := quantizeLazy(b, machine.F32, n)
+		x, y := &la, &lb
+		if order {
+			x, y = y, x
+		}
+		got := compareQuantized(x, y, ppm)
+		if !got.decided || got.sim != want {
+			t.Fatalf("%s: lazy similar %+v, reference %v", name, got, want)
+		}
+		exited = exited || !got.exact
+	}
+	la, _ := quantizeLazy(a, machine.F32, n)
+	lb, _ := quantizeLazy(b, machine.F32, n)
+	if got := compareQuantized(&la, prefixOf(&lb), ppm); got.decided && got.sim != want {
+		t.Fatalf("%s: on a kept prefix %+v, reference %v", name, got, want)
+	}
+	return exited
+}
+
+// TestSimilarLazy: the lazy forms (bounds from the values' float64 squares,
+// integers computed as the early exit reaches them) give the reference's
+// verdicts: honest-like, near copies swept across the threshold, scaled
+// and negated copies, tiny and huge magnitudes, subnormals, and values
+// whose mass sits in the last chunk.
+func TestSimilarLazy(t *testing.T) {
+	const n = 5*simChunk + 77
+	ppm := int64(wire.DefaultCopyMinCosinePpm)
+	base, other := gauss(1, n, 0.01), gauss(2, n, 0.01)
+	mix := func(w float32, scale float32) []byte {
+		out := make([]float32, n)
+		for i := range out {
+			out[i] = scale * (base[i] + w*other[i])
+		}
+		return f32le(out)
+	}
+	exits := 0
+	check := func(name string, a, b []byte) {
+		if lazyCase(t, name, a, b, n, ppm) {
+			exits++
+		}
+	}
+	check("honest", f32le(base), f32le(other))
+	check("copy", f32le(base), f32le(base))
+	check("× 2", f32le(base), mix(0, 2))
+	check("negated", f32le(base), mix(0, -1))
+	check("cosine 0.9", f32le(base), mix(0.4843, 1))
+	check("tiny", mix(0, 1e-40), mix(0.4843, 1e-40)) // subnormals
+	check("huge", mix(0, 1e36), mix(0.01, 1e36))
+	crossed := map[bool]bool{}
+	ra, _, _ := quantizeRef(f32le(base), machine.F32, n)
+	for i := 0; i <= 200; i++ {
+		b := mix(0.0138+float32(i)*0.000004, 1)
+		check(fmt.Sprintf("sweep %d", i), f32le(base), b)
+		rb, _, _ := quantizeRef(b, machine.F32, n)
+		crossed[similarRef(ra, rb, ppm)] = true
+	}
+	if !crossed[true] || !crossed[false] {
+		t.Fatalf("the sweep did not cross the threshold: %v", crossed)
+	}
+	tail := func(v []float32) []byte {
+		out := make([]float32, n)
+		for i := range out {
+			out[i] = v[i] * 1e-6
+		}
+		copy(out[n-simChunk:], base[n-simChunk:])
+		return f32le(out)
+	}
+	check("mass in the last chunk", tail(base), tail(other))
+	if exits == 0 {
+		t.Fatal("the early exit never ran on lazy forms")
+	}
+}
+
+// FuzzSimilarLazy: two f32 vectors of runs of fuzzed bit patterns (finite
+// ones), the lazy similar against the reference.
+func FuzzSimilarLazy(f *testing.F) {
+	f.Add([]byte{0, 0, 128, 63, 0, 0, 0, 64}, uint8(70), uint32(999900), uint8(1))
+	f.Add([]byte{1, 0, 0, 0, 2, 0, 0, 0, 3, 0, 128, 0, 0, 0, 128, 63}, uint8(255), uint32(500000), uint8(0))
+	f.Fuzz(func(t *testing.T, data []byte, run uint8, ppm uint32, shared uint8) {
+		m := len(data) / 8
+		if m == 0 {
+			return
+		}
+		rl := 1 + int(run)*16
+		n := m * rl
+		a, b := make([]uint32, n), make([]uint32, n)
+		for i := 0; i < m; i++ {
+			x := binary.LittleEndian.Uint32(data[4*i:]) &^ (1 << 30) // finite
+			y := binary.LittleEndian.Uint32(data[4*(m+i):]) &^ (1 << 30)
+			if i >= int(shared) {
+				y = x
+			}
+			for k := 0; k < rl; k++ {
+				a[i*rl+k], b[i*rl+k] = x, y
+			}
+		}
+		lazyCase(t, "fuzz", bitsLE(a), bitsLE(b), n, 500000+int64(ppm%500002))
 	})
 }

@@ -70,11 +70,23 @@ func layoutKey(r *machine.Run, fs *machine.RunFragment) wire.Hash {
 	return wire.ContentHash(b)
 }
 
-// prefixOf is the entry kept for q: a copy of its first values.
+// prefixOf is the entry kept for q: a copy of its first integers (computed
+// here if they were not yet) and of its bounds.
 func prefixOf(q *quantized) *quantized {
 	keep := min(q.n, max(quantCachePrefix*simChunk, (q.n/256+simChunk-1)/simChunk*simChunk))
-	return &quantized{q: append([]int32(nil), q.q[:keep]...), n: q.n, norm: q.norm,
-		rest: append([]float64(nil), q.rest[:(keep+simChunk-1)/simChunk+1]...)}
+	if keep == q.n {
+		q.full()
+	} else {
+		q.upto(keep)
+	}
+	chunks := (keep + simChunk - 1) / simChunk
+	p := &quantized{n: q.n, zero: q.zero, norm: q.norm, q: append([]int32(nil), q.q[:keep]...),
+		sq: append([]int64(nil), q.sq[:chunks]...), hi: append([]float64(nil), q.hi[:chunks+1]...)}
+	p.lo = p.hi
+	if &q.lo[0] != &q.hi[0] {
+		p.lo = append([]float64(nil), q.lo[:chunks+1]...)
+	}
+	return p
 }
 
 // get returns the entry for the payload under the layout key (nil: none).
@@ -108,7 +120,7 @@ func (c *quantCache) put(payload, layout wire.Hash, q *quantized) {
 		return
 	}
 	p := prefixOf(q)
-	ent := &quantEntry{key: k, q: p, bytes: int64(4*len(p.q)+8*len(p.rest)) + 256}
+	ent := &quantEntry{key: k, q: p, bytes: int64(4*len(p.q)+8*len(p.sq)+16*len(p.hi)) + 256}
 	if ent.bytes > c.limit {
 		return
 	}

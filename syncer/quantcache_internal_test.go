@@ -14,8 +14,8 @@ func TestQuantCacheBudget(t *testing.T) {
 	r := rand.New(rand.NewPCG(9, 9))
 	full := newQuantized(randQ(r, 40*simChunk+7, 1e5))
 	p := prefixOf(&full)
-	if len(p.q) != quantCachePrefix*simChunk || p.n != full.n || p.norm.Cmp(full.norm) != 0 || len(p.rest) != quantCachePrefix+1 {
-		t.Fatalf("prefix: %d values of %d, %d suffix sums", len(p.q), p.n, len(p.rest))
+	if len(p.q) != quantCachePrefix*simChunk || p.n != full.n || p.norm.Cmp(full.norm) != 0 || len(p.hi) != quantCachePrefix+1 {
+		t.Fatalf("prefix: %d values of %d, %d suffix sums", len(p.q), p.n, len(p.hi))
 	}
 	if long := newQuantized(make([]int32, 300*quantCachePrefix*simChunk)); len(prefixOf(&long).q) != 300*quantCachePrefix*simChunk/256+simChunk-(300*quantCachePrefix*simChunk/256)%simChunk {
 		t.Fatalf("a long input keeps %d values", len(prefixOf(&long).q))
@@ -24,7 +24,7 @@ func TestQuantCacheBudget(t *testing.T) {
 	if ps := prefixOf(&small); len(ps.q) != 100 {
 		t.Fatalf("a short input keeps %d of 100 values", len(ps.q))
 	}
-	entry := int64(4*len(p.q)+8*len(p.rest)) + 256
+	entry := int64(4*len(p.q)+8*len(p.sq)+16*len(p.hi)) + 256
 	c := newQuantCache(3 * entry)
 	lk := wire.ContentHash([]byte("layout"))
 	h := func(i byte) wire.Hash { return wire.ContentHash([]byte{i}) }

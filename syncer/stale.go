@@ -46,31 +46,38 @@ func earlierRecords(ctx context.Context, kv machine.KV, task string, round uint6
 // earlierQuantized returns the quantized values of an earlier round's
 // record (nil when its payload does not have the recorded size or hash,
 // does not decode, or holds a value that is not finite: such an input
-// copies nothing). A payload that cannot be fetched is a fetchError.
-func (n *Node) earlierQuantized(ctx context.Context, r *machine.Run, fs *machine.RunFragment, rec *machine.Record) (*quantized, error) {
+// copies nothing). Its integers are computed as they are compared
+// (quantizeLazy): release, once it is compared, lets the payload go. A
+// payload that cannot be fetched is a fetchError.
+func (n *Node) earlierQuantized(ctx context.Context, r *machine.Run, fs *machine.RunFragment, rec *machine.Record) (q *quantized, release func(), err error) {
 	payload, release, checked, path, err := n.storedBlob(ctx, rec.PayloadHash, rec.PayloadSize, rec.Provider)
 	if err != nil {
 		var fe *fetchError
 		if ctx.Err() == nil && (errors.Is(err, machine.ErrNotFound) || errors.As(err, &fe)) {
-			return nil, &fetchError{fmt.Errorf("stale rule: round %d payload %s of %s: %w", rec.Round, rec.PayloadHash, rec.TrainerDID, err)}
+			return nil, nil, &fetchError{fmt.Errorf("stale rule: round %d payload %s of %s: %w", rec.Round, rec.PayloadHash, rec.TrainerDID, err)}
 		}
-		return nil, err
+		return nil, nil, err
 	}
-	defer release() // the values are quantized before
+	defer func() {
+		if q == nil {
+			release()
+			release = nil
+		}
+	}()
 	if uint64(len(payload)) != rec.PayloadSize || (!checked && wire.ContentHash(payload) != rec.PayloadHash) {
-		return nil, nil
+		return nil, nil, nil
 	}
 	size := fs.N * int64(fs.Dtype.Size())
 	var flat []byte
 	if r.Codec == nil {
 		v, err := TensorValues(memReader(payload), int64(len(payload)), path, fs.Tensors)
 		if err != nil {
-			return nil, nil
+			return nil, nil, nil
 		}
 		b, ok := v.inPlace(size)
 		if !ok {
 			if b, err = v.Bytes(size); err != nil {
-				return nil, err
+				return nil, nil, err
 			}
 		}
 		flat = b
@@ -81,20 +88,20 @@ func (n *Node) earlierQuantized(ctx context.Context, r *machine.Run, fs *machine
 		if err != nil {
 			var rf *RuleFailure
 			if ctx.Err() != nil || (!errors.As(err, &rf) && isHostFailure(err)) {
-				return nil, err
+				return nil, nil, err
 			}
-			return nil, nil
+			return nil, nil, nil
 		}
 		if int64(len(b)) != size {
-			return nil, nil
+			return nil, nil, nil
 		}
 		flat = b
 	}
-	q, ok := quantize(flat, fs.Dtype, int(fs.N))
+	lq, ok := quantizeLazy(flat, fs.Dtype, int(fs.N))
 	if !ok {
-		return nil, nil
+		return nil, nil, nil
 	}
-	return &q, nil
+	return &lq, release, nil
 }
 
 // applyStaleRule runs the stale rule over fragment i's inputs still kept
@@ -152,7 +159,7 @@ func (n *Node) applyStaleRule(ctx context.Context, s *snapshot, i int, fc *wire.
 					continue
 				}
 			}
-			pq, err := n.earlierQuantized(ctx, r, fs, &rec)
+			pq, release, err := n.earlierQuantized(ctx, r, fs, &rec)
 			var fe *fetchError
 			switch {
 			case errors.As(err, &fe) && s.patient:
@@ -169,12 +176,15 @@ func (n *Node) applyStaleRule(ctx context.Context, s *snapshot, i int, fc *wire.
 			}
 			c, err := current()
 			if err != nil {
+				release()
 				return nil, nil, err
 			}
 			if c == nil {
+				release()
 				break
 			}
 			cmp := compareQuantized(c, pq, ppm)
+			release()
 			n.logStaleCompare("stale rule", r, i, in.TrainerDID, q, cmp)
 			if cmp.sim {
 				markStale(in, q)
@@ -187,6 +197,7 @@ func (n *Node) applyStaleRule(ctx context.Context, s *snapshot, i int, fc *wire.
 				return nil, nil, err
 			}
 			if c != nil {
+				c.full()
 				sk := sketchOf(c.q, wire.SketchSeed(r.TaskSpec().TaskID, uint64(i)), dim)
 				if q, ok := n.staleBySketch(s, i, in.TrainerDID, sk, dim, ppm); ok {
 					markStale(in, q)

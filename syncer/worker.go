@@ -793,7 +793,7 @@ func (c *commitQuant) of(j int, v Values, rule string) (*quantized, error) {
 				return nil, errLocal{fmt.Errorf("%s: input %d: %w", rule, j, err)}
 			}
 		}
-		if q, ok := quantize(b, c.fs.Dtype, int(c.fs.N)); ok {
+		if q, ok := quantizeLazy(b, c.fs.Dtype, int(c.fs.N)); ok {
 			c.q[j] = &q
 		}
 		c.done[j] = true
