@@ -33,9 +33,11 @@ import (
 // another fragment open reads the header, its fragment with its records
 // and the trainers it pays, and writes those (loadRunForCommit,
 // loadTrainers, commitNeedsWholeRun); a scored run's seed timers read the
-// header and the fragment states (timersMayFire). Every other transition
-// loads the whole run (LoadRun) and writes back only the keys whose bytes
-// changed (putRun). Only this file knows the layout.
+// header and the fragment states (timersMayFire); an enrolment or election
+// proof that cannot start the run reads the header and its enrolment
+// (loadRunToEnroll). Every other transition loads the whole run (LoadRun)
+// and writes back only the keys whose bytes changed (putRun). Only this
+// file knows the layout.
 
 // runHead is a run's header as stored: Trainers and Fragments are shadowed
 // (always empty, so omitted) and replaced by their counts.
@@ -379,6 +381,74 @@ func loadTrainers(ctx context.Context, kv KV, r *Run, dids []string) error {
 		sort.Slice(r.Trainers, func(a, b int) bool { return r.Trainers[a].DID < r.Trainers[b].DID })
 	}
 	return nil
+}
+
+// loadRunToEnroll reads the part of a run that an enrolment of d (or,
+// with d empty, an election proof) reads while the run awaits enrolment
+// and the transaction cannot start it: the header and d's enrolment (if
+// any); every fragment is nil. Its cost does not depend on the number of
+// trainers (settlementLines counts their keys, without decoding them, only
+// for a new DID). Otherwise — the run started (a joining trainer is
+// counted by status, not in the header), ended, or may start now (its
+// initial weights are known and M trainers are active, counting d:
+// maybeStart deals every trainer's shards) — it loads the whole run.
+// putRun writes back only the parts read.
+func loadRunToEnroll(ctx context.Context, kv KV, task, d string) (*Run, error) {
+	r, h, _, err := loadHead(ctx, kv, task)
+	if err != nil {
+		return nil, err
+	}
+	active := h.NActive
+	if d != "" {
+		active++
+	}
+	if alwaysWholeRun || r.Status != wire.StatusAwaiting || (r.HasInit && active >= r.spec.TrainerCount) {
+		return LoadRun(ctx, kv, task)
+	}
+	r.part = true
+	r.Trainers = []*RunTrainer{}
+	if h.NFragments > 0 {
+		r.Fragments = make([]*RunFragment, h.NFragments)
+	}
+	if d == "" {
+		return r, nil
+	}
+	if err := loadTrainers(ctx, kv, r, []string{d}); err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+// enrolled is CountActive; a run loaded by loadRunToEnroll counts from its
+// header (a run awaiting enrolment has no joining trainer).
+func (r *Run) enrolled() int {
+	if r.part {
+		return r.nActive
+	}
+	return r.CountActive()
+}
+
+// errEnough stops settlementLines' scan.
+var errEnough = errors.New("enough")
+
+// settlementLines is len(Trainers): every enrolment the run holds, those
+// who left included. A run loaded in part counts their keys, undecoded,
+// up to wire.MaxTrainers (all that the check of a new enrolment needs).
+func (r *Run) settlementLines(ctx context.Context, kv KV) (int, error) {
+	if !r.part {
+		return len(r.Trainers), nil
+	}
+	n := 0
+	err := kv.Scan(ctx, KSRuns, trainerPrefix(r.spec.TaskID), func(_, _ []byte) error {
+		if n++; n >= wire.MaxTrainers {
+			return errEnough
+		}
+		return nil
+	})
+	if err != nil && !errors.Is(err, errEnough) {
+		return 0, fmt.Errorf("load run %s: %w", r.spec.TaskID, err)
+	}
+	return n, nil
 }
 
 // otherFragmentsClosed says whether every fragment of a run loaded in part
