@@ -108,26 +108,33 @@ func loadHead(ctx context.Context, kv KV, task string) (*Run, *runHead, []byte, 
 	if err != nil {
 		return nil, nil, nil, fmt.Errorf("load run %s: %w", task, err)
 	}
+	r, h, err := decodeHead(task, raw)
+	return r, h, raw, err
+}
+
+// decodeHead decodes run task's header from its stored bytes raw, which
+// the run keeps (putRun compares with them).
+func decodeHead(task string, raw []byte) (*Run, *runHead, error) {
 	r := &Run{}
 	h := &runHead{Run: r}
 	if err := json.Unmarshal(raw, h); err != nil {
-		return nil, nil, nil, fmt.Errorf("load run %s: corrupt state: %w", task, err)
+		return nil, nil, fmt.Errorf("load run %s: corrupt state: %w", task, err)
 	}
 	if h.NFragments < 0 || h.NActive < 0 || h.NAttest < 0 {
-		return nil, nil, nil, fmt.Errorf("load run %s: corrupt state: negative counts", task)
+		return nil, nil, fmt.Errorf("load run %s: corrupt state: negative counts", task)
 	}
 	spec, err := parseRunSpec(r.Spec)
 	if err != nil {
-		return nil, nil, nil, fmt.Errorf("load run %s: %w", task, err)
+		return nil, nil, fmt.Errorf("load run %s: %w", task, err)
 	}
 	if spec.TaskID != task {
-		return nil, nil, nil, fmt.Errorf("load run %s: corrupt state: the header holds run %q", task, spec.TaskID)
+		return nil, nil, fmt.Errorf("load run %s: corrupt state: the header holds run %q", task, spec.TaskID)
 	}
 	r.spec = spec
 	r.raw = map[string][]byte{string(RunKey(task)): raw}
 	r.nActive = h.NActive
 	r.attBase = h.NAttest // until LoadRun reads them
-	return r, h, raw, nil
+	return r, h, nil
 }
 
 func decodeFrag(task string, i int, raw []byte) (*RunFragment, int, error) {
@@ -618,14 +625,22 @@ func RunTasks(ctx context.Context, kv KV) ([]string, error) {
 // count of active trainers) and each fragment's Records is empty (its
 // count is kept for Due). Load the whole run (LoadRun) for anything else.
 func LoadRunHeader(ctx context.Context, kv KV, task string, fragments bool) (*Run, error) {
-	return loadRunHeader(ctx, kv, task, fragments, false)
+	return loadRunHeader(ctx, kv, task, nil, fragments, false)
 }
 
-// loadRunHeader is LoadRunHeader; keep keeps each fragment's stored bytes,
-// so putRun can write back the run (in part: the header and the fragments
-// whose bytes changed).
-func loadRunHeader(ctx context.Context, kv KV, task string, fragments, keep bool) (*Run, error) {
-	r, h, _, err := loadHead(ctx, kv, task)
+// loadRunHeader is LoadRunHeader; head, when not nil, is the header's
+// stored bytes already read (in this state), so they are not read again;
+// keep keeps each fragment's stored bytes, so putRun can write back the run
+// (in part: the header and the fragments whose bytes changed).
+func loadRunHeader(ctx context.Context, kv KV, task string, head []byte, fragments, keep bool) (*Run, error) {
+	var r *Run
+	var h *runHead
+	var err error
+	if head != nil {
+		r, h, err = decodeHead(task, head)
+	} else {
+		r, h, _, err = loadHead(ctx, kv, task)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -682,7 +697,7 @@ func timersMayFire(ctx context.Context, kv KV, task string, blk Block, memo *tim
 	headSum := sha256.Sum256(raw)
 	e, ok := memo.entry(task, headSum)
 	if !ok {
-		r, err := LoadRunHeader(ctx, kv, task, false)
+		r, err := loadRunHeader(ctx, kv, task, raw, false, false)
 		if err != nil {
 			return false, nil, err
 		}
@@ -724,7 +739,7 @@ func timersMayFire(ctx context.Context, kv KV, task string, blk Block, memo *tim
 			return e.deadlineFires, nil, nil
 		}
 	}
-	r, err := loadRunHeader(ctx, kv, task, true, !deadline)
+	r, err := loadRunHeader(ctx, kv, task, raw, true, !deadline)
 	if err != nil {
 		return false, nil, err
 	}
