@@ -133,9 +133,7 @@ func TestCommitWritesWhatTheWholeRunWrites(t *testing.T) {
 			[]step{{1, syn0, 0, 10}, {0, syn1, 1, 600_010}, {3, syn1, 1, 600_011}, {2, syn1, 1, 600_012}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			var logs, states [2]string
-			for mode, whole := range []bool{false, true} {
-				alwaysWholeRun = whole
+			log := partialAsWhole(t, func() (string, string) {
 				state, r := commitState(t, 4, 4, tc.recs, tc.succession...)
 				var log strings.Builder
 				for n, s := range tc.steps {
@@ -154,20 +152,34 @@ func TestCommitWritesWhatTheWholeRunWrites(t *testing.T) {
 						t.Fatal(err)
 					}
 				}
-				logs[mode], states[mode] = log.String(), dumpState(t, state)
-			}
-			alwaysWholeRun = false
-			if logs[0] != logs[1] {
-				t.Fatalf("partial loads:\n%s\nwhole runs:\n%s", logs[0], logs[1])
-			}
-			if states[0] != states[1] {
-				t.Fatalf("states differ:\n%s\nwhole runs:\n%s", states[0], states[1])
-			}
-			if !strings.Contains(logs[0], `"round_closed":true`) {
-				t.Fatalf("the round did not close:\n%s", logs[0])
+				return log.String(), dumpState(t, state)
+			})
+			if !strings.Contains(log, `"round_closed":true`) {
+				t.Fatalf("the round did not close:\n%s", log)
 			}
 		})
 	}
+}
+
+// partialAsWhole runs apply (it returns a log of what it did and the state
+// it left) with the partial loads, then with the whole run at every load
+// (alwaysWholeRun), and fails unless both give the same log and state; it
+// returns the log.
+func partialAsWhole(t *testing.T, apply func() (log, state string)) string {
+	t.Helper()
+	var logs, states [2]string
+	for mode, whole := range []bool{false, true} {
+		alwaysWholeRun = whole
+		logs[mode], states[mode] = apply()
+	}
+	alwaysWholeRun = false
+	if logs[0] != logs[1] {
+		t.Fatalf("partial loads:\n%s\nwhole runs:\n%s", logs[0], logs[1])
+	}
+	if states[0] != states[1] {
+		t.Fatalf("states differ:\n%s\nwhole runs:\n%s", states[0], states[1])
+	}
+	return logs[0]
 }
 
 // TestCommitCostFlat: a fragment commit that leaves another fragment open

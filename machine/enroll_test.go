@@ -201,9 +201,7 @@ func TestEnrollWritesWhatTheWholeRunWrites(t *testing.T) {
 			steps: []enrolStep{{1, "20000000000000000", false}}, want: []string{"is cancelled"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			var logs, states [2]string
-			for mode, whole := range []bool{false, true} {
-				alwaysWholeRun = whole
+			log := partialAsWhole(t, func() (string, string) {
 				r := enrolRun(t, tc.m, tc.init, tc.st, tc.set)
 				if tc.status != "" {
 					r.Status = tc.status
@@ -241,20 +239,13 @@ func TestEnrollWritesWhatTheWholeRunWrites(t *testing.T) {
 					}
 					fmt.Fprintf(&log, "  %s\n", strings.Join(ck.writes, "\n  "))
 				}
-				logs[mode], states[mode] = log.String(), dumpState(t, state)
-			}
-			alwaysWholeRun = false
-			if logs[0] != logs[1] {
-				t.Fatalf("partial loads:\n%s\nwhole runs:\n%s", logs[0], logs[1])
-			}
-			if states[0] != states[1] {
-				t.Fatalf("states differ:\n%s\nwhole runs:\n%s", states[0], states[1])
-			}
-			rest := logs[0]
+				return log.String(), dumpState(t, state)
+			})
+			rest := log
 			for _, w := range tc.want {
 				i := strings.Index(rest, w)
 				if i < 0 {
-					t.Fatalf("%q not in the log (in order):\n%s", w, logs[0])
+					t.Fatalf("%q not in the log (in order):\n%s", w, log)
 				}
 				rest = rest[i:]
 			}

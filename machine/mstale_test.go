@@ -64,17 +64,23 @@ func runStaleCases(t *testing.T, x *mtx, cases []staleCase) {
 	t.Helper()
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			err := x.checkStaleVerdicts("t", tc.round, tc.dim, &wire.FragmentCommit{Fragment: 0, Inputs: tc.inputs})
-			if tc.err == "" {
-				if err != nil {
-					t.Fatal(err)
-				}
-				return
-			}
-			if err == nil || !strings.Contains(err.Error(), tc.err) || KindOf(err) != KindInvalid {
-				t.Fatalf("err = %v, want %q", err, tc.err)
-			}
+			wantInvalid(t, x.checkStaleVerdicts("t", tc.round, tc.dim, &wire.FragmentCommit{Fragment: 0, Inputs: tc.inputs}), tc.err)
 		})
+	}
+}
+
+// wantInvalid fails unless err is nil (want "") or a KindInvalid refusal
+// that says want.
+func wantInvalid(t *testing.T, err error, want string) {
+	t.Helper()
+	if want == "" {
+		if err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	if err == nil || !strings.Contains(err.Error(), want) || KindOf(err) != KindInvalid {
+		t.Fatalf("err = %v, want %q", err, want)
 	}
 }
 
@@ -159,16 +165,7 @@ func TestCheckSketches(t *testing.T) {
 		{"on a replay", on, []wire.CommitInput{{TrainerDID: "A", Sketch: good, StaleOfRound: u64p(0), Rejected: "replay"}}, "a copy or a replay"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			err := checkSketches(tc.spec, &wire.FragmentCommit{Inputs: tc.inputs})
-			if tc.err == "" {
-				if err != nil {
-					t.Fatal(err)
-				}
-				return
-			}
-			if err == nil || !strings.Contains(err.Error(), tc.err) || KindOf(err) != KindInvalid {
-				t.Fatalf("err = %v, want %q", err, tc.err)
-			}
+			wantInvalid(t, checkSketches(tc.spec, &wire.FragmentCommit{Inputs: tc.inputs}), tc.err)
 		})
 	}
 }

@@ -181,26 +181,12 @@ func loadRun(ctx context.Context, kv KV, task string, atts bool) (*Run, error) {
 		return nil, err
 	}
 	counts := make([]int, 0, h.NFragments)
-	fp := fragPrefix(task)
-	err = kv.Scan(ctx, KSRuns, fp, func(k, v []byte) error {
-		i := len(r.Fragments)
-		if len(k) != len(fp)+4 || binary.BigEndian.Uint32(k[len(fp):]) != uint32(i) {
-			return fmt.Errorf("load run %s: corrupt state: fragment key %q out of order (want index %d)", task, k, i)
-		}
-		fs, n, err := decodeFrag(task, i, v)
-		if err != nil {
-			return err
-		}
+	err = scanFrags(ctx, kv, r, h, func(k, v []byte, _ *RunFragment, n int) {
 		r.raw[string(k)] = append([]byte(nil), v...)
-		r.Fragments = append(r.Fragments, fs)
 		counts = append(counts, n)
-		return nil
 	})
 	if err != nil {
 		return nil, err
-	}
-	if len(r.Fragments) != h.NFragments {
-		return nil, fmt.Errorf("load run %s: corrupt state: %d fragments stored, the header says %d", task, len(r.Fragments), h.NFragments)
 	}
 	rp := recRefPrefix(task)
 	err = kv.Scan(ctx, KSRuns, rp, func(k, v []byte) error {
@@ -249,6 +235,35 @@ func loadRun(ctx context.Context, kv KV, task string, atts bool) (*Run, error) {
 		return nil, fmt.Errorf("load run %s: corrupt state: %d attestations stored, the header says %d", task, len(r.Attestations), h.NAttest)
 	}
 	return r, r.checkActive(h)
+}
+
+// scanFrags appends to r.Fragments each of the run's fragment states, in
+// index order, checking their keys and their number against the header h,
+// and calls fn with each one's key, stored bytes (valid during the call),
+// state and record count.
+func scanFrags(ctx context.Context, kv KV, r *Run, h *runHead, fn func(k, v []byte, fs *RunFragment, n int)) error {
+	task := r.spec.TaskID
+	fp := fragPrefix(task)
+	err := kv.Scan(ctx, KSRuns, fp, func(k, v []byte) error {
+		i := len(r.Fragments)
+		if len(k) != len(fp)+4 || binary.BigEndian.Uint32(k[len(fp):]) != uint32(i) {
+			return fmt.Errorf("load run %s: corrupt state: fragment key %q out of order (want index %d)", task, k, i)
+		}
+		fs, n, err := decodeFrag(task, i, v)
+		if err != nil {
+			return err
+		}
+		r.Fragments = append(r.Fragments, fs)
+		fn(k, v, fs, n)
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	if len(r.Fragments) != h.NFragments {
+		return fmt.Errorf("load run %s: corrupt state: %d fragments stored, the header says %d", task, len(r.Fragments), h.NFragments)
+	}
+	return nil
 }
 
 func (r *Run) checkActive(h *runHead) error {
@@ -649,28 +664,14 @@ func loadRunHeader(ctx context.Context, kv KV, task string, head []byte, fragmen
 	if !fragments {
 		return r, nil
 	}
-	fp := fragPrefix(task)
-	err = kv.Scan(ctx, KSRuns, fp, func(k, v []byte) error {
-		i := len(r.Fragments)
-		if len(k) != len(fp)+4 || binary.BigEndian.Uint32(k[len(fp):]) != uint32(i) {
-			return fmt.Errorf("load run %s: corrupt state: fragment key %q out of order (want index %d)", task, k, i)
-		}
-		fs, n, err := decodeFrag(task, i, v)
-		if err != nil {
-			return err
-		}
+	err = scanFrags(ctx, kv, r, h, func(k, v []byte, fs *RunFragment, n int) {
 		fs.base = n
-		r.Fragments = append(r.Fragments, fs)
 		if keep {
 			r.raw[string(k)] = append([]byte(nil), v...)
 		}
-		return nil
 	})
 	if err != nil {
 		return nil, err
-	}
-	if len(r.Fragments) != h.NFragments {
-		return nil, fmt.Errorf("load run %s: corrupt state: %d fragments stored, the header says %d", task, len(r.Fragments), h.NFragments)
 	}
 	return r, nil
 }
