@@ -134,22 +134,27 @@ func fundEnrolment(t *testing.T, r *Run, n, cand int) *Overlay {
 
 // enrolStep is one enrolment: trainer n (-1: an invalid DID) with stake;
 // evidence attaches its enrolment evidence. Trainer proof is the
-// candidate's election proof instead.
+// candidate's election proof instead, and stake leaves trainer n leaving.
 type enrolStep struct {
 	n        int
 	stake    string
 	evidence bool
 }
 
-const proof = -2
+const (
+	proof  = -2
+	leaves = "leaves"
+)
 
 // TestEnrollWritesWhatTheWholeRunWrites: enrolments into runs with no,
 // one and many trainers — accepted, re-enrolled after leaving, refused
 // (enrolled twice, evicted, below the run's min_stake, the run full, no
-// settlement line left, the run over) and the one that starts the run —
-// give the same results and write the same keys and bytes whether each
-// loads the header and its own enrolment (a run awaiting enrolment that
-// it cannot start) or the whole run (alwaysWholeRun).
+// settlement line left, the run over) and the one that starts the run —,
+// election proofs (before M trainers, the one that starts the run, too
+// late) and leaving (before the start and from a running run, active or
+// joining; refused when not enrolled) give the same results and write the
+// same keys and bytes whether each loads the header and its own enrolment
+// or the whole run (alwaysWholeRun).
 func TestEnrollWritesWhatTheWholeRunWrites(t *testing.T) {
 	const A, L, E = wire.TrainerActive, wire.TrainerLeft, wire.TrainerEvicted
 	many := make([]string, wire.MaxTrainers-1)
@@ -198,7 +203,14 @@ func TestEnrollWritesWhatTheWholeRunWrites(t *testing.T) {
 			steps: []enrolStep{{2, "20000000000000000", false}, {2, "20000000000000000", false}},
 			want:  []string{`"status":"joining"`, "already enrolled"}},
 		{name: "a cancelled run", m: 2, st: []string{A}, status: wire.StatusCancelled,
-			steps: []enrolStep{{1, "20000000000000000", false}}, want: []string{"is cancelled"}},
+			steps: []enrolStep{{1, "20000000000000000", false}, {0, leaves, false}}, want: []string{"is cancelled", "is cancelled"}},
+		{name: "leaving before the start, and rejoining", m: 3, init: true, st: []string{A, L},
+			steps: []enrolStep{{2, "20000000000000000", false}, {0, leaves, false}, {0, leaves, false}, {1, leaves, false}, {3, leaves, false},
+				{0, "30000000000000000", false}, {2, leaves, false}},
+			want: []string{`"status":"left"`, "is not enrolled", "is not enrolled", "is not enrolled", `"status":"active"`, `"status":"left"`}},
+		{name: "leaving a running run: active, joining", m: 3, init: true, st: []string{A, A, L}, status: wire.StatusRunning,
+			steps: []enrolStep{{3, "20000000000000000", false}, {1, leaves, false}, {3, leaves, false}, {2, leaves, false}},
+			want:  []string{`"status":"joining"`, `"status":"left"`, `"status":"left"`, "is not enrolled"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			log := partialAsWhole(t, func() (string, string) {
@@ -224,9 +236,12 @@ func TestEnrollWritesWhatTheWholeRunWrites(t *testing.T) {
 					}
 					var res any
 					var err error
-					if s.n == proof {
+					switch {
+					case s.n == proof:
 						res, err = x.electionProof(&wire.ElectionProofParams{TaskID: "st", DID: candKey.DID.String(), Proof: candidateProof(t, r.SpecHash)})
-					} else {
+					case s.stake == leaves:
+						res, err = x.leave(&wire.LeaveParams{TaskID: "st", TrainerDID: p.TrainerDID})
+					default:
 						res, err = x.enroll(p)
 					}
 					out, _ := json.Marshal(res)
@@ -257,7 +272,7 @@ func TestEnrollWritesWhatTheWholeRunWrites(t *testing.T) {
 // number of the run's keys with 16 trainers enrolled and with 254 — the
 // header, its own enrolment and (a new DID) one count of the enrolment
 // keys, which decodes none of them — and writes the header and its own
-// enrolment only.
+// enrolment only; so does leaving.
 func TestEnrollCostFlat(t *testing.T) {
 	ctx := context.Background()
 	for _, size := range []int{16, wire.MaxTrainers - 2} {
@@ -285,12 +300,7 @@ func TestEnrollCostFlat(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				var keys []string
-				for _, op := range x.kv.Batch().Ops {
-					if op.KS == KSRuns {
-						keys = append(keys, string(op.Key))
-					}
-				}
+				keys := runKeysWritten(x)
 				want := sortedStrings([]string{string(RunKey("st")), string(trainerKey("st", trainerDIDN(n)))})
 				if strings.Join(keys, "|") != strings.Join(want, "|") {
 					t.Fatalf("enrolment wrote %q, want %q", keys, want)
@@ -299,8 +309,31 @@ func TestEnrollCostFlat(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
+			// Leaving reads and writes the header and its enrolment only.
+			ck := &ksCountKV{KV: state, ks: KSRuns}
+			x := NewMachine(MachineConfig{}).begin(ctx, ck, Block{Height: 4, TimeMs: 11})
+			if _, err := x.leave(&wire.LeaveParams{TaskID: "st", TrainerDID: trainerDIDN(1)}); err != nil {
+				t.Fatal(err)
+			}
+			if ck.gets != 2 || ck.scans != 0 {
+				t.Fatalf("leaving: %d reads and %d scans of the run's keys, want 2 and 0", ck.gets, ck.scans)
+			}
+			if keys := runKeysWritten(x); strings.Join(keys, "|") != strings.Join(sortedStrings([]string{string(RunKey("st")), string(trainerKey("st", trainerDIDN(1)))}), "|") {
+				t.Fatalf("leaving wrote %q", keys)
+			}
 		})
 	}
+}
+
+// runKeysWritten lists the KSRuns keys x wrote, in key order.
+func runKeysWritten(x *mtx) []string {
+	var keys []string
+	for _, op := range x.kv.Batch().Ops {
+		if op.KS == KSRuns {
+			keys = append(keys, string(op.Key))
+		}
+	}
+	return keys
 }
 
 // BenchmarkEnroll measures one enrolment's transition (in memory, no tree)

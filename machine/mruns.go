@@ -422,7 +422,7 @@ func (r *Run) shardsFrom(t *RunTrainer) uint64 {
 }
 
 func (x *mtx) leave(p *wire.LeaveParams) (*wire.EnrollResult, error) {
-	r, err := LoadRun(x.ctx, x.kv, p.TaskID)
+	r, err := loadRunWithTrainer(x.ctx, x.kv, p.TaskID, p.TrainerDID)
 	if err != nil {
 		return nil, err
 	}
@@ -444,6 +444,9 @@ func (x *mtx) leave(p *wire.LeaveParams) (*wire.EnrollResult, error) {
 	}
 	if err := x.refund(r, t, "stake refund"); err != nil {
 		return nil, err
+	}
+	if r.part && t.Status == wire.TrainerActive {
+		r.nActive-- // the header's count (putRun)
 	}
 	t.Status = wire.TrainerLeft
 	t.Shards = nil

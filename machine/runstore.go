@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"sort"
 	"strings"
 
@@ -35,7 +36,8 @@ import (
 // loadTrainers, commitNeedsWholeRun); a scored run's seed timers read the
 // header and the fragment states (timersMayFire); an enrolment or election
 // proof that cannot start the run reads the header and its enrolment
-// (loadRunToEnroll). Every other transition loads the whole run (LoadRun)
+// (loadRunToEnroll); leaving reads the header and its enrolment
+// (loadRunWithTrainer). Every other transition loads the whole run (LoadRun)
 // and writes back only the keys whose bytes changed (putRun). Only this
 // file knows the layout.
 
@@ -439,6 +441,16 @@ func loadRunToEnroll(ctx context.Context, kv KV, task, d string) (*Run, error) {
 		return nil, err
 	}
 	return r, nil
+}
+
+// loadRunWithTrainer reads the part of a run that leaving reads: the
+// header and trainer d's enrolment (if any); every fragment is nil
+// (loadRunFor without a fragment). putRun writes back only these.
+func loadRunWithTrainer(ctx context.Context, kv KV, task, d string) (*Run, error) {
+	if alwaysWholeRun {
+		return LoadRun(ctx, kv, task)
+	}
+	return loadRunFor(ctx, kv, task, d, math.MaxUint64)
 }
 
 // enrolled is CountActive; a run loaded by loadRunToEnroll counts from its
