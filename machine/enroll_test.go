@@ -142,16 +142,30 @@ type enrolStep struct {
 }
 
 const (
-	proof  = -2
-	leaves = "leaves"
+	proof   = -2
+	setInit = -3 // the sponsor sets initLayout
+	leaves  = "leaves"
 )
+
+// initLayout is initial weights for enrolRun's two fragments.
+func initLayout() wire.InitLayout {
+	l := wire.InitLayout{File: wire.SHA256([]byte("file"))}
+	var hashes []wire.Hash
+	for f := range 2 {
+		h := wire.SHA256([]byte{byte(f)})
+		l.Fragments = append(l.Fragments, wire.FragmentLayout{Tensors: []wire.TensorInfo{{Name: fmt.Sprint("w", f), Dtype: "F32", Shape: []int64{1}}}, Dtype: "F32", N: 1, WeightsHash: h})
+		hashes = append(hashes, h)
+	}
+	l.Model = ModelHash(hashes)
+	return l
+}
 
 // TestEnrollWritesWhatTheWholeRunWrites: enrolments into runs with no,
 // one and many trainers — accepted, re-enrolled after leaving, refused
 // (enrolled twice, evicted, below the run's min_stake, the run full, no
 // settlement line left, the run over) and the one that starts the run —,
-// election proofs (before M trainers, the one that starts the run, too
-// late) and leaving (before the start and from a running run, active or
+// election proofs and initial weights (before M trainers, the one that
+// starts the run, too late) and leaving (before the start and from a running run, active or
 // joining; refused when not enrolled) give the same results and write the
 // same keys and bytes whether each loads the header and its own enrolment
 // or the whole run (alwaysWholeRun).
@@ -190,6 +204,11 @@ func TestEnrollWritesWhatTheWholeRunWrites(t *testing.T) {
 			want:  []string{`"run_status":"awaiting_enrollment"`, `"run_status":"awaiting_enrollment"`, "its election is over"}},
 		{name: "election proofs: M trainers, the proof starts the run", m: 2, init: true, st: []string{A, A}, candidate: candidate,
 			steps: []enrolStep{{proof, "", false}, {proof, "", false}}, want: []string{`\"status\":\"running\"`, "its election is over"}},
+		{name: "initial weights before M trainers; the enrolment that starts the run", m: 3, st: []string{A}, candidate: candidateProved,
+			steps: []enrolStep{{setInit, "", false}, {1, "20000000000000000", false}, {setInit, "", false}, {2, "20000000000000000", false}},
+			want:  []string{`"status":"awaiting_enrollment"`, `runs "st/f/`, "already has initial weights", `"run_status":"running"`}},
+		{name: "initial weights with M trainers start the run", m: 2, st: []string{A, A}, candidate: candidateProved,
+			steps: []enrolStep{{setInit, "", false}, {setInit, "", false}}, want: []string{`"status":"running"`, "already has initial weights"}},
 		{name: "M trainers, no election proof yet", m: 2, init: true, st: []string{A},
 			steps: []enrolStep{{1, "20000000000000000", false}, {2, "20000000000000000", false}},
 			want:  []string{`"run_status":"awaiting_enrollment"`, "is full"}},
@@ -239,6 +258,8 @@ func TestEnrollWritesWhatTheWholeRunWrites(t *testing.T) {
 					switch {
 					case s.n == proof:
 						res, err = x.electionProof(&wire.ElectionProofParams{TaskID: "st", DID: candKey.DID.String(), Proof: candidateProof(t, r.SpecHash)})
+					case s.n == setInit:
+						res, err = x.setInitWeights(&wire.SetInitWeightsTx{TaskID: "st", Init: initLayout()})
 					case s.stake == leaves:
 						res, err = x.leave(&wire.LeaveParams{TaskID: "st", TrainerDID: p.TrainerDID})
 					default:

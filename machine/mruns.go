@@ -272,7 +272,7 @@ func (r *Run) setInit(l *wire.InitLayout) error {
 }
 
 func (x *mtx) setInitWeights(p *wire.SetInitWeightsTx) (*wire.PostTaskResult, error) {
-	r, err := LoadRun(x.ctx, x.kv, p.TaskID)
+	r, err := loadRunBeforeStart(x.ctx, x.kv, p.TaskID, "", true)
 	if err != nil {
 		return nil, err
 	}
@@ -308,7 +308,7 @@ func (x *mtx) enroll(p *wire.EnrollTx) (*wire.EnrollResult, error) {
 	if stake.Sign() == 0 {
 		return nil, Errf(KindInvalid, "stake is \"0\": a trainer must lock a positive stake (slashing is a fraction of it)")
 	}
-	r, err := loadRunToEnroll(x.ctx, x.kv, p.TaskID, p.TrainerDID)
+	r, err := loadRunBeforeStart(x.ctx, x.kv, p.TaskID, p.TrainerDID, false)
 	if err != nil {
 		return nil, err
 	}
@@ -538,7 +538,7 @@ func (x *mtx) electionProof(p *wire.ElectionProofParams) (*wire.ElectionProofRes
 	if err != nil {
 		return nil, Errf(KindInvalid, "did: %v", err)
 	}
-	r, err := loadRunToEnroll(x.ctx, x.kv, p.TaskID, "")
+	r, err := loadRunBeforeStart(x.ctx, x.kv, p.TaskID, "", false)
 	if err != nil {
 		return nil, err
 	}
@@ -576,7 +576,7 @@ func (x *mtx) maybeStart(r *Run) error {
 		return nil
 	}
 	if r.part {
-		// loadRunToEnroll loads the whole run whenever this may be reached.
+		// loadRunBeforeStart loads the whole run whenever this may be reached.
 		return fmt.Errorf("run %s would start from a partial load", r.spec.TaskID)
 	}
 	alpha := election.Alpha(r.spec.TaskID, r.SpecHash)

@@ -34,9 +34,9 @@ import (
 // another fragment open reads the header, its fragment with its records
 // and the trainers it pays, and writes those (loadRunForCommit,
 // loadTrainers, commitNeedsWholeRun); a scored run's seed timers read the
-// header and the fragment states (timersMayFire); an enrolment or election
-// proof that cannot start the run reads the header and its enrolment
-// (loadRunToEnroll); leaving reads the header and its enrolment
+// header and the fragment states (timersMayFire); an enrolment, election
+// proof or the initial weights, when they cannot start the run, read the
+// header and the enrolment enrolling (loadRunBeforeStart); leaving reads the header and its enrolment
 // (loadRunWithTrainer). Every other transition loads the whole run (LoadRun)
 // and writes back only the keys whose bytes changed (putRun). Only this
 // file knows the layout.
@@ -407,17 +407,17 @@ func loadTrainers(ctx context.Context, kv KV, r *Run, dids []string) error {
 	return nil
 }
 
-// loadRunToEnroll reads the part of a run that an enrolment of d (or,
-// with d empty, an election proof) reads while the run awaits enrolment
-// and the transaction cannot start it: the header and d's enrolment (if
-// any); every fragment is nil. Its cost does not depend on the number of
-// trainers (settlementLines counts their keys, without decoding them, only
-// for a new DID). Otherwise — the run started (a joining trainer is
-// counted by status, not in the header), ended, or may start now (its
-// initial weights are known and M trainers are active, counting d:
-// maybeStart deals every trainer's shards) — it loads the whole run.
-// putRun writes back only the parts read.
-func loadRunToEnroll(ctx context.Context, kv KV, task, d string) (*Run, error) {
+// loadRunBeforeStart reads the part of a run that an enrolment of d, an
+// election proof (d empty) or the initial weights (setsInit) read while the
+// run awaits enrolment and the transaction cannot start it: the header and
+// d's enrolment (if any); every fragment is nil. Its cost does not depend
+// on the number of trainers (settlementLines counts their keys, without
+// decoding them, only for a new DID). Otherwise — the run started (a
+// joining trainer is counted by status, not in the header), ended, or may
+// start now (its initial weights are known or set now, and M trainers are
+// active, counting d: maybeStart deals every trainer's shards) — it loads
+// the whole run. putRun writes back only the parts read.
+func loadRunBeforeStart(ctx context.Context, kv KV, task, d string, setsInit bool) (*Run, error) {
 	r, h, _, err := loadHead(ctx, kv, task)
 	if err != nil {
 		return nil, err
@@ -426,7 +426,7 @@ func loadRunToEnroll(ctx context.Context, kv KV, task, d string) (*Run, error) {
 	if d != "" {
 		active++
 	}
-	if alwaysWholeRun || r.Status != wire.StatusAwaiting || (r.HasInit && active >= r.spec.TrainerCount) {
+	if alwaysWholeRun || r.Status != wire.StatusAwaiting || ((r.HasInit || setsInit) && active >= r.spec.TrainerCount) {
 		return LoadRun(ctx, kv, task)
 	}
 	r.part = true
@@ -453,7 +453,7 @@ func loadRunWithTrainer(ctx context.Context, kv KV, task, d string) (*Run, error
 	return loadRunFor(ctx, kv, task, d, math.MaxUint64)
 }
 
-// enrolled is CountActive; a run loaded by loadRunToEnroll counts from its
+// enrolled is CountActive; a run loaded by loadRunBeforeStart counts from its
 // header (a run awaiting enrolment has no joining trainer).
 func (r *Run) enrolled() int {
 	if r.part {
