@@ -28,10 +28,10 @@ import copy
 import json
 import statistics
 
-import common
 import numpy as np
 import torch
 
+import common
 from tenzro_trainer import data, models
 
 HONEST = 4
@@ -68,7 +68,9 @@ def loss_at(model: torch.nn.Module, w: torch.Tensor, xb: np.ndarray, yb: np.ndar
         return float(model.loss(torch.from_numpy(xb), torch.from_numpy(yb)))
 
 
-def run(seed: int, rule: str, rounds: int, h: int, batch: int, score_batch: int, lr_out: float, mu: float) -> list[dict]:
+def run(
+    seed: int, rule: str, rounds: int, h: int, batch: int, score_batch: int, lr_out: float, mu: float
+) -> list[dict]:
     torch.manual_seed(seed)
     md = models.DEMO.metadata()
     series = [s for name in data.STATSMODELS_SETS for s in data._statsmodels_series(name)]
@@ -81,7 +83,7 @@ def run(seed: int, rule: str, rounds: int, h: int, batch: int, score_batch: int,
     theta = flat(base)
     buf = torch.zeros_like(theta)
     workers = []
-    for i in range(n_tr):
+    for _ in range(n_tr):
         m = copy.deepcopy(base)
         opt = torch.optim.AdamW(m.parameters(), lr=1e-3, betas=(0.9, 0.95), weight_decay=0.1)
         workers.append((m, opt))
