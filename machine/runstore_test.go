@@ -303,6 +303,11 @@ func FuzzLoadRun(f *testing.F) {
 			_, _ = r.commitNeedsWholeRun(ctx, state, 0, 0, 1)
 		}
 		_, _ = otherFragmentsClosed(ctx, state, "st", 1, 2)
+		_, _ = LoadRunHeader(ctx, state, "st", true)
+		_, _ = loadRunWithTrainer(ctx, state, "st", d)
+		if r, err := loadRunBeforeStart(ctx, state, "st", d, false); err == nil {
+			_, _ = r.settlementLines(ctx, state)
+		}
 		if _, err := loadRunFor(ctx, state, "st", d, 0); err != nil {
 			return
 		}
