@@ -728,7 +728,9 @@ func (n *Node) computeCommit(ctx context.Context, s *snapshot, i int) (*computed
 	fc.Status, fc.Reason, fc.AggregateHash = out.Status, out.Reason, out.AggregateHash
 	// Scores (score.go): after the copy rule, the verifiers and the
 	// aggregation, of the kept inputs the chain's draw picked.
-	phases.start(PhaseScore)
+	if r.Scorer != nil {
+		phases.start(PhaseScore)
+	}
 	if err := n.scoreInputs(ctx, s, i, fc, values, idx); err != nil {
 		return nil, err
 	}
