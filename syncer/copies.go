@@ -209,10 +209,9 @@ func (x *quantized) upto(k int) bool {
 // full computes every integer and the exact norm, and sets hi and lo to
 // the exact suffix sums (rounded to float64); the source is let go.
 func (x *quantized) full() {
-	if x.norm != nil {
-		return
+	if x.norm != nil || !x.upto(x.n) {
+		return // done; or a kept prefix, which compareQuantized never completes
 	}
-	x.upto(x.n)
 	x.src = nil
 	x.setNorms(x.sq)
 }
