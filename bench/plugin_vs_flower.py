@@ -93,15 +93,6 @@ t4 = time.perf_counter()
 print(json.dumps({"import_s": t1 - t0, "load_s": t2 - t1, "aggregate_s": t3 - t2, "write_s": t4 - t3}), file=sys.stderr)
 """
 
-MEASURE = r"""
-import json, resource, subprocess, sys, time
-t = time.perf_counter()
-p = subprocess.run(sys.argv[1:], capture_output=True)
-dt = time.perf_counter() - t
-print(json.dumps({"rc": p.returncode, "s": dt, "maxrss_kb": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss,
-                  "err": p.stderr.decode()[-600:]}))
-"""
-
 
 def ensure_venv() -> None:
     """Re-execute in the pinned Flower venv, creating it on first use."""
@@ -116,16 +107,6 @@ def ensure_venv() -> None:
     os.execv(py, [py, *sys.argv])
 
 
-def write_input(path: str, y) -> None:  # noqa: ANN001 (numpy array)
-    n = int(y.size)
-    h = json.dumps({"w": {"dtype": "F32", "shape": [n], "data_offsets": [0, 4 * n]}}, separators=(",", ":")).encode()
-    h += b" " * ((8 - len(h) % 8) % 8)
-    with open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(h)))
-        f.write(h)
-        f.write(y.tobytes())
-
-
 def read_output(path: str):  # noqa: ANN201
     import numpy as np
 
@@ -136,11 +117,6 @@ def read_output(path: str):  # noqa: ANN201
         a, b = h[name]["data_offsets"]
         f.seek(8 + n + a)
         return np.fromfile(f, dtype="<f4", count=(b - a) // 4)
-
-
-def measure(cmd: list[str]) -> dict:
-    out = subprocess.run([sys.executable, "-c", MEASURE, *cmd], capture_output=True, text=True, check=True).stdout
-    return json.loads(out)
 
 
 def med(rs: list[dict], key: str) -> float:
@@ -166,6 +142,11 @@ def compare(a_path: str, b_path: str) -> dict:
 
 def run(a: argparse.Namespace) -> dict:
     import numpy as np
+
+    # The inputs and the process measure are plugin_run_vs_numpy's (imported
+    # here, in Flower's venv: it needs numpy).
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "plugins"))
+    from plugin_run_vs_numpy import measure, write_input
 
     tenzro = os.path.join(a.bin, "tenzro")
     if not os.access(tenzro, os.X_OK):

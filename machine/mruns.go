@@ -272,7 +272,7 @@ func (r *Run) setInit(l *wire.InitLayout) error {
 }
 
 func (x *mtx) setInitWeights(p *wire.SetInitWeightsTx) (*wire.PostTaskResult, error) {
-	r, err := LoadRun(x.ctx, x.kv, p.TaskID)
+	r, err := loadRunBeforeStart(x.ctx, x.kv, p.TaskID, "", true)
 	if err != nil {
 		return nil, err
 	}
@@ -308,7 +308,7 @@ func (x *mtx) enroll(p *wire.EnrollTx) (*wire.EnrollResult, error) {
 	if stake.Sign() == 0 {
 		return nil, Errf(KindInvalid, "stake is \"0\": a trainer must lock a positive stake (slashing is a fraction of it)")
 	}
-	r, err := LoadRun(x.ctx, x.kv, p.TaskID)
+	r, err := loadRunBeforeStart(x.ctx, x.kv, p.TaskID, p.TrainerDID, false)
 	if err != nil {
 		return nil, err
 	}
@@ -320,11 +320,17 @@ func (x *mtx) enroll(p *wire.EnrollTx) (*wire.EnrollResult, error) {
 	} else if t != nil && t.Status == wire.TrainerEvicted {
 		return nil, Errf(KindConflict, "%s was evicted from %s and cannot rejoin", p.TrainerDID, p.TaskID)
 	}
-	if c := r.CountActive(); c >= r.spec.TrainerCount {
+	if c := r.enrolled(); c >= r.spec.TrainerCount {
 		return nil, Errf(KindConflict, "run %s is full: %d of M=%d trainers enrolled", p.TaskID, c, r.spec.TrainerCount)
 	}
-	if r.Trainer(p.TrainerDID) == nil && len(r.Trainers) >= wire.MaxTrainers {
-		return nil, Errf(KindConflict, "run %s has settlement lines for %d trainers (those enrolled and those who left), the most a receipt holds: no new trainer can join", p.TaskID, len(r.Trainers))
+	if r.Trainer(p.TrainerDID) == nil {
+		n, err := r.settlementLines(x.ctx, x.kv)
+		if err != nil {
+			return nil, err
+		}
+		if n >= wire.MaxTrainers {
+			return nil, Errf(KindConflict, "run %s has settlement lines for %d trainers (those enrolled and those who left), the most a receipt holds: no new trainer can join", p.TaskID, n)
+		}
 	}
 	if err := x.checkStakeFloor(stake); err != nil {
 		return nil, err
@@ -354,6 +360,9 @@ func (x *mtx) enroll(p *wire.EnrollTx) (*wire.EnrollResult, error) {
 	if r.Status == wire.StatusAwaiting {
 		t.Status = wire.TrainerActive
 		t.JoinedRound = 0
+		if r.part {
+			r.nActive++ // t was new or had left: the header's count (putRun)
+		}
 	} else {
 		t.Status = wire.TrainerJoining
 		t.JoinedRound = r.Round + 1
@@ -392,7 +401,7 @@ func enrollResult(r *Run, t *RunTrainer) *wire.EnrollResult {
 	if len(shards) == 0 {
 		switch {
 		case r.Status == wire.StatusAwaiting:
-			res.ShardsNote = fmt.Sprintf("shards are dealt when the run starts (%d of M=%d trainers enrolled); poll get-run", r.CountActive(), r.spec.TrainerCount)
+			res.ShardsNote = fmt.Sprintf("shards are dealt when the run starts (%d of M=%d trainers enrolled); poll get-run", r.enrolled(), r.spec.TrainerCount)
 		case t.Status == wire.TrainerJoining:
 			res.ShardsNote = fmt.Sprintf("shards are dealt when you become active at round %d; poll get-run", t.JoinedRound)
 		}
@@ -413,7 +422,7 @@ func (r *Run) shardsFrom(t *RunTrainer) uint64 {
 }
 
 func (x *mtx) leave(p *wire.LeaveParams) (*wire.EnrollResult, error) {
-	r, err := LoadRun(x.ctx, x.kv, p.TaskID)
+	r, err := loadRunWithTrainer(x.ctx, x.kv, p.TaskID, p.TrainerDID)
 	if err != nil {
 		return nil, err
 	}
@@ -435,6 +444,9 @@ func (x *mtx) leave(p *wire.LeaveParams) (*wire.EnrollResult, error) {
 	}
 	if err := x.refund(r, t, "stake refund"); err != nil {
 		return nil, err
+	}
+	if r.part && t.Status == wire.TrainerActive {
+		r.nActive-- // the header's count (putRun)
 	}
 	t.Status = wire.TrainerLeft
 	t.Shards = nil
@@ -526,7 +538,7 @@ func (x *mtx) electionProof(p *wire.ElectionProofParams) (*wire.ElectionProofRes
 	if err != nil {
 		return nil, Errf(KindInvalid, "did: %v", err)
 	}
-	r, err := LoadRun(x.ctx, x.kv, p.TaskID)
+	r, err := loadRunBeforeStart(x.ctx, x.kv, p.TaskID, "", false)
 	if err != nil {
 		return nil, err
 	}
@@ -560,8 +572,12 @@ func (x *mtx) electionProof(p *wire.ElectionProofParams) (*wire.ElectionProofRes
 // weights are known and at least one registered candidate sent a proof:
 // the election over the proofs, the shards, round 0 at this block.
 func (x *mtx) maybeStart(r *Run) error {
-	if r.Status != wire.StatusAwaiting || !r.HasInit || r.Count(wire.TrainerActive) < r.spec.TrainerCount {
+	if r.Status != wire.StatusAwaiting || !r.HasInit || r.activeTrainers() < r.spec.TrainerCount {
 		return nil
+	}
+	if r.part {
+		// loadRunBeforeStart loads the whole run whenever this may be reached.
+		return fmt.Errorf("run %s would start from a partial load", r.spec.TaskID)
 	}
 	alpha := election.Alpha(r.spec.TaskID, r.SpecHash)
 	var es []election.Entrant

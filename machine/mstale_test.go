@@ -29,39 +29,58 @@ func TestCheckStaleVerdicts(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	stale := func(d string, q uint64) wire.CommitInput {
-		return wire.CommitInput{TrainerDID: d, StaleOfRound: u64p(q), Rejected: "replay"}
-	}
-	for _, tc := range []struct {
-		name   string
-		round  uint64
-		inputs []wire.CommitInput
-		err    string
-	}{
-		{"none", 3, []wire.CommitInput{{TrainerDID: "A"}, {TrainerDID: "B"}}, ""},
-		{"round r-1", 3, []wire.CommitInput{stale("A", 2), {TrainerDID: "B"}}, ""},
-		{"round r-2", 3, []wire.CommitInput{stale("A", 1)}, ""},
-		{"round 0 from round 1", 1, []wire.CommitInput{stale("A", 0)}, ""},
-		{"beyond the lookback", 3, []wire.CommitInput{stale("A", 0)}, "compares rounds 1..2 only"},
-		{"its own round", 3, []wire.CommitInput{stale("A", 3)}, "compares rounds 1..2 only"},
-		{"a later round", 1, []wire.CommitInput{stale("A", 2)}, "compares rounds 0..0 only"},
-		{"round 0 has nothing before", 0, []wire.CommitInput{stale("A", 0)}, "compares rounds 0..-1 only"},
-		{"no record in that round", 3, []wire.CommitInput{stale("B", 2)}, "has no record for fragment 0"},
-		{"kept", 3, []wire.CommitInput{{TrainerDID: "A", StaleOfRound: u64p(2)}}, "but not rejected"},
-		{"copy and replay", 3, []wire.CommitInput{{TrainerDID: "A", StaleOfRound: u64p(2), CopyOf: "B", Rejected: "copy"}, {TrainerDID: "B"}}, "both a copy of B and a replay"},
-	} {
+	runStaleCases(t, x, []staleCase{
+		{"none", 3, 0, []wire.CommitInput{{TrainerDID: "A"}, {TrainerDID: "B"}}, ""},
+		{"round r-1", 3, 0, []wire.CommitInput{stale("A", 2), {TrainerDID: "B"}}, ""},
+		{"round r-2", 3, 0, []wire.CommitInput{stale("A", 1)}, ""},
+		{"round 0 from round 1", 1, 0, []wire.CommitInput{stale("A", 0)}, ""},
+		{"beyond the lookback", 3, 0, []wire.CommitInput{stale("A", 0)}, "compares rounds 1..2 only"},
+		{"its own round", 3, 0, []wire.CommitInput{stale("A", 3)}, "compares rounds 1..2 only"},
+		{"a later round", 1, 0, []wire.CommitInput{stale("A", 2)}, "compares rounds 0..0 only"},
+		{"round 0 has nothing before", 0, 0, []wire.CommitInput{stale("A", 0)}, "compares rounds 0..-1 only"},
+		{"no record in that round", 3, 0, []wire.CommitInput{stale("B", 2)}, "has no record for fragment 0"},
+		{"kept", 3, 0, []wire.CommitInput{{TrainerDID: "A", StaleOfRound: u64p(2)}}, "but not rejected"},
+		{"copy and replay", 3, 0, []wire.CommitInput{{TrainerDID: "A", StaleOfRound: u64p(2), CopyOf: "B", Rejected: "copy"}, {TrainerDID: "B"}}, "both a copy of B and a replay"},
+	})
+}
+
+// staleCase is a commit of fragment 0 of run "t" at round, under
+// copies.sketch_dim dim (0: off), and the error checkStaleVerdicts must
+// give it (a refusal naming err; "": none).
+type staleCase struct {
+	name   string
+	round  uint64
+	dim    int
+	inputs []wire.CommitInput
+	err    string
+}
+
+// stale is trainer d's input named a replay of its round-q input.
+func stale(d string, q uint64) wire.CommitInput {
+	return wire.CommitInput{TrainerDID: d, StaleOfRound: u64p(q), Rejected: "replay"}
+}
+
+func runStaleCases(t *testing.T, x *mtx, cases []staleCase) {
+	t.Helper()
+	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			err := x.checkStaleVerdicts("t", tc.round, 0, &wire.FragmentCommit{Fragment: 0, Inputs: tc.inputs})
-			if tc.err == "" {
-				if err != nil {
-					t.Fatal(err)
-				}
-				return
-			}
-			if err == nil || !strings.Contains(err.Error(), tc.err) || KindOf(err) != KindInvalid {
-				t.Fatalf("err = %v, want %q", err, tc.err)
-			}
+			wantInvalid(t, x.checkStaleVerdicts("t", tc.round, tc.dim, &wire.FragmentCommit{Fragment: 0, Inputs: tc.inputs}), tc.err)
 		})
+	}
+}
+
+// wantInvalid fails unless err is nil (want "") or a KindInvalid refusal
+// that says want.
+func wantInvalid(t *testing.T, err error, want string) {
+	t.Helper()
+	if want == "" {
+		if err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	if err == nil || !strings.Contains(err.Error(), want) || KindOf(err) != KindInvalid {
+		t.Fatalf("err = %v, want %q", err, want)
 	}
 }
 
@@ -115,36 +134,14 @@ func TestCheckStaleVerdictsBySketch(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	stale := func(d string, q uint64) wire.CommitInput {
-		return wire.CommitInput{TrainerDID: d, StaleOfRound: u64p(q), Rejected: "replay"}
-	}
-	for _, tc := range []struct {
-		name   string
-		round  uint64
-		dim    int
-		inputs []wire.CommitInput
-		err    string
-	}{
+	runStaleCases(t, x, []staleCase{
 		{"round r-3 by its sketch", 3, 16, []wire.CommitInput{stale("A", 0)}, ""},
 		{"round r-4 by its sketch", 4, 16, []wire.CommitInput{stale("A", 0)}, ""},
 		{"sketch off", 3, 0, []wire.CommitInput{stale("A", 0)}, "compares rounds 1..2 only"},
 		{"no sketch in that round", 3, 16, []wire.CommitInput{stale("B", 0)}, "has no sketch"},
 		{"the sketch of another fragment", 4, 16, []wire.CommitInput{stale("A", 1)}, "has no sketch"},
 		{"round not committed", 9, 16, []wire.CommitInput{stale("A", 5)}, "has no sketch"},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			err := x.checkStaleVerdicts("t", tc.round, tc.dim, &wire.FragmentCommit{Fragment: 0, Inputs: tc.inputs})
-			if tc.err == "" {
-				if err != nil {
-					t.Fatal(err)
-				}
-				return
-			}
-			if err == nil || !strings.Contains(err.Error(), tc.err) || KindOf(err) != KindInvalid {
-				t.Fatalf("err = %v, want %q", err, tc.err)
-			}
-		})
-	}
+	})
 }
 
 // TestCheckSketches: the form of a commit's sketches against the spec.
@@ -168,16 +165,7 @@ func TestCheckSketches(t *testing.T) {
 		{"on a replay", on, []wire.CommitInput{{TrainerDID: "A", Sketch: good, StaleOfRound: u64p(0), Rejected: "replay"}}, "a copy or a replay"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			err := checkSketches(tc.spec, &wire.FragmentCommit{Inputs: tc.inputs})
-			if tc.err == "" {
-				if err != nil {
-					t.Fatal(err)
-				}
-				return
-			}
-			if err == nil || !strings.Contains(err.Error(), tc.err) || KindOf(err) != KindInvalid {
-				t.Fatalf("err = %v, want %q", err, tc.err)
-			}
+			wantInvalid(t, checkSketches(tc.spec, &wire.FragmentCommit{Inputs: tc.inputs}), tc.err)
 		})
 	}
 }

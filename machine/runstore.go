@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"sort"
 	"strings"
 
@@ -33,9 +34,12 @@ import (
 // another fragment open reads the header, its fragment with its records
 // and the trainers it pays, and writes those (loadRunForCommit,
 // loadTrainers, commitNeedsWholeRun); a scored run's seed timers read the
-// header and the fragment states (timersMayFire). Every other transition
-// loads the whole run (LoadRun) and writes back only the keys whose bytes
-// changed (putRun). Only this file knows the layout.
+// header and the fragment states (timersMayFire); an enrolment, election
+// proof or the initial weights, when they cannot start the run, read the
+// header and the enrolment enrolling (loadRunBeforeStart); leaving reads the header and its enrolment
+// (loadRunWithTrainer). Every other transition loads the whole run (LoadRun)
+// and writes back only the keys whose bytes changed (putRun). Only this
+// file knows the layout.
 
 // runHead is a run's header as stored: Trainers and Fragments are shadowed
 // (always empty, so omitted) and replaced by their counts.
@@ -106,26 +110,33 @@ func loadHead(ctx context.Context, kv KV, task string) (*Run, *runHead, []byte, 
 	if err != nil {
 		return nil, nil, nil, fmt.Errorf("load run %s: %w", task, err)
 	}
+	r, h, err := decodeHead(task, raw)
+	return r, h, raw, err
+}
+
+// decodeHead decodes run task's header from its stored bytes raw, which
+// the run keeps (putRun compares with them).
+func decodeHead(task string, raw []byte) (*Run, *runHead, error) {
 	r := &Run{}
 	h := &runHead{Run: r}
 	if err := json.Unmarshal(raw, h); err != nil {
-		return nil, nil, nil, fmt.Errorf("load run %s: corrupt state: %w", task, err)
+		return nil, nil, fmt.Errorf("load run %s: corrupt state: %w", task, err)
 	}
 	if h.NFragments < 0 || h.NActive < 0 || h.NAttest < 0 {
-		return nil, nil, nil, fmt.Errorf("load run %s: corrupt state: negative counts", task)
+		return nil, nil, fmt.Errorf("load run %s: corrupt state: negative counts", task)
 	}
 	spec, err := parseRunSpec(r.Spec)
 	if err != nil {
-		return nil, nil, nil, fmt.Errorf("load run %s: %w", task, err)
+		return nil, nil, fmt.Errorf("load run %s: %w", task, err)
 	}
 	if spec.TaskID != task {
-		return nil, nil, nil, fmt.Errorf("load run %s: corrupt state: the header holds run %q", task, spec.TaskID)
+		return nil, nil, fmt.Errorf("load run %s: corrupt state: the header holds run %q", task, spec.TaskID)
 	}
 	r.spec = spec
 	r.raw = map[string][]byte{string(RunKey(task)): raw}
 	r.nActive = h.NActive
 	r.attBase = h.NAttest // until LoadRun reads them
-	return r, h, raw, nil
+	return r, h, nil
 }
 
 func decodeFrag(task string, i int, raw []byte) (*RunFragment, int, error) {
@@ -172,26 +183,12 @@ func loadRun(ctx context.Context, kv KV, task string, atts bool) (*Run, error) {
 		return nil, err
 	}
 	counts := make([]int, 0, h.NFragments)
-	fp := fragPrefix(task)
-	err = kv.Scan(ctx, KSRuns, fp, func(k, v []byte) error {
-		i := len(r.Fragments)
-		if len(k) != len(fp)+4 || binary.BigEndian.Uint32(k[len(fp):]) != uint32(i) {
-			return fmt.Errorf("load run %s: corrupt state: fragment key %q out of order (want index %d)", task, k, i)
-		}
-		fs, n, err := decodeFrag(task, i, v)
-		if err != nil {
-			return err
-		}
+	err = scanFrags(ctx, kv, r, h, func(k, v []byte, _ *RunFragment, n int) {
 		r.raw[string(k)] = append([]byte(nil), v...)
-		r.Fragments = append(r.Fragments, fs)
 		counts = append(counts, n)
-		return nil
 	})
 	if err != nil {
 		return nil, err
-	}
-	if len(r.Fragments) != h.NFragments {
-		return nil, fmt.Errorf("load run %s: corrupt state: %d fragments stored, the header says %d", task, len(r.Fragments), h.NFragments)
 	}
 	rp := recRefPrefix(task)
 	err = kv.Scan(ctx, KSRuns, rp, func(k, v []byte) error {
@@ -240,6 +237,35 @@ func loadRun(ctx context.Context, kv KV, task string, atts bool) (*Run, error) {
 		return nil, fmt.Errorf("load run %s: corrupt state: %d attestations stored, the header says %d", task, len(r.Attestations), h.NAttest)
 	}
 	return r, r.checkActive(h)
+}
+
+// scanFrags appends to r.Fragments each of the run's fragment states, in
+// index order, checking their keys and their number against the header h,
+// and calls fn with each one's key, stored bytes (valid during the call),
+// state and record count.
+func scanFrags(ctx context.Context, kv KV, r *Run, h *runHead, fn func(k, v []byte, fs *RunFragment, n int)) error {
+	task := r.spec.TaskID
+	fp := fragPrefix(task)
+	err := kv.Scan(ctx, KSRuns, fp, func(k, v []byte) error {
+		i := len(r.Fragments)
+		if len(k) != len(fp)+4 || binary.BigEndian.Uint32(k[len(fp):]) != uint32(i) {
+			return fmt.Errorf("load run %s: corrupt state: fragment key %q out of order (want index %d)", task, k, i)
+		}
+		fs, n, err := decodeFrag(task, i, v)
+		if err != nil {
+			return err
+		}
+		r.Fragments = append(r.Fragments, fs)
+		fn(k, v, fs, n)
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	if len(r.Fragments) != h.NFragments {
+		return fmt.Errorf("load run %s: corrupt state: %d fragments stored, the header says %d", task, len(r.Fragments), h.NFragments)
+	}
+	return nil
 }
 
 func (r *Run) checkActive(h *runHead) error {
@@ -379,6 +405,84 @@ func loadTrainers(ctx context.Context, kv KV, r *Run, dids []string) error {
 		sort.Slice(r.Trainers, func(a, b int) bool { return r.Trainers[a].DID < r.Trainers[b].DID })
 	}
 	return nil
+}
+
+// loadRunBeforeStart reads the part of a run that an enrolment of d, an
+// election proof (d empty) or the initial weights (setsInit) read while the
+// run awaits enrolment and the transaction cannot start it: the header and
+// d's enrolment (if any); every fragment is nil. Its cost does not depend
+// on the number of trainers (settlementLines counts their keys, without
+// decoding them, only for a new DID). Otherwise — the run started (a
+// joining trainer is counted by status, not in the header), ended, or may
+// start now (its initial weights are known or set now, and M trainers are
+// active, counting d: maybeStart deals every trainer's shards) — it loads
+// the whole run. putRun writes back only the parts read.
+func loadRunBeforeStart(ctx context.Context, kv KV, task, d string, setsInit bool) (*Run, error) {
+	r, h, _, err := loadHead(ctx, kv, task)
+	if err != nil {
+		return nil, err
+	}
+	active := h.NActive
+	if d != "" {
+		active++
+	}
+	if alwaysWholeRun || r.Status != wire.StatusAwaiting || ((r.HasInit || setsInit) && active >= r.spec.TrainerCount) {
+		return LoadRun(ctx, kv, task)
+	}
+	r.part = true
+	r.Trainers = []*RunTrainer{}
+	if h.NFragments > 0 {
+		r.Fragments = make([]*RunFragment, h.NFragments)
+	}
+	if d == "" {
+		return r, nil
+	}
+	if err := loadTrainers(ctx, kv, r, []string{d}); err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+// loadRunWithTrainer reads the part of a run that leaving reads: the
+// header and trainer d's enrolment (if any); every fragment is nil
+// (loadRunFor without a fragment). putRun writes back only these.
+func loadRunWithTrainer(ctx context.Context, kv KV, task, d string) (*Run, error) {
+	if alwaysWholeRun {
+		return LoadRun(ctx, kv, task)
+	}
+	return loadRunFor(ctx, kv, task, d, math.MaxUint64)
+}
+
+// enrolled is CountActive; a run loaded by loadRunBeforeStart counts from its
+// header (a run awaiting enrolment has no joining trainer).
+func (r *Run) enrolled() int {
+	if r.part {
+		return r.nActive
+	}
+	return r.CountActive()
+}
+
+// errEnough stops settlementLines' scan.
+var errEnough = errors.New("enough")
+
+// settlementLines is len(Trainers): every enrolment the run holds, those
+// who left included. A run loaded in part counts their keys, undecoded,
+// up to wire.MaxTrainers (all that the check of a new enrolment needs).
+func (r *Run) settlementLines(ctx context.Context, kv KV) (int, error) {
+	if !r.part {
+		return len(r.Trainers), nil
+	}
+	n := 0
+	err := kv.Scan(ctx, KSRuns, trainerPrefix(r.spec.TaskID), func(_, _ []byte) error {
+		if n++; n >= wire.MaxTrainers {
+			return errEnough
+		}
+		return nil
+	})
+	if err != nil && !errors.Is(err, errEnough) {
+		return 0, fmt.Errorf("load run %s: %w", r.spec.TaskID, err)
+	}
+	return n, nil
 }
 
 // otherFragmentsClosed says whether every fragment of a run loaded in part
@@ -548,14 +652,22 @@ func RunTasks(ctx context.Context, kv KV) ([]string, error) {
 // count of active trainers) and each fragment's Records is empty (its
 // count is kept for Due). Load the whole run (LoadRun) for anything else.
 func LoadRunHeader(ctx context.Context, kv KV, task string, fragments bool) (*Run, error) {
-	return loadRunHeader(ctx, kv, task, fragments, false)
+	return loadRunHeader(ctx, kv, task, nil, fragments, false)
 }
 
-// loadRunHeader is LoadRunHeader; keep keeps each fragment's stored bytes,
-// so putRun can write back the run (in part: the header and the fragments
-// whose bytes changed).
-func loadRunHeader(ctx context.Context, kv KV, task string, fragments, keep bool) (*Run, error) {
-	r, h, _, err := loadHead(ctx, kv, task)
+// loadRunHeader is LoadRunHeader; head, when not nil, is the header's
+// stored bytes already read (in this state), so they are not read again;
+// keep keeps each fragment's stored bytes, so putRun can write back the run
+// (in part: the header and the fragments whose bytes changed).
+func loadRunHeader(ctx context.Context, kv KV, task string, head []byte, fragments, keep bool) (*Run, error) {
+	var r *Run
+	var h *runHead
+	var err error
+	if head != nil {
+		r, h, err = decodeHead(task, head)
+	} else {
+		r, h, _, err = loadHead(ctx, kv, task)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -564,28 +676,14 @@ func loadRunHeader(ctx context.Context, kv KV, task string, fragments, keep bool
 	if !fragments {
 		return r, nil
 	}
-	fp := fragPrefix(task)
-	err = kv.Scan(ctx, KSRuns, fp, func(k, v []byte) error {
-		i := len(r.Fragments)
-		if len(k) != len(fp)+4 || binary.BigEndian.Uint32(k[len(fp):]) != uint32(i) {
-			return fmt.Errorf("load run %s: corrupt state: fragment key %q out of order (want index %d)", task, k, i)
-		}
-		fs, n, err := decodeFrag(task, i, v)
-		if err != nil {
-			return err
-		}
+	err = scanFrags(ctx, kv, r, h, func(k, v []byte, fs *RunFragment, n int) {
 		fs.base = n
-		r.Fragments = append(r.Fragments, fs)
 		if keep {
 			r.raw[string(k)] = append([]byte(nil), v...)
 		}
-		return nil
 	})
 	if err != nil {
 		return nil, err
-	}
-	if len(r.Fragments) != h.NFragments {
-		return nil, fmt.Errorf("load run %s: corrupt state: %d fragments stored, the header says %d", task, len(r.Fragments), h.NFragments)
 	}
 	return r, nil
 }
@@ -612,7 +710,7 @@ func timersMayFire(ctx context.Context, kv KV, task string, blk Block, memo *tim
 	headSum := sha256.Sum256(raw)
 	e, ok := memo.entry(task, headSum)
 	if !ok {
-		r, err := LoadRunHeader(ctx, kv, task, false)
+		r, err := loadRunHeader(ctx, kv, task, raw, false, false)
 		if err != nil {
 			return false, nil, err
 		}
@@ -654,7 +752,7 @@ func timersMayFire(ctx context.Context, kv KV, task string, blk Block, memo *tim
 			return e.deadlineFires, nil, nil
 		}
 	}
-	r, err := loadRunHeader(ctx, kv, task, true, !deadline)
+	r, err := loadRunHeader(ctx, kv, task, raw, true, !deadline)
 	if err != nil {
 		return false, nil, err
 	}

@@ -34,16 +34,7 @@ func (c *countKV) Scan(ctx context.Context, ks Keyspace, p []byte, fn func(k, v 
 // records from its first recs[f] trainers, written into a fresh state.
 func storeRun(t *testing.T, trainers, active, frags int, recs func(f int) int) (*Overlay, *Run) {
 	t.Helper()
-	raw := []byte(fmt.Sprintf(`{"task_id":"st","sponsor_did":"did:tenzro:human:s","sponsor_address":"0x1111111111111111111111111111111111111111",
- "architecture":{"family":"timesfm","param_count":%d,"modality":"Timeseries","fragment_count":%d,"dtype":"bf16"},
- "tier":"Open","aggregation":"Mean","trainer_count":%d,"quorum":1,"inner_steps":4,"max_rounds":1,"grace_window_ms":1000,
- "reward_pool":"2000000000000000000","dataset_ref":"ipfs://QmTest","dataset_hash":"0xabab","min_throughput":null,"created_at":1761350400}`, frags, frags, trainers))
-	spec, canon, err := wire.ParseSpec(raw)
-	if err != nil {
-		t.Fatal(err)
-	}
-	r := &Run{Spec: canon, SpecHash: wire.SpecHash(canon), Status: wire.StatusRunning, spec: spec, Trainers: []*RunTrainer{}, Roots: []wire.Hash{},
-		Attestations: []wire.Hash{wire.SHA256([]byte("a0")), wire.SHA256([]byte("a1"))}}
+	r := testRun(t, trainers, frags, nil)
 	for i := range trainers {
 		st := wire.TrainerActive
 		if i >= active {
@@ -62,6 +53,39 @@ func storeRun(t *testing.T, trainers, active, frags int, recs func(f int) int) (
 		}
 		r.Fragments = append(r.Fragments, fs)
 	}
+	return putState(t, r), r
+}
+
+// testRun is the running run "st" of the runstore tests, with two
+// attestations and no trainers or fragments yet, under a spec of M = m
+// trainers and frags fragments; set overrides or adds spec members.
+func testRun(t *testing.T, m, frags int, set map[string]any) *Run {
+	t.Helper()
+	spec := map[string]any{}
+	if err := json.Unmarshal([]byte(fmt.Sprintf(`{"task_id":"st","sponsor_did":"did:tenzro:human:s","sponsor_address":"0x1111111111111111111111111111111111111111",
+ "architecture":{"family":"timesfm","param_count":%d,"modality":"Timeseries","fragment_count":%d,"dtype":"bf16"},
+ "tier":"Open","aggregation":"Mean","trainer_count":%d,"quorum":1,"inner_steps":4,"max_rounds":1,"grace_window_ms":1000,
+ "reward_pool":"2000000000000000000","dataset_ref":"ipfs://QmTest","dataset_hash":"0xabab","min_throughput":null,"created_at":1761350400}`, frags, frags, m)), &spec); err != nil {
+		t.Fatal(err)
+	}
+	for k, v := range set {
+		spec[k] = v
+	}
+	raw, err := json.Marshal(spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts, canon, err := wire.ParseSpec(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &Run{Spec: canon, SpecHash: wire.SpecHash(canon), Status: wire.StatusRunning, spec: ts, Trainers: []*RunTrainer{}, Roots: []wire.Hash{},
+		Attestations: []wire.Hash{wire.SHA256([]byte("a0")), wire.SHA256([]byte("a1"))}}
+}
+
+// putState writes r into a fresh in-memory state.
+func putState(t *testing.T, r *Run) *Overlay {
+	t.Helper()
 	state := NewOverlay(emptyKV{})
 	x := NewMachine(MachineConfig{}).begin(context.Background(), state, Block{Height: 1})
 	if err := x.putRun(r); err != nil {
@@ -70,7 +94,7 @@ func storeRun(t *testing.T, trainers, active, frags int, recs func(f int) int) (
 	if err := x.finish(); err != nil {
 		t.Fatal(err)
 	}
-	return state, r
+	return state
 }
 
 func runBytes(t *testing.T, r *Run) string {
@@ -279,6 +303,11 @@ func FuzzLoadRun(f *testing.F) {
 			_, _ = r.commitNeedsWholeRun(ctx, state, 0, 0, 1)
 		}
 		_, _ = otherFragmentsClosed(ctx, state, "st", 1, 2)
+		_, _ = LoadRunHeader(ctx, state, "st", true)
+		_, _ = loadRunWithTrainer(ctx, state, "st", d)
+		if r, err := loadRunBeforeStart(ctx, state, "st", d, false); err == nil {
+			_, _ = r.settlementLines(ctx, state)
+		}
 		if _, err := loadRunFor(ctx, state, "st", d, 0); err != nil {
 			return
 		}

@@ -18,6 +18,8 @@ import (
 //	tenzro_rounds_committed_total
 //	tenzro_submissions_total{outcome}            accepted, forwarded, or the refusal kind
 //	tenzro_fragment_finalize_seconds{status}     round start → fragment commit
+//	tenzro_syncer_commit_compute_seconds{phase}  compute of each of this node's commits, by phase:
+//	                                             verify, copy_stale, finalize, write, score (syncer.ComputePhases)
 //	tenzro_plugin_call_seconds{op,rule}          aggregate / verify / outer_step / finalize
 //	tenzro_plugin_fuel_total{op,rule}
 //	tenzro_payload_bytes_total{direction}        in: every payload and initial weights received, by any path
@@ -37,6 +39,7 @@ type NodeMetrics struct {
 	rounds      prometheus.Counter
 	submissions *prometheus.CounterVec
 	finalize    *prometheus.HistogramVec
+	compute     *prometheus.HistogramVec
 	pluginTime  *prometheus.HistogramVec
 	pluginFuel  *prometheus.CounterVec
 	payload     *prometheus.CounterVec
@@ -84,6 +87,9 @@ func NewNodeMetrics(reg prometheus.Registerer) (*NodeMetrics, error) {
 		finalize: prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: "tenzro", Name: "fragment_finalize_seconds",
 			Help:    "Time from a round's start to each fragment's commit, by commit status.",
 			Buckets: prometheus.ExponentialBuckets(0.05, 2, 14)}, []string{"status"}),
+		compute: prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: "tenzro", Subsystem: "syncer", Name: "commit_compute_seconds",
+			Help:    "Compute time of each fragment commit this node's syncer made, by phase (verify, copy_stale, finalize, write, score); the chain's block latency is not included.",
+			Buckets: prometheus.ExponentialBuckets(0.001, 2, 16)}, []string{"phase"}),
 		pluginTime: prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: "tenzro", Name: "plugin_call_seconds",
 			Help:    "Wall time of aggregation, verification and outer-step calls, by rule.",
 			Buckets: prometheus.ExponentialBuckets(0.0005, 4, 10)}, []string{"op", "rule"}),
@@ -103,7 +109,7 @@ func NewNodeMetrics(reg prometheus.Registerer) (*NodeMetrics, error) {
 		votes: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "tenzro", Name: "challenge_votes_total",
 			Help: "Challenge votes this validator node sent: result or unavailable."}, []string{"vote"}),
 	}
-	for _, c := range []prometheus.Collector{m.rounds, m.submissions, m.finalize, m.pluginTime, m.pluginFuel, m.payload, m.reexec, m.reexecTime, m.chSent, m.chOutcomes, m.votes} {
+	for _, c := range []prometheus.Collector{m.rounds, m.submissions, m.finalize, m.compute, m.pluginTime, m.pluginFuel, m.payload, m.reexec, m.reexecTime, m.chSent, m.chOutcomes, m.votes} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -111,6 +117,9 @@ func NewNodeMetrics(reg prometheus.Registerer) (*NodeMetrics, error) {
 	m.payload.WithLabelValues("in")
 	m.payload.WithLabelValues("out")
 	m.submissions.WithLabelValues("accepted")
+	for _, ph := range syncer.ComputePhases {
+		m.compute.WithLabelValues(ph)
+	}
 	return m, nil
 }
 
@@ -160,6 +169,14 @@ func RegisterGauges(reg prometheus.Registerer, g NodeGauges) error {
 // FragmentCommitted implements syncer.Observer.
 func (m *NodeMetrics) FragmentCommitted(_ string, _ uint64, _ int, status string, d time.Duration) {
 	m.finalize.WithLabelValues(status).Observe(d.Seconds())
+}
+
+var _ syncer.ComputeObserver = (*NodeMetrics)(nil)
+
+// CommitCompute implements syncer.ComputeObserver (phase is one of
+// syncer.ComputePhases: the label set is fixed).
+func (m *NodeMetrics) CommitCompute(phase string, d time.Duration) {
+	m.compute.WithLabelValues(phase).Observe(d.Seconds())
 }
 
 // RoundCommitted implements syncer.Observer.

@@ -3,7 +3,6 @@ package syncer_test
 import (
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/tenzro/train/chain"
 	"github.com/tenzro/train/machine"
@@ -64,13 +63,7 @@ func TestPayloadBinding(t *testing.T) {
 			}
 		}
 	}
-	for k := 0; k < 5 && h.run().Round == 0; k++ {
-		h.advance(31 * time.Second)
-		if err := h.node.Tick(h.ctx); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if h.run().Round != 1 {
+	if h.tickUntil(5, func(v *wire.RunView) bool { return v.Round != 0 }).Round != 1 {
 		t.Fatal("round 0 did not close")
 	}
 	replay := &wire.OuterGradient{ChainID: chain.ManualChainID, TaskID: h.task, Round: 1, FragmentIndex: 0, GradientPayload: g0.GradientPayload, PayloadHash: g0.PayloadHash}
@@ -83,7 +76,7 @@ func TestPayloadBinding(t *testing.T) {
 // without the receiving node's checks (a node that skips them) is
 // re-checked by the syncer: its input is rejected, unpaid.
 func TestUnboundRecordIsRejectedBySyncer(t *testing.T) {
-	h := payRun(t, 6, 5, "Mean")
+	h := payRun(t, 6, 5, 1, "Mean", finalAtCommit)
 	for i := 0; i < 5; i++ {
 		if err := h.submit(h.gradient(i, 0, 0, 1)); err != nil {
 			t.Fatal(err)
@@ -95,16 +88,7 @@ func TestUnboundRecordIsRejectedBySyncer(t *testing.T) {
 	thief := &wire.OuterGradient{ChainID: chain.ManualChainID, TaskID: h.task, TrainerDID: h.tr[5].DID.String(), GradientPayload: g0.GradientPayload, PayloadHash: g0.PayloadHash}
 	thief.Signature = h.tr[5].Sign(thief.Preimage())
 	h.block(h.record(thief))
-	for k := 0; k < 5 && h.run().Status != wire.StatusSealed; k++ {
-		h.advance(31 * time.Second)
-		if err := h.node.Tick(h.ctx); err != nil {
-			t.Fatal(err)
-		}
-	}
-	tr, err := h.node.GetTranscript(h.ctx, h.task)
-	if err != nil || len(tr) != 1 {
-		t.Fatalf("transcript: %v", err)
-	}
+	_, tr := sealAndTranscript(h, 1)
 	for _, in := range tr[0].Fragments[0].Inputs {
 		bad := in.TrainerDID == thief.TrainerDID
 		if bad != strings.HasPrefix(in.Rejected, "payload binding: ") {

@@ -1,7 +1,6 @@
 package syncer
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -161,7 +160,42 @@ type Values struct {
 
 // BytesValues is values held in memory (a decoded payload, tests).
 func BytesValues(b []byte) Values {
-	return Values{R: bytes.NewReader(b), Ranges: []ByteRange{{Off: 0, Len: int64(len(b))}}}
+	return Values{R: memReader(b), Ranges: []ByteRange{{Off: 0, Len: int64(len(b))}}}
+}
+
+// memReader reads bytes held in memory (a mapped blob, a decoded payload);
+// Values.inPlace returns them without a copy.
+type memReader []byte
+
+func (m memReader) ReadAt(p []byte, off int64) (int, error) {
+	if off < 0 || off > int64(len(m)) {
+		return 0, fmt.Errorf("read at %d of %d bytes", off, len(m))
+	}
+	n := copy(p, m[off:])
+	if n < len(p) {
+		return n, io.EOF
+	}
+	return n, nil
+}
+
+// inPlace returns the values (want bytes) without copying them, when they
+// are held in memory in one run of bytes (ok false: use Bytes).
+func (v Values) inPlace(want int64) ([]byte, bool) {
+	m, ok := v.R.(memReader)
+	if !ok || len(v.Ranges) == 0 || v.Len() != want {
+		return nil, false
+	}
+	lo, end := v.Ranges[0].Off, v.Ranges[0].Off
+	for _, g := range v.Ranges {
+		if g.Off != end || g.Len < 0 {
+			return nil, false
+		}
+		end += g.Len
+	}
+	if lo < 0 || end > int64(len(m)) {
+		return nil, false
+	}
+	return m[lo:end], true
 }
 
 // FileValues is the values of the file at path, Ranges of it (none: the

@@ -66,6 +66,10 @@ type Config struct {
 	// Fault, in test builds only (faultinject), alters this node's own
 	// commits (fault.go).
 	Fault *Fault
+	// QuantCacheBytes bounds the memory of the stale rule's cache of
+	// earlier inputs' quantized prefixes (quantcache.go): 0 is
+	// DefaultQuantCacheBytes, negative turns it off. It changes only speed.
+	QuantCacheBytes int64
 }
 
 // Event is a run transition worth telling peers about.
@@ -116,6 +120,9 @@ type Node struct {
 	cw watchState
 	// corpora caches the parsed corpora of scored runs (score.go).
 	corpora corpusCache
+	// quants keeps the prefixes of inputs' quantized forms for later
+	// rounds' stale rule (quantcache.go); nil: off.
+	quants *quantCache
 
 	// finiteHash is the engine's built-in Finite module (builtinFinite).
 	finiteOnce sync.Once
@@ -137,6 +144,12 @@ func NewNode(ctx context.Context, cfg Config) (*Node, error) {
 	}
 	if n.now == nil {
 		n.now = time.Now
+	}
+	switch {
+	case cfg.QuantCacheBytes == 0:
+		n.quants = newQuantCache(DefaultQuantCacheBytes)
+	case cfg.QuantCacheBytes > 0:
+		n.quants = newQuantCache(cfg.QuantCacheBytes)
 	}
 	n.w.init()
 	n.cw.init(cfg.WatchConcurrency)

@@ -43,6 +43,8 @@ type harness struct {
 	task    string
 	// stateDir keeps the chain's state tree across open() (a restart).
 	stateDir string
+	// configure, when set, adjusts the node's Config at each open().
+	configure func(*syncer.Config)
 }
 
 func key(t testing.TB, kind string, i byte) *did.Key {
@@ -99,8 +101,12 @@ func (h *harness) open() {
 		h.t.Fatal(err)
 	}
 	h.chain = mc
-	n, err := syncer.NewNode(h.ctx, syncer.Config{Chain: mc, Blobs: syncer.KVBlobs{KV: h.kv}, Local: h.kv, Engine: h.eng,
-		Signer: syncer.KeySigner{Key: h.syncerKey()}, Dev: true, Clock: func() time.Time { return h.now }, Logger: quiet})
+	cfg := syncer.Config{Chain: mc, Blobs: syncer.KVBlobs{KV: h.kv}, Local: h.kv, Engine: h.eng,
+		Signer: syncer.KeySigner{Key: h.syncerKey()}, Dev: true, Clock: func() time.Time { return h.now }, Logger: quiet}
+	if h.configure != nil {
+		h.configure(&cfg)
+	}
+	n, err := syncer.NewNode(h.ctx, cfg)
 	if err != nil {
 		h.t.Fatal(err)
 	}

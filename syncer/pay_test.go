@@ -4,6 +4,7 @@ import (
 	"context"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/tenzro/train/chain"
 	"github.com/tenzro/train/plugins"
@@ -13,9 +14,17 @@ import (
 	"github.com/tenzro/train/wire/safetensors"
 )
 
-// payRun is a one-round, one-fragment run of M trainers, final at every
-// commit (no challenge window), with rule.
-func payRun(t *testing.T, m, k int, rule string) *harness {
+// Spec members of payRun: every round final at its commit, or
+// challengeable for 3 blocks.
+const (
+	finalAtCommit = `"challenge_window_blocks":0,`
+	challengeable = `"challenge_window_blocks":3,"vote_window_blocks":2,"challenge_bond":"100",`
+)
+
+// payRun is a one-fragment run of M trainers, quorum k and rounds rounds
+// under rule, with the spec members extra (`"name":value,` each), posted
+// with initial weights and every trainer enrolled with a stake of 1000.
+func payRun(t *testing.T, m, k, rounds int, rule, extra string) *harness {
 	t.Helper()
 	ctx := context.Background()
 	eng, err := plugins.NewEngine(ctx, plugins.Config{})
@@ -26,7 +35,7 @@ func payRun(t *testing.T, m, k int, rule string) *harness {
 	kv, _ := store.OpenInMemory()
 	h := newHarnessWith(t, kv, eng)
 	h.faucet(h.sponsor.DID.String(), "2000000000000000000000")
-	sp := strings.Replace(string(spec(h.task, h.sponsor.DID.String(), m, k, 1, 1)), `"aggregation":"Mean"`, `"aggregation":"`+rule+`","challenge_window_blocks":0`, 1)
+	sp := strings.Replace(string(spec(h.task, h.sponsor.DID.String(), m, k, 1, rounds)), `"aggregation":"Mean"`, extra+`"aggregation":"`+rule+`"`, 1)
 	if err := h.post([]byte(sp), initWeights(t, 1, 16)); err != nil {
 		t.Fatal(err)
 	}
@@ -37,6 +46,45 @@ func payRun(t *testing.T, m, k int, rule string) *harness {
 		}
 	}
 	return h
+}
+
+// tickUntil moves the clock past the grace window and ticks the node until
+// done says so of the run, at most n times; it returns the run as left.
+func (h *harness) tickUntil(n int, done func(v *wire.RunView) bool) *wire.RunView {
+	h.t.Helper()
+	v := h.run()
+	for k := 0; k < n && !done(v); k++ {
+		h.advance(31 * time.Second)
+		if err := h.node.Tick(h.ctx); err != nil {
+			h.t.Fatal(err)
+		}
+		v = h.run()
+	}
+	return v
+}
+
+// sealAndTranscript ticks the node until the run seals and returns the
+// sealed run and its transcript, which holds rounds rounds.
+func sealAndTranscript(h *harness, rounds int) (*wire.RunView, []wire.RoundCommit) {
+	h.t.Helper()
+	v := h.tickUntil(20, func(v *wire.RunView) bool { return v.Status == wire.StatusSealed })
+	if v.Status != wire.StatusSealed {
+		h.t.Fatalf("run %s, want sealed", v.Status)
+	}
+	tr, err := h.node.GetTranscript(h.ctx, h.task)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	if len(tr) != rounds {
+		h.t.Fatalf("%d rounds committed, want %d", len(tr), rounds)
+	}
+	return v, tr
+}
+
+// closeRound ticks the node until round closes (or the run stops running).
+func (h *harness) closeRound(round int) {
+	h.t.Helper()
+	h.tickUntil(10, func(v *wire.RunView) bool { return v.Round != uint64(round) || v.Status != wire.StatusRunning })
 }
 
 // rebind is g's payload (values unchanged, or scaled) bound to trainer i
@@ -99,7 +147,7 @@ func (h *harness) block(txs ...[]byte) {
 // same-block pair is unpaid and not slashed; every honest trainer is paid
 // the same, selected by Krum or not.
 func TestCopiesArePaidNothing(t *testing.T) {
-	h := payRun(t, 9, 5, "Krum{f=1}")
+	h := payRun(t, 9, 5, 1, "Krum{f=1}", finalAtCommit)
 	honest := make([]*wire.OuterGradient, 8)
 	for i := 0; i < 6; i++ {
 		honest[i] = h.gradient(i, 0, 0, 1)
@@ -112,20 +160,7 @@ func TestCopiesArePaidNothing(t *testing.T) {
 	}
 	victim := h.gradient(7, 0, 0, 1)
 	h.block(h.record(victim), h.record(h.rebind(victim, 8, 1.0001)))
-	for k := 0; k < 5 && h.run().Status != wire.StatusSealed; k++ {
-		h.advance(31 * 1e9)
-		if err := h.node.Tick(h.ctx); err != nil {
-			t.Fatal(err)
-		}
-	}
-	v := h.run()
-	if v.Status != wire.StatusSealed {
-		t.Fatalf("run %s", v.Status)
-	}
-	tr, err := h.node.GetTranscript(h.ctx, h.task)
-	if err != nil {
-		t.Fatal(err)
-	}
+	v, tr := sealAndTranscript(h, 1)
 	fc := tr[0].Fragments[0]
 	if fc.Status != wire.FragAggregated {
 		t.Fatalf("fragment %s: %s", fc.Status, fc.Reason)

@@ -70,10 +70,9 @@ func sketchValues(sk []byte, dim int) (quantized, bool) {
 	if len(sk) != 2*dim {
 		return quantized{}, false
 	}
-	out := quantized{q: make([]int32, dim)}
-	for b := range out.q {
-		out.q[b] = int32(int16(binary.BigEndian.Uint16(sk[2*b:])))
+	q := make([]int32, dim)
+	for b := range q {
+		q[b] = int32(int16(binary.BigEndian.Uint16(sk[2*b:])))
 	}
-	out.norm = dot(out.q, out.q)
-	return out, true
+	return newQuantized(q), true
 }

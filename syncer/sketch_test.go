@@ -1,13 +1,9 @@
 package syncer_test
 
 import (
-	"context"
 	"fmt"
-	"strings"
 	"testing"
 
-	"github.com/tenzro/train/plugins"
-	"github.com/tenzro/train/store"
 	"github.com/tenzro/train/wire"
 )
 
@@ -34,27 +30,8 @@ func TestReplayCyclesBySketch(t *testing.T) {
 }
 
 func replayCycle(t *testing.T, copies string, caught bool) {
-	ctx := context.Background()
-	eng, err := plugins.NewEngine(ctx, plugins.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { eng.Close(ctx) })
-	kv, _ := store.OpenInMemory()
-	h := newHarnessWith(t, kv, eng)
-	h.faucet(h.sponsor.DID.String(), "2000000000000000000000")
 	const M, R, cycle = 4, 6, 3
-	sp := strings.Replace(string(spec(h.task, h.sponsor.DID.String(), M, M-1, 1, R)), `"aggregation":"Mean"`,
-		copies+`"aggregation":"Mean","challenge_window_blocks":3,"vote_window_blocks":2,"challenge_bond":"100"`, 1)
-	if err := h.post([]byte(sp), initWeights(t, 1, 16)); err != nil {
-		t.Fatal(err)
-	}
-	for i := 0; i < M; i++ {
-		h.faucet(h.tr[i].DID.String(), "1000")
-		if err := h.enroll(i, "1000"); err != nil {
-			t.Fatal(err)
-		}
-	}
+	h := payRun(t, M, M-1, R, "Mean", copies+challengeable)
 	did := func(i int) string { return h.tr[i].DID.String() }
 	var trained []*wire.OuterGradient
 	checked := false
@@ -76,12 +53,7 @@ func replayCycle(t *testing.T, copies string, caught bool) {
 		if err := h.submit(g); err != nil {
 			t.Fatalf("round %d: %v", round, err)
 		}
-		for k := 0; k < 10 && h.run().Round == uint64(round) && h.run().Status == wire.StatusRunning; k++ {
-			h.advance(31 * 1e9)
-			if err := h.node.Tick(h.ctx); err != nil {
-				t.Fatal(err)
-			}
-		}
+		h.closeRound(round)
 		if round == 4 && caught && !checked { // round 4's commit is still challengeable
 			re, err := h.node.Reexecute(h.ctx, h.task, 4, 0)
 			if err != nil {
@@ -114,21 +86,9 @@ func replayCycle(t *testing.T, copies string, caught bool) {
 			checked = true
 		}
 	}
-	for k := 0; k < 20 && h.run().Status != wire.StatusSealed; k++ {
-		h.advance(31 * 1e9)
-		if err := h.node.Tick(h.ctx); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if v := h.run(); v.Status != wire.StatusSealed || checked != caught {
-		t.Fatalf("run %s (re-execution checked %v)", v.Status, checked)
-	}
-	tr, err := h.node.GetTranscript(h.ctx, h.task)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(tr) != R {
-		t.Fatalf("%d rounds committed", len(tr))
+	_, tr := sealAndTranscript(h, R)
+	if checked != caught {
+		t.Fatalf("round 4 re-executed: %v, want %v", checked, caught)
 	}
 	for round, rc := range tr {
 		fc := rc.Fragments[0]

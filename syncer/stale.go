@@ -1,13 +1,10 @@
 package syncer
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"math"
-	"math/big"
 
 	"github.com/tenzro/train/machine"
 	"github.com/tenzro/train/wire"
@@ -46,49 +43,65 @@ func earlierRecords(ctx context.Context, kv machine.KV, task string, round uint6
 	return out, nil
 }
 
-// earlierValues returns the decoded values of an earlier round's record
-// (nil when its payload does not have the recorded size or hash, or does
-// not decode: such an input copies nothing). A payload that cannot be
-// fetched is a fetchError.
-func (n *Node) earlierValues(ctx context.Context, r *machine.Run, fs *machine.RunFragment, rec *machine.Record) ([]byte, error) {
+// earlierQuantized returns the quantized values of an earlier round's
+// record (nil when its payload does not have the recorded size or hash,
+// does not decode, or holds a value that is not finite: such an input
+// copies nothing). Its integers are computed as they are compared
+// (quantizeLazy): release, once it is compared, lets the payload go. A
+// payload that cannot be fetched is a fetchError.
+func (n *Node) earlierQuantized(ctx context.Context, r *machine.Run, fs *machine.RunFragment, rec *machine.Record) (q *quantized, release func(), err error) {
 	payload, release, checked, path, err := n.storedBlob(ctx, rec.PayloadHash, rec.PayloadSize, rec.Provider)
 	if err != nil {
 		var fe *fetchError
 		if ctx.Err() == nil && (errors.Is(err, machine.ErrNotFound) || errors.As(err, &fe)) {
-			return nil, &fetchError{fmt.Errorf("stale rule: round %d payload %s of %s: %w", rec.Round, rec.PayloadHash, rec.TrainerDID, err)}
+			return nil, nil, &fetchError{fmt.Errorf("stale rule: round %d payload %s of %s: %w", rec.Round, rec.PayloadHash, rec.TrainerDID, err)}
 		}
-		return nil, err
+		return nil, nil, err
 	}
-	defer release()
+	defer func() {
+		if q == nil {
+			release()
+			release = nil
+		}
+	}()
 	if uint64(len(payload)) != rec.PayloadSize || (!checked && wire.ContentHash(payload) != rec.PayloadHash) {
-		return nil, nil
+		return nil, nil, nil
 	}
 	size := fs.N * int64(fs.Dtype.Size())
+	var flat []byte
 	if r.Codec == nil {
-		v, err := TensorValues(bytes.NewReader(payload), int64(len(payload)), path, fs.Tensors)
+		v, err := TensorValues(memReader(payload), int64(len(payload)), path, fs.Tensors)
 		if err != nil {
-			return nil, nil
+			return nil, nil, nil
 		}
-		b, err := v.Bytes(size)
+		b, ok := v.inPlace(size)
+		if !ok {
+			if b, err = v.Bytes(size); err != nil {
+				return nil, nil, err
+			}
+		}
+		flat = b
+	} else {
+		// The decode's fuel is not counted in the commit: the earlier
+		// input's decode was counted in its own round.
+		b, _, err := payloadValues(ctx, n.eng, r.Codec, &fs.FragLayout, payload)
 		if err != nil {
-			return nil, err
+			var rf *RuleFailure
+			if ctx.Err() != nil || (!errors.As(err, &rf) && isHostFailure(err)) {
+				return nil, nil, err
+			}
+			return nil, nil, nil
 		}
-		return append([]byte(nil), b...), nil // the blob is released on return
-	}
-	// The decode's fuel is not counted in the commit: the earlier input's
-	// decode was counted in its own round.
-	flat, _, err := payloadValues(ctx, n.eng, r.Codec, &fs.FragLayout, payload)
-	if err != nil {
-		var rf *RuleFailure
-		if ctx.Err() != nil || (!errors.As(err, &rf) && isHostFailure(err)) {
-			return nil, err
+		if int64(len(b)) != size {
+			return nil, nil, nil
 		}
-		return nil, nil
+		flat = b
 	}
-	if int64(len(flat)) != size {
-		return nil, nil
+	lq, ok := quantizeLazy(flat, fs.Dtype, int(fs.N))
+	if !ok {
+		return nil, nil, nil
 	}
-	return flat, nil
+	return &lq, release, nil
 }
 
 // applyStaleRule runs the stale rule over fragment i's inputs still kept
@@ -100,7 +113,7 @@ func (n *Node) earlierValues(ctx context.Context, r *machine.Run, fs *machine.Ru
 // input not judged a replay of rounds r−1, r−2 is compared by its sketch
 // with the same trainer's sketches of every older round, nearest first, and
 // a kept input gets its sketch.
-func (n *Node) applyStaleRule(ctx context.Context, s *snapshot, i int, fc *wire.FragmentCommit, values []Values, idx []int) ([]Values, []int, error) {
+func (n *Node) applyStaleRule(ctx context.Context, s *snapshot, i int, fc *wire.FragmentCommit, values []Values, idx []int, qs *commitQuant) ([]Values, []int, error) {
 	r := s.r
 	fs := r.Fragments[i]
 	ppm := r.TaskSpec().CopyThresholdPpm()
@@ -109,33 +122,44 @@ func (n *Node) applyStaleRule(ctx context.Context, s *snapshot, i int, fc *wire.
 	if ppm >= wire.CopyRuleOff || len(values) == 0 || (len(earlier) == 0 && dim == 0) {
 		return values, idx, nil
 	}
-	size := fs.N * int64(fs.Dtype.Size())
+	// The cache serves this node's own commits; a re-execution runs cold,
+	// exactly as before the cache (it has no say on availability).
+	var lk wire.Hash
+	if s.store {
+		lk = layoutKey(r, fs)
+	}
 	var keptV []Values
 	var keptIdx []int
 	for k, j := range idx {
 		in := &fc.Inputs[j]
-		var cur *quantized
-		current := func() (*quantized, error) {
-			if cur == nil {
-				b, err := values[k].Bytes(size)
-				if err != nil {
-					return nil, errLocal{fmt.Errorf("stale rule: input %d: %w", j, err)}
-				}
-				c, ok := quantize(b, fs.Dtype, int(fs.N))
-				if !ok {
-					return nil, nil
-				}
-				cur = &c
-			}
-			return cur, nil
-		}
+		current := func() (*quantized, error) { return qs.of(j, values[k], "stale rule") }
 		for d := uint64(1); d <= wire.StaleLookbackRounds && d <= r.Round; d++ {
 			q := r.Round - d
 			rec, ok := earlier[q][in.TrainerDID]
 			if !ok {
 				continue
 			}
-			prev, err := n.earlierValues(ctx, r, fs, &rec)
+			// The cache's prefix of the earlier input decides most pairs
+			// (quantcache.go); what it leaves open is decided on the
+			// payload, as without it.
+			if kept := n.quants.get(rec.PayloadHash, lk); kept != nil {
+				c, err := current()
+				if err != nil {
+					return nil, nil, err
+				}
+				if c == nil {
+					break
+				}
+				if cmp := compareQuantized(c, kept, ppm); cmp.decided {
+					n.logStaleCompare("stale rule", r, i, in.TrainerDID, q, cmp)
+					if cmp.sim {
+						markStale(in, q)
+						break
+					}
+					continue
+				}
+			}
+			pq, release, err := n.earlierQuantized(ctx, r, fs, &rec)
 			var fe *fetchError
 			switch {
 			case errors.As(err, &fe) && s.patient:
@@ -147,23 +171,22 @@ func (n *Node) applyStaleRule(ctx context.Context, s *snapshot, i int, fc *wire.
 				continue
 			case err != nil:
 				return nil, nil, errLocal{err}
-			case prev == nil:
-				continue
-			}
-			pq, ok := quantize(prev, fs.Dtype, int(fs.N))
-			if !ok {
+			case pq == nil:
 				continue
 			}
 			c, err := current()
 			if err != nil {
+				release()
 				return nil, nil, err
 			}
 			if c == nil {
+				release()
 				break
 			}
-			n.log.Info("stale rule", "task", r.TaskSpec().TaskID, "round", r.Round, "fragment", i, "trainer", in.TrainerDID,
-				"earlier_round", q, "cosine", fmt.Sprintf("%.6f", cosine(c, &pq)))
-			if similar(c, &pq, ppm) {
+			cmp := compareQuantized(c, pq, ppm)
+			release()
+			n.logStaleCompare("stale rule", r, i, in.TrainerDID, q, cmp)
+			if cmp.sim {
 				markStale(in, q)
 				break
 			}
@@ -174,6 +197,7 @@ func (n *Node) applyStaleRule(ctx context.Context, s *snapshot, i int, fc *wire.
 				return nil, nil, err
 			}
 			if c != nil {
+				c.full()
 				sk := sketchOf(c.q, wire.SketchSeed(r.TaskSpec().TaskID, uint64(i)), dim)
 				if q, ok := n.staleBySketch(s, i, in.TrainerDID, sk, dim, ppm); ok {
 					markStale(in, q)
@@ -204,9 +228,9 @@ func (n *Node) staleBySketch(s *snapshot, i int, trainer string, sk []byte, dim 
 		if !ok {
 			continue
 		}
-		n.log.Info("stale rule (sketch)", "task", r.TaskSpec().TaskID, "round", r.Round, "fragment", i, "trainer", trainer,
-			"earlier_round", old, "cosine", fmt.Sprintf("%.6f", cosine(&cur, &prev)))
-		if similar(&cur, &prev, ppm) {
+		cmp := compareQuantized(&cur, &prev, ppm)
+		n.logStaleCompare("stale rule (sketch)", r, i, trainer, old, cmp)
+		if cmp.sim {
 			return old, true
 		}
 	}
@@ -219,13 +243,14 @@ func markStale(in *wire.CommitInput, q uint64) {
 	in.Rejected = fmt.Sprintf("replay: its values are a copy of its own input of round %d (stale)", q)
 }
 
-// cosine is cos(a, b) as a float64, for logs only (verdicts use similar).
-func cosine(a, b *quantized) float64 {
-	if a.norm.Sign() == 0 || b.norm.Sign() == 0 {
-		return 0
+// logStaleCompare logs one comparison of the stale rule with what it
+// computed: the exact cosine, or the upper bound at which the early exit
+// proved the pair dissimilar (no second dot for the log).
+func (n *Node) logStaleCompare(msg string, r *machine.Run, i int, trainer string, earlier uint64, cmp similarity) {
+	key := "cosine"
+	if !cmp.exact {
+		key = "cosine_at_most"
 	}
-	d, _ := new(big.Float).SetInt(dot(a.q, b.q)).Float64()
-	na, _ := new(big.Float).SetInt(a.norm).Float64()
-	nb, _ := new(big.Float).SetInt(b.norm).Float64()
-	return d / (math.Sqrt(na) * math.Sqrt(nb))
+	n.log.Info(msg, "task", r.TaskSpec().TaskID, "round", r.Round, "fragment", i, "trainer", trainer,
+		"earlier_round", earlier, key, fmt.Sprintf("%.6f", cmp.cosine))
 }

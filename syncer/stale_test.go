@@ -1,13 +1,10 @@
 package syncer_test
 
 import (
-	"context"
 	"strconv"
 	"strings"
 	"testing"
 
-	"github.com/tenzro/train/plugins"
-	"github.com/tenzro/train/store"
 	"github.com/tenzro/train/wire"
 )
 
@@ -21,27 +18,8 @@ import (
 // a commit with a replay agrees with it, the verdict is in
 // FragmentResultHash, and the receipt carries it and verifies.
 func TestReplaysArePaidNothing(t *testing.T) {
-	ctx := context.Background()
-	eng, err := plugins.NewEngine(ctx, plugins.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { eng.Close(ctx) })
-	kv, _ := store.OpenInMemory()
-	h := newHarnessWith(t, kv, eng)
-	h.faucet(h.sponsor.DID.String(), "2000000000000000000000")
 	const M, R = 4, 3
-	sp := strings.Replace(string(spec(h.task, h.sponsor.DID.String(), M, M-1, 1, R)), `"aggregation":"Mean"`,
-		`"aggregation":"Mean","challenge_window_blocks":3,"vote_window_blocks":2,"challenge_bond":"100"`, 1)
-	if err := h.post([]byte(sp), initWeights(t, 1, 16)); err != nil {
-		t.Fatal(err)
-	}
-	for i := 0; i < M; i++ {
-		h.faucet(h.tr[i].DID.String(), "1000")
-		if err := h.enroll(i, "1000"); err != nil {
-			t.Fatal(err)
-		}
-	}
+	h := payRun(t, M, M-1, R, "Mean", challengeable)
 	did := func(i int) string { return h.tr[i].DID.String() }
 	first := h.gradient(3, 0, 0, 1)
 	checked := false
@@ -60,12 +38,7 @@ func TestReplaysArePaidNothing(t *testing.T) {
 		if err := h.submit(g); err != nil {
 			t.Fatalf("round %d: a replay is a valid submission (the stale rule judges it at commit): %v", round, err)
 		}
-		for k := 0; k < 10 && h.run().Round == uint64(round) && h.run().Status == wire.StatusRunning; k++ {
-			h.advance(31 * 1e9)
-			if err := h.node.Tick(h.ctx); err != nil {
-				t.Fatal(err)
-			}
-		}
+		h.closeRound(round)
 		if round == 1 && !checked { // round 1's commit is still challengeable
 			re, err := h.node.Reexecute(h.ctx, h.task, 1, 0)
 			if err != nil {
@@ -99,22 +72,9 @@ func TestReplaysArePaidNothing(t *testing.T) {
 			checked = true
 		}
 	}
-	for k := 0; k < 20 && h.run().Status != wire.StatusSealed; k++ {
-		h.advance(31 * 1e9)
-		if err := h.node.Tick(h.ctx); err != nil {
-			t.Fatal(err)
-		}
-	}
-	v := h.run()
-	if v.Status != wire.StatusSealed || !checked {
-		t.Fatalf("run %s (re-execution checked %v)", v.Status, checked)
-	}
-	tr, err := h.node.GetTranscript(h.ctx, h.task)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(tr) != R {
-		t.Fatalf("%d rounds committed", len(tr))
+	v, tr := sealAndTranscript(h, R)
+	if !checked {
+		t.Fatal("round 1 was not re-executed")
 	}
 	for round, rc := range tr {
 		fc := rc.Fragments[0]

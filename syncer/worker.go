@@ -631,6 +631,11 @@ func (n *Node) computeCommit(ctx context.Context, s *snapshot, i int) (*computed
 	}()
 	var values []Values
 	var idx []int // fc.Inputs index of each of values
+	phases := commitPhases{on: s.store}
+	if o, ok := n.cfg.Observer.(ComputeObserver); ok && s.store {
+		defer phases.report(o)
+	}
+	phases.start(PhaseVerify)
 	for j := range fc.Inputs {
 		in := &fc.Inputs[j]
 		rec, ok := s.records[i][in.TrainerDID]
@@ -655,15 +660,23 @@ func (n *Node) computeCommit(ctx context.Context, s *snapshot, i int) (*computed
 	// The copy rule (copies.go): a later input pointing the way of an
 	// earlier one is rejected as its copy, before round-level verifiers
 	// (inside Finalize) see the inputs kept.
-	values, idx, err := n.applyCopyRule(s, i, fc, values, idx)
+	// Each input is quantized once (commitQuant), for both rules and the
+	// sketch; the quantCache keeps what a later round's stale rule needs.
+	phases.start(PhaseCopyStale)
+	qs := newCommitQuant(fs, len(fc.Inputs))
+	if s.store {
+		defer n.quants.keep(r, fs, s.records[i], fc, qs)
+	}
+	values, idx, err := n.applyCopyRule(s, i, fc, values, idx, qs)
 	if err != nil {
 		return nil, err
 	}
 	// The stale rule (stale.go): a kept input replaying the same trainer's
 	// input of one of the rounds before is rejected too.
-	if values, idx, err = n.applyStaleRule(ctx, s, i, fc, values, idx); err != nil {
+	if values, idx, err = n.applyStaleRule(ctx, s, i, fc, values, idx, qs); err != nil {
 		return nil, err
 	}
+	phases.start(PhaseFinalize)
 	c := &computed{fragment: i}
 	if c.verdicts, err = n.verdicts(ctx, r, fs, s.claims[i]); err != nil {
 		return nil, err
@@ -697,6 +710,8 @@ func (n *Node) computeCommit(ctx context.Context, s *snapshot, i int) (*computed
 		fin.Momentum = &m
 	}
 	fin.Write = func(weights, momentum []byte) error {
+		phases.start(PhaseWrite)
+		defer phases.start(PhaseFinalize)
 		return n.writeState(ctx, s.store, &fs.FragLayout, weights, momentum, fc)
 	}
 	out, err := n.eng.Finalize(ctx, fin)
@@ -713,6 +728,9 @@ func (n *Node) computeCommit(ctx context.Context, s *snapshot, i int) (*computed
 	fc.Status, fc.Reason, fc.AggregateHash = out.Status, out.Reason, out.AggregateHash
 	// Scores (score.go): after the copy rule, the verifiers and the
 	// aggregation, of the kept inputs the chain's draw picked.
+	if r.Scorer != nil {
+		phases.start(PhaseScore)
+	}
 	if err := n.scoreInputs(ctx, s, i, fc, values, idx); err != nil {
 		return nil, err
 	}
@@ -720,28 +738,92 @@ func (n *Node) computeCommit(ctx context.Context, s *snapshot, i int) (*computed
 	return c, nil
 }
 
+// commitPhases times a commit's compute phases (ComputeObserver): start
+// ends the running phase and starts the next.
+type commitPhases struct {
+	on    bool
+	cur   string
+	since time.Time
+	d     map[string]time.Duration
+}
+
+func (p *commitPhases) start(phase string) {
+	if !p.on {
+		return
+	}
+	now := time.Now()
+	if p.cur != "" {
+		if p.d == nil {
+			p.d = map[string]time.Duration{}
+		}
+		p.d[p.cur] += now.Sub(p.since)
+	}
+	p.cur, p.since = phase, now
+}
+
+// report ends the running phase and reports each phase that ran.
+func (p *commitPhases) report(o ComputeObserver) {
+	p.start("")
+	for _, ph := range ComputePhases {
+		if d, ok := p.d[ph]; ok {
+			o.CommitCompute(ph, d)
+		}
+	}
+}
+
+// commitQuant holds one commit's quantized inputs (copies.md §2), by
+// fc.Inputs index, each computed at most once: the copy rule, the stale
+// rule and the sketch share them.
+type commitQuant struct {
+	fs   *machine.RunFragment
+	done []bool
+	q    []*quantized // nil when done: not finite
+}
+
+func newCommitQuant(fs *machine.RunFragment, inputs int) *commitQuant {
+	return &commitQuant{fs: fs, done: make([]bool, inputs), q: make([]*quantized, inputs)}
+}
+
+// of returns input j's quantized values v (nil: a value is not finite).
+func (c *commitQuant) of(j int, v Values, rule string) (*quantized, error) {
+	if !c.done[j] {
+		size := c.fs.N * int64(c.fs.Dtype.Size())
+		b, ok := v.inPlace(size)
+		if !ok {
+			var err error
+			if b, err = v.Bytes(size); err != nil {
+				return nil, errLocal{fmt.Errorf("%s: input %d: %w", rule, j, err)}
+			}
+		}
+		if q, ok := quantizeLazy(b, c.fs.Dtype, int(c.fs.N)); ok {
+			c.q[j] = &q
+		}
+		c.done[j] = true
+	}
+	return c.q[j], nil
+}
+
 // applyCopyRule runs the copy rule (markCopies) over fragment i's kept
 // inputs, values[k] being fc.Inputs[idx[k]]'s, and returns the values and
 // indices of the inputs it left kept.
-func (n *Node) applyCopyRule(s *snapshot, i int, fc *wire.FragmentCommit, values []Values, idx []int) ([]Values, []int, error) {
-	fs := s.r.Fragments[i]
+func (n *Node) applyCopyRule(s *snapshot, i int, fc *wire.FragmentCommit, values []Values, idx []int, qs *commitQuant) ([]Values, []int, error) {
 	ppm := s.r.TaskSpec().CopyThresholdPpm()
 	if ppm >= wire.CopyRuleOff || len(values) < 2 {
 		return values, idx, nil
 	}
-	all := make([][]byte, len(fc.Inputs))
+	all := make([]*quantized, len(fc.Inputs))
 	for k, v := range values {
-		b, err := v.Bytes(fs.N * int64(fs.Dtype.Size()))
+		q, err := qs.of(idx[k], v, "copy rule")
 		if err != nil {
-			return nil, nil, errLocal{fmt.Errorf("copy rule: input %d: %w", idx[k], err)}
+			return nil, nil, err
 		}
-		all[idx[k]] = b
+		all[idx[k]] = q
 	}
 	heights := make([]int64, len(fc.Inputs))
 	for j, in := range fc.Inputs {
 		heights[j] = s.records[i][in.TrainerDID].Height
 	}
-	markCopies(fc.Inputs, all, heights, fs.Dtype, int(fs.N), ppm)
+	markCopiesQ(fc.Inputs, all, heights, ppm)
 	var keptV []Values
 	var keptIdx []int
 	for k, j := range idx {
@@ -846,9 +928,9 @@ func (n *Node) storedValues(ctx context.Context, h wire.Hash, tensors []wire.Ten
 		return Values{}, nil, err
 	}
 	if tensors == nil {
-		return Values{R: bytes.NewReader(b), Path: path, Ranges: []ByteRange{{Off: 0, Len: int64(len(b))}}}, release, nil
+		return Values{R: memReader(b), Path: path, Ranges: []ByteRange{{Off: 0, Len: int64(len(b))}}}, release, nil
 	}
-	v, err := TensorValues(bytes.NewReader(b), int64(len(b)), path, tensors)
+	v, err := TensorValues(memReader(b), int64(len(b)), path, tensors)
 	if err != nil {
 		release()
 		return Values{}, nil, err
@@ -892,7 +974,7 @@ func (n *Node) checkInput(ctx context.Context, r *machine.Run, fs *machine.RunFr
 	var flat []byte // the values in one slice, for per-submission verifiers
 	var fuel uint64
 	if r.Codec == nil {
-		v, err = TensorValues(bytes.NewReader(payload), int64(len(payload)), path, fs.Tensors)
+		v, err = TensorValues(memReader(payload), int64(len(payload)), path, fs.Tensors)
 		if err == nil && len(v.Ranges) == 1 {
 			flat = payload[v.Ranges[0].Off : v.Ranges[0].Off+v.Ranges[0].Len]
 		}

@@ -6,7 +6,9 @@ its start to the round's commit as seen over JSON-RPC (polled every 2 ms).
 finalize = (K-th submission -> commit) - median plain submission; reported
 against one f32 memory pass over the same K*N values (numpy, same process,
 measured between rounds), and the chain's fixed latency (a faucet
-transaction: submit -> in a block) separately. Before the rounds: the node's
+transaction: submit -> in a block) separately. The node's own compute per
+commit (tenzro_syncer_commit_compute_seconds{phase}, read from --metrics-addr
+before and after each round) is reported beside the black-box figure. Before the rounds: the node's
 peak RSS around one plain submission (VmHWM reset through clear_refs).
 
     V=$(scripts/venv.sh); make build
@@ -72,6 +74,7 @@ def main() -> None:
     t = tempfile.mkdtemp(prefix="node-finalize-")
     port = free_port()
     rpc = f"http://127.0.0.1:{port}"
+    metrics = f"127.0.0.1:{free_port()}"
     log = open(os.path.join(t, "node.log"), "w")  # noqa: SIM115 (closed in finally)
     node = subprocess.Popen(
         [
@@ -83,12 +86,14 @@ def main() -> None:
             f"127.0.0.1:{port}",
             "--listen-addr",
             "/ip4/127.0.0.1/tcp/0",
+            "--metrics-addr",
+            metrics,
         ],
         stdout=log,
         stderr=subprocess.STDOUT,
     )
     try:
-        run(a, k, n, t, rpc, node)
+        run(a, k, n, t, rpc, node, f"http://{metrics}/metrics")
     finally:
         node.send_signal(signal.SIGTERM)
         try:
@@ -100,7 +105,23 @@ def main() -> None:
         shutil.rmtree(t, ignore_errors=True)
 
 
-def run(a, k: int, n: int, t: str, rpc: str, node: subprocess.Popen) -> None:
+def compute_sums(url: str) -> dict[str, float]:
+    """tenzro_syncer_commit_compute_seconds_sum by phase (absent: {})."""
+    out: dict[str, float] = {}
+    try:
+        with urllib.request.urlopen(url, timeout=10) as r:
+            text = r.read().decode()
+    except OSError:
+        return out
+    for line in text.splitlines():
+        if line.startswith("tenzro_syncer_commit_compute_seconds_sum{"):
+            labels, value = line.rsplit(" ", 1)
+            phase = labels.split('phase="', 1)[1].split('"', 1)[0]
+            out[phase] = float(value)
+    return out
+
+
+def run(a, k: int, n: int, t: str, rpc: str, node: subprocess.Popen, metrics_url: str) -> None:
     for _ in range(300):
         try:
             socket.create_connection(("127.0.0.1", int(rpc.rsplit(":", 1)[1])), 0.2).close()
@@ -261,6 +282,7 @@ def run(a, k: int, n: int, t: str, rpc: str, node: subprocess.Popen) -> None:
                 write_st(paths[i], "w", grads[i])
         run_ = call("tenzro_training_getRun", {"task_id": task})
         rnd = run_["round"]
+        comp0 = compute_sums(metrics_url)
         plain = [first] if r == 0 else []
         for i in range(1 if r == 0 else 0, k - 1):
             plain.append(submit(i, rnd))
@@ -283,9 +305,12 @@ def run(a, k: int, n: int, t: str, rpc: str, node: subprocess.Popen) -> None:
         while call("tenzro_training_getRun", {"task_id": task})["round"] == rnd:
             time.sleep(0.002)
         to_commit = time.perf_counter() - s
+        comp1 = compute_sums(metrics_url)
         mp = statistics.median(memory_pass() for _ in range(3))
         cl = chain_latency()
         fin = to_commit - statistics.median(plain)
+        phases = {ph: round(1e3 * (v - comp0.get(ph, 0.0)), 1) for ph, v in comp1.items()}
+        compute = sum(phases.values()) if phases else None
         rows.append(
             {
                 "round": rnd,
@@ -296,6 +321,9 @@ def run(a, k: int, n: int, t: str, rpc: str, node: subprocess.Popen) -> None:
                 "memory_pass_ms": round(1e3 * mp, 1),
                 "chain_tx_ms": round(1e3 * cl, 1),
                 "ratio": round(fin / mp, 2),
+                "compute_ms": None if compute is None else round(compute, 1),
+                "compute_ratio": None if compute is None else round(compute / 1e3 / mp, 2),
+                "compute_phases_ms": phases,
                 "load_avg": os.getloadavg()[0],
             }
         )
@@ -305,10 +333,10 @@ def run(a, k: int, n: int, t: str, rpc: str, node: subprocess.Popen) -> None:
         v = [x[key] for x in rows]
         return [statistics.median(v), min(v), max(v)]
 
-    res["median_range"] = {
-        key: med(key)
-        for key in ("finalize_ms", "memory_pass_ms", "ratio", "chain_tx_ms", "plain_submit_ms", "kth_to_commit_ms")
-    }
+    keys = ["finalize_ms", "memory_pass_ms", "ratio", "chain_tx_ms", "plain_submit_ms", "kth_to_commit_ms"]
+    if all(x["compute_ms"] is not None for x in rows):
+        keys += ["compute_ms", "compute_ratio"]
+    res["median_range"] = {key: med(key) for key in keys}
     res["node_rss_end_kb"] = proc_kb(node.pid, "VmRSS")
     print(json.dumps(res, indent=1))
 

@@ -64,8 +64,25 @@ t = time.perf_counter()
 p = subprocess.run(sys.argv[1:], capture_output=True)
 dt = time.perf_counter() - t
 print(json.dumps({"rc": p.returncode, "s": dt, "maxrss_kb": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss,
-                  "err": p.stderr.decode()[-300:]}))
+                  "err": p.stderr.decode()[-600:]}))
 """
+
+
+def write_input(path: str, y: np.ndarray) -> None:
+    """Write y (f32) as a one-tensor ("w") F32 safetensors file without metadata: a benchmark input."""
+    n = int(y.size)
+    h = json.dumps({"w": {"dtype": "F32", "shape": [n], "data_offsets": [0, 4 * n]}}, separators=(",", ":")).encode()
+    h += b" " * ((8 - len(h) % 8) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(h)))
+        f.write(h)
+        f.write(y.tobytes())
+
+
+def measure(cmd: list[str]) -> dict:
+    """Run cmd as a fresh process: its rc, wall seconds, peak RSS of its process tree (KB) and stderr's tail."""
+    out = subprocess.run([sys.executable, "-c", MEASURE, *cmd], capture_output=True, text=True, check=True).stdout
+    return json.loads(out)
 
 
 def ms(rs: list[dict]) -> list[int]:
@@ -93,26 +110,15 @@ def main() -> None:
         rng = np.random.default_rng(3)
         paths = []
         for i in range(a.k):
-            y = rng.standard_normal(a.n, dtype=np.float32)
-            h = json.dumps(
-                {"w": {"dtype": "F32", "shape": [a.n], "data_offsets": [0, 4 * a.n]}}, separators=(",", ":")
-            ).encode()
-            h += b" " * ((8 - len(h) % 8) % 8)
             p = os.path.join(t, f"in{i}.safetensors")
-            with open(p, "wb") as f:
-                f.write(struct.pack("<Q", len(h)))
-                f.write(h)
-                f.write(y.tobytes())
+            write_input(p, rng.standard_normal(a.n, dtype=np.float32))
             paths.append(p)
         np_script = os.path.join(t, "np_side.py")
         with open(np_script, "w") as f:
             f.write(NUMPY_SIDE)
 
-        def measure(cmd: list[str]) -> dict:
-            out = subprocess.run(
-                [sys.executable, "-c", MEASURE, *cmd], capture_output=True, text=True, check=True
-            ).stdout
-            r = json.loads(out)
+        def measured(cmd: list[str]) -> dict:
+            r = measure(cmd)
             if r["rc"] != 0:
                 raise RuntimeError("{}: {}".format(cmd[:3], r["err"]))
             return r
@@ -120,7 +126,7 @@ def main() -> None:
         tenzro = os.path.join(a.bin, "tenzro")
         # One run first: it fills the compilation cache on disk, as any
         # earlier run of the tool would have.
-        measure(
+        measured(
             [
                 tenzro,
                 "plugin",
@@ -138,7 +144,7 @@ def main() -> None:
             tz, npy = [], []
             for _ in range(a.reps):
                 tz.append(
-                    measure(
+                    measured(
                         [
                             tenzro,
                             "plugin",
@@ -152,7 +158,7 @@ def main() -> None:
                         ]
                     )
                 )
-                npy.append(measure([sys.executable, np_script, rule, os.path.join(t, "o2.safetensors"), *paths]))
+                npy.append(measured([sys.executable, np_script, rule, os.path.join(t, "o2.safetensors"), *paths]))
             res["rules"][rule] = {
                 "tenzro_ms": ms(tz),
                 "numpy_ms": ms(npy),

@@ -1,0 +1,203 @@
+"""Which per-input pay test separates wrong-data training from honest training under Krum? (issue 23, offline study)
+
+Through the node, the "Gaussian windows" free rider (trains on standard Gaussian windows instead of its shard) is
+paid under Krum by every per-input test tried (`bench/results/freeriders-findings.md`): early in training any step
+lowers every block's loss, and under Krum the round-start weights are one trainer's step, so an honest input's gain
+on its own block does not reliably beat its gain on a control block. This script asks, in one process and without
+a chain, whether a *peer-relative* test would: does input i lower the loss of i's own block more than the median
+of the round's other inputs lower that same block? An honest trainer trained on that block's shard and its peers
+did not; a wrong-data trainer did not either, so it should land at the peers' median, not above it.
+
+The simulation follows the protocol's arithmetic: M honest reference trainers (AdamW, H inner steps, batch B, their
+contiguous shard of the statsmodels corpus, the inner optimizer's state kept across rounds), free riders (wrong
+data, zeros, noise at the honest per-tensor norm), the round's aggregate by Mean or Krum, the outer Nesterov step
+with momentum; each input scored as the evaluator does (scoring.md §1: the first Nesterov step on the round's start
+weights, no momentum; loss on one batch of the trainer's own shard and one control batch of the other shards,
+before and after). The PyTorch forward stands in for the Wasm evaluator (it matches it within the stated
+tolerance). Per rule, every round and trainer: the tests' verdicts.
+
+    $(scripts/venv.sh)/bin/python bench/freeriders_peers.py --seeds 3 --rounds 6
+
+Writes bench/results/freeriders-peers.{md,json}.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import statistics
+
+import numpy as np
+import torch
+
+import common
+from tenzro_trainer import data, models
+
+HONEST = 4
+RIDERS = ("wrong_data", "zeros", "noise_norm")
+
+
+def krum(grads: list[torch.Tensor], f: int) -> int:
+    n = len(grads)
+    g = torch.stack(grads).double()
+    d = torch.cdist(g, g) ** 2
+    scores = []
+    for i in range(n):
+        row = torch.sort(torch.cat([d[i, :i], d[i, i + 1 :]])).values
+        scores.append(float(row[: n - f - 2].sum()))
+    return int(np.argmin(scores))
+
+
+def flat(model: torch.nn.Module) -> torch.Tensor:
+    return torch.cat([p.detach().reshape(-1) for p in model.parameters()])
+
+
+def load(model: torch.nn.Module, v: torch.Tensor) -> None:
+    k = 0
+    with torch.no_grad():
+        for p in model.parameters():
+            n = p.numel()
+            p.copy_(v[k : k + n].view_as(p))
+            k += n
+
+
+def loss_at(model: torch.nn.Module, w: torch.Tensor, xb: np.ndarray, yb: np.ndarray) -> float:
+    load(model, w)
+    with torch.no_grad():
+        return float(model.loss(torch.from_numpy(xb), torch.from_numpy(yb)))
+
+
+def run(
+    seed: int, rule: str, rounds: int, h: int, batch: int, score_batch: int, lr_out: float, mu: float
+) -> list[dict]:
+    torch.manual_seed(seed)
+    md = models.DEMO.metadata()
+    series = [s for name in data.STATSMODELS_SETS for s in data._statsmodels_series(name)]
+    win, _ = data.make_windows(series, md["context_len"], md["horizon"])
+    n_tr = HONEST + len(RIDERS)
+    gap = data.shard_gap(md["context_len"] + md["horizon"], 1)
+    shards = [data.shard_indices(win.n, s, n_tr, gap) for s in range(n_tr)]
+    rng = np.random.default_rng(seed)
+    base = models.build("timesfm", md, seed=seed)
+    theta = flat(base)
+    buf = torch.zeros_like(theta)
+    workers = []
+    for _ in range(n_tr):
+        m = copy.deepcopy(base)
+        opt = torch.optim.AdamW(m.parameters(), lr=1e-3, betas=(0.9, 0.95), weight_decay=0.1)
+        workers.append((m, opt))
+    scorer = copy.deepcopy(base)
+    out = []
+    for r in range(rounds):
+        deltas = []
+        honest_norm = None
+        for i, (m, opt) in enumerate(workers):
+            kind = "honest" if i < HONEST else RIDERS[i - HONEST]
+            if kind == "zeros":
+                deltas.append(torch.zeros_like(theta))
+                continue
+            if kind == "noise_norm":
+                deltas.append(None)  # filled below with the honest norm
+                continue
+            load(m, theta)
+            m.train()
+            for _ in range(h):
+                if kind == "wrong_data":
+                    xb = rng.standard_normal((batch, md["context_len"])).astype(np.float32)
+                    yb = rng.standard_normal((batch, md["horizon"])).astype(np.float32)
+                else:
+                    idx = rng.choice(shards[i], size=batch)
+                    xb, yb = win.get(idx)
+                loss = m.loss(torch.from_numpy(xb), torch.from_numpy(yb))
+                opt.zero_grad()
+                loss.backward()
+                torch.nn.utils.clip_grad_norm_(m.parameters(), 1.0)
+                opt.step()
+            deltas.append(theta - flat(m))
+        honest_norm = statistics.median(float(d.norm()) for d in deltas[:HONEST])
+        for i, d in enumerate(deltas):
+            if d is None:
+                z = torch.from_numpy(rng.standard_normal(theta.numel()).astype(np.float32))
+                deltas[i] = z * (honest_norm / float(z.norm()))
+        # scoring (scoring.md §1): first Nesterov step, no momentum, on the round's start weights
+        own = [win.get(rng.choice(shards[i], size=score_batch)) for i in range(n_tr)]
+        others = [np.concatenate([shards[j] for j in range(n_tr) if j != i]) for i in range(n_tr)]
+        ctl = [win.get(rng.choice(others[i], size=score_batch)) for i in range(n_tr)]
+        before_own = [loss_at(scorer, theta, *own[i]) for i in range(n_tr)]
+        before_ctl = [loss_at(scorer, theta, *ctl[i]) for i in range(n_tr)]
+        stepped = [theta - lr_out * (d * (1 + mu)) for d in deltas]
+        # gain[j][i]: input j's loss drop on trainer i's own block
+        gain = [[before_own[i] - loss_at(scorer, stepped[j], *own[i]) for i in range(n_tr)] for j in range(n_tr)]
+        s_ctl = [before_ctl[i] - loss_at(scorer, stepped[i], *ctl[i]) for i in range(n_tr)]
+        for i in range(n_tr):
+            s_own = gain[i][i]
+            peers = [gain[j][i] for j in range(n_tr) if j != i]
+            out.append(
+                {
+                    "seed": seed,
+                    "rule": rule,
+                    "round": r,
+                    "trainer": "honest " + str(i) if i < HONEST else RIDERS[i - HONEST],
+                    "s_own": s_own,
+                    "s_ctl": s_ctl[i],
+                    "own_before": before_own[i],
+                    "ctl_before": before_ctl[i],
+                    "peer_median": statistics.median(peers),
+                    "peer_honest_median": statistics.median(gain[j][i] for j in range(HONEST) if j != i),
+                    "own_improves": s_own > 0,
+                    "own_beats_control": s_own > 0 and s_own > s_ctl[i],
+                    "own_beats_peers": s_own > 0 and s_own > statistics.median(peers),
+                    "net_gain": s_own > 0 and s_own + s_ctl[i] > 0,
+                }
+            )
+        # the round's aggregate and the outer step (Nesterov SGD with momentum, as the syncer)
+        if rule == "Mean":
+            agg = torch.stack(deltas).mean(0)
+        else:
+            agg = deltas[krum(deltas, 2)]
+        buf = mu * buf + agg
+        theta = theta - lr_out * (agg + mu * buf)
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--seeds", type=int, default=3)
+    ap.add_argument("--rounds", type=int, default=6)
+    ap.add_argument("--h", type=int, default=8, help="inner steps per round")
+    ap.add_argument("--batch", type=int, default=16, help="inner batch")
+    ap.add_argument("--score-batch", type=int, default=16)
+    ap.add_argument("--rules", default="Mean,Krum")
+    a = ap.parse_args()
+    torch.set_num_threads(1)
+    rows = []
+    for seed in range(a.seeds):
+        for rule in a.rules.split(","):
+            rows += run(seed, rule, a.rounds, a.h, a.batch, a.score_batch, 0.7, 0.9)
+    tests = ("own_improves", "own_beats_control", "own_beats_peers", "net_gain")
+    lines = [
+        "# Peer-relative pay test, offline (issue 23: wrong data under Krum)\n",
+        f"Command: `$(scripts/venv.sh)/bin/python bench/freeriders_peers.py --seeds {a.seeds} --rounds {a.rounds} "
+        f"--h {a.h} --batch {a.batch} --score-batch {a.score_batch}`. {HONEST} honest trainers + "
+        f"{', '.join(RIDERS)}; DEMO TimesFM ({models.DEMO.param_count():,} parameters), statsmodels corpus in "
+        f"{HONEST + len(RIDERS)} contiguous shards; Krum f=2; outer Nesterov lr 0.7, momentum 0.9. Checks passed "
+        "out of those scored (every input, every round).\n",
+        "| rule | trainer | " + " | ".join(tests) + " | s_own − peer median (min … max) |",
+        "|---|---|" + "---|" * len(tests) + "---|",
+    ]
+    for rule in a.rules.split(","):
+        names = sorted({x["trainer"] for x in rows if x["rule"] == rule}, key=lambda s: (not s.startswith("honest"), s))
+        for name in names:
+            xs = [x for x in rows if x["rule"] == rule and x["trainer"] == name]
+            diffs = [x["s_own"] - x["peer_median"] for x in xs]
+            cells = [f"{sum(x[t] for x in xs)}/{len(xs)}" for t in tests]
+            lines.append(f"| {rule} | {name} | " + " | ".join(cells) + f" | {min(diffs):+.4f} … {max(diffs):+.4f} |")
+    text = "\n".join(lines) + "\n"
+    (common.RESULTS / "freeriders-peers.md").write_text(text)
+    (common.RESULTS / "freeriders-peers.json").write_text(json.dumps({"args": vars(a), "rows": rows}, indent=1))
+    print(text)
+
+
+if __name__ == "__main__":
+    main()
