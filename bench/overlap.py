@@ -225,10 +225,15 @@ def run_one(args, bins: Path, strategy: str, rate: str, seed: int, link: Link) -
     }  # fmt: skip
 
 
+def since_open(r: dict) -> list[float]:
+    """Seconds since round 0 opened (enrolment before it varies with the machine's load, not the strategy)."""
+    return [el - r["elapsed"][0] for el in r["elapsed"]]
+
+
 def at_time(r: dict, t: float) -> float:
-    """Held-out MSE of the last committed model at or before t seconds into the run."""
+    """Held-out MSE of the last committed model at or before t seconds after round 0 opened."""
     best = r["curve"][0]
-    for loss, el in zip(r["curve"], r["elapsed"], strict=True):
+    for loss, el in zip(r["curve"], since_open(r), strict=True):
         if el <= t:
             best = loss
     return best
@@ -258,7 +263,7 @@ def report(results: list[dict], args) -> None:
         for k, g in groups.items():
             if k[0] == rate:
                 for r in g:
-                    t_eq[r["seed"]] = min(t_eq.get(r["seed"], float("inf")), r["elapsed"][-1])
+                    t_eq[r["seed"]] = min(t_eq.get(r["seed"], float("inf")), since_open(r)[-1])
         for strat in args.strategies:
             g = [r for r in groups.get((rate, strat), []) if r["seed"] in base]
             if not g:
@@ -301,8 +306,8 @@ def report(results: list[dict], args) -> None:
         "streaming's time blocked for a commit τ steps after its sync point; chain s/round = time between "
         "consecutive round openings seen by the follower (steady rounds). MSE ratio at equal steps = the sealed "
         "model's held-out MSE / blocking's of the same seed (all strategies run rounds × H inner steps); at equal "
-        "wall time = held-out MSE of the last committed model when the fastest strategy of that seed sealed, / "
-        "blocking's at that time. The bold value is the mean of the per-seed ratios; the next column is the ratio "
+        "wall time = held-out MSE of the last committed model when the fastest strategy of that seed sealed "
+        "(seconds since round 0 opened), / blocking's at that time. The bold value is the mean of the per-seed ratios; the next column is the ratio "
         "of the mean MSEs. Because one model's MSE moves by ±20 % from round to round here, the mean MSE of the "
         "last 4 committed models (rounds R−3..R, every strategy the same steps) is also compared, per seed. "
         "Load = the 1-minute load average at each run's start (per seed).",
@@ -337,9 +342,9 @@ def plot(results: list[dict], args) -> None:
             continue
         lab = f"{r['strategy']} {r['rate']} (busy {r['busy']:.2f})"
         axes[0].plot(range(len(r["curve"])), r["curve"], marker=".", label=lab)
-        axes[1].plot(r["elapsed"], r["curve"], marker=".", label=lab)
+        axes[1].plot(since_open(r), r["curve"], marker=".", label=lab)
     axes[0].set_xlabel("round")
-    axes[1].set_xlabel("wall time (s)")
+    axes[1].set_xlabel("wall time since round 0 opened (s)")
     for ax in axes:
         ax.set_ylabel("held-out MSE")
         ax.grid(alpha=0.3)
