@@ -21,11 +21,18 @@ const (
 	// step); its submission for round r+1 is the inner progress made since
 	// that proxy (Kale, Douillard, Donchev 2025).
 	SyncEager = "eager"
+	// SyncStreaming: fragment f is synchronised at its own offset s_f of
+	// each inner phase; the submission for round r, fragment f is θ_{r,f}
+	// (the committed weights of fragment f the trainer merged) − the
+	// trainer's fragment f at step s_f of phase r, queued until round r is
+	// open; fragment commits are merged mid-phase (Douillard et al. 2025).
+	SyncStreaming = "streaming"
 )
 
 // SyncStrategyRef parses the spec's sync_strategy field strictly: absent
-// means SyncBlocking; otherwise it must be the JSON string "blocking" or
-// "eager" (null, "", other strings and other JSON types are refused).
+// means SyncBlocking; otherwise it must be the JSON string "blocking",
+// "eager" or "streaming" (null, "", other strings and other JSON types are
+// refused).
 func (s *TaskSpec) SyncStrategyRef() (string, error) {
 	if len(s.SyncStrategy) == 0 {
 		return SyncBlocking, nil
@@ -45,17 +52,15 @@ func ParseSyncStrategy(raw []byte) (string, error) {
 	}
 	raw = bytes.TrimSpace(raw)
 	if len(raw) == 0 || raw[0] != '"' {
-		return "", fmt.Errorf("want the string %q or %q, got %s", SyncBlocking, SyncEager, trunc(string(raw)))
+		return "", fmt.Errorf("want the string %q, %q or %q, got %s", SyncBlocking, SyncEager, SyncStreaming, trunc(string(raw)))
 	}
 	var v string
 	if err := json.Unmarshal(raw, &v); err != nil {
 		return "", fmt.Errorf("want a JSON string: %w", err)
 	}
 	switch v {
-	case SyncBlocking, SyncEager:
+	case SyncBlocking, SyncEager, SyncStreaming:
 		return v, nil
-	case "streaming":
-		return "", fmt.Errorf(`"streaming" is not implemented by this version (want %q or %q)`, SyncBlocking, SyncEager)
 	}
-	return "", fmt.Errorf("unknown strategy %q (want %q or %q)", trunc(v), SyncBlocking, SyncEager)
+	return "", fmt.Errorf("unknown strategy %q (want %q, %q or %q)", trunc(v), SyncBlocking, SyncEager, SyncStreaming)
 }

@@ -14,7 +14,8 @@ func TestParseSyncStrategy(t *testing.T) {
 		{`"eager"`, SyncEager, ""},
 		{` "eager" `, SyncEager, ""},
 		{`"\u0065ager"`, SyncEager, ""},
-		{`"streaming"`, "", `"streaming" is not implemented`},
+		{`"streaming"`, SyncStreaming, ""},
+		{`"Streaming"`, "", `unknown strategy "Streaming"`},
 		{`"Eager"`, "", `unknown strategy "Eager"`},
 		{`""`, "", `unknown strategy ""`},
 		{`null`, "", "want the string"},
@@ -62,7 +63,7 @@ func TestSpecSyncStrategy(t *testing.T) {
 	}{
 		{"eager", SyncEager, ""},
 		{"blocking", SyncBlocking, ""},
-		{"streaming", "", "spec: sync_strategy: \"streaming\" is not implemented"},
+		{"streaming", SyncStreaming, ""},
 		{"lazy", "", "spec: sync_strategy: unknown strategy \"lazy\""},
 		{nil, "", "spec: sync_strategy: want the string"},
 		{7, "", "spec: sync_strategy: want the string"},
@@ -128,7 +129,7 @@ func FuzzParseSyncStrategy(f *testing.F) {
 			}
 			return
 		}
-		if v != SyncBlocking && v != SyncEager {
+		if v != SyncBlocking && v != SyncEager && v != SyncStreaming {
 			t.Fatalf("accepted %q from %q", v, raw)
 		}
 		if len(raw) > MaxSyncStrategyBytes {

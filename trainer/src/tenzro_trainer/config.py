@@ -22,6 +22,10 @@ max_rounds: 0           # leave after this many rounds (0: until the run seals)
 poll_interval: 0.5
 log_format: json        # json | text
 state_file: null        # default <trainer_keypair>.<task_id>.state.json (last round submitted for)
+streaming: {overlap_steps: null, merge: mix, alpha: 0.0}  # sync_strategy streaming only: τ, the steps a
+                        #   fragment's commit may overlap compute before the trainer blocks for it (null: ⌊H/F⌋, at
+                        #   least 1, at most H−1); merge mix: α·local + (1−α)·commit (α 0: the commit replaces the
+                        #   local fragment), or rebase: commit + the local progress since the sync point
 attack: null            # benchmarks only (tenzro_trainer/freeride.py): {kind: zeros|noise_norm|copy|copy_hash|
                         #   copy_scaled|copy_noise|replay|cycle3|wrong_data|sign_flip|gaussian, victim: <did>, scale, sigma}
 # the seed's peer-to-peer keys: accepted, never refused (see Config.warnings)
@@ -86,6 +90,9 @@ class Config:
     ipfs_gateway: str | None = None  # read ipfs:// datasets through this gateway instead of the node
     ipfs_node: str | None = None  # the node that fetches ipfs:// datasets (default: node_rpc)
     attestation: Any = None  # attestation.AttestConfig: Verified/Confidential tiers
+    stream_overlap_steps: int | None = None  # streaming: τ (None: overlap.default_overlap(H, F))
+    stream_alpha: float = 0.0  # streaming: the merge's mixing factor α in [0, 1)
+    stream_merge: str = "mix"  # streaming: mix (α) | rebase
 
 
 def _num(v: Any, what: str, kind: type) -> Any:
@@ -105,7 +112,7 @@ def parse(d: Any, base: Path | None = None) -> Config:
         "node_rpc", "trainer_did", "trainer_keypair", "task_id", "inner", "device", "dtype",
         "gradient_checkpointing", "metrics", "metrics_port", "stake", "threads", "eval",
         "max_rounds", "poll_interval", "log_format", "attack", "state_file", "attestation", "ipfs_gateway",
-        "ipfs_node", "gossip_listen", "hivemind_initial_peers", "compile",
+        "ipfs_node", "gossip_listen", "hivemind_initial_peers", "compile", "streaming",
     }  # fmt: skip
     unknown = sorted(set(d) - known)
     if unknown:
@@ -172,6 +179,7 @@ def parse(d: Any, base: Path | None = None) -> Config:
         ipfs_node=None if d.get("ipfs_node") is None else str(d["ipfs_node"]),
     )
     _p2p_keys(d, cfg)
+    _streaming(d.get("streaming"), cfg)
     for k in ("ipfs_gateway", "ipfs_node"):
         v = getattr(cfg, k)
         if v is not None and urlparse(v).scheme not in ("http", "https"):
@@ -188,6 +196,30 @@ def parse(d: Any, base: Path | None = None) -> Config:
         if why:
             raise ConfigError(f"config: {why}")
     return cfg
+
+
+def _streaming(st: Any, cfg: Config) -> None:
+    """The streaming options (used only when the run's sync_strategy is streaming)."""
+    if st is None:
+        return
+    if not isinstance(st, dict):
+        raise ConfigError("config: streaming must be a mapping {overlap_steps, merge, alpha}")
+    bad = sorted(set(st) - {"overlap_steps", "merge", "alpha"})
+    if bad:
+        raise ConfigError(f"config: unknown streaming keys {bad} (have overlap_steps, merge, alpha)")
+    merge = st.get("merge", "mix")
+    if merge not in ("mix", "rebase"):
+        raise ConfigError(f"config: streaming.merge {merge!r}: want mix or rebase")
+    cfg.stream_merge = str(merge)
+    tau = st.get("overlap_steps")
+    if tau is not None:
+        if isinstance(tau, bool) or not isinstance(tau, int) or tau < 0:
+            raise ConfigError(f"config: streaming.overlap_steps {tau!r}: want an integer ≥ 0 or null")
+        cfg.stream_overlap_steps = tau
+    alpha = _num(st.get("alpha", 0.0), "streaming.alpha", float)
+    if not 0.0 <= alpha < 1.0:
+        raise ConfigError(f"config: streaming.alpha {alpha!r}: want 0 ≤ α < 1")
+    cfg.stream_alpha = alpha
 
 
 def _addr(a: str) -> tuple[str, int]:

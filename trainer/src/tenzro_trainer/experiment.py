@@ -67,6 +67,7 @@ class Experiment:
     # with dataset "ipfs" and a scoring spec field: upload corpus.csv as a blob and name it as scoring.corpus
     # (the content hash of the CSV the evaluator draws its windows from)
     score_corpus: bool = False
+    trainer_extra: dict = field(default_factory=dict)  # more trainer.yaml keys (e.g. streaming: {...})
 
 
 @dataclass
@@ -157,6 +158,7 @@ def start(e: Experiment) -> tuple[Client, str, list[subprocess.Popen], list[Key]
             "device": "auto", "dtype": "auto", "gradient_checkpointing": False, "metrics": {"port": 0},
             "stake": str(10**17), "threads": 1, "eval": False, "poll_interval": 0.1, "log_format": "json",
         }  # fmt: skip
+        cfg.update(e.trainer_extra)
         if i in e.attackers:
             cfg["attack"] = dict(e.attackers[i])
             if isinstance(cfg["attack"].get("victim"), int):  # a copier names its victim by trainer index
@@ -247,11 +249,19 @@ def publish_dataset(e: Experiment) -> tuple[str, str]:
 
 
 def follow(
-    e: Experiment, c: Client, task: str, procs: list[subprocess.Popen], timeout: float = 3600, key: Key | None = None
+    e: Experiment,
+    c: Client,
+    task: str,
+    procs: list[subprocess.Popen],
+    timeout: float = 3600,
+    key: Key | None = None,
+    defer_eval: bool = False,
 ) -> list[RoundRow]:
     """Follows the run to its seal: each round's held-out loss of the committed weights and accepted count.
     ``key`` (default: the experiment's sponsor key, ``sponsor.json`` in the workdir, when there is one) signs
-    the node fetch of an ``ipfs://`` corpus, which a node off --dev refuses unsigned."""
+    the node fetch of an ``ipfs://`` corpus, which a node off --dev refuses unsigned. ``defer_eval`` keeps a
+    copy of each round's weights and evaluates them after the seal (so the follower takes no CPU from the
+    trainers while they run; the timing benchmarks)."""
     if key is None and (e.workdir / "sponsor.json").exists():
         key = Key.load(e.workdir / "sponsor.json")
     sources = node_sources(Client(e.rpc), key)
@@ -260,6 +270,7 @@ def follow(
     t0 = time.monotonic()
     seen = -1
     model = None
+    kept: list[dict] = []
     accepted_before = 0
     while time.monotonic() - t0 < timeout:
         try:
@@ -271,12 +282,14 @@ def follow(
         sealed = run["status"] == "sealed"
         if run["status"] == "running" and r != seen or sealed:
             model = pull_model(c, run, model)
-            loss = heldout_mse(model, heldout)
+            loss = float("nan") if defer_eval else heldout_mse(model, heldout)
             acc = sum(int(v.get("accepted", 0)) for v in (run.get("trainer_metrics") or {}).values())
             row = RoundRow(r if not sealed else e.rounds, loss, acc - accepted_before, time.monotonic() - t0)
             accepted_before = acc
             if not (sealed and rows and rows[-1].round == row.round):
                 rows.append(row)
+                if defer_eval:
+                    kept.append({n: t.detach().clone() for n, t in model.state_dict().items()})
                 label = "sealed" if sealed else f"start of round {r:3d}"
                 _say(e, f"  {label:>18}  held-out MSE {loss:.4f}  accepted +{row.accepted:3d}  t={row.elapsed_s:6.1f}s")
             seen = r
@@ -291,6 +304,10 @@ def follow(
             p.wait(30)
         except subprocess.TimeoutExpired:
             p.terminate()
+    if defer_eval and model is not None:
+        for row, sd in zip(rows, kept, strict=True):
+            model.load_state_dict(sd)
+            row.eval_loss = heldout_mse(model, heldout)
     return rows
 
 

@@ -5,7 +5,10 @@ model always comes from the syncer's commit), run H AdamW steps on the assigned 
 outer gradient θ_before − θ_after per fragment, sign it with the node's canonical bytes, submit it, and
 wait for the round to change. Under "eager" (docs/protocol/overlap.md) the next round's inner phase
 runs from a local proxy while a background thread uploads this round's outer gradients and waits for
-the next round's weights; the next submission is the progress made since the proxy. Either way the
+the next round's weights; the next submission is the progress made since the proxy. Under "streaming" one
+continuous inner loop synchronises fragment f after step s_f of each phase: its outer gradient goes to a
+background thread that submits it once its round is open, and each fragment's commit is merged into the local
+model mid-phase (StreamSync). Either way the
 trainer reports its busy fraction (compute time / wall time per round). Node restarts (connection refused, 5xx) back off and resume:
 outer gradients of a round that is still open are re-submitted, and ones of a round that moved on are
 dropped. A refused submission is logged with the node's precise reason and never retried as is.
@@ -33,7 +36,20 @@ from .evaluate import heldout_mse, metadata_of, spec_of, task_data
 from .identity import Key
 from .log import Log
 from .metrics import Metrics
-from .overlap import SYNC_BLOCKING, SYNC_EAGER, BusyClock, mirror_momentum, proxy_weights, strategy_of
+from .overlap import (
+    SYNC_BLOCKING,
+    SYNC_EAGER,
+    SYNC_STREAMING,
+    BusyClock,
+    check_overlap,
+    default_overlap,
+    mirror_momentum,
+    mix,
+    proxy_weights,
+    rebase,
+    strategy_of,
+    sync_offsets,
+)
 from .rpc import Client, NodeUnavailable, RpcError
 
 EXIT_OK, EXIT_CONFIG, EXIT_DATA, EXIT_EVICTED, EXIT_REFUSED, EXIT_INTERRUPTED = 0, 2, 3, 4, 5, 130
@@ -96,6 +112,9 @@ class RoundStats:
     busy: float = 0.0  # inner-loop compute time run during wall_s / wall_s
     cpu_s: float = 0.0  # this process's CPU time (all threads) during wall_s
     rebased: bool = False  # eager: the submission is the progress of an inner phase run ahead from a proxy
+    merged: int = 0  # streaming: fragment commits merged into the local model during this phase
+    waited_s: float = 0.0  # streaming: time this phase blocked for a commit (τ steps passed without it)
+    buffered: int = 0  # streaming: outer gradients of this round queued until the round opened
 
 
 class Dist:
@@ -233,8 +252,12 @@ class Trainer:
             return
         spec = self.spec = spec_of(run)
         self.strategy = strategy_of(spec)  # ValueError for a strategy this trainer lacks
-        if self.strategy == SYNC_EAGER and self.dist.world > 1:
-            raise ValueError("sync_strategy eager: this trainer runs it in a single process only (WORLD_SIZE=1)")
+        if self.strategy in (SYNC_EAGER, SYNC_STREAMING) and self.dist.world > 1:
+            raise ValueError(
+                f"sync_strategy {self.strategy}: this trainer runs it in a single process only (WORLD_SIZE=1)"
+            )
+        if self.strategy == SYNC_STREAMING and self.cfg.attack:
+            raise ValueError("sync_strategy streaming: the benchmark attacks (attack:) run under blocking only")
         fam = spec["architecture"]["family"]
         self.model = models.build(fam, metadata_of(spec), param_count=int(spec["architecture"].get("param_count") or 0))
         names = {t["name"] for fr in run["fragments"] for t in fr["tensors"]}
@@ -330,39 +353,47 @@ class Trainer:
         return {n: p.detach().to("cpu") for n, p in self.model.named_parameters()}
 
     # ------------------------------------------------------------------ inner loop
-    def _inner(self, r: int, shards: list[int], steps: int) -> float:
-        assert self.model is not None and self.opt is not None and self.train_w is not None
+    def _batches(self, r: int, shards: list[int], steps: int) -> list[np.ndarray]:
+        assert self.train_w is not None
         shard_count = int(self.spec.get("shard_count") or 0) or int(self.spec["trainer_count"])
-        batches = data.round_batches(
+        return data.round_batches(
             self.train_w.n, shards, shard_count, self.cfg.task_id, r, steps, self.cfg.inner.batch_size,
             self.train_w.shard_gap,
         )  # fmt: skip
+
+    def _step(self, idx: np.ndarray) -> torch.Tensor:
+        """One inner AdamW step on the windows ``idx``; returns the loss, detached and not read (no host sync)."""
+        assert self.model is not None and self.opt is not None and self.train_w is not None
+        if self.stop.is_set():
+            raise KeyboardInterrupt
+        if self.dist.world > 1:
+            idx = idx[self.dist.rank :: self.dist.world]
+        if self.cfg.attack and self.cfg.attack["kind"] == "wrong_data":  # benchmarks only
+            md = metadata_of(self.spec)
+            xs, ys = freeride.gaussian_batch((len(idx), int(md["context_len"])), (len(idx), int(md["horizon"])),
+                                             self._rng)  # fmt: skip
+        else:
+            xs, ys = self.train_w.get(idx)
+        x, y = torch.from_numpy(xs), torch.from_numpy(ys)
+        if self.device.type == "cuda":  # page-locked, so the copies below are asynchronous with the host
+            x, y = x.pin_memory(), y.pin_memory()
+        x, y = x.to(self.device, non_blocking=True), y.to(self.device, non_blocking=True)
+        with torch.autocast(self.device.type, dtype=self.amp or torch.float32, enabled=self.amp is not None):
+            loss = (self._loss or self.model.loss)(x, y)
+        self.opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(self.model.parameters(), 1.0)
+        self.opt.step()
+        self.metrics.steps.inc()
+        return loss.detach()
+
+    def _inner(self, r: int, shards: list[int], steps: int) -> float:
+        assert self.model is not None
+        batches = self._batches(r, shards, steps)
         self.model.train()
         last: torch.Tensor | None = None
-        pin = self.device.type == "cuda"
         for idx in batches:
-            if self.stop.is_set():
-                raise KeyboardInterrupt
-            if self.dist.world > 1:
-                idx = idx[self.dist.rank :: self.dist.world]
-            if self.cfg.attack and self.cfg.attack["kind"] == "wrong_data":  # benchmarks only
-                md = metadata_of(self.spec)
-                xs, ys = freeride.gaussian_batch((len(idx), int(md["context_len"])), (len(idx), int(md["horizon"])),
-                                                 self._rng)  # fmt: skip
-            else:
-                xs, ys = self.train_w.get(idx)
-            x, y = torch.from_numpy(xs), torch.from_numpy(ys)
-            if pin:  # page-locked, so the copies below are asynchronous with the host
-                x, y = x.pin_memory(), y.pin_memory()
-            x, y = x.to(self.device, non_blocking=True), y.to(self.device, non_blocking=True)
-            with torch.autocast(self.device.type, dtype=self.amp or torch.float32, enabled=self.amp is not None):
-                loss = (self._loss or self.model.loss)(x, y)
-            self.opt.zero_grad(set_to_none=True)
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(self.model.parameters(), 1.0)
-            self.opt.step()
-            last = loss.detach()  # no host sync in the loop: read once, at the end of the phase
-            self.metrics.steps.inc()
+            last = self._step(idx)  # no host sync in the loop: read once, at the end of the phase
         out = float(last) if last is not None else float("nan")
         self.metrics.loss.set(out)
         return out
@@ -436,6 +467,8 @@ class Trainer:
             self._cpu_start = time.process_time()
         if self.strategy == SYNC_EAGER:
             return self._train_round_eager(run, shards)
+        if self.strategy == SYNC_STREAMING:
+            return self._train_streaming(run, shards)
         started = time.monotonic()
         r = int(run["round"])
         st = RoundStats(round=r)
@@ -538,6 +571,7 @@ class Trainer:
             bytes=st.bytes_sent, raw_bytes=st.raw_bytes, inner_s=round(st.inner_s, 4),
             serialize_s=round(st.serialize_s, 4), submit_s=round(st.submit_s, 4), wall_s=round(st.wall_s, 4),
             busy=round(st.busy, 4), cpu_s=round(st.cpu_s, 4), rebased=st.rebased,
+            **({"merged": st.merged, "waited_s": round(st.waited_s, 4), "buffered": st.buffered} if self.strategy == SYNC_STREAMING else {}),
         )  # fmt: skip
 
     # ------------------------------------------------------------------ eager (docs/protocol/overlap.md)
@@ -668,6 +702,127 @@ class Trainer:
             self.stop.wait(self.cfg.poll_interval)
         return None
 
+    # ------------------------------------------------------------------ streaming (docs/protocol/overlap.md §4)
+    def _train_streaming(self, run: dict, shards: list[int]) -> RoundStats:
+        """Streaming DiLoCo from the open round r0 = run["round"] to the run's last round (or cfg.max_rounds):
+        one continuous inner loop, phase p = round p's H batches. After step s_f of phase p the trainer hands
+        δ_{p,f} = θ_{p,f} − θ_f^local (θ_{p,f}: the committed weights of fragment f it merged last) to a
+        background thread, which submits it once round p is open, and watches for the commit of (p, f); that
+        commit is merged at the first step boundary after it arrived, and the trainer blocks for it τ steps after
+        the sync point at the latest. Returns the last phase's stats (every phase is in ``history``)."""
+        assert self.model is not None
+        r0 = int(run["round"])
+        h, nfrag = int(self.spec["inner_steps"]), len(run["fragments"])
+        last = int(self.spec["max_rounds"]) - 1
+        if self.cfg.max_rounds:
+            last = min(last, r0 + self.cfg.max_rounds - len(self.history) - 1)
+        offs = sync_offsets(h, nfrag)
+        tau = default_overlap(h, nfrag) if self.cfg.stream_overlap_steps is None else check_overlap(
+            self.cfg.stream_overlap_steps, h)  # fmt: skip
+        alpha, how = self.cfg.stream_alpha, self.cfg.stream_merge
+        layout = {int(fr["index"]): [t["name"] for t in fr["tensors"]] for fr in run["fragments"]}
+        order = sorted(layout)
+        base = self._pull(run)  # θ_{r0,f} for every fragment
+        self._load(base)
+        self.log.info("streaming", first_round=r0, last_round=last, offsets=offs, overlap_steps=tau, merge=how,
+                      alpha=alpha)  # fmt: skip
+        params = weights.parameters(self.model)
+        sync = StreamSync(self, run)
+        sync.start()
+        deadlines: dict[tuple[int, int], int] = {}  # (round, fragment) awaiting its commit → merge-by step
+        at_sync: dict[tuple[int, int], dict[str, torch.Tensor]] = {}  # merge rebase: the local fragment then
+        st = RoundStats(round=r0)
+        try:
+            for p in range(r0, last + 1):
+                started = time.monotonic()
+                st = RoundStats(round=p)
+                self.metrics.round.set(p)
+                sync.stats[p] = st
+                if self.cfg.eval:
+                    st.eval_loss = self._eval_of(base)
+                    self.metrics.eval_loss.set(st.eval_loss)
+                batches = self._batches(p, shards, h)
+                self.model.train()
+                compute, loss = 0.0, None
+                for k in range(h):
+                    t = p * h + k
+                    if not self._stream_merge(sync, deadlines, at_sync, t, base, params, st):
+                        self.log.info("the run ended while waiting for a commit", round=p, step=k)
+                        return st
+                    t0 = time.monotonic()
+                    loss = self._step(batches[k])
+                    compute += time.monotonic() - t0
+                    for i, f in enumerate(order):
+                        if offs[i] != k + 1:
+                            continue
+                        local = {n: params[n].detach().to("cpu", torch.float32, copy=True) for n in layout[f]}
+                        delta = {n: base[f][n].float() - local[n] for n in layout[f]}
+                        st.loss = float(loss)
+                        st.inner_s = compute
+                        sync.submit(p, f, delta, self._reported(st, k + 1))
+                        if p < last:
+                            deadlines[(p, f)] = t + 1 + tau
+                            if how == "rebase":
+                                at_sync[(p, f)] = local
+                            sync.watch(p, f)
+                st.inner_s = compute
+                st.loss = float(loss) if loss is not None else float("nan")
+                self.metrics.loss.set(st.loss)
+                self._round_done(st, compute, started)
+        finally:
+            sync.close()
+        sync.join()
+        if sync.error is not None:
+            raise sync.error
+        return st
+
+    def _stream_merge(
+        self,
+        sync: StreamSync,
+        deadlines: dict[tuple[int, int], int],
+        at_sync: dict[tuple[int, int], dict[str, torch.Tensor]],
+        t: int,
+        base: dict[int, dict[str, torch.Tensor]],
+        params: dict[str, torch.nn.Parameter],
+        st: RoundStats,
+    ) -> bool:
+        """At the step boundary t: merges every awaited commit that has arrived, and blocks for those whose
+        merge-by step is t. False when the run ended (or the trainer stops) while waiting."""
+        for key in sorted(deadlines):
+            t0 = time.monotonic()
+            w = sync.arrived(key, wait=deadlines[key] <= t)
+            if deadlines[key] <= t:
+                st.waited_s += time.monotonic() - t0
+            if w is None:
+                if deadlines[key] > t:
+                    continue
+                if self.stop.is_set():
+                    raise KeyboardInterrupt
+                if sync.error is not None:
+                    raise sync.error
+                return False
+            del deadlines[key]
+            f = key[1]
+            local = {n: params[n].detach().to("cpu", torch.float32) for n in w}
+            if self.cfg.stream_merge == "rebase":
+                merged = rebase(local, at_sync.pop(key), w)
+            else:
+                merged = mix(local, w, self.cfg.stream_alpha)
+            with torch.no_grad():
+                for n, v in merged.items():
+                    params[n].copy_(v.to(params[n].dtype))
+            base[f] = w
+            st.merged += 1
+        return True
+
+    def _eval_of(self, frags: dict[int, dict[str, torch.Tensor]]) -> float:
+        """Held-out MSE of the committed weights ``frags`` on a copy of the model (the local one keeps training)."""
+        import copy
+
+        m = copy.deepcopy(self.model)
+        weights.assign(m, {n: t for f in frags.values() for n, t in f.items()})
+        return heldout_mse(m, self.eval_w, str(self.device))
+
     # ------------------------------------------------------------------ control loop
     def run(self) -> int:
         try:
@@ -766,8 +921,8 @@ class Trainer:
             except AttestationError as e:
                 self.log.error("cannot attest", error=str(e))
                 return EXIT_DATA
-            done_round = r
-            rounds += 1
+            done_round = st.round  # streaming: the last phase it ran (its call runs every phase from r on)
+            rounds += st.round - r + 1
             if st.rejected:
                 back.wait()
             else:
@@ -777,6 +932,183 @@ class Trainer:
                 return EXIT_OK
         self.log.info("stopped; leaving cleanly")
         return EXIT_INTERRUPTED
+
+
+class StreamSync(threading.Thread):
+    """Streaming's background thread: submits each queued outer gradient (round, fragment) once its round is
+    open (in queue order; one whose round has moved on is dropped), and fetches the committed weights of every
+    watched (round, fragment) as soon as the chain shows that fragment's commit. One getRun per poll."""
+
+    def __init__(self, tr: Trainer, run: dict) -> None:
+        super().__init__(name="tenzro-stream", daemon=True)
+        self.tr = tr
+        self.frags = {int(fr["index"]): fr for fr in run["fragments"]}
+        self.cond = threading.Condition()
+        self.queue: list[tuple[int, int, dict[str, torch.Tensor], dict[str, float]]] = []
+        self.watched: set[tuple[int, int]] = set()
+        self.got: dict[tuple[int, int], dict[str, torch.Tensor]] = {}
+        self.stats: dict[int, RoundStats] = {}
+        self.ended = False  # the run is no longer running, or the trainer stops
+        self.closing = False
+        self.error: BaseException | None = None
+        self.seen = int(run["round"])  # the latest round getRun showed open
+
+    def submit(self, r: int, f: int, delta: dict[str, torch.Tensor], metrics_map: dict[str, float]) -> None:
+        with self.cond:
+            if r > self.seen:
+                self.stats.setdefault(r, RoundStats(round=r)).buffered += 1
+            self.queue.append((r, f, delta, metrics_map))
+            self.cond.notify_all()
+
+    def watch(self, r: int, f: int) -> None:
+        with self.cond:
+            self.watched.add((r, f))
+            self.cond.notify_all()
+
+    def close(self) -> None:
+        with self.cond:
+            self.closing = True
+            self.watched.clear()
+            self.cond.notify_all()
+
+    def arrived(self, key: tuple[int, int], wait: bool) -> dict[str, torch.Tensor] | None:
+        """The committed weights of the watched ``key`` once fetched (removed from the store); with ``wait``,
+        blocks until they are there or the run ended (then None)."""
+        with self.cond:
+            while key not in self.got:
+                if not wait or self.ended or self.error is not None or self.tr.stop.is_set():
+                    return None
+                self.cond.wait(0.5)
+            return self.got.pop(key)
+
+    def run(self) -> None:
+        try:
+            self._loop()
+        except BaseException as e:  # surfaced to the training thread by arrived() and join()
+            self.tr.log.error("streaming sync thread failed", error=str(e))
+            self.error = e
+        finally:
+            with self.cond:
+                self.ended = True
+                self.cond.notify_all()
+
+    def _loop(self) -> None:
+        tr = self.tr
+        back = Backoff(tr.stop)
+        while not tr.stop.is_set():
+            with self.cond:
+                if self.closing and not self.queue:
+                    return
+            try:
+                run = tr.client.get_run(tr.cfg.task_id)
+            except (NodeUnavailable, RpcError) as e:
+                tr.log.warning("getRun failed while streaming", error=str(e), wait_s=back.cur)
+                back.wait()
+                continue
+            back.reset()
+            if run["status"] != "running":
+                with self.cond:
+                    dropped = [(q, f) for q, f, _, _ in self.queue]
+                    self.queue.clear()
+                if dropped:
+                    tr.log.warning("the run ended before these were sent", status=run["status"], dropped=dropped)
+                return
+            cur = int(run["round"])
+            with self.cond:
+                self.seen = max(self.seen, cur)
+            moved = self._send(run, cur)
+            moved |= self._fetch(run, cur)
+            if not moved:
+                with self.cond:
+                    if not (self.closing and not self.queue):
+                        self.cond.wait(tr.cfg.poll_interval)
+
+    def _send(self, run: dict, cur: int) -> bool:
+        """Sends every queued outer gradient of the open round ``cur`` (and drops older ones)."""
+        tr, sent = self.tr, False
+        while True:
+            with self.cond:
+                if not self.queue or self.queue[0][0] > cur:
+                    return sent
+                r, f, delta, metrics_map = self.queue.pop(0)
+            st = self.stats.setdefault(r, RoundStats(round=r))
+            if r < cur:
+                st.rejected.append(f"fragment {f}: round {r} moved on before it could be sent")
+                tr.log.warning("dropping an outer gradient: its round moved on", round=r, fragment=f, now=cur)
+                continue
+            sent = True
+            fr = self.frags[f]
+            names = [t["name"] for t in fr["tensors"]]
+            t0 = time.monotonic()
+            if tr.compressor is not None:
+                p = tr.compressor.encode(f, torch.cat([delta[n].reshape(-1) for n in names]))
+            else:
+                p = weights.save_tensors(delta, fr["tensors"])
+            p = weights.bind(p, tr.key.did, tr.cfg.task_id, r, f)
+            st.serialize_s += time.monotonic() - t0
+            t0 = time.monotonic()
+            rpc0 = tr.client.bytes_sent
+            tr._mark_submitting(r)  # before anything is sent, as under blocking (a restart never sends twice)
+            if tr.compressor is not None:
+                tr.compressor.save()
+            tr.metrics.submitted.inc()
+            back = Backoff(tr.stop)
+            while not tr.stop.is_set():
+                try:
+                    res = tr.client.submit(tr.key, tr.cfg.task_id, r, f, p, attestation=tr._claim(run, p),
+                                           metrics=metrics_map)  # fmt: skip
+                except NodeUnavailable as e:
+                    tr.metrics.node_down.inc()
+                    tr.log.warning("node unavailable while submitting; backing off", error=str(e), wait_s=back.cur)
+                    back.wait()
+                    continue
+                except RpcError as e:
+                    tr.metrics.rejected.inc()
+                    st.rejected.append(f"fragment {f}: {e.message}")
+                    tr.log.warning("submission refused", round=r, fragment=f, code=e.code, reason=e.message)
+                    break
+                st.bytes_sent += len(p)
+                st.raw_bytes += 4 * int(fr["n"])
+                tr.metrics.bytes_sent.inc(len(p))
+                if res.get("accepted", True):
+                    st.accepted += 1
+                    tr.metrics.accepted.inc()
+                break
+            st.submit_s += time.monotonic() - t0
+            tr.metrics.rpc_bytes_sent.inc(tr.client.bytes_sent - rpc0)
+
+    def _fetch(self, run: dict, cur: int) -> bool:
+        """Fetches the committed weights of each watched (round, fragment) the chain shows committed: in round r
+        itself once the fragment is closed, or in round r+1 while the fragment is still open there. A later view
+        (the trainer fell behind) gives the newer weights, with a warning."""
+        tr, got = self.tr, False
+        with self.cond:
+            keys = sorted(self.watched)
+        view = {int(fr["index"]): fr for fr in run["fragments"]}
+        for r, f in keys:
+            fv = view[f]
+            visible = (cur == r and fv["committed"]) or (cur == r + 1 and not fv["committed"])
+            late = cur > r + 1 or (cur == r + 1 and fv["committed"])
+            if not (visible or late):
+                continue
+            if late:
+                tr.log.warning("a fragment moved on past the commit awaited; merging the newer weights",
+                               round=r, fragment=f, now=cur)  # fmt: skip
+            try:
+                w = tr.client.get_weights(tr.cfg.task_id, f)
+            except (NodeUnavailable, RpcError) as e:
+                tr.log.warning("getWeights failed while streaming", fragment=f, error=str(e))
+                continue
+            if not late and str(w.get("weights_hash", "")) != str(fv["weights_hash"]):
+                continue  # the fragment moved between getRun and getWeights: the next poll sees it
+            t = weights.load_fragment(w["payload"], self.frags[f]["tensors"], f"fragment {f}")
+            with self.cond:
+                if (r, f) in self.watched:
+                    self.watched.discard((r, f))
+                    self.got[(r, f)] = t
+                    self.cond.notify_all()
+            got = True
+        return got
 
 
 def params_of(model: torch.nn.Module) -> list[torch.nn.Parameter]:

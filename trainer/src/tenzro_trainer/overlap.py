@@ -1,5 +1,5 @@
-"""Overlapped outer synchronization (docs/protocol/overlap.md): the arithmetic of the eager strategy and the
-busy-fraction clock.
+"""Overlapped outer synchronization (docs/protocol/overlap.md): the arithmetic of the eager strategy, the
+streaming schedule and merge, and the busy-fraction clock.
 
 Eager (Kale, Douillard, Donchev 2025, one-step overlap): after computing its outer gradient δ_r for round r
 from the committed weights θ_r, a trainer does not wait for θ_{r+1}. It applies δ_r to θ_r with the run's outer
@@ -8,6 +8,12 @@ runs round r+1's inner phase from that proxy p. When θ_{r+1} arrives, the submi
 progress made since the proxy, p − p_after: transplanted onto θ_{r+1}, it is exactly the outer gradient the
 syncer will apply to θ_{r+1}. The syncer's computation is unchanged; only what a trainer's submission is computed
 from differs.
+
+Streaming (Douillard et al. 2025): fragment f is synchronised at inner-step offset s_f of every phase
+(``sync_offsets``); its submission for round r is θ_{r,f} − θ_f^local at step s_f of phase r, where θ_{r,f} are
+the committed weights of fragment f the trainer merged last; the commit of round r, fragment f is merged into the
+local model (``mix``) at the first step boundary after it arrives, and the trainer blocks for it after at most
+τ steps (``default_overlap``).
 """
 
 from __future__ import annotations
@@ -17,8 +23,8 @@ from collections.abc import Mapping
 
 import torch
 
-SYNC_BLOCKING, SYNC_EAGER = "blocking", "eager"
-STRATEGIES = (SYNC_BLOCKING, SYNC_EAGER)
+SYNC_BLOCKING, SYNC_EAGER, SYNC_STREAMING = "blocking", "eager", "streaming"
+STRATEGIES = (SYNC_BLOCKING, SYNC_EAGER, SYNC_STREAMING)
 
 
 def strategy_of(spec: Mapping) -> str:
@@ -82,6 +88,52 @@ def mirror_momentum(
             continue
         g = u / (1 + momentum) if b is None else (u - momentum * momentum * b) / (1 + momentum)
         buf[n] = g if b is None else momentum * b + g
+
+
+def sync_offsets(h: int, f: int) -> list[int]:
+    """Streaming: the inner-step offset s_k = ⌈(k+1)·H/F⌉ (1 ≤ s_k ≤ H) of each fragment k in a phase of H steps:
+    fragment k's outer gradient is taken after step s_k of the phase; the last fragment's at the phase's end (as
+    under blocking). Non-decreasing; with H < F several fragments share an offset."""
+    if h < 1 or f < 1:
+        raise ValueError(f"sync offsets: want H ≥ 1 and F ≥ 1, got H={h}, F={f}")
+    return [-(-(k + 1) * h // f) for k in range(f)]
+
+
+def default_overlap(h: int, f: int) -> int:
+    """Streaming: τ, the steps a fragment's commit may overlap compute before the trainer blocks for it. The
+    default is the spacing of the sync points, ⌊H/F⌋ (at least 1), never more than H − 1: the commit of round r
+    must be merged before the same fragment's next sync point (H steps later)."""
+    return max(0, min(h - 1, max(1, h // f)))
+
+
+def check_overlap(tau: int, h: int) -> int:
+    """A configured τ: 0 ≤ τ ≤ H − 1 (τ = H would merge the commit at the very step the next outer gradient is
+    taken, which would then be the committed weights minus themselves)."""
+    if not 0 <= tau <= h - 1:
+        raise ValueError(f"streaming.overlap_steps {tau}: want 0 ≤ τ ≤ H−1 = {h - 1}")
+    return tau
+
+
+def mix(
+    local: Mapping[str, torch.Tensor], committed: Mapping[str, torch.Tensor], alpha: float
+) -> dict[str, torch.Tensor]:
+    """Streaming merge of one fragment: α·θ^local + (1−α)·θ^committed (f32). α = 0 replaces the local fragment
+    with the commit (the default); the paper's mixing factor."""
+    if not 0.0 <= alpha < 1.0:
+        raise ValueError(f"streaming.alpha {alpha}: want 0 ≤ α < 1")
+    if alpha == 0.0:
+        return {n: committed[n].float().clone() for n in committed}
+    return {n: alpha * local[n].float() + (1.0 - alpha) * committed[n].float() for n in committed}
+
+
+def rebase(
+    local: Mapping[str, torch.Tensor], at_sync: Mapping[str, torch.Tensor], committed: Mapping[str, torch.Tensor]
+) -> dict[str, torch.Tensor]:
+    """Streaming merge ``rebase`` of one fragment: θ^committed + (θ^local − θ^local at the sync point), i.e. the
+    local progress made since the fragment's outer gradient was taken, transplanted onto the commit (the
+    trainer's own, not yet outer-stepped contribution is replaced by the aggregate). The next outer gradient then
+    spans the H steps between consecutive sync points. f32."""
+    return {n: committed[n].float() + (local[n].float() - at_sync[n].float()) for n in committed}
 
 
 class BusyClock:
