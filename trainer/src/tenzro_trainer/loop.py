@@ -634,6 +634,44 @@ class Trainer:
         self._round_done(st, compute, started)
         return st
 
+    def _encode_delta(self, r: int, f: int, tensors: list[dict], delta: dict[str, torch.Tensor]) -> bytes:
+        """Fragment f's outer gradient from ``delta`` (its tensors by name), encoded with the run's codec (error
+        feedback included) or as safetensors, and bound to this trainer, task, round and fragment."""
+        if self.compressor is not None:
+            p = self.compressor.encode(f, torch.cat([delta[t["name"]].reshape(-1) for t in tensors]))
+        else:
+            p = weights.save_tensors(delta, tensors)
+        return weights.bind(p, self.key.did, self.cfg.task_id, r, f)
+
+    def _submit_retrying(
+        self, run: dict, r: int, f: int, p: bytes, n: int, metrics_map: dict[str, float], st: RoundStats, back: Backoff
+    ) -> None:
+        """Submits payload p for (r, f), backing off while the node is unavailable; a refusal is recorded in
+        ``st`` and not retried (eager and streaming: the submit runs on a background thread)."""
+        self.metrics.submitted.inc()
+        while not self.stop.is_set():
+            try:
+                res = self.client.submit(
+                    self.key, self.cfg.task_id, r, f, p, attestation=self._claim(run, p), metrics=metrics_map
+                )
+            except NodeUnavailable as e:
+                self.metrics.node_down.inc()
+                self.log.warning("node unavailable while submitting; backing off", error=str(e), wait_s=back.cur)
+                back.wait()
+                continue
+            except RpcError as e:
+                self.metrics.rejected.inc()
+                st.rejected.append(f"fragment {f}: {e.message}")
+                self.log.warning("submission refused", round=r, fragment=f, code=e.code, reason=e.message)
+                return
+            st.bytes_sent += len(p)
+            st.raw_bytes += 4 * n
+            self.metrics.bytes_sent.inc(len(p))
+            if res.get("accepted", True):
+                st.accepted += 1
+                self.metrics.accepted.inc()
+            return
+
     def _eager_sync(
         self, run: dict, delta: dict[str, torch.Tensor], metrics_map: dict[str, float], st: RoundStats
     ) -> tuple[int, dict[int, dict[str, torch.Tensor]]] | None:
@@ -641,14 +679,8 @@ class Trainer:
         fetch its weights. Returns (round, weights) or None when the run ended or the trainer stops."""
         r = int(run["round"])
         t0 = time.monotonic()
-        payloads = {}
-        for fr in run["fragments"]:
-            names = [t["name"] for t in fr["tensors"]]
-            if self.compressor is not None:
-                p = self.compressor.encode(fr["index"], torch.cat([delta[n].reshape(-1) for n in names]))
-            else:
-                p = weights.save_tensors(delta, fr["tensors"])
-            payloads[fr["index"]] = weights.bind(p, self.key.did, self.cfg.task_id, r, fr["index"])
+        frags = {int(fr["index"]): fr for fr in run["fragments"]}
+        payloads = {f: self._encode_delta(r, f, fr["tensors"], delta) for f, fr in frags.items()}
         st.serialize_s = time.monotonic() - t0
         t0 = time.monotonic()
         rpc0 = self.client.bytes_sent
@@ -657,30 +689,7 @@ class Trainer:
             self.compressor.save()
         back = Backoff(self.stop)
         for f in sorted(payloads):
-            p = payloads[f]
-            self.metrics.submitted.inc()
-            while not self.stop.is_set():
-                try:
-                    res = self.client.submit(
-                        self.key, self.cfg.task_id, r, f, p, attestation=self._claim(run, p), metrics=metrics_map
-                    )
-                except NodeUnavailable as e:
-                    self.metrics.node_down.inc()
-                    self.log.warning("node unavailable while submitting; backing off", error=str(e), wait_s=back.cur)
-                    back.wait()
-                    continue
-                except RpcError as e:
-                    self.metrics.rejected.inc()
-                    st.rejected.append(f"fragment {f}: {e.message}")
-                    self.log.warning("submission refused", round=r, fragment=f, code=e.code, reason=e.message)
-                    break
-                st.bytes_sent += len(p)
-                st.raw_bytes += 4 * int(next(fr["n"] for fr in run["fragments"] if fr["index"] == f))
-                self.metrics.bytes_sent.inc(len(p))
-                if res.get("accepted", True):
-                    st.accepted += 1
-                    self.metrics.accepted.inc()
-                break
+            self._submit_retrying(run, r, f, payloads[f], int(frags[f]["n"]), metrics_map, st, back)
         st.submit_s = time.monotonic() - t0
         self.metrics.rpc_bytes_sent.inc(self.client.bytes_sent - rpc0)
         back.reset()
@@ -1038,42 +1047,15 @@ class StreamSync(threading.Thread):
                 continue
             sent = True
             fr = self.frags[f]
-            names = [t["name"] for t in fr["tensors"]]
             t0 = time.monotonic()
-            if tr.compressor is not None:
-                p = tr.compressor.encode(f, torch.cat([delta[n].reshape(-1) for n in names]))
-            else:
-                p = weights.save_tensors(delta, fr["tensors"])
-            p = weights.bind(p, tr.key.did, tr.cfg.task_id, r, f)
+            p = tr._encode_delta(r, f, fr["tensors"], delta)
             st.serialize_s += time.monotonic() - t0
             t0 = time.monotonic()
             rpc0 = tr.client.bytes_sent
             tr._mark_submitting(r)  # before anything is sent, as under blocking (a restart never sends twice)
             if tr.compressor is not None:
                 tr.compressor.save()
-            tr.metrics.submitted.inc()
-            back = Backoff(tr.stop)
-            while not tr.stop.is_set():
-                try:
-                    res = tr.client.submit(tr.key, tr.cfg.task_id, r, f, p, attestation=tr._claim(run, p),
-                                           metrics=metrics_map)  # fmt: skip
-                except NodeUnavailable as e:
-                    tr.metrics.node_down.inc()
-                    tr.log.warning("node unavailable while submitting; backing off", error=str(e), wait_s=back.cur)
-                    back.wait()
-                    continue
-                except RpcError as e:
-                    tr.metrics.rejected.inc()
-                    st.rejected.append(f"fragment {f}: {e.message}")
-                    tr.log.warning("submission refused", round=r, fragment=f, code=e.code, reason=e.message)
-                    break
-                st.bytes_sent += len(p)
-                st.raw_bytes += 4 * int(fr["n"])
-                tr.metrics.bytes_sent.inc(len(p))
-                if res.get("accepted", True):
-                    st.accepted += 1
-                    tr.metrics.accepted.inc()
-                break
+            tr._submit_retrying(run, r, f, p, int(fr["n"]), metrics_map, st, Backoff(tr.stop))
             st.submit_s += time.monotonic() - t0
             tr.metrics.rpc_bytes_sent.inc(tr.client.bytes_sent - rpc0)
 
