@@ -3,12 +3,10 @@ codec, the node decodes in Wasm, the run seals, its receipt verifies and replays
 
 from __future__ import annotations
 
-import subprocess
-
 import pytest
 
 from tenzro_trainer.loop import EXIT_OK
-from test_node import make_trainer, post_task, run_all
+from test_node import make_trainer, post_task, receipt_verifies_and_replays, run_all
 
 
 @pytest.mark.parametrize(
@@ -34,13 +32,4 @@ def test_compressed_run_seals_verifies_and_replays(node, go_bins, tmp_path, comp
     for commit in c.call("tenzro_training_getTranscript", {"task_id": task}):  # the receipt names it by hash
         for fc in commit["fragments"]:
             assert fc["status"] == "aggregated" and fc["codec"]["hash"] in rc["plugin_hashes"]
-    receipt = tmp_path / "receipt.json"
-    cli = str(go_bins / "tenzro")
-    g = subprocess.run([cli, "--rpc", node.url, "train", "get-receipt", "--task-id", task, "--out", str(receipt)],
-                       capture_output=True, text=True)  # fmt: skip
-    assert g.returncode == 0, g.stderr
-    v = subprocess.run([cli, "receipt", "verify", "--receipt", str(receipt)], capture_output=True, text=True)
-    assert v.returncode == 0, v.stdout + v.stderr
-    r = subprocess.run([cli, "--rpc", node.url, "receipt", "replay", "--receipt", str(receipt)],
-                       capture_output=True, text=True)  # fmt: skip
-    assert r.returncode == 0, r.stdout + r.stderr
+    receipt_verifies_and_replays(node, go_bins, tmp_path, task)

@@ -30,6 +30,20 @@ def dataset_hash() -> str:
     return _HASH[0]
 
 
+def receipt_verifies_and_replays(node, go_bins: Path, tmp_path: Path, task: str) -> None:
+    """The sealed run's receipt, fetched with the CLI, verifies offline and replays through the node."""
+    receipt = tmp_path / "receipt.json"
+    cli = str(go_bins / "tenzro")
+    g = subprocess.run([cli, "--rpc", node.url, "train", "get-receipt", "--task-id", task, "--out", str(receipt)],
+                       capture_output=True, text=True)  # fmt: skip
+    assert g.returncode == 0, g.stderr
+    v = subprocess.run([cli, "receipt", "verify", "--receipt", str(receipt)], capture_output=True, text=True)
+    assert v.returncode == 0, v.stdout + v.stderr
+    r = subprocess.run([cli, "--rpc", node.url, "receipt", "replay", "--receipt", str(receipt)],
+                       capture_output=True, text=True)  # fmt: skip
+    assert r.returncode == 0, r.stdout + r.stderr
+
+
 def post_task(node, tmp_path: Path, *, m=2, k=2, f=2, h=2, rounds=2, **kw):
     c, keys, task, _ = post_run(node, tmp_path, m=m, k=k, f=f, h=h, rounds=rounds, **kw)
     return c, keys, task

@@ -4,8 +4,6 @@ replay bit for bit."""
 
 from __future__ import annotations
 
-import subprocess
-
 import pytest
 import torch
 
@@ -22,7 +20,7 @@ from tenzro_trainer.overlap import (
     strategy_of,
     sync_offsets,
 )
-from test_node import make_trainer, post_task, run_all
+from test_node import make_trainer, post_task, receipt_verifies_and_replays, run_all
 
 
 def sgd_steps(theta: dict, grads: list[dict], lr: float, mu: float, nesterov: bool) -> list[dict]:
@@ -169,19 +167,6 @@ def test_streaming_config():
             config.parse(dict(base, streaming=bad))
 
 
-def _receipt_verifies_and_replays(node, go_bins, tmp_path, task):
-    receipt = tmp_path / "receipt.json"
-    cli = str(go_bins / "tenzro")
-    g = subprocess.run([cli, "--rpc", node.url, "train", "get-receipt", "--task-id", task, "--out", str(receipt)],
-                       capture_output=True, text=True)  # fmt: skip
-    assert g.returncode == 0, g.stderr
-    v = subprocess.run([cli, "receipt", "verify", "--receipt", str(receipt)], capture_output=True, text=True)
-    assert v.returncode == 0, v.stdout + v.stderr
-    r = subprocess.run([cli, "--rpc", node.url, "receipt", "replay", "--receipt", str(receipt)],
-                       capture_output=True, text=True)  # fmt: skip
-    assert r.returncode == 0, r.stdout + r.stderr
-
-
 @pytest.mark.parametrize(
     "compression,f,h,over",
     [
@@ -213,7 +198,7 @@ def test_streaming_run_seals_verifies_and_replays(node, go_bins, tmp_path, compr
     assert len(transcript) == rounds
     for commit in transcript:
         assert all(fc["status"] == "aggregated" and len(fc["inputs"]) == 2 for fc in commit["fragments"]), commit
-    _receipt_verifies_and_replays(node, go_bins, tmp_path, task)
+    receipt_verifies_and_replays(node, go_bins, tmp_path, task)
 
 
 @pytest.mark.parametrize("compression", [None, {"codec": "int4-block", "block": 64}], ids=["f32", "int4-block"])
@@ -235,16 +220,7 @@ def test_eager_run_seals_verifies_and_replays(node, go_bins, tmp_path, compressi
         assert all(st.wall_s > 0 for st in tr.history)
         assert tr.metrics.busy._value.get() == tr.history[-1].busy
         assert run["trainer_metrics"][key.did]["accepted"] == 3 * 2
-    receipt = tmp_path / "receipt.json"
-    cli = str(go_bins / "tenzro")
-    g = subprocess.run([cli, "--rpc", node.url, "train", "get-receipt", "--task-id", task, "--out", str(receipt)],
-                       capture_output=True, text=True)  # fmt: skip
-    assert g.returncode == 0, g.stderr
-    v = subprocess.run([cli, "receipt", "verify", "--receipt", str(receipt)], capture_output=True, text=True)
-    assert v.returncode == 0, v.stdout + v.stderr
-    r = subprocess.run([cli, "--rpc", node.url, "receipt", "replay", "--receipt", str(receipt)],
-                       capture_output=True, text=True)  # fmt: skip
-    assert r.returncode == 0, r.stdout + r.stderr
+    receipt_verifies_and_replays(node, go_bins, tmp_path, task)
 
 
 def test_node_refuses_an_unknown_strategy(node, tmp_path):
