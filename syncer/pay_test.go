@@ -87,6 +87,13 @@ func (h *harness) closeRound(round int) {
 	h.tickUntil(10, func(v *wire.RunView) bool { return v.Round != uint64(round) || v.Status != wire.StatusRunning })
 }
 
+// resend is g's values sent again by trainer i in round: a replay.
+func (h *harness) resend(g *wire.OuterGradient, i, round int) *wire.OuterGradient {
+	again := *g
+	again.Round = uint64(round)
+	return h.rebind(&again, i, 1)
+}
+
 // rebind is g's payload (values unchanged, or scaled) bound to trainer i
 // and signed by it: what a copier sends.
 func (h *harness) rebind(g *wire.OuterGradient, i int, scale float32) *wire.OuterGradient {

@@ -88,9 +88,7 @@ func staleCacheRun(t *testing.T, configure func(*syncer.Config), cached bool) []
 		}
 		g := first
 		if round > 0 {
-			again := *first
-			again.Round = uint64(round)
-			g = h.rebind(&again, 3, 1)
+			g = h.resend(first, 3, round)
 		}
 		if round == R-1 {
 			h.open() // a restart: the cache is empty
@@ -102,12 +100,7 @@ func staleCacheRun(t *testing.T, configure func(*syncer.Config), cached bool) []
 		if err := h.submit(g); err != nil {
 			t.Fatal(err)
 		}
-		for k := 0; k < 10 && h.run().Round == uint64(round) && h.run().Status == wire.StatusRunning; k++ {
-			h.advance(31 * 1e9)
-			if err := h.node.Tick(h.ctx); err != nil {
-				t.Fatal(err)
-			}
-		}
+		h.closeRound(round)
 		hits, _ := h.node.QuantCacheStats()
 		switch {
 		case !cached || round == 0 || round == R-1:

@@ -46,9 +46,7 @@ func replayCycle(t *testing.T, copies string, caught bool) {
 			g = h.gradient(3, round, 0, 1)
 			trained = append(trained, g)
 		} else {
-			again := *trained[round%cycle]
-			again.Round = uint64(round)
-			g = h.rebind(&again, 3, 1)
+			g = h.resend(trained[round%cycle], 3, round)
 		}
 		if err := h.submit(g); err != nil {
 			t.Fatalf("round %d: %v", round, err)

@@ -31,9 +31,7 @@ func TestReplaysArePaidNothing(t *testing.T) {
 		}
 		g := first
 		if round > 0 {
-			again := *first
-			again.Round = uint64(round)
-			g = h.rebind(&again, 3, 1) // the same values bound to the new round, re-signed
+			g = h.resend(first, 3, round) // the same values bound to the new round, re-signed
 		}
 		if err := h.submit(g); err != nil {
 			t.Fatalf("round %d: a replay is a valid submission (the stale rule judges it at commit): %v", round, err)
