@@ -325,31 +325,38 @@ func TestSimilarEarlyExit(t *testing.T) {
 	}
 }
 
+// fuzzRuns turns fuzz data into two vectors of runs: the first and second
+// halves of data's 4-byte words, each word through conv and repeated
+// 1 + 16·run times; from word shared on, b's words are a's (a shared tail).
+// Empty when data holds no pair of words.
+func fuzzRuns[T any](data []byte, run, shared uint8, conv func(uint32) T) (a, b []T) {
+	m := len(data) / 8
+	rl := 1 + int(run)*16
+	a, b = make([]T, m*rl), make([]T, m*rl)
+	for i := 0; i < m; i++ {
+		x := conv(binary.LittleEndian.Uint32(data[4*i:]))
+		y := conv(binary.LittleEndian.Uint32(data[4*(m+i):]))
+		if i >= int(shared) {
+			y = x
+		}
+		for k := 0; k < rl; k++ {
+			a[i*rl+k], b[i*rl+k] = x, y
+		}
+	}
+	return a, b
+}
+
 // FuzzSimilar: random-structured pairs (runs of the fuzzed integers, so the
 // vectors span several chunks), the fast similar against the reference.
 func FuzzSimilar(f *testing.F) {
 	f.Add([]byte{1, 0, 0, 0, 1, 0, 0, 0}, uint8(70), uint32(999900), uint8(0))
 	f.Add([]byte{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16}, uint8(200), uint32(500000), uint8(3))
 	f.Fuzz(func(t *testing.T, data []byte, run uint8, ppm uint32, shared uint8) {
-		m := len(data) / 8
-		if m == 0 {
+		a, b := fuzzRuns(data, run, shared, func(w uint32) int32 { return int32(w) >> 11 }) // |x| ≤ 2^20
+		if len(a) == 0 {
 			return
 		}
-		rl := 1 + int(run)*16
-		n := m * rl
-		a, b := make([]int32, n), make([]int32, n)
-		for i := 0; i < m; i++ {
-			x := int32(binary.LittleEndian.Uint32(data[4*i:])) >> 11 // |x| ≤ 2^20
-			y := int32(binary.LittleEndian.Uint32(data[4*(m+i):])) >> 11
-			if i >= int(shared) { // a shared tail: b = a there
-				y = x
-			}
-			for k := 0; k < rl; k++ {
-				a[i*rl+k], b[i*rl+k] = x, y
-			}
-		}
-		p := 500000 + int64(ppm%500002)
-		simCase(t, "fuzz", a, b, p)
+		simCase(t, "fuzz", a, b, 500000+int64(ppm%500002))
 	})
 }
 
@@ -504,23 +511,10 @@ func FuzzSimilarLazy(f *testing.F) {
 	f.Add([]byte{0, 0, 128, 63, 0, 0, 0, 64}, uint8(70), uint32(999900), uint8(1))
 	f.Add([]byte{1, 0, 0, 0, 2, 0, 0, 0, 3, 0, 128, 0, 0, 0, 128, 63}, uint8(255), uint32(500000), uint8(0))
 	f.Fuzz(func(t *testing.T, data []byte, run uint8, ppm uint32, shared uint8) {
-		m := len(data) / 8
-		if m == 0 {
+		a, b := fuzzRuns(data, run, shared, func(w uint32) uint32 { return w &^ (1 << 30) }) // finite
+		if len(a) == 0 {
 			return
 		}
-		rl := 1 + int(run)*16
-		n := m * rl
-		a, b := make([]uint32, n), make([]uint32, n)
-		for i := 0; i < m; i++ {
-			x := binary.LittleEndian.Uint32(data[4*i:]) &^ (1 << 30) // finite
-			y := binary.LittleEndian.Uint32(data[4*(m+i):]) &^ (1 << 30)
-			if i >= int(shared) {
-				y = x
-			}
-			for k := 0; k < rl; k++ {
-				a[i*rl+k], b[i*rl+k] = x, y
-			}
-		}
-		lazyCase(t, "fuzz", bitsLE(a), bitsLE(b), n, 500000+int64(ppm%500002))
+		lazyCase(t, "fuzz", bitsLE(a), bitsLE(b), len(a), 500000+int64(ppm%500002))
 	})
 }
