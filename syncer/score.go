@@ -277,7 +277,12 @@ func (n *Node) scoreInputs(ctx context.Context, s *snapshot, i int, fc *wire.Fra
 			return errLocal{fmt.Errorf("scoring: input of %s: %w", cin.TrainerDID, err)}
 		}
 		draw := BatchDraw{Randomness: sc.Seed, TaskID: spec.TaskID, Round: r.Round, Fragment: uint64(i), Trainer: cin.TrainerDID}
-		own, ctl, err := PickScoreWindows(draw, wi.Count(), wi.ShardGap(), s.shardsOf(cin.TrainerDID), spec.Shards(), sc.Batch)
+		layout, err := wi.Layout(spec.Split(), spec.Shards())
+		if err != nil {
+			cin.Score = &wire.InputScore{Failed: err.Error()}
+			continue
+		}
+		own, ctl, err := PickScoreWindowsIn(draw, layout, s.shardsOf(cin.TrainerDID), sc.Batch)
 		if err != nil {
 			cin.Score = &wire.InputScore{Failed: err.Error()}
 			continue

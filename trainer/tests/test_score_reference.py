@@ -44,6 +44,40 @@ def test_shard_windows_vector() -> None:
     assert len(seen) == len(set(seen))  # each synth window is used once
 
 
+def test_series_split_shards() -> None:
+    """shard_split "series" (scoring.md §3): the loader trains only on its shards' windows; every series long enough
+    (⌊windows/S⌋ > gap) has one time block in every shard, no block of one shard within the gap of another's in the
+    same series; a short series is whole in one shard; a mismatched count or shard is refused."""
+    from tenzro_trainer import data
+
+    v = sv.shards_vector()["series"]
+    own = set(v["trainer_windows"])
+    for b in v["round_batches"]:
+        assert set(b) <= own
+    counts, gap, shard_count = v["series_counts"], v["shard_gap"], sv.SHARD_COUNT
+    owner = {i: s for s, bs in enumerate(v["blocks"]) for lo, hi in bs for i in range(lo, hi)}
+    assert len(owner) == sum(hi - lo for bs in v["blocks"] for lo, hi in bs)  # disjoint
+    base = 0
+    for n in counts:
+        shards_of = {owner[i] for i in range(base, base + n) if i in owner}
+        if n // shard_count > gap:
+            assert shards_of == set(range(shard_count))
+            last: dict[int, int] = {}
+            for i in range(base, base + n):
+                if i in owner:
+                    assert all(i - j > gap for s, j in last.items() if s != owner[i])
+                    last[owner[i]] = i
+        elif n:
+            assert len(shards_of) == 1 and all(i in owner for i in range(base, base + n))
+        base += n
+    with pytest.raises(data.DatasetError, match="sum to"):
+        data.round_batches(sum(counts) + 1, [0], shard_count, "t", 0, 1, 4, gap, counts)
+    with pytest.raises(data.DatasetError, match="out of range"):
+        data.round_batches(sum(counts), [shard_count], shard_count, "t", 0, 1, 4, gap, counts)
+    with pytest.raises(data.DatasetError, match="shard_count"):
+        data.series_shard_blocks(counts, 0, gap)
+
+
 def test_synth_train_windows_are_the_generators_series() -> None:
     """A synth:// corpus's training window i is synth.series(ref, "train", i) cut into context and horizon and
     normalized by data._normalize: the enumeration an evaluator of synth corpora must reproduce."""
