@@ -190,6 +190,11 @@ def run(
         agg = torch.stack(deltas).mean(0) if rule == "Mean" else deltas[sel]
         agg_gain = [before_own[i] - loss_at(scorer, theta - lr_out * (agg * (1 + mu)), *own[i]) for i in range(n_tr)]
         mats.append({"seed": seed, "rule": rule, "round": r, "selected": sel, "gain": gain, "agg_gain": agg_gain})
+        # adv[j][l]: input j's gain on block l over the median of the other inputs' gains on that block
+        adv = [
+            [gain[j][b] - statistics.median(gain[k][b] for k in range(n_tr) if k != j) for b in range(n_tr)]
+            for j in range(n_tr)
+        ]
         for i in range(n_tr):
             s_own = gain[i][i]
             peers = [gain[j][i] for j in range(n_tr) if j != i]
@@ -211,6 +216,9 @@ def run(
                     "net_gain": s_own > 0 and s_own + s_ctl[i] > 0,
                     "agg_gain": agg_gain[i],
                     "beats_aggregate": s_own > 0 and s_own > agg_gain[i],
+                    "tops_inputs": s_own > 0 and s_own >= max(peers),
+                    "own_specific": s_own > 0
+                    and adv[i][i] > statistics.median(adv[i][b] for b in range(n_tr) if b != i),
                 }
             )
         # the outer step (Nesterov SGD with momentum, as the syncer)
@@ -259,7 +267,15 @@ def main() -> None:
             r, m = run(seed, rule, a.rounds, a.h, a.batch, a.score_batch, 0.7, 0.9, series, a.split)
             rows += r
             mats += m
-    tests = ("own_improves", "own_beats_control", "own_beats_peers", "net_gain", "beats_aggregate")
+    tests = (
+        "own_improves",
+        "own_beats_control",
+        "own_beats_peers",
+        "net_gain",
+        "beats_aggregate",
+        "tops_inputs",
+        "own_specific",
+    )
     flags = "" if a.split == "contiguous" else f" --split {a.split}"
     if a.corpus != "statsmodels":
         flags += f" --corpus {a.corpus} --synth-series {a.synth_series} --synth-len {a.synth_len}"
@@ -273,7 +289,10 @@ def main() -> None:
         f"{', '.join(RIDERS)}; DEMO TimesFM ({models.DEMO.param_count():,} parameters), {what} "
         f"({sum(counts)} training windows) in {n_tr} {a.split} shards of {sizes} windows; Krum f=2; outer Nesterov "
         "lr 0.7, momentum 0.9. Checks passed out of those scored (every input, every round). beats_aggregate: "
-        "s_own > 0 and s_own > the gain of the round's aggregate (Krum: the selected input) on the same block.\n",
+        "s_own > 0 and s_own > the gain of the round's aggregate (Krum: the selected input) on the same block; "
+        "tops_inputs: s_own > 0 and no other input of the round gains more on the same block; own_specific: s_own > 0 "
+        "and the input's advantage over the median input on its own block exceeds its median advantage on the other "
+        "blocks (both need every input scored on every block).\n",
         "| rule | trainer | " + " | ".join(tests) + " | s_own − peer median (min … max) |",
         "|---|---|" + "---|" * len(tests) + "---|",
     ]
