@@ -96,3 +96,30 @@ def test_holdout_cut_is_integer() -> None:
     """The Go WindowIndex cuts a series of n points at n*4//5; the loader at int(n * (1.0 - 0.2))."""
     for n in list(range(0, 200_000)) + [2**31 - 1, 2**40 + 3, 10**12 + 7]:
         assert int(n * (1.0 - 0.2)) == n * 4 // 5, n
+
+
+def test_trainer_batches_follow_the_spec_split() -> None:
+    """The inner loop's batches (Trainer._batches) come from the spec's shard_split: with "series" exactly
+    data.round_batches over the loader's per-series counts (the evaluator's own pool, shards.json "series");
+    without it the contiguous blocks, as before; a corpus without series counts is refused."""
+    from types import SimpleNamespace
+
+    from tenzro_trainer import data
+    from tenzro_trainer.loop import Trainer
+
+    v = sv.shards_vector()["series"]
+    w = data.SeriesWindows([np.zeros(n) for n in sv.SERIES_LENS], 64, sv.WINDOW_LEN - 64, sv.STRIDE, 0.2, "train")
+    tr = Trainer.__new__(Trainer)
+    tr.train_w = w
+    tr.cfg = SimpleNamespace(task_id="t-series", inner=SimpleNamespace(batch_size=sv.SHARD_BATCH))
+    tr.spec = {"trainer_count": 9, "shard_count": sv.SHARD_COUNT, "shard_split": "series"}
+    got = [[int(i) for i in b] for r in range(sv.SHARD_ROUNDS) for b in tr._batches(r, sv.SHARDS, sv.SHARD_STEPS)]
+    assert got == v["round_batches"]
+    tr.spec = {"trainer_count": 9, "shard_count": sv.SHARD_COUNT}
+    plain = [int(i) for b in tr._batches(0, sv.SHARDS, sv.SHARD_STEPS) for i in b]
+    contiguous = {int(i) for s in sv.SHARDS for i in data.shard_indices(w.n, s, sv.SHARD_COUNT, w.shard_gap)}
+    assert set(plain) <= contiguous
+    tr.train_w = data.SynthWindows(sv.SYNTH_REF, 64, 16, "train")
+    tr.spec = {"trainer_count": 9, "shard_count": sv.SHARD_COUNT, "shard_split": "series"}
+    with pytest.raises(data.DatasetError, match="finite corpus"):
+        tr._batches(0, sv.SHARDS, sv.SHARD_STEPS)
