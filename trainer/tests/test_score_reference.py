@@ -119,6 +119,10 @@ def test_trainer_batches_follow_the_spec_split() -> None:
     plain = [int(i) for b in tr._batches(0, sv.SHARDS, sv.SHARD_STEPS) for i in b]
     contiguous = {int(i) for s in sv.SHARDS for i in data.shard_indices(w.n, s, sv.SHARD_COUNT, w.shard_gap)}
     assert set(plain) <= contiguous
+    for bad in ("", "contiguous"):
+        tr.spec = {"trainer_count": 9, "shard_count": sv.SHARD_COUNT, "shard_split": bad}
+        with pytest.raises(data.DatasetError, match="shard_split"):
+            tr._batches(0, sv.SHARDS, sv.SHARD_STEPS)
     tr.train_w = data.SynthWindows(sv.SYNTH_REF, 64, 16, "train")
     tr.spec = {"trainer_count": 9, "shard_count": sv.SHARD_COUNT, "shard_split": "series"}
     with pytest.raises(data.DatasetError, match="finite corpus"):

@@ -357,7 +357,10 @@ class Trainer:
         assert self.train_w is not None
         shard_count = int(self.spec.get("shard_count") or 0) or int(self.spec["trainer_count"])
         counts = None
-        if self.spec.get("shard_split") == "series":  # scoring.md §3: every shard a time block of every long series
+        split = self.spec.get("shard_split")
+        if split not in (None, "series"):  # the node refuses such a spec at posting (wire.TaskSpec.Validate)
+            raise data.DatasetError(f"shard_split {split!r}: want absent or 'series'")
+        if split == "series":  # scoring.md §3: every shard a time block of every long series
             if self.train_w.series_counts is None:
                 raise data.DatasetError('shard_split "series" needs a finite corpus of series')
             counts = self.train_w.series_counts
