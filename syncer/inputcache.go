@@ -155,15 +155,25 @@ func verifiersKey(r *machine.Run) wire.Hash {
 // verifier too (finite). The verifiers' verdict is added once they accept.
 func ingestFacts(r *machine.Run, fs *machine.RunFragment, rec binding, values []byte) (f *inputFacts, finite bool) {
 	f = &inputFacts{bound: rec}
-	if r.TaskSpec().CopyThresholdPpm() >= wire.CopyRuleOff || int64(len(values)) != fs.N*int64(fs.Dtype.Size()) || fs.Dtype.Size() == 0 {
-		return f, false
+	q, finite := readPass(r, fs, values)
+	if q != nil {
+		f.quantDone, f.q = true, ingestQuant(q)
 	}
-	q, ok := quantizeLazy(values, fs.Dtype, int(fs.N))
-	f.quantDone = true
-	if ok {
-		f.q = ingestQuant(&q)
+	return f, finite
+}
+
+// readPass is the copy rule's read pass over an input's values
+// (quantizeLazy) when run r's copy rule is on; finite says it ran and
+// found every value finite (then q is its result; nil otherwise).
+func readPass(r *machine.Run, fs *machine.RunFragment, values []byte) (q *quantized, finite bool) {
+	if r.TaskSpec().CopyThresholdPpm() >= wire.CopyRuleOff || fs.Dtype.Size() == 0 || int64(len(values)) != fs.N*int64(fs.Dtype.Size()) {
+		return nil, false
 	}
-	return f, ok
+	lq, ok := quantizeLazy(values, fs.Dtype, int(fs.N))
+	if !ok {
+		return nil, false
+	}
+	return &lq, true
 }
 
 // ingestQuant is what the input cache keeps of q: its bounds and the

@@ -651,7 +651,7 @@ func (n *Node) computeCommit(ctx context.Context, s *snapshot, i int) (*computed
 			return nil, fmt.Errorf("record of %s missing from the state", in.TrainerDID)
 		}
 		known := n.inputs.get(rec.PayloadHash, lk)
-		v, release, fuel, why, err := n.checkInput(ctx, r, fs, &rec, s.patient, known.skips(&rec, vk))
+		v, release, fuel, why, err := n.checkInput(ctx, r, fs, &rec, s.patient, known.skips(&rec, vk), qs, j)
 		if err != nil {
 			return nil, err
 		}
@@ -796,6 +796,12 @@ type commitQuant struct {
 
 func newCommitQuant(fs *machine.RunFragment, inputs int) *commitQuant {
 	return &commitQuant{fs: fs, done: make([]bool, inputs), q: make([]*quantized, inputs), seed: make([]*inputFacts, inputs)}
+}
+
+// set makes q input j's quantized values (a read pass made while checking
+// it).
+func (c *commitQuant) set(j int, q *quantized) {
+	c.q[j], c.done[j] = q, true
 }
 
 // of returns input j's quantized values v (nil: a value is not finite).
@@ -964,8 +970,9 @@ func (n *Node) storedValues(ctx context.Context, h wire.Hash, tensors []wire.Ten
 // values (read in place, valid until release), the decode fuel, or why the
 // input is rejected; err is local. With patient set, a payload the network
 // did not give is a local failure too (fetchPatient).
-// skip names the checks already known to pass (the input cache).
-func (n *Node) checkInput(ctx context.Context, r *machine.Run, fs *machine.RunFragment, rec *machine.Record, patient bool, skip inputSkips) (Values, func(), uint64, string, error) {
+// skip names the checks already known to pass (the input cache); a read
+// pass over an accepted input's values made here is kept as qs's input j.
+func (n *Node) checkInput(ctx context.Context, r *machine.Run, fs *machine.RunFragment, rec *machine.Record, patient bool, skip inputSkips, qs *commitQuant, j int) (Values, func(), uint64, string, error) {
 	payload, release, checked, path, err := n.storedBlob(ctx, rec.PayloadHash, rec.PayloadSize, rec.Provider)
 	if err != nil {
 		var fe *fetchError
@@ -1017,13 +1024,18 @@ func (n *Node) checkInput(ctx context.Context, r *machine.Run, fs *machine.RunFr
 			return reject(fuel, err.Error())
 		}
 	}
+	var read *quantized
 	if hasSubmissionVerifiers(r) && !skip.verifiers {
 		if flat == nil {
 			if flat, err = v.Bytes(fs.N * int64(fs.Dtype.Size())); err != nil {
 				return fail(err)
 			}
 		}
-		if err := n.verifyPayload(ctx, r, fs, flat, false); err != nil {
+		// The copy rule's read pass, made now, is also the Finite scan
+		// (one read of the values instead of two); it goes to qs below.
+		var finite bool
+		read, finite = readPass(r, fs, flat)
+		if err := n.verifyPayload(ctx, r, fs, flat, finite); err != nil {
 			if machine.KindOf(err) == machine.KindInvalid {
 				return reject(fuel, err.Error())
 			}
@@ -1038,6 +1050,9 @@ func (n *Node) checkInput(ctx context.Context, r *machine.Run, fs *machine.RunFr
 		if why != "" {
 			return reject(fuel, why)
 		}
+	}
+	if read != nil {
+		qs.set(j, read)
 	}
 	return v, release, fuel, "", nil
 }
