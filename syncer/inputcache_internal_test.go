@@ -74,3 +74,41 @@ func TestIngestQuantResume(t *testing.T) {
 		}
 	}
 }
+
+// TestInputCacheBudget: the input cache holds entries within its byte
+// budget, lets the least recently used go first, keys by payload and
+// layout, refuses an entry larger than the budget, and a nil or zero-limit
+// cache keeps nothing.
+func TestInputCacheBudget(t *testing.T) {
+	lazy, _ := quantizeLazy(f32le(gauss(3, 100_000, 1e-3)), machine.F32, 100_000)
+	f := &inputFacts{bound: binding{"task", "did:x", 1, 0}, quantDone: true, q: ingestQuant(&lazy)}
+	c := newInputCache(3 * f.bytes())
+	lk := wire.ContentHash([]byte("layout"))
+	h := func(i byte) wire.Hash { return wire.ContentHash([]byte{i}) }
+	for i := byte(0); i < 3; i++ {
+		c.put(h(i), lk, f)
+	}
+	if c.get(h(0), lk) == nil { // 0 becomes the most recent
+		t.Fatal("entry 0 missing")
+	}
+	c.put(h(3), lk, f) // evicts 1
+	if c.used > c.limit || c.len() != 3 || c.get(h(1), lk) != nil || c.get(h(0), lk) == nil || c.get(h(3), lk) == nil {
+		t.Fatalf("used %d of %d, %d entries; LRU order not kept", c.used, c.limit, c.len())
+	}
+	if c.get(h(0), wire.ContentHash([]byte("other layout"))) != nil || c.get(h(0), wire.Hash{}) != nil {
+		t.Fatal("an entry matched another layout")
+	}
+	small := newInputCache(f.bytes() - 1)
+	small.put(h(0), lk, f)
+	if small.len() != 0 {
+		t.Fatal("an entry larger than the budget was kept")
+	}
+	var off *inputCache
+	off.put(h(0), lk, f)
+	if off.get(h(0), lk) != nil {
+		t.Fatal("a nil cache kept something")
+	}
+	if hits, misses := c.hits, c.miss; hits != 3 || misses != 2 {
+		t.Fatalf("hits %d misses %d", hits, misses)
+	}
+}
