@@ -120,7 +120,8 @@ def run_rule(url: str, bins: Path, label: str, rule: str, params: dict | None, a
         dataset_ref=SYNTH if a.dataset == "synth" else "", dataset="ipfs" if a.dataset == "ipfs" else "statsmodels",
         reward_pool=a.pool * TNZO, task_id=f"freeriders-{label}-{rule.lower()}-{int(time.time())}",
         score_corpus=a.score_corpus, spec_extra={"round_deadline_ms": 300_000, **({"scoring": scoring_spec(a.score_batch, a.score_test)} if a.scoring else {}),
-                                                 **({"copies": {"sketch_dim": a.sketch_dim}} if a.sketch_dim else {})},
+                                                 **({"copies": {"sketch_dim": a.sketch_dim}} if a.sketch_dim else {}),
+                                                 **({"shard_split": a.shard_split} if a.shard_split else {})},
     )  # fmt: skip
     t0 = time.monotonic()
     c, task, procs, keys = start(e)
@@ -214,6 +215,8 @@ def main() -> None:
         help=f"synth: {SYNTH}; ipfs: the statsmodels corpus as CSV, published with `tenzro dataset add`",
     )
     ap.add_argument("--sketch-dim", type=int, default=0, help="the spec's copies.sketch_dim (0: absent, no sketch)")
+    ap.add_argument("--shard-split", default="", choices=["", "series"],
+                    help="the spec's shard_split (absent: contiguous blocks; series: scoring.md §3)")  # fmt: skip
     ap.add_argument("--cycle", action="store_true", help="add the cycle3 free rider (run 4+ rounds)")
     ap.add_argument("--rules", default=",".join(RULES))
     ap.add_argument("--label", default="")
@@ -295,7 +298,8 @@ def report(res: list[dict], a: argparse.Namespace) -> None:
         f"grace window {a.grace_ms} ms, "
         + (f"scoring `{json.dumps(scoring_spec(a.score_batch, a.score_test))}`" if a.scoring else "no scoring field")
         + (" + `corpus`: the BLAKE3 content hash of the uploaded CSV" if a.scoring and a.score_corpus else "")
-        + (f", copies `{{\"sketch_dim\": {a.sketch_dim}}}` (the input sketch, copies.md §7)." if a.sketch_dim else "."),
+        + (f", copies `{{\"sketch_dim\": {a.sketch_dim}}}` (the input sketch, copies.md §7)" if a.sketch_dim else "")
+        + (f", shard_split `{a.shard_split}` (scoring.md §3)." if a.shard_split else "."),
         "Payout = ledger balance after the seal − balance right after the faucet (reward + refunded stake − stake − "
         "fees − slashes); fees are ~0.002 TNZO per submission, so an unpaid trainer shows a small negative payout. "
         "kept/inputs = the trainer's inputs in the commits not rejected (copies, replays — stale_of_round — and "

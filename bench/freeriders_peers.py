@@ -25,6 +25,8 @@ from __future__ import annotations
 
 import argparse
 import copy
+import csv
+import io
 import json
 import statistics
 
@@ -32,7 +34,7 @@ import numpy as np
 import torch
 
 import common
-from tenzro_trainer import data, models
+from tenzro_trainer import data, models, synth
 
 HONEST = 4
 RIDERS = ("wrong_data", "zeros", "noise_norm")
@@ -68,16 +70,67 @@ def loss_at(model: torch.nn.Module, w: torch.Tensor, xb: np.ndarray, yb: np.ndar
         return float(model.loss(torch.from_numpy(xb), torch.from_numpy(yb)))
 
 
+def series_counts(series: list[data.Series], window: int, holdout: float = 0.2) -> list[int]:
+    """Training windows per series, in make_windows' enumeration order (stride 1)."""
+    return [max(0, int(len(s.values) * (1.0 - holdout)) - window + 1) for s in series]
+
+
+def series_shards(counts: list[int], shard_count: int, gap: int) -> tuple[list[np.ndarray], list[str]]:
+    """Series-balanced shards (the loader's data.series_shard_blocks, spec ``"shard_split": "series"``): each
+    shard's window indices, and a line per series saying whether it was cut into a time block per shard or dealt
+    whole (too short to cut: ⌊windows/S⌋ ≤ gap)."""
+    blocks = data.series_shard_blocks(counts, shard_count, gap)
+    owner = {lo: s for s, bs in enumerate(blocks) for lo, _ in bs}
+    notes, base = [], 0
+    for i, n in enumerate(counts):
+        if n // shard_count > gap:
+            notes.append(f"series {i} ({n} windows): split into {shard_count} blocks")
+        elif n > 0:
+            notes.append(f"series {i} ({n} windows): whole to shard {owner[base]}")
+        base += n
+    return [np.concatenate([np.arange(lo, hi, dtype=np.int64) for lo, hi in bs]) for bs in blocks], notes
+
+
+def synth_corpus(n_series: int, length: int, seed: int = 0) -> list[data.Series]:
+    """A balanced corpus: n_series KernelSynth draws of ``length`` points each (synth.series on the train split),
+    written out as a corpus CSV and read back with the node's CSV parser (data.csv_series)."""
+    ref = synth.SynthRef(seed=seed)
+    cols = [synth.series(ref, "train", i, length) for i in range(n_series)]
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow([f"ks{i}" for i in range(n_series)])
+    for t in range(length):
+        w.writerow([repr(float(c[t])) for c in cols])
+    return data.csv_series(buf.getvalue(), "synth.csv")
+
+
+def corpus(name: str, n_series: int, length: int) -> list[data.Series]:
+    if name == "statsmodels":
+        return [s for n in data.STATSMODELS_SETS for s in data._statsmodels_series(n)]
+    return synth_corpus(n_series, length)
+
+
 def run(
-    seed: int, rule: str, rounds: int, h: int, batch: int, score_batch: int, lr_out: float, mu: float
-) -> list[dict]:
+    seed: int,
+    rule: str,
+    rounds: int,
+    h: int,
+    batch: int,
+    score_batch: int,
+    lr_out: float,
+    mu: float,
+    series: list[data.Series],
+    split: str,
+) -> tuple[list[dict], list[dict]]:
     torch.manual_seed(seed)
     md = models.DEMO.metadata()
-    series = [s for name in data.STATSMODELS_SETS for s in data._statsmodels_series(name)]
     win, _ = data.make_windows(series, md["context_len"], md["horizon"])
     n_tr = HONEST + len(RIDERS)
     gap = data.shard_gap(md["context_len"] + md["horizon"], 1)
-    shards = [data.shard_indices(win.n, s, n_tr, gap) for s in range(n_tr)]
+    if split == "contiguous":
+        shards = [data.shard_indices(win.n, s, n_tr, gap) for s in range(n_tr)]
+    else:
+        shards, _ = series_shards(series_counts(series, md["context_len"] + md["horizon"]), n_tr, gap)
     rng = np.random.default_rng(seed)
     base = models.build("timesfm", md, seed=seed)
     theta = flat(base)
@@ -89,6 +142,7 @@ def run(
         workers.append((m, opt))
     scorer = copy.deepcopy(base)
     out = []
+    mats = []
     for r in range(rounds):
         deltas = []
         honest_norm = None
@@ -130,6 +184,17 @@ def run(
         # gain[j][i]: input j's loss drop on trainer i's own block
         gain = [[before_own[i] - loss_at(scorer, stepped[j], *own[i]) for i in range(n_tr)] for j in range(n_tr)]
         s_ctl = [before_ctl[i] - loss_at(scorer, stepped[i], *ctl[i]) for i in range(n_tr)]
+        # the round's aggregate (the rule's output over every input) and its gain on each block, as a validator
+        # re-executes it: the same first Nesterov step on the same start weights
+        sel = krum(deltas, 2) if rule == "Krum" else -1
+        agg = torch.stack(deltas).mean(0) if rule == "Mean" else deltas[sel]
+        agg_gain = [before_own[i] - loss_at(scorer, theta - lr_out * (agg * (1 + mu)), *own[i]) for i in range(n_tr)]
+        mats.append({"seed": seed, "rule": rule, "round": r, "selected": sel, "gain": gain, "agg_gain": agg_gain})
+        # adv[j][l]: input j's gain on block l over the median of the other inputs' gains on that block
+        adv = [
+            [gain[j][b] - statistics.median(gain[k][b] for k in range(n_tr) if k != j) for b in range(n_tr)]
+            for j in range(n_tr)
+        ]
         for i in range(n_tr):
             s_own = gain[i][i]
             peers = [gain[j][i] for j in range(n_tr) if j != i]
@@ -149,16 +214,17 @@ def run(
                     "own_beats_control": s_own > 0 and s_own > s_ctl[i],
                     "own_beats_peers": s_own > 0 and s_own > statistics.median(peers),
                     "net_gain": s_own > 0 and s_own + s_ctl[i] > 0,
+                    "agg_gain": agg_gain[i],
+                    "beats_aggregate": s_own > 0 and s_own > agg_gain[i],
+                    "tops_inputs": s_own > 0 and s_own >= max(peers),
+                    "own_specific": s_own > 0
+                    and adv[i][i] > statistics.median(adv[i][b] for b in range(n_tr) if b != i),
                 }
             )
-        # the round's aggregate and the outer step (Nesterov SGD with momentum, as the syncer)
-        if rule == "Mean":
-            agg = torch.stack(deltas).mean(0)
-        else:
-            agg = deltas[krum(deltas, 2)]
+        # the outer step (Nesterov SGD with momentum, as the syncer)
         buf = mu * buf + agg
         theta = theta - lr_out * (agg + mu * buf)
-    return out
+    return out, mats
 
 
 def main() -> None:
@@ -169,20 +235,64 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=16, help="inner batch")
     ap.add_argument("--score-batch", type=int, default=16)
     ap.add_argument("--rules", default="Mean,Krum")
+    ap.add_argument(
+        "--split",
+        choices=("contiguous", "series"),
+        default="contiguous",
+        help="contiguous: shard_range over the whole enumeration (the protocol's); series: a time block of every "
+        "long series per shard, short series dealt whole (series_shards)",
+    )
+    ap.add_argument("--corpus", choices=("statsmodels", "synth"), default="statsmodels")
+    ap.add_argument("--synth-series", type=int, default=56, help="--corpus synth: series in the corpus")
+    ap.add_argument("--synth-len", type=int, default=256, help="--corpus synth: points per series")
+    ap.add_argument("--label", default="", help="writes freeriders-peers-<label>.{md,json} (default: no suffix)")
     a = ap.parse_args()
     torch.set_num_threads(1)
-    rows = []
+    series = corpus(a.corpus, a.synth_series, a.synth_len)
+    n_tr = HONEST + len(RIDERS)
+    md = models.DEMO.metadata()
+    w = md["context_len"] + md["horizon"]
+    counts = series_counts(series, w)
+    gap = data.shard_gap(w, 1)
+    if a.split == "contiguous":
+        total = sum(counts)
+        sizes = [len(data.shard_indices(total, s, n_tr, gap)) for s in range(n_tr)]
+        notes = []
+    else:
+        sh, notes = series_shards(counts, n_tr, gap)
+        sizes = [len(x) for x in sh]
+    rows, mats = [], []
     for seed in range(a.seeds):
         for rule in a.rules.split(","):
-            rows += run(seed, rule, a.rounds, a.h, a.batch, a.score_batch, 0.7, 0.9)
-    tests = ("own_improves", "own_beats_control", "own_beats_peers", "net_gain")
+            r, m = run(seed, rule, a.rounds, a.h, a.batch, a.score_batch, 0.7, 0.9, series, a.split)
+            rows += r
+            mats += m
+    tests = (
+        "own_improves",
+        "own_beats_control",
+        "own_beats_peers",
+        "net_gain",
+        "beats_aggregate",
+        "tops_inputs",
+        "own_specific",
+    )
+    flags = "" if a.split == "contiguous" else f" --split {a.split}"
+    if a.corpus != "statsmodels":
+        flags += f" --corpus {a.corpus} --synth-series {a.synth_series} --synth-len {a.synth_len}"
+    if a.label:
+        flags += f" --label {a.label}"
+    what = "statsmodels corpus" if a.corpus == "statsmodels" else f"{a.synth_series} KernelSynth series × {a.synth_len}"
     lines = [
-        "# Peer-relative pay test, offline (issue 23: wrong data under Krum)\n",
+        f"# Pay tests, offline (issue 23: wrong data under Krum){' — ' + a.label if a.label else ''}\n",
         f"Command: `$(scripts/venv.sh)/bin/python bench/freeriders_peers.py --seeds {a.seeds} --rounds {a.rounds} "
-        f"--h {a.h} --batch {a.batch} --score-batch {a.score_batch}`. {HONEST} honest trainers + "
-        f"{', '.join(RIDERS)}; DEMO TimesFM ({models.DEMO.param_count():,} parameters), statsmodels corpus in "
-        f"{HONEST + len(RIDERS)} contiguous shards; Krum f=2; outer Nesterov lr 0.7, momentum 0.9. Checks passed "
-        "out of those scored (every input, every round).\n",
+        f"--h {a.h} --batch {a.batch} --score-batch {a.score_batch}{flags}`. {HONEST} honest trainers + "
+        f"{', '.join(RIDERS)}; DEMO TimesFM ({models.DEMO.param_count():,} parameters), {what} "
+        f"({sum(counts)} training windows) in {n_tr} {a.split} shards of {sizes} windows; Krum f=2; outer Nesterov "
+        "lr 0.7, momentum 0.9. Checks passed out of those scored (every input, every round). beats_aggregate: "
+        "s_own > 0 and s_own > the gain of the round's aggregate (Krum: the selected input) on the same block; "
+        "tops_inputs: s_own > 0 and no other input of the round gains more on the same block; own_specific: s_own > 0 "
+        "and the input's advantage over the median input on its own block exceeds its median advantage on the other "
+        "blocks (both need every input scored on every block).\n",
         "| rule | trainer | " + " | ".join(tests) + " | s_own − peer median (min … max) |",
         "|---|---|" + "---|" * len(tests) + "---|",
     ]
@@ -193,9 +303,16 @@ def main() -> None:
             diffs = [x["s_own"] - x["peer_median"] for x in xs]
             cells = [f"{sum(x[t] for x in xs)}/{len(xs)}" for t in tests]
             lines.append(f"| {rule} | {name} | " + " | ".join(cells) + f" | {min(diffs):+.4f} … {max(diffs):+.4f} |")
+        hs = [x for x in rows if x["rule"] == rule and x["trainer"].startswith("honest")]
+        cells = [f"{sum(x[t] for x in hs)}/{len(hs)}" for t in tests]
+        lines.append(f"| {rule} | **all honest** | " + " | ".join(cells) + " | |")
+    if notes:
+        lines += ["", "Series-balanced split:", ""] + [f"- {n}" for n in notes]
     text = "\n".join(lines) + "\n"
-    (common.RESULTS / "freeriders-peers.md").write_text(text)
-    (common.RESULTS / "freeriders-peers.json").write_text(json.dumps({"args": vars(a), "rows": rows}, indent=1))
+    stem = "freeriders-peers" + (f"-{a.label}" if a.label else "")
+    (common.RESULTS / f"{stem}.md").write_text(text)
+    out = {"args": vars(a), "shard_sizes": sizes, "rows": rows, "gains": mats}
+    (common.RESULTS / f"{stem}.json").write_text(json.dumps(out, indent=1))
     print(text)
 
 

@@ -46,11 +46,12 @@ def _f64(hexbits: str) -> float:
     return struct.unpack(">d", bytes.fromhex(hexbits))[0]
 
 
-def one_run(bins: Path, rounds: int, i: int) -> dict:
+def one_run(bins: Path, rounds: int, i: int, shard_split: str = "") -> dict:
     with common.node(bins) as (url, _d, _p):
         e = Experiment(rpc=url, workdir=Path(tempfile.mkdtemp(prefix="bench-scoring-shards-")), rounds=rounds,
                        bins=bins, quiet=True, dataset="ipfs", scoring=True,
-                       task_id=f"scoring-shards-{i}-{int(time.time())}")  # fmt: skip
+                       task_id=f"scoring-shards-{i}-{int(time.time())}",
+                       spec_extra={"shard_split": shard_split} if shard_split else {})  # fmt: skip
         t0 = time.monotonic()
         c, task, procs, _keys = start(e)
         rows = follow(e, c, task, procs)
@@ -68,9 +69,10 @@ def main() -> None:
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--runs", type=int, default=1)
     p.add_argument("--label", default="contiguous")
+    p.add_argument("--shard-split", default="", choices=["", "series"], help="the spec's shard_split (scoring.md §3)")
     a = p.parse_args()
     bins = common.build_bins()
-    runs = [one_run(bins, a.rounds, i) for i in range(a.runs)]
+    runs = [one_run(bins, a.rounds, i, a.shard_split) for i in range(a.runs)]
     rows = []
     for r in runs:
         n = max(1, r["scored"])
@@ -84,9 +86,11 @@ def main() -> None:
         ["task", "status", "honest scored inputs", "pass own_improves", "pass own_beats_control", "held-out MSE",
          "wall s"],
         rows,
-        [f"`bench/scoring_shards.py --rounds {a.rounds} --runs {a.runs} --label {a.label}`: a `make demo`-size run "
+        [f"`bench/scoring_shards.py --rounds {a.rounds} --runs {a.runs} --label {a.label}"
+         + (f" --shard-split {a.shard_split}" if a.shard_split else "") + "`: a `make demo`-size run "
          "(8 honest trainers, M=8 K=6 F=4 H=24, DEMO model, statsmodels corpus as CSV via ipfs, stride 2, "
-         "8 shards, rate 1, batch 16); both tests evaluated on the same recorded losses."],
+         "8 shards, rate 1, batch 16" + (f", shard_split {a.shard_split}" if a.shard_split else "")
+         + "); both tests evaluated on the same recorded losses."],
         {"runs": runs},
     )  # fmt: skip
 

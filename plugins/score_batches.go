@@ -35,3 +35,17 @@ func PickScoreWindows(d BatchDraw, n, gap int, shards []int, shardCount, count i
 func ShardRange(s, shardCount, n, gap int) (lo, hi int) {
 	return syncer.ShardRange(s, shardCount, n, gap)
 }
+
+// ShardLayout says which windows each shard holds (syncer.ShardLayout).
+type ShardLayout = syncer.ShardLayout
+
+// PickScoreWindowsIn draws the own and control batches over any shard
+// layout (syncer.PickScoreWindowsIn).
+func PickScoreWindowsIn(d BatchDraw, layout ShardLayout, shards []int, count int) (own, control []int, err error) {
+	return syncer.PickScoreWindowsIn(d, layout, shards, count)
+}
+
+// SeriesShardBlocks is the series-balanced split (syncer.SeriesShardBlocks).
+func SeriesShardBlocks(counts []int, shardCount, gap int) ([][][2]int, error) {
+	return syncer.SeriesShardBlocks(counts, shardCount, gap)
+}

@@ -277,7 +277,7 @@ func (n *Node) scoreInputs(ctx context.Context, s *snapshot, i int, fc *wire.Fra
 			return errLocal{fmt.Errorf("scoring: input of %s: %w", cin.TrainerDID, err)}
 		}
 		draw := BatchDraw{Randomness: sc.Seed, TaskID: spec.TaskID, Round: r.Round, Fragment: uint64(i), Trainer: cin.TrainerDID}
-		own, ctl, err := PickScoreWindows(draw, wi.Count(), wi.ShardGap(), s.shardsOf(cin.TrainerDID), spec.Shards(), sc.Batch)
+		own, ctl, err := scoreWindows(spec, wi, draw, s.shardsOf(cin.TrainerDID), sc.Batch)
 		if err != nil {
 			cin.Score = &wire.InputScore{Failed: err.Error()}
 			continue
@@ -309,4 +309,15 @@ func (n *Node) scoreInputs(ctx context.Context, s *snapshot, i int, fc *wire.Fra
 			Pass: wire.ScorePassesTest(sc.Test, out.Before[0], out.After[0], out.Before[1], out.After[1])}
 	}
 	return nil
+}
+
+// scoreWindows draws the own and control batches of one scored input over
+// the spec's shard layout (shard_split: contiguous blocks by default,
+// series-balanced with "series"; scoring.md §3).
+func scoreWindows(spec *wire.TaskSpec, wi *WindowIndex, d BatchDraw, shards []int, batch int) (own, ctl []int, err error) {
+	layout, err := wi.Layout(spec.Split(), spec.Shards())
+	if err != nil {
+		return nil, nil, err
+	}
+	return PickScoreWindowsIn(d, layout, shards, batch)
 }

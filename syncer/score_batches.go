@@ -147,21 +147,114 @@ func (d BatchDraw) Seed() wire.Hash {
 	return wire.NewCanon(ScoreBatchDomain).Bytes(d.Randomness[:]).Str(d.TaskID).U64(d.Round).U64(d.Fragment).Str(d.Trainer).Sum()
 }
 
-// windowPool is the ascending list of the windows of the shards in set
-// (ShardRange), addressed by position without materializing it: the
-// shards' blocks one after another in ascending shard order.
+// SeriesCounts returns the training windows of each series, in order.
+func (w *WindowIndex) SeriesCounts() []int {
+	out := make([]int, len(w.first)-1)
+	for i := range out {
+		out[i] = w.first[i+1] - w.first[i]
+	}
+	return out
+}
+
+// SeriesShardBlocks is the series-balanced split (spec "shard_split":
+// "series"; data.series_shard_blocks; scoring.md §3): the blocks [lo, hi)
+// of the enumeration each of shardCount shards holds, ascending. Series
+// after series, with counts[i] training windows in series i: a series with
+// ⌊counts[i]/S⌋ > gap is cut into S contiguous time blocks, block s to
+// shard s (ShardRange over that series' windows, with the gap); a
+// shorter series is dealt whole to the shard holding the fewest windows so
+// far (ties: the lowest shard).
+func SeriesShardBlocks(counts []int, shardCount, gap int) ([][][2]int, error) {
+	if shardCount < 1 || gap < 0 {
+		return nil, fmt.Errorf("syncer: %d shards, gap %d: want ≥ 1 and ≥ 0", shardCount, gap)
+	}
+	out := make([][][2]int, shardCount)
+	size := make([]int, shardCount)
+	base := 0
+	for i, n := range counts {
+		switch {
+		case n < 0:
+			return nil, fmt.Errorf("syncer: series %d has %d windows", i, n)
+		case n/shardCount > gap:
+			for s := range shardCount {
+				lo, hi := ShardRange(s, shardCount, n, gap)
+				out[s] = append(out[s], [2]int{base + lo, base + hi})
+				size[s] += hi - lo
+			}
+		case n > 0:
+			s := 0
+			for k := 1; k < shardCount; k++ {
+				if size[k] < size[s] {
+					s = k
+				}
+			}
+			out[s] = append(out[s], [2]int{base, base + n})
+			size[s] += n
+		}
+		base += n
+	}
+	return out, nil
+}
+
+// ShardLayout says which windows each shard holds: Blocks(s) are shard s's
+// blocks [lo, hi) of the enumeration, ascending and disjoint.
+type ShardLayout struct {
+	count  int
+	blocks func(s int) [][2]int
+}
+
+// ContiguousShards is the default layout: shard s is ShardRange(s,
+// shardCount, n, gap).
+func ContiguousShards(n, gap, shardCount int) ShardLayout {
+	return ShardLayout{count: shardCount, blocks: func(s int) [][2]int {
+		lo, hi := ShardRange(s, shardCount, n, gap)
+		return [][2]int{{lo, hi}}
+	}}
+}
+
+// SeriesShards is the series-balanced layout (SeriesShardBlocks) over the
+// index's series.
+func (w *WindowIndex) SeriesShards(shardCount int) (ShardLayout, error) {
+	b, err := SeriesShardBlocks(w.SeriesCounts(), shardCount, w.ShardGap())
+	if err != nil {
+		return ShardLayout{}, err
+	}
+	return ShardLayout{count: shardCount, blocks: func(s int) [][2]int { return b[s] }}, nil
+}
+
+// Layout returns the spec's shard layout over the index (shard_split).
+func (w *WindowIndex) Layout(split string, shardCount int) (ShardLayout, error) {
+	switch split {
+	case "":
+		return ContiguousShards(w.Count(), w.ShardGap(), shardCount), nil
+	case wire.ShardSplitSeries:
+		return w.SeriesShards(shardCount)
+	}
+	return ShardLayout{}, fmt.Errorf("syncer: shard_split %q unknown", split)
+}
+
+// Count is the number of shards.
+func (l ShardLayout) Count() int { return l.count }
+
+// Blocks returns shard s's blocks.
+func (l ShardLayout) Blocks(s int) [][2]int { return l.blocks(s) }
+
+// windowPool is the ascending list of the windows of the shards in set,
+// addressed by position without materializing it: the shards' blocks one
+// after another in ascending shard order (each shard's blocks ascending).
 type windowPool struct {
 	lo, end []int // block k is windows lo[k]..; positions below end[k] are in blocks 0..k
 	size    int
 }
 
-func newWindowPool(set []int, shardCount, n, gap int) windowPool {
+func newWindowPool(set []int, layout ShardLayout) windowPool {
 	var p windowPool
 	for _, s := range set {
-		lo, hi := ShardRange(s, shardCount, n, gap)
-		if hi > lo {
-			p.size += hi - lo
-			p.lo, p.end = append(p.lo, lo), append(p.end, p.size)
+		for _, b := range layout.Blocks(s) {
+			if b[1] > b[0] {
+				p.size += b[1] - b[0]
+				p.lo, p.end = append(p.lo, b[0]), append(p.end, p.size)
+			}
 		}
 	}
 	return p
@@ -231,11 +324,22 @@ var ErrFewWindows = errors.New("syncer: too few windows to draw a batch")
 // Shards must be distinct and in 0..shardCount−1, and leave at least one
 // shard to the control.
 func PickScoreWindows(d BatchDraw, n, gap int, shards []int, shardCount, count int) (own, control []int, err error) {
+	if n < 0 || gap < 0 {
+		return nil, nil, fmt.Errorf("syncer: batch of %d windows out of %d (gap %d): want a corpus and a gap ≥ 0", count, n, gap)
+	}
+	return PickScoreWindowsIn(d, ContiguousShards(n, gap, shardCount), shards, count)
+}
+
+// PickScoreWindowsIn is PickScoreWindows over any shard layout (the own
+// pool is the windows of the trainer's shards, the control pool those of
+// every other shard).
+func PickScoreWindowsIn(d BatchDraw, layout ShardLayout, shards []int, count int) (own, control []int, err error) {
+	shardCount := layout.Count()
 	if shardCount < 2 || len(shards) == 0 || len(shards) >= shardCount {
 		return nil, nil, fmt.Errorf("syncer: %d of %d shards: want at least one own shard and one other", len(shards), shardCount)
 	}
-	if count < 1 || count > maxScoreBatchSize || n < 0 || gap < 0 {
-		return nil, nil, fmt.Errorf("syncer: batch of %d windows out of %d, want 1..%d", count, n, maxScoreBatchSize)
+	if count < 1 || count > maxScoreBatchSize {
+		return nil, nil, fmt.Errorf("syncer: batch of %d windows, want 1..%d", count, maxScoreBatchSize)
 	}
 	in := make([]bool, shardCount)
 	for _, s := range shards {
@@ -253,7 +357,7 @@ func PickScoreWindows(d BatchDraw, n, gap int, shards []int, shardCount, count i
 		}
 	}
 	seed := d.Seed()
-	po, pc := newWindowPool(ownSet, shardCount, n, gap), newWindowPool(otherSet, shardCount, n, gap)
+	po, pc := newWindowPool(ownSet, layout), newWindowPool(otherSet, layout)
 	if po.size < count || pc.size < count {
 		return nil, nil, fmt.Errorf("%w: own shards hold %d, the others %d, a batch is %d", ErrFewWindows, po.size, pc.size, count)
 	}

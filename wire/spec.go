@@ -113,7 +113,14 @@ type TaskSpec struct {
 	AttestationPolicy json.RawMessage `json:"attestation_policy,omitempty"`
 	InitModel         string          `json:"init_model,omitempty"`
 	ShardCount        int             `json:"shard_count,omitempty"`
-	Slashing          *Slashing       `json:"slashing,omitempty"`
+	// ShardSplit says how a finite corpus's windows are cut into shards
+	// (docs/protocol/scoring.md §3): absent, contiguous blocks of the whole
+	// enumeration; "series" (ShardSplitSeries), a time block of every long
+	// series per shard, short series dealt whole. Only the non-default value
+	// is accepted (an explicit "" is refused: one spelling per spec), so a
+	// spec without it hashes as before.
+	ShardSplit *string   `json:"shard_split,omitempty"`
+	Slashing   *Slashing `json:"slashing,omitempty"`
 	// RoundDeadlineMs bounds a round: fragments without K accepted
 	// submissions by then keep their weights (default 600000).
 	RoundDeadlineMs int64 `json:"round_deadline_ms,omitempty"`
@@ -175,6 +182,10 @@ type CopyRule struct {
 	// cycle of any length is caught. Absent or 0: off (commits as before).
 	SketchDim *int `json:"sketch_dim,omitempty"`
 }
+
+// ShardSplitSeries is the spec's shard_split for series-balanced shards
+// (scoring.md §3; syncer.SeriesShardBlocks).
+const ShardSplitSeries = "series"
 
 // Copy rule defaults and bounds.
 const (
@@ -312,6 +323,10 @@ func (s *TaskSpec) Validate() error {
 		return fmt.Errorf("spec: enroll_window_ms is %d, want 0 (default 7 days)..%d", s.EnrollWindowMs, MaxEnrollWindowMs)
 	case s.ShardCount < 0:
 		return fmt.Errorf("spec: shard_count is %d, want ≥ 0", s.ShardCount)
+	case s.ShardSplit != nil && *s.ShardSplit != ShardSplitSeries:
+		return fmt.Errorf("spec: shard_split is %q, want absent (contiguous blocks) or %q", trunc(*s.ShardSplit), ShardSplitSeries)
+	case s.Split() == ShardSplitSeries && strings.HasPrefix(s.DatasetRef, "synth://"):
+		return fmt.Errorf("spec: shard_split %q needs a corpus of series; a synth:// corpus interleaves its unbounded window stream", ShardSplitSeries)
 	}
 	if s.Tier != TierOpen && s.Tier != TierVerified && s.Tier != TierConfidential {
 		return fmt.Errorf("spec: tier %q unknown (want %s, %s or %s)", s.Tier, TierOpen, TierVerified, TierConfidential)
@@ -400,6 +415,15 @@ func (s *TaskSpec) Shards() int {
 		return s.ShardCount
 	}
 	return s.TrainerCount
+}
+
+// Split returns the shard split: "" (contiguous blocks, the default) or
+// ShardSplitSeries.
+func (s *TaskSpec) Split() string {
+	if s.ShardSplit == nil {
+		return ""
+	}
+	return *s.ShardSplit
 }
 
 // RoundDeadline returns the round deadline in ms (default 600000).

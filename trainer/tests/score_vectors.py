@@ -134,6 +134,43 @@ SHARD_RANGE_CASES = [
 ]
 
 
+# the series-balanced split (spec "shard_split": "series"): long series cut into a time block per shard, short
+# ones dealt whole; a corpus with both, and data.series_shard_blocks over more window counts (Go:
+# syncer.SeriesShardBlocks)
+SERIES_LENS = [2000, 5, 300, 1000, 120, 3000, 0, 250, 81]
+SERIES_BLOCK_CASES = [
+    ([], 3, 39),
+    ([10], 1, 0),
+    ([7, 0, 3, 3], 2, 0),
+    ([761, 81, 361, 9, 1161, 61], 5, 39),
+    ([1748, 168, 506, 1] + [83] * 12, 7, 79),
+    ([400, 399, 1, 1, 1], 4, 50),
+]
+
+
+def series_vector() -> dict:
+    """The trainer's windows and batches with shard_split "series" over the SERIES_LENS corpus."""
+    w = data.SeriesWindows([np.zeros(n) for n in SERIES_LENS], 64, WINDOW_LEN - 64, STRIDE, 0.2, "train")
+    counts = w.series_counts
+    gap = w.shard_gap
+    blocks = data.series_shard_blocks(counts, SHARD_COUNT, gap)
+    pool = sorted(i for s in SHARDS for lo, hi in blocks[s] for i in range(lo, hi))
+    batches = [
+        [int(i) for i in b]
+        for r in range(SHARD_ROUNDS)
+        for b in data.round_batches(w.n, SHARDS, SHARD_COUNT, "t-series", r, SHARD_STEPS, SHARD_BATCH, gap, counts)
+    ]
+    return {
+        "lengths": SERIES_LENS, "series_counts": counts, "shard_gap": gap,
+        "blocks": [[list(b) for b in bs] for bs in blocks], "trainer_windows": pool, "round_batches": batches,
+        "cases": [
+            {"counts": c, "shard_count": s_, "gap": g_,
+             "blocks": [[list(b) for b in bs] for bs in data.series_shard_blocks(c, s_, g_)]}
+            for c, s_, g_ in SERIES_BLOCK_CASES
+        ],
+    }  # fmt: skip
+
+
 def shards_vector() -> dict:
     """The trainer's side of the evaluator's pools: the windows a trainer with SHARDS trains on (the loader's
     data.shard_indices over the windows.json corpus, whose order WindowIndex reproduces) and the batches its
@@ -154,6 +191,7 @@ def shards_vector() -> dict:
         "lengths": WINDOW_LENS, "window_len": WINDOW_LEN, "stride": STRIDE, "shard_count": SHARD_COUNT, "shard_gap": gap,
         "shards": SHARDS, "trainer_windows": pool, "round_batches": batches(n),
         "synth": {"ref": SYNTH_REF, "round_batches": batches(None)},
+        "series": series_vector(),
         # data.shard_range over more corpus sizes, shard counts and gaps (Go: syncer.ShardRange)
         "ranges": [
             {"n": n_, "shard_count": s_, "gap": g_, "ranges": [list(data.shard_range(n_, i, s_, g_)) for i in range(s_)]}

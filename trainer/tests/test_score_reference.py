@@ -44,6 +44,40 @@ def test_shard_windows_vector() -> None:
     assert len(seen) == len(set(seen))  # each synth window is used once
 
 
+def test_series_split_shards() -> None:
+    """shard_split "series" (scoring.md §3): the loader trains only on its shards' windows; every series long enough
+    (⌊windows/S⌋ > gap) has one time block in every shard, no block of one shard within the gap of another's in the
+    same series; a short series is whole in one shard; a mismatched count or shard is refused."""
+    from tenzro_trainer import data
+
+    v = sv.shards_vector()["series"]
+    own = set(v["trainer_windows"])
+    for b in v["round_batches"]:
+        assert set(b) <= own
+    counts, gap, shard_count = v["series_counts"], v["shard_gap"], sv.SHARD_COUNT
+    owner = {i: s for s, bs in enumerate(v["blocks"]) for lo, hi in bs for i in range(lo, hi)}
+    assert len(owner) == sum(hi - lo for bs in v["blocks"] for lo, hi in bs)  # disjoint
+    base = 0
+    for n in counts:
+        shards_of = {owner[i] for i in range(base, base + n) if i in owner}
+        if n // shard_count > gap:
+            assert shards_of == set(range(shard_count))
+            last: dict[int, int] = {}
+            for i in range(base, base + n):
+                if i in owner:
+                    assert all(i - j > gap for s, j in last.items() if s != owner[i])
+                    last[owner[i]] = i
+        elif n:
+            assert len(shards_of) == 1 and all(i in owner for i in range(base, base + n))
+        base += n
+    with pytest.raises(data.DatasetError, match="sum to"):
+        data.round_batches(sum(counts) + 1, [0], shard_count, "t", 0, 1, 4, gap, counts)
+    with pytest.raises(data.DatasetError, match="out of range"):
+        data.round_batches(sum(counts), [shard_count], shard_count, "t", 0, 1, 4, gap, counts)
+    with pytest.raises(data.DatasetError, match="shard_count"):
+        data.series_shard_blocks(counts, 0, gap)
+
+
 def test_synth_train_windows_are_the_generators_series() -> None:
     """A synth:// corpus's training window i is synth.series(ref, "train", i) cut into context and horizon and
     normalized by data._normalize: the enumeration an evaluator of synth corpora must reproduce."""
@@ -62,3 +96,34 @@ def test_holdout_cut_is_integer() -> None:
     """The Go WindowIndex cuts a series of n points at n*4//5; the loader at int(n * (1.0 - 0.2))."""
     for n in list(range(0, 200_000)) + [2**31 - 1, 2**40 + 3, 10**12 + 7]:
         assert int(n * (1.0 - 0.2)) == n * 4 // 5, n
+
+
+def test_trainer_batches_follow_the_spec_split() -> None:
+    """The inner loop's batches (Trainer._batches) come from the spec's shard_split: with "series" exactly
+    data.round_batches over the loader's per-series counts (the evaluator's own pool, shards.json "series");
+    without it the contiguous blocks, as before; a corpus without series counts is refused."""
+    from types import SimpleNamespace
+
+    from tenzro_trainer import data
+    from tenzro_trainer.loop import Trainer
+
+    v = sv.shards_vector()["series"]
+    w = data.SeriesWindows([np.zeros(n) for n in sv.SERIES_LENS], 64, sv.WINDOW_LEN - 64, sv.STRIDE, 0.2, "train")
+    tr = Trainer.__new__(Trainer)
+    tr.train_w = w
+    tr.cfg = SimpleNamespace(task_id="t-series", inner=SimpleNamespace(batch_size=sv.SHARD_BATCH))
+    tr.spec = {"trainer_count": 9, "shard_count": sv.SHARD_COUNT, "shard_split": "series"}
+    got = [[int(i) for i in b] for r in range(sv.SHARD_ROUNDS) for b in tr._batches(r, sv.SHARDS, sv.SHARD_STEPS)]
+    assert got == v["round_batches"]
+    tr.spec = {"trainer_count": 9, "shard_count": sv.SHARD_COUNT}
+    plain = [int(i) for b in tr._batches(0, sv.SHARDS, sv.SHARD_STEPS) for i in b]
+    contiguous = {int(i) for s in sv.SHARDS for i in data.shard_indices(w.n, s, sv.SHARD_COUNT, w.shard_gap)}
+    assert set(plain) <= contiguous
+    for bad in ("", "contiguous"):
+        tr.spec = {"trainer_count": 9, "shard_count": sv.SHARD_COUNT, "shard_split": bad}
+        with pytest.raises(data.DatasetError, match="shard_split"):
+            tr._batches(0, sv.SHARDS, sv.SHARD_STEPS)
+    tr.train_w = data.SynthWindows(sv.SYNTH_REF, 64, 16, "train")
+    tr.spec = {"trainer_count": 9, "shard_count": sv.SHARD_COUNT, "shard_split": "series"}
+    with pytest.raises(data.DatasetError, match="finite corpus"):
+        tr._batches(0, sv.SHARDS, sv.SHARD_STEPS)

@@ -390,6 +390,40 @@ def shard_indices(n: int, shard: int, shard_count: int, gap: int = 0) -> np.ndar
     return np.arange(lo, hi, dtype=np.int64)
 
 
+SHARD_SPLITS = ("", "series")  # the spec's shard_split: absent (contiguous blocks of the enumeration) or "series"
+
+
+def series_shard_blocks(counts: list[int], shard_count: int, gap: int) -> list[list[tuple[int, int]]]:
+    """Series-balanced shards (spec ``"shard_split": "series"``; Go: syncer.SeriesShardBlocks; scoring.md §3):
+    the blocks [lo, hi) of the enumeration each shard holds, ascending. Series after series, with ``counts[i]``
+    training windows in series i: a series with ⌊counts[i]/S⌋ > gap is cut into S contiguous time blocks, block
+    s to shard s (``shard_range`` over that series' windows, so each block but the first loses its first ``gap``
+    windows and no two shards share a point); a shorter series is dealt whole to the shard holding the fewest
+    windows so far (ties: the lowest shard), because cutting it would leave some shard no window of it or make
+    shards share points. Every shard then holds a time block of every long series."""
+    if shard_count < 1:
+        raise DatasetError(f"shard_count {shard_count}: want >= 1")
+    if gap < 0:
+        raise DatasetError(f"shard gap {gap}: want >= 0")
+    out: list[list[tuple[int, int]]] = [[] for _ in range(shard_count)]
+    size = [0] * shard_count
+    base = 0
+    for n in counts:
+        if n < 0:
+            raise DatasetError(f"series window count {n}: want >= 0")
+        if n // shard_count > gap:
+            for s in range(shard_count):
+                lo, hi = shard_range(n, s, shard_count, gap)
+                out[s].append((base + lo, base + hi))
+                size[s] += hi - lo
+        elif n > 0:
+            s = min(range(shard_count), key=lambda k: (size[k], k))
+            out[s].append((base, base + n))
+            size[s] += n
+        base += n
+    return out
+
+
 def round_batches(
     n: int | None,
     shards: list[int],
@@ -399,13 +433,15 @@ def round_batches(
     steps: int,
     batch: int,
     gap: int = 0,
+    series_counts: list[int] | None = None,
 ) -> list[np.ndarray]:
     """The window indices of each of ``steps`` batches a trainer with ``shards`` uses in a round.
 
     A finite corpus (``n`` windows): shard s is a contiguous block of windows with ``gap`` windows left out
     between shards (``shard_range``; a loader passes its windows' ``shard_gap``); the batches are drawn
     from a permutation of the shards' windows seeded with the first 8 bytes of
-    SHA-256(task_id ‖ 0 ‖ shards ‖ round).
+    SHA-256(task_id ‖ 0 ‖ shards ‖ round). With ``series_counts`` (the windows of each series, spec
+    ``"shard_split": "series"``) a shard is instead its ``series_shard_blocks``; the draw is the same.
 
     An unbounded corpus (``n`` None, a synth:// corpus): every window is used once. Sample b of step h
     comes from shard S[b mod m] (S the sorted shards, m their number) at position
@@ -427,7 +463,17 @@ def round_batches(
             k = (round_ * steps + h) * per + b // m
             out.append(k * shard_count + sh)
         return out
-    pool = np.concatenate([shard_indices(n, s, shard_count, gap) for s in sorted(shards)])
+    for x in shards:
+        if not 0 <= x < shard_count:
+            raise DatasetError(f"shard {x} out of range 0..{shard_count - 1}")
+    if series_counts is not None:
+        if sum(series_counts) != n:
+            raise DatasetError(f"series window counts sum to {sum(series_counts)}, the corpus has {n} windows")
+        blocks = series_shard_blocks(series_counts, shard_count, gap)
+        parts = [np.arange(lo, hi, dtype=np.int64) for s in sorted(shards) for lo, hi in blocks[s]]
+        pool = np.concatenate(parts) if parts else np.zeros(0, np.int64)
+    else:
+        pool = np.concatenate([shard_indices(n, s, shard_count, gap) for s in sorted(shards)])
     if len(pool) == 0:
         raise DatasetError(f"shards {shards} hold no windows")
     h = hashlib.sha256(f"{task_id}\0{sorted(shards)}\0{round_}".encode()).digest()
@@ -450,6 +496,8 @@ class WindowSet:
     n: int | None
     # windows left out between shards (shard_gap); 0 for an unbounded set, whose shards interleave
     shard_gap: int = 0
+    # training windows per series, in enumeration order (a series-balanced split needs them); None: unknown
+    series_counts: list[int] | None = None
 
     def get(self, idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         raise NotImplementedError
@@ -481,6 +529,7 @@ class SeriesWindows(WindowSet):
         self.starts = np.asarray(starts, dtype=np.int64)
         self.cum = np.concatenate([[0], np.cumsum(np.asarray(counts, dtype=np.int64))])
         self.n = int(self.cum[-1])
+        self.series_counts = [int(c) for c in counts]
 
     def get(self, idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         idx = np.asarray(idx, dtype=np.int64).reshape(-1)
@@ -530,13 +579,24 @@ class SynthWindows(WindowSet):
 
 
 def batch(
-    windows: WindowSet, shards: list[int], shard_count: int, task_id: str, round_: int, step: int, steps: int, size: int
+    windows: WindowSet,
+    shards: list[int],
+    shard_count: int,
+    task_id: str,
+    round_: int,
+    step: int,
+    steps: int,
+    size: int,
+    shard_split: str = "",
 ) -> tuple[np.ndarray, np.ndarray]:
     """The (x, y) batch a trainer with ``shards`` trains on at inner step ``step`` of round ``round_``
     (what a node or an evaluator regenerates to re-run that step)."""
     if not 0 <= step < steps:
         raise DatasetError(f"step {step} out of range 0..{steps - 1}")
-    idx = round_batches(windows.n, shards, shard_count, task_id, round_, steps, size, windows.shard_gap)[step]
+    idx = round_batches(
+        windows.n, shards, shard_count, task_id, round_, steps, size, windows.shard_gap,
+        windows.series_counts if shard_split == "series" else None,
+    )[step]  # fmt: skip
     return windows.get(idx)
 
 

@@ -356,9 +356,17 @@ class Trainer:
     def _batches(self, r: int, shards: list[int], steps: int) -> list[np.ndarray]:
         assert self.train_w is not None
         shard_count = int(self.spec.get("shard_count") or 0) or int(self.spec["trainer_count"])
+        counts = None
+        split = self.spec.get("shard_split")
+        if split not in (None, "series"):  # the node refuses such a spec at posting (wire.TaskSpec.Validate)
+            raise data.DatasetError(f"shard_split {split!r}: want absent or 'series'")
+        if split == "series":  # scoring.md §3: every shard a time block of every long series
+            if self.train_w.series_counts is None:
+                raise data.DatasetError('shard_split "series" needs a finite corpus of series')
+            counts = self.train_w.series_counts
         return data.round_batches(
             self.train_w.n, shards, shard_count, self.cfg.task_id, r, steps, self.cfg.inner.batch_size,
-            self.train_w.shard_gap,
+            self.train_w.shard_gap, counts,
         )  # fmt: skip
 
     def _step(self, idx: np.ndarray) -> torch.Tensor:
