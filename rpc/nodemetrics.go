@@ -20,6 +20,8 @@ import (
 //	tenzro_fragment_finalize_seconds{status}     round start → fragment commit
 //	tenzro_syncer_commit_compute_seconds{phase}  compute of each of this node's commits, by phase:
 //	                                             verify, copy_stale, finalize, write, score (syncer.ComputePhases)
+//	tenzro_syncer_input_cache_lookups_total{result}  a commit's lookups of what ingest computed of an input:
+//	                                             hit or miss (syncer.Node.InputCacheStats)
 //	tenzro_plugin_call_seconds{op,rule}          aggregate / verify / outer_step / finalize
 //	tenzro_plugin_fuel_total{op,rule}
 //	tenzro_payload_bytes_total{direction}        in: every payload and initial weights received, by any path
@@ -64,6 +66,9 @@ type NodeGauges struct {
 	// that ran on their own (executed, or refused by the heavy-read
 	// budget) and those answered from the replay cache.
 	ReplayRuns, ReplayHits func() float64
+	// InputCacheHits and InputCacheMisses return syncer.Node's
+	// InputCacheStats: a commit's lookups of the input cache.
+	InputCacheHits, InputCacheMisses func() float64
 }
 
 // refusalOutcomes are the outcome label values besides accepted/forwarded:
@@ -156,6 +161,16 @@ func RegisterGauges(reg prometheus.Registerer, g NodeGauges) error {
 	} {
 		if c.f != nil {
 			cs = append(cs, prometheus.NewCounterFunc(prometheus.CounterOpts{Namespace: "tenzro", Name: c.name, Help: c.help}, c.f))
+		}
+	}
+	for _, c := range []struct {
+		result string
+		f      func() float64
+	}{{"hit", g.InputCacheHits}, {"miss", g.InputCacheMisses}} {
+		if c.f != nil {
+			cs = append(cs, prometheus.NewCounterFunc(prometheus.CounterOpts{Namespace: "tenzro", Subsystem: "syncer",
+				Name: "input_cache_lookups_total", ConstLabels: prometheus.Labels{"result": c.result},
+				Help: "A commit's lookups of what this node computed of an input when it accepted it (binding, per-submission verifiers, the copy rule's read pass), by result: hit or miss (--input-cache-bytes)."}, c.f))
 		}
 	}
 	for _, c := range cs {

@@ -24,6 +24,11 @@ func TestNodeMetricsLint(t *testing.T) {
 	if _, err := rpc.NewMetrics(reg); err != nil {
 		t.Fatal(err)
 	}
+	one := func() float64 { return 1 }
+	if err := rpc.RegisterGauges(reg, rpc.NodeGauges{Pending: one, Peers: one, BlobBytes: one, BlobCount: one, BlobCap: one,
+		BlobUploadBytes: one, ReplayRuns: one, ReplayHits: one, InputCacheHits: one, InputCacheMisses: one}); err != nil {
+		t.Fatal(err)
+	}
 	m.FragmentCommitted("t", 0, 0, "aggregated", time.Second)
 	for i, ph := range syncer.ComputePhases {
 		m.CommitCompute(ph, time.Duration(i+1)*time.Millisecond)
@@ -50,6 +55,17 @@ func TestNodeMetricsLint(t *testing.T) {
 				}
 			}
 		}
+	}
+	var lookups []string
+	for _, mf := range mfs {
+		if mf.GetName() == "tenzro_syncer_input_cache_lookups_total" {
+			for _, mm := range mf.GetMetric() {
+				lookups = append(lookups, mm.GetLabel()[0].GetValue())
+			}
+		}
+	}
+	if strings.Join(lookups, " ") != "hit miss" {
+		t.Errorf("input cache lookups by result: %q", lookups)
 	}
 	if got := sb.String(); got != "copy_stale finalize score verify write " {
 		t.Fatalf("compute series by phase: %q", got)

@@ -402,8 +402,10 @@ func runNode(ctx context.Context, cfg Config, log *slog.Logger) (err error) {
 	}
 	defer closeLogged(log, "rpc dispatcher", srv.Close)
 	if err := rpc.RegisterGauges(reg, rpc.NodeGauges{
-		ReplayRuns: func() float64 { r, _ := srv.HeavyStats(); return float64(r) },
-		ReplayHits: func() float64 { _, h := srv.HeavyStats(); return float64(h) },
+		ReplayRuns:       func() float64 { r, _ := srv.HeavyStats(); return float64(r) },
+		ReplayHits:       func() float64 { _, h := srv.HeavyStats(); return float64(h) },
+		InputCacheHits:   func() float64 { h, _ := node.InputCacheStats(); return float64(h) },
+		InputCacheMisses: func() float64 { _, m := node.InputCacheStats(); return float64(m) },
 	}); err != nil {
 		return fmt.Errorf("metrics: %w", err)
 	}
