@@ -6,6 +6,11 @@ pay test that is a function of them, so one run answers, for the same inputs and
 would have paid: per rule and trainer, the checks passed out of those scored.
 
     $(scripts/venv.sh)/bin/python bench/freeriders_tests.py selfcopy-obc-b32
+    $(scripts/venv.sh)/bin/python bench/freeriders_tests.py --run-level   # every recorded run at once
+
+``--run-level`` asks a different question of the same losses: not "did this check pass" but "over the run, how much
+did this trainer's inputs lower its own batches' loss, relative to their level" — the mean over a trainer's scored
+checks of (own_before − own_after) / own_before, per run, rule and trainer, summarized by kind of trainer.
 
 Tests: ``own_improves`` (s_own > 0, the default), ``own_beats_control`` (also s_own > s_ctl, Templar's) and
 ``relative`` (s_own > 0 and s_own/own_before > s_ctl/ctl_before: the improvement relative to each batch's level).
@@ -13,9 +18,12 @@ Tests: ``own_improves`` (s_own > 0, the default), ``own_beats_control`` (also s_
 
 from __future__ import annotations
 
+import glob
 import json
+import statistics
 import struct
 import sys
+from pathlib import Path
 
 import common
 
@@ -58,5 +66,35 @@ def main(label: str) -> None:
             )
 
 
+def run_level() -> None:
+    """Per (run, rule, trainer): the mean relative own gain over its scored checks; per kind of trainer and shard
+    split (series-balanced runs are labelled strata-rN): how many trainer-runs, the lowest and highest means."""
+    kinds: dict[tuple[str, str], list[tuple[float, str, str]]] = {}
+    for path in sorted(glob.glob(str(common.RESULTS / "freeriders-*.json"))):
+        raw = json.loads(Path(path).read_text())
+        if "rules" not in raw:
+            continue
+        split = "series" if raw.get("label", "").startswith("strata-r") else "contiguous"
+        for r in raw["rules"]:
+            per: dict[str, list[float]] = {}
+            for inp in r.get("inputs") or []:
+                sc = inp.get("score")
+                if sc and not sc.get("failed") and "own_before" in sc:
+                    ob, oa, _, _ = losses(sc)
+                    per.setdefault(inp["trainer"], []).append((ob - oa) / ob)
+            for t, gains in per.items():
+                kind = "honest" if t.startswith("honest") else t
+                kinds.setdefault((split, kind), []).append((statistics.mean(gains), raw["label"], r["name"]))
+    print("| shards | trainer | trainer-runs | lowest mean relative own gain (run, rule) | highest |")
+    print("|---|---|---|---|---|")
+    for (split, kind), v in sorted(kinds.items()):
+        v.sort()
+        lo, hi = v[0], v[-1]
+        print(f"| {split} | {kind} | {len(v)} | {lo[0]:+.4f} ({lo[1]}, {lo[2]}) | {hi[0]:+.4f} ({hi[1]}, {hi[2]}) |")
+
+
 if __name__ == "__main__":
-    main(sys.argv[1])
+    if sys.argv[1] == "--run-level":
+        run_level()
+    else:
+        main(sys.argv[1])
