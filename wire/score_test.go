@@ -238,3 +238,27 @@ func TestScoreSampled(t *testing.T) {
 
 // vecSampledX is whether did:x of the seed vector is drawn at 5000 bps.
 const vecSampledX = true
+
+// TestRunGainWorkedExample is scoring.md §8.1's worked example: an honest
+// trainer with one false failure is paid, noise at the honest norm and
+// zeros are not (T = 100000, six checks).
+func TestRunGainWorkedExample(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		losses [][2]float64
+		sum    int64
+		pass   bool
+	}{
+		{"honest", [][2]float64{{1, 0.8}, {1, 0.75}, {0.9, 0.6}, {1, 1.01}, {0.8, 0.6}, {0.7, 0.5}}, 1309046, true},
+		{"noise", [][2]float64{{1, 0.99}, {1, 1.005}, {1, 0.99}, {1, 0.996}, {1, 1.002}, {1, 0.998}}, 19001, false},
+		{"zeros", [][2]float64{{1, 1}, {0.9, 0.9}, {0.8, 0.8}, {1, 1}, {0.7, 0.7}, {0.5, 0.5}}, 0, false},
+	} {
+		var sum int64
+		for _, l := range tc.losses {
+			sum += wire.GainPPM(wire.F64Of(l[0]), wire.F64Of(l[1]))
+		}
+		if p := wire.RunGainPasses(sum, uint64(len(tc.losses)), wire.DefaultMinGainPPM); sum != tc.sum || p != tc.pass {
+			t.Errorf("%s: sum %d (want %d), passes %v (want %v)", tc.name, sum, tc.sum, p, tc.pass)
+		}
+	}
+}
