@@ -1,0 +1,196 @@
+package plugins
+
+import (
+	"bytes"
+	"context"
+	"math"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"reflect"
+	"testing"
+
+	"github.com/tenzro/train/machine"
+	"github.com/tenzro/train/syncer"
+)
+
+// TestNativeMeanMatchesWasm: the native Mean gives the Wasm module's
+// aggregate (NaN canonicalised, as every aggregate's), selection, scores
+// and fuel, for many K and sizes (every remainder mod 16 and mod 4), on
+// adversarial values and inputs that sum −0, whole and chunked (a small
+// page limit); and it does run.
+func TestNativeMeanMatchesWasm(t *testing.T) {
+	ctx := context.Background()
+	engine := func(cfg Config) *Engine {
+		e, err := NewEngine(ctx, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = e.Close(ctx) })
+		return e
+	}
+	pairs := []struct {
+		native, wasm *Engine
+		ks, sizes    []int
+	}{
+		{testEngine(t), engine(Config{WasmMean: true}), []int{1, 2, 3, 6, 16}, []int{1, 2, 3, 4, 5, 7, 8, 12, 15, 16, 17, 19, 33, 1023, 1024, 1025, 4099, 70001}},
+		{engine(Config{MemoryPages: 64}), engine(Config{MemoryPages: 64, WasmMean: true}), []int{6}, []int{300007}},
+	}
+	if testing.Short() {
+		pairs[0].sizes = pairs[0].sizes[:14]
+	}
+	r := rand.New(rand.NewPCG(7, 8))
+	ran := nativeMeans.Load()
+	negZero := float32(math.Copysign(0, -1))
+	for _, pr := range pairs {
+		rule, err := pr.native.ResolveRule(ctx, "Mean", nil, 1, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, k := range pr.ks {
+			for _, n := range pr.sizes {
+				in := syncer.AggregateInput{Rule: rule, Dtype: machine.F32, N: n, Inputs: make([][]byte, k)}
+				for i := range in.Inputs {
+					v := adversarial(r, n)
+					if n > 3 {
+						v[0], v[1] = negZero, 0 // −0 alone, and −0 beside +0
+						v[2] = float32(math.MaxFloat32)
+					}
+					if i == 0 && n > 3 {
+						v[1] = negZero
+					}
+					in.Inputs[i] = syncer.EncodeF32(v)
+				}
+				want, err := pr.wasm.Aggregate(ctx, in)
+				if err != nil {
+					t.Fatal(err)
+				}
+				got, err := pr.native.Aggregate(ctx, in)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if l, ok := pr.native.nativeMean(ctx, mustPlugin(t, pr.native, rule), machine.F32, k); !ok || !l.measured {
+					t.Fatalf("K=%d: the native Mean's fuel line was not found", k)
+				}
+				if !bytes.Equal(got.Aggregate, want.Aggregate) || got.Fuel != want.Fuel || !reflect.DeepEqual(got.Selected, want.Selected) ||
+					!reflect.DeepEqual(got.Scores, want.Scores) {
+					t.Fatalf("K=%d n=%d: native differs: fuel %d, Wasm %d; selected %v, %v; aggregate %s", k, n, got.Fuel, want.Fuel,
+						got.Selected, want.Selected, firstDiff(got.Aggregate, want.Aggregate, 4))
+				}
+			}
+		}
+	}
+	if nativeMeans.Load() == ran {
+		t.Fatal("the native Mean never ran")
+	}
+}
+
+// TestNativeMeanBudget: with a budget one short of the aggregation's fuel
+// the module runs and fails as it always did; with exactly the fuel it
+// succeeds natively.
+func TestNativeMeanBudget(t *testing.T) {
+	ctx := context.Background()
+	const n, k = 5003, 4
+	ref := testEngine(t)
+	rule, err := ref.ResolveRule(ctx, "Mean", nil, 1, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := rand.New(rand.NewPCG(9, 10))
+	in := syncer.AggregateInput{Rule: rule, Dtype: machine.F32, N: n}
+	for range k {
+		in.Inputs = append(in.Inputs, syncer.EncodeF32(adversarial(r, n)))
+	}
+	full, err := ref.Aggregate(ctx, in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, fuel := range []uint64{full.Fuel, full.Fuel - 1} {
+		for _, wasmMean := range []bool{false, true} {
+			e, err := NewEngine(ctx, Config{Fuel: fuel, WasmMean: wasmMean})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ran := nativeMeans.Load()
+			got, err := e.Aggregate(ctx, in)
+			native := nativeMeans.Load() > ran
+			_ = e.Close(ctx)
+			if fuel == full.Fuel {
+				if err != nil || got.Fuel != full.Fuel || !bytes.Equal(got.Aggregate, full.Aggregate) || native == wasmMean {
+					t.Fatalf("budget = fuel (wasm %v, native ran %v): %v", wasmMean, native, err)
+				}
+				continue
+			}
+			wantFailure(t, err, CodeOutOfFuel, "out of fuel")
+		}
+	}
+}
+
+// TestFinalizeMappedInputs: a finalize whose inputs, weights and momentum
+// are stored files (as a node's blob store holds them) gives the same
+// result, byte for byte and fuel for fuel, with the native Mean reading the
+// mapped files in place as with the Wasm Mean, in process and in a worker.
+func TestFinalizeMappedInputs(t *testing.T) {
+	ctx := context.Background()
+	const n, k = 70001, 6
+	r := rand.New(rand.NewPCG(11, 12))
+	dir := t.TempDir()
+	write := func(name string, b []byte) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, b, 0o444); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	ref := testEngine(t)
+	rule, err := ref.ResolveRule(ctx, "Mean", nil, k, k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	outer, _ := ref.ResolveOuter(ctx)
+	in := syncer.FinalizeInput{Rule: rule, Outer: outer, Dtype: machine.F32, N: n, Quorum: k, LR: 0.7, Beta: 0.9, Nesterov: true}
+	for i := range k {
+		// a safetensors-like prefix of 8 + 4·i bytes: the values start at
+		// a different offset in every file
+		pre := make([]byte, 8+4*i)
+		p := write("in"+string(rune('a'+i)), append(pre, syncer.EncodeF32(adversarial(r, n))...))
+		in.Inputs = append(in.Inputs, syncer.FileValues(p, syncer.ByteRange{Off: int64(len(pre)), Len: 4 * n}))
+	}
+	in.Weights = syncer.FileValues(write("w", syncer.EncodeF32(adversarial(r, n))), syncer.ByteRange{Len: 4 * n})
+	m := syncer.FileValues(write("m", syncer.EncodeF32(adversarial(r, n))), syncer.ByteRange{Len: 4 * n})
+	in.Momentum = &m
+	wasm, err := NewEngine(ctx, Config{WasmMean: true, WasmOuter: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer wasm.Close(ctx)
+	want, err := wasm.Finalize(ctx, in)
+	if err != nil || want.Status != "aggregated" {
+		t.Fatalf("%v %+v", err, want.Status)
+	}
+	engines := map[string]*Engine{"in process": ref, "worker": sharedWorkerEngine(t)}
+	for name, e := range engines {
+		ran := nativeMeans.Load()
+		got, err := e.Finalize(ctx, in)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.AggregateHash != want.AggregateHash || got.Fuel != want.Fuel || !bytes.Equal(got.Weights, want.Weights) ||
+			!bytes.Equal(got.Momentum, want.Momentum) || !reflect.DeepEqual(got.Selected, want.Selected) {
+			t.Fatalf("%s: finalize differs from the Wasm's: fuel %d vs %d", name, got.Fuel, want.Fuel)
+		}
+		if name == "in process" && nativeMeans.Load() == ran {
+			t.Fatalf("%s: the native Mean did not run on the mapped inputs", name)
+		}
+	}
+}
+
+func mustPlugin(t *testing.T, e *Engine, ref syncer.RuleRef) *plugin {
+	t.Helper()
+	p, err := e.pluginFor(context.Background(), ref, KindAggregate)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.release(p)
+	return p
+}
