@@ -260,8 +260,10 @@ func (e *Engine) finalizeAggregate(ctx context.Context, in syncer.FinalizeInput,
 	if err != nil {
 		return out, err
 	}
-	parallel(len(out.Aggregate)/8, func(lo, hi int) { canonicalF32(out.Aggregate[8*lo : 8*hi]) })
-	canonicalF32(out.Aggregate[len(out.Aggregate)&^7:])
+	if !out.dest.out.canonical { // the native Mean writes canonical NaNs
+		parallel(len(out.Aggregate)/8, func(lo, hi int) { canonicalF32(out.Aggregate[8*lo : 8*hi]) })
+		canonicalF32(out.Aggregate[len(out.Aggregate)&^7:])
+	}
 	return out, nil
 }
 
@@ -315,6 +317,9 @@ func (e *Engine) readAhead(ctx context.Context, in syncer.FinalizeInput, w, m *s
 	defer e.release(p)
 	if _, ok := e.nativeOuter(ctx, p, outerVariant{in.Dtype, m != nil, in.Nesterov}); !ok {
 		return
+	}
+	if w.r == nil && (m == nil || m.r == nil) {
+		return // in memory (mapped): the step reads them in place
 	}
 	wb, mb := wOut.bytes(), mOut.bytes()
 	read := func() {

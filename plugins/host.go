@@ -590,6 +590,7 @@ func (e *Engine) aggregateSrc(ctx context.Context, p *plugin, params []float64, 
 		}
 	}
 	meter := e.newMeter(ctx)
+	out.out.canonical = true // until a chunk runs in Wasm
 	res.Selected = make([]bool, k)
 	var scores []float64
 	for c0 := 0; c0 < n; c0 += chunk {
@@ -699,6 +700,7 @@ func (e *Engine) aggregateOnce(ctx context.Context, p *plugin, budget uint64, d 
 			return out, err
 		}
 	}
+	dst.out.canonical = false
 	if err := c.fill(inPtr, srcs, int64(c0*es), int64(c1*es)); err != nil {
 		return out, err
 	}

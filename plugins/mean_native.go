@@ -16,8 +16,8 @@ import (
 //
 //   - bytes: mean.c sums each coordinate in f64, from +0, in input order,
 //     divides by K in f64 and rounds once to f32; IEEE arithmetic gives the
-//     same bits in Go. NaN payloads may differ, and every aggregate's NaNs
-//     are canonicalised by the host afterwards (finalizeAggregate).
+//     same bits in Go. Its NaNs are written canonical (the module's NaN
+//     payloads may differ, and the host canonicalises every aggregate's).
 //   - fuel: the instrumented module charges a constant per loop iteration,
 //     so for a given K the call costs base(n mod 4) + q·c16 + t·c4, q being
 //     the 16-coordinate steps and t the full 4-coordinate steps of the tail
@@ -167,9 +167,13 @@ func meanNative(srcs []*source, c0, c1 int, out []byte) {
 					a[j] += float64(v)
 				}
 			}
-			os := o[b0:b1]
+			ob := o[b0:b1]
 			for j, s := range a {
-				os[j] = float32(s / kk)
+				m := float32(s / kk)
+				if m != m {
+					m = canonF32
+				}
+				ob[j] = m
 			}
 		}
 	})

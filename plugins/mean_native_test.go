@@ -3,6 +3,7 @@ package plugins
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"os"
@@ -128,16 +129,20 @@ func TestNativeMeanBudget(t *testing.T) {
 
 // TestFinalizeMappedInputs: a finalize whose inputs, weights and momentum
 // are stored files (as a node's blob store holds them) gives the same
-// result, byte for byte and fuel for fuel, with the native Mean reading the
-// mapped files in place as with the Wasm Mean, in process and in a worker.
+// result, byte for byte and fuel for fuel, with the native Mean and outer
+// step reading the mapped files in place as with the Wasm's, in process and
+// in a worker: both element types, with and without momentum, values at
+// offsets of every alignment.
 func TestFinalizeMappedInputs(t *testing.T) {
 	ctx := context.Background()
 	const n, k = 70001, 6
 	r := rand.New(rand.NewPCG(11, 12))
 	dir := t.TempDir()
-	write := func(name string, b []byte) string {
-		p := filepath.Join(dir, name)
-		if err := os.WriteFile(p, b, 0o444); err != nil {
+	files := 0
+	write := func(pre int, b []byte) string {
+		files++
+		p := filepath.Join(dir, fmt.Sprintf("f%d", files))
+		if err := os.WriteFile(p, append(make([]byte, pre), b...), 0o444); err != nil {
 			t.Fatal(err)
 		}
 		return p
@@ -148,39 +153,51 @@ func TestFinalizeMappedInputs(t *testing.T) {
 		t.Fatal(err)
 	}
 	outer, _ := ref.ResolveOuter(ctx)
-	in := syncer.FinalizeInput{Rule: rule, Outer: outer, Dtype: machine.F32, N: n, Quorum: k, LR: 0.7, Beta: 0.9, Nesterov: true}
-	for i := range k {
-		// a safetensors-like prefix of 8 + 4·i bytes: the values start at
-		// a different offset in every file
-		pre := make([]byte, 8+4*i)
-		p := write("in"+string(rune('a'+i)), append(pre, syncer.EncodeF32(adversarial(r, n))...))
-		in.Inputs = append(in.Inputs, syncer.FileValues(p, syncer.ByteRange{Off: int64(len(pre)), Len: 4 * n}))
-	}
-	in.Weights = syncer.FileValues(write("w", syncer.EncodeF32(adversarial(r, n))), syncer.ByteRange{Len: 4 * n})
-	m := syncer.FileValues(write("m", syncer.EncodeF32(adversarial(r, n))), syncer.ByteRange{Len: 4 * n})
-	in.Momentum = &m
 	wasm, err := NewEngine(ctx, Config{WasmMean: true, WasmOuter: true})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer wasm.Close(ctx)
-	want, err := wasm.Finalize(ctx, in)
-	if err != nil || want.Status != "aggregated" {
-		t.Fatalf("%v %+v", err, want.Status)
-	}
-	engines := map[string]*Engine{"in process": ref, "worker": sharedWorkerEngine(t)}
-	for name, e := range engines {
-		ran := nativeMeans.Load()
-		got, err := e.Finalize(ctx, in)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if got.AggregateHash != want.AggregateHash || got.Fuel != want.Fuel || !bytes.Equal(got.Weights, want.Weights) ||
-			!bytes.Equal(got.Momentum, want.Momentum) || !reflect.DeepEqual(got.Selected, want.Selected) {
-			t.Fatalf("%s: finalize differs from the Wasm's: fuel %d vs %d", name, got.Fuel, want.Fuel)
-		}
-		if name == "in process" && nativeMeans.Load() == ran {
-			t.Fatalf("%s: the native Mean did not run on the mapped inputs", name)
+	for _, d := range []machine.Dtype{machine.F32, machine.BF16} {
+		for _, has := range []bool{true, false} {
+			es := int64(d.Size())
+			in := syncer.FinalizeInput{Rule: rule, Outer: outer, Dtype: d, N: n, Quorum: k, LR: 0.7, Beta: 0.9, Nesterov: true}
+			for i := range k {
+				// the values start at a different offset in every file,
+				// one not a multiple of 4 without momentum (the Wasm Mean
+				// then reads them)
+				pre := 8 + 4*i
+				if !has && i == 0 {
+					pre = 10
+				}
+				p := write(pre, syncer.EncodeValues(d, adversarial(r, n)))
+				in.Inputs = append(in.Inputs, syncer.FileValues(p, syncer.ByteRange{Off: int64(pre), Len: es * n}))
+			}
+			wPre := 2 * (files % 3) // weights at an offset of 0, 2 or 4
+			in.Weights = syncer.FileValues(write(wPre, syncer.EncodeValues(d, adversarial(r, n))), syncer.ByteRange{Off: int64(wPre), Len: es * n})
+			if has {
+				m := syncer.FileValues(write(0, syncer.EncodeF32(adversarial(r, n))), syncer.ByteRange{Len: 4 * n})
+				in.Momentum = &m
+			}
+			want, err := wasm.Finalize(ctx, in)
+			if err != nil || want.Status != "aggregated" {
+				t.Fatalf("%v %+v", err, want.Status)
+			}
+			for name, e := range map[string]*Engine{"in process": ref, "worker": sharedWorkerEngine(t)} {
+				ran, stepped := nativeMeans.Load(), nativeSteps.Load()
+				got, err := e.Finalize(ctx, in)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if got.AggregateHash != want.AggregateHash || got.Fuel != want.Fuel || !bytes.Equal(got.Weights, want.Weights) ||
+					!bytes.Equal(got.Momentum, want.Momentum) || !reflect.DeepEqual(got.Selected, want.Selected) {
+					t.Fatalf("%s %s momentum %v: finalize differs from the Wasm's: fuel %d vs %d; weights %s", name, d, has, got.Fuel, want.Fuel,
+						firstDiff(got.Weights, want.Weights, d.Size()))
+				}
+				if name == "in process" && (d == machine.F32 && has && nativeMeans.Load() == ran || nativeSteps.Load() == stepped) {
+					t.Fatalf("%s %s: the native Mean or outer step did not run on the mapped files", name, d)
+				}
+			}
 		}
 	}
 }
