@@ -46,6 +46,7 @@ CODECS = {
     "int8": {"codec": "int8-block", "block": 64},
     "int4": {"codec": "int4-block", "block": 64},
     "topk1%+EF": {"codec": "topk", "k": 0.01, "values": 0},
+    "topk10%+EF": {"codec": "topk", "k": 0.1, "values": 0},
 }
 # setup name -> (kind, H, codec)
 SETUPS = {
@@ -57,6 +58,7 @@ SETUPS = {
     "DiLoCo H=24 int8": ("diloco", 24, "int8"),
     "DiLoCo H=24 int4": ("diloco", 24, "int4"),
     "DiLoCo H=24 topk1%+EF": ("diloco", 24, "topk1%+EF"),
+    "DiLoCo H=24 topk10%+EF": ("diloco", 24, "topk10%+EF"),
 }
 # (setup, baseline, threshold, goal)
 GOALS = [
@@ -68,6 +70,7 @@ GOALS = [
     ("DiLoCo H=24 int8", "DiLoCo H=24", 1.02, "int8 within 2% of uncompressed"),
     ("DiLoCo H=24 int4", "DiLoCo H=24", 1.02, "int4 within 2% of uncompressed"),
     ("DiLoCo H=24 topk1%+EF", "DiLoCo H=24", 1.05, "top-k + EF within 5% of uncompressed"),
+    ("DiLoCo H=24 topk10%+EF", "DiLoCo H=24", 1.05, "top-k + EF within 5% of uncompressed"),
 ]
 T_975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262}
 
