@@ -18,7 +18,10 @@ import (
 // the others, with no read into a buffer of this process. Values in one run
 // of the file are plain bytes; scattered ranges read through the mapping.
 // The mapping is counted in the stage pool's total (a worker's RLIMIT_AS
-// grows with it). release unmaps it. A file that cannot be mapped is read
+// grows with it). Its pages are faulted in as they are read (by the rule's
+// goroutines, on every core), not populated up front: populating 8 files'
+// pages on one thread cost more worker CPU per commit (node_finalize.py's
+// worker_cpu_ms). release unmaps it. A file that cannot be mapped is read
 // through its descriptor instead.
 func (e *Engine) openValues(path string, ranges []syncer.ByteRange) (*source, func(), error) {
 	f, err := os.Open(path)
@@ -54,7 +57,7 @@ func (e *Engine) openValues(path string, ranges []syncer.ByteRange) (*source, fu
 	if sp.reserve != nil {
 		sp.reserve(total)
 	}
-	mem, err := unix.Mmap(int(f.Fd()), 0, int(size), unix.PROT_READ, unix.MAP_SHARED|unix.MAP_POPULATE)
+	mem, err := unix.Mmap(int(f.Fd()), 0, int(size), unix.PROT_READ, unix.MAP_SHARED)
 	if err != nil {
 		unaccount()
 		return readerSource(f, ranges), func() { _ = f.Close() }, nil
