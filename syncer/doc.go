@@ -18,4 +18,9 @@
 // stale rule (the same cosine against the trainer's own inputs of the two
 // rounds before: replays), run after it; the machine's mpay.go settles a
 // final commit's inputs.
+//
+// Speed-only caches, never read by re-execution or replay, and changing no
+// verdict: quantcache.go (earlier rounds' quantized prefixes, for the stale
+// rule) and inputcache.go (what a commit needs of each input this node
+// accepted, computed at Submit); lru.go is their bounded bookkeeping.
 package syncer

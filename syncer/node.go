@@ -70,6 +70,11 @@ type Config struct {
 	// earlier inputs' quantized prefixes (quantcache.go): 0 is
 	// DefaultQuantCacheBytes, negative turns it off. It changes only speed.
 	QuantCacheBytes int64
+	// InputCacheBytes bounds the memory of the cache of what a commit
+	// needs of each input this node accepted, computed at ingest
+	// (inputcache.go): 0 is DefaultInputCacheBytes, negative turns it off.
+	// It changes only speed.
+	InputCacheBytes int64
 }
 
 // Event is a run transition worth telling peers about.
@@ -123,6 +128,9 @@ type Node struct {
 	// quants keeps the prefixes of inputs' quantized forms for later
 	// rounds' stale rule (quantcache.go); nil: off.
 	quants *quantCache
+	// inputs keeps what commits need of accepted inputs (inputcache.go);
+	// nil: off.
+	inputs *inputCache
 
 	// finiteHash is the engine's built-in Finite module (builtinFinite).
 	finiteOnce sync.Once
@@ -150,6 +158,12 @@ func NewNode(ctx context.Context, cfg Config) (*Node, error) {
 		n.quants = newQuantCache(DefaultQuantCacheBytes)
 	case cfg.QuantCacheBytes > 0:
 		n.quants = newQuantCache(cfg.QuantCacheBytes)
+	}
+	switch {
+	case cfg.InputCacheBytes == 0:
+		n.inputs = newInputCache(DefaultInputCacheBytes)
+	case cfg.InputCacheBytes > 0:
+		n.inputs = newInputCache(cfg.InputCacheBytes)
 	}
 	n.w.init()
 	n.cw.init(cfg.WatchConcurrency)

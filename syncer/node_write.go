@@ -609,9 +609,14 @@ func (n *Node) Submit(ctx context.Context, g *wire.OuterGradient) (*wire.SubmitR
 	if err := checkPayloadBinding(g.GradientPayload, g.TaskID, g.TrainerDID, g.Round, g.FragmentIndex); err != nil {
 		return nil, machine.Errf(machine.KindInvalid, "%v", err)
 	}
-	if err := n.verifyPayload(ctx, r, fs, values); err != nil {
+	// The copy rule's read pass runs here, once (inputcache.go): the commit
+	// continues it instead of reading the payload again, and the values it
+	// found finite need no second scan by the built-in Finite verifier.
+	facts, finite := ingestFacts(r, fs, binding{g.TaskID, g.TrainerDID, g.Round, g.FragmentIndex}, values)
+	if err := n.verifyPayload(ctx, r, fs, values, finite); err != nil {
 		return nil, err
 	}
+	facts.verified = verifiersKey(r)
 	// A second submission of this round and fragment: the same payload is a
 	// duplicate; the same tensors in another encoding too (equivocation is
 	// about content, PROTOCOL §6), which this node can tell when it holds
@@ -660,6 +665,8 @@ func (n *Node) Submit(ctx context.Context, g *wire.OuterGradient) (*wire.SubmitR
 			return nil, fmt.Errorf("store payload: %w", err)
 		}
 	}
+	// Kept before the record is broadcast: its block may start the commit.
+	n.inputs.put(g.PayloadHash, layoutKey(r, fs), facts)
 	var res wire.SubmitResult
 	h, err := n.broadcast(ctx, wire.TxSubmission, tx, &res)
 	if err != nil {
@@ -677,20 +684,24 @@ func (n *Node) Submit(ctx context.Context, g *wire.OuterGradient) (*wire.SubmitR
 }
 
 // verifyPayload runs the run's per-submission verifiers on a payload's
-// values.
-func (n *Node) verifyPayload(ctx context.Context, r *machine.Run, fs *machine.RunFragment, values []byte) error {
+// values; finite says the values are known to be finite (a read pass
+// found so), which is the built-in Finite verifier's whole verdict.
+func (n *Node) verifyPayload(ctx context.Context, r *machine.Run, fs *machine.RunFragment, values []byte, finite bool) error {
 	for _, v := range r.Verifiers {
 		if v.RoundLevel {
 			continue
 		}
 		var out VerifyOutput
 		var err error
-		if n.builtinFinite(ctx, v) {
+		switch {
+		case n.builtinFinite(ctx, v) && finite:
+			out.Accept = true
+		case n.builtinFinite(ctx, v):
 			// The mandatory Finite rule runs here, on the mapped payload:
 			// the same verdict and reason as its Wasm module, without
 			// copying the payload into a worker (issue 21: ingest RSS).
 			out, err = finiteScan(fs.Dtype, int(fs.N), values)
-		} else {
+		default:
 			out, err = n.eng.Verify(ctx, VerifyInput{Verifier: v, Dtype: fs.Dtype, N: int(fs.N), Input: values})
 		}
 		if err != nil {

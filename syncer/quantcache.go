@@ -1,7 +1,6 @@
 package syncer
 
 import (
-	"container/list"
 	"encoding/json"
 	"sync"
 
@@ -33,29 +32,22 @@ const DefaultQuantCacheBytes = 256 << 20
 // quantCachePrefix is the least number of chunks an entry keeps.
 const quantCachePrefix = 16
 
-type quantKey struct {
+// payloadKey names an input's decoded values exactly: its payload's hash,
+// and the fragment's layout and the run's codec (layoutKey).
+type payloadKey struct {
 	payload wire.Hash
-	layout  wire.Hash // the fragment's layout and the run's codec
-}
-
-type quantEntry struct {
-	key   quantKey
-	q     *quantized
-	bytes int64
+	layout  wire.Hash
 }
 
 type quantCache struct {
-	mu    sync.Mutex
-	limit int64
-	used  int64
-	lru   *list.List // front: most recently used
-	m     map[quantKey]*list.Element
-	hits  int64
-	miss  int64
+	mu sync.Mutex
+	sizedLRU[payloadKey, *quantized]
+	hits int64
+	miss int64
 }
 
 func newQuantCache(limit int64) *quantCache {
-	return &quantCache{limit: limit, lru: list.New(), m: map[quantKey]*list.Element{}}
+	return &quantCache{sizedLRU: newSizedLRU[payloadKey, *quantized](limit)}
 }
 
 // layoutKey hashes what, beside the payload, decides an input's values.
@@ -73,7 +65,7 @@ func layoutKey(r *machine.Run, fs *machine.RunFragment) wire.Hash {
 // prefixOf is the entry kept for q: a copy of its first integers (computed
 // here if they were not yet) and of its bounds.
 func prefixOf(q *quantized) *quantized {
-	keep := min(q.n, max(quantCachePrefix*simChunk, (q.n/256+simChunk-1)/simChunk*simChunk))
+	keep := prefixLen(q.n)
 	if keep == q.n {
 		q.full()
 	} else {
@@ -89,6 +81,12 @@ func prefixOf(q *quantized) *quantized {
 	return p
 }
 
+// prefixLen is how many of n values' integers a kept prefix holds: at
+// least quantCachePrefix chunks, and 1/256 of the values (whole chunks).
+func prefixLen(n int) int {
+	return min(n, max(quantCachePrefix*simChunk, (n/256+simChunk-1)/simChunk*simChunk))
+}
+
 // get returns the entry for the payload under the layout key (nil: none).
 func (c *quantCache) get(payload, layout wire.Hash) *quantized {
 	if c == nil || layout.IsZero() {
@@ -96,14 +94,13 @@ func (c *quantCache) get(payload, layout wire.Hash) *quantized {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	e, ok := c.m[quantKey{payload, layout}]
+	q, ok := c.sizedLRU.get(payloadKey{payload, layout})
 	if !ok {
 		c.miss++
 		return nil
 	}
 	c.hits++
-	c.lru.MoveToFront(e)
-	return e.Value.(*quantEntry).q
+	return q
 }
 
 // put keeps q's prefix for the payload, evicting the least recently used
@@ -112,27 +109,14 @@ func (c *quantCache) put(payload, layout wire.Hash, q *quantized) {
 	if c == nil || c.limit <= 0 || layout.IsZero() || q == nil {
 		return
 	}
-	k := quantKey{payload, layout}
+	k := payloadKey{payload, layout}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if e, ok := c.m[k]; ok {
-		c.lru.MoveToFront(e)
+	if _, ok := c.sizedLRU.get(k); ok {
 		return
 	}
 	p := prefixOf(q)
-	ent := &quantEntry{key: k, q: p, bytes: int64(4*len(p.q)+8*len(p.sq)+16*len(p.hi)) + 256}
-	if ent.bytes > c.limit {
-		return
-	}
-	c.m[k] = c.lru.PushFront(ent)
-	c.used += ent.bytes
-	for c.used > c.limit {
-		old := c.lru.Back()
-		oe := old.Value.(*quantEntry)
-		c.lru.Remove(old)
-		delete(c.m, oe.key)
-		c.used -= oe.bytes
-	}
+	c.add(k, p, int64(4*len(p.q)+8*len(p.sq)+16*len(p.hi))+256)
 }
 
 // keep puts every input of fc that qs quantized (keyed by its record's

@@ -50,7 +50,7 @@ func earlierRecords(ctx context.Context, kv machine.KV, task string, round uint6
 // (quantizeLazy): release, once it is compared, lets the payload go. A
 // payload that cannot be fetched is a fetchError.
 func (n *Node) earlierQuantized(ctx context.Context, r *machine.Run, fs *machine.RunFragment, rec *machine.Record) (q *quantized, release func(), err error) {
-	payload, release, checked, path, err := n.storedBlob(ctx, rec.PayloadHash, rec.PayloadSize, rec.Provider)
+	payload, unmap, checked, path, err := n.storedBlob(ctx, rec.PayloadHash, rec.PayloadSize, rec.Provider)
 	if err != nil {
 		var fe *fetchError
 		if ctx.Err() == nil && (errors.Is(err, machine.ErrNotFound) || errors.As(err, &fe)) {
@@ -58,10 +58,11 @@ func (n *Node) earlierQuantized(ctx context.Context, r *machine.Run, fs *machine
 		}
 		return nil, nil, err
 	}
+	// Every return but the last leaves release nil: the mapping goes here
+	// (unmap, not the named result, which those returns have cleared).
 	defer func() {
 		if q == nil {
-			release()
-			release = nil
+			unmap()
 		}
 	}()
 	if uint64(len(payload)) != rec.PayloadSize || (!checked && wire.ContentHash(payload) != rec.PayloadHash) {
@@ -101,7 +102,7 @@ func (n *Node) earlierQuantized(ctx context.Context, r *machine.Run, fs *machine
 	if !ok {
 		return nil, nil, nil
 	}
-	return &lq, release, nil
+	return &lq, unmap, nil
 }
 
 // applyStaleRule runs the stale rule over fragment i's inputs still kept

@@ -636,13 +636,22 @@ func (n *Node) computeCommit(ctx context.Context, s *snapshot, i int) (*computed
 		defer phases.report(o)
 	}
 	phases.start(PhaseVerify)
+	// What this node computed of each input when it accepted it
+	// (inputcache.go) spares the checks it answers; a re-execution runs
+	// cold (lk zero: no lookup).
+	var lk, vk wire.Hash
+	if s.store && n.inputs != nil {
+		lk, vk = layoutKey(r, fs), verifiersKey(r)
+	}
+	qs := newCommitQuant(fs, len(fc.Inputs))
 	for j := range fc.Inputs {
 		in := &fc.Inputs[j]
 		rec, ok := s.records[i][in.TrainerDID]
 		if !ok {
 			return nil, fmt.Errorf("record of %s missing from the state", in.TrainerDID)
 		}
-		v, release, fuel, why, err := n.checkInput(ctx, r, fs, &rec, s.patient)
+		known := n.inputs.get(rec.PayloadHash, lk)
+		v, release, fuel, why, err := n.checkInput(ctx, r, fs, &rec, s.patient, known.skips(&rec, vk), qs, j)
 		if err != nil {
 			return nil, err
 		}
@@ -654,6 +663,9 @@ func (n *Node) computeCommit(ctx context.Context, s *snapshot, i int) (*computed
 			in.Rejected = why
 			continue
 		}
+		if known != nil && known.quantDone {
+			qs.seed[j] = known
+		}
 		values = append(values, v)
 		idx = append(idx, j)
 	}
@@ -663,7 +675,6 @@ func (n *Node) computeCommit(ctx context.Context, s *snapshot, i int) (*computed
 	// Each input is quantized once (commitQuant), for both rules and the
 	// sketch; the quantCache keeps what a later round's stale rule needs.
 	phases.start(PhaseCopyStale)
-	qs := newCommitQuant(fs, len(fc.Inputs))
 	if s.store {
 		defer n.quants.keep(r, fs, s.records[i], fc, qs)
 	}
@@ -778,14 +789,29 @@ type commitQuant struct {
 	fs   *machine.RunFragment
 	done []bool
 	q    []*quantized // nil when done: not finite
+	// seed: the read pass made when the input was accepted (inputcache.go),
+	// continued over the values instead of read again.
+	seed []*inputFacts
 }
 
 func newCommitQuant(fs *machine.RunFragment, inputs int) *commitQuant {
-	return &commitQuant{fs: fs, done: make([]bool, inputs), q: make([]*quantized, inputs)}
+	return &commitQuant{fs: fs, done: make([]bool, inputs), q: make([]*quantized, inputs), seed: make([]*inputFacts, inputs)}
+}
+
+// set makes q input j's quantized values (a read pass made while checking
+// it).
+func (c *commitQuant) set(j int, q *quantized) {
+	c.q[j], c.done[j] = q, true
 }
 
 // of returns input j's quantized values v (nil: a value is not finite).
 func (c *commitQuant) of(j int, v Values, rule string) (*quantized, error) {
+	if f := c.seed[j]; !c.done[j] && f != nil && (f.q == nil || f.q.complete()) {
+		if f.q != nil {
+			c.q[j] = f.q.resume(nil)
+		}
+		c.done[j] = true
+	}
 	if !c.done[j] {
 		size := c.fs.N * int64(c.fs.Dtype.Size())
 		b, ok := v.inPlace(size)
@@ -795,7 +821,9 @@ func (c *commitQuant) of(j int, v Values, rule string) (*quantized, error) {
 				return nil, errLocal{fmt.Errorf("%s: input %d: %w", rule, j, err)}
 			}
 		}
-		if q, ok := quantizeLazy(b, c.fs.Dtype, int(c.fs.N)); ok {
+		if f := c.seed[j]; f != nil {
+			c.q[j] = f.q.resume(b)
+		} else if q, ok := quantizeLazy(b, c.fs.Dtype, int(c.fs.N)); ok {
 			c.q[j] = &q
 		}
 		c.done[j] = true
@@ -942,7 +970,9 @@ func (n *Node) storedValues(ctx context.Context, h wire.Hash, tensors []wire.Ten
 // values (read in place, valid until release), the decode fuel, or why the
 // input is rejected; err is local. With patient set, a payload the network
 // did not give is a local failure too (fetchPatient).
-func (n *Node) checkInput(ctx context.Context, r *machine.Run, fs *machine.RunFragment, rec *machine.Record, patient bool) (Values, func(), uint64, string, error) {
+// skip names the checks already known to pass (the input cache); a read
+// pass over an accepted input's values made here is kept as qs's input j.
+func (n *Node) checkInput(ctx context.Context, r *machine.Run, fs *machine.RunFragment, rec *machine.Record, patient bool, skip inputSkips, qs *commitQuant, j int) (Values, func(), uint64, string, error) {
 	payload, release, checked, path, err := n.storedBlob(ctx, rec.PayloadHash, rec.PayloadSize, rec.Provider)
 	if err != nil {
 		var fe *fetchError
@@ -989,16 +1019,23 @@ func (n *Node) checkInput(ctx context.Context, r *machine.Run, fs *machine.RunFr
 		}
 		return reject(fuel, fmt.Sprintf("gradient_payload: %v", err))
 	}
-	if err := checkPayloadBinding(payload, rec.TaskID, rec.TrainerDID, rec.Round, rec.FragmentIndex); err != nil {
-		return reject(fuel, err.Error())
+	if !skip.binding {
+		if err := checkPayloadBinding(payload, rec.TaskID, rec.TrainerDID, rec.Round, rec.FragmentIndex); err != nil {
+			return reject(fuel, err.Error())
+		}
 	}
-	if hasSubmissionVerifiers(r) {
+	var read *quantized
+	if hasSubmissionVerifiers(r) && !skip.verifiers {
 		if flat == nil {
 			if flat, err = v.Bytes(fs.N * int64(fs.Dtype.Size())); err != nil {
 				return fail(err)
 			}
 		}
-		if err := n.verifyPayload(ctx, r, fs, flat); err != nil {
+		// The copy rule's read pass, made now, is also the Finite scan
+		// (one read of the values instead of two); it goes to qs below.
+		var finite bool
+		read, finite = readPass(r, fs, flat)
+		if err := n.verifyPayload(ctx, r, fs, flat, finite); err != nil {
 			if machine.KindOf(err) == machine.KindInvalid {
 				return reject(fuel, err.Error())
 			}
@@ -1013,6 +1050,9 @@ func (n *Node) checkInput(ctx context.Context, r *machine.Run, fs *machine.RunFr
 		if why != "" {
 			return reject(fuel, why)
 		}
+	}
+	if read != nil {
+		qs.set(j, read)
 	}
 	return v, release, fuel, "", nil
 }

@@ -15,7 +15,7 @@ what else the machine runs). Before the rounds: the node's
 peak RSS around one plain submission (VmHWM reset through clear_refs).
 
     V=$(scripts/venv.sh); make build
-    $V/bin/python bench/plugins/node_finalize.py --rounds 5 [--n 8650000] [--k 6]
+    $V/bin/python bench/plugins/node_finalize.py --rounds 5 [--n 8650000] [--k 6] [--node-arg=--input-cache-bytes=0]
 
 Prints one JSON object (every figure in ms, medians with ranges).
 """
@@ -98,6 +98,12 @@ def main() -> None:
     ap.add_argument("--k", type=int, default=6)
     ap.add_argument("--n", type=int, default=8_650_000)
     ap.add_argument("--bin", default=os.environ.get("TENZRO_BIN_DIR", os.path.join(os.getcwd(), "bin")))
+    ap.add_argument(
+        "--node-arg",
+        action="append",
+        default=[],
+        help="one more tenzro-node flag (repeatable), e.g. --node-arg=--input-cache-bytes=0",
+    )
     a = ap.parse_args()
     k, n = a.k, a.n
     t = tempfile.mkdtemp(prefix="node-finalize-")
@@ -117,6 +123,7 @@ def main() -> None:
             "/ip4/127.0.0.1/tcp/0",
             "--metrics-addr",
             metrics,
+            *a.node_arg,
         ],
         stdout=log,
         stderr=subprocess.STDOUT,

@@ -83,6 +83,10 @@ type Config struct {
 	Archive bool `koanf:"archive"`
 	// HeavyMemoryBytes bounds heavy reads (rpc.Options.HeavyMemoryBytes).
 	HeavyMemoryBytes int64 `koanf:"heavy-memory-bytes"`
+	// QuantCacheBytes and InputCacheBytes bound the syncer's two
+	// speed-only caches (syncer.Config; 0: off).
+	QuantCacheBytes int64 `koanf:"quant-cache-bytes"`
+	InputCacheBytes int64 `koanf:"input-cache-bytes"`
 
 	// SnapshotInterval and SnapshotKeep: state-sync snapshots every this
 	// many heights, this many kept (0: the home's tenzro-chain.json).
@@ -119,7 +123,7 @@ var configKeys = map[string]bool{
 	"dataset-did-count": true, "dataset-did-bytes": true,
 	"large-min-rate": true, "large-grace-ms": true, "max-blob-bytes": true, "watch": true, "watch-concurrency": true,
 	"rpc-allow-origin": true, "blob-disk-cap": true, "blob-did-quota": true, "blob-price": true, "blob-ttl": true,
-	"blob-peer-bytes-per-hour": true, "heavy-memory-bytes": true, "archive": true,
+	"blob-peer-bytes-per-hour": true, "heavy-memory-bytes": true, "archive": true, "quant-cache-bytes": true, "input-cache-bytes": true,
 
 	"snapshot-interval": true, "snapshot-keep": true, "state-keep-heights": true, "mempool-sender-limit": true,
 	"light-primary": true, "light-witnesses": true, "trust-height": true, "trust-hash": true, "trusting-period": true,
@@ -241,10 +245,16 @@ func defaults() Config {
 		BlobTTL:              DefaultBlobTTL,
 		BlobPeerBytesPerHour: rpc.DefaultBlobPeerBytesPerHour,
 		HeavyMemoryBytes:     rpc.DefaultHeavyMemoryBytes,
+		QuantCacheBytes:      syncer.DefaultQuantCacheBytes,
+		InputCacheBytes:      syncer.DefaultInputCacheBytes,
 		DatasetDIDCount:      dataset.DefaultQuotaCount,
 		DatasetDIDBytes:      dataset.DefaultQuotaBytes,
 	}
 }
+
+// maxCacheBytes bounds --quant-cache-bytes and --input-cache-bytes (64 GiB):
+// more is a typo, not a cache (each entry is a fraction of a MiB).
+const maxCacheBytes = 64 << 30
 
 // Blob pricing defaults (RATIONALE "Who may upload a blob").
 const (
@@ -337,6 +347,10 @@ func (c *Config) validate() error {
 	case c.BlobDiskCap < 0 || c.BlobDIDQuota < 1 || c.BlobPeerBytesPerHour < 1 || c.HeavyMemoryBytes < 1<<20:
 		return fmt.Errorf("blob-disk-cap %d (≥ 0, 0: none), blob-did-quota %d, blob-peer-bytes-per-hour %d (≥ 1) or heavy-memory-bytes %d (≥ 1 MiB) out of range",
 			c.BlobDiskCap, c.BlobDIDQuota, c.BlobPeerBytesPerHour, c.HeavyMemoryBytes)
+	case c.QuantCacheBytes < 0 || c.QuantCacheBytes > maxCacheBytes:
+		return fmt.Errorf("quant-cache-bytes %d: want 0 (off) .. %d bytes (default %d)", c.QuantCacheBytes, int64(maxCacheBytes), int64(syncer.DefaultQuantCacheBytes))
+	case c.InputCacheBytes < 0 || c.InputCacheBytes > maxCacheBytes:
+		return fmt.Errorf("input-cache-bytes %d: want 0 (off) .. %d bytes (default %d)", c.InputCacheBytes, int64(maxCacheBytes), int64(syncer.DefaultInputCacheBytes))
 	case c.BlobTTL < time.Second:
 		return fmt.Errorf("blob-ttl %s: want at least 1s", c.BlobTTL)
 	case c.Dev && (c.Genesis != "" || c.GenesisHash != ""):

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/tenzro/train/syncer"
 )
 
 // captured runs the command with a fake runner and returns the config it got.
@@ -39,7 +41,8 @@ func TestDefaults(t *testing.T) {
 		RPCAddr: "127.0.0.1:8545", Engine: defaultEngine, MaxRequestBytes: 256 << 20, LogLevel: "info", LogFormat: "text",
 		NodeKey: filepath.Join(home, ".tenzro", "node", "node.key")}
 	if cfg.Role != want.Role || cfg.DataDir != want.DataDir || cfg.ListenAddr != want.ListenAddr || cfg.RPCAddr != want.RPCAddr ||
-		cfg.Engine != want.Engine || cfg.MaxRequestBytes != want.MaxRequestBytes || cfg.MaxBlobBytes != DefaultMaxBlobBytes || cfg.NodeKey != want.NodeKey || cfg.Dev || cfg.MetricsAddr != "" {
+		cfg.Engine != want.Engine || cfg.MaxRequestBytes != want.MaxRequestBytes || cfg.MaxBlobBytes != DefaultMaxBlobBytes || cfg.NodeKey != want.NodeKey || cfg.Dev || cfg.MetricsAddr != "" ||
+		cfg.QuantCacheBytes != syncer.DefaultQuantCacheBytes || cfg.InputCacheBytes != syncer.DefaultInputCacheBytes {
 		t.Fatalf("defaults %+v", cfg)
 	}
 }
@@ -78,6 +81,9 @@ func TestBadConfigAndFlags(t *testing.T) {
 		{[]string{"--dashboard", "maybe"}, "dashboard"},
 		{[]string{"--max-request-bytes", "10"}, "max-request-bytes"},
 		{[]string{"--large-min-rate", "0"}, "large-min-rate"},
+		{[]string{"--quant-cache-bytes", "-1"}, "quant-cache-bytes -1: want 0 (off) .. 68719476736 bytes (default 268435456)"},
+		{[]string{"--input-cache-bytes", "1e9"}, "input-cache-bytes"},
+		{[]string{"--input-cache-bytes", "68719476737"}, "input-cache-bytes 68719476737: want 0 (off)"},
 		{[]string{"--config", typo}, `unknown key "rpc_addr"`},
 		{[]string{"--config", filepath.Join(dir, "missing.yaml")}, "missing.yaml"},
 		{[]string{"--bogus"}, "unknown flag"},
@@ -151,5 +157,17 @@ func TestNodeKeyCreatedOnce(t *testing.T) {
 	fi, _ := os.Stat(path)
 	if fi.Mode().Perm() != 0o600 {
 		t.Fatalf("mode %v", fi.Mode())
+	}
+}
+
+// TestCacheFlags: the syncer's cache sizes pass through (0 turns a cache
+// off, which syncer.Config spells negative).
+func TestCacheFlags(t *testing.T) {
+	cfg, code, msg := captured(t, "--quant-cache-bytes", "0", "--input-cache-bytes", "1048576")
+	if code != 0 {
+		t.Fatal(msg)
+	}
+	if cfg.QuantCacheBytes != 0 || cfg.InputCacheBytes != 1<<20 || cacheBytes(cfg.QuantCacheBytes) >= 0 || cacheBytes(cfg.InputCacheBytes) != 1<<20 {
+		t.Fatalf("quant %d input %d", cfg.QuantCacheBytes, cfg.InputCacheBytes)
 	}
 }

@@ -148,6 +148,8 @@ are the flag names), then the flags given on the command line.`,
 	f.Bool("archive", false, "keep every blob a run references, the payloads of final rounds included, so `tenzro receipt replay` of any run can read them here (initial and committed weights are always kept)")
 	f.Int64("blob-peer-bytes-per-hour", d.BlobPeerBytesPerHour, "most bytes one remote IP may upload with PUT /blobs per hour")
 	f.Int64("heavy-memory-bytes", d.HeavyMemoryBytes, "memory replayFragment, getPayload and getWeights calls may hold at once (bytes)")
+	f.Int64("quant-cache-bytes", d.QuantCacheBytes, "memory (bytes, up to 64 GiB) for the stale rule's cache of earlier rounds' inputs (each one's first quantized values and bounds, ≈ 0.25 MiB): a hit decides whether a new input replays its trainer's earlier one without reading and decoding that payload again; the default holds ≈ 1,000 inputs, a larger value serves more trainers × fragments × the 2 lookback rounds; 0: off (same verdicts, every comparison reads the earlier payload)")
+	f.Int64("input-cache-bytes", d.InputCacheBytes, "memory (bytes, up to 64 GiB) for what a commit needs of each input this node accepted, computed once at ingest (binding, per-submission verifiers' verdicts, the copy rule's read pass; ≈ 0.3 MiB per input of 8.65M values): a hit spares the commit a full read of that payload; the default holds ≈ 400 inputs accepted and not yet committed, a larger value covers more fragments or rounds in flight; 0: off (same verdicts, the commit re-checks every input)")
 	f.String("metrics-addr", "", "serve Prometheus metrics on this address at /metrics (default off)")
 	f.String("log-level", d.LogLevel, "log level: debug, info, warn or error")
 	f.String("log-format", d.LogFormat, "log format: text or json")

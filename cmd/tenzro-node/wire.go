@@ -280,6 +280,8 @@ func runNode(ctx context.Context, cfg Config, log *slog.Logger) (err error) {
 		Watch:            cfg.Watch,
 		WatchConcurrency: cfg.WatchConcurrency,
 		Fault:            cfg.fault,
+		QuantCacheBytes:  cacheBytes(cfg.QuantCacheBytes),
+		InputCacheBytes:  cacheBytes(cfg.InputCacheBytes),
 		Announce: func(ctx context.Context, ev syncer.Event) {
 			announce(ctx, gn, tr.signer, ev, log)
 		},
@@ -630,4 +632,12 @@ func migrateKVBlobs(ctx context.Context, db *store.DB, blobs *store.Blobs, log *
 	}
 	log.Info("moved blobs from the database to the blob store", "blobs", len(keys), "dir", blobs.Dir())
 	return nil
+}
+
+// cacheBytes maps a cache flag (0: off) to syncer.Config's (negative: off).
+func cacheBytes(flag int64) int64 {
+	if flag == 0 {
+		return -1
+	}
+	return flag
 }
