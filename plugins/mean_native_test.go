@@ -22,14 +22,7 @@ import (
 // page limit); and it does run.
 func TestNativeMeanMatchesWasm(t *testing.T) {
 	ctx := context.Background()
-	engine := func(cfg Config) *Engine {
-		e, err := NewEngine(ctx, cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = e.Close(ctx) })
-		return e
-	}
+	engine := func(cfg Config) *Engine { return newEngine(t, cfg) }
 	pairs := []struct {
 		native, wasm *Engine
 		ks, sizes    []int
