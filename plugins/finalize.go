@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"math"
-	"os"
 	"sync"
 
 	"github.com/tenzro/train/machine"
@@ -53,22 +52,25 @@ func (e *Engine) finalizeInProcess(ctx context.Context, in syncer.FinalizeInput)
 	span := int64(in.N) * int64(in.Dtype.Size())
 	var err error
 	srcs := make([]*source, len(in.Inputs))
-	var files []*os.File
+	var releases []func()
 	defer func() {
-		for _, f := range files {
-			_ = f.Close()
+		for _, rel := range releases {
+			rel()
 		}
 	}()
 	open := func(v syncer.Values) (*source, error) {
 		if v.R != nil {
+			if b, ok := v.InPlace(); ok {
+				return bytesSource(b), nil // a mapped blob: read in place
+			}
 			return readerSource(v.R, v.Ranges), nil
 		}
-		f, err := os.Open(v.Path)
+		s, release, err := e.openValues(v.Path, v.Ranges)
 		if err != nil {
 			return nil, fmt.Errorf("plugins: finalize: %w", err)
 		}
-		files = append(files, f)
-		return readerSource(f, v.Ranges), nil
+		releases = append(releases, release)
+		return s, nil
 	}
 	for i, v := range in.Inputs {
 		if srcs[i], err = open(v); err != nil {
@@ -258,8 +260,10 @@ func (e *Engine) finalizeAggregate(ctx context.Context, in syncer.FinalizeInput,
 	if err != nil {
 		return out, err
 	}
-	parallel(len(out.Aggregate)/8, func(lo, hi int) { canonicalF32(out.Aggregate[8*lo : 8*hi]) })
-	canonicalF32(out.Aggregate[len(out.Aggregate)&^7:])
+	if !out.dest.out.canonical { // the native Mean writes canonical NaNs
+		parallel(len(out.Aggregate)/8, func(lo, hi int) { canonicalF32(out.Aggregate[8*lo : 8*hi]) })
+		canonicalF32(out.Aggregate[len(out.Aggregate)&^7:])
+	}
 	return out, nil
 }
 
@@ -313,6 +317,9 @@ func (e *Engine) readAhead(ctx context.Context, in syncer.FinalizeInput, w, m *s
 	defer e.release(p)
 	if _, ok := e.nativeOuter(ctx, p, outerVariant{in.Dtype, m != nil, in.Nesterov}); !ok {
 		return
+	}
+	if w.r == nil && (m == nil || m.r == nil) {
+		return // in memory (mapped): the step reads them in place
 	}
 	wb, mb := wOut.bytes(), mOut.bytes()
 	read := func() {

@@ -7,7 +7,6 @@ import (
 	"context"
 	"fmt"
 	"math"
-	"os"
 	"time"
 
 	"github.com/tenzro/train/syncer"
@@ -184,22 +183,24 @@ func serveFinalize(ctx context.Context, e *Engine, req *workerReq, mem []byte, a
 		return nil, 0, fmt.Errorf("finalize: arena layout out of bounds")
 	}
 	inputs := bytes.NewReader(mem[req.InOff:req.OutOff])
-	var files []*os.File
+	// Stored files are mapped, not read: the native rules read them in
+	// place, the others copy from the page cache into their guest.
+	var releases []func()
 	defer func() {
-		for _, f := range files {
-			_ = f.Close()
+		for _, rel := range releases {
+			rel()
 		}
 	}()
 	open := func(v workerValues) (*source, error) {
 		if v.Path == "" {
 			return readerSource(inputs, v.Ranges), nil
 		}
-		f, err := os.Open(v.Path)
+		s, release, err := e.openValues(v.Path, v.Ranges)
 		if err != nil {
 			return nil, err
 		}
-		files = append(files, f)
-		return readerSource(f, v.Ranges), nil
+		releases = append(releases, release)
+		return s, nil
 	}
 	in := syncer.FinalizeInput{Rule: fr.Rule, Outer: fr.Outer, Verifiers: fr.Verifiers, Dtype: req.Dtype, N: req.N, Quorum: fr.Quorum,
 		LR: req.LR, Beta: req.Beta, Nesterov: req.Nesterov, AggregateOnly: fr.AggregateOnly,

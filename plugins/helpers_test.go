@@ -31,6 +31,18 @@ func testEngine(t testing.TB) *Engine {
 	return sharedEng
 }
 
+// newEngine is an engine of its own with cfg, closed when the test ends.
+func newEngine(t testing.TB, cfg Config) *Engine {
+	t.Helper()
+	ctx := context.Background()
+	e, err := NewEngine(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = e.Close(ctx) })
+	return e
+}
+
 func f32s(v ...float32) []byte {
 	b := make([]byte, 4*len(v))
 	for i, x := range v {

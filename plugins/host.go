@@ -84,6 +84,9 @@ type Config struct {
 	// WasmOuter runs the built-in outer step in Wasm even where its native
 	// fast path applies (nesterov_native.go; same bytes and fuel).
 	WasmOuter bool
+	// WasmMean runs the built-in Mean in Wasm even where its native fast
+	// path applies (mean_native.go; same bytes and fuel).
+	WasmMean bool
 	// Workers > 0 runs every plugin call in that many worker processes
 	// (DESIGN §13, worker_pool.go) instead of in this process: the node and
 	// the CLI set it; 0 keeps calls in process (tests, replay of vectors).
@@ -151,6 +154,9 @@ type Engine struct {
 	// variants (nesterov_native.go).
 	outerMu    sync.Mutex
 	outerLines map[outerVariant]outerLine
+	// meanLines caches the fuel lines of the built-in Mean by K
+	// (mean_native.go), under outerMu.
+	meanLines map[int]meanLine
 }
 
 var _ syncer.Engine = (*Engine)(nil)
@@ -584,6 +590,7 @@ func (e *Engine) aggregateSrc(ctx context.Context, p *plugin, params []float64, 
 		}
 	}
 	meter := e.newMeter(ctx)
+	out.out.canonical = true // until a chunk runs in Wasm
 	res.Selected = make([]bool, k)
 	var scores []float64
 	for c0 := 0; c0 < n; c0 += chunk {
@@ -648,7 +655,8 @@ func (e *Engine) aggregateOnce(ctx context.Context, p *plugin, budget uint64, d 
 		return out, err
 	}
 	defer c.close(ctx)
-	defer func() { out.Fuel = c.used() }()
+	var native uint64 // the fuel of a native aggregation
+	defer func() { out.Fuel = c.used() + native }()
 	k, n := len(srcs), c1-c0
 	span := uint64(n) * uint64(es)
 	inPtr, err := c.alloc(ctx, uint64(k)*span)
@@ -671,6 +679,28 @@ func (e *Engine) aggregateOnce(ctx context.Context, p *plugin, budget uint64, d 
 	if err != nil {
 		return out, err
 	}
+	if l, ok := e.nativeMean(ctx, p, d, k); ok && meanInPlace(srcs) && aligned4(dst.bytes()) {
+		if agg := l.fuel(n); c.used()+agg <= budget {
+			// The inputs are read where they are (mapped), once; the
+			// module's selection (every input) is written where it would
+			// have written it.
+			f.running()
+			meanNative(srcs, c0, c1, dst.bytes())
+			sel := make([]byte, k)
+			for i := range sel {
+				sel[i] = 1
+			}
+			if err := c.write(selPtr, sel); err != nil {
+				return out, err
+			}
+			native = agg
+			nativeMeans.Add(1)
+			out.Aggregate = dst.bytes()
+			out.Selected, out.Scores, err = c.readSelection(selPtr, scPtr, k)
+			return out, err
+		}
+	}
+	dst.out.canonical = false
 	if err := c.fill(inPtr, srcs, int64(c0*es), int64(c1*es)); err != nil {
 		return out, err
 	}

@@ -137,11 +137,23 @@ func (e *Engine) calibrateOuter(ctx context.Context, p *plugin, v outerVariant) 
 func outerNative(d machine.Dtype, w, m, g *source, c0, c1, es int, wOut, mOut dest, lr, beta float32, nesterov bool) error {
 	n := c1 - c0
 	wb, mb := wOut.bytes(), mOut.bytes()
+	// The state is read where it is when it is in memory (a mapped blob
+	// file), else copied into the outputs first and updated in place: the
+	// step reads wIn and mIn and writes wb and mb.
+	wIn, mIn := wb, mb
 	var jobs []copyJob
-	if !wOut.out.prefilled {
+	switch {
+	case wOut.out.prefilled:
+	case w.r == nil && w.b != nil && (es == 2 || aligned4(w.b)):
+		wIn = w.b[c0*es : c1*es]
+	default:
 		jobs = append(jobs, copyJob{dst: wb, src: w, off: int64(c0 * es)})
 	}
-	if m != nil && !mOut.out.prefilled {
+	switch {
+	case m == nil || mOut.out.prefilled:
+	case m.r == nil && m.b != nil && aligned4(m.b):
+		mIn = m.b[c0*4 : c1*4]
+	default:
 		jobs = append(jobs, copyJob{dst: mb, src: m, off: int64(c0) * 4})
 	}
 	var gb []byte
@@ -154,7 +166,7 @@ func outerNative(d machine.Dtype, w, m, g *source, c0, c1, es int, wOut, mOut de
 	if err := runCopies(jobs); err != nil {
 		return err
 	}
-	parallel(n, func(lo, hi int) { nesterovRange(d, wb, mb, gb, lo, hi, m != nil, lr, beta, nesterov) })
+	parallel(n, func(lo, hi int) { nesterovRange(d, wIn, wb, mIn, mb, gb, lo, hi, m != nil, lr, beta, nesterov) })
 	return nil
 }
 
@@ -198,26 +210,32 @@ func parallel(n int, fn func(lo, hi int)) {
 var canonF32 = math.Float32frombits(canonNaN32)
 
 // nesterovRange is tenzro_outer_step (plugins/builtin/src/nesterov.c) on
-// coordinates [lo, hi) of little-endian buffers, its NaN results written
-// canonical (as the host rewrites the module's: nonfinite.go). fma32 is
-// written out in the loop (the compiler does not inline it).
-func nesterovRange(d machine.Dtype, w, m, g []byte, lo, hi int, has bool, lr, beta float32, nesterov bool) {
+// coordinates [lo, hi) of little-endian buffers, reading the weights and
+// momentum from wIn and mIn and writing them to w and m (the same buffers
+// for a step in place), its NaN results written canonical (as the host
+// rewrites the module's: nonfinite.go). fma32 is written out in the loop
+// (the compiler does not inline it).
+func nesterovRange(d machine.Dtype, wIn, w, mIn, m, g []byte, lo, hi int, has bool, lr, beta float32, nesterov bool) {
 	if hi <= lo {
 		return
 	}
 	gv, mv := f32View(g)[lo:hi], f32View(m)[lo:hi]
+	var mi []float32
+	if has {
+		mi = f32View(mIn)[lo:hi]
+	}
 	nlr, b64, nlr64 := -lr, float64(beta), float64(-lr)
-	var wf []float32
-	var wh []byte
+	var wf, wi []float32
+	var wh, whi []byte
 	if d == machine.BF16 {
-		wh = w[2*lo : 2*hi]
+		wh, whi = w[2*lo:2*hi], wIn[2*lo:2*hi]
 	} else {
-		wf = f32View(w)[lo:hi]
+		wf, wi = f32View(w)[lo:hi], f32View(wIn)[lo:hi]
 	}
 	for c, gc := range gv {
 		buf := gc
 		if has {
-			buf = float32(mv[c]*beta) + gc
+			buf = float32(mi[c]*beta) + gc
 		}
 		mv[c] = buf
 		if buf != buf {
@@ -234,9 +252,9 @@ func nesterovRange(d machine.Dtype, w, m, g []byte, lo, hi int, has bool, lr, be
 		}
 		var wc float32
 		if wf != nil {
-			wc = wf[c]
+			wc = wi[c]
 		} else {
-			wc = math.Float32frombits(uint32(binary.LittleEndian.Uint16(wh[2*c:])) << 16)
+			wc = math.Float32frombits(uint32(binary.LittleEndian.Uint16(whi[2*c:])) << 16)
 		}
 		r := math.FMA(float64(dd), nlr64, float64(wc))
 		var nw float32

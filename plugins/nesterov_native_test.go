@@ -42,14 +42,7 @@ func adversarial(r *rand.Rand, n int) []float32 {
 // limit); and it does run.
 func TestNativeOuterMatchesWasm(t *testing.T) {
 	ctx := context.Background()
-	engine := func(cfg Config) *Engine {
-		e, err := NewEngine(ctx, cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = e.Close(ctx) })
-		return e
-	}
+	engine := func(cfg Config) *Engine { return newEngine(t, cfg) }
 	pairs := []struct {
 		native, wasm *Engine
 		sizes        []int

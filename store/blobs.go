@@ -544,12 +544,53 @@ func (w *BlobWriter) Write(p []byte) (int, error) {
 		w.err = fmt.Errorf("blob store: write %s: %w", w.h, err)
 		return 0, w.err
 	}
-	n, err := w.f.Write(p)
-	w.hasher.Write(p[:n])
+	if len(p) < 2*hashPiece {
+		n, err := w.f.Write(p)
+		w.hasher.Write(p[:n])
+		return n, w.wrote(n, err)
+	}
+	// A large write (a syncer's new weights, written from memory): its
+	// pieces are hashed on another goroutine as soon as each is written,
+	// so the hash of one piece overlaps the write of the next. The hasher
+	// still sees exactly the bytes written, in order.
+	pieces := make(chan []byte, 2)
+	hashed := make(chan struct{})
+	go func() {
+		defer close(hashed)
+		for b := range pieces {
+			w.hasher.Write(b)
+		}
+	}()
+	total := 0
+	var err error
+	for len(p) > 0 && err == nil {
+		q := p[:min(hashPiece, len(p))]
+		var n int
+		n, err = w.f.Write(q)
+		if n > 0 {
+			pieces <- q[:n]
+		}
+		total += n
+		err = w.wrote(n, err)
+		p = p[len(q):]
+	}
+	close(pieces)
+	<-hashed
+	return total, err
+}
+
+// hashPiece is the piece of a large Write that is hashed while the next
+// one is written.
+const hashPiece = 4 << 20
+
+// wrote accounts for n bytes written (and hashed, or being hashed) and
+// starts their write-back; a write error becomes the writer's sticky
+// error.
+func (w *BlobWriter) wrote(n int, err error) error {
 	w.n += int64(n)
 	if err != nil {
 		w.err = fmt.Errorf("blob store: write %s: %w", w.h, err)
-		return n, w.err
+		return w.err
 	}
 	if !w.s.noSync && w.n-w.flushed >= writeBehind {
 		// Start writing back what has arrived so far without waiting for
@@ -558,7 +599,7 @@ func (w *BlobWriter) Write(p []byte) (int, error) {
 		startWriteBack(w.f, w.flushed, w.n-w.flushed)
 		w.flushed = w.n
 	}
-	return n, nil
+	return nil
 }
 
 // writeBehind is how many written bytes a BlobWriter lets accumulate before

@@ -417,3 +417,63 @@ func BenchmarkBlobsPutStream33MB(b *testing.B) {
 		b.StartTimer()
 	}
 }
+
+// TestBlobWriterLargeWrites: a Write of several hashing pieces (hashed on
+// another goroutine while the next piece is written) names the blob by the
+// content hash of exactly its bytes, alone, after small writes, and at
+// sizes around a piece; a write that fails leaves the writer's hash at the
+// bytes written and keeps nothing.
+func TestBlobWriterLargeWrites(t *testing.T) {
+	ctx := context.Background()
+	s := openTestBlobs(t, t.TempDir())
+	for i, sizes := range [][]int{
+		{2 * hashPiece},
+		{2*hashPiece - 1},
+		{2*hashPiece + 1},
+		{5*hashPiece + 12345},
+		{7, 3*hashPiece + 1, 100, 2 * hashPiece},
+	} {
+		var all []byte
+		h, err := s.WriteBlob(ctx, 0, func(w io.Writer) error {
+			for j, n := range sizes {
+				b := blobData(uint64(100*i+j), n)
+				all = append(all, b...)
+				if m, err := w.Write(b); err != nil || m != n {
+					return fmt.Errorf("wrote %d of %d: %v", m, n, err)
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := wire.ContentHash(all); h != want {
+			t.Fatalf("sizes %v: blob named %s, its bytes hash to %s", sizes, h, want)
+		}
+		got, err := s.Get(ctx, h)
+		if err != nil || !bytes.Equal(got, all) {
+			t.Fatalf("sizes %v: stored bytes differ (%v)", sizes, err)
+		}
+	}
+	// A failing write: the file is closed under the writer.
+	w, err := s.Create(wire.Hash{}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	head := blobData(7, 1000)
+	if _, err := w.Write(head); err != nil {
+		t.Fatal(err)
+	}
+	_ = w.f.Close()
+	if n, err := w.Write(blobData(8, 3*hashPiece)); err == nil || n != 0 {
+		t.Fatalf("write to a closed file: %d, %v", n, err)
+	}
+	if w.Written() != int64(len(head)) || w.Sum() != wire.ContentHash(head) {
+		t.Fatalf("after a failed write: %d bytes, hash %s", w.Written(), w.Sum())
+	}
+	w.f = nil
+	w.Abort()
+	if left := leftovers(t, s.Dir()); len(left) != 0 {
+		t.Fatalf("a failed write left %v", left)
+	}
+}

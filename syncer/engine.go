@@ -198,6 +198,11 @@ func (v Values) inPlace(want int64) ([]byte, bool) {
 	return m[lo:end], true
 }
 
+// InPlace returns the values without copying them when they are bytes
+// held in memory (a mapped blob, a decoded payload) in one run: an engine
+// then reads them where they are.
+func (v Values) InPlace() ([]byte, bool) { return v.inPlace(v.Len()) }
+
 // FileValues is the values of the file at path, Ranges of it (none: the
 // whole file); R is left for the engine to open.
 func FileValues(path string, ranges ...ByteRange) Values {

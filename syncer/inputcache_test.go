@@ -58,19 +58,7 @@ func inputCacheRun(t *testing.T, configure func(*syncer.Config), restart bool, w
 	kv, _ := store.OpenInMemory()
 	h := newHarness(t, kv)
 	h.configure = configure
-	h.open()
-	h.faucet(h.sponsor.DID.String(), "2000000000000000000000")
-	sp := strings.Replace(strings.Replace(string(spec(h.task, h.sponsor.DID.String(), M, 3, 1, 3)), `"param_count":16`, `"param_count":200000`, 1), `"aggregation":"Mean"`,
-		`"aggregation":"Mean","challenge_window_blocks":3,"vote_window_blocks":2,"challenge_bond":"100"`, 1)
-	if err := h.post([]byte(sp), initWeights(t, 1, N)); err != nil {
-		t.Fatal(err)
-	}
-	for i := 0; i < M; i++ {
-		h.faucet(h.tr[i].DID.String(), "1000")
-		if err := h.enroll(i, "1000"); err != nil {
-			t.Fatal(err)
-		}
-	}
+	h.openChallengeableMean(M, 3, 3, N)
 	tr := func(i int) string { return h.tr[i].DID.String() }
 	// Round 0.
 	first := make([]*wire.OuterGradient, M)

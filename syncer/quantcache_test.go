@@ -2,6 +2,7 @@ package syncer_test
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"strings"
 	"sync"
@@ -57,6 +58,27 @@ func TestStaleRuleCacheColdWarm(t *testing.T) {
 	}
 }
 
+// openChallengeableMean opens the node, posts a one-fragment Mean run of m
+// trainers, quorum k and rounds rounds over n values, challengeable for 3
+// blocks (so the caches' entries outlive a round), and enrols every
+// trainer with a stake of 1000.
+func (h *harness) openChallengeableMean(m, k, rounds, n int) {
+	h.t.Helper()
+	h.open()
+	h.faucet(h.sponsor.DID.String(), "2000000000000000000000")
+	sp := strings.Replace(strings.Replace(string(spec(h.task, h.sponsor.DID.String(), m, k, 1, rounds)), `"param_count":16`, fmt.Sprintf(`"param_count":%d`, n), 1),
+		`"aggregation":"Mean"`, challengeable+`"aggregation":"Mean"`, 1)
+	if err := h.post([]byte(sp), initWeights(h.t, 1, n)); err != nil {
+		h.t.Fatal(err)
+	}
+	for i := 0; i < m; i++ {
+		h.faucet(h.tr[i].DID.String(), "1000")
+		if err := h.enroll(i, "1000"); err != nil {
+			h.t.Fatal(err)
+		}
+	}
+}
+
 // staleCacheRun runs the scenario of TestStaleRuleCacheColdWarm and returns
 // each round's committed FragmentResultHash.
 func staleCacheRun(t *testing.T, configure func(*syncer.Config), cached bool) []wire.Hash {
@@ -64,19 +86,7 @@ func staleCacheRun(t *testing.T, configure func(*syncer.Config), cached bool) []
 	kv, _ := store.OpenInMemory()
 	h := newHarness(t, kv)
 	h.configure = configure
-	h.open()
-	h.faucet(h.sponsor.DID.String(), "2000000000000000000000")
-	sp := strings.Replace(strings.Replace(string(spec(h.task, h.sponsor.DID.String(), M, M-1, 1, R+1)), `"param_count":16`, `"param_count":200000`, 1), `"aggregation":"Mean"`,
-		`"aggregation":"Mean","challenge_window_blocks":3,"vote_window_blocks":2,"challenge_bond":"100"`, 1)
-	if err := h.post([]byte(sp), initWeights(t, 1, N)); err != nil {
-		t.Fatal(err)
-	}
-	for i := 0; i < M; i++ {
-		h.faucet(h.tr[i].DID.String(), "1000")
-		if err := h.enroll(i, "1000"); err != nil {
-			t.Fatal(err)
-		}
-	}
+	h.openChallengeableMean(M, M-1, R+1, N)
 	replayer := h.tr[3].DID.String()
 	first := h.gradient(3, 0, 0, 1)
 	var out []wire.Hash

@@ -8,7 +8,10 @@ against one f32 memory pass over the same K*N values (numpy, same process,
 measured between rounds), and the chain's fixed latency (a faucet
 transaction: submit -> in a block) separately. The node's own compute per
 commit (tenzro_syncer_commit_compute_seconds{phase}, read from --metrics-addr
-before and after each round) is reported beside the black-box figure. Before the rounds: the node's
+before and after each round) is reported beside the black-box figure, and so is
+the CPU the node and its plugin workers used from the K-th submission to the
+commit less a plain submission's (finalize_cpu_ms: /proc stat, independent of
+what else the machine runs). Before the rounds: the node's
 peak RSS around one plain submission (VmHWM reset through clear_refs).
 
     V=$(scripts/venv.sh); make build
@@ -53,6 +56,32 @@ def write_st(path: str, name: str, values: np.ndarray) -> None:
         f.write(struct.pack("<Q", len(h)))
         f.write(h)
         f.write(values.astype("<f4").tobytes())
+
+
+def tree_cpu_s(pid: int) -> tuple[float, float]:
+    """CPU seconds (user + system) used so far by pid and its living descendants,
+    and by the descendants alone (the node's plugin workers, which run the
+    engine's finalize): a measure of work done that does not depend on what else
+    the machine runs."""
+    tick = os.sysconf("SC_CLK_TCK")
+    total, workers, todo, seen = 0, 0, [pid], set()
+    while todo:
+        p = todo.pop()
+        if p in seen:
+            continue
+        seen.add(p)
+        try:
+            with open(f"/proc/{p}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            used = int(fields[11]) + int(fields[12])  # utime, stime
+            total += used
+            workers += used if p != pid else 0
+            for task in os.listdir(f"/proc/{p}/task"):
+                with open(f"/proc/{p}/task/{task}/children") as f:
+                    todo.extend(int(c) for c in f.read().split())
+        except (FileNotFoundError, ProcessLookupError):
+            continue
+    return total / tick, workers / tick
 
 
 def proc_kb(pid: int, key: str) -> int:
@@ -238,8 +267,10 @@ def run(a, k: int, n: int, t: str, rpc: str, node: subprocess.Popen, metrics_url
         paths.append(p)
     payload = os.path.getsize(paths[0])
 
+    plain_cpu: list[float] = []
+
     def submit(i: int, rnd: int) -> float:
-        s = time.perf_counter()
+        s, c = time.perf_counter(), tree_cpu_s(node.pid)
         cli(
             "train",
             "submit-gradient",
@@ -254,7 +285,9 @@ def run(a, k: int, n: int, t: str, rpc: str, node: subprocess.Popen, metrics_url
             "--key",
             os.path.join(t, f"t{i}.key"),
         )
-        return time.perf_counter() - s
+        d = time.perf_counter() - s
+        plain_cpu.append(tree_cpu_s(node.pid)[0] - c[0])
+        return d
 
     def memory_pass() -> float:
         s = time.perf_counter()
@@ -293,7 +326,7 @@ def run(a, k: int, n: int, t: str, rpc: str, node: subprocess.Popen, metrics_url
         plain = [first] if r == 0 else []
         for i in range(1 if r == 0 else 0, k - 1):
             plain.append(submit(i, rnd))
-        s = time.perf_counter()
+        s, cpu0 = time.perf_counter(), tree_cpu_s(node.pid)
         cli(
             "train",
             "submit-gradient",
@@ -312,6 +345,9 @@ def run(a, k: int, n: int, t: str, rpc: str, node: subprocess.Popen, metrics_url
         while call("tenzro_training_getRun", {"task_id": task})["round"] == rnd:
             time.sleep(0.002)
         to_commit = time.perf_counter() - s
+        cpu1 = tree_cpu_s(node.pid)
+        cpu = cpu1[0] - cpu0[0] - statistics.median(plain_cpu[-(k - 1) :])
+        worker_cpu = cpu1[1] - cpu0[1]
         comp1 = compute_sums(metrics_url)
         mp = statistics.median(memory_pass() for _ in range(3))
         cl = chain_latency()
@@ -331,6 +367,12 @@ def run(a, k: int, n: int, t: str, rpc: str, node: subprocess.Popen, metrics_url
                 "compute_ms": None if compute is None else round(compute, 1),
                 "compute_ratio": None if compute is None else round(compute / 1e3 / mp, 2),
                 "compute_phases_ms": phases,
+                # CPU of the node and its plugin workers from the K-th submission
+                # to the commit, less a plain submission's (10 ms ticks).
+                "finalize_cpu_ms": round(1e3 * cpu, 1),
+                "finalize_cpu_ratio": round(cpu / mp, 2),
+                # ... of which the plugin workers' (the engine's finalize).
+                "worker_cpu_ms": round(1e3 * worker_cpu, 1),
                 "load_avg": os.getloadavg()[0],
             }
         )
@@ -341,6 +383,7 @@ def run(a, k: int, n: int, t: str, rpc: str, node: subprocess.Popen, metrics_url
         return [statistics.median(v), min(v), max(v)]
 
     keys = ["finalize_ms", "memory_pass_ms", "ratio", "chain_tx_ms", "plain_submit_ms", "kth_to_commit_ms"]
+    keys += ["finalize_cpu_ms", "finalize_cpu_ratio", "worker_cpu_ms"]
     if all(x["compute_ms"] is not None for x in rows):
         keys += ["compute_ms", "compute_ratio"]
     res["median_range"] = {key: med(key) for key in keys}
