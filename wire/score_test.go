@@ -262,3 +262,21 @@ func TestRunGainWorkedExample(t *testing.T) {
 		}
 	}
 }
+
+// FuzzGainPPM: any loss bits give a value within the clamp, the same on a
+// second call, and the sign of the gain when the quotient is finite.
+func FuzzGainPPM(f *testing.F) {
+	f.Add(uint64(0x3ff0000000000000), uint64(0x3feccccccccccccd))
+	f.Add(uint64(0), uint64(0))
+	f.Add(uint64(0x7ff8000000000000), uint64(0x3ff0000000000000))
+	f.Fuzz(func(t *testing.T, ob, oa uint64) {
+		g := wire.GainPPM(wire.F64(ob), wire.F64(oa))
+		if g < -wire.MaxGainPPM || g > wire.MaxGainPPM || g != wire.GainPPM(wire.F64(ob), wire.F64(oa)) {
+			t.Fatalf("GainPPM(%016x, %016x) = %d", ob, oa, g)
+		}
+		q := (wire.F64(ob).Float() - wire.F64(oa).Float()) / wire.F64(ob).Float()
+		if !math.IsNaN(q) && ((q > 0 && g < 0) || (q < 0 && g > 0)) {
+			t.Fatalf("GainPPM(%016x, %016x) = %d, quotient %v", ob, oa, g, q)
+		}
+	})
+}

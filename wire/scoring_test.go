@@ -79,6 +79,7 @@ func TestSpecScoringValidated(t *testing.T) {
 func FuzzParseScoring(f *testing.F) {
 	f.Add([]byte(`{"evaluator":"TimesFMScore","params":{"d_model":64},"rate_bps":2500,"batch":16}`))
 	f.Add([]byte(`{"evaluator":"none"}`))
+	f.Add([]byte(`{"evaluator":"TimesFMScore","test":"run_mean_gain","min_gain_ppm":150000}`))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		c, err := ParseScoring(b)
 		if err != nil || c == nil {
@@ -86,6 +87,12 @@ func FuzzParseScoring(f *testing.F) {
 		}
 		if c.RateBps < 1 || c.RateBps > 10000 || c.Batch < 1 || c.Batch > MaxScoringBatch || !evaluatorRe.MatchString(c.Evaluator) {
 			t.Fatalf("accepted %+v", c)
+		}
+		if c.Test == ScoreTestRunMeanGain && c.MinGainPPM == 0 && !strings.Contains(string(b), "min_gain_ppm") {
+			t.Fatalf("run_mean_gain without its default threshold: %+v", c) // 0 only when given
+		}
+		if c.MinGainPPM < 0 || c.MinGainPPM > MaxMinGainPPM || (c.Test != ScoreTestRunMeanGain && c.MinGainPPM != 0) {
+			t.Fatalf("threshold %d under test %s", c.MinGainPPM, c.Test)
 		}
 		if _, err := ParseScoring([]byte(`{"evaluator":"X","params":` + string(c.Params) + `}`)); err != nil {
 			t.Fatalf("canonical params %s do not parse again: %v", c.Params, err)
