@@ -56,12 +56,14 @@ UNKEPT_KINDS = (*COPY_KINDS, "replay", "cycle3")
 CYCLE_RIDER = ("cycle of 3 own gradients", {"kind": "cycle3"})
 
 
-def scoring_spec(batch: int, test: str = "") -> dict:
+def scoring_spec(batch: int, test: str = "", min_gain_ppm: int | None = None) -> dict:
     md = models.DEMO.metadata()
     params = {k: md[k] for k in ("context_len", "horizon", "patch_len", "d_model", "n_layers", "n_heads", "d_ff")}
-    spec = {"evaluator": "TimesFMScore", "params": params, "rate_bps": 10000, "batch": batch}
+    spec: dict = {"evaluator": "TimesFMScore", "params": params, "rate_bps": 10000, "batch": batch}
     if test:  # the spec's pay test (scoring.md §8); absent = the default, own_improves
         spec["test"] = test
+    if min_gain_ppm is not None:  # run_mean_gain's threshold; absent = 100000 (a mean relative own gain of 0.10)
+        spec["min_gain_ppm"] = min_gain_ppm
     return spec
 
 
@@ -119,7 +121,7 @@ def run_rule(url: str, bins: Path, label: str, rule: str, params: dict | None, a
         aggregation_params=params, attackers=attackers, bins=bins, quiet=True, grace_window_ms=a.grace_ms,
         dataset_ref=SYNTH if a.dataset == "synth" else "", dataset="ipfs" if a.dataset == "ipfs" else "statsmodels",
         reward_pool=a.pool * TNZO, task_id=f"freeriders-{label}-{rule.lower()}-{int(time.time())}",
-        score_corpus=a.score_corpus, spec_extra={"round_deadline_ms": 300_000, **({"scoring": scoring_spec(a.score_batch, a.score_test)} if a.scoring else {}),
+        score_corpus=a.score_corpus, spec_extra={"round_deadline_ms": 300_000, **({"scoring": scoring_spec(a.score_batch, a.score_test, a.min_gain_ppm)} if a.scoring else {}),
                                                  **({"copies": {"sketch_dim": a.sketch_dim}} if a.sketch_dim else {}),
                                                  **({"shard_split": a.shard_split} if a.shard_split else {})},
     )  # fmt: skip
@@ -199,9 +201,15 @@ def main() -> None:
     ap.add_argument("--no-scoring", dest="scoring", action="store_false")
     ap.add_argument(
         "--score-test",
-        choices=["", "own_improves", "own_beats_control", "own_gains_relative"],
+        choices=["", "own_improves", "own_beats_control", "own_gains_relative", "run_mean_gain"],
         default="",
         help="the spec's scoring.test (default: absent, which means own_improves)",
+    )
+    ap.add_argument(
+        "--min-gain-ppm",
+        type=int,
+        default=None,
+        help="with --score-test run_mean_gain: the spec's scoring.min_gain_ppm (absent: the default, 100000)",
     )
     ap.add_argument(
         "--score-corpus",
@@ -228,6 +236,8 @@ def main() -> None:
         help="only rewrite freeriders-<label>.{md,json} from saved transcripts in this folder",
     )
     a = ap.parse_args()
+    if a.min_gain_ppm is not None and a.score_test != "run_mean_gain":
+        ap.error("--min-gain-ppm is the threshold of --score-test run_mean_gain")
     if a.cycle:
         FREE_RIDERS.append(CYCLE_RIDER)
     if a.from_transcripts:
@@ -296,7 +306,7 @@ def report(res: list[dict], a: argparse.Namespace) -> None:
         + (f"`{SYNTH}`" if a.dataset == "synth" else "the statsmodels corpus as CSV (`tenzro dataset add`, ipfs://)")
         + f", reward pool {a.pool} TNZO, "
         f"grace window {a.grace_ms} ms, "
-        + (f"scoring `{json.dumps(scoring_spec(a.score_batch, a.score_test))}`" if a.scoring else "no scoring field")
+        + (f"scoring `{json.dumps(scoring_spec(a.score_batch, a.score_test, a.min_gain_ppm))}`" if a.scoring else "no scoring field")
         + (" + `corpus`: the BLAKE3 content hash of the uploaded CSV" if a.scoring and a.score_corpus else "")
         + (f", copies `{{\"sketch_dim\": {a.sketch_dim}}}` (the input sketch, copies.md §7)" if a.sketch_dim else "")
         + (f", shard_split `{a.shard_split}` (scoring.md §3)." if a.shard_split else "."),
@@ -306,7 +316,9 @@ def report(res: list[dict], a: argparse.Namespace) -> None:
         "refusals are rejected; a "
         "submission the node refused never becomes an input); passed/scored = its inputs the evaluator scored and "
         "that passed the spec's pay test (scoring.md §8: own_improves, the default since label `own-improves`, is "
-        "s_own > 0; own_beats_control, the default before, adds s_own > s_ctl; a failed check forfeits N × 10000/rate_bps).",
+        "s_own > 0; own_beats_control, the default before, adds s_own > s_ctl; a failed check forfeits N × 10000/rate_bps; "
+        "under run_mean_gain no check forfeits and passed is the recorded own_improves verdict: the seal pays nothing to a "
+        "trainer whose summed relative own gain, in ppm, is below min_gain_ppm × its scored checks).",
         "Victims: byte copy ← honest 0, copy ×1.0001 ← honest 1, copy + noise ← honest 2, copy by hash ← honest 3. "
         "Each copier waits for its victim's record in a block (CometBFT `/block`), fetches `GET /blobs/<hash>`, "
         "re-encodes with its own binding and submits.",

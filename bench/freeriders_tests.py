@@ -74,7 +74,8 @@ def run_level() -> None:
         raw = json.loads(Path(path).read_text())
         if "rules" not in raw:
             continue
-        split = "series" if raw.get("label", "").startswith("strata-r") else "contiguous"
+        series = (raw.get("args") or {}).get("shard_split") == "series" or raw.get("label", "").startswith("strata-r")
+        split = "series" if series else "contiguous"
         for r in raw["rules"]:
             per: dict[str, list[float]] = {}
             for inp in r.get("inputs") or []:

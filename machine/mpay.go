@@ -21,6 +21,13 @@ import (
 //     taken from the trainer's weight at the seal (floored at zero). An
 //     input the run's evaluator could not score (score.failed) earns
 //     nothing and forfeits nothing. Undrawn kept inputs earn N.
+//   - Under the opt-in test run_mean_gain there is no per-check verdict: a
+//     scored kept input earns N like an undrawn one and adds its
+//     wire.GainPPM to the trainer's run state (GainSumPPM, GainChecks);
+//     at the seal a trainer whose mean is below the spec's min_gain_ppm
+//     (wire.RunGainPasses) is paid weight 0 (Run.PaidWeight). It is not
+//     slashed: RATIONALE "scoring: a run-level verdict, opt-in". An
+//     evaluator failure earns nothing and is not counted.
 //   - A copy (copy_of set) earns nothing, and is slashed the spec's
 //     copies.slash_bps when the input it names was recorded in a strictly
 //     earlier block. Within one block the proposer chose the order, so no
@@ -39,6 +46,7 @@ import (
 func (x *mtx) settleInputs(r *Run, round uint64, fc *wire.FragmentCommit) error {
 	n := r.Fragments[fc.Fragment].N
 	var forfeit *big.Int // what one failed score check of this fragment takes back
+	runGain := fc.Scoring != nil && fc.Scoring.Test == wire.ScoreTestRunMeanGain
 	for _, in := range fc.Inputs {
 		t := r.Trainer(in.TrainerDID)
 		if t == nil || in.Rejected != "" {
@@ -49,6 +57,10 @@ func (x *mtx) settleInputs(r *Run, round uint64, fc *wire.FragmentCommit) error 
 		case sc == nil: // not drawn (or an unscored run): paid as kept
 			t.Weight = new(big.Int).Add(bigOf(t.Weight), big.NewInt(n)).String()
 		case sc.Failed != "": // the run's evaluator could not score: neither paid nor penalized
+		case runGain: // paid as kept; the run's mean decides at the seal
+			t.Weight = new(big.Int).Add(bigOf(t.Weight), big.NewInt(n)).String()
+			t.GainChecks++
+			t.GainSumPPM += wire.GainPPM(sc.OwnBefore, sc.OwnAfter)
 		case sc.Pass:
 			t.Weight = new(big.Int).Add(bigOf(t.Weight), big.NewInt(n)).String()
 		default: // a failed check forfeits k/rate shares
@@ -111,6 +123,22 @@ func ScoreForfeit(n int64, rateBps, k int) *big.Int {
 func (t *RunTrainer) PaidWeight() *big.Int {
 	w := new(big.Int).Sub(bigOf(t.Weight), bigOf(t.Forfeit))
 	if w.Sign() < 0 {
+		w.SetInt64(0)
+	}
+	return w
+}
+
+// PaidWeight is trainer t's payout weight at the seal: t.PaidWeight(),
+// or 0 when the run's test is run_mean_gain and t's scored checks' mean
+// relative own gain is below the spec's min_gain_ppm (wire.RunGainPasses).
+// The seal and the view of a running run's accrued rewards both use it.
+func (r *Run) PaidWeight(t *RunTrainer) *big.Int {
+	w := t.PaidWeight()
+	if t.GainChecks == 0 {
+		return w
+	}
+	sc, err := r.spec.ScoringRef() // the posting checked it
+	if err == nil && sc != nil && sc.Test == wire.ScoreTestRunMeanGain && !wire.RunGainPasses(t.GainSumPPM, t.GainChecks, sc.MinGainPPM) {
 		w.SetInt64(0)
 	}
 	return w

@@ -611,7 +611,7 @@ func (x *mtx) seal(r *Run, finalModel wire.Hash) error {
 	pool = new(big.Int).Set(pool)
 	weights := make([]*big.Int, len(r.Trainers))
 	for i, t := range r.Trainers {
-		weights[i] = t.PaidWeight()
+		weights[i] = r.PaidWeight(t)
 	}
 	shares := PayoutShares(pool, weights)
 	payouts := []wire.Payout{}

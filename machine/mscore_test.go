@@ -174,3 +174,126 @@ func TestSettleScores(t *testing.T) {
 		}
 	}
 }
+
+// runGainRun is scoredRun under test run_mean_gain with spec fields extra
+// (e.g. `,"min_gain_ppm":150000`).
+func runGainRun(rateBps int, extra string) *Run {
+	r := scoredRun(rateBps)
+	r.spec.Scoring = json.RawMessage(`{"evaluator":"TimesFMScore","rate_bps":` + itoa(rateBps) + `,"batch":4,"corpus":"` +
+		wire.SHA256([]byte("c")).String() + `","test":"run_mean_gain"` + extra + `}`)
+	return r
+}
+
+// lossScore is a scored check from own_before to own_after (the control
+// losses do not matter under run_mean_gain), with pass the recorded
+// own_improves verdict.
+func lossScore(ob, oa float64) *wire.InputScore {
+	return &wire.InputScore{OwnBefore: wire.F64Of(ob), OwnAfter: wire.F64Of(oa), CtlBefore: wire.F64Of(1), CtlAfter: wire.F64Of(1), Pass: ob-oa > 0}
+}
+
+// TestSettleRunMeanGain: under run_mean_gain a scored kept input earns N
+// whatever its check says, nothing is forfeited, each scored (not failed)
+// check adds its GainPPM, and the seal's paid weight is 0 for a trainer
+// whose mean is below min_gain_ppm — compared as integers.
+func TestSettleRunMeanGain(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		extra     string
+		rate      int
+		rounds    []*wire.InputScore // one input per round for trainer A; nil = not drawn
+		checks    uint64
+		sum       int64
+		weight    string
+		paid      int64
+		wantFails uint64
+	}{
+		{"honest passes", "", 10000, []*wire.InputScore{lossScore(1, 0.8), lossScore(1, 0.75), lossScore(1, 0.9), lossScore(1, 1.05)},
+			4, 199999 + 250000 + 99999 - 50000, "400", 400, 0}, // 1 − 0.8 is 0.19999999999999996 in f64
+		{"one false failure does not cost an honest trainer", "", 10000, []*wire.InputScore{lossScore(1, 0.7), lossScore(1, 0.7), lossScore(1, 1.01), lossScore(1, 0.7)},
+			4, 3*300000 - 10000, "400", 400, 0},
+		{"noise fails the run", "", 10000, []*wire.InputScore{lossScore(1, 0.99), lossScore(1, 1.005), lossScore(1, 0.99), lossScore(1, 0.996)},
+			4, 10000 - 4999 + 10000 + 4000, "400", 0, 0},
+		{"zeros fail the run", "", 10000, []*wire.InputScore{lossScore(1, 1), lossScore(2, 2), lossScore(1, 1), lossScore(3, 3)},
+			4, 0, "400", 0, 0},
+		{"threshold 0 pays a zero mean", `,"min_gain_ppm":0`, 10000, []*wire.InputScore{lossScore(1, 1), lossScore(1, 1)},
+			2, 0, "200", 200, 0},
+		{"exactly the threshold passes", `,"min_gain_ppm":250000`, 10000, []*wire.InputScore{lossScore(1, 0.75), lossScore(2, 1.5)},
+			2, 500000, "200", 200, 0},
+		{"one ppm short fails", `,"min_gain_ppm":250001`, 10000, []*wire.InputScore{lossScore(1, 0.75), lossScore(2, 1.5)},
+			2, 500000, "200", 0, 0},
+		{"never scored is paid as kept", "", 10000, []*wire.InputScore{nil, nil, nil},
+			0, 0, "300", 300, 0},
+		{"rate < 1: undrawn inputs paid, the drawn ones decide", "", 2500, []*wire.InputScore{nil, lossScore(1, 0.98), nil, nil},
+			1, 20000, "400", 0, 0},
+		{"rate < 1: one good drawn check pays all", "", 2500, []*wire.InputScore{nil, nil, lossScore(1, 0.8), nil},
+			1, 199999, "400", 400, 0},
+		{"a failed-to-score check is not counted", "", 10000, []*wire.InputScore{lossScore(1, 0.8), {Failed: "out of fuel"}, {Failed: "out of fuel"}},
+			1, 199999, "100", 100, 0},
+		{"only failures: never scored", "", 10000, []*wire.InputScore{{Failed: "out of fuel"}},
+			0, 0, "", 0, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			x := NewMachine(MachineConfig{}).begin(context.Background(), emptyKV{}, Block{Height: 10})
+			r := runGainRun(tc.rate, tc.extra)
+			for round, sc := range tc.rounds {
+				fc := &wire.FragmentCommit{Status: wire.FragAggregated, Scoring: r.ScoringOf(0), Inputs: []wire.CommitInput{
+					{TrainerDID: "A", Score: sc},
+					{TrainerDID: "B"},
+					{TrainerDID: "E", Rejected: "not finite"},
+				}}
+				if fc.Scoring.Test != wire.ScoreTestRunMeanGain {
+					t.Fatalf("commit test %q", fc.Scoring.Test)
+				}
+				if err := x.settleInputs(r, uint64(round), fc); err != nil {
+					t.Fatal(err)
+				}
+			}
+			a := r.Trainer("A")
+			if a.GainChecks != tc.checks || a.GainSumPPM != tc.sum || a.Weight != tc.weight || a.Forfeit != "" || a.ScoreFails != tc.wantFails {
+				t.Fatalf("A: checks %d sum %d weight %q forfeit %q fails %d, want %d %d %q \"\" %d",
+					a.GainChecks, a.GainSumPPM, a.Weight, a.Forfeit, a.ScoreFails, tc.checks, tc.sum, tc.weight, tc.wantFails)
+			}
+			if got := r.PaidWeight(a).Int64(); got != tc.paid {
+				t.Fatalf("A: paid weight %d, want %d", got, tc.paid)
+			}
+			if got := r.PaidWeight(r.Trainer("B")).Int64(); got != int64(100*len(tc.rounds)) {
+				t.Fatalf("B (never drawn): paid weight %d", got)
+			}
+			if r.Trainer("E").GainChecks != 0 || r.PaidWeight(r.Trainer("E")).Sign() != 0 {
+				t.Fatal("a rejected input counted")
+			}
+		})
+	}
+}
+
+// TestRunMeanGainOnlyUnderItsTest: the same scores under the default test
+// keep the per-check rule (no gain state, failed checks forfeit), so a run
+// without run_mean_gain settles exactly as before; and the commit's
+// scoring header names the test.
+func TestRunMeanGainOnlyUnderItsTest(t *testing.T) {
+	x := NewMachine(MachineConfig{}).begin(context.Background(), emptyKV{}, Block{Height: 10})
+	r := scoredRun(10000)
+	if sc := r.ScoringOf(0); sc.Test != "" {
+		t.Fatalf("default test in the header: %q", sc.Test)
+	}
+	fc := &wire.FragmentCommit{Status: wire.FragAggregated, Scoring: r.ScoringOf(0), Inputs: []wire.CommitInput{
+		{TrainerDID: "A", Score: lossScore(1, 0.8)}, {TrainerDID: "B", Score: lossScore(1, 1.01)}}}
+	if err := x.settleInputs(r, 0, fc); err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range []string{"A", "B"} {
+		if tr := r.Trainer(d); tr.GainChecks != 0 || tr.GainSumPPM != 0 {
+			t.Fatalf("%s: gain state %d/%d under own_improves", d, tr.GainChecks, tr.GainSumPPM)
+		}
+	}
+	if r.Trainer("B").Forfeit != "300" || r.PaidWeight(r.Trainer("A")).Int64() != 100 {
+		t.Fatalf("per-check rule changed: B forfeit %q, A paid %s", r.Trainer("B").Forfeit, r.PaidWeight(r.Trainer("A")))
+	}
+	b, err := json.Marshal(r.Trainer("A"))
+	if err != nil || strings.Contains(string(b), "gain") {
+		t.Fatalf("gain fields in another test's state: %s %v", b, err)
+	}
+	if sc := runGainRun(10000, "").ScoringOf(0); sc.Test != wire.ScoreTestRunMeanGain {
+		t.Fatalf("run_mean_gain header test %q", sc.Test)
+	}
+}

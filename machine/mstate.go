@@ -152,6 +152,13 @@ type RunTrainer struct {
 	// failed checks.
 	Forfeit    string `json:"forfeit,omitempty"`
 	ScoreFails uint64 `json:"score_fails,omitempty"`
+	// GainChecks counts the trainer's scored checks (not failed) in a run
+	// whose test is run_mean_gain, and GainSumPPM sums their
+	// wire.GainPPM; the seal pays weight 0 when wire.RunGainPasses says
+	// the mean is below the spec's min_gain_ppm (Run.PaidWeight). Both
+	// are absent otherwise, so other runs' state keeps its bytes.
+	GainChecks uint64 `json:"gain_checks,omitempty"`
+	GainSumPPM int64  `json:"gain_sum_ppm,omitempty"`
 }
 
 // FragLayout is a fragment's tensors (in the fragment's order), element

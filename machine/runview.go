@@ -38,7 +38,8 @@ func (r *Run) WireView(esc *big.Int, blk Block) *wire.RunView {
 		v.Trainers = append(v.Trainers, wire.TrainerView{DID: t.DID, Status: t.Status, Stake: t.Stake, Slashed: orDefault(t.Slashed, "0"),
 			Shards: shards, ShardAssignments: shards, ShardsFromRound: r.shardsFrom(t), JoinedAt: t.JoinedRound, MissedRun: t.ConsecMissed})
 		v.TrainerMetrics[t.DID] = wire.TrainerMetrics{Submitted: t.Submitted, Accepted: t.Accepted, MissedRounds: t.MissedRounds,
-			CurrentReward: accrued[i], ScoreFails: t.ScoreFails}
+			CurrentReward: accrued[i], ScoreFails: t.ScoreFails,
+			GainChecks: t.GainChecks, GainSumPPM: t.GainSumPPM}
 	}
 	if v.Trainers == nil {
 		v.Trainers = []wire.TrainerView{}
@@ -67,7 +68,7 @@ func (r *Run) accruedRewards(pool *big.Int) []string {
 	if r.Status == wire.StatusRunning || r.Status == wire.StatusAwaiting {
 		ws := make([]*big.Int, len(r.Trainers))
 		for i, t := range r.Trainers {
-			ws[i] = t.PaidWeight() // less what failed score checks forfeited
+			ws[i] = r.PaidWeight(t) // less what failed score checks forfeited; 0 below run_mean_gain's threshold
 		}
 		for i, s := range PayoutShares(pool, ws) {
 			out[i] = s.String()

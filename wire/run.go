@@ -11,6 +11,11 @@ type TrainerMetrics struct {
 	// ScoreFails counts the trainer's inputs that failed their score check
 	// (scored runs; docs/protocol/scoring.md §8).
 	ScoreFails uint64 `json:"score_fails,omitempty"`
+	// GainChecks and GainSumPPM are a run_mean_gain run's scored checks of
+	// the trainer and their summed wire.GainPPM (scoring.md §8): the seal
+	// pays nothing when GainSumPPM < min_gain_ppm × GainChecks.
+	GainChecks uint64 `json:"gain_checks,omitempty"`
+	GainSumPPM int64  `json:"gain_sum_ppm,omitempty"`
 }
 
 // Trainer statuses.

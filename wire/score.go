@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
+	"math/big"
 	"regexp"
 	"strconv"
 )
@@ -123,6 +124,49 @@ func ScorePassesRelative(ownBefore, ownAfter, ctlBefore, ctlAfter float64) bool 
 	}
 	ro, rc := own/ownBefore, ctl/ctlBefore
 	return ro > rc
+}
+
+// MaxGainPPM bounds GainPPM's magnitude: ±1e9 ppm, a relative gain of
+// ±1000.
+const MaxGainPPM = 1_000_000_000
+
+// GainPPM is a scored check's relative own gain under test run_mean_gain
+// (scoring.md §8): q = (own_before − own_after) / own_before, computed in
+// IEEE binary64 from the recorded loss bits, then v = q × 1e6, truncated
+// toward zero to an integer and clamped to ±MaxGainPPM; a NaN q (0/0, or a
+// NaN loss) is −MaxGainPPM, the worst gain, as is −Inf (own_before = 0
+// and own_after > 0). One subtraction, one division and one
+// multiplication, each correctly rounded by IEEE 754; each result is
+// converted explicitly (which the Go spec says rounds and forbids fusing),
+// and none of them is a multiply followed by an add, so no fused
+// multiply-add can apply on any machine or language: the integer is the
+// same everywhere.
+func GainPPM(ownBefore, ownAfter F64) int64 {
+	ob, oa := ownBefore.Float(), ownAfter.Float()
+	q := float64(float64(ob-oa) / ob)
+	v := float64(q * 1e6)
+	switch {
+	case v != v:
+		return -MaxGainPPM
+	case v >= MaxGainPPM:
+		return MaxGainPPM
+	case v <= -MaxGainPPM:
+		return -MaxGainPPM
+	}
+	return int64(v) // Go's float-to-integer conversion truncates toward zero
+}
+
+// RunGainPasses is run_mean_gain's verdict at the seal on a trainer's
+// scored checks: count of them, summing sumPPM of GainPPM. A trainer never
+// scored (count 0) passes (it is paid as kept, as at any sampling rate);
+// otherwise it passes iff sumPPM ≥ minPPM × count, compared exactly as
+// integers (no mean is divided out, so nothing is rounded).
+func RunGainPasses(sumPPM int64, count uint64, minPPM int64) bool {
+	if count == 0 {
+		return true
+	}
+	want := new(big.Int).Mul(big.NewInt(minPPM), new(big.Int).SetUint64(count))
+	return big.NewInt(sumPPM).Cmp(want) >= 0
 }
 
 // ScorePasses is the pay rule on a score's losses: the own-shard loss

@@ -111,6 +111,61 @@ func TestScorePassesRelative(t *testing.T) {
 	}
 }
 
+// TestGainPPM pins run_mean_gain's per-check integer from loss bits
+// (scoring.md §8): truncation toward zero (not rounding, not floor), the
+// clamps and NaN.
+func TestGainPPM(t *testing.T) {
+	for _, tc := range []struct {
+		ob, oa uint64 // IEEE-754 bits
+		want   int64
+	}{
+		{0x3ff0000000000000, 0x3fe8000000000000, 250000},      // 1 → 0.75
+		{0x3fd3333333333333, 0x3fc999999999999a, 333333},      // 0.3 → 0.2: 333333.33333333326
+		{0x3ff0000000000000, 0x3feccccccccccccd, 99999},       // 1 → 0.9: 99999.99999999997, truncated
+		{0x3ff0000000000000, 0x3ff199999999999a, -100000},     // 1 → 1.1: −100000.00000000009, toward zero
+		{0x4000000000000000, 0x4004000000000000, -250000},     // 2 → 2.5
+		{0x3fe9fe5c91d14e3c, 0x3fe506f694467382, 191062},      // 0.8123 → 0.6571: 191062.41536378185
+		{0x3ff0000000000000, 0x3ff0000000000000, 0},           // a zero gradient
+		{0x3ff0000000000000, 0x0000000000000000, 1000000},     // to zero loss
+		{0x0000000000000000, 0x0000000000000000, -1000000000}, // 0/0 is NaN: the worst
+		{0x0000000000000000, 0x3ff0000000000000, -1000000000}, // −1/0 = −Inf
+		{0x3ff0000000000000, 0x7ff8000000000000, -1000000000}, // NaN after the step
+		{0x3ff0000000000000, 0x7ff0000000000000, -1000000000}, // +Inf after the step
+		{0x3ff0000000000000, 0xc0c3880000000000, 1000000000},  // 1 → −10000: clamped
+		{0x3ff0000000000000, 0x408f380000000000, -998000000},  // 1 → 999: −998 × 1e6, inside the clamp
+	} {
+		if got := wire.GainPPM(wire.F64(tc.ob), wire.F64(tc.oa)); got != tc.want {
+			t.Errorf("GainPPM(%016x, %016x) = %d, want %d", tc.ob, tc.oa, got, tc.want)
+		}
+	}
+}
+
+// TestRunGainPasses: the seal's integer comparison sum ≥ min × count.
+func TestRunGainPasses(t *testing.T) {
+	for _, tc := range []struct {
+		sum   int64
+		count uint64
+		min   int64
+		want  bool
+	}{
+		{0, 0, 100000, true},               // never scored: paid as kept
+		{-5000000, 0, 100000, true},        // count 0 wins whatever the sum
+		{6 * 190000, 6, 100000, true},      // honest: mean 0.19
+		{6 * 8000, 6, 100000, false},       // noise: mean 0.008
+		{0, 6, 100000, false},              // zeros
+		{600000, 6, 100000, true},          // exactly the threshold passes
+		{599999, 6, 100000, false},         // one ppm short of it fails
+		{-1, 1, 0, false},                  // threshold 0: a negative mean fails
+		{0, 1, 0, true},                    // threshold 0: a zero mean passes
+		{1 << 62, 1 << 62, 1000000, false}, // no overflow in min × count
+		{1 << 62, 1 << 20, 1000000, true},
+	} {
+		if got := wire.RunGainPasses(tc.sum, tc.count, tc.min); got != tc.want {
+			t.Errorf("RunGainPasses(%d, %d, %d) = %v, want %v", tc.sum, tc.count, tc.min, got, tc.want)
+		}
+	}
+}
+
 func TestF64JSON(t *testing.T) {
 	for _, x := range []float64{0, math.Copysign(0, -1), 1, 0.1, math.MaxFloat64, math.SmallestNonzeroFloat64, math.Inf(1), math.NaN()} {
 		v := wire.F64Of(x)
@@ -183,3 +238,45 @@ func TestScoreSampled(t *testing.T) {
 
 // vecSampledX is whether did:x of the seed vector is drawn at 5000 bps.
 const vecSampledX = true
+
+// TestRunGainWorkedExample is scoring.md §8.1's worked example: an honest
+// trainer with one false failure is paid, noise at the honest norm and
+// zeros are not (T = 100000, six checks).
+func TestRunGainWorkedExample(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		losses [][2]float64
+		sum    int64
+		pass   bool
+	}{
+		{"honest", [][2]float64{{1, 0.8}, {1, 0.75}, {0.9, 0.6}, {1, 1.01}, {0.8, 0.6}, {0.7, 0.5}}, 1309046, true},
+		{"noise", [][2]float64{{1, 0.99}, {1, 1.005}, {1, 0.99}, {1, 0.996}, {1, 1.002}, {1, 0.998}}, 19001, false},
+		{"zeros", [][2]float64{{1, 1}, {0.9, 0.9}, {0.8, 0.8}, {1, 1}, {0.7, 0.7}, {0.5, 0.5}}, 0, false},
+	} {
+		var sum int64
+		for _, l := range tc.losses {
+			sum += wire.GainPPM(wire.F64Of(l[0]), wire.F64Of(l[1]))
+		}
+		if p := wire.RunGainPasses(sum, uint64(len(tc.losses)), wire.DefaultMinGainPPM); sum != tc.sum || p != tc.pass {
+			t.Errorf("%s: sum %d (want %d), passes %v (want %v)", tc.name, sum, tc.sum, p, tc.pass)
+		}
+	}
+}
+
+// FuzzGainPPM: any loss bits give a value within the clamp, the same on a
+// second call, and the sign of the gain when the quotient is finite.
+func FuzzGainPPM(f *testing.F) {
+	f.Add(uint64(0x3ff0000000000000), uint64(0x3feccccccccccccd))
+	f.Add(uint64(0), uint64(0))
+	f.Add(uint64(0x7ff8000000000000), uint64(0x3ff0000000000000))
+	f.Fuzz(func(t *testing.T, ob, oa uint64) {
+		g := wire.GainPPM(wire.F64(ob), wire.F64(oa))
+		if g < -wire.MaxGainPPM || g > wire.MaxGainPPM || g != wire.GainPPM(wire.F64(ob), wire.F64(oa)) {
+			t.Fatalf("GainPPM(%016x, %016x) = %d", ob, oa, g)
+		}
+		q := (wire.F64(ob).Float() - wire.F64(oa).Float()) / wire.F64(ob).Float()
+		if !math.IsNaN(q) && ((q > 0 && g < 0) || (q < 0 && g > 0)) {
+			t.Fatalf("GainPPM(%016x, %016x) = %d, quotient %v", ob, oa, g, q)
+		}
+	})
+}

@@ -33,6 +33,13 @@ const (
 	MaxScoringForfeit = 100
 	// MaxScoringBatch bounds a batch (plugins.MaxScoreBatchSize).
 	MaxScoringBatch = 4096
+	// DefaultMinGainPPM is run_mean_gain's threshold: a mean relative own
+	// gain of 0.10 over the run (scoring.md §8; honest ≥ 0.19, free riders
+	// ≤ 0.06 on every recorded run, bench/results/freeriders-findings.md).
+	DefaultMinGainPPM = 100000
+	// MaxMinGainPPM bounds min_gain_ppm: a relative gain is at most 1
+	// (the loss cannot fall below zero).
+	MaxMinGainPPM = 1000000
 )
 
 // Scoring is the parsed `scoring` field of a task spec: which evaluator
@@ -63,7 +70,13 @@ type Scoring struct {
 	Test string
 	// Forfeit is k: a failed check takes back k × N × 10000 / rate_bps of
 	// payout weight (1..MaxScoringForfeit, default DefaultScoringForfeit).
+	// Not used under ScoreTestRunMeanGain (no per-check forfeit).
 	Forfeit int
+	// MinGainPPM is run_mean_gain's threshold in parts per million
+	// (0..MaxMinGainPPM, default DefaultMinGainPPM; only with that test):
+	// a trainer whose scored checks' summed GainPPM is below MinGainPPM ×
+	// their count is paid nothing at the seal (RunGainPasses).
+	MinGainPPM int64
 }
 
 // The pay tests of a scored input (scoring.md §8).
@@ -77,6 +90,11 @@ const (
 	// s_ctl/ctl_before (each batch's improvement relative to its loss
 	// before the step).
 	ScoreTestOwnGainsRelative = "own_gains_relative"
+	// ScoreTestRunMeanGain: no per-check verdict pays or forfeits; each
+	// scored check adds GainPPM to the trainer's run state and the seal pays
+	// nothing to a trainer whose mean is below min_gain_ppm (RunGainPasses).
+	// An input's Pass is then the own_improves verdict, recorded only.
+	ScoreTestRunMeanGain = "run_mean_gain"
 )
 
 type scoringJSON struct {
@@ -87,6 +105,7 @@ type scoringJSON struct {
 	Corpus    *string         `json:"corpus"`
 	Test      *string         `json:"test"`
 	Forfeit   *int            `json:"forfeit"`
+	MinGain   *int64          `json:"min_gain_ppm"`
 }
 
 var (
@@ -132,7 +151,7 @@ func ParseScoring(raw []byte) (*Scoring, error) {
 		return nil, errors.New(`"evaluator" is required`)
 	}
 	if *j.Evaluator == EvaluatorNone {
-		if j.Params != nil || j.RateBps != nil || j.Batch != nil || j.Corpus != nil || j.Test != nil || j.Forfeit != nil {
+		if j.Params != nil || j.RateBps != nil || j.Batch != nil || j.Corpus != nil || j.Test != nil || j.Forfeit != nil || j.MinGain != nil {
 			return nil, errors.New(`evaluator "none" takes no other keys`)
 		}
 		return nil, nil
@@ -143,11 +162,27 @@ func ParseScoring(raw []byte) (*Scoring, error) {
 	c := &Scoring{Evaluator: *j.Evaluator, RateBps: DefaultScoringRateBps, Batch: DefaultScoringBatch, Test: ScoreTestOwnImproves, Forfeit: DefaultScoringForfeit}
 	if j.Test != nil {
 		switch *j.Test {
-		case ScoreTestOwnImproves, ScoreTestOwnBeatsControl, ScoreTestOwnGainsRelative:
+		case ScoreTestOwnImproves, ScoreTestOwnBeatsControl, ScoreTestOwnGainsRelative, ScoreTestRunMeanGain:
 		default:
-			return nil, fmt.Errorf("test %q: want %s (default), %s or %s", trunc(*j.Test), ScoreTestOwnImproves, ScoreTestOwnBeatsControl, ScoreTestOwnGainsRelative)
+			return nil, fmt.Errorf("test %q: want %s (default), %s, %s or %s", trunc(*j.Test), ScoreTestOwnImproves, ScoreTestOwnBeatsControl,
+				ScoreTestOwnGainsRelative, ScoreTestRunMeanGain)
 		}
 		c.Test = *j.Test
+	}
+	if c.Test == ScoreTestRunMeanGain {
+		c.MinGainPPM = DefaultMinGainPPM
+	}
+	if j.Forfeit != nil && c.Test == ScoreTestRunMeanGain {
+		return nil, fmt.Errorf("forfeit does not apply to test %s (no per-check forfeit; min_gain_ppm is its threshold)", ScoreTestRunMeanGain)
+	}
+	if j.MinGain != nil {
+		switch {
+		case c.Test != ScoreTestRunMeanGain:
+			return nil, fmt.Errorf("min_gain_ppm is the threshold of test %s; test is %s", ScoreTestRunMeanGain, c.Test)
+		case *j.MinGain < 0 || *j.MinGain > MaxMinGainPPM:
+			return nil, fmt.Errorf("min_gain_ppm is %d, want 0..%d (mean relative own gain in parts per million)", *j.MinGain, MaxMinGainPPM)
+		}
+		c.MinGainPPM = *j.MinGain
 	}
 	if j.Forfeit != nil {
 		if *j.Forfeit < 1 || *j.Forfeit > MaxScoringForfeit {

@@ -79,6 +79,7 @@ func TestSpecScoringValidated(t *testing.T) {
 func FuzzParseScoring(f *testing.F) {
 	f.Add([]byte(`{"evaluator":"TimesFMScore","params":{"d_model":64},"rate_bps":2500,"batch":16}`))
 	f.Add([]byte(`{"evaluator":"none"}`))
+	f.Add([]byte(`{"evaluator":"TimesFMScore","test":"run_mean_gain","min_gain_ppm":150000}`))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		c, err := ParseScoring(b)
 		if err != nil || c == nil {
@@ -86,6 +87,12 @@ func FuzzParseScoring(f *testing.F) {
 		}
 		if c.RateBps < 1 || c.RateBps > 10000 || c.Batch < 1 || c.Batch > MaxScoringBatch || !evaluatorRe.MatchString(c.Evaluator) {
 			t.Fatalf("accepted %+v", c)
+		}
+		if c.Test == ScoreTestRunMeanGain && c.MinGainPPM == 0 && !strings.Contains(string(b), "min_gain_ppm") {
+			t.Fatalf("run_mean_gain without its default threshold: %+v", c) // 0 only when given
+		}
+		if c.MinGainPPM < 0 || c.MinGainPPM > MaxMinGainPPM || (c.Test != ScoreTestRunMeanGain && c.MinGainPPM != 0) {
+			t.Fatalf("threshold %d under test %s", c.MinGainPPM, c.Test)
 		}
 		if _, err := ParseScoring([]byte(`{"evaluator":"X","params":` + string(c.Params) + `}`)); err != nil {
 			t.Fatalf("canonical params %s do not parse again: %v", c.Params, err)
@@ -110,7 +117,7 @@ func TestParseScoringCorpusAndTest(t *testing.T) {
 		`{"evaluator":"TimesFMScore","corpus":"` + strings.Repeat("0", 64) + `"}`: "content hash",
 		`{"evaluator":"TimesFMScore","corpus":"abc"}`:                             "content hash",
 		`{"evaluator":"TimesFMScore","corpus":1}`:                                 "want an object",
-		`{"evaluator":"TimesFMScore","test":"own"}`:                               "want own_improves (default), own_beats_control or own_gains_relative",
+		`{"evaluator":"TimesFMScore","test":"own"}`:                               "want own_improves (default), own_beats_control, own_gains_relative or run_mean_gain",
 		`{"evaluator":"none","test":"own_improves"}`:                              "takes no other keys",
 		`{"evaluator":"none","forfeit":3}`:                                        "takes no other keys",
 		`{"evaluator":"TimesFMScore","forfeit":0}`:                                "forfeit is 0",
@@ -120,5 +127,44 @@ func TestParseScoringCorpusAndTest(t *testing.T) {
 		if _, err := ParseScoring([]byte(in)); err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("%s: %v, want %q", in, err, want)
 		}
+	}
+}
+
+// TestParseScoringRunMeanGain: run_mean_gain takes min_gain_ppm (default
+// 100000, 0..1000000), no other test does, and it takes no forfeit.
+func TestParseScoringRunMeanGain(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		min  int64
+		want string // error substring; "" = ok
+	}{
+		{`{"evaluator":"TimesFMScore","test":"run_mean_gain"}`, DefaultMinGainPPM, ""},
+		{`{"evaluator":"TimesFMScore","test":"run_mean_gain","min_gain_ppm":0}`, 0, ""},
+		{`{"evaluator":"TimesFMScore","test":"run_mean_gain","min_gain_ppm":250000}`, 250000, ""},
+		{`{"evaluator":"TimesFMScore","min_gain_ppm":250000,"test":"run_mean_gain"}`, 250000, ""},
+		{`{"evaluator":"TimesFMScore","test":"run_mean_gain","min_gain_ppm":1000000}`, MaxMinGainPPM, ""},
+		{`{"evaluator":"TimesFMScore","test":"run_mean_gain","min_gain_ppm":1000001}`, 0, "min_gain_ppm is 1000001, want 0..1000000"},
+		{`{"evaluator":"TimesFMScore","test":"run_mean_gain","min_gain_ppm":-1}`, 0, "min_gain_ppm is -1"},
+		{`{"evaluator":"TimesFMScore","test":"run_mean_gain","min_gain_ppm":0.5}`, 0, "min_gain_ppm of type int64"},
+		{`{"evaluator":"TimesFMScore","test":"run_mean_gain","min_gain_ppm":"1"}`, 0, "want an object"},
+		{`{"evaluator":"TimesFMScore","min_gain_ppm":100000}`, 0, "min_gain_ppm is the threshold of test run_mean_gain; test is own_improves"},
+		{`{"evaluator":"TimesFMScore","test":"own_beats_control","min_gain_ppm":1}`, 0, "test is own_beats_control"},
+		{`{"evaluator":"TimesFMScore","test":"run_mean_gain","forfeit":3}`, 0, "forfeit does not apply to test run_mean_gain"},
+		{`{"evaluator":"none","min_gain_ppm":1}`, 0, "takes no other keys"},
+	} {
+		c, err := ParseScoring([]byte(tc.in))
+		if tc.want != "" {
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("%s: %v, want %q", tc.in, err, tc.want)
+			}
+			continue
+		}
+		if err != nil || c.Test != ScoreTestRunMeanGain || c.MinGainPPM != tc.min {
+			t.Errorf("%s: %+v %v, want min %d", tc.in, c, err, tc.min)
+		}
+	}
+	// Other tests carry no threshold.
+	if c, err := ParseScoring([]byte(`{"evaluator":"TimesFMScore"}`)); err != nil || c.MinGainPPM != 0 {
+		t.Fatalf("default test: %+v %v", c, err)
 	}
 }

@@ -58,7 +58,7 @@ class Experiment:
     scoring: bool = False
     scoring_rate_bps: int = 10000
     scoring_batch: int = 16  # the windows of each batch (wire.DefaultScoringBatch)
-    scoring_test: str = ""  # the spec's scoring.test: "" (own_improves, the default) or "own_beats_control"
+    scoring_test: str = ""  # the spec's scoring.test: "" (own_improves, the default), "own_beats_control", "own_gains_relative" or "run_mean_gain"
     dataset_ref: str = ""  # a synth:// ref to post instead (its dataset_hash is its definition's hash)
     reward_pool: int = 10**18
     spec_extra: dict = field(default_factory=dict)  # more spec fields (scoring, copies, round_deadline_ms, ...)
