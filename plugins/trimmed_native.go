@@ -182,12 +182,9 @@ func trimmedNative(srcs []*source, c0, c1, t int, out []byte) {
 					row[j] = f32Key(b)
 				}
 			}
+			mm := (m + 7) &^ 7 // whole vectors: lanes past m are never read
 			for _, pr := range net {
-				a, b := keys[pr[0]][:m], keys[pr[1]][:m]
-				for j := range a {
-					x, y := a[j], b[j]
-					a[j], b[j] = min(x, y), max(x, y)
-				}
+				compareExchange(keys[pr[0]][:mm], keys[pr[1]][:mm])
 			}
 			s := acc[:m]
 			clear(s) // +0, as the module's sums start
@@ -207,4 +204,14 @@ func trimmedNative(srcs []*source, c0, c1, t int, out []byte) {
 			}
 		}
 	})
+}
+
+// compareExchangeGo sets a[j], b[j] to their signed min and max for every j
+// (len(b) ≥ len(a)).
+func compareExchangeGo(a, b []int32) {
+	b = b[:len(a)]
+	for j := range a {
+		x, y := a[j], b[j]
+		a[j], b[j] = min(x, y), max(x, y)
+	}
 }

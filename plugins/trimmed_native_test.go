@@ -157,3 +157,29 @@ func TestNativeTrimmedMatchesWasm(t *testing.T) {
 		t.Fatal("the native TrimmedMean never ran")
 	}
 }
+
+// TestCompareExchange: the vector compare-exchange (AVX2 where the CPU has
+// it) and the Go one give every pair's signed min and max, extremes
+// included.
+func TestCompareExchange(t *testing.T) {
+	r := rand.New(rand.NewPCG(5, 6))
+	for _, n := range []int{8, 16, 64, 512} {
+		a, b := make([]int32, n), make([]int32, n)
+		for j := range a {
+			a[j], b[j] = int32(r.Uint32()), int32(r.Uint32())
+			if j%5 == 0 {
+				a[j] = []int32{math.MinInt32, math.MaxInt32, -1, 0, b[j]}[r.IntN(5)]
+			}
+		}
+		a1, b1 := slices.Clone(a), slices.Clone(b)
+		a2, b2 := slices.Clone(a), slices.Clone(b)
+		compareExchange(a1, b1)
+		compareExchangeGo(a2, b2)
+		for j := range a {
+			lo, hi := min(a[j], b[j]), max(a[j], b[j])
+			if a1[j] != lo || b1[j] != hi || a2[j] != lo || b2[j] != hi {
+				t.Fatalf("n=%d j=%d: (%d, %d) gave (%d, %d) and Go (%d, %d)", n, j, a[j], b[j], a1[j], b1[j], a2[j], b2[j])
+			}
+		}
+	}
+}
