@@ -172,15 +172,7 @@ func trimmedNative(srcs []*source, c0, c1, t int, out []byte) {
 			b1 := min(b0+block, hi)
 			m := b1 - b0
 			for i, x := range in {
-				row := keys[i][:m]
-				xs := x[b0:b1]
-				for j, v := range xs {
-					b := math.Float32bits(v)
-					if v != v {
-						b = canonNaN32
-					}
-					row[j] = f32Key(b)
-				}
+				sortKeys(keys[i], x[b0:b1])
 			}
 			mm := (m + 7) &^ 7 // whole vectors: lanes past m are never read
 			for _, pr := range net {
@@ -189,19 +181,9 @@ func trimmedNative(srcs []*source, c0, c1, t int, out []byte) {
 			s := acc[:m]
 			clear(s) // +0, as the module's sums start
 			for i := t; i < k-t; i++ {
-				row := keys[i][:m]
-				for j, kv := range row {
-					s[j] += float64(math.Float32frombits(uint32(f32Key(uint32(kv)))))
-				}
+				addKeys(s, keys[i][:m])
 			}
-			ob := o[b0:b1]
-			for j, v := range s {
-				r := float32(v / cnt)
-				if r != r {
-					r = canonF32
-				}
-				ob[j] = r
-			}
+			finishTrimmed(o[b0:b1], s, cnt)
 		}
 	})
 }
@@ -213,5 +195,39 @@ func compareExchangeGo(a, b []int32) {
 	for j := range a {
 		x, y := a[j], b[j]
 		a[j], b[j] = min(x, y), max(x, y)
+	}
+}
+
+// sortKeysGo sets dst[j] to the sort key of src[j] (len(dst) ≥ len(src)).
+func sortKeysGo(dst []int32, src []float32) {
+	dst = dst[:len(src)]
+	for j, v := range src {
+		b := math.Float32bits(v)
+		if v != v {
+			b = canonNaN32
+		}
+		dst[j] = f32Key(b)
+	}
+}
+
+// addKeysGo adds the f32 value of every key in keys to s (len(s) ≥
+// len(keys)).
+func addKeysGo(s []float64, keys []int32) {
+	s = s[:len(keys)]
+	for j, kv := range keys {
+		s[j] += float64(math.Float32frombits(uint32(f32Key(uint32(kv)))))
+	}
+}
+
+// finishTrimmedGo sets out[j] to float32(s[j] / cnt), NaN canonical
+// (len(s) ≥ len(out)).
+func finishTrimmedGo(out []float32, s []float64, cnt float64) {
+	s = s[:len(out)]
+	for j, v := range s {
+		r := float32(v / cnt)
+		if r != r {
+			r = canonF32
+		}
+		out[j] = r
 	}
 }

@@ -105,56 +105,69 @@ func TestNativeTrimmedMatchesWasm(t *testing.T) {
 	}
 	r := rand.New(rand.NewPCG(21, 2))
 	ran := nativeTrims.Load()
-	for _, pr := range pairs {
-		for _, alpha := range pr.alphas {
-			ref := "TrimmedMean"
-			if alpha != "" {
-				ref = fmt.Sprintf("TrimmedMean{alpha_bps=%s}", alpha)
-			}
-			for _, k := range pr.ks {
-				rule, err := pr.native.ResolveRule(ctx, ref, nil, 1, 1)
-				if err != nil {
-					t.Fatal(err)
-				}
-				for _, n := range pr.sizes {
-					var fuel uint64
-					params, err := paramVector(mustPlugin(t, pr.native, rule).manifest, rule.Params)
-					if err != nil {
-						t.Fatal(err)
-					}
-					if _, _, ok := pr.native.nativeTrimmed(ctx, mustPlugin(t, pr.native, rule), machine.F32, k, params); !ok {
-						t.Fatalf("%s K=%d: the native TrimmedMean's fuel line was not found", ref, k)
-					}
-					for pattern := range 10 {
-						in := syncer.AggregateInput{Rule: rule, Dtype: machine.F32, N: n}
-						for _, v := range trimmedInputs(r, pattern, k, n) {
-							in.Inputs = append(in.Inputs, syncer.EncodeF32(v))
-						}
-						want, werr := pr.wasm.Aggregate(ctx, in)
-						got, gerr := pr.native.Aggregate(ctx, in)
-						if werr != nil || gerr != nil {
-							if werr == nil || gerr == nil || werr.Error() != gerr.Error() {
-								t.Fatalf("%s K=%d n=%d: errors differ: native %v, Wasm %v", ref, k, n, gerr, werr)
-							}
-							continue
-						}
-						if pattern == 0 {
-							fuel = want.Fuel
-						} else if want.Fuel != fuel {
-							t.Fatalf("%s K=%d n=%d pattern %d: the module's fuel %d depends on the values (random: %d)", ref, k, n, pattern, want.Fuel, fuel)
-						}
-						if !bytes.Equal(got.Aggregate, want.Aggregate) || got.Fuel != want.Fuel || !reflect.DeepEqual(got.Selected, want.Selected) ||
-							!reflect.DeepEqual(got.Scores, want.Scores) {
-							t.Fatalf("%s K=%d n=%d pattern %d: native differs: fuel %d, Wasm %d; selected %v, %v; aggregate %s", ref, k, n, pattern,
-								got.Fuel, want.Fuel, got.Selected, want.Selected, firstDiff(got.Aggregate, want.Aggregate, 4))
-						}
-					}
-				}
-			}
+	vector := haveCxAVX2
+	defer func() { haveCxAVX2 = vector }()
+	for run := range 2 {
+		// the vector kernels where the CPU has them, then the Go ones
+		haveCxAVX2 = vector && run == 0
+		for _, pr := range pairs {
+			testTrimmed(ctx, t, r, pr.native, pr.wasm, pr.ks, pr.sizes, pr.alphas)
 		}
 	}
 	if nativeTrims.Load() == ran {
 		t.Fatal("the native TrimmedMean never ran")
+	}
+}
+
+// testTrimmed compares native with wasm (WasmTrimmedMean) on every K, size,
+// alpha and pattern.
+func testTrimmed(ctx context.Context, t *testing.T, r *rand.Rand, native, wasm *Engine, ks, sizes []int, alphas []string) {
+	t.Helper()
+	for _, alpha := range alphas {
+		ref := "TrimmedMean"
+		if alpha != "" {
+			ref = fmt.Sprintf("TrimmedMean{alpha_bps=%s}", alpha)
+		}
+		for _, k := range ks {
+			rule, err := native.ResolveRule(ctx, ref, nil, 1, 1)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, n := range sizes {
+				var fuel uint64
+				params, err := paramVector(mustPlugin(t, native, rule).manifest, rule.Params)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if _, _, ok := native.nativeTrimmed(ctx, mustPlugin(t, native, rule), machine.F32, k, params); !ok {
+					t.Fatalf("%s K=%d: the native TrimmedMean's fuel line was not found", ref, k)
+				}
+				for pattern := range 10 {
+					in := syncer.AggregateInput{Rule: rule, Dtype: machine.F32, N: n}
+					for _, v := range trimmedInputs(r, pattern, k, n) {
+						in.Inputs = append(in.Inputs, syncer.EncodeF32(v))
+					}
+					want, werr := wasm.Aggregate(ctx, in)
+					got, gerr := native.Aggregate(ctx, in)
+					if werr != nil || gerr != nil {
+						if werr == nil || gerr == nil || werr.Error() != gerr.Error() {
+							t.Fatalf("%s K=%d n=%d: errors differ: native %v, Wasm %v", ref, k, n, gerr, werr)
+						}
+						continue
+					}
+					if pattern == 0 {
+						fuel = want.Fuel
+					} else if want.Fuel != fuel {
+						t.Fatalf("%s K=%d n=%d pattern %d: the module's fuel %d depends on the values (random: %d)", ref, k, n, pattern, want.Fuel, fuel)
+					}
+					if !bytes.Equal(got.Aggregate, want.Aggregate) || got.Fuel != want.Fuel || !reflect.DeepEqual(got.Selected, want.Selected) ||
+						!reflect.DeepEqual(got.Scores, want.Scores) {
+						t.Fatalf("%s K=%d n=%d pattern %d: native differs: fuel %d, Wasm %d; selected %v, %v; aggregate %s", ref, k, n, pattern,
+							got.Fuel, want.Fuel, got.Selected, want.Selected, firstDiff(got.Aggregate, want.Aggregate, 4))
+					}
+				}
+			}
+		}
 	}
 }
 
