@@ -333,7 +333,14 @@ func TestNetworkRun(t *testing.T) {
 	const (
 		nTrainers, K, F, N, R = 8, 6, 2, 64, 3
 		task                  = "net-run"
-		deadlineMs            = 10000
+		// deadlineMs bounds round 1 from its start to its last
+		// submission: the test restarts node0, waits for ticket 1 to hold
+		// round 0's state, kills the syncer and submits, all before the
+		// chain closes the round's fragments at the deadline. 10 s was
+		// too short on a loaded 2-core machine (round 1 closed with no
+		// input while the test was still restarting node0); it also sets
+		// how long ticket 1 waits to take over, so longer costs time.
+		deadlineMs = 30000
 		// graceMs is long: every trainer submits in every round, so a
 		// fragment closes when the last one is in; a short grace window
 		// closed round 1's fragments while light client A restarted on
