@@ -87,6 +87,9 @@ type Config struct {
 	// WasmMean runs the built-in Mean in Wasm even where its native fast
 	// path applies (mean_native.go; same bytes and fuel).
 	WasmMean bool
+	// WasmTrimmedMean runs the built-in TrimmedMean in Wasm even where its
+	// native fast path applies (trimmed_native.go; same bytes and fuel).
+	WasmTrimmedMean bool
 	// Workers > 0 runs every plugin call in that many worker processes
 	// (DESIGN §13, worker_pool.go) instead of in this process: the node and
 	// the CLI set it; 0 keeps calls in process (tests, replay of vectors).
@@ -157,6 +160,9 @@ type Engine struct {
 	// meanLines caches the fuel lines of the built-in Mean by K
 	// (mean_native.go), under outerMu.
 	meanLines map[int]meanLine
+	// trimLines caches the fuel lines of the built-in TrimmedMean by K and
+	// alpha (trimmed_native.go), under outerMu.
+	trimLines map[trimKey]meanLine
 }
 
 var _ syncer.Engine = (*Engine)(nil)
@@ -695,6 +701,26 @@ func (e *Engine) aggregateOnce(ctx context.Context, p *plugin, budget uint64, d 
 			}
 			native = agg
 			nativeMeans.Add(1)
+			out.Aggregate = dst.bytes()
+			out.Selected, out.Scores, err = c.readSelection(selPtr, scPtr, k)
+			return out, err
+		}
+	}
+	if l, t, ok := e.nativeTrimmed(ctx, p, d, k, params); ok && meanInPlace(srcs) && aligned4(dst.bytes()) {
+		if agg := l.fuel(n); c.used()+agg <= budget {
+			// As for Mean: the inputs read in place, the module's
+			// selection (every input) written where it would have.
+			f.running()
+			trimmedNative(srcs, c0, c1, t, dst.bytes())
+			sel := make([]byte, k)
+			for i := range sel {
+				sel[i] = 1
+			}
+			if err := c.write(selPtr, sel); err != nil {
+				return out, err
+			}
+			native = agg
+			nativeTrims.Add(1)
 			out.Aggregate = dst.bytes()
 			out.Selected, out.Scores, err = c.readSelection(selPtr, scPtr, k)
 			return out, err

@@ -71,7 +71,7 @@ func (e *Engine) nativeMean(ctx context.Context, p *plugin, d machine.Dtype, k i
 	if l, ok := e.meanLines[k]; ok {
 		return l, l.ok
 	}
-	l := e.calibrateMean(ctx, p, k)
+	l := e.calibrateLine(ctx, p, k, nil)
 	if ctx.Err() != nil {
 		return meanLine{}, false // not cached: a cancelled calibration proves nothing
 	}
@@ -82,9 +82,11 @@ func (e *Engine) nativeMean(ctx context.Context, p *plugin, d machine.Dtype, k i
 	return l, l.ok
 }
 
-// calibrateMean measures the fuel line of Mean over k F32 inputs on the
-// module, and checks it on sizes it was not derived from.
-func (e *Engine) calibrateMean(ctx context.Context, p *plugin, k int) meanLine {
+// calibrateLine measures the fuel line of p's tenzro_aggregate over k F32
+// inputs with params on the module, and checks it on sizes it was not
+// derived from. It holds for rules whose instrumented code has no branch on
+// the values (Mean, TrimmedMean): the probe inputs are zeros.
+func (e *Engine) calibrateLine(ctx context.Context, p *plugin, k int, params []float64) meanLine {
 	const most = 4099
 	c, err := e.newCall(ctx, p, ProbeFuel, nil)
 	if err != nil {
@@ -95,14 +97,17 @@ func (e *Engine) calibrateMean(ctx context.Context, p *plugin, k int) meanLine {
 	outPtr, err2 := c.alloc(ctx, most*4)
 	selPtr, err3 := c.alloc(ctx, uint64(k))
 	scPtr, err4 := c.alloc(ctx, uint64(k)*8)
-	parPtr, err5 := c.alloc(ctx, 8)
+	parPtr, err5 := c.alloc(ctx, uint64(len(params))*8+8)
 	if err1 != nil || err2 != nil || err3 != nil || err4 != nil || err5 != nil {
+		return meanLine{}
+	}
+	if err := c.write(parPtr, f64Bytes(params)); err != nil {
 		return meanLine{}
 	}
 	dc, _ := dtypeCode(machine.F32)
 	cost := func(n int) (int64, bool) {
 		before := c.fuel.Get()
-		res, err := c.invoke(ctx, "tenzro_aggregate", dc, uint64(k), uint64(n), uint64(inPtr), uint64(parPtr), 0,
+		res, err := c.invoke(ctx, "tenzro_aggregate", dc, uint64(k), uint64(n), uint64(inPtr), uint64(parPtr), uint64(len(params)),
 			uint64(outPtr), uint64(selPtr), uint64(scPtr))
 		if err != nil || uint32(res[0]) != 0 {
 			return 0, false
