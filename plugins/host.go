@@ -685,45 +685,34 @@ func (e *Engine) aggregateOnce(ctx context.Context, p *plugin, budget uint64, d 
 	if err != nil {
 		return out, err
 	}
+	// A native rule (mean_native.go, trimmed_native.go) reads the inputs
+	// where they are (mapped), once, and writes the module's selection
+	// (every input) where the module would have; its fuel is the module's
+	// measured line, charged only when it fits the budget.
+	runNative := func(agg uint64, ran *atomic.Int64, compute func(out []byte)) (syncer.AggregateOutput, error) {
+		f.running()
+		compute(dst.bytes())
+		sel := make([]byte, k)
+		for i := range sel {
+			sel[i] = 1
+		}
+		if err := c.write(selPtr, sel); err != nil {
+			return out, err
+		}
+		native = agg
+		ran.Add(1)
+		out.Aggregate = dst.bytes()
+		out.Selected, out.Scores, err = c.readSelection(selPtr, scPtr, k)
+		return out, err
+	}
 	if l, ok := e.nativeMean(ctx, p, d, k); ok && meanInPlace(srcs) && aligned4(dst.bytes()) {
 		if agg := l.fuel(n); c.used()+agg <= budget {
-			// The inputs are read where they are (mapped), once; the
-			// module's selection (every input) is written where it would
-			// have written it.
-			f.running()
-			meanNative(srcs, c0, c1, dst.bytes())
-			sel := make([]byte, k)
-			for i := range sel {
-				sel[i] = 1
-			}
-			if err := c.write(selPtr, sel); err != nil {
-				return out, err
-			}
-			native = agg
-			nativeMeans.Add(1)
-			out.Aggregate = dst.bytes()
-			out.Selected, out.Scores, err = c.readSelection(selPtr, scPtr, k)
-			return out, err
+			return runNative(agg, &nativeMeans, func(o []byte) { meanNative(srcs, c0, c1, o) })
 		}
 	}
 	if l, t, ok := e.nativeTrimmed(ctx, p, d, k, params); ok && meanInPlace(srcs) && aligned4(dst.bytes()) {
 		if agg := l.fuel(n); c.used()+agg <= budget {
-			// As for Mean: the inputs read in place, the module's
-			// selection (every input) written where it would have.
-			f.running()
-			trimmedNative(srcs, c0, c1, t, dst.bytes())
-			sel := make([]byte, k)
-			for i := range sel {
-				sel[i] = 1
-			}
-			if err := c.write(selPtr, sel); err != nil {
-				return out, err
-			}
-			native = agg
-			nativeTrims.Add(1)
-			out.Aggregate = dst.bytes()
-			out.Selected, out.Scores, err = c.readSelection(selPtr, scPtr, k)
-			return out, err
+			return runNative(agg, &nativeTrims, func(o []byte) { trimmedNative(srcs, c0, c1, t, o) })
 		}
 	}
 	dst.out.canonical = false

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"sync/atomic"
 	"testing"
 
 	"github.com/tenzro/train/machine"
@@ -83,14 +84,23 @@ func TestNativeMeanMatchesWasm(t *testing.T) {
 // the module runs and fails as it always did; with exactly the fuel it
 // succeeds natively.
 func TestNativeMeanBudget(t *testing.T) {
+	nativeBudget(t, "Mean", 5003, 4, 10, &nativeMeans, func(fuel uint64, wasm bool) Config { return Config{Fuel: fuel, WasmMean: wasm} })
+}
+
+// nativeBudget checks a native rule against the budget: with exactly the
+// module's fuel for k adversarial inputs of n values it runs natively (or
+// in the module when cfg forces the Wasm) with the module's bytes and fuel;
+// one fuel short, both fail out of fuel as the module does. ran counts the
+// rule's native runs.
+func nativeBudget(t *testing.T, ruleRef string, n, k int, seed uint64, ran *atomic.Int64, cfg func(fuel uint64, wasm bool) Config) {
+	t.Helper()
 	ctx := context.Background()
-	const n, k = 5003, 4
 	ref := testEngine(t)
-	rule, err := ref.ResolveRule(ctx, "Mean", nil, 1, 1)
+	rule, err := ref.ResolveRule(ctx, ruleRef, nil, 1, 1)
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := rand.New(rand.NewPCG(9, 10))
+	r := rand.New(rand.NewPCG(9, seed))
 	in := syncer.AggregateInput{Rule: rule, Dtype: machine.F32, N: n}
 	for range k {
 		in.Inputs = append(in.Inputs, syncer.EncodeF32(adversarial(r, n)))
@@ -100,18 +110,18 @@ func TestNativeMeanBudget(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, fuel := range []uint64{full.Fuel, full.Fuel - 1} {
-		for _, wasmMean := range []bool{false, true} {
-			e, err := NewEngine(ctx, Config{Fuel: fuel, WasmMean: wasmMean})
+		for _, wasm := range []bool{false, true} {
+			e, err := NewEngine(ctx, cfg(fuel, wasm))
 			if err != nil {
 				t.Fatal(err)
 			}
-			ran := nativeMeans.Load()
+			before := ran.Load()
 			got, err := e.Aggregate(ctx, in)
-			native := nativeMeans.Load() > ran
+			native := ran.Load() > before
 			_ = e.Close(ctx)
 			if fuel == full.Fuel {
-				if err != nil || got.Fuel != full.Fuel || !bytes.Equal(got.Aggregate, full.Aggregate) || native == wasmMean {
-					t.Fatalf("budget = fuel (wasm %v, native ran %v): %v", wasmMean, native, err)
+				if err != nil || got.Fuel != full.Fuel || !bytes.Equal(got.Aggregate, full.Aggregate) || native == wasm {
+					t.Fatalf("%s, budget = fuel (wasm %v, native ran %v): %v", ruleRef, wasm, native, err)
 				}
 				continue
 			}

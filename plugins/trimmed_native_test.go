@@ -201,39 +201,7 @@ func TestCompareExchange(t *testing.T) {
 // fuel the module runs and fails as it always did; with exactly the fuel it
 // succeeds natively.
 func TestNativeTrimmedBudget(t *testing.T) {
-	ctx := context.Background()
-	const n, k = 5003, 7
-	ref := testEngine(t)
-	rule, err := ref.ResolveRule(ctx, "TrimmedMean{alpha_bps=3000}", nil, 1, 1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	r := rand.New(rand.NewPCG(9, 11))
-	in := syncer.AggregateInput{Rule: rule, Dtype: machine.F32, N: n}
-	for range k {
-		in.Inputs = append(in.Inputs, syncer.EncodeF32(adversarial(r, n)))
-	}
-	full, err := ref.Aggregate(ctx, in)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, fuel := range []uint64{full.Fuel, full.Fuel - 1} {
-		for _, wasmOnly := range []bool{false, true} {
-			e, err := NewEngine(ctx, Config{Fuel: fuel, WasmTrimmedMean: wasmOnly})
-			if err != nil {
-				t.Fatal(err)
-			}
-			ran := nativeTrims.Load()
-			got, err := e.Aggregate(ctx, in)
-			native := nativeTrims.Load() > ran
-			_ = e.Close(ctx)
-			if fuel == full.Fuel {
-				if err != nil || got.Fuel != full.Fuel || !bytes.Equal(got.Aggregate, full.Aggregate) || native == wasmOnly {
-					t.Fatalf("budget = fuel (wasm %v, native ran %v): %v", wasmOnly, native, err)
-				}
-				continue
-			}
-			wantFailure(t, err, CodeOutOfFuel, "out of fuel")
-		}
-	}
+	nativeBudget(t, "TrimmedMean{alpha_bps=3000}", 5003, 7, 11, &nativeTrims, func(fuel uint64, wasm bool) Config {
+		return Config{Fuel: fuel, WasmTrimmedMean: wasm}
+	})
 }
