@@ -25,6 +25,7 @@ import (
 // scoreCase is one directory of testdata/score (trainer/tests/score_vectors.py).
 type scoreCase struct {
 	Name      string           `json:"name"`
+	Evaluator string           `json:"evaluator"` // absent: TimesFMScore
 	Config    map[string]int   `json:"config"`
 	Dtype     string           `json:"dtype"`
 	Fragment  []string         `json:"fragment"`
@@ -90,7 +91,11 @@ func loadScoreCase(t testing.TB, name string) *scoreCase {
 	}
 	e := testEngine(t)
 	params, _ := json.Marshal(c.Config)
-	ev, err := e.ResolveScorer(context.Background(), "TimesFMScore", params)
+	evaluator := "TimesFMScore"
+	if c.Evaluator != "" {
+		evaluator = c.Evaluator
+	}
+	ev, err := e.ResolveScorer(context.Background(), evaluator, params)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -129,7 +134,7 @@ func lossDigest(o ScoreOutput) string {
 // scoreDigest is lossDigest and the fuel.
 func scoreDigest(o ScoreOutput) string { return fmt.Sprintf("%s/%d", lossDigest(o), o.Fuel) }
 
-var scoreCases = []string{"odd", "tiny", "tiny_bf16"}
+var scoreCases = []string{"odd", "tiny", "tiny_bf16", "granite_odd", "granite_flat", "granite_tiny", "granite_tiny_bf16"}
 
 // TestScoreMatchesPyTorch runs the TimesFMScore evaluator on the reference
 // vectors and compares its losses with PyTorch's float64 run of the
@@ -228,6 +233,11 @@ func TestScoreGolden(t *testing.T) {
 		"odd":       "a7761f163b122a7a/3108759",
 		"tiny":      "3a1e9eeeffa5cd1a/22880287",
 		"tiny_bf16": "4c765bc253eb26c1/23123105",
+		// GraniteTTMScore (scoring.md §2b)
+		"granite_odd":       "6c1bc1f97386bd47/9943302",
+		"granite_flat":      "683b778c463b2ae3/849752",
+		"granite_tiny":      "7612861e7f838ae8/14317003",
+		"granite_tiny_bf16": "e3fa858c22c5d64a/14183657",
 	}
 	for _, name := range scoreCases {
 		c := loadScoreCase(t, name)
