@@ -67,3 +67,7 @@ func TestGraniteScoreBadInput(t *testing.T) {
 		})
 	}
 }
+
+// FuzzGraniteScoreInput is FuzzScoreInput on the ragged Granite-TTM case:
+// the evaluator refuses or answers, and never traps.
+func FuzzGraniteScoreInput(f *testing.F) { fuzzScoreCase(f, "granite_odd") }

@@ -348,11 +348,14 @@ func TestScoreOutOfFuel(t *testing.T) {
 // a tensor's shape and name, the gradient's length): the host refuses or the
 // guest answers — with an error naming the problem, or losses for every
 // batch — and nothing panics or traps.
-func FuzzScoreInput(f *testing.F) {
+func FuzzScoreInput(f *testing.F) { fuzzScoreCase(f, "odd") }
+
+// fuzzScoreCase is FuzzScoreInput's body on one case of testdata/score.
+func fuzzScoreCase(f *testing.F, name string) {
 	f.Add(int8(0), int8(0), uint8(2), uint8(4), int8(0), uint8(0), int32(0), uint8(0), uint16(0))
 	f.Add(int8(-1), int8(3), uint8(1), uint8(1), int8(1), uint8(3), int32(5), uint8(2), uint16(4))
 	f.Add(int8(0), int8(0), uint8(1), uint8(8), int8(0), uint8(7), int32(-1), uint8(1), uint16(0))
-	base := loadScoreCase(f, "odd")
+	base := loadScoreCase(f, name)
 	e := testEngine(f)
 	f.Fuzz(func(t *testing.T, dFirst, dCount int8, batches, bsize uint8, dWin int8, ti uint8, dim int32, cut uint8, gcut uint16) {
 		in := base.in
