@@ -20,7 +20,7 @@ func TestResolveGraniteScorer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if rr.Name != "GraniteTTMScore" || rr.Hash.String() != "ef1e5f16118dbb1e26bf68ee08465567b950422924ae4f4cc87316e161a9658c" {
+	if rr.Name != "GraniteTTMScore" || rr.Hash.String() != "a0b82a6c4d0a2b2b319919a83dc4373bc4a96dbe7c9cd232e4efbd985b0315fd" {
 		t.Errorf("resolved %s %s", rr.Name, rr.Hash)
 	}
 	if want := `{"context_len":64,"d_model":16,"decoder_num_layers":1,"horizon":16,"num_layers":3,"patch_len":8}`; string(rr.Params) != want {

@@ -234,10 +234,10 @@ func TestScoreGolden(t *testing.T) {
 		"tiny":      "3a1e9eeeffa5cd1a/22880287",
 		"tiny_bf16": "4c765bc253eb26c1/23123105",
 		// GraniteTTMScore (scoring.md §2b)
-		"granite_odd":       "6c1bc1f97386bd47/9943302",
-		"granite_flat":      "683b778c463b2ae3/849752",
-		"granite_tiny":      "7612861e7f838ae8/14317003",
-		"granite_tiny_bf16": "e3fa858c22c5d64a/14183657",
+		"granite_odd":       "6c1bc1f97386bd47/9241450",
+		"granite_flat":      "683b778c463b2ae3/818196",
+		"granite_tiny":      "7612861e7f838ae8/13019879",
+		"granite_tiny_bf16": "e3fa858c22c5d64a/12886533",
 	}
 	for _, name := range scoreCases {
 		c := loadScoreCase(t, name)

@@ -311,7 +311,7 @@ static void gelu_all(float *u, size_t n) {
 /* TinyTimeMixerGatedAttention, softmax mode, in place over rows of n:
  * u ← u ⊙ softmax(z) with z the gate's logits (f64 max, e^(z − max) and sum
  * in index order; the gate rounded to f32, the product in f32 as torch's). */
-static void gate_mul(float *u, const float *z, uint32_t R, uint32_t n) {
+static void gate_mul(float *u, const float *z, uint32_t R, uint32_t n, double *e) {
   for (uint32_t r = 0; r < R; r++) {
     float *ur = u + (size_t)r * n;
     const float *zr = z + (size_t)r * n;
@@ -319,14 +319,18 @@ static void gate_mul(float *u, const float *z, uint32_t R, uint32_t n) {
     for (uint32_t i = 1; i < n; i++)
       if ((double)zr[i] > mx) mx = (double)zr[i];
     double sum = 0;
-    for (uint32_t i = 0; i < n; i++) sum += tz_exp((double)zr[i] - mx);
-    for (uint32_t i = 0; i < n; i++) ur[i] = ur[i] * (float)(tz_exp((double)zr[i] - mx) / sum);
+    for (uint32_t i = 0; i < n; i++) {
+      e[i] = tz_exp((double)zr[i] - mx);
+      sum += e[i];
+    }
+    for (uint32_t i = 0; i < n; i++) ur[i] = ur[i] * (float)(e[i] / sum);
   }
 }
 
 /* Work buffers: R = windows·T rows; `wd` = max(D, Dd). */
 typedef struct {
   float *x, *h, *g, *a, *u, *v, *z, *y;
+  double *e; /* a gate row's exponentials: max(T, wd) */
 } bufs_t;
 
 /* One TinyTimeMixerLayer over h [nw·T, d], in place. */
@@ -342,7 +346,7 @@ static void mixer_layer(const mixer_t *y, float *h, uint32_t nw, uint32_t T, uin
     gelu_all(b->u, (size_t)Rt * 2 * T);
     linear(b->u, Rt, &y->pfc2, b->v);
     linear(b->v, Rt, &y->pgate, b->z);
-    gate_mul(b->v, b->z, Rt, T);
+    gate_mul(b->v, b->z, Rt, T, b->e);
     for (uint32_t w = 0; w < nw; w++) /* transpose back, then the residual */
       for (uint32_t t = 0; t < T; t++)
         for (uint32_t c = 0; c < d; c++) {
@@ -356,7 +360,7 @@ static void mixer_layer(const mixer_t *y, float *h, uint32_t nw, uint32_t T, uin
   gelu_all(b->u, (size_t)R * 2 * d);
   linear(b->u, R, &y->ffc2, b->v);
   linear(b->v, R, &y->fgate, b->z);
-  gate_mul(b->v, b->z, R, d);
+  gate_mul(b->v, b->z, R, d, b->e);
   for (size_t i = 0; i < (size_t)R * d; i++) h[i] = b->v[i] + h[i];
 }
 
@@ -517,8 +521,9 @@ int32_t tenzro_score(uint32_t dtype, uint32_t ntensors, const uint32_t *table, v
   b.u = (float *)alloc_n(2 * R * wd, 4);
   b.v = (float *)alloc_n(R * wd, 4);
   b.z = (float *)alloc_n(R * wd, 4);
+  b.e = (double *)alloc_n(wd > m.T ? wd : m.T, 8);
   double *loc = (double *)alloc_n(bsize, 8), *scale = (double *)alloc_n(bsize, 8);
-  if (!full || !b.x || !b.h || !b.y || !b.g || !b.a || !b.u || !b.v || !b.z || !loc || !scale)
+  if (!full || !b.x || !b.h || !b.y || !b.g || !b.a || !b.u || !b.v || !b.z || !b.e || !loc || !scale)
     return tz_fail(TZ_ERR_NOMEM, "out of memory for the windows and activations");
   for (uint64_t w = 0; w < nwin; w++)
     if ((rc = normalize(windows + w * wlen, m.C, wlen, full + w * wlen, (uint32_t)w))) return rc;
