@@ -136,9 +136,9 @@ func scoreDigest(o ScoreOutput) string { return fmt.Sprintf("%s/%d", lossDigest(
 
 var scoreCases = []string{"odd", "tiny", "tiny_bf16", "granite_odd", "granite_flat", "granite_tiny", "granite_tiny_bf16"}
 
-// TestScoreMatchesPyTorch runs the TimesFMScore evaluator on the reference
-// vectors and compares its losses with PyTorch's float64 run of the
-// trainer's own model: every loss within 2e-6 relative, and every loss
+// TestScoreMatchesPyTorch runs the evaluator of each case (TimesFMScore;
+// GraniteTTMScore for the granite_* cases) on the reference vectors and
+// compares its losses with PyTorch's float64 run of the trainer's own model: every loss within 2e-6 relative, and every loss
 // change (before − after, the score) within 2e-6 of the loss — the f32
 // forward pass against f64. PyTorch's own float32 run is held to the same
 // bound, which shows the evaluator is as close to the model as the model's
