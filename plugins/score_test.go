@@ -134,7 +134,7 @@ func lossDigest(o ScoreOutput) string {
 // scoreDigest is lossDigest and the fuel.
 func scoreDigest(o ScoreOutput) string { return fmt.Sprintf("%s/%d", lossDigest(o), o.Fuel) }
 
-var scoreCases = []string{"odd", "tiny", "tiny_bf16", "granite_odd", "granite_flat", "granite_tiny", "granite_tiny_bf16"}
+var scoreCases = []string{"odd", "tiny", "tiny_bf16", "granite_odd", "granite_flat", "granite_tiny", "granite_tiny_bf16", "granite_narrow"}
 
 // TestScoreMatchesPyTorch runs the evaluator of each case (TimesFMScore;
 // GraniteTTMScore for the granite_* cases) on the reference vectors and
@@ -238,6 +238,7 @@ func TestScoreGolden(t *testing.T) {
 		"granite_flat":      "683b778c463b2ae3/818196",
 		"granite_tiny":      "7612861e7f838ae8/13019879",
 		"granite_tiny_bf16": "e3fa858c22c5d64a/12886533",
+		"granite_narrow":    "19ffae990f6f3206/3459550",
 	}
 	for _, name := range scoreCases {
 		c := loadScoreCase(t, name)

@@ -42,6 +42,9 @@ CASES = [
     ("granite_flat", {"context_len": 30, "horizon": 7, "patch_len": 16, "d_model": 8, "num_layers": 1,
                       "decoder_num_layers": 1}, "F32", "net.backbone.", 6),
     ("granite_tiny_bf16", {}, "BF16", "net.head.", 7),
+    # d_model 6 < decoder_d_model 8: the adapter widens; T = 5 patches of 3 with 1 value dropped
+    ("granite_narrow", {"context_len": 16, "horizon": 2, "patch_len": 3, "d_model": 6, "num_layers": 1,
+                        "decoder_num_layers": 1}, "F32", "net.decoder.adapter.", 8),
 ]  # fmt: skip
 LR, BETA, BATCHES, BATCH_SIZE = sv.LR, sv.BETA, sv.BATCHES, sv.BATCH_SIZE
 

@@ -31,13 +31,16 @@ def test_granite_vectors_match_pytorch(case: tuple) -> None:
 
 
 def test_granite_vectors_cover_the_shapes() -> None:
-    """The cases reach every branch of the evaluator: an adapter (d_model != decoder_d_model) and none, a patch
-    mixer (T > 1) and none, leading context values dropped by the patching, ragged linear layers."""
+    """The cases reach every branch of the evaluator: an adapter (d_model != decoder_d_model) narrowing, widening
+    and none, a patch mixer (T > 1) and none, leading context values dropped by the patching, ragged linear
+    layers."""
     shapes = []
     for _, md, *_ in gv.CASES:
         cfg = {**gv.TINY, **md}
         t = cfg["context_len"] // cfg["patch_len"]
         dd = max(8, cfg["d_model"] // 2)
-        shapes.append((cfg["d_model"] != dd, t > 1, cfg["context_len"] % cfg["patch_len"] != 0, t % 4 != 0))
-    for i in range(4):
+        shapes.append(
+            (cfg["d_model"] > dd, t > 1, cfg["context_len"] % cfg["patch_len"] != 0, t % 4 != 0, cfg["d_model"] < dd)
+        )
+    for i in range(5):
         assert {s[i] for s in shapes} == {True, False}, i
