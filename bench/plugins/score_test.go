@@ -31,7 +31,7 @@ import (
 // and aggregated fragment is the largest. Random weights: the cost does not
 // depend on the values.
 //
-//	SCORE_MODELS=demo,10m,granite-tiny (default all) SCORE_BATCH=8
+//	SCORE_MODELS=demo,10m,granite-tiny,granite-1m (default all) SCORE_BATCH=8
 //	nice -n 10 go test ./bench/plugins -run '^$' -bench Score -benchtime 3x -timeout 30m
 func BenchmarkScore(b *testing.B) {
 	ctx := context.Background()
@@ -55,6 +55,8 @@ func BenchmarkScore(b *testing.B) {
 		{"10m", "TimesFMScore", map[string]int{"context_len": 512, "horizon": 64, "patch_len": 32, "d_model": 256, "n_layers": 12, "n_heads": 8, "d_ff": 1024}},
 		// the trainer's Granite-TTM TINY config (models/granite_ttm.py)
 		{"granite-tiny", "GraniteTTMScore", map[string]int{"context_len": 64, "horizon": 16, "patch_len": 8, "d_model": 16, "num_layers": 2, "decoder_num_layers": 1}},
+		// a Granite-TTM of the published TTM's size class (~1.6M parameters, context 512, 8 patches)
+		{"granite-1m", "GraniteTTMScore", map[string]int{"context_len": 512, "horizon": 96, "patch_len": 64, "d_model": 192, "num_layers": 8, "decoder_num_layers": 2}},
 	}
 	want := os.Getenv("SCORE_MODELS")
 	for _, m := range models {
