@@ -134,7 +134,8 @@ func lossDigest(o ScoreOutput) string {
 // scoreDigest is lossDigest and the fuel.
 func scoreDigest(o ScoreOutput) string { return fmt.Sprintf("%s/%d", lossDigest(o), o.Fuel) }
 
-var scoreCases = []string{"odd", "tiny", "tiny_bf16", "granite_odd", "granite_flat", "granite_tiny", "granite_tiny_bf16", "granite_narrow"}
+var scoreCases = []string{"odd", "tiny", "tiny_bf16", "granite_odd", "granite_flat", "granite_tiny", "granite_tiny_bf16", "granite_narrow",
+	"chronos_tiny", "chronos_odd", "chronos_long", "chronos_tiny_bf16"}
 
 // TestScoreMatchesPyTorch runs the evaluator of each case (TimesFMScore;
 // GraniteTTMScore for the granite_* cases) on the reference vectors and
