@@ -3,7 +3,7 @@
 Reads ``bench/results/freeriders-peers-<label>.json`` for each label given and prints three markdown tables:
 
 1. per rule and own batch (shard pool vs the round's trained windows): checks passed per verdict, honest · wrong
-   data · noise at the honest norm, and the run-level gaps (honest lowest − wrong data's highest run mean) of
+   data · noise at the honest norm, and the run-level gaps (honest lowest − each free rider's highest run mean) of
    A = mean rel_own and B = mean (rel_own − rel_ctl);
 2. pay per trainer-run under a combined run-level verdict, A ≥ ``--min-gain`` and P > 0, where P is the mean over
    the trainer's rounds of (s_own − the median of the round's other inputs' gains on the same own batch) ÷ own_before
@@ -59,8 +59,8 @@ def verdicts(label: str, raw: dict) -> list[str]:
             gaps = []
             for f in (lambda x: x["rel_own"], lambda x: x["rel_own"] - x["rel_ctl"]):
                 m = run_means(xs, f)
-                g = min(m["honest"]) - max(m["wrong_data"])
-                gaps.append(f"**{g:+.3f}**" if g <= 0 else f"{g:+.3f}")
+                gs = [min(m["honest"]) - max(m[k]) for k in ("wrong_data", "noise_norm", "zeros")]
+                gaps.append(" / ".join(f"**{g:+.3f}**" if g <= 0 else f"{g:+.3f}" for g in gs))
             out.append(f"| `{label}` | {rule} | {mode} | " + " | ".join(cells + gaps) + " |")
     return out
 
@@ -86,7 +86,11 @@ def main() -> None:
     ap.add_argument("--min-gain", type=float, default=0.10, help="run-level threshold on A (run_mean_gain's default)")
     a = ap.parse_args()
     raws = {lab: json.loads((common.RESULTS / f"freeriders-peers-{lab}.json").read_text()) for lab in a.labels}
-    print("| label | rule | own batch | " + " | ".join(TESTS) + " | run-level A gap | run-level B gap |")
+    print(
+        "| label | rule | own batch | "
+        + " | ".join(TESTS)
+        + " | run-level A gap (wrong data / noise / zeros) | run-level B gap (the same) |"
+    )
     print("|---|---|---|" + "---|" * len(TESTS) + "---|---|")
     for lab, raw in raws.items():
         if raw["args"].get("own_batch") != "both":
