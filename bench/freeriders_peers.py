@@ -444,7 +444,9 @@ def main() -> None:
     stem = "freeriders-peers" + (f"-{a.label}" if a.label else "")
     (common.RESULTS / f"{stem}.md").write_text(text)
     out = {"args": vars(a), "shard_sizes": sizes, "rows": rows, "gains": mats}
-    (common.RESULTS / f"{stem}.json").write_text(json.dumps(out, indent=1))
+    # the --own-batch runs hold twice the rows: written compact
+    dump = json.dumps(out, indent=1) if a.own_batch == "shard" else json.dumps(out, separators=(",", ":"))
+    (common.RESULTS / f"{stem}.json").write_text(dump)
     print(text)
 
 
