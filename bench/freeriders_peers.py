@@ -18,7 +18,13 @@ tolerance). Per rule, every round and trainer: the tests' verdicts.
 
     $(scripts/venv.sh)/bin/python bench/freeriders_peers.py --seeds 3 --rounds 6
 
-Writes bench/results/freeriders-peers.{md,json}.
+``--own-batch both`` (branch trainedwin) has every trainer draw its inner batches with ``data.round_batches``, as the
+node's reference trainer does, and scores each input twice on the same trajectory: own batch from the whole shard
+pool (today's draw) and from the windows the trainer was assigned this round, with one shared control batch;
+``--shard-count`` adds shards no trainer holds, as in the node bench. ``bench/freeriders_peers_summary.py`` tabulates
+such runs.
+
+Writes bench/results/freeriders-peers[-<label>].{md,json}.
 """
 
 from __future__ import annotations
