@@ -129,6 +129,7 @@ def run(
     split: str,
     own_batch: str = "shard",
     shard_count: int = 0,
+    pairs: str = "",
 ) -> tuple[list[dict], list[dict]]:
     torch.manual_seed(seed)
     md = models.DEMO.metadata()
@@ -136,7 +137,7 @@ def run(
     n_tr = HONEST + len(RIDERS)
     gap = data.shard_gap(md["context_len"] + md["horizon"], 1)
     counts = series_counts(series, md["context_len"] + md["horizon"])
-    n_sh = shard_count or n_tr
+    n_sh = shard_count or (HONEST if pairs else n_tr)
     if split == "contiguous":
         all_sh = [data.shard_indices(win.n, s, n_sh, gap) for s in range(n_sh)]
     else:
@@ -145,9 +146,14 @@ def run(
     # wrong-data one trains at all), shards no trainer trains on; which shard each trainer holds is drawn per seed
     mine = (
         list(range(n_tr))
-        if n_sh == n_tr
+        if n_sh == n_tr and not pairs
         else [int(x) for x in np.random.default_rng(20_000 + seed).permutation(n_sh)[:n_tr]]
     )
+    if pairs == "riders":  # free rider k holds the shard of honest trainer k (each rider's shard trained honestly)
+        mine = mine[:HONEST] + [mine[k] for k in range(len(RIDERS))]
+    elif pairs == "mixed":  # honest 0 and 1 share a shard; wrong data holds honest 2's, zeros honest 3's, noise its own
+        mine = [mine[0], mine[0], mine[1], mine[2], mine[1], mine[2], mine[3]]
+    holder = [next((j for j in range(n_tr) if j != i and mine[j] == mine[i]), None) for i in range(n_tr)]
     shards = [all_sh[mine[i]] for i in range(n_tr)]
     others = [np.concatenate([all_sh[s] for s in range(n_sh) if s != mine[i]]) for i in range(n_tr)]
     rng = np.random.default_rng(seed)
@@ -173,7 +179,17 @@ def run(
         honest_norm = None
         # each trainer's assigned batches of this round (a free rider is assigned them too and ignores them)
         rbs = [
-            data.round_batches(win.n, [mine[i]], n_sh, task, r, h, batch, gap, counts if split == "series" else None)
+            data.round_batches(
+                win.n,
+                [mine[i]],
+                n_sh,
+                task + (f"/{i}" if pairs else ""),
+                r,
+                h,
+                batch,
+                gap,
+                counts if split == "series" else None,
+            )
             for i in range(n_tr)
         ]
         trained = [np.unique(np.concatenate(b)) for b in rbs]
@@ -254,6 +270,7 @@ def run(
                         "own_batch": mode,
                         "trainer": "honest " + str(i) if i < HONEST else RIDERS[i - HONEST],
                         "shard": mine[i],
+                        "coholder_gain": None if holder[i] is None else gain[holder[i]][i],
                         "s_own": s_own,
                         "s_ctl": s_ctl[i],
                         "own_before": before_own[i],
@@ -365,6 +382,14 @@ def main() -> None:
         help="shards S (default: one per trainer); with more, each seed draws which shards the trainers hold and "
         "the rest are trained by no one (the node bench: 12 shards, 4 honest trainers, 1 wrong-data rider)",
     )
+    ap.add_argument(
+        "--pairs",
+        choices=("", "riders", "mixed"),
+        default="",
+        help="shards held by two trainers, S = 4 by default: riders (free rider k holds honest trainer k's shard) or "
+        "mixed (honest 0 and 1 share one, wrong data shares honest 2's, zeros honest 3's, noise holds its own); inner "
+        "batches drawn per trainer (the task id gets /<trainer>), else both holders would train on the same batches",
+    )
     ap.add_argument("--margin", type=float, default=0.02, help="rel_margin: rel_own − rel_ctl > margin")
     ap.add_argument("--corpus", choices=("statsmodels", "synth"), default="statsmodels")
     ap.add_argument("--synth-series", type=int, default=56, help="--corpus synth: series in the corpus")
@@ -378,7 +403,7 @@ def main() -> None:
     w = md["context_len"] + md["horizon"]
     counts = series_counts(series, w)
     gap = data.shard_gap(w, 1)
-    n_sh = a.shard_count or n_tr
+    n_sh = a.shard_count or (HONEST if a.pairs else n_tr)
     if a.split == "contiguous":
         total = sum(counts)
         sizes = [len(data.shard_indices(total, s, n_sh, gap)) for s in range(n_sh)]
@@ -391,7 +416,7 @@ def main() -> None:
         for rule in a.rules.split(","):
             r, m = run(
                 seed, rule, a.rounds, a.h, a.batch, a.score_batch, 0.7, 0.9, series, a.split, a.own_batch,
-                a.shard_count,
+                a.shard_count, a.pairs,
             )  # fmt: skip
             rows += r
             mats += m
@@ -413,6 +438,8 @@ def main() -> None:
         flags += f" --own-batch {a.own_batch} --margin {a.margin}"
     if a.shard_count:
         flags += f" --shard-count {a.shard_count}"
+    if a.pairs:
+        flags += f" --pairs {a.pairs}"
     if a.corpus != "statsmodels":
         flags += f" --corpus {a.corpus} --synth-series {a.synth_series} --synth-len {a.synth_len}"
     if a.label:

@@ -8,7 +8,9 @@ Reads ``bench/results/freeriders-peers-<label>.json`` for each label given and p
 2. pay per trainer-run under a combined run-level verdict, A ≥ ``--min-gain`` and P > 0, where P is the mean over
    the trainer's rounds of (s_own − the median of the round's other inputs' gains on the same own batch) ÷ own_before
    (own batch "shard");
-3. the same with the round's aggregate's gain in place of the peer median.
+3. the same with the round's aggregate's gain in place of the peer median;
+
+and for ``--pairs`` runs (shards held by two trainers) a table of the co-holder comparison.
 
     $(scripts/venv.sh)/bin/python bench/freeriders_peers_summary.py trained-contiguous trained-series …
 """
@@ -80,12 +82,56 @@ def combined(label: str, raw: dict, min_gain: float, against: str) -> list[str]:
     return out
 
 
+def coholders(label: str, raw: dict, min_gain: float) -> list[str]:
+    """``--pairs`` runs: per rule and own batch, checks passed by `own_improves` and by `beats_coholder` (s_own > 0
+    and s_own > the other holder's input's gain on the same own batch), honest (those with a co-holder) · wrong data
+    · noise; run-level gaps of A and of C = mean (s_own − co-holder's gain) ÷ own_before; trainer-runs paid at A ≥
+    min_gain; "–": that kind has no co-holder in the layout."""
+    out = []
+    for rule in raw["args"]["rules"].split(","):
+        for mode in ("shard", "trained"):
+            xs = [x for x in raw["rows"] if x["rule"] == rule and x["own_batch"] == mode]
+            ys = [x for x in xs if x["coholder_gain"] is not None]
+            for x in ys:
+                x["beats_coholder"] = x["s_own"] > 0 and x["s_own"] > x["coholder_gain"]
+            cells = []
+            for t in ("own_improves", "beats_coholder"):
+                part = []
+                for k in KINDS:
+                    ks = [x for x in ys if kind(x["trainer"]) == k]
+                    part.append(f"{sum(x[t] for x in ks)}/{len(ks)}")
+                cells.append(" · ".join(part))
+            a = run_means(xs, lambda x: x["rel_own"])
+            c = run_means(ys, lambda x: (x["s_own"] - x["coholder_gain"]) / x["own_before"])
+            for m in (a, c):
+                gs = [min(m["honest"]) - max(m[k]) if k in m else None for k in ("wrong_data", "noise_norm", "zeros")]
+                cells.append(" / ".join("–" if g is None else f"**{g:+.3f}**" if g <= 0 else f"{g:+.3f}" for g in gs))
+            cells.append(" · ".join(f"{min(c[k]):+.3f} … {max(c[k]):+.3f}" if k in c else "–" for k in KINDS))
+            paid = [f"{sum(v >= min_gain for v in a[k])}/{len(a[k])}" for k in ("honest", "wrong_data", "noise_norm")]
+            out.append(f"| `{label}` | {rule} | {mode} | " + " | ".join(cells) + " | " + " · ".join(paid) + " |")
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("labels", nargs="+")
     ap.add_argument("--min-gain", type=float, default=0.10, help="run-level threshold on A (run_mean_gain's default)")
     a = ap.parse_args()
     raws = {lab: json.loads((common.RESULTS / f"freeriders-peers-{lab}.json").read_text()) for lab in a.labels}
+    paired = {lab: raw for lab, raw in raws.items() if raw["args"].get("pairs")}
+    if paired:
+        print(
+            "| label | rule | own batch | own_improves | beats_coholder | run-level A gap (wrong data / noise / zeros) "
+            "| run-level C gap (the same) | C range (honest · wrong data · noise) "
+            f"| paid at A ≥ {a.min_gain} (honest · wrong data · noise) |"
+        )
+        print("|---|---|---|---|---|---|---|---|---|")
+        for lab, raw in paired.items():
+            print("\n".join(coholders(lab, raw, a.min_gain)))
+        print()
+        raws = {lab: raw for lab, raw in raws.items() if lab not in paired}
+        if not raws:
+            return
     print(
         "| label | rule | own batch | "
         + " | ".join(TESTS)
