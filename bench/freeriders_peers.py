@@ -477,8 +477,14 @@ def main() -> None:
     stem = "freeriders-peers" + (f"-{a.label}" if a.label else "")
     (common.RESULTS / f"{stem}.md").write_text(text)
     out = {"args": vars(a), "shard_sizes": sizes, "rows": rows, "gains": mats}
-    # the --own-batch runs hold twice the rows: written compact
-    dump = json.dumps(out, indent=1) if a.own_batch == "shard" else json.dumps(out, separators=(",", ":"))
+    # the --own-batch runs hold twice the rows: written compact, floats to 7 significant digits (the losses are f32
+    # computations), without the gain matrices (every table reads the rows)
+    if a.own_batch == "shard":
+        dump = json.dumps(out, indent=1)
+    else:
+        out.pop("gains")
+        out["rows"] = [{k: float(f"{v:.7g}") if isinstance(v, float) else v for k, v in x.items()} for x in rows]
+        dump = json.dumps(out, separators=(",", ":"))
     (common.RESULTS / f"{stem}.json").write_text(dump)
     print(text)
 
