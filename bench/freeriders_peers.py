@@ -32,6 +32,7 @@ from __future__ import annotations
 import argparse
 import copy
 import csv
+import gzip
 import io
 import json
 import statistics
@@ -485,7 +486,10 @@ def main() -> None:
         out.pop("gains")
         out["rows"] = [{k: float(f"{v:.7g}") if isinstance(v, float) else v for k, v in x.items()} for x in rows]
         dump = json.dumps(out, separators=(",", ":"))
-    (common.RESULTS / f"{stem}.json").write_text(dump)
+    if a.own_batch == "shard":
+        (common.RESULTS / f"{stem}.json").write_text(dump)
+    else:  # 0.5–1.5 MB of rows each: kept gzipped (freeriders_peers_summary.py reads either)
+        (common.RESULTS / f"{stem}.json.gz").write_bytes(gzip.compress(dump.encode(), mtime=0))
     print(text)
 
 

@@ -18,6 +18,7 @@ and for ``--pairs`` runs (shards held by two trainers) a table of the co-holder 
 from __future__ import annotations
 
 import argparse
+import gzip
 import json
 import statistics
 from collections.abc import Callable
@@ -112,12 +113,20 @@ def coholders(label: str, raw: dict, min_gain: float) -> list[str]:
     return out
 
 
+def load(label: str) -> dict:
+    """A recorded run: ``freeriders-peers-<label>.json``, or its gzipped form (the --own-batch runs)."""
+    path = common.RESULTS / f"freeriders-peers-{label}.json"
+    if path.exists():
+        return json.loads(path.read_text())
+    return json.loads(gzip.decompress(path.with_suffix(".json.gz").read_bytes()))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("labels", nargs="+")
     ap.add_argument("--min-gain", type=float, default=0.10, help="run-level threshold on A (run_mean_gain's default)")
     a = ap.parse_args()
-    raws = {lab: json.loads((common.RESULTS / f"freeriders-peers-{lab}.json").read_text()) for lab in a.labels}
+    raws = {lab: load(lab) for lab in a.labels}
     paired = {lab: raw for lab, raw in raws.items() if raw["args"].get("pairs")}
     if paired:
         print(
