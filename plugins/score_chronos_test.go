@@ -74,3 +74,41 @@ func TestChronosScoreBadInput(t *testing.T) {
 // FuzzChronosScoreInput is FuzzScoreInput on the ragged Chronos-Bolt case:
 // the evaluator refuses or answers, and never traps.
 func FuzzChronosScoreInput(f *testing.F) { fuzzScoreCase(f, "chronos_odd") }
+
+// TestChronosScoreBiasStep: a gradient on the encoder's relative position
+// bias table alone changes the loss — the table is read from the stepped
+// weights, not kept from before the step — and leaves the losses before the
+// step as the full gradient's call computes them, bit for bit.
+func TestChronosScoreBiasStep(t *testing.T) {
+	e := testEngine(t)
+	c := loadScoreCase(t, "chronos_long")
+	full, err := e.Score(context.Background(), c.in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := c.in
+	in.Gradient = make([]byte, len(c.in.Gradient))
+	base := c.offs[in.FragFirst]
+	found := false
+	for i := in.FragFirst; i < in.FragFirst+in.FragCount; i++ {
+		if strings.HasSuffix(c.tensors[i].Name, ".relative_attention_bias.weight") {
+			copy(in.Gradient[c.offs[i]-base:c.offs[i+1]-base], c.in.Gradient[c.offs[i]-base:c.offs[i+1]-base])
+			found = true
+		}
+	}
+	if !found {
+		t.Fatal("chronos_long's fragment has no relative_attention_bias tensor")
+	}
+	out, err := e.Score(context.Background(), in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range out.Before {
+		if out.Before[i] != full.Before[i] {
+			t.Errorf("batch %d: loss before %v, the full gradient's call %v", i, out.Before[i], full.Before[i])
+		}
+		if out.After[i] == out.Before[i] {
+			t.Errorf("batch %d: a step of the bias table left the loss at %v", i, out.Before[i])
+		}
+	}
+}
