@@ -23,7 +23,7 @@ import (
 // answer from the bytes in memory, which are the hashed bytes and never
 // change; Durable waits for the file. A write that fails is retried with
 // a growing delay while the bytes stay served from memory; a node that
-// dies first re-derives the blob at its restart (syncer: restoreState).
+// dies first re-derives the blob at its restart (syncer.Node.RestoreState).
 
 // pendingBlob is a blob whose bytes are hashed and held in memory while
 // their durable write runs.
