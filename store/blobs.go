@@ -62,6 +62,7 @@ type Blobs struct {
 	pendMu        sync.Mutex
 	pending       map[wire.Hash]*pendingBlob
 	lost          map[wire.Hash]error // deferred writes given up at Close
+	free          [][]byte            // buffers of ended deferred writes (takeBuf)
 	pendWG        sync.WaitGroup
 	closing       bool
 	closed        chan struct{}
@@ -415,8 +416,8 @@ func (s *Blobs) OpenBlob(ctx context.Context, h wire.Hash) (*Blob, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	if p := s.pendingOf(h); p != nil {
-		return &Blob{mem: bytes.NewReader(p.b), memb: p.b, size: int64(len(p.b)), hash: h}, nil
+	if b := s.openPending(h); b != nil {
+		return b, nil
 	}
 	f, err := os.Open(s.Path(h))
 	if errors.Is(err, fs.ErrNotExist) {
@@ -454,11 +455,12 @@ func (s *Blobs) Map(ctx context.Context, h wire.Hash) ([]byte, func() error, err
 // offsets (ReadAt) or mapped (Bytes). A pending blob's is read from its
 // bytes in memory.
 type Blob struct {
-	f    *os.File
-	mem  *bytes.Reader // a pending blob: f is nil
-	memb []byte
-	size int64
-	hash wire.Hash
+	f     *os.File
+	mem   *bytes.Reader // a pending blob: f is nil
+	memb  []byte
+	unref func() // lets go of a pending blob's bytes
+	size  int64
+	hash  wire.Hash
 
 	mu sync.Mutex
 	mm []byte
@@ -531,6 +533,11 @@ func (b *Blob) Bytes() ([]byte, error) {
 func (b *Blob) Close() error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	if b.mem != nil {
+		b.mem, b.memb = nil, nil
+		b.unref()
+		return nil
+	}
 	var err error
 	if b.mm != nil {
 		err = unmap(b.mm)

@@ -1,12 +1,14 @@
 package store
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"io/fs"
 	"os"
+	"sync"
 	"time"
 
 	"github.com/tenzro/train/wire"
@@ -31,6 +33,62 @@ type pendingBlob struct {
 	b    []byte
 	done chan struct{} // closed when the write ended: durable, or given up at Close
 	err  error         // the write's last failure (set before done closes)
+	// refs counts the readers holding b (OpenBlob, Map) and ended says
+	// the write is over (both under Blobs.pendMu): b goes back to the
+	// free list once both allow.
+	refs  int
+	ended bool
+}
+
+// freeBufs is how many buffers of ended deferred writes the store keeps
+// for the next ones (a syncer's weights and momentum: the next commit's
+// are the same sizes), so that their pages are not faulted in and zeroed
+// again on the commit's critical path.
+const freeBufs = 4
+
+// takeBuf returns a buffer of size bytes: a kept one that fits (its cap at
+// most 1/8 larger), else a new one. Its bytes are arbitrary.
+func (s *Blobs) takeBuf(size int64) []byte {
+	s.pendMu.Lock()
+	defer s.pendMu.Unlock()
+	best := -1
+	for i, b := range s.free {
+		c := int64(cap(b))
+		if c >= size && c <= size+size/8 && (best < 0 || c < int64(cap(s.free[best]))) {
+			best = i
+		}
+	}
+	if best < 0 {
+		return make([]byte, size)
+	}
+	b := s.free[best][:size]
+	s.free = append(s.free[:best], s.free[best+1:]...)
+	return b
+}
+
+// putBuf keeps b for a later deferred write (dropped when the list is
+// full). Called with pendMu held.
+func (s *Blobs) putBuf(b []byte) {
+	if len(s.free) < freeBufs && cap(b) > 0 {
+		s.free = append(s.free, b[:0])
+	}
+}
+
+// ref takes a reader's hold on p's bytes; the returned function lets go
+// (once).
+func (s *Blobs) ref(p *pendingBlob) func() {
+	p.refs++ // pendMu held by the caller
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			s.pendMu.Lock()
+			defer s.pendMu.Unlock()
+			p.refs--
+			if p.refs == 0 && p.ended {
+				s.putBuf(p.b)
+			}
+		})
+	}
 }
 
 // Retry delays of a failed deferred write.
@@ -79,11 +137,13 @@ func (s *Blobs) WriteBlobAfter(ctx context.Context, size int64, write func(io.Wr
 	if err := ctx.Err(); err != nil {
 		return wire.Hash{}, err
 	}
-	mw := &memWriter{b: make([]byte, size), h: wire.NewContentHasher()}
+	mw := &memWriter{b: s.takeBuf(size), h: wire.NewContentHasher()}
 	if err := write(mw); err != nil {
+		s.dropBuf(mw.b)
 		return wire.Hash{}, err
 	}
 	if int64(mw.n) != size {
+		s.dropBuf(mw.b)
 		return wire.Hash{}, fmt.Errorf("blob store: deferred write: %d bytes written of the %d announced", mw.n, size)
 	}
 	h := mw.h.Sum()
@@ -93,11 +153,14 @@ func (s *Blobs) WriteBlobAfter(ctx context.Context, size int64, write func(io.Wr
 		return wire.Hash{}, fmt.Errorf("blob store: deferred write of %s after Close", h)
 	}
 	if _, ok := s.pending[h]; ok {
+		s.putBuf(mw.b)
 		return h, nil // the same bytes are on their way
 	}
 	if _, err := os.Stat(s.Path(h)); err == nil {
+		s.putBuf(mw.b)
 		return h, nil // already durable (the same state again)
 	} else if !errors.Is(err, fs.ErrNotExist) {
+		s.putBuf(mw.b)
 		return wire.Hash{}, fmt.Errorf("blob store: stat %s: %w", h, err)
 	}
 	p := &pendingBlob{b: mw.b, done: make(chan struct{})}
@@ -154,8 +217,31 @@ func (s *Blobs) persist(h wire.Hash, p *pendingBlob) {
 		s.lost[h] = err
 	}
 	delete(s.pending, h)
+	p.ended = true
+	if p.refs == 0 && err == nil {
+		s.putBuf(p.b)
+	}
 	s.pendMu.Unlock()
 	close(p.done)
+}
+
+// dropBuf returns a buffer no one saw to the free list.
+func (s *Blobs) dropBuf(b []byte) {
+	s.pendMu.Lock()
+	defer s.pendMu.Unlock()
+	s.putBuf(b)
+}
+
+// openPending opens the pending blob h for reading (nil: not pending): the
+// Blob holds its bytes until Close.
+func (s *Blobs) openPending(h wire.Hash) *Blob {
+	s.pendMu.Lock()
+	defer s.pendMu.Unlock()
+	p := s.pending[h]
+	if p == nil {
+		return nil
+	}
+	return &Blob{mem: bytes.NewReader(p.b), memb: p.b, size: int64(len(p.b)), hash: h, unref: s.ref(p)}
 }
 
 // writeTrusted writes b, already hashed to h, as the blob h: temporary

@@ -97,6 +97,11 @@ func TestWriteBlobAfterServesPending(t *testing.T) {
 		t.Fatalf("file named before the write: %v", err)
 	}
 	readAll(t, s, h, data)
+	// A reader that holds the pending bytes past the write keeps them.
+	holder, err := s.OpenBlob(context.Background(), h)
+	if err != nil {
+		t.Fatal(err)
+	}
 	// A second write of the same bytes joins the pending one.
 	if h2 := writeAfter(t, s, data); h2 != h {
 		t.Fatal("second write, another hash")
@@ -125,6 +130,38 @@ func TestWriteBlobAfterServesPending(t *testing.T) {
 	if l := leftovers(t, s.Dir()); len(l) > 0 {
 		t.Fatalf("left behind: %v", l)
 	}
+	// Its buffer is not reused while the reader holds it: a write of
+	// other bytes of the same size takes a new one.
+	other := blobData(8, len(data))
+	h2 := writeAfter(t, s, other)
+	<-held
+	if err := s.Durable(context.Background(), h2); err != nil {
+		t.Fatal(err)
+	}
+	got := make([]byte, len(data))
+	if _, err := holder.ReadAt(got, 0); err != nil || !bytes.Equal(got, data) {
+		t.Fatalf("a held pending blob changed under its reader: %v", err)
+	}
+	// Once let go, the next write of that size reuses a kept buffer, and
+	// every blob still reads right.
+	if err := holder.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s.pendMu.Lock()
+	kept := len(s.free)
+	s.pendMu.Unlock()
+	if kept != 2 {
+		t.Fatalf("%d buffers kept after both writes ended, want 2", kept)
+	}
+	third := blobData(9, len(data))
+	h3 := writeAfter(t, s, third)
+	<-held
+	if err := s.Durable(context.Background(), h3); err != nil {
+		t.Fatal(err)
+	}
+	readAll(t, s, h, data)
+	readAll(t, s, h2, other)
+	readAll(t, s, h3, third)
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}

@@ -946,8 +946,10 @@ type blobWriterAfter interface {
 	WriteBlobAfter(ctx context.Context, size int64, write func(io.Writer) error) (wire.Hash, error)
 }
 
-// blobDurability waits for a deferred write (store.Blobs.Durable).
+// blobDurability says whether a blob's deferred write is running and
+// waits for it (store.Blobs.Pending, Durable).
 type blobDurability interface {
+	Pending(h wire.Hash) bool
 	Durable(ctx context.Context, h wire.Hash) error
 }
 
@@ -969,7 +971,7 @@ func (n *Node) storedBlob(ctx context.Context, h wire.Hash, maxSize uint64, prov
 	bf, files := n.blobs.(blobFiles)
 	if files {
 		onDisk := true
-		if d, ok := n.blobs.(blobDurability); ok {
+		if d, ok := n.blobs.(blobDurability); ok && d.Pending(h) {
 			wait, cancel := context.WithTimeout(ctx, durableWait)
 			err := d.Durable(wait, h)
 			cancel()
