@@ -7,6 +7,8 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -172,7 +174,12 @@ func TestWriteBlobAfterServesPending(t *testing.T) {
 // memory, never names a partial file, retries, and completes once the disk
 // has room.
 func TestWriteBlobAfterDiskFull(t *testing.T) {
-	s := openTestBlobs(t, t.TempDir())
+	var logs syncBuffer
+	s, err := OpenBlobs(t.TempDir(), BlobOptions{Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
 	s.retryFirst = time.Millisecond
 	full := &blobHooks{fail: map[hookPoint]error{hookWrite: syscall.ENOSPC, hookSync: syscall.ENOSPC}}
 	s.hooks = full
@@ -210,6 +217,11 @@ func TestWriteBlobAfterDiskFull(t *testing.T) {
 	raw, err := os.ReadFile(s.Path(h))
 	if err != nil || !bytes.Equal(raw, data) {
 		t.Fatalf("file after the disk has room: %v", err)
+	}
+	for _, want := range []string{"deferred write failed; the bytes stay served from memory, retrying", "no space left on device", "deferred write succeeded after failures"} {
+		if !strings.Contains(logs.String(), want) {
+			t.Fatalf("log lacks %q:\n%s", want, logs.String())
+		}
 	}
 	if l := leftovers(t, s.Dir()); len(l) > 0 {
 		t.Fatalf("left behind: %v", l)
@@ -283,3 +295,21 @@ func TestWriteBlobAfterRefusals(t *testing.T) {
 }
 
 func discard() *slog.Logger { return slog.New(slog.DiscardHandler) }
+
+// syncBuffer is a bytes.Buffer safe for the store's goroutines.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
