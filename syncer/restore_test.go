@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/tenzro/train/store"
 	"github.com/tenzro/train/syncer"
@@ -234,5 +235,43 @@ func stateAfterCommit(t *testing.T, window string) {
 		if err != nil || !re.Agrees() {
 			t.Fatalf("round 1 re-execution: %+v %v", re, err)
 		}
+	}
+}
+
+// TestNextCommitWhileStateWriteStuck: round 0's new state is still not
+// durable when round 1 commits (its write held for good, as a disk that
+// keeps failing would): the commit waits a bounded time, then reads the
+// weights and momentum from memory, and its result is the one a cold
+// re-execution computes.
+func TestNextCommitWhileStateWriteStuck(t *testing.T) {
+	const M, N = 3, 3000
+	defer syncer.SetDurableWait(20 * time.Millisecond)()
+	ctx := context.Background()
+	kv, _ := store.OpenInMemory()
+	h := newHarness(t, kv)
+	bs := openHeldBlobs(t, t.TempDir())
+	h.configure = func(c *syncer.Config) { c.Blobs = bs }
+	h.openChallengeableMean(M, M, 3, N)
+	for round := 0; round < 2; round++ {
+		for i := 0; i < M; i++ {
+			if err := h.submit(h.gradient(i, round, 0, 1)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		h.closeRound(round)
+	}
+	tr, err := h.node.GetTranscript(ctx, h.task)
+	if err != nil || len(tr) != 2 {
+		t.Fatalf("transcript: %d rounds, %v", len(tr), err)
+	}
+	if c := tr[1].Fragments[0]; c.Status != wire.FragAggregated || c.WeightsBefore != tr[0].Fragments[0].WeightsAfter {
+		t.Fatalf("round 1: %s from %s", c.Status, c.WeightsBefore)
+	}
+	if !bs.Pending(tr[0].Fragments[0].WeightsAfter) {
+		t.Fatal("round 0's weights were written: the test held nothing")
+	}
+	re, err := h.node.Reexecute(ctx, h.task, 1, 0)
+	if err != nil || !re.Agrees() {
+		t.Fatalf("round 1 re-execution: %+v %v", re, err)
 	}
 }
