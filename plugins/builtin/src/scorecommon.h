@@ -8,9 +8,8 @@
  * Every function is static, as it was in each evaluator before this header:
  * each module still compiles to the same bytes (plugins/builtin/build.sh,
  * then cmp against plugins/builtin/wasm/; docs/RATIONALE.md, "the evaluators
- * share scorecommon.h"). Include it
- * after common.h and detmath.h. An evaluator whose arithmetic differs keeps
- * its own version (ChronosBoltScore: `linear` for layers with or without a
+ * share scorecommon.h"). An evaluator whose arithmetic differs keeps its
+ * own version (ChronosBoltScore: `linear` for layers with or without a
  * bias, after #define TZ_SCORE_OWN_LINEAR; `dot`; RMS norm). */
 #ifndef TZ_SCORECOMMON_H
 #define TZ_SCORECOMMON_H
