@@ -124,3 +124,19 @@ def write_case(out: Path, built: dict) -> None:
     print(name, "before", t["before"], "after", t["after"],
           "Δ", [a - c for a, c in zip(t["before"], t["after"], strict=True)])  # fmt: skip
     assert all(math.isfinite(v) for v in t["before"] + t["after"])
+
+
+def check_stored(fresh: dict, script: str, evaluator: str | None) -> None:
+    """Asserts that OUT's case of fresh's name (a build_case result) is what fresh holds: every file byte for
+    byte, the evaluator (None: absent, TimesFMScore) and config equal, the losses within 1e-12 (float64) and
+    1e-6 (float32) relative (PyTorch's own run-to-run latitude). script names the builder in the message."""
+    name = fresh["case"]["name"]
+    d = OUT / name
+    stored = json.loads((d / "case.json").read_text())
+    assert stored.get("evaluator") == evaluator and stored["config"] == fresh["case"]["config"]
+    for fn, blob in fresh["files"].items():
+        assert (d / fn).read_bytes() == blob, f"{name}/{fn} differs from what {script} builds"
+    for label in ("torch_f64", "torch_f32"):
+        for k in ("before", "after"):
+            for a, b in zip(stored[label][k], fresh["case"][label][k], strict=True):
+                assert math.isclose(a, b, rel_tol=1e-12 if label == "torch_f64" else 1e-6), (name, label, k, a, b)
