@@ -3,7 +3,8 @@
  * the error-message builder, the host's tensor table and the lookup of a
  * named tensor of a given shape in it, the reference linear layer (a dot in
  * four f32 lanes folded as (l0 + l2) + (l1 + l3)), LayerNorm, the window
- * normalization (data._normalize) and the overflow-checked allocation.
+ * normalization (data._normalize), the overflow-checked allocation and
+ * tenzro_score's table prologue (TZ_SCORE_BIND_TABLE).
  *
  * Every function is static, as it was in each evaluator before this header:
  * each module still compiles to the same bytes (plugins/builtin/build.sh,
@@ -236,5 +237,44 @@ static void *alloc_n(uint64_t count, uint32_t size) {
   if (count == 0 || count > 0xFFFFFFF0ull / size) return 0;
   return tz_alloc((uint32_t)(count * size));
 }
+
+/* The start of every evaluator's tenzro_score, after its parameter checks:
+ * the host's tensor table (contiguous tensors in canonical order, 1 to 4
+ * dimensions, at most 2^30 values; the fragment's tensor range inside it)
+ * and the f32 weights (BF16 widened exactly into a copy). A statement macro,
+ * not a function: it reads tenzro_score's parameters by name (dtype,
+ * ntensors, table, weights, frag_first, frag_count), declares tab, total
+ * and g0, g1 (the fragment's value range) in it, and returns from it with
+ * the error. As a helper function, even always_inline, clang 14 lays out
+ * the inlined code differently and every score module's bytes change
+ * (docs/RATIONALE.md). */
+#define TZ_SCORE_BIND_TABLE()                                                                                             \
+  const tz_tentry *tab = (const tz_tentry *)table;                                                                        \
+  uint64_t total = 0;                                                                                                     \
+  for (uint32_t i = 0; i < ntensors; i++) {                                                                               \
+    uint64_t sz = 1;                                                                                                      \
+    if (tab[i].ndim == 0 || tab[i].ndim > 4) return tz_fail(TZ_ERR_LAYOUT, "a tensor has 0 or more than 4 dimensions");   \
+    for (uint32_t d = 0; d < tab[i].ndim; d++) sz *= tab[i].dim[d];                                                       \
+    if (tab[i].off != total) return tz_fail(TZ_ERR_LAYOUT, "tensor offsets are not contiguous");                          \
+    total += sz;                                                                                                          \
+    if (total > 0x3FFFFFFFull) return tz_fail(TZ_ERR_LAYOUT, "the model has more than 2^30 values");                      \
+  }                                                                                                                       \
+  if (frag_count == 0 || frag_first >= ntensors || frag_count > ntensors - frag_first)                                    \
+    return tz_fail(TZ_ERR_LAYOUT, "the fragment's tensor range is outside the table");                                    \
+  uint32_t g0 = tab[frag_first].off;                                                                                      \
+  uint32_t g1 = frag_first + frag_count < ntensors ? tab[frag_first + frag_count].off : (uint32_t)total;                  \
+  /* f32 weights (BF16 widened exactly into a copy). */                                                                   \
+  g_tab = tab, g_ntab = ntensors;                                                                                         \
+  g_used = (uint8_t *)alloc_n(ntensors, 1);                                                                               \
+  if (!g_used) return tz_fail(TZ_ERR_NOMEM, "out of memory");                                                             \
+  __builtin_memset(g_used, 0, ntensors);                                                                                  \
+  if (dtype == TZ_F32) {                                                                                                  \
+    g_wf = (float *)weights;                                                                                              \
+  } else {                                                                                                                \
+    g_wf = (float *)alloc_n(total, 4);                                                                                    \
+    if (!g_wf) return tz_fail(TZ_ERR_NOMEM, "out of memory for the f32 weights");                                         \
+    const uint16_t *h = (const uint16_t *)weights;                                                                        \
+    for (uint64_t i = 0; i < total; i++) g_wf[i] = tz_bf16_to_f32(h[i]);                                                  \
+  }
 
 #endif

@@ -233,34 +233,7 @@ int32_t tenzro_score(uint32_t dtype, uint32_t ntensors, const uint32_t *table, v
     return m_fail(TZ_ERR_WINDOW);
   }
   if (!(lr == lr) || !(beta == beta)) return tz_fail(TZ_ERR_PARAMS, "lr or beta is NaN");
-  /* The table: contiguous tensors in canonical order. */
-  const tz_tentry *tab = (const tz_tentry *)table;
-  uint64_t total = 0;
-  for (uint32_t i = 0; i < ntensors; i++) {
-    uint64_t sz = 1;
-    if (tab[i].ndim == 0 || tab[i].ndim > 4) return tz_fail(TZ_ERR_LAYOUT, "a tensor has 0 or more than 4 dimensions");
-    for (uint32_t d = 0; d < tab[i].ndim; d++) sz *= tab[i].dim[d];
-    if (tab[i].off != total) return tz_fail(TZ_ERR_LAYOUT, "tensor offsets are not contiguous");
-    total += sz;
-    if (total > 0x3FFFFFFFull) return tz_fail(TZ_ERR_LAYOUT, "the model has more than 2^30 values");
-  }
-  if (frag_count == 0 || frag_first >= ntensors || frag_count > ntensors - frag_first)
-    return tz_fail(TZ_ERR_LAYOUT, "the fragment's tensor range is outside the table");
-  uint32_t g0 = tab[frag_first].off;
-  uint32_t g1 = frag_first + frag_count < ntensors ? tab[frag_first + frag_count].off : (uint32_t)total;
-  /* f32 weights (BF16 widened exactly into a copy). */
-  g_tab = tab, g_ntab = ntensors;
-  g_used = (uint8_t *)alloc_n(ntensors, 1);
-  if (!g_used) return tz_fail(TZ_ERR_NOMEM, "out of memory");
-  __builtin_memset(g_used, 0, ntensors);
-  if (dtype == TZ_F32) {
-    g_wf = (float *)weights;
-  } else {
-    g_wf = (float *)alloc_n(total, 4);
-    if (!g_wf) return tz_fail(TZ_ERR_NOMEM, "out of memory for the f32 weights");
-    const uint16_t *h = (const uint16_t *)weights;
-    for (uint64_t i = 0; i < total; i++) g_wf[i] = tz_bf16_to_f32(h[i]);
-  }
+  TZ_SCORE_BIND_TABLE(); /* tab, total, g0, g1; the lookup state and the f32 weights */
   m.layers = (layer_t *)alloc_n(m.L ? m.L : 1, sizeof(layer_t));
   if (!m.layers) return tz_fail(TZ_ERR_NOMEM, "out of memory");
   int32_t rc = bind_model(&m);
