@@ -27,40 +27,54 @@ func newScoredCNet(t *testing.T) *cnet { return newScoredCNetWith(t, `"rate_bps"
 // newScoredCNetWith is newScoredCNet with more members of the spec's
 // scoring field (rate_bps, forfeit, test).
 func newScoredCNetWith(t *testing.T, scoring string) *cnet {
+	c, _ := newScoredCNetOf(t, scoretest.TimesFM, scoring, true)
+	return c
+}
+
+// newScoredCNetOf is the challenge network of newScoredCNet running a
+// scored run of model m (scoretest.LoadModel; scoring as for
+// newScoredCNetWith). With interp, validator 1 runs its own engine on
+// wazero's interpreter and the other nodes share one compiled engine;
+// without, every node shares the compiled one. It also gives the compiled
+// engine.
+func newScoredCNetOf(t *testing.T, m scoretest.Model, scoring string, interp bool) (*cnet, *plugins.Engine) {
 	t.Helper()
 	ctx := context.Background()
 	if scoring != "" {
 		scoring = "," + scoring
 	}
-	sc, err := scoretest.Load(scoring)
+	sc, err := scoretest.LoadModel(m, scoring)
 	if err != nil {
 		t.Fatal(err)
 	}
 	var engines [2]*plugins.Engine
+	get := func(i int) *plugins.Engine {
+		if engines[i] == nil {
+			e, err := plugins.NewEngine(ctx, plugins.Config{Interpreter: i == 1})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { e.Close(ctx) })
+			engines[i] = e
+		}
+		return engines[i]
+	}
 	arch, extra := string(sc.Architecture), `,"scoring":`+string(sc.Scoring)
-	return newCNetWith(t, cnetOpts{extra: extra, arch: arch, datasetHash: sc.DatasetHash, weights: sc.Model, blobs: [][]byte{sc.Corpus},
+	c := newCNetWith(t, cnetOpts{extra: extra, arch: arch, datasetHash: sc.DatasetHash, weights: sc.Model, blobs: [][]byte{sc.Corpus},
 		engine: func(node int) syncer.Engine {
-			// nodes: 2 syncers, then 4 validators; validator 1 runs its own
-			// engine on wazero's interpreter, the others share one compiled.
-			i := 0
-			if node == 3 {
-				i = 1
+			// nodes: 2 syncers, then 4 validators; validator 1 (node 3)
+			// runs on wazero's interpreter when interp.
+			if interp && node == 3 {
+				return get(1)
 			}
-			if engines[i] == nil {
-				e, err := plugins.NewEngine(ctx, plugins.Config{Interpreter: i == 1})
-				if err != nil {
-					t.Fatal(err)
-				}
-				t.Cleanup(func() { e.Close(ctx) })
-				engines[i] = e
-			}
-			return engines[i]
+			return get(0)
 		}})
+	return c, get(0)
 }
 
 // checkScores checks every score of a transcript: a scored aggregated
-// commit scores every kept input (rate 1), each pass verdict is the pay
-// rule on its losses, and the all-zero gradient's step changes nothing.
+// commit scores every kept input (rate 1) and each score passes
+// checkInputScore.
 func checkScores(t *testing.T, tr []wire.RoundCommit, zero string) {
 	t.Helper()
 	for _, rc := range tr {
@@ -68,25 +82,86 @@ func checkScores(t *testing.T, tr []wire.RoundCommit, zero string) {
 			if fc.Status != wire.FragAggregated {
 				continue
 			}
-			if fc.Scoring == nil || fc.Scoring.Evaluator != "TimesFMScore" || fc.Scoring.Seed.IsZero() {
+			if fc.Scoring == nil || fc.Scoring.Evaluator != scoretest.TimesFM.Evaluator || fc.Scoring.Seed.IsZero() {
 				t.Fatalf("round %d fragment %d: scoring %+v", rc.Round, fc.Fragment, fc.Scoring)
 			}
 			for _, in := range fc.Inputs {
-				s := in.Score
-				if s == nil || s.Failed != "" {
-					t.Fatalf("round %d fragment %d %s: score %+v", rc.Round, fc.Fragment, in.TrainerDID, s)
-				}
-				if s.Pass != wire.ScorePassesTest(fc.Scoring.Test, s.OwnBefore.Float(), s.OwnAfter.Float(), s.CtlBefore.Float(), s.CtlAfter.Float()) {
-					t.Fatalf("round %d fragment %d %s: pass %v disagrees with the losses %+v", rc.Round, fc.Fragment, in.TrainerDID, s.Pass, s)
-				}
-				if in.TrainerDID == zero && (s.OwnBefore != s.OwnAfter || s.CtlBefore != s.CtlAfter || s.Pass) {
-					t.Fatalf("round %d fragment %d: the zero gradient scored %+v", rc.Round, fc.Fragment, s)
-				}
-				if math.IsNaN(s.OwnBefore.Float()) || s.OwnBefore.Float() <= 0 {
-					t.Fatalf("loss before %v", s.OwnBefore.Float())
-				}
+				checkInputScore(t, fmt.Sprintf("round %d fragment %d %s", rc.Round, fc.Fragment, in.TrainerDID), fc.Scoring, in, zero)
 			}
 		}
+	}
+}
+
+// checkInputScore checks one kept input's score: present and not failed,
+// its pass verdict the pay rule on its losses, every loss finite and
+// positive; the all-zero gradient's (trainer DID zero) step changes no
+// loss and fails, any other input's changes its own loss.
+func checkInputScore(t *testing.T, at string, sc *wire.CommitScoring, in wire.CommitInput, zero string) {
+	t.Helper()
+	s := in.Score
+	if s == nil || s.Failed != "" {
+		t.Fatalf("%s: score %+v", at, s)
+	}
+	if s.Pass != wire.ScorePassesTest(sc.Test, s.OwnBefore.Float(), s.OwnAfter.Float(), s.CtlBefore.Float(), s.CtlAfter.Float()) {
+		t.Fatalf("%s: pass %v disagrees with the losses %+v", at, s.Pass, s)
+	}
+	for _, l := range []float64{s.OwnBefore.Float(), s.OwnAfter.Float(), s.CtlBefore.Float(), s.CtlAfter.Float()} {
+		if math.IsNaN(l) || math.IsInf(l, 0) || l <= 0 {
+			t.Fatalf("%s: loss %v", at, l)
+		}
+	}
+	if in.TrainerDID == zero && (s.OwnBefore != s.OwnAfter || s.CtlBefore != s.CtlAfter || s.Pass) {
+		t.Fatalf("%s: the zero gradient scored %+v", at, s)
+	}
+	if in.TrainerDID != zero && s.OwnBefore == s.OwnAfter {
+		t.Fatalf("%s: a non-zero gradient left the own loss unchanged %+v", at, s)
+	}
+}
+
+// runScoredModel: a run of model m scored by its built-in evaluator through
+// the node path — newScoredCNetOf's network, every node on one compiled
+// engine, every input scored on batches of 4 windows of the shared CSV
+// corpus, trainer 1 a free rider (all-zero gradients). Round 0 commits with
+// a score for every input from m's evaluator (its module hash in the
+// commit), each passing checkInputScore (the zero gradient's losses
+// unchanged and its check failed, every verdict the pay rule on its
+// losses); a validator re-executes a scored commit bit for bit.
+func runScoredModel(t *testing.T, m scoretest.Model) {
+	c, e := newScoredCNetOf(t, m, `"rate_bps":10000`, false)
+	ev, err := e.ResolveScorer(c.ctx, m.Evaluator, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.zeros = map[int]bool{1: true}
+	zero := c.tr[1].DID.String()
+	c.submitRound()
+	c.tickSyncers()
+	c.block()
+	c.tickSyncers()
+	if r := c.run(); r.Round != 1 {
+		t.Fatalf("round %d after the commits, want 1", r.Round)
+	}
+	tr, err := c.syncers[0].GetTranscript(c.ctx, c.task)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(tr) != 1 || len(tr[0].Fragments) != 2 {
+		t.Fatalf("transcript %+v", tr)
+	}
+	for _, fc := range tr[0].Fragments {
+		if fc.Status != wire.FragAggregated || fc.Scoring == nil || fc.Scoring.Evaluator != m.Evaluator || fc.Scoring.Hash != ev.Hash || fc.Scoring.Seed.IsZero() {
+			t.Fatalf("fragment %d: status %s scoring %+v (module %s)", fc.Fragment, fc.Status, fc.Scoring, ev.Hash)
+		}
+		if len(fc.Inputs) != 2 {
+			t.Fatalf("fragment %d: %d inputs", fc.Fragment, len(fc.Inputs))
+		}
+		for _, in := range fc.Inputs {
+			checkInputScore(t, fmt.Sprintf("fragment %d %s", fc.Fragment, in.TrainerDID), fc.Scoring, in, zero)
+		}
+	}
+	re, err := c.vals[1].Reexecute(c.ctx, c.task, 0, 1)
+	if err != nil || !re.Agrees() || re.Commit.Inputs[0].Score == nil || *re.Commit.Inputs[0].Score != *tr[0].Fragments[1].Inputs[0].Score {
+		t.Fatalf("a validator re-executing the scored commit: %+v %v", re, err)
 	}
 }
 

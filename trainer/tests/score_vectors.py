@@ -7,25 +7,23 @@ outer step's first step (Nesterov, empty momentum: θ − lr·(1 + β)·g), with
 ``TestScoreMatchesPyTorch`` (plugins/score_test.go) runs the Wasm evaluator on the same files and
 compares; ``test_score_reference.py`` checks that these files are what this PyTorch computes.
 
-Regenerate: ``PYTHONPATH=trainer/src $V/bin/python trainer/tests/score_vectors.py`` (writes
-plugins/testdata/score/).
+The case builder and writer are score_vector_lib.py's (shared with the other families' scripts).
+
+Regenerate: ``PYTHONPATH=trainer/src $V/bin/python trainer/tests/score_vectors.py [OUT]`` (writes
+plugins/testdata/score/, or OUT).
 """
 
 from __future__ import annotations
 
 import json
-import math
-from pathlib import Path
 from unittest import mock
 
 import numpy as np
-import torch
-from safetensors.torch import save as st_save
 
+import score_vector_lib as lib
+from score_vector_lib import OUT  # noqa: F401 (the reference tests read sv.OUT)
 from tenzro_trainer import data
 from tenzro_trainer.models.timesfm import TimesFMClass, TimesFMConfig
-
-OUT = Path(__file__).resolve().parents[2] / "plugins" / "testdata" / "score"
 
 # name, config, dtype, the fragment (a name prefix: a contiguous run of the sorted tensors), seed
 CASES = [
@@ -35,72 +33,10 @@ CASES = [
     ("tiny", TimesFMConfig(), "F32", "embed.", 2),  # the trainer's TINY config
     ("tiny_bf16", TimesFMConfig(), "BF16", "head.", 3),
 ]  # fmt: skip
-LR, BETA, BATCHES, BATCH_SIZE = 0.7, 0.9, 2, 4
-
-
-def _windows(rng: np.random.Generator, cfg: TimesFMConfig, n: int) -> np.ndarray:
-    """Raw series windows (f32): a level, a trend, a seasonal term and noise, so normalization matters."""
-    w = cfg.context_len + cfg.horizon
-    t = np.arange(w, dtype=np.float64)
-    out = np.empty((n, w), np.float32)
-    for i in range(n):
-        level, trend = rng.uniform(-50, 300), rng.uniform(-0.5, 0.5)
-        amp, period = rng.uniform(0.5, 20), rng.uniform(4, 24)
-        out[i] = (level + trend * t + amp * np.sin(2 * np.pi * t / period) + rng.normal(0, 1, w)).astype(np.float32)
-    return out
-
-
-def _losses(model: TimesFMClass, raw: np.ndarray, dtype: torch.dtype) -> list[float]:
-    c = model.cfg.context_len
-    x, y = data._normalize(raw[:, :c].astype(np.float64), raw[:, c:].astype(np.float64))
-    out = []
-    with torch.no_grad():
-        for b in range(BATCHES):
-            sl = slice(b * BATCH_SIZE, (b + 1) * BATCH_SIZE)
-            xb = torch.from_numpy(x[sl]).to(dtype)
-            yb = torch.from_numpy(y[sl]).to(dtype)
-            out.append(float(model.loss(xb, yb)))
-    return out
 
 
 def build(name: str, cfg: TimesFMConfig, dtype: str, prefix: str, seed: int) -> dict:
-    torch.manual_seed(seed)
-    rng = np.random.default_rng(seed)
-    model = TimesFMClass(cfg).eval()
-    st = torch.bfloat16 if dtype == "BF16" else torch.float32
-    weights = {n: p.detach().to(st).contiguous() for n, p in sorted(model.named_parameters())}
-    frag = [n for n in weights if n.startswith(prefix)]
-    # a gradient the size of a real outer gradient: 1% of each tensor's RMS, as random directions
-    grad = {}
-    for n in frag:
-        w = weights[n].float()
-        rms = float(w.pow(2).mean().sqrt()) or 1.0
-        grad[n] = (
-            torch.randn(w.shape, generator=torch.Generator().manual_seed(seed * 1000 + len(grad))) * 0.01 * rms
-        ).to(st)
-    raw = _windows(rng, cfg, BATCHES * BATCH_SIZE)
-    res: dict = {"name": name, "config": cfg.metadata(), "dtype": dtype, "fragment": frag, "lr": LR, "beta": BETA,
-                 "nesterov": True, "batches": BATCHES, "batch_size": BATCH_SIZE}  # fmt: skip
-    for label, tdt in (("f64", torch.float64), ("f32", torch.float32)):
-        m = TimesFMClass(cfg).eval().to(tdt)
-        with torch.no_grad():
-            for n, p in m.named_parameters():
-                p.copy_(weights[n].to(tdt))
-        before = _losses(m, raw, tdt)
-        with torch.no_grad():
-            params = dict(m.named_parameters())
-            for n in frag:
-                # the outer step's first step: buf = g; d = g + β·g; w = w − lr·d (BF16 weights round to BF16)
-                g = grad[n].to(torch.float64)
-                w = weights[n].to(torch.float64) - LR * (g + BETA * g)
-                params[n].copy_(w.to(st).to(tdt))
-        res[f"torch_{label}"] = {"before": before, "after": _losses(m, raw, tdt)}
-    files = {
-        "model.safetensors": st_save(weights),
-        "grad.safetensors": st_save(grad),
-        "windows.f32": raw.astype("<f4").tobytes(),
-    }
-    return {"case": res, "files": files}
+    return lib.build_case(name, lambda: TimesFMClass(cfg), cfg.metadata(), None, dtype, prefix, seed)
 
 
 # window enumeration: series lengths around the edges (shorter than a window, exactly one, holdout cuts)
@@ -201,26 +137,12 @@ def shards_vector() -> dict:
 
 
 def main() -> None:
-    (OUT / "windows.json").write_text(json.dumps(windows_vector()) + "\n")
-    (OUT / "shards.json").write_text(json.dumps(shards_vector()) + "\n")
-    for name, cfg, dtype, prefix, seed in CASES:
-        d = OUT / name
-        d.mkdir(parents=True, exist_ok=True)
-        b = build(name, cfg, dtype, prefix, seed)
-        for fn, blob in b["files"].items():
-            (d / fn).write_bytes(blob)
-        (d / "case.json").write_text(json.dumps(b["case"], indent=1, sort_keys=True) + "\n")
-        t = b["case"]["torch_f64"]
-        print(
-            name,
-            "before",
-            t["before"],
-            "after",
-            t["after"],
-            "Δ",
-            [a - c for a, c in zip(t["before"], t["after"], strict=True)],
-        )
-        assert all(math.isfinite(v) for v in t["before"] + t["after"])
+    out = lib.out_dir()
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "windows.json").write_text(json.dumps(windows_vector()) + "\n")
+    (out / "shards.json").write_text(json.dumps(shards_vector()) + "\n")
+    for case in CASES:
+        lib.write_case(out, build(*case))
 
 
 if __name__ == "__main__":

@@ -4,9 +4,6 @@ evaluator ChronosBoltScore to them."""
 
 from __future__ import annotations
 
-import json
-import math
-
 import pytest
 
 pytest.importorskip("chronos")
@@ -15,22 +12,12 @@ import torch  # noqa: E402
 from transformers.models.t5.modeling_t5 import T5Attention  # noqa: E402
 
 import chronos_score_vectors as cv  # noqa: E402
-import score_vectors as sv  # noqa: E402
+import score_vector_lib as lib  # noqa: E402
 
 
 @pytest.mark.parametrize("case", cv.CASES, ids=[c[0] for c in cv.CASES])
 def test_chronos_vectors_match_pytorch(case: tuple) -> None:
-    name = case[0]
-    d = sv.OUT / name
-    fresh = cv.build(*case)
-    stored = json.loads((d / "case.json").read_text())
-    assert stored["evaluator"] == "ChronosBoltScore" and stored["config"] == fresh["case"]["config"]
-    for fn, blob in fresh["files"].items():
-        assert (d / fn).read_bytes() == blob, f"{name}/{fn} differs from what chronos_score_vectors.py builds"
-    for label in ("torch_f64", "torch_f32"):
-        for k in ("before", "after"):
-            for a, b in zip(stored[label][k], fresh["case"][label][k], strict=True):
-                assert math.isclose(a, b, rel_tol=1e-12 if label == "torch_f64" else 1e-6), (name, label, k, a, b)
+    lib.check_stored(cv.build(*case), "chronos_score_vectors.py", "ChronosBoltScore")
 
 
 def test_chronos_vectors_cover_the_shapes() -> None:

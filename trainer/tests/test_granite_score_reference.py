@@ -4,30 +4,17 @@ evaluator GraniteTTMScore to them."""
 
 from __future__ import annotations
 
-import json
-import math
-
 import pytest
 
 pytest.importorskip("tsfm_public")
 
 import granite_score_vectors as gv  # noqa: E402
-import score_vectors as sv  # noqa: E402
+import score_vector_lib as lib  # noqa: E402
 
 
 @pytest.mark.parametrize("case", gv.CASES, ids=[c[0] for c in gv.CASES])
 def test_granite_vectors_match_pytorch(case: tuple) -> None:
-    name = case[0]
-    d = sv.OUT / name
-    fresh = gv.build(*case)
-    stored = json.loads((d / "case.json").read_text())
-    assert stored["evaluator"] == "GraniteTTMScore" and stored["config"] == fresh["case"]["config"]
-    for fn, blob in fresh["files"].items():
-        assert (d / fn).read_bytes() == blob, f"{name}/{fn} differs from what granite_score_vectors.py builds"
-    for label in ("torch_f64", "torch_f32"):
-        for k in ("before", "after"):
-            for a, b in zip(stored[label][k], fresh["case"][label][k], strict=True):
-                assert math.isclose(a, b, rel_tol=1e-12 if label == "torch_f64" else 1e-6), (name, label, k, a, b)
+    lib.check_stored(gv.build(*case), "granite_score_vectors.py", "GraniteTTMScore")
 
 
 def test_granite_vectors_cover_the_shapes() -> None:

@@ -4,26 +4,17 @@ trainer's own model and data loader; the Go test TestScoreMatchesPyTorch holds t
 from __future__ import annotations
 
 import json
-import math
 
 import numpy as np
 import pytest
 
+import score_vector_lib as lib
 import score_vectors as sv
 
 
 @pytest.mark.parametrize("case", sv.CASES, ids=[c[0] for c in sv.CASES])
 def test_vectors_match_pytorch(case: tuple) -> None:
-    name = case[0]
-    d = sv.OUT / name
-    fresh = sv.build(*case)
-    stored = json.loads((d / "case.json").read_text())
-    for fn, blob in fresh["files"].items():
-        assert (d / fn).read_bytes() == blob, f"{name}/{fn} differs from what score_vectors.py builds"
-    for label in ("torch_f64", "torch_f32"):
-        for k in ("before", "after"):
-            for a, b in zip(stored[label][k], fresh["case"][label][k], strict=True):
-                assert math.isclose(a, b, rel_tol=1e-12 if label == "torch_f64" else 1e-6), (name, label, k, a, b)
+    lib.check_stored(sv.build(*case), "score_vectors.py", None)
 
 
 def test_window_enumeration_vector() -> None:

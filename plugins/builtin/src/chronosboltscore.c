@@ -52,10 +52,10 @@
 #include "common.h"
 #include "detmath.h"
 #include "fmaf.h"
+#define TZ_SCORE_OWN_LINEAR /* linear below: layers with or without a bias */
+#include "scorecommon.h"
 
-/* Score error codes (rule-specific range, ABI.md §5). */
-#define TZ_ERR_LAYOUT 104 /* a tensor is missing, extra or of the wrong shape */
-#define TZ_ERR_WINDOW 105 /* window length or count does not match */
+/* Score error codes (rule-specific range, ABI.md §5; 104 and 105: scorecommon.h). */
 #define TZ_ERR_CONFIG 106 /* a parameter combination this evaluator does not implement */
 
 /* Parameters (manifest schema order; chronos_bolt.py's TINY keys). */
@@ -66,34 +66,6 @@ enum { P_CONTEXT, P_HORIZON, P_PATCH, P_DMODEL, P_DFF, P_LAYERS, P_DEC_LAYERS, P
 /* chronos_bolt.QUANTILES as the model's float32 buffer holds them. */
 static const float k_tau[NQ] = {0.1f, 0.2f, 0.3f, 0.4f, 0.5f, 0.6f, 0.7f, 0.8f, 0.9f};
 
-/* Message builder: error texts name the tensor and the numbers. */
-static char tz_msg[256];
-static uint32_t tz_msg_len;
-static void m_str(const char *s) {
-  while (*s && tz_msg_len < sizeof(tz_msg) - 1) tz_msg[tz_msg_len++] = *s++;
-  tz_msg[tz_msg_len] = 0;
-}
-static void m_u64(uint64_t v) {
-  char d[24];
-  int i = 0;
-  do d[i++] = (char)('0' + v % 10), v /= 10;
-  while (v);
-  while (i && tz_msg_len < sizeof(tz_msg) - 1) tz_msg[tz_msg_len++] = d[--i];
-  tz_msg[tz_msg_len] = 0;
-}
-static void m_reset(void) { tz_msg_len = 0, tz_msg[0] = 0; }
-static int32_t m_fail(int32_t code) { return tz_fail(code, tz_msg); }
-
-/* One entry of the host's tensor table (ABI.md §4.2): 8 u32. */
-typedef struct {
-  uint32_t name_ptr, name_len, off, ndim, dim[4];
-} tz_tentry;
-
-/* A linear layer; b = 0: no bias (the T5 stacks). */
-typedef struct {
-  const float *w, *b;
-  uint32_t out, in;
-} lin_t;
 /* T5Attention: q, k, v [I, D], o [D, I]. */
 typedef struct {
   lin_t q, k, v, o;
@@ -115,60 +87,6 @@ typedef struct {
   resblk_t in, out;
   block_t *enc, *dec;
 } model_t;
-
-/* Table lookup state. */
-static const tz_tentry *g_tab;
-static uint32_t g_ntab;
-static uint8_t *g_used;
-static float *g_wf;
-
-static int name_eq(const tz_tentry *t, const char *s) {
-  const char *n = (const char *)(uintptr_t)t->name_ptr;
-  uint32_t i = 0;
-  for (; i < t->name_len; i++)
-    if (s[i] == 0 || s[i] != n[i]) return 0;
-  return s[i] == 0;
-}
-
-/* Finds `name` with shape (d0[, d1]) (d1 = 0: one dimension). */
-static int32_t find(const char *name, uint32_t d0, uint32_t d1, const float **out) {
-  for (uint32_t i = 0; i < g_ntab; i++) {
-    const tz_tentry *t = &g_tab[i];
-    if (!name_eq(t, name)) continue;
-    uint32_t nd = d1 ? 2u : 1u;
-    if (t->ndim != nd || t->dim[0] != d0 || (d1 && t->dim[1] != d1)) {
-      m_reset();
-      m_str("tensor ");
-      m_str(name);
-      m_str(" has the wrong shape for the parameters (want [");
-      m_u64(d0);
-      if (d1) {
-        m_str(", ");
-        m_u64(d1);
-      }
-      m_str("])");
-      return m_fail(TZ_ERR_LAYOUT);
-    }
-    g_used[i] = 1;
-    *out = g_wf + t->off;
-    return TZ_OK;
-  }
-  m_reset();
-  m_str("tensor ");
-  m_str(name);
-  m_str(" is missing");
-  return m_fail(TZ_ERR_LAYOUT);
-}
-
-/* name = a ‖ b ‖ c into buf (160 bytes). */
-static const char *cat3(char *buf, const char *a, const char *b, const char *c) {
-  uint32_t i = 0;
-  while (*a && i < 159) buf[i++] = *a++;
-  while (*b && i < 159) buf[i++] = *b++;
-  while (*c && i < 159) buf[i++] = *c++;
-  buf[i] = 0;
-  return buf;
-}
 
 /* `<prefix><what>.weight` [out, in], and `.bias` [out] when bias. */
 static int32_t find_lin(const char *prefix, const char *what, uint32_t out, uint32_t in, int bias, lin_t *l) {
@@ -249,12 +167,6 @@ static int32_t bind_model(model_t *m) {
     return m_fail(TZ_ERR_LAYOUT);
   }
   return TZ_OK;
-}
-
-/* (l0 + l2) + (l1 + l3) */
-static inline float fold4(v128_t a) {
-  v128_t s = wasm_f32x4_add(a, wasm_i32x4_shuffle(a, a, 2, 3, 0, 1));
-  return wasm_f32x4_extract_lane(s, 0) + wasm_f32x4_extract_lane(s, 1);
 }
 
 /* The dot of n values in four lanes, folded: the reference order. */
@@ -514,38 +426,6 @@ static double batch_loss(const model_t *m, const float *full, uint32_t nw, const
   return sum / ((double)nw * (double)NQ);
 }
 
-/* data._normalize: by the context's mean and population standard deviation
- * (floored at 1e-3·max(|mean|, 1)), in f64, rounded to f32. */
-static int32_t normalize(const float *raw, uint32_t C, uint32_t W, float *out, uint32_t idx) {
-  double s = 0;
-  for (uint32_t i = 0; i < W; i++)
-    if (!tz_is_finite(raw[i])) {
-      m_reset();
-      m_str("window ");
-      m_u64(idx);
-      m_str(" has a non-finite value at ");
-      m_u64(i);
-      return m_fail(TZ_ERR_NONFINITE);
-    }
-  for (uint32_t i = 0; i < C; i++) s += (double)raw[i];
-  double mu = s / (double)C, v = 0;
-  for (uint32_t i = 0; i < C; i++) {
-    double t = (double)raw[i] - mu;
-    v += t * t;
-  }
-  double sd = __builtin_sqrt(v / (double)C);
-  double am = mu < 0 ? -mu : mu;
-  double floor = 1e-3 * (am > 1.0 ? am : 1.0);
-  if (sd < floor) sd = floor;
-  for (uint32_t i = 0; i < W; i++) out[i] = (float)(((double)raw[i] - mu) / sd);
-  return TZ_OK;
-}
-
-static void *alloc_n(uint64_t count, uint32_t size) {
-  if (count == 0 || count > 0xFFFFFFF0ull / size) return 0;
-  return tz_alloc((uint32_t)(count * size));
-}
-
 TZ_EXPORT(tenzro_score)
 int32_t tenzro_score(uint32_t dtype, uint32_t ntensors, const uint32_t *table, void *weights, uint32_t frag_first,
                      uint32_t frag_count, const void *grad, float lr, float beta, uint32_t nesterov, uint32_t nbatch,
@@ -574,34 +454,7 @@ int32_t tenzro_score(uint32_t dtype, uint32_t ntensors, const uint32_t *table, v
     return m_fail(TZ_ERR_WINDOW);
   }
   if (!(lr == lr) || !(beta == beta)) return tz_fail(TZ_ERR_PARAMS, "lr or beta is NaN");
-  /* The table: contiguous tensors in canonical order. */
-  const tz_tentry *tab = (const tz_tentry *)table;
-  uint64_t total = 0;
-  for (uint32_t i = 0; i < ntensors; i++) {
-    uint64_t sz = 1;
-    if (tab[i].ndim == 0 || tab[i].ndim > 4) return tz_fail(TZ_ERR_LAYOUT, "a tensor has 0 or more than 4 dimensions");
-    for (uint32_t d = 0; d < tab[i].ndim; d++) sz *= tab[i].dim[d];
-    if (tab[i].off != total) return tz_fail(TZ_ERR_LAYOUT, "tensor offsets are not contiguous");
-    total += sz;
-    if (total > 0x3FFFFFFFull) return tz_fail(TZ_ERR_LAYOUT, "the model has more than 2^30 values");
-  }
-  if (frag_count == 0 || frag_first >= ntensors || frag_count > ntensors - frag_first)
-    return tz_fail(TZ_ERR_LAYOUT, "the fragment's tensor range is outside the table");
-  uint32_t g0 = tab[frag_first].off;
-  uint32_t g1 = frag_first + frag_count < ntensors ? tab[frag_first + frag_count].off : (uint32_t)total;
-  /* f32 weights (BF16 widened exactly into a copy). */
-  g_tab = tab, g_ntab = ntensors;
-  g_used = (uint8_t *)alloc_n(ntensors, 1);
-  if (!g_used) return tz_fail(TZ_ERR_NOMEM, "out of memory");
-  __builtin_memset(g_used, 0, ntensors);
-  if (dtype == TZ_F32) {
-    g_wf = (float *)weights;
-  } else {
-    g_wf = (float *)alloc_n(total, 4);
-    if (!g_wf) return tz_fail(TZ_ERR_NOMEM, "out of memory for the f32 weights");
-    const uint16_t *h = (const uint16_t *)weights;
-    for (uint64_t i = 0; i < total; i++) g_wf[i] = tz_bf16_to_f32(h[i]);
-  }
+  TZ_SCORE_BIND_TABLE(); /* tab, total, g0, g1; the lookup state and the f32 weights */
   m.enc = (block_t *)alloc_n(m.L, sizeof(block_t));
   m.dec = (block_t *)alloc_n(m.LD, sizeof(block_t));
   if (!m.enc || !m.dec) return tz_fail(TZ_ERR_NOMEM, "out of memory");
