@@ -231,6 +231,14 @@ func nesterovRange(d machine.Dtype, wIn, w, mIn, m, g []byte, lo, hi int, has bo
 		wh, whi = w[2*lo:2*hi], wIn[2*lo:2*hi]
 	} else {
 		wf, wi = f32View(w)[lo:hi], f32View(wIn)[lo:hi]
+		// F32 weights: the assembly (sweep_amd64.s) does whole vectors,
+		// this loop the rest.
+		if v := stepF32(wf, wi, mv, mi, gv, has, lr, beta, nesterov); v > 0 {
+			gv, mv, wf, wi = gv[v:], mv[v:], wf[v:], wi[v:]
+			if has {
+				mi = mi[v:]
+			}
+		}
 	}
 	for c, gc := range gv {
 		buf := gc
