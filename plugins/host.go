@@ -995,7 +995,7 @@ func (e *Engine) outerOnce(ctx context.Context, p *plugin, budget uint64, d mach
 	}
 	fz := fusionOf(ctx)
 	if l, ok := e.nativeOuter(ctx, p, outerVariant{d, m != nil, nesterov}); ok && aligned4(wOut.bytes()) && aligned4(mOut.bytes()) {
-		if step := l.a + l.b*n; c.used()+step <= budget {
+		if step := l.fuel(n); c.used()+step <= budget {
 			if d == machine.F32 && fz.sweepable(c0, c1, w, m, wOut, mOut) {
 				// One sweep: the owed aggregate and this step, block by
 				// block (fused.go).
