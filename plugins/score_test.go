@@ -25,6 +25,7 @@ import (
 // scoreCase is one directory of testdata/score (trainer/tests/score_vectors.py).
 type scoreCase struct {
 	Name      string           `json:"name"`
+	Evaluator string           `json:"evaluator"` // absent: TimesFMScore
 	Config    map[string]int   `json:"config"`
 	Dtype     string           `json:"dtype"`
 	Fragment  []string         `json:"fragment"`
@@ -90,7 +91,11 @@ func loadScoreCase(t testing.TB, name string) *scoreCase {
 	}
 	e := testEngine(t)
 	params, _ := json.Marshal(c.Config)
-	ev, err := e.ResolveScorer(context.Background(), "TimesFMScore", params)
+	evaluator := "TimesFMScore"
+	if c.Evaluator != "" {
+		evaluator = c.Evaluator
+	}
+	ev, err := e.ResolveScorer(context.Background(), evaluator, params)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -129,11 +134,11 @@ func lossDigest(o ScoreOutput) string {
 // scoreDigest is lossDigest and the fuel.
 func scoreDigest(o ScoreOutput) string { return fmt.Sprintf("%s/%d", lossDigest(o), o.Fuel) }
 
-var scoreCases = []string{"odd", "tiny", "tiny_bf16"}
+var scoreCases = []string{"odd", "tiny", "tiny_bf16", "granite_odd", "granite_flat", "granite_tiny", "granite_tiny_bf16", "granite_narrow"}
 
-// TestScoreMatchesPyTorch runs the TimesFMScore evaluator on the reference
-// vectors and compares its losses with PyTorch's float64 run of the
-// trainer's own model: every loss within 2e-6 relative, and every loss
+// TestScoreMatchesPyTorch runs the evaluator of each case (TimesFMScore;
+// GraniteTTMScore for the granite_* cases) on the reference vectors and
+// compares its losses with PyTorch's float64 run of the trainer's own model: every loss within 2e-6 relative, and every loss
 // change (before − after, the score) within 2e-6 of the loss — the f32
 // forward pass against f64. PyTorch's own float32 run is held to the same
 // bound, which shows the evaluator is as close to the model as the model's
@@ -228,6 +233,12 @@ func TestScoreGolden(t *testing.T) {
 		"odd":       "a7761f163b122a7a/3108759",
 		"tiny":      "3a1e9eeeffa5cd1a/22880287",
 		"tiny_bf16": "4c765bc253eb26c1/23123105",
+		// GraniteTTMScore (scoring.md §2b)
+		"granite_odd":       "6c1bc1f97386bd47/9241450",
+		"granite_flat":      "683b778c463b2ae3/818196",
+		"granite_tiny":      "7612861e7f838ae8/13019879",
+		"granite_tiny_bf16": "e3fa858c22c5d64a/12886533",
+		"granite_narrow":    "19ffae990f6f3206/3459550",
 	}
 	for _, name := range scoreCases {
 		c := loadScoreCase(t, name)
@@ -338,11 +349,14 @@ func TestScoreOutOfFuel(t *testing.T) {
 // a tensor's shape and name, the gradient's length): the host refuses or the
 // guest answers — with an error naming the problem, or losses for every
 // batch — and nothing panics or traps.
-func FuzzScoreInput(f *testing.F) {
+func FuzzScoreInput(f *testing.F) { fuzzScoreCase(f, "odd") }
+
+// fuzzScoreCase is FuzzScoreInput's body on one case of testdata/score.
+func fuzzScoreCase(f *testing.F, name string) {
 	f.Add(int8(0), int8(0), uint8(2), uint8(4), int8(0), uint8(0), int32(0), uint8(0), uint16(0))
 	f.Add(int8(-1), int8(3), uint8(1), uint8(1), int8(1), uint8(3), int32(5), uint8(2), uint16(4))
 	f.Add(int8(0), int8(0), uint8(1), uint8(8), int8(0), uint8(7), int32(-1), uint8(1), uint16(0))
-	base := loadScoreCase(f, "odd")
+	base := loadScoreCase(f, name)
 	e := testEngine(f)
 	f.Fuzz(func(t *testing.T, dFirst, dCount int8, batches, bsize uint8, dWin int8, ti uint8, dim int32, cut uint8, gcut uint16) {
 		in := base.in

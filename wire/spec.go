@@ -376,8 +376,14 @@ func (s *TaskSpec) Validate() error {
 	if _, err := s.CompressionRef(); err != nil {
 		return err
 	}
-	if _, err := s.ScoringRef(); err != nil {
+	sc, err := s.ScoringRef()
+	if err != nil {
 		return err
+	}
+	if sc != nil {
+		if err := CheckEvaluatorFamily(sc.Evaluator, s.Architecture.Family); err != nil {
+			return err
+		}
 	}
 	if _, err := s.SyncStrategyRef(); err != nil {
 		return err

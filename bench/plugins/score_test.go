@@ -19,7 +19,8 @@ import (
 	"github.com/tenzro/train/wire/safetensors"
 )
 
-// BenchmarkScore times the TimesFMScore evaluator on one submission — the
+// BenchmarkScore times a built-in evaluator (TimesFMScore; GraniteTTMScore
+// for the granite-* models) on one submission — the
 // losses of an own-shard and a control batch of SCORE_BATCH windows (default
 // 8) before and after the gradient, i.e. four forward passes of 8 windows —
 // against the aggregation of the same fragment by Mean over K=6 inputs,
@@ -30,7 +31,7 @@ import (
 // and aggregated fragment is the largest. Random weights: the cost does not
 // depend on the values.
 //
-//	SCORE_MODELS=demo,10m (default both) SCORE_BATCH=8
+//	SCORE_MODELS=demo,10m,granite-tiny,granite-1m (default all) SCORE_BATCH=8
 //	nice -n 10 go test ./bench/plugins -run '^$' -bench Score -benchtime 3x -timeout 30m
 func BenchmarkScore(b *testing.B) {
 	ctx := context.Background()
@@ -50,8 +51,12 @@ func BenchmarkScore(b *testing.B) {
 		}
 	}
 	models := []scoreModel{
-		{"demo", map[string]int{"context_len": 64, "horizon": 16, "patch_len": 8, "d_model": 64, "n_layers": 2, "n_heads": 4, "d_ff": 128}},
-		{"10m", map[string]int{"context_len": 512, "horizon": 64, "patch_len": 32, "d_model": 256, "n_layers": 12, "n_heads": 8, "d_ff": 1024}},
+		{"demo", "TimesFMScore", map[string]int{"context_len": 64, "horizon": 16, "patch_len": 8, "d_model": 64, "n_layers": 2, "n_heads": 4, "d_ff": 128}},
+		{"10m", "TimesFMScore", map[string]int{"context_len": 512, "horizon": 64, "patch_len": 32, "d_model": 256, "n_layers": 12, "n_heads": 8, "d_ff": 1024}},
+		// the trainer's Granite-TTM TINY config (models/granite_ttm.py)
+		{"granite-tiny", "GraniteTTMScore", map[string]int{"context_len": 64, "horizon": 16, "patch_len": 8, "d_model": 16, "num_layers": 2, "decoder_num_layers": 1}},
+		// a Granite-TTM of the published TTM's size class (~1.6M parameters, context 512, 8 patches)
+		{"granite-1m", "GraniteTTMScore", map[string]int{"context_len": 512, "horizon": 96, "patch_len": 64, "d_model": 192, "num_layers": 8, "decoder_num_layers": 2}},
 	}
 	want := os.Getenv("SCORE_MODELS")
 	for _, m := range models {
@@ -95,8 +100,49 @@ func BenchmarkScore(b *testing.B) {
 }
 
 type scoreModel struct {
-	name string
-	cfg  map[string]int
+	name, evaluator string
+	cfg             map[string]int
+}
+
+// modelShapes lists the tensors the model's evaluator takes.
+func (m scoreModel) shapes() map[string][]int64 {
+	if m.evaluator == "GraniteTTMScore" {
+		return graniteShapes(m.cfg)
+	}
+	return timesfmShapes(m.cfg)
+}
+
+// graniteShapes lists the Granite-TTM tensors (trainer models/granite_ttm.py:
+// granite-tsfm's TinyTimeMixerForPrediction, decoder_d_model = max(8,
+// d_model/2), scoring.md §2b).
+func graniteShapes(c map[string]int) map[string][]int64 {
+	P, D, H := int64(c["patch_len"]), int64(c["d_model"]), int64(c["horizon"])
+	T, Dd := int64(c["context_len"]/c["patch_len"]), max(int64(8), int64(c["d_model"]/2))
+	s := map[string][]int64{}
+	lin := func(p string, out, in int64) { s[p+".weight"], s[p+".bias"] = []int64{out, in}, []int64{out} }
+	mixers := func(base string, n int, d int64) {
+		for l := 0; l < n; l++ {
+			p := fmt.Sprintf("%s.%d.", base, l)
+			if T > 1 {
+				s[p+"patch_mixer.norm.norm.weight"], s[p+"patch_mixer.norm.norm.bias"] = []int64{d}, []int64{d}
+				lin(p+"patch_mixer.mlp.fc1", 2*T, T)
+				lin(p+"patch_mixer.mlp.fc2", T, 2*T)
+				lin(p+"patch_mixer.gating_block.attn_layer", T, T)
+			}
+			s[p+"feature_mixer.norm.norm.weight"], s[p+"feature_mixer.norm.norm.bias"] = []int64{d}, []int64{d}
+			lin(p+"feature_mixer.mlp.fc1", 2*d, d)
+			lin(p+"feature_mixer.mlp.fc2", d, 2*d)
+			lin(p+"feature_mixer.gating_block.attn_layer", d, d)
+		}
+	}
+	lin("net.backbone.encoder.patcher", D, P)
+	mixers("net.backbone.encoder.mlp_mixer_encoder.mixers", c["num_layers"], D)
+	if D != Dd {
+		lin("net.decoder.adapter", Dd, D)
+	}
+	mixers("net.decoder.decoder_block.mixers", c["decoder_num_layers"], Dd)
+	lin("net.head.base_forecast_block", H, T*Dd)
+	return s
 }
 
 // timesfmShapes lists the TimesFM-class tensors (trainer models/timesfm.py).
@@ -140,13 +186,13 @@ func scoreFixture(b *testing.B, e *wasm.Engine, m scoreModel, batch int) (wasm.S
 	r := rand.New(rand.NewPCG(7, uint64(len(m.name))))
 	var tensors []safetensors.Tensor
 	var total int64
-	for name, shape := range timesfmShapes(m.cfg) {
+	for name, shape := range m.shapes() {
 		n := int64(1)
 		for _, d := range shape {
 			n *= d
 		}
 		scale := 1 / math.Sqrt(float64(shape[len(shape)-1]))
-		if strings.HasSuffix(name, "norm") || strings.Contains(name, ".ln") || strings.HasPrefix(name, "ln_f") {
+		if strings.HasSuffix(name, "norm") || strings.Contains(name, ".ln") || strings.HasPrefix(name, "ln_f") || strings.Contains(name, ".norm.") {
 			scale = 0.1
 		}
 		tensors = append(tensors, safetensors.Tensor{Name: name, Dtype: "F32", Shape: shape, Data: randF32(r, n, scale)})
@@ -182,7 +228,7 @@ func scoreFixture(b *testing.B, e *wasm.Engine, m scoreModel, batch int) (wasm.S
 		in.Tensors = append(in.Tensors, infos...)
 	}
 	params, _ := jsonParams(m.cfg)
-	if in.Evaluator, err = e.ResolveScorer(ctx, "TimesFMScore", params); err != nil {
+	if in.Evaluator, err = e.ResolveScorer(ctx, m.evaluator, params); err != nil {
 		b.Fatal(err)
 	}
 	in.Gradient = randF32(r, fragN, 1e-3)

@@ -1,5 +1,6 @@
 // Package builtin holds the built-in plugins — rules, codecs and the
-// TimesFM-class evaluator (timesfmscore.c) —: C sources under src/, built
+// evaluators of the TimesFM-class and Granite-TTM families (timesfmscore.c,
+// granitettmscore.c) —: C sources under src/, built
 // reproducibly by build.sh into the committed .wasm files embedded here.
 package builtin
 

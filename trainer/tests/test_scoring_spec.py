@@ -33,3 +33,14 @@ def test_scoring_field_names_the_model_config_and_the_corpus(tmp_path: Path) -> 
 def test_scoring_field_refuses_other_families(tmp_path: Path) -> None:
     with pytest.raises(ValueError):
         scoring_field(Experiment(rpc="", workdir=tmp_path, family="chronos-bolt"), b"")
+
+
+def test_scoring_field_granite_ttm(tmp_path: Path) -> None:
+    """A granite-ttm experiment is scored by GraniteTTMScore with the adapter's configuration (TINY under the
+    metadata), the six parameters the evaluator's manifest takes."""
+    from tenzro_trainer.models.granite_ttm import TINY
+
+    e = Experiment(rpc="", workdir=tmp_path, family="granite-ttm", metadata={"d_model": 32, "stride": 2}, scoring=True)
+    f = scoring_field(e, b"a\n1.0\n")
+    assert f["evaluator"] == "GraniteTTMScore"
+    assert f["params"] == {**TINY, "d_model": 32}

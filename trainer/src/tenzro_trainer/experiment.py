@@ -193,18 +193,30 @@ def write_corpus_csv(e: Experiment) -> Path:
 SCORE_PARAMS = ("context_len", "horizon", "patch_len", "d_model", "n_layers", "n_heads", "d_ff")
 
 
+GRANITE_SCORE_PARAMS = ("context_len", "horizon", "patch_len", "d_model", "num_layers", "decoder_num_layers")
+GRANITE_FAMILIES = ("granite-ttm", "granite_ttm", "ttm", "granite")  # models.build's names for the family
+
+
 def scoring_field(e: Experiment, corpus: bytes) -> dict:
-    """The spec's scoring field for the TimesFM-class family: the built-in evaluator with the model's
-    configuration, every submission scored on batches of the corpus named by its content hash."""
-    if e.family != "timesfm":
-        raise ValueError(f"no built-in evaluator for family {e.family!r}")
+    """The spec's scoring field for a family with a built-in evaluator (TimesFM-class: TimesFMScore; Granite-TTM:
+    GraniteTTMScore): the evaluator with the model's configuration, every submission scored on batches of the
+    corpus named by its content hash."""
     md = e.metadata
-    if any(md.get(k) not in (None, md.get("d_ff")) for k in ("embed_hidden", "head_hidden")):
-        raise ValueError("TimesFMScore takes embed/head hidden widths equal to d_ff")
-    cfg = models.TimesFMConfig.from_metadata(md)
+    if e.family.lower() in GRANITE_FAMILIES:
+        from .models.granite_ttm import TINY as GRANITE_TINY
+
+        cfg_g = {**GRANITE_TINY, **md}
+        evaluator, params = "GraniteTTMScore", {k: int(cfg_g[k]) for k in GRANITE_SCORE_PARAMS}
+    elif e.family == "timesfm":
+        if any(md.get(k) not in (None, md.get("d_ff")) for k in ("embed_hidden", "head_hidden")):
+            raise ValueError("TimesFMScore takes embed/head hidden widths equal to d_ff")
+        cfg = models.TimesFMConfig.from_metadata(md)
+        evaluator, params = "TimesFMScore", {k: getattr(cfg, k) for k in SCORE_PARAMS}
+    else:
+        raise ValueError(f"no built-in evaluator for family {e.family!r}")
     field = {
-        "evaluator": "TimesFMScore",
-        "params": {k: getattr(cfg, k) for k in SCORE_PARAMS},
+        "evaluator": evaluator,
+        "params": params,
         "rate_bps": e.scoring_rate_bps,
         "batch": e.scoring_batch,
         "corpus": content_hash(corpus).hex(),
