@@ -144,6 +144,7 @@ func TestFusedFinalizeBudget(t *testing.T) {
 	const n, k = 5003, 4
 	ref := testEngine(t)
 	outer, _ := ref.ResolveOuter(ctx)
+	cache := t.TempDir() // the engines below compile the built-ins once
 	for _, rl := range []string{"Mean", "TrimmedMean{alpha_bps=2000}"} {
 		rule, err := ref.ResolveRule(ctx, rl, nil, 1, 1)
 		if err != nil {
@@ -170,9 +171,15 @@ func TestFusedFinalizeBudget(t *testing.T) {
 		}
 		aggFuel := agg.Fuel
 		stepFuel := full.Fuel - aggFuel
-		for _, budget := range []uint64{aggFuel, aggFuel - 1, stepFuel, stepFuel - 1, max(aggFuel, stepFuel)} {
-			fused := newEngine(t, Config{Fuel: budget})
-			wasm := newEngine(t, Config{Fuel: budget, WasmMean: true, WasmTrimmedMean: true, WasmOuter: true})
+		budgets := []uint64{aggFuel - 1, stepFuel - 1, max(aggFuel, stepFuel)} // each short, both fit exactly
+		if aggFuel < stepFuel {
+			budgets = append(budgets, aggFuel) // the aggregate fits, the step does not
+		} else if stepFuel < aggFuel {
+			budgets = append(budgets, stepFuel)
+		}
+		for _, budget := range budgets {
+			fused := newEngine(t, Config{Fuel: budget, CacheDir: cache})
+			wasm := newEngine(t, Config{Fuel: budget, CacheDir: cache, WasmMean: true, WasmTrimmedMean: true, WasmOuter: true})
 			want, werr := wasm.Finalize(ctx, in)
 			before := fusedSweeps.Load()
 			got, gerr := fused.Finalize(ctx, in)
