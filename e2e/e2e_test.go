@@ -59,7 +59,9 @@ type env struct {
 	rpc  string
 	addr string
 	// extra are more tenzro-node flags (a later --enclave overrides "none").
-	extra   []string
+	extra []string
+	// bin, when set, is the tenzro-node binary (default: binDir's).
+	bin     string
 	node    *exec.Cmd
 	nodeLog *os.File
 }
@@ -89,7 +91,11 @@ func (e *env) start() {
 	e.nodeLog = log
 	args := []string{"--dev", "--data-dir", filepath.Join(e.dir, "data"),
 		"--rpc-addr", e.addr, "--listen-addr", "/ip4/127.0.0.1/tcp/0", "--node-key", filepath.Join(e.keys, "node.key"), "--enclave", "none"}
-	cmd := exec.Command(filepath.Join(binDir, "tenzro-node"), append(args, e.extra...)...)
+	bin := filepath.Join(binDir, "tenzro-node")
+	if e.bin != "" {
+		bin = e.bin
+	}
+	cmd := exec.Command(bin, append(args, e.extra...)...)
 	cmd.Stdout, cmd.Stderr = log, log
 	if err := cmd.Start(); err != nil {
 		e.t.Fatal(err)

@@ -1,6 +1,7 @@
 package store
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -13,6 +14,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/tenzro/train/machine"
 	"github.com/tenzro/train/wire"
@@ -54,6 +56,19 @@ type Blobs struct {
 	count    int64
 	reserved int64
 	cap      int64
+
+	// Deferred writes (pending.go): blobs hashed and held in memory while
+	// their durable write runs.
+	pendMu        sync.Mutex
+	pending       map[wire.Hash]*pendingBlob
+	lost          map[wire.Hash]error // deferred writes given up at Close
+	free          [][]byte            // buffers of ended deferred writes (takeBuf)
+	pendWG        sync.WaitGroup
+	closing       bool
+	closed        chan struct{}
+	writeFailures int64
+	retryFirst    time.Duration
+	holdWrite     func(wire.Hash)
 }
 
 // BlobOptions tune a blob store. The zero value is usable.
@@ -66,6 +81,11 @@ type BlobOptions struct {
 	// NoSync skips fsync (tests and benchmarks of other parts only: a
 	// crash may then lose or truncate blobs).
 	NoSync bool
+	// HoldWrite, when set, is called on a deferred write's goroutine
+	// (WriteBlobAfter) before the write starts, and may block it: the
+	// crash tests' window between a commit and its durable write. Close
+	// waits for held writes. Tests only.
+	HoldWrite func(h wire.Hash)
 }
 
 // Blob store errors. Each is wrapped with context; test with errors.Is.
@@ -100,7 +120,8 @@ func OpenBlobs(dir string, opts BlobOptions) (*Blobs, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
-	s := &Blobs{dir: dir, maxSize: opts.MaxSize, noSync: opts.NoSync, log: opts.Logger}
+	s := &Blobs{dir: dir, maxSize: opts.MaxSize, noSync: opts.NoSync, log: opts.Logger, closed: make(chan struct{}), retryFirst: retryFirst,
+		holdWrite: opts.HoldWrite}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("open blob store %s: %w", dir, err)
 	}
@@ -165,8 +186,11 @@ func OpenBlobs(dir string, opts BlobOptions) (*Blobs, error) {
 	return s, nil
 }
 
-// Close releases the directory lock. Open blobs stay readable.
+// Close waits for the deferred writes (WriteBlobAfter; one that keeps
+// failing gets a last attempt) and releases the directory lock. Open blobs
+// stay readable.
 func (s *Blobs) Close() error {
+	s.flushPending()
 	if s.lock == nil {
 		return nil
 	}
@@ -188,7 +212,7 @@ func (s *Blobs) Path(h wire.Hash) string {
 	return filepath.Join(s.dir, x[:2], x)
 }
 
-// Has reports whether the blob h is stored.
+// Has reports whether the blob h is stored (pending included).
 func (s *Blobs) Has(ctx context.Context, h wire.Hash) (bool, error) {
 	_, err := s.Size(ctx, h)
 	if errors.Is(err, ErrBlobNotFound) {
@@ -201,6 +225,9 @@ func (s *Blobs) Has(ctx context.Context, h wire.Hash) (bool, error) {
 func (s *Blobs) Size(ctx context.Context, h wire.Hash) (int64, error) {
 	if err := ctx.Err(); err != nil {
 		return 0, err
+	}
+	if p := s.pendingOf(h); p != nil {
+		return int64(len(p.b)), nil
 	}
 	fi, err := os.Stat(s.Path(h))
 	if errors.Is(err, fs.ErrNotExist) {
@@ -316,10 +343,14 @@ func (c ctxReader) Read(p []byte) (int, error) {
 	return c.r.Read(p)
 }
 
-// Delete removes the blob h (absent is not an error). Readers that have it
-// open keep reading the old file.
+// Delete removes the blob h (absent is not an error), once its deferred
+// write, if any, has ended. Readers that have it open keep reading the old
+// file.
 func (s *Blobs) Delete(ctx context.Context, h wire.Hash) error {
 	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if err := s.Durable(ctx, h); err != nil && ctx.Err() != nil {
 		return err
 	}
 	p := s.Path(h)
@@ -378,10 +409,15 @@ func (s *Blobs) Open(ctx context.Context, h wire.Hash) (io.ReadCloser, int64, er
 	return b, b.Size(), nil
 }
 
-// OpenBlob opens the blob h read-only, or fails with ErrBlobNotFound.
+// OpenBlob opens the blob h read-only, or fails with ErrBlobNotFound. A
+// pending blob (WriteBlobAfter) is read from memory: the Blob then has no
+// file (Name "", File nil).
 func (s *Blobs) OpenBlob(ctx context.Context, h wire.Hash) (*Blob, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
+	}
+	if b := s.openPending(h); b != nil {
+		return b, nil
 	}
 	f, err := os.Open(s.Path(h))
 	if errors.Is(err, fs.ErrNotExist) {
@@ -416,11 +452,15 @@ func (s *Blobs) Map(ctx context.Context, h wire.Hash) ([]byte, func() error, err
 }
 
 // Blob is an open, immutable blob: read sequentially (Read, Seek), at
-// offsets (ReadAt) or mapped (Bytes).
+// offsets (ReadAt) or mapped (Bytes). A pending blob's is read from its
+// bytes in memory.
 type Blob struct {
-	f    *os.File
-	size int64
-	hash wire.Hash
+	f     *os.File
+	mem   *bytes.Reader // a pending blob: f is nil
+	memb  []byte
+	unref func() // lets go of a pending blob's bytes
+	size  int64
+	hash  wire.Hash
 
 	mu sync.Mutex
 	mm []byte
@@ -432,26 +472,49 @@ func (b *Blob) Size() int64 { return b.size }
 // Hash is the blob's content hash.
 func (b *Blob) Hash() wire.Hash { return b.hash }
 
-// Name is the blob's file path.
-func (b *Blob) Name() string { return b.f.Name() }
+// Name is the blob's file path ("" for a pending blob, read from memory).
+func (b *Blob) Name() string {
+	if b.mem != nil {
+		return ""
+	}
+	return b.f.Name()
+}
 
-// File is the underlying read-only file.
+// File is the underlying read-only file (nil for a pending blob).
 func (b *Blob) File() *os.File { return b.f }
 
 // Read reads from the current offset (the blob starts at 0).
-func (b *Blob) Read(p []byte) (int, error) { return b.f.Read(p) }
+func (b *Blob) Read(p []byte) (int, error) {
+	if b.mem != nil {
+		return b.mem.Read(p)
+	}
+	return b.f.Read(p)
+}
 
 // ReadAt reads len(p) bytes at off.
-func (b *Blob) ReadAt(p []byte, off int64) (int, error) { return b.f.ReadAt(p, off) }
+func (b *Blob) ReadAt(p []byte, off int64) (int, error) {
+	if b.mem != nil {
+		return b.mem.ReadAt(p, off)
+	}
+	return b.f.ReadAt(p, off)
+}
 
 // Seek sets the offset of the next Read.
-func (b *Blob) Seek(off int64, whence int) (int64, error) { return b.f.Seek(off, whence) }
+func (b *Blob) Seek(off int64, whence int) (int64, error) {
+	if b.mem != nil {
+		return b.mem.Seek(off, whence)
+	}
+	return b.f.Seek(off, whence)
+}
 
 // Bytes maps the blob read-only and returns its bytes, valid until Close.
 // Repeated calls return the same mapping.
 func (b *Blob) Bytes() ([]byte, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	if b.mem != nil {
+		return b.memb, nil
+	}
 	if b.mm != nil || b.size == 0 {
 		if b.mm == nil {
 			return []byte{}, nil
@@ -470,6 +533,11 @@ func (b *Blob) Bytes() ([]byte, error) {
 func (b *Blob) Close() error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	if b.mem != nil {
+		b.mem, b.memb = nil, nil
+		b.unref()
+		return nil
+	}
 	var err error
 	if b.mm != nil {
 		err = unmap(b.mm)
@@ -525,6 +593,9 @@ type BlobWriter struct {
 	done    bool
 	// held is the disk reservation this write still holds.
 	held int64
+	// trusted: the bytes were hashed before (a deferred write of bytes
+	// held in memory); they are written without a second hash.
+	trusted bool
 }
 
 // Write appends p. It refuses (writing nothing of p) when p would take the
@@ -543,6 +614,10 @@ func (w *BlobWriter) Write(p []byte) (int, error) {
 	if err := w.s.hooks.err(hookWrite); err != nil {
 		w.err = fmt.Errorf("blob store: write %s: %w", w.h, err)
 		return 0, w.err
+	}
+	if w.trusted {
+		n, err := w.f.Write(p)
+		return n, w.wrote(n, err)
 	}
 	if len(p) < 2*hashPiece {
 		n, err := w.f.Write(p)
@@ -702,7 +777,7 @@ func (w *BlobWriter) Commit(ctx context.Context) (created bool, err error) {
 	if err := ctx.Err(); err != nil {
 		return false, err
 	}
-	if got := w.hasher.Sum(); got != w.h {
+	if got := w.hasher.Sum(); !w.trusted && got != w.h {
 		return false, fmt.Errorf("blob of %d bytes hashes to %s, expected %s: %w", w.n, got, w.h, ErrBlobMismatch)
 	}
 	if err := w.s.hooks.err(hookSync); err != nil {

@@ -38,6 +38,11 @@ const (
 	abstainMax   = 5 * time.Minute
 )
 
+// durableWait bounds how long a read of a blob whose deferred write is
+// running waits for its file before it reads the bytes from memory
+// (storedBlob): a healthy write ends in well under a second.
+var durableWait = 5 * time.Second // a variable for tests (export_test.go)
+
 type abstention struct {
 	until time.Time
 	delay time.Duration
@@ -167,6 +172,11 @@ func (n *Node) plan(ctx context.Context) (*plan, error) {
 
 // Run drives the worker and the daemon from new blocks until ctx ends.
 func (n *Node) Run(ctx context.Context) error {
+	// The state this node committed but had not written when it stopped
+	// (restore.go), before the worker may need it.
+	if _, err := n.RestoreState(ctx); err != nil && ctx.Err() == nil {
+		n.log.Error("restore state: the committed state this node lacks could not be re-derived or fetched; commits that need it abstain", "err", err)
+	}
 	t := time.NewTicker(time.Second) // a fallback: blocks wake it sooner
 	defer t.Stop()
 	var wg sync.WaitGroup
@@ -487,9 +497,10 @@ func (n *Node) syncRun(ctx context.Context, task string, wait bool) (int, error)
 		delete(n.w.abstain, task)
 		n.w.mu.Unlock()
 	}
-	// The new weights and momentum were stored (synced) as computeCommit
-	// hashed them, before the commits that name them are sent: any node may
-	// then fetch them by hash.
+	// The new weights and momentum were hashed as computeCommit copied
+	// them into the blob store's memory: any node may fetch them by hash
+	// now, from memory until their durable write (started then, not
+	// awaited) ends. A crash before it ends is RestoreState's.
 	me := n.cfg.Signer.DID()
 	pend := make([]machine.Pending, len(out))
 	for k, c := range out {
@@ -864,15 +875,22 @@ func (n *Node) applyCopyRule(s *snapshot, i int, fc *wire.FragmentCommit, values
 
 // writeState hashes a fragment's new weights (their canonical safetensors
 // file) and momentum as they are written — to the blob store when store is
-// set — each once, the two at the same time, and sets fc's hashes.
+// set — each once, the two at the same time, and sets fc's hashes. A file
+// store takes them as deferred writes (blobWriterAfter): they are copied
+// into memory as they are hashed and readable at once, and their durable
+// write ends after this returns, off the commit's critical path
+// (restore.go says what a crash in between costs).
 func (n *Node) writeState(ctx context.Context, store bool, fl *machine.FragLayout, weights, momentum []byte, fc *wire.FragmentCommit) error {
-	write := func(put func(io.Writer) error) (wire.Hash, error) {
+	write := func(size int64, put func(io.Writer) error) (wire.Hash, error) {
 		if !store {
 			h := wire.NewContentHasher()
 			if err := put(h); err != nil {
 				return wire.Hash{}, err
 			}
 			return h.Sum(), nil
+		}
+		if bw, ok := n.blobs.(blobWriterAfter); ok {
+			return bw.WriteBlobAfter(ctx, size, put)
 		}
 		if bw, ok := n.blobs.(blobWriter); ok {
 			return bw.WriteBlob(ctx, int64(machine.MaxInitWeights), put)
@@ -889,10 +907,13 @@ func (n *Node) writeState(ctx context.Context, store bool, fl *machine.FragLayou
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		fc.MomentumAfter, mErr = write(func(w io.Writer) error { _, err := w.Write(momentum); return err })
+		fc.MomentumAfter, mErr = write(int64(len(momentum)), func(w io.Writer) error { _, err := w.Write(momentum); return err })
 	}()
-	var wErr error
-	fc.WeightsAfter, wErr = write(func(w io.Writer) error { _, err := WriteFragment(w, fl.Tensors, weights); return err })
+	// The weights file's size: its header and the values (counted, not read).
+	size, wErr := WriteFragment(countWriter{}, fl.Tensors, weights)
+	if wErr == nil {
+		fc.WeightsAfter, wErr = write(size, func(w io.Writer) error { _, err := WriteFragment(w, fl.Tensors, weights); return err })
+	}
 	wg.Wait()
 	if wErr != nil {
 		return fmt.Errorf("store new weights: %w", wErr)
@@ -918,15 +939,55 @@ type blobWriter interface {
 	WriteBlob(ctx context.Context, limit int64, write func(io.Writer) error) (wire.Hash, error)
 }
 
+// blobWriterAfter stores a blob as a deferred write: hashed as it is
+// copied into memory, readable at once, durable later
+// (store.Blobs.WriteBlobAfter).
+type blobWriterAfter interface {
+	WriteBlobAfter(ctx context.Context, size int64, write func(io.Writer) error) (wire.Hash, error)
+}
+
+// blobDurability says whether a blob's deferred write is running and
+// waits for it (store.Blobs.Pending, Durable).
+type blobDurability interface {
+	Pending(h wire.Hash) bool
+	Durable(ctx context.Context, h wire.Hash) error
+}
+
+// countWriter counts what is written to it.
+type countWriter struct{}
+
+func (countWriter) Write(p []byte) (int, error) { return len(p), nil }
+
 // storedBlob returns the blob h (fetched when this node lacks it) and the
 // function that releases it; checked says its hash was checked already
 // (this node's file store checked it as it was written, or it was fetched
 // and checked now); path is its file when the store has files.
+// A blob whose deferred write is still running (the state this node
+// committed last) is waited for, so that its file can be opened by path (the engine's worker
+// maps it): the next commit that reads it comes a round later, long after
+// the write ended. When that write keeps failing, the bytes in memory are
+// returned without a path (the engine copies them).
 func (n *Node) storedBlob(ctx context.Context, h wire.Hash, maxSize uint64, provider string) (b []byte, release func(), checked bool, path string, err error) {
 	bf, files := n.blobs.(blobFiles)
 	if files {
+		onDisk := true
+		if d, ok := n.blobs.(blobDurability); ok && d.Pending(h) {
+			wait, cancel := context.WithTimeout(ctx, durableWait)
+			err := d.Durable(wait, h)
+			cancel()
+			if err != nil {
+				if ctx.Err() != nil {
+					return nil, nil, false, "", ctx.Err()
+				}
+				n.log.Warn("blob write not durable yet; reading it from memory", "hash", h, "err", err)
+				onDisk = false
+			}
+		}
 		b, release, err := loadBlob(ctx, n.blobs, h)
 		if err == nil {
+			if !onDisk {
+				return b, release, true, "", nil
+			}
 			return b, release, true, bf.Path(h), nil
 		}
 		if !errors.Is(err, machine.ErrNotFound) {

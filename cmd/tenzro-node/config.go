@@ -109,6 +109,9 @@ type Config struct {
 
 	// fault is set by the faultinject build's flags only (fault_inject.go).
 	fault *syncer.Fault
+	// holdWrites holds the blob store's deferred writes (faultinject
+	// builds' --fault-hold-state-writes only: the crash tests' window).
+	holdWrites func(wire.Hash)
 
 	// rpcSet and listenSet say whether --rpc-addr and --listen-addr were
 	// given (else a home's own addresses apply).
@@ -301,6 +304,9 @@ func loadConfig(fs *pflag.FlagSet, path string) (Config, error) {
 		return cfg, err
 	}
 	cfg.fault = fault
+	if cfg.holdWrites, err = holdWritesFromFlags(fs); err != nil {
+		return cfg, err
+	}
 	if cfg.Home != "" && !k.Exists("data-dir") {
 		// A home's node keeps its store, blobs and key beside the chain.
 		cfg.DataDir = filepath.Join(cfg.Home, "node")

@@ -4,12 +4,15 @@ package main
 
 import (
 	"fmt"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 
 	"github.com/spf13/pflag"
 
 	"github.com/tenzro/train/syncer"
+	"github.com/tenzro/train/wire"
 )
 
 // Fault injection for the challenge tests (build tag faultinject only: a
@@ -20,6 +23,7 @@ func addFaultFlags(f *pflag.FlagSet) {
 	f.String("fault-wrong-aggregate", "", "TEST BUILD ONLY: as syncer, commit a wrong aggregate hash for ROUND:FRAGMENT of every run")
 	f.String("fault-wrong-score", "", "TEST BUILD ONLY: as syncer, commit an inverted pay verdict on the first scored input of ROUND:FRAGMENT of every scored run")
 	f.String("fault-wrong-stale", "", "TEST BUILD ONLY: as syncer, name the first kept input of ROUND:FRAGMENT (ROUND ≥ 1) a replay of its trainer's round ROUND−1 input")
+	f.String("fault-hold-state-writes", "", "TEST BUILD ONLY: hold every deferred blob write (a syncer's new weights and momentum) before it starts: create DIR/<hash>.held, then wait until a writer opens the fifo DIR/release (crash tests of the window between a commit and its durable write)")
 	f.String("fault-withhold", "", "TEST BUILD ONLY: as syncer, withhold the payloads of ROUND:FRAGMENT once committed")
 }
 
@@ -62,4 +66,26 @@ func parseFaultAt(s string) (*syncer.FaultAt, error) {
 		return nil, fmt.Errorf("%q: want ROUND:FRAGMENT", s)
 	}
 	return &syncer.FaultAt{Round: round, Fragment: frag}, nil
+}
+
+// holdWritesFromFlags is --fault-hold-state-writes DIR: each deferred write
+// announces itself with DIR/<hash>.held, then blocks opening the fifo
+// DIR/release for reading (until a writer opens it; forever when the test
+// kills the node instead).
+func holdWritesFromFlags(fs *pflag.FlagSet) (func(wire.Hash), error) {
+	dir, _ := fs.GetString("fault-hold-state-writes")
+	if dir == "" {
+		return nil, nil
+	}
+	if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {
+		return nil, fmt.Errorf("--fault-hold-state-writes %s: not a directory", dir)
+	}
+	return func(h wire.Hash) {
+		if err := os.WriteFile(filepath.Join(dir, h.String()+".held"), nil, 0o644); err != nil {
+			return
+		}
+		if f, err := os.OpenFile(filepath.Join(dir, "release"), os.O_RDONLY, 0); err == nil {
+			f.Close()
+		}
+	}, nil
 }

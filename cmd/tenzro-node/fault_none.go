@@ -6,6 +6,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/tenzro/train/syncer"
+	"github.com/tenzro/train/wire"
 )
 
 // Builds without the faultinject tag (production included) have no fault
@@ -14,3 +15,5 @@ import (
 func addFaultFlags(*pflag.FlagSet) {}
 
 func faultFromFlags(*pflag.FlagSet) (*syncer.Fault, error) { return nil, nil }
+
+func holdWritesFromFlags(*pflag.FlagSet) (func(wire.Hash), error) { return nil, nil }

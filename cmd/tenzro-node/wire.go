@@ -94,7 +94,7 @@ func runNode(ctx context.Context, cfg Config, log *slog.Logger) (err error) {
 	if err := checkNodeStore(ctx, db, cfg.DataDir); err != nil {
 		return err
 	}
-	blobs, err := store.OpenBlobs(filepath.Join(cfg.DataDir, "blobs"), store.BlobOptions{MaxSize: machine.MaxInitWeights, Logger: log.With("component", "blobs")})
+	blobs, err := store.OpenBlobs(filepath.Join(cfg.DataDir, "blobs"), store.BlobOptions{MaxSize: machine.MaxInitWeights, Logger: log.With("component", "blobs"), HoldWrite: cfg.holdWrites})
 	if err != nil {
 		return fmt.Errorf("open blob store: %w", err)
 	}

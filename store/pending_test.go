@@ -1,0 +1,315 @@
+package store
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"os"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/tenzro/train/wire"
+)
+
+// writeAfter stores data with WriteBlobAfter, written in two pieces (a
+// header and the values, as a weights file is).
+func writeAfter(t *testing.T, s *Blobs, data []byte) wire.Hash {
+	t.Helper()
+	h, err := s.WriteBlobAfter(context.Background(), int64(len(data)), func(w io.Writer) error {
+		if _, err := w.Write(data[:min(100, len(data))]); err != nil {
+			return err
+		}
+		_, err := w.Write(data[min(100, len(data)):])
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h != wire.ContentHash(data) {
+		t.Fatalf("WriteBlobAfter hash %s, want %s", h, wire.ContentHash(data))
+	}
+	return h
+}
+
+// readAll checks every way of reading blob h gives data.
+func readAll(t *testing.T, s *Blobs, h wire.Hash, data []byte) {
+	t.Helper()
+	ctx := context.Background()
+	if ok, err := s.Has(ctx, h); err != nil || !ok {
+		t.Fatalf("Has: %v %v", ok, err)
+	}
+	if n, err := s.Size(ctx, h); err != nil || n != int64(len(data)) {
+		t.Fatalf("Size: %d %v, want %d", n, err, len(data))
+	}
+	if got, err := s.Get(ctx, h); err != nil || !bytes.Equal(got, data) {
+		t.Fatalf("Get: %v, equal %v", err, bytes.Equal(got, data))
+	}
+	m, release, err := s.Map(ctx, h)
+	if err != nil || !bytes.Equal(m, data) {
+		t.Fatalf("Map: %v", err)
+	}
+	_ = release()
+	b, err := s.OpenBlob(ctx, h)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	part := make([]byte, 1000)
+	if _, err := b.ReadAt(part, 5000); err != nil || !bytes.Equal(part, data[5000:6000]) {
+		t.Fatalf("ReadAt: %v", err)
+	}
+	if _, err := b.Seek(7, io.SeekStart); err != nil {
+		t.Fatal(err)
+	}
+	if rest, err := io.ReadAll(b); err != nil || !bytes.Equal(rest, data[7:]) {
+		t.Fatalf("Seek+Read: %v", err)
+	}
+}
+
+// holdWrites makes every deferred write wait until release is closed; held
+// receives each hash as its write starts waiting.
+func holdWrites() (hold func(wire.Hash), held chan wire.Hash, release chan struct{}) {
+	held, release = make(chan wire.Hash, 16), make(chan struct{})
+	return func(h wire.Hash) { held <- h; <-release }, held, release
+}
+
+// TestWriteBlobAfterServesPending: while the durable write is held, the
+// blob is served from memory, byte-identical, by every reader, and no file
+// is named; once it is released the file is whole and nothing is pending.
+func TestWriteBlobAfterServesPending(t *testing.T) {
+	hold, held, release := holdWrites()
+	s, err := OpenBlobs(t.TempDir(), BlobOptions{HoldWrite: hold, Logger: discard()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	data := blobData(7, 3<<20+123)
+	h := writeAfter(t, s, data)
+	if got := <-held; got != h {
+		t.Fatalf("held %s, want %s", got, h)
+	}
+	if !s.Pending(h) {
+		t.Fatal("not pending while its write is held")
+	}
+	if _, err := os.Stat(s.Path(h)); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("file named before the write: %v", err)
+	}
+	readAll(t, s, h, data)
+	// A reader that holds the pending bytes past the write keeps them.
+	holder, err := s.OpenBlob(context.Background(), h)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A second write of the same bytes joins the pending one.
+	if h2 := writeAfter(t, s, data); h2 != h {
+		t.Fatal("second write, another hash")
+	}
+	// Put of the same hash is a no-op (the blob is there).
+	if err := s.Put(context.Background(), h, data); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := s.Durable(ctx, h); err == nil {
+		t.Fatal("Durable returned before the write with a cancelled context")
+	}
+	close(release)
+	if err := s.Durable(context.Background(), h); err != nil {
+		t.Fatal(err)
+	}
+	if s.Pending(h) {
+		t.Fatal("pending after Durable")
+	}
+	raw, err := os.ReadFile(s.Path(h))
+	if err != nil || wire.ContentHash(raw) != h {
+		t.Fatalf("file after the write: %v", err)
+	}
+	readAll(t, s, h, data)
+	if l := leftovers(t, s.Dir()); len(l) > 0 {
+		t.Fatalf("left behind: %v", l)
+	}
+	// Its buffer is not reused while the reader holds it: a write of
+	// other bytes of the same size takes a new one.
+	other := blobData(8, len(data))
+	h2 := writeAfter(t, s, other)
+	<-held
+	if err := s.Durable(context.Background(), h2); err != nil {
+		t.Fatal(err)
+	}
+	got := make([]byte, len(data))
+	if _, err := holder.ReadAt(got, 0); err != nil || !bytes.Equal(got, data) {
+		t.Fatalf("a held pending blob changed under its reader: %v", err)
+	}
+	// Once let go, the next write of that size reuses a kept buffer, and
+	// every blob still reads right.
+	if err := holder.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s.pendMu.Lock()
+	kept := len(s.free)
+	s.pendMu.Unlock()
+	if kept != 2 {
+		t.Fatalf("%d buffers kept after both writes ended, want 2", kept)
+	}
+	third := blobData(9, len(data))
+	h3 := writeAfter(t, s, third)
+	<-held
+	if err := s.Durable(context.Background(), h3); err != nil {
+		t.Fatal(err)
+	}
+	readAll(t, s, h, data)
+	readAll(t, s, h2, other)
+	readAll(t, s, h3, third)
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestWriteBlobAfterDiskFull: the durable write fails (ENOSPC at the
+// write, then at the fsync); the node keeps serving the right bytes from
+// memory, never names a partial file, retries, and completes once the disk
+// has room.
+func TestWriteBlobAfterDiskFull(t *testing.T) {
+	var logs syncBuffer
+	s, err := OpenBlobs(t.TempDir(), BlobOptions{Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	s.retryFirst = time.Millisecond
+	full := &blobHooks{fail: map[hookPoint]error{hookWrite: syscall.ENOSPC, hookSync: syscall.ENOSPC}}
+	s.hooks = full
+	data := blobData(9, 1<<20+5)
+	h := writeAfter(t, s, data)
+	deadline := time.Now().Add(time.Minute)
+	for s.WriteFailures() < 3 {
+		if time.Now().After(deadline) {
+			t.Fatal("no retries seen")
+		}
+		readAll(t, s, h, data) // right bytes, from memory, while the disk is full
+		if _, err := os.Stat(s.Path(h)); !errors.Is(err, os.ErrNotExist) {
+			t.Fatalf("file named while its writes fail: %v", err)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	full.mu.Lock()
+	delete(full.fail, hookWrite) // the write passes, the fsync still fails
+	full.mu.Unlock()
+	for n := s.WriteFailures(); s.WriteFailures() < n+2; {
+		if time.Now().After(deadline) {
+			t.Fatal("no retries seen")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if _, err := os.Stat(s.Path(h)); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("file named after a failed fsync: %v", err)
+	}
+	full.mu.Lock()
+	delete(full.fail, hookSync)
+	full.mu.Unlock()
+	if err := s.Durable(context.Background(), h); err != nil {
+		t.Fatal(err)
+	}
+	raw, err := os.ReadFile(s.Path(h))
+	if err != nil || !bytes.Equal(raw, data) {
+		t.Fatalf("file after the disk has room: %v", err)
+	}
+	for _, want := range []string{"deferred write failed; the bytes stay served from memory, retrying", "no space left on device", "deferred write succeeded after failures"} {
+		if !strings.Contains(logs.String(), want) {
+			t.Fatalf("log lacks %q:\n%s", want, logs.String())
+		}
+	}
+	if l := leftovers(t, s.Dir()); len(l) > 0 {
+		t.Fatalf("left behind: %v", l)
+	}
+}
+
+// TestWriteBlobAfterCloseGivesUp: a write that still fails when the store
+// closes gets a last attempt and is given up: Durable says why, nothing is
+// named, and a new store in the directory has no such blob (what the
+// node's restart re-derives).
+func TestWriteBlobAfterCloseGivesUp(t *testing.T) {
+	dir := t.TempDir()
+	s, err := OpenBlobs(dir, BlobOptions{Logger: discard()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.retryFirst = time.Hour // the retry waits for Close
+	s.hooks = &blobHooks{fail: map[hookPoint]error{hookRename: syscall.EIO}}
+	data := blobData(11, 70000)
+	h := writeAfter(t, s, data)
+	for s.WriteFailures() < 1 {
+		time.Sleep(time.Millisecond)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Durable(context.Background(), h); !errors.Is(err, syscall.EIO) {
+		t.Fatalf("Durable after a given-up write: %v", err)
+	}
+	if _, err := s.WriteBlobAfter(context.Background(), 1, func(w io.Writer) error { _, err := w.Write([]byte{1}); return err }); err == nil {
+		t.Fatal("deferred write accepted after Close")
+	}
+	s2 := openTestBlobs(t, dir)
+	if ok, _ := s2.Has(context.Background(), h); ok {
+		t.Fatal("a given-up write left a blob")
+	}
+	if l := leftovers(t, dir); len(l) > 0 {
+		t.Fatalf("left behind: %v", l)
+	}
+}
+
+// TestWriteBlobAfterRefusals: a write of other than the announced size,
+// or a failing producer, keeps nothing.
+func TestWriteBlobAfterRefusals(t *testing.T) {
+	s := openTestBlobs(t, t.TempDir())
+	ctx := context.Background()
+	boom := errors.New("producer failed")
+	for name, tc := range map[string]struct {
+		size  int64
+		write func(io.Writer) error
+		want  error
+	}{
+		"more":   {4, func(w io.Writer) error { _, err := w.Write([]byte("hello")); return err }, ErrBlobTooLarge},
+		"fewer":  {6, func(w io.Writer) error { _, err := w.Write([]byte("hello")); return err }, nil},
+		"failed": {5, func(w io.Writer) error { _, _ = w.Write([]byte("hel")); return boom }, boom},
+		"huge":   {s.MaxSize() + 1, func(io.Writer) error { return nil }, ErrBlobTooLarge},
+	} {
+		t.Run(name, func(t *testing.T) {
+			h, err := s.WriteBlobAfter(ctx, tc.size, tc.write)
+			if err == nil || (tc.want != nil && !errors.Is(err, tc.want)) {
+				t.Fatalf("err %v, want %v", err, tc.want)
+			}
+			if !h.IsZero() || s.Pending(wire.ContentHash([]byte("hello"))) {
+				t.Fatal("refused write left something")
+			}
+		})
+	}
+	if n := checkAllBlobs(t, s); n != 0 {
+		t.Fatalf("%d blobs after refusals", n)
+	}
+}
+
+func discard() *slog.Logger { return slog.New(slog.DiscardHandler) }
+
+// syncBuffer is a bytes.Buffer safe for the store's goroutines.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
