@@ -134,10 +134,11 @@ func lossDigest(o ScoreOutput) string {
 // scoreDigest is lossDigest and the fuel.
 func scoreDigest(o ScoreOutput) string { return fmt.Sprintf("%s/%d", lossDigest(o), o.Fuel) }
 
-var scoreCases = []string{"odd", "tiny", "tiny_bf16", "granite_odd", "granite_flat", "granite_tiny", "granite_tiny_bf16", "granite_narrow"}
+var scoreCases = []string{"odd", "tiny", "tiny_bf16", "granite_odd", "granite_flat", "granite_tiny", "granite_tiny_bf16", "granite_narrow",
+	"chronos_tiny", "chronos_odd", "chronos_long", "chronos_tiny_bf16"}
 
 // TestScoreMatchesPyTorch runs the evaluator of each case (TimesFMScore;
-// GraniteTTMScore for the granite_* cases) on the reference vectors and
+// GraniteTTMScore for the granite_* cases, ChronosBoltScore for chronos_*) on the reference vectors and
 // compares its losses with PyTorch's float64 run of the trainer's own model: every loss within 2e-6 relative, and every loss
 // change (before − after, the score) within 2e-6 of the loss — the f32
 // forward pass against f64. PyTorch's own float32 run is held to the same
@@ -239,6 +240,11 @@ func TestScoreGolden(t *testing.T) {
 		"granite_tiny":      "7612861e7f838ae8/13019879",
 		"granite_tiny_bf16": "e3fa858c22c5d64a/12886533",
 		"granite_narrow":    "19ffae990f6f3206/3459550",
+		// ChronosBoltScore (scoring.md §2c)
+		"chronos_tiny":      "e2896c1af1f57168/19986040",
+		"chronos_odd":       "570f5d063bdcc563/11332390",
+		"chronos_long":      "52e47092c4b61836/9219280",
+		"chronos_tiny_bf16": "d3de2ddb84876b70/21681962",
 	}
 	for _, name := range scoreCases {
 		c := loadScoreCase(t, name)

@@ -13,8 +13,9 @@ import (
 // it could only fail on every input, so TaskSpec.Validate refuses the pair.
 // An evaluator named by hash (a published plugin) is not tied to a family.
 var builtinEvaluatorFamilies = map[string][]string{
-	"TimesFMScore":    {"timesfm", "timesfm-class"},
-	"GraniteTTMScore": {"granite-ttm", "granite_ttm", "ttm", "granite"},
+	"TimesFMScore":     {"timesfm", "timesfm-class"},
+	"GraniteTTMScore":  {"granite-ttm", "granite_ttm", "ttm", "granite"},
+	"ChronosBoltScore": {"chronos-bolt", "chronos_bolt", "chronos"},
 }
 
 // CheckEvaluatorFamily refuses a built-in evaluator named for a model family

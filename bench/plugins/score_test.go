@@ -20,7 +20,7 @@ import (
 )
 
 // BenchmarkScore times a built-in evaluator (TimesFMScore; GraniteTTMScore
-// for the granite-* models) on one submission — the
+// for the granite-* models, ChronosBoltScore for chronos-*) on one submission — the
 // losses of an own-shard and a control batch of SCORE_BATCH windows (default
 // 8) before and after the gradient, i.e. four forward passes of 8 windows —
 // against the aggregation of the same fragment by Mean over K=6 inputs,
@@ -31,7 +31,7 @@ import (
 // and aggregated fragment is the largest. Random weights: the cost does not
 // depend on the values.
 //
-//	SCORE_MODELS=demo,10m,granite-tiny,granite-1m (default all) SCORE_BATCH=8
+//	SCORE_MODELS=demo,10m,granite-tiny,granite-1m,chronos-tiny,chronos-1m (default all) SCORE_BATCH=8
 //	nice -n 10 go test ./bench/plugins -run '^$' -bench Score -benchtime 3x -timeout 30m
 func BenchmarkScore(b *testing.B) {
 	ctx := context.Background()
@@ -57,6 +57,10 @@ func BenchmarkScore(b *testing.B) {
 		{"granite-tiny", "GraniteTTMScore", map[string]int{"context_len": 64, "horizon": 16, "patch_len": 8, "d_model": 16, "num_layers": 2, "decoder_num_layers": 1}},
 		// a Granite-TTM of the published TTM's size class (~1.6M parameters, context 512, 8 patches)
 		{"granite-1m", "GraniteTTMScore", map[string]int{"context_len": 512, "horizon": 96, "patch_len": 64, "d_model": 192, "num_layers": 8, "decoder_num_layers": 2}},
+		// the trainer's Chronos-Bolt TINY config (models/chronos_bolt.py)
+		{"chronos-tiny", "ChronosBoltScore", map[string]int{"context_len": 64, "horizon": 16, "patch_len": 8, "d_model": 32, "d_ff": 64, "num_layers": 1, "num_decoder_layers": 1, "num_heads": 2, "d_kv": 16}},
+		// a ~1.4M-parameter Chronos-Bolt (context 512 in 32 patches of 16, 2 + 2 blocks of width 128)
+		{"chronos-1m", "ChronosBoltScore", map[string]int{"context_len": 512, "horizon": 64, "patch_len": 16, "d_model": 128, "d_ff": 512, "num_layers": 2, "num_decoder_layers": 2, "num_heads": 4, "d_kv": 32}},
 	}
 	want := os.Getenv("SCORE_MODELS")
 	for _, m := range models {
@@ -106,8 +110,11 @@ type scoreModel struct {
 
 // modelShapes lists the tensors the model's evaluator takes.
 func (m scoreModel) shapes() map[string][]int64 {
-	if m.evaluator == "GraniteTTMScore" {
+	switch m.evaluator {
+	case "GraniteTTMScore":
 		return graniteShapes(m.cfg)
+	case "ChronosBoltScore":
+		return chronosShapes(m.cfg)
 	}
 	return timesfmShapes(m.cfg)
 }
@@ -142,6 +149,49 @@ func graniteShapes(c map[string]int) map[string][]int64 {
 	}
 	mixers("net.decoder.decoder_block.mixers", c["decoder_num_layers"], Dd)
 	lin("net.head.base_forecast_block", H, T*Dd)
+	return s
+}
+
+// chronosShapes lists the Chronos-Bolt tensors (trainer models/chronos_bolt.py:
+// chronos-forecasting's ChronosBoltModelForForecasting, scoring.md §2c).
+func chronosShapes(c map[string]int) map[string][]int64 {
+	P, D, F, H := int64(c["patch_len"]), int64(c["d_model"]), int64(c["d_ff"]), int64(c["horizon"])
+	NH, I := int64(c["num_heads"]), int64(c["num_heads"]*c["d_kv"])
+	s := map[string][]int64{"net.shared.weight": {2, D}}
+	res := func(p string, in, out int64) {
+		s[p+".hidden_layer.weight"], s[p+".hidden_layer.bias"] = []int64{F, in}, []int64{F}
+		s[p+".output_layer.weight"], s[p+".output_layer.bias"] = []int64{out, F}, []int64{out}
+		s[p+".residual_layer.weight"], s[p+".residual_layer.bias"] = []int64{out, in}, []int64{out}
+	}
+	attn := func(p string) {
+		for _, n := range []string{"q", "k", "v"} {
+			s[p+"."+n+".weight"] = []int64{I, D}
+		}
+		s[p+".o.weight"] = []int64{D, I}
+	}
+	stack := func(base string, n int, decoder bool) {
+		for l := 0; l < n; l++ {
+			p := fmt.Sprintf("%s.block.%d.layer.", base, l)
+			s[p+"0.layer_norm.weight"] = []int64{D}
+			attn(p + "0.SelfAttention")
+			if l == 0 {
+				s[p+"0.SelfAttention.relative_attention_bias.weight"] = []int64{32, NH}
+			}
+			ff := "1"
+			if decoder {
+				s[p+"1.layer_norm.weight"] = []int64{D}
+				attn(p + "1.EncDecAttention")
+				ff = "2"
+			}
+			s[p+ff+".layer_norm.weight"] = []int64{D}
+			s[p+ff+".DenseReluDense.wi.weight"], s[p+ff+".DenseReluDense.wo.weight"] = []int64{F, D}, []int64{D, F}
+		}
+		s[base+".final_layer_norm.weight"] = []int64{D}
+	}
+	res("net.input_patch_embedding", 2*P, D)
+	stack("net.encoder", c["num_layers"], false)
+	stack("net.decoder", c["num_decoder_layers"], true)
+	res("net.output_patch_embedding", D, 9*H)
 	return s
 }
 

@@ -1,7 +1,7 @@
 // Package builtin holds the built-in plugins — rules, codecs and the
-// evaluators of the TimesFM-class and Granite-TTM families (timesfmscore.c,
-// granitettmscore.c) —: C sources under src/, built
-// reproducibly by build.sh into the committed .wasm files embedded here.
+// evaluators of the TimesFM-class, Granite-TTM and Chronos-Bolt families
+// (timesfmscore.c, granitettmscore.c, chronosboltscore.c) —: C sources under
+// src/, built reproducibly by build.sh into the committed .wasm files embedded here.
 package builtin
 
 import (

@@ -32,7 +32,7 @@ def test_scoring_field_names_the_model_config_and_the_corpus(tmp_path: Path) -> 
 
 def test_scoring_field_refuses_other_families(tmp_path: Path) -> None:
     with pytest.raises(ValueError):
-        scoring_field(Experiment(rpc="", workdir=tmp_path, family="chronos-bolt"), b"")
+        scoring_field(Experiment(rpc="", workdir=tmp_path, family="moirai"), b"")
 
 
 def test_scoring_field_granite_ttm(tmp_path: Path) -> None:
@@ -44,3 +44,16 @@ def test_scoring_field_granite_ttm(tmp_path: Path) -> None:
     f = scoring_field(e, b"a\n1.0\n")
     assert f["evaluator"] == "GraniteTTMScore"
     assert f["params"] == {**TINY, "d_model": 32}
+
+
+def test_scoring_field_chronos_bolt(tmp_path: Path) -> None:
+    """A chronos-bolt experiment is scored by ChronosBoltScore with the adapter's configuration (TINY under the
+    metadata), the nine parameters the evaluator's manifest takes."""
+    from tenzro_trainer.models.chronos_bolt import TINY
+
+    e = Experiment(
+        rpc="", workdir=tmp_path, family="Chronos_Bolt", metadata={"d_model": 48, "num_heads": 3}, scoring=True
+    )
+    f = scoring_field(e, b"a\n1.0\n")
+    assert f["evaluator"] == "ChronosBoltScore"
+    assert f["params"] == {**TINY, "d_model": 48, "num_heads": 3}

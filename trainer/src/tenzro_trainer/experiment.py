@@ -195,11 +195,12 @@ SCORE_PARAMS = ("context_len", "horizon", "patch_len", "d_model", "n_layers", "n
 
 GRANITE_SCORE_PARAMS = ("context_len", "horizon", "patch_len", "d_model", "num_layers", "decoder_num_layers")
 GRANITE_FAMILIES = ("granite-ttm", "granite_ttm", "ttm", "granite")  # models.build's names for the family
+CHRONOS_FAMILIES = ("chronos-bolt", "chronos_bolt", "chronos")  # models.build's names for the family
 
 
 def scoring_field(e: Experiment, corpus: bytes) -> dict:
     """The spec's scoring field for a family with a built-in evaluator (TimesFM-class: TimesFMScore; Granite-TTM:
-    GraniteTTMScore): the evaluator with the model's configuration, every submission scored on batches of the
+    GraniteTTMScore; Chronos-Bolt: ChronosBoltScore): the evaluator with the model's configuration, every submission scored on batches of the
     corpus named by its content hash."""
     md = e.metadata
     if e.family.lower() in GRANITE_FAMILIES:
@@ -207,6 +208,11 @@ def scoring_field(e: Experiment, corpus: bytes) -> dict:
 
         cfg_g = {**GRANITE_TINY, **md}
         evaluator, params = "GraniteTTMScore", {k: int(cfg_g[k]) for k in GRANITE_SCORE_PARAMS}
+    elif e.family.lower() in CHRONOS_FAMILIES:
+        from .models.chronos_bolt import TINY as CHRONOS_TINY
+
+        cfg_c = {**CHRONOS_TINY, **md}  # the evaluator's nine parameters are the adapter's TINY keys
+        evaluator, params = "ChronosBoltScore", {k: int(cfg_c[k]) for k in CHRONOS_TINY}
     elif e.family == "timesfm":
         if any(md.get(k) not in (None, md.get("d_ff")) for k in ("embed_hidden", "head_hidden")):
             raise ValueError("TimesFMScore takes embed/head hidden widths equal to d_ff")
