@@ -164,6 +164,11 @@ type pluginSteps struct {
 	f          *feeder
 	ahead      sync.WaitGroup
 	agg        finalizeAgg
+	// stepped: the outer step ran within Aggregate (fused), with this
+	// result.
+	stepped  bool
+	stepFuel uint64
+	stepErr  error
 }
 
 func (s *pluginSteps) Verify(ctx context.Context, v syncer.RuleRef, ks []int) ([]syncer.VerifyOutput, error) {
@@ -181,6 +186,9 @@ func (s *pluginSteps) Aggregate(ctx context.Context, kept []int) (syncer.Aggrega
 		s.agg, err = s.e.finalizeAggregate(ctx, s.in, srcs, s.f, s.wOut)
 		return s.agg.AggregateOutput, err
 	}
+	if s.w.r == nil && (s.m == nil || s.m.r == nil) {
+		return s.fused(ctx, srcs)
+	}
 	// A native outer step reads the weights and momentum on the other core
 	// while the aggregator's guest runs.
 	s.e.readAhead(ctx, s.in, s.w, s.m, s.wOut, s.mOut, s.f, &s.ahead)
@@ -188,7 +196,40 @@ func (s *pluginSteps) Aggregate(ctx context.Context, kept []int) (syncer.Aggrega
 	return s.agg.AggregateOutput, err
 }
 
+// fused is Aggregate with the weights and momentum in memory: when the rule
+// runs natively its aggregate is owed (fused.go), and the outer step runs
+// at once, sweeping both when it runs natively too; Outer then returns the
+// step's result. If the step did not sweep, the aggregate is computed and
+// hashed as in Aggregate.
+func (s *pluginSteps) fused(ctx context.Context, srcs []*source) (syncer.AggregateOutput, error) {
+	fz := &fusion{n: s.in.N}
+	ctx = withFusion(ctx, fz)
+	var err error
+	s.agg, err = s.e.finalizeAggregate(ctx, s.in, srcs, s.f, stagedDest(s.f, int64(s.in.N)*4))
+	out := s.agg.AggregateOutput
+	if err != nil || !fz.pending {
+		return out, err
+	}
+	g := bytesSource(s.agg.dest.bytes())
+	s.f.ids(g)
+	if st := s.agg.dest.out.st; st != nil { // as in Outer, for a step in Wasm
+		s.f.remember([]*source{g}, 0, int64(s.in.N)*4, st, s.agg.dest.out.off)
+	}
+	s.stepped = true
+	s.stepFuel, s.stepErr = s.e.finalizeOuter(ctx, s.in, s.w, s.m, g, s.wOut, s.mOut, s.f)
+	if !fz.swept {
+		fz.materialize()
+		return out, nil
+	}
+	h := fz.hash
+	out.Aggregate, out.Hash = nil, &h
+	return out, nil
+}
+
 func (s *pluginSteps) Outer(ctx context.Context, aggregate []byte) (uint64, error) {
+	if s.stepped { // run by fused
+		return s.stepFuel, s.stepErr
+	}
 	// The step's gradient block maps the staged aggregate private, or
 	// copies it: the aggregate does not change.
 	g := bytesSource(aggregate)

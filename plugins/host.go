@@ -689,9 +689,13 @@ func (e *Engine) aggregateOnce(ctx context.Context, p *plugin, budget uint64, d 
 	// where they are (mapped), once, and writes the module's selection
 	// (every input) where the module would have; its fuel is the module's
 	// measured line, charged only when it fits the budget.
-	runNative := func(agg uint64, ran *atomic.Int64, compute func(out []byte)) (syncer.AggregateOutput, error) {
+	// Within a fused finalize (fused.go) the aggregate of the whole range
+	// is owed to the outer step's sweep instead of computed here.
+	runNative := func(agg uint64, ran *atomic.Int64, kern blockKernel) (syncer.AggregateOutput, error) {
 		f.running()
-		compute(dst.bytes())
+		if !fusionOf(ctx).owe(c0, c1, kern, dst) {
+			runKernel(kern, n, f32View(dst.bytes()))
+		}
 		sel := make([]byte, k)
 		for i := range sel {
 			sel[i] = 1
@@ -707,12 +711,12 @@ func (e *Engine) aggregateOnce(ctx context.Context, p *plugin, budget uint64, d 
 	}
 	if l, ok := e.nativeMean(ctx, p, d, k); ok && meanInPlace(srcs) && aligned4(dst.bytes()) {
 		if agg := l.fuel(n); c.used()+agg <= budget {
-			return runNative(agg, &nativeMeans, func(o []byte) { meanNative(srcs, c0, c1, o) })
+			return runNative(agg, &nativeMeans, meanKernel(srcs, c0, c1))
 		}
 	}
 	if l, t, ok := e.nativeTrimmed(ctx, p, d, k, params); ok && meanInPlace(srcs) && aligned4(dst.bytes()) {
 		if agg := l.fuel(n); c.used()+agg <= budget {
-			return runNative(agg, &nativeTrims, func(o []byte) { trimmedNative(srcs, c0, c1, t, o) })
+			return runNative(agg, &nativeTrims, trimmedKernel(srcs, c0, c1, t))
 		}
 	}
 	dst.out.canonical = false
@@ -989,8 +993,18 @@ func (e *Engine) outerOnce(ctx context.Context, p *plugin, budget uint64, d mach
 	if err != nil {
 		return 0, err
 	}
+	fz := fusionOf(ctx)
 	if l, ok := e.nativeOuter(ctx, p, outerVariant{d, m != nil, nesterov}); ok && aligned4(wOut.bytes()) && aligned4(mOut.bytes()) {
-		if step := l.a + l.b*n; c.used()+step <= budget {
+		if step := l.fuel(n); c.used()+step <= budget {
+			if d == machine.F32 && fz.sweepable(c0, c1, w, m, wOut, mOut) {
+				// One sweep: the owed aggregate and this step, block by
+				// block (fused.go).
+				fz.sweep(w, m, wOut, mOut, lr, beta, nesterov)
+				native = step
+				nativeSteps.Add(1)
+				return 0, nil
+			}
+			fz.materialize() // the step reads the aggregate's bytes
 			if err := outerNative(d, w, m, g, c0, c1, es, wOut, mOut, lr, beta, nesterov); err != nil {
 				return 0, err
 			}
@@ -999,6 +1013,7 @@ func (e *Engine) outerOnce(ctx context.Context, p *plugin, budget uint64, d mach
 			return 0, nil
 		}
 	}
+	fz.materialize() // the module reads the aggregate's bytes
 	wOut.out.canonical, mOut.out.canonical = false, false
 	// The weights and momentum are updated in place: with a stage behind
 	// the outputs, their blocks map it shared and the step writes the new

@@ -150,38 +150,50 @@ func (e *Engine) calibrateLine(ctx context.Context, p *plugin, k int, params []f
 }
 
 // meanNative is mean.c's aggregate of coordinates [c0, c1) of the inputs
-// srcs (F32 bytes in memory, 4-aligned: meanInPlace) into out (4·(c1−c0) bytes, 4-aligned), on
-// every core, in blocks that stay in the cache.
+// srcs (F32 bytes in memory, 4-aligned: meanInPlace) into out (4·(c1−c0)
+// bytes, 4-aligned), on every core, in blocks that stay in the cache.
 func meanNative(srcs []*source, c0, c1 int, out []byte) {
+	runKernel(meanKernel(srcs, c0, c1), c1-c0, f32View(out))
+}
+
+// meanKernel is the Mean of coordinates [c0, c1) of srcs as a block
+// kernel (fused.go): block [b0, b1) of the aggregate from the inputs read
+// in place.
+func meanKernel(srcs []*source, c0, c1 int) blockKernel {
 	in := make([][]float32, len(srcs))
 	for i, s := range srcs {
 		in[i] = f32View(s.b[4*c0 : 4*c1])
 	}
-	o := f32View(out)
-	kk := float64(len(srcs))
-	parallel(c1-c0, func(lo, hi int) {
-		const block = 2048
-		var acc [block]float64
-		for b0 := lo; b0 < hi; b0 += block {
-			b1 := min(b0+block, hi)
-			a := acc[:b1-b0]
-			clear(a) // +0: −0 inputs sum to +0, as in the module
-			for _, x := range in {
-				xs := x[b0:b1]
-				for j, v := range xs {
-					a[j] += float64(v)
-				}
-			}
-			ob := o[b0:b1]
-			for j, s := range a {
-				m := float32(s / kk)
-				if m != m {
-					m = canonF32
-				}
-				ob[j] = m
+	return func() func(b0, b1 int, out []float32) {
+		return func(b0, b1 int, out []float32) { meanBlock(in, b0, b1, out) }
+	}
+}
+
+// meanBlockGo sets out[j] to mean.c's value at coordinate b0+j: the sum of
+// in[i][b0+j] in f64 from +0 in input order (−0 inputs sum to +0, as in the
+// module), divided by K in f64 and rounded once, NaN canonical.
+func meanBlockGo(in [][]float32, b0, b1 int, out []float32) {
+	const block = 2048
+	var acc [block]float64
+	kk := float64(len(in))
+	for s0 := b0; s0 < b1; s0 += block {
+		s1 := min(s0+block, b1)
+		a := acc[:s1-s0]
+		clear(a)
+		for _, x := range in {
+			for j, v := range x[s0:s1] {
+				a[j] += float64(v)
 			}
 		}
-	})
+		ob := out[s0-b0 : s1-b0]
+		for j, s := range a {
+			m := float32(s / kk)
+			if m != m {
+				m = canonF32
+			}
+			ob[j] = m
+		}
+	}
 }
 
 // meanInPlace reports whether every source's values are bytes in memory,

@@ -27,10 +27,11 @@ import (
 // Fuel must not change: the transcript records it. The instrumented module
 // charges, per call of tenzro_outer_step, a constant at entry plus a constant
 // per loop iteration (the static cost of each loop body, whichever branches
-// run), so its fuel is a + b·n for a given element type, momentum and
-// nesterov flag. The engine measures a and b on the module itself (calls on
-// 1, 2, 3, 5, 16 and 1000 coordinates, every one of which must fit the
-// line; otherwise the fast path stays off for that variant), and a real call
+// run), so its fuel for a given element type, momentum and nesterov flag
+// is a line in n: base(n mod 4) + c4·⌊n/4⌋ (outerLine; a + b·n for the
+// scalar loops). The engine measures it on the module itself (calls on 1,
+// 2, 3, 4 and 8 coordinates) and checks it on 5, 6, 7, 16, 17 and 998…1001
+// (any miss keeps the fast path off for that variant), and a real call
 // still instantiates the module and makes its three allocations, whose fuel
 // is read from the counter. When the total would exceed the budget the Wasm
 // runs instead, so an out-of-fuel failure is the module's own.
@@ -51,11 +52,18 @@ var nesterovHash = func() wire.Hash {
 // path runs).
 var nativeSteps atomic.Int64
 
-// outerLine is the fuel of one tenzro_outer_step variant: a + b·n.
+// outerLine is the fuel of one tenzro_outer_step variant:
+// base(n mod 4) + c4·⌊n/4⌋. The scalar loop of the Nesterov variants costs
+// a + b·n (base(r) = a + b·r, c4 = 4b); the compiler vectorised the loop
+// of the F32 variants without Nesterov into 4-coordinate steps and a scalar
+// tail, whose fuel is that line with its own base per remainder.
 type outerLine struct {
-	a, b uint64
+	base [4]uint64
+	c4   uint64
 	ok   bool
 }
+
+func (l outerLine) fuel(n uint64) uint64 { return l.base[n%4] + n/4*l.c4 }
 
 type outerVariant struct {
 	d             machine.Dtype
@@ -86,7 +94,7 @@ func (e *Engine) nativeOuter(ctx context.Context, p *plugin, v outerVariant) (ou
 
 // calibrateOuter measures the fuel line of a variant on the module.
 func (e *Engine) calibrateOuter(ctx context.Context, p *plugin, v outerVariant) outerLine {
-	const most = 1000
+	const most = 1001
 	c, err := e.newCall(ctx, p, ProbeFuel, nil)
 	if err != nil {
 		return outerLine{}
@@ -116,15 +124,23 @@ func (e *Engine) calibrateOuter(ctx context.Context, p *plugin, v outerVariant) 
 		}
 		return before - c.fuel.Get(), true
 	}
-	f1, ok1 := cost(1)
-	f2, ok2 := cost(2)
-	if !ok1 || !ok2 || f2 <= f1 {
+	var f [9]uint64
+	for _, n := range []uint64{1, 2, 3, 4, 8} {
+		var ok bool
+		if f[n], ok = cost(n); !ok {
+			return outerLine{}
+		}
+	}
+	if f[8] <= f[4] {
 		return outerLine{}
 	}
-	l := outerLine{b: f2 - f1}
-	l.a = f1 - l.b
-	for _, n := range []uint64{3, 5, 16, 17, most} {
-		if f, ok := cost(n); !ok || f != l.a+l.b*n {
+	l := outerLine{c4: f[8] - f[4], base: [4]uint64{0, f[1], f[2], f[3]}}
+	if f[4] <= l.c4 {
+		return outerLine{}
+	}
+	l.base[0] = f[4] - l.c4
+	for _, n := range []uint64{5, 6, 7, 16, 17, 998, 999, most - 1, most} {
+		if f, ok := cost(n); !ok || f != l.fuel(n) {
 			return outerLine{}
 		}
 	}
@@ -231,6 +247,14 @@ func nesterovRange(d machine.Dtype, wIn, w, mIn, m, g []byte, lo, hi int, has bo
 		wh, whi = w[2*lo:2*hi], wIn[2*lo:2*hi]
 	} else {
 		wf, wi = f32View(w)[lo:hi], f32View(wIn)[lo:hi]
+		// F32 weights: the assembly (sweep_amd64.s) does whole vectors,
+		// this loop the rest.
+		if v := stepF32(wf, wi, mv, mi, gv, has, lr, beta, nesterov); v > 0 {
+			gv, mv, wf, wi = gv[v:], mv[v:], wf[v:], wi[v:]
+			if has {
+				mi = mi[v:]
+			}
+		}
 	}
 	for c, gc := range gv {
 		buf := gc

@@ -153,39 +153,47 @@ func f32Key(b uint32) int32 {
 // end, of coordinates [c0, c1) of srcs (F32 bytes in memory, 4-aligned)
 // into out, on every core, in blocks that stay in the cache.
 func trimmedNative(srcs []*source, c0, c1, t int, out []byte) {
+	runKernel(trimmedKernel(srcs, c0, c1, t), c1-c0, f32View(out))
+}
+
+// trimmedKernel is the TrimmedMean of coordinates [c0, c1) of srcs as a
+// block kernel (fused.go); each worker sorts 512-coordinate pieces in its
+// own key buffers.
+func trimmedKernel(srcs []*source, c0, c1, t int) blockKernel {
 	k := len(srcs)
 	in := make([][]float32, k)
 	for i, s := range srcs {
 		in[i] = f32View(s.b[4*c0 : 4*c1])
 	}
-	o := f32View(out)
 	net := sortNets[k]
 	cnt := float64(k - 2*t)
-	parallel(c1-c0, func(lo, hi int) {
+	return func() func(b0, b1 int, out []float32) {
 		const block = 512
 		keys := make([][]int32, k)
 		for i := range keys {
 			keys[i] = make([]int32, block)
 		}
-		var acc [block]float64
-		for b0 := lo; b0 < hi; b0 += block {
-			b1 := min(b0+block, hi)
-			m := b1 - b0
-			for i, x := range in {
-				sortKeys(keys[i], x[b0:b1])
+		acc := make([]float64, block)
+		return func(b0, b1 int, o []float32) {
+			for p0 := b0; p0 < b1; p0 += block {
+				p1 := min(p0+block, b1)
+				m := p1 - p0
+				for i, x := range in {
+					sortKeys(keys[i], x[p0:p1])
+				}
+				mm := (m + 7) &^ 7 // whole vectors: lanes past m are never read
+				for _, pr := range net {
+					compareExchange(keys[pr[0]][:mm], keys[pr[1]][:mm])
+				}
+				s := acc[:m]
+				clear(s) // +0, as the module's sums start
+				for i := t; i < k-t; i++ {
+					addKeys(s, keys[i][:m])
+				}
+				finishTrimmed(o[p0-b0:p1-b0], s, cnt)
 			}
-			mm := (m + 7) &^ 7 // whole vectors: lanes past m are never read
-			for _, pr := range net {
-				compareExchange(keys[pr[0]][:mm], keys[pr[1]][:mm])
-			}
-			s := acc[:m]
-			clear(s) // +0, as the module's sums start
-			for i := t; i < k-t; i++ {
-				addKeys(s, keys[i][:m])
-			}
-			finishTrimmed(o[b0:b1], s, cnt)
 		}
-	})
+	}
 }
 
 // compareExchangeGo sets a[j], b[j] to their signed min and max for every j

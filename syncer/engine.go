@@ -38,6 +38,11 @@ type AggregateOutput struct {
 	Scores []float64
 	// Fuel is the deterministic cost charged.
 	Fuel uint64
+	// Hash, when set by a FinalizeSteps' Aggregate, is the aggregate's
+	// ContentHash, computed by the steps themselves: a finalize that runs
+	// the aggregate and the outer step in one sweep never holds the whole
+	// aggregate (Aggregate is then nil, and Outer gets nil).
+	Hash *wire.Hash
 }
 
 // VerifyInput is one verifier call on one input. For round-level verifiers
@@ -427,7 +432,11 @@ func RunFinalize(ctx context.Context, in FinalizeInput, s FinalizeSteps) (Finali
 	// The aggregate is hashed while the outer step runs (the step reads it,
 	// never writes it).
 	hashed := make(chan wire.Hash, 1)
-	go func() { hashed <- wire.ContentHash(agg.Aggregate) }()
+	if agg.Hash != nil {
+		hashed <- *agg.Hash
+	} else {
+		go func() { hashed <- wire.ContentHash(agg.Aggregate) }()
+	}
 	fuel, err := s.Outer(ctx, agg.Aggregate)
 	out.AggregateHash = <-hashed
 	if errors.As(err, &rf) {

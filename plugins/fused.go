@@ -1,0 +1,235 @@
+package plugins
+
+import (
+	"context"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"unsafe"
+
+	"lukechampine.com/blake3"
+	"lukechampine.com/blake3/guts"
+
+	"github.com/tenzro/train/machine"
+	"github.com/tenzro/train/wire"
+)
+
+// The finalize in one sweep. When a finalize's rule runs natively (the
+// built-in Mean or TrimmedMean on mapped F32 inputs) and its outer step
+// does too (the built-in Nesterov on mapped F32 weights and momentum), the
+// engine does not write the N-value aggregate and read it back twice (its
+// hash, the step): each worker takes the next block of leafCoords
+// coordinates, computes the block's aggregate from the inputs into a buffer
+// that stays in its cache, hashes it as one complete BLAKE3 subtree, and runs
+// the outer step of the block into the new weights and momentum. The
+// subtrees' chaining values are merged into AggregateHash at the end
+// (treeHash), which is BLAKE3 of the whole aggregate by construction of the
+// BLAKE3 tree.
+//
+// Nothing else changes: both plugin calls are still made, in the same
+// order, with the same instantiation, allocations and budgets, and each is
+// charged its native line exactly as when it runs apart — the sweep only
+// moves the aggregate's computation from the rule's call to the step's. The
+// aggregate's call records what it would have computed (a fusion carried in
+// the context); the step's call runs the sweep when its own native path is
+// taken on the whole range. Any other outcome — a budget that would run out,
+// a chunked step, state not in memory, a step that fails before it runs —
+// computes the aggregate first (materialize) and continues exactly as today.
+
+// leafCoords is the coordinates of one sweep block: 16 KiB of aggregate,
+// 16 BLAKE3 chunks, a complete subtree of the aggregate's hash tree.
+const (
+	leafBytes  = guts.MaxSIMD * guts.ChunkSize
+	leafCoords = leafBytes / 4
+)
+
+// fusedSweeps counts finalizes computed in one sweep (tests check that it
+// runs).
+var fusedSweeps atomic.Int64
+
+// A blockKernel gives each worker its function computing the aggregate of
+// coordinates [b0, b1) into out (b1−b0 values), with its own scratch.
+type blockKernel func() func(b0, b1 int, out []float32)
+
+// runKernel computes the n-coordinate aggregate of kern into out on every
+// core.
+func runKernel(kern blockKernel, n int, out []float32) {
+	parallel(n, func(lo, hi int) {
+		agg := kern()
+		for b0 := lo; b0 < hi; b0 += leafCoords {
+			b1 := min(b0+leafCoords, hi)
+			agg(b0, b1, out[b0:b1])
+		}
+	})
+}
+
+// fusion is one finalize's plan to sweep: set by the aggregate's native
+// path, run by the outer step's.
+type fusion struct {
+	n       int
+	pending bool        // the aggregate is owed: kernel into dst
+	kernel  blockKernel // the rule's kernel over coordinates [0, n)
+	dst     dest        // where a materialized aggregate goes
+	swept   bool        // the sweep ran: the aggregate exists only as hash
+	hash    wire.Hash   // its ContentHash, when swept
+}
+
+type fusionKey struct{}
+
+// withFusion marks ctx: a native aggregate of the whole range made with it
+// is left to fz.
+func withFusion(ctx context.Context, fz *fusion) context.Context {
+	return context.WithValue(ctx, fusionKey{}, fz)
+}
+
+// fusionOf is ctx's fusion, or nil.
+func fusionOf(ctx context.Context) *fusion {
+	fz, _ := ctx.Value(fusionKey{}).(*fusion)
+	return fz
+}
+
+// owe records a native aggregate of [c0, c1) instead of computing it, when
+// ctx carries a fusion and the call covers the whole range.
+func (fz *fusion) owe(c0, c1 int, kern blockKernel, dst dest) bool {
+	if fz == nil || fz.pending || fz.swept || c0 != 0 || c1 != fz.n {
+		return false
+	}
+	fz.pending, fz.kernel, fz.dst = true, kern, dst
+	return true
+}
+
+// materialize computes an owed aggregate into its destination (a path
+// that needs its bytes).
+func (fz *fusion) materialize() {
+	if fz == nil || !fz.pending {
+		return
+	}
+	fz.pending = false
+	runKernel(fz.kernel, fz.n, f32View(fz.dst.bytes()))
+}
+
+// sweepable reports whether the owed aggregate can be swept with an F32
+// step reading w and m in place into wOut and mOut.
+func (fz *fusion) sweepable(c0, c1 int, w, m *source, wOut, mOut dest) bool {
+	inPlace := func(s *source) bool {
+		return s.r == nil && s.b != nil && int64(len(s.b)) >= int64(fz.n)*4 && aligned4(s.b)
+	}
+	return fz != nil && fz.pending && c0 == 0 && c1 == fz.n && inPlace(w) && (m == nil || inPlace(m)) &&
+		!wOut.out.prefilled && !mOut.out.prefilled && aligned4(wOut.bytes()) && aligned4(mOut.bytes())
+}
+
+// sweep computes the owed aggregate and the F32 outer step together, block
+// by block on every core, and the aggregate's hash; the aggregate itself is
+// never written out.
+func (fz *fusion) sweep(w, m *source, wOut, mOut dest, lr, beta float32, nesterov bool) {
+	n := fz.n
+	wIn, wo, mo := w.b[:4*n], wOut.bytes(), mOut.bytes()
+	var mIn []byte
+	if m != nil {
+		mIn = m.b[:4*n]
+	}
+	th := newTreeHash(int64(n) * 4)
+	blocks := (n + leafCoords - 1) / leafCoords
+	var next atomic.Int64
+	work := func() {
+		agg := fz.kernel()
+		buf := make([]float32, leafCoords)
+		for {
+			b := int(next.Add(1) - 1)
+			if b >= blocks {
+				return
+			}
+			b0 := b * leafCoords
+			b1 := min(b0+leafCoords, n)
+			g := buf[:b1-b0]
+			agg(b0, b1, g)
+			gb := unsafe.Slice((*byte)(unsafe.Pointer(&g[0])), 4*len(g))
+			th.leaf(b, gb)
+			var mi []byte
+			if mIn != nil {
+				mi = mIn[4*b0 : 4*b1]
+			}
+			nesterovRange(machine.F32, wIn[4*b0:4*b1], wo[4*b0:4*b1], mi, mo[4*b0:4*b1], gb, 0, b1-b0, m != nil, lr, beta, nesterov)
+		}
+	}
+	workers := min(runtime.GOMAXPROCS(0), blocks)
+	var wg sync.WaitGroup
+	for i := 1; i < workers; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			work()
+		}()
+	}
+	work()
+	wg.Wait()
+	fz.pending, fz.swept, fz.hash = false, true, th.sum()
+	fusedSweeps.Add(1)
+}
+
+// treeHash is BLAKE3-256 of n bytes given as blocks of leafBytes (the last
+// may be shorter), each hashed on its own as it is produced, in any order
+// and on any goroutine: a full block is a complete subtree of 16 chunks at
+// chunk counter 16·i, so its chaining value does not depend on the rest;
+// sum merges them as BLAKE3's tree does (a left subtree holds the largest
+// power of two of chunks that leaves the right one non-empty).
+type treeHash struct {
+	n    int64
+	cvs  [][8]uint32 // full blocks
+	tail []byte      // the last block when shorter (or the whole, n ≤ leafBytes)
+}
+
+func newTreeHash(n int64) *treeHash {
+	return &treeHash{n: n, cvs: make([][8]uint32, n/leafBytes)}
+}
+
+// leaf hashes block i, b (leafBytes, or the rest of n for the last block).
+// Distinct blocks may be given concurrently.
+func (t *treeHash) leaf(i int, b []byte) {
+	if t.n > leafBytes && len(b) == leafBytes {
+		t.cvs[i] = guts.ChainingValue(guts.CompressBuffer((*[leafBytes]byte)(b), leafBytes, &guts.IV, uint64(i)*guts.MaxSIMD, 0))
+		return
+	}
+	t.tail = append([]byte(nil), b...)
+}
+
+// sum is the hash of the n bytes.
+func (t *treeHash) sum() wire.Hash {
+	if t.n <= leafBytes {
+		return blake3.Sum256(t.tail)
+	}
+	left := leftLen(t.n)
+	root := guts.ParentNode(t.cv(0, left), t.cv(left, t.n), &guts.IV, 0)
+	root.Flags |= guts.FlagRoot
+	words := guts.CompressNode(root)
+	var h wire.Hash
+	b := guts.WordsToBytes(words)
+	copy(h[:], b[:])
+	return h
+}
+
+// cv is the chaining value of the subtree over bytes [lo, hi): a full
+// block, the tail, or a parent of two.
+func (t *treeHash) cv(lo, hi int64) [8]uint32 {
+	switch l := hi - lo; {
+	case l == leafBytes && lo/leafBytes < int64(len(t.cvs)):
+		return t.cvs[lo/leafBytes]
+	case l < leafBytes: // the tail (every shorter range ends at n)
+		var buf [leafBytes]byte
+		copy(buf[:], t.tail)
+		return guts.ChainingValue(guts.CompressBuffer(&buf, len(t.tail), &guts.IV, uint64(lo/guts.ChunkSize), 0))
+	default:
+		left := leftLen(l)
+		return guts.ChainingValue(guts.ParentNode(t.cv(lo, lo+left), t.cv(lo+left, hi), &guts.IV, 0))
+	}
+}
+
+// leftLen is the bytes of the left subtree of a BLAKE3 tree over l >
+// ChunkSize bytes: the largest power-of-two number of chunks below l.
+func leftLen(l int64) int64 {
+	left := int64(guts.ChunkSize)
+	for 2*left < l {
+		left *= 2
+	}
+	return left
+}

@@ -1,0 +1,285 @@
+package plugins
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"reflect"
+	"testing"
+
+	"lukechampine.com/blake3"
+
+	"github.com/tenzro/train/machine"
+	"github.com/tenzro/train/syncer"
+	"github.com/tenzro/train/wire"
+)
+
+// fusedFixture writes k inputs, weights and momentum of n F32 values to
+// files at 4-aligned offsets (as a node's blob store holds them: the
+// engine maps them) and returns the finalize over them.
+func fusedFixture(t *testing.T, r *rand.Rand, rule, outer syncer.RuleRef, k, n int) syncer.FinalizeInput {
+	t.Helper()
+	dir := t.TempDir()
+	write := func(name string, pre int, v []float32) syncer.Values {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, append(make([]byte, pre), syncer.EncodeF32(v)...), 0o444); err != nil {
+			t.Fatal(err)
+		}
+		return syncer.FileValues(p, syncer.ByteRange{Off: int64(pre), Len: 4 * int64(n)})
+	}
+	in := syncer.FinalizeInput{Rule: rule, Outer: outer, Dtype: machine.F32, N: n, Quorum: k, LR: 0.7, Beta: 0.9}
+	negZero := float32(math.Copysign(0, -1))
+	for i := range k {
+		v := adversarial(r, n)
+		if n > 3 {
+			v[0], v[1] = negZero, 0 // −0 alone, and −0 beside +0
+		}
+		in.Inputs = append(in.Inputs, write(fmt.Sprintf("in%d", i), 8+4*i, v))
+	}
+	in.Weights = write("w", 4, adversarial(r, n))
+	m := write("m", 0, adversarial(r, n))
+	in.Momentum = &m
+	return in
+}
+
+// sameFinalize fails unless got is want byte for byte: status, reason,
+// selection, hashes, fuel and the new state.
+func sameFinalize(t *testing.T, what string, got, want syncer.FinalizeOutput) {
+	t.Helper()
+	if got.Status != want.Status || got.Reason != want.Reason || got.Kept != want.Kept || got.AggregateHash != want.AggregateHash ||
+		got.Fuel != want.Fuel || !reflect.DeepEqual(got.Selected, want.Selected) || !reflect.DeepEqual(got.Rejected, want.Rejected) ||
+		!bytes.Equal(got.Weights, want.Weights) || !bytes.Equal(got.Momentum, want.Momentum) {
+		t.Fatalf("%s: differs from the module's: status %s/%s %q/%q; fuel %d/%d; aggregate %x/%x; weights %s; momentum %s", what,
+			got.Status, want.Status, got.Reason, want.Reason, got.Fuel, want.Fuel, got.AggregateHash[:4], want.AggregateHash[:4],
+			firstDiff(got.Weights, want.Weights, 4), firstDiff(got.Momentum, want.Momentum, 4))
+	}
+}
+
+// TestFusedFinalizeMatchesWasm: a finalize swept in one pass (the native
+// Mean or TrimmedMean with the native outer step, fused.go) gives the
+// modules' result — aggregate hash, new weights and momentum, selection and
+// fuel — for K = 1, 2, 3, 6, 16 (TrimmedMean 3, 6, 16), sizes that are not
+// multiples of the sweep block or of a vector (and one spread over every
+// core), Nesterov on and off, momentum absent and present, with the vector
+// kernels and the Go ones; in process and in a worker; and it does sweep.
+func TestFusedFinalizeMatchesWasm(t *testing.T) {
+	ctx := context.Background()
+	native := testEngine(t)
+	wasm := newEngine(t, Config{Fuel: 20_000_000_000, WasmMean: true, WasmTrimmedMean: true, WasmOuter: true})
+	outer, err := native.ResolveOuter(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sizes := []int{1, 7, 17, 4095, 4097, 3*leafCoords + 13, 40*leafCoords + 5}
+	rules := []struct {
+		ref string
+		ks  []int
+	}{{"Mean", []int{1, 2, 3, 6, 16}}, {"TrimmedMean{alpha_bps=2000}", []int{3, 6, 16}}}
+	if testing.Short() {
+		sizes = sizes[:5]
+	}
+	mean, step := haveMeanAVX2, haveStepAVX2
+	defer func() { haveMeanAVX2, haveStepAVX2 = mean, step }()
+	r := rand.New(rand.NewPCG(31, 7))
+	swept := fusedSweeps.Load()
+	for _, rl := range rules {
+		for _, k := range rl.ks {
+			rule, err := native.ResolveRule(ctx, rl.ref, nil, 1, 1)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, n := range sizes {
+				in := fusedFixture(t, r, rule, outer, k, n)
+				mom := in.Momentum
+				for c := range 4 {
+					in.Nesterov = c&1 == 1
+					in.Momentum = mom
+					if c&2 == 0 {
+						in.Momentum = nil
+					}
+					want, err := wasm.Finalize(ctx, in)
+					if err != nil || want.Status != wire.FragAggregated {
+						t.Fatalf("%v %s %s", err, want.Status, want.Reason)
+					}
+					for run := range 2 { // the vector kernels, then the Go ones
+						haveMeanAVX2, haveStepAVX2 = mean && run == 0, step && run == 0
+						before := fusedSweeps.Load()
+						got, err := native.Finalize(ctx, in)
+						if err != nil {
+							t.Fatal(err)
+						}
+						what := fmt.Sprintf("%s K=%d n=%d nesterov=%v momentum=%v vector=%v", rl.ref, k, n, in.Nesterov, in.Momentum != nil, run == 0)
+						sameFinalize(t, what, got, want)
+						if fusedSweeps.Load() == before {
+							t.Fatalf("%s: not swept", what)
+						}
+					}
+					haveMeanAVX2, haveStepAVX2 = mean, step
+					if k == 6 && c == 3 {
+						got, err := sharedWorkerEngine(t).Finalize(ctx, in)
+						if err != nil {
+							t.Fatal(err)
+						}
+						sameFinalize(t, fmt.Sprintf("worker: %s K=%d n=%d", rl.ref, k, n), got, want)
+					}
+				}
+			}
+		}
+	}
+	if fusedSweeps.Load() == swept {
+		t.Fatal("no finalize was swept")
+	}
+}
+
+// TestFusedFinalizeBudget: under budgets at and one below each call's fuel
+// (the aggregate's and the step's), a fused engine gives exactly what the
+// modules give — the same successes, the same out-of-fuel failures with
+// the same aggregate hash and fuel — and it sweeps only when both fit.
+func TestFusedFinalizeBudget(t *testing.T) {
+	ctx := context.Background()
+	const n, k = 5003, 4
+	ref := testEngine(t)
+	outer, _ := ref.ResolveOuter(ctx)
+	cache := t.TempDir() // the engines below compile the built-ins once
+	for _, rl := range []string{"Mean", "TrimmedMean{alpha_bps=2000}"} {
+		rule, err := ref.ResolveRule(ctx, rl, nil, 1, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		in := fusedFixture(t, rand.New(rand.NewPCG(41, 3)), rule, outer, k, n)
+		in.Nesterov = true
+		full, err := ref.Finalize(ctx, in)
+		if err != nil || full.Status != wire.FragAggregated {
+			t.Fatalf("%v %s", err, full.Status)
+		}
+		// each call's fuel, from the separate calls
+		var inputs [][]byte
+		for _, v := range in.Inputs {
+			b, err := v.Bytes(4 * n)
+			if err != nil {
+				t.Fatal(err)
+			}
+			inputs = append(inputs, b)
+		}
+		agg, err := ref.Aggregate(ctx, syncer.AggregateInput{Rule: rule, Dtype: machine.F32, N: n, Inputs: inputs})
+		if err != nil {
+			t.Fatal(err)
+		}
+		aggFuel := agg.Fuel
+		stepFuel := full.Fuel - aggFuel
+		budgets := []uint64{aggFuel - 1, stepFuel - 1, max(aggFuel, stepFuel)} // each short, both fit exactly
+		if aggFuel < stepFuel {
+			budgets = append(budgets, aggFuel) // the aggregate fits, the step does not
+		} else if stepFuel < aggFuel {
+			budgets = append(budgets, stepFuel)
+		}
+		for _, budget := range budgets {
+			fused := newEngine(t, Config{Fuel: budget, CacheDir: cache})
+			wasm := newEngine(t, Config{Fuel: budget, CacheDir: cache, WasmMean: true, WasmTrimmedMean: true, WasmOuter: true})
+			want, werr := wasm.Finalize(ctx, in)
+			before := fusedSweeps.Load()
+			got, gerr := fused.Finalize(ctx, in)
+			what := fmt.Sprintf("%s budget %d (aggregate %d, step %d)", rl, budget, aggFuel, stepFuel)
+			if werr != nil || gerr != nil {
+				t.Fatalf("%s: %v / %v", what, gerr, werr)
+			}
+			sameFinalize(t, what, got, want)
+			fits := budget >= aggFuel && budget >= stepFuel
+			if swept := fusedSweeps.Load() > before; swept != fits {
+				t.Fatalf("%s: swept %v, both calls fit %v", what, swept, fits)
+			}
+			if !fits && got.Status != wire.FragRuleFailed {
+				t.Fatalf("%s: status %s, want a rule failure", what, got.Status)
+			}
+		}
+	}
+}
+
+// TestSweepKernels: the vector Mean and outer-step kernels give the Go
+// kernels' bits (which the tests above and TestNativeOuterMatchesWasm hold
+// to the modules) on adversarial values, every flag and every remainder.
+func TestSweepKernels(t *testing.T) {
+	if !haveMeanAVX2 || !haveStepAVX2 {
+		t.Skip("no vector kernels on this CPU")
+	}
+	r := rand.New(rand.NewPCG(51, 9))
+	for _, k := range []int{1, 2, 3, 5, 6, 16, 33} {
+		for _, n := range []int{1, 15, 16, 17, 31, 64, 100, 4097} {
+			in := make([][]float32, k)
+			for i := range in {
+				in[i] = adversarial(r, n+3)[3:] // at every offset
+			}
+			want, got := make([]float32, n), make([]float32, n)
+			meanBlockGo(in, 0, n, want)
+			meanBlock(in, 0, n, got)
+			if b := syncer.EncodeF32(got); !bytes.Equal(b, syncer.EncodeF32(want)) {
+				t.Fatalf("mean K=%d n=%d: %s", k, n, firstDiff(b, syncer.EncodeF32(want), 4))
+			}
+		}
+	}
+	params := [][2]float32{{0.7, 0.9}, {1, 0}, {0, 0.5}, {-0.3, 0.99}, {1e-3, 1}, {float32(math.Inf(1)), 0.9}, {0.7, float32(math.NaN())}}
+	for _, n := range []int{1, 7, 8, 9, 63, 1000, 4099} {
+		for _, lp := range params {
+			for flags := range 4 {
+				has, nest := flags&1 == 1, flags&2 == 2
+				w, m, g := syncer.EncodeF32(adversarial(r, n)), syncer.EncodeF32(adversarial(r, n)), syncer.EncodeF32(adversarial(r, n))
+				var outs [2][2][]byte
+				for run := range 2 {
+					haveStepAVX2 = run == 0
+					wo, mo := make([]byte, 4*n), make([]byte, 4*n)
+					nesterovRange(machine.F32, w, wo, m, mo, g, 0, n, has, lp[0], lp[1], nest)
+					outs[run] = [2][]byte{wo, mo}
+				}
+				haveStepAVX2 = true
+				if !bytes.Equal(outs[0][0], outs[1][0]) || !bytes.Equal(outs[0][1], outs[1][1]) {
+					t.Fatalf("step n=%d lr=%v beta=%v momentum=%v nesterov=%v: weights %s, momentum %s", n, lp[0], lp[1], has, nest,
+						firstDiff(outs[0][0], outs[1][0], 4), firstDiff(outs[0][1], outs[1][1], 4))
+				}
+			}
+		}
+	}
+}
+
+// TestTreeHash: the aggregate's hash assembled from 16 KiB subtrees, given
+// in any order, is BLAKE3 of the bytes, at every size class around the
+// block and chunk boundaries.
+func TestTreeHash(t *testing.T) {
+	r := rand.New(rand.NewPCG(61, 1))
+	sizes := []int{1, 4, 64, 1023, 1024, 1025, 2048, 2052, leafBytes - 4, leafBytes, leafBytes + 4, leafBytes + 1024, 2 * leafBytes,
+		2*leafBytes + 1028, 3 * leafBytes, 5*leafBytes + 2000, 8 * leafBytes, 8*leafBytes + 4, 13*leafBytes + 16380}
+	for range 10 {
+		sizes = append(sizes, 4*(1+r.IntN(300_000)))
+	}
+	for _, n := range sizes {
+		checkTreeHash(t, r, make([]byte, n))
+	}
+}
+
+func checkTreeHash(t *testing.T, r *rand.Rand, b []byte) {
+	t.Helper()
+	for i := range b {
+		b[i] = byte(r.Uint32())
+	}
+	th := newTreeHash(int64(len(b)))
+	blocks := (len(b) + leafBytes - 1) / leafBytes
+	for _, i := range r.Perm(blocks) {
+		th.leaf(i, b[i*leafBytes:min((i+1)*leafBytes, len(b))])
+	}
+	if got, want := th.sum(), wire.Hash(blake3.Sum256(b)); got != want {
+		t.Fatalf("%d bytes: tree hash %x, BLAKE3 %x", len(b), got[:8], want[:8])
+	}
+}
+
+// FuzzTreeHash: any length and content hash as BLAKE3 does.
+func FuzzTreeHash(f *testing.F) {
+	f.Add(uint32(leafBytes+4), uint64(1))
+	f.Add(uint32(3*leafBytes), uint64(2))
+	f.Fuzz(func(t *testing.T, n uint32, seed uint64) {
+		n = n%(40*leafBytes) + 1
+		checkTreeHash(t, rand.New(rand.NewPCG(seed, 0)), make([]byte, n))
+	})
+}
