@@ -67,6 +67,8 @@ type Blobs struct {
 	closing       bool
 	closed        chan struct{}
 	writeFailures int64
+	syncWrites    int64 // deferred writes written before returning (holdRefusal)
+	pendCap       int64 // bytes deferred writes may hold in memory (maxPendingBytes)
 	retryFirst    time.Duration
 	holdWrite     func(wire.Hash)
 }
@@ -120,7 +122,7 @@ func OpenBlobs(dir string, opts BlobOptions) (*Blobs, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
-	s := &Blobs{dir: dir, maxSize: opts.MaxSize, noSync: opts.NoSync, log: opts.Logger, closed: make(chan struct{}), retryFirst: retryFirst,
+	s := &Blobs{dir: dir, maxSize: opts.MaxSize, noSync: opts.NoSync, log: opts.Logger, closed: make(chan struct{}), retryFirst: retryFirst, pendCap: maxPendingBytes,
 		holdWrite: opts.HoldWrite}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("open blob store %s: %w", dir, err)

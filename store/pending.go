@@ -163,6 +163,19 @@ func (s *Blobs) WriteBlobAfter(ctx context.Context, size int64, write func(io.Wr
 		s.putBuf(mw.b)
 		return wire.Hash{}, fmt.Errorf("blob store: stat %s: %w", h, err)
 	}
+	if why := s.holdRefusal(size); why != "" {
+		// Memory is bounded: the blob is written durably before this
+		// returns, as WriteBlob does, and a failure fails the caller.
+		s.syncWrites++
+		s.pendMu.Unlock()
+		err := s.writeTrusted(h, mw.b)
+		s.pendMu.Lock()
+		s.putBuf(mw.b)
+		if err != nil {
+			return wire.Hash{}, fmt.Errorf("blob store: %s, so %s was written before returning, and that failed: %w", why, h, err)
+		}
+		return h, nil
+	}
 	p := &pendingBlob{b: mw.b, done: make(chan struct{})}
 	if s.pending == nil {
 		s.pending = map[wire.Hash]*pendingBlob{}
@@ -171,6 +184,37 @@ func (s *Blobs) WriteBlobAfter(ctx context.Context, size int64, write func(io.Wr
 	s.pendWG.Add(1)
 	go s.persist(h, p)
 	return h, nil
+}
+
+// maxPendingBytes bounds the bytes deferred writes hold in memory
+// (Blobs.pendCap): past it, a deferred write is written before it returns.
+const maxPendingBytes = 2 << 30
+
+// holdRefusal says why a deferred write of size bytes must not be held in
+// memory ("" when it may; s.pendMu held): a pending write is failing (the
+// disk is full or broken: holding more state would only grow memory, so
+// the caller learns of the failure now), or the held bytes would pass
+// pendCap.
+func (s *Blobs) holdRefusal(size int64) string {
+	var held int64
+	for h, p := range s.pending {
+		if p.err != nil {
+			return fmt.Sprintf("the deferred write of %s is failing (%v)", h, p.err)
+		}
+		held += int64(len(p.b))
+	}
+	if held+size > s.pendCap {
+		return fmt.Sprintf("deferred writes hold %d bytes in memory and %d more would pass the cap of %d", held, size, s.pendCap)
+	}
+	return ""
+}
+
+// SyncWrites counts the deferred writes written before they returned
+// because holding them was refused (holdRefusal).
+func (s *Blobs) SyncWrites() int64 {
+	s.pendMu.Lock()
+	defer s.pendMu.Unlock()
+	return s.syncWrites
 }
 
 // persist writes a pending blob durably, retrying after failures (the

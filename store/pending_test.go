@@ -313,3 +313,81 @@ func (s *syncBuffer) String() string {
 	defer s.mu.Unlock()
 	return s.b.String()
 }
+
+// TestWriteBlobAfterBoundsMemory: deferred writes hold at most pendCap
+// bytes, and none more while one is failing. Past the cap a write is
+// durable before it returns; while the disk fails, a new write fails its
+// caller at once (the commit abstains) instead of joining the bytes held.
+func TestWriteBlobAfterBoundsMemory(t *testing.T) {
+	t.Run("cap", func(t *testing.T) {
+		hold, held, release := holdWrites()
+		s, err := OpenBlobs(t.TempDir(), BlobOptions{HoldWrite: hold, Logger: discard()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { s.Close() })
+		s.pendCap = 3 << 20
+		a, b := blobData(21, 2<<20), blobData(22, 2<<20)
+		ha := writeAfter(t, s, a)
+		<-held
+		hb := writeAfter(t, s, b) // 4 MiB would be held: written now
+		if s.Pending(hb) || s.SyncWrites() != 1 {
+			t.Fatalf("over the cap: pending %v, sync writes %d", s.Pending(hb), s.SyncWrites())
+		}
+		if raw, err := os.ReadFile(s.Path(hb)); err != nil || !bytes.Equal(raw, b) {
+			t.Fatalf("the write past the cap is not durable: %v", err)
+		}
+		if !s.Pending(ha) {
+			t.Fatal("the held write stopped being pending")
+		}
+		close(release)
+		if err := s.Durable(context.Background(), ha); err != nil {
+			t.Fatal(err)
+		}
+		readAll(t, s, ha, a)
+		readAll(t, s, hb, b)
+	})
+	t.Run("failing", func(t *testing.T) {
+		s, err := OpenBlobs(t.TempDir(), BlobOptions{Logger: discard()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { s.Close() })
+		s.retryFirst = time.Millisecond
+		full := &blobHooks{fail: map[hookPoint]error{hookWrite: syscall.ENOSPC}}
+		s.hooks = full
+		a, b := blobData(23, 1<<20), blobData(24, 1<<20)
+		ha := writeAfter(t, s, a)
+		deadline := time.Now().Add(time.Minute)
+		for s.WriteFailures() < 1 {
+			if time.Now().After(deadline) {
+				t.Fatal("no failure seen")
+			}
+			time.Sleep(time.Millisecond)
+		}
+		_, err = s.WriteBlobAfter(context.Background(), int64(len(b)), func(w io.Writer) error { _, err := w.Write(b); return err })
+		if err == nil || !errors.Is(err, syscall.ENOSPC) || !strings.Contains(err.Error(), "is failing") {
+			t.Fatalf("a deferred write while another fails: %v, want ENOSPC and why", err)
+		}
+		hb := wire.ContentHash(b)
+		if ok, _ := s.Has(context.Background(), hb); ok {
+			t.Fatal("the refused blob is readable")
+		}
+		readAll(t, s, ha, a) // the failing one is still served from memory
+		full.mu.Lock()
+		delete(full.fail, hookWrite)
+		full.mu.Unlock()
+		if err := s.Durable(context.Background(), ha); err != nil {
+			t.Fatal(err)
+		}
+		if got := writeAfter(t, s, b); got != hb {
+			t.Fatalf("after the disk recovered: %s", got)
+		}
+		if err := s.Durable(context.Background(), hb); err != nil {
+			t.Fatal(err)
+		}
+		if l := leftovers(t, s.Dir()); len(l) > 0 {
+			t.Fatalf("left behind: %v", l)
+		}
+	})
+}
