@@ -161,6 +161,9 @@ def run_rule(url: str, bins: Path, label: str, rule: str, params: dict | None, a
             "trainer": names[i], "did": k.did, "honest": i < HONEST,
             "payout_tnzo": (after.get(k.did, 0) - e.balances_before[k.did]) / TNZO,
             "slashed_tnzo": int(t.get("slashed") or 0) / TNZO, "status": t.get("status", "?"),
+            # which data the trainer was dealt (freeriders-findings: wrong data is paid on a shard holding a series
+            # no honest trainer trains), as the run reported it at the end
+            "shards": t.get("shard_assignments", t.get("shards")),
             **ins.get(k.did, dict.fromkeys(COUNTS, 0)),
         })  # fmt: skip
     name_of = {k.did: names[i] for i, k in enumerate(keys)}
