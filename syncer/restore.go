@@ -220,14 +220,7 @@ func (n *Node) rederive(ctx context.Context, j restoreJob) error {
 		if !checked && wire.ContentHash(payload) != in.PayloadHash {
 			return fmt.Errorf("input of %s: payload does not hash to %s", in.TrainerDID, in.PayloadHash)
 		}
-		var v Values
-		if r.Codec == nil {
-			v, err = TensorValues(memReader(payload), int64(len(payload)), path, fs.Tensors)
-		} else {
-			var flat []byte
-			flat, _, err = payloadValues(ctx, n.eng, r.Codec, &fs.FragLayout, payload)
-			v = BytesValues(flat)
-		}
+		v, _, _, err := inputValues(ctx, n.eng, r, fs, payload, path)
 		if err != nil {
 			return fmt.Errorf("input of %s (payload %s) does not decode: %w", in.TrainerDID, in.PayloadHash, err)
 		}

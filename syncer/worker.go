@@ -909,8 +909,9 @@ func (n *Node) writeState(ctx context.Context, store bool, fl *machine.FragLayou
 		defer wg.Done()
 		fc.MomentumAfter, mErr = write(int64(len(momentum)), func(w io.Writer) error { _, err := w.Write(momentum); return err })
 	}()
-	// The weights file's size: its header and the values (counted, not read).
-	size, wErr := WriteFragment(countWriter{}, fl.Tensors, weights)
+	// The weights file's size: its header and the values (counted by
+	// io.Discard, not read).
+	size, wErr := WriteFragment(io.Discard, fl.Tensors, weights)
 	if wErr == nil {
 		fc.WeightsAfter, wErr = write(size, func(w io.Writer) error { _, err := WriteFragment(w, fl.Tensors, weights); return err })
 	}
@@ -952,11 +953,6 @@ type blobDurability interface {
 	Pending(h wire.Hash) bool
 	Durable(ctx context.Context, h wire.Hash) error
 }
-
-// countWriter counts what is written to it.
-type countWriter struct{}
-
-func (countWriter) Write(p []byte) (int, error) { return len(p), nil }
 
 // storedBlob returns the blob h (fetched when this node lacks it) and the
 // function that releases it; checked says its hash was checked already
@@ -1006,6 +1002,24 @@ func (n *Node) storedBlob(ctx context.Context, h wire.Hash, maxSize uint64, prov
 		path = bf.Path(h)
 	}
 	return b, func() {}, true, path, nil
+}
+
+// inputValues is a payload's values of fragment fs as the run reads them:
+// the fragment's tensors read in place from a safetensors payload (path:
+// its file, for the engine's worker), or what the run's codec decodes.
+// flat is the values in one slice when they are one (one range in place,
+// or decoded; else nil), fuel the decode's. computeCommit's checkInput and
+// RestoreState's re-execution read kept inputs through it.
+func inputValues(ctx context.Context, eng Engine, r *machine.Run, fs *machine.RunFragment, payload []byte, path string) (v Values, flat []byte, fuel uint64, err error) {
+	if r.Codec == nil {
+		v, err = TensorValues(memReader(payload), int64(len(payload)), path, fs.Tensors)
+		if err == nil && len(v.Ranges) == 1 {
+			flat = payload[v.Ranges[0].Off : v.Ranges[0].Off+v.Ranges[0].Len]
+		}
+		return v, flat, 0, err
+	}
+	flat, fuel, err = payloadValues(ctx, eng, r.Codec, &fs.FragLayout, payload)
+	return BytesValues(flat), flat, fuel, err
 }
 
 // storedValues is a stored blob's values read in place: the fragment's
@@ -1061,18 +1075,8 @@ func (n *Node) checkInput(ctx context.Context, r *machine.Run, fs *machine.RunFr
 			return reject(0, fmt.Sprintf("payload hashes to %s, the record says %s", got, rec.PayloadHash))
 		}
 	}
-	var v Values
-	var flat []byte // the values in one slice, for per-submission verifiers
-	var fuel uint64
-	if r.Codec == nil {
-		v, err = TensorValues(memReader(payload), int64(len(payload)), path, fs.Tensors)
-		if err == nil && len(v.Ranges) == 1 {
-			flat = payload[v.Ranges[0].Off : v.Ranges[0].Off+v.Ranges[0].Len]
-		}
-	} else {
-		flat, fuel, err = payloadValues(ctx, n.eng, r.Codec, &fs.FragLayout, payload)
-		v = BytesValues(flat)
-	}
+	// flat: the values in one slice, for per-submission verifiers
+	v, flat, fuel, err := inputValues(ctx, n.eng, r, fs, payload, path)
 	if err != nil {
 		var rf *RuleFailure
 		if ctx.Err() != nil || (!errors.As(err, &rf) && isHostFailure(err)) {
