@@ -186,7 +186,7 @@ func (s *pluginSteps) Aggregate(ctx context.Context, kept []int) (syncer.Aggrega
 		s.agg, err = s.e.finalizeAggregate(ctx, s.in, srcs, s.f, s.wOut)
 		return s.agg.AggregateOutput, err
 	}
-	if s.w.r == nil && (s.m == nil || s.m.r == nil) {
+	if stateInMemory(s.w, s.m) {
 		return s.fused(ctx, srcs)
 	}
 	// A native outer step reads the weights and momentum on the other core
@@ -346,6 +346,11 @@ func checkShape(p *plugin, d machine.Dtype, n, k int) (int, error) {
 	return d.Size(), nil
 }
 
+// stateInMemory reports whether the weights w and the momentum m (nil:
+// none) are bytes in memory (mapped blobs), not read from a reader: the
+// outer step then reads them in place.
+func stateInMemory(w, m *source) bool { return w.r == nil && (m == nil || m.r == nil) }
+
 // readAhead has the weights and momentum read into their output buffers in
 // the background, from when the aggregator's guest starts (f.onRun), when
 // the outer step will run natively (its blocks then need no particular
@@ -359,7 +364,7 @@ func (e *Engine) readAhead(ctx context.Context, in syncer.FinalizeInput, w, m *s
 	if _, ok := e.nativeOuter(ctx, p, outerVariant{in.Dtype, m != nil, in.Nesterov}); !ok {
 		return
 	}
-	if w.r == nil && (m == nil || m.r == nil) {
+	if stateInMemory(w, m) {
 		return // in memory (mapped): the step reads them in place
 	}
 	wb, mb := wOut.bytes(), mOut.bytes()

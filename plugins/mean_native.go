@@ -149,16 +149,9 @@ func (e *Engine) calibrateLine(ctx context.Context, p *plugin, k int, params []f
 	return l
 }
 
-// meanNative is mean.c's aggregate of coordinates [c0, c1) of the inputs
-// srcs (F32 bytes in memory, 4-aligned: meanInPlace) into out (4·(c1−c0)
-// bytes, 4-aligned), on every core, in blocks that stay in the cache.
-func meanNative(srcs []*source, c0, c1 int, out []byte) {
-	runKernel(meanKernel(srcs, c0, c1), c1-c0, f32View(out))
-}
-
-// meanKernel is the Mean of coordinates [c0, c1) of srcs as a block
-// kernel (fused.go): block [b0, b1) of the aggregate from the inputs read
-// in place.
+// meanKernel is mean.c's aggregate of coordinates [c0, c1) of srcs (F32
+// bytes in memory, 4-aligned: meanInPlace) as a block kernel (fused.go):
+// block [b0, b1) of the aggregate from the inputs read in place.
 func meanKernel(srcs []*source, c0, c1 int) blockKernel {
 	in := make([][]float32, len(srcs))
 	for i, s := range srcs {
@@ -197,7 +190,7 @@ func meanBlockGo(in [][]float32, b0, b1 int, out []float32) {
 }
 
 // meanInPlace reports whether every source's values are bytes in memory,
-// 4-aligned, which meanNative reads in place.
+// 4-aligned, which the native kernels read in place.
 func meanInPlace(srcs []*source) bool {
 	for _, s := range srcs {
 		if s.r != nil || s.b == nil || !aligned4(s.b) {

@@ -149,15 +149,9 @@ func f32Key(b uint32) int32 {
 	return s ^ (s >> 31 & 0x7fffffff)
 }
 
-// trimmedNative is trimmedmean.c's aggregate, t values trimmed at each
-// end, of coordinates [c0, c1) of srcs (F32 bytes in memory, 4-aligned)
-// into out, on every core, in blocks that stay in the cache.
-func trimmedNative(srcs []*source, c0, c1, t int, out []byte) {
-	runKernel(trimmedKernel(srcs, c0, c1, t), c1-c0, f32View(out))
-}
-
-// trimmedKernel is the TrimmedMean of coordinates [c0, c1) of srcs as a
-// block kernel (fused.go); each worker sorts 512-coordinate pieces in its
+// trimmedKernel is trimmedmean.c's aggregate, t values trimmed at each
+// end, of coordinates [c0, c1) of srcs (F32 bytes in memory, 4-aligned) as
+// a block kernel (fused.go); each worker sorts 512-coordinate pieces in its
 // own key buffers.
 func trimmedKernel(srcs []*source, c0, c1, t int) blockKernel {
 	k := len(srcs)
