@@ -52,7 +52,8 @@ func (e *Engine) remoteFinalize(ctx context.Context, in syncer.FinalizeInput, sp
 	if in.AggregateOnly {
 		span = n * 4 // the aggregate takes the new weights' place
 	}
-	fr := &finReq{Rule: in.Rule, Outer: in.Outer, Verifiers: in.Verifiers, Quorum: in.Quorum, AggregateOnly: in.AggregateOnly}
+	fr := &finReq{Rule: in.Rule, Outer: in.Outer, Verifiers: in.Verifiers, Quorum: in.Quorum, AggregateOnly: in.AggregateOnly,
+		WeightsHeader: in.WeightsHeader}
 	// Values without a path go through the arena.
 	type arenaCopy struct {
 		src     *source
@@ -126,8 +127,12 @@ func (e *Engine) remoteFinalize(ctx context.Context, in syncer.FinalizeInput, sp
 			if !in.AggregateOnly {
 				m = arena[fin.MomentumOff : fin.MomentumOff+n*4 : fin.MomentumOff+n*4]
 			}
+			var known *syncer.StateHashes
+			if fin.StateHashed && in.WeightsHeader != nil && !in.AggregateOnly {
+				known = &syncer.StateHashes{Weights: fin.WeightsHash, Momentum: fin.MomentumHash}
+			}
 			if in.Write != nil {
-				return in.Write(w, m)
+				return in.Write(w, m, known)
 			}
 			out.Weights = append([]byte(nil), w...)
 			if m != nil {
@@ -203,7 +208,7 @@ func serveFinalize(ctx context.Context, e *Engine, req *workerReq, mem []byte, a
 		return s, nil
 	}
 	in := syncer.FinalizeInput{Rule: fr.Rule, Outer: fr.Outer, Verifiers: fr.Verifiers, Dtype: req.Dtype, N: req.N, Quorum: fr.Quorum,
-		LR: req.LR, Beta: req.Beta, Nesterov: req.Nesterov, AggregateOnly: fr.AggregateOnly,
+		LR: req.LR, Beta: req.Beta, Nesterov: req.Nesterov, AggregateOnly: fr.AggregateOnly, WeightsHeader: fr.WeightsHeader,
 		Inputs: make([]syncer.Values, len(fr.Inputs))} // counted by RunFinalize; the sources are srcs
 	srcs := make([]*source, len(fr.Inputs))
 	for i, v := range fr.Inputs {
@@ -239,12 +244,15 @@ func serveFinalize(ctx context.Context, e *Engine, req *workerReq, mem []byte, a
 	defer f.release()
 	wOut := roomDest(arena, req.OutOff, fr.WeightsRoom, span)
 	mOut := roomDest(arena, req.OutOff+fr.WeightsRoom, req.OutLen-fr.WeightsRoom, n*4)
-	res, err := e.finalizeLocal(ctx, in, srcs, w, m, wOut, mOut, f)
+	res, known, err := e.finalizeLocal(ctx, in, srcs, w, m, wOut, mOut, f)
 	if err != nil {
 		return nil, res.Fuel, err
 	}
 	resp := &finResp{Status: res.Status, Reason: res.Reason, Rejected: res.Rejected, Selected: res.Selected, Kept: res.Kept,
 		AggregateHash: res.AggregateHash}
+	if known != nil {
+		resp.StateHashed, resp.WeightsHash, resp.MomentumHash = true, known.Weights, known.Momentum
+	}
 	if res.Status == wire.FragAggregated {
 		wOut.bytes()
 		if !fr.AggregateOnly {

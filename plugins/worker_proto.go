@@ -154,6 +154,9 @@ type finReq struct {
 	// AggregateOnly: no outer step; the aggregate (N f32) is placed where
 	// the new weights would be (syncer.FinalizeInput.AggregateOnly).
 	AggregateOnly bool `json:"aggregate_only,omitempty"`
+	// WeightsHeader: syncer.FinalizeInput.WeightsHeader (the new weights'
+	// blob is it followed by the values; the sweep may hash both blobs).
+	WeightsHeader []byte `json:"weights_header,omitempty"`
 }
 
 // workerValues locates values: ranges of the file at Path, which the worker
@@ -175,6 +178,12 @@ type finResp struct {
 	// WeightsOff and MomentumOff are the arena offsets of the new state.
 	WeightsOff  int64 `json:"weights_off,omitempty"`
 	MomentumOff int64 `json:"momentum_off,omitempty"`
+	// StateHashed: the sweep hashed the new state (syncer.StateHashes):
+	// WeightsHash of the request's WeightsHeader and the new weights,
+	// MomentumHash of the new momentum.
+	StateHashed  bool      `json:"state_hashed,omitempty"`
+	WeightsHash  wire.Hash `json:"weights_hash,omitempty"`
+	MomentumHash wire.Hash `json:"momentum_hash,omitempty"`
 }
 
 // WorkerError is a local failure of a plugin worker: it was killed at the
