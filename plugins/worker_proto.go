@@ -117,6 +117,10 @@ type workerTensor struct {
 // workerResp answers one call. Failure is a deterministic rule failure (it
 // is recorded); Err is any other error (it is not).
 type workerResp struct {
+	// after, in the worker, runs once the response is sent: what the call
+	// no longer needs but the node need not wait for (a finalize's input
+	// mappings).
+	after      func()
 	Err        string              `json:"err,omitempty"`
 	NeedModule bool                `json:"need_module,omitempty"`
 	Failure    *syncer.RuleFailure `json:"failure,omitempty"`
