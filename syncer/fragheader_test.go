@@ -14,7 +14,9 @@ import (
 // out of the file's sorted order) or the layout does not span them, it
 // says so.
 func TestFragmentHeader(t *testing.T) {
-	f32 := func(name string, n int64) wire.TensorInfo { return wire.TensorInfo{Name: name, Dtype: "F32", Shape: []int64{n}} }
+	f32 := func(name string, n int64) wire.TensorInfo {
+		return wire.TensorInfo{Name: name, Dtype: "F32", Shape: []int64{n}}
+	}
 	for _, tc := range []struct {
 		name    string
 		tensors []wire.TensorInfo
