@@ -52,8 +52,10 @@ func (e *Engine) remoteFinalize(ctx context.Context, in syncer.FinalizeInput, sp
 	if in.AggregateOnly {
 		span = n * 4 // the aggregate takes the new weights' place
 	}
-	fr := &finReq{Rule: in.Rule, Outer: in.Outer, Verifiers: in.Verifiers, Quorum: in.Quorum, AggregateOnly: in.AggregateOnly,
-		WeightsHeader: in.WeightsHeader}
+	fr := &finReq{Rule: in.Rule, Outer: in.Outer, Verifiers: in.Verifiers, Quorum: in.Quorum, AggregateOnly: in.AggregateOnly}
+	if len(in.WeightsHeader) <= maxSweptHeader {
+		fr.WeightsHeader = in.WeightsHeader // else the node hashes the state itself
+	}
 	// Values without a path go through the arena.
 	type arenaCopy struct {
 		src     *source
@@ -128,7 +130,7 @@ func (e *Engine) remoteFinalize(ctx context.Context, in syncer.FinalizeInput, sp
 				m = arena[fin.MomentumOff : fin.MomentumOff+n*4 : fin.MomentumOff+n*4]
 			}
 			var known *syncer.StateHashes
-			if fin.StateHashed && in.WeightsHeader != nil && !in.AggregateOnly {
+			if fin.StateHashed && fr.WeightsHeader != nil && !in.AggregateOnly {
 				known = &syncer.StateHashes{Weights: fin.WeightsHash, Momentum: fin.MomentumHash}
 			}
 			if in.Write != nil {
@@ -153,6 +155,12 @@ func (e *Engine) remoteFinalize(ctx context.Context, in syncer.FinalizeInput, sp
 	}
 	return out, nil
 }
+
+// maxSweptHeader bounds the weights header a finalize request carries
+// (base64 in the JSON header, itself bounded by maxWorkerHeader): a larger
+// one (a fragment of thousands of tensors) is not sent, and the node
+// hashes the new state itself.
+const maxSweptHeader = 64 << 10
 
 // coalesce merges adjacent ranges (a payload's tensors stored in the
 // fragment's order are one range).

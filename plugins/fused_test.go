@@ -433,6 +433,32 @@ func TestFusedStateHashes(t *testing.T) {
 	if lens[0] == 0 || lens[1] == 0 || lens[5]+lens[6] == 0 {
 		t.Fatalf("headers by KiB: %v, want some below 1 KiB, past 1 KiB and past 4 KiB", lens)
 	}
+	// A header past maxSweptHeader is not sent to a worker: no hashes
+	// (the caller hashes), the finalize otherwise the same.
+	{
+		in := fusedFixture(t, r, rule, outer, 3, 5000)
+		in.WeightsHeader = fragmentHeader(t, 5000, 200, 400)
+		if len(in.WeightsHeader) <= maxSweptHeader {
+			t.Fatalf("header of %d bytes, want more than %d", len(in.WeightsHeader), maxSweptHeader)
+		}
+		for _, e := range engines {
+			var got *syncer.StateHashes
+			called := false
+			in.Write = func(w, m []byte, known *syncer.StateHashes) error {
+				called, got = true, known
+				if known != nil && (known.Weights != wire.ContentHash(append(append([]byte(nil), in.WeightsHeader...), w...)) || known.Momentum != wire.ContentHash(m)) {
+					t.Fatalf("%s, large header: wrong hashes", e.name)
+				}
+				return nil
+			}
+			if out, err := e.e.Finalize(ctx, in); err != nil || out.Status != wire.FragAggregated || !called {
+				t.Fatalf("%s, large header: %v %s", e.name, err, out.Status)
+			}
+			if (got != nil) != (e.e == native) {
+				t.Fatalf("%s, header of %d bytes: hashes given %v", e.name, len(in.WeightsHeader), got != nil)
+			}
+		}
+	}
 	// Not swept (the outer step in Wasm): no hashes, the caller hashes.
 	wasmOuter := newEngine(t, Config{WasmOuter: true})
 	in := fusedFixture(t, r, rule, outer, 3, 5000)
