@@ -734,10 +734,10 @@ func (n *Node) computeCommit(ctx context.Context, s *snapshot, i int) (*computed
 	// The new weights' file is their header and the values (when the
 	// layout is in the file's order): the engine may hash both new blobs
 	// as it computes them, and writeState need not read them to hash.
+	// (A layout FragmentHeader refuses is left to writeState, which fails
+	// on it as before.)
 	header, whole, err := FragmentHeader(fs.Tensors, int64(fs.N)*int64(fs.Dtype.Size()))
-	if err != nil {
-		return nil, err
-	}
+	whole = whole && err == nil
 	if whole {
 		fin.WeightsHeader = header
 	}
