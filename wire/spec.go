@@ -462,7 +462,7 @@ func (s *TaskSpec) Holders() int {
 }
 
 // validateHolders checks shard_holders (scoring.md §3.1): absent, or 2 in
-// a scored run of M ≥ 2 trainers over a finite corpus.
+// a scored run of M ≥ 3 trainers and S ≥ 3 shards over a finite corpus.
 func (s *TaskSpec) validateHolders(scored bool) error {
 	if s.ShardHolders == nil {
 		return nil
@@ -471,8 +471,10 @@ func (s *TaskSpec) validateHolders(scored bool) error {
 	switch {
 	case h != ShardHoldersPaired:
 		return fmt.Errorf("spec: shard_holders is %d, want absent (one trainer per shard) or %d", h, ShardHoldersPaired)
-	case s.TrainerCount < ShardHoldersPaired:
-		return fmt.Errorf("spec: shard_holders %d needs trainer_count (M) ≥ %d, got %d: a shard's holders are distinct trainers", h, ShardHoldersPaired, s.TrainerCount)
+	case s.TrainerCount < 3:
+		return fmt.Errorf("spec: shard_holders %d needs trainer_count (M) ≥ 3, got %d: a shard's holders are distinct trainers, and with two every trainer would hold every shard, leaving no control batch to score against", h, s.TrainerCount)
+	case s.Shards() < 3:
+		return fmt.Errorf("spec: shard_holders %d needs at least 3 shards, got shard_count %d: a trainer holds two, and the control batch needs one it does not hold", h, s.Shards())
 	case strings.HasPrefix(s.DatasetRef, "synth://"):
 		return fmt.Errorf("spec: shard_holders %d needs a finite corpus: a synth:// corpus gives every window of a shard once, in a fixed order, so two holders would train the same windows and be named copies", h)
 	case !scored:
