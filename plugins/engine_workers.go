@@ -55,7 +55,7 @@ func (e *Engine) prepareRemote(ctx context.Context, module []byte, man *Manifest
 		return nil, fmt.Errorf("%s", resp.Err)
 	}
 	if resp.Info == nil || resp.Info.Hash != h {
-		return nil, fmt.Errorf("plugins: %s: the worker answered for another module", man.ID)
+		return nil, &WorkerError{Op: "publish", Reason: fmt.Sprintf("%s: answered for another module", man.ID)}
 	}
 	p := &plugin{info: *resp.Info, manifest: man}
 	if e.cfg.KV == nil && !isBuiltinModule(module) {
@@ -132,7 +132,7 @@ func (e *Engine) remoteAggregate(ctx context.Context, p *plugin, in syncer.Aggre
 		}
 	}
 	if len(out.Selected) != len(in.Inputs) {
-		return syncer.AggregateOutput{}, fmt.Errorf("plugins: worker returned %d selections for %d inputs", len(out.Selected), len(in.Inputs))
+		return syncer.AggregateOutput{}, &WorkerError{Op: "aggregate", Reason: fmt.Sprintf("returned %d selections for %d inputs", len(out.Selected), len(in.Inputs))}
 	}
 	return out, nil
 }

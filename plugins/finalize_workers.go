@@ -109,7 +109,7 @@ func (e *Engine) remoteFinalize(ctx context.Context, in syncer.FinalizeInput, sp
 		consume: func(resp *workerResp, arena []byte) error {
 			fin := resp.Fin
 			if fin == nil || len(fin.Rejected) != len(in.Inputs) || len(fin.Selected) != len(in.Inputs) {
-				return fmt.Errorf("plugins: worker finalize answered for another call")
+				return &WorkerError{Op: "finalize", Reason: "answered for another call"}
 			}
 			out = syncer.FinalizeOutput{Status: fin.Status, Reason: fin.Reason, Rejected: fin.Rejected, Selected: fin.Selected,
 				Kept: fin.Kept, AggregateHash: fin.AggregateHash, Fuel: resp.Fuel}
@@ -119,7 +119,7 @@ func (e *Engine) remoteFinalize(ctx context.Context, in syncer.FinalizeInput, sp
 			room := resp.outOff
 			if fin.WeightsOff < room || fin.WeightsOff+span > room+fr.WeightsRoom ||
 				!in.AggregateOnly && (fin.MomentumOff < room+fr.WeightsRoom || fin.MomentumOff+n*4 > room+outLen) {
-				return fmt.Errorf("plugins: worker finalize put its outputs outside their room")
+				return &WorkerError{Op: "finalize", Reason: "put its outputs outside their room"}
 			}
 			w := arena[fin.WeightsOff : fin.WeightsOff+span : fin.WeightsOff+span]
 			var m []byte

@@ -56,7 +56,7 @@ func (e *Engine) remoteScore(ctx context.Context, p *plugin, in ScoreInput, _ *s
 		return out, err
 	}
 	if len(resp.ScoreBits) != 2*in.Batches {
-		return ScoreOutput{}, fmt.Errorf("plugins: worker returned %d losses for %d batches", len(resp.ScoreBits), in.Batches)
+		return ScoreOutput{}, &WorkerError{Op: "score", Reason: fmt.Sprintf("returned %d losses for %d batches", len(resp.ScoreBits), in.Batches)}
 	}
 	out.Before, out.After = make([]float64, in.Batches), make([]float64, in.Batches)
 	for i := 0; i < in.Batches; i++ {

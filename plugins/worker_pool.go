@@ -114,16 +114,16 @@ func (w *worker) arenaFor(size int64) ([]byte, error) {
 	size = (size + 1<<20 - 1) &^ (1<<20 - 1)
 	fd, err := unix.MemfdCreate("tenzro-plugin-arena", unix.MFD_CLOEXEC)
 	if err != nil {
-		return nil, fmt.Errorf("plugins: memfd: %w", err)
+		return nil, &WorkerError{Op: "arena", Reason: fmt.Sprintf("memfd: %v", err), Err: err}
 	}
 	if err := unix.Ftruncate(fd, size); err != nil {
 		_ = unix.Close(fd)
-		return nil, fmt.Errorf("plugins: memfd of %d bytes: %w", size, err)
+		return nil, &WorkerError{Op: "arena", Reason: fmt.Sprintf("memfd of %d bytes: %v", size, err), Err: err}
 	}
 	mem, err := unix.Mmap(fd, 0, int(size), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
 	if err != nil {
 		_ = unix.Close(fd)
-		return nil, fmt.Errorf("plugins: mmap %d bytes: %w", size, err)
+		return nil, &WorkerError{Op: "arena", Reason: fmt.Sprintf("mmap %d bytes: %v", size, err), Err: err}
 	}
 	w.arenaFD, w.arena = fd, mem
 	w.arenaGen++
@@ -142,7 +142,7 @@ func newPool(cmd []string, size int, wc workerConfig, log *slog.Logger) (*pool, 
 	if len(cmd) == 0 {
 		exe, err := os.Executable()
 		if err != nil {
-			return nil, fmt.Errorf("plugins: worker command: %w", err)
+			return nil, &WorkerError{Op: "start", Reason: fmt.Sprintf("command: %v", err), Err: err}
 		}
 		cmd = []string{exe, "plugin-worker"}
 	}
@@ -179,7 +179,7 @@ func (pl *pool) start(ctx context.Context) (*worker, error) {
 	}
 	if ready.Err != "" {
 		w.kill()
-		return nil, fmt.Errorf("plugins: worker start: %s", ready.Err)
+		return nil, &WorkerError{Op: "start", Reason: ready.Err}
 	}
 	pl.mu.Lock()
 	pl.all[w] = true
@@ -224,7 +224,7 @@ func (w *worker) await(ctx context.Context, limit time.Duration, op string, resp
 		return &WorkerError{Op: op, Reason: fmt.Sprintf("killed at the wall-clock backstop of %v", limit)}
 	case <-ctx.Done():
 		w.kill()
-		return fmt.Errorf("plugins: worker %s: %w", op, ctx.Err())
+		return &WorkerError{Op: op, Reason: ctx.Err().Error(), Err: ctx.Err()}
 	}
 	if r.err != nil {
 		w.kill()
@@ -245,7 +245,7 @@ func (pl *pool) acquire(ctx context.Context) (*worker, error) {
 	select {
 	case pl.slots <- struct{}{}:
 	case <-ctx.Done():
-		return nil, fmt.Errorf("plugins: waiting for a worker: %w", ctx.Err())
+		return nil, &WorkerError{Op: "acquire", Reason: "waiting for a worker: " + ctx.Err().Error(), Err: ctx.Err()}
 	}
 	pl.mu.Lock()
 	if pl.closed {
@@ -395,7 +395,7 @@ func (w *worker) roundtrip(ctx context.Context, pc *poolCall, mods [][]byte) (*w
 	}
 	hdr, err := encodeHeader(&req)
 	if err != nil {
-		return nil, nil, fmt.Errorf("plugins: worker request: %w", err)
+		return nil, nil, &WorkerError{Op: req.Op, Reason: fmt.Sprintf("request: %v", err), Err: err}
 	}
 	if err := unix.Sendmsg(w.fd, hdr, rights, nil, unix.MSG_NOSIGNAL); err != nil {
 		w.kill()

@@ -184,11 +184,17 @@ type finResp struct {
 type WorkerError struct {
 	Op     string
 	Reason string
+	Err    error // the cause, when there is one (a context's end)
 }
 
 func (e *WorkerError) Error() string {
 	return fmt.Sprintf("plugins: worker %s: %s (a local failure, not recorded)", e.Op, e.Reason)
 }
+
+func (e *WorkerError) Unwrap() error { return e.Err }
+
+// Is makes every WorkerError a syncer.ErrLocal.
+func (e *WorkerError) Is(target error) bool { return target == syncer.ErrLocal }
 
 // IsWorkerError reports whether err is a local worker failure.
 func IsWorkerError(err error) bool {

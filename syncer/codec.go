@@ -78,7 +78,7 @@ func payloadValues(ctx context.Context, eng Engine, codec *RuleRef, fs *machine.
 	}
 	dec, ok := eng.(Decoder)
 	if !ok {
-		return nil, 0, fmt.Errorf("the engine does not run codec plugins")
+		return nil, 0, fmt.Errorf("the engine does not run codec plugins: %w", ErrLocal)
 	}
 	tensors, _, err := safetensors.Parse(payload, safetensors.DefaultLimits)
 	if err != nil {

@@ -133,6 +133,13 @@ type Engine interface {
 	Profile() EngineProfile
 }
 
+// ErrLocal marks an engine error as a failure of this node's plugin host
+// (a worker that died, was killed or could not start; an engine that does
+// not run a plugin kind): never an input's fault, never recorded — the
+// syncer abstains and tries again. Errors are classified by type, never by
+// their text, which can quote what a trainer sent.
+var ErrLocal = errors.New("a local failure of the plugin host")
+
 // RuleFailure is a deterministic, recordable failure of a rule.
 type RuleFailure struct {
 	Rule   string

@@ -2,7 +2,7 @@ package syncer_test
 
 import (
 	"context"
-	"errors"
+	"fmt"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -38,7 +38,7 @@ func (g *gateEngine) Aggregate(ctx context.Context, in syncer.AggregateInput) (s
 		<-g.release
 	}
 	if c <= g.failN {
-		return syncer.AggregateOutput{}, errors.New("plugins: worker aggregate: killed at the wall-clock backstop (a local failure, not recorded)")
+		return syncer.AggregateOutput{}, fmt.Errorf("plugins: worker aggregate: killed at the wall-clock backstop: %w", syncer.ErrLocal)
 	}
 	return g.NativeEngine.Aggregate(ctx, in)
 }

@@ -1145,10 +1145,7 @@ func hasSubmissionVerifiers(r *machine.Run) bool {
 
 // isHostFailure tells a failure of the plugin host (local) from a payload
 // that does not parse or decode (the payload's fault).
-func isHostFailure(err error) bool {
-	s := err.Error()
-	return strings.Contains(s, "worker") || strings.Contains(s, "engine does not run")
-}
+func isHostFailure(err error) bool { return errors.Is(err, ErrLocal) }
 
 // recheckEvidence checks a record's evidence as the receiving node did.
 func (n *Node) recheckEvidence(ctx context.Context, r *machine.Run, rec *machine.Record) (string, error) {
