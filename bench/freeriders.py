@@ -15,6 +15,8 @@ measured) and writes ``bench/results/freeriders-<label>.{md,json}`` besides ``fr
 from __future__ import annotations
 
 import argparse
+import contextlib
+import itertools
 import json
 import shlex
 import statistics
@@ -22,10 +24,13 @@ import tempfile
 import time
 from pathlib import Path
 
+import numpy as np
+
 import common
 from tenzro_trainer import models
 from tenzro_trainer.experiment import Experiment, start
 from tenzro_trainer.freeride import COPIES as COPY_KINDS
+from tenzro_trainer.freeride import Records, fetch_blob
 from tenzro_trainer.rpc import Client, NodeUnavailable, RpcError
 
 RULES = {
@@ -108,6 +113,57 @@ def inputs_by_trainer(transcript: list[dict]) -> dict[str, dict[str, int]]:
     return out
 
 
+def flat(payload: bytes) -> np.ndarray:
+    """An outer-gradient payload's values, every tensor in name order, as one float64 vector."""
+    from safetensors.numpy import load as st_load
+
+    t = st_load(payload)
+    return np.concatenate([t[k].astype(np.float64).ravel() for k in sorted(t)])
+
+
+class Watch:
+    """What the bench reads while a run goes: each round's shards per trainer (dealt anew every round under
+    shard_holders 2, scoring.md §3.1) and, under shard_holders, the honest trainers' payloads (``GET /blobs`` once
+    their record is in a block, as a copier reads them) to measure how similar two honest co-holders' outer gradients
+    are against the copy rule's threshold."""
+
+    def __init__(self, c: Client, task: str, honest: list[str], payloads: bool) -> None:
+        self.c, self.task, self.honest = c, task, honest
+        self.shards: dict[int, dict[str, list[int]]] = {}
+        self.blobs: dict[tuple[str, int, int], bytes] = {}
+        self.records = Records.of_node(c) if payloads else None
+
+    def see(self, run: dict) -> None:
+        if run.get("status") == "running":
+            self.shards.setdefault(
+                int(run["round"]), {t["did"]: list(t.get("shards") or []) for t in run.get("trainers") or []}
+            )
+        if self.records is None:
+            return
+        with contextlib.suppress(NodeUnavailable):
+            self.records.poll()
+        for (task, did, r, f), h in list(self.records.seen.items()):
+            if task == self.task and did in self.honest and (did, r, f) not in self.blobs:
+                with contextlib.suppress(Exception):  # collected already, or the node busy: that pair is not measured
+                    self.blobs[(did, r, f)] = fetch_blob(self.c, h)
+
+    def cosines(self, name_of: dict[str, str]) -> list[dict]:
+        """Cosine of every two honest trainers' outer gradients of one round and fragment, and whether they held a
+        shard together that round."""
+        out = []
+        vecs = {k: flat(v) for k, v in self.blobs.items()}
+        for (da, r, f), (db, r2, f2) in itertools.combinations(sorted(vecs), 2):
+            if (r, f) != (r2, f2):
+                continue
+            a, b = vecs[(da, r, f)], vecs[(db, r, f)]
+            sh = self.shards.get(r, {})
+            shared = sorted(set(sh.get(da, [])) & set(sh.get(db, [])))
+            cos = float(a @ b / (np.linalg.norm(a) * np.linalg.norm(b))) if a.any() and b.any() else 0.0
+            out.append({"round": r, "fragment": f, "a": name_of[da], "b": name_of[db], "shared_shards": shared,
+                        "cosine": cos})  # fmt: skip
+        return out
+
+
 def run_rule(url: str, bins: Path, label: str, rule: str, params: dict | None, a: argparse.Namespace) -> dict:
     m = HONEST + len(FREE_RIDERS)
     # K = the inputs that are recorded and not copies or replays: a fragment aggregates only when K inputs are left
@@ -123,15 +179,18 @@ def run_rule(url: str, bins: Path, label: str, rule: str, params: dict | None, a
         reward_pool=a.pool * TNZO, task_id=f"freeriders-{label}-{rule.lower()}-{int(time.time())}",
         score_corpus=a.score_corpus, spec_extra={"round_deadline_ms": 300_000, **({"scoring": scoring_spec(a.score_batch, a.score_test, a.min_gain_ppm)} if a.scoring else {}),
                                                  **({"copies": {"sketch_dim": a.sketch_dim}} if a.sketch_dim else {}),
-                                                 **({"shard_split": a.shard_split} if a.shard_split else {})},
+                                                 **({"shard_split": a.shard_split} if a.shard_split else {}),
+                                                 **({"shard_holders": a.shard_holders} if a.shard_holders else {})},
     )  # fmt: skip
     t0 = time.monotonic()
     c, task, procs, keys = start(e)
     names = [f"honest {i}" for i in range(HONEST)] + [n for n, _ in FREE_RIDERS]
+    watch = Watch(c, task, [k.did for k in keys[:HONEST]], bool(a.shard_holders))
     status = "timeout"
     while time.monotonic() - t0 < a.timeout:
         try:
             run = c.get_run(task)
+            watch.see(run)
         except (NodeUnavailable, RpcError):
             time.sleep(1)
             continue
@@ -155,6 +214,7 @@ def run_rule(url: str, bins: Path, label: str, rule: str, params: dict | None, a
     transcript = c.call("tenzro_training_getTranscript", {"task_id": task}) or []
     ins = inputs_by_trainer(transcript)
     rows = []
+    name_of = {k.did: names[i] for i, k in enumerate(keys)}
     for i, k in enumerate(keys):
         t = tv.get(k.did, {})
         rows.append({
@@ -164,9 +224,14 @@ def run_rule(url: str, bins: Path, label: str, rule: str, params: dict | None, a
             # which data the trainer was dealt (freeriders-findings: wrong data is paid on a shard holding a series
             # no honest trainer trains), as the run reported it at the end
             "shards": t.get("shard_assignments", t.get("shards")),
+            # each round's shards, and who held one of them too (under shard_holders 2 the deal is drawn every round)
+            "shards_by_round": {str(r): sh.get(k.did) for r, sh in sorted(watch.shards.items())},
+            "co_holders_by_round": {
+                str(r): sorted(name_of[d] for d, s2 in sh.items() if d != k.did and set(s2) & set(sh.get(k.did) or []))
+                for r, sh in sorted(watch.shards.items())
+            },
             **ins.get(k.did, dict.fromkeys(COUNTS, 0)),
         })  # fmt: skip
-    name_of = {k.did: names[i] for i, k in enumerate(keys)}
     # every input's verdicts and recorded losses (scores are f64 bits in hex), for analysis of other pay tests
     verdicts = [
         {"trainer": name_of.get(inp["trainer_did"], inp["trainer_did"]), "round": rc.get("round"),
@@ -181,7 +246,9 @@ def run_rule(url: str, bins: Path, label: str, rule: str, params: dict | None, a
     worst_fr = max(r["vs_median_honest"] for r in rows if not r["honest"])
     statuses = sorted({fc.get("status", "?") for rc in transcript for fc in rc.get("fragments") or []})
     spread = max(honest) / min(honest) - 1 if min(honest) > 0 else float("inf")
+    cos = watch.cosines(name_of) if a.shard_holders else []
     return {
+        "honest_cosines": cos,
         "rule": rule, "params": params, "task": task, "status": status, "rounds": len(transcript), "fragment_statuses": statuses,
         "inputs": verdicts,
         "wall_s": round(wall, 1), "median_honest_tnzo": med, "honest_spread": spread,
@@ -228,6 +295,8 @@ def main() -> None:
     ap.add_argument("--sketch-dim", type=int, default=0, help="the spec's copies.sketch_dim (0: absent, no sketch)")
     ap.add_argument("--shard-split", default="", choices=["", "series"],
                     help="the spec's shard_split (absent: contiguous blocks; series: scoring.md §3)")  # fmt: skip
+    ap.add_argument("--shard-holders", type=int, default=0, choices=[0, 2],
+                    help="the spec's shard_holders (0: absent, one trainer per shard; 2: scoring.md §3.1)")  # fmt: skip
     ap.add_argument("--cycle", action="store_true", help="add the cycle3 free rider (run 4+ rounds)")
     ap.add_argument("--rules", default=",".join(RULES))
     ap.add_argument("--label", default="")
@@ -292,12 +361,23 @@ def report(res: list[dict], a: argparse.Namespace) -> None:
     rows.append(["**honest spread max/min − 1** (goal ≤ 0.10)"] + [f"**{r['honest_spread']:.3f}**" for r in res])
     rows.append(["honest slashed / free riders slashed"]
                 + [f"{r['honest_slashed']} / {r['free_riders_slashed']}" for r in res])  # fmt: skip
+    if getattr(a, "shard_holders", 0):
+        rows.append(
+            ["honest co-holders' outer-gradient cosine, max (pairs; copy threshold 0.9999)"]
+            + [cosine_cell([x for x in r.get("honest_cosines") or [] if x["shared_shards"]]) for r in res]
+        )
+        rows.append(
+            ["other honest pairs' cosine, max (pairs)"]
+            + [cosine_cell([x for x in r.get("honest_cosines") or [] if not x["shared_shards"]]) for r in res]
+        )
+        rows.append(["Gaussian windows: honest co-holders by round"]
+                    + [coholders_cell(r, "Gaussian windows") for r in res])  # fmt: skip
     rows.append(["run status, rounds (fragment statuses), wall"]
                 + [f"{r['status']}, {r['rounds']} ({', '.join(r['fragment_statuses'])}), {r['wall_s']} s" for r in res])  # fmt: skip
     cmd = "$(scripts/venv.sh)/bin/python bench/freeriders.py" + "".join(
         f" --{k.replace('_', '-')} {shlex.quote(str(v))}" for k, v in vars(a).items()
         if k not in ("timeout", "from_transcripts") and v not in ("", None) and not isinstance(v, bool)
-        and not (k == "sketch_dim" and v == 0)
+        and not (k in ("sketch_dim", "shard_holders") and v == 0)
     ) + ("" if a.scoring else " --no-scoring") + (" --score-corpus" if a.score_corpus else "") + (
         " --cycle" if a.cycle else "")  # fmt: skip
     notes = [
@@ -312,7 +392,8 @@ def report(res: list[dict], a: argparse.Namespace) -> None:
         + (f"scoring `{json.dumps(scoring_spec(a.score_batch, a.score_test, a.min_gain_ppm))}`" if a.scoring else "no scoring field")
         + (" + `corpus`: the BLAKE3 content hash of the uploaded CSV" if a.scoring and a.score_corpus else "")
         + (f", copies `{{\"sketch_dim\": {a.sketch_dim}}}` (the input sketch, copies.md §7)" if a.sketch_dim else "")
-        + (f", shard_split `{a.shard_split}` (scoring.md §3)." if a.shard_split else "."),
+        + (f", shard_split `{a.shard_split}` (scoring.md §3)" if a.shard_split else "")
+        + (f", shard_holders `{a.shard_holders}` (scoring.md §3.1)." if getattr(a, "shard_holders", 0) else "."),
         "Payout = ledger balance after the seal − balance right after the faucet (reward + refunded stake − stake − "
         "fees − slashes); fees are ~0.002 TNZO per submission, so an unpaid trainer shows a small negative payout. "
         "kept/inputs = the trainer's inputs in the commits not rejected (copies, replays — stale_of_round — and "
@@ -333,6 +414,18 @@ def report(res: list[dict], a: argparse.Namespace) -> None:
     common.write(f"freeriders-{a.label}" if a.label else "freeriders", title, header, rows, notes, raw)
     if a.label:
         combine()
+
+
+def cosine_cell(xs: list[dict]) -> str:
+    return f"{max(x['cosine'] for x in xs):.4f} ({len(xs)})" if xs else "–"
+
+
+def coholders_cell(r: dict, name: str) -> str:
+    """Per round, how many honest trainers held one of ``name``'s shards too."""
+    t = next((t for t in r["trainers"] if t["trainer"] == name), None)
+    if t is None or not t.get("co_holders_by_round"):
+        return "–"
+    return " / ".join(f"r{k}: {sum(c.startswith('honest') for c in v)}" for k, v in t["co_holders_by_round"].items())
 
 
 def combine() -> None:

@@ -25,6 +25,7 @@ GOAL_FR, GOAL_SPREAD = 0.05, 0.10
 def summarize(label: str) -> list[dict]:
     d = json.loads((common.RESULTS / f"freeriders-{label}.json").read_text())
     test = (d.get("args") or {}).get("score_test") or "own_improves"
+    holders = (d.get("args") or {}).get("shard_holders") or 1
     out = []
     for r in d["rules"]:
         fr = [t for t in r["trainers"] if not t["honest"]]
@@ -47,9 +48,16 @@ def summarize(label: str) -> list[dict]:
             for k, f in ft.TESTS.items():
                 replay[k][who][0] += bool(f(*ls))
                 replay[k][who][1] += 1
+        # under shard_holders 2 (scoring.md §3.1): per round, how many honest trainers held a shard of the rider's too
+        gw = next((t for t in r["trainers"] if t["trainer"] == "Gaussian windows"), {})
+        gw_honest = {
+            k: sum(c.startswith("honest") for c in v) for k, v in (gw.get("co_holders_by_round") or {}).items()
+        }
+        co = [x["cosine"] for x in r.get("honest_cosines") or [] if x["shared_shards"]]
         ok = worst["vs_median_honest"] <= GOAL_FR and r["honest_spread"] <= GOAL_SPREAD and r["honest_slashed"] == 0
         out.append({
-            "label": label, "test": test, "rule": r["name"], "worst_free_rider_vs_median": worst["vs_median_honest"],
+            "label": label, "test": test, "holders": holders, "rule": r["name"],
+            "gaussian_honest_coholders": gw_honest, "coholder_cosine_max": max(co) if co else None, "worst_free_rider_vs_median": worst["vs_median_honest"],
             "worst_free_rider": worst["trainer"], "honest_spread": r["honest_spread"], "honest_slashed": r["honest_slashed"],
             "meets_goals": ok, "replayed_tests": replay, "command": d.get("command", ""),
         })  # fmt: skip
@@ -58,13 +66,16 @@ def summarize(label: str) -> list[dict]:
 
 def main(out: str, labels: list[str]) -> None:
     rows_raw = [s for lab in labels for s in summarize(lab)]
-    header = ["run", "rule", "pay test (node)", "worst free rider ÷ median honest (which)", "honest spread",
-              "honest slashed", "goals met"] + [f"{k}: honest / Gaussian windows passed" for k in ft.TESTS]  # fmt: skip
+    header = ["run", "rule", "pay test (node)", "holders", "worst free rider ÷ median honest (which)", "honest spread",
+              "honest slashed", "goals met", "Gaussian windows' honest co-holders by round",
+              "honest co-holders' cosine, max"] + [f"{k}: honest / Gaussian windows passed" for k in ft.TESTS]  # fmt: skip
     rows = []
     for s in rows_raw:
-        rows.append([f"`{s['label']}`", s["rule"], s["test"],
+        rows.append([f"`{s['label']}`", s["rule"], s["test"], s["holders"],
                      f"{s['worst_free_rider_vs_median']:.3f} ({s['worst_free_rider']})", f"{s['honest_spread']:.3f}",
-                     s["honest_slashed"], "**yes**" if s["meets_goals"] else "**no**"]
+                     s["honest_slashed"], "**yes**" if s["meets_goals"] else "**no**",
+                     " / ".join(f"r{k}: {v}" for k, v in s["gaussian_honest_coholders"].items()) or "–",
+                     "–" if s["coholder_cosine_max"] is None else f"{s['coholder_cosine_max']:.4f}"]
                     + [f"{v['honest'][0]}/{v['honest'][1]} / {v['gaussian'][0]}/{v['gaussian'][1]}"
                        for v in s["replayed_tests"].values()])  # fmt: skip
     met = sum(s["meets_goals"] for s in rows_raw)

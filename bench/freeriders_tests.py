@@ -68,7 +68,7 @@ def main(label: str) -> None:
 
 def run_level() -> None:
     """Per (run, rule, trainer): the mean relative own gain over its scored checks; per kind of trainer and shard
-    split (series-balanced runs are labelled strata-rN): how many trainer-runs, the lowest and highest means."""
+    split and shard holders (series-balanced runs are labelled strata-rN): how many trainer-runs, the lowest and highest means."""
     kinds: dict[tuple[str, str], list[tuple[float, str, str]]] = {}
     for path in sorted(glob.glob(str(common.RESULTS / "freeriders-*.json"))):
         raw = json.loads(Path(path).read_text())
@@ -76,6 +76,8 @@ def run_level() -> None:
             continue
         series = (raw.get("args") or {}).get("shard_split") == "series" or raw.get("label", "").startswith("strata-r")
         split = "series" if series else "contiguous"
+        if (raw.get("args") or {}).get("shard_holders"):  # scoring.md §3.1: every shard dealt to two trainers
+            split += f", {raw['args']['shard_holders']} holders"
         for r in raw["rules"]:
             per: dict[str, list[float]] = {}
             for inp in r.get("inputs") or []:

@@ -1,6 +1,7 @@
 package machine
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
 	"encoding/json"
@@ -317,8 +318,8 @@ func (r *Run) Count(statuses ...string) int {
 // CountActive is the number of active and joining trainers.
 func (r *Run) CountActive() int { return r.Count(wire.TrainerActive, wire.TrainerJoining) }
 
-// assignShards deals data shards to active trainers in DID order: shard s
-// goes to active trainer s mod n (PROTOCOL §5).
+// assignShards deals the data shards to the active trainers for the round
+// that starts (DealShards over the round's anchor).
 func (r *Run) assignShards() {
 	var active []*RunTrainer
 	for _, t := range r.Trainers {
@@ -327,13 +328,56 @@ func (r *Run) assignShards() {
 			active = append(active, t)
 		}
 	}
-	if len(active) == 0 {
-		return
+	dids := make([]string, len(active))
+	for i, t := range active {
+		dids[i] = t.DID
 	}
-	for s := 0; s < r.spec.Shards(); s++ {
-		t := active[s%len(active)]
-		t.Shards = append(t.Shards, s)
+	for i, sh := range DealShards(r.spec.TaskID, r.Round, r.RoundAnchor, dids, r.spec.Shards(), r.spec.Holders()) {
+		active[i].Shards = sh
 	}
+}
+
+// DealShards returns the shards each of the active trainers (DIDs in
+// ascending order) holds in a round, each list ascending (PROTOCOL §5,
+// scoring.md §3.1). One holder (the default): shard s to active[s mod n],
+// as always. Two holders: the trainers are put in a ring π ordered by
+// SHA-256(Str(DomainShardDeal) ‖ Str(task) ‖ U64(round) ‖ Bytes(anchor) ‖
+// Str(DID)) (ties, impossible for distinct DIDs, by DID), and shard s goes
+// to π[s mod n] and π[(s+1) mod n]: two distinct trainers when n ≥ 2, the
+// one trainer when n = 1. The anchor is the hash of the block that started
+// the round, so no trainer knows its ring neighbours when it enrols and
+// the pairing is drawn again every round.
+func DealShards(task string, round uint64, anchor []byte, active []string, shards, holders int) [][]int {
+	n := len(active)
+	out := make([][]int, n)
+	if n == 0 {
+		return out
+	}
+	ring := make([]int, n) // ring position → index into active
+	for i := range ring {
+		ring[i] = i
+	}
+	if holders >= 2 {
+		keys := make([]wire.Hash, n)
+		for i, did := range active {
+			keys[i] = wire.NewCanon(wire.DomainShardDeal).Str(task).U64(round).Bytes(anchor).Str(did).Sum()
+		}
+		sort.Slice(ring, func(a, b int) bool {
+			if c := bytes.Compare(keys[ring[a]][:], keys[ring[b]][:]); c != 0 {
+				return c < 0
+			}
+			return active[ring[a]] < active[ring[b]]
+		})
+	}
+	for s := 0; s < shards; s++ {
+		first := ring[s%n]
+		out[first] = append(out[first], s)
+		if holders >= 2 && n >= 2 {
+			second := ring[(s+1)%n]
+			out[second] = append(out[second], s)
+		}
+	}
+	return out
 }
 
 // allIn: at least K records and one from every active trainer.

@@ -104,3 +104,67 @@ func TestTrainerShardsAreTheOwnPool(t *testing.T) {
 		}
 	}
 }
+
+// TestCoHoldersTrainInTheirOwnPools: under shard_holders 2 (scoring.md
+// §3.1) each holder's per-trainer batches (testdata/score/shards.json
+// "coholders", data.round_batches with the trainer's DID) lie in the
+// evaluator's own pool for its shards, and two trainers holding the same
+// shards draw a different batch at every step — the draw today's seed
+// would make equal, and the copy rule would then slash.
+func TestCoHoldersTrainInTheirOwnPools(t *testing.T) {
+	raw, err := os.ReadFile(filepath.Join("testdata", "score", "shards.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var v struct {
+		Lengths    []int `json:"lengths"`
+		WindowLen  int   `json:"window_len"`
+		Stride     int   `json:"stride"`
+		ShardCount int   `json:"shard_count"`
+		CoHolders  struct {
+			Task     string `json:"task"`
+			Trainers []struct {
+				DID            string  `json:"did"`
+				Shards         []int   `json:"shards"`
+				TrainerWindows []int   `json:"trainer_windows"`
+				RoundBatches   [][]int `json:"round_batches"`
+			} `json:"trainers"`
+		} `json:"coholders"`
+	}
+	if err := json.Unmarshal(raw, &v); err != nil {
+		t.Fatal(err)
+	}
+	w, err := NewWindowIndex(v.Lengths, v.WindowLen, v.Stride)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts := v.CoHolders.Trainers
+	if len(ts) < 2 || !slices.Equal(ts[0].Shards, ts[1].Shards) {
+		t.Fatalf("the vector needs two trainers holding the same shards, has %d", len(ts))
+	}
+	for _, tr := range ts {
+		own, _, err := PickScoreWindows(BatchDraw{TaskID: v.CoHolders.Task}, w.Count(), w.ShardGap(), tr.Shards, v.ShardCount, len(tr.TrainerWindows))
+		if err != nil {
+			t.Fatal(err)
+		}
+		slices.Sort(own)
+		if !slices.Equal(own, tr.TrainerWindows) {
+			t.Fatalf("%s: the evaluator's own pool (%d windows) is not the trainer's shard windows (%d)", tr.DID, len(own), len(tr.TrainerWindows))
+		}
+		for r, b := range tr.RoundBatches {
+			for _, i := range b {
+				if _, found := slices.BinarySearch(own, i); !found {
+					t.Errorf("%s batch %d: window %d outside its own pool", tr.DID, r, i)
+				}
+			}
+		}
+	}
+	if len(ts[0].RoundBatches) == 0 || len(ts[0].RoundBatches) != len(ts[1].RoundBatches) {
+		t.Fatalf("batches: %d and %d", len(ts[0].RoundBatches), len(ts[1].RoundBatches))
+	}
+	for i := range ts[0].RoundBatches {
+		if slices.Equal(ts[0].RoundBatches[i], ts[1].RoundBatches[i]) {
+			t.Errorf("step %d: the two holders of %v draw the same batch %v", i, ts[0].Shards, ts[0].RoundBatches[i])
+		}
+	}
+}

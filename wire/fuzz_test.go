@@ -26,6 +26,7 @@ func FuzzParseSpec(f *testing.F) {
 	f.Add([]byte(`{"task_id":"a","task_id":"b"}`))
 	f.Add([]byte(`{"created_at":9223372036854775807}`))
 	f.Add([]byte(`{"architecture":{"metadata":{"x":[1e308,-0,1.5e-7]}}}`))
+	f.Add([]byte(`{"shard_holders":2,"shard_holders":1e0}`))
 	f.Fuzz(func(t *testing.T, raw []byte) {
 		s, canon, err := wire.ParseSpec(raw)
 		if err != nil {

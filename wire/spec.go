@@ -119,8 +119,17 @@ type TaskSpec struct {
 	// series per shard, short series dealt whole. Only the non-default value
 	// is accepted (an explicit "" is refused: one spelling per spec), so a
 	// spec without it hashes as before.
-	ShardSplit *string   `json:"shard_split,omitempty"`
-	Slashing   *Slashing `json:"slashing,omitempty"`
+	ShardSplit *string `json:"shard_split,omitempty"`
+	// ShardHolders is how many distinct active trainers each shard is
+	// dealt to (docs/protocol/scoring.md §3.1): absent, one (shard s to
+	// active trainer s mod n in DID order); 2, a second holder too, the
+	// pairing drawn each round from the round's anchor (machine
+	// DealShards), and each trainer's inner batches drawn with its DID in
+	// the seed so that two honest holders are not copies. Only 2 is
+	// accepted (an explicit 1 is refused: one spelling per spec), so a
+	// spec without it hashes as before.
+	ShardHolders *int      `json:"shard_holders,omitempty"`
+	Slashing     *Slashing `json:"slashing,omitempty"`
 	// RoundDeadlineMs bounds a round: fragments without K accepted
 	// submissions by then keep their weights (default 600000).
 	RoundDeadlineMs int64 `json:"round_deadline_ms,omitempty"`
@@ -186,6 +195,14 @@ type CopyRule struct {
 // ShardSplitSeries is the spec's shard_split for series-balanced shards
 // (scoring.md §3; syncer.SeriesShardBlocks).
 const ShardSplitSeries = "series"
+
+// ShardHoldersPaired is the one shard_holders value a spec may write: every
+// shard dealt to two distinct active trainers (scoring.md §3.1).
+const ShardHoldersPaired = 2
+
+// DomainShardDeal derives the seed that pairs a round's shard holders
+// (machine DealShards, scoring.md §3.1).
+const DomainShardDeal = "tenzro/train/shard-deal/v1"
 
 // Copy rule defaults and bounds.
 const (
@@ -385,6 +402,9 @@ func (s *TaskSpec) Validate() error {
 			return err
 		}
 	}
+	if err := s.validateHolders(sc != nil); err != nil {
+		return err
+	}
 	if _, err := s.SyncStrategyRef(); err != nil {
 		return err
 	}
@@ -430,6 +450,37 @@ func (s *TaskSpec) Split() string {
 		return ""
 	}
 	return *s.ShardSplit
+}
+
+// Holders returns how many distinct trainers each shard is dealt to: 1
+// (the default) or ShardHoldersPaired.
+func (s *TaskSpec) Holders() int {
+	if s.ShardHolders == nil {
+		return 1
+	}
+	return *s.ShardHolders
+}
+
+// validateHolders checks shard_holders (scoring.md §3.1): absent, or 2 in
+// a scored run of M ≥ 3 trainers and S ≥ 3 shards over a finite corpus.
+func (s *TaskSpec) validateHolders(scored bool) error {
+	if s.ShardHolders == nil {
+		return nil
+	}
+	h := *s.ShardHolders
+	switch {
+	case h != ShardHoldersPaired:
+		return fmt.Errorf("spec: shard_holders is %d, want absent (one trainer per shard) or %d", h, ShardHoldersPaired)
+	case s.TrainerCount < 3:
+		return fmt.Errorf("spec: shard_holders %d needs trainer_count (M) ≥ 3, got %d: a shard's holders are distinct trainers, and with two every trainer would hold every shard, leaving no control batch to score against", h, s.TrainerCount)
+	case s.Shards() < 3:
+		return fmt.Errorf("spec: shard_holders %d needs at least 3 shards, got shard_count %d: a trainer holds two, and the control batch needs one it does not hold", h, s.Shards())
+	case strings.HasPrefix(s.DatasetRef, "synth://"):
+		return fmt.Errorf("spec: shard_holders %d needs a finite corpus: a synth:// corpus gives every window of a shard once, in a fixed order, so two holders would train the same windows and be named copies", h)
+	case !scored:
+		return fmt.Errorf("spec: shard_holders %d needs scoring: a second holder exists so that a scored trainer's shard is also trained by another (scoring.md §3.1); unscored it only doubles the work", h)
+	}
+	return nil
 }
 
 // RoundDeadline returns the round deadline in ms (default 600000).

@@ -107,6 +107,28 @@ def series_vector() -> dict:
     }  # fmt: skip
 
 
+# shard_holders 2 (scoring.md §3.1): trainers holding the same shards draw their batches with their DID in the seed;
+# the first two hold exactly SHARDS (what today's seed would make copies), the third shares one shard with them
+COHOLDERS = [("did:key:z6MkHolderA", SHARDS), ("did:key:z6MkHolderB", SHARDS), ("did:key:z6MkHolderC", [3, 4])]
+
+
+def coholders_vector(n: int, gap: int) -> dict:
+    """Each co-holder's windows and its per-trainer batches (data.round_batches with ``trainer``) over the
+    windows.json corpus: all inside its own shards, and different from every other holder's."""
+    task = "t-holders"
+    return {
+        "task": task,
+        "trainers": [
+            {"did": d, "shards": sh,
+             "trainer_windows": sorted(int(i) for s in sh for i in data.shard_indices(n, s, SHARD_COUNT, gap)),
+             "round_batches": [[int(i) for i in b] for r in range(SHARD_ROUNDS)
+                               for b in data.round_batches(n, sh, SHARD_COUNT, task, r, SHARD_STEPS, SHARD_BATCH, gap,
+                                                           None, d)]}
+            for d, sh in COHOLDERS
+        ],
+    }  # fmt: skip
+
+
 def shards_vector() -> dict:
     """The trainer's side of the evaluator's pools: the windows a trainer with SHARDS trains on (the loader's
     data.shard_indices over the windows.json corpus, whose order WindowIndex reproduces) and the batches its
@@ -128,6 +150,7 @@ def shards_vector() -> dict:
         "shards": SHARDS, "trainer_windows": pool, "round_batches": batches(n),
         "synth": {"ref": SYNTH_REF, "round_batches": batches(None)},
         "series": series_vector(),
+        "coholders": coholders_vector(n, gap),
         # data.shard_range over more corpus sizes, shard counts and gaps (Go: syncer.ShardRange)
         "ranges": [
             {"n": n_, "shard_count": s_, "gap": g_, "ranges": [list(data.shard_range(n_, i, s_, g_)) for i in range(s_)]}

@@ -35,6 +35,27 @@ def test_shard_windows_vector() -> None:
     assert len(seen) == len(set(seen))  # each synth window is used once
 
 
+def test_coholders_draw_their_own_batches() -> None:
+    """shard_holders 2 (scoring.md §3.1): two trainers holding the same shards train only on those windows, and their
+    per-trainer draws differ in every step (today's seed, without the DID, would give them the same batches)."""
+    from tenzro_trainer import data
+
+    v = sv.shards_vector()["coholders"]
+    a, b, c = v["trainers"]
+    assert a["shards"] == b["shards"]
+    for t in (a, b, c):
+        assert all(set(x) <= set(t["trainer_windows"]) for x in t["round_batches"])
+    assert all(x != y for x, y in zip(a["round_batches"], b["round_batches"], strict=True))
+    n = len(sv.windows_vector()["windows"])
+    gap = data.shard_gap(sv.WINDOW_LEN, sv.STRIDE)
+    shared = data.round_batches(n, a["shards"], sv.SHARD_COUNT, v["task"], 0, sv.SHARD_STEPS, sv.SHARD_BATCH, gap)
+    # without a DID the seed is the shards' alone, so the two would be copies
+    again = data.round_batches(n, b["shards"], sv.SHARD_COUNT, v["task"], 0, sv.SHARD_STEPS, sv.SHARD_BATCH, gap)
+    assert all((x == y).all() for x, y in zip(shared, again, strict=True))
+    with pytest.raises(data.DatasetError, match="finite corpus"):
+        data.round_batches(None, [0], 4, "t", 0, 1, 4, 0, None, "did:x")
+
+
 def test_series_split_shards() -> None:
     """shard_split "series" (scoring.md §3): the loader trains only on its shards' windows; every series long enough
     (⌊windows/S⌋ > gap) has one time block in every shard, no block of one shard within the gap of another's in the

@@ -434,6 +434,7 @@ def round_batches(
     batch: int,
     gap: int = 0,
     series_counts: list[int] | None = None,
+    trainer: str = "",
 ) -> list[np.ndarray]:
     """The window indices of each of ``steps`` batches a trainer with ``shards`` uses in a round.
 
@@ -441,13 +442,17 @@ def round_batches(
     between shards (``shard_range``; a loader passes its windows' ``shard_gap``); the batches are drawn
     from a permutation of the shards' windows seeded with the first 8 bytes of
     SHA-256(task_id ‖ 0 ‖ shards ‖ round). With ``series_counts`` (the windows of each series, spec
-    ``"shard_split": "series"``) a shard is instead its ``series_shard_blocks``; the draw is the same.
+    ``"shard_split": "series"``) a shard is instead its ``series_shard_blocks``; the draw is the same. With
+    ``trainer`` (its DID; spec ``"shard_holders": 2``, scoring.md §3.1) the seed is SHA-256(task_id ‖ 0 ‖ shards ‖
+    0 ‖ round ‖ 0 ‖ trainer): two holders of a shard draw different batches, so honest co-holders are not copies.
 
     An unbounded corpus (``n`` None, a synth:// corpus): every window is used once. Sample b of step h
     comes from shard S[b mod m] (S the sorted shards, m their number) at position
     k = (round·steps + h)·⌈batch/m⌉ + ⌊b/m⌋ of that shard's stream, i.e. window k·shard_count + S[b mod m].
     """
     if n is None:
+        if trainer:
+            raise DatasetError("a per-trainer draw (shard_holders 2) needs a finite corpus")
         s = sorted(shards)
         if not s:
             raise DatasetError("no shards")
@@ -476,7 +481,8 @@ def round_batches(
         pool = np.concatenate([shard_indices(n, s, shard_count, gap) for s in sorted(shards)])
     if len(pool) == 0:
         raise DatasetError(f"shards {shards} hold no windows")
-    h = hashlib.sha256(f"{task_id}\0{sorted(shards)}\0{round_}".encode()).digest()
+    seed = f"{task_id}\0{sorted(shards)}\0{round_}" + (f"\0{trainer}" if trainer else "")
+    h = hashlib.sha256(seed.encode()).digest()
     rng = np.random.default_rng(int.from_bytes(h[:8], "big"))
     out, buf = [], np.empty(0, dtype=np.int64)
     for _ in range(steps):
@@ -588,14 +594,15 @@ def batch(
     steps: int,
     size: int,
     shard_split: str = "",
+    trainer: str = "",
 ) -> tuple[np.ndarray, np.ndarray]:
     """The (x, y) batch a trainer with ``shards`` trains on at inner step ``step`` of round ``round_``
-    (what a node or an evaluator regenerates to re-run that step)."""
+    (what a node or an evaluator regenerates to re-run that step); ``trainer``: its DID under shard_holders 2."""
     if not 0 <= step < steps:
         raise DatasetError(f"step {step} out of range 0..{steps - 1}")
     idx = round_batches(
         windows.n, shards, shard_count, task_id, round_, steps, size, windows.shard_gap,
-        windows.series_counts if shard_split == "series" else None,
+        windows.series_counts if shard_split == "series" else None, trainer,
     )[step]  # fmt: skip
     return windows.get(idx)
 

@@ -364,9 +364,14 @@ class Trainer:
             if self.train_w.series_counts is None:
                 raise data.DatasetError('shard_split "series" needs a finite corpus of series')
             counts = self.train_w.series_counts
+        holders = self.spec.get("shard_holders")
+        if holders not in (None, 2):  # refused at posting too (wire.TaskSpec.Validate)
+            raise data.DatasetError(f"shard_holders {holders!r}: want absent or 2")
+        # scoring.md §3.1: with two holders per shard each draws its own batches (its DID in the seed)
+        trainer = self.key.did if holders == 2 else ""
         return data.round_batches(
             self.train_w.n, shards, shard_count, self.cfg.task_id, r, steps, self.cfg.inner.batch_size,
-            self.train_w.shard_gap, counts,
+            self.train_w.shard_gap, counts, trainer,
         )  # fmt: skip
 
     def _step(self, idx: np.ndarray) -> torch.Tensor:
