@@ -724,9 +724,14 @@ func (w *BlobWriter) ReadFrom(r io.Reader) (int64, error) {
 		defer close(full)
 		for {
 			bp := blobBufs.Get().(*[]byte)
-			n, err := io.ReadFull(r, *bp)
-			if err == io.ErrUnexpectedEOF {
-				err = io.EOF // the last, shorter piece
+			// Fill the buffer; r's own error (io.EOF, or a body cut short:
+			// io.ErrUnexpectedEOF) comes with the last piece unchanged.
+			var n int
+			var err error
+			for n < len(*bp) && err == nil {
+				var k int
+				k, err = r.Read((*bp)[n:])
+				n += k
 			}
 			select {
 			case full <- readChunk{bp, n, err}:

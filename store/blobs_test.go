@@ -508,4 +508,17 @@ func TestReadFromWritesWholePieces(t *testing.T) {
 			t.Fatalf("%d bytes: stored %v", size, err)
 		}
 	}
+	// A source cut short says so (io.ErrUnexpectedEOF, as an HTTP body
+	// does), not a clean end.
+	s := openTestBlobs(t, t.TempDir())
+	data := blobData(9, blobBuf+100)
+	w, err := s.Create(wire.ContentHash(data), int64(len(data)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Abort()
+	cut := io.MultiReader(bytes.NewReader(data[:blobBuf+10]), iotest.ErrReader(io.ErrUnexpectedEOF))
+	if n, err := w.ReadFrom(cut); !errors.Is(err, io.ErrUnexpectedEOF) || n != blobBuf+10 {
+		t.Fatalf("a cut source: %d bytes, %v; want %d and io.ErrUnexpectedEOF", n, err, blobBuf+10)
+	}
 }
