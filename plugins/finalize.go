@@ -93,7 +93,7 @@ func (e *Engine) finalizeInProcess(ctx context.Context, in syncer.FinalizeInput)
 	f := e.newFeeder()
 	defer f.release()
 	wOut, mOut := stagedDest(f, span), stagedDest(f, int64(in.N)*4)
-	res, err := e.finalizeLocal(ctx, in, srcs, w, m, wOut, mOut, f)
+	res, known, err := e.finalizeLocal(ctx, in, srcs, w, m, wOut, mOut, f)
 	if err != nil || res.Status != wire.FragAggregated {
 		return res, err
 	}
@@ -102,7 +102,7 @@ func (e *Engine) finalizeInProcess(ctx context.Context, in syncer.FinalizeInput)
 		mb = mOut.bytes()
 	}
 	if in.Write != nil {
-		return res, in.Write(wOut.bytes(), mb)
+		return res, in.Write(wOut.bytes(), mb, known)
 	}
 	res.Weights = append([]byte(nil), wOut.bytes()...)
 	res.Momentum = append([]byte(nil), mb...)
@@ -143,12 +143,17 @@ func finalizeShape(in syncer.FinalizeInput) (int64, error) {
 // finalizeLocal runs a finalize in this process: syncer.RunFinalize over
 // the plugins' steps on values placed from srcs (pluginSteps). The new
 // weights and momentum land in wOut and mOut, NaN canonicalised; the
-// caller hands them on.
-func (e *Engine) finalizeLocal(ctx context.Context, in syncer.FinalizeInput, srcs []*source, w, m *source, wOut, mOut dest, f *feeder) (syncer.FinalizeOutput, error) {
+// caller hands them on, with their hashes (known) when the sweep computed
+// them (in.WeightsHeader set, fused.go).
+func (e *Engine) finalizeLocal(ctx context.Context, in syncer.FinalizeInput, srcs []*source, w, m *source, wOut, mOut dest, f *feeder) (syncer.FinalizeOutput, *syncer.StateHashes, error) {
 	f.ids(srcs...)
 	s := &pluginSteps{e: e, in: in, srcs: srcs, w: w, m: m, wOut: wOut, mOut: mOut, f: f}
 	defer s.ahead.Wait()
-	return syncer.RunFinalize(ctx, in, s)
+	out, err := syncer.RunFinalize(ctx, in, s)
+	if err != nil || out.Status != wire.FragAggregated || s.fz == nil {
+		return out, nil, err
+	}
+	return out, s.fz.state, nil
 }
 
 // pluginSteps are syncer.FinalizeSteps on staged sources: inputs mapped
@@ -165,7 +170,8 @@ type pluginSteps struct {
 	ahead      sync.WaitGroup
 	agg        finalizeAgg
 	// stepped: the outer step ran within Aggregate (fused), with this
-	// result.
+	// result; fz is the fusion it ran with.
+	fz       *fusion
 	stepped  bool
 	stepFuel uint64
 	stepErr  error
@@ -202,7 +208,8 @@ func (s *pluginSteps) Aggregate(ctx context.Context, kept []int) (syncer.Aggrega
 // step's result. If the step did not sweep, the aggregate is computed and
 // hashed as in Aggregate.
 func (s *pluginSteps) fused(ctx context.Context, srcs []*source) (syncer.AggregateOutput, error) {
-	fz := &fusion{n: s.in.N}
+	fz := &fusion{n: s.in.N, head: s.in.WeightsHeader, hashState: s.in.WeightsHeader != nil}
+	s.fz = fz
 	ctx = withFusion(ctx, fz)
 	var err error
 	s.agg, err = s.e.finalizeAggregate(ctx, s.in, srcs, s.f, stagedDest(s.f, int64(s.in.N)*4))

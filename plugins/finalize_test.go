@@ -227,7 +227,7 @@ func TestFinalizeWrite(t *testing.T) {
 			t.Fatal(err)
 		}
 		var w, mo []byte
-		in.Write = func(wb, mb []byte) error {
+		in.Write = func(wb, mb []byte, _ *syncer.StateHashes) error {
 			w, mo = bytes.Clone(wb), bytes.Clone(mb)
 			return nil
 		}
@@ -239,7 +239,7 @@ func TestFinalizeWrite(t *testing.T) {
 			t.Fatalf("%s: Write got other bytes", m.name)
 		}
 		boom := fmt.Errorf("disk full")
-		in.Write = func([]byte, []byte) error { return boom }
+		in.Write = func([]byte, []byte, *syncer.StateHashes) error { return boom }
 		if _, err := e.Finalize(ctx, in); err == nil || err.Error() != boom.Error() && !bytes.Contains([]byte(err.Error()), []byte(boom.Error())) {
 			t.Fatalf("%s: Write's error: %v", m.name, err)
 		}
@@ -345,7 +345,7 @@ func TestFinalizeAggregateOnly(t *testing.T) {
 				t.Errorf("%s %s: got %s fuel %d, Aggregate fuel %d (same bytes %v)", c.Name, m.name, got.Status, got.Fuel, agg.Fuel, bytes.Equal(got.Weights, agg.Aggregate))
 			}
 			var handed []byte
-			in.Write = func(w, mo []byte) error {
+			in.Write = func(w, mo []byte, _ *syncer.StateHashes) error {
 				if mo != nil {
 					return errors.New("momentum handed over")
 				}

@@ -11,6 +11,7 @@ import (
 	"lukechampine.com/blake3/guts"
 
 	"github.com/tenzro/train/machine"
+	"github.com/tenzro/train/syncer"
 	"github.com/tenzro/train/wire"
 )
 
@@ -72,6 +73,12 @@ type fusion struct {
 	dst     dest        // where a materialized aggregate goes
 	swept   bool        // the sweep ran: the aggregate exists only as hash
 	hash    wire.Hash   // its ContentHash, when swept
+	// head, when hashState is set, is the bytes that precede the new
+	// weights in their blob (syncer.FinalizeInput.WeightsHeader): the sweep
+	// then hashes the two new blobs too, and state holds their hashes.
+	head      []byte
+	hashState bool
+	state     *syncer.StateHashes
 }
 
 type fusionKey struct{}
@@ -129,6 +136,10 @@ func (fz *fusion) sweep(w, m *source, wOut, mOut dest, lr, beta float32, nestero
 		mIn = m.b[:4*n]
 	}
 	th := newTreeHash(int64(n) * 4)
+	var ws, ms *blobHash
+	if fz.hashState {
+		ws, ms = newBlobHash(fz.head, wo[:4*n]), newBlobHash(nil, mo[:4*n])
+	}
 	blocks := (n + leafCoords - 1) / leafCoords
 	var next atomic.Int64
 	work := func() {
@@ -150,6 +161,10 @@ func (fz *fusion) sweep(w, m *source, wOut, mOut dest, lr, beta float32, nestero
 				mi = mIn[4*b0 : 4*b1]
 			}
 			nesterovRange(machine.F32, wIn[4*b0:4*b1], wo[4*b0:4*b1], mi, mo[4*b0:4*b1], gb, 0, b1-b0, m != nil, lr, beta, nesterov)
+			if ws != nil {
+				ws.written(int64(4*b0), int64(4*b1))
+				ms.written(int64(4*b0), int64(4*b1))
+			}
 		}
 	}
 	workers := min(runtime.GOMAXPROCS(0), blocks)
@@ -164,6 +179,9 @@ func (fz *fusion) sweep(w, m *source, wOut, mOut dest, lr, beta float32, nestero
 	work()
 	wg.Wait()
 	fz.pending, fz.swept, fz.hash = false, true, th.sum()
+	if ws != nil {
+		fz.state = &syncer.StateHashes{Weights: ws.sum(), Momentum: ms.sum()}
+	}
 	fusedSweeps.Add(1)
 }
 
@@ -232,4 +250,74 @@ func leftLen(l int64) int64 {
 		left *= 2
 	}
 	return left
+}
+
+// blobHash is BLAKE3-256 of a blob made of head followed by data, hashed
+// while data is produced by the sweep's blocks, in any order and on any
+// goroutine (the new weights' safetensors file: its header, then the
+// values; the momentum: no head). Its leaves are the blob's own 16 KiB
+// subtrees (treeHash), which head's length shifts against the sweep's
+// blocks: a leaf lying wholly in data is hashed by the block that writes
+// its last missing byte (at most two blocks write one), right after, while
+// its bytes are still in a cache; the leaves holding head bytes and a
+// shorter last leaf are hashed by sum, after the sweep. Each byte is read
+// once for its hash.
+type blobHash struct {
+	th     *treeHash
+	head   []byte
+	data   []byte
+	size   int64          // len(head) + len(data)
+	remain []atomic.Int32 // per leaf hashed in the sweep: blocks still to write it
+}
+
+func newBlobHash(head, data []byte) *blobHash {
+	h := int64(len(head))
+	size := h + int64(len(data))
+	b := &blobHash{th: newTreeHash(size), head: head, data: data, size: size, remain: make([]atomic.Int32, size/leafBytes)}
+	for k := range b.remain {
+		if b.inSweep(int64(k)) {
+			d0, d1 := int64(k)*leafBytes-h, int64(k+1)*leafBytes-h // its data bytes
+			b.remain[k].Store(int32((d1-1)/leafBytes - d0/leafBytes + 1))
+		}
+	}
+	return b
+}
+
+// inSweep says whether leaf k is full and lies wholly in data.
+func (b *blobHash) inSweep(k int64) bool {
+	return k*leafBytes >= int64(len(b.head)) && (k+1)*leafBytes <= b.size && b.size > leafBytes
+}
+
+// written records that data bytes [d0, d1) (one sweep block, d0 a multiple
+// of leafBytes) are final, hashing each leaf they complete.
+func (b *blobHash) written(d0, d1 int64) {
+	h := int64(len(b.head))
+	for k := (h + d0) / leafBytes; k <= (h+d1-1)/leafBytes; k++ {
+		if k < int64(len(b.remain)) && b.inSweep(k) && b.remain[k].Add(-1) == 0 {
+			b.th.leaf(int(k), b.data[k*leafBytes-h:(k+1)*leafBytes-h])
+		}
+	}
+}
+
+// sum hashes the leaves the sweep did not (those holding head bytes, a
+// shorter last one) and returns the blob's hash. Every block of data must
+// have been written.
+func (b *blobHash) sum() wire.Hash {
+	var buf [leafBytes]byte
+	h := int64(len(b.head))
+	for k := int64(0); k*leafBytes < b.size || k == 0; k++ {
+		if b.inSweep(k) {
+			continue
+		}
+		lo, hi := k*leafBytes, min((k+1)*leafBytes, b.size)
+		l := buf[:hi-lo]
+		if lo < h {
+			copy(l, b.head[lo:min(hi, h)])
+		}
+		if hi > h {
+			copy(l[max(h-lo, 0):], b.data[max(lo-h, 0):hi-h])
+		}
+		b.th.leaf(int(k), l)
+	}
+	return b.th.sum()
 }

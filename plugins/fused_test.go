@@ -9,6 +9,8 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"strings"
+	"sync"
 	"testing"
 
 	"lukechampine.com/blake3"
@@ -282,4 +284,210 @@ func FuzzTreeHash(f *testing.F) {
 		n = n%(40*leafBytes) + 1
 		checkTreeHash(t, rand.New(rand.NewPCG(seed, 0)), make([]byte, n))
 	})
+}
+
+// TestBlobHash: a blob of a head followed by data, its data written block
+// by block in any order and on two goroutines, hashes as BLAKE3 of the
+// whole — at head lengths across the 1 KiB chunk and the 16 KiB leaf, and
+// data lengths across both (the new weights' file: its header, then the
+// values; the momentum: no head).
+func TestBlobHash(t *testing.T) {
+	r := rand.New(rand.NewPCG(67, 2))
+	heads := []int{0, 8, 64, 1016, 1024, 1032, 2048 + 8, leafBytes - 8, leafBytes, leafBytes + 8, 3*leafBytes + 1000}
+	datas := []int{0, 4, 1020, 1024, 1028, leafBytes - 4, leafBytes, leafBytes + 4, 2*leafBytes + 1024, 5*leafBytes + 12, 17 * leafBytes}
+	for range 4 {
+		datas = append(datas, 4*(1+r.IntN(200_000)))
+	}
+	for _, h := range heads {
+		for _, d := range datas {
+			checkBlobHash(t, r, h, d, true)
+		}
+	}
+}
+
+func checkBlobHash(t *testing.T, r *rand.Rand, head, data int, concurrent bool) {
+	t.Helper()
+	b := make([]byte, head+data)
+	for i := range b {
+		b[i] = byte(r.Uint32())
+	}
+	bh := newBlobHash(b[:head], b[head:])
+	blocks := (data + leafBytes - 1) / leafBytes
+	order := r.Perm(blocks)
+	var wg sync.WaitGroup
+	for half := range 2 {
+		part := order[half*len(order)/2 : (half+1)*len(order)/2]
+		run := func() {
+			for _, i := range part {
+				bh.written(int64(i)*leafBytes, min(int64(i+1)*leafBytes, int64(data)))
+			}
+		}
+		if concurrent {
+			wg.Add(1)
+			go func() { defer wg.Done(); run() }()
+		} else {
+			run()
+		}
+	}
+	wg.Wait()
+	if got, want := bh.sum(), wire.Hash(blake3.Sum256(b)); got != want {
+		t.Fatalf("head %d + data %d bytes: %x, BLAKE3 %x", head, data, got[:8], want[:8])
+	}
+}
+
+// FuzzBlobHash: any head and data length (data in whole f32s), any order
+// of the blocks, merge to BLAKE3 of the blob.
+func FuzzBlobHash(f *testing.F) {
+	f.Add(uint32(88), uint32(leafBytes+4), uint64(1))
+	f.Add(uint32(1024), uint32(3*leafBytes), uint64(2))
+	f.Add(uint32(0), uint32(0), uint64(3))
+	f.Fuzz(func(t *testing.T, head, data uint32, seed uint64) {
+		head %= 4 * leafBytes
+		data = 4 * (data % (12 * leafBytes))
+		checkBlobHash(t, rand.New(rand.NewPCG(seed, 0)), int(head), int(data), false)
+	})
+}
+
+// TestFusedStateHashes: a swept finalize asked to (WeightsHeader set) gives
+// Write the hashes of the new weights' blob (the header, then the values)
+// and of the new momentum, and they are BLAKE3 of those bytes exactly — in
+// process and in a worker, Nesterov on and off, momentum absent and
+// present, sizes across block edges, headers across 1 KiB. Without a
+// header no hashes are given, and a finalize that does not sweep gives
+// none either.
+func TestFusedStateHashes(t *testing.T) {
+	ctx := context.Background()
+	native := testEngine(t)
+	outer, err := native.ResolveOuter(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rule, err := native.ResolveRule(ctx, "Mean", nil, 1, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := rand.New(rand.NewPCG(71, 5))
+	sizes := []int{1, 17, 4095, 4097, 3*leafCoords + 13, 9*leafCoords + 250}
+	// Layouts (tensors × name length) whose headers fall below, on and
+	// past 1 KiB and a few KiB.
+	heads := []struct{ tensors, nameLen int }{{1, 1}, {1, 400}, {2, 400}, {2, 430}, {2, 445}, {3, 300}, {3, 330}, {12, 450}}
+	if testing.Short() {
+		sizes = sizes[:4]
+	}
+	engines := []struct {
+		name string
+		e    *Engine
+	}{{"in process", native}, {"worker", sharedWorkerEngine(t)}}
+	lens := map[int]int{} // headers by KiB
+	for _, n := range sizes {
+		in := fusedFixture(t, r, rule, outer, 3, n)
+		mom := in.Momentum
+		for c := range 4 {
+			in.Nesterov = c&1 == 1
+			in.Momentum = mom
+			if c&2 == 0 {
+				in.Momentum = nil
+			}
+			for hi, lay := range heads {
+				header := fragmentHeader(t, n, lay.tensors, lay.nameLen)
+				lens[len(header)/1024]++
+				e := engines[hi%2]
+				what := fmt.Sprintf("%s n=%d nesterov=%v momentum=%v header %d bytes", e.name, n, in.Nesterov, in.Momentum != nil, len(header))
+				for _, ask := range []bool{true, false} {
+					in.WeightsHeader = nil
+					if ask {
+						in.WeightsHeader = header
+					}
+					called := false
+					in.Write = func(w, m []byte, known *syncer.StateHashes) error {
+						called = true
+						if !ask {
+							if known != nil {
+								t.Fatalf("%s: hashes given unasked", what)
+							}
+							return nil
+						}
+						if known == nil {
+							t.Fatalf("%s: no hashes", what)
+						}
+						if want := wire.ContentHash(append(append([]byte(nil), header...), w...)); known.Weights != want {
+							t.Fatalf("%s: weights hash %s, BLAKE3 of the blob %s", what, known.Weights, want)
+						}
+						if want := wire.ContentHash(m); known.Momentum != want {
+							t.Fatalf("%s: momentum hash %s, BLAKE3 %s", what, known.Momentum, want)
+						}
+						return nil
+					}
+					before := fusedSweeps.Load()
+					out, err := e.e.Finalize(ctx, in)
+					if err != nil || out.Status != wire.FragAggregated || !called {
+						t.Fatalf("%s: %v %s %s, write called %v", what, err, out.Status, out.Reason, called)
+					}
+					if e.e == native && fusedSweeps.Load() == before {
+						t.Fatalf("%s: not swept", what)
+					}
+				}
+			}
+		}
+	}
+	if lens[0] == 0 || lens[1] == 0 || lens[5]+lens[6] == 0 {
+		t.Fatalf("headers by KiB: %v, want some below 1 KiB, past 1 KiB and past 4 KiB", lens)
+	}
+	// A header past maxSweptHeader is not sent to a worker: no hashes
+	// (the caller hashes), the finalize otherwise the same.
+	{
+		in := fusedFixture(t, r, rule, outer, 3, 5000)
+		in.WeightsHeader = fragmentHeader(t, 5000, 200, 400)
+		if len(in.WeightsHeader) <= maxSweptHeader {
+			t.Fatalf("header of %d bytes, want more than %d", len(in.WeightsHeader), maxSweptHeader)
+		}
+		for _, e := range engines {
+			var got *syncer.StateHashes
+			called := false
+			in.Write = func(w, m []byte, known *syncer.StateHashes) error {
+				called, got = true, known
+				if known != nil && (known.Weights != wire.ContentHash(append(append([]byte(nil), in.WeightsHeader...), w...)) || known.Momentum != wire.ContentHash(m)) {
+					t.Fatalf("%s, large header: wrong hashes", e.name)
+				}
+				return nil
+			}
+			if out, err := e.e.Finalize(ctx, in); err != nil || out.Status != wire.FragAggregated || !called {
+				t.Fatalf("%s, large header: %v %s", e.name, err, out.Status)
+			}
+			if (got != nil) != (e.e == native) {
+				t.Fatalf("%s, header of %d bytes: hashes given %v", e.name, len(in.WeightsHeader), got != nil)
+			}
+		}
+	}
+	// Not swept (the outer step in Wasm): no hashes, the caller hashes.
+	wasmOuter := newEngine(t, Config{WasmOuter: true})
+	in := fusedFixture(t, r, rule, outer, 3, 5000)
+	in.WeightsHeader = []byte("12345678")
+	in.Write = func(w, m []byte, known *syncer.StateHashes) error {
+		if known != nil {
+			t.Fatal("hashes from a finalize that did not sweep")
+		}
+		return nil
+	}
+	if out, err := wasmOuter.Finalize(ctx, in); err != nil || out.Status != wire.FragAggregated {
+		t.Fatalf("%v %s", err, out.Status)
+	}
+}
+
+// fragmentHeader is the header of a fragment of n F32 values in up to
+// tensors tensors (names of nameLen bytes, in the file's order).
+func fragmentHeader(t *testing.T, n, tensors, nameLen int) []byte {
+	t.Helper()
+	tensors = min(tensors, n)
+	var ts []wire.TensorInfo
+	for i := range tensors {
+		lo, hi := i*n/tensors, (i+1)*n/tensors
+		name := fmt.Sprintf("%03d", i) + strings.Repeat("w", max(nameLen-3, 0))
+		ts = append(ts, wire.TensorInfo{Name: name, Dtype: "F32", Shape: []int64{int64(hi - lo)}})
+	}
+	header, ok, err := syncer.FragmentHeader(ts, 4*int64(n))
+	if err != nil || !ok {
+		t.Fatalf("header: %v %v", ok, err)
+	}
+	return header
 }

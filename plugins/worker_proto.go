@@ -117,6 +117,10 @@ type workerTensor struct {
 // workerResp answers one call. Failure is a deterministic rule failure (it
 // is recorded); Err is any other error (it is not).
 type workerResp struct {
+	// after, in the worker, runs once the response is sent: what the call
+	// no longer needs but the node need not wait for (a finalize's input
+	// mappings).
+	after      func()
 	Err        string              `json:"err,omitempty"`
 	NeedModule bool                `json:"need_module,omitempty"`
 	Failure    *syncer.RuleFailure `json:"failure,omitempty"`
@@ -154,6 +158,9 @@ type finReq struct {
 	// AggregateOnly: no outer step; the aggregate (N f32) is placed where
 	// the new weights would be (syncer.FinalizeInput.AggregateOnly).
 	AggregateOnly bool `json:"aggregate_only,omitempty"`
+	// WeightsHeader: syncer.FinalizeInput.WeightsHeader (the new weights'
+	// blob is it followed by the values; the sweep may hash both blobs).
+	WeightsHeader []byte `json:"weights_header,omitempty"`
 }
 
 // workerValues locates values: ranges of the file at Path, which the worker
@@ -175,6 +182,12 @@ type finResp struct {
 	// WeightsOff and MomentumOff are the arena offsets of the new state.
 	WeightsOff  int64 `json:"weights_off,omitempty"`
 	MomentumOff int64 `json:"momentum_off,omitempty"`
+	// StateHashed: the sweep hashed the new state (syncer.StateHashes):
+	// WeightsHash of the request's WeightsHeader and the new weights,
+	// MomentumHash of the new momentum.
+	StateHashed  bool      `json:"state_hashed,omitempty"`
+	WeightsHash  wire.Hash `json:"weights_hash,omitempty"`
+	MomentumHash wire.Hash `json:"momentum_hash,omitempty"`
 }
 
 // WorkerError is a local failure of a plugin worker: it was killed at the

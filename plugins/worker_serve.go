@@ -130,7 +130,11 @@ func serveWorker(ctx context.Context, raw string, fd int) error {
 		if memfd >= 0 {
 			_ = unix.Close(memfd)
 		}
-		if err := sendResp(fd, resp); err != nil {
+		err = sendResp(fd, resp)
+		if resp.after != nil {
+			resp.after() // before the next request: its mappings count in RLIMIT_AS
+		}
+		if err != nil {
 			return err
 		}
 	}
@@ -295,7 +299,7 @@ func serveCall(ctx context.Context, e *Engine, req *workerReq, mem []byte, arena
 			}
 		}
 	case "finalize":
-		resp.Fin, resp.Fuel, err = serveFinalize(ctx, e, req, mem, arena)
+		resp.Fin, resp.Fuel, resp.after, err = serveFinalize(ctx, e, req, mem, arena)
 	case "decode":
 		in := syncer.DecodeInput{Codec: req.Rule, Dtype: req.Dtype, N: req.N}
 		off := req.InOff

@@ -477,3 +477,48 @@ func TestBlobWriterLargeWrites(t *testing.T) {
 		t.Fatalf("a failed write left %v", left)
 	}
 }
+
+// TestReadFromWritesWholePieces: however small the reads of the source (a
+// network body), ReadFrom hands the file whole blobBuf pieces, each at a
+// multiple of blobBuf (so the page cache keeps the file in large folios),
+// but the last; the blob is exactly the bytes.
+func TestReadFromWritesWholePieces(t *testing.T) {
+	for _, size := range []int{0, 1, blobBuf - 1, blobBuf, blobBuf + 1, 3*blobBuf + 12345} {
+		s := openTestBlobs(t, t.TempDir())
+		hooks := &blobHooks{}
+		s.hooks = hooks
+		data := blobData(uint64(size)+3, size)
+		h := wire.ContentHash(data)
+		w, err := s.Create(h, int64(size))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := w.ReadFrom(iotest.HalfReader(iotest.OneByteReader(bytes.NewReader(data)))); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := w.Commit(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		for i, n := range hooks.writes {
+			if last := i == len(hooks.writes)-1; n != blobBuf && !(last && n == size%blobBuf) {
+				t.Fatalf("%d bytes: write %d of %d bytes (all: %v), want %d (the last %d)", size, i, n, hooks.writes, blobBuf, size%blobBuf)
+			}
+		}
+		if got, err := s.Get(context.Background(), h); err != nil || !bytes.Equal(got, data) {
+			t.Fatalf("%d bytes: stored %v", size, err)
+		}
+	}
+	// A source cut short says so (io.ErrUnexpectedEOF, as an HTTP body
+	// does), not a clean end.
+	s := openTestBlobs(t, t.TempDir())
+	data := blobData(9, blobBuf+100)
+	w, err := s.Create(wire.ContentHash(data), int64(len(data)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Abort()
+	cut := io.MultiReader(bytes.NewReader(data[:blobBuf+10]), iotest.ErrReader(io.ErrUnexpectedEOF))
+	if n, err := w.ReadFrom(cut); !errors.Is(err, io.ErrUnexpectedEOF) || n != blobBuf+10 {
+		t.Fatalf("a cut source: %d bytes, %v; want %d and io.ErrUnexpectedEOF", n, err, blobBuf+10)
+	}
+}

@@ -146,21 +146,59 @@ func (s *Blobs) WriteBlobAfter(ctx context.Context, size int64, write func(io.Wr
 		s.dropBuf(mw.b)
 		return wire.Hash{}, fmt.Errorf("blob store: deferred write: %d bytes written of the %d announced", mw.n, size)
 	}
-	h := mw.h.Sum()
+	return s.hold(mw.h.Sum(), mw.b)
+}
+
+// WriteBlobHashed is WriteBlobAfter for bytes whose hash the caller
+// computed as it produced them (the engine's new weights and momentum,
+// hashed inside the finalize's sweep: syncer.StateHashes): the blob is
+// the concatenation of parts, h must be its content hash, and the store
+// copies the parts into memory without reading them again to hash them.
+// The rest is WriteBlobAfter's: readable under h at once, durable later.
+// The store trusts h; a caller that cannot vouch for it uses
+// WriteBlobAfter.
+func (s *Blobs) WriteBlobHashed(ctx context.Context, h wire.Hash, parts ...[]byte) error {
+	var size int64
+	for _, p := range parts {
+		size += int64(len(p))
+	}
+	if size > s.maxSize {
+		return fmt.Errorf("blob store: deferred write of %d bytes (limit %d): %w", size, s.maxSize, ErrBlobTooLarge)
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if s.Pending(h) {
+		return nil // the same bytes are on their way (nothing to copy)
+	}
+	b := s.takeBuf(size)
+	off := 0
+	for _, p := range parts {
+		off += copy(b[off:], p)
+	}
+	_, err := s.hold(h, b)
+	return err
+}
+
+// hold makes b, hashed to h, the pending blob h (or drops it when h is
+// pending or stored already) and starts its durable write; past the
+// memory bound it writes b durably before returning.
+func (s *Blobs) hold(h wire.Hash, b []byte) (wire.Hash, error) {
+	size := int64(len(b))
 	s.pendMu.Lock()
 	defer s.pendMu.Unlock()
 	if s.closing {
 		return wire.Hash{}, fmt.Errorf("blob store: deferred write of %s after Close", h)
 	}
 	if _, ok := s.pending[h]; ok {
-		s.putBuf(mw.b)
+		s.putBuf(b)
 		return h, nil // the same bytes are on their way
 	}
 	if _, err := os.Stat(s.Path(h)); err == nil {
-		s.putBuf(mw.b)
+		s.putBuf(b)
 		return h, nil // already durable (the same state again)
 	} else if !errors.Is(err, fs.ErrNotExist) {
-		s.putBuf(mw.b)
+		s.putBuf(b)
 		return wire.Hash{}, fmt.Errorf("blob store: stat %s: %w", h, err)
 	}
 	if why := s.holdRefusal(size); why != "" {
@@ -168,15 +206,15 @@ func (s *Blobs) WriteBlobAfter(ctx context.Context, size int64, write func(io.Wr
 		// returns, as WriteBlob does, and a failure fails the caller.
 		s.syncWrites++
 		s.pendMu.Unlock()
-		err := s.writeTrusted(h, mw.b)
+		err := s.writeTrusted(h, b)
 		s.pendMu.Lock()
-		s.putBuf(mw.b)
+		s.putBuf(b)
 		if err != nil {
 			return wire.Hash{}, fmt.Errorf("blob store: %s, so %s was written before returning, and that failed: %w", why, h, err)
 		}
 		return h, nil
 	}
-	p := &pendingBlob{b: mw.b, done: make(chan struct{})}
+	p := &pendingBlob{b: b, done: make(chan struct{})}
 	if s.pending == nil {
 		s.pending = map[wire.Hash]*pendingBlob{}
 	}

@@ -391,3 +391,135 @@ func TestWriteBlobAfterBoundsMemory(t *testing.T) {
 		}
 	})
 }
+
+// TestWriteBlobHashed: bytes given in parts with the hash their producer
+// computed are a deferred write like WriteBlobAfter's — served from memory
+// while the durable write is held, then a whole file of exactly those
+// bytes; the same hash again while pending copies nothing; past the memory
+// cap and on a failing disk the write is made before returning (and fails
+// there); too large, a cancelled context and a closed store keep nothing.
+func TestWriteBlobHashed(t *testing.T) {
+	ctx := context.Background()
+	parts := func(data []byte) [][]byte { return [][]byte{data[:min(88, len(data))], data[min(88, len(data)):]} }
+	t.Run("pending then durable", func(t *testing.T) {
+		hold, held, release := holdWrites()
+		s, err := OpenBlobs(t.TempDir(), BlobOptions{HoldWrite: hold, Logger: discard()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, size := range []int{0, 1, 88, 89, 3<<20 + 123} {
+			data := blobData(uint64(31+size), size)
+			h := wire.ContentHash(data)
+			if err := s.WriteBlobHashed(ctx, h, parts(data)...); err != nil {
+				t.Fatal(err)
+			}
+			if got := <-held; got != h {
+				t.Fatalf("held %s, want %s", got, h)
+			}
+			if !s.Pending(h) {
+				t.Fatal("not pending while its write is held")
+			}
+			if size > 6000 {
+				readAll(t, s, h, data)
+			}
+			if err := s.WriteBlobHashed(ctx, h, parts(data)...); err != nil { // joins the pending one
+				t.Fatal(err)
+			}
+			release <- struct{}{}
+			if err := s.Durable(ctx, h); err != nil {
+				t.Fatal(err)
+			}
+			if raw, err := os.ReadFile(s.Path(h)); err != nil || !bytes.Equal(raw, data) {
+				t.Fatalf("%d bytes: file after the write: %v", size, err)
+			}
+			if size > 6000 {
+				readAll(t, s, h, data)
+			}
+			// Again once durable: nothing new is held.
+			if err := s.WriteBlobHashed(ctx, h, parts(data)...); err != nil || s.Pending(h) {
+				t.Fatalf("a durable blob written again: %v, pending %v", err, s.Pending(h))
+			}
+		}
+		close(release)
+		if l := leftovers(t, s.Dir()); len(l) > 0 {
+			t.Fatalf("left behind: %v", l)
+		}
+		if err := s.Close(); err != nil {
+			t.Fatal(err)
+		}
+		data := blobData(40, 100)
+		if err := s.WriteBlobHashed(ctx, wire.ContentHash(data), data); err == nil {
+			t.Fatal("a write after Close succeeded")
+		}
+	})
+	t.Run("cap", func(t *testing.T) {
+		hold, held, release := holdWrites()
+		s, err := OpenBlobs(t.TempDir(), BlobOptions{HoldWrite: hold, Logger: discard()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { close(release); s.Close() })
+		s.pendCap = 3 << 20
+		a, b := blobData(41, 2<<20), blobData(42, 2<<20)
+		ha, hb := wire.ContentHash(a), wire.ContentHash(b)
+		if err := s.WriteBlobHashed(ctx, ha, parts(a)...); err != nil {
+			t.Fatal(err)
+		}
+		<-held
+		if err := s.WriteBlobHashed(ctx, hb, parts(b)...); err != nil {
+			t.Fatal(err)
+		}
+		if s.Pending(hb) || s.SyncWrites() != 1 {
+			t.Fatalf("over the cap: pending %v, sync writes %d", s.Pending(hb), s.SyncWrites())
+		}
+		if raw, err := os.ReadFile(s.Path(hb)); err != nil || !bytes.Equal(raw, b) {
+			t.Fatalf("the write past the cap is not durable: %v", err)
+		}
+	})
+	t.Run("failing", func(t *testing.T) {
+		s, err := OpenBlobs(t.TempDir(), BlobOptions{Logger: discard()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { s.Close() })
+		s.retryFirst = time.Millisecond
+		full := &blobHooks{fail: map[hookPoint]error{hookSync: syscall.ENOSPC}}
+		s.hooks = full
+		a, b := blobData(43, 1<<20), blobData(44, 1<<20)
+		if err := s.WriteBlobHashed(ctx, wire.ContentHash(a), a); err != nil {
+			t.Fatal(err)
+		}
+		deadline := time.Now().Add(time.Minute)
+		for s.WriteFailures() < 1 {
+			if time.Now().After(deadline) {
+				t.Fatal("no failure seen")
+			}
+			time.Sleep(time.Millisecond)
+		}
+		hb := wire.ContentHash(b)
+		if err := s.WriteBlobHashed(ctx, hb, b); err == nil || !errors.Is(err, syscall.ENOSPC) {
+			t.Fatalf("a hashed write while another fails: %v, want ENOSPC", err)
+		}
+		if ok, _ := s.Has(ctx, hb); ok {
+			t.Fatal("the refused blob is readable")
+		}
+		readAll(t, s, wire.ContentHash(a), a)
+	})
+	t.Run("refused", func(t *testing.T) {
+		s := openTestBlobs(t, t.TempDir())
+		data := blobData(45, 5000)
+		h := wire.ContentHash(data)
+		cancelled, cancel := context.WithCancel(ctx)
+		cancel()
+		if err := s.WriteBlobHashed(cancelled, h, data); err == nil {
+			t.Fatal("a write with a cancelled context succeeded")
+		}
+		s.maxSize = int64(len(data)) - 1
+		if err := s.WriteBlobHashed(ctx, h, data[:100], data[100:]); !errors.Is(err, ErrBlobTooLarge) {
+			t.Fatalf("too large: %v", err)
+		}
+		if ok, _ := s.Has(ctx, h); ok || s.Pending(h) {
+			t.Fatal("a refused write left something")
+		}
+	})
+}

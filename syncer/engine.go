@@ -320,9 +320,25 @@ type FinalizeInput struct {
 	// Write, when set, receives the new weights (N values of Dtype) and
 	// momentum (N f32) when the step succeeds, as views valid only during
 	// the call, so that they are written once, where the caller keeps them
-	// (hashing as it writes); its error is returned. When nil,
-	// FinalizeOutput.Weights and .Momentum hold copies.
-	Write func(weights, momentum []byte) error
+	// (hashing as it writes); its error is returned. known is nil, or the
+	// two blobs' hashes when the engine computed them with the state (see
+	// WeightsHeader): then the caller need not read the bytes to hash them.
+	// When Write is nil, FinalizeOutput.Weights and .Momentum hold copies.
+	Write func(weights, momentum []byte, known *StateHashes) error
+	// WeightsHeader, when set, is the bytes that precede the new weights
+	// in their blob, which is exactly WeightsHeader followed by the N new
+	// values (FragmentHeader): an engine that computes the new state in
+	// blocks may hash both blobs as it goes and give Write their hashes.
+	// An engine is free to ignore it (known nil).
+	WeightsHeader []byte
+}
+
+// StateHashes are the content hashes of a finalize's new state, computed
+// by the engine as it produced it: Weights of FinalizeInput.WeightsHeader
+// followed by the new weights, Momentum of the new momentum. Each equals
+// wire.ContentHash of those bytes exactly.
+type StateHashes struct {
+	Weights, Momentum wire.Hash
 }
 
 // FinalizeOutput is what finalizing a fragment decided: the fields of its
@@ -482,7 +498,7 @@ func FinalizeInMemory(ctx context.Context, eng Engine, in FinalizeInput) (Finali
 		s.step = OuterStepOutput{Weights: s.agg}
 	}
 	if in.Write != nil {
-		return out, in.Write(s.step.Weights, s.step.Momentum)
+		return out, in.Write(s.step.Weights, s.step.Momentum, nil)
 	}
 	out.Weights, out.Momentum = s.step.Weights, s.step.Momentum
 	return out, nil
@@ -566,16 +582,52 @@ func safetensorsHeader(r io.ReaderAt, size int64) (map[string]safetensors.Tensor
 // without assembling it in memory: the bytes are encodeFragment's. It returns
 // the bytes written.
 func WriteFragment(w io.Writer, tensors []wire.TensorInfo, values []byte) (int64, error) {
+	ts, err := fragmentTensors(tensors, values)
+	if err != nil {
+		return 0, err
+	}
+	return safetensors.EncodeTo(w, ts, nil)
+}
+
+// FragmentHeader returns the header WriteFragment writes for tensors and
+// size bytes of values, when the file it writes is exactly that header
+// followed by the values (the layout's tensors are in the file's sorted
+// order and span the values): ok is false when the file holds the values
+// otherwise.
+func FragmentHeader(tensors []wire.TensorInfo, size int64) (header []byte, ok bool, err error) {
+	ts := make([]safetensors.Tensor, len(tensors))
+	var total int64
+	for i, t := range tensors {
+		ts[i] = safetensors.Tensor{Name: t.Name, Dtype: t.Dtype, Shape: t.Shape}
+		total += machine.Elems(t.Shape) * int64(safetensors.DtypeSize(t.Dtype))
+	}
+	header, sorted, err := safetensors.Header(ts, nil)
+	if err != nil {
+		return nil, false, fmt.Errorf("fragment header: %w", err)
+	}
+	if total != size {
+		return nil, false, nil
+	}
+	for i := range sorted {
+		if sorted[i].Name != tensors[i].Name {
+			return nil, false, nil
+		}
+	}
+	return header, true, nil
+}
+
+// fragmentTensors is the tensors of a fragment file over values.
+func fragmentTensors(tensors []wire.TensorInfo, values []byte) ([]safetensors.Tensor, error) {
 	ts := make([]safetensors.Tensor, len(tensors))
 	var off int64
 	for i, t := range tensors {
 		sz := int64(safetensors.DtypeSize(t.Dtype))
 		n := machine.Elems(t.Shape) * sz
 		if sz == 0 || off+n > int64(len(values)) {
-			return 0, fmt.Errorf("fragment data shorter than its layout")
+			return nil, fmt.Errorf("fragment data shorter than its layout")
 		}
 		ts[i] = safetensors.Tensor{Name: t.Name, Dtype: t.Dtype, Shape: t.Shape, Data: values[off : off+n]}
 		off += n
 	}
-	return safetensors.EncodeTo(w, ts, nil)
+	return ts, nil
 }

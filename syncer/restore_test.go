@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -104,15 +105,41 @@ func TestStateWrittenAfterCommit(t *testing.T) {
 		if window != "" {
 			name = "challengeable"
 		}
-		t.Run(name, func(t *testing.T) { stateAfterCommit(t, window) })
+		t.Run(name, func(t *testing.T) { stateAfterCommit(t, window, syncer.NewNativeEngine()) })
+	}
+	// The engine hashes the new state itself (as the plugin host's sweep
+	// does): the commit names its hashes, the store takes the bytes
+	// without hashing them again, and the restore — which re-derives and
+	// hashes apart from the engine — finds the same hashes.
+	eng := &stateHashingEngine{Engine: syncer.NewNativeEngine()}
+	t.Run("engine hashes the state", func(t *testing.T) { stateAfterCommit(t, "", eng) })
+	if eng.used.Load() == 0 {
+		t.Fatal("the node never asked the engine to hash the new state")
 	}
 }
 
-func stateAfterCommit(t *testing.T, window string) {
+// stateHashingEngine gives Write the new state's hashes when the node asks
+// (FinalizeInput.WeightsHeader), computed from the header and the bytes.
+type stateHashingEngine struct {
+	syncer.Engine
+	used atomic.Int64
+}
+
+func (e *stateHashingEngine) Finalize(ctx context.Context, in syncer.FinalizeInput) (syncer.FinalizeOutput, error) {
+	if header, write := in.WeightsHeader, in.Write; header != nil && write != nil {
+		in.Write = func(w, m []byte, _ *syncer.StateHashes) error {
+			e.used.Add(1)
+			return write(w, m, &syncer.StateHashes{Weights: wire.ContentHash(append(append([]byte(nil), header...), w...)), Momentum: wire.ContentHash(m)})
+		}
+	}
+	return e.Engine.Finalize(ctx, in)
+}
+
+func stateAfterCommit(t *testing.T, window string, eng syncer.Engine) {
 	const M, N = 3, 5000
 	ctx := context.Background()
 	kv, _ := store.OpenInMemory()
-	h := newHarness(t, kv)
+	h := newHarnessWith(t, kv, eng)
 	dir := t.TempDir()
 	first := openHeldBlobs(t, dir)
 	h.configure = func(c *syncer.Config) { c.Blobs = first }

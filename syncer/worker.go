@@ -731,10 +731,23 @@ func (n *Node) computeCommit(ctx context.Context, s *snapshot, i int) (*computed
 		releases = append(releases, release)
 		fin.Momentum = &m
 	}
-	fin.Write = func(weights, momentum []byte) error {
+	// The new weights' file is their header and the values (when the
+	// layout is in the file's order): the engine may hash both new blobs
+	// as it computes them, and writeState need not read them to hash.
+	// (A layout FragmentHeader refuses is left to writeState, which fails
+	// on it as before.)
+	header, whole, err := FragmentHeader(fs.Tensors, int64(fs.N)*int64(fs.Dtype.Size()))
+	whole = whole && err == nil
+	if whole {
+		fin.WeightsHeader = header
+	}
+	fin.Write = func(weights, momentum []byte, known *StateHashes) error {
 		phases.start(PhaseWrite)
 		defer phases.start(PhaseFinalize)
-		return n.writeState(ctx, s.store, &fs.FragLayout, weights, momentum, fc)
+		if known != nil && !whole {
+			known = nil // not asked for: not trusted
+		}
+		return n.writeState(ctx, s.store, &fs.FragLayout, header, weights, momentum, known, fc)
 	}
 	out, err := n.eng.Finalize(ctx, fin)
 	if err != nil {
@@ -879,8 +892,37 @@ func (n *Node) applyCopyRule(s *snapshot, i int, fc *wire.FragmentCommit, values
 // store takes them as deferred writes (blobWriterAfter): they are copied
 // into memory as they are hashed and readable at once, and their durable
 // write ends after this returns, off the commit's critical path
-// (restore.go says what a crash in between costs).
-func (n *Node) writeState(ctx context.Context, store bool, fl *machine.FragLayout, weights, momentum []byte, fc *wire.FragmentCommit) error {
+// (restore.go says what a crash in between costs). When the engine hashed
+// them already (known: the weights' file being header and the values),
+// they are not hashed again: a store that takes bytes of a known hash
+// (blobWriterHashed) only copies them.
+func (n *Node) writeState(ctx context.Context, store bool, fl *machine.FragLayout, header, weights, momentum []byte, known *StateHashes, fc *wire.FragmentCommit) error {
+	if known != nil {
+		hw, ok := n.blobs.(blobWriterHashed)
+		if !store {
+			fc.WeightsAfter, fc.MomentumAfter = known.Weights, known.Momentum
+			return nil
+		}
+		if ok {
+			var wg sync.WaitGroup
+			var mErr error
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				mErr = hw.WriteBlobHashed(ctx, known.Momentum, momentum)
+			}()
+			wErr := hw.WriteBlobHashed(ctx, known.Weights, header, weights)
+			wg.Wait()
+			if wErr != nil {
+				return fmt.Errorf("store new weights: %w", wErr)
+			}
+			if mErr != nil {
+				return fmt.Errorf("store new momentum: %w", mErr)
+			}
+			fc.WeightsAfter, fc.MomentumAfter = known.Weights, known.Momentum
+			return nil
+		}
+	}
 	write := func(size int64, put func(io.Writer) error) (wire.Hash, error) {
 		if !store {
 			h := wire.NewContentHasher()
@@ -945,6 +987,12 @@ type blobWriter interface {
 // (store.Blobs.WriteBlobAfter).
 type blobWriterAfter interface {
 	WriteBlobAfter(ctx context.Context, size int64, write func(io.Writer) error) (wire.Hash, error)
+}
+
+// blobWriterHashed stores a blob of a hash the caller computed as it
+// produced the bytes, as a deferred write (store.Blobs.WriteBlobHashed).
+type blobWriterHashed interface {
+	WriteBlobHashed(ctx context.Context, h wire.Hash, parts ...[]byte) error
 }
 
 // blobDurability says whether a blob's deferred write is running and

@@ -56,6 +56,17 @@ func ParseHeaderAt(r io.ReaderAt, size int64, lim Limits) (tensors []TensorAt, m
 	return tensors, metadata, nil
 }
 
+// Header returns the header (with its 8-byte length) that Encode and
+// EncodeTo write for tensors, whose Data is not read, and the tensors in
+// the order their data follows it (sorted by name).
+func Header(tensors []Tensor, metadata map[string]string) (header []byte, sorted []Tensor, err error) {
+	sorted, h, _, err := encodeHeaderOf(tensors, metadata, false)
+	if err != nil {
+		return nil, nil, err
+	}
+	return h, sorted, nil
+}
+
 // EncodeTo writes what Encode returns to w — the header, then each tensor's
 // data from its own slice — without assembling the file in memory (a
 // fragment's new weights are written once, hashed as they go).
