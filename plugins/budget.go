@@ -32,10 +32,27 @@ func WithProbeBudget(ctx context.Context) context.Context {
 
 func isProbe(ctx context.Context) bool { v, _ := ctx.Value(probeKey{}).(bool); return v }
 
+type fuelKey struct{}
+
+// withFuel marks ctx so that plugin calls made with it run under fuel
+// instead of the engine's per-call budget, with a backstop scaled to match
+// (wallFor). A score call of a run whose spec sets scoring.fuel is made so
+// (ScoreInput.Fuel); the engine profile still records Config.Fuel, the
+// budget of every other call.
+func withFuel(ctx context.Context, fuel uint64) context.Context {
+	return context.WithValue(ctx, fuelKey{}, fuel)
+}
+
+// callFuel is the budget withFuel set on ctx (0: none).
+func callFuel(ctx context.Context) uint64 { v, _ := ctx.Value(fuelKey{}).(uint64); return v }
+
 // fuelFor is the fuel budget of one call made with ctx.
 func (e *Engine) fuelFor(ctx context.Context) uint64 {
 	if isProbe(ctx) {
 		return min(e.cfg.Fuel, ProbeFuel)
+	}
+	if f := callFuel(ctx); f != 0 {
+		return f
 	}
 	return e.cfg.Fuel
 }
@@ -45,7 +62,29 @@ func (e *Engine) wallFor(ctx context.Context) time.Duration {
 	if isProbe(ctx) {
 		return ProbeWallClock
 	}
+	if f := callFuel(ctx); f != 0 {
+		return ScaledWallClock(e.cfg.WallClock, e.cfg.Fuel, f)
+	}
 	return e.cfg.WallClock
+}
+
+// maxScaledWallClock caps ScaledWallClock (a week: far above any budget a
+// spec may set, MaxScoringFuel at the default ratio is ≈ 33 h).
+const maxScaledWallClock = 7 * 24 * time.Hour
+
+// ScaledWallClock is the backstop of a call whose budget is fuel on an
+// engine whose per-call budget is base with backstop wall: wall scaled by
+// fuel/base, as DefaultWallClock relates to DefaultFuel, never below wall
+// (a smaller budget keeps the engine's backstop) and at most a week.
+func ScaledWallClock(wall time.Duration, base, fuel uint64) time.Duration {
+	if base == 0 || fuel <= base {
+		return wall
+	}
+	w := float64(wall) * (float64(fuel) / float64(base))
+	if w >= float64(maxScaledWallClock) {
+		return max(wall, maxScaledWallClock)
+	}
+	return max(wall, time.Duration(w))
 }
 
 type outputKey struct{}

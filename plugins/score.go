@@ -158,11 +158,19 @@ func checkScore(in *ScoreInput) (*scoreLayout, error) {
 }
 
 // Score runs a score plugin (ABI.md §4.2) in a fresh instance under the fuel
-// budget — in a worker process when the engine has them — and returns the
+// budget — in.Fuel when set (the spec's scoring.fuel), else the engine's
+// per-call budget, with the wall-clock backstop scaled to it
+// (ScaledWallClock) — in a worker process when the engine has them — and returns the
 // loss of every batch before and after the gradient, NaN canonical. A
 // deterministic failure of the plugin (out of fuel, trap, a guest error)
 // is a *syncer.RuleFailure.
 func (e *Engine) Score(ctx context.Context, in ScoreInput) (out ScoreOutput, err error) {
+	if in.Fuel > maxFuel {
+		return out, fmt.Errorf("plugins: score: fuel budget %d exceeds %d", in.Fuel, uint64(maxFuel))
+	}
+	if in.Fuel != 0 {
+		ctx = withFuel(ctx, in.Fuel)
+	}
 	p, err := e.pluginFor(ctx, in.Evaluator, KindScore)
 	if err != nil {
 		return out, err

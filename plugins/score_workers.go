@@ -17,7 +17,8 @@ import (
 // back as f64 bits in ScoreBits (before, after per batch).
 func (e *Engine) remoteScore(ctx context.Context, p *plugin, in ScoreInput, _ *scoreLayout) (ScoreOutput, error) {
 	var out ScoreOutput
-	sr := &scoreReq{FragFirst: in.FragFirst, FragCount: in.FragCount, Batches: in.Batches, BatchSize: in.BatchSize, WindowLen: in.WindowLen}
+	sr := &scoreReq{FragFirst: in.FragFirst, FragCount: in.FragCount, Batches: in.Batches, BatchSize: in.BatchSize, WindowLen: in.WindowLen,
+		Fuel: in.Fuel}
 	for _, t := range in.Tensors {
 		sr.Tensors = append(sr.Tensors, workerTensor{Name: t.Name, Dtype: t.Dtype, Shape: t.Shape})
 	}
@@ -73,7 +74,7 @@ func serveScore(ctx context.Context, e *Engine, req *workerReq, span func(off, n
 		return ScoreOutput{}, fmt.Errorf("score without a plan")
 	}
 	in := ScoreInput{Evaluator: req.Rule, Dtype: req.Dtype, FragFirst: sr.FragFirst, FragCount: sr.FragCount,
-		LR: req.LR, Beta: req.Beta, Nesterov: req.Nesterov, Batches: sr.Batches, BatchSize: sr.BatchSize, WindowLen: sr.WindowLen}
+		LR: req.LR, Beta: req.Beta, Nesterov: req.Nesterov, Batches: sr.Batches, BatchSize: sr.BatchSize, WindowLen: sr.WindowLen, Fuel: sr.Fuel}
 	for _, t := range sr.Tensors {
 		in.Tensors = append(in.Tensors, wire.TensorInfo{Name: t.Name, Dtype: t.Dtype, Shape: t.Shape})
 	}

@@ -103,6 +103,9 @@ type scoreReq struct {
 	Batches   int            `json:"batches"`
 	BatchSize int            `json:"batch_size"`
 	WindowLen int            `json:"window_len"`
+	// Fuel is the call's own budget (ScoreInput.Fuel); 0: the worker
+	// engine's per-call budget.
+	Fuel uint64 `json:"fuel,omitempty"`
 }
 
 // workerTensor is one payload tensor of a decode call (and one model

@@ -251,7 +251,7 @@ func (n *Node) scoreInputs(ctx context.Context, s *snapshot, i int, fc *wire.Fra
 	}
 	// The whole model at the round's start, fragment after fragment.
 	fs := r.Fragments[i]
-	in := ScoreInput{Evaluator: *r.Scorer, Dtype: fs.Dtype, Batches: 2, BatchSize: sc.Batch, WindowLen: wl}
+	in := ScoreInput{Evaluator: *r.Scorer, Dtype: fs.Dtype, Batches: 2, BatchSize: sc.Batch, WindowLen: wl, Fuel: ref.Fuel}
 	o := spec.Outer()
 	in.LR, in.Beta, in.Nesterov = o.LR, o.Momentum, o.Nesterov
 	for f, g := range r.Fragments {

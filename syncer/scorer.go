@@ -53,6 +53,9 @@ type ScoreInput struct {
 	// f32 series values each (raw, unnormalized), batch after batch.
 	Windows                       []byte
 	Batches, BatchSize, WindowLen int
+	// Fuel is the call's fuel budget: the spec's scoring.fuel; 0 = the
+	// engine's per-call budget. Its wall-clock backstop scales with it.
+	Fuel uint64
 }
 
 // ScoreOutput is the loss per batch before and after the step, and the fuel

@@ -40,6 +40,15 @@ const (
 	// MaxMinGainPPM bounds min_gain_ppm: a relative gain is at most 1
 	// (the loss cannot fall below zero).
 	MaxMinGainPPM = 1000000
+	// MinScoringFuel and MaxScoringFuel bound `fuel`, the budget of each
+	// score call of the run (absent: the engine's per-call budget). The
+	// floor only refuses nonsense (no evaluator scores anything in less;
+	// the "odd" test model needs 3.1·10⁶ at batch 4); the ceiling is about
+	// 2 h of one core per scored input at the evaluator's measured 1.5·10⁹
+	// fuel/s, which every validator may have to re-execute (scoring.md §5,
+	// RATIONALE "scoring: a run's own score budget").
+	MinScoringFuel = 1_000_000
+	MaxScoringFuel = 10_000_000_000_000
 )
 
 // Scoring is the parsed `scoring` field of a task spec: which evaluator
@@ -77,6 +86,10 @@ type Scoring struct {
 	// a trainer whose scored checks' summed GainPPM is below MinGainPPM ×
 	// their count is paid nothing at the seal (RunGainPasses).
 	MinGainPPM int64
+	// Fuel is the fuel budget of each score call of the run
+	// (MinScoringFuel..MaxScoringFuel); 0 when the field is absent: the
+	// engine's per-call budget, as every other call.
+	Fuel uint64
 }
 
 // The pay tests of a scored input (scoring.md §8).
@@ -106,6 +119,7 @@ type scoringJSON struct {
 	Test      *string         `json:"test"`
 	Forfeit   *int            `json:"forfeit"`
 	MinGain   *int64          `json:"min_gain_ppm"`
+	Fuel      *int64          `json:"fuel"`
 }
 
 var (
@@ -128,9 +142,10 @@ func (s *TaskSpec) ScoringRef() (*Scoring, error) {
 }
 
 // ParseScoring parses {"evaluator": NAME, "params": {name: number, …},
-// "rate_bps": int, "batch": int}: no other keys, no duplicates, evaluator
+// "rate_bps": int, "batch": int, "corpus", "test", "forfeit",
+// "min_gain_ppm", "fuel": int}: no other keys, no duplicates, evaluator
 // required, the rest optional (defaults: no parameters, rate 10000 bps,
-// batch 16).
+// batch 16, the engine's fuel budget).
 func ParseScoring(raw []byte) (*Scoring, error) {
 	if len(raw) > MaxScoringBytes {
 		return nil, fmt.Errorf("%d bytes, limit %d", len(raw), MaxScoringBytes)
@@ -151,7 +166,7 @@ func ParseScoring(raw []byte) (*Scoring, error) {
 		return nil, errors.New(`"evaluator" is required`)
 	}
 	if *j.Evaluator == EvaluatorNone {
-		if j.Params != nil || j.RateBps != nil || j.Batch != nil || j.Corpus != nil || j.Test != nil || j.Forfeit != nil || j.MinGain != nil {
+		if j.Params != nil || j.RateBps != nil || j.Batch != nil || j.Corpus != nil || j.Test != nil || j.Forfeit != nil || j.MinGain != nil || j.Fuel != nil {
 			return nil, errors.New(`evaluator "none" takes no other keys`)
 		}
 		return nil, nil
@@ -201,6 +216,12 @@ func ParseScoring(raw []byte) (*Scoring, error) {
 			return nil, fmt.Errorf("batch is %d, want 1..%d windows", *j.Batch, MaxScoringBatch)
 		}
 		c.Batch = *j.Batch
+	}
+	if j.Fuel != nil {
+		if *j.Fuel < MinScoringFuel || *j.Fuel > MaxScoringFuel {
+			return nil, fmt.Errorf("fuel is %d, want %d..%d (the fuel budget of each score call)", *j.Fuel, int64(MinScoringFuel), int64(MaxScoringFuel))
+		}
+		c.Fuel = uint64(*j.Fuel)
 	}
 	if j.Corpus != nil {
 		h, err := ParseHash(*j.Corpus)

@@ -80,6 +80,7 @@ func FuzzParseScoring(f *testing.F) {
 	f.Add([]byte(`{"evaluator":"TimesFMScore","params":{"d_model":64},"rate_bps":2500,"batch":16}`))
 	f.Add([]byte(`{"evaluator":"none"}`))
 	f.Add([]byte(`{"evaluator":"TimesFMScore","test":"run_mean_gain","min_gain_ppm":150000}`))
+	f.Add([]byte(`{"evaluator":"TimesFMScore","batch":1,"rate_bps":100,"fuel":200000000000}`))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		c, err := ParseScoring(b)
 		if err != nil || c == nil {
@@ -93,6 +94,9 @@ func FuzzParseScoring(f *testing.F) {
 		}
 		if c.MinGainPPM < 0 || c.MinGainPPM > MaxMinGainPPM || (c.Test != ScoreTestRunMeanGain && c.MinGainPPM != 0) {
 			t.Fatalf("threshold %d under test %s", c.MinGainPPM, c.Test)
+		}
+		if c.Fuel != 0 && (c.Fuel < MinScoringFuel || c.Fuel > MaxScoringFuel) {
+			t.Fatalf("fuel %d accepted", c.Fuel)
 		}
 		if _, err := ParseScoring([]byte(`{"evaluator":"X","params":` + string(c.Params) + `}`)); err != nil {
 			t.Fatalf("canonical params %s do not parse again: %v", c.Params, err)
@@ -166,5 +170,70 @@ func TestParseScoringRunMeanGain(t *testing.T) {
 	// Other tests carry no threshold.
 	if c, err := ParseScoring([]byte(`{"evaluator":"TimesFMScore"}`)); err != nil || c.MinGainPPM != 0 {
 		t.Fatalf("default test: %+v %v", c, err)
+	}
+}
+
+// TestParseScoringFuel: the score calls' fuel budget — absent means the
+// engine's (0), bounds MinScoringFuel..MaxScoringFuel, an exact integer.
+func TestParseScoringFuel(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		fuel uint64
+		want string // error substring; "" = ok
+	}{
+		{`{"evaluator":"TimesFMScore"}`, 0, ""},
+		{`{"evaluator":"TimesFMScore","fuel":1000000}`, MinScoringFuel, ""},
+		{`{"evaluator":"TimesFMScore","fuel":1500000000000}`, 1_500_000_000_000, ""},
+		{`{"evaluator":"TimesFMScore","fuel":10000000000000}`, MaxScoringFuel, ""},
+		{`{"evaluator":"TimesFMScore","fuel":999999}`, 0, "fuel is 999999, want 1000000..10000000000000"},
+		{`{"evaluator":"TimesFMScore","fuel":10000000000001}`, 0, "fuel is 10000000000001, want"},
+		{`{"evaluator":"TimesFMScore","fuel":0}`, 0, "fuel is 0"},
+		{`{"evaluator":"TimesFMScore","fuel":-5}`, 0, "fuel is -5"},
+		{`{"evaluator":"TimesFMScore","fuel":1e12}`, 0, "want an object such as"},
+		{`{"evaluator":"TimesFMScore","fuel":1000000.5}`, 0, "want an object such as"},
+		{`{"evaluator":"TimesFMScore","fuel":"1000000"}`, 0, "want an object such as"},
+		{`{"evaluator":"TimesFMScore","fuel":null}`, 0, ""},
+		{`{"evaluator":"TimesFMScore","fuel":1000000,"fuel":2000000}`, 0, "duplicate member"},
+		{`{"evaluator":"TimesFMScore","fuel":9007199254740993}`, 0, "fuel"},
+		{`{"evaluator":"none","fuel":1000000}`, 0, "takes no other keys"},
+	} {
+		c, err := ParseScoring([]byte(tc.in))
+		if tc.want != "" {
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("%s: %v, want %q", tc.in, err, tc.want)
+			}
+			continue
+		}
+		if err != nil || c.Fuel != tc.fuel {
+			t.Errorf("%s: %+v %v, want fuel %d", tc.in, c, err, tc.fuel)
+		}
+	}
+}
+
+// TestSpecHashWithoutScoringFuel pins the hash of a scored spec without
+// "fuel": the field is optional, so every spec posted before it hashes as
+// it did; with it the hash changes (the spec commits to the budget).
+func TestSpecHashWithoutScoringFuel(t *testing.T) {
+	const spec = `{"task_id":"t","scoring":{"evaluator":"TimesFMScore","batch":8,"rate_bps":2500}}`
+	s, canon, err := ParseSpec([]byte(spec))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sc, err := s.ScoringRef(); err != nil || sc.Fuel != 0 {
+		t.Fatalf("scoring %+v %v", sc, err)
+	}
+	const pinned = "b429d27b341273c445b68444c89d1348145c7fc65bc3bba9a6545e477c8e7a2b"
+	if got := SpecHash(canon).String(); got != pinned {
+		t.Errorf("spec hash without fuel %s, pinned %s", got, pinned)
+	}
+	s, withFuel, err := ParseSpec([]byte(strings.Replace(spec, `"batch":8`, `"batch":8,"fuel":200000000000`, 1)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sc, err := s.ScoringRef(); err != nil || sc.Fuel != 200_000_000_000 {
+		t.Fatalf("scoring %+v %v", sc, err)
+	}
+	if SpecHash(withFuel) == SpecHash(canon) {
+		t.Error("the spec hash ignores scoring.fuel")
 	}
 }
