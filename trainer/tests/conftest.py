@@ -3,6 +3,7 @@ sys.path), even when the venv's editable install points at another clone."""
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 import signal
@@ -25,6 +26,21 @@ import torch  # noqa: E402
 torch.set_num_threads(1)
 
 from tenzro_trainer.rpc import Client, NodeUnavailable  # noqa: E402
+
+
+class _ShowFields(logging.Filter):
+    """Puts a trainer log record's fields (reason=, code=, round=) into its message, so a failing test's
+    captured log says why a node refused something, not only that it did."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        fields = getattr(record, "fields", None)
+        if fields and not getattr(record, "fields_shown", False):
+            record.msg = f"{record.msg} " + " ".join(f"{k}={v}" for k, v in fields.items())
+            record.fields_shown = True
+        return True
+
+
+logging.getLogger("tenzro_trainer.loop").addFilter(_ShowFields())
 
 
 def free_port() -> int:
