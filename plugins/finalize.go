@@ -208,7 +208,7 @@ func (s *pluginSteps) Aggregate(ctx context.Context, kept []int) (syncer.Aggrega
 // step's result. If the step did not sweep, the aggregate is computed and
 // hashed as in Aggregate.
 func (s *pluginSteps) fused(ctx context.Context, srcs []*source) (syncer.AggregateOutput, error) {
-	fz := &fusion{n: s.in.N, head: s.in.WeightsHeader, hashState: s.in.WeightsHeader != nil}
+	fz := &fusion{n: s.in.N, head: s.in.WeightsHeader}
 	s.fz = fz
 	ctx = withFusion(ctx, fz)
 	var err error

@@ -73,12 +73,11 @@ type fusion struct {
 	dst     dest        // where a materialized aggregate goes
 	swept   bool        // the sweep ran: the aggregate exists only as hash
 	hash    wire.Hash   // its ContentHash, when swept
-	// head, when hashState is set, is the bytes that precede the new
-	// weights in their blob (syncer.FinalizeInput.WeightsHeader): the sweep
-	// then hashes the two new blobs too, and state holds their hashes.
-	head      []byte
-	hashState bool
-	state     *syncer.StateHashes
+	// head, when set, is the bytes that precede the new weights in their
+	// blob (syncer.FinalizeInput.WeightsHeader): the sweep then hashes the
+	// two new blobs too, and state holds their hashes.
+	head  []byte
+	state *syncer.StateHashes
 }
 
 type fusionKey struct{}
@@ -137,7 +136,7 @@ func (fz *fusion) sweep(w, m *source, wOut, mOut dest, lr, beta float32, nestero
 	}
 	th := newTreeHash(int64(n) * 4)
 	var ws, ms *blobHash
-	if fz.hashState {
+	if fz.head != nil {
 		ws, ms = newBlobHash(fz.head, wo[:4*n]), newBlobHash(nil, mo[:4*n])
 	}
 	blocks := (n + leafCoords - 1) / leafCoords

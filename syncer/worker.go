@@ -897,33 +897,20 @@ func (n *Node) applyCopyRule(s *snapshot, i int, fc *wire.FragmentCommit, values
 // they are not hashed again: a store that takes bytes of a known hash
 // (blobWriterHashed) only copies them.
 func (n *Node) writeState(ctx context.Context, store bool, fl *machine.FragLayout, header, weights, momentum []byte, known *StateHashes, fc *wire.FragmentCommit) error {
-	if known != nil {
-		hw, ok := n.blobs.(blobWriterHashed)
-		if !store {
-			fc.WeightsAfter, fc.MomentumAfter = known.Weights, known.Momentum
-			return nil
-		}
-		if ok {
-			var wg sync.WaitGroup
-			var mErr error
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				mErr = hw.WriteBlobHashed(ctx, known.Momentum, momentum)
-			}()
-			wErr := hw.WriteBlobHashed(ctx, known.Weights, header, weights)
-			wg.Wait()
-			if wErr != nil {
-				return fmt.Errorf("store new weights: %w", wErr)
+	// write stores one blob: parts are its bytes, put writes them; known,
+	// when set, is their hash, which is then not computed again.
+	write := func(known *wire.Hash, size func() (int64, error), put func(io.Writer) error, parts ...[]byte) (wire.Hash, error) {
+		if known != nil {
+			if !store {
+				return *known, nil
 			}
-			if mErr != nil {
-				return fmt.Errorf("store new momentum: %w", mErr)
+			if hw, ok := n.blobs.(blobWriterHashed); ok {
+				if err := hw.WriteBlobHashed(ctx, *known, parts...); err != nil {
+					return wire.Hash{}, err
+				}
+				return *known, nil
 			}
-			fc.WeightsAfter, fc.MomentumAfter = known.Weights, known.Momentum
-			return nil
 		}
-	}
-	write := func(size int64, put func(io.Writer) error) (wire.Hash, error) {
 		if !store {
 			h := wire.NewContentHasher()
 			if err := put(h); err != nil {
@@ -932,7 +919,11 @@ func (n *Node) writeState(ctx context.Context, store bool, fl *machine.FragLayou
 			return h.Sum(), nil
 		}
 		if bw, ok := n.blobs.(blobWriterAfter); ok {
-			return bw.WriteBlobAfter(ctx, size, put)
+			sz, err := size()
+			if err != nil {
+				return wire.Hash{}, err
+			}
+			return bw.WriteBlobAfter(ctx, sz, put)
 		}
 		if bw, ok := n.blobs.(blobWriter); ok {
 			return bw.WriteBlob(ctx, int64(machine.MaxInitWeights), put)
@@ -944,19 +935,24 @@ func (n *Node) writeState(ctx context.Context, store bool, fl *machine.FragLayou
 		h := wire.ContentHash(buf.Bytes())
 		return h, n.blobs.Put(ctx, h, buf.Bytes())
 	}
+	var wKnown, mKnown *wire.Hash
+	if known != nil {
+		wKnown, mKnown = &known.Weights, &known.Momentum
+	}
 	var wg sync.WaitGroup
 	var mErr error
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		fc.MomentumAfter, mErr = write(int64(len(momentum)), func(w io.Writer) error { _, err := w.Write(momentum); return err })
+		fc.MomentumAfter, mErr = write(mKnown, func() (int64, error) { return int64(len(momentum)), nil },
+			func(w io.Writer) error { _, err := w.Write(momentum); return err }, momentum)
 	}()
 	// The weights file's size: its header and the values (counted by
 	// io.Discard, not read).
-	size, wErr := WriteFragment(io.Discard, fl.Tensors, weights)
-	if wErr == nil {
-		fc.WeightsAfter, wErr = write(size, func(w io.Writer) error { _, err := WriteFragment(w, fl.Tensors, weights); return err })
-	}
+	weightsSize := func() (int64, error) { return WriteFragment(io.Discard, fl.Tensors, weights) }
+	var wErr error
+	fc.WeightsAfter, wErr = write(wKnown, weightsSize,
+		func(w io.Writer) error { _, err := WriteFragment(w, fl.Tensors, weights); return err }, header, weights)
 	wg.Wait()
 	if wErr != nil {
 		return fmt.Errorf("store new weights: %w", wErr)
