@@ -27,20 +27,7 @@ func TestScoredRunFuelBudget(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c, _ := newScoredCNetOf(t, scoretest.TimesFM, tc.scoring, true)
-			c.submitRound()
-			c.tickSyncers()
-			c.block()
-			c.tickSyncers()
-			if r := c.run(); r.Round != 1 {
-				t.Fatalf("round %d after the commits, want 1", r.Round)
-			}
-			tr, err := c.syncers[0].GetTranscript(c.ctx, c.task)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if len(tr) != 1 || len(tr[0].Fragments) != 2 {
-				t.Fatalf("transcript %+v", tr)
-			}
+			tr := c.commitRoundZero(t)
 			for _, fc := range tr[0].Fragments {
 				if fc.Status != wire.FragAggregated || fc.Scoring == nil || len(fc.Inputs) != 2 {
 					t.Fatalf("fragment %d: status %s scoring %+v, %d inputs", fc.Fragment, fc.Status, fc.Scoring, len(fc.Inputs))

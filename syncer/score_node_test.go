@@ -134,20 +134,7 @@ func runScoredModel(t *testing.T, m scoretest.Model) {
 	}
 	c.zeros = map[int]bool{1: true}
 	zero := c.tr[1].DID.String()
-	c.submitRound()
-	c.tickSyncers()
-	c.block()
-	c.tickSyncers()
-	if r := c.run(); r.Round != 1 {
-		t.Fatalf("round %d after the commits, want 1", r.Round)
-	}
-	tr, err := c.syncers[0].GetTranscript(c.ctx, c.task)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(tr) != 1 || len(tr[0].Fragments) != 2 {
-		t.Fatalf("transcript %+v", tr)
-	}
+	tr := c.commitRoundZero(t)
 	for _, fc := range tr[0].Fragments {
 		if fc.Status != wire.FragAggregated || fc.Scoring == nil || fc.Scoring.Evaluator != m.Evaluator || fc.Scoring.Hash != ev.Hash || fc.Scoring.Seed.IsZero() {
 			t.Fatalf("fragment %d: status %s scoring %+v (module %s)", fc.Fragment, fc.Status, fc.Scoring, ev.Hash)
@@ -163,6 +150,28 @@ func runScoredModel(t *testing.T, m scoretest.Model) {
 	if err != nil || !re.Agrees() || re.Commit.Inputs[0].Score == nil || *re.Commit.Inputs[0].Score != *tr[0].Fragments[1].Inputs[0].Score {
 		t.Fatalf("a validator re-executing the scored commit: %+v %v", re, err)
 	}
+}
+
+// commitRoundZero submits round 0 of a scored two-fragment run, lets the
+// syncers commit it (a scored fragment waits for its scoring seed, drawn at
+// the next block) and returns the transcript: round 0, both fragments.
+func (c *cnet) commitRoundZero(t *testing.T) []wire.RoundCommit {
+	t.Helper()
+	c.submitRound()
+	c.tickSyncers()
+	c.block()
+	c.tickSyncers()
+	if r := c.run(); r.Round != 1 {
+		t.Fatalf("round %d after the commits, want 1", r.Round)
+	}
+	tr, err := c.syncers[0].GetTranscript(c.ctx, c.task)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(tr) != 1 || len(tr[0].Fragments) != 2 {
+		t.Fatalf("transcript %+v", tr)
+	}
+	return tr
 }
 
 // TestScoredRunWrongScoreChallenged: in a scored run where trainer 1 is a
