@@ -97,6 +97,13 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--k", type=int, default=6)
     ap.add_argument("--n", type=int, default=8_650_000)
+    ap.add_argument(
+        "--poll-ms",
+        type=float,
+        default=2.0,
+        help="how often the K-th submission's round is polled until it commits (each poll is a getRun the node "
+        "serves on the cores the finalize runs on)",
+    )
     ap.add_argument("--bin", default=os.environ.get("TENZRO_BIN_DIR", os.path.join(os.getcwd(), "bin")))
     ap.add_argument(
         "--node-arg",
@@ -343,7 +350,7 @@ def run(a, k: int, n: int, t: str, rpc: str, node: subprocess.Popen, metrics_url
         )
         sub_k = time.perf_counter() - s
         while call("tenzro_training_getRun", {"task_id": task})["round"] == rnd:
-            time.sleep(0.002)
+            time.sleep(a.poll_ms / 1e3)
         to_commit = time.perf_counter() - s
         cpu1 = tree_cpu_s(node.pid)
         cpu = cpu1[0] - cpu0[0] - statistics.median(plain_cpu[-(k - 1) :])
