@@ -60,10 +60,13 @@ type workerConfig struct {
 // inputs from InOff, then OutLen bytes of room for its outputs from OutOff.
 type workerReq struct {
 	Op string `json:"op"` // ready, publish, aggregate, verify, outer, decode, finalize, score, drop
-	// Arena numbers the node's shared buffer for this worker: the worker
-	// keeps its mapping while the number stays the same (the memfd rides
-	// with every request; a new number means a new, larger buffer).
+	// Arena numbers the node's shared buffer for this call among the
+	// worker's (the memfd rides with every request): the worker keeps a
+	// few mappings by number, so alternating arenas are not mapped again.
+	// Forget numbers the arenas the node has unmapped since its last
+	// request: the worker unmaps them too.
 	Arena    uint64         `json:"arena"`
+	Forget   []uint64       `json:"forget,omitempty"`
 	Probe    bool           `json:"probe,omitempty"`
 	Modules  []int64        `json:"modules,omitempty"`
 	Rule     syncer.RuleRef `json:"rule"`
