@@ -986,29 +986,28 @@ func holdState(ctx context.Context, bh blobHolder, weightsBlob, momentum []byte,
 			release()
 		}
 	}
-	hold := func(h wire.Hash, b []byte) (wire.Hash, error) {
-		if err := bh.HoldBlobHashed(ctx, h, b, part); err != nil {
-			return wire.Hash{}, err
-		}
-		return h, nil
+	// One after the other: each is a map entry and a started write
+	// (unless the store must write before returning: then the second
+	// waits for the first, a path taken only past the store's memory cap
+	// or on a failing disk).
+	var err error
+	if fc.WeightsAfter, err = hold(ctx, bh, known.Weights, weightsBlob, part); err != nil {
+		fc.MomentumAfter = wire.Hash{}
+		part() // the momentum is not handed over
+		return fmt.Errorf("store new weights: %w", err)
 	}
-	var wg sync.WaitGroup
-	var mErr error
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		fc.MomentumAfter, mErr = hold(known.Momentum, momentum)
-	}()
-	var wErr error
-	fc.WeightsAfter, wErr = hold(known.Weights, weightsBlob)
-	wg.Wait()
-	if wErr != nil {
-		return fmt.Errorf("store new weights: %w", wErr)
-	}
-	if mErr != nil {
-		return fmt.Errorf("store new momentum: %w", mErr)
+	if fc.MomentumAfter, err = hold(ctx, bh, known.Momentum, momentum, part); err != nil {
+		return fmt.Errorf("store new momentum: %w", err)
 	}
 	return nil
+}
+
+// hold hands b, of hash h, to the store (release: see HoldBlobHashed).
+func hold(ctx context.Context, bh blobHolder, h wire.Hash, b []byte, release func()) (wire.Hash, error) {
+	if err := bh.HoldBlobHashed(ctx, h, b, release); err != nil {
+		return wire.Hash{}, err
+	}
+	return h, nil
 }
 
 // blobFiles is a blob store of files that checks every blob's hash as it
