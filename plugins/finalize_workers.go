@@ -17,7 +17,11 @@ import (
 // files itself (values with a path) and reads them into its staging memory;
 // values without a path are copied into the arena here. The new weights and
 // momentum come back in the arena's output room, where in.Write reads them
-// before the worker is released.
+// before the worker is released — or, when the worker hashed them and the
+// caller can take them (in.Hold), the arena is kept and handed over as it
+// is: the weights header is written in the room reserved before the output
+// room, right before the new weights, so that the weights blob is one
+// slice of the arena.
 func (e *Engine) remoteFinalize(ctx context.Context, in syncer.FinalizeInput, span int64) (syncer.FinalizeOutput, error) {
 	// The modules: the worker is sent those it lacks. A plugin this node
 	// cannot find makes the separate steps the reference for whatever
@@ -88,6 +92,11 @@ func (e *Engine) remoteFinalize(ctx context.Context, in syncer.FinalizeInput, sp
 	page := int64(pageSize)
 	fr.WeightsRoom = (span + page + 63) &^ 63
 	outLen := fr.WeightsRoom + n*4 + page
+	// Room for the weights header before the output room, for in.Hold.
+	var gap int64
+	if in.Hold != nil && !in.AggregateOnly && fr.WeightsHeader != nil {
+		gap = (int64(len(fr.WeightsHeader)) + 63) &^ 63
+	}
 	req := workerReq{Op: "finalize", Dtype: in.Dtype, N: in.N, LR: in.LR, Beta: in.Beta, Nesterov: in.Nesterov, Fin: fr, OutLen: outLen}
 	wall := e.wallFor(ctx)
 	if max := time.Duration(math.MaxInt64) / time.Duration(calls); wall < max {
@@ -101,6 +110,7 @@ func (e *Engine) remoteFinalize(ctx context.Context, in syncer.FinalizeInput, sp
 		hashes: hashes,
 		module: func(h wire.Hash) ([]byte, error) { return e.moduleBytes(ctx, mods[h]) },
 		inLen:  inLen,
+		gap:    gap,
 		wall:   wall,
 		fill: func(dst []byte) error {
 			jobs := make([]copyJob, len(copies))
@@ -109,7 +119,7 @@ func (e *Engine) remoteFinalize(ctx context.Context, in syncer.FinalizeInput, sp
 			}
 			return runCopies(jobs)
 		},
-		consume: func(resp *workerResp, arena []byte) error {
+		consume: func(resp *workerResp, arena []byte, keep func() func()) error {
 			fin := resp.Fin
 			if fin == nil || len(fin.Rejected) != len(in.Inputs) || len(fin.Selected) != len(in.Inputs) {
 				return &WorkerError{Op: "finalize", Reason: "answered for another call"}
@@ -132,6 +142,11 @@ func (e *Engine) remoteFinalize(ctx context.Context, in syncer.FinalizeInput, sp
 			var known *syncer.StateHashes
 			if fin.StateHashed && fr.WeightsHeader != nil && !in.AggregateOnly {
 				known = &syncer.StateHashes{Weights: fin.WeightsHash, Momentum: fin.MomentumHash}
+			}
+			if hs := fin.WeightsOff - int64(len(fr.WeightsHeader)); known != nil && gap > 0 && hs >= room-gap {
+				copy(arena[hs:fin.WeightsOff], fr.WeightsHeader)
+				blob := arena[hs : fin.WeightsOff+span : fin.WeightsOff+span]
+				return in.Hold(blob, m, *known, keep())
 			}
 			if in.Write != nil {
 				return in.Write(w, m, known)

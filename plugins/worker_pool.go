@@ -40,26 +40,47 @@ type worker struct {
 	exited chan struct{}
 	has    map[wire.Hash]bool // modules this worker has loaded
 	once   sync.Once
+	pl     *pool
+	uses   uint64 // calls served; guarded by pool.mu while idle
 
-	// The arena: a memfd mapped here and in the worker, grown on demand
-	// and kept between calls (the largest call's size, per worker).
-	arenaFD  int
-	arena    []byte
-	arenaGen uint64
-	uses     uint64 // calls served; guarded by pool.mu while idle
+	// The arenas: memfds mapped here and in the worker, kept between
+	// calls (so their pages are faulted in once). A call takes a free one
+	// that fits (or makes one); its consume may keep it (held: not reused
+	// until released, e.g. the new state a store holds as pending blobs).
+	amu      sync.Mutex
+	free     []*arena // at most arenaFree
+	nextID   uint64
+	created  int      // arenas made (tests)
+	forget   []uint64 // arenas unmapped here since the last request: the worker unmaps them too
+	gone     bool     // killed: arenas given back are unmapped
+	heldSize int64    // bytes of held arenas (tests, logs)
 }
 
-// Arena retention: an arena larger than arenaKeepBytes is given back (in
-// both processes) once its worker has been idle for arenaIdleTrim, so a
-// burst of large calls (a round's fragments) reuses it, and an idle node
-// does not keep hundreds of megabytes of shared memory.
+// arena is one memfd shared with the worker, numbered per worker.
+type arena struct {
+	id   uint64
+	fd   int
+	mem  []byte
+	held bool // kept by a consumer until its release
+	busy bool // the call in progress's
+}
+
+// Arena retention: the free arenas of a worker are given back (in both
+// processes) once it has been idle for arenaIdleTrim if they add up to
+// more than arenaKeepBytes, so a burst of large calls (a round's
+// fragments) reuses them, and an idle node does not keep hundreds of
+// megabytes of shared memory. A worker keeps at most arenaFree free
+// arenas; held ones are counted apart (each is a pending blob's bytes,
+// bounded by the store's memory cap).
 const (
 	arenaKeepBytes = 64 << 20
 	arenaIdleTrim  = 30 * time.Second
+	arenaFree      = 3
 )
 
-// trimArena drops an idle worker's arena if it has served no call since
-// uses (the worker is taken out of the pool meanwhile, holding a slot).
+// trimArena drops an idle worker's free arenas if it has served no call
+// since uses (the worker is taken out of the pool meanwhile, holding a
+// slot).
 func (pl *pool) trimArena(w *worker, uses uint64) {
 	select {
 	case pl.slots <- struct{}{}:
@@ -91,7 +112,8 @@ func (pl *pool) trimArena(w *worker, uses uint64) {
 	pl.mu.Unlock()
 }
 
-// dropRemote asks the worker to unmap its arena, then unmaps it here.
+// dropRemote asks the worker to unmap its arenas (held ones included: it
+// maps them again if they come back), then unmaps the free ones here.
 func (w *worker) dropRemote() error {
 	hdr, _ := encodeHeader(&workerReq{Op: "drop"})
 	if err := unix.Sendmsg(w.fd, hdr, nil, nil, unix.MSG_NOSIGNAL); err != nil {
@@ -101,16 +123,32 @@ func (w *worker) dropRemote() error {
 	if err := w.await(context.Background(), workerStartTimeout, "drop", &resp); err != nil {
 		return err
 	}
-	w.dropArena()
+	w.amu.Lock()
+	w.dropFree()
+	w.forget = nil // the worker mapped none of them any more
+	w.amu.Unlock()
 	return nil
 }
 
-// arenaFor returns an arena of at least size bytes.
-func (w *worker) arenaFor(size int64) ([]byte, error) {
-	if int64(len(w.arena)) >= size {
-		return w.arena[:size], nil
+// arenaFor returns an arena of at least size bytes for the call in
+// progress: the smallest free one that fits, else a new one (the free
+// ones, all too small, are unmapped: the new one serves what they did).
+func (w *worker) arenaFor(size int64) (*arena, error) {
+	w.amu.Lock()
+	defer w.amu.Unlock()
+	best := -1
+	for i, a := range w.free {
+		if int64(len(a.mem)) >= size && (best < 0 || len(a.mem) < len(w.free[best].mem)) {
+			best = i
+		}
 	}
-	w.dropArena()
+	if best >= 0 {
+		a := w.free[best]
+		w.free = append(w.free[:best], w.free[best+1:]...)
+		a.busy = true
+		return a, nil
+	}
+	w.dropFree()
 	size = (size + 1<<20 - 1) &^ (1<<20 - 1)
 	fd, err := unix.MemfdCreate("tenzro-plugin-arena", unix.MFD_CLOEXEC)
 	if err != nil {
@@ -125,17 +163,88 @@ func (w *worker) arenaFor(size int64) ([]byte, error) {
 		_ = unix.Close(fd)
 		return nil, &WorkerError{Op: "arena", Reason: fmt.Sprintf("mmap %d bytes: %v", size, err), Err: err}
 	}
-	w.arenaFD, w.arena = fd, mem
-	w.arenaGen++
-	return w.arena, nil
+	w.nextID++
+	w.created++
+	return &arena{id: w.nextID, fd: fd, mem: mem, busy: true}, nil
 }
 
-func (w *worker) dropArena() {
-	if w.arena != nil {
-		_ = unix.Munmap(w.arena)
-		_ = unix.Close(w.arenaFD)
-		w.arena = nil
+// callDone ends the call's use of a: back to the free arenas unless its
+// consume kept it.
+func (w *worker) callDone(a *arena) {
+	w.amu.Lock()
+	defer w.amu.Unlock()
+	a.busy = false
+	if !a.held {
+		w.putFree(a)
 	}
+}
+
+// keep holds a past the call: it is not reused until the returned
+// function (which must be called exactly once; later calls do nothing)
+// gives it back. The bytes stay mapped here even if the worker dies.
+func (w *worker) keep(a *arena) (release func()) {
+	w.amu.Lock()
+	a.held = true
+	w.heldSize += int64(len(a.mem))
+	w.amu.Unlock()
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			w.amu.Lock()
+			a.held = false
+			w.heldSize -= int64(len(a.mem))
+			if !a.busy {
+				w.putFree(a)
+			}
+			trim := !w.gone && w.freeBytes() > arenaKeepBytes
+			w.amu.Unlock()
+			if trim {
+				w.pl.mu.Lock()
+				uses := w.uses
+				w.pl.mu.Unlock()
+				time.AfterFunc(arenaIdleTrim, func() { w.pl.trimArena(w, uses) })
+			}
+		})
+	}
+}
+
+// putFree makes a free, or unmaps it when the worker is gone or has
+// arenaFree free ones already. Called with amu held.
+func (w *worker) putFree(a *arena) {
+	if w.gone || len(w.free) >= arenaFree {
+		w.unmapArena(a)
+		return
+	}
+	w.free = append(w.free, a)
+}
+
+// unmapArena unmaps and closes a here; the worker is told to unmap its
+// mapping with the next request. Called with amu held.
+func (w *worker) unmapArena(a *arena) {
+	_ = unix.Munmap(a.mem)
+	_ = unix.Close(a.fd)
+	a.mem = nil
+	if !w.gone {
+		w.forget = append(w.forget, a.id)
+	}
+}
+
+// dropFree unmaps the free arenas (held and busy ones stay). Called with
+// amu held.
+func (w *worker) dropFree() {
+	for _, a := range w.free {
+		w.unmapArena(a)
+	}
+	w.free = nil
+}
+
+// freeBytes is the size of the free arenas. Called with amu held.
+func (w *worker) freeBytes() int64 {
+	var n int64
+	for _, a := range w.free {
+		n += int64(len(a.mem))
+	}
+	return n
 }
 
 func newPool(cmd []string, size int, wc workerConfig, log *slog.Logger) (*pool, error) {
@@ -171,7 +280,7 @@ func (pl *pool) start(ctx context.Context) (*worker, error) {
 		_ = unix.Close(fds[0])
 		return nil, &WorkerError{Op: "start", Reason: err.Error()}
 	}
-	w := &worker{cmd: cmd, fd: fds[0], exited: make(chan struct{}), has: map[wire.Hash]bool{}}
+	w := &worker{cmd: cmd, fd: fds[0], exited: make(chan struct{}), has: map[wire.Hash]bool{}, pl: pl}
 	go func() { _ = cmd.Wait(); close(w.exited) }()
 	var ready workerResp
 	if err := w.await(ctx, workerStartTimeout, "start", &ready); err != nil {
@@ -194,7 +303,11 @@ func (w *worker) kill() {
 		_ = w.cmd.Process.Kill()
 		<-w.exited
 		_ = unix.Close(w.fd)
-		w.dropArena()
+		w.amu.Lock()
+		w.gone = true
+		w.dropFree()
+		w.forget = nil
+		w.amu.Unlock()
 	})
 }
 
@@ -274,7 +387,10 @@ func (pl *pool) release(w *worker, alive bool) {
 	if alive && !pl.closed {
 		pl.idle = append(pl.idle, w)
 		w.uses++
-		if len(w.arena) > arenaKeepBytes {
+		w.amu.Lock()
+		trim := w.freeBytes() > arenaKeepBytes
+		w.amu.Unlock()
+		if trim {
 			uses := w.uses
 			time.AfterFunc(arenaIdleTrim, func() { pl.trimArena(w, uses) })
 		}
@@ -314,10 +430,15 @@ type poolCall struct {
 	inLen  int64
 	fill   func(in []byte) error // writes the inputs
 	wall   time.Duration
+	// gap is room left between the inputs and the output room (OutOff =
+	// InOff + inLen + gap), for consume to write into.
+	gap int64
 	// consume, when set, reads the outputs in place from the arena (the
 	// whole mapping; the request's offsets say where) before the worker is
 	// released, instead of the call returning a copy of the output room.
-	consume func(resp *workerResp, arena []byte) error
+	// keep holds the arena past the call (worker.keep): the next call on
+	// this worker uses another one until the returned release is called.
+	consume func(resp *workerResp, arena []byte, keep func() (release func())) error
 }
 
 // call runs one call on a worker and returns its response and a copy of its
@@ -372,27 +493,33 @@ func (w *worker) roundtrip(ctx context.Context, pc *poolCall, mods [][]byte) (*w
 		modLen += int64(len(m))
 	}
 	req.InOff = modLen
-	req.OutOff = req.InOff + pc.inLen
+	req.OutOff = req.InOff + pc.inLen + pc.gap
 	size := req.OutOff + req.OutLen
 	var rights []byte
 	var mem []byte
+	var a *arena
 	if size > 0 {
 		var err error
-		if mem, err = w.arenaFor(size); err != nil {
+		if a, err = w.arenaFor(size); err != nil {
 			return nil, nil, err
 		}
+		defer w.callDone(a)
+		mem = a.mem
 		off := 0
 		for _, m := range mods {
 			off += copy(mem[off:], m)
 		}
 		if pc.fill != nil {
-			if err := pc.fill(mem[req.InOff:req.OutOff]); err != nil {
+			if err := pc.fill(mem[req.InOff : req.InOff+pc.inLen]); err != nil {
 				return nil, nil, err
 			}
 		}
-		rights = unix.UnixRights(w.arenaFD)
-		req.Arena = w.arenaGen
+		rights = unix.UnixRights(a.fd)
+		req.Arena = a.id
 	}
+	w.amu.Lock()
+	req.Forget, w.forget = w.forget, nil
+	w.amu.Unlock()
 	hdr, err := encodeHeader(&req)
 	if err != nil {
 		return nil, nil, &WorkerError{Op: req.Op, Reason: fmt.Sprintf("request: %v", err), Err: err}
@@ -409,7 +536,7 @@ func (w *worker) roundtrip(ctx context.Context, pc *poolCall, mods [][]byte) (*w
 	if resp.Err == "" && resp.Failure == nil && req.OutLen > 0 {
 		if pc.consume != nil {
 			resp.outOff = req.OutOff
-			return resp, nil, pc.consume(resp, mem)
+			return resp, nil, pc.consume(resp, mem, func() func() { return w.keep(a) })
 		}
 		out = append([]byte(nil), mem[req.OutOff:req.OutOff+req.OutLen]...)
 	}

@@ -53,17 +53,22 @@ type workerConfig struct {
 	StageFrom int64 `json:"stage_from,omitempty"`
 }
 
-// workerReq is one call. Bulk data lies in the worker's arena, a memfd
-// both processes keep mapped between calls (so its pages are faulted in
-// once, not per call): the modules the worker lacks (Modules: their lengths,
-// back to back from offset 0, loaded before the call), then the call's
-// inputs from InOff, then OutLen bytes of room for its outputs from OutOff.
+// workerReq is one call. Bulk data lies in one of the worker's arenas,
+// memfds both processes keep mapped between calls (so their pages are
+// faulted in once, not per call): the modules the worker lacks (Modules:
+// their lengths, back to back from offset 0, loaded before the call), then
+// the call's inputs from InOff, then OutLen bytes of room for its outputs
+// from OutOff (a finalize leaves room for the weights header between the
+// two, which the node fills after the call).
 type workerReq struct {
 	Op string `json:"op"` // ready, publish, aggregate, verify, outer, decode, finalize, score, drop
-	// Arena numbers the node's shared buffer for this worker: the worker
-	// keeps its mapping while the number stays the same (the memfd rides
-	// with every request; a new number means a new, larger buffer).
+	// Arena numbers the node's shared buffer for this call among the
+	// worker's (the memfd rides with every request): the worker keeps a
+	// few mappings by number, so alternating arenas are not mapped again.
+	// Forget numbers the arenas the node has unmapped since its last
+	// request: the worker unmaps them too.
 	Arena    uint64         `json:"arena"`
+	Forget   []uint64       `json:"forget,omitempty"`
 	Probe    bool           `json:"probe,omitempty"`
 	Modules  []int64        `json:"modules,omitempty"`
 	Rule     syncer.RuleRef `json:"rule"`

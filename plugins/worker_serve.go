@@ -116,14 +116,18 @@ func serveWorker(ctx context.Context, raw string, fd int) error {
 		if err := json.Unmarshal(buf[:n], &req); err != nil {
 			resp.Err = fmt.Sprintf("bad request: %v", err)
 		} else if req.Op == "drop" {
-			ar.drop() // the node trims an idle worker's arena
+			ar.drop() // the node trims an idle worker's arenas
 			e.stages.trim()
 		} else {
-			var mem []byte
-			if mem, err = ar.mapFor(&req, memfd, wc, limit); err != nil {
+			var m *workerMap
+			if m, err = ar.mapFor(&req, memfd, wc, limit); err != nil {
 				resp.Err = err.Error()
 			} else {
-				resp = serveCall(ctx, e, &req, mem, ar.stage())
+				var mem []byte
+				if m != nil {
+					mem = m.mem
+				}
+				resp = serveCall(ctx, e, &req, mem, m.stage())
 			}
 			memfd = -1 // mapFor keeps or closes it
 		}
@@ -148,27 +152,46 @@ func sendResp(fd int, r *workerResp) error {
 	return unix.Sendmsg(fd, b, nil, nil, unix.MSG_NOSIGNAL)
 }
 
-// workerArena is the worker's mapping of the node's arena for it, and its
-// descriptor (a finalize maps the arena's output room into guest memory).
+// workerArena is the worker's mappings of the node's arenas for it, by
+// number, with their descriptors (a finalize maps the arena's output room
+// into guest memory): at most workerArenaMaps, the least recently used
+// unmapped first, so that a node alternating between arenas (one held by
+// its store, workerPool.keep) does not have them mapped and faulted in
+// again at every call.
 type workerArena struct {
-	gen  uint64
-	mem  []byte
-	fd   int
-	size int64 // of the mapping being made or made
+	maps []*workerMap // least recently used first
+	size int64        // bytes mapped, and of the mapping being made
 }
 
-// mapFor returns the arena a request names, mapping a new one (and raising
-// RLIMIT_AS by its size, through limit) when the number changed. It takes
+type workerMap struct {
+	id   uint64
+	mem  []byte
+	fd   int
+	size int64
+}
+
+// workerArenaMaps bounds the arenas a worker keeps mapped: the node's
+// free ones (arenaFree) and the call's.
+const workerArenaMaps = arenaFree + 1
+
+// mapFor returns the arena a request names, mapping it (and raising
+// RLIMIT_AS by its size, through limit) when it is not mapped yet; the
+// arenas the request says the node forgot are unmapped first. It takes
 // memfd: kept with a new mapping, closed otherwise.
-func (a *workerArena) mapFor(req *workerReq, memfd int, wc workerConfig, limit func()) ([]byte, error) {
+func (a *workerArena) mapFor(req *workerReq, memfd int, wc workerConfig, limit func()) (*workerMap, error) {
+	for _, id := range req.Forget {
+		a.unmap(id)
+	}
 	if memfd < 0 {
 		return nil, nil
 	}
-	if a.mem != nil && a.gen == req.Arena {
-		_ = unix.Close(memfd)
-		return a.mem, nil
+	for i, m := range a.maps {
+		if m.id == req.Arena {
+			_ = unix.Close(memfd)
+			a.maps = append(append(a.maps[:i:i], a.maps[i+1:]...), m)
+			return m, nil
+		}
 	}
-	a.drop()
 	var st unix.Stat_t
 	if err := unix.Fstat(memfd, &st); err != nil {
 		_ = unix.Close(memfd)
@@ -178,31 +201,47 @@ func (a *workerArena) mapFor(req *workerReq, memfd int, wc workerConfig, limit f
 		_ = unix.Close(memfd)
 		return nil, nil
 	}
-	a.size = st.Size
+	for len(a.maps) >= workerArenaMaps {
+		a.unmap(a.maps[0].id)
+	}
+	a.size += st.Size
 	limit()
-	m, err := unix.Mmap(memfd, 0, int(st.Size), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	mem, err := unix.Mmap(memfd, 0, int(st.Size), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
 	if err != nil {
-		a.size = 0
+		a.size -= st.Size
 		_ = unix.Close(memfd)
 		return nil, fmt.Errorf("mmap %d bytes: %w", st.Size, err)
 	}
-	a.gen, a.mem, a.fd = req.Arena, m, memfd
+	m := &workerMap{id: req.Arena, mem: mem, fd: memfd, size: st.Size}
+	a.maps = append(a.maps, m)
 	return m, nil
 }
 
-// stage is the arena as a stage (for output rooms); nil without one.
-func (a *workerArena) stage() *stage {
-	if a.mem == nil {
+// stage is an arena as a stage (for output rooms); nil without one.
+func (m *workerMap) stage() *stage {
+	if m == nil {
 		return nil
 	}
-	return &stage{fd: a.fd, mem: a.mem}
+	return &stage{fd: m.fd, mem: m.mem}
 }
 
+// unmap unmaps the arena id if it is mapped.
+func (a *workerArena) unmap(id uint64) {
+	for i, m := range a.maps {
+		if m.id == id {
+			_ = unix.Munmap(m.mem)
+			_ = unix.Close(m.fd)
+			a.size -= m.size
+			a.maps = append(a.maps[:i], a.maps[i+1:]...)
+			return
+		}
+	}
+}
+
+// drop unmaps every arena.
 func (a *workerArena) drop() {
-	if a.mem != nil {
-		_ = unix.Munmap(a.mem)
-		_ = unix.Close(a.fd)
-		a.mem = nil
+	for len(a.maps) > 0 {
+		a.unmap(a.maps[0].id)
 	}
 	a.size = 0
 }

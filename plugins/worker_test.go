@@ -295,12 +295,12 @@ func TestWorkerArenaTrimmed(t *testing.T) {
 	e.pool.mu.Lock()
 	w, uses := e.pool.idle[0], e.pool.idle[0].uses
 	e.pool.mu.Unlock()
-	if len(w.arena) <= arenaKeepBytes {
-		t.Fatalf("arena of %d bytes", len(w.arena))
+	if free, _ := w.arenaBytes(); free <= arenaKeepBytes {
+		t.Fatalf("arenas of %d bytes", free)
 	}
 	e.pool.trimArena(w, uses)
-	if w.arena != nil {
-		t.Fatal("arena kept")
+	if free, _ := w.arenaBytes(); free != 0 {
+		t.Fatalf("%d bytes of arenas kept", free)
 	}
 	out, err := e.Aggregate(ctx, in)
 	if err != nil || len(out.Aggregate) != 4*n {

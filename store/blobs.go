@@ -68,6 +68,7 @@ type Blobs struct {
 	closed        chan struct{}
 	writeFailures int64
 	syncWrites    int64 // deferred writes written before returning (holdRefusal)
+	heldWrites    int64 // blobs HoldBlobHashed took without copying
 	pendCap       int64 // bytes deferred writes may hold in memory (maxPendingBytes)
 	retryFirst    time.Duration
 	holdWrite     func(wire.Hash)

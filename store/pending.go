@@ -38,6 +38,9 @@ type pendingBlob struct {
 	// free list once both allow.
 	refs  int
 	ended bool
+	// release, when set, gives b back to its owner (HoldBlobHashed)
+	// instead of the free list.
+	release func()
 }
 
 // freeBufs is how many buffers of ended deferred writes the store keeps
@@ -74,6 +77,18 @@ func (s *Blobs) putBuf(b []byte) {
 	}
 }
 
+// letGo gives p's bytes back, once the store no longer needs them: to
+// the free list, or (a held blob) the owner's release, which it returns
+// for the caller to run once pendMu is unlocked. Called with pendMu held.
+func (s *Blobs) letGo(p *pendingBlob) (release func()) {
+	if p.release == nil {
+		s.putBuf(p.b)
+		return nil
+	}
+	release, p.release = p.release, nil
+	return release
+}
+
 // ref takes a reader's hold on p's bytes; the returned function lets go
 // (once).
 func (s *Blobs) ref(p *pendingBlob) func() {
@@ -81,11 +96,15 @@ func (s *Blobs) ref(p *pendingBlob) func() {
 	var once sync.Once
 	return func() {
 		once.Do(func() {
+			var release func()
 			s.pendMu.Lock()
-			defer s.pendMu.Unlock()
 			p.refs--
 			if p.refs == 0 && p.ended {
-				s.putBuf(p.b)
+				release = s.letGo(p)
+			}
+			s.pendMu.Unlock()
+			if release != nil {
+				release()
 			}
 		})
 	}
@@ -146,7 +165,7 @@ func (s *Blobs) WriteBlobAfter(ctx context.Context, size int64, write func(io.Wr
 		s.dropBuf(mw.b)
 		return wire.Hash{}, fmt.Errorf("blob store: deferred write: %d bytes written of the %d announced", mw.n, size)
 	}
-	return s.hold(mw.h.Sum(), mw.b)
+	return s.hold(mw.h.Sum(), mw.b, nil)
 }
 
 // WriteBlobHashed is WriteBlobAfter for bytes whose hash the caller
@@ -176,30 +195,71 @@ func (s *Blobs) WriteBlobHashed(ctx context.Context, h wire.Hash, parts ...[]byt
 	for _, p := range parts {
 		off += copy(b[off:], p)
 	}
-	_, err := s.hold(h, b)
+	_, err := s.hold(h, b, nil)
+	return err
+}
+
+// HoldBlobHashed is WriteBlobHashed for bytes the caller hands over
+// instead of having them copied (the new state in a plugin worker's
+// arena, syncer.FinalizeInput.Hold): b becomes the pending blob h as it
+// is, so it must not change until release is called. The store calls
+// release exactly once, whatever this returns, as soon as it no longer
+// needs b: the durable write ended and no reader holds b; at once when h
+// is pending or stored already, or when b is refused (too large, ctx
+// ended, the store closing); after the synchronous write when holding it
+// is refused (holdRefusal). The store trusts h, as WriteBlobHashed does.
+func (s *Blobs) HoldBlobHashed(ctx context.Context, h wire.Hash, b []byte, release func()) error {
+	if release == nil {
+		release = func() {}
+	}
+	if int64(len(b)) > s.maxSize {
+		release()
+		return fmt.Errorf("blob store: deferred write of %d bytes (limit %d): %w", len(b), s.maxSize, ErrBlobTooLarge)
+	}
+	if err := ctx.Err(); err != nil {
+		release()
+		return err
+	}
+	s.pendMu.Lock()
+	s.heldWrites++
+	s.pendMu.Unlock()
+	_, err := s.hold(h, b, release)
 	return err
 }
 
 // hold makes b, hashed to h, the pending blob h (or drops it when h is
 // pending or stored already) and starts its durable write; past the
-// memory bound it writes b durably before returning.
-func (s *Blobs) hold(h wire.Hash, b []byte) (wire.Hash, error) {
+// memory bound it writes b durably before returning. b is the store's
+// (from takeBuf: back to the free list when done) when release is nil,
+// its caller's otherwise (release gives it back: HoldBlobHashed).
+func (s *Blobs) hold(h wire.Hash, b []byte, release func()) (wire.Hash, error) {
+	h, kept, err := s.holdOrWrite(h, b, release)
+	if !kept {
+		if release != nil {
+			release()
+		} else {
+			s.dropBuf(b)
+		}
+	}
+	return h, err
+}
+
+// holdOrWrite is hold but for giving b back when it is not kept (kept:
+// b became the pending blob h and is given back when its write ends).
+func (s *Blobs) holdOrWrite(h wire.Hash, b []byte, release func()) (_ wire.Hash, kept bool, _ error) {
 	size := int64(len(b))
 	s.pendMu.Lock()
 	defer s.pendMu.Unlock()
 	if s.closing {
-		return wire.Hash{}, fmt.Errorf("blob store: deferred write of %s after Close", h)
+		return wire.Hash{}, false, fmt.Errorf("blob store: deferred write of %s after Close", h)
 	}
 	if _, ok := s.pending[h]; ok {
-		s.putBuf(b)
-		return h, nil // the same bytes are on their way
+		return h, false, nil // the same bytes are on their way
 	}
 	if _, err := os.Stat(s.Path(h)); err == nil {
-		s.putBuf(b)
-		return h, nil // already durable (the same state again)
+		return h, false, nil // already durable (the same state again)
 	} else if !errors.Is(err, fs.ErrNotExist) {
-		s.putBuf(b)
-		return wire.Hash{}, fmt.Errorf("blob store: stat %s: %w", h, err)
+		return wire.Hash{}, false, fmt.Errorf("blob store: stat %s: %w", h, err)
 	}
 	if why := s.holdRefusal(size); why != "" {
 		// Memory is bounded: the blob is written durably before this
@@ -208,20 +268,19 @@ func (s *Blobs) hold(h wire.Hash, b []byte) (wire.Hash, error) {
 		s.pendMu.Unlock()
 		err := s.writeTrusted(h, b)
 		s.pendMu.Lock()
-		s.putBuf(b)
 		if err != nil {
-			return wire.Hash{}, fmt.Errorf("blob store: %s, so %s was written before returning, and that failed: %w", why, h, err)
+			return wire.Hash{}, false, fmt.Errorf("blob store: %s, so %s was written before returning, and that failed: %w", why, h, err)
 		}
-		return h, nil
+		return h, false, nil
 	}
-	p := &pendingBlob{b: b, done: make(chan struct{})}
+	p := &pendingBlob{b: b, done: make(chan struct{}), release: release}
 	if s.pending == nil {
 		s.pending = map[wire.Hash]*pendingBlob{}
 	}
 	s.pending[h] = p
 	s.pendWG.Add(1)
 	go s.persist(h, p)
-	return h, nil
+	return h, true, nil
 }
 
 // maxPendingBytes bounds the bytes deferred writes hold in memory
@@ -245,6 +304,14 @@ func (s *Blobs) holdRefusal(size int64) string {
 		return fmt.Sprintf("deferred writes hold %d bytes in memory and %d more would pass the cap of %d", held, size, s.pendCap)
 	}
 	return ""
+}
+
+// HeldWrites counts the blobs HoldBlobHashed took without copying them
+// (whether they were then held, written at once or found stored).
+func (s *Blobs) HeldWrites() int64 {
+	s.pendMu.Lock()
+	defer s.pendMu.Unlock()
+	return s.heldWrites
 }
 
 // SyncWrites counts the deferred writes written before they returned
@@ -300,10 +367,14 @@ func (s *Blobs) persist(h wire.Hash, p *pendingBlob) {
 	}
 	delete(s.pending, h)
 	p.ended = true
-	if p.refs == 0 && err == nil {
-		s.putBuf(p.b)
+	var release func()
+	if p.refs == 0 && (err == nil || p.release != nil) {
+		release = s.letGo(p)
 	}
 	s.pendMu.Unlock()
+	if release != nil {
+		release() // before done: Durable's return says it ran
+	}
 	close(p.done)
 }
 

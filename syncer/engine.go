@@ -325,6 +325,15 @@ type FinalizeInput struct {
 	// WeightsHeader): then the caller need not read the bytes to hash them.
 	// When Write is nil, FinalizeOutput.Weights and .Momentum hold copies.
 	Write func(weights, momentum []byte, known *StateHashes) error
+	// Hold, when set, may be called instead of Write by an engine that
+	// computed known (see WeightsHeader) and produced the new state in
+	// memory it can give away (a plugin worker's arena): weightsBlob is
+	// the whole weights blob, WeightsHeader followed by the new weights,
+	// contiguous; momentum the new momentum. Both are the callee's, and
+	// must not change, until it calls release, which it must call exactly
+	// once whatever Hold returns (a store holding them as pending blobs
+	// calls it once their durable writes end). Its error is returned.
+	Hold func(weightsBlob, momentum []byte, known StateHashes, release func()) error
 	// WeightsHeader, when set, is the bytes that precede the new weights
 	// in their blob, which is exactly WeightsHeader followed by the N new
 	// values (FragmentHeader): an engine that computes the new state in

@@ -116,6 +116,46 @@ func TestStateWrittenAfterCommit(t *testing.T) {
 	if eng.used.Load() == 0 {
 		t.Fatal("the node never asked the engine to hash the new state")
 	}
+	// The engine hands its hashed state over (as the plugin host does
+	// with a worker's arena, FinalizeInput.Hold): the store holds those
+	// bytes as the pending blobs without copying them (HeldWrites), the
+	// rest is the same, and every handed-over buffer is released once.
+	holder := &stateHoldingEngine{Engine: syncer.NewNativeEngine()}
+	t.Run("engine hands the state over", func(t *testing.T) {
+		first := stateAfterCommit(t, "", holder)
+		if n := first.HeldWrites(); n != 2 {
+			t.Fatalf("the store took %d blobs without copying them, want round 0's two", n)
+		}
+	})
+	if n, rel := holder.held.Load(), holder.released.Load(); n == 0 || rel != n {
+		t.Fatalf("state handed over %d times, released %d times", n, rel)
+	}
+}
+
+// stateHoldingEngine hands the new state over (FinalizeInput.Hold) when
+// the node lets it: the weights blob (header and values) and the momentum
+// in buffers of its own, with their hashes; it counts the releases.
+type stateHoldingEngine struct {
+	syncer.Engine
+	held, released atomic.Int64
+}
+
+func (e *stateHoldingEngine) Finalize(ctx context.Context, in syncer.FinalizeInput) (syncer.FinalizeOutput, error) {
+	if header, hold := in.WeightsHeader, in.Hold; header != nil && hold != nil {
+		in.Write = func(w, m []byte, _ *syncer.StateHashes) error {
+			blob, mom := append(append([]byte(nil), header...), w...), append([]byte(nil), m...)
+			e.held.Add(1)
+			var once atomic.Bool
+			release := func() {
+				if !once.CompareAndSwap(false, true) {
+					panic("released twice")
+				}
+				e.released.Add(1)
+			}
+			return hold(blob, mom, syncer.StateHashes{Weights: wire.ContentHash(blob), Momentum: wire.ContentHash(mom)}, release)
+		}
+	}
+	return e.Engine.Finalize(ctx, in)
 }
 
 // stateHashingEngine gives Write the new state's hashes when the node asks
@@ -135,7 +175,9 @@ func (e *stateHashingEngine) Finalize(ctx context.Context, in syncer.FinalizeInp
 	return e.Engine.Finalize(ctx, in)
 }
 
-func stateAfterCommit(t *testing.T, window string, eng syncer.Engine) {
+// stateAfterCommit runs the test with eng; it returns the store round 0's
+// state was written to.
+func stateAfterCommit(t *testing.T, window string, eng syncer.Engine) *heldBlobs {
 	const M, N = 3, 5000
 	ctx := context.Background()
 	kv, _ := store.OpenInMemory()
@@ -263,6 +305,7 @@ func stateAfterCommit(t *testing.T, window string, eng syncer.Engine) {
 			t.Fatalf("round 1 re-execution: %+v %v", re, err)
 		}
 	}
+	return first
 }
 
 // TestNextCommitWhileStateWriteStuck: round 0's new state is still not

@@ -11,6 +11,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/tenzro/train/audit"
@@ -749,6 +750,15 @@ func (n *Node) computeCommit(ctx context.Context, s *snapshot, i int) (*computed
 		}
 		return n.writeState(ctx, s.store, &fs.FragLayout, header, weights, momentum, known, fc)
 	}
+	if bh, ok := n.blobs.(blobHolder); ok && whole && s.store {
+		// A store that takes the bytes as they are: an engine that can
+		// give its new state away (a worker's arena) hands it over.
+		fin.Hold = func(weightsBlob, momentum []byte, known StateHashes, release func()) error {
+			phases.start(PhaseWrite)
+			defer phases.start(PhaseFinalize)
+			return holdState(ctx, bh, weightsBlob, momentum, known, release, fc)
+		}
+	}
 	out, err := n.eng.Finalize(ctx, fin)
 	if err != nil {
 		return nil, err
@@ -963,6 +973,43 @@ func (n *Node) writeState(ctx context.Context, store bool, fl *machine.FragLayou
 	return nil
 }
 
+// holdState stores a fragment's new state that the engine hashed and
+// hands over (FinalizeInput.Hold): the weights blob and the momentum
+// become pending blobs as they are, not copied, and release is called
+// once the store no longer needs either. It sets fc's hashes as
+// writeState does.
+func holdState(ctx context.Context, bh blobHolder, weightsBlob, momentum []byte, known StateHashes, release func(), fc *wire.FragmentCommit) error {
+	var left atomic.Int32
+	left.Store(2)
+	part := func() {
+		if left.Add(-1) == 0 {
+			release()
+		}
+	}
+	// One after the other: each is a map entry and a started write
+	// (unless the store must write before returning: then the second
+	// waits for the first, a path taken only past the store's memory cap
+	// or on a failing disk).
+	var err error
+	if fc.WeightsAfter, err = hold(ctx, bh, known.Weights, weightsBlob, part); err != nil {
+		fc.MomentumAfter = wire.Hash{}
+		part() // the momentum is not handed over
+		return fmt.Errorf("store new weights: %w", err)
+	}
+	if fc.MomentumAfter, err = hold(ctx, bh, known.Momentum, momentum, part); err != nil {
+		return fmt.Errorf("store new momentum: %w", err)
+	}
+	return nil
+}
+
+// hold hands b, of hash h, to the store (release: see HoldBlobHashed).
+func hold(ctx context.Context, bh blobHolder, h wire.Hash, b []byte, release func()) (wire.Hash, error) {
+	if err := bh.HoldBlobHashed(ctx, h, b, release); err != nil {
+		return wire.Hash{}, err
+	}
+	return h, nil
+}
+
 // blobFiles is a blob store of files that checks every blob's hash as it
 // is written and never changes a stored file (store.Blobs): its blobs are
 // read mapped and in place, not hashed again, and the engine's worker opens
@@ -989,6 +1036,13 @@ type blobWriterAfter interface {
 // produced the bytes, as a deferred write (store.Blobs.WriteBlobHashed).
 type blobWriterHashed interface {
 	WriteBlobHashed(ctx context.Context, h wire.Hash, parts ...[]byte) error
+}
+
+// blobHolder stores a blob of a hash the caller computed from bytes it
+// hands over, as a deferred write, and calls release once it no longer
+// needs them (store.Blobs.HoldBlobHashed).
+type blobHolder interface {
+	HoldBlobHashed(ctx context.Context, h wire.Hash, b []byte, release func()) error
 }
 
 // blobDurability says whether a blob's deferred write is running and
