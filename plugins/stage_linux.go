@@ -57,15 +57,7 @@ const stagingAvailable = true
 // fits or a new one.
 func (sp *stagePool) get(size int64) (*stage, error) {
 	sp.mu.Lock()
-	best := -1
-	for i, s := range sp.free {
-		if int64(len(s.mem)) >= size && (best < 0 || len(s.mem) < len(sp.free[best].mem)) {
-			best = i
-		}
-	}
-	if best >= 0 {
-		s := sp.free[best]
-		sp.free = append(sp.free[:best], sp.free[best+1:]...)
+	if s, ok := takeSmallest(&sp.free, size, func(s *stage) int { return len(s.mem) }); ok {
 		sp.mu.Unlock()
 		return s, nil
 	}

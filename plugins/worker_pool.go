@@ -136,15 +136,7 @@ func (w *worker) dropRemote() error {
 func (w *worker) arenaFor(size int64) (*arena, error) {
 	w.amu.Lock()
 	defer w.amu.Unlock()
-	best := -1
-	for i, a := range w.free {
-		if int64(len(a.mem)) >= size && (best < 0 || len(a.mem) < len(w.free[best].mem)) {
-			best = i
-		}
-	}
-	if best >= 0 {
-		a := w.free[best]
-		w.free = append(w.free[:best], w.free[best+1:]...)
+	if a, ok := takeSmallest(&w.free, size, func(a *arena) int { return len(a.mem) }); ok {
 		a.busy = true
 		return a, nil
 	}
@@ -245,6 +237,24 @@ func (w *worker) freeBytes() int64 {
 		n += int64(len(a.mem))
 	}
 	return n
+}
+
+// takeSmallest removes from *free and returns the smallest of its
+// elements of at least size bytes (length), if any.
+func takeSmallest[T any](free *[]T, size int64, length func(T) int) (T, bool) {
+	best := -1
+	for i, x := range *free {
+		if int64(length(x)) >= size && (best < 0 || length(x) < length((*free)[best])) {
+			best = i
+		}
+	}
+	if best < 0 {
+		var zero T
+		return zero, false
+	}
+	x := (*free)[best]
+	*free = append((*free)[:best], (*free)[best+1:]...)
+	return x, true
 }
 
 func newPool(cmd []string, size int, wc workerConfig, log *slog.Logger) (*pool, error) {
