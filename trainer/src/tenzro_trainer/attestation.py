@@ -18,6 +18,7 @@ import json
 import os
 import subprocess
 import tempfile
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,6 +27,8 @@ from .config import ConfigError
 GCM_NONCE = 12
 GCM_TAG = 16
 MAX_DATASET = 1 << 30
+# How long a submission's claim waits for the answering node to reach the submission's round (Attester.claim).
+NONCE_WAIT_S = 30.0
 
 ENCLAVES = {
     "auto", "configfs-tsm", "configfs-tsm-snp", "sev-guest", "nsm",
@@ -204,6 +207,16 @@ class Attester:
         self.cfg, self.rpc = cfg, rpc_url
         self.program_hash = hashlib.sha256(cfg.program.encode()).digest()
 
+    def _nonce(self, client: Any, task_id: str, did: str, round_: int | None, wait_s: float) -> dict:
+        """tenzro_attest_getNonce, asked again while the node's round is behind ``round_`` (see claim)."""
+        deadline, pause = time.monotonic() + wait_s, 0.05
+        while True:
+            n = client.call("tenzro_attest_getNonce", {"task_id": task_id, "did": did})
+            if round_ is None or int(n.get("round", round_)) >= round_ or time.monotonic() >= deadline:
+                return n
+            time.sleep(min(pause, max(0.0, deadline - time.monotonic())))
+            pause = min(2 * pause, 1.0)
+
     def _tenzro(self, *args: str) -> str:
         cmd = [self.cfg.tenzro, *args, "--rpc", self.rpc]
         try:
@@ -214,11 +227,25 @@ class Attester:
             raise AttestationError(f"{' '.join(cmd[:3])} failed ({p.returncode}): {p.stderr.strip()[-500:]}")
         return p.stdout
 
-    def claim(self, client: Any, task_id: str, did: str, payload_hash: bytes | None = None) -> dict:
+    def claim(
+        self,
+        client: Any,
+        task_id: str,
+        did: str,
+        payload_hash: bytes | None = None,
+        round_: int | None = None,
+        wait_s: float = NONCE_WAIT_S,
+    ) -> dict:
         """A fresh attestation claim for ``did``'s next enrolment (``payload_hash`` None) or for its submission of
         the payload whose content hash is ``payload_hash`` on ``task_id``: the report data binds that hash, so
-        the evidence covers exactly the gradient it goes with (docs/PROTOCOL.md §11)."""
-        n = client.call("tenzro_attest_getNonce", {"task_id": task_id, "did": did})
+        the evidence covers exactly the gradient it goes with (docs/PROTOCOL.md §11).
+
+        ``round_`` is the round the submission is for. The nonce is the round's, as the answering node's state
+        sees it; a node whose state is behind (a light node's replica a block or two late, while the trainer
+        learnt of the round from another node) hands out the previous round's nonce, and the syncer refuses
+        evidence bound to it. So the nonce is asked for again, with growing pauses, until the node's round is
+        ``round_`` or ``wait_s`` has passed (then the claim goes out as is and the syncer's refusal says why)."""
+        n = self._nonce(client, task_id, did, round_, wait_s)
         nonce = base64.b64decode(n["nonce"])
         model = str(n["model_hash"]).removeprefix("0x")
         bind = f"program={self.program_hash.hex()},shard={int(n['shard'])},model={model},did={did}"

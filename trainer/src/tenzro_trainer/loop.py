@@ -215,16 +215,17 @@ class Trainer:
         self._records: freeride.Records | None = None
 
     # ------------------------------------------------------------------ attestation
-    def _claim(self, run: dict, payload: bytes | None = None) -> dict | None:
-        """Fresh evidence for the next enrolment (``payload`` None) or for the submission of ``payload`` (its hash
-        is in the evidence's binding) when the run's tier needs it."""
+    def _claim(self, run: dict, payload: bytes | None = None, r: int | None = None) -> dict | None:
+        """Fresh evidence for the next enrolment (``payload`` None) or for the submission of ``payload`` for round
+        ``r`` (its hash is in the evidence's binding) when the run's tier needs it."""
         tier = spec_of(run).get("tier", "Open")
         if tier == "Open":
             return None
         if self.attester is None:
             raise AttestationError(f"the run's tier is {tier}: set attestation: (enclave, gpu) in the config")
-        ph = None if payload is None else content_hash(payload)
-        return self.attester.claim(self.client, self.cfg.task_id, self.key.did, ph)
+        if payload is None:
+            return self.attester.claim(self.client, self.cfg.task_id, self.key.did)
+        return self.attester.claim(self.client, self.cfg.task_id, self.key.did, content_hash(payload), round_=r)
 
     # ------------------------------------------------------------------ local state
     def _submitted_round(self) -> int | None:
@@ -550,7 +551,13 @@ class Trainer:
             self.metrics.submitted.inc()
             try:
                 res = self.client.submit(
-                    self.key, self.cfg.task_id, r, f, p, attestation=self._claim(run, p), metrics=self.pending_metrics
+                    self.key,
+                    self.cfg.task_id,
+                    r,
+                    f,
+                    p,
+                    attestation=self._claim(run, p, r),
+                    metrics=self.pending_metrics,
                 )
             except RpcError as e:
                 self.metrics.rejected.inc()
@@ -665,7 +672,7 @@ class Trainer:
         while not self.stop.is_set():
             try:
                 res = self.client.submit(
-                    self.key, self.cfg.task_id, r, f, p, attestation=self._claim(run, p), metrics=metrics_map
+                    self.key, self.cfg.task_id, r, f, p, attestation=self._claim(run, p, r), metrics=metrics_map
                 )
             except NodeUnavailable as e:
                 self.metrics.node_down.inc()
