@@ -38,14 +38,12 @@ func cvAVX2(buf *[Size]byte, counter uint64) [8]uint32 {
 		}
 		hash8AVX2((*[8][8]uint32)(cvs[8*h:]), &buf[8*h*guts.ChunkSize], guts.ChunkSize, guts.ChunkSize/guts.BlockSize, &ctr, &chunkFlags)
 	}
-	// The first level of parents, eight at once: parent j's block is
-	// cvs[2j] ‖ cvs[2j+1], 64 bytes at 64·j.
-	var p [8][8]uint32
-	hash8AVX2(&p, (*byte)(unsafe.Pointer(&cvs)), 64, 1, &zeroCtr, &parentFlags)
-	for n := 8; n > 1; n /= 2 {
-		for j := 0; j < n/2; j++ {
-			p[j] = guts.ChainingValue(guts.ParentNode(p[2*j], p[2*j+1], &guts.IV, 0))
-		}
+	// The parents, a level per call, in place (a call reads its blocks
+	// before it writes): parent j's block is cvs[2j] ‖ cvs[2j+1], 64 bytes
+	// at 64·j. Levels below eight parents fill the spare lanes with the
+	// buffer's stale values, whose results are not used.
+	for range 4 {
+		hash8AVX2((*[8][8]uint32)(cvs[:8]), (*byte)(unsafe.Pointer(&cvs)), 64, 1, &zeroCtr, &parentFlags)
 	}
-	return p[0]
+	return cvs[0]
 }
