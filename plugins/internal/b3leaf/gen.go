@@ -141,8 +141,8 @@ func main() {
 	p("MOVQ blocks+24(FP), CX")
 	p("MOVQ ctr+32(FP), SI")
 	p("MOVQ flags+40(FP), DX")
-	p("LEAQ (BX)(BX*2), R12") // 3·stride
-	p("LEAQ (BX)(BX*4), R13") // 5·stride
+	p("LEAQ (BX)(BX*2), R12")  // 3·stride
+	p("LEAQ (BX)(BX*4), R13")  // 5·stride
 	p("LEAQ (R12)(BX*4), R14") // 7·stride
 	for i := 0; i < 8; i++ {
 		p("VPBROADCASTD iv<>+%d(SB), Y0", 4*i)
