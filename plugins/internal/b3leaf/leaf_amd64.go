@@ -9,8 +9,6 @@ import (
 	"lukechampine.com/blake3/guts"
 )
 
-//go:generate sh -c "go run gen.go > leaf_amd64.s"
-
 // useAVX2 selects the kernel; tests clear it to run the fallback.
 var useAVX2 = cpu.X86.HasAVX2
 
