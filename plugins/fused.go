@@ -11,6 +11,7 @@ import (
 	"lukechampine.com/blake3/guts"
 
 	"github.com/tenzro/train/machine"
+	"github.com/tenzro/train/plugins/internal/b3leaf"
 	"github.com/tenzro/train/syncer"
 	"github.com/tenzro/train/wire"
 )
@@ -204,7 +205,7 @@ func newTreeHash(n int64) *treeHash {
 // Distinct blocks may be given concurrently.
 func (t *treeHash) leaf(i int, b []byte) {
 	if t.n > leafBytes && len(b) == leafBytes {
-		t.cvs[i] = guts.ChainingValue(guts.CompressBuffer((*[leafBytes]byte)(b), leafBytes, &guts.IV, uint64(i)*guts.MaxSIMD, 0))
+		t.cvs[i] = b3leaf.CV((*[b3leaf.Size]byte)(b), uint64(i)*guts.MaxSIMD)
 		return
 	}
 	t.tail = append([]byte(nil), b...)

@@ -1,0 +1,47 @@
+//go:build amd64 && !purego
+
+package b3leaf
+
+import (
+	"unsafe"
+
+	"golang.org/x/sys/cpu"
+	"lukechampine.com/blake3/guts"
+)
+
+// useAVX2 selects the kernel; tests clear it to run the fallback.
+var useAVX2 = cpu.X86.HasAVX2
+
+// hash8AVX2 compresses eight lanes of blocks 64-byte blocks each, lane j's
+// first block at in+j·stride and its blocks consecutive, from the key IV:
+// block b of lane j at counter ctr[j] | ctr[8+j]<<32 with flags flags[b]
+// and length 64. out[j] is lane j's chaining value after its last block.
+//
+//go:noescape
+func hash8AVX2(out *[8][8]uint32, in *byte, stride, blocks uintptr, ctr *[16]uint32, flags *[16]uint32)
+
+var (
+	chunkFlags  = [16]uint32{0: guts.FlagChunkStart, 15: guts.FlagChunkEnd}
+	parentFlags = [16]uint32{0: guts.FlagParent}
+	zeroCtr     [16]uint32
+)
+
+func cvAVX2(buf *[Size]byte, counter uint64) [8]uint32 {
+	var cvs [16][8]uint32
+	for h := 0; h < 2; h++ {
+		var ctr [16]uint32
+		for j := 0; j < 8; j++ {
+			c := counter + uint64(8*h+j)
+			ctr[j], ctr[8+j] = uint32(c), uint32(c>>32)
+		}
+		hash8AVX2((*[8][8]uint32)(cvs[8*h:]), &buf[8*h*guts.ChunkSize], guts.ChunkSize, guts.ChunkSize/guts.BlockSize, &ctr, &chunkFlags)
+	}
+	// The parents, a level per call, in place (a call reads its blocks
+	// before it writes): parent j's block is cvs[2j] ‖ cvs[2j+1], 64 bytes
+	// at 64·j. Levels below eight parents fill the spare lanes with the
+	// buffer's stale values, whose results are not used.
+	for range 4 {
+		hash8AVX2((*[8][8]uint32)(cvs[:8]), (*byte)(unsafe.Pointer(&cvs)), 64, 1, &zeroCtr, &parentFlags)
+	}
+	return cvs[0]
+}

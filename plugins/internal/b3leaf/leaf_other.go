@@ -1,0 +1,8 @@
+//go:build !amd64 || purego
+
+package b3leaf
+
+// useAVX2 is never set here: CV is cvGuts.
+var useAVX2 = false
+
+func cvAVX2(buf *[Size]byte, counter uint64) [8]uint32 { return cvGuts(buf, counter) }
