@@ -280,14 +280,18 @@ func TestFinalizeErrors(t *testing.T) {
 // to the limit is the recorded trap, as in separate calls.
 func TestFinalizeWorkerHostile(t *testing.T) {
 	ctx := context.Background()
-	e := workerEngine(t, Config{Fuel: maxFuel, WallClock: 2 * time.Second})
-	outer, _ := e.ResolveOuter(ctx)
-	in := func(rule syncer.RuleRef) syncer.FinalizeInput {
+	// The loop needs the backstop to end it; the memory.grow loop must
+	// reach its trap whatever the machine's load, so its engine's backstop
+	// is far off.
+	killer := workerEngine(t, Config{Fuel: maxFuel, WallClock: 2 * time.Second})
+	e := workerEngine(t, Config{Fuel: maxFuel, WallClock: 10 * time.Minute})
+	in := func(e *Engine, rule syncer.RuleRef) syncer.FinalizeInput {
+		outer, _ := e.ResolveOuter(ctx)
 		return syncer.FinalizeInput{Rule: rule, Outer: outer, Dtype: machine.F32, N: 4, Quorum: 2, LR: 1, Beta: 0.9,
 			Inputs:  []syncer.Values{syncer.BytesValues(f32s(1, 2, 3, 4)), syncer.BytesValues(f32s(3, 4, 5, 6))},
 			Weights: syncer.BytesValues(f32s(0, 0, 0, 0))}
 	}
-	hostile := func(body []byte) syncer.RuleRef {
+	hostile := func(e *Engine, body []byte) syncer.RuleRef {
 		info, err := e.Publish(ctx, buildModule(t, modSpec{aggBody: body}))
 		if err != nil {
 			t.Fatal(err)
@@ -298,12 +302,17 @@ func TestFinalizeWorkerHostile(t *testing.T) {
 		}
 		return ref
 	}
-	_, err := e.Finalize(ctx, in(hostile(loopBody)))
+	_, err := killer.Finalize(ctx, in(killer, hostile(killer, loopBody)))
 	var rf *syncer.RuleFailure
 	if !IsWorkerError(err) || errors.As(err, &rf) || !strings.Contains(err.Error(), "wall-clock") {
 		t.Fatalf("want a wall-clock worker error, got %v", err)
 	}
-	grow := in(hostile(growTouch))
+	mean := in(killer, mustResolve(t, killer, "Mean", 2))
+	out, err := killer.Finalize(ctx, mean)
+	if err != nil || out.Status != wire.FragAggregated || !bytes.Equal(out.Weights, f32s(-2, -3, -4, -5)) {
+		t.Fatalf("Mean after the kill: %+v %v", out, err)
+	}
+	grow := in(e, hostile(e, growTouch))
 	got, err := e.Finalize(ctx, grow)
 	if err != nil {
 		t.Fatal(err)
@@ -311,11 +320,6 @@ func TestFinalizeWorkerHostile(t *testing.T) {
 	want, err := syncer.FinalizeInMemory(ctx, e, grow)
 	if err != nil || got.Status != wire.FragRuleFailed || !reflect.DeepEqual(got, want) {
 		t.Fatalf("memory.grow loop: %+v (%v), separate steps %+v", got, err, want)
-	}
-	mean := in(mustResolve(t, e, "Mean", 2))
-	out, err := e.Finalize(ctx, mean)
-	if err != nil || out.Status != wire.FragAggregated || !bytes.Equal(out.Weights, f32s(-2, -3, -4, -5)) {
-		t.Fatalf("Mean after the kill: %+v %v", out, err)
 	}
 }
 
