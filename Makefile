@@ -83,6 +83,8 @@ fuzz:
 	$(GO) test ./wire/safetensors -run '^$$' -fuzz FuzzParse -fuzztime 30s
 	$(GO) test ./rpc -run '^$$' -fuzz . -fuzztime 30s
 	for f in FuzzParseRef FuzzCARReader FuzzCorpusHashCSV; do $(GO) test ./dataset -run '^$$' -fuzz "^$$f\$$" -fuzztime 30s || exit 1; done
+	$(GO) test ./plugins/internal/b3leaf -run '^$$' -fuzz FuzzLeafCV -fuzztime 30s
+	for f in FuzzTreeHash FuzzBlobHash; do $(GO) test ./plugins -run '^$$' -fuzz "^$$f\$$" -fuzztime 30s || exit 1; done
 
 bench:
 	$(GO) test -run '^$$' -bench . -benchtime 3x ./syncer/... ./rpc/... ./store/... ./plugins/... ./attest/...
