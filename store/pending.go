@@ -143,6 +143,15 @@ func (w *memWriter) Write(p []byte) (int, error) {
 	return total, nil
 }
 
+// deferrable refuses a deferred write of size bytes the store may not take
+// (past its MaxSize) or whose ctx has ended.
+func (s *Blobs) deferrable(ctx context.Context, size int64) error {
+	if size < 0 || size > s.maxSize {
+		return fmt.Errorf("blob store: deferred write of %d bytes (limit %d): %w", size, s.maxSize, ErrBlobTooLarge)
+	}
+	return ctx.Err()
+}
+
 // WriteBlobAfter stores the size bytes write produces, whose hash is not
 // known before they are written (a syncer's new weights and momentum). The
 // bytes are copied into memory and hashed as they arrive — each once — and
@@ -150,10 +159,7 @@ func (w *memWriter) Write(p []byte) (int, error) {
 // its durable write completes later (Durable waits for it). Writing other
 // than size bytes, or more than the store's MaxSize, keeps nothing.
 func (s *Blobs) WriteBlobAfter(ctx context.Context, size int64, write func(io.Writer) error) (wire.Hash, error) {
-	if size < 0 || size > s.maxSize {
-		return wire.Hash{}, fmt.Errorf("blob store: deferred write of %d bytes (limit %d): %w", size, s.maxSize, ErrBlobTooLarge)
-	}
-	if err := ctx.Err(); err != nil {
+	if err := s.deferrable(ctx, size); err != nil {
 		return wire.Hash{}, err
 	}
 	mw := &memWriter{b: s.takeBuf(size), h: wire.NewContentHasher()}
@@ -181,10 +187,7 @@ func (s *Blobs) WriteBlobHashed(ctx context.Context, h wire.Hash, parts ...[]byt
 	for _, p := range parts {
 		size += int64(len(p))
 	}
-	if size > s.maxSize {
-		return fmt.Errorf("blob store: deferred write of %d bytes (limit %d): %w", size, s.maxSize, ErrBlobTooLarge)
-	}
-	if err := ctx.Err(); err != nil {
+	if err := s.deferrable(ctx, size); err != nil {
 		return err
 	}
 	if s.Pending(h) {
@@ -212,11 +215,7 @@ func (s *Blobs) HoldBlobHashed(ctx context.Context, h wire.Hash, b []byte, relea
 	if release == nil {
 		release = func() {}
 	}
-	if int64(len(b)) > s.maxSize {
-		release()
-		return fmt.Errorf("blob store: deferred write of %d bytes (limit %d): %w", len(b), s.maxSize, ErrBlobTooLarge)
-	}
-	if err := ctx.Err(); err != nil {
+	if err := s.deferrable(ctx, int64(len(b))); err != nil {
 		release()
 		return err
 	}
