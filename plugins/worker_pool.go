@@ -188,14 +188,10 @@ func (w *worker) keep(a *arena) (release func()) {
 			if !a.busy {
 				w.putFree(a)
 			}
-			trim := !w.gone && w.freeBytes() > arenaKeepBytes
 			w.amu.Unlock()
-			if trim {
-				w.pl.mu.Lock()
-				uses := w.uses
-				w.pl.mu.Unlock()
-				time.AfterFunc(arenaIdleTrim, func() { w.pl.trimArena(w, uses) })
-			}
+			w.pl.mu.Lock()
+			w.pl.trimLater(w)
+			w.pl.mu.Unlock()
 		})
 	}
 }
@@ -397,19 +393,26 @@ func (pl *pool) release(w *worker, alive bool) {
 	if alive && !pl.closed {
 		pl.idle = append(pl.idle, w)
 		w.uses++
-		w.amu.Lock()
-		trim := w.freeBytes() > arenaKeepBytes
-		w.amu.Unlock()
-		if trim {
-			uses := w.uses
-			time.AfterFunc(arenaIdleTrim, func() { pl.trimArena(w, uses) })
-		}
+		pl.trimLater(w)
 	} else {
 		delete(pl.all, w)
 		defer w.kill()
 	}
 	pl.mu.Unlock()
 	<-pl.slots
+}
+
+// trimLater gives w's free arenas back after arenaIdleTrim unless it
+// serves a call meanwhile (trimArena), when they pass arenaKeepBytes.
+// Called with pl.mu held.
+func (pl *pool) trimLater(w *worker) {
+	w.amu.Lock()
+	trim := !w.gone && w.freeBytes() > arenaKeepBytes
+	w.amu.Unlock()
+	if trim {
+		uses := w.uses
+		time.AfterFunc(arenaIdleTrim, func() { pl.trimArena(w, uses) })
+	}
 }
 
 func (pl *pool) close() {
