@@ -164,10 +164,9 @@ type workerArena struct {
 }
 
 type workerMap struct {
-	id   uint64
-	mem  []byte
-	fd   int
-	size int64
+	id  uint64
+	mem []byte
+	fd  int
 }
 
 // workerArenaMaps bounds the arenas a worker keeps mapped: the node's
@@ -212,7 +211,7 @@ func (a *workerArena) mapFor(req *workerReq, memfd int, wc workerConfig, limit f
 		_ = unix.Close(memfd)
 		return nil, fmt.Errorf("mmap %d bytes: %w", st.Size, err)
 	}
-	m := &workerMap{id: req.Arena, mem: mem, fd: memfd, size: st.Size}
+	m := &workerMap{id: req.Arena, mem: mem, fd: memfd}
 	a.maps = append(a.maps, m)
 	return m, nil
 }
@@ -231,7 +230,7 @@ func (a *workerArena) unmap(id uint64) {
 		if m.id == id {
 			_ = unix.Munmap(m.mem)
 			_ = unix.Close(m.fd)
-			a.size -= m.size
+			a.size -= int64(len(m.mem))
 			a.maps = append(a.maps[:i], a.maps[i+1:]...)
 			return
 		}
