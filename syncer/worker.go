@@ -992,7 +992,6 @@ func holdState(ctx context.Context, bh blobHolder, weightsBlob, momentum []byte,
 	// or on a failing disk).
 	var err error
 	if fc.WeightsAfter, err = hold(ctx, bh, known.Weights, weightsBlob, part); err != nil {
-		fc.MomentumAfter = wire.Hash{}
 		part() // the momentum is not handed over
 		return fmt.Errorf("store new weights: %w", err)
 	}
