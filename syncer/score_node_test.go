@@ -154,11 +154,17 @@ func runScoredModel(t *testing.T, m scoretest.Model) {
 
 // commitRoundZero submits round 0 of a scored two-fragment run, lets the
 // syncers commit it (a scored fragment waits for its scoring seed, drawn at
-// the next block) and returns the transcript: round 0, both fragments.
+// the next block: checked) and returns the transcript: round 0, both
+// fragments.
 func (c *cnet) commitRoundZero(t *testing.T) []wire.RoundCommit {
 	t.Helper()
 	c.submitRound()
+	// Every record is in: the last fragment is due, but not committed
+	// before the chain drew its scoring seed at the next block.
 	c.tickSyncers()
+	if r := c.run(); r.Round != 0 || r.Fragments[1].Committed {
+		t.Fatalf("committed before the scoring seed existed: %+v", r.Fragments)
+	}
 	c.block()
 	c.tickSyncers()
 	if r := c.run(); r.Round != 1 {
@@ -192,22 +198,7 @@ func TestScoredRunWrongScoreChallenged(t *testing.T) {
 	zero := c.tr[1].DID.String()
 	bad := c.syncerIndex()
 	c.faults[bad].WrongScore = &syncer.FaultAt{Round: 0, Fragment: 0}
-	c.submitRound()
-	// Every record is in: the last fragment is due, but not committed
-	// before the chain drew its scoring seed at the next block.
-	c.tickSyncers()
-	if r := c.run(); r.Round != 0 || r.Fragments[1].Committed {
-		t.Fatalf("committed before the scoring seed existed: %+v", r.Fragments)
-	}
-	c.block()
-	c.tickSyncers()
-	if r := c.run(); r.Round != 1 {
-		t.Fatalf("round %d after the commits, want 1", r.Round)
-	}
-	tr, err := c.syncers[0].GetTranscript(c.ctx, c.task)
-	if err != nil {
-		t.Fatal(err)
-	}
+	tr := c.commitRoundZero(t)
 	committed := tr[0].Fragments[0]
 	if committed.Inputs[0].Score == nil {
 		t.Fatalf("no score in the commit: %+v", committed.Inputs)
