@@ -40,6 +40,10 @@ import urllib.request
 
 import numpy as np
 
+from tenzro_trainer.binding import binding_metadata, canonical_safetensors
+from tenzro_trainer.identity import Key
+from tenzro_trainer.rpc import Client
+
 
 def free_port() -> int:
     s = socket.socket()
@@ -106,6 +110,13 @@ def main() -> None:
         default=20.0,
         help="how often the K-th submission's round is polled until it commits (each poll is a getRun the node "
         "serves on the cores the finalize runs on)",
+    )
+    ap.add_argument(
+        "--client",
+        choices=["trainer", "cli"],
+        default="trainer",
+        help="who submits: the trainer package's RPC client in this process (as tenzro-trainer submits), or one "
+        "`tenzro train submit-gradient` process per submission (its exit overlaps the K-th's finalize on the same cores)",
     )
     ap.add_argument("--bin", default=os.environ.get("TENZRO_BIN_DIR", os.path.join(os.getcwd(), "bin")))
     ap.add_argument(
@@ -270,17 +281,30 @@ def run(a, k: int, n: int, t: str, rpc: str, node: subprocess.Popen, metrics_url
     grads = np.empty((k, n), dtype=np.float32)
     for i in range(k):
         grads[i] = rng.standard_normal(n, dtype=np.float32) * 1e-3
-    paths = []
-    for i in range(k):
-        p = os.path.join(t, f"g{i}.safetensors")
-        write_st(p, "w", grads[i])
-        paths.append(p)
-    payload = os.path.getsize(paths[0])
+    paths = [os.path.join(t, f"g{i}.safetensors") for i in range(k)]
+
+    def write_payload(i: int, rnd: int) -> None:
+        # Bound to its trainer, task, round and fragment before it is timed, as
+        # the trainer package writes it (tenzro_trainer.binding): an unbound file
+        # would make the CLI stamp a temporary copy, write and delete 35 MB on
+        # the node's two cores while the node finalizes, which no trainer on
+        # another machine does.
+        raw = [("w", "F32", [n], grads[i].astype("<f4").tobytes())]
+        with open(paths[i], "wb") as f:
+            f.write(canonical_safetensors(raw, binding_metadata(trainers[i], task, rnd, 0)))
 
     plain_cpu: list[float] = []
 
-    def submit(i: int, rnd: int) -> float:
-        s, c = time.perf_counter(), tree_cpu_s(node.pid)
+    client = Client(rpc)
+    keys = [Key.load(os.path.join(t, f"t{i}.key")) for i in range(k)]
+
+    def send(i: int, rnd: int) -> None:
+        if a.client == "trainer":
+            with open(paths[i], "rb") as f:
+                res = client.submit(keys[i], task, rnd, 0, f.read())
+            if not res.get("accepted"):
+                raise RuntimeError(f"submission {i} of round {rnd} not accepted: {res}")
+            return
         cli(
             "train",
             "submit-gradient",
@@ -295,6 +319,10 @@ def run(a, k: int, n: int, t: str, rpc: str, node: subprocess.Popen, metrics_url
             "--key",
             os.path.join(t, f"t{i}.key"),
         )
+
+    def submit(i: int, rnd: int) -> float:
+        s, c = time.perf_counter(), tree_cpu_s(node.pid)
+        send(i, rnd)
         d = time.perf_counter() - s
         plain_cpu.append(tree_cpu_s(node.pid)[0] - c[0])
         return d
@@ -316,9 +344,12 @@ def run(a, k: int, n: int, t: str, rpc: str, node: subprocess.Popen, metrics_url
         cli("ledger", "faucet", "--did", sponsor, "--amount", "1")
         return time.perf_counter() - s
 
-    res = {"k": k, "n": n, "payload_bytes": payload, "load_avg_start": os.getloadavg()}
+    res: dict = {"k": k, "n": n, "client": a.client, "load_avg_start": os.getloadavg()}
     # Ingest: peak RSS of the node around one plain submission (round 0's first).
     rnd = call("tenzro_training_getRun", {"task_id": task})["round"]
+    for i in range(k):
+        write_payload(i, rnd)
+    payload = res["payload_bytes"] = os.path.getsize(paths[0])
     with open(f"/proc/{node.pid}/clear_refs", "w") as f:
         f.write("5")  # resets VmHWM to the current RSS
     before = proc_kb(node.pid, "VmRSS")
@@ -331,33 +362,20 @@ def run(a, k: int, n: int, t: str, rpc: str, node: subprocess.Popen, metrics_url
     }
     rows = []
     for r in range(a.rounds):
+        run_ = call("tenzro_training_getRun", {"task_id": task})
+        rnd = run_["round"]
         if r > 0:
             # Fresh payloads every round: the stale rule slashes a trainer that
             # resubmits its previous round's gradient (and evicts it).
             for i in range(k):
                 grads[i] = rng.standard_normal(n, dtype=np.float32) * 1e-3
-                write_st(paths[i], "w", grads[i])
-        run_ = call("tenzro_training_getRun", {"task_id": task})
-        rnd = run_["round"]
+                write_payload(i, rnd)
         comp0 = compute_sums(metrics_url)
         plain = [first] if r == 0 else []
         for i in range(1 if r == 0 else 0, k - 1):
             plain.append(submit(i, rnd))
         s, cpu0 = time.perf_counter(), tree_cpu_s(node.pid)
-        cli(
-            "train",
-            "submit-gradient",
-            "--task-id",
-            task,
-            "--round",
-            str(rnd),
-            "--fragment",
-            "0",
-            "--payload",
-            paths[k - 1],
-            "--key",
-            os.path.join(t, f"t{k - 1}.key"),
-        )
+        send(k - 1, rnd)
         sub_k = time.perf_counter() - s
         while call("tenzro_training_getRun", {"task_id": task})["round"] == rnd:
             time.sleep(a.poll_ms / 1e3)
@@ -402,7 +420,15 @@ def run(a, k: int, n: int, t: str, rpc: str, node: subprocess.Popen, metrics_url
         v = [x[key] for x in rows]
         return [statistics.median(v), min(v), max(v)]
 
-    keys = ["finalize_ms", "memory_pass_ms", "read_pass_ms", "ratio", "chain_tx_ms", "plain_submit_ms", "kth_to_commit_ms"]
+    keys = [
+        "finalize_ms",
+        "memory_pass_ms",
+        "read_pass_ms",
+        "ratio",
+        "chain_tx_ms",
+        "plain_submit_ms",
+        "kth_to_commit_ms",
+    ]
     keys += ["finalize_cpu_ms", "finalize_cpu_ratio", "worker_cpu_ms"]
     if all(x["compute_ms"] is not None for x in rows):
         keys += ["compute_ms", "compute_ratio", "compute_read_ratio"]
