@@ -101,11 +101,20 @@ func BenchmarkSweep(b *testing.B) {
 			}
 		})
 	}
+	// The sweep's modes alternate (sweepMode): one block per claim, runs,
+	// runs with the prefetch.
+	defer func(m int) { sweepMode = m }(sweepMode)
 	for _, procs := range []int{1, 2} {
-		run(fmt.Sprintf("sweep/procs=%d", procs), procs, func() {
-			fz := &fusion{n: n, pending: true, kernel: meanKernel(srcs, 0, n), head: head}
-			fz.sweep(bytesSource(w), bytesSource(m), plainDest(wo), plainDest(mo), 0.7, 0.9, true)
-		})
+		for _, mode := range []struct {
+			name string
+			m    int
+		}{{"one", sweepOneByOne}, {"runs", sweepRuns}, {"prefetch", sweepPrefetch}} {
+			run(fmt.Sprintf("sweep/procs=%d/%s", procs, mode.name), procs, func() {
+				sweepMode = mode.m
+				fz := &fusion{n: n, pending: true, kernel: meanKernel(srcs, 0, n), head: head, ins: ins}
+				fz.sweep(bytesSource(w), bytesSource(m), plainDest(wo), plainDest(mo), 0.7, 0.9, true)
+			})
+		}
 	}
 }
 

@@ -1,0 +1,75 @@
+package plugins
+
+import (
+	"bytes"
+	"fmt"
+	"math/rand/v2"
+	"runtime"
+	"testing"
+
+	"github.com/tenzro/train/syncer"
+	"github.com/tenzro/train/wire"
+)
+
+// TestSweepModes: the sweep's claiming in runs and its prefetching change
+// no byte: in every mode (sweepMode), on 1 to 3 cores, the new weights,
+// momentum, the aggregate's hash and the state's hashes are the same, and
+// the hashes are BLAKE3 of the bytes — at sizes where the runs of
+// sweepRun blocks end inside, on and past the last block, and the last
+// block is short or full.
+func TestSweepModes(t *testing.T) {
+	defer func(m int) { sweepMode = m }(sweepMode)
+	r := rand.New(rand.NewPCG(81, 2))
+	head := make([]byte, 1000)
+	for _, n := range []int{2*leafCoords + 5, sweepRun * leafCoords, sweepRun*leafCoords + 1, (2*sweepRun+3)*leafCoords - 7, 37 * leafCoords} {
+		const k = 3
+		var ins [][]byte
+		var srcs []*source
+		for range k {
+			x := syncer.EncodeF32(adversarial(r, n))
+			ins = append(ins, x)
+			srcs = append(srcs, bytesSource(x))
+		}
+		w, m := syncer.EncodeF32(adversarial(r, n)), syncer.EncodeF32(adversarial(r, n))
+		agg := make([]byte, 4*n)
+		runKernel(meanKernel(srcs, 0, n), n, f32View(agg))
+		type result struct {
+			wo, mo []byte
+			hash   wire.Hash
+			state  syncer.StateHashes
+		}
+		var first *result
+		for _, procs := range []int{1, 2, 3} {
+			for _, mode := range []int{sweepOneByOne, sweepRuns, sweepPrefetch} {
+				what := fmt.Sprintf("n=%d procs=%d mode=%d", n, procs, mode)
+				sweepMode = mode
+				old := runtime.GOMAXPROCS(procs)
+				res := result{wo: make([]byte, 4*n), mo: make([]byte, 4*n)}
+				fz := &fusion{n: n, pending: true, kernel: meanKernel(srcs, 0, n), head: head, ins: ins}
+				fz.sweep(bytesSource(w), bytesSource(m), plainDest(res.wo), plainDest(res.mo), 0.7, 0.9, true)
+				runtime.GOMAXPROCS(old)
+				if !fz.swept || fz.state == nil {
+					t.Fatalf("%s: swept %v, state %v", what, fz.swept, fz.state)
+				}
+				res.hash, res.state = fz.hash, *fz.state
+				if first == nil {
+					if want := wire.ContentHash(agg); res.hash != want {
+						t.Fatalf("%s: aggregate hash %s, BLAKE3 of the Mean %s", what, res.hash, want)
+					}
+					if want := wire.ContentHash(append(append([]byte(nil), head...), res.wo...)); res.state.Weights != want {
+						t.Fatalf("%s: weights hash %s, BLAKE3 of the blob %s", what, res.state.Weights, want)
+					}
+					if want := wire.ContentHash(res.mo); res.state.Momentum != want {
+						t.Fatalf("%s: momentum hash %s, BLAKE3 %s", what, res.state.Momentum, want)
+					}
+					first = &res
+					continue
+				}
+				if !bytes.Equal(res.wo, first.wo) || !bytes.Equal(res.mo, first.mo) || res.hash != first.hash || res.state != first.state {
+					t.Fatalf("%s: differs from procs=1 mode=%d: weights %s, momentum %s, hash %v, state %v", what, sweepOneByOne,
+						firstDiff(res.wo, first.wo, 4), firstDiff(res.mo, first.mo, 4), res.hash == first.hash, res.state == first.state)
+				}
+			}
+		}
+	}
+}
