@@ -145,12 +145,15 @@ func (fz *fusion) sweep(w, m *source, wOut, mOut dest, lr, beta float32, nestero
 		ws, ms = newBlobHash(fz.head, wo[:4*n]), newBlobHash(nil, mo[:4*n])
 	}
 	blocks := (n + leafCoords - 1) / leafCoords
-	// The streams a block reads from memory, for the prefetch: the
-	// kernel's inputs, the weights and the momentum.
+	// The streams a block reads and writes in memory, prefetched: the
+	// kernel's inputs, the weights and momentum, and the new ones (a line
+	// read before the step writes it arrives exclusive, so the step's
+	// store does not stall on its read for ownership).
 	streams := append(append([][]byte(nil), fz.ins...), wIn)
 	if mIn != nil {
 		streams = append(streams, mIn)
 	}
+	streams = append(streams, wo[:4*n], mo[:4*n])
 	mode := sweepMode
 	run := 1
 	if mode != sweepOneByOne {
@@ -219,16 +222,22 @@ func (fz *fusion) sweep(w, m *source, wOut, mOut dest, lr, beta float32, nestero
 	fusedSweeps.Add(1)
 }
 
-// Sweep modes (sweepMode): the sweep as it was, one block per claim;
-// runs of sweepRun blocks per claim; runs, and each block's leaf hashes
-// prefetch the next block's lines.
+// Sweep modes (sweepMode). The sweep's memory-bound part (the Mean reads
+// K inputs, the step reads and writes weights and momentum) and its
+// compute-bound hashing would simply add if a block waited for its data:
+// with sweepPrefetch, the three leaf hashes of each block prefetch the
+// lines of the block the worker does next (b3leaf.CVPrefetch, a few per
+// compression), so that the next Mean and step find them in cache. The
+// other modes, the sweep without the prefetch (runs of blocks per claim;
+// one block per claim, as before), are kept for BenchmarkSweep's paired
+// runs and TestSweepModes.
 const (
 	sweepOneByOne = iota
 	sweepRuns
 	sweepPrefetch
 )
 
-// sweepMode is the sweep's mode; BenchmarkSweep alternates them.
+// sweepMode is the sweep's mode; only tests and benchmarks change it.
 var sweepMode = sweepPrefetch
 
 // sweepRun is the blocks a sweep worker claims at once: consecutive, so
@@ -247,8 +256,11 @@ type leafPrefetch struct {
 // first leafBytes of each), stream by stream, spread over the three leaf
 // hashes of a sweep block: the first gets the first lines (the kernel's
 // inputs, read first). Slots past the lines repeat them from the start;
-// lines past the slots are not prefetched. A block moves the list to the
-// next block by delta = its offset.
+// lines past the slots are not prefetched (the kernel's slots,
+// 3·b3leaf.PrefetchLines = 2592, hold K = 6 inputs and four state streams
+// of 256 or 257 lines). A block moves the list to its next block by delta
+// = that block's offset in bytes, the same in every stream (4 bytes a
+// coordinate).
 func prefetchLines(streams [][]byte) *[3]b3leaf.Lines {
 	var all []uintptr
 	for _, s := range streams {

@@ -23,7 +23,8 @@ import (
 //   - mean: the Mean kernel alone on every core;
 //   - parts/*: one core, block by block as the sweep goes: the Mean alone,
 //     Mean + step, and Mean + step + the three 16 KiB leaf hashes;
-//   - sweep/procs=P: the sweep itself, on P cores.
+//   - sweep/procs=P: the sweep itself, on P cores;
+//   - sweep/procs=P/paired: the sweep with and without its prefetch.
 //
 // Each reports cpu-ms/op (the process's user + system CPU per op) beside
 // ns/op: on a shared machine the CPU a sweep needs moves less than its
@@ -48,6 +49,8 @@ func BenchmarkSweep(b *testing.B) {
 	}
 	w, m := vals(), vals()
 	wo, mo := make([]byte, 4*n), make([]byte, 4*n)
+	copy(wo, w) // fault the outputs' pages in: no sub-benchmark pays for them
+	copy(mo, m)
 	head := make([]byte, 1000)
 	run := func(name string, procs int, op func()) {
 		b.Run(name, func(b *testing.B) {
@@ -101,20 +104,38 @@ func BenchmarkSweep(b *testing.B) {
 			}
 		})
 	}
-	// The sweep's modes alternate (sweepMode): one block per claim, runs,
-	// runs with the prefetch.
-	defer func(m int) { sweepMode = m }(sweepMode)
 	for _, procs := range []int{1, 2} {
-		for _, mode := range []struct {
-			name string
-			m    int
-		}{{"one", sweepOneByOne}, {"runs", sweepRuns}, {"prefetch", sweepPrefetch}} {
-			run(fmt.Sprintf("sweep/procs=%d/%s", procs, mode.name), procs, func() {
-				sweepMode = mode.m
-				fz := &fusion{n: n, pending: true, kernel: meanKernel(srcs, 0, n), head: head, ins: ins}
-				fz.sweep(bytesSource(w), bytesSource(m), plainDest(wo), plainDest(mo), 0.7, 0.9, true)
-			})
-		}
+		run(fmt.Sprintf("sweep/procs=%d", procs), procs, func() {
+			fz := &fusion{n: n, pending: true, kernel: meanKernel(srcs, 0, n), head: head, ins: ins}
+			fz.sweep(bytesSource(w), bytesSource(m), plainDest(wo), plainDest(mo), 0.7, 0.9, true)
+		})
+		// paired: each op sweeps once in every mode (sweepMode: one block
+		// per claim, runs, runs with the prefetch), the order rotating from
+		// op to op, so that a shared machine's load and any drift fall on
+		// all modes alike; reports each mode's ms and cpu-ms per sweep.
+		b.Run(fmt.Sprintf("sweep/procs=%d/paired", procs), func(b *testing.B) {
+			defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(procs))
+			defer func(m int) { sweepMode = m }(sweepMode)
+			names := []string{"one", "runs", "prefetch"}
+			var wall, cpu [3]time.Duration
+			op := 0
+			for b.Loop() {
+				for j := range 3 {
+					mode := (op + j) % 3
+					sweepMode = mode
+					t0, c0 := time.Now(), cpuTime()
+					fz := &fusion{n: n, pending: true, kernel: meanKernel(srcs, 0, n), head: head, ins: ins}
+					fz.sweep(bytesSource(w), bytesSource(m), plainDest(wo), plainDest(mo), 0.7, 0.9, true)
+					wall[mode] += time.Since(t0)
+					cpu[mode] += cpuTime() - c0
+				}
+				op++
+			}
+			for i, name := range names {
+				b.ReportMetric(float64(wall[i])/1e6/float64(b.N), name+"-ms")
+				b.ReportMetric(float64(cpu[i])/1e6/float64(b.N), name+"-cpu-ms")
+			}
+		})
 	}
 }
 

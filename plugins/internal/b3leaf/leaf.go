@@ -10,8 +10,11 @@ const Size = 16 * guts.ChunkSize
 const Compressions = 2*16 + 4
 
 // PrefetchPerCompression is the cache lines CVPrefetch prefetches during
-// each compression (a constant of the generated kernel, gen_test.go).
-const PrefetchPerCompression = 19
+// each compression (a constant of the generated kernel, gen_test.go): 24,
+// so that the three leaf hashes of a sweep block (3·36·24 = 2592 lines)
+// cover the next block's six inputs, weights, momentum and the two
+// outputs (10·16 KiB, 2560 lines, 2570 unaligned).
+const PrefetchPerCompression = 24
 
 // PrefetchLines is the entries of a CVPrefetch list.
 const PrefetchLines = Compressions * PrefetchPerCompression
@@ -30,7 +33,7 @@ func CV(buf *[Size]byte, counter uint64) [8]uint32 {
 }
 
 // CVPrefetch is CV(buf, counter), and while it hashes it prefetches
-// (PREFETCHT0) the cache line at lines[i]+delta for every i, a fixed number
+// (PREFETCHT1) the cache line at lines[i]+delta for every i, a fixed number
 // during each compression, spread over its rounds. It exists for a caller
 // that is memory bound between hashes (the finalize's sweep): the lines it
 // will read next arrive while the hash computes, instead of stalling the
