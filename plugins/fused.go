@@ -258,7 +258,8 @@ type leafPrefetch struct {
 // inputs, read first). Slots past the lines repeat them from the start;
 // lines past the slots are not prefetched (the kernel's slots,
 // 3·b3leaf.PrefetchLines = 2592, hold K = 6 inputs and four state streams
-// of 256 or 257 lines). A block moves the list to its next block by delta
+// of 256 or 257 lines; with more inputs the last state streams go
+// unprefetched, with fewer some lines are prefetched twice). A block moves the list to its next block by delta
 // = that block's offset in bytes, the same in every stream (4 bytes a
 // coordinate).
 func prefetchLines(streams [][]byte) *[3]b3leaf.Lines {

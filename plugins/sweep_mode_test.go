@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"runtime"
 	"testing"
+	"unsafe"
 
 	"github.com/tenzro/train/syncer"
 	"github.com/tenzro/train/wire"
@@ -71,5 +72,42 @@ func TestSweepModes(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// TestPrefetchLines: for K = 6 the three leaf hashes' lists hold every
+// cache line of block 0 of all ten streams (inputs, weights, momentum and
+// the two outputs), at any alignment, and nothing outside them; streams
+// shorter than a block are left out.
+func TestPrefetchLines(t *testing.T) {
+	mem := make([]byte, 11*(leafBytes+64)+64)
+	for _, shift := range []int{0, 4, 60} {
+		var streams [][]byte
+		want := map[uintptr]bool{}
+		for s := range 10 {
+			b := mem[s*(leafBytes+64)+shift:][:leafBytes+4*s]
+			streams = append(streams, b)
+			p := uintptr(unsafe.Pointer(&b[0]))
+			for a := p; a < p+leafBytes; a++ {
+				want[a&^63] = true
+			}
+		}
+		streams = append(streams, mem[len(mem)-100:]) // shorter than a block
+		pf := prefetchLines(streams)
+		got := map[uintptr]bool{}
+		for _, l := range pf {
+			for _, a := range l {
+				if !want[a] {
+					t.Fatalf("shift %d: line %#x is no stream's block 0", shift, a)
+				}
+				got[a] = true
+			}
+		}
+		if len(got) != len(want) {
+			t.Fatalf("shift %d: %d of the %d lines listed", shift, len(got), len(want))
+		}
+	}
+	if prefetchLines([][]byte{make([]byte, 100)}) != nil {
+		t.Fatal("a list for streams shorter than a block")
 	}
 }
