@@ -145,9 +145,10 @@ func leafAsm() string {
 	return genOut.String()
 }
 
-// prefetchInstr is hash8AVX2PF's prefetch: PREFETCHT1 (to L2) measured at
-// least as fast in the sweep as PREFETCHT0, and leaves L1 to the hash's
-// own leaf and message vectors.
+// prefetchInstr is hash8AVX2PF's prefetch: PREFETCHT1 (to L2) and
+// PREFETCHT0 measured the same in the sweep (paired BenchmarkSweep,
+// procs=2, within noise on an AMD EPYC); T1 leaves L1 to the hash's own
+// leaf and message vectors.
 var prefetchInstr = "PREFETCHT1"
 
 // halves is the G half-steps of one compression (7 rounds of 2 g4 calls
