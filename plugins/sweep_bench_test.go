@@ -109,20 +109,20 @@ func BenchmarkSweep(b *testing.B) {
 			fz := &fusion{n: n, pending: true, kernel: meanKernel(srcs, 0, n), head: head, ins: ins}
 			fz.sweep(bytesSource(w), bytesSource(m), plainDest(wo), plainDest(mo), 0.7, 0.9, true)
 		})
-		// paired: each op sweeps once in every mode (sweepMode: one block
-		// per claim, runs, runs with the prefetch), the order rotating from
-		// op to op, so that a shared machine's load and any drift fall on
-		// all modes alike; reports each mode's ms and cpu-ms per sweep.
+		// paired: each op sweeps with and without the prefetch
+		// (sweepPrefetch), the order alternating from op to op, so that a
+		// shared machine's load and any drift fall on both alike; reports
+		// each one's ms and cpu-ms per sweep.
 		b.Run(fmt.Sprintf("sweep/procs=%d/paired", procs), func(b *testing.B) {
 			defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(procs))
-			defer func(m int) { sweepMode = m }(sweepMode)
-			names := []string{"one", "runs", "prefetch"}
-			var wall, cpu [3]time.Duration
+			defer func(p bool) { sweepPrefetch = p }(sweepPrefetch)
+			names := []string{"plain", "prefetch"}
+			var wall, cpu [2]time.Duration
 			op := 0
 			for b.Loop() {
-				for j := range 3 {
-					mode := (op + j) % 3
-					sweepMode = mode
+				for j := range 2 {
+					mode := (op + j) % 2
+					sweepPrefetch = mode == 1
 					t0, c0 := time.Now(), cpuTime()
 					fz := &fusion{n: n, pending: true, kernel: meanKernel(srcs, 0, n), head: head, ins: ins}
 					fz.sweep(bytesSource(w), bytesSource(m), plainDest(wo), plainDest(mo), 0.7, 0.9, true)

@@ -12,14 +12,14 @@ import (
 	"github.com/tenzro/train/wire"
 )
 
-// TestSweepModes: the sweep's claiming in runs and its prefetching change
-// no byte: in every mode (sweepMode), on 1 to 3 cores, the new weights,
+// TestSweepModes: the sweep's prefetching changes no byte: with and
+// without it (sweepPrefetch), on 1 to 3 cores, the new weights,
 // momentum, the aggregate's hash and the state's hashes are the same, and
 // the hashes are BLAKE3 of the bytes — at sizes where the runs of
 // sweepRun blocks end inside, on and past the last block, and the last
 // block is short or full.
 func TestSweepModes(t *testing.T) {
-	defer func(m int) { sweepMode = m }(sweepMode)
+	defer func(p bool) { sweepPrefetch = p }(sweepPrefetch)
 	r := rand.New(rand.NewPCG(81, 2))
 	head := make([]byte, 1000)
 	for _, n := range []int{2*leafCoords + 5, sweepRun * leafCoords, sweepRun*leafCoords + 1, (2*sweepRun+3)*leafCoords - 7, 37 * leafCoords} {
@@ -41,9 +41,9 @@ func TestSweepModes(t *testing.T) {
 		}
 		var first *result
 		for _, procs := range []int{1, 2, 3} {
-			for _, mode := range []int{sweepOneByOne, sweepRuns, sweepPrefetch} {
-				what := fmt.Sprintf("n=%d procs=%d mode=%d", n, procs, mode)
-				sweepMode = mode
+			for _, prefetch := range []bool{false, true} {
+				what := fmt.Sprintf("n=%d procs=%d prefetch=%v", n, procs, prefetch)
+				sweepPrefetch = prefetch
 				old := runtime.GOMAXPROCS(procs)
 				res := result{wo: make([]byte, 4*n), mo: make([]byte, 4*n)}
 				fz := &fusion{n: n, pending: true, kernel: meanKernel(srcs, 0, n), head: head, ins: ins}
@@ -67,7 +67,7 @@ func TestSweepModes(t *testing.T) {
 					continue
 				}
 				if !bytes.Equal(res.wo, first.wo) || !bytes.Equal(res.mo, first.mo) || res.hash != first.hash || res.state != first.state {
-					t.Fatalf("%s: differs from procs=1 mode=%d: weights %s, momentum %s, hash %v, state %v", what, sweepOneByOne,
+					t.Fatalf("%s: differs from procs=1 without the prefetch: weights %s, momentum %s, hash %v, state %v", what,
 						firstDiff(res.wo, first.wo, 4), firstDiff(res.mo, first.mo, 4), res.hash == first.hash, res.state == first.state)
 				}
 			}
