@@ -23,7 +23,8 @@ import (
 //   - mean: the Mean kernel alone on every core;
 //   - parts/*: one core, block by block as the sweep goes: the Mean alone,
 //     Mean + step, and Mean + step + the three 16 KiB leaf hashes;
-//   - sweep/procs=P: the sweep itself, on P cores.
+//   - sweep/procs=P: the sweep itself, on P cores;
+//   - sweep/procs=P/paired: the sweep with and without its prefetch.
 //
 // Each reports cpu-ms/op (the process's user + system CPU per op) beside
 // ns/op: on a shared machine the CPU a sweep needs moves less than its
@@ -48,6 +49,8 @@ func BenchmarkSweep(b *testing.B) {
 	}
 	w, m := vals(), vals()
 	wo, mo := make([]byte, 4*n), make([]byte, 4*n)
+	copy(wo, w) // fault the outputs' pages in: no sub-benchmark pays for them
+	copy(mo, m)
 	head := make([]byte, 1000)
 	run := func(name string, procs int, op func()) {
 		b.Run(name, func(b *testing.B) {
@@ -103,8 +106,35 @@ func BenchmarkSweep(b *testing.B) {
 	}
 	for _, procs := range []int{1, 2} {
 		run(fmt.Sprintf("sweep/procs=%d", procs), procs, func() {
-			fz := &fusion{n: n, pending: true, kernel: meanKernel(srcs, 0, n), head: head}
+			fz := &fusion{n: n, pending: true, kernel: meanKernel(srcs, 0, n), head: head, ins: ins}
 			fz.sweep(bytesSource(w), bytesSource(m), plainDest(wo), plainDest(mo), 0.7, 0.9, true)
+		})
+		// paired: each op sweeps with and without the prefetch
+		// (sweepPrefetch), the order alternating from op to op, so that a
+		// shared machine's load and any drift fall on both alike; reports
+		// each one's ms and cpu-ms per sweep.
+		b.Run(fmt.Sprintf("sweep/procs=%d/paired", procs), func(b *testing.B) {
+			defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(procs))
+			defer func(p bool) { sweepPrefetch = p }(sweepPrefetch)
+			names := []string{"plain", "prefetch"}
+			var wall, cpu [2]time.Duration
+			op := 0
+			for b.Loop() {
+				for j := range 2 {
+					mode := (op + j) % 2
+					sweepPrefetch = mode == 1
+					t0, c0 := time.Now(), cpuTime()
+					fz := &fusion{n: n, pending: true, kernel: meanKernel(srcs, 0, n), head: head, ins: ins}
+					fz.sweep(bytesSource(w), bytesSource(m), plainDest(wo), plainDest(mo), 0.7, 0.9, true)
+					wall[mode] += time.Since(t0)
+					cpu[mode] += cpuTime() - c0
+				}
+				op++
+			}
+			for i, name := range names {
+				b.ReportMetric(float64(wall[i])/1e6/float64(b.N), name+"-ms")
+				b.ReportMetric(float64(cpu[i])/1e6/float64(b.N), name+"-cpu-ms")
+			}
 		})
 	}
 }

@@ -3,6 +3,7 @@ package b3leaf
 import (
 	"testing"
 	"time"
+	"unsafe"
 
 	zeebo "github.com/zeebo/blake3"
 	"lukechampine.com/blake3/guts"
@@ -63,6 +64,32 @@ func BenchmarkLeafCV(b *testing.B) {
 		b.ReportMetric(n*Size/dz.Seconds(), "zeebo-MB/s")
 		b.ReportMetric(float64(dg)/float64(dk), "×guts")
 		b.ReportMetric(float64(dz)/float64(dk), "×zeebo")
+	})
+	// prefetch: CV against CVPrefetch with a list of the leaf's own lines
+	// (in cache), alternating in rounds of 16 leaves: the cost of the
+	// prefetches themselves, as pf-overhead-% of CV's time.
+	b.Run("prefetch", func(b *testing.B) {
+		lines := new(Lines)
+		for k := range lines {
+			lines[k] = uintptr(unsafe.Pointer(&buf[64*k%Size]))
+		}
+		var dk, dp time.Duration
+		for b.Loop() {
+			t0 := time.Now()
+			for i := range 16 {
+				sink = CV(buf, uint64(i)*16)
+			}
+			t1 := time.Now()
+			for i := range 16 {
+				sink = CVPrefetch(buf, uint64(i)*16, lines, 0)
+			}
+			t2 := time.Now()
+			dk, dp = dk+t1.Sub(t0), dp+t2.Sub(t1)
+		}
+		n := float64(16*b.N) / 1e6
+		b.ReportMetric(n*Size/dk.Seconds(), "kernel-MB/s")
+		b.ReportMetric(n*Size/dp.Seconds(), "prefetch-MB/s")
+		b.ReportMetric(100*(float64(dp)/float64(dk)-1), "pf-overhead-%")
 	})
 	_ = sink
 }

@@ -9,6 +9,10 @@
 // with plain loads and transposed in registers; lukechampine.com/blake3's
 // kernel gathers them (VPGATHERDD), which is slow on AMD cores. Elsewhere it is guts.CompressBuffer, the same value.
 //
+// CVPrefetch is CV that also prefetches a caller's list of cache lines,
+// a fixed number per compression (hash8AVX2PF): the sweep hands it the
+// lines of its next block, which then arrive while the hash computes.
+//
 // It is its own package, internal to plugins, so that the assembly, its
 // generator and its differential tests against guts sit together and away
 // from the sweep's logic.

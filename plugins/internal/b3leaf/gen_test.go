@@ -1,7 +1,8 @@
 package b3leaf
 
-// leafAsm writes leaf_amd64.s, the AVX2 kernel (TestLeafAsm checks the
-// file; TENZRO_UPDATE_B3LEAF=1 rewrites it). Written from the BLAKE3
+// leafAsm writes leaf_amd64.s, the AVX2 kernels hash8AVX2 and
+// hash8AVX2PF, the same with prefetches (TestLeafAsm checks the file;
+// TENZRO_UPDATE_B3LEAF=1 rewrites it). Written from the BLAKE3
 // specification (compression function, message permutation, flags); a
 // generator rather than hand-written asm so that the 7 rounds' message
 // schedule is computed, not typed.
@@ -83,6 +84,7 @@ func rotr(bs [4]int, n int) {
 // taking message words mx[k], my[k].
 func g4(a, b, c, d [4]int, mx, my [4]int) {
 	half := func(m [4]int, r1, r2 int) {
+		prefetchHook()
 		for k := 0; k < 4; k++ {
 			emit("VPADDD %s, %s, %s", msgVec(m[k]), ymm(a[k]), ymm(a[k]))
 		}
@@ -135,9 +137,64 @@ func leafAsm() string {
 		}
 		fmt.Fprintf(&genOut, "GLOBL %s<>(SB), RODATA|NOPTR, $32\n", r.name)
 	}
+	kernel(0)
+	kernel(PrefetchPerCompression)
 	fmt.Fprintln(&genOut, "")
-	fmt.Fprintln(&genOut, "// func hash8AVX2(out *[8][8]uint32, in *byte, stride, blocks uintptr, ctr *[16]uint32, flags *[16]uint32)")
-	fmt.Fprintf(&genOut, "TEXT ·hash8AVX2(SB), 0, $%d-48\n", frame)
+	fmt.Fprintln(&genOut, "DATA blockLen<>+0(SB)/4, $64")
+	fmt.Fprintln(&genOut, "GLOBL blockLen<>(SB), RODATA|NOPTR, $4")
+	return genOut.String()
+}
+
+// prefetchInstr is hash8AVX2PF's prefetch: PREFETCHT1 (to L2) and
+// PREFETCHT0 measured the same in the sweep (paired BenchmarkSweep,
+// procs=2, within noise on an AMD EPYC); T1 leaves L1 to the hash's own
+// leaf and message vectors.
+var prefetchInstr = "PREFETCHT1"
+
+// halves is the G half-steps of one compression (7 rounds of 2 g4 calls
+// of 2 halves): the slots prefetches are spread over.
+const halves = 7 * 2 * 2
+
+// prefetchHook is called by g4 before each half-step; kernel sets it.
+var prefetchHook = func() {}
+
+// kernel writes hash8AVX2 (pf = 0) or hash8AVX2PF (pf prefetches per
+// compression, PrefetchPerCompression). hash8AVX2PF's extra arguments: R8
+// walks the list lines (pf entries per compression, advanced after each),
+// R10 is delta; prefetch k of a compression loads lines[k] and prefetches
+// that address + delta before half-step k·halves/pf, so that they are
+// spread evenly over the compression's arithmetic rather than issued in a
+// burst, which fills the miss buffers and stalls (a burst between hashes
+// was tried and gained nothing). The count is fixed: no branch, and a
+// prefetch never faults, whatever the list holds. hash8AVX2's code is the
+// same without the prefetches.
+func kernel(pf int) {
+	name, args := "hash8AVX2", 48
+	if pf > 0 {
+		name, args = "hash8AVX2PF", 64
+	}
+	half := 0
+	prefetchHook = func() {
+		for k := 0; k < pf; k++ {
+			if k*halves/pf == half%halves {
+				emit("MOVQ %d(R8), R9", 8*k)
+				emit("%s (R9)(R10*1)", prefetchInstr)
+			}
+		}
+		half++
+	}
+	defer func() { prefetchHook = func() {} }()
+	fmt.Fprintln(&genOut, "")
+	if pf > 0 {
+		fmt.Fprintln(&genOut, "// func hash8AVX2PF(out *[8][8]uint32, in *byte, stride, blocks uintptr, ctr *[16]uint32, flags *[16]uint32, lines *uintptr, delta uintptr)")
+	} else {
+		fmt.Fprintln(&genOut, "// func hash8AVX2(out *[8][8]uint32, in *byte, stride, blocks uintptr, ctr *[16]uint32, flags *[16]uint32)")
+	}
+	fmt.Fprintf(&genOut, "TEXT ·%s(SB), 0, $%d-%d\n", name, frame, args)
+	if pf > 0 {
+		emit("MOVQ lines+48(FP), R8")
+		emit("MOVQ delta+56(FP), R10")
+	}
 	emit("MOVQ in+8(FP), AX")
 	emit("MOVQ stride+16(FP), BX")
 	emit("MOVQ blocks+24(FP), CX")
@@ -190,6 +247,9 @@ func leafAsm() string {
 		emit("VMOVDQU Y%d, %d(SP)", i, hOff+32*i)
 	}
 	emit("ADDQ $64, AX")
+	if pf > 0 {
+		emit("ADDQ $%d, R8", 8*pf)
+	}
 	emit("ADDQ $4, DX")
 	emit("DECQ CX")
 	emit("JNZ loop")
@@ -201,10 +261,6 @@ func leafAsm() string {
 	}
 	emit("VZEROUPPER")
 	emit("RET")
-	fmt.Fprintln(&genOut, "")
-	fmt.Fprintln(&genOut, "DATA blockLen<>+0(SB)/4, $64")
-	fmt.Fprintln(&genOut, "GLOBL blockLen<>(SB), RODATA|NOPTR, $4")
-	return genOut.String()
 }
 
 // TestLeafAsm: leaf_amd64.s is what leafAsm generates.

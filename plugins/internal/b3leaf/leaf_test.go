@@ -3,6 +3,7 @@ package b3leaf
 import (
 	"math/rand/v2"
 	"testing"
+	"unsafe"
 
 	zeebo "github.com/zeebo/blake3"
 	"lukechampine.com/blake3/guts"
@@ -36,7 +37,7 @@ func TestLeafCV(t *testing.T) {
 		if got := CV(buf, c); got != want {
 			t.Fatalf("case %d counter %#x: CV %08x, guts %08x", i, c, got, want)
 		}
-		if got := cvAVX2(buf, c); got != want {
+		if got := cvAVX2(buf, c, nil, 0); got != want {
 			t.Fatalf("case %d counter %#x: cvAVX2 %08x, guts %08x", i, c, got, want)
 		}
 	}
@@ -101,11 +102,65 @@ func FuzzLeafCV(f *testing.F) {
 			copy(buf[k:], data)
 		}
 		want := cvGuts(buf, counter)
-		if got := cvAVX2(buf, counter); got != want {
+		if got := cvAVX2(buf, counter, nil, 0); got != want {
 			t.Fatalf("counter %#x: kernel %08x, guts %08x", counter, got, want)
 		}
 		if got := CV(buf, counter); got != want {
 			t.Fatalf("counter %#x: CV %08x, guts %08x", counter, got, want)
 		}
 	})
+}
+
+// TestLeafCVPrefetch: a prefetch list of any content never changes a CV —
+// lists of addresses in buf itself (the lines being hashed), in the list,
+// of other live memory, of small and of random user-space values, each
+// moved by a delta — the kernel, CVPrefetch and the fallback all give guts'
+// value.
+func TestLeafCVPrefetch(t *testing.T) {
+	rng := rand.New(rand.NewPCG(21, 5))
+	buf := new([Size]byte)
+	lines := new(Lines)
+	other := make([]byte, 1<<20)
+	base := func(b []byte) uintptr { return uintptr(unsafe.Pointer(&b[0])) }
+	for i := 0; i < 400; i++ {
+		for k := range buf {
+			buf[k] = byte(rng.Uint32())
+		}
+		kind := i % 5
+		for k := range lines {
+			switch kind {
+			case 0: // the leaf's own lines, in order
+				lines[k] = base(buf[:]) + uintptr(64*k%Size)
+			case 1: // the leaf's own bytes, anywhere
+				lines[k] = base(buf[:]) + uintptr(rng.IntN(Size))
+			case 2: // the list itself
+				lines[k] = uintptr(unsafe.Pointer(lines)) + uintptr(rng.IntN(PrefetchLines))*8
+			case 3: // other live memory
+				lines[k] = base(other) + uintptr(rng.IntN(len(other)))
+			default: // arbitrary values: small, or anywhere below 2^47
+				if rng.IntN(2) == 0 {
+					lines[k] = uintptr(rng.IntN(1 << 16))
+				} else {
+					lines[k] = uintptr(rng.Uint64N(1 << 47))
+				}
+			}
+		}
+		delta := uintptr(0)
+		if kind == 4 || i%3 == 0 {
+			delta = uintptr(rng.IntN(1 << 20))
+		}
+		c := rng.Uint64N(1 << 40)
+		want := cvGuts(buf, c)
+		if got := CVPrefetch(buf, c, lines, delta); got != want {
+			t.Fatalf("case %d (list kind %d): CVPrefetch %08x, guts %08x", i, kind, got, want)
+		}
+		if got := cvAVX2(buf, c, lines, delta); got != want {
+			t.Fatalf("case %d (list kind %d): cvAVX2 with a list %08x, guts %08x", i, kind, got, want)
+		}
+		withFallback(t, func() {
+			if got := CVPrefetch(buf, c, lines, delta); got != want {
+				t.Fatalf("case %d (list kind %d): fallback CVPrefetch %08x, guts %08x", i, kind, got, want)
+			}
+		})
+	}
 }
