@@ -1,7 +1,10 @@
 """Black-box finalize on a real `tenzro-node --dev` (issue 21 item 2).
 
-One run of F=1 fragment, M=K trainers, N f32 values, through the `tenzro` CLI
-only. Per round: K-1 plain submissions (each timed), then the K-th, timed from
+One run of F=1 fragment, M=K trainers, N f32 values, set up through the `tenzro` CLI;
+the gradients are submitted as tenzro-trainer submits them (bound payloads, the trainer
+package's RPC client), or with --client cli by one `tenzro train submit-gradient` process
+each (whose exit, and its stamped temporary copy when a payload is unbound, overlap the
+K-th's finalize on the same cores). Per round: K-1 plain submissions (each timed), then the K-th, timed from
 its start to the round's commit as seen over JSON-RPC (polled every --poll-ms, 20 ms by default: each
 poll is a getRun the node serves on the cores the finalize runs on, and at 2 ms the node spent 15-20 ms
 more CPU inside each commit's engine call serving them; the black-box figure is then up to that much late).
