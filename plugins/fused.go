@@ -79,9 +79,9 @@ type fusion struct {
 	// two new blobs too, and state holds their hashes.
 	head  []byte
 	state *syncer.StateHashes
-	// ins is the bytes the kernel reads, coordinate c of each at 4c (the
-	// inputs, in place): the sweep prefetches their next block.
-	ins [][]byte
+	// srcs is the inputs the kernel reads in place (4 bytes a coordinate):
+	// the sweep prefetches their next block.
+	srcs []*source
 }
 
 type fusionKey struct{}
@@ -100,12 +100,12 @@ func fusionOf(ctx context.Context) *fusion {
 
 // owe records a native aggregate of [c0, c1) instead of computing it, when
 // ctx carries a fusion and the call covers the whole range.
-// ins is the bytes kern reads (see fusion.ins).
-func (fz *fusion) owe(c0, c1 int, kern blockKernel, dst dest, ins [][]byte) bool {
+// srcs is the inputs kern reads (see fusion.srcs).
+func (fz *fusion) owe(c0, c1 int, kern blockKernel, dst dest, srcs []*source) bool {
 	if fz == nil || fz.pending || fz.swept || c0 != 0 || c1 != fz.n {
 		return false
 	}
-	fz.pending, fz.kernel, fz.dst, fz.ins = true, kern, dst, ins
+	fz.pending, fz.kernel, fz.dst, fz.srcs = true, kern, dst, srcs
 	return true
 }
 
@@ -149,7 +149,11 @@ func (fz *fusion) sweep(w, m *source, wOut, mOut dest, lr, beta float32, nestero
 	// kernel's inputs, the weights and momentum, and the new ones (a line
 	// read before the step writes it arrives exclusive, so the step's
 	// store does not stall on its read for ownership).
-	streams := append(append([][]byte(nil), fz.ins...), wIn)
+	var streams [][]byte
+	for _, s := range fz.srcs {
+		streams = append(streams, s.b[:4*n])
+	}
+	streams = append(streams, wIn)
 	if mIn != nil {
 		streams = append(streams, mIn)
 	}
@@ -186,15 +190,15 @@ func (fz *fusion) sweep(w, m *source, wOut, mOut dest, lr, beta float32, nestero
 				g := buf[:b1-b0]
 				agg(b0, b1, g)
 				gb := unsafe.Slice((*byte)(unsafe.Pointer(&g[0])), 4*len(g))
-				th.leafPF(b, gb, p[0])
+				th.leaf(b, gb, p[0])
 				var mi []byte
 				if mIn != nil {
 					mi = mIn[4*b0 : 4*b1]
 				}
 				nesterovRange(machine.F32, wIn[4*b0:4*b1], wo[4*b0:4*b1], mi, mo[4*b0:4*b1], gb, 0, b1-b0, m != nil, lr, beta, nesterov)
 				if ws != nil {
-					ws.writtenPF(int64(4*b0), int64(4*b1), p[1])
-					ms.writtenPF(int64(4*b0), int64(4*b1), p[2])
+					ws.written(int64(4*b0), int64(4*b1), p[1])
+					ms.written(int64(4*b0), int64(4*b1), p[2])
 				}
 			}
 			lo = nlo
@@ -287,18 +291,12 @@ func newTreeHash(n int64) *treeHash {
 	return &treeHash{n: n, cvs: make([][8]uint32, n/leafBytes)}
 }
 
-// leaf hashes block i, b (leafBytes, or the rest of n for the last block).
-// Distinct blocks may be given concurrently.
-func (t *treeHash) leaf(i int, b []byte) { t.leafPF(i, b, leafPrefetch{}) }
-
-// leafPF is leaf, prefetching pf's lines while it hashes a full block.
-func (t *treeHash) leafPF(i int, b []byte, pf leafPrefetch) {
+// leaf hashes block i, b (leafBytes, or the rest of n for the last block),
+// prefetching pf's lines while it hashes a full block (none for the zero
+// leafPrefetch). Distinct blocks may be given concurrently.
+func (t *treeHash) leaf(i int, b []byte, pf leafPrefetch) {
 	if t.n > leafBytes && len(b) == leafBytes {
-		if pf.lines != nil {
-			t.cvs[i] = b3leaf.CVPrefetch((*[b3leaf.Size]byte)(b), uint64(i)*guts.MaxSIMD, pf.lines, pf.delta)
-		} else {
-			t.cvs[i] = b3leaf.CV((*[b3leaf.Size]byte)(b), uint64(i)*guts.MaxSIMD)
-		}
+		t.cvs[i] = b3leaf.CVPrefetch((*[b3leaf.Size]byte)(b), uint64(i)*guts.MaxSIMD, pf.lines, pf.delta)
 		return
 	}
 	t.tail = append([]byte(nil), b...)
@@ -382,15 +380,13 @@ func (b *blobHash) inSweep(k int64) bool {
 }
 
 // written records that data bytes [d0, d1) (one sweep block, d0 a multiple
-// of leafBytes) are final, hashing each leaf they complete.
-func (b *blobHash) written(d0, d1 int64) { b.writtenPF(d0, d1, leafPrefetch{}) }
-
-// writtenPF is written, each leaf hash prefetching pf's lines.
-func (b *blobHash) writtenPF(d0, d1 int64, pf leafPrefetch) {
+// of leafBytes) are final, hashing each leaf they complete, each hash
+// prefetching pf's lines.
+func (b *blobHash) written(d0, d1 int64, pf leafPrefetch) {
 	h := int64(len(b.head))
 	for k := (h + d0) / leafBytes; k <= (h+d1-1)/leafBytes; k++ {
 		if k < int64(len(b.remain)) && b.inSweep(k) && b.remain[k].Add(-1) == 0 {
-			b.th.leafPF(int(k), b.data[k*leafBytes-h:(k+1)*leafBytes-h], pf)
+			b.th.leaf(int(k), b.data[k*leafBytes-h:(k+1)*leafBytes-h], pf)
 		}
 	}
 }
@@ -413,7 +409,7 @@ func (b *blobHash) sum() wire.Hash {
 		if hi > h {
 			copy(l[max(h-lo, 0):], b.data[max(lo-h, 0):hi-h])
 		}
-		b.th.leaf(int(k), l)
+		b.th.leaf(int(k), l, leafPrefetch{})
 	}
 	return b.th.sum()
 }

@@ -269,7 +269,7 @@ func checkTreeHash(t *testing.T, r *rand.Rand, b []byte) {
 	th := newTreeHash(int64(len(b)))
 	blocks := (len(b) + leafBytes - 1) / leafBytes
 	for _, i := range r.Perm(blocks) {
-		th.leaf(i, b[i*leafBytes:min((i+1)*leafBytes, len(b))])
+		th.leaf(i, b[i*leafBytes:min((i+1)*leafBytes, len(b))], leafPrefetch{})
 	}
 	if got, want := th.sum(), wire.Hash(blake3.Sum256(b)); got != want {
 		t.Fatalf("%d bytes: tree hash %x, BLAKE3 %x", len(b), got[:8], want[:8])
@@ -319,7 +319,7 @@ func checkBlobHash(t *testing.T, r *rand.Rand, head, data int, concurrent bool) 
 		part := order[half*len(order)/2 : (half+1)*len(order)/2]
 		run := func() {
 			for _, i := range part {
-				bh.written(int64(i)*leafBytes, min(int64(i+1)*leafBytes, int64(data)))
+				bh.written(int64(i)*leafBytes, min(int64(i+1)*leafBytes, int64(data)), leafPrefetch{})
 			}
 		}
 		if concurrent {

@@ -693,11 +693,7 @@ func (e *Engine) aggregateOnce(ctx context.Context, p *plugin, budget uint64, d 
 	// is owed to the outer step's sweep instead of computed here.
 	runNative := func(agg uint64, ran *atomic.Int64, kern blockKernel) (syncer.AggregateOutput, error) {
 		f.running()
-		ins := make([][]byte, len(srcs))
-		for i, s := range srcs {
-			ins[i] = s.b[4*c0 : 4*c1]
-		}
-		if !fusionOf(ctx).owe(c0, c1, kern, dst, ins) {
+		if !fusionOf(ctx).owe(c0, c1, kern, dst, srcs) {
 			runKernel(kern, n, f32View(dst.bytes()))
 		}
 		sel := make([]byte, k)

@@ -97,16 +97,16 @@ func BenchmarkSweep(b *testing.B) {
 				nesterovRange(machine.F32, w[4*b0:4*b1], wo[4*b0:4*b1], m[4*b0:4*b1], mo[4*b0:4*b1], gb, 0, b1-b0, true, 0.7, 0.9, true)
 				if part == "mean+step+hash" && len(gb) == leafBytes {
 					i := b0 / leafCoords
-					th.leaf(i, gb)
-					th.leaf(i, wo[4*b0:4*b1])
-					th.leaf(i, mo[4*b0:4*b1])
+					th.leaf(i, gb, leafPrefetch{})
+					th.leaf(i, wo[4*b0:4*b1], leafPrefetch{})
+					th.leaf(i, mo[4*b0:4*b1], leafPrefetch{})
 				}
 			}
 		})
 	}
 	for _, procs := range []int{1, 2} {
 		run(fmt.Sprintf("sweep/procs=%d", procs), procs, func() {
-			fz := &fusion{n: n, pending: true, kernel: meanKernel(srcs, 0, n), head: head, ins: ins}
+			fz := &fusion{n: n, pending: true, kernel: meanKernel(srcs, 0, n), head: head, srcs: srcs}
 			fz.sweep(bytesSource(w), bytesSource(m), plainDest(wo), plainDest(mo), 0.7, 0.9, true)
 		})
 		// paired: each op sweeps with and without the prefetch
@@ -124,7 +124,7 @@ func BenchmarkSweep(b *testing.B) {
 					mode := (op + j) % 2
 					sweepPrefetch = mode == 1
 					t0, c0 := time.Now(), cpuTime()
-					fz := &fusion{n: n, pending: true, kernel: meanKernel(srcs, 0, n), head: head, ins: ins}
+					fz := &fusion{n: n, pending: true, kernel: meanKernel(srcs, 0, n), head: head, srcs: srcs}
 					fz.sweep(bytesSource(w), bytesSource(m), plainDest(wo), plainDest(mo), 0.7, 0.9, true)
 					wall[mode] += time.Since(t0)
 					cpu[mode] += cpuTime() - c0

@@ -24,12 +24,9 @@ func TestSweepModes(t *testing.T) {
 	head := make([]byte, 1000)
 	for _, n := range []int{2*leafCoords + 5, sweepRun * leafCoords, sweepRun*leafCoords + 1, (2*sweepRun+3)*leafCoords - 7, 37 * leafCoords} {
 		const k = 3
-		var ins [][]byte
 		var srcs []*source
 		for range k {
-			x := syncer.EncodeF32(adversarial(r, n))
-			ins = append(ins, x)
-			srcs = append(srcs, bytesSource(x))
+			srcs = append(srcs, bytesSource(syncer.EncodeF32(adversarial(r, n))))
 		}
 		w, m := syncer.EncodeF32(adversarial(r, n)), syncer.EncodeF32(adversarial(r, n))
 		agg := make([]byte, 4*n)
@@ -46,7 +43,7 @@ func TestSweepModes(t *testing.T) {
 				sweepPrefetch = prefetch
 				old := runtime.GOMAXPROCS(procs)
 				res := result{wo: make([]byte, 4*n), mo: make([]byte, 4*n)}
-				fz := &fusion{n: n, pending: true, kernel: meanKernel(srcs, 0, n), head: head, ins: ins}
+				fz := &fusion{n: n, pending: true, kernel: meanKernel(srcs, 0, n), head: head, srcs: srcs}
 				fz.sweep(bytesSource(w), bytesSource(m), plainDest(res.wo), plainDest(res.mo), 0.7, 0.9, true)
 				runtime.GOMAXPROCS(old)
 				if !fz.swept || fz.state == nil {

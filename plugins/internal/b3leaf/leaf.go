@@ -25,12 +25,7 @@ type Lines [PrefetchLines]uintptr
 // CV is the chaining value of the 16 chunks in buf, the first at chunk
 // counter counter: guts.ChainingValue(guts.CompressBuffer(buf, Size,
 // &guts.IV, counter, 0)).
-func CV(buf *[Size]byte, counter uint64) [8]uint32 {
-	if useAVX2 {
-		return cvAVX2(buf, counter, nil, 0)
-	}
-	return cvGuts(buf, counter)
-}
+func CV(buf *[Size]byte, counter uint64) [8]uint32 { return CVPrefetch(buf, counter, nil, 0) }
 
 // CVPrefetch is CV(buf, counter), and while it hashes it prefetches
 // (PREFETCHT1) the cache line at lines[i]+delta for every i, a fixed number
@@ -39,8 +34,8 @@ func CV(buf *[Size]byte, counter uint64) [8]uint32 {
 // will read next arrive while the hash computes, instead of stalling the
 // next loads. A prefetch never faults and changes no value: the result is
 // CV's for any list. delta lets a caller keep one list (for example of
-// its block 0) and move it by the block's offset. The fallback (no AVX2)
-// ignores the list.
+// its block 0) and move it by the block's offset. A nil list prefetches
+// nothing (CV); the fallback (no AVX2) ignores the list.
 func CVPrefetch(buf *[Size]byte, counter uint64, lines *Lines, delta uintptr) [8]uint32 {
 	if useAVX2 {
 		return cvAVX2(buf, counter, lines, delta)
