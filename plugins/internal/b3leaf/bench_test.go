@@ -40,30 +40,16 @@ func BenchmarkLeafCV(b *testing.B) {
 	// shared machine's load falls on all of them; reports each one's MB/s
 	// and the kernel's speed as a multiple of guts' and of zeebo's.
 	b.Run("paired", func(b *testing.B) {
-		var dk, dg, dz time.Duration
-		for b.Loop() {
-			t0 := time.Now()
-			for i := range 16 {
-				sink = CV(buf, uint64(i)*16)
-			}
-			t1 := time.Now()
-			for i := range 16 {
-				sink = guts.ChainingValue(guts.CompressBuffer(buf, Size, &guts.IV, uint64(i)*16, 0))
-			}
-			t2 := time.Now()
-			for range 16 {
-				s := zeebo.Sum256(buf[:])
-				sink[0] += uint32(s[0])
-			}
-			t3 := time.Now()
-			dk, dg, dz = dk+t1.Sub(t0), dg+t2.Sub(t1), dz+t3.Sub(t2)
-		}
+		d := alternate(b,
+			func(i int) { sink = CV(buf, uint64(i)*16) },
+			func(i int) { sink = guts.ChainingValue(guts.CompressBuffer(buf, Size, &guts.IV, uint64(i)*16, 0)) },
+			func(int) { s := zeebo.Sum256(buf[:]); sink[0] += uint32(s[0]) })
 		n := float64(16*b.N) / 1e6 // MB per second from seconds
-		b.ReportMetric(n*Size/dk.Seconds(), "kernel-MB/s")
-		b.ReportMetric(n*Size/dg.Seconds(), "guts-MB/s")
-		b.ReportMetric(n*Size/dz.Seconds(), "zeebo-MB/s")
-		b.ReportMetric(float64(dg)/float64(dk), "×guts")
-		b.ReportMetric(float64(dz)/float64(dk), "×zeebo")
+		b.ReportMetric(n*Size/d[0].Seconds(), "kernel-MB/s")
+		b.ReportMetric(n*Size/d[1].Seconds(), "guts-MB/s")
+		b.ReportMetric(n*Size/d[2].Seconds(), "zeebo-MB/s")
+		b.ReportMetric(float64(d[1])/float64(d[0]), "×guts")
+		b.ReportMetric(float64(d[2])/float64(d[0]), "×zeebo")
 	})
 	// prefetch: CV against CVPrefetch with a list of the leaf's own lines
 	// (in cache), alternating in rounds of 16 leaves: the cost of the
@@ -73,23 +59,29 @@ func BenchmarkLeafCV(b *testing.B) {
 		for k := range lines {
 			lines[k] = uintptr(unsafe.Pointer(&buf[64*k%Size]))
 		}
-		var dk, dp time.Duration
-		for b.Loop() {
-			t0 := time.Now()
-			for i := range 16 {
-				sink = CV(buf, uint64(i)*16)
-			}
-			t1 := time.Now()
-			for i := range 16 {
-				sink = CVPrefetch(buf, uint64(i)*16, lines, 0)
-			}
-			t2 := time.Now()
-			dk, dp = dk+t1.Sub(t0), dp+t2.Sub(t1)
-		}
+		d := alternate(b,
+			func(i int) { sink = CV(buf, uint64(i)*16) },
+			func(i int) { sink = CVPrefetch(buf, uint64(i)*16, lines, 0) })
 		n := float64(16*b.N) / 1e6
-		b.ReportMetric(n*Size/dk.Seconds(), "kernel-MB/s")
-		b.ReportMetric(n*Size/dp.Seconds(), "prefetch-MB/s")
-		b.ReportMetric(100*(float64(dp)/float64(dk)-1), "pf-overhead-%")
+		b.ReportMetric(n*Size/d[0].Seconds(), "kernel-MB/s")
+		b.ReportMetric(n*Size/d[1].Seconds(), "prefetch-MB/s")
+		b.ReportMetric(100*(float64(d[1])/float64(d[0])-1), "pf-overhead-%")
 	})
 	_ = sink
+}
+
+// alternate runs each of fns on leaves 0..15 in turn, once per op, and
+// returns the time each took in all.
+func alternate(b *testing.B, fns ...func(i int)) []time.Duration {
+	d := make([]time.Duration, len(fns))
+	for b.Loop() {
+		for j, f := range fns {
+			t0 := time.Now()
+			for i := range 16 {
+				f(i)
+			}
+			d[j] += time.Since(t0)
+		}
+	}
+	return d
 }

@@ -81,10 +81,11 @@ func rotr(bs [4]int, n int) {
 }
 
 // g4 runs the G function on four (a, b, c, d) groups at once, group k
-// taking message words mx[k], my[k].
-func g4(a, b, c, d [4]int, mx, my [4]int) {
+// taking message words mx[k], my[k]; before each of its two half-steps it
+// calls before (the prefetch kernel's slots).
+func g4(a, b, c, d [4]int, mx, my [4]int, before func()) {
 	half := func(m [4]int, r1, r2 int) {
-		prefetchHook()
+		before()
 		for k := 0; k < 4; k++ {
 			emit("VPADDD %s, %s, %s", msgVec(m[k]), ymm(a[k]), ymm(a[k]))
 		}
@@ -155,9 +156,6 @@ var prefetchInstr = "PREFETCHT1"
 // of 2 halves): the slots prefetches are spread over.
 const halves = 7 * 2 * 2
 
-// prefetchHook is called by g4 before each half-step; kernel sets it.
-var prefetchHook = func() {}
-
 // kernel writes hash8AVX2 (pf = 0) or hash8AVX2PF (pf prefetches per
 // compression, PrefetchPerCompression). hash8AVX2PF's extra arguments: R8
 // walks the list lines (pf entries per compression, advanced after each),
@@ -174,7 +172,7 @@ func kernel(pf int) {
 		name, args = "hash8AVX2PF", 64
 	}
 	half := 0
-	prefetchHook = func() {
+	prefetch := func() { // the prefetches due before half-step half
 		for k := 0; k < pf; k++ {
 			if k*halves/pf == half%halves {
 				emit("MOVQ %d(R8), R9", 8*k)
@@ -183,7 +181,6 @@ func kernel(pf int) {
 		}
 		half++
 	}
-	defer func() { prefetchHook = func() {} }()
 	fmt.Fprintln(&genOut, "")
 	if pf > 0 {
 		fmt.Fprintln(&genOut, "// func hash8AVX2PF(out *[8][8]uint32, in *byte, stride, blocks uintptr, ctr *[16]uint32, flags *[16]uint32, lines *uintptr, delta uintptr)")
@@ -233,9 +230,9 @@ func kernel(pf int) {
 	s := [16]int{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15}
 	for r := 0; r < 7; r++ {
 		g4([4]int{0, 1, 2, 3}, [4]int{4, 5, 6, 7}, [4]int{8, 9, 10, 11}, [4]int{12, 13, 14, 15},
-			[4]int{s[0], s[2], s[4], s[6]}, [4]int{s[1], s[3], s[5], s[7]})
+			[4]int{s[0], s[2], s[4], s[6]}, [4]int{s[1], s[3], s[5], s[7]}, prefetch)
 		g4([4]int{0, 1, 2, 3}, [4]int{5, 6, 7, 4}, [4]int{10, 11, 8, 9}, [4]int{15, 12, 13, 14},
-			[4]int{s[8], s[10], s[12], s[14]}, [4]int{s[9], s[11], s[13], s[15]})
+			[4]int{s[8], s[10], s[12], s[14]}, [4]int{s[9], s[11], s[13], s[15]}, prefetch)
 		var n [16]int
 		for i := range n {
 			n[i] = s[msgPerm[i]]
