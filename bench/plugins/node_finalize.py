@@ -35,7 +35,6 @@ import shutil
 import signal
 import socket
 import statistics
-import struct
 import subprocess
 import tempfile
 import time
@@ -56,16 +55,10 @@ def free_port() -> int:
     return p
 
 
-def write_st(path: str, name: str, values: np.ndarray) -> None:
-    h = json.dumps(
-        {name: {"dtype": "F32", "shape": [int(values.size)], "data_offsets": [0, int(values.nbytes)]}},
-        separators=(",", ":"),
-    ).encode()
-    h += b" " * ((8 - len(h) % 8) % 8)
+def write_st(path: str, name: str, values: np.ndarray, metadata: dict[str, str] | None = None) -> None:
+    """One F32 tensor as a safetensors file in the canonical form the trainer package writes."""
     with open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(h)))
-        f.write(h)
-        f.write(values.astype("<f4").tobytes())
+        f.write(canonical_safetensors([(name, "F32", [int(values.size)], values.astype("<f4").tobytes())], metadata))
 
 
 def tree_cpu_s(pid: int) -> tuple[float, float]:
@@ -292,9 +285,7 @@ def run(a, k: int, n: int, t: str, rpc: str, node: subprocess.Popen, metrics_url
         # would make the CLI stamp a temporary copy, write and delete 35 MB on
         # the node's two cores while the node finalizes, which no trainer on
         # another machine does.
-        raw = [("w", "F32", [n], grads[i].astype("<f4").tobytes())]
-        with open(paths[i], "wb") as f:
-            f.write(canonical_safetensors(raw, binding_metadata(trainers[i], task, rnd, 0)))
+        write_st(paths[i], "w", grads[i], binding_metadata(trainers[i], task, rnd, 0))
 
     plain_cpu: list[float] = []
 
